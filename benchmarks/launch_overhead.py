@@ -1,0 +1,190 @@
+"""Host cost per launch of an empty kernel: mircuda beside the libraries a user would otherwise use.
+
+One process, one device, one kernel (``empty(float*)``, 1 block of 32 threads); every path launches
+``--calls`` times per batch with the stream synchronized between batches; the table gives the median
+over batches of µs per launch and the ratio to the C floor (the driver API called from C).
+Paths are measured round-robin, several rounds, so drift on a shared machine hits them alike.
+
+    python benchmarks/launch_overhead.py [--calls 200] [--batches 30] [--rounds 5] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+import mircuda as mc
+
+EMPTY = r'extern "C" __global__ void empty(float* p) {}'
+HERE = Path(__file__).resolve().parent
+
+
+def time_batches(launch: Callable[[], None], sync: Callable[[], None], calls: int, batches: int) -> list[float]:
+    out = []
+    for b in range(batches + 2):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            launch()
+        t1 = time.perf_counter()
+        if b >= 2:
+            out.append((t1 - t0) / calls * 1e6)
+    sync()
+    return out
+
+
+def setup_paths(context: mc.Context, cubin: bytes) -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
+    paths: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {}
+    stream = context.create_stream()
+    pool = context.default_memory_pool()
+    buf = pool.allocate(mc.f32, stream, 1024)
+    module = mc.Compiler(context).compile(mc.cuda_kernel(EMPTY, "empty.cu"))
+    k = module.kernel(mc.cuda_export("empty", p=mc.DeviceBuffer[mc.f32]))
+    cfg = mc.LaunchConfig(1, 32)
+    paths["mircuda TypedKernel.launch"] = (lambda: k.launch(stream, cfg, buf), stream.synchronize)
+    keep = [stream, buf, module, k]
+
+    try:
+        import ctypes
+
+        from cuda.bindings import driver as drv
+
+        fn = module.function_handle("empty")
+        cs = drv.CUstream(stream.handle)
+        ptr = ctypes.c_uint64(buf.handle)
+        params = (ctypes.c_void_p * 1)(ctypes.addressof(ptr))
+        addr = ctypes.addressof(params)
+        keep += [ptr, params]
+
+        def cb_block() -> None:
+            drv.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, cs, addr, 0)
+
+        dp = drv.CUdeviceptr(buf.handle)
+
+        def cb_tuple() -> None:
+            drv.cuLaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, cs, ((dp,), (None,)), 0)
+
+        paths["cuda.bindings cuLaunchKernel, void** block"] = (cb_block, stream.synchronize)
+        paths["cuda.bindings cuLaunchKernel, (values, types)"] = (cb_tuple, stream.synchronize)
+    except Exception as exc:  # pragma: no cover - reported in the table
+        print(f"cuda.bindings paths unavailable: {exc}", file=sys.stderr)
+
+    try:
+        from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
+
+        dev = Device(0)
+        dev.set_current()
+        cc = dev.compute_capability
+        cstream = dev.create_stream()
+        ker = Program(EMPTY, "c++", ProgramOptions(arch=f"sm_{cc.major}{cc.minor}")).compile("cubin").get_kernel("empty")
+        cbuf = dev.allocate(4096, stream=cstream)
+        ccfg = LaunchConfig(grid=1, block=32)
+        keep += [cstream, ker, cbuf]
+        paths["cuda.core launch"] = (lambda: launch(cstream, ccfg, ker, cbuf), cstream.sync)
+    except Exception as exc:  # pragma: no cover
+        print(f"cuda.core path unavailable: {exc!r}", file=sys.stderr)
+
+    try:
+        import cupy as cp
+
+        ck = cp.RawKernel(EMPTY, "empty")
+        cps = cp.cuda.Stream(non_blocking=True)
+        carr = cp.zeros(1024, dtype=cp.float32)
+        keep += [ck, cps, carr]
+
+        def cupy_launch() -> None:
+            with cps:
+                ck((1,), (32,), (carr,))
+
+        # Entering the stream context is how CuPy users pick a stream; time it with the launch.
+        paths["CuPy RawKernel"] = (cupy_launch, cps.synchronize)
+    except Exception as exc:  # pragma: no cover
+        print(f"CuPy path unavailable: {exc!r}", file=sys.stderr)
+
+    try:
+        from numba import cuda
+
+        @cuda.jit("void(float32[:])")
+        def nb_empty(p):  # type: ignore[no-untyped-def]
+            pass
+
+        nbs = cuda.stream()
+        darr = cuda.device_array(1024, dtype=np.float32, stream=nbs)
+        keep += [nb_empty, nbs, darr]
+        paths["Numba dispatcher, eager signature"] = (lambda: nb_empty[1, 32, nbs](darr), nbs.synchronize)
+    except Exception as exc:  # pragma: no cover
+        print(f"Numba path unavailable: {exc!r}", file=sys.stderr)
+
+    setup_paths.keep = keep  # type: ignore[attr-defined]
+    return paths
+
+
+def c_floor(cubin: bytes, calls: int, batches: int) -> float | None:
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    if not os.path.exists(nvcc):
+        print("C floor unavailable: no nvcc", file=sys.stderr)
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        exe, cub = os.path.join(tmp, "launch_floor"), os.path.join(tmp, "empty.cubin")
+        Path(cub).write_bytes(cubin)
+        subprocess.run([nvcc, "-O2", "-o", exe, str(HERE / "c" / "launch_floor.c"), "-lcuda"], check=True)
+        out = subprocess.run([exe, cub, "empty", str(calls), str(batches)], check=True, capture_output=True, text=True)
+        return float(out.stdout.strip())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--batches", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json", default=str(HERE / "results" / "launch_overhead.json"))
+    args = ap.parse_args()
+
+    driver = mc.Driver.initialize()
+    context = driver.create_context(driver.devices()[0])
+    info = context.device_info()
+    cubin = mc.compile_program(mc.cuda_kernel(EMPTY, "empty.cu"), info.arch).image
+    paths = setup_paths(context, cubin)
+    samples: dict[str, list[float]] = {name: [] for name in paths}
+    floors: list[float] = []
+    for _ in range(args.rounds):
+        f = c_floor(cubin, args.calls, args.batches)
+        if f is not None:
+            floors.append(f)
+        for name, (launch, sync) in paths.items():
+            samples[name] += time_batches(launch, sync, args.calls, args.batches)
+    floor = statistics.median(floors) if floors else None
+    rows = []
+    if floor is not None:
+        rows.append(("C, driver API cuLaunchKernel (the floor)", floor))
+    rows += [(name, statistics.median(v)) for name, v in samples.items()]
+    print(f"Launch host cost, empty kernel, 1x32 threads, one pointer; {info.name}; "
+          f"{args.rounds} rounds x {args.batches} batches x {args.calls} calls; median µs per launch")
+    print(f"{'path':<48} {'µs':>8} {'× C floor':>10}")
+    for name, us in rows:
+        ratio = f"{us / floor:10.2f}" if floor else f"{'n/a':>10}"
+        print(f"{name:<48} {us:8.2f} {ratio}")
+    result = {
+        "benchmark": "launch_overhead", "device": info.name, "date": time.strftime("%Y-%m-%d"),
+        "calls_per_batch": args.calls, "batches": args.batches, "rounds": args.rounds,
+        "us_per_launch": dict(rows), "ratio_to_c_floor": {n: (u / floor if floor else None) for n, u in rows},
+    }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""NVRTC compilation of one source for one architecture; needs no GPU."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .. import _cuda
+from ..errors import CompileError, ContractError
+from ._options import CompileOptions
+from ._source import CudaSource
+
+__all__ = ["CompiledProgram", "compile_program", "nvrtc_version", "supported_archs", "validate_arch"]
+
+_ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    """The output of one NVRTC compilation.
+
+    Attributes:
+        arch: the target (``sm_90``, ``sm_120f`` ...).
+        output: ``"cubin"`` or ``"ptx"``.
+        image: the CUBIN, or the PTX text NUL-terminated (as ``cuModuleLoadData`` wants it).
+        log: NVRTC's program log (warnings), possibly empty.
+        nvrtc_version: ``(major, minor)`` of the NVRTC that compiled it.
+    """
+
+    arch: str
+    output: str
+    image: bytes
+    log: str
+    nvrtc_version: tuple[int, int]
+
+
+@lru_cache(maxsize=1)
+def nvrtc_version() -> tuple[int, int]:
+    """``(major, minor)`` of the loaded NVRTC library."""
+    major, minor = _cuda.nvrtc_call("nvrtcVersion")
+    return int(major), int(minor)
+
+
+@lru_cache(maxsize=1)
+def supported_archs() -> tuple[int, ...]:
+    """The SM numbers this NVRTC can target, e.g. ``(75, 80, ..., 90, 100, 120, 121)``."""
+    return tuple(int(a) for a in _cuda.nvrtc_call("nvrtcGetSupportedArchs"))
+
+
+def validate_arch(arch: object, output: str = "cubin") -> str:
+    """Check an NVRTC target name (``sm_90``, ``sm_90a``, ``sm_120f``; ``compute_*`` for PTX only).
+
+    Raises:
+        ContractError: malformed, not supported by this NVRTC, or ``compute_*`` with CUBIN output.
+    """
+    m = _ARCH.match(arch) if isinstance(arch, str) else None
+    if m is None:
+        raise ContractError("arch", "an NVRTC target such as 'sm_90', 'sm_90a' or 'sm_120f'", repr(arch))
+    if m.group(1) == "compute" and output == "cubin":
+        raise ContractError("arch", "an sm_* target for CUBIN output", repr(arch),
+                            "compute_* targets produce PTX only: pass CompileOptions(output='ptx')")
+    sm = int(m.group(2))
+    if sm not in supported_archs():
+        raise ContractError("arch", f"one of NVRTC {'.'.join(map(str, nvrtc_version()))}'s targets "
+                            f"{', '.join(f'sm_{a}' for a in supported_archs())}", repr(arch))
+    return arch  # type: ignore[return-value]
+
+
+def compile_program(source: CudaSource, arch: str, options: CompileOptions | None = None,
+                    include_flags: tuple[str, ...] = ()) -> CompiledProgram:
+    """Compile ``source`` for ``arch`` with NVRTC; works on machines without a GPU.
+
+    Raises:
+        ContractError: bad ``source``, ``arch`` or ``options``.
+        CompileError: NVRTC rejected the source; ``.log`` holds its program log.
+    """
+    if not isinstance(source, CudaSource):
+        raise ContractError("source", "a CudaSource (mc.cuda_kernel(...))", type(source).__name__)
+    options = CompileOptions() if options is None else options
+    if not isinstance(options, CompileOptions):
+        raise ContractError("options", "a CompileOptions", type(options).__name__)
+    validate_arch(arch, options.output)
+    mod = _cuda.nvrtc()
+    prog = _cuda.nvrtc_call("nvrtcCreateProgram", source.text.encode(), source.name.encode(), 0, [], [])
+    try:
+        toolkit = _cuda.toolkit_include_dir()
+        flags = options.flags(arch) + list(include_flags) + ([f"--include-path={toolkit}"] if toolkit else [])
+        flags = [f.encode() for f in flags]
+        (result,) = mod.nvrtcCompileProgram(prog, len(flags), flags)
+        log = _log(prog)
+        if int(result) != 0:
+            raise CompileError(f"NVRTC failed with {mod.nvrtcResult(int(result)).name}", log, arch, source.name)
+        if options.output == "cubin":
+            size = int(_cuda.nvrtc_call("nvrtcGetCUBINSize", prog))
+            buf = b" " * size
+            _cuda.nvrtc_call("nvrtcGetCUBIN", prog, buf)
+        else:
+            size = int(_cuda.nvrtc_call("nvrtcGetPTXSize", prog))  # includes the terminating NUL
+            buf = b" " * size
+            _cuda.nvrtc_call("nvrtcGetPTX", prog, buf)
+        return CompiledProgram(arch, options.output, bytes(buf), log, nvrtc_version())
+    finally:
+        mod.nvrtcDestroyProgram(prog)
+
+
+def _log(prog: object) -> str:
+    size = int(_cuda.nvrtc_call("nvrtcGetProgramLogSize", prog))
+    if size <= 1:
+        return ""
+    buf = b" " * size
+    _cuda.nvrtc_call("nvrtcGetProgramLog", prog, buf)
+    return buf.rstrip(b"\0").decode(errors="replace").strip()

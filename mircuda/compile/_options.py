@@ -1,0 +1,102 @@
+"""Compile options: a validated, normalized, hashable description of one NVRTC invocation."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..errors import ContractError
+
+__all__ = ["CompileOptions", "ALLOWED_EXTRA_FLAGS"]
+
+_STANDARDS = ("c++03", "c++11", "c++14", "c++17", "c++20")
+_MACRO = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+ALLOWED_EXTRA_FLAGS: tuple[str, ...] = (
+    "--ftz=true", "--ftz=false", "--prec-div=true", "--prec-div=false",
+    "--prec-sqrt=true", "--prec-sqrt=false", "--fmad=true", "--fmad=false",
+    "--restrict", "--extra-device-vectorization", "--device-as-default-execution-space",
+    "--disable-warnings", "--dopt=on", "--dopt=off", "--device-int128",
+)
+"""NVRTC flags ``CompileOptions.extra_flags`` accepts. Flags that change the target, the include
+search path or the output kind are refused: they have fields of their own or are set by mircuda."""
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Options of one compilation.
+
+    Attributes:
+        std: C++ standard, one of ``c++03``..``c++20`` (NVRTC ``--std``).
+        defines: macros, ``{"NAME": value}``; ``None`` defines the name without a value.
+        fast_math: ``--use_fast_math``.
+        line_info: ``--generate-line-info`` (for Nsight Compute source views).
+        max_registers: ``--maxrregcount``; ``None`` lets the compiler choose.
+        extra_flags: further flags from :data:`ALLOWED_EXTRA_FLAGS`.
+        output: ``"cubin"`` (the default: loads on any driver of the same major version) or ``"ptx"``
+            (JIT-compiled by the driver at load; needs a driver at least as new as NVRTC).
+
+    Raises:
+        ContractError: a field has an invalid value (named in the error).
+    """
+
+    std: str = "c++17"
+    defines: Mapping[str, str | int | None] | tuple[tuple[str, str | None], ...] = ()
+    fast_math: bool = False
+    line_info: bool = False
+    max_registers: int | None = None
+    extra_flags: tuple[str, ...] = ()
+    output: Literal["cubin", "ptx"] = "cubin"
+    key: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.std not in _STANDARDS:
+            raise ContractError("std", f"one of {', '.join(_STANDARDS)}", repr(self.std))
+        items = self.defines.items() if isinstance(self.defines, Mapping) else self.defines
+        norm: list[tuple[str, str | None]] = []
+        for entry in items:
+            if not (isinstance(entry, tuple) and len(entry) == 2):
+                raise ContractError("defines", "a mapping of macro name to value", repr(self.defines))
+            name, value = entry
+            if not isinstance(name, str) or not _MACRO.match(name):
+                raise ContractError("defines", "macro names that are C identifiers", repr(name))
+            if value is not None and not isinstance(value, (str, int)) or isinstance(value, bool):
+                raise ContractError(f"defines[{name!r}]", "a str, an int or None", repr(value))
+            if isinstance(value, str) and ("\n" in value or "\0" in value):
+                raise ContractError(f"defines[{name!r}]", "a single-line value", repr(value))
+            norm.append((name, None if value is None else str(value)))
+        names = [n for n, _ in norm]
+        if len(set(names)) != len(names):
+            raise ContractError("defines", "each macro once", repr(names))
+        object.__setattr__(self, "defines", tuple(sorted(norm)))
+        for attr in ("fast_math", "line_info"):
+            if type(getattr(self, attr)) is not bool:
+                raise ContractError(attr, "a bool", repr(getattr(self, attr)))
+        if self.max_registers is not None and (type(self.max_registers) is not int
+                                               or not 16 <= self.max_registers <= 255):
+            raise ContractError("max_registers", "None or an int in [16, 255]", repr(self.max_registers))
+        if isinstance(self.extra_flags, str) or not isinstance(self.extra_flags, (tuple, list)):
+            raise ContractError("extra_flags", "a tuple of flags", repr(self.extra_flags))
+        for flag in self.extra_flags:
+            if flag not in ALLOWED_EXTRA_FLAGS:
+                raise ContractError("extra_flags", f"flags from {', '.join(ALLOWED_EXTRA_FLAGS)}", repr(flag),
+                                    "the target, include paths and output kind have their own settings")
+        object.__setattr__(self, "extra_flags", tuple(self.extra_flags))
+        if self.output not in ("cubin", "ptx"):
+            raise ContractError("output", "'cubin' or 'ptx'", repr(self.output))
+        object.__setattr__(self, "key", "\x1f".join(self.flags("<arch>") + [f"output={self.output}"]))
+
+    def flags(self, arch: str) -> list[str]:
+        """The NVRTC command line for ``arch`` (e.g. ``sm_90a``), in a canonical order."""
+        out = [f"--gpu-architecture={arch}", f"--std={self.std}"]
+        out += [f"-D{n}" if v is None else f"-D{n}={v}" for n, v in self.defines]  # type: ignore[misc]
+        if self.fast_math:
+            out.append("--use_fast_math")
+        if self.line_info:
+            out.append("--generate-line-info")
+        if self.max_registers is not None:
+            out.append(f"--maxrregcount={self.max_registers}")
+        out += list(self.extra_flags)
+        return out

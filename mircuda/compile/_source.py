@@ -1,0 +1,56 @@
+"""CUDA C sources as immutable values with a stable digest."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from dataclasses import dataclass, field
+
+from ..errors import ContractError
+
+__all__ = ["CudaSource", "cuda_kernel"]
+
+
+@dataclass(frozen=True)
+class CudaSource:
+    """One self-contained CUDA C translation unit.
+
+    Attributes:
+        text: the CUDA C source.
+        name: the program name NVRTC uses in diagnostics (e.g. ``"fill.cu"``).
+        digest: SHA-256 of name and text, hex; part of every cache key.
+    """
+
+    text: str
+    name: str
+    digest: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.text, str):
+            raise ContractError("source", "CUDA C source as str", type(self.text).__name__)
+        if not isinstance(self.name, str) or not self.name:
+            raise ContractError("name", "a non-empty str", repr(self.name))
+        h = hashlib.sha256()
+        h.update(self.name.encode())
+        h.update(b"\0")
+        h.update(self.text.encode())
+        object.__setattr__(self, "digest", h.hexdigest())
+
+
+def _caller_name(depth: int) -> str:
+    frame = sys._getframe(depth + 1)
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def cuda_kernel(source: str, name: str | None = None) -> CudaSource:
+    """Wrap inline CUDA C source for :meth:`Compiler.compile`.
+
+    Args:
+        source: the CUDA C text of one translation unit; kernels to launch are ``extern "C"``.
+        name: the program name NVRTC reports in diagnostics; defaults to the caller's ``file:line``.
+
+    Raises:
+        ContractError: ``source`` is not a str.
+    """
+    return CudaSource(source, name or _caller_name(1))

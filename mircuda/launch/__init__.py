@@ -1,0 +1,8 @@
+"""Launch: kernel contracts, launch geometry, argument packing, typed kernels."""
+
+from ._config import LaunchConfig
+from ._contract import In, InOut, KernelContract, Out, Param, cuda_export
+from ._kernel import ArgumentPacker, FunctionAttributes, TypedKernel
+
+__all__ = ["ArgumentPacker", "FunctionAttributes", "In", "InOut", "KernelContract", "LaunchConfig", "Out",
+           "Param", "TypedKernel", "cuda_export"]

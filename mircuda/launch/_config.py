@@ -1,0 +1,89 @@
+"""Launch geometry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import LaunchConfigError
+
+if TYPE_CHECKING:
+    from ..runtime import DeviceInfo
+
+__all__ = ["LaunchConfig"]
+
+Dim3 = tuple[int, int, int]
+
+
+def _dim3(name: str, value: int | tuple[int, ...]) -> Dim3:
+    dims = (value,) if isinstance(value, int) else tuple(value) if isinstance(value, (tuple, list)) else None
+    if dims is None or not 1 <= len(dims) <= 3 or any(type(d) is not int for d in dims):
+        raise LaunchConfigError(f"{name}: expected an int or a tuple of 1-3 ints, received {value!r}")
+    if any(d < 1 for d in dims):
+        raise LaunchConfigError(f"{name}: expected every dimension >= 1, received {value!r}")
+    return (dims + (1, 1))[:3]  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Grid and block dimensions and dynamic shared memory of one launch.
+
+    Attributes:
+        grid: blocks per grid (x, y, z); an int means (x, 1, 1).
+        block: threads per block (x, y, z).
+        shared_mem_bytes: dynamic shared memory per block, in bytes.
+
+    Limits of the device (threads per block, block and grid dimensions, opt-in shared memory) are
+    checked when the configuration is first used with a kernel.
+
+    Raises:
+        LaunchConfigError: a dimension is not a positive int, or ``shared_mem_bytes`` is negative.
+    """
+
+    grid: Dim3 | int
+    block: Dim3 | int
+    shared_mem_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "grid", _dim3("grid", self.grid))
+        object.__setattr__(self, "block", _dim3("block", self.block))
+        if type(self.shared_mem_bytes) is not int or self.shared_mem_bytes < 0:
+            raise LaunchConfigError(f"shared_mem_bytes: expected a non-negative int, received {self.shared_mem_bytes!r}")
+
+    @classmethod
+    def for_elements(cls, n: int, block: int = 256, shared_mem_bytes: int = 0) -> LaunchConfig:
+        """One thread per element: ``grid = ceil(n / block)`` blocks of ``block`` threads.
+
+        Raises:
+            LaunchConfigError: ``n`` or ``block`` is not a positive int.
+        """
+        if type(n) is not int or n < 1:
+            raise LaunchConfigError(f"n: expected a positive int (elements), received {n!r}")
+        if type(block) is not int or block < 1:
+            raise LaunchConfigError(f"block: expected a positive int (threads), received {block!r}")
+        return cls(((n + block - 1) // block,), (block,), shared_mem_bytes)
+
+    @property
+    def threads_per_block(self) -> int:
+        b = self.block
+        return b[0] * b[1] * b[2]  # type: ignore[index]
+
+    def check(self, info: DeviceInfo, max_threads_per_block: int | None = None) -> None:
+        """Check against a device's limits (and a function's thread limit, when given).
+
+        Raises:
+            LaunchConfigError: naming the exceeded limit, the limit and the value.
+        """
+        limit = info.max_threads_per_block if max_threads_per_block is None else max_threads_per_block
+        if self.threads_per_block > limit:
+            raise LaunchConfigError(f"block: {self.threads_per_block} threads per block exceed the limit {limit}")
+        for axis, (d, m) in enumerate(zip(self.block, info.max_block_dims)):  # type: ignore[arg-type]
+            if d > m:
+                raise LaunchConfigError(f"block[{axis}]: {d} exceeds the device's maximum {m}")
+        for axis, (d, m) in enumerate(zip(self.grid, info.max_grid_dims)):  # type: ignore[arg-type]
+            if d > m:
+                raise LaunchConfigError(f"grid[{axis}]: {d} exceeds the device's maximum {m}")
+        if self.shared_mem_bytes > info.max_shared_memory_per_block_optin_bytes:
+            raise LaunchConfigError(
+                f"shared_mem_bytes: {self.shared_mem_bytes} exceeds the device's opt-in maximum "
+                f"{info.max_shared_memory_per_block_optin_bytes} bytes per block")

@@ -1,0 +1,140 @@
+"""Kernel argument contracts: declared once, checked on every launch and every graph-node update."""
+
+from __future__ import annotations
+
+import keyword
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ..dtypes import DTypeInfo, dtype_info
+from ..errors import ContractError
+
+__all__ = ["In", "Out", "InOut", "Param", "KernelContract", "cuda_export"]
+
+Access = Literal["in", "out", "inout"]
+
+
+@dataclass(frozen=True)
+class _BufferSpec:
+    access: Access
+    info: DTypeInfo
+
+
+class _AccessMarker:
+    _access: Access
+
+    def __class_getitem__(cls, item: Any) -> _BufferSpec:
+        spec = _buffer_spec(item, "inout")
+        if spec is None:
+            raise ContractError(f"{cls.__name__}[...]", "DeviceBuffer[T]", repr(item))
+        return _BufferSpec(cls._access, spec.info)
+
+
+class In(_AccessMarker):
+    """``In[DeviceBuffer[T]]``: a buffer the kernel only reads."""
+
+    _access = "in"
+
+
+class Out(_AccessMarker):
+    """``Out[DeviceBuffer[T]]``: a buffer the kernel writes (and may read)."""
+
+    _access = "out"
+
+
+class InOut(_AccessMarker):
+    """``InOut[DeviceBuffer[T]]``: a buffer the kernel reads and writes (the meaning of a bare
+    ``DeviceBuffer[T]``)."""
+
+    _access = "inout"
+
+
+def _buffer_spec(item: Any, access: Access) -> _BufferSpec | None:
+    from ..memory import DeviceBuffer
+
+    if isinstance(item, _BufferSpec):
+        return item
+    if typing.get_origin(item) is DeviceBuffer:
+        (t,) = typing.get_args(item)
+        return _BufferSpec(access, dtype_info(t))
+    return None
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter.
+
+    Attributes:
+        name: the parameter's name (a Python identifier).
+        kind: ``"buffer"`` (a device pointer) or ``"scalar"``.
+        info: the element type (buffers) or the value type (scalars).
+        access: for buffers, ``"in"``, ``"out"`` or ``"inout"``; ``None`` for scalars.
+    """
+
+    name: str
+    kind: Literal["buffer", "scalar"]
+    info: DTypeInfo
+    access: Access | None = None
+
+    def describe(self) -> str:
+        if self.kind == "buffer":
+            return f"{self.access} DeviceBuffer[{self.info.name}]"
+        return self.info.name
+
+
+_RESERVED = {"stream", "config"}
+
+
+@dataclass(frozen=True)
+class KernelContract:
+    """The argument contract of one ``extern "C"`` kernel: its symbol and ordered parameters.
+
+    Build with :func:`cuda_export`; bind to a loaded module with ``module.kernel(contract)``.
+    """
+
+    symbol: str
+    params: tuple[Param, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.symbol, str) or not self.symbol:
+            raise ContractError("symbol", "a non-empty kernel name", repr(self.symbol))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    def __repr__(self) -> str:
+        ps = ", ".join(f"{p.name}: {p.describe()}" for p in self.params)
+        return f"cuda_export({self.symbol!r}, {ps})"
+
+
+def cuda_export(symbol: str, **params: Any) -> KernelContract:
+    """Declare the contract of kernel ``symbol``; parameters in declaration order.
+
+    Each keyword is a parameter: ``In[DeviceBuffer[T]]``, ``Out[DeviceBuffer[T]]``,
+    ``InOut[DeviceBuffer[T]]`` or bare ``DeviceBuffer[T]`` (read and written) for a ``T*`` parameter,
+    or a scalar type (``mc.f32``, ``mc.i32``, ``mc.bool_``/``bool``, ...) for a by-value parameter.
+
+    Example::
+
+        Fill = mc.cuda_export("fill", output=mc.Out[mc.DeviceBuffer[mc.f32]], value=mc.f32)
+
+    Raises:
+        ContractError: a parameter type is not one of the above, or a name is reserved.
+    """
+    out: list[Param] = []
+    for name, spec in params.items():
+        if name.startswith("_") or name in _RESERVED or keyword.iskeyword(name):
+            raise ContractError(name, "a parameter name not starting with '_' and not 'stream'/'config'", name)
+        buf = _buffer_spec(spec, "inout")
+        if buf is not None:
+            out.append(Param(name, "buffer", buf.info, buf.access))
+            continue
+        try:
+            info = dtype_info(spec)
+        except ContractError:
+            raise ContractError(name, "DeviceBuffer[T], In/Out/InOut[DeviceBuffer[T]] or a scalar type "
+                                "such as mc.f32", repr(spec)) from None
+        out.append(Param(name, "scalar", info))
+    return KernelContract(symbol, tuple(out))

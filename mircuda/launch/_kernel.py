@@ -1,0 +1,345 @@
+"""Typed kernels: a loaded function bound to its contract, with a generated launch path.
+
+For each kernel mircuda generates (once, at bind time) a Python function specialized to its contract:
+straight-line checks that each argument has the declared type, dtype and context, writes of each
+value into the kernel's pre-built parameter block, and one ``cuLaunchKernel`` through ctypes. Any
+argument that misses the fast checks takes a slow path that either converts it (a numpy scalar, an
+int for a float) or raises :class:`ContractError` naming the parameter; nothing is enqueued then.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .. import _cuda
+from ..errors import ClosedResourceError, ContractError, LaunchConfigError, UseAfterFree
+from ._config import LaunchConfig
+from ._contract import KernelContract, Param
+from ._pack import SCALAR_CTYPES, ArgumentBlock, scalar_converter
+
+if TYPE_CHECKING:
+    from ..compile import Module
+    from ..runtime import Context
+
+__all__ = ["TypedKernel", "FunctionAttributes", "ArgumentPacker"]
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class FunctionAttributes:
+    """Compiled resource usage of one kernel (``cuFuncGetAttribute``).
+
+    Attributes:
+        registers: registers per thread.
+        static_shared_bytes: statically declared shared memory per block, bytes.
+        local_bytes: local memory per thread, bytes (spills and local arrays).
+        max_threads_per_block: the most threads per block this function can launch with.
+        binary_version: the SASS version it was compiled for (``90`` for sm_90).
+    """
+
+    registers: int
+    static_shared_bytes: int
+    local_bytes: int
+    max_threads_per_block: int
+    binary_version: int
+
+
+def _c_slots(contract: KernelContract) -> list[tuple[str, type]]:
+    import ctypes
+
+    return [(p.name, ctypes.c_uint64 if p.kind == "buffer" else SCALAR_CTYPES[p.info.name])
+            for p in contract.params]
+
+
+_FAST_SCALAR = {"f32": "float", "f64": "float", "bool": "bool"}
+
+
+def _emit_writes(contract: KernelContract, ns: dict[str, Any], context: Any, block: ArgumentBlock) -> list[str]:
+    """Lines that check each argument and write it into its slot (C ABI)."""
+    from ..memory import DeviceBuffer
+
+    ns["_DB"] = DeviceBuffer
+    ns["_ctx"] = context
+    lines: list[str] = []
+    for i, p in enumerate(contract.params):
+        a = f"a_{p.name}"
+        ns[f"_s{i}"] = block.slots[i].view
+        if p.kind == "buffer":
+            ns[f"_t{i}"] = p.info.scalar_type
+            ns[f"_b{i}"] = _buffer_slow_path(p, context)
+            lines += [
+                f"    if {a}.__class__ is _DB and {a}._scalar is _t{i} and {a}._context is _ctx and {a}._ptr:",
+                f"        _s{i}.value = {a}._ptr",
+                "    else:",
+                f"        _s{i}.value = _b{i}({a})",
+            ]
+        else:
+            ns[f"_v{i}"] = _missing_guard(p, scalar_converter(p))
+            if p.info.name in _FAST_SCALAR:
+                cond = f"{a}.__class__ is {_FAST_SCALAR[p.info.name]}"
+            elif p.info.kind in ("int", "uint"):
+                lo, hi = _int_bounds(p)
+                cond = f"{a}.__class__ is int and {lo} <= {a} <= {hi}"
+            else:
+                cond = "False"
+            lines += [
+                f"    if {cond}:",
+                f"        _s{i}.value = {a}",
+                "    else:",
+                f"        _s{i}.value = _v{i}({a})",
+            ]
+    return lines
+
+
+def _int_bounds(p: Param) -> tuple[int, int]:
+    import numpy as np
+
+    ii = np.iinfo(p.info.dtype)
+    return int(ii.min), int(ii.max)
+
+
+def _missing_guard(p: Param, conv: Any) -> Any:
+    def checked(v: Any) -> Any:
+        if v is _MISSING:
+            raise ContractError(p.name, p.describe(), "nothing (the argument is missing)")
+        return conv(v)
+    return checked
+
+
+def _buffer_slow_path(p: Param, context: Any) -> Any:
+    from ..memory import DeviceBuffer
+
+    expected = f"a DeviceBuffer[{p.info.name}]"
+
+    def slow(v: Any) -> int:
+        if v is _MISSING:
+            raise ContractError(p.name, p.describe(), "nothing (the argument is missing)")
+        if not isinstance(v, DeviceBuffer):
+            hint = ""
+            if hasattr(v, "__array_interface__") or hasattr(v, "__array__"):
+                hint = "host arrays must be copied to a DeviceBuffer first (Stream.copy_to_device)"
+            raise ContractError(p.name, expected, f"{type(v).__name__}", hint)
+        if v._freed:
+            raise UseAfterFree(f"argument {p.name!r}: {v!r} was freed")
+        if v._scalar is not p.info.scalar_type:
+            raise ContractError(p.name, expected, f"a DeviceBuffer[{v._info.name}]")
+        if v._context is not context:
+            raise ContractError(p.name, f"a buffer of {context!r}", f"a buffer of {v._context!r}")
+        return v._ptr  # 0 for an empty buffer: a valid (never dereferenced) argument
+    return slow
+
+
+def _compile_function(name: str, signature: str, body: list[str], ns: dict[str, Any]) -> Any:
+    src = f"def {name}({signature}):\n" + "\n".join(body) + "\n"
+    exec(compile(src, f"<mircuda {name}>", "exec"), ns)
+    fn = ns[name]
+    fn.__mircuda_source__ = src
+    return fn
+
+
+class ArgumentPacker:
+    """Checks arguments against a contract and writes them into a parameter block, without launching.
+
+    ``pack(*args)`` returns the packed bytes, exactly as a launch would hand them to the driver;
+    it exists for tests and for tools that inspect launches.
+    """
+
+    def __init__(self, contract: KernelContract, context: Any) -> None:
+        self.contract = contract
+        self.block = ArgumentBlock(_c_slots(contract))
+        ns: dict[str, Any] = {}
+        sig = ", ".join(f"a_{p.name}=_M" for p in contract.params)
+        ns["_M"] = _MISSING
+        body = _emit_writes(contract, ns, context, self.block) + ["    return _blk.packed_bytes()"]
+        ns["_blk"] = self.block
+        self.pack = _compile_function("pack", sig, body, ns)
+
+
+class TypedKernel:
+    """A kernel of a loaded module bound to its :class:`KernelContract`.
+
+    ``launch(stream, config, *args)`` checks every argument against the contract, then enqueues the
+    kernel on ``stream`` (asynchronous; nothing synchronizes). Arguments may also be passed by name.
+
+    Raises (from ``launch``):
+        ContractError: an argument, the stream or the config is of the wrong type, dtype or context.
+        UseAfterFree: a buffer argument was freed.
+        ClosedResourceError: the stream (or its context) was closed.
+        LaunchConfigError: the config exceeds the device's or the function's limits.
+        CudaError: the driver refused the launch.
+    """
+
+    def __init__(self, module: Module, contract: KernelContract, cu_function: Any) -> None:
+        self._module = module
+        self._contract = contract
+        self._context: Context = module.context
+        self._cu = cu_function
+        self._handle = int(cu_function)
+        self._attributes = _read_attributes(cu_function)
+        self._dynamic_smem_set = 48 * 1024
+        self._checked: dict[LaunchConfig, tuple[int, ...]] = {}
+        self._thread_launchers: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        _verify_parameters(contract, cu_function)
+        self._owner = threading.get_ident()
+        self.launch = self._generate(self._owner)
+
+    # -- the generated hot path ----------------------------------------------------------------
+    def _generate(self, owner: int) -> Any:
+        from ..runtime import Stream
+
+        contract = self._contract
+        block = ArgumentBlock(_c_slots(contract))
+        ns: dict[str, Any] = {
+            "_M": _MISSING, "_Stream": Stream, "_L": _cuda.launch_kernel, "_fn": self._handle,
+            "_params": block.params_address, "_tls": _cuda.current_cache(), "_ch": self._context.handle,
+            "_mk": _cuda.make_current, "_raise": self._raise_launch, "_bad_stream": self._bad_stream,
+            "_config": self._config_dims, "_last": None, "_dims": None, "_ident": threading.get_ident,
+            "_owner": owner, "_other": self._launch_other_thread,
+        }
+        names = [f"a_{p.name}" for p in contract.params]
+        sig = ", ".join(["stream", "config"] + [f"{n}=_M" for n in names])
+        call_args = ", ".join(["stream", "config"] + names)
+        body = [
+            "    global _last, _dims",
+            "    if _ident() != _owner:",
+            f"        return _other({call_args})",
+            "    if stream.__class__ is not _Stream or stream._context is not _ctx or not stream._handle:",
+            "        _bad_stream(stream)",
+            "    if config is not _last:",
+            "        _dims = _config(config)",
+            "        _last = config",
+        ]
+        body += _emit_writes(contract, ns, self._context, block)
+        body += [
+            "    try:",
+            "        if _tls.ctx != _ch:",
+            "            _mk(_ch)",
+            "    except AttributeError:",
+            "        _mk(_ch)",
+            "    r = _L(_fn, *_dims, stream._handle, _params, None)",
+            "    if r:",
+            "        _raise(r)",
+        ]
+        fn = _compile_function("launch", sig, body, ns)
+        fn.__doc__ = f"Launch {contract!r} on a stream (see TypedKernel)."
+        fn.__mircuda_block__ = block
+        return fn
+
+    def _launch_other_thread(self, stream: Any, config: Any, *args: Any) -> None:
+        # Each thread writes its own parameter block, so concurrent launches never mix arguments.
+        ident = threading.get_ident()
+        fn = self._thread_launchers.get(ident)
+        if fn is None:
+            with self._lock:
+                fn = self._thread_launchers.setdefault(ident, self._generate(ident))
+        fn(stream, config, *args)
+
+    def _bad_stream(self, stream: Any) -> None:
+        from ..runtime import Stream
+
+        if not isinstance(stream, Stream):
+            raise ContractError("stream", "a mircuda Stream", type(stream).__name__)
+        if not stream._handle:
+            raise ClosedResourceError("argument 'stream': the stream was closed")
+        raise ContractError("stream", f"a stream of {self._context!r}", f"a stream of {stream._context!r}")
+
+    def _config_dims(self, config: Any) -> tuple[int, ...]:
+        dims = self._checked.get(config) if isinstance(config, LaunchConfig) else None
+        if dims is not None:
+            return dims
+        if not isinstance(config, LaunchConfig):
+            raise LaunchConfigError(f"config: expected a LaunchConfig, received {type(config).__name__}")
+        config.check(self._context.device_info(), self._attributes.max_threads_per_block)
+        total_smem = config.shared_mem_bytes + self._attributes.static_shared_bytes
+        optin = self._context.device_info().max_shared_memory_per_block_optin_bytes
+        if total_smem > optin:
+            raise LaunchConfigError(
+                f"shared_mem_bytes: {config.shared_mem_bytes} dynamic + {self._attributes.static_shared_bytes} "
+                f"static bytes exceed the device's opt-in maximum {optin} bytes per block")
+        if config.shared_mem_bytes > self._dynamic_smem_set:
+            drv = _cuda.driver()
+            self._context._make_current()
+            _cuda.call("cuFuncSetAttribute", self._cu,
+                       drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                       config.shared_mem_bytes)
+            self._dynamic_smem_set = config.shared_mem_bytes
+        dims = (*config.grid, *config.block, config.shared_mem_bytes)  # type: ignore[misc]
+        self._checked[config] = dims
+        return dims
+
+    def _raise_launch(self, code: int) -> None:
+        _cuda.raise_result(code, "cuLaunchKernel", f"kernel {self._contract.symbol!r}")
+
+    # -- introspection ----------------------------------------------------------------------
+    @property
+    def contract(self) -> KernelContract:
+        return self._contract
+
+    @property
+    def module(self) -> Module:
+        return self._module
+
+    @property
+    def handle(self) -> int:
+        """The ``CUfunction`` as an int."""
+        return self._handle
+
+    @property
+    def attributes(self) -> FunctionAttributes:
+        return self._attributes
+
+    def packed_arguments(self) -> bytes:
+        """The parameter block of the calling thread's last launch (for inspection and tests)."""
+        fn = self.launch if threading.get_ident() == self._owner else self._thread_launchers.get(threading.get_ident())
+        return fn.__mircuda_block__.packed_bytes() if fn is not None else b""
+
+    def __repr__(self) -> str:
+        return f"TypedKernel({self._contract!r})"
+
+
+def _read_attributes(cu_function: Any) -> FunctionAttributes:
+    drv = _cuda.driver()
+    a = drv.CUfunction_attribute
+
+    def get(name: str) -> int:
+        return int(_cuda.call("cuFuncGetAttribute", getattr(a, name), cu_function))
+
+    return FunctionAttributes(
+        registers=get("CU_FUNC_ATTRIBUTE_NUM_REGS"),
+        static_shared_bytes=get("CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES"),
+        local_bytes=get("CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES"),
+        max_threads_per_block=get("CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK"),
+        binary_version=get("CU_FUNC_ATTRIBUTE_BINARY_VERSION"),
+    )
+
+
+def _verify_parameters(contract: KernelContract, cu_function: Any) -> None:
+    """Compare the contract with the compiled kernel's parameter list (``cuFuncGetParamInfo``).
+
+    Catches a contract with too many or too few parameters, or one whose sizes differ from the
+    kernel's (e.g. ``f64`` declared for a ``float``), at bind time instead of as garbage at run time.
+    """
+    block = ArgumentBlock(_c_slots(contract))
+    drv = _cuda.driver()
+    if not hasattr(drv, "cuFuncGetParamInfo"):
+        return
+    actual: list[tuple[int, int]] = []
+    for i in range(len(contract.params) + 1):
+        code, out = _cuda.call_status("cuFuncGetParamInfo", cu_function, i)
+        if code:
+            break
+        actual.append((int(out[0]), int(out[1])))
+    if not actual and len(contract.params) and code == 801:  # CUDA_ERROR_NOT_SUPPORTED
+        return
+    expected = [(s.offset, s.size) for s in block.slots]
+    if len(actual) != len(expected):
+        raise ContractError("contract", f"{len(actual)} parameters, as kernel {contract.symbol!r} has",
+                            f"{len(expected)} parameters ({', '.join(contract.names)})")
+    for p, (eo, es), (ao, asz) in zip(contract.params, expected, actual):
+        if es != asz:
+            raise ContractError(p.name, f"a parameter of {asz} bytes (kernel {contract.symbol!r})",
+                                f"{p.describe()} of {es} bytes")

@@ -1,0 +1,316 @@
+"""Typed device buffers (pool allocations) and pinned host buffers."""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import numpy as np
+
+from .. import _cuda
+from ..dtypes import DTypeInfo, dtype_info
+from ..errors import ClosedResourceError, ContractError, UseAfterFree
+
+if TYPE_CHECKING:
+    from ..runtime import Context, Event, Stream
+
+__all__ = ["DeviceBuffer", "PinnedBuffer"]
+
+T = TypeVar("T")
+
+
+def _check_count(name: str, count: object) -> int:
+    if type(count) is not int and not isinstance(count, np.integer) or isinstance(count, bool):
+        raise ContractError(name, "a non-negative int (elements)", repr(count))
+    if count < 0:
+        raise ContractError(name, "a non-negative int (elements)", repr(count))
+    return int(count)
+
+
+class DeviceBuffer(Generic[T]):
+    """``count`` elements of one dtype in device memory, allocated from a :class:`MemoryPool`.
+
+    ``DeviceBuffer[mc.f32]`` is the type of a float32 buffer in kernel contracts. A buffer is uniquely
+    owned (it cannot be copied); ``free(stream)`` releases it stream-ordered (``cuMemFreeAsync``) and
+    any later use raises :class:`UseAfterFree`. A buffer that is dropped without ``free`` is freed by a
+    finalizer on the stream that allocated it (or synchronously with ``cuMemFree`` if that stream was
+    closed); the finalizer never raises. The caller orders uses on other streams before that free.
+    """
+
+    __slots__ = ("_ptr", "_count", "_scalar", "_info", "_nbytes", "_context", "_stream",
+                 "_finalizer", "_freed", "_holds", "__weakref__")
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("allocate device buffers with MemoryPool.allocate(dtype, stream, count)")
+
+    @classmethod
+    def _adopt(cls, context: Context, stream: Stream, info: DTypeInfo, count: int, ptr: int) -> DeviceBuffer[Any]:
+        self = object.__new__(cls)
+        self._ptr = ptr
+        self._count = count
+        self._scalar = info.scalar_type
+        self._info = info
+        self._nbytes = count * info.itemsize
+        self._context = context
+        self._stream = stream
+        self._freed = False
+        self._holds = 0
+        if ptr:
+            self._finalizer = weakref.finalize(self, _free_quietly, ptr, stream, context)
+            self._finalizer.atexit = False
+        else:
+            self._finalizer = None
+        return self
+
+    # -- properties -------------------------------------------------------------------------
+    def _live(self) -> None:
+        if self._freed:
+            raise UseAfterFree(f"{self!r} was freed")
+
+    @property
+    def handle(self) -> int:
+        """The device address (``CUdeviceptr``) as an int; 0 for an empty buffer."""
+        self._live()
+        return self._ptr
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._info.dtype
+
+    @property
+    def scalar_type(self) -> type:
+        """The element's numpy scalar type (``mc.f32`` ...)."""
+        return self._scalar
+
+    @property
+    def nbytes(self) -> int:
+        return self._nbytes
+
+    @property
+    def context(self) -> Context:
+        return self._context
+
+    @property
+    def stream(self) -> Stream:
+        """The stream the buffer was allocated on (and is freed on by the finalizer)."""
+        return self._stream
+
+    @property
+    def freed(self) -> bool:
+        return self._freed
+
+    def __len__(self) -> int:
+        return self._count
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """CUDA Array Interface v3: a 1-D C-contiguous array whose ``stream`` is the allocating stream.
+
+        A consumer that follows the v3 rule orders its work after that stream before touching the data.
+        """
+        self._live()
+        return {
+            "shape": (self._count,),
+            "typestr": self._info.dtype.str,
+            "descr": self._info.dtype.descr,
+            "data": (self._ptr, False),
+            "strides": None,
+            "version": 3,
+            "stream": self._stream._handle or None,
+        }
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def free(self, stream: Stream) -> None:
+        """Release the memory on ``stream`` (``cuMemFreeAsync``): work enqueued on ``stream`` before
+        the free may still use it. Freeing twice raises :class:`UseAfterFree`.
+
+        Raises:
+            ContractError: ``stream`` belongs to another context or is closed; the buffer is held by a
+                live graph.
+        """
+        self._live()
+        stream._check_usable("stream", self._context)
+        if self._holds:
+            raise ContractError("buffer", "a buffer that no live graph holds",
+                                f"a buffer held by {self._holds} live graph(s)",
+                                "destroy the graph (Graph.close() or into_resources()) first")
+        if self._ptr:
+            _cuda.call("cuMemFreeAsync", self._ptr, stream._cu)
+            self._finalizer.detach()
+        self._freed = True
+        self._ptr = 0
+
+    def __copy__(self) -> DeviceBuffer[T]:
+        raise TypeError("a DeviceBuffer is uniquely owned; copy its contents with Stream.copy_device_range")
+
+    __deepcopy__ = __copy__
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a DeviceBuffer cannot be pickled")
+
+    def __repr__(self) -> str:
+        state = "freed" if self._freed else hex(self._ptr)
+        return f"DeviceBuffer[{self._info.name}](len={self._count}, {state})"
+
+
+def _free_quietly(ptr: int, stream: Stream, context: Context) -> None:
+    try:
+        if context._closed:
+            return
+        _cuda.make_current(context._handle)
+        if stream._handle:
+            _cuda.call_status("cuMemFreeAsync", ptr, stream._cu)
+        else:
+            _cuda.call_status("cuMemFree", ptr)
+    except Exception:
+        pass
+
+
+class PinnedBuffer(Generic[T]):
+    """``count`` elements of page-locked host memory (``cuMemHostAlloc``), the staging area for
+    asynchronous copies.
+
+    Copies through a pinned buffer are tracked: ``write_prefix`` and ``to_numpy`` first wait for the
+    copies in flight that use this buffer (a host synchronization on an event, documented on each).
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("allocate pinned buffers with Context.allocate_pinned(dtype, count)")
+
+    @classmethod
+    def _allocate(cls, context: Context, dtype: Any, count: int) -> PinnedBuffer[Any]:
+        info = dtype_info(dtype)
+        _check_count("count", count)
+        nbytes = count * info.itemsize
+        self = object.__new__(cls)
+        self._context = context
+        self._info = info
+        self._count = count
+        self._nbytes = nbytes
+        self._event: Event | None = None
+        self._pending = False
+        self._closed = False
+        if nbytes:
+            self._ptr = int(_cuda.call("cuMemHostAlloc", nbytes, 0))
+            raw = (ctypes.c_uint8 * nbytes).from_address(self._ptr)
+            self._array = np.frombuffer(raw, dtype=np.uint8).view(info.dtype)
+            # Created up front so the finalizer can wait for copies in flight before freeing.
+            self._event = context.create_event(timing=False)
+            self._finalizer = weakref.finalize(self, _free_host_quietly, self._ptr, context, self._event)
+            self._finalizer.atexit = False
+        else:
+            self._ptr = 0
+            self._array = np.empty(0, dtype=info.dtype)
+            self._finalizer = None
+        return self
+
+    @property
+    def handle(self) -> int:
+        """The host address as an int (0 for an empty buffer)."""
+        self._check_open()
+        return self._ptr
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._info.dtype
+
+    @property
+    def scalar_type(self) -> type:
+        return self._info.scalar_type
+
+    @property
+    def nbytes(self) -> int:
+        return self._nbytes
+
+    @property
+    def context(self) -> Context:
+        return self._context
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedResourceError("the pinned buffer was closed")
+
+    def _mark_in_flight(self, stream: Stream) -> None:
+        """Record that work on ``stream`` uses this buffer (called by the Stream copy methods)."""
+        assert self._event is not None  # every non-empty pinned buffer has one
+        self._event.record(stream)
+        self._pending = True
+
+    def wait(self) -> None:
+        """Block the calling thread until every copy in flight that uses this buffer has completed."""
+        self._check_open()
+        if self._pending and self._event is not None:
+            self._event.synchronize()
+            self._pending = False
+
+    def write_prefix(self, array: Any) -> None:
+        """Copy a host array into the first ``len(array)`` elements (a host copy).
+
+        Waits first for copies in flight that read this buffer, so staging a new input never races
+        an earlier upload (a host synchronization on this buffer's event, only when one is pending).
+
+        Raises:
+            ContractError: ``array`` is not 1-D, has another dtype, or is longer than the buffer.
+        """
+        self._check_open()
+        a = np.asarray(array)
+        if a.dtype != self._info.dtype:
+            raise ContractError("array", f"dtype {self._info.dtype.name}", f"dtype {a.dtype.name}")
+        if a.ndim != 1:
+            raise ContractError("array", "a 1-D array", f"an array of shape {a.shape}",
+                                "flatten it first (array.ravel())")
+        if len(a) > self._count:
+            raise ContractError("array", f"at most {self._count} elements", f"{len(a)} elements")
+        self.wait()
+        self._array[: len(a)] = a
+
+    def to_numpy(self, count: int | None = None) -> np.ndarray[Any, Any]:
+        """Return a copy of the first ``count`` elements (all by default) as a numpy array.
+
+        **Host synchronization point:** blocks until every copy in flight that uses this buffer has
+        completed (e.g. a ``Stream.copy_to_host`` into it).
+
+        Raises:
+            ContractError: ``count`` is negative or larger than the buffer.
+        """
+        self._check_open()
+        n = self._count if count is None else _check_count("count", count)
+        if n > self._count:
+            raise ContractError("count", f"at most {self._count}", repr(count))
+        self.wait()
+        return self._array[:n].copy()
+
+    def close(self) -> None:
+        """Wait for copies in flight that use the buffer, then free it (``cuMemFreeHost``). Idempotent."""
+        if self._closed:
+            return
+        self.wait()
+        self._closed = True
+        if self._finalizer is not None:
+            self._finalizer()
+        if self._event is not None:
+            self._event.close()
+
+    def __enter__(self) -> PinnedBuffer[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PinnedBuffer[{self._info.name}](len={self._count})"
+
+
+def _free_host_quietly(ptr: int, context: Context, event: Event) -> None:
+    try:
+        if context._closed:
+            return
+        _cuda.make_current(context._handle)
+        _cuda.call_status("cuEventSynchronize", event._cu)
+        _cuda.call_status("cuMemFreeHost", ptr)
+    except Exception:
+        pass

@@ -1,0 +1,111 @@
+"""Stream-ordered memory pools (``cuMemAllocFromPoolAsync``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .. import _cuda
+from ..dtypes import dtype_info
+from ..errors import ContractError
+from ._buffer import DeviceBuffer, _check_count
+
+if TYPE_CHECKING:
+    from ..runtime import Context, Stream
+
+__all__ = ["MemoryPool"]
+
+
+class MemoryPool:
+    """A CUDA memory pool. Obtain the device's default pool with :meth:`Context.default_memory_pool`.
+
+    Allocations are stream-ordered: memory allocated on a stream may be used by work enqueued on that
+    stream after the allocation (and on other streams once ordered after it with an event).
+    """
+
+    @classmethod
+    def _wrap(cls, context: Context, cu_pool: Any) -> MemoryPool:
+        self = object.__new__(cls)
+        self._context = context
+        self._cu = cu_pool
+        self._handle = int(cu_pool)
+        return self
+
+    @property
+    def handle(self) -> int:
+        """The ``CUmemoryPool`` as an int."""
+        return self._handle
+
+    @property
+    def context(self) -> Context:
+        return self._context
+
+    def _attribute(self, name: str) -> int:
+        drv = _cuda.driver()
+        return int(_cuda.call("cuMemPoolGetAttribute", getattr(drv.CUmemPool_attribute, name), self._cu))
+
+    @property
+    def release_threshold(self) -> int:
+        """Bytes of freed memory the pool keeps reserved at a synchronization instead of returning it
+        to the OS (``CU_MEMPOOL_ATTR_RELEASE_THRESHOLD``; the driver's default is 0)."""
+        self._context._make_current()
+        return self._attribute("CU_MEMPOOL_ATTR_RELEASE_THRESHOLD")
+
+    @release_threshold.setter
+    def release_threshold(self, nbytes: int) -> None:
+        if type(nbytes) is not int or nbytes < 0:
+            raise ContractError("release_threshold", "a non-negative int (bytes)", repr(nbytes))
+        self._context._make_current()
+        drv = _cuda.driver()
+        _cuda.call("cuMemPoolSetAttribute", self._cu,
+                   drv.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, drv.cuuint64_t(nbytes))
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Bytes the pool currently holds from the OS (``CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT``)."""
+        self._context._make_current()
+        return self._attribute("CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT")
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes currently allocated from the pool (``CU_MEMPOOL_ATTR_USED_MEM_CURRENT``)."""
+        self._context._make_current()
+        return self._attribute("CU_MEMPOOL_ATTR_USED_MEM_CURRENT")
+
+    def allocate(self, dtype: Any, stream: Stream, count: int) -> DeviceBuffer[Any]:
+        """Allocate ``count`` elements of ``dtype`` on ``stream`` (contents undefined).
+
+        A zero-count allocation is a valid, empty buffer (no device memory is reserved for it).
+
+        Raises:
+            ContractError: bad dtype, count or stream (another context's, closed).
+            CudaError: the driver could not allocate (e.g. ``CUDA_ERROR_OUT_OF_MEMORY``).
+        """
+        info = dtype_info(dtype)
+        _check_count("count", count)
+        stream._check_usable("stream", self._context)
+        nbytes = count * info.itemsize
+        ptr = 0
+        if nbytes:
+            ptr = int(_cuda.call("cuMemAllocFromPoolAsync", nbytes, self._cu, stream._cu))
+        return DeviceBuffer._adopt(self._context, stream, info, count, ptr)
+
+    def allocate_zeroed(self, dtype: Any, stream: Stream, count: int) -> DeviceBuffer[Any]:
+        """Like :meth:`allocate`, then zero every byte on ``stream`` (``cuMemsetD8Async``)."""
+        buf = self.allocate(dtype, stream, count)
+        if buf.nbytes:
+            try:
+                _cuda.call("cuMemsetD8Async", buf._ptr, 0, buf.nbytes, stream._cu)
+            except BaseException:
+                buf.free(stream)
+                raise
+        return buf
+
+    def trim_to(self, keep_bytes: int) -> None:
+        """Return unused reserved memory to the OS, keeping at most ``keep_bytes`` (``cuMemPoolTrimTo``)."""
+        if type(keep_bytes) is not int or keep_bytes < 0:
+            raise ContractError("keep_bytes", "a non-negative int (bytes)", repr(keep_bytes))
+        self._context._make_current()
+        _cuda.call("cuMemPoolTrimTo", self._cu, keep_bytes)
+
+    def __repr__(self) -> str:
+        return f"MemoryPool({hex(self._handle)}, context={self._context!r})"

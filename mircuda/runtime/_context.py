@@ -1,0 +1,172 @@
+"""Contexts: a retained primary context and the resources created from it."""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from .. import _cuda
+from ..errors import ClosedResourceError, ContractError
+
+if TYPE_CHECKING:
+    from ..memory import MemoryPool, PinnedBuffer
+    from ._device import Device, DeviceInfo, Driver
+    from ._event import Event
+    from ._profiler import ProfilerRange
+    from ._stream import Stream
+
+__all__ = ["Context"]
+
+
+class Context:
+    """A retained primary context of one device.
+
+    A context may be used from any Python thread: every call that needs it makes it current in the
+    calling thread first. ``close()`` destroys the streams created from it and releases the retain;
+    using the context, its streams or its buffers afterwards raises :class:`ClosedResourceError`.
+    """
+
+    def __init__(self, _token: object) -> None:
+        raise TypeError("use Driver.create_context(device)")
+
+    @classmethod
+    def _retain(cls, driver: Driver, device: Device) -> Context:
+        self = object.__new__(cls)
+        cu = _cuda.call("cuDevicePrimaryCtxRetain", device._cu)
+        self._driver = driver
+        self._device = device
+        self._cu = cu
+        self._handle = int(cu)
+        self._closed = False
+        self._streams: weakref.WeakSet[Stream] = weakref.WeakSet()
+        self._pool: MemoryPool | None = None
+        self._finalizer = weakref.finalize(self, _release, device._cu)
+        self._finalizer.atexit = False
+        return self
+
+    # -- identity ---------------------------------------------------------------------------
+    @property
+    def handle(self) -> int:
+        """The ``CUcontext`` as an int."""
+        return self._handle
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def device_info(self) -> DeviceInfo:
+        """Static properties of this context's device."""
+        return self._device.info()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedResourceError("the context was closed")
+
+    def _make_current(self) -> None:
+        self._check_open()
+        _cuda.make_current(self._handle)
+
+    # -- resources --------------------------------------------------------------------------
+    def create_stream(self, priority: int | None = None) -> Stream:
+        """Create a non-blocking stream (``CU_STREAM_NON_BLOCKING``).
+
+        Args:
+            priority: ``None`` for the default priority, or a value in the range of
+                :meth:`stream_priority_range` (lower numbers run first).
+
+        Raises:
+            ContractError: ``priority`` is outside the device's range.
+        """
+        from ._stream import Stream
+
+        self._make_current()
+        if priority is None:
+            prio = 0
+        else:
+            least, greatest = self.stream_priority_range()
+            if type(priority) is not int or not greatest <= priority <= least:
+                raise ContractError("priority", f"an int in [{greatest}, {least}] or None", repr(priority))
+            prio = priority
+        stream = Stream._create(self, prio)
+        self._streams.add(stream)
+        return stream
+
+    def stream_priority_range(self) -> tuple[int, int]:
+        """``(least, greatest)`` stream priorities; the greatest priority is the smaller number."""
+        self._make_current()
+        least, greatest = _cuda.call("cuCtxGetStreamPriorityRange")
+        return int(least), int(greatest)
+
+    def create_event(self, timing: bool = False) -> Event:
+        """Create an event. ``timing=False`` (the default) makes a cheaper dependency-only event."""
+        from ._event import Event
+
+        self._make_current()
+        return Event._create(self, timing)
+
+    def default_memory_pool(self) -> MemoryPool:
+        """The device's default stream-ordered memory pool (``cuDeviceGetDefaultMemPool``).
+
+        Raises:
+            UnsupportedPlatform: the device does not support memory pools.
+        """
+        from ..errors import UnsupportedPlatform
+        from ..memory import MemoryPool
+
+        self._make_current()
+        if self._pool is None:
+            if not self.device_info().memory_pools_supported:
+                raise UnsupportedPlatform(f"{self._device!r} does not support stream-ordered memory pools")
+            self._pool = MemoryPool._wrap(self, _cuda.call("cuDeviceGetDefaultMemPool", self._device._cu))
+        return self._pool
+
+    def allocate_pinned(self, dtype: Any, count: int) -> PinnedBuffer[Any]:
+        """Allocate ``count`` elements of page-locked host memory (``cuMemHostAlloc``)."""
+        from ..memory import PinnedBuffer
+
+        self._make_current()
+        return PinnedBuffer._allocate(self, dtype, count)
+
+    def start_profiler_range(self) -> ProfilerRange:
+        """Start collecting profile data (``cuProfilerStart``) until the range is stopped."""
+        from ._profiler import ProfilerRange
+
+        self._make_current()
+        return ProfilerRange._start(self)
+
+    def synchronize(self) -> None:
+        """Block the calling thread until all work in this context is done (``cuCtxSynchronize``)."""
+        self._make_current()
+        _cuda.call("cuCtxSynchronize")
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Destroy this context's streams and release the primary-context retain. Idempotent."""
+        if self._closed:
+            return
+        for stream in list(self._streams):
+            stream.close()
+        self._closed = True
+        self._finalizer()
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else hex(self._handle)
+        return f"Context({self._device!r}, {state})"
+
+
+def _release(cu_device: Any) -> None:
+    try:
+        _cuda.forget_current()
+        _cuda.call_status("cuDevicePrimaryCtxRelease", cu_device)
+    except Exception:  # finalizers never raise
+        pass

@@ -1,0 +1,257 @@
+"""Streams: non-blocking queues of device work, and the transfers enqueued on them."""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import _cuda
+from ..errors import ClosedResourceError, ContractError
+
+if TYPE_CHECKING:
+    from ..memory import DeviceBuffer, PinnedBuffer
+    from ._context import Context
+    from ._event import Event
+
+__all__ = ["Stream"]
+
+_STAGING_HINT = (
+    "device transfers take pinned memory only: stage the array with "
+    "pinned = context.allocate_pinned(array.dtype, len(array)); pinned.write_prefix(array)"
+)
+
+
+class Stream:
+    """A non-blocking stream (``CU_STREAM_NON_BLOCKING``). Create with :meth:`Context.create_stream`.
+
+    Every method enqueues asynchronously except :meth:`synchronize`, which blocks the calling thread.
+    """
+
+    __slots__ = ("_context", "_cu", "_handle", "_priority", "_finalizer", "__weakref__")
+
+    @classmethod
+    def _create(cls, context: Context, priority: int) -> Stream:
+        drv = _cuda.driver()
+        cu = _cuda.call("cuStreamCreateWithPriority", int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), priority)
+        self = object.__new__(cls)
+        self._context = context
+        self._cu = cu
+        self._handle = int(cu)
+        self._priority = priority
+        self._finalizer = weakref.finalize(self, _destroy, cu, context)
+        self._finalizer.atexit = False
+        return self
+
+    @property
+    def handle(self) -> int:
+        """The ``CUstream`` as an int (0 after ``close()``)."""
+        return self._handle
+
+    @property
+    def context(self) -> Context:
+        return self._context
+
+    @property
+    def priority(self) -> int:
+        return self._priority
+
+    def _check_usable(self, argument: str, context: Context) -> None:
+        """Raise unless this stream is open and belongs to ``context``; make the context current."""
+        if not self._handle:
+            raise ClosedResourceError(f"argument {argument!r}: the stream was closed")
+        if self._context is not context:
+            raise ContractError(argument, f"a stream of {context!r}", f"a stream of {self._context!r}")
+        context._make_current()
+
+    def _own(self) -> None:
+        if not self._handle:
+            raise ClosedResourceError("the stream was closed")
+        self._context._make_current()
+
+    # -- synchronization --------------------------------------------------------------------
+    def synchronize(self) -> None:
+        """Block the calling thread until all work enqueued on this stream has completed."""
+        self._own()
+        _cuda.call("cuStreamSynchronize", self._cu)
+
+    def query(self) -> bool:
+        """True when all work enqueued so far has completed; never blocks."""
+        self._own()
+        code, _ = _cuda.call_status("cuStreamQuery", self._cu)
+        if code == _cuda.CUDA_ERROR_NOT_READY:
+            return False
+        if code:
+            _cuda.raise_result(code, "cuStreamQuery")
+        return True
+
+    def wait_event(self, event: Event) -> None:
+        """Make later work on this stream wait until ``event`` completes (``cuStreamWaitEvent``)."""
+        from ._event import Event
+
+        self._own()
+        if not isinstance(event, Event):
+            raise ContractError("event", "an Event", repr(event))
+        if event._context is not self._context:
+            raise ContractError("event", f"an event of {self._context!r}", f"an event of {event._context!r}")
+        event._check()
+        _cuda.call("cuStreamWaitEvent", self._cu, event._cu, 0)
+
+    def record_event(self, event: Event) -> None:
+        """Record ``event`` on this stream (the same as ``event.record(self)``)."""
+        event.record(self)
+
+    # -- transfers --------------------------------------------------------------------------
+    def copy_to_device(self, src: PinnedBuffer[Any], dst: DeviceBuffer[Any], count: int | None = None, *,
+                       src_offset: int = 0, dst_offset: int = 0) -> None:
+        """Copy ``count`` elements from pinned host memory to a device buffer (``cuMemcpyHtoDAsync``).
+
+        ``count`` defaults to ``len(src) - src_offset``. Offsets and counts are in elements.
+
+        Raises:
+            ContractError: ``src`` is not a PinnedBuffer (a numpy array must be staged), dtypes differ,
+                or a range exceeds a buffer.
+        """
+        from ..memory import DeviceBuffer, PinnedBuffer
+
+        self._own()
+        _require(src, PinnedBuffer, "src", "a PinnedBuffer")
+        _require(dst, DeviceBuffer, "dst", "a DeviceBuffer")
+        n = _check_range(src, dst, count, src_offset, dst_offset, self._context)
+        if n:
+            item = dst._info.itemsize
+            _cuda.call("cuMemcpyHtoDAsync", dst._ptr + dst_offset * item, src._ptr + src_offset * item,
+                       n * item, self._cu)
+            src._mark_in_flight(self)
+
+    def copy_to_host(self, src: DeviceBuffer[Any], dst: PinnedBuffer[Any], count: int | None = None, *,
+                     src_offset: int = 0, dst_offset: int = 0) -> None:
+        """Copy ``count`` elements from a device buffer to pinned host memory (``cuMemcpyDtoHAsync``).
+
+        The data is in ``dst`` once the stream reaches this point: ``dst.to_numpy()`` waits for it.
+
+        Raises:
+            ContractError: ``dst`` is not a PinnedBuffer, dtypes differ, or a range exceeds a buffer.
+        """
+        from ..memory import DeviceBuffer, PinnedBuffer
+
+        self._own()
+        _require(src, DeviceBuffer, "src", "a DeviceBuffer")
+        _require(dst, PinnedBuffer, "dst", "a PinnedBuffer")
+        n = _check_range(src, dst, count, src_offset, dst_offset, self._context)
+        if n:
+            item = src._info.itemsize
+            _cuda.call("cuMemcpyDtoHAsync", dst._ptr + dst_offset * item, src._ptr + src_offset * item,
+                       n * item, self._cu)
+            dst._mark_in_flight(self)
+
+    def copy_device_range(self, src: DeviceBuffer[Any], src_offset: int, dst: DeviceBuffer[Any],
+                          dst_offset: int, count: int) -> None:
+        """Copy ``count`` elements between device buffers of one dtype (``cuMemcpyDtoDAsync``).
+
+        No host staging, no synchronization. Overlapping ranges of one buffer are not allowed.
+
+        Raises:
+            ContractError: a range exceeds a buffer, the dtypes differ, or the ranges overlap.
+        """
+        from ..memory import DeviceBuffer
+
+        self._own()
+        _require(src, DeviceBuffer, "src", "a DeviceBuffer")
+        _require(dst, DeviceBuffer, "dst", "a DeviceBuffer")
+        if count is None:
+            raise ContractError("count", "a non-negative int (elements)", "None")
+        n = _check_range(src, dst, count, src_offset, dst_offset, self._context)
+        if src is dst and n and abs(src_offset - dst_offset) < n:
+            raise ContractError("dst_offset", f"a range not overlapping [{src_offset}, {src_offset + n})",
+                                f"[{dst_offset}, {dst_offset + n})")
+        if n:
+            item = src._info.itemsize
+            _cuda.call("cuMemcpyDtoDAsync", dst._ptr + dst_offset * item, src._ptr + src_offset * item,
+                       n * item, self._cu)
+
+    def memset(self, buffer: DeviceBuffer[Any], byte: int, *, offset: int = 0, count: int | None = None) -> None:
+        """Set every byte of ``count`` elements (from ``offset``, in elements) to ``byte`` (``cuMemsetD8Async``)."""
+        from ..memory import DeviceBuffer
+
+        self._own()
+        _require(buffer, DeviceBuffer, "buffer", "a DeviceBuffer")
+        _check_buffer(buffer, "buffer", self._context)
+        if type(byte) is not int or not 0 <= byte <= 255:
+            raise ContractError("byte", "an int in [0, 255]", repr(byte))
+        _nonneg("offset", offset)
+        n = len(buffer) - offset if count is None else _nonneg("count", count)
+        if offset + n > len(buffer):
+            raise ContractError("count", f"offset + count <= {len(buffer)}", f"{offset} + {n}")
+        if n:
+            item = buffer._info.itemsize
+            _cuda.call("cuMemsetD8Async", buffer._ptr + offset * item, byte, n * item, self._cu)
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Destroy the stream (``cuStreamDestroy``; pending work still completes). Idempotent."""
+        self._handle = 0
+        self._finalizer()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Stream({hex(self._handle) if self._handle else 'closed'})"
+
+
+def _destroy(cu: Any, context: Context) -> None:
+    try:
+        if not context._closed:
+            _cuda.call_status("cuStreamDestroy", cu)
+    except Exception:
+        pass
+
+
+def _require(value: object, cls: type, argument: str, expected: str) -> None:
+    if not isinstance(value, cls):
+        hint = _STAGING_HINT if isinstance(value, np.ndarray) else ""
+        raise ContractError(argument, expected, _describe(value), hint)
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, np.ndarray):
+        return f"a pageable numpy array (dtype {value.dtype}, shape {value.shape})"
+    return f"{type(value).__name__} {value!r}"[:200]
+
+
+def _nonneg(argument: str, value: object) -> int:
+    if type(value) is not int or value < 0:  # type: ignore[operator]
+        raise ContractError(argument, "a non-negative int (elements)", repr(value))
+    return value  # type: ignore[return-value]
+
+
+def _check_buffer(buf: Any, argument: str, context: Context) -> None:
+    from ..errors import UseAfterFree
+
+    if getattr(buf, "_freed", False):
+        raise UseAfterFree(f"argument {argument!r}: {buf!r} was freed")
+    if getattr(buf, "_closed", False):
+        raise ClosedResourceError(f"argument {argument!r}: {buf!r} was closed")
+    if buf._context is not context:
+        raise ContractError(argument, f"a buffer of {context!r}", f"a buffer of {buf._context!r}")
+
+
+def _check_range(src: Any, dst: Any, count: int | None, src_offset: int, dst_offset: int,
+                 context: Context) -> int:
+    _check_buffer(src, "src", context)
+    _check_buffer(dst, "dst", context)
+    if src._info.dtype != dst._info.dtype:
+        raise ContractError("dst", f"a buffer of dtype {src._info.dtype.name}", f"dtype {dst._info.dtype.name}")
+    _nonneg("src_offset", src_offset)
+    _nonneg("dst_offset", dst_offset)
+    n = len(src) - src_offset if count is None else _nonneg("count", count)
+    if n < 0 or src_offset + n > len(src):
+        raise ContractError("count", f"src_offset + count <= len(src) = {len(src)}", f"{src_offset} + {n}")
+    if dst_offset + n > len(dst):
+        raise ContractError("count", f"dst_offset + count <= len(dst) = {len(dst)}", f"{dst_offset} + {n}")
+    return n

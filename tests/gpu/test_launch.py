@@ -1,0 +1,231 @@
+"""Compile and launch: NVRTC modules, typed contracts, launch configuration, numerics."""
+
+from __future__ import annotations
+
+import struct
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mircuda as mc
+from helpers import download, upload
+
+AXPBY = mc.cuda_kernel(r'''
+extern "C" __global__ void axpby(float* y, const float* x, float a, float b, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + b * y[i];
+}''', "axpby.cu")
+Axpby = mc.cuda_export("axpby", y=mc.InOut[mc.DeviceBuffer[mc.f32]], x=mc.In[mc.DeviceBuffer[mc.f32]],
+                       a=mc.f32, b=mc.f32, n=mc.u32)
+
+
+@pytest.fixture(scope="module")
+def axpby(compiler):
+    return compiler.compile(AXPBY).kernel(Axpby)
+
+
+def test_the_design_example_fills_a_buffer(context, stream, pool, compiler) -> None:
+    source = mc.cuda_kernel(r'''
+    extern "C" __global__ void fill(float* output, float value) { output[threadIdx.x] = value; }''')
+    Fill = mc.cuda_export("fill", output=mc.Out[mc.DeviceBuffer[mc.f32]], value=mc.f32)
+    fill = compiler.compile(source, mc.CompileOptions()).kernel(Fill)
+    out = pool.allocate(mc.f32, stream, 256)
+    stream.memset(out, 0xFF)  # poison: NaN
+    fill.launch(stream, mc.LaunchConfig.for_elements(256, 256), out, 2.0)
+    host = context.allocate_pinned(mc.f32, 256)
+    stream.copy_to_host(out, host)
+    np.testing.assert_array_equal(host.to_numpy(), np.full(256, 2.0, dtype=np.float32))
+
+
+@pytest.mark.parametrize("n", [1, 255, 256, 1 << 20, (1 << 20) + 3])
+def test_axpby_matches_numpy(context, stream, pool, axpby, rng, n) -> None:
+    x_h = rng.standard_normal(n).astype(np.float32)
+    y_h = rng.standard_normal(n).astype(np.float32)
+    a, b = float(rng.uniform(-2, 2)), float(rng.uniform(-2, 2))
+    x, y = upload(context, stream, pool, x_h), upload(context, stream, pool, y_h)
+    axpby.launch(stream, mc.LaunchConfig.for_elements(n, 256), y, x, a, b, n)
+    got = download(context, stream, y).astype(np.float64)
+    want = np.float32(a) * x_h.astype(np.float64) + np.float32(b) * y_h.astype(np.float64)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-6
+    # Keyword arguments bind by parameter name.
+    axpby.launch(stream, mc.LaunchConfig.for_elements(n, 256), n=n, b=0.0, a=1.0, x=x, y=y)
+    np.testing.assert_array_equal(download(context, stream, y), x_h)
+
+
+SCALARS = mc.cuda_kernel(r'''
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+extern "C" __global__ void scalars(unsigned char* out, bool b, signed char i8, short i16, int i32, long long i64,
+                                   unsigned char u8, unsigned short u16, unsigned u32, unsigned long long u64,
+                                   __half f16, __nv_bfloat16 bf16, float f32, double f64) {
+    unsigned char* p = out;
+    #define PUT(v) { memcpy(p, &v, sizeof(v)); p += sizeof(v); }
+    PUT(b) PUT(i8) PUT(i16) PUT(i32) PUT(i64) PUT(u8) PUT(u16) PUT(u32) PUT(u64) PUT(f16) PUT(bf16) PUT(f32) PUT(f64)
+}''', "scalars.cu")
+Scalars = mc.cuda_export("scalars", out=mc.Out[mc.DeviceBuffer[mc.u8]], b=bool, i8=mc.i8, i16=mc.i16, i32=mc.i32,
+                         i64=mc.i64, u8=mc.u8, u16=mc.u16, u32=mc.u32, u64=mc.u64, f16=mc.f16, bf16=mc.bf16,
+                         f32=mc.f32, f64=mc.f64)
+
+
+def test_every_scalar_type_reaches_the_kernel_bit_exact(context, stream, pool, compiler) -> None:
+    k = compiler.compile(SCALARS).kernel(Scalars)
+    out = pool.allocate(mc.u8, stream, 64)
+    stream.memset(out, 0xEE)
+    values = (True, -128, -30000, -2_000_000_000, -(2**62), 255, 65535, 4_000_000_000, 2**64 - 1, 1.5, -2.75,
+              3.25, 1e300)
+    k.launch(stream, mc.LaunchConfig(1, 1), out, *values)
+    got = download(context, stream, out).tobytes()
+    bf = np.array([-2.75], dtype=np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)[0]
+    want = struct.pack("<?bhiqBHIQeHfd", True, -128, -30000, -2_000_000_000, -(2**62), 255, 65535, 4_000_000_000,
+                       2**64 - 1, 1.5, int(bf), 3.25, 1e300)
+    assert got[: len(want)] == want
+    # numpy scalars are accepted where their kind fits.
+    k.launch(stream, mc.LaunchConfig(1, 1), out, np.bool_(False), np.int8(1), np.int16(2), np.int32(3),
+             np.int64(4), np.uint8(5), np.uint16(6), np.uint32(7), np.uint64(8), np.float16(0.5),
+             ml_dtypes.bfloat16(0.25), np.float32(0.125), np.float64(0.0625))
+    got = download(context, stream, out).tobytes()
+    want = struct.pack("<?bhiqBHIQeHfd", False, 1, 2, 3, 4, 5, 6, 7, 8, 0.5, 0x3E80, 0.125, 0.0625)
+    assert got[: len(want)] == want
+
+
+@pytest.mark.parametrize("position, value, match", [
+    (1, "2", "'x'"),                       # not a buffer
+    (2, 1 + 2j, "'a'"),                    # not a real number
+    (4, 1.5, "'n'"),                       # a float into an integer slot
+    (4, True, "'n'"),                      # a bool into an integer slot
+    (4, -1, "'n'"),                        # out of the u32 range
+    (4, 2**32, "'n'"),
+])
+def test_bad_arguments_name_the_parameter(context, stream, pool, axpby, position, value, match) -> None:
+    y, x = pool.allocate(mc.f32, stream, 4), pool.allocate(mc.f32, stream, 4)
+    args = [y, x, 1.0, 1.0, 4]
+    args[position] = value
+    with pytest.raises(mc.ContractError, match=match):
+        axpby.launch(stream, mc.LaunchConfig(1, 4), *args)
+
+
+def test_buffer_problems_are_caught_before_the_launch(driver, context, stream, pool, axpby) -> None:
+    y, x = pool.allocate(mc.f32, stream, 4), pool.allocate(mc.f32, stream, 4)
+    cfg = mc.LaunchConfig(1, 4)
+    with pytest.raises(mc.ContractError, match=r"DeviceBuffer\[f32\].*DeviceBuffer\[f64\]"):
+        axpby.launch(stream, cfg, y, pool.allocate(mc.f64, stream, 4), 1.0, 1.0, 4)
+    with pytest.raises(mc.ContractError, match="host arrays"):
+        axpby.launch(stream, cfg, y, np.zeros(4, np.float32), 1.0, 1.0, 4)
+    with pytest.raises(mc.ContractError, match="missing"):
+        axpby.launch(stream, cfg, y, x, 1.0, 1.0)
+    x.free(stream)
+    with pytest.raises(mc.UseAfterFree):
+        axpby.launch(stream, cfg, y, x, 1.0, 1.0, 4)
+    with driver.create_context(driver.devices()[0]) as other:
+        s2 = other.create_stream()
+        with pytest.raises(mc.ContractError, match="stream"):
+            axpby.launch(s2, cfg, y, y, 1.0, 1.0, 4)
+        foreign = other.default_memory_pool().allocate(mc.f32, s2, 4)
+        with pytest.raises(mc.ContractError, match="'x'"):
+            axpby.launch(stream, cfg, y, foreign, 1.0, 1.0, 4)
+        foreign.free(s2)
+        s2.synchronize()
+    closed = context.create_stream()
+    closed.close()
+    with pytest.raises(mc.ClosedResourceError):
+        axpby.launch(closed, cfg, y, y, 1.0, 1.0, 4)
+    with pytest.raises(mc.ContractError, match="stream"):
+        axpby.launch(None, cfg, y, y, 1.0, 1.0, 4)
+
+
+def test_launch_config_is_checked_against_the_device(context, stream, pool, axpby) -> None:
+    y = pool.allocate(mc.f32, stream, 4)
+    info = context.device_info()
+    with pytest.raises(mc.LaunchConfigError, match="threads per block"):
+        axpby.launch(stream, mc.LaunchConfig(1, 2048), y, y, 1.0, 1.0, 4)
+    with pytest.raises(mc.LaunchConfigError, match=r"grid\[1\]"):
+        axpby.launch(stream, mc.LaunchConfig((1, info.max_grid_dims[1] + 1), 32), y, y, 1.0, 1.0, 4)
+    with pytest.raises(mc.LaunchConfigError, match="shared_mem_bytes"):
+        axpby.launch(stream, mc.LaunchConfig(1, 32, info.max_shared_memory_per_block_optin_bytes + 1),
+                     y, y, 1.0, 1.0, 4)
+    with pytest.raises(mc.LaunchConfigError, match="LaunchConfig"):
+        axpby.launch(stream, (1, 32), y, y, 1.0, 1.0, 4)
+
+
+def test_large_dynamic_shared_memory_is_opted_into(context, stream, pool, compiler, rng) -> None:
+    src = mc.cuda_kernel(r'''
+    extern "C" __global__ void reverse(float* data, unsigned n) {
+        extern __shared__ float tile[];
+        for (unsigned i = threadIdx.x; i < n; i += blockDim.x) tile[i] = data[i];
+        __syncthreads();
+        for (unsigned i = threadIdx.x; i < n; i += blockDim.x) data[i] = tile[n - 1 - i];
+    }''')
+    k = compiler.compile(src).kernel(mc.cuda_export("reverse", data=mc.DeviceBuffer[mc.f32], n=mc.u32))
+    n = 20000  # 80 000 bytes: above the 48 KiB default
+    h = rng.standard_normal(n).astype(np.float32)
+    d = upload(context, stream, pool, h)
+    k.launch(stream, mc.LaunchConfig(1, 256, n * 4), d, n)
+    np.testing.assert_array_equal(download(context, stream, d), h[::-1])
+
+
+def test_contracts_are_checked_against_the_compiled_kernel(compiler) -> None:
+    module = compiler.compile(AXPBY)
+    with pytest.raises(mc.ContractError, match="5 parameters"):
+        module.kernel(mc.cuda_export("axpby", y=mc.DeviceBuffer[mc.f32], x=mc.DeviceBuffer[mc.f32]))
+    with pytest.raises(mc.ContractError, match="'a'.*4 bytes"):
+        module.kernel(mc.cuda_export("axpby", y=mc.DeviceBuffer[mc.f32], x=mc.DeviceBuffer[mc.f32], a=mc.f64,
+                                     b=mc.f32, n=mc.u32))
+    with pytest.raises(mc.ContractError, match="extern"):
+        module.kernel(mc.cuda_export("no_such_kernel"))
+    assert module.kernel(Axpby) is module.kernel(Axpby)
+    attrs = module.kernel(Axpby).attributes
+    assert attrs.registers > 0 and attrs.max_threads_per_block >= 256
+
+
+def test_compile_cache_and_errors(context, compiler) -> None:
+    src = mc.cuda_kernel('extern "C" __global__ void k(int* o) { o[0] = VALUE; }')
+    before = compiler.cache_stats()
+    m1 = compiler.compile(src, mc.CompileOptions(defines={"VALUE": 7}))
+    m2 = compiler.compile(src, mc.CompileOptions(defines={"VALUE": 7}))
+    m3 = compiler.compile(src, mc.CompileOptions(defines={"VALUE": 8}))
+    assert m1 is m2 and m1 is not m3
+    after = compiler.cache_stats()
+    assert after.compilations - before.compilations == 2 and after.memory_hits - before.memory_hits == 1
+    with pytest.raises(mc.CompileError, match="VALUE") as info:
+        compiler.compile(src)
+    assert "undefined" in info.value.log and info.value.arch == compiler.arch
+
+
+def test_ptx_output_loads_or_explains_why_not(driver, compiler) -> None:
+    src = mc.cuda_kernel('extern "C" __global__ void k(int* o) { o[0] = 1; }')
+    if mc.nvrtc_version() > driver.version:
+        with pytest.raises(mc.UnsupportedPlatform, match="nvidia-cuda-nvrtc"):
+            compiler.compile(src, mc.CompileOptions(output="ptx"))
+    else:
+        m = compiler.compile(src, mc.CompileOptions(output="ptx"))
+        assert m.program.image.endswith(b"\0")
+        m.kernel(mc.cuda_export("k", o=mc.Out[mc.DeviceBuffer[mc.i32]]))
+
+
+def test_concurrent_launches_of_one_kernel_never_mix_arguments(context, pool, axpby) -> None:
+    # Each thread launches the same kernel on its own stream and buffers with its own scalar; a
+    # mixed-up parameter block would show up as another thread's value.
+    errors: list[BaseException] = []
+    outs: dict[int, np.ndarray] = {}
+
+    def worker(t: int) -> None:
+        try:
+            s = context.create_stream()
+            x = upload(context, s, pool, np.full(1024, t + 1, dtype=np.float32))
+            y = pool.allocate_zeroed(mc.f32, s, 1024)
+            for i in range(300):
+                axpby.launch(s, mc.LaunchConfig.for_elements(1024), y, x, float(t + 1), 0.0, 1024)
+            outs[t] = download(context, s, y)
+        except BaseException as exc:  # pragma: no cover
+            errors.append(exc)
+
+    ts = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
+    for t, arr in outs.items():
+        np.testing.assert_array_equal(arr, np.full(1024, (t + 1) ** 2, dtype=np.float32))

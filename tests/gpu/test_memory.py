@@ -1,0 +1,190 @@
+"""Memory: pool allocations, typed buffers, pinned staging and transfers."""
+
+from __future__ import annotations
+
+import copy
+import gc
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mircuda as mc
+from helpers import download, upload
+
+
+@pytest.mark.parametrize("dtype", [mc.f32, mc.f16, mc.bf16, mc.e4m3, mc.e2m1, mc.u8, mc.i64, mc.f64])
+def test_buffers_round_trip_every_dtype(context, stream, pool, rng, dtype) -> None:
+    n = 1000
+    host = rng.uniform(-4, 4, n).astype(np.float32).astype(dtype)
+    buf = upload(context, stream, pool, host)
+    assert len(buf) == n and buf.dtype == np.dtype(dtype) and buf.nbytes == n * np.dtype(dtype).itemsize
+    assert buf.scalar_type is dtype and buf.handle != 0
+    np.testing.assert_array_equal(download(context, stream, buf).view(np.uint8), host.view(np.uint8))
+    buf.free(stream)
+
+
+def test_zero_count_allocations_are_valid_buffers(context, stream, pool) -> None:
+    empty = pool.allocate(mc.f32, stream, 0)
+    assert len(empty) == 0 and empty.nbytes == 0 and empty.handle == 0
+    pinned = context.allocate_pinned(mc.f32, 0)
+    stream.copy_to_device(pinned, empty)
+    stream.copy_to_host(empty, pinned)
+    assert pinned.to_numpy().shape == (0,)
+    empty.free(stream)
+    with pytest.raises(mc.UseAfterFree):
+        empty.free(stream)
+
+
+def test_allocate_zeroed_zeroes_every_byte(context, stream, pool) -> None:
+    buf = pool.allocate(mc.u8, stream, 4096)
+    stream.memset(buf, 0xAB)
+    buf.free(stream)
+    z = pool.allocate_zeroed(mc.u8, stream, 4096)  # likely reuses the 0xAB bytes
+    assert not download(context, stream, z).any()
+    z.free(stream)
+
+
+def test_memset_range(context, stream, pool) -> None:
+    buf = pool.allocate_zeroed(mc.u16, stream, 10)
+    stream.memset(buf, 0xFF, offset=2, count=3)
+    np.testing.assert_array_equal(download(context, stream, buf), [0, 0, 0xFFFF, 0xFFFF, 0xFFFF, 0, 0, 0, 0, 0])
+    with pytest.raises(mc.ContractError, match="byte"):
+        stream.memset(buf, 256)
+    with pytest.raises(mc.ContractError, match="count"):
+        stream.memset(buf, 1, offset=8, count=3)
+
+
+def test_use_after_free_is_refused_everywhere(context, stream, pool) -> None:
+    buf = pool.allocate(mc.f32, stream, 8)
+    buf.free(stream)
+    assert buf.freed
+    for action in (lambda: buf.handle, lambda: buf.__cuda_array_interface__, lambda: buf.free(stream),
+                   lambda: stream.copy_to_host(buf, context.allocate_pinned(mc.f32, 8)),
+                   lambda: stream.copy_device_range(buf, 0, pool.allocate(mc.f32, stream, 8), 0, 8)):
+        with pytest.raises(mc.UseAfterFree):
+            action()
+
+
+def test_forgotten_buffers_are_freed_by_their_finalizer(context, stream, pool) -> None:
+    stream.synchronize()
+    before = pool.used_bytes
+    buf = pool.allocate(mc.u8, stream, 64 << 20)
+    assert pool.used_bytes >= before + (64 << 20)
+    del buf
+    gc.collect()
+    stream.synchronize()
+    assert pool.used_bytes <= before
+
+
+def test_buffers_are_uniquely_owned(stream, pool) -> None:
+    buf = pool.allocate(mc.f32, stream, 4)
+    with pytest.raises(TypeError):
+        copy.copy(buf)
+    with pytest.raises(TypeError):
+        mc.DeviceBuffer()
+    buf.free(stream)
+
+
+def test_release_threshold_is_exposed(pool) -> None:
+    old = pool.release_threshold
+    pool.release_threshold = 1 << 30
+    assert pool.release_threshold == 1 << 30
+    pool.release_threshold = old
+    with pytest.raises(mc.ContractError, match="release_threshold"):
+        pool.release_threshold = -1
+
+
+def test_cuda_array_interface_v3(stream, pool) -> None:
+    buf = pool.allocate(mc.bf16, stream, 12)
+    cai = buf.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["shape"] == (12,) and cai["strides"] is None
+    assert cai["data"] == (buf.handle, False)
+    assert cai["stream"] == stream.handle
+    assert np.dtype(cai["typestr"]).itemsize == 2
+    buf.free(stream)
+
+
+def test_pinned_buffer_checks_what_it_is_given(context) -> None:
+    p = context.allocate_pinned(mc.f32, 4)
+    with pytest.raises(mc.ContractError, match="dtype float32"):
+        p.write_prefix(np.zeros(4, dtype=np.float64))
+    with pytest.raises(mc.ContractError, match="at most 4"):
+        p.write_prefix(np.zeros(5, dtype=np.float32))
+    with pytest.raises(mc.ContractError, match="1-D"):
+        p.write_prefix(np.zeros((2, 2), dtype=np.float32))
+    p.write_prefix(np.array([1, 2], dtype=np.float32))
+    assert p.to_numpy(2).tolist() == [1.0, 2.0]
+    with pytest.raises(mc.ContractError, match="count"):
+        p.to_numpy(5)
+    p.close()
+    with pytest.raises(mc.ClosedResourceError):
+        p.to_numpy()
+
+
+def test_transfers_refuse_pageable_memory_and_say_how_to_stage(stream, pool) -> None:
+    buf = pool.allocate(mc.f32, stream, 4)
+    with pytest.raises(mc.ContractError, match="allocate_pinned") as info:
+        stream.copy_to_device(np.zeros(4, dtype=np.float32), buf)  # type: ignore[arg-type]
+    assert info.value.argument == "src"
+    with pytest.raises(mc.ContractError, match="allocate_pinned"):
+        stream.copy_to_host(buf, np.zeros(4, dtype=np.float32))  # type: ignore[arg-type]
+    buf.free(stream)
+
+
+def test_transfer_ranges_are_checked(context, stream, pool, rng) -> None:
+    data = rng.standard_normal(16).astype(np.float32)
+    src = upload(context, stream, pool, data)
+    dst = pool.allocate(mc.f32, stream, 8)
+    stream.copy_device_range(src, 4, dst, 2, 6)
+    stream.copy_device_range(src, 0, dst, 0, 2)
+    got = download(context, stream, dst)
+    np.testing.assert_array_equal(got, np.concatenate([data[0:2], data[4:10]]))
+    with pytest.raises(mc.ContractError, match="count"):
+        stream.copy_device_range(src, 10, dst, 0, 7)
+    with pytest.raises(mc.ContractError, match="count"):
+        stream.copy_device_range(src, 0, dst, 4, 5)
+    with pytest.raises(mc.ContractError, match="dtype"):
+        stream.copy_device_range(src, 0, pool.allocate(mc.i32, stream, 8), 0, 4)
+    with pytest.raises(mc.ContractError, match="overlapping"):
+        stream.copy_device_range(src, 0, src, 2, 4)
+    with pytest.raises(mc.ContractError, match="src_offset"):
+        stream.copy_device_range(src, -1, dst, 0, 1)
+    pinned = context.allocate_pinned(mc.f32, 4)
+    with pytest.raises(mc.ContractError, match="count"):
+        stream.copy_to_host(src, pinned)  # 16 elements do not fit in 4
+    stream.copy_to_host(src, pinned, 4, src_offset=12)
+    np.testing.assert_array_equal(pinned.to_numpy(), data[12:])
+
+
+def test_write_prefix_waits_for_the_upload_in_flight(context, stream, pool, rng) -> None:
+    # Stage two different arrays through one pinned buffer back to back: the second write must not
+    # overwrite the staging memory before the first upload has read it.
+    n = 1 << 22
+    a, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    staging = context.allocate_pinned(mc.f32, n)
+    da, db = pool.allocate(mc.f32, stream, n), pool.allocate(mc.f32, stream, n)
+    staging.write_prefix(a)
+    stream.copy_to_device(staging, da)
+    staging.write_prefix(b)
+    stream.copy_to_device(staging, db)
+    np.testing.assert_array_equal(download(context, stream, da), a)
+    np.testing.assert_array_equal(download(context, stream, db), b)
+
+
+def test_buffers_of_another_context_are_refused(driver, context, stream, pool) -> None:
+    with driver.create_context(driver.devices()[0]) as other:
+        s2 = other.create_stream()
+        foreign = other.default_memory_pool().allocate(mc.f32, s2, 4)
+        with pytest.raises(mc.ContractError, match="stream"):
+            pool.allocate(mc.f32, s2, 4)
+        with pytest.raises(mc.ContractError, match="buffer of"):
+            stream.copy_device_range(foreign, 0, pool.allocate(mc.f32, stream, 4), 0, 4)
+        foreign.free(s2)
+        s2.synchronize()
+
+
+def test_bf16_values_survive_as_ml_dtypes(context, stream, pool) -> None:
+    host = np.array([1.5, -2.25, 3.0e38, 1e-3], dtype=ml_dtypes.bfloat16)
+    buf = upload(context, stream, pool, host)
+    np.testing.assert_array_equal(download(context, stream, buf), host)
