@@ -65,7 +65,7 @@ def _emit_writes(contract: KernelContract, ns: dict[str, Any], context: Any, blo
     ns["_ctx"] = context
     lines: list[str] = []
     for i, p in enumerate(contract.params):
-        a = f"a_{p.name}"
+        a = p.name
         ns[f"_s{i}"] = block.slots[i].view
         if p.kind == "buffer":
             ns[f"_t{i}"] = p.info.scalar_type
@@ -151,7 +151,7 @@ class ArgumentPacker:
         self.contract = contract
         self.block = ArgumentBlock(_c_slots(contract))
         ns: dict[str, Any] = {}
-        sig = ", ".join(f"a_{p.name}=_M" for p in contract.params)
+        sig = ", ".join(f"{p.name}=_M" for p in contract.params)
         ns["_M"] = _MISSING
         body = _emit_writes(contract, ns, context, self.block) + ["    return _blk.packed_bytes()"]
         ns["_blk"] = self.block
@@ -200,7 +200,7 @@ class TypedKernel:
             "_config": self._config_dims, "_last": None, "_dims": None, "_ident": threading.get_ident,
             "_owner": owner, "_other": self._launch_other_thread,
         }
-        names = [f"a_{p.name}" for p in contract.params]
+        names = [p.name for p in contract.params]
         sig = ", ".join(["stream", "config"] + [f"{n}=_M" for n in names])
         call_args = ", ".join(["stream", "config"] + names)
         body = [
@@ -328,8 +328,9 @@ def _verify_parameters(contract: KernelContract, cu_function: Any) -> None:
     if not hasattr(drv, "cuFuncGetParamInfo"):
         return
     actual: list[tuple[int, int]] = []
-    for i in range(len(contract.params) + 1):
-        code, out = _cuda.call_status("cuFuncGetParamInfo", cu_function, i)
+    code = 0
+    while len(actual) < 4096:  # the driver answers CUDA_ERROR_INVALID_VALUE past the last parameter
+        code, out = _cuda.call_status("cuFuncGetParamInfo", cu_function, len(actual))
         if code:
             break
         actual.append((int(out[0]), int(out[1])))

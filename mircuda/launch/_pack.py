@@ -100,6 +100,8 @@ def scalar_converter(param: Param) -> Callable[[Any], Any]:
         return conv_int
 
     def as_float(v: Any) -> float:
+        if type(v) in _ML_FLOAT_SCALARS:  # ml_dtypes scalars (bfloat16, float8...) are not np.floating
+            return float(v)
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
             raise ContractError(name, f"a real number for {info.name}", _show(v))
         return float(v)
@@ -116,6 +118,9 @@ def scalar_converter(param: Param) -> Callable[[Any], Any]:
     target = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn, "e2m1": ml_dtypes.float4_e2m1fn}[info.name]
     bits = np.uint16 if info.itemsize == 2 else np.uint8
     return lambda v: _bits(target, bits, as_float(v))
+
+
+_ML_FLOAT_SCALARS = {ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float4_e2m1fn}
 
 
 def _int_range(info: DTypeInfo) -> tuple[int, int]:

@@ -41,7 +41,7 @@ class MemoryPool:
 
     def _attribute(self, name: str) -> int:
         drv = _cuda.driver()
-        return int(_cuda.call("cuMemPoolGetAttribute", getattr(drv.CUmemPool_attribute, name), self._cu))
+        return int(_cuda.call("cuMemPoolGetAttribute", self._cu, getattr(drv.CUmemPool_attribute, name)))
 
     @property
     def release_threshold(self) -> int:
