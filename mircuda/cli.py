@@ -38,6 +38,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     print(f"mircuda {mc.__version__} on Python {platform.python_version()} ({platform.machine()})")
     for dist in ("cuda-bindings", "nvidia-cuda-nvrtc", "numba", "numba-cuda", "numpy", "ml_dtypes"):
         print(f"  {dist:18} {_version(dist)}")
+    try:
+        from . import _hotpath  # noqa: F401
+
+        print("launch hot path: C extension mircuda._hotpath")
+    except ImportError:
+        print("launch hot path: ctypes fallback (the C extension was not built: pip install needs a C compiler)")
     nv = ".".join(map(str, mc.nvrtc_version()))
     print(f"NVRTC {nv}; targets: {', '.join(f'sm_{a}' for a in supported_archs())} "
           f"(with 'a'/'f' variants where the architecture has them)")

@@ -220,7 +220,7 @@ class TypedKernel:
             "            _mk(_ch)",
             "    except AttributeError:",
             "        _mk(_ch)",
-            "    r = _L(_fn, *_dims, stream._handle, _params, None)",
+            "    r = _L(_fn, *_dims, stream._handle, _params)",
             "    if r:",
             "        _raise(r)",
         ]
