@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import pytest
 
+from gpu_probe import gpu_unavailable_reason
+
 GPU_DIR = Path(__file__).parent / "gpu"
-
-
-@functools.lru_cache(maxsize=1)
-def gpu_unavailable_reason() -> str | None:
-    import mircuda as mc
-
-    try:
-        driver = mc.Driver.initialize()
-    except mc.MircudaError as exc:
-        return f"no usable CUDA driver: {exc}"
-    if not driver.devices():
-        return "the CUDA driver reports no device"
-    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

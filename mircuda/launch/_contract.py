@@ -131,6 +131,9 @@ def cuda_export(symbol: str, **params: Any) -> KernelContract:
         if buf is not None:
             out.append(Param(name, "buffer", buf.info, buf.access))
             continue
+        if spec in (int, float, complex) or isinstance(spec, str):
+            raise ContractError(name, "an explicit scalar type such as mc.f32, mc.f64 or mc.i32", repr(spec),
+                                "Python's int and float do not say a width (CUDA's float is 32-bit)")
         try:
             info = dtype_info(spec)
         except ContractError:

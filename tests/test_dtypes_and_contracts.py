@@ -1,0 +1,51 @@
+"""Element types and kernel contracts: declared once, checked without a device."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mircuda as mc
+from mircuda.dtypes import dtype_info
+
+
+def test_dtypes_are_numpy_scalar_types() -> None:
+    assert mc.f32 is np.float32 and mc.bf16 is ml_dtypes.bfloat16 and mc.e4m3 is ml_dtypes.float8_e4m3fn
+    assert dtype_info(mc.bf16).c_name == "__nv_bfloat16" and dtype_info(mc.bf16).itemsize == 2
+    assert dtype_info("float32") is dtype_info(mc.f32) is dtype_info(np.dtype(np.float32))
+    assert dtype_info(bool).name == "bool"
+    assert dtype_info(mc.e2m1).bits == 4 and dtype_info(mc.e2m1).itemsize == 1
+    with pytest.raises(mc.ContractError, match="dtype"):
+        dtype_info(np.complex64)
+
+
+def test_cuda_export_declares_parameters_in_order() -> None:
+    K = mc.cuda_export("k", out=mc.Out[mc.DeviceBuffer[mc.f32]], x=mc.In[mc.DeviceBuffer[mc.bf16]],
+                       y=mc.DeviceBuffer[mc.u8], scale=mc.f32, n=mc.i64, flag=bool)
+    assert K.symbol == "k" and K.names == ("out", "x", "y", "scale", "n", "flag")
+    kinds = [(p.kind, p.info.name, p.access) for p in K.params]
+    assert kinds == [("buffer", "f32", "out"), ("buffer", "bf16", "in"), ("buffer", "u8", "inout"),
+                     ("scalar", "f32", None), ("scalar", "i64", None), ("scalar", "bool", None)]
+    assert K == mc.cuda_export("k", out=mc.Out[mc.DeviceBuffer[mc.f32]], x=mc.In[mc.DeviceBuffer[mc.bf16]],
+                               y=mc.DeviceBuffer[mc.u8], scale=mc.f32, n=mc.i64, flag=bool)
+    assert "out DeviceBuffer[f32]" in repr(K)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"x": float}, "'x'"),
+    ({"x": "float"}, "'x'"),
+    ({"x": mc.DeviceBuffer}, "'x'"),
+    ({"stream": mc.f32}, "stream"),
+    ({"_hidden": mc.f32}, "_hidden"),
+])
+def test_cuda_export_refuses_what_it_cannot_pack(params, match) -> None:
+    with pytest.raises(mc.ContractError, match=match):
+        mc.cuda_export("k", **params)
+
+
+def test_access_markers_take_only_buffers() -> None:
+    with pytest.raises(mc.ContractError):
+        mc.Out[mc.f32]
+    with pytest.raises(mc.ContractError, match="symbol"):
+        mc.cuda_export("")
