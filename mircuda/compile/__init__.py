@@ -3,7 +3,7 @@
 from ._compiler import CompileCacheStats, Compiler, Module
 from ._nvrtc import CompiledProgram, compile_program, nvrtc_version, supported_archs
 from ._options import ALLOWED_EXTRA_FLAGS, CompileOptions
-from ._source import CudaSource, cuda_kernel
+from ._source import CudaSource, ModuleSource, cuda_kernel
 
 __all__ = ["ALLOWED_EXTRA_FLAGS", "CompileCacheStats", "CompileOptions", "CompiledProgram", "Compiler",
-           "CudaSource", "Module", "compile_program", "cuda_kernel", "nvrtc_version", "supported_archs"]
+           "CudaSource", "Module", "ModuleSource", "compile_program", "cuda_kernel", "nvrtc_version", "supported_archs"]

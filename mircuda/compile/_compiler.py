@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _cuda
 from ..errors import ContractError, CudaError, UnsupportedPlatform
-from ._nvrtc import CompiledProgram, compile_program, nvrtc_version
+from ._nvrtc import CompiledProgram, nvrtc_version
 from ._options import CompileOptions
-from ._source import CudaSource
+from ._source import CudaSource, ModuleSource
 
 if TYPE_CHECKING:
     from ..launch import KernelContract, TypedKernel
@@ -80,8 +80,9 @@ class Module:
             ContractError: the module has no kernel of that name.
         """
         self._context._make_current()
+        image_symbol = dict(self._program.symbols).get(symbol, symbol)
         try:
-            return _cuda.call("cuModuleGetFunction", self._cu, symbol.encode())
+            return _cuda.call("cuModuleGetFunction", self._cu, image_symbol.encode())
         except CudaError as exc:
             if exc.name == "CUDA_ERROR_NOT_FOUND":
                 raise ContractError("symbol", "a kernel defined in the module", repr(symbol),
@@ -102,7 +103,7 @@ class Module:
             raise ContractError("contract", "a KernelContract from mc.cuda_export(...)", type(contract).__name__)
         k = self._kernels.get(contract)
         if k is None:
-            k = TypedKernel(self, contract, self.function_handle(contract.symbol))
+            k = TypedKernel(self, contract, self.function_handle(contract.symbol), abi=self._program.abi)
             self._kernels[contract] = k
         return k
 
@@ -165,13 +166,17 @@ class Compiler:
         """
         if options is None:
             options = _DEFAULT_OPTIONS
-        key = (source.digest, options.key, self._arch) if isinstance(source, CudaSource) else None
+        try:
+            key = (source.digest, options.key, self._arch)
+        except AttributeError:
+            key = None
         module = self._modules.get(key) if key is not None else None  # type: ignore[arg-type]
         if module is not None:
             self._memory_hits += 1
             return module
-        if not isinstance(source, CudaSource):
-            raise ContractError("source", "a CudaSource (mc.cuda_kernel(...))", type(source).__name__)
+        if not isinstance(source, ModuleSource):
+            raise ContractError("source", "a CudaSource (mc.cuda_kernel(...)) or another ModuleSource",
+                                type(source).__name__)
         if not isinstance(options, CompileOptions):
             raise ContractError("options", "a CompileOptions", type(options).__name__)
         with self._lock:
@@ -179,7 +184,7 @@ class Compiler:
             if module is None:
                 if options.output == "ptx":
                     self._check_ptx_loadable()
-                program = compile_program(source, self._arch, options)
+                program = source.build(self._arch, options)
                 self._compilations += 1
                 module = Module(self._context, program)
                 self._modules[key] = module  # type: ignore[index]

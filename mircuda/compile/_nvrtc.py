@@ -26,6 +26,10 @@ class CompiledProgram:
         image: the CUBIN, or the PTX text NUL-terminated (as ``cuModuleLoadData`` wants it).
         log: NVRTC's program log (warnings), possibly empty.
         nvrtc_version: ``(major, minor)`` of the NVRTC that compiled it.
+        abi: how kernel parameters are passed: ``"c"`` (one value per parameter, C ABI) or another
+            registered launch ABI (e.g. ``"numba"``: Numba's array structs).
+        symbols: kernel names as contracts spell them -> names in the image, for compilers that
+            mangle (empty: the names are the same).
     """
 
     arch: str
@@ -33,6 +37,8 @@ class CompiledProgram:
     image: bytes
     log: str
     nvrtc_version: tuple[int, int]
+    abi: str = "c"
+    symbols: tuple[tuple[str, str], ...] = ()
 
 
 @lru_cache(maxsize=1)

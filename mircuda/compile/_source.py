@@ -6,10 +6,29 @@ import hashlib
 import os
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..errors import ContractError
 
-__all__ = ["CudaSource", "cuda_kernel"]
+if TYPE_CHECKING:
+    from ._nvrtc import CompiledProgram
+    from ._options import CompileOptions
+
+__all__ = ["CudaSource", "ModuleSource", "cuda_kernel"]
+
+
+@runtime_checkable
+class ModuleSource(Protocol):
+    """Anything :meth:`Compiler.compile` can turn into a module.
+
+    ``digest`` identifies the source's content (with everything that changes the output: code,
+    versions of the tools that compile it); ``build`` compiles it for one target.
+    """
+
+    name: str
+    digest: str
+
+    def build(self, arch: str, options: CompileOptions) -> CompiledProgram: ...
 
 
 @dataclass(frozen=True)
@@ -36,6 +55,12 @@ class CudaSource:
         h.update(b"\0")
         h.update(self.text.encode())
         object.__setattr__(self, "digest", h.hexdigest())
+
+    def build(self, arch: str, options: CompileOptions) -> CompiledProgram:
+        """Compile with NVRTC for ``arch`` (see :func:`compile_program`)."""
+        from ._nvrtc import compile_program
+
+        return compile_program(self, arch, options)
 
 
 def _caller_name(depth: int) -> str:

@@ -172,7 +172,10 @@ class TypedKernel:
         CudaError: the driver refused the launch.
     """
 
-    def __init__(self, module: Module, contract: KernelContract, cu_function: Any) -> None:
+    def __init__(self, module: Module, contract: KernelContract, cu_function: Any, abi: str = "c") -> None:
+        if abi not in LAUNCH_ABIS:
+            raise ContractError("abi", f"one of {', '.join(LAUNCH_ABIS)}", repr(abi))
+        self._abi = LAUNCH_ABIS[abi]
         self._module = module
         self._contract = contract
         self._context: Context = module.context
@@ -183,7 +186,7 @@ class TypedKernel:
         self._checked: dict[LaunchConfig, tuple[int, ...]] = {}
         self._thread_launchers: dict[int, Any] = {}
         self._lock = threading.Lock()
-        _verify_parameters(contract, cu_function)
+        self._abi.verify(contract, cu_function)
         self._owner = threading.get_ident()
         self.launch = self._generate(self._owner)
 
@@ -192,7 +195,7 @@ class TypedKernel:
         from ..runtime import Stream
 
         contract = self._contract
-        block = ArgumentBlock(_c_slots(contract))
+        block = ArgumentBlock(self._abi.slots(contract))
         ns: dict[str, Any] = {
             "_M": _MISSING, "_Stream": Stream, "_L": _cuda.launch_kernel, "_fn": self._handle,
             "_params": block.params_address, "_tls": _cuda.current_cache(), "_ch": self._context.handle,
@@ -213,7 +216,7 @@ class TypedKernel:
             "        _dims = _config(config)",
             "        _last = config",
         ]
-        body += _emit_writes(contract, ns, self._context, block)
+        body += self._abi.emit_writes(contract, ns, self._context, block)
         body += [
             "    try:",
             "        if _tls.ctx != _ch:",
@@ -317,13 +320,13 @@ def _read_attributes(cu_function: Any) -> FunctionAttributes:
     )
 
 
-def _verify_parameters(contract: KernelContract, cu_function: Any) -> None:
+def _verify_parameters(contract: KernelContract, cu_function: Any, slots: Any = None) -> None:
     """Compare the contract with the compiled kernel's parameter list (``cuFuncGetParamInfo``).
 
     Catches a contract with too many or too few parameters, or one whose sizes differ from the
     kernel's (e.g. ``f64`` declared for a ``float``), at bind time instead of as garbage at run time.
     """
-    block = ArgumentBlock(_c_slots(contract))
+    block = ArgumentBlock((slots or _c_slots)(contract))
     drv = _cuda.driver()
     if not hasattr(drv, "cuFuncGetParamInfo"):
         return
@@ -344,3 +347,24 @@ def _verify_parameters(contract: KernelContract, cu_function: Any) -> None:
         if es != asz:
             raise ContractError(p.name, f"a parameter of {asz} bytes (kernel {contract.symbol!r})",
                                 f"{p.describe()} of {es} bytes")
+
+
+@dataclass(frozen=True)
+class LaunchAbi:
+    """How one family of compiled kernels takes its parameters.
+
+    Attributes:
+        name: ``"c"`` for NVRTC kernels; other compilers register their own (e.g. ``"numba"``).
+        slots: the ``(label, ctype)`` list of ABI values for a contract, in order.
+        emit_writes: generates the checking and slot-writing lines of the launch function.
+        verify: checks a contract against the loaded function at bind time (raises ContractError).
+    """
+
+    name: str
+    slots: Any
+    emit_writes: Any
+    verify: Any
+
+
+LAUNCH_ABIS: dict[str, LaunchAbi] = {"c": LaunchAbi("c", _c_slots, _emit_writes, _verify_parameters)}
+"""Registered launch ABIs by name; add an entry to launch kernels of another compiler."""
