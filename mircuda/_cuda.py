@@ -155,6 +155,9 @@ graph_launch: Any = None
 """``graph_launch(graph_exec, stream) -> CUresult``."""
 event_record: Any = None
 """``event_record(event, stream) -> CUresult``."""
+entry_points: dict[str, int] = {}
+"""Driver entry points by name (``cuLaunchKernel``, ``cuGraphLaunch``, ``cuEventRecord``), as
+``cuGetProcAddress`` returned them: for code that calls the driver without Python (e.g. ``@njit``)."""
 hot_path_kind = "none"
 """``"c-extension"`` or ``"ctypes"``: which implementation the hot path uses."""
 
@@ -175,6 +178,7 @@ def _bind_hot_path(drv: Any) -> None:
     pfn_launch = _proc_address(drv, "cuLaunchKernel", version)
     pfn_graph = _proc_address(drv, "cuGraphLaunch", version)
     pfn_event = _proc_address(drv, "cuEventRecord", version)
+    entry_points.update(cuLaunchKernel=pfn_launch, cuGraphLaunch=pfn_graph, cuEventRecord=pfn_event)
     try:
         from . import _hotpath  # type: ignore[attr-defined]
     except ImportError:
