@@ -1,9 +1,11 @@
 """Host cost per launch of an empty kernel: mircuda beside the libraries a user would otherwise use.
 
-One process, one device, one kernel (``empty(float*)``, 1 block of 32 threads); every path launches
-``--calls`` times per batch with the stream synchronized between batches; the table gives the median
-over batches of µs per launch and the ratio to the C floor (the driver API called from C).
-Paths are measured round-robin, several rounds, so drift on a shared machine hits them alike.
+One device, one kernel (``empty(float*)``, 1 block of 32 threads); every path launches ``--calls``
+times per batch with the stream synchronized between batches; the table gives the median over batches
+of µs per launch and the ratio to the C floor (the driver API called from C). Each path runs in a
+process of its own, as a user of that library would run it (loading CuPy, Numba and cuda.core into one
+process was seen to shift every path's cost by 1-2 µs on the H200 host), and the paths are measured
+round-robin over several rounds in one run, so drift on a shared machine hits them alike.
 
     python benchmarks/launch_overhead.py [--calls 200] [--batches 30] [--rounds 5] [--json PATH]
 """
@@ -44,7 +46,13 @@ def time_batches(launch: Callable[[], None], sync: Callable[[], None], calls: in
     return out
 
 
-def setup_paths(context: mc.Context, cubin: bytes) -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
+PATHS = ["mircuda TypedKernel.launch", "cuda.bindings cuLaunchKernel, void** block",
+         "cuda.bindings cuLaunchKernel, (values, types)", "cuda.core launch", "CuPy RawKernel",
+         "Numba dispatcher, eager signature"]
+
+
+def setup_paths(context: mc.Context, only: str) -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
+    """Set up the launch path named ``only`` (importing only what it needs)."""
     paths: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {}
     stream = context.create_stream()
     pool = context.default_memory_pool()
@@ -55,7 +63,7 @@ def setup_paths(context: mc.Context, cubin: bytes) -> dict[str, tuple[Callable[[
     paths["mircuda TypedKernel.launch"] = (lambda: k.launch(stream, cfg, buf), stream.synchronize)
     keep = [stream, buf, module, k]
 
-    try:
+    if only.startswith("cuda.bindings"):
         import ctypes
 
         from cuda.bindings import driver as drv
@@ -77,10 +85,8 @@ def setup_paths(context: mc.Context, cubin: bytes) -> dict[str, tuple[Callable[[
 
         paths["cuda.bindings cuLaunchKernel, void** block"] = (cb_block, stream.synchronize)
         paths["cuda.bindings cuLaunchKernel, (values, types)"] = (cb_tuple, stream.synchronize)
-    except Exception as exc:  # pragma: no cover - reported in the table
-        print(f"cuda.bindings paths unavailable: {exc}", file=sys.stderr)
 
-    try:
+    if only == "cuda.core launch":
         from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
 
         dev = Device(0)
@@ -92,10 +98,8 @@ def setup_paths(context: mc.Context, cubin: bytes) -> dict[str, tuple[Callable[[
         ccfg = LaunchConfig(grid=1, block=32)
         keep += [cstream, ker, cbuf]
         paths["cuda.core launch"] = (lambda: launch(cstream, ccfg, ker, cbuf), cstream.sync)
-    except Exception as exc:  # pragma: no cover
-        print(f"cuda.core path unavailable: {exc!r}", file=sys.stderr)
 
-    try:
+    if only == "CuPy RawKernel":
         import cupy as cp
 
         ck = cp.RawKernel(EMPTY, "empty")
@@ -109,10 +113,8 @@ def setup_paths(context: mc.Context, cubin: bytes) -> dict[str, tuple[Callable[[
 
         # Entering the stream context is how CuPy users pick a stream; time it with the launch.
         paths["CuPy RawKernel"] = (cupy_launch, cps.synchronize)
-    except Exception as exc:  # pragma: no cover
-        print(f"CuPy path unavailable: {exc!r}", file=sys.stderr)
 
-    try:
+    if only.startswith("Numba"):
         from numba import cuda
 
         @cuda.jit("void(float32[:])")
@@ -123,24 +125,44 @@ def setup_paths(context: mc.Context, cubin: bytes) -> dict[str, tuple[Callable[[
         darr = cuda.device_array(1024, dtype=np.float32, stream=nbs)
         keep += [nb_empty, nbs, darr]
         paths["Numba dispatcher, eager signature"] = (lambda: nb_empty[1, 32, nbs](darr), nbs.synchronize)
-    except Exception as exc:  # pragma: no cover
-        print(f"Numba path unavailable: {exc!r}", file=sys.stderr)
 
     setup_paths.keep = keep  # type: ignore[attr-defined]
-    return paths
+    return {only: paths[only]}
 
 
-def c_floor(cubin: bytes, calls: int, batches: int) -> float | None:
+def build_c_floor(tmp: str, cubin: bytes) -> list[str] | None:
+    """Compile the C floor program; return its command line up to the counts, or None without nvcc."""
     nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
     if not os.path.exists(nvcc):
         print("C floor unavailable: no nvcc", file=sys.stderr)
         return None
-    with tempfile.TemporaryDirectory() as tmp:
-        exe, cub = os.path.join(tmp, "launch_floor"), os.path.join(tmp, "empty.cubin")
-        Path(cub).write_bytes(cubin)
-        subprocess.run([nvcc, "-O2", "-o", exe, str(HERE / "c" / "launch_floor.c"), "-lcuda"], check=True)
-        out = subprocess.run([exe, cub, "empty", str(calls), str(batches)], check=True, capture_output=True, text=True)
-        return float(out.stdout.strip())
+    exe, cub = os.path.join(tmp, "launch_floor"), os.path.join(tmp, "empty.cubin")
+    Path(cub).write_bytes(cubin)
+    subprocess.run([nvcc, "-O2", "-o", exe, str(HERE / "c" / "launch_floor.c"), "-lcuda"], check=True)
+    return [exe, cub, "empty"]
+
+
+def c_floor(cmd: list[str] | None, calls: int, batches: int) -> float | None:
+    if cmd is None:
+        return None
+    out = subprocess.run(cmd + [str(calls), str(batches)], check=True, capture_output=True, text=True)
+    return float(out.stdout.strip())
+
+
+def measure_one(name: str, calls: int, batches: int) -> list[float]:
+    """Child-process mode: set up one path, time it, return the per-batch µs per launch."""
+    driver = mc.Driver.initialize()
+    context = driver.create_context(driver.devices()[0])
+    ((launch, sync),) = setup_paths(context, name).values()
+    return time_batches(launch, sync, calls, batches)
+
+
+def run_child(name: str, calls: int, batches: int) -> list[float] | str:
+    cmd = [sys.executable, __file__, "--child", name, "--calls", str(calls), "--batches", str(batches)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        return (out.stderr.strip().splitlines() or ["failed"])[-1]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
@@ -149,36 +171,51 @@ def main() -> int:
     ap.add_argument("--batches", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", default=str(HERE / "results" / "launch_overhead.json"))
+    ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        print(json.dumps(measure_one(args.child, args.calls, args.batches)))
+        return 0
 
     driver = mc.Driver.initialize()
     context = driver.create_context(driver.devices()[0])
     info = context.device_info()
     cubin = mc.compile_program(mc.cuda_kernel(EMPTY, "empty.cu"), info.arch).image
-    paths = setup_paths(context, cubin)
-    samples: dict[str, list[float]] = {name: [] for name in paths}
+    samples: dict[str, list[float]] = {name: [] for name in PATHS}
+    unavailable: dict[str, str] = {}
     floors: list[float] = []
+    tmp = tempfile.TemporaryDirectory()
+    floor_cmd = build_c_floor(tmp.name, cubin)
     for _ in range(args.rounds):
-        f = c_floor(cubin, args.calls, args.batches)
+        f = c_floor(floor_cmd, args.calls, args.batches)
         if f is not None:
             floors.append(f)
-        for name, (launch, sync) in paths.items():
-            samples[name] += time_batches(launch, sync, args.calls, args.batches)
+        for name in PATHS:
+            if name in unavailable:
+                continue
+            got = run_child(name, args.calls, args.batches)
+            if isinstance(got, str):
+                unavailable[name] = got
+            else:
+                samples[name] += got
     floor = statistics.median(floors) if floors else None
     rows = []
     if floor is not None:
         rows.append(("C, driver API cuLaunchKernel (the floor)", floor))
-    rows += [(name, statistics.median(v)) for name, v in samples.items()]
-    print(f"Launch host cost, empty kernel, 1x32 threads, one pointer; {info.name}; "
+    rows += [(name, statistics.median(v)) for name, v in samples.items() if v]
+    print(f"Launch host cost, empty kernel, 1x32 threads, one pointer; {info.name}; each path in its own process; "
           f"{args.rounds} rounds x {args.batches} batches x {args.calls} calls; median µs per launch")
     print(f"{'path':<48} {'µs':>8} {'× C floor':>10}")
     for name, us in rows:
         ratio = f"{us / floor:10.2f}" if floor else f"{'n/a':>10}"
         print(f"{name:<48} {us:8.2f} {ratio}")
+    for name, why in unavailable.items():
+        print(f"{name:<48} unavailable: {why}")
     result = {
         "benchmark": "launch_overhead", "device": info.name, "date": time.strftime("%Y-%m-%d"),
         "calls_per_batch": args.calls, "batches": args.batches, "rounds": args.rounds,
         "us_per_launch": dict(rows), "ratio_to_c_floor": {n: (u / floor if floor else None) for n, u in rows},
+        "unavailable": unavailable,
     }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
