@@ -177,7 +177,11 @@ def main() -> int:
         print(json.dumps(measure_one(args.child, args.calls, args.batches)))
         return 0
 
-    driver = mc.Driver.initialize()
+    try:
+        driver = mc.Driver.initialize()
+    except mc.MircudaError as exc:
+        print(f"launch_overhead needs a CUDA GPU: {exc}", file=sys.stderr)
+        return 2
     context = driver.create_context(driver.devices()[0])
     info = context.device_info()
     cubin = mc.compile_program(mc.cuda_kernel(EMPTY, "empty.cu"), info.arch).image

@@ -7,7 +7,7 @@ Importing mircuda never touches the driver; :meth:`Driver.initialize` does.
 from .compile import (CompileCacheStats, CompiledProgram, CompileOptions, Compiler, CudaSource, Module,
                       compile_program, cuda_kernel, nvrtc_version)
 from .dtypes import bf16, bool_, e2m1, e4m3, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
-from .errors import (CaptureError, ClosedResourceError, CompileError, ContractError, CudaError,
+from .errors import (CaptureError, ClosedResourceError, CompileError, CompileWarning, ContractError, CudaError,
                      GraphStreamError, LaunchConfigError, MircudaError, NvrtcError, UnsupportedPlatform,
                      UseAfterFree)
 from .launch import (ArgumentPacker, FunctionAttributes, In, InOut, KernelContract, LaunchConfig, Out,
@@ -18,7 +18,7 @@ from .runtime import Context, Device, DeviceInfo, Driver, Event, ProfilerRange, 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ArgumentPacker", "CaptureError", "ClosedResourceError", "CompileCacheStats", "CompileError",
+    "ArgumentPacker", "CaptureError", "ClosedResourceError", "CompileCacheStats", "CompileError", "CompileWarning",
     "CompileOptions", "CompiledProgram", "Compiler", "Context", "ContractError", "CudaError", "CudaSource",
     "Device", "DeviceBuffer", "DeviceInfo", "Driver", "Event", "FunctionAttributes", "GraphStreamError", "In",
     "InOut", "KernelContract", "LaunchConfig", "LaunchConfigError", "MemoryPool", "MircudaError", "Module",

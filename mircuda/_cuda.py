@@ -205,19 +205,28 @@ def _bind_hot_path(drv: Any) -> None:
     hot_path_kind = "ctypes"
 
 
-_toolkit_include: str | None = None
+_toolkit_includes: tuple[str, ...] | None = None
 
 
-def toolkit_include_dir() -> str | None:
-    """The CUDA toolkit header directory NVRTC should see (``cuda_fp16.h``, ``cuda_bf16.h``,
-    ``cuda_fp8.h``, ``cuda_fp4.h``): the ``nvidia-cuda-runtime`` wheel's, else ``CUDA_HOME``'s, as
-    ``cuda.pathfinder`` finds it; None when there is none (then only NVRTC's built-in headers exist)."""
-    global _toolkit_include
-    if _toolkit_include is None:
+def toolkit_include_dirs() -> tuple[str, ...]:
+    """The CUDA toolkit header directories NVRTC should see: cudart's (``cuda_fp16.h``, ``cuda_bf16.h``,
+    ``cuda_fp8.h``, ``cuda_fp4.h``) and CCCL's (``<cuda/std/...>``, ``<cub/...>``), from the toolkit
+    wheels or ``CUDA_HOME`` as ``cuda.pathfinder`` finds them; empty when there are none (then only
+    NVRTC's built-in headers exist)."""
+    global _toolkit_includes
+    if _toolkit_includes is None:
+        found: list[str] = []
         try:
             from cuda.pathfinder import find_nvidia_header_directory
 
-            _toolkit_include = find_nvidia_header_directory("cudart") or ""
+            for lib in ("cudart", "cccl"):
+                try:
+                    d = find_nvidia_header_directory(lib)
+                except Exception:
+                    d = None
+                if d and d not in found:
+                    found.append(d)
         except Exception:
-            _toolkit_include = ""
-    return _toolkit_include or None
+            pass
+        _toolkit_includes = tuple(found)
+    return _toolkit_includes

@@ -94,10 +94,21 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     import mircuda as mc
 
+    for name in ("elements", "launches", "batches"):
+        if getattr(args, name) < 1:
+            raise mc.ContractError(f"--{name}", "a positive integer", str(getattr(args, name)))
+    if args.json:
+        try:  # fail now, not after the whole run
+            open(args.json, "a").close()
+        except OSError as exc:
+            raise mc.ContractError("--json", "a writable file path", f"{args.json!r} ({exc.strerror})") from None
     n = args.elements
     launches = args.launches
     driver = mc.Driver.initialize()
-    device = driver.devices()[args.device]
+    devices = driver.devices()
+    if not 0 <= args.device < len(devices):
+        raise mc.ContractError("--device", f"a device ordinal in [0, {len(devices) - 1}]", str(args.device))
+    device = devices[args.device]
     rows: list[tuple[str, str]] = []
     failures: list[str] = []
     with driver.create_context(device) as context:
@@ -212,10 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("inspect", help="list devices, the NVRTC version and targets; compile a sample kernel")
     p.set_defaults(func=cmd_inspect)
     p = sub.add_parser("profile", help="compile, cache, allocate, launch, time and check a kernel on the GPU")
-    p.add_argument("--device", type=int, default=0)
-    p.add_argument("--elements", type=int, default=1 << 20)
-    p.add_argument("--launches", type=int, default=200)
-    p.add_argument("--batches", type=int, default=50)
+    p.add_argument("--device", type=int, default=0, help="device ordinal (default 0)")
+    p.add_argument("--elements", type=int, default=1 << 20, help="vector length of the axpby kernel (default 2^20)")
+    p.add_argument("--launches", type=int, default=200, help="launches per timed batch (default 200)")
+    p.add_argument("--batches", type=int, default=50, help="timed batches; medians are over batches (default 50)")
     p.add_argument("--json", help="also write the table as JSON to this file")
     p.set_defaults(func=cmd_profile)
     args = parser.parse_args(argv)

@@ -90,10 +90,13 @@ SUPPORTED: dict[type, DTypeInfo] = {
 }
 
 _BY_DTYPE: dict[np.dtype[Any], DTypeInfo] = {i.dtype: i for i in SUPPORTED.values()}
+_BY_NAME: dict[str, DTypeInfo] = {i.name: i for i in SUPPORTED.values()}
 
 
 def dtype_info(t: Any) -> DTypeInfo:
-    """Return the :class:`DTypeInfo` of a scalar type, numpy dtype or dtype-like (``"float32"``).
+    """Return the :class:`DTypeInfo` of a scalar type (``mc.f32``), numpy dtype, numpy dtype name
+    (``"float32"``) or mircuda name (``"f32"``). Python's ``int``, ``float`` and ``None`` are refused:
+    they do not say a width.
 
     Raises:
         ContractError: ``t`` is not one of the supported element types.
@@ -103,14 +106,23 @@ def dtype_info(t: Any) -> DTypeInfo:
         return info
     if t is bool:
         return SUPPORTED[bool_]
-    try:
-        d = np.dtype(t)
-    except TypeError:
-        d = None
+    if isinstance(t, str) and t in _BY_NAME:
+        return _BY_NAME[t]
+    d = None
+    # Python's int/float/complex and None would silently mean i64/f64 to numpy: CUDA's float is 32-bit.
+    if t is not None and t not in (int, float, complex):
+        try:
+            d = np.dtype(t)
+        except (TypeError, ValueError):
+            d = None
     info = _BY_DTYPE.get(d) if d is not None else None
     if info is None:
         from .errors import ContractError
 
         names = ", ".join(i.name for i in SUPPORTED.values())
-        raise ContractError("dtype", f"one of {names}", repr(t))
+        received = repr(t)
+        if d is not None and d.byteorder == ">":
+            received = f"{t!r} (big-endian {d.str}: CUDA is little-endian)"
+        hint = "Python's int and float do not say a width: use mc.i64, mc.f32, mc.f64..." if t in (int, float) else ""
+        raise ContractError("dtype", f"one of {names} (a mircuda/numpy scalar type, dtype or name)", received, hint)
     return info

@@ -13,6 +13,7 @@ __all__ = [
     "CudaError",
     "NvrtcError",
     "CompileError",
+    "CompileWarning",
     "ContractError",
     "LaunchConfigError",
     "UseAfterFree",
@@ -68,6 +69,10 @@ class CompileError(MircudaError):
         self.arch = arch
         self.source_name = source_name
         super().__init__(f"{message} (source {source_name!r}, arch {arch})\n{log}".rstrip())
+
+
+class CompileWarning(UserWarning):
+    """NVRTC compiled the source but reported warnings (the log is in the message)."""
 
 
 class ContractError(MircudaError, TypeError):

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 
 from .. import _cuda
-from ..errors import CompileError, ContractError
+from ..errors import CompileError, CompileWarning, ContractError
 from ._options import CompileOptions
 from ._source import CudaSource
 
 __all__ = ["CompiledProgram", "compile_program", "nvrtc_version", "supported_archs", "validate_arch"]
 
-_ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
+_ARCH = re.compile(r"(sm|compute)_([1-9][0-9]*)([af]?)")
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,18 @@ def validate_arch(arch: object, output: str = "cubin") -> str:
     Raises:
         ContractError: malformed, not supported by this NVRTC, or ``compute_*`` with CUBIN output.
     """
-    m = _ARCH.match(arch) if isinstance(arch, str) else None
+    m = _ARCH.fullmatch(arch) if isinstance(arch, str) and arch.isascii() else None
     if m is None:
         raise ContractError("arch", "an NVRTC target such as 'sm_90', 'sm_90a' or 'sm_120f'", repr(arch))
     if m.group(1) == "compute" and output == "cubin":
         raise ContractError("arch", "an sm_* target for CUBIN output", repr(arch),
                             "compute_* targets produce PTX only: pass CompileOptions(output='ptx')")
     sm = int(m.group(2))
+    suffix = m.group(3)
+    # Arch-specific ('a') targets exist from sm_90 on, family-specific ('f') from sm_100 on (PTX ISA 8.8).
+    if suffix == "a" and sm < 90 or suffix == "f" and sm < 100:
+        raise ContractError("arch", f"a target NVRTC knows ('{suffix}' variants start at "
+                            f"{'sm_90' if suffix == 'a' else 'sm_100'})", repr(arch))
     if sm not in supported_archs():
         raise ContractError("arch", f"one of NVRTC {'.'.join(map(str, nvrtc_version()))}'s targets "
                             f"{', '.join(f'sm_{a}' for a in supported_archs())}", repr(arch))
@@ -76,6 +82,17 @@ def validate_arch(arch: object, output: str = "cubin") -> str:
 def compile_program(source: CudaSource, arch: str, options: CompileOptions | None = None,
                     include_flags: tuple[str, ...] = ()) -> CompiledProgram:
     """Compile ``source`` for ``arch`` with NVRTC; works on machines without a GPU.
+
+    Args:
+        source: the translation unit.
+        arch: ``sm_<N>`` (CUBIN or PTX), ``sm_<N>a`` (arch-specific, N >= 90), ``sm_<N>f`` (family,
+            N >= 100), or ``compute_<N>[a|f]`` (PTX only); N among :func:`supported_archs`.
+        options: :class:`CompileOptions` (default: C++17, CUBIN).
+        include_flags: extra ``--include-path=DIR`` / ``-IDIR`` flags (the compiler's include roots).
+            The CUDA toolkit's headers (cudart and CCCL) are always on the include path.
+
+    NVRTC's log of a successful compilation (warnings) is kept in ``CompiledProgram.log`` and also
+    issued as a :class:`~mircuda.errors.CompileWarning`.
 
     Raises:
         ContractError: bad ``source``, ``arch`` or ``options``.
@@ -87,11 +104,15 @@ def compile_program(source: CudaSource, arch: str, options: CompileOptions | Non
     if not isinstance(options, CompileOptions):
         raise ContractError("options", "a CompileOptions", type(options).__name__)
     validate_arch(arch, options.output)
+    if isinstance(include_flags, str) or not all(
+            isinstance(f, str) and (f.startswith("--include-path=") or f.startswith("-I")) and "\0" not in f
+            for f in include_flags):
+        raise ContractError("include_flags", "a tuple of '--include-path=DIR' or '-IDIR' strings", repr(include_flags))
     mod = _cuda.nvrtc()
     prog = _cuda.nvrtc_call("nvrtcCreateProgram", source.text.encode(), source.name.encode(), 0, [], [])
     try:
-        toolkit = _cuda.toolkit_include_dir()
-        flags = options.flags(arch) + list(include_flags) + ([f"--include-path={toolkit}"] if toolkit else [])
+        toolkit = [f"--include-path={d}" for d in _cuda.toolkit_include_dirs()]
+        flags = options.flags(arch) + list(include_flags) + toolkit
         flags = [f.encode() for f in flags]
         (result,) = mod.nvrtcCompileProgram(prog, len(flags), flags)
         log = _log(prog)
@@ -105,6 +126,8 @@ def compile_program(source: CudaSource, arch: str, options: CompileOptions | Non
             size = int(_cuda.nvrtc_call("nvrtcGetPTXSize", prog))  # includes the terminating NUL
             buf = b" " * size
             _cuda.nvrtc_call("nvrtcGetPTX", prog, buf)
+        if log:
+            warnings.warn(CompileWarning(f"NVRTC warnings for {source.name!r} ({arch}):\n{log}"), stacklevel=3)
         return CompiledProgram(arch, options.output, bytes(buf), log, nvrtc_version())
     finally:
         mod.nvrtcDestroyProgram(prog)

@@ -54,13 +54,15 @@ class CompileOptions:
     def __post_init__(self) -> None:
         if self.std not in _STANDARDS:
             raise ContractError("std", f"one of {', '.join(_STANDARDS)}", repr(self.std))
+        if not isinstance(self.defines, (Mapping, tuple, list)):
+            raise ContractError("defines", "a mapping of macro name to value", repr(self.defines))
         items = self.defines.items() if isinstance(self.defines, Mapping) else self.defines
         norm: list[tuple[str, str | None]] = []
         for entry in items:
             if not (isinstance(entry, tuple) and len(entry) == 2):
                 raise ContractError("defines", "a mapping of macro name to value", repr(self.defines))
             name, value = entry
-            if not isinstance(name, str) or not _MACRO.match(name):
+            if not isinstance(name, str) or not _MACRO.fullmatch(name):
                 raise ContractError("defines", "macro names that are C identifiers", repr(name))
             if value is not None and not isinstance(value, (str, int)) or isinstance(value, bool):
                 raise ContractError(f"defines[{name!r}]", "a str, an int or None", repr(value))

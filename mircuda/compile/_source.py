@@ -48,8 +48,17 @@ class CudaSource:
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise ContractError("source", "CUDA C source as str", type(self.text).__name__)
-        if not isinstance(self.name, str) or not self.name:
-            raise ContractError("name", "a non-empty str", repr(self.name))
+        if "\0" in self.text:
+            raise ContractError("source", "text without NUL characters (NVRTC would stop reading there)",
+                                f"a NUL at offset {self.text.index(chr(0))}")
+        if not isinstance(self.name, str) or not self.name or "\0" in self.name or "\n" in self.name:
+            raise ContractError("name", "a non-empty single-line str", repr(self.name))
+        for field_name, value in (("source", self.text), ("name", self.name)):
+            try:
+                value.encode()
+            except UnicodeEncodeError as exc:
+                raise ContractError(field_name, "text encodable as UTF-8", f"{exc.object[exc.start:exc.end]!r} "
+                                    f"at offset {exc.start}") from None
         h = hashlib.sha256()
         h.update(self.name.encode())
         h.update(b"\0")
@@ -78,4 +87,4 @@ def cuda_kernel(source: str, name: str | None = None) -> CudaSource:
     Raises:
         ContractError: ``source`` is not a str.
     """
-    return CudaSource(source, name or _caller_name(1))
+    return CudaSource(source, _caller_name(1) if name is None else name)

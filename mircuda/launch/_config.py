@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..errors import LaunchConfigError
 
 if TYPE_CHECKING:
@@ -15,10 +17,15 @@ __all__ = ["LaunchConfig"]
 Dim3 = tuple[int, int, int]
 
 
+def _is_int(d: object) -> bool:
+    return isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+
+
 def _dim3(name: str, value: int | tuple[int, ...]) -> Dim3:
-    dims = (value,) if isinstance(value, int) else tuple(value) if isinstance(value, (tuple, list)) else None
-    if dims is None or not 1 <= len(dims) <= 3 or any(type(d) is not int for d in dims):
+    dims = (value,) if _is_int(value) else tuple(value) if isinstance(value, (tuple, list)) else None
+    if dims is None or not 1 <= len(dims) <= 3 or not all(_is_int(d) for d in dims):
         raise LaunchConfigError(f"{name}: expected an int or a tuple of 1-3 ints, received {value!r}")
+    dims = tuple(int(d) for d in dims)
     if any(d < 1 for d in dims):
         raise LaunchConfigError(f"{name}: expected every dimension >= 1, received {value!r}")
     return (dims + (1, 1))[:3]  # type: ignore[return-value]
@@ -47,8 +54,9 @@ class LaunchConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "grid", _dim3("grid", self.grid))
         object.__setattr__(self, "block", _dim3("block", self.block))
-        if type(self.shared_mem_bytes) is not int or self.shared_mem_bytes < 0:
+        if not _is_int(self.shared_mem_bytes) or self.shared_mem_bytes < 0:
             raise LaunchConfigError(f"shared_mem_bytes: expected a non-negative int, received {self.shared_mem_bytes!r}")
+        object.__setattr__(self, "shared_mem_bytes", int(self.shared_mem_bytes))
 
     @classmethod
     def for_elements(cls, n: int, block: int = 256, shared_mem_bytes: int = 0) -> LaunchConfig:
@@ -57,10 +65,11 @@ class LaunchConfig:
         Raises:
             LaunchConfigError: ``n`` or ``block`` is not a positive int.
         """
-        if type(n) is not int or n < 1:
+        if not _is_int(n) or n < 1:
             raise LaunchConfigError(f"n: expected a positive int (elements), received {n!r}")
-        if type(block) is not int or block < 1:
+        if not _is_int(block) or block < 1:
             raise LaunchConfigError(f"block: expected a positive int (threads), received {block!r}")
+        n, block = int(n), int(block)
         return cls(((n + block - 1) // block,), (block,), shared_mem_bytes)
 
     @property

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keyword
+import re
 import typing
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -25,6 +26,8 @@ class _AccessMarker:
     _access: Access
 
     def __class_getitem__(cls, item: Any) -> _BufferSpec:
+        if isinstance(item, _BufferSpec):
+            raise ContractError(f"{cls.__name__}[...]", "DeviceBuffer[T] (one access marker)", f"{item.access} marker inside")
         spec = _buffer_spec(item, "inout")
         if spec is None:
             raise ContractError(f"{cls.__name__}[...]", "DeviceBuffer[T]", repr(item))
@@ -84,6 +87,7 @@ class Param:
 
 
 _RESERVED = {"stream", "config"}
+_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 
 
 @dataclass(frozen=True)
@@ -97,16 +101,16 @@ class KernelContract:
     params: tuple[Param, ...]
 
     def __post_init__(self) -> None:
-        if not isinstance(self.symbol, str) or not self.symbol:
-            raise ContractError("symbol", "a non-empty kernel name", repr(self.symbol))
+        if not isinstance(self.symbol, str) or not _SYMBOL.fullmatch(self.symbol):
+            raise ContractError("symbol", "a kernel name (a C identifier, as declared extern \"C\")", repr(self.symbol))
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params)
 
     def __repr__(self) -> str:
-        ps = ", ".join(f"{p.name}: {p.describe()}" for p in self.params)
-        return f"cuda_export({self.symbol!r}, {ps})"
+        ps = "".join(f", {p.name}: {p.describe()}" for p in self.params)
+        return f"cuda_export({self.symbol!r}{ps})"
 
 
 def cuda_export(symbol: str, **params: Any) -> KernelContract:
@@ -115,6 +119,9 @@ def cuda_export(symbol: str, **params: Any) -> KernelContract:
     Each keyword is a parameter: ``In[DeviceBuffer[T]]``, ``Out[DeviceBuffer[T]]``,
     ``InOut[DeviceBuffer[T]]`` or bare ``DeviceBuffer[T]`` (read and written) for a ``T*`` parameter,
     or a scalar type (``mc.f32``, ``mc.i32``, ``mc.bool_``/``bool``, ...) for a by-value parameter.
+
+    Scalar parameters take Python and numpy scalars as ``TypedKernel.launch`` documents; Python's
+    ``int`` and ``float`` are refused as parameter *types* because they do not say a width.
 
     Example::
 
@@ -125,8 +132,10 @@ def cuda_export(symbol: str, **params: Any) -> KernelContract:
     """
     out: list[Param] = []
     for name, spec in params.items():
-        if name.startswith("_") or name in _RESERVED or keyword.iskeyword(name):
-            raise ContractError(name, "a parameter name not starting with '_' and not 'stream'/'config'", name)
+        if not name.isidentifier() or not name.isascii() or name.startswith("_") or name in _RESERVED \
+                or keyword.iskeyword(name):
+            raise ContractError(name, "a parameter name that is an ASCII Python identifier, not starting with '_', "
+                                "not a keyword and not 'stream'/'config'", repr(name))
         buf = _buffer_spec(spec, "inout")
         if buf is not None:
             out.append(Param(name, "buffer", buf.info, buf.access))

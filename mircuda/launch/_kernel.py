@@ -54,7 +54,13 @@ def _c_slots(contract: KernelContract) -> list[tuple[str, type]]:
             for p in contract.params]
 
 
-_FAST_SCALAR = {"f32": "float", "f64": "float", "bool": "bool"}
+_FAST_SCALAR = {
+    # A Python float within f32's finite range packs exactly as C's double-to-float conversion rounds;
+    # others (inf, nan, overflow) take the slow path, which refuses finite overflow.
+    "f32": "{a}.__class__ is float and -3.4028234663852886e38 <= {a} <= 3.4028234663852886e38",
+    "f64": "{a}.__class__ is float",
+    "bool": "{a}.__class__ is bool",
+}
 
 
 def _emit_writes(contract: KernelContract, ns: dict[str, Any], context: Any, block: ArgumentBlock) -> list[str]:
@@ -79,7 +85,7 @@ def _emit_writes(contract: KernelContract, ns: dict[str, Any], context: Any, blo
         else:
             ns[f"_v{i}"] = _missing_guard(p, scalar_converter(p))
             if p.info.name in _FAST_SCALAR:
-                cond = f"{a}.__class__ is {_FAST_SCALAR[p.info.name]}"
+                cond = _FAST_SCALAR[p.info.name].format(a=a)
             elif p.info.kind in ("int", "uint"):
                 lo, hi = _int_bounds(p)
                 cond = f"{a}.__class__ is int and {lo} <= {a} <= {hi}"
@@ -99,6 +105,17 @@ def _int_bounds(p: Param) -> tuple[int, int]:
 
     ii = np.iinfo(p.info.dtype)
     return int(ii.min), int(ii.max)
+
+
+def _arity_error(contract: KernelContract) -> Any:
+    def raise_arity(extra: tuple[Any, ...], unknown: dict[str, Any]) -> None:
+        declared = f"{len(contract.params)} arguments ({', '.join(contract.names)})"
+        if extra:
+            raise ContractError("arguments", declared, f"{len(extra)} more positional argument(s)")
+        name = next(iter(unknown))
+        raise ContractError(name, f"one of the declared parameters {', '.join(contract.names) or '(none)'}",
+                            f"an unknown keyword argument {name!r}")
+    return raise_arity
 
 
 def _missing_guard(p: Param, conv: Any) -> Any:
@@ -144,18 +161,27 @@ class ArgumentPacker:
     """Checks arguments against a contract and writes them into a parameter block, without launching.
 
     ``pack(*args)`` returns the packed bytes, exactly as a launch would hand them to the driver;
-    it exists for tests and for tools that inspect launches.
+    it exists for tests and for tools that inspect launches. One packer owns one block: it is not
+    meant to be shared between threads (a launch gives each thread its own block).
     """
 
     def __init__(self, contract: KernelContract, context: Any) -> None:
+        if not isinstance(contract, KernelContract):
+            raise ContractError("contract", "a KernelContract from mc.cuda_export(...)", type(contract).__name__)
         self.contract = contract
         self.block = ArgumentBlock(_c_slots(contract))
         ns: dict[str, Any] = {}
-        sig = ", ".join(f"{p.name}=_M" for p in contract.params)
+        sig = ", ".join([f"{p.name}=_M" for p in contract.params] + ["*_extra", "**_unknown"])
         ns["_M"] = _MISSING
-        body = _emit_writes(contract, ns, context, self.block) + ["    return _blk.packed_bytes()"]
+        ns["_arity"] = _arity_error(contract)
+        body = ["    if _extra or _unknown:", "        _arity(_extra, _unknown)"]
+        body += _emit_writes(contract, ns, context, self.block) + ["    return _blk.packed_bytes()"]
         ns["_blk"] = self.block
         self.pack = _compile_function("pack", sig, body, ns)
+
+    def pack(self, *args: Any, **kwargs: Any) -> bytes:  # pragma: no cover - replaced per instance
+        """Check the arguments as a launch would and return the packed parameter block (bytes)."""
+        raise NotImplementedError
 
 
 class TypedKernel:
@@ -173,6 +199,7 @@ class TypedKernel:
     """
 
     def __init__(self, module: Module, contract: KernelContract, cu_function: Any, abi: str = "c") -> None:
+        """Internal: obtain typed kernels with ``module.kernel(contract)``."""
         if abi not in LAUNCH_ABIS:
             raise ContractError("abi", f"one of {', '.join(LAUNCH_ABIS)}", repr(abi))
         self._abi = LAUNCH_ABIS[abi]
@@ -190,6 +217,22 @@ class TypedKernel:
         self._owner = threading.get_ident()
         self.launch = self._generate(self._owner)
 
+    def launch(self, stream: Any, config: LaunchConfig, *args: Any, **kwargs: Any) -> None:  # pragma: no cover
+        """Check ``args`` against the contract and enqueue the kernel on ``stream`` (asynchronous).
+
+        Arguments bind to the contract's parameters by position or by name. Buffers must be
+        ``DeviceBuffer``s of the declared dtype and of this kernel's context, not freed. Scalars: an int
+        parameter takes ``int``/numpy integers within its range (not ``bool``, not floats); a float
+        parameter takes ``int``, ``float``, numpy and ml_dtypes scalars, rounded to nearest-even;
+        finite values outside the type's range are refused, as are NaN/inf where the type has none
+        (e4m3, e2m1); ``bool`` takes ``bool``/``numpy.bool_`` only.
+
+        Raises:
+            ContractError, UseAfterFree, ClosedResourceError, LaunchConfigError, CudaError: see the class.
+        """
+        # Replaced per instance, at bind time, by a function generated for the contract.
+        raise NotImplementedError
+
     # -- the generated hot path ----------------------------------------------------------------
     def _generate(self, owner: int) -> Any:
         from ..runtime import Stream
@@ -204,10 +247,13 @@ class TypedKernel:
             "_owner": owner, "_other": self._launch_other_thread,
         }
         names = [p.name for p in contract.params]
-        sig = ", ".join(["stream", "config"] + [f"{n}=_M" for n in names])
+        sig = ", ".join(["stream", "config"] + [f"{n}=_M" for n in names] + ["*_extra", "**_unknown"])
         call_args = ", ".join(["stream", "config"] + names)
+        ns["_arity"] = _arity_error(contract)
         body = [
             "    global _last, _dims",
+            "    if _extra or _unknown:",
+            "        _arity(_extra, _unknown)",
             "    if _ident() != _owner:",
             f"        return _other({call_args})",
             "    if stream.__class__ is not _Stream or stream._context is not _ctx or not stream._handle:",

@@ -66,8 +66,68 @@ class ArgumentBlock:
         return self.storage.raw[: self.size]
 
 
-def _bits(dtype: Any, bits_type: Any, value: float) -> int:
-    return int(np.asarray(value, dtype=np.float64).astype(dtype).view(bits_type))
+class _NarrowFloat:
+    """Exact round-to-nearest-even from a Python float (a double) to a narrow float format.
+
+    Every value of bf16, e4m3 and e2m1 is exactly representable as a double, so rounding picks between
+    the two neighbouring table entries with exact arithmetic (no double rounding through float32).
+    Finite values beyond the format's range, and infinities or NaN where the format has none, are
+    refused rather than turned into another value.
+    """
+
+    def __init__(self, name: str, dtype: Any, bits_type: Any) -> None:
+        nbits = 4 if name == "e2m1" else np.dtype(bits_type).itemsize * 8  # ml_dtypes keeps e2m1 in 4 low bits
+        patterns = np.arange(1 << (nbits - 1), dtype=bits_type)  # sign bit clear
+        with np.errstate(invalid="ignore"):
+            values = patterns.view(dtype).astype(np.float64)
+        finite = np.isfinite(values)
+        order = np.argsort(values[finite], kind="stable")
+        self.values = values[finite][order]
+        self.patterns = patterns[finite][order].astype(np.int64)
+        self.sign = 1 << (nbits - 1)
+        self.name = name
+        self.max = float(self.values[-1])
+        self.inf = int(patterns[np.isinf(values) & (values > 0)][0]) if np.isinf(values).any() else None
+        # The canonical quiet NaN where the format has NaN (bf16: 0x7FC0; e4m3fn: its only NaN, 0x7F).
+        self.nan = {"bf16": 0x7FC0, "e4m3": 0x7F}.get(name)
+
+    def bits(self, argument: str, x: float) -> int:
+        import math
+
+        if math.isnan(x):
+            if self.nan is None:
+                raise ContractError(argument, f"a number ({self.name} has no NaN)", "nan")
+            return self.nan
+        sign = self.sign if math.copysign(1.0, x) < 0 else 0
+        a = abs(x)
+        if math.isinf(a):
+            if self.inf is None:
+                raise ContractError(argument, f"a finite number ({self.name} has no infinity)", repr(x))
+            return sign | self.inf
+        i = int(np.searchsorted(self.values, a))
+        if i == len(self.values):  # above the largest finite value: round down only within half an ulp
+            half_ulp = (self.values[-1] - self.values[-2]) / 2
+            if a - self.max < half_ulp:
+                return sign | int(self.patterns[-1])
+            raise ContractError(argument, f"a value representable as {self.name} (|x| <= {self.max:g})", repr(x))
+        if self.values[i] == a or i == 0:
+            return sign | int(self.patterns[i])
+        lo, hi = self.values[i - 1], self.values[i]
+        if a - lo < hi - a or (a - lo == hi - a and self.patterns[i - 1] % 2 == 0):
+            return sign | int(self.patterns[i - 1])
+        return sign | int(self.patterns[i])
+
+
+_NARROW: dict[str, _NarrowFloat] = {}
+
+
+def _narrow(name: str) -> _NarrowFloat:
+    table = _NARROW.get(name)
+    if table is None:
+        dtype = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn, "e2m1": ml_dtypes.float4_e2m1fn}[name]
+        bits = np.uint16 if name == "bf16" else np.uint8
+        table = _NARROW[name] = _NarrowFloat(name, dtype, bits)
+    return table
 
 
 def scalar_converter(param: Param) -> Callable[[Any], Any]:
@@ -104,10 +164,22 @@ def scalar_converter(param: Param) -> Callable[[Any], Any]:
             return float(v)
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
             raise ContractError(name, f"a real number for {info.name}", _show(v))
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:  # an int beyond the double range
+            raise ContractError(name, f"a value representable as {info.name}", _show(v)) from None
 
-    if info.name in ("f32", "f64"):
+    if info.name == "f64":
         return as_float
+    if info.name == "f32":
+        def conv_f32(v: Any) -> float:
+            x = as_float(v)
+            try:
+                struct.pack("<f", x)  # refuses finite values that would round to infinity
+            except OverflowError:
+                raise ContractError(name, "a value representable as f32 (|x| <= 3.4028235e38)", repr(v)) from None
+            return x
+        return conv_f32
     if info.name == "f16":
         def conv_f16(v: Any) -> int:
             try:
@@ -115,9 +187,8 @@ def scalar_converter(param: Param) -> Callable[[Any], Any]:
             except OverflowError:
                 raise ContractError(name, "a value representable as f16 (|x| <= 65504)", repr(v)) from None
         return conv_f16
-    target = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn, "e2m1": ml_dtypes.float4_e2m1fn}[info.name]
-    bits = np.uint16 if info.itemsize == 2 else np.uint8
-    return lambda v: _bits(target, bits, as_float(v))
+    table = _narrow(info.name)
+    return lambda v: table.bits(name, as_float(v))
 
 
 _ML_FLOAT_SCALARS = {ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float4_e2m1fn}

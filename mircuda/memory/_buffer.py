@@ -76,6 +76,7 @@ class DeviceBuffer(Generic[T]):
 
     @property
     def dtype(self) -> np.dtype[Any]:
+        """The element dtype (numpy; ml_dtypes for bf16, e4m3, e2m1)."""
         return self._info.dtype
 
     @property
@@ -85,6 +86,7 @@ class DeviceBuffer(Generic[T]):
 
     @property
     def nbytes(self) -> int:
+        """Size in bytes: ``len(buffer) * dtype.itemsize``."""
         return self._nbytes
 
     @property
@@ -98,6 +100,7 @@ class DeviceBuffer(Generic[T]):
 
     @property
     def freed(self) -> bool:
+        """True once ``free()`` was called; any use then raises :class:`UseAfterFree`."""
         return self._freed
 
     def __len__(self) -> int:
@@ -130,6 +133,7 @@ class DeviceBuffer(Generic[T]):
                 live graph.
         """
         self._live()
+        _require_stream(stream)
         stream._check_usable("stream", self._context)
         if self._holds:
             raise ContractError("buffer", "a buffer that no live graph holds",
@@ -152,6 +156,13 @@ class DeviceBuffer(Generic[T]):
     def __repr__(self) -> str:
         state = "freed" if self._freed else hex(self._ptr)
         return f"DeviceBuffer[{self._info.name}](len={self._count}, {state})"
+
+
+def _require_stream(stream: object) -> None:
+    from ..runtime import Stream
+
+    if not isinstance(stream, Stream):
+        raise ContractError("stream", "a mircuda Stream", type(stream).__name__)
 
 
 def _free_quietly(ptr: int, stream: Stream, context: Context) -> None:
@@ -213,14 +224,17 @@ class PinnedBuffer(Generic[T]):
 
     @property
     def dtype(self) -> np.dtype[Any]:
+        """The element dtype (numpy; ml_dtypes for bf16, e4m3, e2m1)."""
         return self._info.dtype
 
     @property
     def scalar_type(self) -> type:
+        """The element's numpy scalar type (``mc.f32`` ...)."""
         return self._info.scalar_type
 
     @property
     def nbytes(self) -> int:
+        """Size in bytes: ``len(buffer) * dtype.itemsize``."""
         return self._nbytes
 
     @property

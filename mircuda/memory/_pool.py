@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _cuda
 from ..dtypes import dtype_info
 from ..errors import ContractError
-from ._buffer import DeviceBuffer, _check_count
+from ._buffer import DeviceBuffer, _check_count, _require_stream
 
 if TYPE_CHECKING:
     from ..runtime import Context, Stream
@@ -21,6 +21,9 @@ class MemoryPool:
     Allocations are stream-ordered: memory allocated on a stream may be used by work enqueued on that
     stream after the allocation (and on other streams once ordered after it with an event).
     """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("obtain the pool with Context.default_memory_pool()")
 
     @classmethod
     def _wrap(cls, context: Context, cu_pool: Any) -> MemoryPool:
@@ -82,6 +85,7 @@ class MemoryPool:
         """
         info = dtype_info(dtype)
         _check_count("count", count)
+        _require_stream(stream)
         stream._check_usable("stream", self._context)
         nbytes = count * info.itemsize
         ptr = 0

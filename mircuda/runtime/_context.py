@@ -26,7 +26,7 @@ class Context:
     using the context, its streams or its buffers afterwards raises :class:`ClosedResourceError`.
     """
 
-    def __init__(self, _token: object) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("use Driver.create_context(device)")
 
     @classmethod
@@ -56,6 +56,7 @@ class Context:
 
     @property
     def closed(self) -> bool:
+        """True after ``close()``: the context and everything created from it are unusable."""
         return self._closed
 
     def device_info(self) -> DeviceInfo:

@@ -141,6 +141,13 @@ class Driver:
 
     @classmethod
     def initialize(cls) -> Driver:
+        """Initialize the CUDA driver (``cuInit(0)``) once per process and return the driver object.
+
+        Raises:
+            UnsupportedPlatform: no CUDA driver library on this machine.
+            CudaError: the driver failed to initialize, with its error name
+                (e.g. ``CUDA_ERROR_NO_DEVICE``).
+        """
         with cls._lock:
             if cls._instance is None:
                 _cuda.driver()

@@ -24,6 +24,9 @@ class Event:
 
     __slots__ = ("_context", "_cu", "_handle", "_timing", "_finalizer", "__weakref__")
 
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("create events with Context.create_event()")
+
     @classmethod
     def _create(cls, context: Context, timing: bool) -> Event:
         drv = _cuda.driver()

@@ -20,6 +20,9 @@ class ProfilerRange:
     by a finalizer that never raises.
     """
 
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("start a range with Context.start_profiler_range()")
+
     @classmethod
     def _start(cls, context: Context) -> ProfilerRange:
         _cuda.call("cuProfilerStart")

@@ -31,6 +31,9 @@ class Stream:
 
     __slots__ = ("_context", "_cu", "_handle", "_priority", "_finalizer", "__weakref__")
 
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("create streams with Context.create_stream()")
+
     @classmethod
     def _create(cls, context: Context, priority: int) -> Stream:
         drv = _cuda.driver()
@@ -55,6 +58,8 @@ class Stream:
 
     @property
     def priority(self) -> int:
+        """The scheduling priority given at creation: lower numbers run first, within
+        ``Context.stream_priority_range()``; 0 is the default."""
         return self._priority
 
     def _check_usable(self, argument: str, context: Context) -> None:
@@ -119,6 +124,7 @@ class Stream:
         _require(src, PinnedBuffer, "src", "a PinnedBuffer")
         _require(dst, DeviceBuffer, "dst", "a DeviceBuffer")
         n = _check_range(src, dst, count, src_offset, dst_offset, self._context)
+        src_offset, dst_offset = int(src_offset), int(dst_offset)
         if n:
             item = dst._info.itemsize
             _cuda.call("cuMemcpyHtoDAsync", dst._ptr + dst_offset * item, src._ptr + src_offset * item,
@@ -140,6 +146,7 @@ class Stream:
         _require(src, DeviceBuffer, "src", "a DeviceBuffer")
         _require(dst, PinnedBuffer, "dst", "a PinnedBuffer")
         n = _check_range(src, dst, count, src_offset, dst_offset, self._context)
+        src_offset, dst_offset = int(src_offset), int(dst_offset)
         if n:
             item = src._info.itemsize
             _cuda.call("cuMemcpyDtoHAsync", dst._ptr + dst_offset * item, src._ptr + src_offset * item,
@@ -163,6 +170,7 @@ class Stream:
         if count is None:
             raise ContractError("count", "a non-negative int (elements)", "None")
         n = _check_range(src, dst, count, src_offset, dst_offset, self._context)
+        src_offset, dst_offset = int(src_offset), int(dst_offset)
         if src is dst and n and abs(src_offset - dst_offset) < n:
             raise ContractError("dst_offset", f"a range not overlapping [{src_offset}, {src_offset + n})",
                                 f"[{dst_offset}, {dst_offset + n})")
@@ -180,7 +188,7 @@ class Stream:
         _check_buffer(buffer, "buffer", self._context)
         if type(byte) is not int or not 0 <= byte <= 255:
             raise ContractError("byte", "an int in [0, 255]", repr(byte))
-        _nonneg("offset", offset)
+        offset = _nonneg("offset", offset)
         n = len(buffer) - offset if count is None else _nonneg("count", count)
         if offset + n > len(buffer):
             raise ContractError("count", f"offset + count <= {len(buffer)}", f"{offset} + {n}")
@@ -225,9 +233,9 @@ def _describe(value: object) -> str:
 
 
 def _nonneg(argument: str, value: object) -> int:
-    if type(value) is not int or value < 0:  # type: ignore[operator]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
         raise ContractError(argument, "a non-negative int (elements)", repr(value))
-    return value  # type: ignore[return-value]
+    return int(value)
 
 
 def _check_buffer(buf: Any, argument: str, context: Context) -> None:
@@ -247,8 +255,8 @@ def _check_range(src: Any, dst: Any, count: int | None, src_offset: int, dst_off
     _check_buffer(dst, "dst", context)
     if src._info.dtype != dst._info.dtype:
         raise ContractError("dst", f"a buffer of dtype {src._info.dtype.name}", f"dtype {dst._info.dtype.name}")
-    _nonneg("src_offset", src_offset)
-    _nonneg("dst_offset", dst_offset)
+    src_offset = _nonneg("src_offset", src_offset)
+    dst_offset = _nonneg("dst_offset", dst_offset)
     n = len(src) - src_offset if count is None else _nonneg("count", count)
     if n < 0 or src_offset + n > len(src):
         raise ContractError("count", f"src_offset + count <= len(src) = {len(src)}", f"{src_offset} + {n}")

@@ -1,0 +1,156 @@
+"""Every fault a fresh user found, as a test with the right value: bad input fails loudly, by name."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+import mircuda as mc
+from mircuda.dtypes import dtype_info
+
+
+class FakeContext:
+    _closed = True
+    _handle = 1
+
+
+def packer(**params):
+    return mc.ArgumentPacker(mc.cuda_export("k", **params), FakeContext())
+
+
+@pytest.mark.parametrize("spec", [None, float, int, complex, "float"])
+def test_types_without_a_width_are_not_element_types(spec) -> None:
+    with pytest.raises(mc.ContractError):
+        mc.cuda_export("k", x=mc.DeviceBuffer[spec])
+    with pytest.raises(mc.ContractError):
+        mc.cuda_export("k", x=spec)
+
+
+def test_dtype_names_and_big_endian() -> None:
+    assert dtype_info("f32").name == "f32" and dtype_info("bf16").name == "bf16"
+    with pytest.raises(mc.ContractError, match="big-endian"):
+        dtype_info(">f4")
+
+
+@pytest.mark.parametrize("dtype, value, bits", [
+    (mc.bf16, 1 + 2**-8 + 2**-30, 0x3F81),   # just above the tie: rounds up (no double rounding)
+    (mc.bf16, 1 + 2**-8, 0x3F80),            # the tie: to even
+    (mc.bf16, float("nan"), 0x7FC0),
+    (mc.bf16, float("-inf"), 0xFF80),
+    (mc.e4m3, 1 + 2**-4 + 2**-40, 0x39),
+    (mc.e4m3, 448.0, 0x7E),
+    (mc.e4m3, -0.0, 0x80),
+    (mc.e2m1, 0.25, 0x0),                    # tie between 0 and 0.5: to even
+    (mc.e2m1, 5.0, 0x6),                     # tie between 4 and 6: to even (6)
+    (mc.e2m1, -6.0, 0xF),
+])
+def test_narrow_floats_round_to_nearest_even_exactly(dtype, value, bits) -> None:
+    width = "<H" if dtype is mc.bf16 else "<B"
+    assert packer(v=dtype).pack(value) == struct.pack(width, bits)
+
+
+@pytest.mark.parametrize("dtype, value", [
+    (mc.e2m1, float("nan")), (mc.e2m1, 7.0), (mc.e2m1, float("inf")),
+    (mc.e4m3, 1000.0), (mc.e4m3, float("inf")),
+    (mc.bf16, 1e300), (mc.f32, 1e39), (mc.f16, 1e6),
+    (mc.f32, 10**400), (mc.f64, 10**400),
+])
+def test_values_a_type_cannot_hold_are_refused(dtype, value) -> None:
+    with pytest.raises(mc.ContractError, match="'v'"):
+        packer(v=dtype).pack(value)
+
+
+def test_f32_keeps_infinities_and_nan() -> None:
+    p = packer(v=mc.f32)
+    assert p.pack(float("inf")) == struct.pack("<f", float("inf"))
+    assert np.isnan(struct.unpack("<f", p.pack(float("nan")))[0])
+
+
+def test_wrong_argument_counts_are_contract_errors() -> None:
+    p = packer(x=mc.f32, n=mc.i32)
+    with pytest.raises(mc.ContractError, match="2 arguments"):
+        p.pack(1.0, 2, 3)
+    with pytest.raises(mc.ContractError, match="unknown keyword argument 'y'"):
+        p.pack(1.0, 2, y=3)
+    with pytest.raises(mc.ContractError, match="'n'.*missing"):
+        p.pack(1.0)
+
+
+@pytest.mark.parametrize("name", ["1x", "a b", "for", "é"])
+def test_parameter_names_must_be_identifiers(name) -> None:
+    with pytest.raises(mc.ContractError):
+        mc.cuda_export("k", **{name: mc.f32})
+
+
+@pytest.mark.parametrize("symbol", ["", "a b", "k\0x", "1k", 3])
+def test_symbols_must_be_c_identifiers(symbol) -> None:
+    with pytest.raises(mc.ContractError, match="symbol"):
+        mc.cuda_export(symbol)
+
+
+def test_nested_access_markers_are_refused() -> None:
+    with pytest.raises(mc.ContractError):
+        mc.In[mc.Out[mc.DeviceBuffer[mc.f32]]]
+    assert repr(mc.cuda_export("k")) == "cuda_export('k')"
+
+
+def test_sources_with_nul_or_unencodable_text_are_refused() -> None:
+    with pytest.raises(mc.ContractError, match="NUL"):
+        mc.cuda_kernel('extern "C" __global__ void k() {}\0 junk')
+    with pytest.raises(mc.ContractError, match="UTF-8"):
+        mc.cuda_kernel("// \udc80")
+    with pytest.raises(mc.ContractError, match="name"):
+        mc.cuda_kernel("", "")
+
+
+@pytest.mark.parametrize("flags", [("--gpu-architecture=sm_80",), ("-G",), "-I/tmp", (None,)])
+def test_include_flags_take_include_paths_only(flags) -> None:
+    with pytest.raises(mc.ContractError, match="include_flags"):
+        mc.compile_program(mc.cuda_kernel('extern "C" __global__ void k() {}'), "sm_90", None, flags)
+
+
+@pytest.mark.parametrize("arch", ["sm_90\n", "sm_80a", "sm_90f", "sm_090", "sm_\u0669\u0660"])
+def test_malformed_or_impossible_targets_are_contract_errors(arch) -> None:
+    with pytest.raises(mc.ContractError, match="arch"):
+        mc.compile_program(mc.cuda_kernel('extern "C" __global__ void k() {}'), arch)
+
+
+@pytest.mark.parametrize("defines", [None, {"X\n": 1}, 3])
+def test_bad_defines_are_contract_errors(defines) -> None:
+    with pytest.raises(mc.ContractError, match="defines"):
+        mc.CompileOptions(defines=defines)
+
+
+def test_nvrtc_warnings_are_surfaced() -> None:
+    src = mc.cuda_kernel('extern "C" __global__ void k(int* o) { int unused; o[0] = 1; }', "warn.cu")
+    with pytest.warns(mc.CompileWarning, match="warn.cu"):
+        prog = mc.compile_program(src, "sm_90", mc.CompileOptions(extra_flags=("--ftz=true", "--ftz=false")))
+    assert prog.log
+
+
+def test_cccl_headers_are_on_the_include_path() -> None:
+    src = mc.cuda_kernel('#include <cuda/std/cstdint>\n'
+                         'extern "C" __global__ void k(cuda::std::int64_t* o) { o[0] = 1; }')
+    assert mc.compile_program(src, "sm_90").image
+
+
+def test_numpy_integers_work_wherever_ints_do() -> None:
+    c = mc.LaunchConfig(np.int64(4), (np.int32(32),), np.uint32(0))
+    assert c.grid == (4, 1, 1) and type(c.grid[0]) is int
+    assert mc.LaunchConfig.for_elements(np.int64(1000), np.int64(256)).grid == (4, 1, 1)
+    with pytest.raises(mc.LaunchConfigError):
+        mc.LaunchConfig(True, 32)
+
+
+@pytest.mark.parametrize("cls", [mc.Stream, mc.MemoryPool, mc.Event, mc.ProfilerRange, mc.DeviceBuffer,
+                                 mc.PinnedBuffer, mc.Context])
+def test_resources_are_only_made_by_their_factories(cls) -> None:
+    with pytest.raises(TypeError, match="(use|create|allocate|obtain|start)"):
+        cls()
+
+
+def test_argument_packer_takes_a_contract() -> None:
+    with pytest.raises(mc.ContractError, match="contract"):
+        mc.ArgumentPacker("k", FakeContext())  # type: ignore[arg-type]
