@@ -26,3 +26,12 @@ __all__ = [
     "UseAfterFree", "bf16", "bool_", "compile_program", "cuda_export", "cuda_kernel", "e2m1", "e4m3", "f16",
     "f32", "f64", "i8", "i16", "i32", "i64", "nvrtc_version", "u8", "u16", "u32", "u64",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # `mc.numba_ext` imports numba and numba-cuda on first use; `import mircuda` alone does not.
+    if name == "numba_ext":
+        import importlib
+
+        return importlib.import_module(".numba_ext", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

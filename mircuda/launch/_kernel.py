@@ -162,20 +162,24 @@ class ArgumentPacker:
 
     ``pack(*args)`` returns the packed bytes, exactly as a launch would hand them to the driver;
     it exists for tests and for tools that inspect launches. One packer owns one block: it is not
-    meant to be shared between threads (a launch gives each thread its own block).
+    meant to be shared between threads (a launch gives each thread its own block). ``abi`` names the
+    registered launch ABI (:data:`LAUNCH_ABIS`) whose layout the block follows (``"c"`` by default).
     """
 
-    def __init__(self, contract: KernelContract, context: Any) -> None:
+    def __init__(self, contract: KernelContract, context: Any, abi: str = "c") -> None:
         if not isinstance(contract, KernelContract):
             raise ContractError("contract", "a KernelContract from mc.cuda_export(...)", type(contract).__name__)
+        if abi not in LAUNCH_ABIS:
+            raise ContractError("abi", f"one of {', '.join(LAUNCH_ABIS)}", repr(abi))
+        launch_abi = LAUNCH_ABIS[abi]
         self.contract = contract
-        self.block = ArgumentBlock(_c_slots(contract))
+        self.block = ArgumentBlock(launch_abi.slots(contract))
         ns: dict[str, Any] = {}
         sig = ", ".join([f"{p.name}=_M" for p in contract.params] + ["*_extra", "**_unknown"])
         ns["_M"] = _MISSING
         ns["_arity"] = _arity_error(contract)
         body = ["    if _extra or _unknown:", "        _arity(_extra, _unknown)"]
-        body += _emit_writes(contract, ns, context, self.block) + ["    return _blk.packed_bytes()"]
+        body += launch_abi.emit_writes(contract, ns, context, self.block) + ["    return _blk.packed_bytes()"]
         ns["_blk"] = self.block
         self.pack = _compile_function("pack", sig, body, ns)
 
