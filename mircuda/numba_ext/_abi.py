@@ -107,34 +107,35 @@ def _contract_specs(contract: KernelContract) -> tuple[ArgSpec, ...]:
                  else ArgSpec(NUMBA_TYPES[p.info.name], 0, "", True) for p in contract.params)
 
 
+def _binding(numba_type: Any) -> str:
+    names = [n for n, t in NUMBA_TYPES.items() if t == numba_type]
+    return " or ".join(", ".join(names).rsplit(", ", 1))
+
+
 def check_contract(specs: tuple[ArgSpec, ...], contract: KernelContract) -> None:
     """Check a contract against a Numba signature, parameter by parameter.
 
     Raises:
         ContractError: a different parameter count, a buffer for a scalar (or the reverse), another
-            element type, or an ``Out``/``InOut`` buffer for a read-only Numba array.
+            element type, or an ``Out``/``InOut`` buffer for a read-only Numba array. The error names
+            the contract's parameter and what the kernel's Numba parameter takes.
     """
     if len(specs) != len(contract.params):
         raise ContractError("contract", f"{len(specs)} parameters, as the Numba signature "
                             f"({', '.join(str(s.numba_type) for s in specs)}) has",
                             f"{len(contract.params)} ({', '.join(contract.names)})")
     for p, s in zip(contract.params, specs):
-        want = NUMBA_TYPES[p.info.name]
-        if p.kind == "buffer":
-            if not s.ndim:
-                raise ContractError(p.name, f"{p.describe()} for an array parameter",
-                                    f"a scalar parameter ({s.describe()})")
-            if s.dtype != want:
-                raise ContractError(p.name, f"a Numba array of {want} for {p.describe()}", s.describe())
-            if not s.mutable and p.access != "in":
-                raise ContractError(p.name, "In[DeviceBuffer[...]] for a read-only Numba array", p.describe())
-        else:
-            if s.ndim:
-                raise ContractError(p.name, f"a scalar type for a scalar parameter, as {s.describe()} is an array",
-                                    p.describe())
-            if s.numba_type != want:
-                raise ContractError(p.name, f"the contract type binding to {s.describe()}",
-                                    f"{p.describe()} (binds to Numba {want})")
+        kernel = f"(the Numba parameter is {s.numba_type})"
+        if p.kind == "buffer" and not s.ndim:
+            raise ContractError(p.name, f"a scalar type binding to {s.numba_type}: {_binding(s.numba_type)}",
+                                p.describe())
+        if p.kind == "scalar" and s.ndim:
+            raise ContractError(p.name, f"DeviceBuffer[{_binding(s.dtype)}] {kernel}", p.describe())
+        if NUMBA_TYPES[p.info.name] != s.dtype:
+            what = f"DeviceBuffer[{_binding(s.dtype)}]" if s.ndim else _binding(s.dtype)
+            raise ContractError(p.name, f"{what} {kernel}", p.describe())
+        if p.kind == "buffer" and not s.mutable and p.access != "in":
+            raise ContractError(p.name, f"In[DeviceBuffer[{p.info.name}]] {kernel}: a read-only array", p.describe())
 
 
 def _slots(specs: tuple[ArgSpec, ...] | None, contract: KernelContract) -> list[tuple[str, type]]:

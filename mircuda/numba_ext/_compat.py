@@ -109,6 +109,21 @@ def cudadevrt_path() -> str:
     return get_cudalib("cudadevrt", static=True)
 
 
+def numba_include_dir(nvrtc_major: int) -> str:
+    """numba-cuda's own copies of the CUDA fp16/bf16/fp8 headers, which numba-cuda's NVRTC searches
+    first when it compiles the CUDA C shims of its float16 and bfloat16 operations."""
+    import os
+
+    return os.path.join(os.path.dirname(os.path.abspath(_compiler.__file__)), "include", str(nvrtc_major))
+
+
+def is_lto_warning(setup_function: Any) -> bool:
+    """True for numba-cuda's float16/bfloat16 shim callback, whose only effect is a performance
+    warning when nvJitLink is missing (``numba/cuda/_internal/cuda_fp16.py``): safe to run early."""
+    return getattr(setup_function, "__name__", "") == "lto_warning_callback" and \
+        getattr(setup_function, "__module__", "").startswith("numba.cuda._internal")
+
+
 def memory_pointer(numba_context: Any, address: int, size: int, *, owner: Any = None,
                    finalizer: Any = None) -> Any:
     """A Numba ``MemoryPointer`` over ``size`` bytes at device ``address``.

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .. import _cuda
-from ..errors import ContractError, UnsupportedPlatform
+from ..errors import ContractError, CudaError, MircudaError, UnsupportedPlatform
 from ..launch import ArgumentPacker, LaunchConfig, TypedKernel
 from ..runtime import Stream
 
@@ -94,10 +94,18 @@ def driver_function(name: str) -> Any:
     return c_function(address, restype, *argtypes)
 
 
-def check(code: int) -> None:
-    """Raise :class:`~mircuda.CudaError` for a non-zero ``CUresult`` an njit loop returned."""
+def check(code: int, call: str = "cuLaunchKernel") -> None:
+    """Raise :class:`~mircuda.CudaError` for a non-zero ``CUresult`` a compiled loop returned.
+
+    Raises:
+        CudaError: ``code`` is not 0 (``CUDA_SUCCESS``); its ``name`` is the driver's name for it.
+    """
     if code:
-        _cuda.raise_result(int(code), "cuLaunchKernel", "returned by a compiled launch loop")
+        try:
+            name = _cuda.result_name(int(code))
+        except MircudaError:  # no driver to ask for the name
+            name = f"CUresult({int(code)})"
+        raise CudaError(int(code), name, call, "returned by a compiled host loop")
 
 
 class LaunchRecord:

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..compile import CompiledProgram, CompileOptions, nvrtc_version
+from ..compile import CompiledProgram, CompileOptions, CudaSource, nvrtc_version
 from ..errors import CompileError, ContractError, UnsupportedPlatform
 from . import _compat
 from ._abi import register_signature
@@ -123,7 +123,11 @@ class NumbaKernelSource:
         if lib.use_cooperative:
             raise UnsupportedPlatform(f"{self.name} uses grid synchronization (a cooperative launch); "
                                       "launch it with numba.cuda instead")
-        if lib._setup_functions or lib._teardown_functions or lib.referenced_objects:
+        setup = [f for f in lib._setup_functions if not _compat.is_lto_warning(f)]
+        for f in lib._setup_functions:
+            if _compat.is_lto_warning(f):
+                f(None)  # numba-cuda's float16/bfloat16 shims: warns when nvJitLink is missing
+        if setup or lib._teardown_functions or lib.referenced_objects:
             raise UnsupportedPlatform(f"{self.name} needs module setup by Numba (its runtime, or device arrays "
                                       "captured from globals); pass arrays as arguments instead")
 
@@ -137,6 +141,8 @@ class NumbaKernelSource:
             else:
                 linker.add_ptx(kernel_ptx.encode(), name=f"{self.symbol}.ptx")
             for item in sorted(links, key=lambda x: getattr(x, "name", str(x))):
+                if isinstance(item, _compat.CUSource) and not isinstance(item, CudaLinkSource):
+                    item = _numba_shim(item)  # numba-cuda's own CUDA C (float16/bfloat16 operations)
                 if isinstance(item, CudaLinkSource):
                     code, log = compile_relocatable(item, arch, options, lto=lto)
                     if log:
@@ -176,6 +182,14 @@ class NumbaKernelSource:
 
     def __repr__(self) -> str:
         return f"numba_kernel({self.name})"
+
+
+def _numba_shim(item: Any) -> CudaLinkSource:
+    # Compiled by mircuda's NVRTC (no driver needed), with numba-cuda's header copies first on the
+    # include path as numba-cuda's own NVRTC would have them.
+    data = item.data.decode() if isinstance(item.data, bytes) else str(item.data)
+    include = _compat.numba_include_dir(nvrtc_version()[0])
+    return CudaLinkSource(CudaSource(data, item.name.strip("<>") or "numba_shim.cu"), (include,))
 
 
 def _release(ptx: str) -> tuple[int, int] | None:
