@@ -1,0 +1,197 @@
+"""Host cost per launch of an empty Numba kernel: Numba's dispatcher beside mircuda's typed launch (Python)
+and a compiled ``@numba.njit`` loop calling ``cuLaunchKernel`` with a launch record, with CUDA C through
+mircuda and the C floor for reference.
+
+One device; the kernel takes one float32 array (Numba: ``void(float32[:])``, 7 ABI values; CUDA C:
+``empty(float*)``), 1 block of 32 threads. Each path runs ``--calls`` launches per batch with the stream
+synchronized between batches; the table gives the median over batches of µs per launch and the ratio
+to the C floor (``benchmarks/c/launch_floor.c``: the driver API called from C, as in
+``launch_overhead.py``). Each path runs in a process of its own (loading several CUDA libraries into one
+process shifted launch costs on the H200 host), round-robin over ``--rounds`` rounds.
+Goals (issue 4): a Numba kernel through mircuda <= 1.25x the C floor from Python, <= 1.1x from @njit.
+
+    python benchmarks/numba_launch.py [--calls 200] [--batches 30] [--rounds 5] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import mircuda as mc  # noqa: E402
+from launch_overhead import EMPTY, build_c_floor, c_floor, time_batches  # noqa: E402
+
+PATHS = [
+    "Numba dispatcher, eager signature",
+    "Numba dispatcher, mircuda buffer on a mircuda stream",
+    "Numba kernel, mircuda TypedKernel.launch",
+    "CUDA C kernel, mircuda TypedKernel.launch",
+    "Numba kernel, @njit loop + LaunchRecord",
+    "CUDA C kernel, @njit loop + LaunchRecord",
+]
+GOALS = {"Numba kernel, mircuda TypedKernel.launch": 1.25, "Numba kernel, @njit loop + LaunchRecord": 1.1}
+
+
+def empty(p):  # type: ignore[no-untyped-def]
+    pass
+
+
+def time_njit_batches(run: Callable[[int], int], sync: Callable[[], None], calls: int, batches: int) -> list[float]:
+    """Like ``time_batches``, with the ``calls`` launches of a batch inside one compiled call."""
+    out = []
+    for b in range(batches + 2):
+        sync()
+        t0 = time.perf_counter()
+        err = run(calls)
+        t1 = time.perf_counter()
+        if err:
+            raise mc.CudaError(err, f"CUresult({err})", "cuLaunchKernel", "in the compiled loop")
+        if b >= 2:
+            out.append((t1 - t0) / calls * 1e6)
+    sync()
+    return out
+
+
+def measure(name: str, calls: int, batches: int) -> list[float]:
+    """Child-process mode: set up path ``name`` (importing only what it needs) and time it."""
+    import numpy as np
+
+    driver = mc.Driver.initialize()
+    context = driver.create_context(driver.devices()[0])
+    stream = context.create_stream()
+    pool = context.default_memory_pool()
+    buf = pool.allocate(mc.f32, stream, 1024)
+    cfg = mc.LaunchConfig(1, 32)
+    compiler = mc.Compiler(context)
+    contract = mc.cuda_export("empty", p=mc.DeviceBuffer[mc.f32])
+
+    if name == "Numba dispatcher, eager signature":
+        from numba import cuda
+
+        kernel = cuda.jit("void(float32[:])")(empty)
+        nbs = cuda.stream()
+        arr = cuda.device_array(1024, dtype=np.float32, stream=nbs)
+        return time_batches(lambda: kernel[1, 32, nbs](arr), nbs.synchronize, calls, batches)
+    if name == "Numba dispatcher, mircuda buffer on a mircuda stream":
+        from numba import cuda
+
+        import mircuda.numba_ext as mn
+
+        kernel = cuda.jit("void(float32[:])")(empty)
+        nbs, arr = mn.numba_stream(stream), mn.as_numba_array(buf, stream)
+        return time_batches(lambda: kernel[1, 32, nbs](arr), stream.synchronize, calls, batches)
+
+    if name.startswith("Numba kernel"):
+        import mircuda.numba_ext as mn
+
+        k = compiler.compile(mn.numba_kernel(empty, "void(float32[:])")).kernel(contract)
+    else:
+        k = compiler.compile(mc.cuda_kernel(EMPTY, "empty.cu")).kernel(contract)
+    if name.endswith("TypedKernel.launch"):
+        return time_batches(lambda: k.launch(stream, cfg, buf), stream.synchronize, calls, batches)
+
+    import numba
+
+    import mircuda.numba_ext as mn
+
+    record = mn.LaunchRecord(k, stream, cfg, buf)
+    launch = mn.record_launcher()
+
+    @numba.njit
+    def loop(values, n):  # type: ignore[no-untyped-def]
+        for _ in range(n):
+            err = launch(values)
+            if err:
+                return err
+        return 0
+
+    values = record.values
+    loop(values, 1)  # compile outside the timing
+    return time_njit_batches(lambda n: loop(values, n), stream.synchronize, calls, batches)
+
+
+def run_child(name: str, calls: int, batches: int) -> list[float] | str:
+    cmd = [sys.executable, __file__, "--child", name, "--calls", str(calls), "--batches", str(batches)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        return (out.stderr.strip().splitlines() or ["failed"])[-1]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--batches", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json", default=str(HERE / "results" / "numba_launch.json"))
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child, args.calls, args.batches)))
+        return 0
+
+    try:
+        driver = mc.Driver.initialize()
+    except mc.MircudaError as exc:
+        print(f"numba_launch needs a CUDA GPU: {exc}", file=sys.stderr)
+        return 2
+    context = driver.create_context(driver.devices()[0])
+    info = context.device_info()
+    cubin = mc.compile_program(mc.cuda_kernel(EMPTY, "empty.cu"), info.arch).image
+    samples: dict[str, list[float]] = {name: [] for name in PATHS}
+    unavailable: dict[str, str] = {}
+    floors: list[float] = []
+    tmp = tempfile.TemporaryDirectory()
+    floor_cmd = build_c_floor(tmp.name, cubin)
+    for _ in range(args.rounds):
+        f = c_floor(floor_cmd, args.calls, args.batches)
+        if f is not None:
+            floors.append(f)
+        for name in PATHS:
+            if name in unavailable:
+                continue
+            got = run_child(name, args.calls, args.batches)
+            if isinstance(got, str):
+                unavailable[name] = got
+            else:
+                samples[name] += got
+    floor = statistics.median(floors) if floors else None
+    rows = []
+    if floor is not None:
+        rows.append(("C, driver API cuLaunchKernel (the floor)", floor))
+    rows += [(name, statistics.median(v)) for name, v in samples.items() if v]
+    print(f"Launch host cost, empty kernel with one float32 array, 1x32 threads; {info.name}; each path in its own "
+          f"process; {args.rounds} rounds x {args.batches} batches x {args.calls} calls; median µs per launch")
+    print(f"{'path':<56} {'µs':>8} {'× C floor':>10} {'goal':>6}")
+    for name, us in rows:
+        ratio = f"{us / floor:10.2f}" if floor else f"{'n/a':>10}"
+        goal = f"{GOALS[name]:6.2f}" if name in GOALS else ""
+        print(f"{name:<56} {us:8.2f} {ratio} {goal}")
+    for name, why in unavailable.items():
+        print(f"{name:<56} unavailable: {why}")
+    ratios = {n: (u / floor if floor else None) for n, u in rows}
+    result = {
+        "benchmark": "numba_launch", "device": info.name, "date": time.strftime("%Y-%m-%d"),
+        "calls_per_batch": args.calls, "batches": args.batches, "rounds": args.rounds,
+        "us_per_launch": dict(rows), "ratio_to_c_floor": ratios, "unavailable": unavailable,
+        "goals_ratio_to_c_floor": GOALS,
+        "goals_met": {n: (ratios.get(n) is not None and ratios[n] <= g) for n, g in GOALS.items()},
+    }
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
