@@ -157,74 +157,98 @@ def measure_one(name: str, calls: int, batches: int) -> list[float]:
     return time_batches(launch, sync, calls, batches)
 
 
-def run_child(name: str, calls: int, batches: int) -> list[float] | str:
-    cmd = [sys.executable, __file__, "--child", name, "--calls", str(calls), "--batches", str(batches)]
+def run_child(name: str, calls: int, batches: int, script: str = __file__) -> list[float] | str:
+    """Run ``script --child name`` and return its per-batch µs, or the last line of its error."""
+    cmd = [sys.executable, script, "--child", name, "--calls", str(calls), "--batches", str(batches)]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         return (out.stderr.strip().splitlines() or ["failed"])[-1]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def round_robin(script: str, names: list[str], cubin: bytes, calls: int, batches: int,
+                rounds: int) -> tuple[list[tuple[str, float]], float | None, dict[str, str]]:
+    """Measure the C floor (with ``cubin``'s ``empty`` kernel) and each path of ``script`` in a child
+    process, round-robin over ``rounds``; return ``(rows of (name, median µs), floor µs, unavailable)``."""
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    unavailable: dict[str, str] = {}
+    floors: list[float] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        floor_cmd = build_c_floor(tmp, cubin)
+        for _ in range(rounds):
+            f = c_floor(floor_cmd, calls, batches)
+            if f is not None:
+                floors.append(f)
+            for name in names:
+                if name in unavailable:
+                    continue
+                got = run_child(name, calls, batches, script)
+                if isinstance(got, str):
+                    unavailable[name] = got
+                else:
+                    samples[name] += got
+    floor = statistics.median(floors) if floors else None
+    rows = [("C, driver API cuLaunchKernel (the floor)", floor)] if floor is not None else []
+    rows += [(name, statistics.median(v)) for name, v in samples.items() if v]
+    return rows, floor, unavailable
+
+
+def run_benchmark(script: str, doc: str, benchmark: str, paths: list[str],
+                  measure: Callable[[str, int, int], list[float]], title: str,
+                  goals: dict[str, float] | None = None) -> int:
+    """The command line shared by the launch benchmarks: child mode (``--child NAME`` runs
+    ``measure(NAME, calls, batches)`` and prints its samples), else the round-robin run of every path
+    beside the C floor, a table (with each path's goal as a ratio to the floor, where given) and the
+    results JSON ``benchmarks/results/<benchmark>.json``."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--batches", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--json", default=str(HERE / "results" / "launch_overhead.json"))
+    ap.add_argument("--json", default=str(HERE / "results" / f"{benchmark}.json"))
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(measure_one(args.child, args.calls, args.batches)))
+        print(json.dumps(measure(args.child, args.calls, args.batches)))
         return 0
 
     try:
         driver = mc.Driver.initialize()
     except mc.MircudaError as exc:
-        print(f"launch_overhead needs a CUDA GPU: {exc}", file=sys.stderr)
+        print(f"{benchmark} needs a CUDA GPU: {exc}", file=sys.stderr)
         return 2
     context = driver.create_context(driver.devices()[0])
     info = context.device_info()
     cubin = mc.compile_program(mc.cuda_kernel(EMPTY, "empty.cu"), info.arch).image
-    samples: dict[str, list[float]] = {name: [] for name in PATHS}
-    unavailable: dict[str, str] = {}
-    floors: list[float] = []
-    tmp = tempfile.TemporaryDirectory()
-    floor_cmd = build_c_floor(tmp.name, cubin)
-    for _ in range(args.rounds):
-        f = c_floor(floor_cmd, args.calls, args.batches)
-        if f is not None:
-            floors.append(f)
-        for name in PATHS:
-            if name in unavailable:
-                continue
-            got = run_child(name, args.calls, args.batches)
-            if isinstance(got, str):
-                unavailable[name] = got
-            else:
-                samples[name] += got
-    floor = statistics.median(floors) if floors else None
-    rows = []
-    if floor is not None:
-        rows.append(("C, driver API cuLaunchKernel (the floor)", floor))
-    rows += [(name, statistics.median(v)) for name, v in samples.items() if v]
-    print(f"Launch host cost, empty kernel, 1x32 threads, one pointer; {info.name}; each path in its own process; "
+    rows, floor, unavailable = round_robin(script, paths, cubin, args.calls, args.batches, args.rounds)
+    goals = goals or {}
+    width = max(48, *(len(n) + 1 for n in paths))
+    print(f"{title}; {info.name}; each path in its own process; "
           f"{args.rounds} rounds x {args.batches} batches x {args.calls} calls; median µs per launch")
-    print(f"{'path':<48} {'µs':>8} {'× C floor':>10}")
+    print(f"{'path':<{width}} {'µs':>8} {'× C floor':>10}" + (f" {'goal':>6}" if goals else ""))
     for name, us in rows:
         ratio = f"{us / floor:10.2f}" if floor else f"{'n/a':>10}"
-        print(f"{name:<48} {us:8.2f} {ratio}")
+        goal = f" {goals[name]:6.2f}" if name in goals else ""
+        print(f"{name:<{width}} {us:8.2f} {ratio}{goal}")
     for name, why in unavailable.items():
-        print(f"{name:<48} unavailable: {why}")
+        print(f"{name:<{width}} unavailable: {why}")
+    ratios = {n: (u / floor if floor else None) for n, u in rows}
     result = {
-        "benchmark": "launch_overhead", "device": info.name, "date": time.strftime("%Y-%m-%d"),
+        "benchmark": benchmark, "device": info.name, "date": time.strftime("%Y-%m-%d"),
         "calls_per_batch": args.calls, "batches": args.batches, "rounds": args.rounds,
-        "us_per_launch": dict(rows), "ratio_to_c_floor": {n: (u / floor if floor else None) for n, u in rows},
-        "unavailable": unavailable,
+        "us_per_launch": dict(rows), "ratio_to_c_floor": ratios, "unavailable": unavailable,
     }
+    if goals:
+        result["goals_ratio_to_c_floor"] = goals
+        result["goals_met"] = {n: ratios.get(n) is not None and ratios[n] <= g for n, g in goals.items()}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0
+
+
+def main() -> int:
+    return run_benchmark(__file__, __doc__ or "", "launch_overhead", PATHS, measure_one,
+                         "Launch host cost, empty kernel, 1x32 threads, one pointer")
 
 
 if __name__ == "__main__":

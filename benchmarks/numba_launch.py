@@ -15,12 +15,7 @@ Goals (issue 4): a Numba kernel through mircuda <= 1.25x the C floor from Python
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import mircuda as mc  # noqa: E402
-from launch_overhead import EMPTY, build_c_floor, c_floor, time_batches  # noqa: E402
+from launch_overhead import EMPTY, run_benchmark, time_batches  # noqa: E402
 
 PATHS = [
     "Numba dispatcher, eager signature",
@@ -120,77 +115,9 @@ def measure(name: str, calls: int, batches: int) -> list[float]:
     return time_njit_batches(lambda n: loop(values, n), stream.synchronize, calls, batches)
 
 
-def run_child(name: str, calls: int, batches: int) -> list[float] | str:
-    cmd = [sys.executable, __file__, "--child", name, "--calls", str(calls), "--batches", str(batches)]
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    if out.returncode != 0:
-        return (out.stderr.strip().splitlines() or ["failed"])[-1]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--calls", type=int, default=200)
-    ap.add_argument("--batches", type=int, default=30)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--json", default=str(HERE / "results" / "numba_launch.json"))
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(measure(args.child, args.calls, args.batches)))
-        return 0
-
-    try:
-        driver = mc.Driver.initialize()
-    except mc.MircudaError as exc:
-        print(f"numba_launch needs a CUDA GPU: {exc}", file=sys.stderr)
-        return 2
-    context = driver.create_context(driver.devices()[0])
-    info = context.device_info()
-    cubin = mc.compile_program(mc.cuda_kernel(EMPTY, "empty.cu"), info.arch).image
-    samples: dict[str, list[float]] = {name: [] for name in PATHS}
-    unavailable: dict[str, str] = {}
-    floors: list[float] = []
-    tmp = tempfile.TemporaryDirectory()
-    floor_cmd = build_c_floor(tmp.name, cubin)
-    for _ in range(args.rounds):
-        f = c_floor(floor_cmd, args.calls, args.batches)
-        if f is not None:
-            floors.append(f)
-        for name in PATHS:
-            if name in unavailable:
-                continue
-            got = run_child(name, args.calls, args.batches)
-            if isinstance(got, str):
-                unavailable[name] = got
-            else:
-                samples[name] += got
-    floor = statistics.median(floors) if floors else None
-    rows = []
-    if floor is not None:
-        rows.append(("C, driver API cuLaunchKernel (the floor)", floor))
-    rows += [(name, statistics.median(v)) for name, v in samples.items() if v]
-    print(f"Launch host cost, empty kernel with one float32 array, 1x32 threads; {info.name}; each path in its own "
-          f"process; {args.rounds} rounds x {args.batches} batches x {args.calls} calls; median µs per launch")
-    print(f"{'path':<56} {'µs':>8} {'× C floor':>10} {'goal':>6}")
-    for name, us in rows:
-        ratio = f"{us / floor:10.2f}" if floor else f"{'n/a':>10}"
-        goal = f"{GOALS[name]:6.2f}" if name in GOALS else ""
-        print(f"{name:<56} {us:8.2f} {ratio} {goal}")
-    for name, why in unavailable.items():
-        print(f"{name:<56} unavailable: {why}")
-    ratios = {n: (u / floor if floor else None) for n, u in rows}
-    result = {
-        "benchmark": "numba_launch", "device": info.name, "date": time.strftime("%Y-%m-%d"),
-        "calls_per_batch": args.calls, "batches": args.batches, "rounds": args.rounds,
-        "us_per_launch": dict(rows), "ratio_to_c_floor": ratios, "unavailable": unavailable,
-        "goals_ratio_to_c_floor": GOALS,
-        "goals_met": {n: (ratios.get(n) is not None and ratios[n] <= g) for n, g in GOALS.items()},
-    }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.json}")
-    return 0
+    return run_benchmark(__file__, __doc__ or "", "numba_launch", PATHS, measure,
+                         "Launch host cost, empty kernel with one float32 array, 1x32 threads", GOALS)
 
 
 if __name__ == "__main__":

@@ -15,28 +15,12 @@ import numpy as np
 import pytest
 
 import mircuda as mc
-from mircuda.dtypes import dtype_info
+from test_packing_and_config import ctx, fake_buffer  # noqa: F401  (the same fakes)
 
 mn = pytest.importorskip("mircuda.numba_ext")
 from numba.cuda import types as nt  # noqa: E402
 
 from mircuda.numba_ext import _abi  # noqa: E402
-
-
-class FakeContext:
-    """Stands in for a Context: packing only compares identities. Closed, so finalizers do nothing."""
-
-    _closed = True
-    _handle = 1
-
-
-@pytest.fixture()
-def ctx() -> FakeContext:
-    return FakeContext()
-
-
-def fake_buffer(ctx: FakeContext, dtype: type, count: int, ptr: int) -> mc.DeviceBuffer:
-    return mc.DeviceBuffer._adopt(ctx, None, dtype_info(dtype), count, ptr)  # type: ignore[arg-type]
 
 
 def array_values(nitems: int, itemsize: int, data: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> bytes:
@@ -49,7 +33,7 @@ K = mc.cuda_export("k", out=mc.Out[mc.DeviceBuffer[mc.f32]], m=mc.In[mc.DeviceBu
 
 
 @pytest.fixture()
-def packer(ctx: FakeContext) -> mc.ArgumentPacker:
+def packer(ctx) -> mc.ArgumentPacker:
     return mc.ArgumentPacker(K, ctx, abi=_abi.register_signature(SIG))
 
 

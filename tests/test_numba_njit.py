@@ -35,10 +35,8 @@ class FakeLaunch:
 RECORD = (0x7F00_0000_1000, 4, 2, 1, 128, 1, 1, 1024, 0x5555_0000, 0x7F00_DEAD_0000)
 
 
-def test_a_compiled_loop_calls_the_launch_function_with_the_record() -> None:
-    fake = FakeLaunch()
-    launch = mn.record_launcher(fake.function)
-
+def compiled_loop(launch):  # type: ignore[no-untyped-def]
+    """An @njit loop launching ``values`` ``n`` times and stopping at the first error, as a user writes it."""
     @numba.njit
     def run(values, n):  # type: ignore[no-untyped-def]
         for _ in range(n):
@@ -46,23 +44,19 @@ def test_a_compiled_loop_calls_the_launch_function_with_the_record() -> None:
             if err:
                 return err
         return 0
+    return run
 
+
+def test_a_compiled_loop_calls_the_launch_function_with_the_record() -> None:
+    fake = FakeLaunch()
+    run = compiled_loop(mn.record_launcher(fake.function))
     assert run(RECORD, 5) == 0
     assert fake.calls == [RECORD + (0,)] * 5  # kernelParams from the record, extra = NULL
 
 
 def test_the_loop_sees_the_first_error_and_check_raises_it() -> None:
     fake = FakeLaunch(fail_after=2, code=700)
-    launch = mn.record_launcher(fake.function)
-
-    @numba.njit
-    def run(values, n):  # type: ignore[no-untyped-def]
-        for _ in range(n):
-            err = launch(values)
-            if err:
-                return err
-        return 0
-
+    run = compiled_loop(mn.record_launcher(fake.function))
     code = run(RECORD, 10)
     assert code == 700 and len(fake.calls) == 3
     with pytest.raises(mc.CudaError) as info:

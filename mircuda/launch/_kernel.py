@@ -370,6 +370,23 @@ def _read_attributes(cu_function: Any) -> FunctionAttributes:
     )
 
 
+def parameter_sizes(cu_function: Any) -> list[int] | None:
+    """The compiled kernel's parameter sizes in bytes, in order (``cuFuncGetParamInfo``, CUDA 12.4+);
+    None where the driver cannot say."""
+    drv = _cuda.driver()
+    if not hasattr(drv, "cuFuncGetParamInfo"):
+        return None
+    sizes: list[int] = []
+    while len(sizes) < 4096:  # the driver answers CUDA_ERROR_INVALID_VALUE past the last parameter
+        code, out = _cuda.call_status("cuFuncGetParamInfo", cu_function, len(sizes))
+        if code:
+            if not sizes and code == 801:  # CUDA_ERROR_NOT_SUPPORTED
+                return None
+            break
+        sizes.append(int(out[1]))
+    return sizes
+
+
 def _verify_parameters(contract: KernelContract, cu_function: Any, slots: Any = None) -> None:
     """Compare the contract with the compiled kernel's parameter list (``cuFuncGetParamInfo``).
 
@@ -377,23 +394,14 @@ def _verify_parameters(contract: KernelContract, cu_function: Any, slots: Any = 
     kernel's (e.g. ``f64`` declared for a ``float``), at bind time instead of as garbage at run time.
     """
     block = ArgumentBlock((slots or _c_slots)(contract))
-    drv = _cuda.driver()
-    if not hasattr(drv, "cuFuncGetParamInfo"):
+    actual = parameter_sizes(cu_function)
+    if actual is None:
         return
-    actual: list[tuple[int, int]] = []
-    code = 0
-    while len(actual) < 4096:  # the driver answers CUDA_ERROR_INVALID_VALUE past the last parameter
-        code, out = _cuda.call_status("cuFuncGetParamInfo", cu_function, len(actual))
-        if code:
-            break
-        actual.append((int(out[0]), int(out[1])))
-    if not actual and len(contract.params) and code == 801:  # CUDA_ERROR_NOT_SUPPORTED
-        return
-    expected = [(s.offset, s.size) for s in block.slots]
+    expected = [s.size for s in block.slots]
     if len(actual) != len(expected):
         raise ContractError("contract", f"{len(actual)} parameters, as kernel {contract.symbol!r} has",
                             f"{len(expected)} parameters ({', '.join(contract.names)})")
-    for p, (eo, es), (ao, asz) in zip(contract.params, expected, actual):
+    for p, es, asz in zip(contract.params, expected, actual):
         if es != asz:
             raise ContractError(p.name, f"a parameter of {asz} bytes (kernel {contract.symbol!r})",
                                 f"{p.describe()} of {es} bytes")

@@ -30,10 +30,9 @@ from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
-from .. import _cuda
 from ..errors import ContractError, UseAfterFree
 from ..launch import LAUNCH_ABIS, KernelContract, LaunchAbi, Param
-from ..launch._kernel import _MISSING, _emit_writes
+from ..launch._kernel import _MISSING, _emit_writes, parameter_sizes
 from ..launch._pack import SCALAR_CTYPES
 from ..memory import DeviceBuffer
 from . import _compat
@@ -261,22 +260,6 @@ def _array_writer(p: Param, s: ArgSpec, context: Any, nitems: Any, data: Any, sh
     return write
 
 
-def _param_sizes(cu_function: Any) -> list[int] | None:
-    """The kernel's parameter sizes in bytes (``cuFuncGetParamInfo``, CUDA 12.4+); None if unknown."""
-    drv = _cuda.driver()
-    if not hasattr(drv, "cuFuncGetParamInfo"):
-        return None
-    sizes: list[int] = []
-    while len(sizes) < 4096:  # the driver answers CUDA_ERROR_INVALID_VALUE past the last parameter
-        code, out = _cuda.call_status("cuFuncGetParamInfo", cu_function, len(sizes))
-        if code:
-            if not sizes and code == 801:  # CUDA_ERROR_NOT_SUPPORTED
-                return None
-            break
-        sizes.append(int(out[1]))
-    return sizes
-
-
 def _verify(specs: tuple[ArgSpec, ...] | None, contract: KernelContract, cu_function: Any) -> None:
     """Bind-time check: the contract against the Numba signature (when known), then the ABI values
     against the compiled kernel's parameter sizes.
@@ -287,7 +270,7 @@ def _verify(specs: tuple[ArgSpec, ...] | None, contract: KernelContract, cu_func
     if specs is not None:
         check_contract(specs, contract)
     slots = _slots(specs, contract)
-    sizes = _param_sizes(cu_function)
+    sizes = parameter_sizes(cu_function)
     if sizes is None:
         return
     if len(sizes) != len(slots):

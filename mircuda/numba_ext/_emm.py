@@ -30,6 +30,7 @@ from typing import Any
 from .. import _cuda
 from ..errors import ClosedResourceError, ContractError, UnsupportedPlatform
 from ..memory import MemoryPool
+from ..memory._buffer import _free_quietly
 from ..runtime import Stream
 from . import _compat
 
@@ -181,17 +182,7 @@ class _Release:
 
 
 def _free_now(manager: PoolMemoryManager, address: int) -> None:
-    context, stream = manager._context, manager._stream
-    try:
-        if context.closed:
-            return
-        _cuda.make_current(context.handle)
-        if stream.handle:
-            _cuda.call_status("cuMemFreeAsync", address, stream._cu)
-        else:
-            _cuda.call_status("cuMemFree", address)
-    except Exception:
-        pass
+    _free_quietly(address, manager._stream, manager._context)  # as a dropped DeviceBuffer is freed
 
 
 def _plugin_class(manager: PoolMemoryManager) -> type:

@@ -28,7 +28,7 @@ from .. import _cuda
 from ..dtypes import DTypeInfo, dtype_info
 from ..errors import ContractError
 from ..memory import DeviceBuffer
-from ..runtime import Context, Event, Stream
+from ..runtime import Context, Stream
 from . import _compat
 from ._view import ArrayView
 
