@@ -38,6 +38,14 @@ def test_a_kernel_compiles_to_cubin_for_an_exact_target_without_a_gpu(arch: str)
     assert program.abi == "numba:array(float32, 1d, A), array(float32, 1d, A), float32"
 
 
+def test_a_dispatcher_or_a_tuple_of_types_names_the_same_kernel() -> None:
+    from numba.cuda import types as nt
+
+    plain = mn.numba_kernel(scale, SCALE_SIG)
+    assert mn.numba_kernel(cuda.jit(scale), SCALE_SIG).digest == plain.digest
+    assert mn.numba_kernel(scale, (nt.float32[:], nt.float32[:], nt.float32)).digest == plain.digest
+
+
 def test_the_entry_is_read_from_the_ptx() -> None:
     program = mn.numba_kernel(scale, SCALE_SIG).build("sm_90", PTX)
     ptx = program.image.rstrip(b"\0").decode()

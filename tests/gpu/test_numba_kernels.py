@@ -13,6 +13,7 @@ from helpers import download, upload
 mn = pytest.importorskip("mircuda.numba_ext")
 import numba  # noqa: E402
 from numba import cuda  # noqa: E402
+from numba.cuda import bf16  # noqa: E402
 
 from mircuda.numba_ext import helpers as nh  # noqa: E402
 
@@ -116,6 +117,24 @@ def test_fp16_and_bf16_arrays(context, stream, pool, compiler, rng, lto) -> None
     np.testing.assert_array_equal(download(context, stream, out_h), xh * xh)  # one rounding of an exact product
     want_b = (xb.astype(np.float32) * np.float32(3.0)).astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(download(context, stream, out_b).view(np.uint16), want_b.view(np.uint16))
+
+
+def bf16_square(out, x):  # type: ignore[no-untyped-def]
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = bf16.hmul(x[i], x[i])  # numba-cuda's own bfloat16 arithmetic
+
+
+def test_numbas_own_bf16_arithmetic(context, stream, pool, compiler, rng) -> None:
+    k = compiler.compile(mn.numba_kernel(bf16_square, "void(bfloat16[:], bfloat16[:])")).kernel(mc.cuda_export(
+        "bf16_square", out=mc.Out[mc.DeviceBuffer[mc.bf16]], x=mc.In[mc.DeviceBuffer[mc.bf16]]))
+    n = 1000
+    x_h = rng.uniform(-1e10, 1e10, n).astype(np.float32).astype(ml_dtypes.bfloat16)
+    out = pool.allocate(mc.bf16, stream, n)
+    stream.memset(out, 0xFF)
+    k.launch(stream, mc.LaunchConfig.for_elements(n, 128), out, upload(context, stream, pool, x_h))
+    want = (x_h.astype(np.float32) * x_h.astype(np.float32)).astype(ml_dtypes.bfloat16)  # one rounding
+    np.testing.assert_array_equal(download(context, stream, out).view(np.uint16), want.view(np.uint16))
 
 
 def decode(f_bf16, f_f16, f_e4m3, f_e2m1, pair_x, pair_y, bits_bf16, bits_f16, q):  # type: ignore[no-untyped-def]
