@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numba
@@ -25,7 +26,7 @@ from numba.cuda.cudadrv import devicearray as _devicearray
 from numba.cuda.cudadrv import driver as _driver
 from numba.cuda.cudadrv.linkable_code import CUSource, LinkableCode
 
-__all__ = ["numba_versions", "normalize_signature", "compile_kernel_library", "new_linker", "CUSource",
+__all__ = ["numba_versions", "normalize_signature", "KernelLibrary", "compile_kernel_library", "new_linker", "CUSource",
            "LinkableCode", "types", "bfloat16", "float32x2", "DeviceNDArray", "memory_pointer",
            "external_stream", "set_memory_manager", "current_memory_manager_class", "HostOnlyCUDAMemoryManager",
            "existing_numba_contexts", "cudadevrt_path", "global_compiler_lock"]
@@ -83,18 +84,48 @@ def _device_functions_for(cc: tuple[int, int]) -> Iterator[None]:
         _dispatcher.get_current_device = original
 
 
-def compile_kernel_library(pyfunc: Any, args: tuple[Any, ...], cc: tuple[Any, ...], *, fastmath: bool,
-                           lineinfo: bool, opt: bool, lto: bool, launch_bounds: Any) -> Any:
-    """Compile ``pyfunc`` as a kernel (Numba ABI) for ``cc`` and return its code library.
+@dataclass(frozen=True)
+class KernelLibrary:
+    """What mircuda needs of numba-cuda's code library for one compiled kernel.
 
-    The library holds the NVVM IR of the kernel and of the device functions it calls, the CUDA C and
-    other files declared devices link (``_linking_files``), and the kernel's entry name.
+    Attributes:
+        entry: the kernel's mangled entry name (the LLVM function name, which is the PTX ``.entry``).
+        links: code declared devices link (files, ``CUSource`` and other ``LinkableCode`` objects).
+        needs_cudadevrt: the kernel uses dynamic parallelism (link ``libcudadevrt``).
+        cooperative: the kernel synchronizes its grid (needs a cooperative launch).
+        setup, teardown: callbacks numba-cuda runs when it loads / unloads the module.
+        referenced: the kernel embeds the addresses of device arrays captured from globals.
     """
+
+    library: Any
+    entry: str
+    links: tuple[Any, ...]
+    needs_cudadevrt: bool
+    cooperative: bool
+    setup: tuple[Any, ...]
+    teardown: tuple[Any, ...]
+    referenced: bool
+
+    def ptx(self, cc: tuple[Any, ...]) -> str:
+        """The kernel's PTX for ``cc`` (NVVM; not LTO)."""
+        return "\n".join(self.library.get_asm_strs(cc=cc))
+
+    def ltoir(self, cc: tuple[Any, ...]) -> bytes:
+        """The kernel's LTO-IR for ``cc`` (compiled with ``lto=True``)."""
+        return self.library.get_ltoir(cc=cc)
+
+
+def compile_kernel_library(pyfunc: Any, args: tuple[Any, ...], cc: tuple[Any, ...], *, fastmath: bool,
+                           lineinfo: bool, opt: bool, lto: bool, launch_bounds: Any) -> KernelLibrary:
+    """Compile ``pyfunc`` as a kernel (Numba ABI) for ``cc``: NVVM IR of the kernel and of the device
+    functions it calls, with what it links (numba-cuda's ``_compile_pyfunc_with_fixup``)."""
     with global_compiler_lock, _device_functions_for((int(cc[0]), int(cc[1]))):
         lib, _ = _compiler._compile_pyfunc_with_fixup(
             pyfunc, types.void(*args), debug=False, lineinfo=lineinfo, device=False, fastmath=fastmath,
             cc=cc, opt=opt, abi="numba", launch_bounds=launch_bounds, lto=lto)
-    return lib
+    return KernelLibrary(lib, lib._entry_name, tuple(lib._linking_files), bool(lib.needs_cudadevrt),
+                         bool(lib.use_cooperative), tuple(lib._setup_functions), tuple(lib._teardown_functions),
+                         bool(lib.referenced_objects))
 
 
 def new_linker(cc: tuple[Any, ...], *, max_registers: int | None, lineinfo: bool, lto: bool) -> Any:

@@ -97,15 +97,15 @@ class NumbaKernelSource:
             raise CompileError(f"Numba could not compile the kernel ({type(exc).__name__})", str(exc), arch,
                                self.name) from exc
         self._check_plain_launch(lib)
-        entry = lib._entry_name
+        entry = lib.entry
         kernel_ptx = ""
         if not lto:
-            kernel_ptx = "\n".join(lib.get_asm_strs(cc=cc))
+            kernel_ptx = lib.ptx(cc)
             entries = _ENTRY.findall(kernel_ptx)
             if entries != [entry]:
                 raise CompileError("the kernel's PTX does not define exactly the expected entry",
                                    f"expected {entry!r}, found {entries!r}", arch, self.name)
-        links = list(lib._linking_files)
+        links = list(lib.links)
         if options.output == "ptx":
             if links or lib.needs_cudadevrt or lto:
                 raise ContractError("options", "CompileOptions(output='cubin') for a kernel that links code",
@@ -119,25 +119,25 @@ class NumbaKernelSource:
         release = _release(kernel_ptx) or nvrtc_version()
         return CompiledProgram(arch, "cubin", image, log, release, abi=self.abi, symbols=((self.symbol, entry),))
 
-    def _check_plain_launch(self, lib: Any) -> None:
-        if lib.use_cooperative:
+    def _check_plain_launch(self, lib: _compat.KernelLibrary) -> None:
+        if lib.cooperative:
             raise UnsupportedPlatform(f"{self.name} uses grid synchronization (a cooperative launch); "
                                       "launch it with numba.cuda instead")
-        setup = [f for f in lib._setup_functions if not _compat.is_lto_warning(f)]
-        for f in lib._setup_functions:
+        setup = [f for f in lib.setup if not _compat.is_lto_warning(f)]
+        for f in lib.setup:
             if _compat.is_lto_warning(f):
                 f(None)  # numba-cuda's float16/bfloat16 shims: warns when nvJitLink is missing
-        if setup or lib._teardown_functions or lib.referenced_objects:
+        if setup or lib.teardown or lib.referenced:
             raise UnsupportedPlatform(f"{self.name} needs module setup by Numba (its runtime, or device arrays "
                                       "captured from globals); pass arrays as arguments instead")
 
-    def _link(self, lib: Any, cc: tuple[Any, ...], arch: str, options: CompileOptions, kernel_ptx: str,
+    def _link(self, lib: _compat.KernelLibrary, cc: tuple[Any, ...], arch: str, options: CompileOptions, kernel_ptx: str,
               links: list[Any], max_registers: int | None, lineinfo: bool, lto: bool) -> tuple[bytes, str]:
         logs = []
         try:
             linker = _compat.new_linker(cc, max_registers=max_registers, lineinfo=lineinfo, lto=lto)
             if lto:
-                linker.add_ltoir(lib.get_ltoir(cc=cc), name=f"{self.symbol}.ltoir")
+                linker.add_ltoir(lib.ltoir(cc), name=f"{self.symbol}.ltoir")
             else:
                 linker.add_ptx(kernel_ptx.encode(), name=f"{self.symbol}.ptx")
             for item in sorted(links, key=lambda x: getattr(x, "name", str(x))):
