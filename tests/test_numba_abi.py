@@ -74,7 +74,8 @@ def test_fp8_buffers_bind_to_uint8_parameters(ctx) -> None:
 
 def test_the_generic_numba_abi_treats_buffers_as_1d_arrays(ctx) -> None:
     packer = mc.ArgumentPacker(mc.cuda_export("k", a=mc.DeviceBuffer[mc.i32], n=mc.u32), ctx, abi="numba")
-    assert packer.pack(fake_buffer(ctx, mc.i32, 5, 0x80), 9) == array_values(5, 4, 0x80, (5,), (4,)) + struct.pack("<I", 9)
+    want = array_values(5, 4, 0x80, (5,), (4,)) + struct.pack("<I", 9)
+    assert packer.pack(fake_buffer(ctx, mc.i32, 5, 0x80), 9) == want
 
 
 @pytest.mark.parametrize("contract, match", [

@@ -177,7 +177,8 @@ def test_the_digest_covers_linked_cuda_c() -> None:
 
     digests = []
     for body in ("return x;", "return 2.0f * x;"):
-        f = mn.declare_device("f", "float32(float32)", mc.cuda_kernel(f'extern "C" __device__ float f(float x) {{ {body} }}'))
+        source = mc.cuda_kernel(f'extern "C" __device__ float f(float x) {{ {body} }}')
+        f = mn.declare_device("f", "float32(float32)", source)
         digests.append(mn.numba_kernel(one, "void(float32[:])").digest)
     assert digests[0] != digests[1]
 

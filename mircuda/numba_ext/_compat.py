@@ -190,6 +190,11 @@ def current_memory_manager_class() -> Any:
     return _driver._memory_manager
 
 
+def default_memory_manager_class() -> Any:
+    """Numba's own device memory manager (``cuMemAlloc``/``cuMemFree``)."""
+    return _driver.NumbaCUDAMemoryManager
+
+
 def restore_memory_manager_class(plugin_class: Any) -> None:
     """Put back a plugin class read with :func:`current_memory_manager_class` (None included)."""
     _driver._memory_manager = plugin_class

@@ -148,8 +148,15 @@ class PoolMemoryManager:
             self.flush()
             self._closed = True
             _compat.restore_memory_manager_class(self._previous_class)
-            for numba_context, manager in self._swapped:
-                numba_context.memory_manager = manager
+            swapped = {id(ctx): previous for ctx, previous in self._swapped}
+            for numba_context in _compat.existing_numba_contexts():
+                if isinstance(numba_context.memory_manager, self._plugin_class):
+                    previous = swapped.get(id(numba_context))
+                    if previous is None:  # a Numba context created while this plugin was installed
+                        cls = self._previous_class or _compat.default_memory_manager_class()
+                        previous = cls(context=numba_context)
+                        previous.initialize()
+                    numba_context.memory_manager = previous
             self._swapped.clear()
             if self in _active:
                 _active.remove(self)

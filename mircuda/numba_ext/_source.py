@@ -131,8 +131,9 @@ class NumbaKernelSource:
             raise UnsupportedPlatform(f"{self.name} needs module setup by Numba (its runtime, or device arrays "
                                       "captured from globals); pass arrays as arguments instead")
 
-    def _link(self, lib: _compat.KernelLibrary, cc: tuple[Any, ...], arch: str, options: CompileOptions, kernel_ptx: str,
-              links: list[Any], max_registers: int | None, lineinfo: bool, lto: bool) -> tuple[bytes, str]:
+    def _link(self, lib: _compat.KernelLibrary, cc: tuple[Any, ...], arch: str, options: CompileOptions,
+              kernel_ptx: str, links: list[Any], max_registers: int | None, lineinfo: bool,
+              lto: bool) -> tuple[bytes, str]:
         logs = []
         try:
             linker = _compat.new_linker(cc, max_registers=max_registers, lineinfo=lineinfo, lto=lto)

@@ -150,7 +150,8 @@ def decode(f_bf16, f_f16, f_e4m3, f_e2m1, pair_x, pair_y, bits_bf16, bits_f16, q
         pair_y[i] = p.y
 
 
-DECODE_SIG = "void(float32[:], float32[:], float32[:], float32[:], float32[:], float32[:], bfloat16[:], float16[:], uint8[:])"
+DECODE_SIG = ("void(float32[:], float32[:], float32[:], float32[:], float32[:], float32[:], bfloat16[:], float16[:], "
+              "uint8[:])")
 
 
 @pytest.mark.parametrize("lto", [False, True])
