@@ -151,6 +151,9 @@ class _Torch(_Path):
         torch.cuda.set_stream(self.stream)  # replay() and add_() use the current stream
         self.stream_handle = int(self.stream.cuda_stream)
         self.x = torch.zeros(1, dtype=torch.int64, device="cuda")
+        self.x.add_(1)  # load the kernel before any capture, then start the count from zero
+        self.x.zero_()
+        self.stream.synchronize()
         self.graphs: list[Any] = []
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
@@ -196,6 +199,9 @@ class _CuPy(_Path):
         self.stream_handle = int(self.stream.ptr)
         self.kernel = cp.RawKernel(source, "tick")
         self.counter = cp.zeros(1, dtype=cp.uint32)
+        self.kernel((1,), (32,), (self.counter,))  # compile and load before any capture, then reset
+        self.counter.fill(0)
+        self.stream.synchronize()
         self.graphs: list[Any] = []
         self.start, self.end = cp.cuda.Event(), cp.cuda.Event()
 
