@@ -10,6 +10,7 @@ int for a float) or raises :class:`ContractError` naming the parameter; nothing 
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ from ._pack import SCALAR_CTYPES, ArgumentBlock, scalar_converter
 
 if TYPE_CHECKING:
     from ..compile import Module
+    from ..graph import KernelNode
     from ..runtime import Context
 
 __all__ = ["TypedKernel", "FunctionAttributes", "ArgumentPacker"]
@@ -160,22 +162,26 @@ def _compile_function(name: str, signature: str, body: list[str], ns: dict[str, 
 class ArgumentPacker:
     """Checks arguments against a contract and writes them into a parameter block, without launching.
 
-    ``pack(*args)`` returns the packed bytes, exactly as a launch would hand them to the driver;
-    it exists for tests and for tools that inspect launches. One packer owns one block: it is not
-    meant to be shared between threads (a launch gives each thread its own block).
+    ``pack(*args)`` returns the packed bytes, exactly as a launch would hand them to the driver
+    (``block.params_address`` is the matching ``void**``); graph-node updates use it, and tools and
+    tests that inspect launches. ``abi`` names the registered launch ABI (``LAUNCH_ABIS``). One packer
+    owns one block: it is not meant to be shared between threads (a launch gives each thread its own).
     """
 
-    def __init__(self, contract: KernelContract, context: Any) -> None:
+    def __init__(self, contract: KernelContract, context: Any, abi: str = "c") -> None:
         if not isinstance(contract, KernelContract):
             raise ContractError("contract", "a KernelContract from mc.cuda_export(...)", type(contract).__name__)
+        if abi not in LAUNCH_ABIS:
+            raise ContractError("abi", f"one of {', '.join(LAUNCH_ABIS)}", repr(abi))
+        impl = LAUNCH_ABIS[abi]
         self.contract = contract
-        self.block = ArgumentBlock(_c_slots(contract))
+        self.block = ArgumentBlock(impl.slots(contract))
         ns: dict[str, Any] = {}
         sig = ", ".join([f"{p.name}=_M" for p in contract.params] + ["*_extra", "**_unknown"])
         ns["_M"] = _MISSING
         ns["_arity"] = _arity_error(contract)
         body = ["    if _extra or _unknown:", "        _arity(_extra, _unknown)"]
-        body += _emit_writes(contract, ns, context, self.block) + ["    return _blk.packed_bytes()"]
+        body += impl.emit_writes(contract, ns, context, self.block) + ["    return _blk.packed_bytes()"]
         ns["_blk"] = self.block
         self.pack = _compile_function("pack", sig, body, ns)
 
@@ -216,6 +222,25 @@ class TypedKernel:
         self._abi.verify(contract, cu_function)
         self._owner = threading.get_ident()
         self.launch = self._generate(self._owner)
+        _BY_FUNCTION.setdefault(self._handle, weakref.WeakSet()).add(self)
+
+    def launch_captured(self, stream: Any, config: LaunchConfig, *args: Any, **kwargs: Any) -> KernelNode:
+        """Launch like :meth:`launch` on a stream inside :meth:`Stream.capture`'s ``fn`` and return the
+        exact :class:`KernelNode` the launch created, for :meth:`Graph.update_kernel`.
+
+        The node is found on the capture's dependency frontier (``cuStreamGetCaptureInfo``) as the
+        unique node launching this kernel's function, so one kernel may be captured many times, on
+        several forked streams, without any assumption about order. The graph holds every buffer
+        argument and this kernel's module.
+
+        Raises:
+            CaptureError: ``stream`` is not capturing through ``Stream.capture``, or the node cannot
+                be told apart (never guessed).
+            ContractError, UseAfterFree, LaunchConfigError, CudaError: as :meth:`launch`.
+        """
+        from ..graph._capture import launch_captured
+
+        return launch_captured(self, stream, config, args, kwargs)
 
     def launch(self, stream: Any, config: LaunchConfig, *args: Any, **kwargs: Any) -> None:  # pragma: no cover
         """Check ``args`` against the contract and enqueue the kernel on ``stream`` (asynchronous).
@@ -414,3 +439,13 @@ class LaunchAbi:
 
 LAUNCH_ABIS: dict[str, LaunchAbi] = {"c": LaunchAbi("c", _c_slots, _emit_writes, _verify_parameters)}
 """Registered launch ABIs by name; add an entry to launch kernels of another compiler."""
+
+
+_BY_FUNCTION: dict[int, weakref.WeakSet[TypedKernel]] = {}
+
+
+def kernels_for_function(handle: int) -> list[TypedKernel]:
+    """Every live TypedKernel bound to the ``CUfunction`` ``handle`` (several when one kernel was bound
+    to several contracts): graphs find the kernels, and so the contracts, of their captured nodes."""
+    kernels = _BY_FUNCTION.get(handle)
+    return list(kernels) if kernels else []
