@@ -203,11 +203,8 @@ def test_a_pageable_copy_invalidates_the_capture(context, stream, pool, kernels,
     with pytest.raises(mc.CaptureError) as info:
         stream.capture(dst, lambda d: stream.copy_to_device(pageable, d))
     assert isinstance(info.value.__cause__, mc.ContractError)
-    # The driver's own refusal, through a raw call:
-    with pytest.raises(mc.CaptureError) as info:
-        stream.capture(dst, lambda d: _cuda.call("cuMemcpyHtoDAsync", d.handle, pageable.ctypes.data,
-                                                 pageable.nbytes, stream._cu))
-    assert info.value.result_name.startswith("CUDA_ERROR_STREAM_CAPTURE"), info.value.result_name
+    # (The r580 driver itself captures a raw pageable cuMemcpyHtoDAsync without complaint, so this
+    # pre-check is what keeps a replay from reading host memory that may have moved.)
     assert_stream_usable(context, stream, pool, kernels, rng)
 
 
@@ -247,9 +244,12 @@ def test_an_allocation_not_freed_inside_the_capture_is_refused(context, stream, 
 
 def test_freeing_an_outside_buffer_inside_the_capture_is_refused(context, stream, pool, kernels, rng) -> None:
     outside = pool.allocate(mc.f32, stream, N)
-    with pytest.raises(mc.CaptureError, match="allocated outside"):
+    # The driver refuses a stream-ordered free of memory the graph did not allocate.
+    with pytest.raises(mc.CaptureError, match="cuMemFreeAsync.*CUDA_ERROR_INVALID_VALUE"):
         stream.capture(None, lambda _: outside.free(stream))
+    assert not outside.freed  # nothing half-done: the buffer is still owned and usable
     assert_stream_usable(context, stream, pool, kernels, rng)
+    outside.free(stream)
 
 
 def test_bad_arguments_to_capture(stream) -> None:
