@@ -22,7 +22,6 @@ if TYPE_CHECKING:
 __all__ = ["Graph", "KernelNode"]
 
 R = TypeVar("R")
-_tls = _cuda.current_cache()
 
 
 @dataclass(frozen=True)
@@ -139,12 +138,16 @@ class Graph(Generic[R]):
         """
         if stream is not self._stream or not self._exec_handle or not stream._handle:
             self._refuse(stream)
-        h = self._ctx_handle
-        if getattr(_tls, "ctx", None) != h:
-            _cuda.make_current(h)
+        # No per-launch cuCtxSetCurrent: cuGraphLaunch uses the stream's context whatever context is
+        # current (seen on driver 580); on CUDA_ERROR_INVALID_CONTEXT the context is made current
+        # and the launch tried once more (a refused launch enqueued nothing).
         r = self._graph_launch(self._exec_handle, stream._handle)
         if r:
-            _cuda.raise_result(r, "cuGraphLaunch")
+            if r == 201:
+                _cuda.make_current(self._ctx_handle)
+                r = self._graph_launch(self._exec_handle, stream._handle)
+            if r:
+                _cuda.raise_result(r, "cuGraphLaunch")
 
     def _refuse(self, stream: Any) -> None:
         if not self._exec_handle:

@@ -266,7 +266,7 @@ class TypedKernel:
         block = ArgumentBlock(self._abi.slots(contract))
         ns: dict[str, Any] = {
             "_M": _MISSING, "_Stream": Stream, "_L": _cuda.launch_kernel, "_fn": self._handle,
-            "_params": block.params_address, "_tls": _cuda.current_cache(), "_ch": self._context.handle,
+            "_params": block.params_address, "_ch": self._context.handle,
             "_mk": _cuda.make_current, "_raise": self._raise_launch, "_bad_stream": self._bad_stream,
             "_config": self._config_dims, "_last": None, "_dims": None, "_ident": threading.get_ident,
             "_owner": owner, "_other": self._launch_other_thread,
@@ -288,15 +288,19 @@ class TypedKernel:
             "        _last = config",
         ]
         body += self._abi.emit_writes(contract, ns, self._context, block)
+        # No per-launch cuCtxSetCurrent: cuLaunchKernel runs a CUfunction in its module's context
+        # whatever context is current (seen on the H200 host, driver 580: from a thread with no
+        # current context and with another context current). Should a driver answer
+        # CUDA_ERROR_INVALID_CONTEXT, the context is made current and the launch tried once more:
+        # a refused launch enqueued nothing.
         body += [
-            "    try:",
-            "        if _tls.ctx != _ch:",
-            "            _mk(_ch)",
-            "    except AttributeError:",
-            "        _mk(_ch)",
             "    r = _L(_fn, *_dims, stream._handle, _params)",
             "    if r:",
-            "        _raise(r)",
+            "        if r == 201:",
+            "            _mk(_ch)",
+            "            r = _L(_fn, *_dims, stream._handle, _params)",
+            "        if r:",
+            "            _raise(r)",
         ]
         fn = _compile_function("launch", sig, body, ns)
         fn.__doc__ = f"Launch {contract!r} on a stream (see TypedKernel)."
