@@ -10,6 +10,7 @@ from .dtypes import bf16, bool_, e2m1, e4m3, f16, f32, f64, i8, i16, i32, i64, u
 from .errors import (CaptureError, ClosedResourceError, CompileError, CompileWarning, ContractError, CudaError,
                      GraphStreamError, LaunchConfigError, MircudaError, NvrtcError, UnsupportedPlatform,
                      UseAfterFree)
+from .graph import Graph, KernelNode
 from .launch import (ArgumentPacker, FunctionAttributes, In, InOut, KernelContract, LaunchConfig, Out,
                      TypedKernel, cuda_export)
 from .memory import DeviceBuffer, MemoryPool, PinnedBuffer
@@ -20,8 +21,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ArgumentPacker", "CaptureError", "ClosedResourceError", "CompileCacheStats", "CompileError", "CompileWarning",
     "CompileOptions", "CompiledProgram", "Compiler", "Context", "ContractError", "CudaError", "CudaSource",
-    "Device", "DeviceBuffer", "DeviceInfo", "Driver", "Event", "FunctionAttributes", "GraphStreamError", "In",
-    "InOut", "KernelContract", "LaunchConfig", "LaunchConfigError", "MemoryPool", "MircudaError", "Module",
+    "Device", "DeviceBuffer", "DeviceInfo", "Driver", "Event", "FunctionAttributes", "Graph", "GraphStreamError", "In",
+    "InOut", "KernelContract", "KernelNode", "LaunchConfig", "LaunchConfigError", "MemoryPool", "MircudaError", "Module",
     "NvrtcError", "Out", "PinnedBuffer", "ProfilerRange", "Stream", "TypedKernel", "UnsupportedPlatform",
     "UseAfterFree", "bf16", "bool_", "compile_program", "cuda_export", "cuda_kernel", "e2m1", "e4m3", "f16",
     "f32", "f64", "i8", "i16", "i32", "i64", "nvrtc_version", "u8", "u16", "u32", "u64",

@@ -1,4 +1,4 @@
-"""``python -m mircuda``: inspect the machine, profile the launch path."""
+"""``python -m mircuda``: inspect the machine, profile the launch path and CUDA graphs."""
 
 from __future__ import annotations
 
@@ -229,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=50, help="timed batches; medians are over batches (default 50)")
     p.add_argument("--json", help="also write the table as JSON to this file")
     p.set_defaults(func=cmd_profile)
+    from .graph._profile import add_parser as add_graph_profile
+
+    add_graph_profile(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

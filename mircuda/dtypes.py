@@ -110,7 +110,7 @@ def dtype_info(t: Any) -> DTypeInfo:
         return _BY_NAME[t]
     d = None
     # Python's int/float/complex and None would silently mean i64/f64 to numpy: CUDA's float is 32-bit.
-    if t is not None and t not in (int, float, complex):
+    if t is not None and t is not int and t is not float and t is not complex:  # identity: dtype('f8') == float
         try:
             d = np.dtype(t)
         except (TypeError, ValueError):
@@ -123,6 +123,6 @@ def dtype_info(t: Any) -> DTypeInfo:
         received = repr(t)
         if d is not None and d.byteorder == ">":
             received = f"{t!r} (big-endian {d.str}: CUDA is little-endian)"
-        hint = "Python's int and float do not say a width: use mc.i64, mc.f32, mc.f64..." if t in (int, float) else ""
+        hint = "Python's int and float do not say a width: use mc.i64, mc.f32, mc.f64..." if t is int or t is float else ""
         raise ContractError("dtype", f"one of {names} (a mircuda/numpy scalar type, dtype or name)", received, hint)
     return info

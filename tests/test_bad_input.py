@@ -154,3 +154,8 @@ def test_resources_are_only_made_by_their_factories(cls) -> None:
 def test_argument_packer_takes_a_contract() -> None:
     with pytest.raises(mc.ContractError, match="contract"):
         mc.ArgumentPacker("k", FakeContext())  # type: ignore[arg-type]
+
+
+def test_numpy_dtypes_that_equal_python_types_are_still_dtypes() -> None:
+    # numpy says dtype('float64') == float; the width is explicit here, so it is accepted.
+    assert dtype_info(np.dtype(np.float64)).name == "f64" and dtype_info(np.dtype(np.int64)).name == "i64"

@@ -10,6 +10,7 @@ int for a float) or raises :class:`ContractError` naming the parameter; nothing 
 from __future__ import annotations
 
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +22,7 @@ from ._pack import SCALAR_CTYPES, ArgumentBlock, scalar_converter
 
 if TYPE_CHECKING:
     from ..compile import Module
+    from ..graph import KernelNode
     from ..runtime import Context
 
 __all__ = ["TypedKernel", "FunctionAttributes", "ArgumentPacker"]
@@ -160,10 +162,10 @@ def _compile_function(name: str, signature: str, body: list[str], ns: dict[str, 
 class ArgumentPacker:
     """Checks arguments against a contract and writes them into a parameter block, without launching.
 
-    ``pack(*args)`` returns the packed bytes, exactly as a launch would hand them to the driver;
-    it exists for tests and for tools that inspect launches. One packer owns one block: it is not
-    meant to be shared between threads (a launch gives each thread its own block). ``abi`` names the
-    registered launch ABI (:data:`LAUNCH_ABIS`) whose layout the block follows (``"c"`` by default).
+    ``pack(*args)`` returns the packed bytes, exactly as a launch would hand them to the driver
+    (``block.params_address`` is the matching ``void**``); graph-node updates use it, and tools and
+    tests that inspect launches. ``abi`` names the registered launch ABI (``LAUNCH_ABIS``). One packer
+    owns one block: it is not meant to be shared between threads (a launch gives each thread its own).
     """
 
     def __init__(self, contract: KernelContract, context: Any, abi: str = "c") -> None:
@@ -171,15 +173,15 @@ class ArgumentPacker:
             raise ContractError("contract", "a KernelContract from mc.cuda_export(...)", type(contract).__name__)
         if abi not in LAUNCH_ABIS:
             raise ContractError("abi", f"one of {', '.join(LAUNCH_ABIS)}", repr(abi))
-        launch_abi = LAUNCH_ABIS[abi]
+        impl = LAUNCH_ABIS[abi]
         self.contract = contract
-        self.block = ArgumentBlock(launch_abi.slots(contract))
+        self.block = ArgumentBlock(impl.slots(contract))
         ns: dict[str, Any] = {}
         sig = ", ".join([f"{p.name}=_M" for p in contract.params] + ["*_extra", "**_unknown"])
         ns["_M"] = _MISSING
         ns["_arity"] = _arity_error(contract)
         body = ["    if _extra or _unknown:", "        _arity(_extra, _unknown)"]
-        body += launch_abi.emit_writes(contract, ns, context, self.block) + ["    return _blk.packed_bytes()"]
+        body += impl.emit_writes(contract, ns, context, self.block) + ["    return _blk.packed_bytes()"]
         ns["_blk"] = self.block
         self.pack = _compile_function("pack", sig, body, ns)
 
@@ -220,6 +222,25 @@ class TypedKernel:
         self._abi.verify(contract, cu_function)
         self._owner = threading.get_ident()
         self.launch = self._generate(self._owner)
+        _BY_FUNCTION.setdefault(self._handle, weakref.WeakSet()).add(self)
+
+    def launch_captured(self, stream: Any, config: LaunchConfig, *args: Any, **kwargs: Any) -> KernelNode:
+        """Launch like :meth:`launch` on a stream inside :meth:`Stream.capture`'s ``fn`` and return the
+        exact :class:`KernelNode` the launch created, for :meth:`Graph.update_kernel`.
+
+        The node is found on the capture's dependency frontier (``cuStreamGetCaptureInfo``) as the
+        unique node launching this kernel's function, so one kernel may be captured many times, on
+        several forked streams, without any assumption about order. The graph holds every buffer
+        argument and this kernel's module.
+
+        Raises:
+            CaptureError: ``stream`` is not capturing through ``Stream.capture``, or the node cannot
+                be told apart (never guessed).
+            ContractError, UseAfterFree, LaunchConfigError, CudaError: as :meth:`launch`.
+        """
+        from ..graph._capture import launch_captured
+
+        return launch_captured(self, stream, config, args, kwargs)
 
     def launch(self, stream: Any, config: LaunchConfig, *args: Any, **kwargs: Any) -> None:  # pragma: no cover
         """Check ``args`` against the contract and enqueue the kernel on ``stream`` (asynchronous).
@@ -245,7 +266,7 @@ class TypedKernel:
         block = ArgumentBlock(self._abi.slots(contract))
         ns: dict[str, Any] = {
             "_M": _MISSING, "_Stream": Stream, "_L": _cuda.launch_kernel, "_fn": self._handle,
-            "_params": block.params_address, "_tls": _cuda.current_cache(), "_ch": self._context.handle,
+            "_params": block.params_address, "_ch": self._context.handle,
             "_mk": _cuda.make_current, "_raise": self._raise_launch, "_bad_stream": self._bad_stream,
             "_config": self._config_dims, "_last": None, "_dims": None, "_ident": threading.get_ident,
             "_owner": owner, "_other": self._launch_other_thread,
@@ -267,15 +288,19 @@ class TypedKernel:
             "        _last = config",
         ]
         body += self._abi.emit_writes(contract, ns, self._context, block)
+        # No per-launch cuCtxSetCurrent: cuLaunchKernel runs a CUfunction in its module's context
+        # whatever context is current (seen on the H200 host, driver 580: from a thread with no
+        # current context and with another context current). Should a driver answer
+        # CUDA_ERROR_INVALID_CONTEXT, the context is made current and the launch tried once more:
+        # a refused launch enqueued nothing.
         body += [
-            "    try:",
-            "        if _tls.ctx != _ch:",
-            "            _mk(_ch)",
-            "    except AttributeError:",
-            "        _mk(_ch)",
             "    r = _L(_fn, *_dims, stream._handle, _params)",
             "    if r:",
-            "        _raise(r)",
+            "        if r == 201:",
+            "            _mk(_ch)",
+            "            r = _L(_fn, *_dims, stream._handle, _params)",
+            "        if r:",
+            "            _raise(r)",
         ]
         fn = _compile_function("launch", sig, body, ns)
         fn.__doc__ = f"Launch {contract!r} on a stream (see TypedKernel)."
@@ -426,3 +451,13 @@ class LaunchAbi:
 
 LAUNCH_ABIS: dict[str, LaunchAbi] = {"c": LaunchAbi("c", _c_slots, _emit_writes, _verify_parameters)}
 """Registered launch ABIs by name; add an entry to launch kernels of another compiler."""
+
+
+_BY_FUNCTION: dict[int, weakref.WeakSet[TypedKernel]] = {}
+
+
+def kernels_for_function(handle: int) -> list[TypedKernel]:
+    """Every live TypedKernel bound to the ``CUfunction`` ``handle`` (several when one kernel was bound
+    to several contracts): graphs find the kernels, and so the contracts, of their captured nodes."""
+    kernels = _BY_FUNCTION.get(handle)
+    return list(kernels) if kernels else []

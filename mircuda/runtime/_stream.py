@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -11,11 +12,14 @@ from .. import _cuda
 from ..errors import ClosedResourceError, ContractError
 
 if TYPE_CHECKING:
+    from ..graph import Graph
     from ..memory import DeviceBuffer, PinnedBuffer
     from ._context import Context
     from ._event import Event
 
 __all__ = ["Stream"]
+
+R = TypeVar("R")
 
 _STAGING_HINT = (
     "device transfers take pinned memory only: stage the array with "
@@ -107,12 +111,50 @@ class Stream:
         """Record ``event`` on this stream (the same as ``event.record(self)``)."""
         event.record(self)
 
+    # -- graphs -----------------------------------------------------------------------------
+    def capture(self, resources: R, fn: Callable[[R], object]) -> Graph[R]:
+        """Capture the work ``fn(resources)`` enqueues into a CUDA graph, instantiate it and upload it.
+
+        Begins a capture on this stream in thread-local mode (``CU_STREAM_CAPTURE_MODE_THREAD_LOCAL``),
+        calls ``fn(resources)``, ends the capture, instantiates the graph (``cuGraphInstantiate``,
+        flags 0) and uploads it on this stream (``cuGraphUpload``). Nothing runs on the device until
+        :meth:`Graph.launch`. Work ``fn`` enqueues on other streams joins the capture when they wait on
+        an event recorded on a capturing stream (fork), and must be joined back before ``fn`` returns.
+
+        ``resources`` is one object holding what the sequence uses (buffers, modules, kernels, plans):
+        the graph keeps it alive, and every :class:`DeviceBuffer` reachable from it is held (its
+        ``free()`` raises) until the graph is closed. Reachable means: through dict keys and values,
+        list/tuple/set/deque items, dataclass fields and object attributes (``__dict__`` and
+        ``__slots__``), not into mircuda's runtime handles, numpy arrays, functions or classes.
+
+        Inside the capture, stream-ordered allocations must be freed before ``fn`` returns (a graph
+        owning an allocation could run only once), and buffers allocated outside it must not be
+        freed there. Copies through pinned memory become graph nodes: ``PinnedBuffer.wait()`` does not
+        track them; order host access after the replay (``Stream.synchronize`` or an event). Do not
+        drop the last reference to a PinnedBuffer inside ``fn``: its finalizer synchronizes, which
+        the capture forbids.
+
+        Raises:
+            CaptureError: ``fn`` raised (the error is chained; ``result_name`` is the driver's error
+                name when it was a CUDA error), the capture was invalidated (e.g. a synchronizing call
+                or a pageable copy; ``result_name`` such as ``CUDA_ERROR_STREAM_CAPTURE_INVALIDATED``),
+                a forked stream was not joined back, an allocation was not paired with its free, or
+                instantiation failed. The capture is then ended and discarded and this stream is
+                usable again.
+            ContractError: ``fn`` is not callable.
+            ClosedResourceError: the stream was closed.
+        """
+        from ..graph._capture import capture
+
+        return capture(self, resources, fn)
+
     # -- transfers --------------------------------------------------------------------------
     def copy_to_device(self, src: PinnedBuffer[Any], dst: DeviceBuffer[Any], count: int | None = None, *,
                        src_offset: int = 0, dst_offset: int = 0) -> None:
         """Copy ``count`` elements from pinned host memory to a device buffer (``cuMemcpyHtoDAsync``).
 
         ``count`` defaults to ``len(src) - src_offset``. Offsets and counts are in elements.
+        Inside a capture the copy becomes a graph node that reads ``src`` at each replay.
 
         Raises:
             ContractError: ``src`` is not a PinnedBuffer (a numpy array must be staged), dtypes differ,
@@ -129,13 +171,15 @@ class Stream:
             item = dst._info.itemsize
             _cuda.call("cuMemcpyHtoDAsync", dst._ptr + dst_offset * item, src._ptr + src_offset * item,
                        n * item, self._cu)
-            src._mark_in_flight(self)
+            _track_pinned(src, self)
 
     def copy_to_host(self, src: DeviceBuffer[Any], dst: PinnedBuffer[Any], count: int | None = None, *,
                      src_offset: int = 0, dst_offset: int = 0) -> None:
         """Copy ``count`` elements from a device buffer to pinned host memory (``cuMemcpyDtoHAsync``).
 
         The data is in ``dst`` once the stream reaches this point: ``dst.to_numpy()`` waits for it.
+        Inside a capture the copy becomes a graph node and ``dst.to_numpy()`` does not wait for the
+        replays: synchronize the stream (or an event recorded after the replay) first.
 
         Raises:
             ContractError: ``dst`` is not a PinnedBuffer, dtypes differ, or a range exceeds a buffer.
@@ -151,7 +195,7 @@ class Stream:
             item = src._info.itemsize
             _cuda.call("cuMemcpyDtoHAsync", dst._ptr + dst_offset * item, src._ptr + src_offset * item,
                        n * item, self._cu)
-            dst._mark_in_flight(self)
+            _track_pinned(dst, self)
 
     def copy_device_range(self, src: DeviceBuffer[Any], src_offset: int, dst: DeviceBuffer[Any],
                           dst_offset: int, count: int) -> None:
@@ -218,6 +262,16 @@ def _destroy(cu: Any, context: Context) -> None:
             _cuda.call_status("cuStreamDestroy", cu)
     except Exception:
         pass
+
+
+def _track_pinned(pinned: Any, stream: Stream) -> None:
+    """Let ``pinned.wait()`` wait for the copy just enqueued, except inside a capture: there the copy
+    is a graph node, an event recorded on the capturing stream would only be a capture dependency
+    (never completing for ``wait()``), and the graph's replays are what the caller waits on."""
+    from ..graph._capture import is_capturing
+
+    if not is_capturing(stream):
+        pinned._mark_in_flight(stream)
 
 
 def _require(value: object, cls: type, argument: str, expected: str) -> None:

@@ -1,0 +1,386 @@
+"""``python -m mircuda graph-profile``: N kernels launched directly vs replayed as one graph.
+
+For each N (1, 10, 100 by default) and each library present (mircuda; torch ``CUDAGraph`` and CuPy
+graph capture where importable), one sequence of N ``tick`` kernels (1 block of 32 threads, one
+pointer argument; torch: N in-place ``add_`` on a one-element tensor) is measured two ways:
+
+- **host µs**: the time to enqueue it, the median over batches (each batch enqueues ``--calls``
+  kernels or replays, the stream synchronized between batches);
+- **device µs**: the time between two events around it, the median of ``--samples``; a ``spin``
+  kernel enqueued first keeps the device busy while the host enqueues, so the events time the
+  device's back-to-back execution, not the host's enqueue rate.
+
+Libraries are measured round-robin, ``--rounds`` times, so drift on a shared machine hits them alike.
+The raw ``cuda.bindings`` ``cuGraphLaunch`` of mircuda's graph is timed beside ``Graph.launch``.
+Every path counts its kernels on the device and the counts are checked (exit status 1 on a
+mismatch). Results go to ``--json`` (default ``benchmarks/results/graph_profile.json``).
+Reference figures (H200, PERFORMANCE.md): ``cuGraphLaunch`` of 100 empty kernels costs the host
+1.38 µs from C, 3.25 µs through cuda.bindings, 2.87 µs through CuPy; the goal for
+``Graph.launch`` is at most 2.0 µs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "cmd_graph_profile"]
+
+GOAL_REPLAY_HOST_US = 2.0
+
+
+def add_parser(sub: Any) -> None:
+    """Register ``graph-profile`` on the CLI's subparsers."""
+    p = sub.add_parser("graph-profile", help="N kernels launched directly vs replayed as one CUDA graph: "
+                       "host and device µs, beside torch and CuPy graphs")
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--sizes", default="1,10,100", help="comma-separated kernel counts N (default 1,10,100)")
+    p.add_argument("--calls", type=int, default=200, help="kernels or replays per host-timed batch")
+    p.add_argument("--batches", type=int, default=20, help="host-timed batches per round")
+    p.add_argument("--samples", type=int, default=10, help="device-timed samples per round")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--json", default="benchmarks/results/graph_profile.json", help="where to write the results")
+    p.set_defaults(func=cmd_graph_profile)
+
+
+def _source_text() -> str:
+    return (resources.files("mircuda") / "cuda_src" / "graph_profile.cu").read_text()
+
+
+class _Path:
+    """One library's way to enqueue N ticks directly and as a graph replay, on one stream of its own."""
+
+    name = ""
+    stream_handle = 0
+
+    def sync(self) -> None:
+        raise NotImplementedError
+
+    def direct(self, n: int) -> Callable[[], None]:
+        raise NotImplementedError
+
+    def graph(self, n: int) -> Callable[[], None]:
+        raise NotImplementedError
+
+    def events(self) -> tuple[Callable[[], None], Callable[[], None], Callable[[], float]]:
+        """``(record start, record end, elapsed ms)`` on this path's stream."""
+        raise NotImplementedError
+
+    def count(self) -> int:
+        """The device counter (synchronizes)."""
+        raise NotImplementedError
+
+
+class _Mircuda(_Path):
+    name = "mircuda"
+
+    def __init__(self, mc: Any, context: Any, module: Any) -> None:
+        self.mc = mc
+        self.context = context
+        self.stream = context.create_stream()
+        self.stream_handle = self.stream.handle
+        self.tick = module.kernel(mc.cuda_export("tick", counter=mc.InOut[mc.DeviceBuffer[mc.u32]]))
+        self.counter = context.default_memory_pool().allocate_zeroed(mc.u32, self.stream, 1)
+        self.config = mc.LaunchConfig(1, 32)
+        self.graphs: list[Any] = []
+        self.start, self.end = context.create_event(timing=True), context.create_event(timing=True)
+
+    def sync(self) -> None:
+        self.stream.synchronize()
+
+    def direct(self, n: int) -> Callable[[], None]:
+        launch, stream, config, counter = self.tick.launch, self.stream, self.config, self.counter
+
+        def run() -> None:
+            for _ in range(n):
+                launch(stream, config, counter)
+        return run
+
+    def capture(self, n: int) -> Any:
+        def sequence(counter: Any) -> None:
+            for _ in range(n):
+                self.tick.launch(self.stream, self.config, counter)
+
+        graph = self.stream.capture(self.counter, sequence)
+        self.graphs.append(graph)
+        return graph
+
+    def graph(self, n: int) -> Callable[[], None]:
+        graph = self.capture(n)
+        launch, stream = graph.launch, self.stream
+        return lambda: launch(stream)
+
+    def events(self) -> tuple[Callable[[], None], Callable[[], None], Callable[[], float]]:
+        return (lambda: self.start.record(self.stream), lambda: self.end.record(self.stream),
+                lambda: self.mc.Event.elapsed_ms(self.start, self.end))
+
+    def count(self) -> int:
+        host = self.context.allocate_pinned(self.mc.u32, 1)
+        self.stream.copy_to_host(self.counter, host)
+        return int(host.to_numpy()[0])
+
+
+class _Bindings(_Mircuda):
+    """cuda.bindings' ``cuGraphLaunch`` on mircuda's own graph: the wrapper cost beside Graph.launch."""
+
+    name = "cuda.bindings cuGraphLaunch"
+
+    def graph(self, n: int) -> Callable[[], None]:
+        from cuda.bindings import driver as drv
+
+        graph = self.capture(n)
+        ge, cs = drv.CUgraphExec(graph.handle), drv.CUstream(self.stream.handle)
+        return lambda: drv.cuGraphLaunch(ge, cs)
+
+
+class _Torch(_Path):
+    name = "torch"
+
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+        self.stream = torch.cuda.Stream()
+        torch.cuda.set_stream(self.stream)  # replay() and add_() use the current stream
+        self.stream_handle = int(self.stream.cuda_stream)
+        self.x = torch.zeros(1, dtype=torch.int64, device="cuda")
+        self.x.add_(1)  # load the kernel before any capture, then start the count from zero
+        self.x.zero_()
+        self.stream.synchronize()
+        self.graphs: list[Any] = []
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+    def sync(self) -> None:
+        self.stream.synchronize()
+
+    def direct(self, n: int) -> Callable[[], None]:
+        x = self.x
+
+        def run() -> None:
+            for _ in range(n):
+                x.add_(1)
+        return run
+
+    def graph(self, n: int) -> Callable[[], None]:
+        g = self.torch.cuda.CUDAGraph()
+        with self.torch.cuda.graph(g, stream=self.stream):
+            for _ in range(n):
+                self.x.add_(1)
+        self.torch.cuda.set_stream(self.stream)
+        self.graphs.append(g)
+        return g.replay
+
+    def events(self) -> tuple[Callable[[], None], Callable[[], None], Callable[[], float]]:
+        return (lambda: self.start.record(self.stream), lambda: self.end.record(self.stream),
+                lambda: float(self.start.elapsed_time(self.end)))
+
+    def count(self) -> int:
+        self.stream.synchronize()
+        return int(self.x.item())
+
+
+class _CuPy(_Path):
+    name = "CuPy"
+
+    def __init__(self, source: str) -> None:
+        import cupy as cp
+
+        self.cp = cp
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.stream.use()  # launches without a `with` block go to the current stream
+        self.stream_handle = int(self.stream.ptr)
+        self.kernel = cp.RawKernel(source, "tick")
+        self.counter = cp.zeros(1, dtype=cp.uint32)
+        self.kernel((1,), (32,), (self.counter,))  # compile and load before any capture, then reset
+        self.counter.fill(0)
+        self.stream.synchronize()
+        self.graphs: list[Any] = []
+        self.start, self.end = cp.cuda.Event(), cp.cuda.Event()
+
+    def sync(self) -> None:
+        self.stream.synchronize()
+
+    def direct(self, n: int) -> Callable[[], None]:
+        k, counter = self.kernel, self.counter
+
+        def run() -> None:
+            for _ in range(n):
+                k((1,), (32,), (counter,))
+        return run
+
+    def graph(self, n: int) -> Callable[[], None]:
+        self.stream.begin_capture()
+        for _ in range(n):
+            self.kernel((1,), (32,), (self.counter,))
+        g = self.stream.end_capture()
+        g.upload(self.stream)
+        self.graphs.append(g)
+        stream = self.stream
+        return lambda: g.launch(stream)
+
+    def events(self) -> tuple[Callable[[], None], Callable[[], None], Callable[[], float]]:
+        return (lambda: self.start.record(self.stream), lambda: self.end.record(self.stream),
+                lambda: float(self.cp.cuda.get_elapsed_time(self.start, self.end)))
+
+    def count(self) -> int:
+        self.stream.synchronize()
+        return int(self.counter.get()[0])
+
+
+def _host_us(run: Callable[[], None], sync: Callable[[], None], reps: int, batches: int) -> list[float]:
+    """µs per call of ``run``: batches of ``reps`` calls, the stream synchronized between batches."""
+    out = []
+    for b in range(batches + 1):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            run()
+        t1 = time.perf_counter()
+        if b:  # the first batch warms up
+            out.append((t1 - t0) / reps * 1e6)
+    sync()
+    return out
+
+
+def _device_us(path: _Path, run: Callable[[], None], spin: Callable[[int, int], None], spin_ns: int,
+               samples: int) -> list[float]:
+    start, end, elapsed = path.events()
+    out = []
+    for _ in range(samples):
+        path.sync()
+        spin(path.stream_handle, spin_ns)
+        start()
+        run()
+        end()
+        path.sync()
+        out.append(elapsed() * 1e3)
+    return out
+
+
+def cmd_graph_profile(args: argparse.Namespace) -> int:
+    import mircuda as mc
+
+    from .. import _cuda
+
+    sizes = [int(s) for s in str(args.sizes).split(",") if s.strip()]
+    if not sizes or min(sizes) < 1:
+        raise mc.ContractError("--sizes", "positive kernel counts such as 1,10,100", repr(args.sizes))
+    driver = mc.Driver.initialize()
+    context = driver.create_context(driver.devices()[args.device])
+    info = context.device_info()
+    source = _source_text()
+    module = mc.Compiler(context).compile(mc.cuda_kernel(source, "graph_profile.cu"))
+
+    # The spin kernel goes on every library's stream by handle (all use the primary context).
+    spin_kernel = module.kernel(mc.cuda_export("spin", nanoseconds=mc.u64))
+    spin_packer = mc.ArgumentPacker(spin_kernel.contract, context)
+
+    def spin(stream_handle: int, ns: int) -> None:
+        spin_packer.pack(ns)
+        context._make_current()
+        r = _cuda.launch_kernel(spin_kernel.handle, 1, 1, 1, 1, 1, 1, 0, stream_handle,
+                                spin_packer.block.params_address)
+        if r:
+            _cuda.raise_result(r, "cuLaunchKernel", "spin")
+
+    paths: list[_Path] = [_Mircuda(mc, context, module), _Bindings(mc, context, module)]
+    skipped: dict[str, str] = {}
+    for name, make in (("torch", _Torch), ("CuPy", lambda: _CuPy(source))):
+        try:
+            paths.append(make())
+        except Exception as exc:  # not installed, or no usable device for it
+            skipped[name] = f"{type(exc).__name__}: {exc}"[:200]
+
+    # Setup (captures) once; then round-robin measurement.
+    expected: dict[str, int] = {p.name: 0 for p in paths}
+    runs: dict[tuple[str, int], dict[str, Callable[[], None]]] = {}
+    for p in paths:
+        for n in sizes:
+            runs[(p.name, n)] = {"direct": p.direct(n), "graph": p.graph(n)}
+    host: dict[tuple[str, int, str], list[float]] = {}
+    device: dict[tuple[str, int, str], list[float]] = {}
+    for _ in range(args.rounds):
+        for p in paths:
+            for n in sizes:
+                for mode, run in runs[(p.name, n)].items():
+                    if mode == "direct" and isinstance(p, _Bindings):
+                        continue  # the same launches as mircuda's: only its graph launch differs
+                    reps = max(1, args.calls // n) if mode == "direct" else args.calls
+                    h = _host_us(run, p.sync, reps, args.batches)
+                    host.setdefault((p.name, n, mode), []).extend(h)
+                    spin_ns = int(20_000 + 4_000 * statistics.median(h))  # 4x the host's enqueue time
+                    device.setdefault((p.name, n, mode), []).extend(
+                        _device_us(p, run, spin, spin_ns, args.samples))
+                    expected[p.name] += n * (reps * (args.batches + 1) + args.samples)
+
+    failures = []
+    counts = {p.name: p.count() for p in paths}
+    for name, want in expected.items():
+        if counts[name] != want:
+            failures.append(f"{name}: the device counted {counts[name]} kernels, {want} were enqueued")
+
+    rows = []
+    for p in paths:
+        for n in sizes:
+            row: dict[str, Any] = {"library": p.name, "kernels": n}
+            for mode in ("direct", "graph"):
+                if (p.name, n, mode) in host:
+                    row[f"{mode}_host_us"] = round(statistics.median(host[(p.name, n, mode)]), 3)
+                    row[f"{mode}_device_us"] = round(statistics.median(device[(p.name, n, mode)]), 3)
+            rows.append(row)
+    mircuda_replay = {r["kernels"]: r["graph_host_us"] for r in rows if r["library"] == "mircuda"}
+    for r in rows:
+        r["graph_host_vs_mircuda"] = round(r["graph_host_us"] / mircuda_replay[r["kernels"]], 3)
+        if "direct_host_us" in r:
+            r["direct_over_graph_host"] = round(r["direct_host_us"] / r["graph_host_us"], 2)
+            r["direct_over_graph_device"] = round(r["direct_device_us"] / r["graph_device_us"], 2)
+
+    print(f"graph-profile on {info.name} ({info.arch}); hot path {_cuda.hot_path_kind}; medians of "
+          f"{args.rounds} rounds x {args.batches} batches (host) / x {args.samples} samples (device)")
+    head = (f"{'library':<28} {'N':>4} {'direct host':>12} {'direct dev':>11} {'graph host':>11} "
+            f"{'graph dev':>10} {'host ÷':>7} {'dev ÷':>6} {'graph host vs mircuda':>22}")
+    print(head + "\n" + "-" * len(head))
+    for r in rows:
+        def cell(key: str, width: int, fmt: str = "{:.2f}") -> str:
+            return f"{fmt.format(r[key]) if key in r else 'n/a':>{width}}"
+        print(f"{r['library']:<28} {r['kernels']:>4} {cell('direct_host_us', 12)} {cell('direct_device_us', 11)} "
+              f"{cell('graph_host_us', 11)} {cell('graph_device_us', 10)} {cell('direct_over_graph_host', 7)} "
+              f"{cell('direct_over_graph_device', 6)} {cell('graph_host_vs_mircuda', 22)}")
+    print("(µs: direct = the whole sequence of N launches; graph = one replay. ÷ = direct / graph.)")
+    for name, why in skipped.items():
+        print(f"{name}: not measured ({why})")
+    worst = max(mircuda_replay.values())
+    met = worst <= GOAL_REPLAY_HOST_US
+    print(f"Graph.launch host cost: {worst:.2f} µs at most (goal <= {GOAL_REPLAY_HOST_US} µs: "
+          f"{'met' if met else 'NOT met'})")
+
+    result = {
+        "benchmark": "graph_profile", "device": info.name, "arch": info.arch, "date": time.strftime("%Y-%m-%d"),
+        "hot_path": _cuda.hot_path_kind, "kernel": "tick(unsigned*), 1 block x 32 threads (torch: add_ on int64[1])",
+        "settings": {"sizes": sizes, "calls": args.calls, "batches": args.batches, "samples": args.samples,
+                     "rounds": args.rounds},
+        "units": "µs; direct = a sequence of N launches, graph = one replay of N kernels",
+        "rows": rows, "skipped": skipped,
+        "goal": {"graph_launch_host_us_max": GOAL_REPLAY_HOST_US, "worst_mircuda_us": worst, "met": met},
+        "failures": failures,
+    }
+    path = Path(args.json)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {path}")
+    for p in paths:
+        for g in getattr(p, "graphs", []):
+            if hasattr(g, "close"):
+                g.close()
+    context.close()
+    for f in failures:
+        print(f"FAILED: {f}", file=sys.stderr)
+    return 1 if failures else 0
