@@ -3,6 +3,8 @@ local memory, atomics, fp16/bf16, CUDA C helpers, mixing with CUDA C kernels, co
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -39,6 +41,31 @@ def test_a_numba_kernel_launches_through_the_typed_path(context, stream, pool, c
     got = download(context, stream, y).astype(np.float64)
     want = np.float32(a) * x_h.astype(np.float64) + y_h.astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@dataclass
+class SaxpyBuffers:
+    y: mc.DeviceBuffer
+    x: mc.DeviceBuffer
+
+
+def test_a_numba_kernel_is_captured_into_a_graph_and_its_node_updated(context, stream, pool, compiler, rng) -> None:
+    k = compiler.compile(SAXPY).kernel(Saxpy)
+    n = 4096
+    x_h = rng.standard_normal(n).astype(np.float32)
+    y_h = rng.standard_normal(n).astype(np.float32)
+    buffers = SaxpyBuffers(upload(context, stream, pool, y_h), upload(context, stream, pool, x_h))
+    cfg = mc.LaunchConfig.for_elements(n, 256)
+    nodes = []
+    graph = stream.capture(buffers, lambda r: nodes.append(k.launch_captured(stream, cfg, r.y, r.x, 2.0)))
+    try:
+        graph.launch(stream)                                       # y = 2 x + y
+        graph.update_kernel(nodes[0], lambda r: (r.y, r.x, -1.0))  # the same contract checks the update
+        graph.launch(stream)                                       # y = -x + y
+        want = y_h.astype(np.float64) + x_h
+        np.testing.assert_allclose(download(context, stream, buffers.y), want, rtol=1e-5, atol=1e-5)
+    finally:
+        graph.close()
 
 
 def test_the_module_cache_answers_the_same_kernel(compiler) -> None:
