@@ -30,9 +30,9 @@ from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
-from ..errors import ContractError, UseAfterFree
+from ..errors import ContractError
 from ..launch import LAUNCH_ABIS, KernelContract, LaunchAbi, Param
-from ..launch._kernel import _MISSING, _emit_writes, parameter_sizes
+from ..launch._kernel import _buffer_slow_path, _emit_writes, parameter_sizes
 from ..launch._pack import SCALAR_CTYPES
 from ..memory import DeviceBuffer
 from . import _compat
@@ -214,26 +214,11 @@ def _array_writer(p: Param, s: ArgSpec, context: Any, nitems: Any, data: Any, sh
                   strides: list[Any]) -> Any:
     expected = _expected(p, s)
     item = p.info.itemsize
-
-    def check_buffer(b: DeviceBuffer[Any], what: str) -> None:
-        if b._freed:
-            raise UseAfterFree(f"argument {p.name!r}: {b!r} was freed")
-        if b._scalar is not p.info.scalar_type:
-            raise ContractError(p.name, expected, f"{what} of a DeviceBuffer[{b._info.name}]")
-        if b._context is not context:
-            raise ContractError(p.name, f"a buffer of {context!r}", f"a buffer of {b._context!r}")
+    check = _buffer_slow_path(p, context)  # the C ABI's checks of one buffer: missing, type, freed, dtype, context
 
     def write(v: Any) -> None:
-        if v is _MISSING:
-            raise ContractError(p.name, expected, "nothing (the argument is missing)")
-        if isinstance(v, DeviceBuffer):
-            check_buffer(v, "a DeviceBuffer")
-            if s.ndim != 1:
-                raise ContractError(p.name, expected, f"a 1-d DeviceBuffer[{v._info.name}]",
-                                    "wrap it in mircuda.numba_ext.ArrayView(buffer, shape)")
-            address, dims, steps = v._ptr, (v._count,), (item,)
-        elif isinstance(v, ArrayView):
-            check_buffer(v.buffer, f"a {v.ndim}-d ArrayView")
+        if isinstance(v, ArrayView):
+            check(v.buffer)
             if v.ndim != s.ndim:
                 raise ContractError(p.name, expected, f"a {v.ndim}-d ArrayView")
             if (s.layout == "C" and not v.c_contiguous) or (s.layout == "F" and not v.f_contiguous):
@@ -241,13 +226,18 @@ def _array_writer(p: Param, s: ArgSpec, context: Any, nitems: Any, data: Any, sh
                                     f"the Numba parameter is {s.numba_type}")
             address = v.buffer._ptr + v.offset * item if v.size else v.buffer._ptr
             dims, steps = v.shape, v.byte_strides
+        elif isinstance(v, DeviceBuffer):
+            address = check(v)
+            if s.ndim != 1:
+                raise ContractError(p.name, expected, f"a 1-d DeviceBuffer[{v._info.name}]",
+                                    "wrap it in mircuda.numba_ext.ArrayView(buffer, shape)")
+            dims, steps = (v._count,), (item,)
+        elif hasattr(v, "__cuda_array_interface__"):
+            raise ContractError(p.name, expected, type(v).__name__,
+                                "wrap other libraries' device arrays with mircuda.numba_ext.as_device_buffer(...)")
         else:
-            hint = ""
-            if hasattr(v, "__cuda_array_interface__"):
-                hint = "wrap other libraries' device arrays with mircuda.numba_ext.as_device_buffer(...)"
-            elif hasattr(v, "__array_interface__"):
-                hint = "host arrays must be copied to a DeviceBuffer first (Stream.copy_to_device)"
-            raise ContractError(p.name, expected, type(v).__name__, hint)
+            check(v)  # raises: the argument is missing, or not a buffer (with the host-array hint)
+            raise AssertionError("unreachable")
         n = 1
         for d in dims:
             n *= d
