@@ -138,7 +138,9 @@ def test_numba_device_arrays_launch_mircuda_kernels(context, stream, pool, compi
 def test_bf16_and_fp8_numba_arrays_become_typed_buffers(context, stream, rng) -> None:
     ns = mn.numba_stream(stream)
     xb = rng.standard_normal(64).astype(np.float32).astype(ml_dtypes.bfloat16)
-    d = cuda.to_device(xb, stream=ns)
+    # numba-cuda cannot copy a bf16 host array (no buffer protocol for ml_dtypes): upload the bits,
+    # then view them as bf16 on the device.
+    d = cuda.to_device(xb.view(np.uint16), stream=ns).view(ml_dtypes.bfloat16)
     assert d.__cuda_array_interface__["typestr"] == "<V2"  # the interface alone cannot say bf16 ...
     buf = mn.as_device_buffer(d, context, stream)         # ... the Numba array's dtype does
     assert buf.scalar_type is mc.bf16
