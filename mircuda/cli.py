@@ -1,4 +1,4 @@
-"""``python -m mircuda``: inspect the machine, profile the launch path."""
+"""``python -m mircuda``: inspect the machine, profile the launch path, compile offline."""
 
 from __future__ import annotations
 
@@ -218,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=50)
     p.add_argument("--json", help="also write the table as JSON to this file")
     p.set_defaults(func=cmd_profile)
+    from .compile._cli import add_compile_command
+
+    add_compile_command(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
