@@ -156,6 +156,7 @@ class IncludeDependencies:
         and no file was racy: then :attr:`digest` is still the fingerprint of the current files."""
         if self.racy:
             return False
+        signature = _signature
         for path, sig in self.checks:
             try:
                 st = os.stat(path)
@@ -163,7 +164,7 @@ class IncludeDependencies:
                 if sig is not None:
                     return False
                 continue
-            if sig is None or sig != (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_dev):
+            if sig != signature(st):
                 return False
         return True
 
