@@ -256,3 +256,33 @@ def test_a_read_only_directory_never_fails_a_compile(tmp_path) -> None:
         assert compiler.cache_stats() == stats(compilations=1, persistent_failures=1)
     finally:
         directory.chmod(0o755)
+
+
+class StrictLoader(mc.OfflineCompiler):
+    """Stands for Compiler, whose load (cuModuleLoadData) can refuse an image: this one refuses any
+    image that is not a complete ELF file (tests/gpu/test_compile_cache.py uses the real driver)."""
+
+    refuse_everything = False
+
+    def _load(self, program: mc.CompiledProgram) -> mc.CompiledProgram:
+        if self.refuse_everything or program.image[4:5] == b"\0":  # ELF class 0: invalid
+            raise mc.CudaError(200, "CUDA_ERROR_INVALID_IMAGE", "cuModuleLoadData")
+        return program
+
+
+def test_an_entry_the_loader_refuses_is_removed_rebuilt_and_rewritten(tmp_path, populated) -> None:
+    path, key, program = populated
+    poisoned = replace(program, image=b"\x7fELF" + bytes(60))
+    path.write_bytes(_persistent.encode_entry(key, ARCH, mc.nvrtc_version(), poisoned))
+    compiler = StrictLoader(ARCH, mc.CompilerConfig(cache_directory=tmp_path))
+    assert compiler.compile(SOURCE) == program
+    assert compiler.cache_stats() == stats(compilations=1, persistent_failures=1)
+    assert _persistent.decode_entry(path.read_bytes(), key, ARCH, mc.nvrtc_version()) == program
+
+
+def test_a_fresh_image_the_loader_refuses_raises_and_is_not_persisted(tmp_path) -> None:
+    compiler = StrictLoader(ARCH, mc.CompilerConfig(cache_directory=tmp_path))
+    compiler.refuse_everything = True
+    with pytest.raises(mc.CudaError, match="CUDA_ERROR_INVALID_IMAGE"):
+        compiler.compile(SOURCE)
+    assert entry_files(tmp_path) == []
