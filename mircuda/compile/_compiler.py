@@ -127,10 +127,10 @@ class _CachingCompiler(Generic[T]):
     """The module cache shared by :class:`Compiler` (values: loaded modules) and
     :class:`OfflineCompiler` (values: compiled programs).
 
-    Lookup order: the memory cache, the cache directory, then a build. A memory lookup costs a dict
-    lookup for sources that include nothing from files (~0.3 µs on a 2-core VM), plus one ``stat``
-    per recorded include path (~1 µs each) for sources that do, because a header edited in place
-    must change the key.
+    Lookup order: the memory cache, the cache directory, then a build. A memory hit costs a dict
+    lookup for sources that include nothing from files (~0.2 µs on a 2-core VM), plus one ``stat``
+    per recorded include path (0.5-1 µs each; see :mod:`mircuda.compile._includes`) for sources
+    that do, because a header edited in place must change the key.
     """
 
     def __init__(self, arch: str, config: CompilerConfig | None) -> None:
