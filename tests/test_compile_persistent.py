@@ -286,3 +286,13 @@ def test_a_fresh_image_the_loader_refuses_raises_and_is_not_persisted(tmp_path) 
     with pytest.raises(mc.CudaError, match="CUDA_ERROR_INVALID_IMAGE"):
         compiler.compile(SOURCE)
     assert entry_files(tmp_path) == []
+
+
+def test_temporary_files_of_crashed_writers_are_swept_after_the_first_write(tmp_path) -> None:
+    stale, live = tmp_path / ".tmp-crashed.mcm", tmp_path / ".tmp-writing.mcm"
+    stale.write_bytes(b"half an entry")
+    live.write_bytes(b"being written")
+    st = stale.stat()
+    os.utime(stale, ns=(st.st_atime_ns, st.st_mtime_ns - 2 * 3600 * 10**9))
+    cached(tmp_path).compile(SOURCE)
+    assert not stale.exists() and live.exists()

@@ -19,8 +19,10 @@ version, exact length, checksum, JSON fields and types, the image's form); an en
 removed — only if it is still the file that was read — and the caller rebuilds. Writes go to a
 temporary file in the same directory, are flushed and fsynced, and are moved into place with
 ``os.replace``: readers see the old entry or the new one, never a mix, and concurrent writers of
-one key each install a complete entry (the last one stays). Nothing here raises for I/O: failures
-are returned, so a cache problem never fails a compile.
+one key each install a complete entry (the last one stays). Temporary files older than an hour
+(left by writers that crashed) are removed after a cache object's first write. Nothing here raises
+for I/O: failures are returned, so a cache problem never fails a compile. There is no size limit or
+eviction: remove the directory (or old entries) to reclaim space.
 
 The checksum detects corruption, not tampering: the cache directory must be as trusted as code.
 Payloads carry no pickle; a crafted entry can at worst give the driver a bad image, which the
@@ -35,6 +37,7 @@ import logging
 import os
 import struct
 import tempfile
+import time
 from dataclasses import dataclass
 
 from ._nvrtc import CompiledProgram
@@ -50,6 +53,7 @@ _HEADER = struct.Struct("<8sIII16s32sQ")  # everything the checksum covers befor
 _CHECKSUM_SIZE = 32
 HEADER_SIZE = _HEADER.size + _CHECKSUM_SIZE
 MAX_ENTRY_BYTES = 1 << 30
+STALE_TEMPORARY_S = 3600.0
 _ELF = b"\x7fELF"
 
 
@@ -155,6 +159,7 @@ class PersistentCache:
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
+        self._swept = False
 
     def path(self, key: str) -> str:
         """The entry file of ``key`` (hex SHA-256)."""
@@ -192,6 +197,26 @@ class PersistentCache:
         except OSError:
             return False
 
+    def sweep_temporary_files(self, older_than_s: float = STALE_TEMPORARY_S) -> int:
+        """Remove temporary files that writers which crashed left behind (older than
+        ``older_than_s``; a live write takes milliseconds). Done once per cache object, after its
+        first write. Returns how many were removed."""
+        removed = 0
+        try:
+            names = [n for n in os.listdir(self.directory) if n.startswith(".tmp-")]
+        except OSError:
+            return 0
+        limit = time.time() - older_than_s
+        for name in names:
+            path = os.path.join(self.directory, name)
+            try:
+                if os.stat(path).st_mtime < limit:
+                    os.unlink(path)
+                    removed += 1
+            except OSError:
+                pass
+        return removed
+
     def store(self, key: str, arch: str, nvrtc: tuple[int, int], program: CompiledProgram) -> str | None:
         """Write the entry of ``key`` atomically. Returns None on success, else why it failed."""
         tmp = None
@@ -205,6 +230,9 @@ class PersistentCache:
                 os.fsync(f.fileno())
             os.replace(tmp, self.path(key))
             tmp = None
+            if not self._swept:
+                self._swept = True
+                self.sweep_temporary_files()
             return None
         except (OSError, EntryError) as exc:
             log.debug("persistent cache: cannot write %s: %s", self.path(key), exc)
