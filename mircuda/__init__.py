@@ -6,6 +6,7 @@ Importing mircuda never touches the driver; :meth:`Driver.initialize` does.
 
 from .compile import (CompileCacheStats, CompiledProgram, CompileOptions, Compiler, CudaSource, Module,
                       compile_program, cuda_kernel, nvrtc_version)
+from .compile import CompilerConfig, OfflineCompiler, cuda_kernel_file, cuda_kernel_files
 from .dtypes import bf16, bool_, e2m1, e4m3, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 from .errors import (CaptureError, ClosedResourceError, CompileError, CompileWarning, ContractError, CudaError,
                      GraphStreamError, LaunchConfigError, MircudaError, NvrtcError, UnsupportedPlatform,
@@ -27,6 +28,7 @@ __all__ = [
     "UseAfterFree", "bf16", "bool_", "compile_program", "cuda_export", "cuda_kernel", "e2m1", "e4m3", "f16",
     "f32", "f64", "i8", "i16", "i32", "i64", "nvrtc_version", "u8", "u16", "u32", "u64",
 ]
+__all__ += ["CompilerConfig", "OfflineCompiler", "cuda_kernel_file", "cuda_kernel_files"]
 
 
 def __getattr__(name: str) -> object:

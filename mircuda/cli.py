@@ -1,4 +1,4 @@
-"""``python -m mircuda``: inspect the machine, profile the launch path and CUDA graphs."""
+"""``python -m mircuda``: inspect the machine, profile the launch path and CUDA graphs, compile offline."""
 
 from __future__ import annotations
 
@@ -232,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     from .graph._profile import add_parser as add_graph_profile
 
     add_graph_profile(sub)
+    from .compile._cli import add_compile_command
+
+    add_compile_command(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -105,10 +105,17 @@ def test_sources_with_nul_or_unencodable_text_are_refused() -> None:
         mc.cuda_kernel("", "")
 
 
-@pytest.mark.parametrize("flags", [("--gpu-architecture=sm_80",), ("-G",), "-I/tmp", (None,)])
-def test_include_flags_take_include_paths_only(flags) -> None:
-    with pytest.raises(mc.ContractError, match="include_flags"):
-        mc.compile_program(mc.cuda_kernel('extern "C" __global__ void k() {}'), "sm_90", None, flags)
+@pytest.mark.parametrize("paths", ["/tmp", (None,), ("/tmp\0x",), b"/tmp"])
+def test_include_paths_are_directories_never_flags(paths) -> None:
+    with pytest.raises(mc.ContractError, match="include_paths"):
+        mc.compile_program(mc.cuda_kernel('extern "C" __global__ void k() {}'), "sm_90", None, paths)
+
+
+def test_an_include_path_cannot_smuggle_a_flag() -> None:
+    # Each path becomes --include-path=<path>: a "flag" is only a strange directory name.
+    prog = mc.compile_program(mc.cuda_kernel('extern "C" __global__ void k() {}'), "sm_90", None,
+                              ("--gpu-architecture=sm_80",))
+    assert prog.arch == "sm_90"
 
 
 @pytest.mark.parametrize("arch", ["sm_90\n", "sm_80a", "sm_90f", "sm_090", "sm_\u0669\u0660"])

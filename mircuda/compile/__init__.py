@@ -1,9 +1,12 @@
-"""Compile: CUDA C sources, NVRTC options, the compiler and its module cache."""
+"""Compile: CUDA C sources (inline, files, fragments), NVRTC options, the compilers and their caches."""
 
-from ._compiler import CompileCacheStats, Compiler, Module
+from ._compiler import Compiler, Module, OfflineCompiler
+from ._config import CompileCacheStats, CompilerConfig
+from ._files import cuda_kernel_file, cuda_kernel_files
 from ._nvrtc import CompiledProgram, compile_program, nvrtc_version, supported_archs
 from ._options import ALLOWED_EXTRA_FLAGS, CompileOptions
 from ._source import CudaSource, ModuleSource, cuda_kernel
 
 __all__ = ["ALLOWED_EXTRA_FLAGS", "CompileCacheStats", "CompileOptions", "CompiledProgram", "Compiler",
-           "CudaSource", "Module", "ModuleSource", "compile_program", "cuda_kernel", "nvrtc_version", "supported_archs"]
+           "CompilerConfig", "CudaSource", "Module", "ModuleSource", "OfflineCompiler", "compile_program",
+           "cuda_kernel", "cuda_kernel_file", "cuda_kernel_files", "nvrtc_version", "supported_archs"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -80,8 +81,14 @@ def validate_arch(arch: object, output: str = "cubin") -> str:
 
 
 def compile_program(source: CudaSource, arch: str, options: CompileOptions | None = None,
-                    include_flags: tuple[str, ...] = ()) -> CompiledProgram:
-    """Compile ``source`` for ``arch`` with NVRTC; works on machines without a GPU.
+                    include_paths: Sequence[str] = ()) -> CompiledProgram:
+    """Compile ``source`` for ``arch`` with NVRTC; works on machines without a GPU. No cache: see
+    :class:`OfflineCompiler` for the cached equivalent.
+
+    Args:
+        include_paths: include roots (directories), searched in order before the toolkit headers.
+            Quoted includes search the including file's directory first (for the main source: the
+            directory of ``source.name``, the working directory when the name has none).
 
     Args:
         source: the translation unit.
@@ -95,7 +102,7 @@ def compile_program(source: CudaSource, arch: str, options: CompileOptions | Non
     issued as a :class:`~mircuda.errors.CompileWarning`.
 
     Raises:
-        ContractError: bad ``source``, ``arch`` or ``options``.
+        ContractError: bad ``source``, ``arch``, ``options`` or ``include_paths``.
         CompileError: NVRTC rejected the source; ``.log`` holds its program log.
     """
     if not isinstance(source, CudaSource):
@@ -104,15 +111,13 @@ def compile_program(source: CudaSource, arch: str, options: CompileOptions | Non
     if not isinstance(options, CompileOptions):
         raise ContractError("options", "a CompileOptions", type(options).__name__)
     validate_arch(arch, options.output)
-    if isinstance(include_flags, str) or not all(
-            isinstance(f, str) and (f.startswith("--include-path=") or f.startswith("-I")) and "\0" not in f
-            for f in include_flags):
-        raise ContractError("include_flags", "a tuple of '--include-path=DIR' or '-IDIR' strings", repr(include_flags))
+    if isinstance(include_paths, (str, bytes)) or not all(isinstance(p, str) and "\0" not in p for p in include_paths):
+        raise ContractError("include_paths", "a sequence of directory paths (str)", repr(include_paths))
     mod = _cuda.nvrtc()
     prog = _cuda.nvrtc_call("nvrtcCreateProgram", source.text.encode(), source.name.encode(), 0, [], [])
     try:
-        toolkit = [f"--include-path={d}" for d in _cuda.toolkit_include_dirs()]
-        flags = options.flags(arch) + list(include_flags) + toolkit
+        roots = list(include_paths) + list(_cuda.toolkit_include_dirs())
+        flags = options.flags(arch) + [f"--include-path={p}" for p in roots]
         flags = [f.encode() for f in flags]
         (result,) = mod.nvrtcCompileProgram(prog, len(flags), flags)
         log = _log(prog)

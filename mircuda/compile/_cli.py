@@ -1,0 +1,56 @@
+"""``python -m mircuda compile``: offline NVRTC compilation of a file to CUBIN or PTX (no GPU needed)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+__all__ = ["add_compile_command", "cmd_compile"]
+
+
+def _define(text: str) -> tuple[str, str | None]:
+    name, sep, value = text.partition("=")
+    return name, (value if sep else None)
+
+
+def add_compile_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``compile`` on the CLI's subcommand parser."""
+    p = sub.add_parser(
+        "compile", help="compile a CUDA C file with NVRTC for any target (no GPU needed) and write CUBIN or PTX",
+        description="Compile FILE with NVRTC for --arch, which need not be present on this machine, and write "
+                    "the CUBIN (default) or PTX to -o. Quoted includes search FILE's directory, then each -I "
+                    "root in order; nothing is taken from environment variables.")
+    p.add_argument("file", help="the CUDA C translation unit (.cu)")
+    p.add_argument("--arch", required=True, help="NVRTC target: sm_90, sm_90a, sm_120f, ...; compute_* with --ptx")
+    p.add_argument("-I", "--include-path", dest="include_paths", action="append", default=[], metavar="DIR",
+                   help="an include root (repeatable, searched in order)")
+    p.add_argument("-D", "--define", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
+                   help="a macro (repeatable)")
+    p.add_argument("--std", default="c++17", help="C++ standard (default c++17)")
+    kind = p.add_mutually_exclusive_group()
+    kind.add_argument("--cubin", dest="output", action="store_const", const="cubin", help="write CUBIN (default)")
+    kind.add_argument("--ptx", dest="output", action="store_const", const="ptx", help="write PTX text")
+    p.add_argument("-o", "--output-file", dest="out", required=True, metavar="OUT", help="where to write the result")
+    p.set_defaults(func=cmd_compile, output="cubin")
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from ._compiler import OfflineCompiler
+    from ._config import CompilerConfig
+    from ._files import cuda_kernel_file
+    from ._options import CompileOptions
+
+    source = cuda_kernel_file(args.file, relative_to=os.getcwd())
+    options = CompileOptions(std=args.std, defines=tuple(_define(d) for d in args.defines), output=args.output)
+    compiler = OfflineCompiler(args.arch, CompilerConfig(include_paths=tuple(args.include_paths)))
+    program = compiler.compile(source, options)
+    # The cache keeps PTX NUL-terminated for the driver; a .ptx file is plain text.
+    image = program.image.rstrip(b"\0") if program.output == "ptx" else program.image
+    with open(args.out, "wb") as f:
+        f.write(image)
+    if program.log:
+        print(program.log, file=sys.stderr)
+    print(f"{source.name} -> {args.out}: {program.output.upper()} for {program.arch}, {len(image)} bytes, "
+          f"NVRTC {'.'.join(map(str, program.nvrtc_version))}")
+    return 0

@@ -1,0 +1,104 @@
+"""CUDA C sources read from files next to the Python module that uses them."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import ContractError
+from ._source import CudaSource
+
+__all__ = ["cuda_kernel_file", "cuda_kernel_files"]
+
+
+def _base_directory(relative_to: str | os.PathLike[str] | None, depth: int) -> tuple[str, str]:
+    """The directory relative paths are resolved against, and a phrase saying where it came from."""
+    if relative_to is not None:
+        if not isinstance(relative_to, (str, os.PathLike)):
+            raise ContractError("relative_to", "None, a str or an os.PathLike", type(relative_to).__name__)
+        base = os.path.abspath(os.fspath(relative_to))
+        return base, f"{base!r} (relative_to)"
+    caller = sys._getframe(depth + 1).f_code.co_filename
+    if os.path.isfile(caller):
+        caller = os.path.abspath(caller)
+        return os.path.dirname(caller), f"{os.path.dirname(caller)!r}, the directory of the calling file {caller}"
+    # An interactive session or a notebook cell has no file of its own.
+    cwd = os.getcwd()
+    return cwd, f"the working directory {cwd!r} (the caller {caller!r} is not a file)"
+
+
+def _resolve(path: object, argument: str, base: str) -> str:
+    if not isinstance(path, (str, os.PathLike)):
+        raise ContractError(argument, "a path (str or os.PathLike)", type(path).__name__)
+    return os.path.normpath(os.path.join(base, os.fspath(path)))
+
+
+def _read(path: str, argument: str, given: object, origin: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        reason = "no such file"
+    except IsADirectoryError:
+        reason = "a directory"
+    except UnicodeDecodeError as exc:
+        reason = f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    given_path = os.fspath(given)  # type: ignore[call-overload]
+    hint = "" if os.path.isabs(given_path) else f"{given_path!r} was resolved against {origin}"
+    raise ContractError(argument, "a readable UTF-8 CUDA C file", f"{path!r} ({reason})", hint)
+
+
+def cuda_kernel_file(path: str | os.PathLike[str], *,
+                     relative_to: str | os.PathLike[str] | None = None) -> CudaSource:
+    """Embed a CUDA C file as a source, read now (at module import when called at module level).
+
+    A relative ``path`` is resolved against the directory of the Python file that calls this
+    function — not the working directory — so a package can ship ``kernels/fill.cu`` beside its
+    modules; in an interactive session (no caller file) against the working directory. The source's
+    name is the resolved absolute path: NVRTC diagnostics name it, and NVRTC searches its directory
+    first for quoted ``#include "..."`` (those headers are part of the cache key, see
+    :class:`Compiler`).
+
+    Args:
+        path: the ``.cu`` file, absolute or relative as above.
+        relative_to: resolve against this directory instead (for helpers that load files on behalf
+            of their callers).
+
+    Raises:
+        ContractError: the resolved file is missing, unreadable or not UTF-8; the message gives the
+            resolved path and what it was resolved against.
+    """
+    base, origin = _base_directory(relative_to, 1)
+    resolved = _resolve(path, "path", base)
+    return CudaSource(_read(resolved, "path", path, origin), resolved)
+
+
+def cuda_kernel_files(*paths: str | os.PathLike[str],
+                      relative_to: str | os.PathLike[str] | None = None) -> CudaSource:
+    """Embed ordered fragments as one self-contained translation unit, read now.
+
+    ``cuda_kernel_files("common.cuh", "gemv.cu")`` is the text of each file in order, each preceded
+    by ``#line 1 "<its absolute path>"``, so NVRTC diagnostics name the original file and line.
+    Fragments need no include path to find each other. Paths resolve as in
+    :func:`cuda_kernel_file`; the source's name is the first fragment's resolved path, and the
+    composed text (with the markers) is what the cache key covers.
+
+    Raises:
+        ContractError: no path given, or a fragment is missing, unreadable or not UTF-8 (named by
+            its position, e.g. ``paths[1]``, with its resolved path).
+    """
+    if not paths:
+        raise ContractError("paths", "at least one CUDA C file", "none")
+    base, origin = _base_directory(relative_to, 1)
+    parts: list[str] = []
+    resolved_paths: list[str] = []
+    for i, p in enumerate(paths):
+        resolved = _resolve(p, f"paths[{i}]", base)
+        text = _read(resolved, f"paths[{i}]", p, origin)
+        escaped = resolved.replace("\\", "\\\\").replace('"', '\\"')
+        parts.append(f'#line 1 "{escaped}"\n')
+        parts.append(text if text.endswith("\n") or not text else text + "\n")
+        resolved_paths.append(resolved)
+    return CudaSource("".join(parts), resolved_paths[0])

@@ -1,0 +1,245 @@
+"""The persistent module cache: one self-describing, validated file per compiled program.
+
+Entry layout (little-endian), one file ``<key>.mcm`` per key in the cache directory::
+
+    offset  size  field
+         0     8  magic b"MIRCUDA\\x1a"
+         8     4  format version (1)
+        12     4  NVRTC major of the compiling process
+        16     4  NVRTC minor
+        20    16  arch, ASCII, NUL-padded (e.g. "sm_90")
+        36    32  the full cache key (SHA-256 digest)
+        68     8  payload length in bytes
+        76    32  SHA-256 of bytes [0, 76) followed by the payload
+       108     -  payload: u32 length of a UTF-8 JSON object {arch, output, log, nvrtc_version,
+                  abi, symbols}, the JSON, then the image (CUBIN, or PTX with its terminating NUL)
+
+On read every field is checked against what the caller expects (magic, version, key, arch, NVRTC
+version, exact length, checksum, JSON fields and types, the image's form); an entry that fails is
+removed — only if it is still the file that was read — and the caller rebuilds. Writes go to a
+temporary file in the same directory, are flushed and fsynced, and are moved into place with
+``os.replace``: readers see the old entry or the new one, never a mix, and concurrent writers of
+one key each install a complete entry (the last one stays). Temporary files older than an hour
+(left by writers that crashed) are removed after a cache object's first write. Nothing here raises
+for I/O: failures are returned, so a cache problem never fails a compile. There is no size limit or
+eviction: remove the directory (or old entries) to reclaim space.
+
+The checksum detects corruption, not tampering: the cache directory must be as trusted as code.
+Payloads carry no pickle; a crafted entry can at worst give the driver a bad image, which the
+compiler detects at load and rebuilds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import struct
+import tempfile
+import time
+from dataclasses import dataclass
+
+from ._nvrtc import CompiledProgram
+
+__all__ = ["EntryError", "PersistentCache", "decode_entry", "encode_entry", "FORMAT_VERSION", "MAGIC"]
+
+log = logging.getLogger("mircuda.compile")
+
+MAGIC = b"MIRCUDA\x1a"
+FORMAT_VERSION = 1
+SUFFIX = ".mcm"
+_HEADER = struct.Struct("<8sIII16s32sQ")  # everything the checksum covers before the payload
+_CHECKSUM_SIZE = 32
+HEADER_SIZE = _HEADER.size + _CHECKSUM_SIZE
+MAX_ENTRY_BYTES = 1 << 30
+STALE_TEMPORARY_S = 3600.0
+_ELF = b"\x7fELF"
+
+
+class EntryError(ValueError):
+    """A persistent entry is corrupt or belongs to another key, arch or NVRTC version."""
+
+
+def encode_entry(key: str, arch: str, nvrtc: tuple[int, int], program: CompiledProgram) -> bytes:
+    """Frame ``program`` as an entry for ``key`` (hex SHA-256), compiled for ``arch`` by ``nvrtc``."""
+    meta = json.dumps({"arch": program.arch, "output": program.output, "log": program.log,
+                       "nvrtc_version": list(program.nvrtc_version), "abi": program.abi,
+                       "symbols": [list(s) for s in program.symbols]}, separators=(",", ":")).encode()
+    payload = struct.pack("<I", len(meta)) + meta + program.image
+    arch_bytes = arch.encode("ascii")
+    if len(arch_bytes) > 16:
+        raise EntryError(f"arch {arch!r} is longer than 16 bytes")
+    header = _HEADER.pack(MAGIC, FORMAT_VERSION, nvrtc[0], nvrtc[1], arch_bytes, bytes.fromhex(key), len(payload))
+    h = hashlib.sha256(header)
+    h.update(payload)
+    return header + h.digest() + payload
+
+
+def decode_entry(data: bytes, key: str, arch: str, nvrtc: tuple[int, int]) -> CompiledProgram:
+    """Validate an entry against the expected ``key``, ``arch`` and ``nvrtc`` and return its program.
+
+    Raises:
+        EntryError: naming the first check that failed.
+    """
+    if len(data) < HEADER_SIZE:
+        raise EntryError(f"truncated: {len(data)} bytes, shorter than the {HEADER_SIZE}-byte header")
+    magic, version, major, minor, arch_bytes, key_bytes, length = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise EntryError(f"not a mircuda entry (magic {magic!r})")
+    if version != FORMAT_VERSION:
+        raise EntryError(f"format version {version}, expected {FORMAT_VERSION}")
+    if key_bytes != bytes.fromhex(key):
+        raise EntryError(f"entry of key {key_bytes.hex()}, expected {key}")
+    entry_arch = arch_bytes.rstrip(b"\0").decode("ascii", "replace")
+    if entry_arch != arch:
+        raise EntryError(f"entry for arch {entry_arch}, expected {arch}")
+    if (major, minor) != tuple(nvrtc):
+        raise EntryError(f"entry from NVRTC {major}.{minor}, expected {nvrtc[0]}.{nvrtc[1]}")
+    if len(data) != HEADER_SIZE + length:
+        raise EntryError(f"length {len(data)} bytes, the header says {HEADER_SIZE + length}")
+    h = hashlib.sha256(memoryview(data)[:_HEADER.size])
+    h.update(memoryview(data)[HEADER_SIZE:])
+    if h.digest() != data[_HEADER.size:HEADER_SIZE]:
+        raise EntryError("checksum mismatch")
+    return _decode_payload(memoryview(data)[HEADER_SIZE:])
+
+
+def _decode_payload(payload: memoryview) -> CompiledProgram:
+    if len(payload) < 4:
+        raise EntryError("payload shorter than its metadata length")
+    (meta_len,) = struct.unpack_from("<I", payload)
+    if 4 + meta_len > len(payload):
+        raise EntryError("metadata longer than the payload")
+    try:
+        meta = json.loads(bytes(payload[4:4 + meta_len]))
+        arch, output, text_log, abi = meta["arch"], meta["output"], meta["log"], meta["abi"]
+        major, minor = meta["nvrtc_version"]
+        symbols = tuple((a, b) for a, b in meta["symbols"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EntryError(f"bad metadata: {exc}") from None
+    if not all(isinstance(v, str) for v in (arch, output, text_log, abi)) or not all(
+            type(v) is int for v in (major, minor)) or not all(
+            isinstance(a, str) and isinstance(b, str) for a, b in symbols):
+        raise EntryError("bad metadata: a field has the wrong type")
+    image = bytes(payload[4 + meta_len:])
+    if not image:
+        raise EntryError("empty image")
+    if output == "cubin" and not image.startswith(_ELF):
+        raise EntryError("a CUBIN image that is not an ELF file")
+    if output == "ptx" and not image.endswith(b"\0"):
+        raise EntryError("a PTX image without its terminating NUL")
+    return CompiledProgram(arch, output, image, text_log, (major, minor), abi, symbols)
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What :meth:`PersistentCache.load` found.
+
+    Attributes:
+        program: the validated program, or None (miss or rejected entry).
+        failure: why the read failed or the entry was rejected; None for a hit or a plain miss.
+        token: identifies the file that was read, for :meth:`PersistentCache.discard`.
+    """
+
+    program: CompiledProgram | None
+    failure: str | None = None
+    token: tuple[int, int, int, int] | None = None
+
+
+def _token(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
+
+
+class PersistentCache:
+    """A directory of entries, one per key. Created lazily at the first write.
+
+    Thread- and process-safe by construction (atomic replace, no locks); never raises for I/O.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._swept = False
+
+    def path(self, key: str) -> str:
+        """The entry file of ``key`` (hex SHA-256)."""
+        return os.path.join(self.directory, key + SUFFIX)
+
+    def load(self, key: str, arch: str, nvrtc: tuple[int, int]) -> LoadResult:
+        """Read and validate the entry of ``key``; remove it if it is invalid."""
+        path = self.path(key)
+        try:
+            with open(path, "rb") as f:
+                st = os.fstat(f.fileno())
+                data = f.read(MAX_ENTRY_BYTES + 1)
+        except FileNotFoundError:
+            return LoadResult(None)
+        except OSError as exc:
+            log.debug("persistent cache: cannot read %s: %s", path, exc)
+            return LoadResult(None, f"read failed: {exc}")
+        token = _token(st)
+        try:
+            return LoadResult(decode_entry(data, key, arch, nvrtc), None, token)
+        except EntryError as exc:
+            log.debug("persistent cache: rejected %s: %s", path, exc)
+            self.discard(key, token)
+            return LoadResult(None, f"invalid entry: {exc}", token)
+
+    def discard(self, key: str, token: tuple[int, int, int, int] | None) -> bool:
+        """Remove the entry of ``key`` if it is still the file identified by ``token`` (so that an
+        entry another process has just rewritten survives). Returns whether a file was removed."""
+        path = self.path(key)
+        try:
+            if token is not None and _token(os.stat(path)) != token:
+                return False
+            os.unlink(path)
+            return True
+        except OSError:
+            return False
+
+    def sweep_temporary_files(self, older_than_s: float = STALE_TEMPORARY_S) -> int:
+        """Remove temporary files that writers which crashed left behind (older than
+        ``older_than_s``; a live write takes milliseconds). Done once per cache object, after its
+        first write. Returns how many were removed."""
+        removed = 0
+        try:
+            names = [n for n in os.listdir(self.directory) if n.startswith(".tmp-")]
+        except OSError:
+            return 0
+        limit = time.time() - older_than_s
+        for name in names:
+            path = os.path.join(self.directory, name)
+            try:
+                if os.stat(path).st_mtime < limit:
+                    os.unlink(path)
+                    removed += 1
+            except OSError:
+                pass
+        return removed
+
+    def store(self, key: str, arch: str, nvrtc: tuple[int, int], program: CompiledProgram) -> str | None:
+        """Write the entry of ``key`` atomically. Returns None on success, else why it failed."""
+        tmp = None
+        try:
+            data = encode_entry(key, arch, nvrtc, program)
+            os.makedirs(self.directory, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=self.directory)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path(key))
+            tmp = None
+            if not self._swept:
+                self._swept = True
+                self.sweep_temporary_files()
+            return None
+        except (OSError, EntryError) as exc:
+            log.debug("persistent cache: cannot write %s: %s", self.path(key), exc)
+            return f"write failed: {exc}"
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
