@@ -127,9 +127,10 @@ def raise_result(code: int, call_name: str, detail: str = "") -> None:
 # behind mircuda's back in this thread (another library) must go through `forget_current()`.
 
 
-def make_current(handle: int) -> None:
-    """Make the context with this handle current in the calling thread (cached per thread)."""
-    if getattr(_tls, "ctx", None) != handle:
+def make_current(handle: int, force: bool = False) -> None:
+    """Make the context with this handle current in the calling thread (cached per thread; ``force``
+    calls the driver even when the cache says it is current, for code that must not run without it)."""
+    if force or getattr(_tls, "ctx", None) != handle:
         call("cuCtxSetCurrent", driver().CUcontext(handle))
         _tls.ctx = handle
 

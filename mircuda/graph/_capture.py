@@ -116,6 +116,10 @@ def capture(stream: Stream, resources: R, fn: Callable[[R], object]) -> Graph[R]
     if not callable(fn):
         raise ContractError("fn", "a callable taking the resources, fn(resources)", _describe(fn))
     stream._own()
+    # Launches into a capture need the context current in this thread (a launch that the driver
+    # refuses would invalidate the capture), and other libraries may have changed it behind the
+    # per-thread cache: set it for real.
+    _cuda.make_current(stream._context._handle, force=True)
     drv = _cuda.driver()
     if int(_cuda.call("cuStreamIsCapturing", stream._cu)) != _NONE:
         raise capture_error(f"{stream!r} is already capturing: captures do not nest on one stream", None)

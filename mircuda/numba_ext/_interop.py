@@ -150,8 +150,13 @@ def _cai_dtype(obj: Any, typestr: str, dtype: Any) -> DTypeInfo:
                                 f"{info.name} ({info.itemsize} bytes)")
         return info
     own = getattr(obj, "dtype", None)
-    if isinstance(own, np.dtype) and own.str == typestr:
-        exported = own  # a Numba or numpy-like array says more than its typestr (bf16 is '<V2')
+    if isinstance(own, np.dtype) and own.str == typestr and own.kind == "V":
+        # A Numba or numpy-like array says more than its typestr: ml_dtypes' bf16 and fp8 export
+        # '<V2' / '|V1' and have dtype kind 'V' themselves.
+        try:
+            return dtype_info(own)
+        except ContractError:
+            pass
     if exported.kind == "V":
         raise ContractError("dtype", "an explicit dtype= for a CUDA array whose typestr is a raw void",
                             repr(typestr), "bf16 and fp8 arrays export '<V2' / '|V1': pass dtype=mc.bf16 or mc.e4m3")
