@@ -214,6 +214,7 @@ def launch_captured(kernel: TypedKernel, stream: Stream, config: LaunchConfig, a
     record = _records.get(cid)
     if record is None:
         raise capture_error(f"{stream!r} is capturing, but not through mircuda's Stream.capture", None)
+    _cuda.make_current(kernel._context._handle, force=True)  # a refused launch would invalidate the capture
     kernel.launch(stream, config, *args, **kwargs)
     _, _, _, frontier = _capture_info(stream)
     matches = [n for n in frontier if node_type(n) == KERNEL and kernel_function(n) == kernel._handle]
