@@ -218,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=50)
     p.add_argument("--json", help="also write the table as JSON to this file")
     p.set_defaults(func=cmd_profile)
+    from .matmul._cli import register as register_matmul
+
+    register_matmul(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
