@@ -12,7 +12,7 @@ from .errors import (CaptureError, ClosedResourceError, CompileError, ContractEr
                      UseAfterFree)
 from .launch import (ArgumentPacker, FunctionAttributes, In, InOut, KernelContract, LaunchConfig, Out,
                      TypedKernel, cuda_export)
-from .matmul import DenseMatmulSpec, DenseVectorPlan, DenseVectorSpec
+from .matmul import CutlassError, CutlassNotFound, DenseMatmulPlan, DenseMatmulSpec, DenseVectorPlan, DenseVectorSpec
 from .memory import DeviceBuffer, MemoryPool, PinnedBuffer
 from .runtime import Context, Device, DeviceInfo, Driver, Event, ProfilerRange, Stream
 
@@ -21,7 +21,8 @@ __version__ = "0.1.0"
 __all__ = [
     "ArgumentPacker", "CaptureError", "ClosedResourceError", "CompileCacheStats", "CompileError",
     "CompileOptions", "CompiledProgram", "Compiler", "Context", "ContractError", "CudaError", "CudaSource",
-    "DenseMatmulSpec", "DenseVectorPlan", "DenseVectorSpec", "Device", "DeviceBuffer", "DeviceInfo", "Driver", "Event", "FunctionAttributes", "GraphStreamError", "In",
+    "CutlassError", "CutlassNotFound", "DenseMatmulPlan", "DenseMatmulSpec", "DenseVectorPlan", "DenseVectorSpec",
+    "Device", "DeviceBuffer", "DeviceInfo", "Driver", "Event", "FunctionAttributes", "GraphStreamError", "In",
     "InOut", "KernelContract", "LaunchConfig", "LaunchConfigError", "MemoryPool", "MircudaError", "Module",
     "NvrtcError", "Out", "PinnedBuffer", "ProfilerRange", "Stream", "TypedKernel", "UnsupportedPlatform",
     "UseAfterFree", "bf16", "bool_", "compile_program", "cuda_export", "cuda_kernel", "e2m1", "e4m3", "f16",

@@ -263,3 +263,13 @@ def add_vector_arguments(p: Any) -> None:
 
 def matmul_profile(args: Any) -> int:  # pragma: no cover - filled in with DenseMatmulPlan
     raise NotImplementedError
+
+
+def add_matmul_arguments(p: Any) -> None:
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--dtypes", default="bf16,f16,bf16->f32",
+                   help="comma-separated input[->output] pairs (default: bf16,f16,bf16->f32)")
+    p.add_argument("--m", default="1,2,4,8,16,32,64,128,512,2048,8192", help="comma-separated M values")
+    p.add_argument("--calls", type=int, default=20, help="back-to-back calls per timed repeat")
+    p.add_argument("--repeats", type=int, default=7, help="timed repeats (the median is reported)")
+    p.add_argument("--json", default="benchmarks/results/matmul_profile.json")

@@ -137,6 +137,8 @@ class DenseVectorPlan(Generic[T]):
         self._config = LaunchConfig((-(-spec.n // ROWS_PER_BLOCK),), (32 * warps,))
         self._config.check(info, self._kernel.attributes.max_threads_per_block)
         self._launch = self._kernel.launch
+        self._numba: Any = None
+        self._numba_params: Any = None
 
     def _blocks_per_sm(self, warps: int) -> int:
         self._context._make_current()
@@ -174,6 +176,21 @@ class DenseVectorPlan(Generic[T]):
     @property
     def warps(self) -> int:
         return self._warps
+
+    @property
+    def numba_execute(self) -> Any:
+        """An ``@numba.njit`` function ``execute(stream, x, w, y, alpha, beta) -> int`` over raw
+        handles (``Stream.handle``, ``DeviceBuffer.handle``) that writes the kernel's arguments into a
+        parameter block of this plan and calls the driver's ``cuLaunchKernel``: njit code can loop
+        over executions without the interpreter. Returns a ``CUresult`` (0: enqueued; 1 for a
+        misaligned address). Lengths are not checked on this path; one thread at a time per plan."""
+        if self._numba is None:
+            from ._numba import vector_executor
+
+            self._numba, self._numba_params = vector_executor(
+                _cuda.entry_points["cuLaunchKernel"], self._kernel.handle, self._config.grid[0],
+                self._config.block[0], self._spec.n, self._spec.k, self._vector)
+        return self._numba
 
     def describe(self) -> str:
         """Which kernel runs and why, in one paragraph."""
