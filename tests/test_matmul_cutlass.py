@@ -201,3 +201,26 @@ def test_a_built_library_lists_every_family_and_type() -> None:
     assert all(v == pairs for v in by_family.values())
     assert {"simt", "sm80_tensorop"} <= set(by_family)
     assert lib.execute_address
+
+
+def test_sass_functions_are_classified_by_operator_class_and_input() -> None:
+    from mircuda.matmul._check import classify_function
+
+    tensorop = ("_ZN7cutlass7Kernel2INS_4gemm6kernel20DefaultGemmUniversalINS_10bfloat16_tENS_6layout8RowMajorE"
+                "ELi8ES4_NS5_11ColumnMajorELS7_0ELi8EfS6_fNS_4arch15OpClassTensorOpENS")
+    assert classify_function(tensorop) == ("tensorop", "bf16")
+    simt = "_ZN7cutlass7Kernel2INS_4gemm6kernel13GemmUniversalINS_6half_tES5_fNS_4arch11OpClassSimtE"
+    assert classify_function(simt) == ("simt", "f16")
+    assert classify_function("_Z6kernelv") is None
+
+
+def test_the_sass_check_reads_a_built_library() -> None:
+    from mircuda.matmul._check import _cuobjdump, sass_check
+
+    path = _built_library()
+    if path is None or _cuobjdump() is None:
+        pytest.skip("needs a built libmircuda_cutlass.so and cuobjdump")
+    report = sass_check(path)
+    assert report.ok, report
+    assert sum(f.kind == "tensorop" for f in report.functions) == 12
+    assert sum(f.kind == "simt" for f in report.functions) == 4

@@ -129,7 +129,7 @@ def test_the_matmul_executor_calls_the_entry_point_from_njit() -> None:
             status |= execute(stream, a, b + 256 * i, c, 2.0, 0.5)
         return status
 
-    assert loop(3, 0x77, 0x1000, 0x2000, 0x3000) == 0
+    assert loop(3, np.uint64(0x77), 0x1000, np.uint64(0x2000), np.int64(0x3000)) == 0
     assert seen == [(0xABC0, 0x77, 0x1000, 0x2000 + 256 * i, 0x3000, 2.0, 0.5) for i in range(3)]
     assert loop(1, 0x77, 0x1008, 0x2000, 0x3000) == MISALIGNED and len(seen) == 3
 
@@ -149,7 +149,7 @@ def test_the_vector_executor_packs_the_kernel_parameters_like_c() -> None:
 
     entry = proto(fake_launch)
     execute, params = vector_executor(ctypes.cast(entry, ctypes.c_void_p).value, 0xF00, 512, 128, 4096, 4104, True)
-    assert execute(0x55, 0x1000, 0x2000, 0x3000, 1.5, -0.25) == 0
+    assert execute(np.uint64(0x55), 0x1000, np.uint64(0x2000), 0x3000, 1.5, -0.25) == 0
     assert seen == [(0xF00, 512, 1, 1, 128, 1, 1, 0, 0x55, 0)]
     assert blocks[0] == struct.pack("<QQQffii", 0x3000, 0x2000, 0x1000, 1.5, -0.25, 4096, 4104)
     assert params.packed_bytes() == blocks[0]

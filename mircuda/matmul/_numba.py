@@ -66,11 +66,15 @@ def matmul_executor(execute_address: int, plan_handle: int, alignment: int) -> A
     mask = max(alignment, 1) - 1
     handle = plan_handle
 
+    u64 = numba.uint64
+    umask = numba.uint64(mask)
+
     @numba.njit(cache=False)
     def execute(stream: int, a: int, b: int, c: int, alpha: float, beta: float) -> int:
-        if (a | b | c) & mask:
+        pa, pb, pc = u64(a), u64(b), u64(c)
+        if (pa | pb | pc) & umask:
             return MISALIGNED
-        return fn(handle, stream, a, b, c, alpha, beta)
+        return fn(handle, u64(stream), pa, pb, pc, alpha, beta)
 
     execute._mircuda_keepalive = fn  # the ctypes function object owns nothing, but keep it with the dispatcher
     return execute
@@ -102,25 +106,26 @@ def vector_executor(launch_address: int, function: int, grid: int, block: int, n
     launch = _LAUNCH(launch_address)
     params = ParameterBlock()
     base, pointers = params.address, params.pointers_address
-    mask = 15 if vector_loads else 1
+    umask = numba.uint64(15 if vector_loads else 1)
     as_pointer = address_as_pointer()
     u64, f32, i32 = numba.uint64, numba.float32, numba.int32
 
     @numba.njit(cache=False)
     def execute(stream: int, x: int, w: int, y: int, alpha: float, beta: float) -> int:
-        if (x | w) & mask or y & 1:
+        px, pw, py = u64(x), u64(w), u64(y)
+        if (px | pw) & umask or py & u64(1):
             return INVALID_VALUE
         slots = numba.carray(as_pointer(base, u64), 3)
-        slots[0] = y
-        slots[1] = w
-        slots[2] = x
+        slots[0] = py
+        slots[1] = pw
+        slots[2] = px
         scalars = numba.carray(as_pointer(base + 24, f32), 2)
         scalars[0] = alpha
         scalars[1] = beta
         sizes = numba.carray(as_pointer(base + 32, i32), 2)
         sizes[0] = n
         sizes[1] = k
-        return launch(function, grid, 1, 1, block, 1, 1, 0, stream, pointers, 0)
+        return launch(function, grid, 1, 1, block, 1, 1, 0, u64(stream), pointers, 0)
 
     execute._mircuda_keepalive = (launch, params)
     return execute, params

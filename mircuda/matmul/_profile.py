@@ -46,24 +46,31 @@ def _row(path: str, dtype: str, m: int, n: int, k: int, us: float, in_size: int,
 
 
 class _Torch:
-    """cuBLAS through torch.matmul on mircuda's stream (an external stream); None when absent."""
+    """cuBLAS through torch.matmul on mircuda's stream (an external stream)."""
 
     def __init__(self, stream_handle: int) -> None:
         import torch
 
+        if not torch.cuda.is_available():
+            raise RuntimeError("torch sees no CUDA device")
         self.torch = torch
         self.stream = torch.cuda.ExternalStream(stream_handle)
 
     def dtype(self, name: str) -> Any:
         return {"bf16": self.torch.bfloat16, "f16": self.torch.float16, "f32": self.torch.float32}[name]
 
-    def operands(self, m: int, n: int, k: int, input: str, output: str,
-                 banks: int) -> tuple[Callable[[int], None], str]:
-        """An enqueue function over ``banks`` weight copies, and a note on how the output is made."""
+    def weights(self, n: int, k: int, input: str, banks: int) -> list[Any]:
         t = self.torch
         with t.cuda.stream(self.stream):
+            return [t.randn(n, k, device="cuda").to(self.dtype(input)) for _ in range(banks)]
+
+    def operands(self, m: int, ws: list[Any], input: str, output: str) -> tuple[Callable[[int], None], str]:
+        """An enqueue function ``C = A W_i^T`` over the weight banks, and a note on the output."""
+        t = self.torch
+        n, k = ws[0].shape
+        banks = len(ws)
+        with t.cuda.stream(self.stream):
             a = t.randn(m, k, device="cuda").to(self.dtype(input))
-            ws = [t.randn(n, k, device="cuda").to(self.dtype(input)) for _ in range(banks)]
             c = t.empty(m, n, device="cuda", dtype=self.dtype(output))
         stream = self.stream
 
@@ -86,6 +93,10 @@ class _Torch:
                 c = t.empty(m, n, device="cuda", dtype=self.dtype(input))
             same(0)
             return same, f"{input} output (this torch has no mm out_dtype)"
+
+    def release(self) -> None:
+        self.stream.synchronize()
+        self.torch.cuda.empty_cache()
 
 
 def _torch_or_reason(stream_handle: int) -> tuple[_Torch | None, str]:
@@ -177,12 +188,13 @@ def dense_vector_profile(args: Any) -> int:
                 staging.write_prefix(x_host)
                 stream.copy_to_device(staging, x)
                 y = pool.allocate(out_t, stream, n)
+                want = w_host.astype(np.float64).reshape(n, k) @ x_host.astype(np.float64)
                 warp_choices = [None] + ([1, 2, 4, 8] if args.sweep else [])
                 for warps in warp_choices:
                     plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, k), input=in_t,
                                               output=None if out_t is in_t else out_t, warps=warps)
                     plan.execute(stream, x, ws[0], y)
-                    err = _check_vector(context, stream, y, w_host, x_host, n, k)
+                    err = _check_vector(context, stream, y, want)
                     if err > 1e-2:
                         failures.append(f"DenseVectorPlan {label} {n}x{k}: relative error {err:.2e}")
                     us = timer.median(lambda i: plan.execute(stream, x, ws[i % banks], y), args.calls, args.repeats)
@@ -193,15 +205,17 @@ def dense_vector_profile(args: Any) -> int:
                     rows.append(_matmul_row(context, stream, pool, timer, ws, x, y, in_t, out_t, label, n, k,
                                             banks, args, failures))
                 if torch_ is not None:
-                    enqueue, note = torch_.operands(1, n, k, input, output or input, banks)
+                    tws = torch_.weights(n, k, input, banks)
+                    enqueue, note = torch_.operands(1, tws, input, output or input)
                     us = timer.median(enqueue, args.calls, args.repeats)
                     rows.append(_row("cuBLAS (torch.matmul)", label, 1, n, k, us, isz, osz, note))
+                    del tws, enqueue
                 for b in ws + [x, y]:
                     b.free(stream)
                 staging.close()
                 stream.synchronize()
                 if torch_ is not None:
-                    torch_.torch.cuda.empty_cache()
+                    torch_.release()
         _ratios(rows)
         notes = [n for n in (why, matmul_note) if n]
         _print_table(f"dense-vector-profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs, "
@@ -220,12 +234,11 @@ def dense_vector_profile(args: Any) -> int:
     return 1 if failures else 0
 
 
-def _check_vector(context: Any, stream: Any, y: Any, w: np.ndarray, x: np.ndarray, n: int, k: int) -> float:
-    back = context.allocate_pinned(y.scalar_type, n)
+def _check_vector(context: Any, stream: Any, y: Any, want: np.ndarray) -> float:
+    back = context.allocate_pinned(y.scalar_type, len(y))
     stream.copy_to_host(y, back)
     got = back.to_numpy()
     back.close()
-    want = w.astype(np.float64).reshape(n, k) @ x.astype(np.float64)
     return _relative_error(got, want)
 
 
@@ -247,8 +260,10 @@ def _matmul_row(context: Any, stream: Any, pool: Any, timer: Any, ws: list[Any],
     plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(1, n, k), input=in_t,
                               output=None if out_t is in_t else out_t)
     us = timer.median(lambda i: plan.execute(stream, x, ws[i % banks], y), args.calls, args.repeats)
-    return _row("DenseMatmulPlan", label, 1, n, k, us, np.dtype(in_t).itemsize, np.dtype(out_t).itemsize,
-                plan.kernel_name)
+    row = _row("DenseMatmulPlan", label, 1, n, k, us, np.dtype(in_t).itemsize, np.dtype(out_t).itemsize,
+               f"{plan.kernel_name} splits={plan.splits}")
+    plan.close()
+    return row
 
 
 def add_vector_arguments(p: Any) -> None:
@@ -261,8 +276,116 @@ def add_vector_arguments(p: Any) -> None:
     p.add_argument("--json", default="benchmarks/results/dense_vector_profile.json")
 
 
-def matmul_profile(args: Any) -> int:  # pragma: no cover - filled in with DenseMatmulPlan
-    raise NotImplementedError
+MATMUL_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))
+
+
+def matmul_profile(args: Any) -> int:
+    """DenseMatmulPlan vs cuBLAS (torch.matmul) over M x (N, K) x dtypes, cold weights."""
+    import mircuda as mc
+
+    from ._library import load_library
+    from ._timing import StreamTimer, bank_count
+
+    lib = load_library()
+    driver = mc.Driver.initialize()
+    failures: list[str] = []
+    rows: list[Row] = []
+    ms = [int(v) for v in args.m.split(",") if v]
+    with driver.create_context(driver.devices()[args.device]) as context:
+        info = context.device_info()
+        stream = context.create_stream()
+        pool = context.default_memory_pool()
+        timer = StreamTimer(context, stream)
+        torch_, why = _torch_or_reason(stream.handle)
+        rng = np.random.default_rng()
+        for n, k in MATMUL_SHAPES:
+            for pair in [d for d in args.dtypes.split(",") if d]:
+                input, output = (pair.split("->") + [None])[:2]
+                in_t = getattr(mc, input)
+                out_t = getattr(mc, output) if output else in_t
+                label = f"{input}->{output or input}"
+                isz, osz = np.dtype(in_t).itemsize, np.dtype(out_t).itemsize
+                banks = bank_count(n * k * isz, info.l2_cache_bytes)
+                ws, w_host = _weight_banks(context, stream, pool, rng, in_t, n, k, banks)
+                tws = torch_.weights(n, k, input, banks) if torch_ is not None else None
+                for m in ms:
+                    a_host = rng.standard_normal((m, k), dtype=np.float32).astype(in_t)
+                    a = pool.allocate(in_t, stream, m * k)
+                    staging = context.allocate_pinned(in_t, m * k)
+                    staging.write_prefix(a_host.ravel())
+                    stream.copy_to_device(staging, a)
+                    c = pool.allocate(out_t, stream, m * n)
+                    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=in_t,
+                                              output=None if out_t is in_t else out_t, library=lib)
+                    plan.execute(stream, a, ws[0], c)
+                    err = _check_rows(context, stream, c, a_host, w_host.reshape(n, k), m, n)
+                    if err > 2e-2:
+                        failures.append(f"DenseMatmulPlan {label} M={m} {n}x{k}: relative error {err:.2e}")
+                    us = timer.median(lambda i: plan.execute(stream, a, ws[i % banks], c), args.calls, args.repeats)
+                    rows.append(_row("DenseMatmulPlan", label, m, n, k, us, isz, osz,
+                                     f"{plan.kernel_name} splits={plan.splits} rel err {err:.1e}"))
+                    if tws is not None:
+                        enqueue, note = torch_.operands(m, tws, input, output or input)
+                        us = timer.median(enqueue, args.calls, args.repeats)
+                        rows.append(_row("cuBLAS (torch.matmul)", label, m, n, k, us, isz, osz, note))
+                        del enqueue
+                    plan.close()
+                    a.free(stream)
+                    c.free(stream)
+                    staging.close()
+                for b in ws:
+                    b.free(stream)
+                stream.synchronize()
+                if torch_ is not None:
+                    del tws
+                    torch_.release()
+        _ratios(rows)
+        _print_table(f"matmul-profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs): cold weights, "
+                     f"median of {args.repeats} x {args.calls} back-to-back calls; cuBLAS/x > 1: faster than cuBLAS",
+                     rows)
+        goals = _goals(rows)
+        for g in goals:
+            print(f"  goal: {g}")
+        if why:
+            print(f"  note: {why}")
+        _write_json(args.json, {"benchmark": "matmul-profile", "device": info.name, "arch": info.arch,
+                                "library": str(lib.path),
+                                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                                "method": "back-to-back calls behind a spin kernel, events, median; weight banks "
+                                          ">= 8x L2", "notes": [why] if why else [], "goals": goals,
+                                "failures": failures, "rows": [asdict(r) for r in rows]})
+        timer.close()
+    for f in failures:
+        print(f"FAILED: {f}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def _check_rows(context: Any, stream: Any, c: Any, a: np.ndarray, w: np.ndarray, m: int, n: int) -> float:
+    """Relative error of three sampled rows of C (first, middle, last) against float64."""
+    back = context.allocate_pinned(c.scalar_type, m * n)
+    stream.copy_to_host(c, back)
+    got = back.to_numpy().reshape(m, n)
+    back.close()
+    rows = sorted({0, m // 2, m - 1})
+    want = a[rows].astype(np.float64) @ w.astype(np.float64).T
+    return _relative_error(got[rows], want)
+
+
+def _goals(rows: list[Row]) -> list[str]:
+    """The issue's goals: decode (M <= 16) at least as fast as cuBLAS; prefill (M >= 2048) >= 0.95x."""
+    mine = [r for r in rows if r.path == "DenseMatmulPlan" and r.ratio_to_cublas is not None]
+    decode = [r for r in mine if r.m <= 16]
+    prefill = [r for r in mine if r.m >= 2048]
+    out = []
+    if decode:
+        worst = min(decode, key=lambda r: r.ratio_to_cublas or 0)
+        out.append(f"decode M <= 16 vs cuBLAS: worst ratio {worst.ratio_to_cublas:.2f} ({worst.dtype} M={worst.m} "
+                   f"{worst.n}x{worst.k}); {sum((r.ratio_to_cublas or 0) >= 1 for r in decode)}/{len(decode)} >= 1")
+    if prefill:
+        worst = min(prefill, key=lambda r: r.ratio_to_cublas or 0)
+        out.append(f"prefill M >= 2048 vs cuBLAS: worst ratio {worst.ratio_to_cublas:.2f} ({worst.dtype} M={worst.m} "
+                   f"{worst.n}x{worst.k}); {sum((r.ratio_to_cublas or 0) >= 0.95 for r in prefill)}/{len(prefill)} >= 0.95")
+    return out
 
 
 def add_matmul_arguments(p: Any) -> None:

@@ -9,7 +9,7 @@ from ..dtypes import DTypeInfo, dtype_info
 from ..errors import ClosedResourceError, ContractError, UseAfterFree
 
 if TYPE_CHECKING:
-    from ..runtime import Context, Stream
+    from ..runtime import Context
 
 __all__ = ["DenseMatmulSpec", "DenseVectorSpec", "resolve_dtypes", "check_operand", "check_stream", "check_scalar"]
 
