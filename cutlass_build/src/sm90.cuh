@@ -134,6 +134,9 @@ int create(int m, int n, int k, int splits, mircuda::Runner** out) {
     return MIRCUDA_CUTLASS_CUDA_ERROR;
   }
   auto hw = cutlass::KernelHardwareInfo::make_kernel_hardware_info<typename Cfg::Kernel>(device);
+  // The cluster-occupancy query may fail softly (hw.max_active_clusters = 0: CUTLASS then sizes the
+  // persistent grid from the SM count); clear its error so that run() does not report it later.
+  (void)cudaGetLastError();
   auto* runner = new Runner<Cfg>(m, n, k, Cfg::kStreamK ? splits : 1, hw);
   const int status = runner->check();
   if (status != MIRCUDA_CUTLASS_OK) {
