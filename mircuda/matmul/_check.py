@@ -138,6 +138,8 @@ def _numerics(context: Any, stream: Any, pool: Any, lib: Any, kernel: Any, shape
               rng: np.random.Generator) -> NumericsRow:
     import mircuda as mc
 
+    from ._profile import upload
+
     m, n, k = shape
     in_t, out_t = getattr(mc, kernel.input), getattr(mc, kernel.output)
     alpha, beta = float(rng.uniform(0.5, 2.0)), float(rng.choice([0.0, rng.uniform(0.25, 1.0)]))
@@ -146,14 +148,7 @@ def _numerics(context: Any, stream: Any, pool: Any, lib: Any, kernel: Any, shape
     c0 = (rng.standard_normal((m, n)).astype(np.float32) if beta else np.full((m, n), np.nan, np.float32)).astype(out_t)
     plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=in_t,
                               output=None if out_t is in_t else out_t, kernel=kernel.name, library=lib)
-    bufs = []
-    for host in (a, b, c0):
-        buf = pool.allocate(host.dtype, stream, host.size)
-        staging = context.allocate_pinned(host.dtype, host.size)
-        staging.write_prefix(host.ravel())
-        stream.copy_to_device(staging, buf)
-        staging.wait()
-        bufs.append(buf)
+    bufs = [upload(context, stream, pool, host) for host in (a, b, c0)]
     plan.execute(stream, *bufs, alpha, beta)
     back = context.allocate_pinned(out_t, m * n)
     stream.copy_to_host(bufs[2], back)

@@ -10,7 +10,7 @@ from ..dtypes import bf16
 from ..errors import ContractError
 from ._library import NOT_IMPLEMENTABLE, CutlassError, CutlassLibrary, KernelInfo, load_library
 from ._select import Selection, select_kernel
-from ._spec import DenseMatmulSpec, check_operand, check_scalar, check_stream, plan_stream, resolve_dtypes
+from ._spec import DenseMatmulSpec, PlanBase, check_operand, check_scalar, check_stream, plan_stream, resolve_dtypes
 
 if TYPE_CHECKING:
     from ..memory import DeviceBuffer
@@ -22,7 +22,7 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 
-class DenseMatmulPlan(Generic[In, Out]):
+class DenseMatmulPlan(PlanBase, Generic[In, Out]):
     """``C[M, N] = alpha * A[M, K] . B[N, K]^T + beta * C[M, N]`` with FP32 accumulation, by a CUTLASS
     kernel chosen for the shape and the device at construction (see :meth:`describe`).
 
@@ -84,22 +84,6 @@ class DenseMatmulPlan(Generic[In, Out]):
         self._finalizer.atexit = False
 
     # -- properties ---------------------------------------------------------------------------
-    @property
-    def spec(self) -> DenseMatmulSpec:
-        return self._spec
-
-    @property
-    def input(self) -> type:
-        return self._in.scalar_type
-
-    @property
-    def output(self) -> type:
-        return self._out.scalar_type
-
-    @property
-    def context(self) -> Context:
-        return self._context
-
     @property
     def kernel(self) -> KernelInfo:
         """The chosen kernel's table entry (family, tile, alignment, architectures)."""

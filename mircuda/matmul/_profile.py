@@ -99,6 +99,47 @@ class _Torch:
         self.torch.cuda.empty_cache()
 
 
+@dataclass(frozen=True)
+class _Types:
+    """One ``input[->output]`` pair of the command line (``bf16``, ``bf16->f32``)."""
+
+    input: str
+    output: str
+    in_t: Any
+    out_t: Any
+
+    @classmethod
+    def parse(cls, pair: str) -> _Types:
+        import mircuda as mc
+
+        input, output = (pair.split("->") + [""])[:2]
+        output = output or input
+        return cls(input, output, getattr(mc, input), getattr(mc, output))
+
+    @property
+    def label(self) -> str:
+        return f"{self.input}->{self.output}"
+
+    @property
+    def sizes(self) -> tuple[int, int]:
+        return np.dtype(self.in_t).itemsize, np.dtype(self.out_t).itemsize
+
+    @property
+    def plan_output(self) -> Any:
+        """The ``output=`` argument of a plan: None when it is the input type."""
+        return None if self.out_t is self.in_t else self.out_t
+
+
+def upload(context: Any, stream: Any, pool: Any, host: np.ndarray) -> Any:
+    """A new device buffer holding ``host`` (through pinned memory; waits for the copy)."""
+    buf = pool.allocate(host.dtype, stream, host.size)
+    staging = context.allocate_pinned(host.dtype, host.size)
+    staging.write_prefix(host.ravel())
+    stream.copy_to_device(staging, buf)
+    staging.close()
+    return buf
+
+
 def _torch_or_reason(stream_handle: int) -> tuple[_Torch | None, str]:
     try:
         return _Torch(stream_handle), ""
@@ -110,17 +151,12 @@ def _weight_banks(context: Any, stream: Any, pool: Any, rng: np.random.Generator
                   banks: int) -> tuple[list[Any], np.ndarray]:
     """``banks`` device copies of one random [N, K] matrix (values do not change the timing)."""
     host = rng.standard_normal(n * k, dtype=np.float32).astype(dtype)
-    first = pool.allocate(dtype, stream, n * k)
-    staging = context.allocate_pinned(dtype, n * k)
-    staging.write_prefix(host)
-    stream.copy_to_device(staging, first)
+    first = upload(context, stream, pool, host)
     out = [first]
     for _ in range(banks - 1):
         b = pool.allocate(dtype, stream, n * k)
         stream.copy_device_range(first, 0, b, 0, n * k)
         out.append(b)
-    staging.wait()
-    staging.close()
     return out, host
 
 
@@ -175,24 +211,19 @@ def dense_vector_profile(args: Any) -> int:
         dtypes = [d for d in args.dtypes.split(",") if d]
         for n, k in VECTOR_SHAPES:
             for pair in dtypes:
-                input, output = (pair.split("->") + [None])[:2]
-                in_t = getattr(mc, input)
-                out_t = getattr(mc, output) if output else in_t
-                label = f"{input}->{output or input}"
-                isz, osz = np.dtype(in_t).itemsize, np.dtype(out_t).itemsize
+                t = _Types.parse(pair)
+                in_t, out_t, label = t.in_t, t.out_t, t.label
+                isz, osz = t.sizes
                 banks = bank_count(n * k * isz, info.l2_cache_bytes)
                 ws, w_host = _weight_banks(context, stream, pool, rng, in_t, n, k, banks)
                 x_host = rng.standard_normal(k, dtype=np.float32).astype(in_t)
-                x = pool.allocate(in_t, stream, k)
-                staging = context.allocate_pinned(in_t, k)
-                staging.write_prefix(x_host)
-                stream.copy_to_device(staging, x)
+                x = upload(context, stream, pool, x_host)
                 y = pool.allocate(out_t, stream, n)
                 want = w_host.astype(np.float64).reshape(n, k) @ x_host.astype(np.float64)
                 warp_choices = [None] + ([1, 2, 4, 8] if args.sweep else [])
                 for warps in warp_choices:
                     plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, k), input=in_t,
-                                              output=None if out_t is in_t else out_t, warps=warps)
+                                              output=t.plan_output, warps=warps)
                     plan.execute(stream, x, ws[0], y)
                     err = _check_vector(context, stream, y, want)
                     if err > 1e-2:
@@ -205,14 +236,13 @@ def dense_vector_profile(args: Any) -> int:
                     rows.append(_matmul_row(context, stream, pool, timer, ws, x, y, in_t, out_t, label, n, k,
                                             banks, args, failures))
                 if torch_ is not None:
-                    tws = torch_.weights(n, k, input, banks)
-                    enqueue, note = torch_.operands(1, tws, input, output or input)
+                    tws = torch_.weights(n, k, t.input, banks)
+                    enqueue, note = torch_.operands(1, tws, t.input, t.output)
                     us = timer.median(enqueue, args.calls, args.repeats)
                     rows.append(_row("cuBLAS (torch.matmul)", label, 1, n, k, us, isz, osz, note))
                     del tws, enqueue
                 for b in ws + [x, y]:
                     b.free(stream)
-                staging.close()
                 stream.synchronize()
                 if torch_ is not None:
                     torch_.release()
@@ -300,23 +330,18 @@ def matmul_profile(args: Any) -> int:
         rng = np.random.default_rng()
         for n, k in MATMUL_SHAPES:
             for pair in [d for d in args.dtypes.split(",") if d]:
-                input, output = (pair.split("->") + [None])[:2]
-                in_t = getattr(mc, input)
-                out_t = getattr(mc, output) if output else in_t
-                label = f"{input}->{output or input}"
-                isz, osz = np.dtype(in_t).itemsize, np.dtype(out_t).itemsize
+                t = _Types.parse(pair)
+                in_t, out_t, label = t.in_t, t.out_t, t.label
+                isz, osz = t.sizes
                 banks = bank_count(n * k * isz, info.l2_cache_bytes)
                 ws, w_host = _weight_banks(context, stream, pool, rng, in_t, n, k, banks)
-                tws = torch_.weights(n, k, input, banks) if torch_ is not None else None
+                tws = torch_.weights(n, k, t.input, banks) if torch_ is not None else None
                 for m in ms:
                     a_host = rng.standard_normal((m, k), dtype=np.float32).astype(in_t)
-                    a = pool.allocate(in_t, stream, m * k)
-                    staging = context.allocate_pinned(in_t, m * k)
-                    staging.write_prefix(a_host.ravel())
-                    stream.copy_to_device(staging, a)
+                    a = upload(context, stream, pool, a_host)
                     c = pool.allocate(out_t, stream, m * n)
                     plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=in_t,
-                                              output=None if out_t is in_t else out_t, library=lib)
+                                              output=t.plan_output, library=lib)
                     plan.execute(stream, a, ws[0], c)
                     err = _check_rows(context, stream, c, a_host, w_host.reshape(n, k), m, n)
                     if err > 2e-2:
@@ -325,14 +350,13 @@ def matmul_profile(args: Any) -> int:
                     rows.append(_row("DenseMatmulPlan", label, m, n, k, us, isz, osz,
                                      f"{plan.kernel_name} splits={plan.splits} rel err {err:.1e}"))
                     if tws is not None:
-                        enqueue, note = torch_.operands(m, tws, input, output or input)
+                        enqueue, note = torch_.operands(m, tws, t.input, t.output)
                         us = timer.median(enqueue, args.calls, args.repeats)
                         rows.append(_row("cuBLAS (torch.matmul)", label, m, n, k, us, isz, osz, note))
                         del enqueue
                     plan.close()
                     a.free(stream)
                     c.free(stream)
-                    staging.close()
                 for b in ws:
                     b.free(stream)
                 stream.synchronize()

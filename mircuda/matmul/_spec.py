@@ -11,7 +11,8 @@ from ..errors import ClosedResourceError, ContractError, UseAfterFree
 if TYPE_CHECKING:
     from ..runtime import Context
 
-__all__ = ["DenseMatmulSpec", "DenseVectorSpec", "resolve_dtypes", "check_operand", "check_stream", "check_scalar"]
+__all__ = ["DenseMatmulSpec", "DenseVectorSpec", "PlanBase", "resolve_dtypes", "check_operand", "check_stream",
+           "check_scalar"]
 
 INPUT_DTYPES = ("bf16", "f16")
 """Input element types of the dense plans (FP32 accumulation in every kernel)."""
@@ -144,3 +145,31 @@ def plan_stream(stream: Any, context: Any) -> None:
     if context.closed:
         raise ClosedResourceError("argument 'context': the context was closed")
     check_stream(stream, context)
+
+
+class PlanBase:
+    """What every dense plan says about itself: its spec, element types and context."""
+
+    _spec: Any
+    _in: DTypeInfo
+    _out: DTypeInfo
+    _context: Context
+
+    @property
+    def spec(self) -> Any:
+        """The plan's ``DenseMatmulSpec`` or ``DenseVectorSpec``."""
+        return self._spec
+
+    @property
+    def input(self) -> type:
+        """The element type of the inputs (A and B, or x and W)."""
+        return self._in.scalar_type
+
+    @property
+    def output(self) -> type:
+        """The element type of the output (C or y)."""
+        return self._out.scalar_type
+
+    @property
+    def context(self) -> Context:
+        return self._context

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from importlib import resources
@@ -13,7 +14,7 @@ from ..dtypes import bf16, f32, i32
 from ..errors import ContractError, UnsupportedPlatform
 from ..launch import In, InOut, LaunchConfig, cuda_export
 from ..memory import DeviceBuffer
-from ._spec import DenseVectorSpec, check_operand, check_scalar, plan_stream, resolve_dtypes
+from ._spec import DenseVectorSpec, PlanBase, check_operand, check_scalar, plan_stream, resolve_dtypes
 
 if TYPE_CHECKING:
     from ..launch import TypedKernel
@@ -33,6 +34,7 @@ TARGET_WARPS_PER_SM = 16
 """Resident warps per SM the split of K aims at: enough 16-byte loads in flight to saturate HBM."""
 
 
+@functools.lru_cache(maxsize=1)
 def dense_vector_source() -> CudaSource:
     """``cuda_src/dense_vector.cu`` as a :class:`CudaSource` (from the installed package)."""
     text = resources.files("mircuda").joinpath("cuda_src", "dense_vector.cu").read_text()
@@ -81,7 +83,7 @@ def shared_compiler(context: Context) -> Compiler:
     return compiler
 
 
-class DenseVectorPlan(Generic[T]):
+class DenseVectorPlan(PlanBase, Generic[T]):
     """``y[N] = alpha * W[N, K] . x[K] + beta * y[N]``: the explicit M = 1 plan for bandwidth-bound
     projections (decode), as a CUDA C kernel (``cuda_src/dense_vector.cu``) compiled by NVRTC for the
     context's device (any compute capability >= 8.0).
@@ -131,7 +133,7 @@ class DenseVectorPlan(Generic[T]):
         self._kernel: TypedKernel = module.kernel(contract)
         if warps is None:
             warps = choose_vector_warps(spec.n, spec.k, info.multiprocessor_count, self._blocks_per_sm)
-        elif warps not in (1, 2, 4, 8):
+        elif type(warps) is not int or warps not in (1, 2, 4, 8):
             raise ContractError("warps", "1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
         self._warps = warps
         self._config = LaunchConfig((-(-spec.n // ROWS_PER_BLOCK),), (32 * warps,))
@@ -145,24 +147,6 @@ class DenseVectorPlan(Generic[T]):
         return int(_cuda.call("cuOccupancyMaxActiveBlocksPerMultiprocessor", self._kernel._cu, 32 * warps, 0))
 
     # -- properties ---------------------------------------------------------------------------
-    @property
-    def spec(self) -> DenseVectorSpec:
-        return self._spec
-
-    @property
-    def input(self) -> type:
-        """The element type of ``x`` and ``W``."""
-        return self._in.scalar_type
-
-    @property
-    def output(self) -> type:
-        """The element type of ``y``."""
-        return self._out.scalar_type
-
-    @property
-    def context(self) -> Context:
-        return self._context
-
     @property
     def kernel(self) -> TypedKernel:
         """The bound kernel (its contract: ``y, w, x, alpha, beta, n, k``)."""
