@@ -14,6 +14,7 @@ from .errors import (CaptureError, ClosedResourceError, CompileError, CompileWar
 from .graph import Graph, KernelNode
 from .launch import (ArgumentPacker, FunctionAttributes, In, InOut, KernelContract, LaunchConfig, Out,
                      TypedKernel, cuda_export)
+from .matmul import CutlassError, CutlassNotFound, DenseMatmulPlan, DenseMatmulSpec, DenseVectorPlan, DenseVectorSpec
 from .memory import DeviceBuffer, MemoryPool, PinnedBuffer
 from .runtime import Context, Device, DeviceInfo, Driver, Event, ProfilerRange, Stream
 
@@ -22,6 +23,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ArgumentPacker", "CaptureError", "ClosedResourceError", "CompileCacheStats", "CompileError", "CompileWarning",
     "CompileOptions", "CompiledProgram", "Compiler", "Context", "ContractError", "CudaError", "CudaSource",
+    "CutlassError", "CutlassNotFound", "DenseMatmulPlan", "DenseMatmulSpec", "DenseVectorPlan", "DenseVectorSpec",
     "Device", "DeviceBuffer", "DeviceInfo", "Driver", "Event", "FunctionAttributes", "Graph", "GraphStreamError", "In",
     "InOut", "KernelContract", "KernelNode", "LaunchConfig", "LaunchConfigError", "MemoryPool", "MircudaError", "Module",
     "NvrtcError", "Out", "PinnedBuffer", "ProfilerRange", "Stream", "TypedKernel", "UnsupportedPlatform",

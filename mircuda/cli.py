@@ -235,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     from .compile._cli import add_compile_command
 
     add_compile_command(sub)
+    from .matmul._cli import register as register_matmul
+
+    register_matmul(sub)
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

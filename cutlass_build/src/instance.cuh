@@ -1,0 +1,110 @@
+// One kernel instantiation: a generated TU defines the element types and the family, then includes
+// this file, which defines the kernel and registers it with the library at load time.
+//
+//   MIRCUDA_IN, MIRCUDA_OUT            CUTLASS element types (cutlass::bfloat16_t, cutlass::half_t, float)
+//   MIRCUDA_IN_CODE, MIRCUDA_OUT_CODE  MIRCUDA_CUTLASS_BF16 / _F16 / _F32
+//   MIRCUDA_TYPES                      "bf16_bf16", "bf16_f32", ...
+//   MIRCUDA_ARCH_LIST                  the SASS targets of this TU as 10 * major + minor: 90, 120
+//   one of MIRCUDA_SM90_COOP, MIRCUDA_SM90_PINGPONG, MIRCUDA_SM90_SWAP, MIRCUDA_SM80_DECODE,
+//          MIRCUDA_SM80_WIDE, MIRCUDA_SM80_BULK, MIRCUDA_SIMT
+#pragma once
+
+#if defined(MIRCUDA_SM90_COOP) || defined(MIRCUDA_SM90_PINGPONG) || defined(MIRCUDA_SM90_SWAP)
+#include "sm90.cuh"
+#define MIRCUDA_NS sm90
+#else
+#include "sm80.cuh"
+#define MIRCUDA_NS sm80
+#endif
+
+namespace {
+
+using namespace cute;
+
+#if defined(MIRCUDA_SM90_COOP)
+// Large M: 128x256 tiles, two consumer warp groups on one tile, weights multicast to a 2x1 cluster.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _256, _64>, Shape<_2, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                           cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                           cutlass::gemm::PersistentScheduler, false>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_COOPERATIVE, kTile[3] = {128, 256, 64}, kCluster[2] = {2, 1};
+constexpr int kStages = 0, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_coop_128x256x64_c2x1_"
+#elif defined(MIRCUDA_SM90_PINGPONG)
+// Medium M: 64x128 tiles, two consumer warp groups alternating tiles (one's epilogue under the other's MMA).
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_64, _128, _64>, Shape<_1, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                           cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler,
+                                           false>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_PINGPONG, kTile[3] = {64, 128, 64}, kCluster[2] = {1, 1};
+constexpr int kStages = 0, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_pingpong_64x128x64_"
+#elif defined(MIRCUDA_SM90_SWAP)
+// Decode (small M): C^T = B . A^T with 128 weight rows x 32 tokens per tile, K split over the SMs.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _32, _128>, Shape<_1, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                           cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                           cutlass::gemm::StreamKScheduler, true>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {128, 32, 128}, kCluster[2] = {1, 1};
+constexpr int kStages = 0, kAlignBytes = 16, kSplitK = 1;
+#define MIRCUDA_PREFIX "sm90_swap_128x32x128_splitk_"
+#elif defined(MIRCUDA_SM80_DECODE)
+// Short M (decode): 32 rows x 128 columns, four warps side by side in N.
+using KernelConfig = mircuda::sm80::Config<MIRCUDA_IN, MIRCUDA_OUT, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
+                                           cutlass::gemm::GemmShape<32, 128, 64>, cutlass::gemm::GemmShape<32, 32, 64>,
+                                           cutlass::gemm::GemmShape<16, 8, 16>, 4, 8, 128 / cutlass::sizeof_bits<MIRCUDA_OUT>::value>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM80_TENSOROP, kTile[3] = {32, 128, 64}, kCluster[2] = {1, 1};
+constexpr int kStages = 4, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm80_tensorop_32x128x64_4stage_"
+#elif defined(MIRCUDA_SM80_WIDE)
+// Wide one-row projections: 64x64x64, five stages (80 KB of shared memory, within SM120's 99 KB).
+using KernelConfig = mircuda::sm80::Config<MIRCUDA_IN, MIRCUDA_OUT, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
+                                           cutlass::gemm::GemmShape<64, 64, 64>, cutlass::gemm::GemmShape<32, 32, 64>,
+                                           cutlass::gemm::GemmShape<16, 8, 16>, 5, 8, 128 / cutlass::sizeof_bits<MIRCUDA_OUT>::value>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM80_TENSOROP, kTile[3] = {64, 64, 64}, kCluster[2] = {1, 1};
+constexpr int kStages = 5, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm80_tensorop_64x64x64_5stage_"
+#elif defined(MIRCUDA_SM80_BULK)
+// Bulk: 128x128x32, four stages (64 KB of shared memory), 2x2 warps of 64x64.
+using KernelConfig = mircuda::sm80::Config<MIRCUDA_IN, MIRCUDA_OUT, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
+                                           cutlass::gemm::GemmShape<128, 128, 32>, cutlass::gemm::GemmShape<64, 64, 32>,
+                                           cutlass::gemm::GemmShape<16, 8, 16>, 4, 8, 128 / cutlass::sizeof_bits<MIRCUDA_OUT>::value>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM80_TENSOROP, kTile[3] = {128, 128, 32}, kCluster[2] = {1, 1};
+constexpr int kStages = 4, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm80_tensorop_128x128x32_4stage_"
+#elif defined(MIRCUDA_SIMT)
+// Any shape and alignment: CUDA cores, 128x128x8 tiles, two stages, one element per access.
+using KernelConfig = mircuda::sm80::Config<MIRCUDA_IN, MIRCUDA_OUT, cutlass::arch::OpClassSimt, cutlass::arch::Sm50,
+                                           cutlass::gemm::GemmShape<128, 128, 8>, cutlass::gemm::GemmShape<32, 64, 8>,
+                                           cutlass::gemm::GemmShape<1, 1, 1>, 2, 1, 1>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SIMT, kTile[3] = {128, 128, 8}, kCluster[2] = {1, 1};
+constexpr int kStages = 2, kAlignBytes = 0, kSplitK = 0;  // 0: the element size
+#define MIRCUDA_PREFIX "simt_128x128x8_2stage_"
+#else
+#error "no kernel family defined"
+#endif
+
+constexpr int kArchs[] = {MIRCUDA_ARCH_LIST};
+
+mircuda_cutlass_kernel_info make_info() {
+  mircuda_cutlass_kernel_info info{};
+  info.name = MIRCUDA_PREFIX MIRCUDA_TYPES;
+  info.family = kFamily;
+  info.input = MIRCUDA_IN_CODE;
+  info.output = MIRCUDA_OUT_CODE;
+  info.tile_m = kTile[0];
+  info.tile_n = kTile[1];
+  info.tile_k = kTile[2];
+  info.cluster_m = kCluster[0];
+  info.cluster_n = kCluster[1];
+  info.stages = kStages;
+  info.alignment_bytes = kAlignBytes ? kAlignBytes : static_cast<int>(sizeof(MIRCUDA_IN));
+  info.split_k = kSplitK;
+  info.arch_count = static_cast<int>(sizeof(kArchs) / sizeof(kArchs[0]));
+  for (int i = 0; i < info.arch_count && i < 4; ++i) info.archs[i] = kArchs[i];
+  return info;
+}
+
+const bool kRegistered = mircuda::register_kernel({make_info(), &mircuda::MIRCUDA_NS::create<KernelConfig>});
+
+}  // namespace

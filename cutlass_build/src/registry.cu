@@ -1,0 +1,178 @@
+// The C ABI of libmircuda_cutlass.so over the kernel registry.
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "cutlass/cutlass.h"
+#include "cutlass/version.h"
+#include "registry.hpp"
+
+struct mircuda_cutlass_plan {
+  mircuda::Runner* runner;
+  size_t workspace_bytes;
+  bool workspace_set;
+};
+
+namespace mircuda {
+namespace {
+
+std::vector<KernelEntry>& entries() {
+  static std::vector<KernelEntry> all;
+  return all;
+}
+
+std::once_flag sorted_once;
+
+const std::vector<KernelEntry>& sorted() {
+  std::call_once(sorted_once, [] {
+    std::sort(entries().begin(), entries().end(), [](const KernelEntry& x, const KernelEntry& y) {
+      return std::strcmp(x.info.name, y.info.name) < 0;
+    });
+  });
+  return entries();
+}
+
+thread_local int last_cuda_error = 0;
+
+}  // namespace
+
+bool register_kernel(const KernelEntry& entry) {
+  entries().push_back(entry);
+  return true;
+}
+
+void set_cuda_error(cudaError_t error) { last_cuda_error = static_cast<int>(error); }
+
+int status_from_cutlass(int s) {
+  switch (static_cast<cutlass::Status>(s)) {
+    case cutlass::Status::kSuccess: return MIRCUDA_CUTLASS_OK;
+    case cutlass::Status::kErrorMisalignedOperand:
+    case cutlass::Status::kErrorInvalidProblem:
+    case cutlass::Status::kErrorNotSupported:
+    case cutlass::Status::kErrorInvalidLayout: return MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
+    case cutlass::Status::kErrorArchMismatch: return MIRCUDA_CUTLASS_WRONG_ARCH;
+    case cutlass::Status::kErrorWorkspaceNull: return MIRCUDA_CUTLASS_NO_WORKSPACE;
+    default: {
+      cudaError_t e = cudaGetLastError();
+      if (e != cudaSuccess) {
+        set_cuda_error(e);
+        return MIRCUDA_CUTLASS_CUDA_ERROR;
+      }
+      return MIRCUDA_CUTLASS_INTERNAL_ERROR;
+    }
+  }
+}
+
+// sm_90a code runs on compute capability 9.0 only; family code (sm_120f) on every 12.x device.
+bool compiled_for_current_device(const mircuda_cutlass_kernel_info& info) {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  const int cc = 10 * major + minor;
+  for (int i = 0; i < info.arch_count && i < 4; ++i) {
+    const int arch = info.archs[i];
+    if (arch == cc || (arch >= 100 && arch / 10 == cc / 10)) return true;
+  }
+  return false;
+}
+
+}  // namespace mircuda
+
+extern "C" {
+
+int mircuda_cutlass_abi_version(void) { return MIRCUDA_CUTLASS_ABI_VERSION; }
+
+int mircuda_cutlass_cutlass_version(void) {
+  return CUTLASS_MAJOR * 10000 + CUTLASS_MINOR * 100 + CUTLASS_PATCH;
+}
+
+int mircuda_cutlass_kernel_count(void) { return static_cast<int>(mircuda::sorted().size()); }
+
+int mircuda_cutlass_kernel_info_get(int index, mircuda_cutlass_kernel_info* out) {
+  const auto& all = mircuda::sorted();
+  if (out == nullptr || index < 0 || index >= static_cast<int>(all.size())) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  *out = all[index].info;
+  return MIRCUDA_CUTLASS_OK;
+}
+
+const char* mircuda_cutlass_status_string(int status) {
+  switch (status) {
+    case MIRCUDA_CUTLASS_OK: return "ok";
+    case MIRCUDA_CUTLASS_INVALID_ARGUMENT: return "invalid argument";
+    case MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE: return "the kernel cannot implement this problem";
+    case MIRCUDA_CUTLASS_WRONG_ARCH: return "the library holds no code of this kernel for the current device";
+    case MIRCUDA_CUTLASS_CUDA_ERROR: return "a CUDA runtime call failed";
+    case MIRCUDA_CUTLASS_INTERNAL_ERROR: return "CUTLASS internal error";
+    case MIRCUDA_CUTLASS_NO_WORKSPACE: return "the plan needs a workspace and none was set";
+    default: return "unknown status";
+  }
+}
+
+int mircuda_cutlass_last_cuda_error(void) { return mircuda::last_cuda_error; }
+
+int mircuda_cutlass_plan_create(int index, int m, int n, int k, int splits, mircuda_cutlass_plan** out) {
+  const auto& all = mircuda::sorted();
+  if (out == nullptr || index < 0 || index >= static_cast<int>(all.size())) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  *out = nullptr;
+  if (m < 1 || n < 1 || k < 1 || splits < 1) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  if (!mircuda::compiled_for_current_device(all[index].info)) return MIRCUDA_CUTLASS_WRONG_ARCH;
+  mircuda::Runner* runner = nullptr;
+  int status = all[index].factory(m, n, k, splits, &runner);
+  if (status != MIRCUDA_CUTLASS_OK) {
+    delete runner;
+    return status;
+  }
+  auto* plan = new (std::nothrow) mircuda_cutlass_plan{runner, runner->workspace_bytes(), false};
+  if (plan == nullptr) {
+    delete runner;
+    return MIRCUDA_CUTLASS_INTERNAL_ERROR;
+  }
+  if (plan->workspace_bytes == 0) {
+    status = runner->set_workspace(nullptr, 0);
+    if (status != MIRCUDA_CUTLASS_OK) {
+      delete runner;
+      delete plan;
+      return status;
+    }
+    plan->workspace_set = true;
+  }
+  *out = plan;
+  return MIRCUDA_CUTLASS_OK;
+}
+
+int mircuda_cutlass_plan_workspace_bytes(const mircuda_cutlass_plan* plan, size_t* out) {
+  if (plan == nullptr || out == nullptr) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  *out = plan->workspace_bytes;
+  return MIRCUDA_CUTLASS_OK;
+}
+
+int mircuda_cutlass_plan_set_workspace(mircuda_cutlass_plan* plan, void* workspace, size_t bytes) {
+  if (plan == nullptr || bytes < plan->workspace_bytes || (plan->workspace_bytes && workspace == nullptr)) {
+    return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  }
+  int status = plan->runner->set_workspace(workspace, bytes);
+  plan->workspace_set = status == MIRCUDA_CUTLASS_OK;
+  return status;
+}
+
+int mircuda_cutlass_plan_execute(mircuda_cutlass_plan* plan, mircuda_cutlass_stream stream, const void* a,
+                                 const void* b, void* c, float alpha, float beta) {
+  if (plan == nullptr || a == nullptr || b == nullptr || c == nullptr) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  if (!plan->workspace_set) return MIRCUDA_CUTLASS_NO_WORKSPACE;
+  return plan->runner->execute(reinterpret_cast<cudaStream_t>(stream), a, b, c, alpha, beta);
+}
+
+int mircuda_cutlass_plan_destroy(mircuda_cutlass_plan* plan) {
+  if (plan == nullptr) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  delete plan->runner;
+  delete plan;
+  return MIRCUDA_CUTLASS_OK;
+}
+
+}  // extern "C"

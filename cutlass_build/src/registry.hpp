@@ -1,0 +1,40 @@
+// The kernel registry behind the C ABI: each instantiation TU registers one kernel at load time.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mircuda_cutlass.h"
+
+namespace mircuda {
+
+// One plan: a CUTLASS operator bound to a shape, its workspace and (per execute) its pointers.
+struct Runner {
+  virtual ~Runner() = default;
+  virtual size_t workspace_bytes() const = 0;
+  // Called once the workspace is known (may prepare persistent state, e.g. zeroed semaphores).
+  virtual int set_workspace(void* workspace, size_t bytes) = 0;
+  virtual int execute(cudaStream_t stream, const void* a, const void* b, void* c, float alpha, float beta) = 0;
+};
+
+// Creates a runner for (m, n, k, splits) on the current device, or returns a status.
+using Factory = int (*)(int m, int n, int k, int splits, Runner** out);
+
+struct KernelEntry {
+  mircuda_cutlass_kernel_info info;
+  Factory factory;
+};
+
+bool register_kernel(const KernelEntry& entry);
+void set_cuda_error(cudaError_t error);
+int status_from_cutlass(int cutlass_status);  // cutlass::Status as int
+
+// Whether the kernel holds SASS that loads on the current device.
+bool compiled_for_current_device(const mircuda_cutlass_kernel_info& info);
+
+}  // namespace mircuda
+
+#define MIRCUDA_STR2(x) #x
+#define MIRCUDA_STR(x) MIRCUDA_STR2(x)

@@ -1,0 +1,151 @@
+// SM90 (Hopper, sm_90a) kernels: CUTLASS 3.x TMA + WGMMA warp-specialized GEMMs from the collective
+// builders, and the runner that binds one to a shape for the C ABI.
+//
+// The problem mircuda poses: C[M,N] = alpha * A[M,K] . B[N,K]^T + beta * C, A and C row-major, B
+// [N,K] row-major (CUTLASS's column-major K x N), FP32 accumulation. A swapped kernel computes the
+// transpose C^T[N,M] = B[N,K] . A[M,K]^T instead (CUTLASS's A is the weights, its B the activations,
+// its C column-major [N,M], the same bytes as C row-major [M,N]): the small M becomes the tile's N
+// (decode), and the large N fills the 128-row WGMMA tile.
+#pragma once
+
+#include <type_traits>
+
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "cutlass/kernel_hardware_info.h"
+#include "cutlass/util/packed_stride.hpp"
+#include "registry.hpp"
+
+namespace mircuda {
+namespace sm90 {
+
+using namespace cute;
+
+template <class In, class Out, class TileShape, class ClusterShape, class MainloopSchedule, class EpilogueSchedule,
+          class Scheduler, bool Swapped>
+struct Config {
+  using LayoutA = cutlass::layout::RowMajor;     // K contiguous
+  using LayoutB = cutlass::layout::ColumnMajor;  // K contiguous ([N,K] row-major)
+  using LayoutC = std::conditional_t<Swapped, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  static constexpr int kAlignIn = 128 / cutlass::sizeof_bits<In>::value;    // 16-byte TMA granularity
+  static constexpr int kAlignOut = 128 / cutlass::sizeof_bits<Out>::value;
+
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, Out, LayoutC, kAlignOut, Out, LayoutC,
+      kAlignOut, EpilogueSchedule>::CollectiveOp;
+
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, In, LayoutA, kAlignIn, In, LayoutB, kAlignIn, float,
+      TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      MainloopSchedule>::CollectiveOp;
+
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  static constexpr bool kSwapped = Swapped;
+  static constexpr bool kStreamK = std::is_same_v<Scheduler, cutlass::gemm::StreamKScheduler>;
+};
+
+template <class Cfg>
+class Runner final : public mircuda::Runner {
+ public:
+  using Gemm = typename Cfg::Gemm;
+  using Kernel = typename Cfg::Kernel;
+  using ElementA = typename Kernel::ElementA;
+  using ElementB = typename Kernel::ElementB;
+  using ElementC = typename Kernel::ElementC;
+  using ElementD = typename Kernel::ElementD;
+
+  Runner(int m, int n, int k, int splits, cutlass::KernelHardwareInfo hw)
+      : m_(m), n_(n), k_(k), splits_(splits), hw_(hw) {}
+
+  // Can-implement with placeholder addresses (16-byte aligned, never dereferenced).
+  int check() const {
+    auto args = arguments(kPlaceholder, kPlaceholder, const_cast<void*>(kPlaceholder), 1.f, 0.f);
+    return Gemm::can_implement(args) == cutlass::Status::kSuccess ? MIRCUDA_CUTLASS_OK
+                                                                   : MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
+  }
+
+  size_t workspace_bytes() const override {
+    return Gemm::get_workspace_size(arguments(kPlaceholder, kPlaceholder, const_cast<void*>(kPlaceholder), 1.f, 0.f));
+  }
+
+  int set_workspace(void* workspace, size_t) override {
+    workspace_ = workspace;
+    return MIRCUDA_CUTLASS_OK;
+  }
+
+  int execute(cudaStream_t stream, const void* a, const void* b, void* c, float alpha, float beta) override {
+    auto args = arguments(a, b, c, alpha, beta);
+    // initialize() builds the TMA descriptors for these pointers and, for split-K, zeroes the
+    // reduction flags in the workspace on `stream`; nothing is allocated or synchronized.
+    cutlass::Status status = gemm_.initialize(args, workspace_, stream);
+    if (status != cutlass::Status::kSuccess) return status_from_cutlass(static_cast<int>(status));
+    status = gemm_.run(stream);
+    if (status != cutlass::Status::kSuccess) return status_from_cutlass(static_cast<int>(status));
+    return MIRCUDA_CUTLASS_OK;
+  }
+
+ private:
+  static inline const void* const kPlaceholder = reinterpret_cast<const void*>(uintptr_t{1} << 20);
+
+  typename Gemm::Arguments arguments(const void* a, const void* b, void* c, float alpha, float beta) const {
+    const int pm = Cfg::kSwapped ? n_ : m_;
+    const int pn = Cfg::kSwapped ? m_ : n_;
+    const void* pa = Cfg::kSwapped ? b : a;
+    const void* pb = Cfg::kSwapped ? a : b;
+    auto stride_a = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, cute::make_shape(pm, k_, 1));
+    auto stride_b = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, cute::make_shape(pn, k_, 1));
+    auto stride_c = cutlass::make_cute_packed_stride(typename Kernel::StrideC{}, cute::make_shape(pm, pn, 1));
+    auto stride_d = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, cute::make_shape(pm, pn, 1));
+    typename Gemm::Arguments args{
+        cutlass::gemm::GemmUniversalMode::kGemm,
+        {pm, pn, k_, 1},
+        {static_cast<const ElementA*>(pa), stride_a, static_cast<const ElementB*>(pb), stride_b},
+        {{alpha, beta}, static_cast<const ElementC*>(c), stride_c, static_cast<ElementD*>(c), stride_d},
+        hw_};
+    if constexpr (Cfg::kStreamK) {
+      using Mode = typename Kernel::TileScheduler::DecompositionMode;
+      args.scheduler.splits = splits_;
+      args.scheduler.decomposition_mode = splits_ > 1 ? Mode::SplitK : Mode::DataParallel;
+    }
+    return args;
+  }
+
+  int m_, n_, k_, splits_;
+  cutlass::KernelHardwareInfo hw_;
+  void* workspace_ = nullptr;
+  Gemm gemm_;
+};
+
+template <class Cfg>
+int create(int m, int n, int k, int splits, mircuda::Runner** out) {
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) {
+    set_cuda_error(error);
+    return MIRCUDA_CUTLASS_CUDA_ERROR;
+  }
+  auto hw = cutlass::KernelHardwareInfo::make_kernel_hardware_info<typename Cfg::Kernel>(device);
+  // The cluster-occupancy query may fail softly (hw.max_active_clusters = 0: CUTLASS then sizes the
+  // persistent grid from the SM count); clear its error so that run() does not report it later.
+  (void)cudaGetLastError();
+  auto* runner = new Runner<Cfg>(m, n, k, Cfg::kStreamK ? splits : 1, hw);
+  const int status = runner->check();
+  if (status != MIRCUDA_CUTLASS_OK) {
+    delete runner;
+    return status;
+  }
+  *out = runner;
+  return MIRCUDA_CUTLASS_OK;
+}
+
+}  // namespace sm90
+}  // namespace mircuda

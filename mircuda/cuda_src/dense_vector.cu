@@ -1,0 +1,214 @@
+// DenseVectorPlan's kernel: y[N] = alpha * W[N,K] . x[K] + beta * y[N], the M = 1 matrix-vector product.
+//
+// W is row-major [N, K] (one weight row per output, as a linear layer stores it), x and W are FP16 or
+// BF16, accumulation is FP32, y is the input type or FP32. Compiled by NVRTC for the current device
+// (any cc >= 8.0) through mircuda's Compiler.
+//
+// Work split: block b owns output rows [8b, 8b + 8). Its warps (blockDim.x / 32 of them, at most 8)
+// split K: warp w reads the 256-column chunks w, w + warps, w + 2 warps, ... of all eight rows, so one
+// 16-byte load of x (eight inputs, four pairs converted to float2 once) serves eight weight rows.
+// The vector variant (`_v16`) needs K % 8 == 0 and 16-byte aligned W and x: each lane then loads 16
+// bytes per row per chunk, and the loads of the next chunk are issued before the current one is
+// consumed, so each lane keeps 8-16 independent 16-byte loads in flight (a bandwidth-bound kernel
+// needs ~25 KB in flight per SM on an H200; 16 warps x 32 lanes x 8 x 16 B = 64 KB). The scalar variant (`_any`) takes any K and alignment.
+// Weights are read once, so they bypass L1 (ld.global.nc.L1::no_allocate); x stays cached.
+// Rows past N read row N-1 (in bounds, never stored); beta == 0 never reads y.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#ifndef DENSE_VECTOR_UNROLL
+#define DENSE_VECTOR_UNROLL 1  // chunks per pipeline step; 2 doubles the registers (252 on sm_90)
+#endif
+
+namespace {
+
+constexpr int kRows = 8;       // output rows per block (and per warp)
+constexpr int kMaxWarps = 8;   // warps per block splitting K
+constexpr int kChunk = 256;    // columns per warp per step in the vector variant: 32 lanes x 8
+
+struct Bf16 {
+    // A bf16 pair in a 32-bit word -> two floats (bf16 is the high half of an f32).
+    static __device__ __forceinline__ float2 pair(unsigned u) {
+        return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+    }
+    static __device__ __forceinline__ float one(unsigned short u) { return __uint_as_float(unsigned(u) << 16); }
+};
+
+struct F16 {
+    static __device__ __forceinline__ float2 pair(unsigned u) {
+        __half2 h;
+        *reinterpret_cast<unsigned*>(&h) = u;
+        return __half22float2(h);
+    }
+    static __device__ __forceinline__ float one(unsigned short u) { return __half2float(__ushort_as_half(u)); }
+};
+
+__device__ __forceinline__ float load_out(const float* p) { return *p; }
+__device__ __forceinline__ float load_out(const __nv_bfloat16* p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float load_out(const __half* p) { return __half2float(*p); }
+__device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store_out(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void store_out(__half* p, float v) { *p = __float2half_rn(v); }
+
+// A streamed 16-byte weight load: not kept in L1 (each weight is read once).
+__device__ __forceinline__ uint4 load_weights(const unsigned short* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+
+template <class In>
+__device__ __forceinline__ float dot8(const uint4& w, const float2 (&x)[4]) {
+    const float2 a = In::pair(w.x), b = In::pair(w.y), c = In::pair(w.z), d = In::pair(w.w);
+    float s = a.x * x[0].x;
+    s = fmaf(a.y, x[0].y, s);
+    s = fmaf(b.x, x[1].x, s);
+    s = fmaf(b.y, x[1].y, s);
+    s = fmaf(c.x, x[2].x, s);
+    s = fmaf(c.y, x[2].y, s);
+    s = fmaf(d.x, x[3].x, s);
+    return fmaf(d.y, x[3].y, s);
+}
+
+template <class In>
+__device__ __forceinline__ void unpack_x(const uint4& v, float2 (&x)[4]) {
+    x[0] = In::pair(v.x);
+    x[1] = In::pair(v.y);
+    x[2] = In::pair(v.z);
+    x[3] = In::pair(v.w);
+}
+
+template <class In, bool Vec, class Out>
+__device__ __forceinline__ void dense_vector(Out* __restrict__ y, const unsigned short* __restrict__ w,
+                                             const unsigned short* __restrict__ x, float alpha, float beta,
+                                             int n, int k) {
+    const int warps = blockDim.x >> 5;
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const long long row0 = (long long)blockIdx.x * kRows;
+
+    const unsigned short* rows[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        const long long row = row0 + r < n ? row0 + r : (long long)n - 1;
+        rows[r] = w + row * (long long)k;
+    }
+    float acc[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
+
+    if (Vec) {
+        // Register double buffering: the loads of step c + warps are issued before step c is consumed,
+        // and the loop back-edge keeps ptxas from sinking them next to their uses (which it does to a
+        // straight-line batch of loads, leaving only ~5 of them in flight).
+        constexpr int U = DENSE_VECTOR_UNROLL;  // chunks per step
+        const int full = k / kChunk;            // chunks whose 256 columns are all inside K
+        const int step = U * warps;
+        int c = warp;
+        if (c + (U - 1) * warps < full) {
+            uint4 wv[U][kRows];
+            uint4 xv[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int col = (c + u * warps) * kChunk + lane * 8;
+                xv[u] = __ldg(reinterpret_cast<const uint4*>(x + col));
+#pragma unroll
+                for (int r = 0; r < kRows; ++r) wv[u][r] = load_weights(rows[r] + col);
+            }
+            for (;;) {
+                const int next = c + step;
+                const bool more = next + (U - 1) * warps < full;
+                uint4 wn[U][kRows];
+                uint4 xn[U];
+                if (more) {
+#pragma unroll
+                    for (int u = 0; u < U; ++u) {
+                        const int col = (next + u * warps) * kChunk + lane * 8;
+                        xn[u] = __ldg(reinterpret_cast<const uint4*>(x + col));
+#pragma unroll
+                        for (int r = 0; r < kRows; ++r) wn[u][r] = load_weights(rows[r] + col);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    float2 xf[4];
+                    unpack_x<In>(xv[u], xf);
+#pragma unroll
+                    for (int r = 0; r < kRows; ++r) acc[r] += dot8<In>(wv[u][r], xf);
+                }
+                c = next;
+                if (!more) break;
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    xv[u] = xn[u];
+#pragma unroll
+                    for (int r = 0; r < kRows; ++r) wv[u][r] = wn[u][r];
+                }
+            }
+        }
+        const int chunks = (k + kChunk - 1) / kChunk;  // plus a partial chunk when K % 256 != 0
+        for (; c < chunks; c += warps) {  // the remaining chunks, one at a time; lanes past K idle
+            const int col = c * kChunk + lane * 8;
+            if (col < k) {  // K % 8 == 0: the lane's eight columns are all inside K
+                float2 xf[4];
+                unpack_x<In>(__ldg(reinterpret_cast<const uint4*>(x + col)), xf);
+#pragma unroll
+                for (int r = 0; r < kRows; ++r) acc[r] += dot8<In>(load_weights(rows[r] + col), xf);
+            }
+        }
+    } else {
+        // Any K, any 2-byte alignment: one element per lane per row, coalesced across the warp.
+#pragma unroll 4
+        for (int col = warp * 32 + lane; col < k; col += warps * 32) {
+            const float xf = In::one(__ldg(x + col));
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) acc[r] = fmaf(In::one(__ldg(rows[r] + col)), xf, acc[r]);
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+    }
+    // Every lane now holds all eight row sums; lane r keeps row r's.
+    float mine = acc[0];
+#pragma unroll
+    for (int r = 1; r < kRows; ++r) mine = lane == r ? acc[r] : mine;
+
+    if (warps > 1) {
+        __shared__ float partial[kMaxWarps][kRows];
+        if (lane < kRows) partial[warp][lane] = mine;
+        __syncthreads();
+        if (warp != 0) return;
+        if (lane < kRows) {
+            mine = partial[0][lane];
+            for (int i = 1; i < warps; ++i) mine += partial[i][lane];
+        }
+    }
+    const long long row = row0 + lane;
+    if (lane < kRows && row < n) {
+        float v = alpha * mine;
+        if (beta != 0.f) v = fmaf(beta, load_out(y + row), v);  // beta == 0: y is never read
+        store_out(y + row, v);
+    }
+}
+
+}  // namespace
+
+#define MIRCUDA_DENSE_VECTOR(NAME, IN, VEC, OUT)                                                          \
+    extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)                                           \
+        NAME(OUT* __restrict__ y, const unsigned short* __restrict__ w, const unsigned short* __restrict__ x, \
+             float alpha, float beta, int n, int k) {                                                     \
+        dense_vector<IN, VEC>(y, w, x, alpha, beta, n, k);                                                \
+    }
+
+MIRCUDA_DENSE_VECTOR(dense_vector_bf16_bf16_v16, Bf16, true, __nv_bfloat16)
+MIRCUDA_DENSE_VECTOR(dense_vector_bf16_bf16_any, Bf16, false, __nv_bfloat16)
+MIRCUDA_DENSE_VECTOR(dense_vector_bf16_f32_v16, Bf16, true, float)
+MIRCUDA_DENSE_VECTOR(dense_vector_bf16_f32_any, Bf16, false, float)
+MIRCUDA_DENSE_VECTOR(dense_vector_f16_f16_v16, F16, true, __half)
+MIRCUDA_DENSE_VECTOR(dense_vector_f16_f16_any, F16, false, __half)
+MIRCUDA_DENSE_VECTOR(dense_vector_f16_f32_v16, F16, true, float)
+MIRCUDA_DENSE_VECTOR(dense_vector_f16_f32_any, F16, false, float)

@@ -1,0 +1,14 @@
+"""Dense matrix plans: ``DenseVectorPlan`` (M = 1, an NVRTC kernel) and ``DenseMatmulPlan`` (CUTLASS).
+
+``DenseMatmulPlan`` needs ``libmircuda_cutlass.so``: ``python -m mircuda build-cutlass`` builds it
+(or ``MIRCUDA_CUTLASS_LIBRARY`` points at one); importing this package never loads it.
+"""
+
+from ._build import CutlassNotFound
+from ._dense import DenseMatmulPlan, available_kernels
+from ._library import CutlassError, CutlassLibrary, KernelInfo, load_library
+from ._spec import DenseMatmulSpec, DenseVectorSpec
+from ._vector import DenseVectorPlan
+
+__all__ = ["CutlassError", "CutlassLibrary", "CutlassNotFound", "DenseMatmulPlan", "DenseMatmulSpec", "DenseVectorPlan",
+           "DenseVectorSpec", "KernelInfo", "available_kernels", "load_library"]

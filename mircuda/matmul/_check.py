@@ -1,0 +1,230 @@
+"""``python -m mircuda cutlass-check``: find (or build) the CUTLASS library, run every kernel that
+runs on this GPU against a float64 numpy reference, and check the SASS of every sm_120f kernel for the
+tensor-core instructions it is meant to use (``cuobjdump``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["cutlass_check", "sass_check", "SassReport", "classify_function"]
+
+STUB_MARKER = b"Arch conditional MMA instruction used without targeting appropriate compute capability"
+
+EXPECTED = {
+    # family of a Kernel2<GemmUniversal<...>> function -> SASS it must contain (and must not)
+    ("tensorop", "bf16"): (("HMMA.16816.F32.BF16", "LDGSTS", "LDSM"), ()),
+    ("tensorop", "f16"): (("HMMA.16816.F32", "LDGSTS", "LDSM"), ("HMMA.16816.F32.BF16",)),
+    ("simt", "bf16"): (("FFMA",), ("HMMA",)),
+    ("simt", "f16"): (("FFMA",), ("HMMA",)),
+}
+"""sm_120f SASS per kernel kind: mma.sync m16n8k16 with FP32 accumulation (HMMA.16816.F32[.BF16]),
+cp.async global->shared copies (LDGSTS) and ldmatrix (LDSM) for the TensorOp kernels; FP32 FMAs and
+no tensor-core instruction for the SIMT fallback."""
+
+
+@dataclass
+class SassFunction:
+    name: str
+    kind: str
+    input: str
+    ok: bool
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SassReport:
+    arch: str
+    functions: list[SassFunction]
+    stub_free: bool
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        kinds = {(f.kind, f.input) for f in self.functions}
+        return (not self.error and self.stub_free and bool(self.functions) and all(f.ok for f in self.functions)
+                and {("tensorop", "bf16"), ("tensorop", "f16")} <= kinds)
+
+
+def classify_function(mangled: str) -> tuple[str, str] | None:
+    """(kind, input type) of a CUTLASS 2.x GemmUniversal kernel from its mangled name, else None."""
+    if "GemmUniversal" not in mangled:
+        return None
+    kind = "tensorop" if "OpClassTensorOp" in mangled else "simt" if "OpClassSimt" in mangled else None
+    if kind is None:
+        return None
+    i_bf16, i_f16 = mangled.find("bfloat16_t"), mangled.find("half_t")
+    if i_bf16 < 0 and i_f16 < 0:
+        return None
+    first = min(i for i in (i_bf16, i_f16) if i >= 0)
+    return kind, "bf16" if first == i_bf16 else "f16"
+
+
+def _cuobjdump() -> str | None:
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    try:
+        from ._build import _find_nvcc
+
+        candidate = _find_nvcc().parent / "cuobjdump"
+        return str(candidate) if candidate.is_file() else None
+    except Exception:
+        return None
+
+
+def sass_check(library: Path, arch: str = "sm_120f") -> SassReport:
+    """Disassemble the library's ``arch`` code and check each kernel's instructions (see EXPECTED)."""
+    stub_free = STUB_MARKER not in library.read_bytes()
+    tool = _cuobjdump()
+    if tool is None:
+        return SassReport(arch, [], stub_free, "cuobjdump not found (CUDA toolkit bin/ on PATH)")
+    out = subprocess.run([tool, "-sass", "-arch", arch, str(library)], capture_output=True, text=True)
+    if out.returncode:
+        return SassReport(arch, [], stub_free, f"cuobjdump failed: {out.stderr.strip()[:300]}")
+    functions: list[SassFunction] = []
+    for name, body in _functions(out.stdout):
+        kind = classify_function(name)
+        if kind is None:
+            continue
+        need, avoid = EXPECTED[kind]
+        missing = [op for op in need if op not in body]
+        unexpected = [op for op in avoid if op in body]
+        functions.append(SassFunction(name[:160], kind[0], kind[1], not missing and not unexpected, missing,
+                                      unexpected))
+    if not functions:
+        return SassReport(arch, [], stub_free, f"no CUTLASS kernels in the {arch} code of {library.name}")
+    return SassReport(arch, functions, stub_free)
+
+
+def _functions(sass: str) -> list[tuple[str, str]]:
+    parts = re.split(r"^\s*Function : (\S+)\s*$", sass, flags=re.M)
+    return [(parts[i], parts[i + 1]) for i in range(1, len(parts) - 1, 2)]
+
+
+@dataclass
+class NumericsRow:
+    kernel: str
+    family: str
+    m: int
+    n: int
+    k: int
+    alpha: float
+    beta: float
+    max_excess: float
+    ok: bool
+    note: str = ""
+
+
+def _shapes(family: str) -> list[tuple[int, int, int]]:
+    return {"sm90_swapped": [(1, 4096, 4096), (13, 1032, 520)],
+            "sm90_pingpong": [(200, 1032, 776)],
+            "sm90_cooperative": [(2048, 1024, 1024), (1029, 264, 136)],
+            "sm80_tensorop": [(1, 4096, 512), (300, 520, 1024)],
+            "simt": [(33, 100, 30), (64, 256, 512)]}.get(family, [(37, 136, 264)])
+
+
+def _numerics(context: Any, stream: Any, pool: Any, lib: Any, kernel: Any, shape: tuple[int, int, int],
+              rng: np.random.Generator) -> NumericsRow:
+    import mircuda as mc
+
+    from ._profile import upload
+
+    m, n, k = shape
+    in_t, out_t = getattr(mc, kernel.input), getattr(mc, kernel.output)
+    alpha, beta = float(rng.uniform(0.5, 2.0)), float(rng.choice([0.0, rng.uniform(0.25, 1.0)]))
+    a = rng.standard_normal((m, k)).astype(np.float32).astype(in_t)
+    b = rng.standard_normal((n, k)).astype(np.float32).astype(in_t)
+    c0 = (rng.standard_normal((m, n)).astype(np.float32) if beta else np.full((m, n), np.nan, np.float32)).astype(out_t)
+    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=in_t,
+                              output=None if out_t is in_t else out_t, kernel=kernel.name, library=lib)
+    bufs = [upload(context, stream, pool, host) for host in (a, b, c0)]
+    plan.execute(stream, *bufs, alpha, beta)
+    back = context.allocate_pinned(out_t, m * n)
+    stream.copy_to_host(bufs[2], back)
+    got = back.to_numpy().astype(np.float64).reshape(m, n)
+    for buf in bufs:
+        buf.free(stream)
+    plan.close()
+    a64, b64, c64 = a.astype(np.float64), b.astype(np.float64), c0.astype(np.float64)
+    want = alpha * (a64 @ b64.T) + (beta * c64 if beta else 0)
+    mag = alpha * (np.abs(a64) @ np.abs(b64).T) + (beta * np.abs(c64) if beta else 0)
+    unit = {"bf16": 2.0**-8, "f16": 2.0**-11, "f32": 2.0**-24}[kernel.output]
+    bound = 2 * unit * np.abs(want) + 3e-5 * mag + 1e-30
+    excess = float(np.max(np.abs(got - want) / bound)) if np.isfinite(got).all() else float("inf")
+    return NumericsRow(kernel.name, kernel.family, m, n, k, alpha, beta, excess, excess <= 1.0)
+
+
+def cutlass_check(args: Any) -> int:
+    import mircuda as mc
+
+    from ._build import build, find_library
+    from ._library import load_library
+
+    try:
+        path = find_library()
+    except mc.CutlassNotFound:
+        print("the CUTLASS library is not built: building it (python -m mircuda build-cutlass)")
+        path = build()
+    lib = load_library(path)
+    print(f"{lib}")
+    failures: list[str] = []
+    rows: list[NumericsRow] = []
+    driver = mc.Driver.initialize()
+    with driver.create_context(driver.devices()[args.device]) as context:
+        info = context.device_info()
+        stream = context.create_stream()
+        pool = context.default_memory_pool()
+        rng = np.random.default_rng()
+        runnable = [k for k in lib.kernels if k.runs_on(info.compute_capability)]
+        print(f"numerics on {info.name} ({info.arch}): {len(runnable)} of {len(lib.kernels)} kernels run here; "
+              "bound |got - want| <= 2u|want| + 3e-5 sum|a b|")
+        for kernel in runnable:
+            for shape in _shapes(kernel.family):
+                try:
+                    row = _numerics(context, stream, pool, lib, kernel, shape, rng)
+                except mc.MircudaError as exc:
+                    row = NumericsRow(kernel.name, kernel.family, *shape, 0, 0, float("inf"), False,
+                                      f"{type(exc).__name__}: {exc}"[:200])
+                rows.append(row)
+                mark = "ok  " if row.ok else "FAIL"
+                print(f"  {mark} {row.kernel:<44} M={row.m:<5} N={row.n:<5} K={row.k:<5} beta={row.beta:.2f} "
+                      f"error/bound {row.max_excess:.3f} {row.note}")
+                if not row.ok:
+                    failures.append(f"{row.kernel} {shape}")
+        stream.synchronize()
+    report = sass_check(Path(lib.path))
+    print(f"SASS of the {report.arch} kernels ({'no' if report.stub_free else 'SOME'} printf stubs in the library):")
+    if report.error:
+        print(f"  FAIL {report.error}")
+    for f in report.functions:
+        print(f"  {'ok  ' if f.ok else 'FAIL'} {f.kind:<8} {f.input:<4} missing {f.missing or '-'} "
+              f"unexpected {f.unexpected or '-'}  {f.name[:60]}")
+    counts = {}
+    for f in report.functions:
+        counts[f"{f.kind}/{f.input}"] = counts.get(f"{f.kind}/{f.input}", 0) + 1
+    print(f"  {len(report.functions)} kernels checked: {counts}")
+    if not report.ok:
+        failures.append(f"SASS check of {report.arch}")
+    if args.json:
+        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+        with open(args.json, "w") as fh:
+            json.dump({"library": str(lib.path), "cutlass": lib.cutlass_version, "device": info.name,
+                       "numerics": [asdict(r) for r in rows],
+                       "sass": {"arch": report.arch, "stub_free": report.stub_free, "error": report.error,
+                                "functions": [asdict(f) for f in report.functions]},
+                       "failures": failures}, fh, indent=2)
+    for f in failures:
+        print(f"FAILED: {f}", file=sys.stderr)
+    print("cutlass-check: " + ("FAILED" if failures else "all checks passed"))
+    return 1 if failures else 0

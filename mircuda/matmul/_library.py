@@ -1,0 +1,183 @@
+"""Loading ``libmircuda_cutlass.so`` with ctypes and reading its kernel table (the C ABI of
+``cutlass_build/include/mircuda_cutlass.h``)."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import MircudaError
+from ._build import CutlassNotFound, find_library
+
+__all__ = ["ABI_VERSION", "KernelInfo", "CutlassLibrary", "CutlassError", "load_library", "FAMILIES", "DTYPES"]
+
+ABI_VERSION = 1
+"""``MIRCUDA_CUTLASS_ABI_VERSION`` this module speaks."""
+
+STATUS = {0: "OK", 1: "INVALID_ARGUMENT", 2: "NOT_IMPLEMENTABLE", 3: "WRONG_ARCH", 4: "CUDA_ERROR",
+          5: "INTERNAL_ERROR", 6: "NO_WORKSPACE"}
+"""The library's status codes (``MIRCUDA_CUTLASS_*``)."""
+NOT_IMPLEMENTABLE = 2
+DTYPES = {1: "bf16", 2: "f16", 3: "f32"}
+FAMILIES = {0: "simt", 1: "sm90_cooperative", 2: "sm90_pingpong", 3: "sm90_swapped", 4: "sm80_tensorop"}
+
+
+class CutlassError(MircudaError):
+    """A call into the CUTLASS library returned a failure status.
+
+    Attributes:
+        status: the library's status code; ``name`` its name (``"NOT_IMPLEMENTABLE"`` ...).
+        cuda_error: the ``cudaError_t`` behind a ``CUDA_ERROR`` status (0 otherwise).
+    """
+
+    def __init__(self, status: int, call: str, detail: str = "", cuda_error: int = 0) -> None:
+        self.status = status
+        self.name = STATUS.get(status, f"status {status}")
+        self.call = call
+        self.cuda_error = cuda_error
+        text = f"{call} failed with {self.name}"
+        if cuda_error:
+            text += f" (cudaError_t {cuda_error})"
+        super().__init__(text + (f": {detail}" if detail else ""))
+
+
+class _Info(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("family", ctypes.c_int), ("input", ctypes.c_int),
+                ("output", ctypes.c_int), ("tile_m", ctypes.c_int), ("tile_n", ctypes.c_int),
+                ("tile_k", ctypes.c_int), ("cluster_m", ctypes.c_int), ("cluster_n", ctypes.c_int),
+                ("stages", ctypes.c_int), ("alignment_bytes", ctypes.c_int), ("split_k", ctypes.c_int),
+                ("arch_count", ctypes.c_int), ("archs", ctypes.c_int * 4)]
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """One kernel of the library.
+
+    Attributes:
+        index: its index in the library's (name-ordered) table.
+        name: e.g. ``"sm90_coop_128x256x64_c2x1_bf16_bf16"``.
+        family: ``"simt"``, ``"sm90_cooperative"``, ``"sm90_pingpong"``, ``"sm90_swapped"``, ``"sm80_tensorop"``.
+        input, output: element type names (``"bf16"``, ``"f16"``, ``"f32"``).
+        tile: the threadblock tile (M, N, K) of the problem the kernel solves (N x M for swapped kernels).
+        cluster: thread block cluster (M, N).
+        stages: mainloop stages (0: chosen by CUTLASS's collective builder).
+        alignment_bytes: K and N in bytes and the operand addresses must be multiples of it.
+        split_k: whether the kernel takes split-K slices.
+        archs: SASS targets compiled in (90 for sm_90a, 120 for sm_120f).
+    """
+
+    index: int
+    name: str
+    family: str
+    input: str
+    output: str
+    tile: tuple[int, int, int]
+    cluster: tuple[int, int]
+    stages: int
+    alignment_bytes: int
+    split_k: bool
+    archs: tuple[int, ...]
+
+    def runs_on(self, compute_capability: tuple[int, int]) -> bool:
+        """sm_90a code loads on cc 9.0 only; sm_120f family code on every 12.x device."""
+        cc = 10 * compute_capability[0] + compute_capability[1]
+        return any(a == cc or (a >= 100 and a // 10 == cc // 10) for a in self.archs)
+
+
+class CutlassLibrary:
+    """The loaded library: its kernel table and typed entry points (ctypes)."""
+
+    def __init__(self, path: Path) -> None:
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as exc:
+            raise CutlassNotFound(f"{path} could not be loaded: {exc}") from None
+        self.path = Path(path)
+        self._lib = lib
+        c_int, vp, c_size_p = ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)
+        for name, res, args in [
+            ("mircuda_cutlass_abi_version", c_int, []),
+            ("mircuda_cutlass_cutlass_version", c_int, []),
+            ("mircuda_cutlass_kernel_count", c_int, []),
+            ("mircuda_cutlass_kernel_info_get", c_int, [c_int, ctypes.POINTER(_Info)]),
+            ("mircuda_cutlass_last_cuda_error", c_int, []),
+            ("mircuda_cutlass_plan_create", c_int, [c_int, c_int, c_int, c_int, c_int, ctypes.POINTER(vp)]),
+            ("mircuda_cutlass_plan_workspace_bytes", c_int, [vp, c_size_p]),
+            ("mircuda_cutlass_plan_set_workspace", c_int, [vp, vp, ctypes.c_size_t]),
+            ("mircuda_cutlass_plan_execute", c_int, [vp, vp, vp, vp, vp, ctypes.c_float, ctypes.c_float]),
+            ("mircuda_cutlass_plan_destroy", c_int, [vp]),
+        ]:
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = res, args
+        abi = lib.mircuda_cutlass_abi_version()
+        if abi != ABI_VERSION:
+            raise CutlassNotFound(f"{path} speaks ABI {abi}, this mircuda speaks {ABI_VERSION}: rebuild it "
+                                  "(python -m mircuda build-cutlass)")
+        v = lib.mircuda_cutlass_cutlass_version()
+        self.cutlass_version = f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+        self.kernels = tuple(self._info(i) for i in range(lib.mircuda_cutlass_kernel_count()))
+        self.execute_address = ctypes.cast(lib.mircuda_cutlass_plan_execute, ctypes.c_void_p).value or 0
+        """The address of ``mircuda_cutlass_plan_execute`` (for callers outside Python, e.g. ``@njit``)."""
+
+    def _info(self, index: int) -> KernelInfo:
+        raw = _Info()
+        self._check(self._lib.mircuda_cutlass_kernel_info_get(index, ctypes.byref(raw)), "kernel_info_get")
+        return KernelInfo(index, raw.name.decode(), FAMILIES.get(raw.family, str(raw.family)),
+                          DTYPES.get(raw.input, "?"), DTYPES.get(raw.output, "?"),
+                          (raw.tile_m, raw.tile_n, raw.tile_k), (raw.cluster_m, raw.cluster_n), raw.stages,
+                          raw.alignment_bytes, bool(raw.split_k), tuple(raw.archs[: raw.arch_count]))
+
+    def _check(self, status: int, call: str, detail: str = "") -> None:
+        if status:
+            cuda = self._lib.mircuda_cutlass_last_cuda_error() if status == 4 else 0
+            raise CutlassError(status, f"mircuda_cutlass_{call}", detail, cuda)
+
+    # -- plans ------------------------------------------------------------------------------------
+    def create_plan(self, kernel: KernelInfo, m: int, n: int, k: int, splits: int) -> int:
+        """Create a plan on the current context's device; return its handle (an address).
+
+        Raises:
+            CutlassError: NOT_IMPLEMENTABLE, WRONG_ARCH, ...
+        """
+        handle = ctypes.c_void_p()
+        self._check(self._lib.mircuda_cutlass_plan_create(kernel.index, m, n, k, splits, ctypes.byref(handle)),
+                    "plan_create", f"kernel {kernel.name}, M={m} N={n} K={k} splits={splits}")
+        return int(handle.value or 0)
+
+    def workspace_bytes(self, plan: int) -> int:
+        out = ctypes.c_size_t()
+        self._check(self._lib.mircuda_cutlass_plan_workspace_bytes(plan, ctypes.byref(out)), "plan_workspace_bytes")
+        return int(out.value)
+
+    def set_workspace(self, plan: int, address: int, nbytes: int) -> None:
+        self._check(self._lib.mircuda_cutlass_plan_set_workspace(plan, address or None, nbytes), "plan_set_workspace")
+
+    def execute(self, plan: int, stream: int, a: int, b: int, c: int, alpha: float, beta: float) -> None:
+        self._check(self._lib.mircuda_cutlass_plan_execute(plan, stream or None, a, b, c, alpha, beta), "plan_execute")
+
+    def destroy(self, plan: int) -> int:
+        return int(self._lib.mircuda_cutlass_plan_destroy(plan))
+
+    def __repr__(self) -> str:
+        return f"CutlassLibrary({str(self.path)!r}, CUTLASS {self.cutlass_version}, {len(self.kernels)} kernels)"
+
+
+_lock = threading.Lock()
+_loaded: dict[str, CutlassLibrary] = {}
+
+
+def load_library(path: str | Path | None = None) -> CutlassLibrary:
+    """Load the library (``MIRCUDA_CUTLASS_LIBRARY`` or the cached build) once per process.
+
+    Raises:
+        CutlassNotFound: no library; the message gives the build command.
+    """
+    resolved = Path(path) if path is not None else find_library()
+    key = str(resolved.resolve())
+    with _lock:
+        lib = _loaded.get(key)
+        if lib is None:
+            lib = _loaded[key] = CutlassLibrary(resolved)
+        return lib

@@ -1,0 +1,125 @@
+"""Kernel selection of DenseMatmulPlan: which CUTLASS kernel runs a shape on a device, and why.
+
+Pure functions over the library's kernel table, so the policy is testable without a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..errors import ContractError, UnsupportedPlatform
+from ._library import KernelInfo
+from ._spec import DenseMatmulSpec
+
+__all__ = ["Selection", "select_kernel", "split_k_slices", "tensor_core_aligned", "SIZES"]
+
+SIZES = {"bf16": 2, "f16": 2, "f32": 4}
+"""Bytes per element."""
+
+SWAPPED_MAX_M = 64
+"""SM90: M up to this runs the swapped (C^T = B A^T) split-K kernel: weights stream through the
+128-row WGMMA tile while the few tokens fill the 32-wide N tile."""
+PINGPONG_MAX_M = 1024
+"""SM90: 64 < M < this runs the 64x128 ping-pong kernel (enough tiles for every SM), from here the
+128x256 cooperative kernel with a 2x1 cluster."""
+DECODE_MAX_M = 32
+"""SM120: M up to this runs the 32x128 decode tile when N gives every SM a tile, else 64x64x64."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The chosen kernel, its split-K slices and the reason, in words."""
+
+    kernel: KernelInfo
+    splits: int
+    reason: str
+
+
+def tensor_core_aligned(spec: DenseMatmulSpec, input: str, output: str) -> bool:
+    """The tensor-core kernels read and write 16-byte vectors (TMA boxes, cp.async): K rows of A and B
+    and N rows of C must be whole multiples of 16 bytes."""
+    return spec.k * SIZES[input] % 16 == 0 and spec.n * SIZES[output] % 16 == 0
+
+
+def split_k_slices(spec: DenseMatmulSpec, kernel: KernelInfo, multiprocessors: int) -> int:
+    """K slices for a split-K kernel: enough work units for every SM (tiles x slices <= SMs), each
+    slice at least two K tiles, at most 16 slices. The tile is of the swapped problem (N x M)."""
+    tm, tn, tk = kernel.tile
+    tiles = -(-spec.n // tm) * -(-spec.m // tn)
+    k_tiles = -(-spec.k // tk)
+    return max(1, min(multiprocessors // max(tiles, 1), k_tiles // 2, 16))
+
+
+def _named(kernels: Sequence[KernelInfo], family: str, tile: tuple[int, int, int] | None = None) -> KernelInfo | None:
+    for k in kernels:
+        if k.family == family and (tile is None or k.tile == tile):
+            return k
+    return None
+
+
+def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: str, output: str,
+                  compute_capability: tuple[int, int], multiprocessors: int, forced: str | None = None) -> Selection:
+    """Choose the kernel for ``spec`` among ``kernels`` (the library's table).
+
+    Raises:
+        ContractError: ``forced`` names no kernel of these types that runs on the device.
+        UnsupportedPlatform: the library has no kernel of these types for the device.
+    """
+    usable = [k for k in kernels if k.input == input and k.output == output and k.runs_on(compute_capability)]
+    cc = f"{compute_capability[0]}.{compute_capability[1]}"
+    if forced is not None:
+        match = next((k for k in usable if k.name == forced), None)
+        if match is None:
+            names = ", ".join(k.name for k in usable) or "none"
+            raise ContractError("kernel", f"one of the {input}->{output} kernels for cc {cc} ({names})", repr(forced))
+        splits = split_k_slices(spec, match, multiprocessors) if match.split_k else 1
+        return Selection(match, splits, "forced by the caller")
+    if not usable:
+        raise UnsupportedPlatform(f"the CUTLASS library has no {input}->{output} kernel for compute capability {cc} "
+                                  f"(it is built for sm_90a and sm_120f: rebuild with MIRCUDA_CUDA_ARCH)")
+    simt = _named(usable, "simt")
+    if not tensor_core_aligned(spec, input, output):
+        if simt is None:
+            raise UnsupportedPlatform(f"no SIMT kernel for {input}->{output} on cc {cc}")
+        return Selection(simt, 1, f"K * {SIZES[input]} B = {spec.k * SIZES[input]} or N * {SIZES[output]} B = "
+                                  f"{spec.n * SIZES[output]} is not a multiple of 16 bytes, which the tensor-core "
+                                  "kernels' 16-byte vector accesses need")
+    m, n = spec.m, spec.n
+    choice: KernelInfo | None = None
+    reason = ""
+    if compute_capability[0] == 9:
+        if m <= SWAPPED_MAX_M:
+            choice = _named(usable, "sm90_swapped")
+            reason = (f"M = {m} <= {SWAPPED_MAX_M}: decode; computing C^T = B A^T puts N = {n} in the 128-row WGMMA "
+                      "tile and M in the 32-wide N tile, K split so that every SM streams weights")
+        elif m < PINGPONG_MAX_M:
+            choice = _named(usable, "sm90_pingpong")
+            reason = (f"{SWAPPED_MAX_M} < M = {m} < {PINGPONG_MAX_M}: 64x128 ping-pong tiles give "
+                      f"{-(-m // 64) * -(-n // 128)} tiles for {multiprocessors} SMs; one warp group's epilogue "
+                      "overlaps the other's MMA")
+        else:
+            choice = _named(usable, "sm90_cooperative")
+            reason = (f"M = {m} >= {PINGPONG_MAX_M}: compute-bound; 128x256 cooperative tiles, weights multicast "
+                      "to a 2x1 cluster")
+    elif compute_capability[0] == 12:
+        bulk = _named(usable, "sm80_tensorop", (128, 128, 32))
+        wide = _named(usable, "sm80_tensorop", (64, 64, 64))
+        decode = _named(usable, "sm80_tensorop", (32, 128, 64))
+        if m <= DECODE_MAX_M and -(-n // 128) >= multiprocessors:
+            choice, reason = decode, (f"M = {m} <= {DECODE_MAX_M} and N = {n} gives each of the {multiprocessors} "
+                                      "SMs a 32x128 tile: the short-M decode tile")
+        elif m <= 64 or -(-m // 128) * -(-n // 128) < multiprocessors:
+            choice, reason = wide, (f"M = {m}, N = {n}: too few 128x128 tiles for {multiprocessors} SMs; 64x64x64 "
+                                    "five-stage tiles (80 KB of shared memory) double the tiles")
+        else:
+            choice, reason = bulk, f"M = {m}, N = {n}: enough 128x128x32 tiles for {multiprocessors} SMs"
+    if choice is None:
+        if simt is None:
+            raise UnsupportedPlatform(f"the CUTLASS library has no tensor-core or SIMT {input}->{output} kernel for "
+                                      f"cc {cc}")
+        return Selection(simt, 1, f"no tensor-core {input}->{output} kernel for cc {cc} in the library")
+    splits = split_k_slices(spec, choice, multiprocessors) if choice.split_k else 1
+    if choice.split_k:
+        reason += f"; {splits} K slice(s)"
+    return Selection(choice, splits, reason)

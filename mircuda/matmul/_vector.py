@@ -1,0 +1,216 @@
+"""DenseVectorPlan: the M = 1 matrix-vector product as a native CUDA kernel compiled by NVRTC."""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from collections.abc import Callable
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from .. import _cuda
+from ..compile import Compiler, CompileOptions, CudaSource
+from ..dtypes import bf16, f32, i32
+from ..errors import ContractError, UnsupportedPlatform
+from ..launch import In, InOut, LaunchConfig, cuda_export
+from ..memory import DeviceBuffer
+from ._spec import DenseVectorSpec, PlanBase, check_operand, check_scalar, plan_stream, resolve_dtypes
+
+if TYPE_CHECKING:
+    from ..launch import TypedKernel
+    from ..runtime import Context, Stream
+
+__all__ = ["DenseVectorPlan", "choose_vector_warps", "dense_vector_source", "ROWS_PER_BLOCK", "MAX_WARPS"]
+
+T = TypeVar("T")
+
+ROWS_PER_BLOCK = 8
+"""Output rows per block and per warp (``kRows`` in ``cuda_src/dense_vector.cu``)."""
+MAX_WARPS = 8
+"""Most warps per block splitting K (``kMaxWarps``)."""
+CHUNK = 256
+"""Columns one warp reads per step in the vector variant: 32 lanes x 8 elements."""
+TARGET_WARPS_PER_SM = 16
+"""Resident warps per SM the split of K aims at: enough 16-byte loads in flight to saturate HBM."""
+
+
+@functools.lru_cache(maxsize=1)
+def dense_vector_source() -> CudaSource:
+    """``cuda_src/dense_vector.cu`` as a :class:`CudaSource` (from the installed package)."""
+    text = resources.files("mircuda").joinpath("cuda_src", "dense_vector.cu").read_text()
+    return CudaSource(text, "dense_vector.cu")
+
+
+def kernel_symbol(input_name: str, output_name: str, vector: bool) -> str:
+    """The kernel for one dtype pair: ``dense_vector_<in>_<out>_v16`` (16-byte loads) or ``_any``."""
+    return f"dense_vector_{input_name}_{output_name}_{'v16' if vector else 'any'}"
+
+
+def choose_vector_warps(n: int, k: int, multiprocessors: int, blocks_per_sm: Callable[[int], int]) -> int:
+    """Warps per block (1, 2, 4 or 8) that split K, for N rows in blocks of 8.
+
+    The largest count such that every block is resident at once (one wave: ``ceil(N / 8)`` blocks fit
+    in ``multiprocessors * blocks_per_sm(warps)``), the grid holds at most ``TARGET_WARPS_PER_SM``
+    warps per SM beyond that, and each warp still reads at least two 256-column chunks. One warp when
+    even one warp per block does not fit in a wave (large N: there are enough blocks already).
+
+    Args:
+        blocks_per_sm: resident blocks per SM for a block of ``warps`` warps (the occupancy query).
+    """
+    groups = -(-n // ROWS_PER_BLOCK)
+    best = 1
+    warps = 2
+    while warps <= MAX_WARPS:
+        if k < 2 * warps * CHUNK:
+            break
+        if groups > multiprocessors * blocks_per_sm(warps):
+            break
+        if groups * warps > multiprocessors * TARGET_WARPS_PER_SM and best > 1:
+            break
+        best = warps
+        warps *= 2
+    return best
+
+
+_COMPILERS: weakref.WeakKeyDictionary[Any, Compiler] = weakref.WeakKeyDictionary()
+
+
+def shared_compiler(context: Context) -> Compiler:
+    """One Compiler (and module cache) per context for the plans that need NVRTC kernels."""
+    compiler = _COMPILERS.get(context)
+    if compiler is None:
+        compiler = _COMPILERS.setdefault(context, Compiler(context))
+    return compiler
+
+
+class DenseVectorPlan(PlanBase, Generic[T]):
+    """``y[N] = alpha * W[N, K] . x[K] + beta * y[N]``: the explicit M = 1 plan for bandwidth-bound
+    projections (decode), as a CUDA C kernel (``cuda_src/dense_vector.cu``) compiled by NVRTC for the
+    context's device (any compute capability >= 8.0).
+
+    Args:
+        context: the context the plan runs in.
+        stream: a stream of ``context`` (the plan allocates nothing; checked for symmetry with the
+            matrix plans).
+        spec: ``DenseVectorSpec(n, k)``.
+        input: ``mc.bf16`` or ``mc.f16``: the type of ``x`` and ``W``.
+        output: ``None`` (the input type) or ``mc.f32``: the type of ``y``.
+        compiler: the Compiler to build the kernel with (default: one shared per context).
+        warps: warps per block splitting K (1, 2, 4 or 8); default :func:`choose_vector_warps`.
+
+    Each warp computes eight output rows, converting each pair of inputs to FP32 once and using it for
+    all eight; accumulation is FP32; ``beta == 0`` never reads ``y`` (it may hold NaN). Any N and K:
+    K % 8 == 0 selects 16-byte loads, any other K a one-element-per-lane kernel.
+
+    Raises:
+        ContractError: bad context, stream, spec, dtype or ``warps``.
+        UnsupportedPlatform: the device's compute capability is below 8.0.
+        CompileError: NVRTC rejected the kernel (a bug; the log is attached).
+    """
+
+    def __init__(self, context: Context, stream: Stream, spec: DenseVectorSpec, input: Any = bf16,
+                 output: Any = None, *, compiler: Compiler | None = None, warps: int | None = None) -> None:
+        plan_stream(stream, context)
+        if not isinstance(spec, DenseVectorSpec):
+            raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
+        self._in, self._out = resolve_dtypes(input, output)
+        info = context.device_info()
+        if info.compute_capability < (8, 0):
+            raise UnsupportedPlatform(f"DenseVectorPlan needs compute capability >= 8.0; {info.name} has "
+                                      f"{info.compute_capability[0]}.{info.compute_capability[1]}")
+        if compiler is None:
+            compiler = shared_compiler(context)
+        elif not isinstance(compiler, Compiler) or compiler.context is not context:
+            raise ContractError("compiler", f"a Compiler of {context!r}", repr(compiler))
+        self._context = context
+        self._spec = spec
+        self._vector = spec.k % 8 == 0
+        symbol = kernel_symbol(self._in.name, self._out.name, self._vector)
+        contract = cuda_export(symbol, y=InOut[DeviceBuffer[self._out.scalar_type]],
+                               w=In[DeviceBuffer[self._in.scalar_type]], x=In[DeviceBuffer[self._in.scalar_type]],
+                               alpha=f32, beta=f32, n=i32, k=i32)
+        module = compiler.compile(dense_vector_source(), CompileOptions())
+        self._kernel: TypedKernel = module.kernel(contract)
+        if warps is None:
+            warps = choose_vector_warps(spec.n, spec.k, info.multiprocessor_count, self._blocks_per_sm)
+        elif type(warps) is not int or warps not in (1, 2, 4, 8):
+            raise ContractError("warps", "1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
+        self._warps = warps
+        self._config = LaunchConfig((-(-spec.n // ROWS_PER_BLOCK),), (32 * warps,))
+        self._config.check(info, self._kernel.attributes.max_threads_per_block)
+        self._launch = self._kernel.launch
+        self._numba: Any = None
+        self._numba_params: Any = None
+
+    def _blocks_per_sm(self, warps: int) -> int:
+        self._context._make_current()
+        return int(_cuda.call("cuOccupancyMaxActiveBlocksPerMultiprocessor", self._kernel._cu, 32 * warps, 0))
+
+    # -- properties ---------------------------------------------------------------------------
+    @property
+    def kernel(self) -> TypedKernel:
+        """The bound kernel (its contract: ``y, w, x, alpha, beta, n, k``)."""
+        return self._kernel
+
+    @property
+    def launch_config(self) -> LaunchConfig:
+        """``ceil(N / 8)`` blocks of ``32 * warps`` threads."""
+        return self._config
+
+    @property
+    def warps(self) -> int:
+        return self._warps
+
+    @property
+    def numba_execute(self) -> Any:
+        """An ``@numba.njit`` function ``execute(stream, x, w, y, alpha, beta) -> int`` over raw
+        handles (``Stream.handle``, ``DeviceBuffer.handle``) that writes the kernel's arguments into a
+        parameter block of this plan and calls the driver's ``cuLaunchKernel``: njit code can loop
+        over executions without the interpreter. Returns a ``CUresult`` (0: enqueued; 1 for a
+        misaligned address). Lengths are not checked on this path; one thread at a time per plan."""
+        if self._numba is None:
+            from ._numba import vector_executor
+
+            self._numba, self._numba_params = vector_executor(
+                _cuda.entry_points["cuLaunchKernel"], self._kernel.handle, self._config.grid[0],
+                self._config.block[0], self._spec.n, self._spec.k, self._vector)
+        return self._numba
+
+    def describe(self) -> str:
+        """Which kernel runs and why, in one paragraph."""
+        s = self._spec
+        loads = ("16-byte vector loads (K % 8 == 0)" if self._vector
+                 else f"one element per lane per row (K = {s.k} is not a multiple of 8)")
+        return (f"DenseVectorPlan {self._in.name} -> {self._out.name}, N={s.n}, K={s.k} on "
+                f"{self._context.device_info().arch}: kernel {self._kernel.contract.symbol}, {loads}; "
+                f"{self._config.grid[0]} blocks x {self._warps} warp(s) (8 rows per block, K split over "
+                f"{self._warps} warp(s)), FP32 accumulation")
+
+    # -- the hot path -------------------------------------------------------------------------
+    def execute(self, stream: Stream, x: DeviceBuffer[T], w: DeviceBuffer[T], y: DeviceBuffer[Any],
+                alpha: float = 1.0, beta: float = 0.0) -> None:
+        """Enqueue ``y = alpha * W x + beta * y`` on ``stream``; allocates and synchronizes nothing.
+
+        Args:
+            x: ``[K]`` inputs of the input type.
+            w: ``[N, K]`` row-major weights of the input type.
+            y: ``[N]`` outputs of the output type; read only when ``beta != 0``.
+
+        Raises:
+            ContractError: a buffer of the wrong type, dtype, context or length (named), a bad stream
+                or scalar; nothing is enqueued then.
+            UseAfterFree: a buffer was freed.
+            CudaError: the driver refused the launch.
+        """
+        s = self._spec
+        ctx = self._context
+        check_operand("x", x, self._in, s.k, ctx, f"[K] = [{s.k}]")
+        check_operand("w", w, self._in, s.n * s.k, ctx, f"[N, K] = [{s.n}, {s.k}]")
+        check_operand("y", y, self._out, s.n, ctx, f"[N] = [{s.n}]")
+        self._launch(stream, self._config, y, w, x, check_scalar("alpha", alpha), check_scalar("beta", beta),
+                     s.n, s.k)
+
+    def __repr__(self) -> str:
+        return (f"DenseVectorPlan[{self._in.name}, {self._out.name}](n={self._spec.n}, k={self._spec.k}, "
+                f"warps={self._warps})")
+

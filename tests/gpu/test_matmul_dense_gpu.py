@@ -1,0 +1,153 @@
+"""DenseMatmulPlan on the GPU: every kernel family on shapes that select it (the SM80-style TensorOp
+kernels, the SM120 path, are forced: they are compiled for sm_90a too), fp16/bf16/f32-out,
+alpha/beta, odd shapes, against float64 numpy with poisoned outputs and fresh random data; and the
+Numba-callable executors of both dense plans."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mircuda as mc
+from helpers import download, upload
+from matmul_helpers import assert_close, name, poison, random
+
+PAIRS = [(mc.bf16, None), (mc.bf16, mc.f32), (mc.f16, None), (mc.f16, mc.f32)]
+PAIR_IDS = ["bf16", "bf16-f32", "f16", "f16-f32"]
+
+
+@pytest.fixture(scope="module")
+def library():
+    try:
+        return mc.matmul.load_library()
+    except mc.CutlassNotFound as exc:
+        pytest.skip(str(exc))
+
+
+def run(context, stream, pool, rng, m, n, k, input, output, alpha, beta, kernel=None):
+    out_t = input if output is None else output
+    a, b = random(rng, input, m, k), random(rng, input, n, k)
+    c0 = random(rng, out_t, m, n) if beta else poison(out_t, m * n).reshape(m, n)
+    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=input, output=output, kernel=kernel)
+    ba, bb, bc = (upload(context, stream, pool, x.ravel()) for x in (a, b, c0))
+    plan.execute(stream, ba, bb, bc, alpha, beta)
+    got = download(context, stream, bc).reshape(m, n)
+    a64, b64, c64 = a.astype(np.float64), b.astype(np.float64), c0.astype(np.float64)
+    want = alpha * (a64 @ b64.T) + (beta * c64 if beta else 0.0)
+    magnitude = abs(alpha) * (np.abs(a64) @ np.abs(b64).T) + (abs(beta) * np.abs(c64) if beta else 0.0)
+    for buf in (ba, bb, bc):
+        buf.free(stream)
+    return plan, got, want, magnitude, name(out_t)
+
+
+SELECTED = [  # (M, N, K, the family the plan must pick on an H200)
+    (1, 1024, 512, "sm90_swapped"), (5, 768, 1024, "sm90_swapped"), (16, 4096, 4096, "sm90_swapped"),
+    (64, 264, 2048, "sm90_swapped"), (65, 384, 512, "sm90_pingpong"), (300, 1032, 1000, "sm90_pingpong"),
+    (1024, 512, 512, "sm90_cooperative"), (1029, 264, 136, "sm90_cooperative"),
+    (7, 9, 13, "simt"), (33, 100, 30, "simt"), (16, 64, 63, "simt"),
+]
+
+
+@pytest.mark.parametrize("input, output", PAIRS, ids=PAIR_IDS)
+@pytest.mark.parametrize("m, n, k, family", SELECTED, ids=lambda v: str(v))
+def test_selected_kernels_match_float64(context, stream, pool, rng, library, input, output, m, n, k, family) -> None:
+    if context.device_info().compute_capability != (9, 0) and family.startswith("sm90"):
+        pytest.skip("an SM90 family")
+    alpha = float(rng.uniform(0.5, 2.0))
+    plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, input, output, alpha, 0.0)
+    assert plan.kernel.family == family, plan.describe()
+    assert_close(got, want, mag, out)
+
+
+TENSOROP = ["sm80_tensorop_32x128x64_4stage", "sm80_tensorop_64x64x64_5stage", "sm80_tensorop_128x128x32_4stage"]
+
+
+@pytest.mark.parametrize("input, output", PAIRS, ids=PAIR_IDS)
+@pytest.mark.parametrize("prefix", TENSOROP)
+@pytest.mark.parametrize("m, n, k", [(1, 4096, 512), (37, 136, 264), (300, 520, 1024)])
+def test_sm120_path_kernels_match_float64(context, stream, pool, rng, library, input, output, prefix, m, n, k) -> None:
+    out_t = input if output is None else output
+    kernel = f"{prefix}_{name(input)}_{name(out_t)}"
+    plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, input, output, 1.0, 0.0, kernel=kernel)
+    assert plan.kernel_name == kernel
+    assert_close(got, want, mag, out)
+
+
+@pytest.mark.parametrize("input, output", PAIRS, ids=PAIR_IDS)
+@pytest.mark.parametrize("m", [1, 200, 2048])
+def test_alpha_and_beta(context, stream, pool, rng, library, input, output, m) -> None:
+    alpha, beta = float(rng.uniform(-2, -0.5)), float(rng.uniform(0.25, 1.5))
+    _, got, want, mag, out = run(context, stream, pool, rng, m, 520, 776, input, output, alpha, beta)
+    assert_close(got, want, mag, out)
+
+
+def test_every_kernel_of_the_device_runs_a_shape(context, stream, pool, rng, library) -> None:
+    cc = context.device_info().compute_capability
+    for k in library.kernels:
+        if not k.runs_on(cc):
+            continue
+        in_t, out_t = getattr(mc, k.input), getattr(mc, k.output)
+        plan, got, want, mag, out = run(context, stream, pool, rng, 19, 136, 520, in_t,
+                                        None if out_t is in_t else out_t, 0.75, 0.5, kernel=k.name)
+        assert_close(got, want, mag, out)
+
+
+def test_split_k_takes_its_workspace_from_the_pool_at_construction(context, stream, library) -> None:
+    if context.device_info().compute_capability != (9, 0):
+        pytest.skip("the split-K kernel is SM90's")
+    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(1, 4096, 4096))
+    assert plan.splits > 1 and plan.workspace_bytes > 0
+    assert plan._workspace.nbytes >= plan.workspace_bytes and plan._workspace.context is context
+    text = plan.describe()
+    assert plan.kernel_name in text and "Why:" in text and f"{plan.splits} K slices" in text
+    plan.close()
+    plan.close()
+    with pytest.raises(mc.ClosedResourceError):
+        plan.execute(stream, None, None, None)
+
+
+def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool, library) -> None:
+    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(4, 64, 128), input=mc.f16, output=mc.f32)
+    a, b, c = (pool.allocate(t, stream, n) for t, n in ((mc.f16, 4 * 128), (mc.f16, 64 * 128), (mc.f32, 4 * 64)))
+    short = pool.allocate(mc.f16, stream, 64 * 128 - 8)
+    half_c = pool.allocate(mc.f16, stream, 4 * 64)
+    for args, argument in [((a, short, c), "b"), ((a, b, half_c), "c"), ((c, b, c), "a"), ((a, b, c, None), "alpha")]:
+        with pytest.raises(mc.ContractError) as info:
+            plan.execute(stream, *args)
+        assert info.value.argument == argument
+    with pytest.raises(mc.ContractError, match="kernel"):
+        mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(4, 64, 128), kernel="no_such_kernel")
+    for buf in (a, b, c, short, half_c):
+        buf.free(stream)
+
+
+def test_plans_run_from_numba_njit_loops(context, stream, pool, rng, library) -> None:
+    numba = pytest.importorskip("numba")
+    m, n, k, steps = 16, 1024, 512, 3
+    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k))
+    vector = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, k))
+    a = random(rng, mc.bf16, m, k)
+    bs = [random(rng, mc.bf16, n, k) for _ in range(steps)]
+    ba = upload(context, stream, pool, a.ravel())
+    bbs = [upload(context, stream, pool, b.ravel()) for b in bs]
+    cs = [upload(context, stream, pool, poison(mc.bf16, m * n)) for _ in range(steps)]
+    ys = [upload(context, stream, pool, poison(mc.bf16, n)) for _ in range(steps)]
+    matmul, gemv = plan.numba_execute, vector.numba_execute
+
+    @numba.njit
+    def loop(stream_handle, a_ptr, b_ptrs, c_ptrs, y_ptrs):
+        status = 0
+        for i in range(len(b_ptrs)):
+            status |= matmul(stream_handle, a_ptr, b_ptrs[i], c_ptrs[i], 1.0, 0.0)
+            status |= gemv(stream_handle, a_ptr, b_ptrs[i], y_ptrs[i], 1.0, 0.0)  # row 0 of A as x
+        return status
+
+    handles = lambda bufs: np.array([x.handle for x in bufs], dtype=np.uint64)  # noqa: E731
+    assert loop(stream.handle, ba.handle, handles(bbs), handles(cs), handles(ys)) == 0
+    for b, c, y in zip(bs, cs, ys):
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        got = download(context, stream, c).reshape(m, n)
+        assert_close(got, a64 @ b64.T, np.abs(a64) @ np.abs(b64).T, "bf16")
+        assert_close(download(context, stream, y), b64 @ a64[0], np.abs(b64) @ np.abs(a64[0]), "bf16")
+    for buf in [ba, *bbs, *cs, *ys]:
+        buf.free(stream)

@@ -1,0 +1,89 @@
+"""DenseVectorPlan on the GPU: y = alpha W x + beta y against float64 numpy, every dtype pair, both
+kernel variants (16-byte loads and any K), odd shapes, alpha/beta, poisoned outputs, fresh data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mircuda as mc
+from helpers import download, upload
+from matmul_helpers import assert_close, name, poison, random
+
+PAIRS = [(mc.bf16, None), (mc.bf16, mc.f32), (mc.f16, None), (mc.f16, mc.f32)]
+SHAPES = [(4096, 4096), (1000, 1000), (8, 256), (13, 7), (37, 1003), (300, 4104), (1, 8), (14336, 64)]
+
+
+def run(context, stream, pool, rng, n, k, input, output, alpha, beta, warps=None):
+    out_t = input if output is None else output
+    x, w = random(rng, input, k), random(rng, input, n, k)
+    y0 = random(rng, out_t, n) if beta else poison(out_t, n)
+    plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, k), input=input, output=output, warps=warps)
+    bx, bw, by = upload(context, stream, pool, x), upload(context, stream, pool, w.ravel()), upload(context, stream, pool, y0)
+    plan.execute(stream, bx, bw, by, alpha, beta)
+    got = download(context, stream, by)
+    w64, x64, y64 = w.astype(np.float64), x.astype(np.float64), y0.astype(np.float64)
+    want = alpha * (w64 @ x64) + (beta * y64 if beta else 0.0)
+    magnitude = abs(alpha) * (np.abs(w64) @ np.abs(x64)) + (abs(beta) * np.abs(y64) if beta else 0.0)
+    for b in (bx, bw, by):
+        b.free(stream)
+    return plan, got, want, magnitude, name(out_t)
+
+
+@pytest.mark.parametrize("input, output", PAIRS, ids=lambda t: "same" if t is None else name(t))
+@pytest.mark.parametrize("n, k", SHAPES, ids=lambda v: str(v))
+def test_matches_float64(context, stream, pool, rng, input, output, n, k) -> None:
+    alpha = float(rng.uniform(0.5, 2.0))
+    plan, got, want, mag, out = run(context, stream, pool, rng, n, k, input, output, alpha, 0.0)
+    assert_close(got, want, mag, out)
+    assert plan.kernel.contract.symbol.endswith("_v16" if k % 8 == 0 else "_any")
+
+
+@pytest.mark.parametrize("input, output", PAIRS, ids=lambda t: "same" if t is None else name(t))
+def test_beta_accumulates_into_y(context, stream, pool, rng, input, output) -> None:
+    alpha, beta = float(rng.uniform(-2, -0.5)), float(rng.uniform(0.25, 1.5))
+    _, got, want, mag, out = run(context, stream, pool, rng, 777, 2056, input, output, alpha, beta)
+    assert_close(got, want, mag, out)
+
+
+@pytest.mark.parametrize("warps", [1, 2, 4, 8])
+def test_every_split_of_k_gives_the_same_answer(context, stream, pool, rng, warps) -> None:
+    plan, got, want, mag, out = run(context, stream, pool, rng, 520, 3080, mc.bf16, mc.f32, 1.0, 0.5, warps=warps)
+    assert plan.warps == warps and plan.launch_config.block[0] == 32 * warps
+    assert_close(got, want, mag, out)
+
+
+def test_describe_names_the_kernel_and_the_split(context, stream) -> None:
+    plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096))
+    text = plan.describe()
+    assert "dense_vector_bf16_bf16_v16" in text and f"{plan.warps} warp" in text and "512 blocks" in text
+
+
+def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool) -> None:
+    plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(64, 128), input=mc.f16)
+    x, w, y = pool.allocate(mc.f16, stream, 128), pool.allocate(mc.f16, stream, 64 * 128), pool.allocate(mc.f16, stream, 64)
+    short = pool.allocate(mc.f16, stream, 64 * 128 - 1)
+    wrong = pool.allocate(mc.bf16, stream, 64)
+    cases = [((x, short, y), "w"), ((x, w, wrong), "y"), ((np.zeros(128, np.float16), w, y), "x"),
+             ((y, w, y), "x")]
+    for args, argument in cases:
+        with pytest.raises(mc.ContractError) as info:
+            plan.execute(stream, *args)
+        assert info.value.argument == argument
+    with pytest.raises(mc.ContractError, match="alpha"):
+        plan.execute(stream, x, w, y, "1")
+    short.free(stream)
+    with pytest.raises(mc.UseAfterFree):
+        plan.execute(stream, x, short, y)
+    for b in (x, w, y, wrong):
+        b.free(stream)
+
+
+def test_construction_checks_its_arguments(context, stream) -> None:
+    spec = mc.DenseVectorSpec(8, 8)
+    with pytest.raises(mc.ContractError, match="spec"):
+        mc.DenseVectorPlan(context, stream, (8, 8))
+    with pytest.raises(mc.ContractError, match="warps"):
+        mc.DenseVectorPlan(context, stream, spec, warps=3)
+    with pytest.raises(mc.ContractError, match="stream"):
+        mc.DenseVectorPlan(context, None, spec)

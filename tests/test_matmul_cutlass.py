@@ -1,0 +1,226 @@
+"""The CUTLASS library without a GPU: its C ABI header, its CMake configuration, the architecture
+list (and the refusal of targets that build printf stubs), the build cache key, the error that gives
+the build command, and the kernel table of a built library when one is present."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import mircuda as mc
+from mircuda.matmul import _build, _library
+
+HEADER = _build.project_dir() / "include" / "mircuda_cutlass.h"
+CC = shutil.which("cc") or shutil.which("gcc")
+
+
+def test_the_header_is_plain_c_and_cxx(tmp_path) -> None:
+    if CC is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "use.c"
+    src.write_text('#include "mircuda_cutlass.h"\nint main(void) { mircuda_cutlass_plan *p = 0; (void)p; '
+                   "return MIRCUDA_CUTLASS_ABI_VERSION; }\n")
+    for lang, std in (("c", "-std=c99"), ("c++", "-std=c++11")):
+        out = subprocess.run([CC, "-x", lang, std, "-Wall", "-Werror", "-pedantic", "-fsyntax-only",
+                              f"-I{HEADER.parent}", str(src)], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+
+
+def _c_layout(tmp_path: Path) -> dict[str, int]:
+    src = tmp_path / "layout.c"
+    fields = [f for f, _ in _library._Info._fields_]
+    body = "".join(f'printf("{f} %zu\\n", offsetof(mircuda_cutlass_kernel_info, {f}));' for f in fields)
+    src.write_text('#include <stddef.h>\n#include <stdio.h>\n#include "mircuda_cutlass.h"\nint main(void) {'
+                   f'{body} printf("size %zu\\n", sizeof(mircuda_cutlass_kernel_info));'
+                   ' printf("abi %d\\n", MIRCUDA_CUTLASS_ABI_VERSION); return 0; }\n')
+    exe = tmp_path / "layout"
+    subprocess.run([CC, "-std=c99", f"-I{HEADER.parent}", str(src), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    return {line.split()[0]: int(line.split()[1]) for line in out.splitlines()}
+
+
+def test_python_reads_the_kernel_info_struct_as_c_lays_it_out(tmp_path) -> None:
+    if CC is None:
+        pytest.skip("no C compiler")
+    layout = _c_layout(tmp_path)
+    for name, _ in _library._Info._fields_:
+        assert getattr(_library._Info, name).offset == layout[name], name
+    assert ctypes.sizeof(_library._Info) == layout["size"]
+    assert layout["abi"] == _library.ABI_VERSION
+
+
+def test_python_knows_the_header_codes() -> None:
+    text = HEADER.read_text()
+    for code, name in _library.STATUS.items():
+        assert f"#define MIRCUDA_CUTLASS_{name} {code}" in text
+    for code, name in _library.DTYPES.items():
+        assert f"#define MIRCUDA_CUTLASS_{name.upper()} {code}" in text
+    assert "#define MIRCUDA_CUTLASS_SM90_SWAPPED 3" in text and "#define MIRCUDA_CUTLASS_SIMT 0" in text
+
+
+@pytest.mark.parametrize("text, archs", [("90a,120f", ("90a", "120f")), ("sm_120f", ("120f",)),
+                                         (" 90a ; sm_90a ", ("90a",)), ("SM_90A 120F", ("90a", "120f"))])
+def test_arch_lists_parse(text, archs) -> None:
+    assert _build.parse_archs(text) == archs
+
+
+@pytest.mark.parametrize("text, fix", [("90", "90a"), ("sm_90", "90a"), ("sm_120", "120f"), ("121", "120f")])
+def test_targets_that_build_printf_stubs_are_refused(text, fix) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        _build.parse_archs(f"120f,{text}")
+    assert "printf stub" in str(info.value) and f"use {fix}" in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["", "sm_80", "100a", "120a", "90a,sm_75"])
+def test_other_targets_are_refused(text) -> None:
+    with pytest.raises(mc.ContractError, match="arch"):
+        _build.parse_archs(text)
+
+
+def test_the_environment_overrides_the_arch_list(monkeypatch) -> None:
+    monkeypatch.delenv("MIRCUDA_CUDA_ARCH", raising=False)
+    assert _build.default_archs() == ("90a", "120f")
+    monkeypatch.setenv("MIRCUDA_CUDA_ARCH", "sm_120f")
+    assert _build.default_archs() == ("120f",)
+    monkeypatch.setenv("MIRCUDA_CUDA_ARCH", "sm_90")
+    with pytest.raises(mc.ContractError, match="printf stub"):
+        _build.default_archs()
+
+
+def test_the_cache_key_covers_sources_versions_and_archs() -> None:
+    base = _build.cache_key("d", "4.2.0", "13.0.88", ("90a", "120f"))
+    variants = [_build.cache_key("e", "4.2.0", "13.0.88", ("90a", "120f")),
+                _build.cache_key("d", "4.3.0", "13.0.88", ("90a", "120f")),
+                _build.cache_key("d", "4.2.0", "13.1.0", ("90a", "120f")),
+                _build.cache_key("d", "4.2.0", "13.0.88", ("90a",)),
+                _build.cache_key("d", "4.2.0", "13.0.88", ("90a", "120f"), ("SIMT",))]
+    assert len({base, *variants}) == 6 and base == _build.cache_key("d", "4.2.0", "13.0.88", ("90a", "120f"))
+    assert len(_build.source_digest()) == 64
+
+
+def test_a_missing_library_error_gives_the_build_command(monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv("MIRCUDA_CUTLASS_LIBRARY", raising=False)
+    monkeypatch.setenv("MIRCUDA_CACHE_DIR", str(tmp_path))
+    with pytest.raises(mc.CutlassNotFound) as info:
+        _build.find_library()
+    assert "python -m mircuda build-cutlass" in str(info.value) or "pip install" in str(info.value)
+    monkeypatch.setenv("MIRCUDA_CUTLASS_LIBRARY", str(tmp_path / "nowhere.so"))
+    with pytest.raises(mc.CutlassNotFound, match="MIRCUDA_CUTLASS_LIBRARY"):
+        _build.find_library()
+
+
+def _fake_cutlass(tmp_path: Path) -> tuple[Path, Path]:
+    include = tmp_path / "include"
+    util = tmp_path / "util"
+    (include / "cutlass").mkdir(parents=True)
+    (util / "cutlass" / "util").mkdir(parents=True)
+    (include / "cutlass" / "cutlass.h").write_text("")
+    (include / "cutlass" / "version.h").write_text("#define CUTLASS_MAJOR 4\n#define CUTLASS_MINOR 2\n#define CUTLASS_PATCH 0\n")
+    (util / "cutlass" / "util" / "packed_stride.hpp").write_text("")
+    return include, util
+
+
+def _configure(tmp_path: Path, archs: tuple[str, ...] | str) -> subprocess.CompletedProcess[str]:
+    nvcc, cmake, ninja = _build._find_nvcc(), shutil.which("cmake"), shutil.which("ninja")
+    include, util = _fake_cutlass(tmp_path)
+    tc = _build.Toolchain(include, util, "4.2.0", nvcc, "?", Path(cmake), Path(ninja))
+    cmd = _build.configure_command(tc, tmp_path / "build", archs if isinstance(archs, tuple) else ("90a",))
+    if isinstance(archs, str):  # pass a raw list, bypassing the Python check
+        cmd = [c if not c.startswith("-DMIRCUDA_ARCHS=") else f"-DMIRCUDA_ARCHS={archs}" for c in cmd]
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+def _needs_build_tools() -> None:
+    try:
+        _build._find_nvcc()
+    except mc.CutlassNotFound as exc:
+        pytest.skip(str(exc))
+    if not (shutil.which("cmake") and shutil.which("ninja")):
+        pytest.skip("cmake or ninja is not installed (pip install 'mircuda[cutlass]')")
+
+
+def test_cmake_configures_one_translation_unit_per_kernel(tmp_path) -> None:
+    _needs_build_tools()
+    out = _configure(tmp_path, ("90a", "120f"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    gen = sorted(p.name for p in (tmp_path / "build" / "gen").glob("*.cu"))
+    families = {"sm90_coop", "sm90_pingpong", "sm90_swap", "sm80_decode", "sm80_wide", "sm80_bulk", "simt"}
+    assert len(gen) == len(families) * 4
+    assert {g.rsplit("_", 2)[0] for g in gen} == families
+    ninja = (tmp_path / "build" / "build.ninja").read_text()
+    assert "arch=compute_90a,code=sm_90a" in ninja and "arch=compute_120f,code=sm_120f" in ninja
+    assert "code=sm_90 " not in ninja and "code=sm_120 " not in ninja
+    tu = (tmp_path / "build" / "gen" / "sm90_swap_bf16_f32.cu").read_text()
+    assert "MIRCUDA_OUT float" in tu and "MIRCUDA_ARCH_LIST 90" in tu
+
+
+def test_cmake_builds_only_the_sm120_kernels_for_120f(tmp_path) -> None:
+    _needs_build_tools()
+    out = _configure(tmp_path, ("120f",))
+    assert out.returncode == 0, out.stdout + out.stderr
+    gen = {p.name.rsplit("_", 2)[0] for p in (tmp_path / "build" / "gen").glob("*.cu")}
+    assert gen == {"sm80_decode", "sm80_wide", "sm80_bulk", "simt"}
+
+
+def test_cmake_refuses_stub_targets_too(tmp_path) -> None:
+    _needs_build_tools()
+    out = _configure(tmp_path, "90;120f")
+    assert out.returncode != 0 and "printf stub" in out.stdout + out.stderr
+
+
+def _built_library() -> Path | None:
+    env = os.environ.get("MIRCUDA_CUTLASS_LIBRARY")
+    if env and Path(env).is_file():
+        return Path(env)
+    found = sorted(Path(__file__).resolve().parents[1].glob("build/cutlass/*/libmircuda_cutlass.so"))
+    return found[-1] if found else None
+
+
+def test_a_built_library_lists_every_family_and_type() -> None:
+    path = _built_library()
+    if path is None:
+        pytest.skip("no built libmircuda_cutlass.so (python -m mircuda build-cutlass)")
+    lib = _library.CutlassLibrary(path)
+    assert lib.cutlass_version == "4.2.0"
+    names = [k.name for k in lib.kernels]
+    assert names == sorted(names) and len(set(names)) == len(names)
+    pairs = {("bf16", "bf16"), ("bf16", "f32"), ("f16", "f16"), ("f16", "f32")}
+    by_family: dict[str, set[tuple[str, str]]] = {}
+    for k in lib.kernels:
+        by_family.setdefault(k.family, set()).add((k.input, k.output))
+        assert k.name.endswith(f"_{k.input}_{k.output}")
+        if k.family.startswith("sm90"):
+            assert k.archs == (90,) and k.alignment_bytes == 16
+        if k.family == "simt":
+            assert k.alignment_bytes == 2
+    assert all(v == pairs for v in by_family.values())
+    assert {"simt", "sm80_tensorop"} <= set(by_family)
+    assert lib.execute_address
+
+
+def test_sass_functions_are_classified_by_operator_class_and_input() -> None:
+    from mircuda.matmul._check import classify_function
+
+    tensorop = ("_ZN7cutlass7Kernel2INS_4gemm6kernel20DefaultGemmUniversalINS_10bfloat16_tENS_6layout8RowMajorE"
+                "ELi8ES4_NS5_11ColumnMajorELS7_0ELi8EfS6_fNS_4arch15OpClassTensorOpENS")
+    assert classify_function(tensorop) == ("tensorop", "bf16")
+    simt = "_ZN7cutlass7Kernel2INS_4gemm6kernel13GemmUniversalINS_6half_tES5_fNS_4arch11OpClassSimtE"
+    assert classify_function(simt) == ("simt", "f16")
+    assert classify_function("_Z6kernelv") is None
+
+
+def test_the_sass_check_reads_a_built_library() -> None:
+    from mircuda.matmul._check import _cuobjdump, sass_check
+
+    path = _built_library()
+    if path is None or _cuobjdump() is None:
+        pytest.skip("needs a built libmircuda_cutlass.so and cuobjdump")
+    report = sass_check(path)
+    assert report.ok, report
+    assert sum(f.kind == "tensorop" for f in report.functions) == 12
+    assert sum(f.kind == "simt" for f in report.functions) == 4

@@ -1,0 +1,157 @@
+"""DenseMatmulPlan's choices without a GPU: kernel selection per architecture and shape, split-K
+slices, spec validation, and the Numba-callable executors (driven through stand-in C functions)."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+
+import numpy as np
+import pytest
+
+import mircuda as mc
+from mircuda.matmul._library import KernelInfo
+from mircuda.matmul._numba import INVALID_VALUE, MISALIGNED, matmul_executor, vector_executor
+from mircuda.matmul._select import select_kernel, split_k_slices, tensor_core_aligned
+
+H200 = ((9, 0), 132)
+RTX5090 = ((12, 0), 170)
+GB10 = ((12, 1), 48)
+
+
+def table() -> list[KernelInfo]:
+    """The kernel table the library's CMakeLists.txt builds (names as the library spells them)."""
+    rows = [("sm90_coop_128x256x64_c2x1", "sm90_cooperative", (128, 256, 64), False, (90,)),
+            ("sm90_pingpong_64x128x64", "sm90_pingpong", (64, 128, 64), False, (90,)),
+            ("sm90_swap_128x32x128_splitk", "sm90_swapped", (128, 32, 128), True, (90,)),
+            ("sm80_tensorop_32x128x64_4stage", "sm80_tensorop", (32, 128, 64), False, (90, 120)),
+            ("sm80_tensorop_64x64x64_5stage", "sm80_tensorop", (64, 64, 64), False, (90, 120)),
+            ("sm80_tensorop_128x128x32_4stage", "sm80_tensorop", (128, 128, 32), False, (90, 120)),
+            ("simt_128x128x8_2stage", "simt", (128, 128, 8), False, (90, 120))]
+    out = []
+    for prefix, family, tile, split, archs in rows:
+        for i, o in (("bf16", "bf16"), ("bf16", "f32"), ("f16", "f16"), ("f16", "f32")):
+            out.append(KernelInfo(len(out), f"{prefix}_{i}_{o}", family, i, o, tile, (1, 1), 0,
+                                  2 if family == "simt" else 16, split, archs))
+    return out
+
+
+def pick(m, n, k, device=H200, input="bf16", output="bf16", forced=None):
+    cc, sms = device
+    return select_kernel(table(), mc.DenseMatmulSpec(m, n, k), input, output, cc, sms, forced)
+
+
+@pytest.mark.parametrize("m, family", [(1, "sm90_swapped"), (16, "sm90_swapped"), (64, "sm90_swapped"),
+                                       (65, "sm90_pingpong"), (512, "sm90_pingpong"), (1024, "sm90_cooperative"),
+                                       (8192, "sm90_cooperative")])
+def test_hopper_picks_by_m(m, family) -> None:
+    s = pick(m, 4096, 4096)
+    assert s.kernel.family == family and s.kernel.name.endswith("_bf16_bf16") and s.reason
+
+
+@pytest.mark.parametrize("m, n, device, tile", [
+    (1, 32768, RTX5090, (32, 128, 64)),   # N gives each SM a 32x128 tile
+    (1, 4096, RTX5090, (64, 64, 64)),     # too few: 64x64 tiles double them
+    (16, 4096, GB10, (64, 64, 64)),
+    (8, 14336, GB10, (32, 128, 64)),
+    (2048, 4096, RTX5090, (128, 128, 32)),
+    (128, 4096, RTX5090, (64, 64, 64)),   # 32 tiles of 128x128 for 170 SMs
+])
+def test_sm120_picks_the_tile(m, n, device, tile) -> None:
+    s = pick(m, n, 4096, device)
+    assert s.kernel.family == "sm80_tensorop" and s.kernel.tile == tile and 120 in s.kernel.archs
+
+
+@pytest.mark.parametrize("n, k, output", [(4096, 4095, "bf16"), (4100, 4096, "bf16"), (4098, 4096, "f32"),
+                                          (7, 9, "f32")])
+def test_shapes_without_16_byte_rows_fall_back_to_simt(n, k, output) -> None:
+    s = pick(16, n, k, output=output)
+    assert s.kernel.family == "simt" and "16 bytes" in s.reason
+    assert not tensor_core_aligned(mc.DenseMatmulSpec(16, n, k), "bf16", output)
+
+
+def test_f32_output_needs_only_four_columns_per_16_bytes() -> None:
+    assert tensor_core_aligned(mc.DenseMatmulSpec(1, 4100, 4096), "bf16", "f32")
+    assert pick(1, 4100, 4096, output="f32").kernel.family == "sm90_swapped"
+
+
+def test_dtypes_select_matching_kernels() -> None:
+    s = pick(2048, 4096, 4096, input="f16", output="f32")
+    assert (s.kernel.input, s.kernel.output) == ("f16", "f32")
+
+
+def test_split_k_fills_the_sms() -> None:
+    kernel = next(k for k in table() if k.family == "sm90_swapped")
+    assert split_k_slices(mc.DenseMatmulSpec(1, 4096, 4096), kernel, 132) == 4     # 32 tiles x 4 <= 132
+    assert split_k_slices(mc.DenseMatmulSpec(1, 14336, 4096), kernel, 132) == 1    # 112 tiles already
+    assert split_k_slices(mc.DenseMatmulSpec(64, 4096, 4096), kernel, 132) == 2    # 2 token tiles
+    assert split_k_slices(mc.DenseMatmulSpec(1, 128, 512), kernel, 132) == 2       # >= two K tiles per slice
+    assert split_k_slices(mc.DenseMatmulSpec(1, 128, 1 << 20), kernel, 132) == 16  # at most 16
+    assert "4 K slice" in pick(1, 4096, 4096).reason
+
+
+def test_a_forced_kernel_is_checked() -> None:
+    s = pick(1, 4096, 4096, forced="sm80_tensorop_64x64x64_5stage_bf16_bf16")
+    assert s.kernel.tile == (64, 64, 64) and s.reason == "forced by the caller"
+    with pytest.raises(mc.ContractError, match="kernel"):
+        pick(1, 4096, 4096, forced="sm90_coop_128x256x64_c2x1_f16_f16")  # other types
+    with pytest.raises(mc.ContractError, match="kernel"):
+        pick(1, 4096, 4096, RTX5090, forced="sm90_coop_128x256x64_c2x1_bf16_bf16")  # not for SM120
+
+
+def test_devices_without_code_are_refused() -> None:
+    with pytest.raises(mc.UnsupportedPlatform, match="8.0"):
+        pick(16, 4096, 4096, ((8, 0), 108))
+    with pytest.raises(mc.UnsupportedPlatform, match="10.0"):
+        pick(16, 4096, 4096, ((10, 0), 148))
+
+
+@pytest.mark.parametrize("m, n, k, argument", [(0, 1, 1, "m"), (1, -2, 1, "n"), (1, 1, 1.5, "k"), (1, 1, None, "k")])
+def test_matmul_specs_are_checked(m, n, k, argument) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        mc.DenseMatmulSpec(m, n, k)
+    assert info.value.argument == argument
+    assert mc.DenseMatmulSpec(2, 3, 4).flops == 48
+
+
+def test_the_matmul_executor_calls_the_entry_point_from_njit() -> None:
+    numba = pytest.importorskip("numba")
+    seen = []
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
+                             ctypes.c_uint64, ctypes.c_float, ctypes.c_float)
+    entry = proto(lambda *args: seen.append(args) or 0)
+    execute = matmul_executor(ctypes.cast(entry, ctypes.c_void_p).value, 0xABC0, 16)
+
+    @numba.njit
+    def loop(count, stream, a, b, c):
+        status = 0
+        for i in range(count):
+            status |= execute(stream, a, b + 256 * i, c, 2.0, 0.5)
+        return status
+
+    assert loop(3, np.uint64(0x77), 0x1000, np.uint64(0x2000), np.int64(0x3000)) == 0
+    assert seen == [(0xABC0, 0x77, 0x1000, 0x2000 + 256 * i, 0x3000, 2.0, 0.5) for i in range(3)]
+    assert loop(1, 0x77, 0x1008, 0x2000, 0x3000) == MISALIGNED and len(seen) == 3
+
+
+def test_the_vector_executor_packs_the_kernel_parameters_like_c() -> None:
+    pytest.importorskip("numba")
+    seen = []
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64, ctypes.c_uint64,
+                             ctypes.c_uint64)
+    blocks: list[bytes] = []
+
+    def fake_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        pointers = (ctypes.c_uint64 * 7).from_address(params)
+        blocks.append(b"".join(ctypes.string_at(p, 8 if i < 3 else 4) for i, p in enumerate(pointers)))
+        seen.append((f, gx, gy, gz, bx, by, bz, smem, stream, extra))
+        return 0
+
+    entry = proto(fake_launch)
+    execute, params = vector_executor(ctypes.cast(entry, ctypes.c_void_p).value, 0xF00, 512, 128, 4096, 4104, True)
+    assert execute(np.uint64(0x55), 0x1000, np.uint64(0x2000), 0x3000, 1.5, -0.25) == 0
+    assert seen == [(0xF00, 512, 1, 1, 128, 1, 1, 0, 0x55, 0)]
+    assert blocks[0] == struct.pack("<QQQffii", 0x3000, 0x2000, 0x1000, 1.5, -0.25, 4096, 4104)
+    assert params.packed_bytes() == blocks[0]
+    assert execute(0x55, 0x1008, 0x2000, 0x3000, 1.0, 0.0) == INVALID_VALUE and len(seen) == 1
+    np.testing.assert_equal(len(params.packed_bytes()), 40)
