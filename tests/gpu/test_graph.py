@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from numba import cuda
 
 import mircuda as mc
 from helpers import download, upload
@@ -621,10 +622,39 @@ def test_pinned_copies_inside_the_capture_are_replayed(context, stream, pool, ke
     np.testing.assert_array_equal(res.host_out.to_numpy(), x_h)
 
 
-@pytest.mark.skip(reason="PENDING issue 4 (Numba exports): a Numba export and a CUDA C kernel in one graph, "
-                  "with node updates on both")
-def test_numba_export_and_cuda_c_kernel_in_one_graph() -> None:
-    raise AssertionError("write this test when the Numba export lands")
+def _numba_square_plus(out, x, c):  # type: ignore[no-untyped-def]
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = x[i] * x[i] + c
+
+
+def test_numba_export_and_cuda_c_kernel_in_one_graph(context, stream, pool, kernels, compiler, rng) -> None:
+    """A CUDA C kernel feeds a Numba kernel inside one graph; both nodes are updated through their
+    contracts (the Numba one in Numba's kernel ABI) without recapture."""
+    mn = pytest.importorskip("mircuda.numba_ext")
+    Square = mc.cuda_export("_numba_square_plus", out=mc.Out[F32], x=mc.In[F32], c=mc.f32)
+    square = compiler.compile(mn.numba_kernel(_numba_square_plus, "void(float32[:], float32[:], float32)")).kernel(Square)
+    x_h = rng.standard_normal(N).astype(np.float32)
+    res = Buffers(upload(context, stream, pool, x_h), poisoned(stream, pool), poisoned(stream, pool))
+    nodes: dict[str, mc.KernelNode] = {}
+
+    def sequence(r: Buffers) -> None:
+        nodes["c"] = kernels.scale.launch_captured(stream, CONFIG, r.y, r.x, 2.0, N)      # y = 2x  (CUDA C)
+        nodes["numba"] = square.launch_captured(stream, CONFIG, r.out, r.y, 1.0)         # out = y*y + 1 (Numba)
+
+    graph = stream.capture(res, sequence)
+    xd = x_h.astype(np.float64)
+    graph.launch(stream)
+    assert rel_err(download(context, stream, res.out), (2 * xd) ** 2 + 1) < 1e-6
+    assert {n.contract for n in graph.kernel_nodes()} == {Scale, Square}
+    graph.update_kernel(nodes["c"], lambda r: (r.y, r.x, -3.0, N))
+    graph.update_kernel(nodes["numba"], lambda r: (r.out, r.y, 0.5))
+    stream.memset(res.out, 0xFF)  # poison again: the replay must rewrite every element
+    graph.launch(stream)
+    assert rel_err(download(context, stream, res.out), (-3 * xd) ** 2 + 0.5) < 1e-6
+    with pytest.raises(mc.ContractError, match="'c'"):
+        graph.update_kernel(nodes["numba"], lambda r: (r.out, r.y, "one"))
+    graph.close()
 
 
 @pytest.mark.skip(reason="PENDING issue 6 (dense plans): a CUTLASS plan's execute captured in the same graph")
