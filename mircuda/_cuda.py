@@ -13,6 +13,7 @@ Nothing here runs at import: ``import mircuda`` must work on a machine without a
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from typing import Any
 
@@ -118,6 +119,57 @@ def nvrtc_call(name: str, *args: Any) -> Any:
 def raise_result(code: int, call_name: str, detail: str = "") -> None:
     """Raise the CudaError for a non-zero ``CUresult`` returned by a ctypes hot-path call."""
     raise CudaError(code, result_name(code), call_name, detail)
+
+
+# ---------------------------------------------------------------------------------------------
+# Finalizers and stream capture. Python runs finalizers at arbitrary points (reference drops, cyclic
+# GC), also inside the function a stream capture is running. A finalizer's driver call there (module
+# unload, synchronous free, stream or event destroy) is not permitted during a capture and would
+# invalidate it at random. So while any mircuda capture is open, finalizers are queued and run when
+# the last capture ends.
+
+_active_captures = 0
+_deferred: list[tuple[Any, tuple[Any, ...]]] = []
+_deferred_lock = threading.Lock()
+
+
+def finalizer(fn: Any) -> Any:
+    """Decorate a finalizer: it never raises, and it waits while a stream capture is open."""
+
+    @functools.wraps(fn)
+    def run(*args: Any) -> None:
+        with _deferred_lock:
+            if _active_captures:
+                _deferred.append((fn, args))
+                return
+        try:
+            fn(*args)
+        except Exception:
+            pass
+
+    return run
+
+
+def capture_started() -> None:
+    """Called by Stream.capture before cuStreamBeginCapture."""
+    global _active_captures
+    with _deferred_lock:
+        _active_captures += 1
+
+
+def capture_ended() -> None:
+    """Called by Stream.capture once the capture is over (ended, discarded or failed to begin)."""
+    global _active_captures
+    with _deferred_lock:
+        _active_captures -= 1
+        run = _deferred[:] if not _active_captures else []
+        if run:
+            _deferred.clear()
+    for fn, args in run:
+        try:
+            fn(*args)
+        except Exception:
+            pass
 
 
 # ---------------------------------------------------------------------------------------------

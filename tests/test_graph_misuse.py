@@ -156,3 +156,32 @@ def test_cli_lists_graph_profile() -> None:
 def test_cli_graph_profile_without_a_gpu_fails_cleanly() -> None:
     out = subprocess.run([sys.executable, "-m", "mircuda", "graph-profile"], capture_output=True, text=True)
     assert out.returncode == 2 and "error:" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_finalizers_wait_while_a_capture_is_open() -> None:
+    """A finalizer that fires inside a capture's fn (GC can run anywhere) must not make a driver call
+    that would invalidate the capture: it runs when the capture is over."""
+    from mircuda import _cuda
+
+    ran: list[int] = []
+
+    @_cuda.finalizer
+    def fin(x: int) -> None:
+        ran.append(x)
+
+    _cuda.capture_started()
+    fin(1)
+    assert ran == []
+    _cuda.capture_started()  # two captures at once (two threads): wait for both
+    _cuda.capture_ended()
+    assert ran == []
+    _cuda.capture_ended()
+    assert ran == [1]
+    fin(2)
+    assert ran == [1, 2]
+
+    @_cuda.finalizer
+    def failing() -> None:
+        raise RuntimeError("never escapes")
+
+    failing()

@@ -109,6 +109,7 @@ class Module:
         return f"Module({self._program.arch}, {self._program.output}, {len(self._program.image)} bytes)"
 
 
+@_cuda.finalizer
 def _unload(cu: Any, context: Context) -> None:
     try:
         if not context._closed:

@@ -124,9 +124,11 @@ def capture(stream: Stream, resources: R, fn: Callable[[R], object]) -> Graph[R]
     if int(_cuda.call("cuStreamIsCapturing", stream._cu)) != _NONE:
         raise capture_error(f"{stream!r} is already capturing: captures do not nest on one stream", None)
     mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    _cuda.capture_started()  # finalizers wait until the capture is over (see _cuda.finalizer)
     try:
         _cuda.call("cuStreamBeginCapture", stream._cu, mode)
     except CudaError as exc:
+        _cuda.capture_ended()
         raise capture_error(f"cuStreamBeginCapture failed with {exc.name}", exc.name) from exc
 
     record: CaptureRecord | None = None
@@ -159,6 +161,7 @@ def capture(stream: Stream, resources: R, fn: Callable[[R], object]) -> Graph[R]
         if record is not None:
             with _records_lock:
                 _records.pop(record.capture_id, None)
+        _cuda.capture_ended()
 
     if code:
         _destroy_graph(graph_cu)

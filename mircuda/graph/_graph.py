@@ -344,6 +344,7 @@ class Graph(Generic[R]):
         return f"Graph({hex(self._exec_handle)}, {len(self._nodes)} kernel nodes, stream={self._stream!r})"
 
 
+@_cuda.finalizer
 def _destroy(exec_cu: Any, graph_cu: Any, held: dict[int, Any], keep: list[Any], context: Context) -> None:
     try:
         if not context._closed:

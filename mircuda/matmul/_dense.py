@@ -6,6 +6,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .. import _cuda
 from ..dtypes import bf16
 from ..errors import ContractError
 from ._library import NOT_IMPLEMENTABLE, CutlassError, CutlassLibrary, KernelInfo, load_library
@@ -214,6 +215,7 @@ def _create(lib: CutlassLibrary, spec: DenseMatmulSpec, selection: Selection, ke
         return lib.create_plan(simt, spec.m, spec.n, spec.k, 1), fallback
 
 
+@_cuda.finalizer
 def _destroy(lib: CutlassLibrary, handle: int, context: Any, workspace: Any, stream: Any) -> None:
     try:
         if not context._closed:

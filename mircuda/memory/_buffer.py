@@ -165,6 +165,7 @@ def _require_stream(stream: object) -> None:
         raise ContractError("stream", "a mircuda Stream", type(stream).__name__)
 
 
+@_cuda.finalizer
 def _free_quietly(ptr: int, stream: Stream, context: Context) -> None:
     try:
         if context._closed:
@@ -319,6 +320,7 @@ class PinnedBuffer(Generic[T]):
         return f"PinnedBuffer[{self._info.name}](len={self._count})"
 
 
+@_cuda.finalizer
 def _free_host_quietly(ptr: int, context: Context, event: Event) -> None:
     try:
         if context._closed:

@@ -165,6 +165,7 @@ class Context:
         return f"Context({self._device!r}, {state})"
 
 
+@_cuda.finalizer
 def _release(cu_device: Any) -> None:
     try:
         _cuda.forget_current()

@@ -104,6 +104,7 @@ class Event:
         self.close()
 
 
+@_cuda.finalizer
 def _destroy(cu: Any) -> None:
     try:
         _cuda.call_status("cuEventDestroy", cu)

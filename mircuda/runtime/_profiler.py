@@ -57,6 +57,7 @@ class ProfilerRange:
         self.stop()
 
 
+@_cuda.finalizer
 def _stop_quietly(ctx_handle: int) -> None:
     try:
         _cuda.make_current(ctx_handle)

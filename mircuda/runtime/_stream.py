@@ -256,6 +256,7 @@ class Stream:
         return f"Stream({hex(self._handle) if self._handle else 'closed'})"
 
 
+@_cuda.finalizer
 def _destroy(cu: Any, context: Context) -> None:
     try:
         if not context._closed:
