@@ -1,5 +1,6 @@
 """DenseMatmulPlan's choices without a GPU: kernel selection per architecture and shape, split-K
-slices, spec validation, and the Numba-callable executors (driven through stand-in C functions)."""
+slices, the batched GEMV for decode, spec validation, and the Numba-callable executors (driven through
+stand-in C functions)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import numpy as np
 import pytest
 
 import mircuda as mc
+from mircuda.matmul._dense import MISALIGNED, matmul_executor
+from mircuda.matmul._gemv import gemv_kernels
 from mircuda.matmul._library import KernelInfo
-from mircuda.matmul._numba import INVALID_VALUE, MISALIGNED, matmul_executor, vector_executor
-from mircuda.matmul._select import select_kernel, split_k_slices, tensor_core_aligned
+from mircuda.matmul._select import BATCHED_GEMV_MAX_M, select_kernel, split_k_slices, tensor_core_aligned
+from mircuda.matmul._vector import INVALID_VALUE, kernel_executor
 
 H200 = ((9, 0), 132)
 RTX5090 = ((12, 0), 170)
@@ -36,9 +39,48 @@ def table() -> list[KernelInfo]:
     return out
 
 
-def pick(m, n, k, device=H200, input="bf16", output="bf16", forced=None):
+def pick(m, n, k, device=H200, input="bf16", output="bf16", forced=None, gemv=False):
+    """The selection among the library's table (and the batched GEMV's entries, as the plan offers them)."""
     cc, sms = device
-    return select_kernel(table(), mc.DenseMatmulSpec(m, n, k), input, output, cc, sms, forced)
+    kernels = [*gemv_kernels(), *table()] if gemv else table()
+    return select_kernel(kernels, mc.DenseMatmulSpec(m, n, k), input, output, cc, sms, forced)
+
+
+AMPERE = ((8, 6), 84)
+
+
+@pytest.mark.parametrize("device", [H200, RTX5090, GB10, AMPERE], ids=["sm90", "sm120", "sm121", "sm86"])
+@pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (16, 14336, 4096), (7, 4100, 4095), (3, 7, 9)])
+def test_decode_runs_the_batched_gemv_on_every_device(device, m, n, k) -> None:
+    s = pick(m, n, k, device, output="f32", gemv=True)
+    assert s.kernel.family == "batched_gemv" and s.kernel.origin == "nvrtc" and s.splits == 1
+    assert s.kernel.name == "batched_gemv_bf16_f32" and f"M = {m} <= 16" in s.reason
+    assert ("16-byte loads" in s.reason) == (k % 8 == 0)
+
+
+def test_from_m_17_the_cutlass_kernels_run_and_forcing_one_is_allowed_for_decode() -> None:
+    assert BATCHED_GEMV_MAX_M == 16
+    assert pick(17, 4096, 4096, gemv=True).kernel.family == "sm90_swapped"
+    assert pick(17, 4096, 4096, RTX5090, gemv=True).kernel.family == "sm80_tensorop"
+    forced = pick(4, 4096, 4096, forced="sm90_swap_128x32x128_splitk_bf16_bf16", gemv=True)
+    assert forced.kernel.family == "sm90_swapped" and forced.splits == 4
+
+
+def test_the_batched_gemv_is_forced_only_for_m_up_to_16() -> None:
+    assert pick(16, 64, 64, forced="batched_gemv_f16_f16", input="f16", output="f16", gemv=True).kernel.origin == "nvrtc"
+    with pytest.raises(mc.ContractError, match="M <= 16") as info:
+        pick(17, 64, 64, forced="batched_gemv_bf16_bf16", gemv=True)
+    assert info.value.argument == "kernel"
+    with pytest.raises(mc.ContractError, match="kernel"):
+        pick(4, 64, 64, forced="batched_gemv_f16_f16", gemv=True)  # other types
+
+
+def test_the_batched_gemv_needs_cc_8_and_no_library() -> None:
+    assert pick(1, 64, 64, ((8, 0), 108), gemv=True).kernel.family == "batched_gemv"
+    with pytest.raises(mc.UnsupportedPlatform):
+        select_kernel(gemv_kernels(), mc.DenseMatmulSpec(1, 64, 64), "bf16", "bf16", (7, 5), 40)
+    assert {k.name for k in gemv_kernels()} == {f"batched_gemv_{i}_{o}" for i, o in
+                                                 (("bf16", "bf16"), ("bf16", "f32"), ("f16", "f16"), ("f16", "f32"))}
 
 
 @pytest.mark.parametrize("m, family", [(1, "sm90_swapped"), (16, "sm90_swapped"), (64, "sm90_swapped"),
@@ -134,7 +176,8 @@ def test_the_matmul_executor_calls_the_entry_point_from_njit() -> None:
     assert loop(1, 0x77, 0x1008, 0x2000, 0x3000) == MISALIGNED and len(seen) == 3
 
 
-def test_the_vector_executor_packs_the_kernel_parameters_like_c() -> None:
+@pytest.mark.parametrize("swap, order", [(True, ("out", "q", "p")), (False, ("out", "p", "q"))])
+def test_the_kernel_executor_packs_the_kernel_parameters_like_c(swap, order) -> None:
     pytest.importorskip("numba")
     seen = []
     proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64, ctypes.c_uint64,
@@ -148,10 +191,10 @@ def test_the_vector_executor_packs_the_kernel_parameters_like_c() -> None:
         return 0
 
     entry = proto(fake_launch)
-    execute, params = vector_executor(ctypes.cast(entry, ctypes.c_void_p).value, 0xF00, 512, 128, 4096, 4104, True)
+    execute = kernel_executor(0xF00, 512, 128, 4096, 4104, 16, swap, launch_function=entry)
+    values = {"p": 0x1000, "q": 0x2000, "out": 0x3000}
     assert execute(np.uint64(0x55), 0x1000, np.uint64(0x2000), 0x3000, 1.5, -0.25) == 0
     assert seen == [(0xF00, 512, 1, 1, 128, 1, 1, 0, 0x55, 0)]
-    assert blocks[0] == struct.pack("<QQQffii", 0x3000, 0x2000, 0x1000, 1.5, -0.25, 4096, 4104)
-    assert params.packed_bytes() == blocks[0]
+    assert blocks[0] == struct.pack("<QQQffii", *(values[o] for o in order), 1.5, -0.25, 4096, 4104)
     assert execute(0x55, 0x1008, 0x2000, 0x3000, 1.0, 0.0) == INVALID_VALUE and len(seen) == 1
-    np.testing.assert_equal(len(params.packed_bytes()), 40)
+    assert execute(0x55, 0x1000, 0x2000, 0x3001, 1.0, 0.0) == INVALID_VALUE and len(seen) == 1

@@ -1,4 +1,4 @@
-"""DenseMatmulPlan: C = alpha A B^T + beta C over the CUTLASS library (``libmircuda_cutlass.so``)."""
+"""DenseMatmulPlan: C = alpha A B^T + beta C by the batched GEMV (M <= 16, NVRTC) or the CUTLASS library."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import _cuda
 from ..dtypes import bf16
-from ..errors import ContractError
+from ..errors import ContractError, MircudaError
+from ._build import CutlassNotFound
+from ._gemv import BatchedGemv, gemv_kernels
 from ._library import NOT_IMPLEMENTABLE, CutlassError, CutlassLibrary, KernelInfo, load_library
 from ._select import Selection, select_kernel
 from ._spec import DenseMatmulSpec, PlanBase, check_operand, check_scalar, check_stream, plan_stream, resolve_dtypes
@@ -24,52 +26,84 @@ Out = TypeVar("Out")
 
 
 class DenseMatmulPlan(PlanBase, Generic[In, Out]):
-    """``C[M, N] = alpha * A[M, K] . B[N, K]^T + beta * C[M, N]`` with FP32 accumulation, by a CUTLASS
-    kernel chosen for the shape and the device at construction (see :meth:`describe`).
+    """``C[M, N] = alpha * A[M, K] . B[N, K]^T + beta * C[M, N]`` with FP32 accumulation, by a kernel
+    chosen for the shape and the device at construction (see :meth:`describe`).
 
     A is row-major (activations), B is ``[N, K]`` row-major (weights), C is row-major. Kernel
-    families: on SM90 TMA + WGMMA warp-specialized kernels (a swapped split-K kernel for M <= 64, a
-    ping-pong kernel for medium M, a cooperative kernel for large M); on SM120 the SM80-style TensorOp
-    GemmUniversal (decode, wide and bulk tiles); anywhere a SIMT kernel for shapes whose K or N is not
-    a multiple of 16 bytes.
+    families: for M <= 16 (decode) on any device of cc >= 8.0 the batched GEMV, a CUDA C kernel
+    (``cuda_src/batched_gemv.cu``) that NVRTC compiles for the device and M, streaming each weight
+    once (any N and K; it needs no CUTLASS library); otherwise CUTLASS kernels: on SM90 TMA + WGMMA
+    warp-specialized kernels (a swapped split-K kernel up to M = 64, a ping-pong kernel for medium M,
+    a cooperative kernel for large M); on SM120 the SM80-style TensorOp GemmUniversal (decode, wide
+    and bulk tiles); anywhere a SIMT kernel for shapes whose K or N is not a multiple of 16 bytes.
 
     Args:
         context, stream: the plan's context; its workspace is allocated from the context's default
             pool on ``stream`` and kept until :meth:`close` (freed on ``stream``).
         spec: ``DenseMatmulSpec(m, n, k)``.
         input: ``mc.bf16`` or ``mc.f16`` (A and B); output: ``None`` (the input type) or ``mc.f32``.
-        kernel: force a kernel by name (``plan.describe()`` and ``available_kernels`` list them).
-        library: a loaded :class:`CutlassLibrary` (default: :func:`load_library`).
+        kernel: force a kernel by name (``plan.describe()`` and ``available_kernels`` list them), e.g. a
+            CUTLASS kernel for M <= 16 or ``"batched_gemv_bf16_bf16"``.
+        library: a loaded :class:`CutlassLibrary` (default: :func:`load_library`, when found).
+        compiler: the Compiler of the batched GEMV (default: one shared per context).
 
     Raises:
         ContractError: bad context, stream, spec, dtypes or ``kernel``.
-        CutlassNotFound: the library is not built (the message gives the build command).
+        CutlassNotFound: a CUTLASS kernel is needed and the library is not built (the message gives
+            the build command).
+        CompileError: NVRTC rejected the batched GEMV (a bug; the log is attached).
         UnsupportedPlatform: the library has no kernel for this device.
         CutlassError: the library refused the plan.
     """
 
     def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, input: Any = bf16,
-                 output: Any = None, *, kernel: str | None = None, library: CutlassLibrary | None = None) -> None:
+                 output: Any = None, *, kernel: str | None = None, library: CutlassLibrary | None = None,
+                 compiler: Any = None) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
         if kernel is not None and not isinstance(kernel, str):
             raise ContractError("kernel", "None or a kernel name", repr(kernel))
         self._in, self._out = resolve_dtypes(input, output)
-        lib = load_library() if library is None else library
+        missing: CutlassNotFound | None = None
+        lib = library
+        if lib is None:
+            try:
+                lib = load_library()
+            except CutlassNotFound as exc:
+                missing = exc
         info = context.device_info()
-        selection = select_kernel(lib.kernels, spec, self._in.name, self._out.name, info.compute_capability,
-                                  info.multiprocessor_count, kernel)
-        context._make_current()
-        handle, selection = _create(lib, spec, selection, lib.kernels, kernel is not None)
+        table = (*gemv_kernels(), *(lib.kernels if lib is not None else ()))
+        try:
+            selection = select_kernel(table, spec, self._in.name, self._out.name, info.compute_capability,
+                                      info.multiprocessor_count, kernel)
+        except MircudaError:
+            if missing is not None:
+                raise missing from None
+            raise
         self._lib = lib
         self._context = context
         self._spec = spec
-        self._selection = selection
-        self._handle = handle
+        self._handle = 0
+        self._closed = False
         self._lock = threading.Lock()
         self._workspace: DeviceBuffer[Any] | None = None
+        self._workspace_bytes = 0
         self._numba: Any = None
+        self._gemv: BatchedGemv | None = None
+        if selection.kernel.origin == "nvrtc":
+            self._gemv = BatchedGemv(context, spec, self._in, self._out, compiler)
+            self._selection = selection
+            self._alignment = self._gemv.alignment
+            self._finalizer = weakref.finalize(self, lambda: None)
+            return
+        if lib is None:
+            raise missing  # type: ignore[misc]
+        context._make_current()
+        handle, selection = _create(lib, spec, selection, lib.kernels, kernel is not None)
+        self._selection = selection
+        self._alignment = selection.kernel.alignment_bytes
+        self._handle = handle
         try:
             nbytes = lib.workspace_bytes(handle)
             if nbytes:
@@ -87,7 +121,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
     # -- properties ---------------------------------------------------------------------------
     @property
     def kernel(self) -> KernelInfo:
-        """The chosen kernel's table entry (family, tile, alignment, architectures)."""
+        """The chosen kernel's table entry (family, tile, alignment, architectures; ``origin`` says
+        whether it is the CUTLASS library's or the NVRTC-compiled batched GEMV)."""
         return self._selection.kernel
 
     @property
@@ -104,26 +139,36 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         return self._workspace_bytes
 
     @property
+    def alignment_bytes(self) -> int:
+        """What the addresses of A, B and C must be multiples of for the chosen kernel."""
+        return self._alignment
+
+    @property
     def handle(self) -> int:
-        """The library's plan handle (``mircuda_cutlass_plan*``) as an int; 0 after :meth:`close`."""
+        """The library's plan handle (``mircuda_cutlass_plan*``) as an int; 0 for the batched GEMV and
+        after :meth:`close`."""
         return self._handle
 
     @property
-    def library(self) -> CutlassLibrary:
+    def library(self) -> CutlassLibrary | None:
+        """The CUTLASS library (None when it was not found and the batched GEMV runs the plan)."""
         return self._lib
 
     def describe(self) -> str:
         """The kernel, its tile and why it was chosen."""
         k = self._selection.kernel
         s = self._spec
+        head = (f"DenseMatmulPlan {self._in.name} -> {self._out.name}, M={s.m} N={s.n} K={s.k} on "
+                f"{self._context.device_info().arch}: ")
+        if self._gemv is not None:
+            return f"{head}{self._gemv.describe()}. Why: {self._selection.reason}."
         tile = "x".join(map(str, k.tile))
         extra = f", cluster {k.cluster[0]}x{k.cluster[1]}" if k.cluster != (1, 1) else ""
         stages = f", {k.stages} stages" if k.stages else ""
         split = f", {self._selection.splits} K slices" if k.split_k else ""
         ws = f", workspace {self._workspace_bytes} B" if self._workspace_bytes else ""
-        return (f"DenseMatmulPlan {self._in.name} -> {self._out.name}, M={s.m} N={s.n} K={s.k} on "
-                f"{self._context.device_info().arch}: kernel {k.name} ({k.family}, tile {tile}{extra}{stages}"
-                f"{split}{ws}). Why: {self._selection.reason}.")
+        return (f"{head}kernel {k.name} ({k.family}, tile {tile}{extra}{stages}{split}{ws}). "
+                f"Why: {self._selection.reason}.")
 
     # -- the hot path -------------------------------------------------------------------------
     def execute(self, stream: Stream, a: DeviceBuffer[In], b: DeviceBuffer[In], c: DeviceBuffer[Out],
@@ -138,11 +183,11 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
             ContractError: a bad stream, buffer (type, dtype, context, length, alignment) or scalar,
                 named; nothing is enqueued then.
             UseAfterFree: a buffer was freed. ClosedResourceError: the plan was closed.
-            CutlassError: the library failed to enqueue.
+            CutlassError: the library failed to enqueue. CudaError: the driver refused the launch.
         """
         from ..errors import ClosedResourceError
 
-        if not self._handle:
+        if self._closed:
             raise ClosedResourceError("the DenseMatmulPlan was closed")
         s = self._spec
         ctx = self._context
@@ -150,31 +195,40 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         pa = check_operand("a", a, self._in, s.m * s.k, ctx, f"[M, K] = [{s.m}, {s.k}]")
         pb = check_operand("b", b, self._in, s.n * s.k, ctx, f"[N, K] = [{s.n}, {s.k}]")
         pc = check_operand("c", c, self._out, s.m * s.n, ctx, f"[M, N] = [{s.m}, {s.n}]")
-        align = self._selection.kernel.alignment_bytes
-        for name, ptr in (("a", pa), ("b", pb), ("c", pc)):
+        align = self._alignment
+        for name, ptr in (("a", pa), ("b", pb)) if self._gemv is not None else (("a", pa), ("b", pb), ("c", pc)):
             if ptr % align:
                 raise ContractError(name, f"an address aligned to {align} bytes (kernel {self.kernel_name})",
                                     hex(ptr))
         fa, fb = check_scalar("alpha", alpha), check_scalar("beta", beta)
+        if self._gemv is not None:
+            self._gemv.launch(stream, a, b, c, fa, fb)
+            return
         with self._lock:  # the plan holds the kernel parameters of one launch at a time
             self._lib.execute(self._handle, stream._handle, pa, pb, pc, fa, fb)
 
     @property
     def numba_execute(self) -> Any:
         """An ``@numba.njit`` function ``execute(stream, a, b, c, alpha, beta) -> int`` over raw
-        handles (``Stream.handle``, ``DeviceBuffer.handle``) that calls the library's C entry point:
-        njit code can loop over plan executions without the interpreter. Returns the library's status
-        (0: enqueued; 2: a misaligned address). Lengths are not checked on this path. Keep the plan
-        alive (and open) while the function is used."""
+        handles (``Stream.handle``, ``DeviceBuffer.handle``): njit code can loop over plan executions
+        without the interpreter. Built on :mod:`mircuda.numba_ext`: a CUTLASS kernel's is the
+        library's C entry point ``mircuda_cutlass_plan_execute`` as a :func:`~mircuda.numba_ext.c_function`
+        bound to this plan (returns the library's status: 0 enqueued, 2 a misaligned address); the
+        batched GEMV's launches through :func:`~mircuda.numba_ext.driver_function` (returns a
+        ``CUresult``: 0 enqueued, 1 a misaligned address). Lengths are not checked on this path. Keep
+        the plan alive (and open) while the function is used."""
         if self._numba is None:
-            from ._numba import matmul_executor
-
-            self._numba = matmul_executor(self._lib.execute_address, self._handle, self.kernel.alignment_bytes)
+            if self._gemv is not None:
+                self._numba = self._gemv.numba_executor()
+            else:
+                self._numba = matmul_executor(self._lib.execute_address, self._handle,  # type: ignore[union-attr]
+                                              self._alignment)
         return self._numba
 
     def close(self) -> None:
         """Destroy the library plan and free the workspace (stream-ordered on the construction
         stream). Idempotent."""
+        self._closed = True
         self._handle = 0
         self._finalizer()
 
@@ -190,10 +244,46 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
 
 
 def available_kernels(input: Any = bf16, output: Any = None, library: CutlassLibrary | None = None) -> list[str]:
-    """Names of the library's kernels for these element types (for ``DenseMatmulPlan(kernel=...)``)."""
+    """Names of the kernels for these element types (for ``DenseMatmulPlan(kernel=...)``): the
+    batched GEMV's, then the library's.
+
+    Raises:
+        CutlassNotFound: no library was given and none is built.
+    """
     i, o = resolve_dtypes(input, output)
     lib = load_library() if library is None else library
-    return [k.name for k in lib.kernels if k.input == i.name and k.output == o.name]
+    return [k.name for k in (*gemv_kernels(), *lib.kernels) if k.input == i.name and k.output == o.name]
+
+
+MISALIGNED = NOT_IMPLEMENTABLE
+"""What a CUTLASS plan's ``numba_execute`` returns for a misaligned address (the library's status)."""
+
+
+def matmul_executor(execute_address: int, plan_handle: int, alignment: int) -> Any:
+    """``execute(stream, a, b, c, alpha, beta) -> status``: an ``@numba.njit`` function calling the
+    library's ``mircuda_cutlass_plan_execute`` (a :func:`mircuda.numba_ext.c_function`) for one plan;
+    it returns ``MISALIGNED`` without calling it when an address is not a multiple of ``alignment``."""
+    import ctypes
+
+    import numba
+
+    from ..numba_ext import c_function
+
+    u64 = ctypes.c_uint64
+    fn = c_function(execute_address, ctypes.c_int, u64, u64, u64, u64, u64, ctypes.c_float, ctypes.c_float)
+    umask = numba.uint64(max(alignment, 1) - 1)
+    handle = plan_handle
+    to_u64 = numba.uint64
+
+    @numba.njit(cache=False)
+    def execute(stream: int, a: int, b: int, c: int, alpha: float, beta: float) -> int:
+        pa, pb, pc = to_u64(a), to_u64(b), to_u64(c)
+        if (pa | pb | pc) & umask:
+            return MISALIGNED
+        return fn(handle, to_u64(stream), pa, pb, pc, alpha, beta)
+
+    execute._mircuda_keepalive = fn  # the ctypes function object stays with the dispatcher
+    return execute
 
 
 def _create(lib: CutlassLibrary, spec: DenseMatmulSpec, selection: Selection, kernels: Any,

@@ -65,7 +65,9 @@ class KernelInfo:
         stages: mainloop stages (0: chosen by CUTLASS's collective builder).
         alignment_bytes: K and N in bytes and the operand addresses must be multiples of it.
         split_k: whether the kernel takes split-K slices.
-        archs: SASS targets compiled in (90 for sm_90a, 120 for sm_120f).
+        archs: SASS targets compiled in (90 for sm_90a, 120 for sm_120f); empty for NVRTC kernels.
+        origin: ``"cutlass"`` (a kernel of the library) or ``"nvrtc"`` (a CUDA C kernel of
+            ``cuda_src/`` that NVRTC compiles for the device at plan construction, any cc >= 8.0).
     """
 
     index: int
@@ -79,9 +81,13 @@ class KernelInfo:
     alignment_bytes: int
     split_k: bool
     archs: tuple[int, ...]
+    origin: str = "cutlass"
 
     def runs_on(self, compute_capability: tuple[int, int]) -> bool:
-        """sm_90a code loads on cc 9.0 only; sm_120f family code on every 12.x device."""
+        """sm_90a code loads on cc 9.0 only; sm_120f family code on every 12.x device; NVRTC kernels are
+        compiled for the device itself (cc >= 8.0)."""
+        if self.origin == "nvrtc":
+            return tuple(compute_capability) >= (8, 0)
         cc = 10 * compute_capability[0] + compute_capability[1]
         return any(a == cc or (a >= 100 and a // 10 == cc // 10) for a in self.archs)
 

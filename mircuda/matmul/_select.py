@@ -9,10 +9,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import ContractError, UnsupportedPlatform
+from ._gemv import GEMV_FAMILY, MAX_M as BATCHED_GEMV_MAX_M
 from ._library import KernelInfo
 from ._spec import DenseMatmulSpec
 
-__all__ = ["Selection", "select_kernel", "split_k_slices", "tensor_core_aligned", "SIZES"]
+__all__ = ["Selection", "select_kernel", "split_k_slices", "tensor_core_aligned", "SIZES", "BATCHED_GEMV_MAX_M"]
 
 SIZES = {"bf16": 2, "f16": 2, "f32": 4}
 """Bytes per element."""
@@ -60,10 +61,16 @@ def _named(kernels: Sequence[KernelInfo], family: str, tile: tuple[int, int, int
 
 def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: str, output: str,
                   compute_capability: tuple[int, int], multiprocessors: int, forced: str | None = None) -> Selection:
-    """Choose the kernel for ``spec`` among ``kernels`` (the library's table).
+    """Choose the kernel for ``spec`` among ``kernels`` (the library's table, plus the batched GEMV's
+    entries of :func:`~mircuda.matmul._gemv.gemv_kernels` when the caller offers it).
+
+    M <= ``BATCHED_GEMV_MAX_M`` (decode) runs the batched GEMV on every device it is offered for: the
+    weights dominate the bytes, and it reads each once at streaming bandwidth (any N and K). Larger M
+    runs a CUTLASS kernel by architecture and shape.
 
     Raises:
-        ContractError: ``forced`` names no kernel of these types that runs on the device.
+        ContractError: ``forced`` names no kernel of these types that runs on the device (or the
+            batched GEMV for M > 16).
         UnsupportedPlatform: the library has no kernel of these types for the device.
     """
     usable = [k for k in kernels if k.input == input and k.output == output and k.runs_on(compute_capability)]
@@ -73,11 +80,21 @@ def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: s
         if match is None:
             names = ", ".join(k.name for k in usable) or "none"
             raise ContractError("kernel", f"one of the {input}->{output} kernels for cc {cc} ({names})", repr(forced))
+        if match.family == GEMV_FAMILY and spec.m > BATCHED_GEMV_MAX_M:
+            raise ContractError("kernel", f"a CUTLASS kernel: {forced} takes M <= {BATCHED_GEMV_MAX_M}", repr(forced))
         splits = split_k_slices(spec, match, multiprocessors) if match.split_k else 1
         return Selection(match, splits, "forced by the caller")
     if not usable:
         raise UnsupportedPlatform(f"the CUTLASS library has no {input}->{output} kernel for compute capability {cc} "
                                   f"(it is built for sm_90a and sm_120f: rebuild with MIRCUDA_CUDA_ARCH)")
+    gemv = _named(usable, GEMV_FAMILY)
+    if gemv is not None and spec.m <= BATCHED_GEMV_MAX_M:
+        loads = ("16-byte loads" if spec.k % 8 == 0 else f"element loads (K = {spec.k} is not a multiple of 8)")
+        return Selection(gemv, 1, f"M = {spec.m} <= {BATCHED_GEMV_MAX_M}: decode, the {spec.n}x{spec.k} weights are "
+                                  f"{spec.n * spec.k / max(spec.m * (spec.k + spec.n), 1):.0f}x the activation and "
+                                  "output elements; the batched GEMV streams each weight once with "
+                                  f"{loads} and multiplies it by all {spec.m} row(s) of A on the tensor cores "
+                                  "(mma.sync m16n8k16)")
     simt = _named(usable, "simt")
     if not tensor_core_aligned(spec, input, output):
         if simt is None:

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from ..launch import TypedKernel
     from ..runtime import Context, Stream
 
-__all__ = ["DenseVectorPlan", "choose_vector_warps", "dense_vector_source", "ROWS_PER_BLOCK", "MAX_WARPS"]
+__all__ = ["DenseVectorPlan", "choose_vector_warps", "dense_vector_source", "blocks_per_sm", "kernel_executor",
+           "shared_compiler", "ROWS_PER_BLOCK", "MAX_WARPS"]
 
 T = TypeVar("T")
 
@@ -46,22 +47,24 @@ def kernel_symbol(input_name: str, output_name: str, vector: bool) -> str:
     return f"dense_vector_{input_name}_{output_name}_{'v16' if vector else 'any'}"
 
 
-def choose_vector_warps(n: int, k: int, multiprocessors: int, blocks_per_sm: Callable[[int], int]) -> int:
-    """Warps per block (1, 2, 4 or 8) that split K, for N rows in blocks of 8.
+def choose_vector_warps(n: int, k: int, multiprocessors: int, blocks_per_sm: Callable[[int], int], *,
+                        rows: int = ROWS_PER_BLOCK, chunk: int = CHUNK) -> int:
+    """Warps per block (1, 2, 4 or 8) that split K, for N rows in blocks of ``rows``.
 
-    The largest count such that every block is resident at once (one wave: ``ceil(N / 8)`` blocks fit
-    in ``multiprocessors * blocks_per_sm(warps)``), the grid holds at most ``TARGET_WARPS_PER_SM``
-    warps per SM beyond that, and each warp still reads at least two 256-column chunks. One warp when
-    even one warp per block does not fit in a wave (large N: there are enough blocks already).
+    The largest count such that every block is resident at once (one wave: ``ceil(N / rows)`` blocks
+    fit in ``multiprocessors * blocks_per_sm(warps)``), the grid holds at most ``TARGET_WARPS_PER_SM``
+    warps per SM beyond that, and each warp still reads at least two ``chunk``-column chunks. One warp
+    when even one warp per block does not fit in a wave (large N: there are enough blocks already).
+    DenseVectorPlan: 8 rows, 256-column chunks; the batched GEMV of DenseMatmulPlan: 16 rows, 128.
 
     Args:
         blocks_per_sm: resident blocks per SM for a block of ``warps`` warps (the occupancy query).
     """
-    groups = -(-n // ROWS_PER_BLOCK)
+    groups = -(-n // rows)
     best = 1
     warps = 2
     while warps <= MAX_WARPS:
-        if k < 2 * warps * CHUNK:
+        if k < 2 * warps * chunk:
             break
         if groups > multiprocessors * blocks_per_sm(warps):
             break
@@ -70,6 +73,62 @@ def choose_vector_warps(n: int, k: int, multiprocessors: int, blocks_per_sm: Cal
         best = warps
         warps *= 2
     return best
+
+
+def blocks_per_sm(context: Context, kernel: TypedKernel, warps: int) -> int:
+    """Resident blocks per SM of ``kernel`` at ``32 * warps`` threads (``cuOccupancyMaxActiveBlocksPerMultiprocessor``)."""
+    context._make_current()
+    return int(_cuda.call("cuOccupancyMaxActiveBlocksPerMultiprocessor", kernel._cu, 32 * warps, 0))
+
+
+INVALID_VALUE = 1
+"""``CUDA_ERROR_INVALID_VALUE``: what :func:`kernel_executor` returns for a misaligned address."""
+
+
+def kernel_executor(function: int, grid: int, block: int, n: int, k: int, alignment: int, swap: bool,
+                    launch_function: Any = None) -> Any:
+    """An ``@numba.njit`` function ``execute(stream, p, q, out, alpha, beta) -> CUresult`` launching one
+    of the dense NVRTC kernels, whose parameters are ``(out, ptr, ptr, f32 alpha, f32 beta, i32 n,
+    i32 k)`` (``dense_vector.cu``, ``batched_gemv.cu``): the pointers go in as ``(out, q, p)`` when
+    ``swap`` (DenseVectorPlan: ``x, w`` -> ``y, w, x``), else ``(out, p, q)``.
+
+    Each call packs the parameters into a block of its own (C ABI offsets 0, 8, 16, 24, 28, 32, 36)
+    and calls ``cuLaunchKernel`` through :func:`mircuda.numba_ext.driver_function` (or
+    ``launch_function``, a stand-in with its prototype): reentrant, no interpreter. ``p`` and ``q``
+    must be multiples of ``alignment`` and ``out`` of 2, else it returns ``CUDA_ERROR_INVALID_VALUE``
+    and launches nothing. Lengths are not checked on this path; the plan's context must be current.
+    """
+    import numba
+    import numpy as np
+
+    from ..numba_ext import driver_function
+
+    launch = driver_function("cuLaunchKernel") if launch_function is None else launch_function
+    u64, f32, i32 = numba.uint64, np.float32, np.int32
+    mask = numba.uint64(max(alignment, 1) - 1)
+
+    @numba.njit(cache=False)
+    def execute(stream: int, p: int, q: int, out: int, alpha: float, beta: float) -> int:
+        pp, pq, po = u64(p), u64(q), u64(out)
+        if (pp | pq) & mask or po & u64(1):
+            return INVALID_VALUE
+        values = np.empty(5, np.uint64)
+        values[0] = po
+        values[1] = pq if swap else pp
+        values[2] = pp if swap else pq
+        floats = values.view(f32)
+        floats[6] = alpha
+        floats[7] = beta
+        ints = values.view(i32)
+        ints[8] = n
+        ints[9] = k
+        base = u64(values.ctypes.data)
+        pointers = np.empty(7, np.uint64)
+        for i, offset in enumerate((0, 8, 16, 24, 28, 32, 36)):
+            pointers[i] = base + u64(offset)
+        return launch(function, grid, 1, 1, block, 1, 1, 0, u64(stream), u64(pointers.ctypes.data), 0)
+
+    return execute
 
 
 _COMPILERS: weakref.WeakKeyDictionary[Any, Compiler] = weakref.WeakKeyDictionary()
@@ -132,7 +191,8 @@ class DenseVectorPlan(PlanBase, Generic[T]):
         module = compiler.compile(dense_vector_source(), CompileOptions())
         self._kernel: TypedKernel = module.kernel(contract)
         if warps is None:
-            warps = choose_vector_warps(spec.n, spec.k, info.multiprocessor_count, self._blocks_per_sm)
+            warps = choose_vector_warps(spec.n, spec.k, info.multiprocessor_count,
+                                        lambda w: blocks_per_sm(context, self._kernel, w))
         elif type(warps) is not int or warps not in (1, 2, 4, 8):
             raise ContractError("warps", "1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
         self._warps = warps
@@ -140,11 +200,6 @@ class DenseVectorPlan(PlanBase, Generic[T]):
         self._config.check(info, self._kernel.attributes.max_threads_per_block)
         self._launch = self._kernel.launch
         self._numba: Any = None
-        self._numba_params: Any = None
-
-    def _blocks_per_sm(self, warps: int) -> int:
-        self._context._make_current()
-        return int(_cuda.call("cuOccupancyMaxActiveBlocksPerMultiprocessor", self._kernel._cu, 32 * warps, 0))
 
     # -- properties ---------------------------------------------------------------------------
     @property
@@ -164,16 +219,13 @@ class DenseVectorPlan(PlanBase, Generic[T]):
     @property
     def numba_execute(self) -> Any:
         """An ``@numba.njit`` function ``execute(stream, x, w, y, alpha, beta) -> int`` over raw
-        handles (``Stream.handle``, ``DeviceBuffer.handle``) that writes the kernel's arguments into a
-        parameter block of this plan and calls the driver's ``cuLaunchKernel``: njit code can loop
-        over executions without the interpreter. Returns a ``CUresult`` (0: enqueued; 1 for a
-        misaligned address). Lengths are not checked on this path; one thread at a time per plan."""
+        handles (``Stream.handle``, ``DeviceBuffer.handle``) that launches the kernel through
+        :mod:`mircuda.numba_ext` (see :func:`kernel_executor`): njit code can loop over executions
+        without the interpreter. Returns a ``CUresult`` (0: enqueued; 1 for a misaligned address).
+        Lengths are not checked on this path."""
         if self._numba is None:
-            from ._numba import vector_executor
-
-            self._numba, self._numba_params = vector_executor(
-                _cuda.entry_points["cuLaunchKernel"], self._kernel.handle, self._config.grid[0],
-                self._config.block[0], self._spec.n, self._spec.k, self._vector)
+            self._numba = kernel_executor(self._kernel.handle, self._config.grid[0], self._config.block[0],
+                                          self._spec.n, self._spec.k, 16 if self._vector else 2, swap=True)
         return self._numba
 
     def describe(self) -> str:

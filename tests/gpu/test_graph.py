@@ -657,6 +657,72 @@ def test_numba_export_and_cuda_c_kernel_in_one_graph(context, stream, pool, kern
     graph.close()
 
 
-@pytest.mark.skip(reason="PENDING issue 6 (dense plans): a CUTLASS plan's execute captured in the same graph")
-def test_cutlass_plan_execute_in_a_graph() -> None:
-    raise AssertionError("write this test when DenseMatmulPlan lands")
+@dataclass
+class MatmulStep:
+    plan: Any
+    a: mc.DeviceBuffer
+    b: mc.DeviceBuffer
+    c: mc.DeviceBuffer
+    out: mc.DeviceBuffer
+
+
+def _matmul_then_kernel_in_one_graph(context, stream, pool, kernels, rng, m, n, k, kernel=None) -> None:
+    """Capture ``C = A B^T`` (a DenseMatmulPlan running a CUTLASS kernel) and ``out = s * C`` (a CUDA C
+    kernel) in one graph, replay it three times with a new A each time, and check every replay against
+    float64. The plan is among the graph's resources: its workspace is held with the buffers."""
+    from matmul_helpers import assert_close, poison, random
+
+    try:
+        mc.matmul.load_library()
+    except mc.CutlassNotFound as exc:
+        pytest.skip(str(exc))
+    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), output=mc.f32, kernel=kernel)
+    assert plan.kernel.origin == "cutlass", plan.describe()
+    b_h = random(rng, mc.bf16, n, k)
+    res = MatmulStep(plan, upload(context, stream, pool, random(rng, mc.bf16, m, k).ravel()),
+                     upload(context, stream, pool, b_h.ravel()), upload(context, stream, pool, poison(mc.f32, m * n)),
+                     poisoned(stream, pool, m * n))
+    s = 0.5
+    config = mc.LaunchConfig.for_elements(m * n, 256)
+
+    def step(r: MatmulStep) -> None:
+        r.plan.execute(stream, r.a, r.b, r.c, 1.0, 0.0)
+        kernels.scale.launch(stream, config, r.out, r.c, s, m * n)
+
+    graph = stream.capture(res, step)
+    assert np.isnan(download(context, stream, res.out)).all()  # capturing ran nothing
+    symbols = [n.contract.symbol if n.contract is not None else None for n in graph.kernel_nodes()]
+    assert symbols.count("scale") == 1 and None in symbols  # CUTLASS's launch is a node of unknown contract
+    staging = context.allocate_pinned(mc.bf16, m * k)
+    b64 = b_h.astype(np.float64)
+    for _ in range(3):
+        a_h = random(rng, mc.bf16, m, k)
+        staging.write_prefix(a_h.ravel())
+        stream.copy_to_device(staging, res.a)
+        stream.memset(res.out, 0xFF)
+        graph.launch(stream)
+        got = download(context, stream, res.out).reshape(m, n)
+        a64 = a_h.astype(np.float64)
+        assert_close(got, s * (a64 @ b64.T), s * (np.abs(a64) @ np.abs(b64).T), "f32")
+    graph.close()
+    staging.close()
+    for buf in (res.a, res.b, res.c, res.out):
+        buf.free(stream)
+    plan.close()
+
+
+def test_cutlass_plan_execute_in_a_graph(context, stream, pool, kernels, rng) -> None:
+    # M = 256: a CUTLASS kernel without split-K (on an H200 the ping-pong kernel; no workspace).
+    _matmul_then_kernel_in_one_graph(context, stream, pool, kernels, rng, 256, 264, 520)
+
+
+def test_cutlass_split_k_plan_in_a_graph(context, stream, pool, kernels, rng) -> None:
+    # Split-K: CUTLASS zeroes the reduction flags of its workspace on the stream at every execute
+    # (a memset node in the graph) before the kernel; the workspace stays the plan's.
+    if context.device_info().compute_capability != (9, 0):
+        pytest.skip("the split-K kernel is SM90's")
+    plan_kernel = "sm90_swap_128x32x128_splitk_bf16_f32"
+    probe = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(4, 4096, 1024), output=mc.f32, kernel=plan_kernel)
+    assert probe.splits > 1 and probe.workspace_bytes > 0, probe.describe()
+    probe.close()
+    _matmul_then_kernel_in_one_graph(context, stream, pool, kernels, rng, 4, 4096, 1024, kernel=plan_kernel)

@@ -1,5 +1,6 @@
 """DenseMatmulPlan on the GPU: every kernel family on shapes that select it (the SM80-style TensorOp
-kernels, the SM120 path, are forced: they are compiled for sm_90a too), fp16/bf16/f32-out,
+kernels, the SM120 path, are forced: they are compiled for sm_90a too; so are the CUTLASS kernels for
+M <= 16, where the batched GEMV is chosen: see test_matmul_gemv_gpu.py), fp16/bf16/f32-out,
 alpha/beta, odd shapes, against float64 numpy with poisoned outputs and fresh random data; and the
 Numba-callable executors of both dense plans."""
 
@@ -41,10 +42,10 @@ def run(context, stream, pool, rng, m, n, k, input, output, alpha, beta, kernel=
 
 
 SELECTED = [  # (M, N, K, the family the plan must pick on an H200)
-    (1, 1024, 512, "sm90_swapped"), (5, 768, 1024, "sm90_swapped"), (16, 4096, 4096, "sm90_swapped"),
-    (64, 264, 2048, "sm90_swapped"), (65, 384, 512, "sm90_pingpong"), (300, 1032, 1000, "sm90_pingpong"),
-    (1024, 512, 512, "sm90_cooperative"), (1029, 264, 136, "sm90_cooperative"),
-    (7, 9, 13, "simt"), (33, 100, 30, "simt"), (16, 64, 63, "simt"),
+    (1, 1024, 512, "batched_gemv"), (16, 4096, 4096, "batched_gemv"), (7, 9, 13, "batched_gemv"),
+    (17, 1024, 512, "sm90_swapped"), (64, 264, 2048, "sm90_swapped"), (65, 384, 512, "sm90_pingpong"),
+    (300, 1032, 1000, "sm90_pingpong"), (1024, 512, 512, "sm90_cooperative"), (1029, 264, 136, "sm90_cooperative"),
+    (33, 100, 30, "simt"), (17, 64, 63, "simt"),
 ]
 
 
@@ -56,6 +57,26 @@ def test_selected_kernels_match_float64(context, stream, pool, rng, library, inp
     alpha = float(rng.uniform(0.5, 2.0))
     plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, input, output, alpha, 0.0)
     assert plan.kernel.family == family, plan.describe()
+    assert_close(got, want, mag, out)
+
+
+DECODE_CUTLASS = [  # (M, N, K, the CUTLASS kernel forced in place of the batched GEMV)
+    (1, 1024, 512, "sm90_swap_128x32x128_splitk"), (5, 768, 1024, "sm90_swap_128x32x128_splitk"),
+    (16, 4096, 4096, "sm90_swap_128x32x128_splitk"), (7, 9, 13, "simt_128x128x8_2stage"),
+    (16, 64, 63, "simt_128x128x8_2stage"),
+]
+
+
+@pytest.mark.parametrize("input, output", PAIRS, ids=PAIR_IDS)
+@pytest.mark.parametrize("m, n, k, prefix", DECODE_CUTLASS, ids=lambda v: str(v))
+def test_cutlass_decode_kernels_stay_reachable(context, stream, pool, rng, library, input, output, m, n, k,
+                                               prefix) -> None:
+    if context.device_info().compute_capability != (9, 0) and prefix.startswith("sm90"):
+        pytest.skip("an SM90 kernel")
+    out_t = input if output is None else output
+    kernel = f"{prefix}_{name(input)}_{name(out_t)}"
+    plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, input, output, 1.25, 0.0, kernel=kernel)
+    assert plan.kernel_name == kernel and plan.kernel.origin == "cutlass"
     assert_close(got, want, mag, out)
 
 
@@ -95,7 +116,8 @@ def test_every_kernel_of_the_device_runs_a_shape(context, stream, pool, rng, lib
 def test_split_k_takes_its_workspace_from_the_pool_at_construction(context, stream, library) -> None:
     if context.device_info().compute_capability != (9, 0):
         pytest.skip("the split-K kernel is SM90's")
-    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(1, 4096, 4096))
+    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(1, 4096, 4096),
+                              kernel="sm90_swap_128x32x128_splitk_bf16_bf16")
     assert plan.splits > 1 and plan.workspace_bytes > 0
     assert plan._workspace.nbytes >= plan.workspace_bytes and plan._workspace.context is context
     text = plan.describe()
@@ -121,10 +143,12 @@ def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool,
         buf.free(stream)
 
 
-def test_plans_run_from_numba_njit_loops(context, stream, pool, rng, library) -> None:
+@pytest.mark.parametrize("m, family", [(16, "batched_gemv"), (256, "cutlass")])
+def test_plans_run_from_numba_njit_loops(context, stream, pool, rng, library, m, family) -> None:
     numba = pytest.importorskip("numba")
-    m, n, k, steps = 16, 1024, 512, 3
+    n, k, steps = 1024, 512, 3
     plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k))
+    assert (plan.kernel.family == "batched_gemv") == (family == "batched_gemv"), plan.describe()
     vector = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, k))
     a = random(rng, mc.bf16, m, k)
     bs = [random(rng, mc.bf16, n, k) for _ in range(steps)]

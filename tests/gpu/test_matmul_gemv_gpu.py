@@ -1,0 +1,107 @@
+"""DenseMatmulPlan's batched GEMV (M <= 16) on the GPU: every M from 1 to 16 on aligned and odd shapes,
+fp16/bf16/f32-out, alpha/beta, every split of K over warps, against float64 numpy with poisoned
+outputs and fresh random data. It needs no CUTLASS library (NVRTC compiles it for the device)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mircuda as mc
+from helpers import download, upload
+from matmul_helpers import assert_close, name, poison, random
+
+PAIRS = [(mc.bf16, None), (mc.bf16, mc.f32), (mc.f16, None), (mc.f16, mc.f32)]
+PAIR_IDS = ["bf16", "bf16-f32", "f16", "f16-f32"]
+SHAPES = [  # (N, K): 16-byte loads with a K tail and a partial row block; element loads (odd K)
+    (520, 2056), (37, 1003)]
+
+
+def run(context, stream, pool, rng, m, n, k, input, output, alpha, beta, kernel=None):
+    out_t = input if output is None else output
+    a, b = random(rng, input, m, k), random(rng, input, n, k)
+    c0 = random(rng, out_t, m, n) if beta else poison(out_t, m * n).reshape(m, n)
+    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=input, output=output, kernel=kernel)
+    ba, bb, bc = (upload(context, stream, pool, x.ravel()) for x in (a, b, c0))
+    plan.execute(stream, ba, bb, bc, alpha, beta)
+    got = download(context, stream, bc).reshape(m, n)
+    a64, b64, c64 = a.astype(np.float64), b.astype(np.float64), c0.astype(np.float64)
+    want = alpha * (a64 @ b64.T) + (beta * c64 if beta else 0.0)
+    magnitude = abs(alpha) * (np.abs(a64) @ np.abs(b64).T) + (abs(beta) * np.abs(c64) if beta else 0.0)
+    for buf in (ba, bb, bc):
+        buf.free(stream)
+    return plan, got, want, magnitude, name(out_t)
+
+
+@pytest.mark.parametrize("input, output", PAIRS, ids=PAIR_IDS)
+@pytest.mark.parametrize("n, k", SHAPES, ids=lambda v: str(v))
+@pytest.mark.parametrize("m", range(1, 17))
+def test_every_m_matches_float64(context, stream, pool, rng, input, output, m, n, k) -> None:
+    alpha = float(rng.uniform(0.5, 2.0))
+    plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, input, output, alpha, 0.0)
+    assert plan.kernel.family == "batched_gemv" and plan.kernel.origin == "nvrtc", plan.describe()
+    assert plan.alignment_bytes == (16 if k % 8 == 0 else 2) and plan.handle == 0 and plan.workspace_bytes == 0
+    assert_close(got, want, mag, out)
+
+
+@pytest.mark.parametrize("input, output", PAIRS, ids=PAIR_IDS)
+@pytest.mark.parametrize("m", [1, 5, 8, 9, 16])
+def test_alpha_and_beta_read_c(context, stream, pool, rng, input, output, m) -> None:
+    alpha, beta = float(rng.uniform(-2, -0.5)), float(rng.uniform(0.25, 1.5))
+    _, got, want, mag, out = run(context, stream, pool, rng, m, 1000, 4104, input, output, alpha, beta)
+    assert_close(got, want, mag, out)
+
+
+@pytest.mark.parametrize("m", [3, 16])
+@pytest.mark.parametrize("n, k, warps", [(64, 4096, 8), (14336, 264, 1), (4096, 4096, None), (16, 8, 1)])
+def test_every_split_of_k_matches_float64(context, stream, pool, rng, m, n, k, warps) -> None:
+    plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, mc.bf16, mc.f32, 1.0, 0.0)
+    text = plan.describe()
+    assert "batched_gemv_bf16_f32_v16" in text and f"MIRCUDA_GEMV_M={m}" in text and "Why: M = " in text
+    if warps is not None:
+        assert f"x {warps} warp(s)" in text, text
+    assert_close(got, want, mag, out)
+
+
+def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool) -> None:
+    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(4, 64, 128))
+    a, b, c = (pool.allocate(mc.bf16, stream, n) for n in (4 * 128, 64 * 128, 4 * 64))
+    short = pool.allocate(mc.bf16, stream, 4 * 64 - 1)
+    f32 = pool.allocate(mc.f32, stream, 4 * 64)
+    for args, argument in [((a, b, short), "c"), ((a, b, f32), "c"), ((b, short, c), "b"), ((a, b, c, None), "alpha")]:
+        with pytest.raises(mc.ContractError) as info:
+            plan.execute(stream, *args)
+        assert info.value.argument == argument
+    f32.free(stream)
+    for buf in (a, b, c, short):
+        buf.free(stream)
+
+
+def test_the_gemv_agrees_with_a_forced_cutlass_kernel(context, stream, pool, rng) -> None:
+    try:
+        lib = mc.matmul.load_library()
+    except mc.CutlassNotFound as exc:
+        pytest.skip(str(exc))
+    cc = context.device_info().compute_capability
+    names = [k.name for k in lib.kernels if k.runs_on(cc) and k.input == "bf16" and k.output == "f32"
+             and k.family != "simt"]
+    if not names:
+        pytest.skip("no tensor-core kernel for this device")
+    m, n, k = 7, 264, 1024
+    a, b = random(rng, mc.bf16, m, k), random(rng, mc.bf16, n, k)
+    ba, bb = upload(context, stream, pool, a.ravel()), upload(context, stream, pool, b.ravel())
+    outs = []
+    for kernel in (None, names[0]):
+        plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), output=mc.f32, kernel=kernel)
+        c = upload(context, stream, pool, poison(mc.f32, m * n))
+        plan.execute(stream, ba, bb, c)
+        outs.append((plan.kernel.family, download(context, stream, c).reshape(m, n)))
+        c.free(stream)
+        plan.close()
+    (fam0, gemv), (fam1, cutlass) = outs
+    assert fam0 == "batched_gemv" and fam1 != "batched_gemv"
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    for got in (gemv, cutlass):
+        assert_close(got, a64 @ b64.T, np.abs(a64) @ np.abs(b64).T, "f32")
+    ba.free(stream)
+    bb.free(stream)
