@@ -10,7 +10,10 @@ pointer argument; torch: N in-place ``add_`` on a one-element tensor) is measure
   kernel enqueued first keeps the device busy while the host enqueues, so the events time the
   device's back-to-back execution, not the host's enqueue rate.
 
-Libraries are measured round-robin, ``--rounds`` times, so drift on a shared machine hits them alike.
+Each library runs in a process of its own (loading torch, CuPy and mircuda into one process was seen
+to add about 1 µs to every driver call of mircuda's and cuda.bindings' paths on the H200 host, but
+not to CuPy's), round-robin, ``--rounds`` times, so drift on a shared machine hits them alike;
+``--in-process`` measures them all in one process instead.
 The raw ``cuda.bindings`` ``cuGraphLaunch`` of mircuda's graph is timed beside ``Graph.launch``.
 Every path counts its kernels on the device and the counts are checked (exit status 1 on a
 mismatch). Results go to ``--json`` (default ``benchmarks/results/graph_profile.json``).
@@ -34,6 +37,7 @@ from typing import Any
 __all__ = ["add_parser", "cmd_graph_profile"]
 
 GOAL_REPLAY_HOST_US = 2.0
+_LIBRARIES = ("mircuda", "torch", "CuPy")
 
 
 def add_parser(sub: Any) -> None:
@@ -47,6 +51,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--samples", type=int, default=10, help="device-timed samples per round")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", default="benchmarks/results/graph_profile.json", help="where to write the results")
+    p.add_argument("--in-process", action="store_true", help="measure every library in this one process")
+    p.add_argument("--only", choices=_LIBRARIES, help=argparse.SUPPRESS)  # child mode of the isolated run
     p.set_defaults(func=cmd_graph_profile)
 
 
@@ -270,10 +276,20 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
 
     from .. import _cuda
 
-    sizes = [int(s) for s in str(args.sizes).split(",") if s.strip()]
+    try:
+        sizes = [int(s) for s in str(args.sizes).split(",") if s.strip()]
+    except ValueError:
+        sizes = []
     if not sizes or min(sizes) < 1:
         raise mc.ContractError("--sizes", "positive kernel counts such as 1,10,100", repr(args.sizes))
+    for name in ("calls", "batches", "samples", "rounds"):
+        if getattr(args, name) < 1:
+            raise mc.ContractError(f"--{name}", "a positive integer", str(getattr(args, name)))
     driver = mc.Driver.initialize()
+    if not 0 <= args.device < len(driver.devices()):
+        raise mc.ContractError("--device", f"a device ordinal in [0, {len(driver.devices()) - 1}]", str(args.device))
+    if not args.in_process and not args.only:
+        return _run_isolated(args, sizes)
     context = driver.create_context(driver.devices()[args.device])
     info = context.device_info()
     source = _source_text()
@@ -291,9 +307,13 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
         if r:
             _cuda.raise_result(r, "cuLaunchKernel", "spin")
 
-    paths: list[_Path] = [_Mircuda(mc, context, module), _Bindings(mc, context, module)]
+    paths: list[_Path] = []
+    if args.only in (None, "mircuda"):
+        paths += [_Mircuda(mc, context, module), _Bindings(mc, context, module)]
     skipped: dict[str, str] = {}
     for name, make in (("torch", _Torch), ("CuPy", lambda: _CuPy(source))):
+        if args.only not in (None, name):
+            continue
         try:
             paths.append(make())
         except Exception as exc:  # not installed, or no usable device for it
@@ -327,14 +347,73 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
         if counts[name] != want:
             failures.append(f"{name}: the device counted {counts[name]} kernels, {want} were enqueued")
 
+    if args.only:  # child of an isolated run: hand the raw samples to the parent
+        Path(args.json).write_text(json.dumps({
+            "host": [[list(k), v] for k, v in host.items()], "device": [[list(k), v] for k, v in device.items()],
+            "names": [p.name for p in paths], "skipped": skipped, "failures": failures}))
+        context.close()
+        return 0
+    return _report(args, sizes, info.name, info.arch, [p.name for p in paths], host, device, skipped, failures,
+                   "in one process")
+
+
+def _run_isolated(args: argparse.Namespace, sizes: list[int]) -> int:
+    """Run each library in a child process, round-robin, and report the merged samples."""
+    import subprocess
+    import tempfile
+
+    import mircuda as mc
+
+    host: dict[tuple[str, int, str], list[float]] = {}
+    device: dict[tuple[str, int, str], list[float]] = {}
+    names: list[str] = []
+    skipped: dict[str, str] = {}
+    failures: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(args.rounds):
+            for lib in _LIBRARIES:
+                if lib in skipped:
+                    continue
+                out_json = str(Path(tmp) / f"{lib}.json")
+                cmd = [sys.executable, "-m", "mircuda", "graph-profile", "--only", lib, "--rounds", "1",
+                       "--sizes", ",".join(map(str, sizes)), "--calls", str(args.calls), "--batches",
+                       str(args.batches), "--samples", str(args.samples), "--device", str(args.device),
+                       "--json", out_json]
+                done = subprocess.run(cmd, capture_output=True, text=True)
+                if done.returncode != 0 or not Path(out_json).exists():
+                    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+                    failures.append(f"{lib}: the measuring process failed ({tail})")
+                    skipped[lib] = tail[:200]
+                    continue
+                data = json.loads(Path(out_json).read_text())
+                skipped.update(data["skipped"])
+                failures += data["failures"]
+                names += [n for n in data["names"] if n not in names]
+                for key, vals in data["host"]:
+                    host.setdefault(tuple(key), []).extend(vals)  # type: ignore[arg-type]
+                for key, vals in data["device"]:
+                    device.setdefault(tuple(key), []).extend(vals)  # type: ignore[arg-type]
+    driver = mc.Driver.initialize()
+    info = driver.devices()[args.device].info()
+    if "mircuda" not in names:
+        raise mc.MircudaError("graph-profile: mircuda's own measurement failed: " + "; ".join(failures))
+    return _report(args, sizes, info.name, info.arch, names, host, device, skipped, failures,
+                   "each library in a process of its own")
+
+
+def _report(args: argparse.Namespace, sizes: list[int], device_name: str, arch: str, names: list[str],
+            host: dict[tuple[str, int, str], list[float]], device: dict[tuple[str, int, str], list[float]],
+            skipped: dict[str, str], failures: list[str], how: str) -> int:
+    from .. import _cuda
+
     rows = []
-    for p in paths:
+    for name in names:
         for n in sizes:
-            row: dict[str, Any] = {"library": p.name, "kernels": n}
+            row: dict[str, Any] = {"library": name, "kernels": n}
             for mode in ("direct", "graph"):
-                if (p.name, n, mode) in host:
-                    row[f"{mode}_host_us"] = round(statistics.median(host[(p.name, n, mode)]), 3)
-                    row[f"{mode}_device_us"] = round(statistics.median(device[(p.name, n, mode)]), 3)
+                if (name, n, mode) in host:
+                    row[f"{mode}_host_us"] = round(statistics.median(host[(name, n, mode)]), 3)
+                    row[f"{mode}_device_us"] = round(statistics.median(device[(name, n, mode)]), 3)
             rows.append(row)
     mircuda_replay = {r["kernels"]: r["graph_host_us"] for r in rows if r["library"] == "mircuda"}
     for r in rows:
@@ -343,7 +422,7 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
             r["direct_over_graph_host"] = round(r["direct_host_us"] / r["graph_host_us"], 2)
             r["direct_over_graph_device"] = round(r["direct_device_us"] / r["graph_device_us"], 2)
 
-    print(f"graph-profile on {info.name} ({info.arch}); hot path {_cuda.hot_path_kind}; medians of "
+    print(f"graph-profile on {device_name} ({arch}); hot path {_cuda.hot_path_kind}; {how}; medians of "
           f"{args.rounds} rounds x {args.batches} batches (host) / x {args.samples} samples (device)")
     head = (f"{'library':<28} {'N':>4} {'direct host':>12} {'direct dev':>11} {'graph host':>11} "
             f"{'graph dev':>10} {'host ÷':>7} {'dev ÷':>6} {'graph host vs mircuda':>22}")
@@ -363,7 +442,8 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
           f"{'met' if met else 'NOT met'})")
 
     result = {
-        "benchmark": "graph_profile", "device": info.name, "arch": info.arch, "date": time.strftime("%Y-%m-%d"),
+        "benchmark": "graph_profile", "device": device_name, "arch": arch, "date": time.strftime("%Y-%m-%d"),
+        "method": how,
         "hot_path": _cuda.hot_path_kind, "kernel": "tick(unsigned*), 1 block x 32 threads (torch: add_ on int64[1])",
         "settings": {"sizes": sizes, "calls": args.calls, "batches": args.batches, "samples": args.samples,
                      "rounds": args.rounds},
@@ -376,11 +456,6 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {path}")
-    for p in paths:
-        for g in getattr(p, "graphs", []):
-            if hasattr(g, "close"):
-                g.close()
-    context.close()
     for f in failures:
         print(f"FAILED: {f}", file=sys.stderr)
     return 1 if failures else 0
