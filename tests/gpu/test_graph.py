@@ -666,16 +666,20 @@ class MatmulStep:
     out: mc.DeviceBuffer
 
 
+def _require_cutlass() -> None:
+    try:
+        mc.matmul.load_library()
+    except mc.CutlassNotFound as exc:
+        pytest.skip(str(exc))
+
+
 def _matmul_then_kernel_in_one_graph(context, stream, pool, kernels, rng, m, n, k, kernel=None) -> None:
     """Capture ``C = A B^T`` (a DenseMatmulPlan running a CUTLASS kernel) and ``out = s * C`` (a CUDA C
     kernel) in one graph, replay it three times with a new A each time, and check every replay against
     float64. The plan is among the graph's resources: its workspace is held with the buffers."""
     from matmul_helpers import assert_close, poison, random
 
-    try:
-        mc.matmul.load_library()
-    except mc.CutlassNotFound as exc:
-        pytest.skip(str(exc))
+    _require_cutlass()
     plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), output=mc.f32, kernel=kernel)
     assert plan.kernel.origin == "cutlass", plan.describe()
     b_h = random(rng, mc.bf16, n, k)
@@ -721,6 +725,7 @@ def test_cutlass_split_k_plan_in_a_graph(context, stream, pool, kernels, rng) ->
     # (a memset node in the graph) before the kernel; the workspace stays the plan's.
     if context.device_info().compute_capability != (9, 0):
         pytest.skip("the split-K kernel is SM90's")
+    _require_cutlass()
     plan_kernel = "sm90_swap_128x32x128_splitk_bf16_f32"
     probe = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(4, 4096, 1024), output=mc.f32, kernel=plan_kernel)
     assert probe.splits > 1 and probe.workspace_bytes > 0, probe.describe()
