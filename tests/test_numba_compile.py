@@ -146,7 +146,7 @@ def test_a_declaration_that_does_not_match_the_c_function_is_refused() -> None:
     def decode(out, q):  # type: ignore[no-untyped-def]
         out[0] = wrong(q[0])
 
-    with pytest.raises(mc.ContractError, match="PTX prototype") as info:
+    with pytest.raises(mc.ContractError, match="signature matching the C definition") as info:
         mn.numba_kernel(decode, "void(float32[:], uint8[:])").build("sm_90", CUBIN)
     assert info.value.argument == "mircuda_e2m1x2_to_f32x2"
 
@@ -231,3 +231,50 @@ def test_a_kernel_that_needs_a_cooperative_launch_is_refused() -> None:
 
     with pytest.raises(mc.UnsupportedPlatform, match="cooperative"):
         mn.numba_kernel(grid_sync, "void(float32[:])").build("sm_90", CUBIN)
+
+
+# Faults a fresh user found, each a test with the right value.
+
+def _twice_kernel(declared):  # type: ignore[no-untyped-def]
+    def k(out):  # type: ignore[no-untyped-def]
+        out[0] = declared(out[0])
+    return mn.numba_kernel(k, "void(float32[:])")
+
+
+def test_c_types_are_checked_exactly_not_only_their_width(tmp_path) -> None:
+    (tmp_path / "dev.cu").write_text('extern "C" __device__ float twice(float x) { return 2.0f * x; }\n')
+    src = mc.cuda_kernel((tmp_path / "dev.cu").read_text(), str(tmp_path / "dev.cu"))
+    _twice_kernel(mn.declare_device("twice", "float32(float32)", src)).build("sm_90", CUBIN)
+    with pytest.raises(mc.ContractError, match="result type is not the C type of Numba's int32"):
+        _twice_kernel(mn.declare_device("twice", "int32(float32)", src)).build("sm_90", CUBIN)
+
+
+def test_lto_builds_check_declarations_too() -> None:
+    src = mc.cuda_kernel('extern "C" __device__ float twice(float x) { return 2.0f * x; }', "twice_lto.cu")
+    bad = mn.declare_device("twice", "float32(float64)", src)
+
+    def k(out):  # type: ignore[no-untyped-def]
+        out[0] = bad(1.0)
+
+    with pytest.raises(mc.ContractError, match="parameter 1"):
+        mn.numba_kernel(k, "void(float32[:])", lto=True).build("sm_90", CUBIN)
+
+
+def test_a_kernel_cannot_be_declared_as_a_device_function() -> None:
+    g = mn.declare_device("g", "void(float32)", mc.cuda_kernel('extern "C" __global__ void g(float x) {}', "g.cu"))
+
+    def k(out):  # type: ignore[no-untyped-def]
+        g(out[0])
+
+    with pytest.raises(mc.ContractError, match="__global__"):
+        mn.numba_kernel(k, "void(float32[:])").build("sm_90", CUBIN)
+
+
+def test_headers_of_declared_sources_are_part_of_the_key(tmp_path) -> None:
+    (tmp_path / "val.h").write_text("#define VAL 2.0f\n")
+    (tmp_path / "dev.cu").write_text('#include "val.h"\nextern "C" __device__ float twice(float x) { return VAL * x; }\n')
+    path = str(tmp_path / "dev.cu")
+    first = _twice_kernel(mn.declare_device("twice", "float32(float32)", path)).digest
+    (tmp_path / "val.h").write_text("#define VAL 3.0f  \n")
+    second = _twice_kernel(mn.declare_device("twice", "float32(float32)", path)).digest
+    assert first != second

@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import _cuda
 from ..compile import CompileOptions, CudaSource
+from ..compile._includes import scan_dependencies
 from ..compile._nvrtc import _log, validate_arch
 from ..errors import CompileError, ContractError
 from . import _compat
@@ -42,6 +43,58 @@ class CudaLinkSource(_compat.CUSource):
         super().__init__(source.text, name=source.name)
         self.source = source
         self.include_dirs = include_dirs
+
+    def checked_source(self, checks: list[tuple[str, str, tuple[str, ...]]]) -> CudaSource:
+        """The source with compile-time checks appended: each ``(name, result type, parameter types)``
+        declaration (Numba's spelling) must match the C function's types (``static_assert``).
+        Appending keeps every user line number; the checks emit no code."""
+        lines = []
+        for name, ret, params in sorted(set(checks)):
+            fp = f"decltype(&{name})"
+            lines.append(f"static_assert(mircuda_check::fn<{fp}>::arity == {len(params)}, \"mircuda: "
+                         f"declare_device('{name}'): the C function does not take {len(params)} parameter(s)\");")
+            for what, numba_type, expr in [("result", ret, f"mircuda_check::fn<{fp}>::ret")] + [
+                    (f"parameter {i + 1}", t, f"mircuda_check::arg<{i}, {fp}>::type") for i, t in enumerate(params)]:
+                test = _c_type_test(numba_type, expr)
+                if test:
+                    lines.append(f"static_assert({test}, \"mircuda: declare_device('{name}'): the C {what} type "
+                                 f"is not the C type of Numba's {numba_type}\");")
+        if not lines:
+            return self.source
+        return CudaSource(self.source.text + _CHECK_PRELUDE + "\n".join(lines) + "\n", self.source.name)
+
+
+_CHECK_PRELUDE = r"""
+// ---- appended by mircuda: declare_device signature checks ----
+namespace mircuda_check {
+template <class A, class B> struct same { enum { value = 0 }; };
+template <class A> struct same<A, A> { enum { value = 1 }; };
+template <class F> struct fn;
+template <class R, class... A> struct fn<R (*)(A...)> { typedef R ret; enum { arity = sizeof...(A) }; };
+template <int I, class F> struct arg;
+template <class R, class H, class... T> struct arg<0, R (*)(H, T...)> { typedef H type; };
+template <int I, class R, class H, class... T> struct arg<I, R (*)(H, T...)> {
+  typedef typename arg<I - 1, R (*)(T...)>::type type; };
+}
+"""
+
+# Numba type -> the C types a C function may use for it (16-bit floats: any 2-byte type, since the
+# C side may use __half/__nv_bfloat16 or their bits as unsigned short).
+_C_TYPES: dict[str, tuple[str, ...]] = {
+    "float32": ("float",), "float64": ("double",), "int8": ("signed char", "char"), "uint8": ("unsigned char",),
+    "int16": ("short",), "uint16": ("unsigned short",), "int32": ("int",), "uint32": ("unsigned int",),
+    "int64": ("long long", "long"), "uint64": ("unsigned long long", "unsigned long"), "bool": ("bool",),
+    "boolean": ("bool",), "none": ("void",),
+}
+
+
+def _c_type_test(numba_type: str, expr: str) -> str | None:
+    if numba_type in ("float16", "bfloat16"):
+        return f"sizeof({expr}) == 2"
+    options = _C_TYPES.get(numba_type)
+    if options is None:
+        return None  # a type mircuda does not map (pointers, records): the PTX prototype check remains
+    return " || ".join(f"mircuda_check::same<{expr}, {c}>::value" for c in options)
 
 
 _link_sources: dict[tuple[str, tuple[str, ...]], CudaLinkSource] = {}
@@ -116,13 +169,16 @@ def declare_device(name: str, signature: Any, source: CudaSource | str | os.Path
     from numba import cuda
 
     fn = cuda.declare_device(name, restype(*args), link=[linked], abi="c")
-    fn._mircuda_digest = hashlib.sha256(f"{name}\0{restype(*args)}\0{src.digest}".encode()).hexdigest()
+    # The headers the source includes are part of its identity: read now, like the source itself.
+    headers = scan_dependencies(src.text, src.name, dirs).digest
+    fn._mircuda_digest = hashlib.sha256(f"{name}\0{restype(*args)}\0{src.digest}\0{headers}".encode()).hexdigest()
     fn._mircuda_source = linked
+    fn._mircuda_declaration = (name, str(restype), tuple(str(a) for a in args))
     return fn
 
 
-def compile_relocatable(link: CudaLinkSource, arch: str, options: CompileOptions, *,
-                        lto: bool) -> tuple[bytes, str]:
+def compile_relocatable(link: CudaLinkSource, arch: str, options: CompileOptions, *, lto: bool,
+                        checks: list[tuple[str, str, tuple[str, ...]]] = ()) -> tuple[bytes, str]:  # type: ignore[assignment]
     """Compile ``link`` with NVRTC as relocatable device code for ``arch``: ``(PTX text, or LTO-IR when
     lto, NVRTC's log)``. ``options`` supplies the standard, macros, fast math and extra flags.
 
@@ -131,7 +187,7 @@ def compile_relocatable(link: CudaLinkSource, arch: str, options: CompileOptions
     """
     validate_arch(arch, "ptx")
     mod = _cuda.nvrtc()
-    source = link.source
+    source = link.checked_source(list(checks))
     prog = _cuda.nvrtc_call("nvrtcCreateProgram", source.text.encode(), source.name.encode(), 0, [], [])
     try:
         includes = [f"--include-path={d}" for d in (*link.include_dirs, *_cuda.toolkit_include_dirs())]
@@ -139,6 +195,11 @@ def compile_relocatable(link: CudaLinkSource, arch: str, options: CompileOptions
         (result,) = mod.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
         log = _log(prog)
         if int(result) != 0:
+            mismatch = re.search(r"mircuda: declare_device\('(\w+)'\): ([^\"]*)", log)
+            if mismatch:
+                raise ContractError(mismatch.group(1), f"a declare_device signature matching the C definition in "
+                                    f"{source.name}", mismatch.group(2),
+                                    "fix the Numba signature given to declare_device (or the C function)")
             raise CompileError(f"NVRTC failed with {mod.nvrtcResult(int(result)).name}", log, arch, source.name)
         kind = "LTOIR" if lto else "PTX"
         size = int(_cuda.nvrtc_call(f"nvrtcGet{kind}Size", prog))
@@ -150,6 +211,7 @@ def compile_relocatable(link: CudaLinkSource, arch: str, options: CompileOptions
 
 
 _EXTERN = re.compile(r"\.extern\s+\.func\s*(\([^)]*\))?\s*([A-Za-z_$][\w$]*)\s*\(([^)]*)\)\s*;")
+_ENTRY = re.compile(r"\.entry\s+([A-Za-z_$][\w$]*)\s*\(")
 _DEFINED = re.compile(r"\.(?:visible|weak)\s+\.func\s*(\([^)]*\))?\s*([A-Za-z_$][\w$]*)\s*\(([^)]*)\)")
 
 
@@ -178,8 +240,12 @@ def check_prototypes(kernel_ptx: str, helper_ptx: str, helper_name: str) -> None
             signature given to ``declare_device`` does not match the C function).
     """
     defined = {m.group(2): _prototype(m.group(1), m.group(3)) for m in _DEFINED.finditer(helper_ptx)}
+    entries = set(_ENTRY.findall(helper_ptx))
     for m in _EXTERN.finditer(kernel_ptx):
         name = m.group(2)
+        if name in entries:
+            raise ContractError(name, f"an extern \"C\" __device__ function in {helper_name}",
+                                "a __global__ kernel of that name", "a kernel cannot be called as a device function")
         if name in defined:
             declared = _prototype(m.group(1), m.group(3))
             if declared != defined[name]:

@@ -10,6 +10,7 @@ Values the digest cannot inspect contribute their type name (and a ``repr`` with
 from __future__ import annotations
 
 import builtins
+import contextvars
 import hashlib
 import inspect
 import re
@@ -24,11 +25,25 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _MAX_DEPTH = 16
 
 
+_declared: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("mircuda_declared", default=None)
+
+
 def function_digest(fn: Any) -> str:
     """SHA-256 (hex) of ``fn``'s code, constants, referenced globals, closure, defaults and source."""
+    return digest_and_declarations(fn)[0]
+
+
+def digest_and_declarations(fn: Any) -> tuple[str, list[Any]]:
+    """:func:`function_digest` and the ``declare_device`` functions ``fn`` reaches (directly or through
+    the device functions it calls), in discovery order."""
     h = hashlib.sha256()
-    _function(fn, h, set(), 0)
-    return h.hexdigest()
+    found: list[Any] = []
+    token = _declared.set(found)
+    try:
+        _function(fn, h, set(), 0)
+    finally:
+        _declared.reset(token)
+    return h.hexdigest(), found
 
 
 def _put(h: Any, tag: str, data: bytes | str = b"") -> None:
@@ -140,6 +155,9 @@ def _value(v: Any, h: Any, seen: set[int], depth: int) -> None:
         extra = getattr(v, "_mircuda_digest", None)
         if extra is not None:
             _put(h, "linked", extra)
+            found = _declared.get()
+            if found is not None and all(v is not f for f in found):
+                found.append(v)
         sig = getattr(v, "sig", None)
         name = getattr(v, "name", None)
         _put(h, "repr", _ADDRESS.sub("", f"{name!r} {sig!r} {v!r}"))

@@ -12,7 +12,7 @@ from ..errors import CompileError, ContractError, UnsupportedPlatform
 from . import _compat
 from ._abi import register_signature
 from ._cuda_c import CudaLinkSource, check_prototypes, compile_relocatable
-from ._digest import function_digest
+from ._digest import digest_and_declarations
 
 __all__ = ["NumbaKernelSource", "numba_kernel"]
 
@@ -56,7 +56,9 @@ class NumbaKernelSource:
         set_(self, "name", f"{fn.__module__}.{fn.__qualname__}({', '.join(map(str, self.signature))})")
         set_(self, "abi", register_signature(self.signature))
         h = hashlib.sha256()
-        for part in ("numba-kernel", function_digest(fn), self.abi, repr(self.options), *_compat.numba_versions()):
+        fn_digest, declared = digest_and_declarations(fn)
+        set_(self, "_declared", tuple(declared))
+        for part in ("numba-kernel", fn_digest, self.abi, repr(self.options), *_compat.numba_versions()):
             h.update(part.encode() + b"\0")
         set_(self, "digest", h.hexdigest())
 
@@ -145,13 +147,17 @@ class NumbaKernelSource:
                 if isinstance(item, _compat.CUSource) and not isinstance(item, CudaLinkSource):
                     item = _numba_shim(item)  # numba-cuda's own CUDA C (float16/bfloat16 operations)
                 if isinstance(item, CudaLinkSource):
-                    code, log = compile_relocatable(item, arch, options, lto=lto)
+                    checks = [d._mircuda_declaration for d in self._declared
+                              if getattr(d, "_mircuda_source", None) is item]
+                    code, log = compile_relocatable(item, arch, options, lto=lto, checks=checks)
                     if log:
                         logs.append(f"{item.name}: {log}")
+                    # The PTX prototypes are checked in LTO builds too (one more NVRTC run there).
+                    ptx = code if not lto else compile_relocatable(item, arch, options, lto=False, checks=checks)[0]
+                    check_prototypes(kernel_ptx, ptx.decode(errors="replace"), item.name)
                     if lto:
                         linker.add_ltoir(code, name=item.name)
                     else:
-                        check_prototypes(kernel_ptx, code.decode(errors="replace"), item.name)
                         linker.add_ptx(code, name=item.name)
                 else:  # files and code objects declared with numba.cuda.declare_device directly
                     linker.add_file_guess_ext(item)
