@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import mircuda as mc
+from gpu_probe import gpu_unavailable_reason
 from mircuda.dtypes import dtype_info
 
 
@@ -166,3 +167,77 @@ def test_argument_packer_takes_a_contract() -> None:
 def test_numpy_dtypes_that_equal_python_types_are_still_dtypes() -> None:
     # numpy says dtype('float64') == float; the width is explicit here, so it is accepted.
     assert dtype_info(np.dtype(np.float64)).name == "f64" and dtype_info(np.dtype(np.int64)).name == "i64"
+
+
+# Faults a second fresh user found (compiler files and CLI, numba_ext, matmul specs and commands).
+
+def test_kernel_file_paths_without_nul_or_line_breaks(tmp_path) -> None:
+    for bad in ("k\0.cu", "a\nb.cu", ""):
+        with pytest.raises(mc.ContractError):
+            mc.cuda_kernel_file(bad, relative_to=str(tmp_path))
+
+
+def test_compile_cli_checks_its_output_path(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    src = tmp_path / "k.cu"
+    src.write_text('extern "C" __global__ void k(float* o) { o[0] = 1.0f; }\n')
+    for out in ("/nonexistent/x.cubin", str(tmp_path), str(src)):
+        done = subprocess.run([sys.executable, "-m", "mircuda", "compile", str(src), "--arch", "sm_90", "-o", out],
+                              capture_output=True, text=True)
+        assert done.returncode == 2 and "'-o'" in done.stderr and "Traceback" not in done.stderr
+    assert src.read_text().startswith("extern")  # never overwritten
+
+
+def test_numba_kernel_refuses_jit_options_it_would_drop() -> None:
+    from numba import cuda
+
+    import mircuda.numba_ext as mn
+
+    @cuda.jit(fastmath=True)
+    def k(o):  # type: ignore[no-untyped-def]
+        o[0] = 1
+
+    with pytest.raises(mc.ContractError, match="fastmath"):
+        mn.numba_kernel(k, "void(float32[:])")
+
+
+@pytest.mark.parametrize("arch", ["sm_35", "sm_86f", "sm_999", "compute_90"])
+def test_numba_builds_validate_the_target_like_nvrtc(arch) -> None:
+    import mircuda.numba_ext as mn
+
+    def k(o):  # type: ignore[no-untyped-def]
+        o[0] = 1
+
+    with pytest.raises(mc.ContractError, match="arch"):
+        mn.numba_kernel(k, "void(float32[:])").build(arch, mc.CompileOptions())
+
+
+def test_matmul_specs_take_numpy_ints_and_bound_k() -> None:
+    assert mc.DenseMatmulSpec(np.int64(4), np.int32(64), np.uint16(64)).m == 4
+    assert mc.DenseVectorSpec(np.int64(64), np.int64(64)).k == 64
+    with pytest.raises(mc.ContractError, match="k"):
+        mc.DenseVectorSpec(64, 2**31 - 100)
+    with pytest.raises(mc.ContractError):
+        mc.DenseMatmulSpec(True, 1, 1)
+
+
+@pytest.mark.parametrize("argv, match", [(["build-cutlass", "--jobs", "-3"], "--jobs"),
+                                         (["build-cutlass", "--arch", ""], "--arch")])
+def test_build_cutlass_checks_its_arguments(argv, match) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "mircuda", *argv], capture_output=True, text=True)
+    assert done.returncode == 2 and match in done.stderr
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a usable driver")
+def test_cutlass_check_without_a_gpu_says_so_before_any_build() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "mircuda", "cutlass-check"], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "UnsupportedPlatform" in done.stderr and "building" not in done.stdout

@@ -172,8 +172,8 @@ def test_an_entry_is_only_discarded_if_it_is_still_the_file_that_was_read(tmp_pa
 
 
 def test_an_unusable_directory_never_fails_a_compile(tmp_path) -> None:
-    (tmp_path / "file").write_text("")
-    compiler = cached(tmp_path / "file" / "cache")  # cannot be created: its parent is a file
+    compiler = cached(tmp_path / "cache")
+    (tmp_path / "cache").write_text("")  # made unusable after configuration: a file took its place
     program = compiler.compile(SOURCE)
     assert program.image.startswith(b"\x7fELF")
     assert compiler.cache_stats() == stats(compilations=1, persistent_failures=2)  # the read and the write
@@ -296,3 +296,23 @@ def test_temporary_files_of_crashed_writers_are_swept_after_the_first_write(tmp_
     os.utime(stale, ns=(st.st_atime_ns, st.st_mtime_ns - 2 * 3600 * 10**9))
     cached(tmp_path).compile(SOURCE)
     assert not stale.exists() and live.exists()
+
+
+def test_a_cache_directory_that_can_never_exist_is_a_configuration_error(tmp_path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(mc.ContractError, match="is a file"):
+        mc.CompilerConfig(cache_directory=str(tmp_path / "file" / "cache"))
+    for bad in ("", "a\0b"):
+        with pytest.raises(mc.ContractError, match="cache_directory"):
+            mc.CompilerConfig(cache_directory=bad)
+    home = mc.CompilerConfig(cache_directory="~/mircuda-cache-test").cache_directory
+    assert home == os.path.expanduser("~/mircuda-cache-test")
+
+
+def test_entries_are_readable_by_others_as_the_umask_allows(tmp_path) -> None:
+    compiler = cached(tmp_path)
+    compiler.compile(SOURCE)
+    (entry,) = [p for p in tmp_path.iterdir() if p.suffix == ".mcm"]
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert entry.stat().st_mode & 0o777 == 0o666 & ~mask

@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from ..errors import ContractError
+
 __all__ = ["add_compile_command", "cmd_compile"]
 
 
@@ -41,6 +43,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from ._files import cuda_kernel_file
     from ._options import CompileOptions
 
+    out = os.path.abspath(args.out) if args.out else ""
+    if not args.out or os.path.isdir(out) or not os.path.isdir(os.path.dirname(out)):
+        raise ContractError("-o", "a file path in an existing directory", repr(args.out))
+    if os.path.exists(out) and os.path.samefile(out, args.file):
+        raise ContractError("-o", "a file other than the source", repr(args.out), "it would overwrite FILE")
     source = cuda_kernel_file(args.file, relative_to=os.getcwd())
     options = CompileOptions(std=args.std, defines=tuple(_define(d) for d in args.defines), output=args.output)
     compiler = OfflineCompiler(args.arch, CompilerConfig(include_paths=tuple(args.include_paths)))
@@ -49,8 +56,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     image = program.image.rstrip(b"\0") if program.output == "ptx" else program.image
     with open(args.out, "wb") as f:
         f.write(image)
-    if program.log:
-        print(program.log, file=sys.stderr)
     print(f"{source.name} -> {args.out}: {program.output.upper()} for {program.arch}, {len(image)} bytes, "
           f"NVRTC {'.'.join(map(str, program.nvrtc_version))}")
     return 0

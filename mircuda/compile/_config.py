@@ -53,10 +53,21 @@ class CompilerConfig:
             if not isinstance(self.cache_directory, (str, os.PathLike)):
                 raise ContractError("cache_directory", "None, a str or an os.PathLike",
                                     type(self.cache_directory).__name__)
-            directory = os.path.abspath(os.fspath(self.cache_directory))
+            given = os.fspath(self.cache_directory)
+            if isinstance(given, bytes) or not given or "\0" in given:
+                raise ContractError("cache_directory", "a non-empty directory path (str) without NUL characters",
+                                    repr(self.cache_directory))
+            directory = os.path.abspath(os.path.expanduser(given))
             if os.path.exists(directory) and not os.path.isdir(directory):
                 raise ContractError("cache_directory", "a directory (or a path where one can be made)",
                                     repr(directory), "it exists and is not a directory")
+            # A path below a regular file can never be made: say so now, not as silent cache misses.
+            parent = os.path.dirname(directory)
+            while parent and not os.path.exists(parent) and parent != os.path.dirname(parent):
+                parent = os.path.dirname(parent)
+            if os.path.exists(parent) and not os.path.isdir(parent):
+                raise ContractError("cache_directory", "a directory (or a path where one can be made)",
+                                    repr(directory), f"{parent!r} is a file")
             object.__setattr__(self, "cache_directory", directory)
 
 

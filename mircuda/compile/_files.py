@@ -30,7 +30,10 @@ def _base_directory(relative_to: str | os.PathLike[str] | None, depth: int) -> t
 def _resolve(path: object, argument: str, base: str) -> str:
     if not isinstance(path, (str, os.PathLike)):
         raise ContractError(argument, "a path (str or os.PathLike)", type(path).__name__)
-    return os.path.normpath(os.path.join(base, os.fspath(path)))
+    text = os.fspath(path)
+    if isinstance(text, bytes) or not text or any(c in text for c in "\0\n\r"):
+        raise ContractError(argument, "a non-empty file path without NUL or line breaks", repr(path))
+    return os.path.normpath(os.path.join(base, text))
 
 
 def _read(path: str, argument: str, given: object, origin: str) -> str:

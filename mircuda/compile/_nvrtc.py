@@ -86,17 +86,14 @@ def compile_program(source: CudaSource, arch: str, options: CompileOptions | Non
     :class:`OfflineCompiler` for the cached equivalent.
 
     Args:
-        include_paths: include roots (directories), searched in order before the toolkit headers.
-            Quoted includes search the including file's directory first (for the main source: the
-            directory of ``source.name``, the working directory when the name has none).
-
-    Args:
         source: the translation unit.
         arch: ``sm_<N>`` (CUBIN or PTX), ``sm_<N>a`` (arch-specific, N >= 90), ``sm_<N>f`` (family,
             N >= 100), or ``compute_<N>[a|f]`` (PTX only); N among :func:`supported_archs`.
         options: :class:`CompileOptions` (default: C++17, CUBIN).
-        include_flags: extra ``--include-path=DIR`` / ``-IDIR`` flags (the compiler's include roots).
-            The CUDA toolkit's headers (cudart and CCCL) are always on the include path.
+        include_paths: include roots (directories), searched in order before the toolkit headers
+            (cudart and CCCL, always on the include path). Quoted includes search the including
+            file's directory first (for the main source: the directory of ``source.name``, the
+            working directory when the name has none).
 
     NVRTC's log of a successful compilation (warnings) is kept in ``CompiledProgram.log`` and also
     issued as a :class:`~mircuda.errors.CompileWarning`.

@@ -224,6 +224,9 @@ class PersistentCache:
             data = encode_entry(key, arch, nvrtc, program)
             os.makedirs(self.directory, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=self.directory)
+            # mkstemp makes the file private (0600); entries are shared like any build output, so
+            # give them the permissions the umask allows for a new file.
+            os.fchmod(fd, 0o666 & ~_umask())
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
@@ -243,3 +246,9 @@ class PersistentCache:
                     os.unlink(tmp)
                 except OSError:
                     pass
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it: put it back at once
+    os.umask(mask)
+    return mask

@@ -173,6 +173,9 @@ def cutlass_check(args: Any) -> int:
     from ._build import build, find_library
     from ._library import load_library
 
+    driver = mc.Driver.initialize()  # no GPU: say so before a many-minute build
+    if not 0 <= args.device < len(driver.devices()):
+        raise mc.ContractError("--device", f"a device ordinal in [0, {len(driver.devices()) - 1}]", str(args.device))
     try:
         path = find_library()
     except mc.CutlassNotFound:

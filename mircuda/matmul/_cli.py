@@ -24,6 +24,12 @@ def _matmul_profile(args: argparse.Namespace) -> int:
 def _build_cutlass(args: argparse.Namespace) -> int:
     from ._build import build, default_archs, parse_archs
 
+    import mircuda as mc
+
+    if args.jobs is not None and args.jobs < 1:
+        raise mc.ContractError("--jobs", "a positive number of parallel compile jobs", str(args.jobs))
+    if args.arch is not None and not args.arch.strip():
+        raise mc.ContractError("--arch", "comma-separated SASS targets among 90a, 120f", repr(args.arch))
     archs = parse_archs(args.arch) if args.arch else default_archs()
     families = tuple(f for f in (args.families or "").split(",") if f)
     path = build(archs, args.jobs, Path(args.cache_dir) if args.cache_dir else None, families)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..dtypes import DTypeInfo, dtype_info
 from ..errors import ClosedResourceError, ContractError, UseAfterFree
 
@@ -18,12 +20,17 @@ INPUT_DTYPES = ("bf16", "f16")
 """Input element types of the dense plans (FP32 accumulation in every kernel)."""
 
 
+_DIM_LIMIT = 2**31 - 2**16
+"""Dimensions stay below this: the kernels index with 32-bit ints and round K up to their chunk
+(at most a few thousand elements), which must not overflow."""
+
+
 def _dim(name: str, value: object) -> int:
-    if type(value) is not int or value < 1:  # type: ignore[operator]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ContractError(name, "a positive int", repr(value))
-    if value >= 2**31:  # type: ignore[operator]
-        raise ContractError(name, "a dimension below 2**31 (the kernels index rows with 32-bit ints)", repr(value))
-    return value  # type: ignore[return-value]
+    if value >= _DIM_LIMIT:
+        raise ContractError(name, f"a dimension below {_DIM_LIMIT} (the kernels index with 32-bit ints)", repr(value))
+    return int(value)
 
 
 @dataclass(frozen=True)

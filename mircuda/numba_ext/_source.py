@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..compile import CompiledProgram, CompileOptions, CudaSource, nvrtc_version
+from ..compile._nvrtc import validate_arch
 from ..errors import CompileError, ContractError, UnsupportedPlatform
 from . import _compat
 from ._abi import register_signature
@@ -84,6 +86,9 @@ class NumbaKernelSource:
             raise ContractError("arch", "an sm_* target such as 'sm_90', 'sm_90a' or 'sm_120f'", repr(arch))
         if not isinstance(options, CompileOptions):
             raise ContractError("options", "a CompileOptions", type(options).__name__)
+        validate_arch(arch, "cubin")  # NVRTC's targets, 'a'/'f' suffix rules: the same errors as CUDA C
+        if (int(m.group(1)), int(m.group(2))) < _MIN_CC:
+            raise ContractError("arch", f"a target numba-cuda supports (sm_{_MIN_CC[0]}{_MIN_CC[1]} or newer)", repr(arch))
         cc: tuple[Any, ...] = (int(m.group(1)), int(m.group(2))) + ((m.group(3),) if m.group(3) else ())
         o = dict(self.options)
         lineinfo = o["lineinfo"] or options.line_info
@@ -204,6 +209,29 @@ def _release(ptx: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+_MIN_CC = (7, 5)  # the oldest target of the NVRTC/NVVM 13 toolchain
+
+
+def _jit_options(fn: Any) -> dict[str, Any]:
+    """Options given to ``numba.cuda.jit`` that mircuda's compile would otherwise silently ignore."""
+    opts = getattr(fn, "targetoptions", None)
+    if not isinstance(opts, dict):
+        return {}
+    defaults = _jit_defaults()
+    missing = object()
+    return {k: v for k, v in opts.items() if k not in ("device", "link") and defaults.get(k, missing) != v}
+
+
+@functools.lru_cache(maxsize=1)
+def _jit_defaults() -> dict[str, Any]:
+    from numba import cuda
+
+    def _plain() -> None:  # pragma: no cover - never compiled: only the dispatcher's options are read
+        pass
+
+    return dict(cuda.jit(_plain).targetoptions)
+
+
 def numba_kernel(fn: Any, signature: Any, **options: Any) -> NumbaKernelSource:
     """A Numba kernel as a module source: ``compiler.compile(numba_kernel(fn, sig))``.
 
@@ -225,6 +253,12 @@ def numba_kernel(fn: Any, signature: Any, **options: Any) -> NumbaKernelSource:
             non-void return type or a parameter type mircuda cannot pass, or an option is unknown.
     """
     py = getattr(fn, "py_func", fn)
+    dropped = _jit_options(fn)
+    if dropped:
+        raise ContractError("fn", "a plain Python function, or a numba.cuda.jit dispatcher without options",
+                            f"a dispatcher with options {dropped}",
+                            "pass them to numba_kernel instead (fastmath=, lineinfo=, max_registers=, ...): "
+                            "mircuda compiles the Python function itself")
     if not callable(py) or not hasattr(py, "__code__"):
         raise ContractError("fn", "a Python function (or a numba.cuda.jit dispatcher)", type(fn).__name__)
     try:
