@@ -9,7 +9,6 @@ import statistics
 import sys
 import time
 from importlib import metadata
-from typing import Any
 
 __all__ = ["main"]
 
@@ -39,7 +38,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for dist in ("cuda-bindings", "nvidia-cuda-nvrtc", "numba", "numba-cuda", "numpy", "ml_dtypes"):
         print(f"  {dist:18} {_version(dist)}")
     try:
-        from . import _hotpath  # noqa: F401
+        from . import _hotpath  # noqa: F401  (only whether it imports)
 
         print("launch hot path: C extension mircuda._hotpath")
     except ImportError:
@@ -105,10 +104,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     n = args.elements
     launches = args.launches
     driver = mc.Driver.initialize()
-    devices = driver.devices()
-    if not 0 <= args.device < len(devices):
-        raise mc.ContractError("--device", f"a device ordinal in [0, {len(devices) - 1}]", str(args.device))
-    device = devices[args.device]
+    device = driver.device(args.device)
     rows: list[tuple[str, str]] = []
     failures: list[str] = []
     with driver.create_context(device) as context:

@@ -286,11 +286,10 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
         if getattr(args, name) < 1:
             raise mc.ContractError(f"--{name}", "a positive integer", str(getattr(args, name)))
     driver = mc.Driver.initialize()
-    if not 0 <= args.device < len(driver.devices()):
-        raise mc.ContractError("--device", f"a device ordinal in [0, {len(driver.devices()) - 1}]", str(args.device))
+    driver.device(args.device)
     if not args.in_process and not args.only:
         return _run_isolated(args, sizes)
-    context = driver.create_context(driver.devices()[args.device])
+    context = driver.create_context(driver.device(args.device))
     info = context.device_info()
     source = _source_text()
     module = mc.Compiler(context).compile(mc.cuda_kernel(source, "graph_profile.cu"))
@@ -394,7 +393,7 @@ def _run_isolated(args: argparse.Namespace, sizes: list[int]) -> int:
                 for key, vals in data["device"]:
                     device.setdefault(tuple(key), []).extend(vals)  # type: ignore[arg-type]
     driver = mc.Driver.initialize()
-    info = driver.devices()[args.device].info()
+    info = driver.device(args.device).info()
     if "mircuda" not in names:
         raise mc.MircudaError("graph-profile: mircuda's own measurement failed: " + "; ".join(failures))
     return _report(args, sizes, info.name, info.arch, names, host, device, skipped, failures,

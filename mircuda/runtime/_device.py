@@ -163,6 +163,17 @@ class Driver:
         """All visible devices, by ordinal."""
         return list(self._devices)
 
+    def device(self, ordinal: int) -> Device:
+        """The device with this ordinal.
+
+        Raises:
+            ContractError: ``ordinal`` is not in ``[0, len(devices()) - 1]`` (negative ordinals are
+                refused, not counted from the end).
+        """
+        if type(ordinal) is not int or not 0 <= ordinal < len(self._devices):
+            raise ContractError("device", f"a device ordinal in [0, {len(self._devices) - 1}]", repr(ordinal))
+        return self._devices[ordinal]
+
     def create_context(self, device: Device) -> Context:
         """Retain ``device``'s primary context (``cuDevicePrimaryCtxRetain``).
 

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 import mircuda as mc
+from helpers import download, upload
 
 UNIT_ROUNDOFF = {"bf16": 2.0**-8, "f16": 2.0**-11, "f32": 2.0**-24}
 """Unit roundoff of round-to-nearest in each output type (half an ulp at 1.0)."""
@@ -38,3 +39,21 @@ def poison(dtype: Any, count: int) -> np.ndarray:
 
 def name(dtype: Any) -> str:
     return mc.dtypes.dtype_info(dtype).name
+
+
+def run(context, stream, pool, rng, m, n, k, input, output, alpha, beta, kernel=None):  # type: ignore[no-untyped-def]
+    """Execute one DenseMatmulPlan on fresh random operands (C poisoned when beta = 0) and return
+    ``(plan, got, want, magnitude, output name)`` for :func:`assert_close`."""
+    out_t = input if output is None else output
+    a, b = random(rng, input, m, k), random(rng, input, n, k)
+    c0 = random(rng, out_t, m, n) if beta else poison(out_t, m * n).reshape(m, n)
+    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=input, output=output, kernel=kernel)
+    ba, bb, bc = (upload(context, stream, pool, x.ravel()) for x in (a, b, c0))
+    plan.execute(stream, ba, bb, bc, alpha, beta)
+    got = download(context, stream, bc).reshape(m, n)
+    a64, b64, c64 = a.astype(np.float64), b.astype(np.float64), c0.astype(np.float64)
+    want = alpha * (a64 @ b64.T) + (beta * c64 if beta else 0.0)
+    magnitude = abs(alpha) * (np.abs(a64) @ np.abs(b64).T) + (abs(beta) * np.abs(c64) if beta else 0.0)
+    for buf in (ba, bb, bc):
+        buf.free(stream)
+    return plan, got, want, magnitude, name(out_t)

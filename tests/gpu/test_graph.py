@@ -13,7 +13,6 @@ from numba import cuda
 
 import mircuda as mc
 from helpers import download, upload
-from mircuda import _cuda
 
 SOURCE = mc.cuda_kernel(r'''
 extern "C" __global__ void axpby(float* y, const float* x, float a, float b, unsigned n) {

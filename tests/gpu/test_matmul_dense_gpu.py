@@ -11,7 +11,7 @@ import pytest
 
 import mircuda as mc
 from helpers import download, upload
-from matmul_helpers import assert_close, name, poison, random
+from matmul_helpers import assert_close, name, poison, random, run
 
 PAIRS = [(mc.bf16, None), (mc.bf16, mc.f32), (mc.f16, None), (mc.f16, mc.f32)]
 PAIR_IDS = ["bf16", "bf16-f32", "f16", "f16-f32"]
@@ -23,22 +23,6 @@ def library():
         return mc.matmul.load_library()
     except mc.CutlassNotFound as exc:
         pytest.skip(str(exc))
-
-
-def run(context, stream, pool, rng, m, n, k, input, output, alpha, beta, kernel=None):
-    out_t = input if output is None else output
-    a, b = random(rng, input, m, k), random(rng, input, n, k)
-    c0 = random(rng, out_t, m, n) if beta else poison(out_t, m * n).reshape(m, n)
-    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=input, output=output, kernel=kernel)
-    ba, bb, bc = (upload(context, stream, pool, x.ravel()) for x in (a, b, c0))
-    plan.execute(stream, ba, bb, bc, alpha, beta)
-    got = download(context, stream, bc).reshape(m, n)
-    a64, b64, c64 = a.astype(np.float64), b.astype(np.float64), c0.astype(np.float64)
-    want = alpha * (a64 @ b64.T) + (beta * c64 if beta else 0.0)
-    magnitude = abs(alpha) * (np.abs(a64) @ np.abs(b64).T) + (abs(beta) * np.abs(c64) if beta else 0.0)
-    for buf in (ba, bb, bc):
-        buf.free(stream)
-    return plan, got, want, magnitude, name(out_t)
 
 
 SELECTED = [  # (M, N, K, the family the plan must pick on an H200)

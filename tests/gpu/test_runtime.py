@@ -31,6 +31,10 @@ def test_device_info_describes_the_device(context: mc.Context) -> None:
 
 def test_driver_is_a_process_singleton(driver: mc.Driver) -> None:
     assert mc.Driver.initialize() is driver
+    assert driver.device(0) is driver.devices()[0]
+    for bad in (-1, len(driver.devices()), "0"):
+        with pytest.raises(mc.ContractError, match="device"):
+            driver.device(bad)  # type: ignore[arg-type]
     assert driver.version >= (12, 0)
     with pytest.raises(mc.ContractError, match="device"):
         driver.create_context("gpu0")  # type: ignore[arg-type]
