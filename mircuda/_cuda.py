@@ -204,6 +204,9 @@ def current_cache() -> threading.local:
 
 launch_kernel: Any = None
 """``launch_kernel(function, gx, gy, gz, bx, by, bz, shared_bytes, stream, params) -> CUresult``."""
+launch_kernel_programmatic: Any = None
+"""``launch_kernel_programmatic(function, gx, gy, gz, bx, by, bz, shared_bytes, stream, params) -> CUresult``:
+``cuLaunchKernelEx`` with ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`` allowed."""
 graph_launch: Any = None
 """``graph_launch(graph_exec, stream) -> CUresult``."""
 event_record: Any = None
@@ -225,13 +228,16 @@ def _proc_address(drv: Any, name: str, version: int) -> int:
 
 
 def _bind_hot_path(drv: Any) -> None:
-    global launch_kernel, graph_launch, event_record, hot_path_kind
+    global launch_kernel, launch_kernel_programmatic, graph_launch, event_record, hot_path_kind
     err, version = drv.cuDriverGetVersion()
     version = int(version)
     pfn_launch = _proc_address(drv, "cuLaunchKernel", version)
     pfn_graph = _proc_address(drv, "cuGraphLaunch", version)
     pfn_event = _proc_address(drv, "cuEventRecord", version)
-    entry_points.update(cuLaunchKernel=pfn_launch, cuGraphLaunch=pfn_graph, cuEventRecord=pfn_event)
+    pfn_launch_ex = _proc_address(drv, "cuLaunchKernelEx", version)
+    entry_points.update(cuLaunchKernel=pfn_launch, cuGraphLaunch=pfn_graph, cuEventRecord=pfn_event,
+                        cuLaunchKernelEx=pfn_launch_ex)
+    launch_kernel_programmatic = _programmatic_ctypes(pfn_launch_ex)
     try:
         from . import _hotpath  # type: ignore[attr-defined]
     except ImportError:
@@ -241,6 +247,9 @@ def _bind_hot_path(drv: Any) -> None:
         launch_kernel = _hotpath.launch_kernel
         graph_launch = _hotpath.graph_launch
         event_record = _hotpath.event_record
+        if hasattr(_hotpath, "set_launch_ex"):  # an extension built before it had one keeps ctypes
+            _hotpath.set_launch_ex(pfn_launch_ex)
+            launch_kernel_programmatic = _hotpath.launch_kernel_programmatic
         hot_path_kind = "c-extension"
         return
     u, vp = ctypes.c_uint, ctypes.c_void_p
@@ -256,6 +265,33 @@ def _bind_hot_path(drv: Any) -> None:
     graph_launch = two(pfn_graph)
     event_record = two(pfn_event)
     hot_path_kind = "ctypes"
+
+
+class _LaunchAttribute(ctypes.Structure):
+    # CUlaunchAttribute (cuda.h, CUDA >= 12): a 4-byte id, padding to 8, a 64-byte value union.
+    _fields_ = [("id", ctypes.c_uint), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int),
+                ("value_rest", ctypes.c_char * 60)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [("dims", ctypes.c_uint * 7), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
+
+
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+
+
+def _programmatic_ctypes(pfn_launch_ex: int) -> Any:
+    vp = ctypes.c_void_p
+    raw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.POINTER(_LaunchConfig), vp, vp, vp)(pfn_launch_ex)
+
+    def launch(f: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, smem: int, stream: int,
+               params: int) -> int:
+        attr = _LaunchAttribute(_PROGRAMMATIC_STREAM_SERIALIZATION, b"", 1)
+        config = _LaunchConfig((ctypes.c_uint * 7)(gx, gy, gz, bx, by, bz, smem), stream, ctypes.pointer(attr), 1)
+        return raw(ctypes.byref(config), f, params, None)
+
+    return launch
 
 
 _toolkit_includes: tuple[str, ...] | None = None

@@ -9,12 +9,34 @@
 #define Py_LIMITED_API 0x030A0000
 #endif
 #include <Python.h>
+#include <string.h>
 
 typedef int (*launch_t)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                         void*, void**, void**);
 typedef int (*two_ptr_t)(void*, void*);
 
+/* cuLaunchKernelEx's configuration, laid out as cuda.h (CUDA >= 12) declares CUlaunchConfig and
+ * CUlaunchAttribute: the attribute's 4-byte id, padding to 8, a 64-byte value union. */
+typedef struct {
+    unsigned id;
+    char pad[4];
+    union {
+        char bytes[64];
+        int programmatic_stream_serialization_allowed;
+        void* align;
+    } value;
+} launch_attribute_t;
+typedef struct {
+    unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+    void* stream;
+    launch_attribute_t* attrs;
+    unsigned num_attrs;
+} launch_config_t;
+typedef int (*launch_ex_t)(const launch_config_t*, void*, void**, void**);
+enum { ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
+
 static launch_t g_launch = NULL;
+static launch_ex_t g_launch_ex = NULL;
 static two_ptr_t g_graph_launch = NULL;
 static two_ptr_t g_event_record = NULL;
 
@@ -31,25 +53,59 @@ static PyObject* set_entry_points(PyObject* self, PyObject* args) {
     Py_RETURN_NONE;
 }
 
+/* The ten arguments of both launch functions: (function, gx, gy, gz, bx, by, bz, shared_bytes,
+ * stream, params). Returns 0 with a Python exception set when they are malformed. */
+typedef struct {
+    void* fn;
+    unsigned dims[7];
+    void* stream;
+    void** params;
+} launch_args_t;
+
+static int parse_launch(const char* name, const void* entry, PyObject* const* args, Py_ssize_t nargs,
+                        launch_args_t* out) {
+    if (nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "%s takes 10 arguments", name);
+        return 0;
+    }
+    if (entry == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "%s: driver entry point not set", name);
+        return 0;
+    }
+    out->fn = PyLong_AsVoidPtr(args[0]);
+    for (int i = 0; i < 7; ++i) out->dims[i] = (unsigned)PyLong_AsUnsignedLong(args[1 + i]);
+    out->stream = PyLong_AsVoidPtr(args[8]);
+    out->params = (void**)PyLong_AsVoidPtr(args[9]);
+    return !PyErr_Occurred();
+}
+
 /* launch_kernel(function, gx, gy, gz, bx, by, bz, shared_bytes, stream, params) -> CUresult */
 static PyObject* launch_kernel(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "launch_kernel takes 10 arguments");
-        return NULL;
-    }
-    if (g_launch == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "driver entry points not set");
-        return NULL;
-    }
-    void* fn = PyLong_AsVoidPtr(args[0]);
-    unsigned long d[7];
-    for (int i = 0; i < 7; ++i) d[i] = PyLong_AsUnsignedLong(args[1 + i]);
-    void* stream = PyLong_AsVoidPtr(args[8]);
-    void* params = PyLong_AsVoidPtr(args[9]);
+    launch_args_t a;
+    if (!parse_launch("launch_kernel", (const void*)g_launch, args, nargs, &a)) return NULL;
+    const unsigned* d = a.dims;
+    return PyLong_FromLong(g_launch(a.fn, d[0], d[1], d[2], d[3], d[4], d[5], d[6], a.stream, a.params, NULL));
+}
+
+static PyObject* set_launch_ex(PyObject* self, PyObject* arg) {
+    void* p = PyLong_AsVoidPtr(arg);
     if (PyErr_Occurred()) return NULL;
-    int r = g_launch(fn, (unsigned)d[0], (unsigned)d[1], (unsigned)d[2], (unsigned)d[3], (unsigned)d[4],
-                     (unsigned)d[5], (unsigned)d[6], stream, (void**)params, NULL);
-    return PyLong_FromLong(r);
+    g_launch_ex = (launch_ex_t)p;
+    Py_RETURN_NONE;
+}
+
+/* launch_kernel_programmatic(function, gx, gy, gz, bx, by, bz, shared_bytes, stream, params) -> CUresult:
+ * cuLaunchKernelEx with programmatic stream serialization allowed (programmatic dependent launch). */
+static PyObject* launch_kernel_programmatic(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    launch_args_t a;
+    if (!parse_launch("launch_kernel_programmatic", (const void*)g_launch_ex, args, nargs, &a)) return NULL;
+    launch_attribute_t attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmatic_stream_serialization_allowed = 1;
+    const unsigned* d = a.dims;
+    launch_config_t config = {d[0], d[1], d[2], d[3], d[4], d[5], d[6], a.stream, &attr, 1};
+    return PyLong_FromLong(g_launch_ex(&config, a.fn, a.params, NULL));
 }
 
 static PyObject* call_two(two_ptr_t f, PyObject* const* args, Py_ssize_t nargs) {
@@ -79,6 +135,9 @@ static PyObject* event_record(PyObject* self, PyObject* const* args, Py_ssize_t 
 
 static PyMethodDef methods[] = {
     {"set_entry_points", set_entry_points, METH_VARARGS, "set_entry_points(cuLaunchKernel, cuGraphLaunch, cuEventRecord)"},
+    {"set_launch_ex", set_launch_ex, METH_O, "set_launch_ex(cuLaunchKernelEx)"},
+    {"launch_kernel_programmatic", (PyCFunction)(void (*)(void))launch_kernel_programmatic, METH_FASTCALL,
+     "cuLaunchKernelEx with programmatic stream serialization"},
     {"launch_kernel", (PyCFunction)(void (*)(void))launch_kernel, METH_FASTCALL, "cuLaunchKernel"},
     {"graph_launch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, "cuGraphLaunch"},
     {"event_record", (PyCFunction)(void (*)(void))event_record, METH_FASTCALL, "cuEventRecord"},

@@ -9,7 +9,7 @@ import re
 import pytest
 
 import mircuda as mc
-from mircuda.matmul._gemv import batched_gemv_source, gemv_options, gemv_symbol
+from mircuda.matmul._gemv import batched_gemv_source, choose_gemv, gemv_options, gemv_symbol, unroll_candidates
 
 SYMBOLS = [gemv_symbol(i, o, v) for i in ("bf16", "f16") for o in (i, "f32") for v in (True, False)]
 
@@ -34,12 +34,27 @@ def test_weights_stream_past_l1_into_one_mma_pair_per_step_and_tile(m, tiles) ->
     ptx = mc.compile_program(batched_gemv_source(), "compute_90", options).image.decode()
     bf16 = entry(ptx, "batched_gemv_bf16_bf16_v16")
     # Chunked loop: four 32-column steps x two weight rows; one tail step: two more.
-    assert bf16.count("ld.global.nc.L1::no_allocate.v4.u32") >= 4 * 2 * 2 + 2
+    assert bf16.count("ld.global.nc.L1::no_allocate.L2::128B.v4.u32") >= 4 * 2 * 2 + 2
     # Per step and n8 tile of A: two m16n8k16 (columns 8t..8t+3 and 8t+4..8t+7 of the lane).
     mma = re.findall(r"mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32", bf16)
     assert len(mma) >= 2 * 4 * tiles
     assert "f16.f16.f32" in entry(ptx, "batched_gemv_f16_f32_v16")
     assert "mma.sync" in entry(ptx, "batched_gemv_f16_f16_any")
+
+
+@pytest.mark.parametrize("arch, programmatic", [("compute_80", False), ("compute_90", True), ("compute_120", True)])
+def test_on_hopper_and_later_the_kernel_waits_for_the_previous_grid_before_its_first_load(arch, programmatic) -> None:
+    # Programmatic dependent launch: only L2 prefetches may precede griddepcontrol.wait.
+    options = mc.CompileOptions(defines={"MIRCUDA_GEMV_M": 4}, output="ptx")
+    ptx = mc.compile_program(batched_gemv_source(), arch, options).image.decode()
+    for symbol in SYMBOLS:
+        body = entry(ptx, symbol)
+        assert ("griddepcontrol.wait" in body) is programmatic
+        if programmatic:
+            wait = body.index("griddepcontrol.wait")
+            assert body.index("griddepcontrol.launch_dependents") < wait
+            assert all(body.find(op) > wait for op in ("ld.global", "st.global"))
+            assert "prefetch.global.L2" in body[:wait] or symbol.endswith("_any")
 
 
 @pytest.mark.parametrize("m", [0, 17])
@@ -51,3 +66,22 @@ def test_an_m_outside_1_to_16_does_not_compile(m) -> None:
 def test_symbols_name_types_and_load_width() -> None:
     assert gemv_symbol("bf16", "f32", True) == "batched_gemv_bf16_f32_v16"
     assert gemv_symbol("f16", "f16", False) == "batched_gemv_f16_f16_any"
+
+
+@pytest.mark.parametrize("m, unroll", [(16, 2), (9, 2), (16, 1)])
+def test_shorter_chunks_keep_one_mma_pair_per_step_and_tile(m, unroll) -> None:
+    options = mc.CompileOptions(defines={"MIRCUDA_GEMV_M": m, "MIRCUDA_GEMV_UNROLL": unroll}, output="ptx")
+    bf16 = entry(mc.compile_program(batched_gemv_source(), "compute_90", options).image.decode(),
+                 "batched_gemv_bf16_bf16_v16")
+    assert bf16.count("ld.global.nc.L1::no_allocate.L2::128B.v4.u32") >= unroll * 2 * 2 + 2
+    assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16", bf16)) >= 2 * unroll * 2
+
+
+def test_the_unroll_and_split_of_k_keep_the_most_weight_bytes_in_flight() -> None:
+    assert unroll_candidates(1) == unroll_candidates(8) == (4,)
+    assert unroll_candidates(9) == unroll_candidates(16) == (4, 2)
+    # (unroll, warps) -> the most warps x unroll, then the most warps (H200 measurements in the docstring).
+    assert choose_gemv([(4, 1), (2, 2)]) == (2, 2)   # 14336 x 4096
+    assert choose_gemv([(4, 4), (2, 8)]) == (2, 8)   # 4096 x 4096, 4096 x 14336
+    assert choose_gemv([(4, 4), (2, 4)]) == (4, 4)   # 6144 x 4096
+    assert choose_gemv([(4, 8)]) == (4, 8)

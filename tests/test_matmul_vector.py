@@ -7,7 +7,7 @@ import pytest
 
 import mircuda as mc
 from mircuda.matmul._spec import resolve_dtypes
-from mircuda.matmul._vector import choose_vector_warps, dense_vector_source, kernel_symbol
+from mircuda.matmul._vector import choose_dense_vector_warps, choose_vector_warps, dense_vector_source, kernel_symbol
 
 SYMBOLS = [kernel_symbol(i, o, v) for i in ("bf16", "f16") for o in (i, "f32") for v in (True, False)]
 
@@ -24,7 +24,19 @@ def test_the_vector_kernel_streams_weights_past_l1() -> None:
     ptx = mc.compile_program(dense_vector_source(), "compute_90", mc.CompileOptions(output="ptx")).image.decode()
     body = ptx[ptx.index(".entry dense_vector_bf16_bf16_v16"):]
     body = body[: body.index("\n}")]
-    assert body.count("ld.global.nc.L1::no_allocate.v4.u32") >= 8  # eight rows, 16 bytes each
+    assert body.count("ld.global.nc.L1::no_allocate.L2::128B.v4.u32") >= 8  # eight rows, 16 bytes each
+
+
+@pytest.mark.parametrize("arch, programmatic", [("compute_80", False), ("compute_90", True)])
+def test_on_hopper_and_later_the_kernel_waits_for_the_previous_grid_before_its_first_load(arch, programmatic) -> None:
+    ptx = mc.compile_program(dense_vector_source(), arch, mc.CompileOptions(output="ptx")).image.decode()
+    for symbol in SYMBOLS:
+        body = ptx[ptx.index(f".entry {symbol}"):]
+        body = body[: body.index("\n}")]
+        assert ("griddepcontrol.wait" in body) is programmatic
+        if programmatic:
+            wait = body.index("griddepcontrol.wait")
+            assert all(body.find(op) > wait for op in ("ld.global", "st.global"))
 
 
 def test_symbols_name_types_and_load_width() -> None:
@@ -51,6 +63,19 @@ def test_k_is_split_until_the_wave_is_full(n, k, expected) -> None:
 
 def test_one_warp_when_even_one_per_block_overflows_a_wave() -> None:
     assert choose_vector_warps(1 << 20, 4096, 132, occupancy(16)) == 1
+
+
+@pytest.mark.parametrize("n, k, expected", [
+    (4096, 4096, 8),    # 512 blocks x 8 warps = 31 per SM on 132 SMs (the fastest split measured)
+    (14336, 4096, 2),   # 1792 blocks: 27 warps per SM
+    (6144, 4096, 4),
+    (4096, 14336, 8),
+    (64, 512, 1),       # too short to split: each warp reads >= two 256-column chunks
+    (64, 1024, 2),
+    (1 << 20, 4096, 1),
+])
+def test_dense_vector_plans_split_k_up_to_two_waves_of_warps(n, k, expected) -> None:
+    assert choose_dense_vector_warps(n, k, 132) == expected
 
 
 @pytest.mark.parametrize("kwargs, argument", [

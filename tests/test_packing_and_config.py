@@ -119,6 +119,7 @@ def test_launch_config_normalizes_dimensions() -> None:
     (lambda: mc.LaunchConfig(1, (1, 1, 1, 1)), "block"),
     (lambda: mc.LaunchConfig(1.5, 32), "grid"),
     (lambda: mc.LaunchConfig(1, 32, -1), "shared_mem_bytes"),
+    (lambda: mc.LaunchConfig(1, 32, programmatic_stream_serialization=1), "programmatic_stream_serialization"),
     (lambda: mc.LaunchConfig.for_elements(0), "n"),
     (lambda: mc.LaunchConfig.for_elements(10, 0), "block"),
 ])
@@ -143,3 +144,15 @@ def test_launch_config_limits_come_from_the_device() -> None:
     with pytest.raises(mc.LaunchConfigError, match="limit 256"):
         mc.LaunchConfig(1, 512).check(H200_LIKE, max_threads_per_block=256)
     assert H200_LIKE.arch == "sm_90"
+
+
+def test_programmatic_dependent_launch_needs_hopper_or_later() -> None:
+    import dataclasses
+
+    pdl = mc.LaunchConfig(132, 256, programmatic_stream_serialization=True)
+    pdl.check(H200_LIKE)
+    assert pdl != mc.LaunchConfig(132, 256)  # a different configuration: checked and cached apart
+    ampere = dataclasses.replace(H200_LIKE, compute_capability=(8, 6))
+    mc.LaunchConfig(132, 256).check(ampere)
+    with pytest.raises(mc.LaunchConfigError, match=r"programmatic_stream_serialization: needs compute capability >= 9.0, the device has 8.6"):
+        pdl.check(ampere)

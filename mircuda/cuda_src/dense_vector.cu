@@ -50,10 +50,10 @@ __device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store_out(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void store_out(__half* p, float v) { *p = __float2half_rn(v); }
 
-// A streamed 16-byte weight load: not kept in L1 (each weight is read once).
+// A streamed 16-byte weight load: not kept in L1 (each weight is read once); L2 fetches whole 128-byte lines.
 __device__ __forceinline__ uint4 load_weights(const unsigned short* p) {
     uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+    asm("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
@@ -94,6 +94,23 @@ __device__ __forceinline__ void dense_vector(Out* __restrict__ y, const unsigned
         const long long row = row0 + r < n ? row0 + r : (long long)n - 1;
         rows[r] = w + row * (long long)k;
     }
+#if __CUDA_ARCH__ >= 900
+    {
+        // Programmatic dependent launch (cc >= 9.0, the plan's launch attribute): nothing the previous
+        // kernel of the stream may write is read before griddepcontrol.wait; the L2 prefetches of the
+        // first two chunks of this warp's weights are safe (L2 is the point of coherence) and overlap
+        // this kernel's ramp with that kernel's tail. Without the launch attribute both are no-ops.
+        const long long r = row0 + (lane >> 2) < n ? row0 + (lane >> 2) : (long long)n - 1;
+        const int full = k / kChunk;
+        for (int i = 0; i < 2; ++i) {
+            const int c = warp + i * warps;
+            if (Vec && c < full)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(w + r * (long long)k + c * kChunk + (lane & 3) * 64));
+        }
+        asm volatile("griddepcontrol.launch_dependents;");
+        asm volatile("griddepcontrol.wait;" ::: "memory");
+    }
+#endif
     float acc[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[r] = 0.f;

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import _cuda
-from ..errors import ClosedResourceError, ContractError, GraphStreamError
+from ..errors import ClosedResourceError, ContractError, GraphStreamError, LaunchConfigError
 from ..launch import ArgumentPacker, LaunchConfig
 from ._resources import hold, reachable_buffers, release
 
@@ -257,7 +257,15 @@ class Graph(Generic[R]):
         args, kwargs, config = _split_prepared(prepared)
         with self._lock:
             self._check_open()
-            config = self._configs[node.handle] if config is None else config
+            captured = self._configs[node.handle]
+            if config is None:
+                config = captured
+            elif (isinstance(config, LaunchConfig) and isinstance(captured, LaunchConfig)
+                  and config.programmatic_stream_serialization != captured.programmatic_stream_serialization):
+                # Kernel node parameters carry no launch attributes: the node keeps the captured one.
+                raise LaunchConfigError(
+                    f"config: programmatic_stream_serialization={captured.programmatic_stream_serialization} as "
+                    f"captured (a node update cannot change it), received {config.programmatic_stream_serialization}")
             dims = kernel._config_dims(config)
             packer = self._packers.get(kernel)
             if packer is None:

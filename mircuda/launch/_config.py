@@ -39,17 +39,27 @@ class LaunchConfig:
         grid: blocks per grid (x, y, z); an int means (x, 1, 1).
         block: threads per block (x, y, z).
         shared_mem_bytes: dynamic shared memory per block, in bytes.
+        programmatic_stream_serialization: launch with programmatic dependent launch
+            (``cuLaunchKernelEx`` with ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION``;
+            compute capability >= 9.0): the kernel may start before the previous kernel on the stream
+            has finished, once that kernel's blocks have all executed ``griddepcontrol.launch_dependents``
+            (or exited). The kernel must execute ``griddepcontrol.wait`` (CUDA C:
+            ``cudaGridDependencySynchronize()``) before it reads anything earlier work on the stream
+            writes; without the attribute that instruction returns at once, so such a kernel is correct
+            either way. Typed launches honor it; ``@njit`` launch records refuse it.
 
     Limits of the device (threads per block, block and grid dimensions, opt-in shared memory) are
     checked when the configuration is first used with a kernel.
 
     Raises:
-        LaunchConfigError: a dimension is not a positive int, or ``shared_mem_bytes`` is negative.
+        LaunchConfigError: a dimension is not a positive int, ``shared_mem_bytes`` is negative, or
+            ``programmatic_stream_serialization`` is not a bool.
     """
 
     grid: Dim3 | int
     block: Dim3 | int
     shared_mem_bytes: int = 0
+    programmatic_stream_serialization: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "grid", _dim3("grid", self.grid))
@@ -57,6 +67,9 @@ class LaunchConfig:
         if not _is_int(self.shared_mem_bytes) or self.shared_mem_bytes < 0:
             raise LaunchConfigError(f"shared_mem_bytes: expected a non-negative int, received {self.shared_mem_bytes!r}")
         object.__setattr__(self, "shared_mem_bytes", int(self.shared_mem_bytes))
+        if not isinstance(self.programmatic_stream_serialization, bool):
+            raise LaunchConfigError("programmatic_stream_serialization: expected a bool, received "
+                                    f"{self.programmatic_stream_serialization!r}")
 
     @classmethod
     def for_elements(cls, n: int, block: int = 256, shared_mem_bytes: int = 0) -> LaunchConfig:
@@ -81,8 +94,13 @@ class LaunchConfig:
         """Check against a device's limits (and a function's thread limit, when given).
 
         Raises:
-            LaunchConfigError: naming the exceeded limit, the limit and the value.
+            LaunchConfigError: naming the exceeded limit, the limit and the value; or
+                ``programmatic_stream_serialization`` on a device of compute capability < 9.0.
         """
+        if self.programmatic_stream_serialization and tuple(info.compute_capability) < (9, 0):
+            cc = ".".join(map(str, info.compute_capability))
+            raise LaunchConfigError("programmatic_stream_serialization: needs compute capability >= 9.0, "
+                                    f"the device has {cc}")
         limit = info.max_threads_per_block if max_threads_per_block is None else max_threads_per_block
         if self.threads_per_block > limit:
             raise LaunchConfigError(f"block: {self.threads_per_block} threads per block exceed the limit {limit}")

@@ -151,6 +151,12 @@ def _buffer_slow_path(p: Param, context: Any) -> Any:
     return slow
 
 
+def _launcher_for(config: LaunchConfig) -> Any:
+    """The hot-path entry point of ``config``: ``cuLaunchKernel``, or ``cuLaunchKernelEx`` with
+    programmatic stream serialization (same arguments)."""
+    return _cuda.launch_kernel_programmatic if config.programmatic_stream_serialization else _cuda.launch_kernel
+
+
 def _compile_function(name: str, signature: str, body: list[str], ns: dict[str, Any]) -> Any:
     src = f"def {name}({signature}):\n" + "\n".join(body) + "\n"
     exec(compile(src, f"<mircuda {name}>", "exec"), ns)
@@ -269,6 +275,7 @@ class TypedKernel:
             "_params": block.params_address, "_ch": self._context.handle,
             "_mk": _cuda.make_current, "_raise": self._raise_launch, "_bad_stream": self._bad_stream,
             "_config": self._config_dims, "_last": None, "_dims": None, "_ident": threading.get_ident,
+            "_launcher": _launcher_for,
             "_owner": owner, "_other": self._launch_other_thread,
         }
         names = [p.name for p in contract.params]
@@ -276,7 +283,7 @@ class TypedKernel:
         call_args = ", ".join(["stream", "config"] + names)
         ns["_arity"] = _arity_error(contract)
         body = [
-            "    global _last, _dims",
+            "    global _last, _dims, _L",
             "    if _extra or _unknown:",
             "        _arity(_extra, _unknown)",
             "    if _ident() != _owner:",
@@ -285,6 +292,7 @@ class TypedKernel:
             "        _bad_stream(stream)",
             "    if config is not _last:",
             "        _dims = _config(config)",
+            "        _L = _launcher(config)",
             "        _last = config",
         ]
         body += self._abi.emit_writes(contract, ns, self._context, block)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .. import _cuda
-from ..errors import ContractError, CudaError, MircudaError, UnsupportedPlatform
+from ..errors import ContractError, CudaError, LaunchConfigError, MircudaError, UnsupportedPlatform
 from ..launch import ArgumentPacker, LaunchConfig, TypedKernel
 from ..runtime import Stream
 
@@ -133,6 +133,9 @@ class LaunchRecord:
         context = kernel.module.context
         stream._check_usable("stream", context)
         dims = kernel._config_dims(config)
+        if config.programmatic_stream_serialization:  # the record's entry point is cuLaunchKernel
+            raise LaunchConfigError("config: programmatic_stream_serialization is not supported by @njit launch "
+                                    "records (they call cuLaunchKernel); use a LaunchConfig without it")
         self._packer = ArgumentPacker(kernel.contract, context, abi=kernel._abi.name)
         self._packer.pack(*args, **kwargs)
         self._kernel = kernel

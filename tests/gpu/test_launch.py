@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import threading
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -229,3 +230,79 @@ def test_concurrent_launches_of_one_kernel_never_mix_arguments(context, pool, ax
     assert not errors, errors
     for t, arr in outs.items():
         np.testing.assert_array_equal(arr, np.full(1024, (t + 1) ** 2, dtype=np.float32))
+
+
+# -- programmatic dependent launch (compute capability >= 9.0) ------------------------------------------
+PDL_SOURCE = mc.cuda_kernel(r'''
+__device__ unsigned long long now_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+// Lets dependents start at once, spins, then writes `value` and the time it finished.
+extern "C" __global__ void slow_fill(unsigned* out, unsigned long long* finished, unsigned value, unsigned long long ns) {
+    asm volatile("griddepcontrol.launch_dependents;");
+    const unsigned long long start = now_ns();
+    while (now_ns() - start < ns) {}
+    out[threadIdx.x] = value;
+    __syncthreads();
+    if (threadIdx.x == 0) *finished = now_ns();
+}
+// Notes when it started, waits for the previous grid, then reads what it wrote.
+extern "C" __global__ void add_one_after(unsigned* dst, const unsigned* src, unsigned long long* started) {
+    if (threadIdx.x == 0) *started = now_ns();
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    dst[threadIdx.x] = src[threadIdx.x] + 1;
+}''', "pdl.cu")
+SlowFill = mc.cuda_export("slow_fill", out=mc.Out[mc.DeviceBuffer[mc.u32]], finished=mc.Out[mc.DeviceBuffer[mc.u64]],
+                          value=mc.u32, ns=mc.u64)
+AddOneAfter = mc.cuda_export("add_one_after", dst=mc.Out[mc.DeviceBuffer[mc.u32]], src=mc.In[mc.DeviceBuffer[mc.u32]],
+                             started=mc.Out[mc.DeviceBuffer[mc.u64]])
+
+
+@pytest.fixture(scope="module")
+def pdl_kernels(context, compiler):
+    if context.device_info().compute_capability < (9, 0):
+        pytest.skip("programmatic dependent launch needs compute capability >= 9.0")
+    module = compiler.compile(PDL_SOURCE, mc.CompileOptions())
+    return module.kernel(SlowFill), module.kernel(AddOneAfter)
+
+
+@pytest.mark.parametrize("programmatic", [False, True])
+def test_a_programmatic_launch_starts_early_and_still_reads_the_previous_result(context, stream, pool, pdl_kernels,
+                                                                                 programmatic) -> None:
+    slow_fill, add_one_after = pdl_kernels
+    src, dst = pool.allocate(mc.u32, stream, 64), pool.allocate(mc.u32, stream, 64)
+    finished, started = pool.allocate(mc.u64, stream, 1), pool.allocate(mc.u64, stream, 1)
+    stream.memset(dst, 0xFF)
+    for value in (7, 1000):
+        slow_fill.launch(stream, mc.LaunchConfig(1, 64), src, finished, value, 2_000_000)  # spins 2 ms
+        add_one_after.launch(stream, mc.LaunchConfig(1, 64, programmatic_stream_serialization=programmatic),
+                             dst, src, started)
+        np.testing.assert_array_equal(download(context, stream, dst), np.full(64, value + 1, np.uint32))
+        # With the attribute the second kernel begins while the first still spins; without, after it.
+        assert bool(download(context, stream, started)[0] < download(context, stream, finished)[0]) is programmatic
+
+
+def test_programmatic_launches_replay_in_a_graph(context, stream, pool, pdl_kernels) -> None:
+    slow_fill, add_one_after = pdl_kernels
+    src, dst = pool.allocate(mc.u32, stream, 64), pool.allocate(mc.u32, stream, 64)
+    finished, started = pool.allocate(mc.u64, stream, 1), pool.allocate(mc.u64, stream, 1)
+    stream.memset(dst, 0xFF)
+    pdl = mc.LaunchConfig(1, 64, programmatic_stream_serialization=True)
+
+    def sequence(r: Any) -> None:
+        slow_fill.launch(stream, mc.LaunchConfig(1, 64), r[0], r[2], 41, 100_000)
+        add_one_after.launch_captured(stream, pdl, r[1], r[0], r[3])
+
+    graph = stream.capture((src, dst, finished, started), sequence)
+    graph.launch(stream)
+    np.testing.assert_array_equal(download(context, stream, dst), np.full(64, 42, np.uint32))
+    node = next(n for n in graph.kernel_nodes() if n.kernel is add_one_after)
+    assert node.config.programmatic_stream_serialization
+    with pytest.raises(mc.LaunchConfigError, match="programmatic_stream_serialization=True as captured"):
+        graph.update_kernel(node, lambda r: ((r[1], r[0], r[3]), mc.LaunchConfig(1, 64)))
+    graph.update_kernel(node, lambda r: ((r[1], r[0], r[3]), pdl))
+    graph.launch(stream)
+    np.testing.assert_array_equal(download(context, stream, dst), np.full(64, 42, np.uint32))
+    graph.close()

@@ -37,13 +37,15 @@ def test_alpha_and_beta_read_c(context, stream, pool, rng, input, output, m) -> 
 
 
 @pytest.mark.parametrize("m", [3, 16])
-@pytest.mark.parametrize("n, k, warps", [(64, 4096, 8), (14336, 264, 1), (4096, 4096, None), (16, 8, 1)])
+@pytest.mark.parametrize("n, k, warps", [(64, 4096, {3: 8, 16: 8}), (14336, 264, {3: 1, 16: 2}), (4096, 4096, None),
+                                         (16, 8, {3: 1, 16: 1})])
 def test_every_split_of_k_matches_float64(context, stream, pool, rng, m, n, k, warps) -> None:
+    # 14336 x 264 at M = 16: two-step chunks let two warps split K (one at four steps), see choose_gemv.
     plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, mc.bf16, mc.f32, 1.0, 0.0)
     text = plan.describe()
     assert "batched_gemv_bf16_f32_v16" in text and f"MIRCUDA_GEMV_M={m}" in text and "Why: M = " in text
     if warps is not None:
-        assert f"x {warps} warp(s)" in text, text
+        assert f"x {warps[m]} warp(s)" in text, text
     assert_close(got, want, mag, out)
 
 
@@ -89,3 +91,14 @@ def test_the_gemv_agrees_with_a_forced_cutlass_kernel(context, stream, pool, rng
         assert_close(got, a64 @ b64.T, np.abs(a64) @ np.abs(b64).T, "f32")
     ba.free(stream)
     bb.free(stream)
+
+
+@pytest.mark.parametrize("unroll", [4, 2])
+@pytest.mark.parametrize("m, n, k", [(16, 520, 2056), (9, 4096, 4104)])
+def test_both_chunk_lengths_match_float64(monkeypatch, context, stream, pool, rng, unroll, m, n, k) -> None:
+    import mircuda.matmul._gemv as gemv
+
+    monkeypatch.setattr(gemv, "unroll_candidates", lambda m: (unroll,))
+    plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, mc.bf16, None, 1.0, 0.0)
+    assert f"MIRCUDA_GEMV_UNROLL={unroll}" in plan.describe()
+    assert_close(got, want, mag, out)

@@ -1,0 +1,77 @@
+"""Decode chains: each GEMV reads the output of the kernel just before it on the stream.
+
+On compute capability >= 9.0 the GEMV plans launch with programmatic dependent launch, so a kernel may
+start while its predecessor still runs; these chains check that every stage still reads the finished
+output of the stage before (poisoned NaN buffers expose an early read), launched directly and replayed
+from a graph, with a plain CUDA C kernel in the middle of the chain.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import mircuda as mc
+from helpers import download, upload
+from matmul_helpers import assert_close, poison, random
+
+D = 2048  # square weights: each output is the next input
+STAGES = 4
+NEGATE = mc.cuda_kernel(r'''
+#include <cuda_bf16.h>
+extern "C" __global__ void negate(__nv_bfloat16* out, const __nv_bfloat16* in, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __hneg(in[i]);
+}''', "negate.cu")
+Negate = mc.cuda_export("negate", out=mc.Out[mc.DeviceBuffer[mc.bf16]], in_=mc.In[mc.DeviceBuffer[mc.bf16]], n=mc.u32)
+
+
+def _check_stage(x: np.ndarray, w: np.ndarray, y: np.ndarray, m: int) -> None:
+    x64, w64 = x.astype(np.float64).reshape(m, D), w.astype(np.float64)
+    assert_close(y.reshape(m, D), x64 @ w64.T, np.abs(x64) @ np.abs(w64).T, "bf16")
+
+
+@pytest.mark.parametrize("m", [1, 4], ids=["DenseVectorPlan", "DenseMatmulPlan-batched-gemv"])
+@pytest.mark.parametrize("replay", [False, True], ids=["direct", "graph"])
+def test_each_stage_reads_the_finished_output_of_the_one_before(context, stream, pool, compiler, rng, m,
+                                                               replay) -> None:
+    if m == 1:
+        plan: Any = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(D, D))
+    else:
+        plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, D, D))
+        assert "batched_gemv" in plan.describe()
+    negate = compiler.compile(NEGATE).kernel(Negate)
+    weights = [random(rng, mc.bf16, D, D) for _ in range(STAGES)]
+    x0 = random(rng, mc.bf16, m * D)
+    ws = [upload(context, stream, pool, w.ravel()) for w in weights]
+    bufs = [upload(context, stream, pool, x0)] + [upload(context, stream, pool, poison(mc.bf16, m * D))
+                                                    for _ in range(STAGES + 1)]
+    config = mc.LaunchConfig.for_elements(m * D, 256)
+    b = bufs
+
+    def chain(_: Any) -> None:
+        plan.execute(stream, b[0], ws[0], b[1])
+        plan.execute(stream, b[1], ws[1], b[2])
+        negate.launch(stream, config, b[3], b[2], m * D)  # a plain kernel between two GEMVs
+        plan.execute(stream, b[3], ws[2], b[4])
+        plan.execute(stream, b[4], ws[3], b[5])
+
+    if replay:
+        graph = stream.capture((plan, negate, ws, bufs), chain)
+        graph.launch(stream)
+    else:
+        chain(None)
+    got = [download(context, stream, buf) for buf in bufs]
+    _check_stage(got[0], weights[0], got[1], m)
+    _check_stage(got[1], weights[1], got[2], m)
+    np.testing.assert_array_equal(got[3].astype(np.float32), -got[2].astype(np.float32))
+    _check_stage(got[3], weights[2], got[4], m)
+    _check_stage(got[4], weights[3], got[5], m)
+    if replay:
+        graph.close()
+    for buf in ws + bufs:
+        buf.free(stream)
+    if m > 1:
+        plan.close()
