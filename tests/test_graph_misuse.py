@@ -185,3 +185,54 @@ def test_finalizers_wait_while_a_capture_is_open() -> None:
         raise RuntimeError("never escapes")
 
     failing()
+
+
+class Reached(Exception):
+    """Raised by StandInKernel where a node update would go on to the driver."""
+
+
+class StandInKernel:
+    """A TypedKernel as far as a node update needs one before the driver: its config check."""
+
+    def _config_dims(self, config: mc.LaunchConfig) -> tuple[int, ...]:
+        raise Reached(config)
+
+
+def _params(function: int) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(func=function, gridDimX=1, gridDimY=1, gridDimZ=1, blockDimX=64, blockDimY=1,
+                           blockDimZ=1, sharedMemBytes=0)
+
+
+def test_a_node_update_keeps_the_programmatic_flag_it_knows_and_does_not_invent_one(monkeypatch) -> None:
+    """Kernel node parameters carry no launch attributes. A node of launch_captured knows its
+    programmatic_stream_serialization and refuses another; a node captured by a plain launch (for
+    example a DenseVectorPlan's on an H200, which launches with the flag) does not know it, so an
+    update with the flag must not be refused as though the node had been captured without it."""
+    from types import SimpleNamespace
+
+    from mircuda.graph._capture import CaptureRecord
+    from mircuda.launch import _kernel
+
+    kernel = StandInKernel()
+    pdl = mc.LaunchConfig(1, 64, programmatic_stream_serialization=True)
+    plain = mc.LaunchConfig(1, 64)
+    monkeypatch.setitem(_kernel._BY_FUNCTION, 0xF1, {kernel})
+    stream = SimpleNamespace(context=FakeContext(), _capture_id=None)
+    stream.context.handle = 1
+    captured = mc.KernelNode(handle=0x20, function=0xF2, kernel=kernel, config=pdl, capture_id=7)  # type: ignore[arg-type]
+    record = CaptureRecord(stream, 7, nodes={0x20: captured})  # type: ignore[arg-type]
+    native = SimpleNamespace(kernels=[(0x10, _params(0xF1)), (0x20, _params(0xF2))])
+    graph = mc.Graph._create(stream, None, 0xA, 0xB, record, native)  # type: ignore[arg-type]
+    by_launch = next(n for n in graph.kernel_nodes() if n.handle == 0x10)
+    assert by_launch.kernel is kernel and not by_launch.config.programmatic_stream_serialization
+
+    with pytest.raises(mc.LaunchConfigError, match="programmatic_stream_serialization=True as captured"):
+        graph.update_kernel(captured, lambda r: ((), plain))
+    for node in (captured, by_launch):
+        with pytest.raises(Reached) as reached:
+            graph.update_kernel(node, lambda r: ((), pdl))
+        assert reached.value.args[0] is pdl
+    with pytest.raises(Reached):
+        graph.update_kernel(by_launch, lambda r: ((), plain))

@@ -37,7 +37,9 @@ class KernelNode:
         kernel: the :class:`TypedKernel` (and so the contract) mircuda launched it through; ``None``
             when unknown (a kernel another library launched, or a function bound to several contracts
             and launched with ``launch`` rather than ``launch_captured``).
-        config: the launch configuration it was captured with.
+        config: the launch configuration it was captured with. For a node not made by
+            ``launch_captured`` it is read from the node's kernel parameters, which carry no launch
+            attributes: ``programmatic_stream_serialization`` is then False whatever the launch used.
         capture_id: the driver's id of the capture sequence (unique in the process).
     """
 
@@ -78,8 +80,8 @@ class Graph(Generic[R]):
     """
 
     __slots__ = ("_stream", "_context", "_ctx_handle", "_exec_handle", "_graph_launch", "_graph_cu", "_exec_cu",
-                 "_capture_id", "_resources", "_held", "_keep", "_nodes", "_by_handle", "_configs", "_packers", "_params",
-                 "_lock", "_finalizer", "__weakref__")
+                 "_capture_id", "_resources", "_held", "_keep", "_nodes", "_by_handle", "_configs", "_flag_known",
+                 "_packers", "_params", "_lock", "_finalizer", "__weakref__")
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("capture graphs with Stream.capture(resources, fn)")
@@ -102,6 +104,9 @@ class Graph(Generic[R]):
         self._held: dict[int, Any] = {}
         self._keep: list[Any] = []
         self._configs: dict[int, LaunchConfig] = {}
+        # Nodes whose programmatic_stream_serialization is known: those of launch_captured. Any other
+        # node's config is read from its kernel parameters, which carry no launch attributes.
+        self._flag_known: set[int] = set()
         self._packers: dict[Any, ArgumentPacker] = {}
         self._params: dict[int, Any] = {}
         self._lock = threading.Lock()
@@ -109,7 +114,9 @@ class Graph(Generic[R]):
         for node_cu, params in native.kernels:
             handle, function = int(node_cu), int(params.func)
             node = record.nodes.get(handle)
-            if node is None:
+            if node is not None:
+                self._flag_known.add(handle)
+            else:
                 known = kernels_for_function(function)
                 self._keep.extend(known)
                 node = KernelNode(handle=handle, function=function, kernel=known[0] if len(known) == 1 else None,
@@ -207,7 +214,9 @@ class Graph(Generic[R]):
             ContractError: ``node`` is not a kernel node of this graph, its contract is unknown, or an
                 argument does not satisfy the contract (nothing is changed then).
             UseAfterFree: a buffer argument was freed.
-            LaunchConfigError: the config exceeds the device's or the function's limits.
+            LaunchConfigError: the config exceeds the device's or the function's limits, or its
+                ``programmatic_stream_serialization`` differs from that of a ``launch_captured`` node (an
+                update cannot change it; any other node keeps what it was captured with).
             ClosedResourceError: the graph was closed.
             CudaError: the driver refused the update.
             Exception: whatever ``prepare`` raises, unchanged.
@@ -260,7 +269,7 @@ class Graph(Generic[R]):
             captured = self._configs[node.handle]
             if config is None:
                 config = captured
-            elif (isinstance(config, LaunchConfig) and isinstance(captured, LaunchConfig)
+            elif (isinstance(config, LaunchConfig) and node.handle in self._flag_known
                   and config.programmatic_stream_serialization != captured.programmatic_stream_serialization):
                 # Kernel node parameters carry no launch attributes: the node keeps the captured one.
                 raise LaunchConfigError(
