@@ -212,7 +212,7 @@ graph_launch: Any = None
 event_record: Any = None
 """``event_record(event, stream) -> CUresult``."""
 entry_points: dict[str, int] = {}
-"""Driver entry points by name (``cuLaunchKernel``, ``cuGraphLaunch``, ``cuEventRecord``), as
+"""Driver entry points by name (``cuLaunchKernel``, ``cuLaunchKernelEx``, ``cuGraphLaunch``, ``cuEventRecord``), as
 ``cuGetProcAddress`` returned them: for code that calls the driver without Python (e.g. ``@njit``)."""
 hot_path_kind = "none"
 """``"c-extension"`` or ``"ctypes"``: which implementation the hot path uses."""
@@ -259,12 +259,23 @@ def _bind_hot_path(drv: Any) -> None:
 
     def launch_ctypes(f: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, smem: int,
                       stream: int, params: int) -> int:
+        _check_u32("launch_kernel", gx, gy, gz, bx, by, bz, smem)
         return raw_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, None)
 
     launch_kernel = launch_ctypes
     graph_launch = two(pfn_graph)
     event_record = two(pfn_event)
     hot_path_kind = "ctypes"
+
+
+_DIM_NAMES = ("gx", "gy", "gz", "bx", "by", "bz", "shared_bytes")
+
+
+def _check_u32(name: str, *dims: int) -> None:
+    # ctypes wraps c_uint silently (-1 -> 4294967295, 2**32 + 1 -> 1); the C extension refuses both.
+    for dim_name, d in zip(_DIM_NAMES, dims):
+        if isinstance(d, int) and not 0 <= d <= 0xFFFFFFFF:
+            raise OverflowError(f"{name}: {dim_name} = {d} does not fit the driver's 32-bit unsigned int")
 
 
 class _LaunchAttribute(ctypes.Structure):
@@ -287,6 +298,7 @@ def _programmatic_ctypes(pfn_launch_ex: int) -> Any:
 
     def launch(f: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, smem: int, stream: int,
                params: int) -> int:
+        _check_u32("launch_kernel_programmatic", gx, gy, gz, bx, by, bz, smem)
         attr = _LaunchAttribute(_PROGRAMMATIC_STREAM_SERIALIZATION, b"", 1)
         config = _LaunchConfig((ctypes.c_uint * 7)(gx, gy, gz, bx, by, bz, smem), stream, ctypes.pointer(attr), 1)
         return raw(ctypes.byref(config), f, params, None)

@@ -9,6 +9,7 @@
 #define Py_LIMITED_API 0x030A0000
 #endif
 #include <Python.h>
+#include <limits.h>
 #include <string.h>
 
 typedef int (*launch_t)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -72,8 +73,17 @@ static int parse_launch(const char* name, const void* entry, PyObject* const* ar
         PyErr_Format(PyExc_RuntimeError, "%s: driver entry point not set", name);
         return 0;
     }
+    static const char* const dim_names[7] = {"gx", "gy", "gz", "bx", "by", "bz", "shared_bytes"};
     out->fn = PyLong_AsVoidPtr(args[0]);
-    for (int i = 0; i < 7; ++i) out->dims[i] = (unsigned)PyLong_AsUnsignedLong(args[1 + i]);
+    for (int i = 0; i < 7; ++i) {
+        unsigned long v = PyLong_AsUnsignedLong(args[1 + i]);
+        if (v > UINT_MAX && !PyErr_Occurred()) {  /* unsigned long is 64-bit: refuse, never truncate */
+            PyErr_Format(PyExc_OverflowError, "%s: %s = %lu does not fit the driver's 32-bit unsigned int", name,
+                         dim_names[i], v);
+            return 0;
+        }
+        out->dims[i] = (unsigned)v;
+    }
     out->stream = PyLong_AsVoidPtr(args[8]);
     out->params = (void**)PyLong_AsVoidPtr(args[9]);
     return !PyErr_Occurred();

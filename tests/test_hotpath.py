@@ -5,9 +5,11 @@ configuration with the layout of cuda.h (CUDA >= 12)."""
 from __future__ import annotations
 
 import ctypes
+import sys
 
 import pytest
 
+import mircuda
 from mircuda import _cuda
 
 hotpath = pytest.importorskip("mircuda._hotpath", reason="the C extension was not built")
@@ -70,3 +72,55 @@ def test_the_ctypes_fallback_builds_the_same_configuration(stand_ins) -> None:
 def test_wrong_arity_is_a_type_error(fn) -> None:
     with pytest.raises(TypeError, match="takes 10 arguments"):
         getattr(hotpath, fn)(1, 2)
+
+
+BAD_ARGUMENTS = [  # (index, value, exception, message)
+    (1, 2**32 + 1, OverflowError, "gx = 4294967297 does not fit"),  # was truncated to a grid of 1
+    (4, 2**32, OverflowError, "bx = 4294967296 does not fit"),
+    (7, -1, OverflowError, "negative"),
+    (1, 1.5, TypeError, "integer"),
+    (9, None, TypeError, "integer"),
+]
+
+
+@pytest.mark.parametrize("fn", ["launch_kernel", "launch_kernel_programmatic"])
+@pytest.mark.parametrize("index, value, error, message", BAD_ARGUMENTS)
+def test_a_bad_dimension_or_handle_raises_and_calls_nothing(stand_ins, fn, index, value, error, message) -> None:
+    args = list(ARGS)
+    args[index] = value
+    with pytest.raises(error, match=message):
+        getattr(hotpath, fn)(*args)
+    assert stand_ins == {}
+
+
+@pytest.mark.parametrize("index, value", [(1, 2**32 + 1), (3, -1), (7, 2**64)])
+def test_the_ctypes_fallbacks_refuse_what_ctypes_would_wrap(monkeypatch, index, value) -> None:
+    # ctypes converts c_uint modulo 2**32 without a word; both fallbacks check first, as the C path does.
+    calls = []
+    keep = (LAUNCH(lambda *a: calls.append(a) or 0), LAUNCH_EX(lambda *a: calls.append(a) or 0))
+    address = {"cuLaunchKernel": ctypes.cast(keep[0], vp).value, "cuLaunchKernelEx": ctypes.cast(keep[1], vp).value}
+
+    class Driver:  # the three calls _bind_hot_path makes
+        class CUdriverProcAddress_flags:
+            CU_GET_PROC_ADDRESS_DEFAULT = 0
+
+        def cuDriverGetVersion(self):  # type: ignore[no-untyped-def]
+            return 0, 12080
+
+        def cuGetProcAddress(self, name, version, flags):  # type: ignore[no-untyped-def]
+            return 0, address.get(name.decode(), 0x1)
+
+    for name in ("launch_kernel", "launch_kernel_programmatic", "graph_launch", "event_record", "hot_path_kind"):
+        monkeypatch.setattr(_cuda, name, getattr(_cuda, name))
+    monkeypatch.setattr(_cuda, "entry_points", {})
+    monkeypatch.delattr(mircuda, "_hotpath")  # and the import fails: the ctypes path
+    monkeypatch.setitem(sys.modules, "mircuda._hotpath", None)
+    _cuda._bind_hot_path(Driver())
+    assert _cuda.hot_path_kind == "ctypes"
+    args = list(ARGS)
+    args[index] = value
+    for fn in (_cuda.launch_kernel, _cuda.launch_kernel_programmatic):
+        with pytest.raises(OverflowError, match="does not fit the driver's 32-bit unsigned int"):
+            fn(*args)
+    assert calls == []
+    assert _cuda.launch_kernel(*ARGS) == 0 and len(calls) == 1  # good arguments still go through
