@@ -120,6 +120,9 @@ def test_launch_config_normalizes_dimensions() -> None:
     (lambda: mc.LaunchConfig(1.5, 32), "grid"),
     (lambda: mc.LaunchConfig(1, 32, -1), "shared_mem_bytes"),
     (lambda: mc.LaunchConfig(1, 32, programmatic_stream_serialization=1), "programmatic_stream_serialization"),
+    (lambda: mc.LaunchConfig(1, 32, programmatic_stream_serialization=None), "programmatic_stream_serialization"),
+    (lambda: mc.LaunchConfig(1, 32, programmatic_stream_serialization=np.True_), "programmatic_stream_serialization"),
+    (lambda: mc.LaunchConfig(1, 32, programmatic_stream_serialization="yes"), "programmatic_stream_serialization"),
     (lambda: mc.LaunchConfig.for_elements(0), "n"),
     (lambda: mc.LaunchConfig.for_elements(10, 0), "block"),
 ])
@@ -156,3 +159,44 @@ def test_programmatic_dependent_launch_needs_hopper_or_later() -> None:
     mc.LaunchConfig(132, 256).check(ampere)
     with pytest.raises(mc.LaunchConfigError, match=r"programmatic_stream_serialization: needs compute capability >= 9.0, the device has 8.6"):
         pdl.check(ampere)
+
+
+def test_a_typed_launch_takes_the_entry_point_of_each_config_and_names_it_when_refused(monkeypatch) -> None:
+    """The generated launch calls cuLaunchKernel, or cuLaunchKernelEx with programmatic stream
+    serialization, per config (switching back and forth), and a refused launch names the one it called."""
+    from mircuda import _cuda
+    from mircuda.launch._kernel import LAUNCH_ABIS, TypedKernel
+    from mircuda.runtime import Stream
+
+    calls: list[tuple[str, tuple]] = []
+    results = {"plain": 0, "programmatic": 0}
+
+    def entry(name: str):  # type: ignore[no-untyped-def]
+        def call(*args):  # type: ignore[no-untyped-def]
+            calls.append((name, args[1:8]))
+            return results[name]
+        return call
+
+    monkeypatch.setattr(_cuda, "launch_kernel", entry("plain"))
+    monkeypatch.setattr(_cuda, "launch_kernel_programmatic", entry("programmatic"))
+    monkeypatch.setattr(_cuda, "result_name", lambda code: "CUDA_ERROR_NOT_SUPPORTED")
+    context = FakeContext()
+    context.handle = 1
+    kernel = object.__new__(TypedKernel)
+    kernel._contract = mc.cuda_export("k", n=mc.i32)
+    kernel._abi, kernel._handle, kernel._context = LAUNCH_ABIS["c"], 0x40, context
+    kernel._config_dims = lambda c: (*c.grid, *c.block, c.shared_mem_bytes)  # the device checks: not here
+    launch = kernel._generate(owner=__import__("threading").get_ident())
+    stream = object.__new__(Stream)
+    stream._context, stream._handle = context, 0x50
+
+    plain = mc.LaunchConfig(2, 64)
+    pdl = mc.LaunchConfig(2, 64, programmatic_stream_serialization=True)
+    for config in (plain, pdl, plain, mc.LaunchConfig(2, 64, programmatic_stream_serialization=True)):
+        launch(stream, config, 3)
+    assert calls == [(name, (2, 1, 1, 64, 1, 1, 0)) for name in ("plain", "programmatic", "plain", "programmatic")]
+    results.update(plain=801, programmatic=801)
+    for config, call in ((pdl, "cuLaunchKernelEx"), (plain, "cuLaunchKernel")):
+        with pytest.raises(mc.CudaError) as refused:
+            launch(stream, config, 3)
+        assert refused.value.call == call and "CUDA_ERROR_NOT_SUPPORTED" in str(refused.value)

@@ -308,7 +308,7 @@ class TypedKernel:
             "            _mk(_ch)",
             "            r = _L(_fn, *_dims, stream._handle, _params)",
             "        if r:",
-            "            _raise(r)",
+            "            _raise(r, config)",
         ]
         fn = _compile_function("launch", sig, body, ns)
         fn.__doc__ = f"Launch {contract!r} on a stream (see TypedKernel)."
@@ -357,8 +357,10 @@ class TypedKernel:
         self._checked[config] = dims
         return dims
 
-    def _raise_launch(self, code: int) -> None:
-        _cuda.raise_result(code, "cuLaunchKernel", f"kernel {self._contract.symbol!r}")
+    def _raise_launch(self, code: int, config: LaunchConfig | None = None) -> None:
+        call = ("cuLaunchKernelEx" if config is not None and config.programmatic_stream_serialization
+                else "cuLaunchKernel")
+        _cuda.raise_result(code, call, f"kernel {self._contract.symbol!r}")
 
     # -- introspection ----------------------------------------------------------------------
     @property
