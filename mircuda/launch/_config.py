@@ -46,7 +46,8 @@ class LaunchConfig:
             (or exited). The kernel must execute ``griddepcontrol.wait`` (CUDA C:
             ``cudaGridDependencySynchronize()``) before it reads anything earlier work on the stream
             writes; without the attribute that instruction returns at once, so such a kernel is correct
-            either way. Typed launches honor it; ``@njit`` launch records refuse it.
+            either way. Typed launches honor it; ``@njit`` launch records refuse it; a graph node update
+            cannot change it (see :meth:`Graph.update_kernel`).
 
     Limits of the device (threads per block, block and grid dimensions, opt-in shared memory) are
     checked when the configuration is first used with a kernel.
