@@ -59,7 +59,7 @@ def unroll_candidates(m: int) -> tuple[int, ...]:
 def choose_gemv(candidates: list[tuple[int, int]]) -> tuple[int, int]:
     """The (unroll, warps) with the most weight bytes in flight per block (warps x unroll), then the
     most warps. Every candidate's warps come from :func:`choose_vector_warps`, so its grid fits in one
-    wave and the resident blocks per SM are the same for all. Measured on an H200 on 2026-11-29 (bf16,
+    wave wherever a split of K does (for large N each takes one warp per block and several waves). Measured on an H200 on 2026-11-29 (bf16,
     M = 12 and 16, N x K of 4096 x 4096, 14336 x 4096, 4096 x 14336, 6144 x 4096, every unroll and
     warp count): the rule picks the fastest of the two candidates on seven of the eight, and at
     M = 12, 14336 x 4096 (two steps, two warps: 37.6 µs) the other is 34.8 µs."""
