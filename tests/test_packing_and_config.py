@@ -156,6 +156,7 @@ def test_programmatic_dependent_launch_needs_hopper_or_later() -> None:
     pdl.check(H200_LIKE)
     assert pdl != mc.LaunchConfig(132, 256)  # a different configuration: checked and cached apart
     ampere = dataclasses.replace(H200_LIKE, compute_capability=(8, 6))
+    assert H200_LIKE.supports_programmatic_launch and not ampere.supports_programmatic_launch
     mc.LaunchConfig(132, 256).check(ampere)
     with pytest.raises(mc.LaunchConfigError, match=r"programmatic_stream_serialization: needs compute capability >= 9.0, the device has 8.6"):
         pdl.check(ampere)

@@ -98,7 +98,7 @@ class LaunchConfig:
             LaunchConfigError: naming the exceeded limit, the limit and the value; or
                 ``programmatic_stream_serialization`` on a device of compute capability < 9.0.
         """
-        if self.programmatic_stream_serialization and tuple(info.compute_capability) < (9, 0):
+        if self.programmatic_stream_serialization and not info.supports_programmatic_launch:
             cc = ".".join(map(str, info.compute_capability))
             raise LaunchConfigError("programmatic_stream_serialization: needs compute capability >= 9.0, "
                                     f"the device has {cc}")

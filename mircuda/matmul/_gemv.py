@@ -12,7 +12,7 @@ from ..dtypes import f32, i32
 from ..launch import In, InOut, LaunchConfig, cuda_export
 from ..memory import DeviceBuffer
 from ._library import KernelInfo
-from ._vector import blocks_per_sm, choose_vector_warps, kernel_executor, programmatic_launch, shared_compiler
+from ._vector import blocks_per_sm, choose_vector_warps, kernel_executor, shared_compiler
 
 if TYPE_CHECKING:
     from ..dtypes import DTypeInfo
@@ -110,7 +110,7 @@ class BatchedGemv:
         self.unroll, self.warps = choose_gemv([(u, w) for u, (_, w) in built.items()])
         self.kernel: TypedKernel = built[self.unroll][0]
         self.config = LaunchConfig((-(-spec.n // ROWS_PER_BLOCK),), (32 * self.warps,),
-                                   programmatic_stream_serialization=programmatic_launch(info))
+                                   programmatic_stream_serialization=info.supports_programmatic_launch)
         self.config.check(info, self.kernel.attributes.max_threads_per_block)
         self._launch = self.kernel.launch
         self._spec = spec

@@ -18,7 +18,7 @@ from ._spec import DenseVectorSpec, PlanBase, check_operand, check_scalar, plan_
 
 if TYPE_CHECKING:
     from ..launch import TypedKernel
-    from ..runtime import Context, DeviceInfo, Stream
+    from ..runtime import Context, Stream
 
 __all__ = ["DenseVectorPlan", "choose_dense_vector_warps", "choose_vector_warps", "dense_vector_source", "blocks_per_sm", "kernel_executor",
            "shared_compiler", "ROWS_PER_BLOCK", "MAX_WARPS"]
@@ -40,14 +40,6 @@ def dense_vector_source() -> CudaSource:
     """``cuda_src/dense_vector.cu`` as a :class:`CudaSource` (from the installed package)."""
     text = resources.files("mircuda").joinpath("cuda_src", "dense_vector.cu").read_text()
     return CudaSource(text, "dense_vector.cu")
-
-
-def programmatic_launch(info: DeviceInfo) -> bool:
-    """Whether the GEMV kernels launch with programmatic dependent launch on this device (cc >= 9.0):
-    a kernel's first weight loads then overlap the tail of the previous kernel on the stream (measured
-    on an H200, 4096x4096 bf16, M = 1: 11.0 instead of 11.9 µs per call back to back). The kernels wait
-    (``griddepcontrol.wait``) before reading anything earlier work may write; see ``cuda_src/``."""
-    return tuple(info.compute_capability) >= (9, 0)
 
 
 def kernel_symbol(input_name: str, output_name: str, vector: bool) -> str:
@@ -227,8 +219,10 @@ class DenseVectorPlan(PlanBase, Generic[T]):
         elif type(warps) is not int or warps not in (1, 2, 4, 8):
             raise ContractError("warps", "1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
         self._warps = warps
+        # On cc >= 9.0 the kernel's first weight loads overlap the previous kernel's tail (H200,
+        # 4096x4096 bf16, M = 1: 11.0 instead of 11.9 µs per call back to back); see cuda_src/.
         self._config = LaunchConfig((-(-spec.n // ROWS_PER_BLOCK),), (32 * warps,),
-                                    programmatic_stream_serialization=programmatic_launch(info))
+                                    programmatic_stream_serialization=info.supports_programmatic_launch)
         self._config.check(info, self._kernel.attributes.max_threads_per_block)
         self._launch = self._kernel.launch
         self._numba: Any = None

@@ -45,6 +45,12 @@ class DeviceInfo:
         major, minor = self.compute_capability
         return f"sm_{major}{minor}"
 
+    @property
+    def supports_programmatic_launch(self) -> bool:
+        """Whether kernels can launch with programmatic dependent launch (``griddepcontrol``,
+        compute capability >= 9.0; PTX ISA 7.8): see ``LaunchConfig.programmatic_stream_serialization``."""
+        return tuple(self.compute_capability) >= (9, 0)
+
 
 _ATTRIBUTES = {
     "cc_major": "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR",
