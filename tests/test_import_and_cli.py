@@ -54,3 +54,17 @@ def test_cli_requires_a_command() -> None:
 def test_cli_profile_without_a_gpu_fails_cleanly() -> None:
     out = subprocess.run([sys.executable, "-m", "mircuda", "profile"], capture_output=True, text=True)
     assert out.returncode == 2 and "error:" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("value, ok", [("1,16,2048", (1, 16, 2048)), ("8,", (8,)), ("0", None), ("abc", None),
+                                       ("", None), ("-4", None)])
+def test_matmul_profile_m_values_are_positive_ints(value, ok) -> None:
+    import argparse
+
+    from mircuda.matmul._profile import m_values
+
+    if ok is None:
+        with pytest.raises(argparse.ArgumentTypeError, match="positive int"):
+            m_values(value)
+    else:
+        assert m_values(value) == ok

@@ -316,11 +316,13 @@ def matmul_profile(args: Any) -> int:
     from ._library import load_library
     from ._timing import StreamTimer, bank_count
 
-    lib = load_library()
-    driver = mc.Driver.initialize()
+    from ._gemv import MAX_M
+
+    driver = mc.Driver.initialize()  # first: without a driver nothing else matters
+    ms = list(args.m)
+    lib = load_library() if max(ms) > MAX_M else None  # the batched GEMV (M <= 16) needs no CUTLASS
     failures: list[str] = []
     rows: list[Row] = []
-    ms = [int(v) for v in args.m.split(",") if v]
     with driver.create_context(driver.device(args.device)) as context:
         info = context.device_info()
         stream = context.create_stream()
@@ -373,7 +375,7 @@ def matmul_profile(args: Any) -> int:
         if why:
             print(f"  note: {why}")
         _write_json(args.json, {"benchmark": "matmul-profile", "device": info.name, "arch": info.arch,
-                                "library": str(lib.path),
+                                "library": str(lib.path) if lib is not None else None,
                                 "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                                 "method": "back-to-back calls behind a spin kernel, events, median; weight banks "
                                           ">= 8x L2", "notes": [why] if why else [], "goals": goals,
@@ -412,11 +414,31 @@ def _goals(rows: list[Row]) -> list[str]:
     return out
 
 
+def m_values(text: str) -> tuple[int, ...]:
+    """``--m``: comma-separated positive ints, e.g. ``1,16,2048``.
+
+    Raises:
+        argparse.ArgumentTypeError: naming the value that is not a positive int.
+    """
+    import argparse
+
+    values = []
+    for v in (v.strip() for v in text.split(",")):
+        if v and (not v.isdigit() or int(v) < 1):
+            raise argparse.ArgumentTypeError(f"expected comma-separated positive ints, received {v!r} in {text!r}")
+        if v:
+            values.append(int(v))
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected at least one positive int, received {text!r}")
+    return tuple(values)
+
+
 def add_matmul_arguments(p: Any) -> None:
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--dtypes", default="bf16,f16,bf16->f32",
                    help="comma-separated input[->output] pairs (default: bf16,f16,bf16->f32)")
-    p.add_argument("--m", default="1,2,4,8,16,32,64,128,512,2048,8192", help="comma-separated M values")
+    p.add_argument("--m", type=m_values, default="1,2,4,8,16,32,64,128,512,2048,8192",
+                   help="comma-separated M values (positive ints)")
     p.add_argument("--calls", type=int, default=20, help="back-to-back calls per timed repeat")
     p.add_argument("--repeats", type=int, default=7, help="timed repeats (the median is reported)")
     p.add_argument("--json", default="benchmarks/results/matmul_profile.json")
