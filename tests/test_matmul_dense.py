@@ -15,7 +15,7 @@ from mircuda.matmul._dense import MISALIGNED, matmul_executor
 from mircuda.matmul._gemv import gemv_kernels
 from mircuda.matmul._library import KernelInfo
 from mircuda.matmul._select import BATCHED_GEMV_MAX_M, select_kernel, split_k_slices, tensor_core_aligned
-from mircuda.matmul._vector import INVALID_VALUE, kernel_executor
+from mircuda.matmul._vector import INVALID_VALUE, kernel_executor, vector_kernels
 
 H200 = ((9, 0), 132)
 RTX5090 = ((12, 0), 170)
@@ -40,9 +40,9 @@ def table() -> list[KernelInfo]:
 
 
 def pick(m, n, k, device=H200, input="bf16", output="bf16", forced=None, gemv=False):
-    """The selection among the library's table (and the batched GEMV's entries, as the plan offers them)."""
+    """The selection among the library's table (and the NVRTC kernels' entries, as the plan offers them)."""
     cc, sms = device
-    kernels = [*gemv_kernels(), *table()] if gemv else table()
+    kernels = [*vector_kernels(), *gemv_kernels(), *table()] if gemv else table()
     return select_kernel(kernels, mc.DenseMatmulSpec(m, n, k), input, output, cc, sms, forced)
 
 
@@ -50,12 +50,29 @@ AMPERE = ((8, 6), 84)
 
 
 @pytest.mark.parametrize("device", [H200, RTX5090, GB10, AMPERE], ids=["sm90", "sm120", "sm121", "sm86"])
-@pytest.mark.parametrize("m, n, k", [(1, 4096, 4096), (16, 14336, 4096), (7, 4100, 4095), (3, 7, 9)])
+@pytest.mark.parametrize("m, n, k", [(2, 4096, 4096), (16, 14336, 4096), (7, 4100, 4095), (3, 7, 9)])
 def test_decode_runs_the_batched_gemv_on_every_device(device, m, n, k) -> None:
     s = pick(m, n, k, device, output="f32", gemv=True)
     assert s.kernel.family == "batched_gemv" and s.kernel.origin == "nvrtc" and s.splits == 1
     assert s.kernel.name == "batched_gemv_bf16_f32" and f"M = {m} <= 16" in s.reason
     assert ("16-byte loads" in s.reason) == (k % 8 == 0)
+
+
+@pytest.mark.parametrize("device", [H200, RTX5090, GB10, AMPERE], ids=["sm90", "sm120", "sm121", "sm86"])
+@pytest.mark.parametrize("n, k", [(4096, 4096), (7, 9)])
+def test_m_1_runs_the_dense_vector_kernel_on_every_device(device, n, k) -> None:
+    s = pick(1, n, k, device, input="f16", output="f32", gemv=True)
+    assert s.kernel.family == "dense_vector" and s.kernel.origin == "nvrtc" and s.splits == 1
+    assert s.kernel.name == "dense_vector_f16_f32" and "M = 1" in s.reason
+    assert ("16-byte loads" in s.reason) == (k % 8 == 0)
+
+
+def test_the_dense_vector_kernel_is_forced_only_for_m_1_and_the_batched_gemv_may_be() -> None:
+    assert pick(1, 64, 64, forced="batched_gemv_bf16_bf16", gemv=True).kernel.family == "batched_gemv"
+    assert pick(1, 64, 64, forced="dense_vector_bf16_bf16", gemv=True).kernel.family == "dense_vector"
+    with pytest.raises(mc.ContractError, match="takes M = 1") as info:
+        pick(2, 64, 64, forced="dense_vector_bf16_bf16", gemv=True)
+    assert info.value.argument == "kernel"
 
 
 def test_from_m_17_the_cutlass_kernels_run_and_forcing_one_is_allowed_for_decode() -> None:
@@ -76,9 +93,11 @@ def test_the_batched_gemv_is_forced_only_for_m_up_to_16() -> None:
 
 
 def test_the_batched_gemv_needs_cc_8_and_no_library() -> None:
-    assert pick(1, 64, 64, ((8, 0), 108), gemv=True).kernel.family == "batched_gemv"
-    with pytest.raises(mc.UnsupportedPlatform):
-        select_kernel(gemv_kernels(), mc.DenseMatmulSpec(1, 64, 64), "bf16", "bf16", (7, 5), 40)
+    assert pick(2, 64, 64, ((8, 0), 108), gemv=True).kernel.family == "batched_gemv"
+    assert pick(1, 64, 64, ((8, 0), 108), gemv=True).kernel.family == "dense_vector"
+    for kernels in (gemv_kernels(), vector_kernels()):
+        with pytest.raises(mc.UnsupportedPlatform):
+            select_kernel(kernels, mc.DenseMatmulSpec(1, 64, 64), "bf16", "bf16", (7, 5), 40)
     assert {k.name for k in gemv_kernels()} == {f"batched_gemv_{i}_{o}" for i, o in
                                                  (("bf16", "bf16"), ("bf16", "f32"), ("f16", "f16"), ("f16", "f32"))}
 

@@ -7,7 +7,7 @@ import pytest
 
 import mircuda as mc
 from mircuda.matmul._spec import resolve_dtypes
-from mircuda.matmul._vector import choose_dense_vector_warps, choose_vector_warps, dense_vector_source, kernel_symbol
+from mircuda.matmul._vector import choose_dense_vector, choose_vector_warps, dense_vector_source, kernel_symbol, vector_options
 
 SYMBOLS = [kernel_symbol(i, o, v) for i in ("bf16", "f16") for o in (i, "f32") for v in (True, False)]
 
@@ -65,17 +65,42 @@ def test_one_warp_when_even_one_per_block_overflows_a_wave() -> None:
     assert choose_vector_warps(1 << 20, 4096, 132, occupancy(16)) == 1
 
 
+def h200_occupancy(rows: int, warps: int) -> int:
+    # sm_90 registers per thread: 121 with 8 rows (16 warps per SM), 238 with 16 rows (8 warps per SM).
+    return (16 if rows == 8 else 8) // warps
+
+
 @pytest.mark.parametrize("n, k, expected", [
-    (4096, 4096, 8),    # 512 blocks x 8 warps = 31 per SM on 132 SMs (the fastest split measured)
-    (14336, 4096, 2),   # 1792 blocks: 27 warps per SM
-    (6144, 4096, 4),
-    (4096, 14336, 8),
-    (64, 512, 1),       # too short to split: each warp reads >= two 256-column chunks
-    (64, 1024, 2),
-    (1 << 20, 4096, 1),
+    (4096, 4096, (16, 4)),     # 256 blocks of 16 rows x 4 warps: one wave of 8 warps per SM on 132 SMs
+    (2048, 8192, (16, 8)),
+    (4096, 14336, (16, 4)),
+    (8192, 8192, (8, 2)),      # 16 rows would leave 2 warps per block: 8 rows, 1024 blocks x 2 warps
+    (6144, 4096, (8, 2)),
+    (14336, 4096, (8, 1)),
+    (28672, 4096, (8, 1)),
+    (64, 512, (8, 1)),         # too short to split: each warp reads >= two 256-column chunks
+    (64, 1024, (8, 2)),
 ])
-def test_dense_vector_plans_split_k_up_to_two_waves_of_warps(n, k, expected) -> None:
-    assert choose_dense_vector_warps(n, k, 132) == expected
+def test_dense_vector_plans_take_16_rows_where_four_or_more_warps_still_split_k_in_one_wave(n, k, expected) -> None:
+    assert choose_dense_vector(n, k, 132, h200_occupancy) == expected
+
+
+@pytest.mark.parametrize("rows, late", [(8, True), (16, False)])
+def test_eight_row_blocks_let_the_next_kernel_start_after_their_loads_sixteen_row_blocks_before(rows, late) -> None:
+    options = mc.CompileOptions(defines={"DENSE_VECTOR_ROWS": rows}, output="ptx")
+    ptx = mc.compile_program(dense_vector_source(), "compute_90", options).image.decode()
+    body = ptx[ptx.index(".entry dense_vector_bf16_bf16_v16"):]
+    body = body[: body.index("\n}")]
+    trigger, wait = body.index("griddepcontrol.launch_dependents"), body.index("griddepcontrol.wait")
+    last_weight_load = body.rindex("ld.global.nc.L1::no_allocate")
+    assert (trigger > last_weight_load) is late and (trigger < wait) is not late
+    assert body.count("ld.global.nc.L1::no_allocate.L2::128B.v4.u32") >= rows
+
+
+def test_only_8_or_16_rows_compile() -> None:
+    with pytest.raises(mc.CompileError, match="DENSE_VECTOR_ROWS"):
+        mc.compile_program(dense_vector_source(), "sm_90", mc.CompileOptions(defines={"DENSE_VECTOR_ROWS": 4}))
+    assert vector_options(16).defines == (("DENSE_VECTOR_ROWS", "16"),)
 
 
 @pytest.mark.parametrize("kwargs, argument", [

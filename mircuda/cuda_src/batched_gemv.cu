@@ -38,6 +38,15 @@
 #error "compile with -D MIRCUDA_GEMV_M=<rows of A, 1..16>"
 #endif
 
+// Where programmatic dependent launch lets the next kernel of the stream start (cc >= 9.0): at the
+// start of each block (early), or once its loads are done (late). Measured on an H200 on 2026-11-29
+// (bf16, cold weights, back to back): for M <= 8 the late trigger was as fast or faster on every shape
+// (14336 x 4096, M = 1: 28.8 instead of 31.4 µs; 6144 x 4096: 14.2 instead of 16.9), for M = 16 the
+// early one was (4096 x 4096: 11.4 instead of 11.8 µs; the other shapes within 1 %).
+#ifndef MIRCUDA_PDL_TRIGGER_LATE
+#define MIRCUDA_PDL_TRIGGER_LATE (MIRCUDA_GEMV_M <= 8)
+#endif
+
 namespace {
 
 constexpr int kM = MIRCUDA_GEMV_M;
@@ -149,7 +158,9 @@ __device__ __forceinline__ void batched_gemv(Out* __restrict__ c, const unsigned
             const int ch = warp + i * warps;
             if (ch < full) prefetch_l2((t < 2 ? wlo : whi) + ch * kChunk + (t & 1) * 64);
         }
+#if !MIRCUDA_PDL_TRIGGER_LATE
         asm volatile("griddepcontrol.launch_dependents;");
+#endif
         asm volatile("griddepcontrol.wait;" ::: "memory");
     }
 #endif
@@ -233,6 +244,9 @@ __device__ __forceinline__ void batched_gemv(Out* __restrict__ c, const unsigned
         }
     }
 
+#if __CUDA_ARCH__ >= 900 && MIRCUDA_PDL_TRIGGER_LATE
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
     if (warps > 1) {  // sum the warps' partial products; warp 0 stores
         __shared__ float partial[kMaxWarps][kTiles][4][32];
 #pragma unroll

@@ -4,13 +4,15 @@
 // BF16, accumulation is FP32, y is the input type or FP32. Compiled by NVRTC for the current device
 // (any cc >= 8.0) through mircuda's Compiler.
 //
-// Work split: block b owns output rows [8b, 8b + 8). Its warps (blockDim.x / 32 of them, at most 8)
-// split K: warp w reads the 256-column chunks w, w + warps, w + 2 warps, ... of all eight rows, so one
-// 16-byte load of x (eight inputs, four pairs converted to float2 once) serves eight weight rows.
+// Work split: block b owns output rows [R b, R b + R), R = DENSE_VECTOR_ROWS (8 or 16, chosen by the plan
+// per shape). Its warps (blockDim.x / 32 of them, at most 8) split K: warp w reads the 256-column chunks
+// w, w + warps, w + 2 warps, ... of all R rows, so one 16-byte load of x (eight inputs, four pairs
+// converted to float2 once) serves R weight rows.
 // The vector variant (`_v16`) needs K % 8 == 0 and 16-byte aligned W and x: each lane then loads 16
 // bytes per row per chunk, and the loads of the next chunk are issued before the current one is
-// consumed, so each lane keeps 8-16 independent 16-byte loads in flight (a bandwidth-bound kernel
-// needs ~25 KB in flight per SM on an H200; 16 warps x 32 lanes x 8 x 16 B = 64 KB). The scalar variant (`_any`) takes any K and alignment.
+// consumed, so each lane keeps R to 2R independent 16-byte loads in flight (a bandwidth-bound kernel
+// needs ~25 KB in flight per SM on an H200; 16 warps x 32 lanes x 8 x 16 B = 64 KB). The scalar
+// variant (`_any`) takes any K and alignment.
 // Weights are read once, so they bypass L1 (ld.global.nc.L1::no_allocate); x stays cached.
 // Rows past N read row N-1 (in bounds, never stored); beta == 0 never reads y.
 #include <cuda_bf16.h>
@@ -19,12 +21,28 @@
 #ifndef DENSE_VECTOR_UNROLL
 #define DENSE_VECTOR_UNROLL 1  // chunks per pipeline step; 2 doubles the registers (252 on sm_90)
 #endif
+#ifndef DENSE_VECTOR_ROWS
+#define DENSE_VECTOR_ROWS 8
+#endif
+static_assert(DENSE_VECTOR_ROWS == 8 || DENSE_VECTOR_ROWS == 16, "DENSE_VECTOR_ROWS must be 8 or 16");
+
+// Where programmatic dependent launch lets the next kernel of the stream start (cc >= 9.0): at the
+// start of each block (early), or once its loads are done (late). Measured on an H200 on 2026-11-29
+// (bf16, cold weights, back to back, seven shapes): with 8 rows, early dependents cost up to 2 µs
+// on grids of many blocks (6144 x 4096: 16.7 instead of 14.1 µs with the late trigger); with 16 rows
+// (one wave of few blocks) the early trigger was faster (4096 x 4096: 10.1 instead of 10.6 µs).
+#ifndef MIRCUDA_PDL_TRIGGER_LATE
+#define MIRCUDA_PDL_TRIGGER_LATE (DENSE_VECTOR_ROWS == 8)
+#endif
 
 namespace {
 
-constexpr int kRows = 8;       // output rows per block (and per warp)
+constexpr int kRows = DENSE_VECTOR_ROWS;  // output rows per block (and per warp)
 constexpr int kMaxWarps = 8;   // warps per block splitting K
 constexpr int kChunk = 256;    // columns per warp per step in the vector variant: 32 lanes x 8
+// Register budget: 8 rows fit two blocks of 8 warps per SM (121 registers on sm_90); 16 rows double the
+// loads in flight per lane and take one (238 registers; a lower bound spills).
+constexpr int kMinBlocks = kRows == 8 ? 2 : 1;
 
 struct Bf16 {
     // A bf16 pair in a 32-bit word -> two floats (bf16 is the high half of an f32).
@@ -100,14 +118,18 @@ __device__ __forceinline__ void dense_vector(Out* __restrict__ y, const unsigned
         // kernel of the stream may write is read before griddepcontrol.wait; the L2 prefetches of the
         // first two chunks of this warp's weights are safe (L2 is the point of coherence) and overlap
         // this kernel's ramp with that kernel's tail. Without the launch attribute both are no-ops.
-        const long long r = row0 + (lane >> 2) < n ? row0 + (lane >> 2) : (long long)n - 1;
+        // Lane -> (row, 128-byte line of the chunk): rows (lane / 4) mod kRows; with 16 rows only the first 8.
+        const int rr = (lane >> 2) % kRows;
+        const long long r = row0 + rr < n ? row0 + rr : (long long)n - 1;
         const int full = k / kChunk;
         for (int i = 0; i < 2; ++i) {
             const int c = warp + i * warps;
             if (Vec && c < full)
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(w + r * (long long)k + c * kChunk + (lane & 3) * 64));
         }
+#if !MIRCUDA_PDL_TRIGGER_LATE
         asm volatile("griddepcontrol.launch_dependents;");
+#endif
         asm volatile("griddepcontrol.wait;" ::: "memory");
     }
 #endif
@@ -189,11 +211,14 @@ __device__ __forceinline__ void dense_vector(Out* __restrict__ y, const unsigned
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
     }
-    // Every lane now holds all eight row sums; lane r keeps row r's.
+    // Every lane now holds all kRows row sums; lane r keeps row r's.
     float mine = acc[0];
 #pragma unroll
     for (int r = 1; r < kRows; ++r) mine = lane == r ? acc[r] : mine;
 
+#if __CUDA_ARCH__ >= 900 && MIRCUDA_PDL_TRIGGER_LATE
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
     if (warps > 1) {
         __shared__ float partial[kMaxWarps][kRows];
         if (lane < kRows) partial[warp][lane] = mine;
@@ -215,7 +240,7 @@ __device__ __forceinline__ void dense_vector(Out* __restrict__ y, const unsigned
 }  // namespace
 
 #define MIRCUDA_DENSE_VECTOR(NAME, IN, VEC, OUT)                                                          \
-    extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)                                           \
+    extern "C" __global__ void __launch_bounds__(kMaxWarps * 32, kMinBlocks)                                           \
         NAME(OUT* __restrict__ y, const unsigned short* __restrict__ w, const unsigned short* __restrict__ x, \
              float alpha, float beta, int n, int k) {                                                     \
         dense_vector<IN, VEC>(y, w, x, alpha, beta, n, k);                                                \

@@ -1,5 +1,6 @@
 """``python -m mircuda cutlass-check``: find (or build) the CUTLASS library, run every kernel that
-runs on this GPU -- the library's and DenseMatmulPlan's NVRTC batched GEMV (M <= 16) -- against a
+runs on this GPU -- the library's and DenseMatmulPlan's NVRTC kernels (the dense vector kernel for
+M = 1, the batched GEMV for M <= 16) -- against a
 float64 numpy reference, and check the SASS of every sm_120f kernel for the tensor-core instructions it
 is meant to use (``cuobjdump``)."""
 
@@ -128,7 +129,8 @@ class NumericsRow:
 
 
 def _shapes(family: str) -> list[tuple[int, int, int]]:
-    return {"batched_gemv": [(1, 4096, 4096), (13, 1032, 520), (16, 37, 1003)],
+    return {"dense_vector": [(1, 4096, 4096), (1, 1032, 520), (1, 37, 1003)],
+            "batched_gemv": [(1, 4096, 4096), (13, 1032, 520), (16, 37, 1003)],
             "sm90_swapped": [(1, 4096, 4096), (13, 1032, 520)],
             "sm90_pingpong": [(200, 1032, 776)],
             "sm90_cooperative": [(2048, 1024, 1024), (1029, 264, 136)],
@@ -191,11 +193,12 @@ def cutlass_check(args: Any) -> int:
         pool = context.default_memory_pool()
         rng = np.random.default_rng()
         from ._gemv import gemv_kernels
+        from ._vector import vector_kernels
 
-        table = (*gemv_kernels(), *lib.kernels)
+        table = (*vector_kernels(), *gemv_kernels(), *lib.kernels)
         runnable = [k for k in table if k.runs_on(info.compute_capability)]
         print(f"numerics on {info.name} ({info.arch}): {len(runnable)} of {len(table)} kernels run here (the "
-              "library's and the NVRTC batched GEMV); bound |got - want| <= 2u|want| + 3e-5 sum|a b|")
+              "library's and the NVRTC kernels); bound |got - want| <= 2u|want| + 3e-5 sum|a b|")
         for kernel in runnable:
             for shape in _shapes(kernel.family):
                 try:

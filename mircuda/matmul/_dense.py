@@ -1,4 +1,5 @@
-"""DenseMatmulPlan: C = alpha A B^T + beta C by the batched GEMV (M <= 16, NVRTC) or the CUTLASS library."""
+"""DenseMatmulPlan: C = alpha A B^T + beta C by NVRTC kernels (M <= 16: the dense vector kernel for M = 1,
+the batched GEMV) or the CUTLASS library."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ._build import CutlassNotFound
 from ._gemv import BatchedGemv, gemv_kernels
 from ._library import NOT_IMPLEMENTABLE, CutlassError, CutlassLibrary, KernelInfo, load_library
 from ._select import Selection, select_kernel
+from ._vector import VECTOR_FAMILY, VectorKernel, vector_kernels
 from ._spec import DenseMatmulSpec, PlanBase, check_operand, check_scalar, check_stream, plan_stream, resolve_dtypes
 
 if TYPE_CHECKING:
@@ -30,9 +32,10 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
     chosen for the shape and the device at construction (see :meth:`describe`).
 
     A is row-major (activations), B is ``[N, K]`` row-major (weights), C is row-major. Kernel
-    families: for M <= 16 (decode) on any device of cc >= 8.0 the batched GEMV, a CUDA C kernel
-    (``cuda_src/batched_gemv.cu``) that NVRTC compiles for the device and M, streaming each weight
-    once (any N and K; it needs no CUTLASS library); otherwise CUTLASS kernels: on SM90 TMA + WGMMA
+    families: for M <= 16 (decode) on any device of cc >= 8.0 CUDA C kernels that NVRTC compiles
+    for the device, streaming each weight once (any N and K; they need no CUTLASS library): for M = 1
+    DenseVectorPlan's kernel (``cuda_src/dense_vector.cu``), for 2 <= M <= 16 the batched GEMV
+    (``cuda_src/batched_gemv.cu``, one module per M); otherwise CUTLASS kernels: on SM90 TMA + WGMMA
     warp-specialized kernels (a swapped split-K kernel up to M = 64, a ping-pong kernel for medium M,
     a cooperative kernel for large M); on SM120 the SM80-style TensorOp GemmUniversal (decode, wide
     and bulk tiles); anywhere a SIMT kernel for shapes whose K or N is not a multiple of 16 bytes.
@@ -43,15 +46,16 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         spec: ``DenseMatmulSpec(m, n, k)``.
         input: ``mc.bf16`` or ``mc.f16`` (A and B); output: ``None`` (the input type) or ``mc.f32``.
         kernel: force a kernel by name (``plan.describe()`` and ``available_kernels`` list them), e.g. a
-            CUTLASS kernel for M <= 16 or ``"batched_gemv_bf16_bf16"``.
+            CUTLASS kernel for M <= 16, ``"batched_gemv_bf16_bf16"`` (M <= 16) or
+            ``"dense_vector_bf16_bf16"`` (M = 1).
         library: a loaded :class:`CutlassLibrary` (default: :func:`load_library`, when found).
-        compiler: the Compiler of the batched GEMV (default: one shared per context).
+        compiler: the Compiler of the NVRTC kernels (default: one shared per context).
 
     Raises:
         ContractError: bad context, stream, spec, dtypes or ``kernel``.
         CutlassNotFound: a CUTLASS kernel is needed and the library is not built (the message gives
             the build command).
-        CompileError: NVRTC rejected the batched GEMV (a bug; the log is attached).
+        CompileError: NVRTC rejected an NVRTC kernel (a bug; the log is attached).
         UnsupportedPlatform: the library has no kernel for this device.
         CutlassError: the library refused the plan.
     """
@@ -73,7 +77,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
             except CutlassNotFound as exc:
                 missing = exc
         info = context.device_info()
-        table = (*gemv_kernels(), *(lib.kernels if lib is not None else ()))
+        table = (*vector_kernels(), *gemv_kernels(), *(lib.kernels if lib is not None else ()))
         try:
             selection = select_kernel(table, spec, self._in.name, self._out.name, info.compute_capability,
                                       info.multiprocessor_count, kernel)
@@ -90,11 +94,14 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         self._workspace: DeviceBuffer[Any] | None = None
         self._workspace_bytes = 0
         self._numba: Any = None
-        self._gemv: BatchedGemv | None = None
+        self._nvrtc: BatchedGemv | VectorKernel | None = None
         if selection.kernel.origin == "nvrtc":
-            self._gemv = BatchedGemv(context, spec, self._in, self._out, compiler)
+            if selection.kernel.family == VECTOR_FAMILY:
+                self._nvrtc = VectorKernel(context, spec.n, spec.k, self._in, self._out, compiler)
+            else:
+                self._nvrtc = BatchedGemv(context, spec, self._in, self._out, compiler)
             self._selection = selection
-            self._alignment = self._gemv.alignment
+            self._alignment = self._nvrtc.alignment
             self._finalizer = weakref.finalize(self, lambda: None)
             return
         if lib is None:
@@ -122,7 +129,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
     @property
     def kernel(self) -> KernelInfo:
         """The chosen kernel's table entry (family, tile, alignment, architectures; ``origin`` says
-        whether it is the CUTLASS library's or the NVRTC-compiled batched GEMV)."""
+        whether it is the CUTLASS library's or an NVRTC-compiled kernel)."""
         return self._selection.kernel
 
     @property
@@ -145,13 +152,13 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
 
     @property
     def handle(self) -> int:
-        """The library's plan handle (``mircuda_cutlass_plan*``) as an int; 0 for the batched GEMV and
+        """The library's plan handle (``mircuda_cutlass_plan*``) as an int; 0 for the NVRTC kernels and
         after :meth:`close`."""
         return self._handle
 
     @property
     def library(self) -> CutlassLibrary | None:
-        """The CUTLASS library (None when it was not found and the batched GEMV runs the plan)."""
+        """The CUTLASS library (None when it was not found and an NVRTC kernel runs the plan)."""
         return self._lib
 
     def describe(self) -> str:
@@ -160,8 +167,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         s = self._spec
         head = (f"DenseMatmulPlan {self._in.name} -> {self._out.name}, M={s.m} N={s.n} K={s.k} on "
                 f"{self._context.device_info().arch}: ")
-        if self._gemv is not None:
-            return f"{head}{self._gemv.describe()}. Why: {self._selection.reason}."
+        if self._nvrtc is not None:
+            return f"{head}{self._nvrtc.describe()}. Why: {self._selection.reason}."
         tile = "x".join(map(str, k.tile))
         extra = f", cluster {k.cluster[0]}x{k.cluster[1]}" if k.cluster != (1, 1) else ""
         stages = f", {k.stages} stages" if k.stages else ""
@@ -196,13 +203,13 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         pb = check_operand("b", b, self._in, s.n * s.k, ctx, f"[N, K] = [{s.n}, {s.k}]")
         pc = check_operand("c", c, self._out, s.m * s.n, ctx, f"[M, N] = [{s.m}, {s.n}]")
         align = self._alignment
-        for name, ptr in (("a", pa), ("b", pb)) if self._gemv is not None else (("a", pa), ("b", pb), ("c", pc)):
+        for name, ptr in (("a", pa), ("b", pb)) if self._nvrtc is not None else (("a", pa), ("b", pb), ("c", pc)):
             if ptr % align:
                 raise ContractError(name, f"an address aligned to {align} bytes (kernel {self.kernel_name})",
                                     hex(ptr))
         fa, fb = check_scalar("alpha", alpha), check_scalar("beta", beta)
-        if self._gemv is not None:
-            self._gemv.launch(stream, a, b, c, fa, fb)
+        if self._nvrtc is not None:
+            self._nvrtc.launch(stream, a, b, c, fa, fb)
             return
         with self._lock:  # the plan holds the kernel parameters of one launch at a time
             self._lib.execute(self._handle, stream._handle, pa, pb, pc, fa, fb)
@@ -214,12 +221,12 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         without the interpreter. Built on :mod:`mircuda.numba_ext`: a CUTLASS kernel's is the
         library's C entry point ``mircuda_cutlass_plan_execute`` as a :func:`~mircuda.numba_ext.c_function`
         bound to this plan (returns the library's status: 0 enqueued, 2 a misaligned address); the
-        batched GEMV's launches through :func:`~mircuda.numba_ext.driver_function` (returns a
+        NVRTC kernels' launches through :func:`~mircuda.numba_ext.driver_function` (returns a
         ``CUresult``: 0 enqueued, 1 a misaligned address). Lengths are not checked on this path. Keep
         the plan alive (and open) while the function is used."""
         if self._numba is None:
-            if self._gemv is not None:
-                self._numba = self._gemv.numba_executor()
+            if self._nvrtc is not None:
+                self._numba = self._nvrtc.numba_executor()
             else:
                 self._numba = matmul_executor(self._lib.execute_address, self._handle,  # type: ignore[union-attr]
                                               self._alignment)
@@ -245,14 +252,15 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
 
 def available_kernels(input: Any = bf16, output: Any = None, library: CutlassLibrary | None = None) -> list[str]:
     """Names of the kernels for these element types (for ``DenseMatmulPlan(kernel=...)``): the
-    batched GEMV's, then the library's.
+    dense vector kernel's and the batched GEMV's, then the library's.
 
     Raises:
         CutlassNotFound: no library was given and none is built.
     """
     i, o = resolve_dtypes(input, output)
     lib = load_library() if library is None else library
-    return [k.name for k in (*gemv_kernels(), *lib.kernels) if k.input == i.name and k.output == o.name]
+    return [k.name for k in (*vector_kernels(), *gemv_kernels(), *lib.kernels)
+            if k.input == i.name and k.output == o.name]
 
 
 MISALIGNED = NOT_IMPLEMENTABLE

@@ -220,18 +220,18 @@ def dense_vector_profile(args: Any) -> int:
                 x = upload(context, stream, pool, x_host)
                 y = pool.allocate(out_t, stream, n)
                 want = w_host.astype(np.float64).reshape(n, k) @ x_host.astype(np.float64)
-                warp_choices = [None] + ([1, 2, 4, 8] if args.sweep else [])
-                for warps in warp_choices:
+                choices = [(None, None)] + ([(r, w) for r in (8, 16) for w in (1, 2, 4, 8)] if args.sweep else [])
+                for rows_per_block, warps in choices:
                     plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, k), input=in_t,
-                                              output=t.plan_output, warps=warps)
+                                              output=t.plan_output, rows=rows_per_block, warps=warps)
                     plan.execute(stream, x, ws[0], y)
                     err = _check_vector(context, stream, y, want)
                     if err > 1e-2:
                         failures.append(f"DenseVectorPlan {label} {n}x{k}: relative error {err:.2e}")
                     us = timer.median(lambda i: plan.execute(stream, x, ws[i % banks], y), args.calls, args.repeats)
-                    name = "DenseVectorPlan" + ("" if warps is None else f" warps={warps}")
+                    name = "DenseVectorPlan" + ("" if warps is None else f" rows={rows_per_block} warps={warps}")
                     rows.append(_row(name, label, 1, n, k, us, isz, osz,
-                                     f"{plan.warps} warp(s)/block, rel err {err:.1e}"))
+                                     f"{plan.rows} rows x {plan.warps} warp(s)/block, rel err {err:.1e}"))
                 if matmul_note is None:
                     rows.append(_matmul_row(context, stream, pool, timer, ws, x, y, in_t, out_t, label, n, k,
                                             banks, args, failures))
@@ -302,7 +302,7 @@ def add_vector_arguments(p: Any) -> None:
                    help="comma-separated input[->output] pairs (default: bf16,f16,bf16->f32)")
     p.add_argument("--calls", type=int, default=50, help="back-to-back calls per timed repeat")
     p.add_argument("--repeats", type=int, default=15, help="timed repeats (the median is reported)")
-    p.add_argument("--sweep", action="store_true", help="also time every split of K (1, 2, 4, 8 warps per block)")
+    p.add_argument("--sweep", action="store_true", help="also time every block shape (8 or 16 rows x 1, 2, 4, 8 warps splitting K)")
     p.add_argument("--json", default="benchmarks/results/dense_vector_profile.json")
 
 

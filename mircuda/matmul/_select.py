@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ..errors import ContractError, UnsupportedPlatform
 from ._gemv import GEMV_FAMILY, MAX_M as BATCHED_GEMV_MAX_M
+from ._vector import VECTOR_FAMILY
 from ._library import KernelInfo
 from ._spec import DenseMatmulSpec
 
@@ -61,16 +62,17 @@ def _named(kernels: Sequence[KernelInfo], family: str, tile: tuple[int, int, int
 
 def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: str, output: str,
                   compute_capability: tuple[int, int], multiprocessors: int, forced: str | None = None) -> Selection:
-    """Choose the kernel for ``spec`` among ``kernels`` (the library's table, plus the batched GEMV's
-    entries of :func:`~mircuda.matmul._gemv.gemv_kernels` when the caller offers it).
+    """Choose the kernel for ``spec`` among ``kernels`` (the library's table, plus the NVRTC kernels'
+    entries of :func:`~mircuda.matmul._vector.vector_kernels` and
+    :func:`~mircuda.matmul._gemv.gemv_kernels` when the caller offers them).
 
-    M <= ``BATCHED_GEMV_MAX_M`` (decode) runs the batched GEMV on every device it is offered for: the
-    weights dominate the bytes, and it reads each once at streaming bandwidth (any N and K). Larger M
-    runs a CUTLASS kernel by architecture and shape.
+    M = 1 runs the dense vector kernel and 2 <= M <= ``BATCHED_GEMV_MAX_M`` (decode) the batched GEMV
+    on every device they are offered for: the weights dominate the bytes, and both read each once at
+    streaming bandwidth (any N and K). Larger M runs a CUTLASS kernel by architecture and shape.
 
     Raises:
         ContractError: ``forced`` names no kernel of these types that runs on the device (or the
-            batched GEMV for M > 16).
+            batched GEMV for M > 16, the dense vector kernel for M > 1).
         UnsupportedPlatform: the library has no kernel of these types for the device.
     """
     usable = [k for k in kernels if k.input == input and k.output == output and k.runs_on(compute_capability)]
@@ -82,14 +84,22 @@ def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: s
             raise ContractError("kernel", f"one of the {input}->{output} kernels for cc {cc} ({names})", repr(forced))
         if match.family == GEMV_FAMILY and spec.m > BATCHED_GEMV_MAX_M:
             raise ContractError("kernel", f"a CUTLASS kernel: {forced} takes M <= {BATCHED_GEMV_MAX_M}", repr(forced))
+        if match.family == VECTOR_FAMILY and spec.m != 1:
+            raise ContractError("kernel", f"a kernel for M = {spec.m}: {forced} takes M = 1", repr(forced))
         splits = split_k_slices(spec, match, multiprocessors) if match.split_k else 1
         return Selection(match, splits, "forced by the caller")
     if not usable:
         raise UnsupportedPlatform(f"the CUTLASS library has no {input}->{output} kernel for compute capability {cc} "
                                   f"(it is built for sm_90a and sm_120f: rebuild with MIRCUDA_CUDA_ARCH)")
+    loads = ("16-byte loads" if spec.k % 8 == 0 else f"element loads (K = {spec.k} is not a multiple of 8)")
+    vector = _named(usable, VECTOR_FAMILY)
+    if vector is not None and spec.m == 1:
+        return Selection(vector, 1, f"M = 1: a matrix-vector product; the dense vector kernel (DenseVectorPlan's) "
+                                    f"streams each of the {spec.n}x{spec.k} weights once with {loads}, 8 or 16 "
+                                    "rows per warp sharing each input pair, FP32 FMA on the CUDA cores (measured "
+                                    "faster than the batched GEMV at M = 1 on every H200 shape tried)")
     gemv = _named(usable, GEMV_FAMILY)
     if gemv is not None and spec.m <= BATCHED_GEMV_MAX_M:
-        loads = ("16-byte loads" if spec.k % 8 == 0 else f"element loads (K = {spec.k} is not a multiple of 8)")
         return Selection(gemv, 1, f"M = {spec.m} <= {BATCHED_GEMV_MAX_M}: decode, the {spec.n}x{spec.k} weights are "
                                   f"{spec.n * spec.k / max(spec.m * (spec.k + spec.n), 1):.0f}x the activation and "
                                   "output elements; the batched GEMV streams each weight once with "

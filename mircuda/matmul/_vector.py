@@ -14,25 +14,33 @@ from ..dtypes import bf16, f32, i32
 from ..errors import ContractError, UnsupportedPlatform
 from ..launch import In, InOut, LaunchConfig, cuda_export
 from ..memory import DeviceBuffer
+from ._library import KernelInfo
 from ._spec import DenseVectorSpec, PlanBase, check_operand, check_scalar, plan_stream, resolve_dtypes
 
 if TYPE_CHECKING:
+    from ..dtypes import DTypeInfo
     from ..launch import TypedKernel
     from ..runtime import Context, Stream
 
-__all__ = ["DenseVectorPlan", "choose_dense_vector_warps", "choose_vector_warps", "dense_vector_source", "blocks_per_sm", "kernel_executor",
-           "shared_compiler", "ROWS_PER_BLOCK", "MAX_WARPS"]
+__all__ = ["DenseVectorPlan", "VectorKernel", "choose_dense_vector", "choose_vector_warps", "dense_vector_source",
+           "blocks_per_sm", "kernel_executor", "shared_compiler", "vector_kernels", "vector_options", "ROW_CHOICES",
+           "MAX_WARPS", "VECTOR_FAMILY"]
 
 T = TypeVar("T")
 
-ROWS_PER_BLOCK = 8
-"""Output rows per block and per warp (``kRows`` in ``cuda_src/dense_vector.cu``)."""
+VECTOR_FAMILY = "dense_vector"
+"""The kernel-table family of the dense vector kernel (DenseMatmulPlan's kernel for M = 1)."""
+ROW_CHOICES = (16, 8)
+"""Output rows per block (and per warp) the kernel compiles for (``DENSE_VECTOR_ROWS``), in the order
+:func:`choose_dense_vector` tries them."""
 MAX_WARPS = 8
 """Most warps per block splitting K (``kMaxWarps``)."""
 CHUNK = 256
 """Columns one warp reads per step in the vector variant: 32 lanes x 8 elements."""
 TARGET_WARPS_PER_SM = 16
 """Resident warps per SM the split of K aims at: enough 16-byte loads in flight to saturate HBM."""
+WIDE_MIN_WARPS = 4
+"""Least split of K for which 16 rows per block beat 8 (see :func:`choose_dense_vector`)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -47,38 +55,42 @@ def kernel_symbol(input_name: str, output_name: str, vector: bool) -> str:
     return f"dense_vector_{input_name}_{output_name}_{'v16' if vector else 'any'}"
 
 
-VECTOR_WARPS_PER_SM = 32
-"""Warps of work per SM DenseVectorPlan's split of K aims at (about two waves of 16 resident warps)."""
+def vector_options(rows: int) -> CompileOptions:
+    """The NVRTC options of the kernel module for ``rows`` output rows per block (8 or 16)."""
+    return CompileOptions(defines={"DENSE_VECTOR_ROWS": rows})
 
 
-def choose_dense_vector_warps(n: int, k: int, multiprocessors: int) -> int:
-    """DenseVectorPlan's warps per block (1, 2, 4 or 8) splitting K: the largest count whose grid
-    (``ceil(N / 8)`` blocks) holds at most ``VECTOR_WARPS_PER_SM`` warps per SM and whose warps each
-    read at least two 256-column chunks.
+def choose_dense_vector(n: int, k: int, multiprocessors: int, blocks_per_sm: Callable[[int, int], int]) -> tuple[int, int]:
+    """DenseVectorPlan's (rows per block, warps per block): 16 rows when their grid still fills one wave
+    with at least ``WIDE_MIN_WARPS`` warps per block splitting K, else 8 rows; the warps are
+    :func:`choose_vector_warps` 's for that row count.
 
-    Unlike :func:`choose_vector_warps` it lets the grid take two waves: measured on an H200 on
-    2026-11-29 (every split, bf16/f16/bf16->f32, cold weights) one more doubling than a single wave
-    allows was the fastest on 4096 x 4096 (8 warps: 11.2 instead of 11.8 µs), 14336 x 4096 (2: 30.2
-    instead of 31.3), 6144 x 4096 (4: 15.5 instead of 16.7) and equal on 4096 x 14336 (8: 29.2).
+    Args:
+        blocks_per_sm: resident blocks per SM of the ``rows``-row kernel at ``warps`` warps per block,
+            called as ``blocks_per_sm(rows, warps)`` (the occupancy query; 16 rows take 238 registers
+            on sm_90, so half the warps of 8 rows fit).
+
+    Measured on an H200 on 2026-11-29 (bf16, cold weights, back to back, every rows/warps/trigger
+    combination): the rule's pick was the fastest or within 2 % of it on all seven shapes tried:
+    4096 x 4096 (16 rows, 4 warps: 10.1 µs, 3.3 TB/s), 2048 x 8192 (16, 8: 10.1), 4096 x 14336
+    (16, 4: 28.0), 8192 x 8192 (8, 2: 31.8), 6144 x 4096 (8, 2: 14.1), 14336 x 4096 (8, 1: 28.2) and
+    28672 x 4096 (8, 1: 55.2).
     """
-    groups = -(-n // ROWS_PER_BLOCK)
-    best = 1
-    for warps in (2, 4, 8):
-        if k < 2 * warps * CHUNK or groups * warps > multiprocessors * VECTOR_WARPS_PER_SM:
-            break
-        best = warps
-    return best
+    wide = choose_vector_warps(n, k, multiprocessors, lambda w: blocks_per_sm(16, w), rows=16)
+    if wide >= WIDE_MIN_WARPS:
+        return 16, wide
+    return 8, choose_vector_warps(n, k, multiprocessors, lambda w: blocks_per_sm(8, w), rows=8)
 
 
 def choose_vector_warps(n: int, k: int, multiprocessors: int, blocks_per_sm: Callable[[int], int], *,
-                        rows: int = ROWS_PER_BLOCK, chunk: int = CHUNK) -> int:
+                        rows: int = 8, chunk: int = CHUNK) -> int:
     """Warps per block (1, 2, 4 or 8) that split K, for N rows in blocks of ``rows``.
 
     The largest count such that every block is resident at once (one wave: ``ceil(N / rows)`` blocks
     fit in ``multiprocessors * blocks_per_sm(warps)``), the grid holds at most ``TARGET_WARPS_PER_SM``
     warps per SM beyond that, and each warp still reads at least two ``chunk``-column chunks. One warp
     when even one warp per block does not fit in a wave (large N: there are enough blocks already).
-    DenseVectorPlan: 8 rows, 256-column chunks; the batched GEMV of DenseMatmulPlan: 16 rows, 128.
+    DenseVectorPlan: 8 or 16 rows, 256-column chunks; the batched GEMV of DenseMatmulPlan: 16 rows, 128.
 
     Args:
         blocks_per_sm: resident blocks per SM for a block of ``warps`` warps (the occupancy query).
@@ -166,6 +178,85 @@ def shared_compiler(context: Context) -> Compiler:
     return compiler
 
 
+@functools.lru_cache(maxsize=1)
+def vector_kernels() -> tuple[KernelInfo, ...]:
+    """The kernel-table entries of the dense vector kernel, one per type pair (index -1: not the
+    library's), for DenseMatmulPlan at M = 1. ``tile`` is (most weight rows per block, M, K columns per
+    warp step); ``alignment_bytes`` is the least it needs (2: the element-load variant)."""
+    pairs = (("bf16", "bf16"), ("bf16", "f32"), ("f16", "f16"), ("f16", "f32"))
+    return tuple(KernelInfo(-1, f"{VECTOR_FAMILY}_{i}_{o}", VECTOR_FAMILY, i, o, (max(ROW_CHOICES), 1, CHUNK), (1, 1),
+                            0, 2, False, (), "nvrtc") for i, o in pairs)
+
+
+class VectorKernel:
+    """The dense vector kernel compiled for one N x K and dtype pair, with its rows, warps and launch
+    configuration: the engine of DenseVectorPlan and of DenseMatmulPlan at M = 1 (the plans check
+    operands). The 16-row module is compiled first (its occupancy decides); the 8-row one only when
+    chosen.
+
+    Raises:
+        ContractError: ``rows`` or ``warps`` is not one of the allowed values.
+        CompileError: NVRTC rejected the kernel (a bug; the log is attached).
+    """
+
+    def __init__(self, context: Context, n: int, k: int, input: DTypeInfo, output: DTypeInfo,
+                 compiler: Compiler | None = None, *, rows: int | None = None, warps: int | None = None) -> None:
+        if rows is not None and (type(rows) is not int or rows not in ROW_CHOICES):
+            raise ContractError("rows", "None, 8 or 16 (output rows per block)", repr(rows))
+        if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
+            raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
+        if compiler is None:
+            compiler = shared_compiler(context)
+        self.n, self.k = n, k
+        self.vector = k % 8 == 0
+        self.alignment = 16 if self.vector else 2
+        self.symbol = kernel_symbol(input.name, output.name, self.vector)
+        contract = cuda_export(self.symbol, y=InOut[DeviceBuffer[output.scalar_type]],
+                               w=In[DeviceBuffer[input.scalar_type]], x=In[DeviceBuffer[input.scalar_type]],
+                               alpha=f32, beta=f32, n=i32, k=i32)
+        modules: dict[int, TypedKernel] = {}
+
+        def kernel(r: int) -> TypedKernel:
+            if r not in modules:
+                modules[r] = compiler.compile(dense_vector_source(), vector_options(r)).kernel(contract)
+            return modules[r]
+
+        info = context.device_info()
+        occupancy = lambda r, w: blocks_per_sm(context, kernel(r), w)  # noqa: E731
+        if rows is None:
+            rows, chosen = choose_dense_vector(n, k, info.multiprocessor_count, occupancy)
+        elif warps is None:
+            chosen = choose_vector_warps(n, k, info.multiprocessor_count, lambda w: occupancy(rows, w), rows=rows)
+        else:
+            chosen = warps
+        self.rows = rows
+        self.warps = chosen if warps is None else warps
+        self.kernel: TypedKernel = kernel(rows)
+        # On cc >= 9.0 the next kernel's ramp overlaps this one's tail (see cuda_src/dense_vector.cu).
+        self.config = LaunchConfig((-(-n // rows),), (32 * self.warps,),
+                                   programmatic_stream_serialization=info.supports_programmatic_launch)
+        self.config.check(info, self.kernel.attributes.max_threads_per_block)
+        self._launch = self.kernel.launch
+
+    def launch(self, stream: Stream, x: DeviceBuffer[Any], w: DeviceBuffer[Any], y: DeviceBuffer[Any], alpha: float,
+               beta: float) -> None:
+        self._launch(stream, self.config, y, w, x, alpha, beta, self.n, self.k)
+
+    def numba_executor(self) -> Any:
+        """``execute(stream, x, w, y, alpha, beta) -> CUresult`` (see :func:`kernel_executor`)."""
+        return kernel_executor(self.kernel.handle, self.config.grid[0], self.config.block[0], self.n, self.k,
+                               self.alignment, swap=True)
+
+    def describe(self) -> str:
+        loads = ("16-byte vector loads (K % 8 == 0)" if self.vector
+                 else f"one element per lane per row (K = {self.k} is not a multiple of 8)")
+        return (f"kernel {self.symbol} (NVRTC, -D DENSE_VECTOR_ROWS={self.rows}), {loads}; {self.config.grid[0]} "
+                f"blocks x {self.warps} warp(s) ({self.rows} rows per block, K split over {self.warps} warp(s)), "
+                "FP32 accumulation"
+                + ("; programmatic dependent launch (overlaps the previous kernel's tail)"
+                   if self.config.programmatic_stream_serialization else ""))
+
+
 class DenseVectorPlan(PlanBase, Generic[T]):
     """``y[N] = alpha * W[N, K] . x[K] + beta * y[N]``: the explicit M = 1 plan for bandwidth-bound
     projections (decode), as a CUDA C kernel (``cuda_src/dense_vector.cu``) compiled by NVRTC for the
@@ -179,20 +270,23 @@ class DenseVectorPlan(PlanBase, Generic[T]):
         input: ``mc.bf16`` or ``mc.f16``: the type of ``x`` and ``W``.
         output: ``None`` (the input type) or ``mc.f32``: the type of ``y``.
         compiler: the Compiler to build the kernel with (default: one shared per context).
-        warps: warps per block splitting K (1, 2, 4 or 8); default :func:`choose_dense_vector_warps`.
+        rows: output rows per block and warp (8 or 16); warps: warps per block splitting K (1, 2, 4 or
+            8). By default both come from :func:`choose_dense_vector`; a given ``rows`` alone gets
+            :func:`choose_vector_warps`'s split.
 
-    Each warp computes eight output rows, converting each pair of inputs to FP32 once and using it for
-    all eight; accumulation is FP32; ``beta == 0`` never reads ``y`` (it may hold NaN). Any N and K:
+    Each warp computes 8 or 16 output rows, converting each pair of inputs to FP32 once and using it for
+    all of them; accumulation is FP32; ``beta == 0`` never reads ``y`` (it may hold NaN). Any N and K:
     K % 8 == 0 selects 16-byte loads, any other K a one-element-per-lane kernel.
 
     Raises:
-        ContractError: bad context, stream, spec, dtype or ``warps``.
+        ContractError: bad context, stream, spec, dtype, ``rows`` or ``warps``.
         UnsupportedPlatform: the device's compute capability is below 8.0.
         CompileError: NVRTC rejected the kernel (a bug; the log is attached).
     """
 
     def __init__(self, context: Context, stream: Stream, spec: DenseVectorSpec, input: Any = bf16,
-                 output: Any = None, *, compiler: Compiler | None = None, warps: int | None = None) -> None:
+                 output: Any = None, *, compiler: Compiler | None = None, rows: int | None = None,
+                 warps: int | None = None) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
@@ -207,23 +301,9 @@ class DenseVectorPlan(PlanBase, Generic[T]):
             raise ContractError("compiler", f"a Compiler of {context!r}", repr(compiler))
         self._context = context
         self._spec = spec
-        self._vector = spec.k % 8 == 0
-        symbol = kernel_symbol(self._in.name, self._out.name, self._vector)
-        contract = cuda_export(symbol, y=InOut[DeviceBuffer[self._out.scalar_type]],
-                               w=In[DeviceBuffer[self._in.scalar_type]], x=In[DeviceBuffer[self._in.scalar_type]],
-                               alpha=f32, beta=f32, n=i32, k=i32)
-        module = compiler.compile(dense_vector_source(), CompileOptions())
-        self._kernel: TypedKernel = module.kernel(contract)
-        if warps is None:
-            warps = choose_dense_vector_warps(spec.n, spec.k, info.multiprocessor_count)
-        elif type(warps) is not int or warps not in (1, 2, 4, 8):
-            raise ContractError("warps", "1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
-        self._warps = warps
-        # On cc >= 9.0 the kernel's first weight loads overlap the previous kernel's tail (H200,
-        # 4096x4096 bf16, M = 1: 11.0 instead of 11.9 µs per call back to back); see cuda_src/.
-        self._config = LaunchConfig((-(-spec.n // ROWS_PER_BLOCK),), (32 * warps,),
-                                    programmatic_stream_serialization=info.supports_programmatic_launch)
-        self._config.check(info, self._kernel.attributes.max_threads_per_block)
+        self._engine = VectorKernel(context, spec.n, spec.k, self._in, self._out, compiler, rows=rows, warps=warps)
+        self._kernel: TypedKernel = self._engine.kernel
+        self._config = self._engine.config
         self._launch = self._kernel.launch
         self._numba: Any = None
 
@@ -235,12 +315,18 @@ class DenseVectorPlan(PlanBase, Generic[T]):
 
     @property
     def launch_config(self) -> LaunchConfig:
-        """``ceil(N / 8)`` blocks of ``32 * warps`` threads."""
+        """``ceil(N / rows)`` blocks of ``32 * warps`` threads."""
         return self._config
 
     @property
+    def rows(self) -> int:
+        """Output rows per block (8 or 16)."""
+        return self._engine.rows
+
+    @property
     def warps(self) -> int:
-        return self._warps
+        """Warps per block splitting K."""
+        return self._engine.warps
 
     @property
     def numba_execute(self) -> Any:
@@ -250,21 +336,14 @@ class DenseVectorPlan(PlanBase, Generic[T]):
         without the interpreter. Returns a ``CUresult`` (0: enqueued; 1 for a misaligned address).
         Lengths are not checked on this path."""
         if self._numba is None:
-            self._numba = kernel_executor(self._kernel.handle, self._config.grid[0], self._config.block[0],
-                                          self._spec.n, self._spec.k, 16 if self._vector else 2, swap=True)
+            self._numba = self._engine.numba_executor()
         return self._numba
 
     def describe(self) -> str:
         """Which kernel runs and why, in one paragraph."""
         s = self._spec
-        loads = ("16-byte vector loads (K % 8 == 0)" if self._vector
-                 else f"one element per lane per row (K = {s.k} is not a multiple of 8)")
         return (f"DenseVectorPlan {self._in.name} -> {self._out.name}, N={s.n}, K={s.k} on "
-                f"{self._context.device_info().arch}: kernel {self._kernel.contract.symbol}, {loads}; "
-                f"{self._config.grid[0]} blocks x {self._warps} warp(s) (8 rows per block, K split over "
-                f"{self._warps} warp(s)), FP32 accumulation"
-                + ("; programmatic dependent launch (overlaps the previous kernel's tail)"
-                   if self._config.programmatic_stream_serialization else ""))
+                f"{self._context.device_info().arch}: {self._engine.describe()}")
 
     # -- the hot path -------------------------------------------------------------------------
     def execute(self, stream: Stream, x: DeviceBuffer[T], w: DeviceBuffer[T], y: DeviceBuffer[Any],
@@ -292,5 +371,5 @@ class DenseVectorPlan(PlanBase, Generic[T]):
 
     def __repr__(self) -> str:
         return (f"DenseVectorPlan[{self._in.name}, {self._out.name}](n={self._spec.n}, k={self._spec.k}, "
-                f"warps={self._warps})")
+                f"rows={self.rows}, warps={self.warps})")
 

@@ -33,15 +33,16 @@ def _check_stage(x: np.ndarray, w: np.ndarray, y: np.ndarray, m: int) -> None:
     assert_close(y.reshape(m, D), x64 @ w64.T, np.abs(x64) @ np.abs(w64).T, "bf16")
 
 
-@pytest.mark.parametrize("m", [1, 4], ids=["DenseVectorPlan", "DenseMatmulPlan-batched-gemv"])
+@pytest.mark.parametrize("m, family", [(1, None), (1, "dense_vector"), (4, "batched_gemv")],
+                         ids=["DenseVectorPlan", "DenseMatmulPlan-dense-vector", "DenseMatmulPlan-batched-gemv"])
 @pytest.mark.parametrize("replay", [False, True], ids=["direct", "graph"])
-def test_each_stage_reads_the_finished_output_of_the_one_before(context, stream, pool, compiler, rng, m,
+def test_each_stage_reads_the_finished_output_of_the_one_before(context, stream, pool, compiler, rng, m, family,
                                                                replay) -> None:
-    if m == 1:
+    if family is None:
         plan: Any = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(D, D))
     else:
         plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, D, D))
-        assert "batched_gemv" in plan.describe()
+        assert plan.kernel.family == family, plan.describe()
     negate = compiler.compile(NEGATE).kernel(Negate)
     weights = [random(rng, mc.bf16, D, D) for _ in range(STAGES)]
     x0 = random(rng, mc.bf16, m * D)
@@ -73,5 +74,5 @@ def test_each_stage_reads_the_finished_output_of_the_one_before(context, stream,
         graph.close()
     for buf in ws + bufs:
         buf.free(stream)
-    if m > 1:
+    if family is not None:
         plan.close()

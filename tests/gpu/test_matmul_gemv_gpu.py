@@ -23,7 +23,8 @@ SHAPES = [  # (N, K): 16-byte loads with a K tail and a partial row block; eleme
 def test_every_m_matches_float64(context, stream, pool, rng, input, output, m, n, k) -> None:
     alpha = float(rng.uniform(0.5, 2.0))
     plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, input, output, alpha, 0.0)
-    assert plan.kernel.family == "batched_gemv" and plan.kernel.origin == "nvrtc", plan.describe()
+    assert plan.kernel.family == ("dense_vector" if m == 1 else "batched_gemv"), plan.describe()
+    assert plan.kernel.origin == "nvrtc"
     assert plan.alignment_bytes == (16 if k % 8 == 0 else 2) and plan.handle == 0 and plan.workspace_bytes == 0
     assert_close(got, want, mag, out)
 
@@ -46,6 +47,14 @@ def test_every_split_of_k_matches_float64(context, stream, pool, rng, m, n, k, w
     assert "batched_gemv_bf16_f32_v16" in text and f"MIRCUDA_GEMV_M={m}" in text and "Why: M = " in text
     if warps is not None:
         assert f"x {warps[m]} warp(s)" in text, text
+    assert_close(got, want, mag, out)
+
+
+@pytest.mark.parametrize("n, k", SHAPES, ids=lambda v: str(v))
+def test_the_batched_gemv_forced_at_m_1_matches_float64(context, stream, pool, rng, n, k) -> None:
+    plan, got, want, mag, out = run(context, stream, pool, rng, 1, n, k, mc.f16, mc.f32, 1.5, 0.0,
+                                    kernel="batched_gemv_f16_f32")
+    assert plan.kernel.family == "batched_gemv" and "MIRCUDA_GEMV_M=1" in plan.describe()
     assert_close(got, want, mag, out)
 
 

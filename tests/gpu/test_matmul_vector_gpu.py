@@ -14,11 +14,12 @@ PAIRS = [(mc.bf16, None), (mc.bf16, mc.f32), (mc.f16, None), (mc.f16, mc.f32)]
 SHAPES = [(4096, 4096), (1000, 1000), (8, 256), (13, 7), (37, 1003), (300, 4104), (1, 8), (14336, 64)]
 
 
-def run(context, stream, pool, rng, n, k, input, output, alpha, beta, warps=None):
+def run(context, stream, pool, rng, n, k, input, output, alpha, beta, warps=None, rows=None):
     out_t = input if output is None else output
     x, w = random(rng, input, k), random(rng, input, n, k)
     y0 = random(rng, out_t, n) if beta else poison(out_t, n)
-    plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, k), input=input, output=output, warps=warps)
+    plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, k), input=input, output=output, warps=warps,
+                              rows=rows)
     bx, bw, by = upload(context, stream, pool, x), upload(context, stream, pool, w.ravel()), upload(context, stream, pool, y0)
     plan.execute(stream, bx, bw, by, alpha, beta)
     got = download(context, stream, by)
@@ -46,17 +47,23 @@ def test_beta_accumulates_into_y(context, stream, pool, rng, input, output) -> N
     assert_close(got, want, mag, out)
 
 
+@pytest.mark.parametrize("rows", [8, 16])
 @pytest.mark.parametrize("warps", [1, 2, 4, 8])
-def test_every_split_of_k_gives_the_same_answer(context, stream, pool, rng, warps) -> None:
-    plan, got, want, mag, out = run(context, stream, pool, rng, 520, 3080, mc.bf16, mc.f32, 1.0, 0.5, warps=warps)
-    assert plan.warps == warps and plan.launch_config.block[0] == 32 * warps
+@pytest.mark.parametrize("n, k", [(520, 3080), (37, 1003)], ids=str)
+def test_every_row_count_and_split_of_k_gives_the_same_answer(context, stream, pool, rng, rows, warps, n, k) -> None:
+    plan, got, want, mag, out = run(context, stream, pool, rng, n, k, mc.bf16, mc.f32, 1.0, 0.5, warps=warps, rows=rows)
+    assert plan.warps == warps and plan.rows == rows
+    assert plan.launch_config.block[0] == 32 * warps and plan.launch_config.grid[0] == -(-n // rows)
     assert_close(got, want, mag, out)
 
 
-def test_describe_names_the_kernel_and_the_split(context, stream) -> None:
-    plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096))
+@pytest.mark.parametrize("n, rows", [(4096, 16), (14336, 8)])
+def test_describe_names_the_kernel_and_the_split(context, stream, n, rows) -> None:
+    plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, 4096))
     text = plan.describe()
-    assert "dense_vector_bf16_bf16_v16" in text and f"{plan.warps} warp" in text and "512 blocks" in text
+    assert "dense_vector_bf16_bf16_v16" in text and f"{plan.warps} warp" in text
+    if context.device_info().multiprocessor_count == 132:  # the H200 rows of choose_dense_vector's table
+        assert plan.rows == rows and f"{n // rows} blocks" in text and f"DENSE_VECTOR_ROWS={rows}" in text
 
 
 def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool) -> None:
@@ -85,5 +92,8 @@ def test_construction_checks_its_arguments(context, stream) -> None:
         mc.DenseVectorPlan(context, stream, (8, 8))
     with pytest.raises(mc.ContractError, match="warps"):
         mc.DenseVectorPlan(context, stream, spec, warps=3)
+    for rows in (4, 8.0, True):
+        with pytest.raises(mc.ContractError, match="rows"):
+            mc.DenseVectorPlan(context, stream, spec, rows=rows)
     with pytest.raises(mc.ContractError, match="stream"):
         mc.DenseVectorPlan(context, None, spec)
