@@ -76,3 +76,25 @@ def test_each_stage_reads_the_finished_output_of_the_one_before(context, stream,
         buf.free(stream)
     if family is not None:
         plan.close()
+
+
+def test_a_captured_plan_node_takes_new_weights_with_the_plans_own_config(context, stream, pool, rng) -> None:
+    # A graph of one DenseVectorPlan.execute: update_kernel swaps in other weights and another output,
+    # keeping the plan's launch configuration (programmatic on cc >= 9.0); the replay computes W2 x.
+    n, k = 1000, 2056
+    plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, k), output=mc.f32)
+    x, w1, w2 = random(rng, mc.bf16, k), random(rng, mc.bf16, n, k), random(rng, mc.bf16, n, k)
+    bx, bw1, bw2 = (upload(context, stream, pool, a.ravel()) for a in (x, w1, w2))
+    by1, by2 = (upload(context, stream, pool, poison(mc.f32, n)) for _ in range(2))
+    bufs = (bx, bw1, bw2, by1, by2)
+    graph = stream.capture(bufs, lambda b: plan.execute(stream, b[0], b[1], b[3]))
+    (node,) = graph.kernel_nodes()
+    assert node.kernel is plan.kernel
+    graph.update_kernel(node, lambda b: ((b[4], b[2], b[0], 1.0, 0.0, n, k), plan.launch_config))
+    graph.launch(stream)
+    x64, w64 = x.astype(np.float64), w2.astype(np.float64)
+    assert_close(download(context, stream, by2), w64 @ x64, np.abs(w64) @ np.abs(x64), "f32")
+    assert np.isnan(download(context, stream, by1)).all()  # the captured output was never written
+    graph.close()
+    for buf in bufs:
+        buf.free(stream)
