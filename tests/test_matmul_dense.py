@@ -1,5 +1,6 @@
 """DenseMatmulPlan's choices without a GPU: kernel selection per architecture and shape, split-K
-slices, the batched GEMV for decode, spec validation, and the Numba-callable executors (driven through
+slices, the NVRTC kernels for decode (the dense vector kernel at M = 1, the batched GEMV above),
+available_kernels, spec validation, and the Numba-callable executors (driven through
 stand-in C functions)."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """DenseVectorPlan without a GPU: its kernel compiles with NVRTC for Ampere, Hopper and the SM12x
-family; the split of K over warps; spec and dtype validation."""
+family; the block shape (8 or 16 rows, the split of K over warps); rows, warps, spec and dtype
+validation."""
 
 from __future__ import annotations
 

@@ -320,7 +320,7 @@ def matmul_profile(args: Any) -> int:
 
     driver = mc.Driver.initialize()  # first: without a driver nothing else matters
     ms = list(args.m)
-    lib = load_library() if max(ms) > MAX_M else None  # the batched GEMV (M <= 16) needs no CUTLASS
+    lib = load_library() if max(ms) > MAX_M else None  # the NVRTC kernels (M <= 16) need no CUTLASS
     failures: list[str] = []
     rows: list[Row] = []
     with driver.create_context(driver.device(args.device)) as context:
