@@ -1,5 +1,6 @@
 """DenseMatmulPlan's choices without a GPU: kernel selection per architecture and shape, split-K
-slices, the batched GEMV for decode, spec validation, and the Numba-callable executors (driven through
+slices, the NVRTC kernels for decode (the dense vector kernel at M = 1, the batched GEMV above),
+available_kernels, spec validation, and the Numba-callable executors (driven through
 stand-in C functions)."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 import mircuda as mc
 from mircuda.matmul._dense import MISALIGNED, matmul_executor
 from mircuda.matmul._gemv import gemv_kernels
-from mircuda.matmul._library import KernelInfo
+from mircuda.matmul._library import CutlassLibrary, KernelInfo
 from mircuda.matmul._select import BATCHED_GEMV_MAX_M, select_kernel, split_k_slices, tensor_core_aligned
 from mircuda.matmul._vector import INVALID_VALUE, kernel_executor, vector_kernels
 
@@ -70,9 +71,32 @@ def test_m_1_runs_the_dense_vector_kernel_on_every_device(device, n, k) -> None:
 def test_the_dense_vector_kernel_is_forced_only_for_m_1_and_the_batched_gemv_may_be() -> None:
     assert pick(1, 64, 64, forced="batched_gemv_bf16_bf16", gemv=True).kernel.family == "batched_gemv"
     assert pick(1, 64, 64, forced="dense_vector_bf16_bf16", gemv=True).kernel.family == "dense_vector"
-    with pytest.raises(mc.ContractError, match="takes M = 1") as info:
-        pick(2, 64, 64, forced="dense_vector_bf16_bf16", gemv=True)
-    assert info.value.argument == "kernel"
+    for m in (2, 16, 17):
+        with pytest.raises(mc.ContractError, match="takes M = 1") as info:
+            pick(m, 64, 64, forced="dense_vector_bf16_bf16", gemv=True)
+        assert info.value.argument == "kernel" and info.value.received == "'dense_vector_bf16_bf16'"
+        assert f"M = {m}" in info.value.expected
+
+
+def stand_in_library() -> CutlassLibrary:
+    lib = object.__new__(CutlassLibrary)  # a loaded library's kernel table, without the .so
+    lib.kernels = tuple(table())
+    return lib
+
+
+def test_available_kernels_lists_the_nvrtc_kernels_then_the_librarys() -> None:
+    names = mc.matmul.available_kernels(mc.f16, mc.f32, library=stand_in_library())
+    assert names[:2] == ["dense_vector_f16_f32", "batched_gemv_f16_f32"]
+    assert "sm90_swap_128x32x128_splitk_f16_f32" in names and all(n.endswith("_f16_f32") for n in names)
+
+
+@pytest.mark.parametrize("kwargs, argument", [({"library": "libmircuda_cutlass.so"}, "library"),
+                                              ({"library": table()}, "library"), ({"input": mc.f32}, "input")])
+def test_available_kernels_checks_its_arguments(kwargs, argument) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        mc.matmul.available_kernels(**kwargs)
+    assert info.value.argument == argument
+    assert kwargs.get("library") is None or "CutlassLibrary" in info.value.expected
 
 
 def test_from_m_17_the_cutlass_kernels_run_and_forcing_one_is_allowed_for_decode() -> None:

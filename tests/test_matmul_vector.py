@@ -1,5 +1,6 @@
 """DenseVectorPlan without a GPU: its kernel compiles with NVRTC for Ampere, Hopper and the SM12x
-family; the split of K over warps; spec and dtype validation."""
+family; the block shape (8 or 16 rows, the split of K over warps); rows, warps, spec and dtype
+validation."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pytest
 
 import mircuda as mc
 from mircuda.matmul._spec import resolve_dtypes
-from mircuda.matmul._vector import choose_dense_vector, choose_vector_warps, dense_vector_source, kernel_symbol, vector_options
+from mircuda.matmul._vector import (VectorKernel, choose_dense_vector, choose_vector_warps, dense_vector_rows,
+                                    dense_vector_source, kernel_symbol, vector_options)
 
 SYMBOLS = [kernel_symbol(i, o, v) for i in ("bf16", "f16") for o in (i, "f32") for v in (True, False)]
 
@@ -83,6 +85,32 @@ def h200_occupancy(rows: int, warps: int) -> int:
 ])
 def test_dense_vector_plans_take_16_rows_where_four_or_more_warps_still_split_k_in_one_wave(n, k, expected) -> None:
     assert choose_dense_vector(n, k, 132, h200_occupancy) == expected
+
+
+@pytest.mark.parametrize("n, k", [(4096, 4096), (2048, 8192), (8192, 8192), (14336, 4096), (64, 512), (1, 4096),
+                                  (2**31 - 2**16 - 1, 4096)])
+def test_a_given_split_of_k_alone_gets_the_rows_the_rule_gives_that_split(n, k) -> None:
+    rows, warps = choose_dense_vector(n, k, 132, h200_occupancy)
+    assert dense_vector_rows(n, warps, 132, h200_occupancy) == rows
+
+
+@pytest.mark.parametrize("warps, expected", [(1, 8), (2, 8), (4, 16), (8, 8)])
+def test_sixteen_rows_need_four_warps_and_one_wave(warps, expected) -> None:
+    # 4096 rows: 256 blocks of 16 rows; with 8 warps (one block per SM) they take two waves on 132 SMs.
+    assert dense_vector_rows(4096, warps, 132, h200_occupancy) == expected
+
+
+@pytest.mark.parametrize("kwargs, argument, received", [
+    ({"rows": 4}, "rows", "4"), ({"rows": 8.0}, "rows", "8.0"), ({"rows": True}, "rows", "True"),
+    ({"rows": "16"}, "rows", "'16'"), ({"warps": 3}, "warps", "3"), ({"warps": 16}, "warps", "16"),
+    ({"warps": False}, "warps", "False"), ({"rows": 4, "warps": 3}, "rows", "4"), ({"rows": 16, "warps": 0}, "warps", "0"),
+])
+def test_rows_and_warps_are_checked_before_the_device_is_asked(kwargs, argument, received) -> None:
+    i, o = resolve_dtypes(mc.bf16, None)
+    with pytest.raises(mc.ContractError) as info:
+        VectorKernel(None, 64, 64, i, o, **kwargs)  # no context: the check comes first
+    assert info.value.argument == argument and info.value.received == received
+    assert ("8 or 16" if argument == "rows" else "1, 2, 4 or 8") in info.value.expected
 
 
 @pytest.mark.parametrize("rows, late", [(8, True), (16, False)])

@@ -1,7 +1,9 @@
-"""Dense matrix plans: ``DenseVectorPlan`` (M = 1, an NVRTC kernel) and ``DenseMatmulPlan`` (CUTLASS).
+"""Dense matrix plans: ``DenseVectorPlan`` (M = 1, an NVRTC kernel) and ``DenseMatmulPlan`` (NVRTC
+kernels for M <= 16: the dense vector kernel at M = 1, the batched GEMV above; CUTLASS for larger M).
 
-``DenseMatmulPlan`` needs ``libmircuda_cutlass.so``: ``python -m mircuda build-cutlass`` builds it
-(or ``MIRCUDA_CUTLASS_LIBRARY`` points at one); importing this package never loads it.
+``DenseMatmulPlan`` with M > 16 (or a forced CUTLASS kernel) needs ``libmircuda_cutlass.so``:
+``python -m mircuda build-cutlass`` builds it (or ``MIRCUDA_CUTLASS_LIBRARY`` points at one); importing
+this package never loads it.
 """
 
 from ._build import CutlassNotFound

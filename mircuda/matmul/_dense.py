@@ -8,6 +8,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import _cuda
+from ..compile import Compiler
 from ..dtypes import bf16
 from ..errors import ContractError, MircudaError
 from ._build import CutlassNotFound
@@ -52,7 +53,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         compiler: the Compiler of the NVRTC kernels (default: one shared per context).
 
     Raises:
-        ContractError: bad context, stream, spec, dtypes or ``kernel``.
+        ContractError: bad context, stream, spec, dtypes, ``kernel``, ``library`` or ``compiler``.
         CutlassNotFound: a CUTLASS kernel is needed and the library is not built (the message gives
             the build command).
         CompileError: NVRTC rejected an NVRTC kernel (a bug; the log is attached).
@@ -62,12 +63,16 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
 
     def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, input: Any = bf16,
                  output: Any = None, *, kernel: str | None = None, library: CutlassLibrary | None = None,
-                 compiler: Any = None) -> None:
+                 compiler: Compiler | None = None) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
         if kernel is not None and not isinstance(kernel, str):
             raise ContractError("kernel", "None or a kernel name", repr(kernel))
+        _check_library(library)
+        # Checked even when a CUTLASS kernel runs: a bad argument should not depend on the shape.
+        if compiler is not None and (not isinstance(compiler, Compiler) or compiler.context is not context):
+            raise ContractError("compiler", f"None or a Compiler of {context!r}", repr(compiler))
         self._in, self._out = resolve_dtypes(input, output)
         missing: CutlassNotFound | None = None
         lib = library
@@ -255,12 +260,19 @@ def available_kernels(input: Any = bf16, output: Any = None, library: CutlassLib
     dense vector kernel's and the batched GEMV's, then the library's.
 
     Raises:
+        ContractError: bad ``input``, ``output`` or ``library``.
         CutlassNotFound: no library was given and none is built.
     """
     i, o = resolve_dtypes(input, output)
+    _check_library(library)
     lib = load_library() if library is None else library
     return [k.name for k in (*vector_kernels(), *gemv_kernels(), *lib.kernels)
             if k.input == i.name and k.output == o.name]
+
+
+def _check_library(library: Any) -> None:
+    if library is not None and not isinstance(library, CutlassLibrary):
+        raise ContractError("library", "None or a CutlassLibrary (mc.matmul.load_library())", repr(library))
 
 
 MISALIGNED = NOT_IMPLEMENTABLE

@@ -1,4 +1,5 @@
-"""Kernel selection of DenseMatmulPlan: which CUTLASS kernel runs a shape on a device, and why.
+"""Kernel selection of DenseMatmulPlan: which kernel (NVRTC for M <= 16, else CUTLASS) runs a shape on a
+device, and why.
 
 Pure functions over the library's kernel table, so the policy is testable without a GPU.
 """

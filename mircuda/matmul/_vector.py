@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..launch import TypedKernel
     from ..runtime import Context, Stream
 
-__all__ = ["DenseVectorPlan", "VectorKernel", "choose_dense_vector", "choose_vector_warps", "dense_vector_source",
+__all__ = ["DenseVectorPlan", "VectorKernel", "choose_dense_vector", "choose_vector_warps", "dense_vector_rows", "dense_vector_source",
            "blocks_per_sm", "kernel_executor", "shared_compiler", "vector_kernels", "vector_options", "ROW_CHOICES",
            "MAX_WARPS", "VECTOR_FAMILY"]
 
@@ -80,6 +80,17 @@ def choose_dense_vector(n: int, k: int, multiprocessors: int, blocks_per_sm: Cal
     if wide >= WIDE_MIN_WARPS:
         return 16, wide
     return 8, choose_vector_warps(n, k, multiprocessors, lambda w: blocks_per_sm(8, w), rows=8)
+
+
+def dense_vector_rows(n: int, warps: int, multiprocessors: int, blocks_per_sm: Callable[[int, int], int]) -> int:
+    """Rows per block for a split of K the caller fixed (``DenseVectorPlan(warps=...)`` without
+    ``rows``), by :func:`choose_dense_vector`'s rule: 16 when ``warps >= WIDE_MIN_WARPS`` and the
+    16-row grid (``ceil(N / 16)`` blocks of ``warps`` warps) is resident in one wave, else 8. For the
+    warps :func:`choose_dense_vector` picks, it gives the rows it picks.
+    """
+    if warps >= WIDE_MIN_WARPS and -(-n // 16) <= multiprocessors * blocks_per_sm(16, warps):
+        return 16
+    return 8
 
 
 def choose_vector_warps(n: int, k: int, multiprocessors: int, blocks_per_sm: Callable[[int], int], *,
@@ -191,8 +202,8 @@ def vector_kernels() -> tuple[KernelInfo, ...]:
 class VectorKernel:
     """The dense vector kernel compiled for one N x K and dtype pair, with its rows, warps and launch
     configuration: the engine of DenseVectorPlan and of DenseMatmulPlan at M = 1 (the plans check
-    operands). The 16-row module is compiled first (its occupancy decides); the 8-row one only when
-    chosen.
+    operands). ``rows`` and ``warps`` (both optional) are checked before anything is compiled; the
+    16-row module is compiled when its occupancy is needed or it is chosen, the 8-row one when chosen.
 
     Raises:
         ContractError: ``rows`` or ``warps`` is not one of the allowed values.
@@ -223,14 +234,18 @@ class VectorKernel:
 
         info = context.device_info()
         occupancy = lambda r, w: blocks_per_sm(context, kernel(r), w)  # noqa: E731
-        if rows is None:
+        if rows is None and warps is None:
             rows, chosen = choose_dense_vector(n, k, info.multiprocessor_count, occupancy)
+        elif rows is None:
+            # A fixed split of K keeps choose_dense_vector's rule for the rows: 16 only with at least
+            # WIDE_MIN_WARPS warps in one wave (where it measured them faster than 8), not 16 x 1.
+            rows, chosen = dense_vector_rows(n, warps, info.multiprocessor_count, occupancy), warps
         elif warps is None:
             chosen = choose_vector_warps(n, k, info.multiprocessor_count, lambda w: occupancy(rows, w), rows=rows)
         else:
             chosen = warps
         self.rows = rows
-        self.warps = chosen if warps is None else warps
+        self.warps = chosen
         self.kernel: TypedKernel = kernel(rows)
         # On cc >= 9.0 the next kernel's ramp overlaps this one's tail (see cuda_src/dense_vector.cu).
         self.config = LaunchConfig((-(-n // rows),), (32 * self.warps,),
@@ -272,7 +287,8 @@ class DenseVectorPlan(PlanBase, Generic[T]):
         compiler: the Compiler to build the kernel with (default: one shared per context).
         rows: output rows per block and warp (8 or 16); warps: warps per block splitting K (1, 2, 4 or
             8). By default both come from :func:`choose_dense_vector`; a given ``rows`` alone gets
-            :func:`choose_vector_warps`'s split.
+            :func:`choose_vector_warps`'s split, a given ``warps`` alone :func:`dense_vector_rows`'s
+            rows (16 only with 4 or more warps whose 16-row grid fits one wave).
 
     Each warp computes 8 or 16 output rows, converting each pair of inputs to FP32 once and using it for
     all of them; accumulation is FP32; ``beta == 0`` never reads ``y`` (it may hold NaN). Any N and K:

@@ -72,6 +72,15 @@ def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool)
         buf.free(stream)
 
 
+@pytest.mark.parametrize("m", [1, 4])  # the dense vector kernel, the batched GEMV
+@pytest.mark.parametrize("kwargs, argument", [({"compiler": object()}, "compiler"), ({"compiler": "nvrtc"}, "compiler"),
+                                              ({"library": "libmircuda_cutlass.so"}, "library")])
+def test_construction_checks_the_compiler_and_the_library(context, stream, m, kwargs, argument) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, 64, 128), **kwargs)
+    assert info.value.argument == argument and info.value.received == repr(kwargs[argument])
+
+
 def test_the_gemv_agrees_with_a_forced_cutlass_kernel(context, stream, pool, rng) -> None:
     try:
         lib = mc.matmul.load_library()

@@ -97,3 +97,16 @@ def test_construction_checks_its_arguments(context, stream) -> None:
             mc.DenseVectorPlan(context, stream, spec, rows=rows)
     with pytest.raises(mc.ContractError, match="stream"):
         mc.DenseVectorPlan(context, None, spec)
+    with pytest.raises(mc.ContractError, match="compiler"):
+        mc.DenseVectorPlan(context, stream, spec, compiler=object())
+
+
+@pytest.mark.parametrize("warps", [1, 2, 4, 8])
+def test_a_given_split_of_k_alone_gets_its_rows_from_the_rule(context, stream, warps) -> None:
+    # 16 rows only with four or more warps whose grid fits one wave; with 1 or 2 warps always 8.
+    plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096), warps=warps)
+    assert plan.warps == warps and plan.launch_config.grid[0] == 4096 // plan.rows
+    if warps < 4:
+        assert plan.rows == 8
+    if context.device_info().multiprocessor_count == 132:  # H200: 256 blocks of 16 rows fit one wave at 4 warps, not 8
+        assert plan.rows == {4: 16, 8: 8}.get(warps, 8)
