@@ -82,12 +82,16 @@ def h200_occupancy(rows: int, warps: int) -> int:
     (28672, 4096, (8, 1)),
     (64, 512, (8, 1)),         # too short to split: each warp reads >= two 256-column chunks
     (64, 1024, (8, 2)),
+    (2048, 4096, (16, 8)),     # 128 blocks of 16 rows still cover 3/4 of the SMs
+    (1024, 14336, (8, 8)),     # 64 would leave half of them idle: 128 blocks of 8 rows
+    (64, 4096, (8, 8)),
 ])
 def test_dense_vector_plans_take_16_rows_where_four_or_more_warps_still_split_k_in_one_wave(n, k, expected) -> None:
     assert choose_dense_vector(n, k, 132, h200_occupancy) == expected
 
 
 @pytest.mark.parametrize("n, k", [(4096, 4096), (2048, 8192), (8192, 8192), (14336, 4096), (64, 512), (1, 4096),
+                                  (1024, 14336), (2048, 4096),
                                   (2**31 - 2**16 - 1, 4096)])
 def test_a_given_split_of_k_alone_gets_the_rows_the_rule_gives_that_split(n, k) -> None:
     rows, warps = choose_dense_vector(n, k, 132, h200_occupancy)

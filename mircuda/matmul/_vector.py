@@ -41,6 +41,13 @@ TARGET_WARPS_PER_SM = 16
 """Resident warps per SM the split of K aims at: enough 16-byte loads in flight to saturate HBM."""
 WIDE_MIN_WARPS = 4
 """Least split of K for which 16 rows per block beat 8 (see :func:`choose_dense_vector`)."""
+WIDE_MIN_SM_SHARE = 0.75
+"""Least share of the SMs that 16-row blocks must cover: halving the blocks of a small N leaves SMs
+idle (see :func:`choose_dense_vector`)."""
+
+
+def _wide_covers_the_sms(n: int, multiprocessors: int) -> bool:
+    return -(-n // 16) >= WIDE_MIN_SM_SHARE * multiprocessors
 
 
 @functools.lru_cache(maxsize=1)
@@ -61,9 +68,10 @@ def vector_options(rows: int) -> CompileOptions:
 
 
 def choose_dense_vector(n: int, k: int, multiprocessors: int, blocks_per_sm: Callable[[int, int], int]) -> tuple[int, int]:
-    """DenseVectorPlan's (rows per block, warps per block): 16 rows when their grid still fills one wave
-    with at least ``WIDE_MIN_WARPS`` warps per block splitting K, else 8 rows; the warps are
-    :func:`choose_vector_warps` 's for that row count.
+    """DenseVectorPlan's (rows per block, warps per block): 16 rows when their grid still fits one wave
+    with at least ``WIDE_MIN_WARPS`` warps per block splitting K and its ``ceil(N / 16)`` blocks cover
+    at least ``WIDE_MIN_SM_SHARE`` of the SMs, else 8 rows; the warps are :func:`choose_vector_warps`'s
+    for that row count.
 
     Args:
         blocks_per_sm: resident blocks per SM of the ``rows``-row kernel at ``warps`` warps per block,
@@ -74,10 +82,12 @@ def choose_dense_vector(n: int, k: int, multiprocessors: int, blocks_per_sm: Cal
     combination): the rule's pick was the fastest or within 2 % of it on all seven shapes tried:
     4096 x 4096 (16 rows, 4 warps: 10.1 µs, 3.3 TB/s), 2048 x 8192 (16, 8: 10.1), 4096 x 14336
     (16, 4: 28.0), 8192 x 8192 (8, 2: 31.8), 6144 x 4096 (8, 2: 14.1), 14336 x 4096 (8, 1: 28.2) and
-    28672 x 4096 (8, 1: 55.2).
+    28672 x 4096 (8, 1: 55.2). For small N (8 warps either way) 16 rows were slower up to N = 1024,
+    where their 64 blocks leave half of the 132 SMs idle (K = 14336: 12.2 instead of 10.1 µs; N = 64:
+    10.5 instead of 7.0), and faster from N = 2048 (128 blocks; K = 4096: 6.6 instead of 7.0).
     """
     wide = choose_vector_warps(n, k, multiprocessors, lambda w: blocks_per_sm(16, w), rows=16)
-    if wide >= WIDE_MIN_WARPS:
+    if wide >= WIDE_MIN_WARPS and _wide_covers_the_sms(n, multiprocessors):
         return 16, wide
     return 8, choose_vector_warps(n, k, multiprocessors, lambda w: blocks_per_sm(8, w), rows=8)
 
@@ -85,10 +95,12 @@ def choose_dense_vector(n: int, k: int, multiprocessors: int, blocks_per_sm: Cal
 def dense_vector_rows(n: int, warps: int, multiprocessors: int, blocks_per_sm: Callable[[int, int], int]) -> int:
     """Rows per block for a split of K the caller fixed (``DenseVectorPlan(warps=...)`` without
     ``rows``), by :func:`choose_dense_vector`'s rule: 16 when ``warps >= WIDE_MIN_WARPS`` and the
-    16-row grid (``ceil(N / 16)`` blocks of ``warps`` warps) is resident in one wave, else 8. For the
-    warps :func:`choose_dense_vector` picks, it gives the rows it picks.
+    16-row grid (``ceil(N / 16)`` blocks of ``warps`` warps) is resident in one wave and covers at
+    least ``WIDE_MIN_SM_SHARE`` of the SMs, else 8. For the warps :func:`choose_dense_vector` picks,
+    it gives the rows it picks.
     """
-    if warps >= WIDE_MIN_WARPS and -(-n // 16) <= multiprocessors * blocks_per_sm(16, warps):
+    if (warps >= WIDE_MIN_WARPS and -(-n // 16) <= multiprocessors * blocks_per_sm(16, warps)
+            and _wide_covers_the_sms(n, multiprocessors)):
         return 16
     return 8
 

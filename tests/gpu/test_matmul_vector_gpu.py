@@ -57,7 +57,7 @@ def test_every_row_count_and_split_of_k_gives_the_same_answer(context, stream, p
     assert_close(got, want, mag, out)
 
 
-@pytest.mark.parametrize("n, rows", [(4096, 16), (14336, 8)])
+@pytest.mark.parametrize("n, rows", [(4096, 16), (14336, 8), (1024, 8)])
 def test_describe_names_the_kernel_and_the_split(context, stream, n, rows) -> None:
     plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, 4096))
     text = plan.describe()
