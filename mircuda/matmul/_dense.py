@@ -15,7 +15,7 @@ from ._build import CutlassNotFound
 from ._gemv import BatchedGemv, gemv_kernels
 from ._library import NOT_IMPLEMENTABLE, CutlassError, CutlassLibrary, KernelInfo, load_library
 from ._select import Selection, select_kernel
-from ._vector import VECTOR_FAMILY, VectorKernel, vector_kernels
+from ._vector import VECTOR_FAMILY, VectorKernel, plan_compiler, vector_kernels
 from ._spec import DenseMatmulSpec, PlanBase, check_operand, check_scalar, check_stream, plan_stream, resolve_dtypes
 
 if TYPE_CHECKING:
@@ -71,8 +71,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
             raise ContractError("kernel", "None or a kernel name", repr(kernel))
         _check_library(library)
         # Checked even when a CUTLASS kernel runs: a bad argument should not depend on the shape.
-        if compiler is not None and (not isinstance(compiler, Compiler) or compiler.context is not context):
-            raise ContractError("compiler", f"None or a Compiler of {context!r}", repr(compiler))
+        compiler = plan_compiler(compiler, context)
         self._in, self._out = resolve_dtypes(input, output)
         missing: CutlassNotFound | None = None
         lib = library

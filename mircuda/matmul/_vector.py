@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..runtime import Context, Stream
 
 __all__ = ["DenseVectorPlan", "VectorKernel", "choose_dense_vector", "choose_vector_warps", "dense_vector_rows", "dense_vector_source",
-           "blocks_per_sm", "kernel_executor", "shared_compiler", "vector_kernels", "vector_options", "ROW_CHOICES",
+           "blocks_per_sm", "kernel_executor", "plan_compiler", "shared_compiler", "vector_kernels", "vector_options", "ROW_CHOICES",
            "MAX_WARPS", "VECTOR_FAMILY"]
 
 T = TypeVar("T")
@@ -46,8 +46,12 @@ WIDE_MIN_SM_SHARE = 0.75
 idle (see :func:`choose_dense_vector`)."""
 
 
-def _wide_covers_the_sms(n: int, multiprocessors: int) -> bool:
-    return -(-n // 16) >= WIDE_MIN_SM_SHARE * multiprocessors
+def _takes_16_rows(n: int, warps: int, multiprocessors: int, blocks_per_sm: Callable[[int, int], int]) -> bool:
+    """The rule of :func:`choose_dense_vector` for a given split of K: at least ``WIDE_MIN_WARPS``
+    warps, the ``ceil(N / 16)`` blocks resident in one wave and covering ``WIDE_MIN_SM_SHARE`` of the SMs."""
+    groups = -(-n // 16)
+    return (warps >= WIDE_MIN_WARPS and groups >= WIDE_MIN_SM_SHARE * multiprocessors
+            and groups <= multiprocessors * blocks_per_sm(16, warps))
 
 
 @functools.lru_cache(maxsize=1)
@@ -87,7 +91,7 @@ def choose_dense_vector(n: int, k: int, multiprocessors: int, blocks_per_sm: Cal
     10.5 instead of 7.0), and faster from N = 2048 (128 blocks; K = 4096: 6.6 instead of 7.0).
     """
     wide = choose_vector_warps(n, k, multiprocessors, lambda w: blocks_per_sm(16, w), rows=16)
-    if wide >= WIDE_MIN_WARPS and _wide_covers_the_sms(n, multiprocessors):
+    if _takes_16_rows(n, wide, multiprocessors, blocks_per_sm):
         return 16, wide
     return 8, choose_vector_warps(n, k, multiprocessors, lambda w: blocks_per_sm(8, w), rows=8)
 
@@ -99,8 +103,7 @@ def dense_vector_rows(n: int, warps: int, multiprocessors: int, blocks_per_sm: C
     least ``WIDE_MIN_SM_SHARE`` of the SMs, else 8. For the warps :func:`choose_dense_vector` picks,
     it gives the rows it picks.
     """
-    if (warps >= WIDE_MIN_WARPS and -(-n // 16) <= multiprocessors * blocks_per_sm(16, warps)
-            and _wide_covers_the_sms(n, multiprocessors)):
+    if _takes_16_rows(n, warps, multiprocessors, blocks_per_sm):
         return 16
     return 8
 
@@ -198,6 +201,20 @@ def shared_compiler(context: Context) -> Compiler:
     compiler = _COMPILERS.get(context)
     if compiler is None:
         compiler = _COMPILERS.setdefault(context, Compiler(context))
+    return compiler
+
+
+def plan_compiler(compiler: Any, context: Context) -> Compiler:
+    """A plan's ``compiler=`` argument: ``None`` gives :func:`shared_compiler`; anything else must be
+    a Compiler of ``context``.
+
+    Raises:
+        ContractError: ``compiler`` is neither.
+    """
+    if compiler is None:
+        return shared_compiler(context)
+    if not isinstance(compiler, Compiler) or compiler.context is not context:
+        raise ContractError("compiler", f"None or a Compiler of {context!r}", repr(compiler))
     return compiler
 
 
@@ -323,28 +340,23 @@ class DenseVectorPlan(PlanBase, Generic[T]):
         if info.compute_capability < (8, 0):
             raise UnsupportedPlatform(f"DenseVectorPlan needs compute capability >= 8.0; {info.name} has "
                                       f"{info.compute_capability[0]}.{info.compute_capability[1]}")
-        if compiler is None:
-            compiler = shared_compiler(context)
-        elif not isinstance(compiler, Compiler) or compiler.context is not context:
-            raise ContractError("compiler", f"a Compiler of {context!r}", repr(compiler))
+        compiler = plan_compiler(compiler, context)
         self._context = context
         self._spec = spec
         self._engine = VectorKernel(context, spec.n, spec.k, self._in, self._out, compiler, rows=rows, warps=warps)
-        self._kernel: TypedKernel = self._engine.kernel
-        self._config = self._engine.config
-        self._launch = self._kernel.launch
+        self._launch, self._config = self._engine.kernel.launch, self._engine.config  # bound once for execute
         self._numba: Any = None
 
     # -- properties ---------------------------------------------------------------------------
     @property
     def kernel(self) -> TypedKernel:
         """The bound kernel (its contract: ``y, w, x, alpha, beta, n, k``)."""
-        return self._kernel
+        return self._engine.kernel
 
     @property
     def launch_config(self) -> LaunchConfig:
         """``ceil(N / rows)`` blocks of ``32 * warps`` threads."""
-        return self._config
+        return self._engine.config
 
     @property
     def rows(self) -> int:
