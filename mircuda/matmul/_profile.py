@@ -3,11 +3,12 @@ cuBLAS (through ``torch.matmul``), measured in one run on cold weights (see ``_t
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -191,31 +192,89 @@ def _ratios(rows: list[Row]) -> None:
             r.ratio_to_cublas = base / r.us
 
 
+@dataclass
+class _Session:
+    """What both profiles measure with: one context's stream, pool and timer, cuBLAS through torch
+    when it is installed, and the rows and failures gathered so far."""
+
+    context: Any
+    info: Any
+    stream: Any
+    pool: Any
+    timer: Any
+    torch_: _Torch | None
+    why: str
+    rng: np.random.Generator
+    rows: list[Row]
+    failures: list[str]
+
+    def weights(self, t: _Types, n: int, k: int) -> tuple[int, list[Any], np.ndarray]:
+        """(banks, device banks, host values) of one random [N, K] weight, banks >= 8x L2 in bytes."""
+        from ._timing import bank_count
+
+        banks = bank_count(n * k * t.sizes[0], self.info.l2_cache_bytes)
+        ws, host = _weight_banks(self.context, self.stream, self.pool, self.rng, t.in_t, n, k, banks)
+        return banks, ws, host
+
+    def release(self, buffers: list[Any]) -> None:
+        """Free one shape's buffers and torch's cached blocks before the next shape allocates."""
+        for b in buffers:
+            b.free(self.stream)
+        self.stream.synchronize()
+        if self.torch_ is not None:
+            self.torch_.release()
+
+    def report(self, benchmark: str, path: str, title: str, notes: list[str], goals: bool = False,
+               **extra: Any) -> int:
+        """Ratios to cuBLAS, the table (and the goals), the JSON at ``path``; the exit status."""
+        _ratios(self.rows)
+        _print_table(title, self.rows)
+        lines = _goals(self.rows) if goals else []
+        for g in lines:
+            print(f"  goal: {g}")
+        for n in notes:
+            print(f"  note: {n}")
+        payload = {"benchmark": benchmark, "device": self.info.name, "arch": self.info.arch, **extra,
+                   "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                   "method": "back-to-back calls behind a spin kernel, events, median; weight banks >= 8x L2",
+                   "notes": notes}
+        if goals:
+            payload["goals"] = lines
+        payload.update(failures=self.failures, rows=[asdict(r) for r in self.rows])
+        _write_json(path, payload)
+        for f in self.failures:
+            print(f"FAILED: {f}", file=sys.stderr)
+        return 1 if self.failures else 0
+
+
+@contextlib.contextmanager
+def _session(driver: Any, device: int) -> Iterator[_Session]:
+    from ._timing import StreamTimer
+
+    with driver.create_context(driver.device(device)) as context:
+        stream = context.create_stream()
+        timer = StreamTimer(context, stream)
+        torch_, why = _torch_or_reason(stream.handle)
+        try:
+            yield _Session(context, context.device_info(), stream, context.default_memory_pool(), timer, torch_,
+                           why, np.random.default_rng(), [], [])
+        finally:
+            timer.close()
+
+
 def dense_vector_profile(args: Any) -> int:
     """DenseVectorPlan vs DenseMatmulPlan (M = 1: the same NVRTC kernel, no CUTLASS library needed) vs cuBLAS."""
     import mircuda as mc
 
-    from ._timing import StreamTimer, bank_count
-
-    driver = mc.Driver.initialize()
-    failures: list[str] = []
-    rows: list[Row] = []
-    with driver.create_context(driver.device(args.device)) as context:
-        info = context.device_info()
-        stream = context.create_stream()
-        pool = context.default_memory_pool()
-        timer = StreamTimer(context, stream)
-        torch_, why = _torch_or_reason(stream.handle)
-        rng = np.random.default_rng()
-        dtypes = [d for d in args.dtypes.split(",") if d]
+    with _session(mc.Driver.initialize(), args.device) as s:
+        context, stream, pool, timer, torch_ = s.context, s.stream, s.pool, s.timer, s.torch_
         for n, k in VECTOR_SHAPES:
-            for pair in dtypes:
+            for pair in [d for d in args.dtypes.split(",") if d]:
                 t = _Types.parse(pair)
                 in_t, out_t, label = t.in_t, t.out_t, t.label
                 isz, osz = t.sizes
-                banks = bank_count(n * k * isz, info.l2_cache_bytes)
-                ws, w_host = _weight_banks(context, stream, pool, rng, in_t, n, k, banks)
-                x_host = rng.standard_normal(k, dtype=np.float32).astype(in_t)
+                banks, ws, w_host = s.weights(t, n, k)
+                x_host = s.rng.standard_normal(k, dtype=np.float32).astype(in_t)
                 x = upload(context, stream, pool, x_host)
                 y = pool.allocate(out_t, stream, n)
                 want = w_host.astype(np.float64).reshape(n, k) @ x_host.astype(np.float64)
@@ -226,40 +285,25 @@ def dense_vector_profile(args: Any) -> int:
                     plan.execute(stream, x, ws[0], y)
                     err = _check_vector(context, stream, y, want)
                     if err > 1e-2:
-                        failures.append(f"DenseVectorPlan {label} {n}x{k}: relative error {err:.2e}")
+                        s.failures.append(f"DenseVectorPlan {label} {n}x{k}: relative error {err:.2e}")
                     us = timer.median(lambda i: plan.execute(stream, x, ws[i % banks], y), args.calls, args.repeats)
                     name = "DenseVectorPlan" + ("" if warps is None else f" rows={rows_per_block} warps={warps}")
-                    rows.append(_row(name, label, 1, n, k, us, isz, osz,
-                                     f"{plan.rows} rows x {plan.warps} warp(s)/block, rel err {err:.1e}"))
-                rows.append(_matmul_row(context, stream, pool, timer, ws, x, y, want, in_t, out_t, label, n, k,
-                                        banks, args, failures))
+                    s.rows.append(_row(name, label, 1, n, k, us, isz, osz,
+                                       f"{plan.rows} rows x {plan.warps} warp(s)/block, rel err {err:.1e}"))
+                s.rows.append(_matmul_row(context, stream, pool, timer, ws, x, y, want, in_t, out_t, label, n, k,
+                                          banks, args, s.failures))
                 if torch_ is not None:
                     tws = torch_.weights(n, k, t.input, banks)
                     enqueue, note = torch_.operands(1, tws, t.input, t.output)
                     us = timer.median(enqueue, args.calls, args.repeats)
-                    rows.append(_row("cuBLAS (torch.matmul)", label, 1, n, k, us, isz, osz, note))
+                    s.rows.append(_row("cuBLAS (torch.matmul)", label, 1, n, k, us, isz, osz, note))
                     del tws, enqueue
-                for b in ws + [x, y]:
-                    b.free(stream)
-                stream.synchronize()
-                if torch_ is not None:
-                    torch_.release()
-        _ratios(rows)
-        notes = [why] if why else []
-        _print_table(f"dense-vector-profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs, "
-                     f"L2 {info.l2_cache_bytes >> 20} MiB): M = 1, cold weights, median of {args.repeats} x "
-                     f"{args.calls} back-to-back calls", rows)
-        for n in notes:
-            print(f"  note: {n}")
-        _write_json(args.json, {"benchmark": "dense-vector-profile", "device": info.name, "arch": info.arch,
-                                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                                "method": "back-to-back calls behind a spin kernel, events, median; weight banks "
-                                          ">= 8x L2", "notes": notes, "failures": failures,
-                                "rows": [asdict(r) for r in rows]})
-        timer.close()
-    for f in failures:
-        print(f"FAILED: {f}", file=sys.stderr)
-    return 1 if failures else 0
+                s.release(ws + [x, y])
+        info = s.info
+        return s.report("dense-vector-profile", args.json,
+                        f"dense-vector-profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs, "
+                        f"L2 {info.l2_cache_bytes >> 20} MiB): M = 1, cold weights, median of {args.repeats} x "
+                        f"{args.calls} back-to-back calls", [s.why] if s.why else [])
 
 
 def _check_vector(context: Any, stream: Any, y: Any, want: np.ndarray) -> float:
@@ -304,33 +348,23 @@ def matmul_profile(args: Any) -> int:
     """DenseMatmulPlan vs cuBLAS (torch.matmul) over M x (N, K) x dtypes, cold weights."""
     import mircuda as mc
 
-    from ._library import load_library
-    from ._timing import StreamTimer, bank_count
-
     from ._gemv import MAX_M
+    from ._library import load_library
 
     driver = mc.Driver.initialize()  # first: without a driver nothing else matters
     ms = list(args.m)
     lib = load_library() if max(ms) > MAX_M else None  # the NVRTC kernels (M <= 16) need no CUTLASS
-    failures: list[str] = []
-    rows: list[Row] = []
-    with driver.create_context(driver.device(args.device)) as context:
-        info = context.device_info()
-        stream = context.create_stream()
-        pool = context.default_memory_pool()
-        timer = StreamTimer(context, stream)
-        torch_, why = _torch_or_reason(stream.handle)
-        rng = np.random.default_rng()
+    with _session(driver, args.device) as s:
+        context, stream, pool, timer, torch_ = s.context, s.stream, s.pool, s.timer, s.torch_
         for n, k in MATMUL_SHAPES:
             for pair in [d for d in args.dtypes.split(",") if d]:
                 t = _Types.parse(pair)
                 in_t, out_t, label = t.in_t, t.out_t, t.label
                 isz, osz = t.sizes
-                banks = bank_count(n * k * isz, info.l2_cache_bytes)
-                ws, w_host = _weight_banks(context, stream, pool, rng, in_t, n, k, banks)
+                banks, ws, w_host = s.weights(t, n, k)
                 tws = torch_.weights(n, k, t.input, banks) if torch_ is not None else None
                 for m in ms:
-                    a_host = rng.standard_normal((m, k), dtype=np.float32).astype(in_t)
+                    a_host = s.rng.standard_normal((m, k), dtype=np.float32).astype(in_t)
                     a = upload(context, stream, pool, a_host)
                     c = pool.allocate(out_t, stream, m * n)
                     plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=in_t,
@@ -338,43 +372,26 @@ def matmul_profile(args: Any) -> int:
                     plan.execute(stream, a, ws[0], c)
                     err = _check_rows(context, stream, c, a_host, w_host.reshape(n, k), m, n)
                     if err > 2e-2:
-                        failures.append(f"DenseMatmulPlan {label} M={m} {n}x{k}: relative error {err:.2e}")
+                        s.failures.append(f"DenseMatmulPlan {label} M={m} {n}x{k}: relative error {err:.2e}")
                     us = timer.median(lambda i: plan.execute(stream, a, ws[i % banks], c), args.calls, args.repeats)
-                    rows.append(_row("DenseMatmulPlan", label, m, n, k, us, isz, osz,
-                                     f"{plan.kernel_name} splits={plan.splits} rel err {err:.1e}"))
+                    s.rows.append(_row("DenseMatmulPlan", label, m, n, k, us, isz, osz,
+                                       f"{plan.kernel_name} splits={plan.splits} rel err {err:.1e}"))
                     if tws is not None:
-                        enqueue, note = torch_.operands(m, tws, t.input, t.output)
+                        enqueue, note = torch_.operands(m, tws, t.input, t.output)  # type: ignore[union-attr]
                         us = timer.median(enqueue, args.calls, args.repeats)
-                        rows.append(_row("cuBLAS (torch.matmul)", label, m, n, k, us, isz, osz, note))
+                        s.rows.append(_row("cuBLAS (torch.matmul)", label, m, n, k, us, isz, osz, note))
                         del enqueue
                     plan.close()
                     a.free(stream)
                     c.free(stream)
-                for b in ws:
-                    b.free(stream)
-                stream.synchronize()
-                if torch_ is not None:
-                    del tws
-                    torch_.release()
-        _ratios(rows)
-        _print_table(f"matmul-profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs): cold weights, "
-                     f"median of {args.repeats} x {args.calls} back-to-back calls; cuBLAS/x > 1: faster than cuBLAS",
-                     rows)
-        goals = _goals(rows)
-        for g in goals:
-            print(f"  goal: {g}")
-        if why:
-            print(f"  note: {why}")
-        _write_json(args.json, {"benchmark": "matmul-profile", "device": info.name, "arch": info.arch,
-                                "library": str(lib.path) if lib is not None else None,
-                                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-                                "method": "back-to-back calls behind a spin kernel, events, median; weight banks "
-                                          ">= 8x L2", "notes": [why] if why else [], "goals": goals,
-                                "failures": failures, "rows": [asdict(r) for r in rows]})
-        timer.close()
-    for f in failures:
-        print(f"FAILED: {f}", file=sys.stderr)
-    return 1 if failures else 0
+                del tws
+                s.release(ws)
+        info = s.info
+        return s.report("matmul-profile", args.json,
+                        f"matmul-profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs): cold "
+                        f"weights, median of {args.repeats} x {args.calls} back-to-back calls; cuBLAS/x > 1: faster "
+                        "than cuBLAS", [s.why] if s.why else [], goals=True,
+                        library=str(lib.path) if lib is not None else None)
 
 
 def _check_rows(context: Any, stream: Any, c: Any, a: np.ndarray, w: np.ndarray, m: int, n: int) -> float:
