@@ -163,3 +163,11 @@ def test_specs_are_values() -> None:
     assert mc.DenseVectorSpec(4, 8) == mc.DenseVectorSpec(4, 8)
     assert mc.DenseVectorSpec(4096, 4096).flops == 2 * 4096 * 4096
     assert hash(mc.DenseMatmulSpec(1, 2, 3)) == hash(mc.DenseMatmulSpec(1, 2, 3))
+
+
+def test_package_sources_inline_their_shared_header_for_nvrtc() -> None:
+    from mircuda.matmul._gemv import batched_gemv_source
+
+    for source in (dense_vector_source(), batched_gemv_source()):
+        assert '#include "decode_common.cuh"' not in source.text
+        assert source.text.count("namespace decode {") == 1 and "pdl_trigger_late" in source.text

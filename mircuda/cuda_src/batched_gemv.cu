@@ -46,6 +46,7 @@
 #ifndef MIRCUDA_PDL_TRIGGER_LATE
 #define MIRCUDA_PDL_TRIGGER_LATE (MIRCUDA_GEMV_M <= 8)
 #endif
+#include "decode_common.cuh"
 
 namespace {
 
@@ -81,12 +82,8 @@ struct F16 {
     }
 };
 
-__device__ __forceinline__ float load_out(const float* p) { return *p; }
-__device__ __forceinline__ float load_out(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ float load_out(const __half* p) { return __half2float(*p); }
-__device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store_out(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void store_out(__half* p, float v) { *p = __float2half_rn(v); }
+using decode::load_out;
+using decode::store_out;
 
 // A streamed 16-byte weight load: not kept in L1 (each weight is read once), and fetching the whole
 // 128-byte line into L2 (a warp's load covers 64 bytes of each row; the next load takes the other 64:
@@ -98,11 +95,6 @@ __device__ __forceinline__ uint4 load_weights(const unsigned short* p) {
         : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
-
-#if __CUDA_ARCH__ >= 900
-// Asks L2 for the 128-byte line holding `p` (a hint: no register, no fault, no ordering).
-__device__ __forceinline__ void prefetch_l2(const unsigned short* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
-#endif
 
 // Eight elements from `col` on, element by element (any alignment); zeros from column `k` on.
 __device__ __forceinline__ uint4 load_any(const unsigned short* row, int col, int k) {
@@ -156,12 +148,10 @@ __device__ __forceinline__ void batched_gemv(Out* __restrict__ c, const unsigned
         const int full = k / kChunk;
         for (int i = 0; i < 2; ++i) {
             const int ch = warp + i * warps;
-            if (ch < full) prefetch_l2((t < 2 ? wlo : whi) + ch * kChunk + (t & 1) * 64);
+            if (ch < full) decode::prefetch_l2((t < 2 ? wlo : whi) + ch * kChunk + (t & 1) * 64);
         }
-#if !MIRCUDA_PDL_TRIGGER_LATE
-        asm volatile("griddepcontrol.launch_dependents;");
-#endif
-        asm volatile("griddepcontrol.wait;" ::: "memory");
+        decode::pdl_trigger_early();
+        decode::pdl_wait();
     }
 #endif
     float acc[kTiles][4];
@@ -244,9 +234,7 @@ __device__ __forceinline__ void batched_gemv(Out* __restrict__ c, const unsigned
         }
     }
 
-#if __CUDA_ARCH__ >= 900 && MIRCUDA_PDL_TRIGGER_LATE
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
+    decode::pdl_trigger_late();
     if (warps > 1) {  // sum the warps' partial products; warp 0 stores
         __shared__ float partial[kMaxWarps][kTiles][4][32];
 #pragma unroll

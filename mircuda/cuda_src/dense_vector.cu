@@ -34,6 +34,7 @@ static_assert(DENSE_VECTOR_ROWS == 8 || DENSE_VECTOR_ROWS == 16, "DENSE_VECTOR_R
 #ifndef MIRCUDA_PDL_TRIGGER_LATE
 #define MIRCUDA_PDL_TRIGGER_LATE (DENSE_VECTOR_ROWS == 8)
 #endif
+#include "decode_common.cuh"
 
 namespace {
 
@@ -61,12 +62,8 @@ struct F16 {
     static __device__ __forceinline__ float one(unsigned short u) { return __half2float(__ushort_as_half(u)); }
 };
 
-__device__ __forceinline__ float load_out(const float* p) { return *p; }
-__device__ __forceinline__ float load_out(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ float load_out(const __half* p) { return __half2float(*p); }
-__device__ __forceinline__ void store_out(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store_out(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void store_out(__half* p, float v) { *p = __float2half_rn(v); }
+using decode::load_out;
+using decode::store_out;
 
 // A streamed 16-byte weight load: not kept in L1 (each weight is read once); L2 fetches whole 128-byte lines.
 __device__ __forceinline__ uint4 load_weights(const unsigned short* p) {
@@ -125,12 +122,10 @@ __device__ __forceinline__ void dense_vector(Out* __restrict__ y, const unsigned
         for (int i = 0; i < 2; ++i) {
             const int c = warp + i * warps;
             if (Vec && c < full)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(w + r * (long long)k + c * kChunk + (lane & 3) * 64));
+                decode::prefetch_l2(w + r * (long long)k + c * kChunk + (lane & 3) * 64);
         }
-#if !MIRCUDA_PDL_TRIGGER_LATE
-        asm volatile("griddepcontrol.launch_dependents;");
-#endif
-        asm volatile("griddepcontrol.wait;" ::: "memory");
+        decode::pdl_trigger_early();
+        decode::pdl_wait();
     }
 #endif
     float acc[kRows];
@@ -216,9 +211,7 @@ __device__ __forceinline__ void dense_vector(Out* __restrict__ y, const unsigned
 #pragma unroll
     for (int r = 1; r < kRows; ++r) mine = lane == r ? acc[r] : mine;
 
-#if __CUDA_ARCH__ >= 900 && MIRCUDA_PDL_TRIGGER_LATE
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
+    decode::pdl_trigger_late();
     if (warps > 1) {
         __shared__ float partial[kMaxWarps][kRows];
         if (lane < kRows) partial[warp][lane] = mine;

@@ -4,7 +4,6 @@ compiled by NVRTC for the context's device, one module per M (``-D MIRCUDA_GEMV_
 from __future__ import annotations
 
 import functools
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from ..compile import Compiler, CompileOptions, CudaSource
@@ -12,7 +11,7 @@ from ..dtypes import f32, i32
 from ..launch import In, InOut, LaunchConfig, cuda_export
 from ..memory import DeviceBuffer
 from ._library import KernelInfo
-from ._vector import blocks_per_sm, choose_vector_warps, kernel_executor, shared_compiler
+from ._vector import blocks_per_sm, choose_vector_warps, kernel_executor, package_source, shared_compiler
 
 if TYPE_CHECKING:
     from ..dtypes import DTypeInfo
@@ -38,9 +37,8 @@ PAIRS = (("bf16", "bf16"), ("bf16", "f32"), ("f16", "f16"), ("f16", "f32"))
 
 @functools.lru_cache(maxsize=1)
 def batched_gemv_source() -> CudaSource:
-    """``cuda_src/batched_gemv.cu`` as a :class:`CudaSource` (from the installed package)."""
-    text = resources.files("mircuda").joinpath("cuda_src", "batched_gemv.cu").read_text()
-    return CudaSource(text, "batched_gemv.cu")
+    """``cuda_src/batched_gemv.cu`` as a :class:`CudaSource` (see :func:`package_source`)."""
+    return package_source("batched_gemv.cu")
 
 
 def gemv_options(m: int, unroll: int = 4) -> CompileOptions:

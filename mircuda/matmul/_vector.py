@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import weakref
 from collections.abc import Callable
 from importlib import resources
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from ..runtime import Context, Stream
 
 __all__ = ["DenseVectorPlan", "VectorKernel", "choose_dense_vector", "choose_vector_warps", "dense_vector_rows", "dense_vector_source",
-           "blocks_per_sm", "kernel_executor", "plan_compiler", "shared_compiler", "vector_kernels", "vector_options", "ROW_CHOICES",
+           "blocks_per_sm", "kernel_executor", "package_source", "plan_compiler", "shared_compiler", "vector_kernels", "vector_options", "ROW_CHOICES",
            "MAX_WARPS", "VECTOR_FAMILY"]
 
 T = TypeVar("T")
@@ -54,11 +55,22 @@ def _takes_16_rows(n: int, warps: int, multiprocessors: int, blocks_per_sm: Call
             and groups <= multiprocessors * blocks_per_sm(16, warps))
 
 
+_LOCAL_INCLUDE = re.compile(r'^#include "([A-Za-z0-9_]+\.cuh)"$', re.MULTILINE)
+
+
+def package_source(filename: str) -> CudaSource:
+    """``mircuda/cuda_src/<filename>`` (from the installed package) as one translation unit: each
+    ``#include "x.cuh"`` of that folder is replaced by the header's text (NVRTC has no include path
+    to the package; nvcc finds the headers beside the file)."""
+    folder = resources.files("mircuda").joinpath("cuda_src")
+    text = _LOCAL_INCLUDE.sub(lambda m: folder.joinpath(m.group(1)).read_text(), folder.joinpath(filename).read_text())
+    return CudaSource(text, filename)
+
+
 @functools.lru_cache(maxsize=1)
 def dense_vector_source() -> CudaSource:
-    """``cuda_src/dense_vector.cu`` as a :class:`CudaSource` (from the installed package)."""
-    text = resources.files("mircuda").joinpath("cuda_src", "dense_vector.cu").read_text()
-    return CudaSource(text, "dense_vector.cu")
+    """``cuda_src/dense_vector.cu`` as a :class:`CudaSource` (see :func:`package_source`)."""
+    return package_source("dense_vector.cu")
 
 
 def kernel_symbol(input_name: str, output_name: str, vector: bool) -> str:
