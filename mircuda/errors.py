@@ -20,6 +20,8 @@ __all__ = [
     "ClosedResourceError",
     "CaptureError",
     "GraphStreamError",
+    "CutlassNotFound",
+    "CutlassError",
 ]
 
 
@@ -109,3 +111,34 @@ class CaptureError(MircudaError):
 
 class GraphStreamError(MircudaError):
     """A graph was launched on a stream other than the one it was captured on."""
+
+
+class CutlassNotFound(MircudaError):
+    """The CUTLASS library (``libmircuda_cutlass.so``), its headers, its CMake project or the tools to
+    build it are missing; the message says how to get them (``python -m mircuda build-cutlass``, the
+    ``cutlass`` extra, or ``MIRCUDA_CUTLASS_LIBRARY``)."""
+
+
+class CutlassError(MircudaError):
+    """The CUTLASS library failed: a call into ``libmircuda_cutlass.so`` returned a failure status, or
+    configuring or building the library (``python -m mircuda build-cutlass``) failed.
+
+    Attributes:
+        status: the library's status code (``MIRCUDA_CUTLASS_*`` of ``mircuda_cutlass.h``); ``None``
+            for a build failure.
+        name: the status's name (``"NOT_IMPLEMENTABLE"``, ``"WRONG_ARCH"`` ...), ``"BUILD_FAILED"``
+            for a build failure.
+        call: the library function (``"mircuda_cutlass_plan_create"`` ...) or the build step
+            (``"cmake configure"``, ``"cmake --build"``).
+        cuda_error: the ``cudaError_t`` behind a ``CUDA_ERROR`` status (0 otherwise).
+        log: the end of the build's output (CMake, nvcc), empty for a library call.
+    """
+
+    def __init__(self, message: str, *, call: str, status: int | None = None, name: str = "BUILD_FAILED",
+                 cuda_error: int = 0, log: str = "") -> None:
+        self.status = status
+        self.name = name
+        self.call = call
+        self.cuda_error = cuda_error
+        self.log = log
+        super().__init__(f"{message}\n{log}".rstrip() if log else message)

@@ -5,9 +5,12 @@ the build command, and the kernel table of a built library when one is present."
 from __future__ import annotations
 
 import ctypes
+import glob
+import importlib.resources
 import os
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -101,6 +104,79 @@ def test_the_cache_key_covers_sources_versions_and_archs() -> None:
                 _build.cache_key("d", "4.2.0", "13.0.88", ("90a", "120f"), ("SIMT",))]
     assert len({base, *variants}) == 6 and base == _build.cache_key("d", "4.2.0", "13.0.88", ("90a", "120f"))
     assert len(_build.source_digest()) == 64
+
+
+def _project_files(project: Path) -> list[str]:
+    return sorted(str(p.relative_to(project)) for p in project.rglob("*") if p.is_file())
+
+
+def test_the_cmake_project_is_package_data_found_with_importlib_resources() -> None:
+    project = _build.project_dir()
+    assert project == importlib.resources.files("mircuda").joinpath("cutlass_build")
+    files = _project_files(project)
+    assert {"CMakeLists.txt", "include/mircuda_cutlass.h", "src/registry.cu"} <= set(files)
+    # Every file of the project matches a package-data glob of pyproject.toml, so a wheel carries it.
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    globs = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]["mircuda"]
+    package = importlib.resources.files("mircuda")
+    shipped = {os.path.relpath(f, "cutlass_build") for g in globs for f in glob.glob(g, root_dir=package)
+               if f.startswith("cutlass_build/")}
+    assert sorted(shipped) == files
+
+
+def test_the_source_digest_covers_every_packaged_file(tmp_path) -> None:
+    copy = tmp_path / "project"
+    shutil.copytree(_build.project_dir(), copy)
+    base = _build.source_digest()
+    assert _build.source_digest(copy) == base and len(base) == 64
+    digests = {base}
+    for name in _project_files(copy):
+        path = copy / name
+        original = path.read_bytes()
+        path.write_bytes(original + b"\n")
+        digests.add(_build.source_digest(copy))
+        path.write_bytes(original)
+    assert len(digests) == len(_project_files(copy)) + 1
+    assert _build.source_digest(copy) == base
+    (copy / "src" / "registry.cu").rename(copy / "src" / "registry2.cu")
+    assert _build.source_digest(copy) not in digests
+
+
+def test_an_installation_without_the_project_says_so(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(_build.importlib.resources, "files", lambda package: tmp_path)
+    with pytest.raises(mc.CutlassNotFound, match="CMakeLists.txt is missing") as info:
+        _build.project_dir()
+    assert "MIRCUDA_CUTLASS_LIBRARY" in str(info.value)
+
+
+def test_cutlass_errors_live_in_mircuda_errors_and_keep_their_old_homes() -> None:
+    assert mc.CutlassError is mc.errors.CutlassError is _library.CutlassError
+    assert mc.CutlassNotFound is mc.errors.CutlassNotFound is _build.CutlassNotFound
+    assert issubclass(mc.CutlassError, mc.MircudaError) and issubclass(mc.CutlassNotFound, mc.MircudaError)
+    exc = _library.status_error(4, "mircuda_cutlass_plan_execute", "kernel k", 700)
+    assert (exc.status, exc.name, exc.call, exc.cuda_error) == (4, "CUDA_ERROR", "mircuda_cutlass_plan_execute", 700)
+    assert str(exc) == "mircuda_cutlass_plan_execute failed with CUDA_ERROR (cudaError_t 700): kernel k"
+
+
+def _fake_cmake(tmp_path: Path, configure_ok: bool) -> _build.Toolchain:
+    """A toolchain whose cmake configures (or not) and always fails to build, with a message."""
+    cmake = tmp_path / "cmake"
+    cmake.write_text("#!/bin/sh\nif [ \"$1\" = --build ]; then echo 'registry.cu(1): error: boom'; exit 1; fi\n"
+                     + ("exit 0\n" if configure_ok else "echo 'CMake Error: no CUDA compiler' >&2; exit 1\n"))
+    cmake.chmod(0o755)
+    return _build.Toolchain(tmp_path, tmp_path, "4.2.0", Path("/bin/true"), "13.0", cmake, Path("/bin/true"))
+
+
+@pytest.mark.parametrize("configure_ok, call, output", [(False, "cmake configure", "CMake Error: no CUDA compiler"),
+                                                        (True, "cmake --build", "error: boom")])
+def test_build_failures_raise_cutlass_error_with_the_output(monkeypatch, tmp_path, configure_ok, call,
+                                                            output) -> None:
+    monkeypatch.setattr(_build, "find_toolchain", lambda: _fake_cmake(tmp_path, configure_ok))
+    with pytest.raises(mc.CutlassError) as info:
+        _build.build(("120f",), root=tmp_path / "cache", progress=False)
+    assert info.value.call == call and info.value.status is None and info.value.name == "BUILD_FAILED"
+    assert output in info.value.log and output in str(info.value)
+    assert not list((tmp_path / "cache").glob(f"*/{_build.LIBRARY_NAME}"))
 
 
 def test_a_missing_library_error_gives_the_build_command(monkeypatch, tmp_path) -> None:

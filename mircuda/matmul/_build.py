@@ -1,13 +1,16 @@
-"""Building and finding ``libmircuda_cutlass.so`` (the CMake + Ninja project in ``cutlass_build/``).
+"""Building and finding ``libmircuda_cutlass.so`` (the CMake + Ninja project ``mircuda/cutlass_build/``).
 
-``python -m mircuda build-cutlass [--arch 90a,120f] [--jobs N]`` configures and builds the library
-into a cache directory keyed by the project's sources, the CUTLASS version, the nvcc version and the
-architecture list; :func:`find_library` finds it there again (or takes ``MIRCUDA_CUTLASS_LIBRARY``).
+The project is package data: an installed wheel carries it, and :func:`project_dir` finds it with
+:mod:`importlib.resources`, so ``python -m mircuda build-cutlass [--arch 90a,120f] [--jobs N]`` works
+from a source checkout and from ``pip install mircuda[cutlass]`` alike. It configures and builds the
+library into a cache directory keyed by the project's sources, the CUTLASS version, the nvcc version and
+the architecture list; :func:`find_library` finds it there again (or takes ``MIRCUDA_CUTLASS_LIBRARY``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import importlib.util
 import json
 import os
@@ -19,10 +22,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ContractError, MircudaError
+# CutlassNotFound is re-exported here, where it was defined before it moved to mircuda.errors.
+from ..errors import ContractError, CutlassError, CutlassNotFound
 
 __all__ = ["LIBRARY_NAME", "BUILD_COMMAND", "CutlassNotFound", "parse_archs", "default_archs", "Toolchain",
-           "find_toolchain", "source_digest", "cache_key", "cache_root", "build", "find_library"]
+           "find_toolchain", "project_dir", "source_digest", "cache_key", "cache_root", "build", "find_library"]
 
 LIBRARY_NAME = "libmircuda_cutlass.so"
 BUILD_COMMAND = "python -m mircuda build-cutlass"
@@ -35,14 +39,26 @@ STUB_ARCHS = ("90", "120", "121")
 instruction used without targeting appropriate compute capability')."""
 
 
-class CutlassNotFound(MircudaError):
-    """The CUTLASS library, its headers or the tools to build it are missing; the message says how to
-    get them."""
+PROJECT = "cutlass_build"
+"""The CMake project's directory inside the ``mircuda`` package (package data)."""
 
 
 def project_dir() -> Path:
-    """``cutlass_build/`` of the source checkout mircuda runs from."""
-    return Path(__file__).resolve().parents[2] / "cutlass_build"
+    """The library's CMake project, ``mircuda/cutlass_build/`` of the installed package (or of the
+    source checkout mircuda runs from), found with :func:`importlib.resources.files`.
+
+    Raises:
+        CutlassNotFound: this installation does not carry the project as files on disk (a zipped
+            package, or a wheel built without its package data).
+    """
+    root = importlib.resources.files("mircuda").joinpath(PROJECT)
+    # CMake needs a real directory: a zip-imported package has only a Traversable.
+    if not isinstance(root, Path) or not (root / "CMakeLists.txt").is_file():
+        raise CutlassNotFound(f"this mircuda installation has no CMake project of the CUTLASS library "
+                              f"({root}/CMakeLists.txt is missing): reinstall mircuda from a wheel or sdist "
+                              f"that carries its package data (pip install 'mircuda[cutlass]'), or set "
+                              f"MIRCUDA_CUTLASS_LIBRARY to a prebuilt {LIBRARY_NAME}")
+    return root
 
 
 def parse_archs(text: str) -> tuple[str, ...]:
@@ -154,7 +170,12 @@ def find_toolchain() -> Toolchain:
 
 
 def source_digest(project: Path | None = None) -> str:
-    """SHA-256 of the build project's files (CMakeLists.txt, include/, src/), names and contents."""
+    """SHA-256 of the build project's files (CMakeLists.txt, include/, src/), their paths relative to the
+    project and their contents; part of the library's cache key.
+
+    Raises:
+        CutlassNotFound: ``project`` is None and :func:`project_dir` finds no project.
+    """
     project = project or project_dir()
     h = hashlib.sha256()
     files = sorted(p for p in project.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
@@ -210,14 +231,17 @@ def build(archs: tuple[str, ...] | None = None, jobs: int | None = None, root: P
     """Configure and build the library (or find it already built); return the path of the ``.so``.
 
     Raises:
-        CutlassNotFound: headers, nvcc, cmake or ninja are missing.
-        MircudaError: the build failed (the message ends with the compiler's output).
+        CutlassNotFound: headers, nvcc, cmake, ninja or the CMake project are missing.
+        CutlassError: configuring or building failed (``.log`` and the message end with CMake's or the
+            compiler's output).
     """
     archs = default_archs() if archs is None else archs
     tc = find_toolchain()
     if tc.cmake is None or tc.ninja is None:
         raise CutlassNotFound("building the CUTLASS library needs cmake and ninja: pip install cmake ninja")
-    key = cache_key(source_digest(), tc.cutlass_version, tc.nvcc_version, archs, families)
+    project = project_dir()
+    digest = source_digest(project)
+    key = cache_key(digest, tc.cutlass_version, tc.nvcc_version, archs, families)
     out_dir = (root or cache_root()) / key
     library = out_dir / LIBRARY_NAME
     if library.is_file():
@@ -226,9 +250,10 @@ def build(archs: tuple[str, ...] | None = None, jobs: int | None = None, root: P
         return library
     build_dir = out_dir / "build"
     build_dir.mkdir(parents=True, exist_ok=True)
-    cfg = subprocess.run(configure_command(tc, build_dir, archs, families), capture_output=True, text=True)
+    cfg = subprocess.run(configure_command(tc, build_dir, archs, families, project), capture_output=True, text=True)
     if cfg.returncode:
-        raise MircudaError(f"configuring the CUTLASS library failed:\n{cfg.stdout[-4000:]}\n{cfg.stderr[-4000:]}")
+        raise CutlassError("configuring the CUTLASS library failed:", call="cmake configure",
+                           log=f"{cfg.stdout[-4000:]}\n{cfg.stderr[-4000:]}")
     cmd = [str(tc.cmake), "--build", str(build_dir)] + (["-j", str(jobs)] if jobs else [])
     started = time.monotonic()
     log: list[str] = []
@@ -243,12 +268,12 @@ def build(archs: tuple[str, ...] | None = None, jobs: int | None = None, root: P
     if progress:
         sys.stderr.write("\n")
     if code:
-        raise MircudaError("building the CUTLASS library failed:\n" + "".join(log)[-8000:])
+        raise CutlassError("building the CUTLASS library failed:", call="cmake --build", log="".join(log)[-8000:])
     built = build_dir / LIBRARY_NAME
     shutil.copy2(built, library)
     (out_dir / "build-info.json").write_text(json.dumps({
         "archs": list(archs), "families": list(families), "cutlass": tc.cutlass_version, "nvcc": tc.nvcc_version,
-        "sources": source_digest(), "seconds": round(time.monotonic() - started, 1)}, indent=2))
+        "sources": digest, "seconds": round(time.monotonic() - started, 1)}, indent=2))
     if progress:
         print(f"built {library} in {time.monotonic() - started:.0f} s")
     return library

@@ -1,5 +1,5 @@
 """Loading ``libmircuda_cutlass.so`` with ctypes and reading its kernel table (the C ABI of
-``cutlass_build/include/mircuda_cutlass.h``)."""
+``mircuda/cutlass_build/include/mircuda_cutlass.h``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import MircudaError
-from ._build import CutlassNotFound, find_library
+# CutlassError is re-exported here, where it was defined before it moved to mircuda.errors.
+from ..errors import CutlassError, CutlassNotFound
+from ._build import find_library
 
 __all__ = ["ABI_VERSION", "KernelInfo", "CutlassLibrary", "CutlassError", "load_library", "FAMILIES", "DTYPES"]
 
@@ -24,23 +25,14 @@ DTYPES = {1: "bf16", 2: "f16", 3: "f32"}
 FAMILIES = {0: "simt", 1: "sm90_cooperative", 2: "sm90_pingpong", 3: "sm90_swapped", 4: "sm80_tensorop"}
 
 
-class CutlassError(MircudaError):
-    """A call into the CUTLASS library returned a failure status.
-
-    Attributes:
-        status: the library's status code; ``name`` its name (``"NOT_IMPLEMENTABLE"`` ...).
-        cuda_error: the ``cudaError_t`` behind a ``CUDA_ERROR`` status (0 otherwise).
-    """
-
-    def __init__(self, status: int, call: str, detail: str = "", cuda_error: int = 0) -> None:
-        self.status = status
-        self.name = STATUS.get(status, f"status {status}")
-        self.call = call
-        self.cuda_error = cuda_error
-        text = f"{call} failed with {self.name}"
-        if cuda_error:
-            text += f" (cudaError_t {cuda_error})"
-        super().__init__(text + (f": {detail}" if detail else ""))
+def status_error(status: int, call: str, detail: str = "", cuda_error: int = 0) -> CutlassError:
+    """The :class:`CutlassError` of a library call that returned ``status`` (``name`` from :data:`STATUS`)."""
+    name = STATUS.get(status, f"status {status}")
+    text = f"{call} failed with {name}"
+    if cuda_error:
+        text += f" (cudaError_t {cuda_error})"
+    return CutlassError(text + (f": {detail}" if detail else ""), call=call, status=status, name=name,
+                        cuda_error=cuda_error)
 
 
 class _Info(ctypes.Structure):
@@ -138,7 +130,7 @@ class CutlassLibrary:
     def _check(self, status: int, call: str, detail: str = "") -> None:
         if status:
             cuda = self._lib.mircuda_cutlass_last_cuda_error() if status == 4 else 0
-            raise CutlassError(status, f"mircuda_cutlass_{call}", detail, cuda)
+            raise status_error(status, f"mircuda_cutlass_{call}", detail, cuda)
 
     # -- plans ------------------------------------------------------------------------------------
     def create_plan(self, kernel: KernelInfo, m: int, n: int, k: int, splits: int) -> int:
