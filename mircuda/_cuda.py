@@ -304,30 +304,3 @@ def _programmatic_ctypes(pfn_launch_ex: int) -> Any:
         return raw(ctypes.byref(config), f, params, None)
 
     return launch
-
-
-_toolkit_includes: tuple[str, ...] | None = None
-
-
-def toolkit_include_dirs() -> tuple[str, ...]:
-    """The CUDA toolkit header directories NVRTC should see: cudart's (``cuda_fp16.h``, ``cuda_bf16.h``,
-    ``cuda_fp8.h``, ``cuda_fp4.h``) and CCCL's (``<cuda/std/...>``, ``<cub/...>``), from the toolkit
-    wheels or ``CUDA_HOME`` as ``cuda.pathfinder`` finds them; empty when there are none (then only
-    NVRTC's built-in headers exist)."""
-    global _toolkit_includes
-    if _toolkit_includes is None:
-        found: list[str] = []
-        try:
-            from cuda.pathfinder import find_nvidia_header_directory
-
-            for lib in ("cudart", "cccl"):
-                try:
-                    d = find_nvidia_header_directory(lib)
-                except Exception:
-                    d = None
-                if d and d not in found:
-                    found.append(d)
-        except Exception:
-            pass
-        _toolkit_includes = tuple(found)
-    return _toolkit_includes

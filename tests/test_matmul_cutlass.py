@@ -10,7 +10,6 @@ import importlib.resources
 import os
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -116,6 +115,7 @@ def test_the_cmake_project_is_package_data_found_with_importlib_resources() -> N
     files = _project_files(project)
     assert {"CMakeLists.txt", "include/mircuda_cutlass.h", "src/registry.cu"} <= set(files)
     # Every file of the project matches a package-data glob of pyproject.toml, so a wheel carries it.
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
     globs = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]["mircuda"]
     package = importlib.resources.files("mircuda")

@@ -3,9 +3,9 @@
 from ._compiler import Compiler, Module, OfflineCompiler
 from ._config import CompileCacheStats, CompilerConfig
 from ._files import cuda_kernel_file, cuda_kernel_files
-from ._nvrtc import CompiledProgram, compile_program, nvrtc_version, supported_archs
+from ._nvrtc import CompiledProgram, nvrtc_version, supported_archs
 from ._options import ALLOWED_EXTRA_FLAGS, CompileOptions
-from ._source import CudaSource, ModuleSource, cuda_kernel
+from ._source import CudaSource, ModuleSource, compile_program, cuda_kernel
 
 __all__ = ["ALLOWED_EXTRA_FLAGS", "CompileCacheStats", "CompileOptions", "CompiledProgram", "Compiler",
            "CompilerConfig", "CudaSource", "Module", "ModuleSource", "OfflineCompiler", "compile_program",

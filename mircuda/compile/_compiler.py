@@ -23,10 +23,10 @@ from .. import _cuda
 from ..errors import ContractError, CudaError, UnsupportedPlatform
 from ._config import CompileCacheStats, CompilerConfig
 from ._includes import IncludeDependencies, scan_dependencies
-from ._nvrtc import CompiledProgram, compile_program, nvrtc_version, validate_arch
+from ._nvrtc import CompiledProgram, nvrtc_version, validate_arch
 from ._options import CompileOptions
 from ._persistent import PersistentCache
-from ._source import CudaSource, ModuleSource
+from ._source import CudaSource, ModuleSource, compile_program
 
 if TYPE_CHECKING:
     from ..launch import KernelContract, TypedKernel

@@ -1,19 +1,27 @@
-"""NVRTC compilation of one source for one architecture; needs no GPU."""
+"""The one NVRTC entry point of mircuda, :func:`nvrtc_compile`, and what describes its targets and
+results (:func:`nvrtc_version`, :func:`supported_archs`, :func:`validate_arch`, :class:`CompiledProgram`).
+
+Every NVRTC program mircuda creates goes through :func:`nvrtc_compile`: :func:`compile_program` (CUDA
+C modules, CUBIN or PTX) and the relocatable compile of CUDA C device functions linked into Numba
+kernels (PTX or LTO-IR, :mod:`mircuda.numba_ext`). It needs no GPU. This module imports nothing from
+the rest of :mod:`mircuda.compile` except the options, so sources can depend on it and not the reverse.
+"""
 
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Literal, NamedTuple
 
 from .. import _cuda
-from ..errors import CompileError, CompileWarning, ContractError
+from ..errors import CompileError, ContractError
 from ._options import CompileOptions
-from ._source import CudaSource
+from ._toolkit import toolkit_include_dirs
 
-__all__ = ["CompiledProgram", "compile_program", "nvrtc_version", "supported_archs", "validate_arch"]
+__all__ = ["CompiledProgram", "NvrtcOutput", "NvrtcResult", "nvrtc_compile", "nvrtc_version", "supported_archs",
+           "validate_arch"]
 
 _ARCH = re.compile(r"(sm|compute)_([1-9][0-9]*)([af]?)")
 
@@ -80,57 +88,65 @@ def validate_arch(arch: object, output: str = "cubin") -> str:
     return arch  # type: ignore[return-value]
 
 
-def compile_program(source: CudaSource, arch: str, options: CompileOptions | None = None,
-                    include_paths: Sequence[str] = ()) -> CompiledProgram:
-    """Compile ``source`` for ``arch`` with NVRTC; works on machines without a GPU. No cache: see
-    :class:`OfflineCompiler` for the cached equivalent.
+NvrtcOutput = Literal["cubin", "ptx", "ltoir"]
+"""What :func:`nvrtc_compile` returns: a CUBIN, PTX text, or LTO-IR (NVVM bitcode for nvJitLink)."""
+
+# output -> the NVRTC getter suffix (nvrtcGet<X>Size / nvrtcGet<X>).
+_GETTERS: dict[str, str] = {"cubin": "CUBIN", "ptx": "PTX", "ltoir": "LTOIR"}
+
+
+class NvrtcResult(NamedTuple):
+    """The output of one successful :func:`nvrtc_compile`.
+
+    Attributes:
+        image: the CUBIN, the LTO-IR, or the PTX text including NVRTC's terminating NUL.
+        log: NVRTC's program log (warnings), stripped; empty when there was none.
+    """
+
+    image: bytes
+    log: str
+
+
+def nvrtc_compile(text: str, name: str, arch: str, options: CompileOptions, *, output: NvrtcOutput,
+                  include_paths: Sequence[str] = (), relocatable: bool = False) -> NvrtcResult:
+    """Compile one translation unit with NVRTC: create the program, compile it with ``options``'
+    flags for ``arch``, the include roots ``include_paths`` (in order) and then the toolkit's header
+    directories (:func:`~mircuda.compile._toolkit.toolkit_include_dirs`), read the log and the
+    output, and destroy the program, on every path including errors.
+
+    The caller has validated its arguments (:func:`compile_program` does for the public API).
 
     Args:
-        source: the translation unit.
-        arch: ``sm_<N>`` (CUBIN or PTX), ``sm_<N>a`` (arch-specific, N >= 90), ``sm_<N>f`` (family,
-            N >= 100), or ``compute_<N>[a|f]`` (PTX only); N among :func:`supported_archs`.
-        options: :class:`CompileOptions` (default: C++17, CUBIN).
-        include_paths: include roots (directories), searched in order before the toolkit headers
-            (cudart and CCCL, always on the include path). Quoted includes search the including
-            file's directory first (for the main source: the directory of ``source.name``, the
-            working directory when the name has none).
-
-    NVRTC's log of a successful compilation (warnings) is kept in ``CompiledProgram.log`` and also
-    issued as a :class:`~mircuda.errors.CompileWarning`.
+        text, name: the source and the program name NVRTC reports (its directory is searched first by
+            quoted includes).
+        arch: an NVRTC target (``sm_90``, ``compute_90a`` ...), already checked by :func:`validate_arch`.
+        options: the standard, macros, fast math, registers and extra flags.
+        output: ``"cubin"``, ``"ptx"`` or ``"ltoir"`` (adds ``-dlto``).
+        include_paths: include roots searched before the toolkit headers.
+        relocatable: ``--relocatable-device-code=true`` (device code linked later, e.g. by nvJitLink).
 
     Raises:
-        ContractError: bad ``source``, ``arch``, ``options`` or ``include_paths``.
         CompileError: NVRTC rejected the source; ``.log`` holds its program log.
+        NvrtcError: another NVRTC call failed (creating the program, reading its output).
     """
-    if not isinstance(source, CudaSource):
-        raise ContractError("source", "a CudaSource (mc.cuda_kernel(...))", type(source).__name__)
-    options = CompileOptions() if options is None else options
-    if not isinstance(options, CompileOptions):
-        raise ContractError("options", "a CompileOptions", type(options).__name__)
-    validate_arch(arch, options.output)
-    if isinstance(include_paths, (str, bytes)) or not all(isinstance(p, str) and "\0" not in p for p in include_paths):
-        raise ContractError("include_paths", "a sequence of directory paths (str)", repr(include_paths))
     mod = _cuda.nvrtc()
-    prog = _cuda.nvrtc_call("nvrtcCreateProgram", source.text.encode(), source.name.encode(), 0, [], [])
+    prog = _cuda.nvrtc_call("nvrtcCreateProgram", text.encode(), name.encode(), 0, [], [])
     try:
-        roots = list(include_paths) + list(_cuda.toolkit_include_dirs())
-        flags = options.flags(arch) + [f"--include-path={p}" for p in roots]
-        flags = [f.encode() for f in flags]
-        (result,) = mod.nvrtcCompileProgram(prog, len(flags), flags)
+        flags = options.flags(arch)
+        if relocatable:
+            flags.append("--relocatable-device-code=true")
+        if output == "ltoir":
+            flags.append("-dlto")
+        flags += [f"--include-path={p}" for p in (*include_paths, *toolkit_include_dirs())]
+        (result,) = mod.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
         log = _log(prog)
         if int(result) != 0:
-            raise CompileError(f"NVRTC failed with {mod.nvrtcResult(int(result)).name}", log, arch, source.name)
-        if options.output == "cubin":
-            size = int(_cuda.nvrtc_call("nvrtcGetCUBINSize", prog))
-            buf = b" " * size
-            _cuda.nvrtc_call("nvrtcGetCUBIN", prog, buf)
-        else:
-            size = int(_cuda.nvrtc_call("nvrtcGetPTXSize", prog))  # includes the terminating NUL
-            buf = b" " * size
-            _cuda.nvrtc_call("nvrtcGetPTX", prog, buf)
-        if log:
-            warnings.warn(CompileWarning(f"NVRTC warnings for {source.name!r} ({arch}):\n{log}"), stacklevel=3)
-        return CompiledProgram(arch, options.output, bytes(buf), log, nvrtc_version())
+            raise CompileError(f"NVRTC failed with {mod.nvrtcResult(int(result)).name}", log, arch, name)
+        getter = _GETTERS[output]
+        size = int(_cuda.nvrtc_call(f"nvrtcGet{getter}Size", prog))  # PTX: includes the terminating NUL
+        buf = b" " * size
+        _cuda.nvrtc_call(f"nvrtcGet{getter}", prog, buf)
+        return NvrtcResult(bytes(buf), log)
     finally:
         mod.nvrtcDestroyProgram(prog)
 

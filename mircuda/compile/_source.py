@@ -1,20 +1,21 @@
-"""CUDA C sources as immutable values with a stable digest."""
+"""CUDA C sources as immutable values with a stable digest, and their compilation to one module
+image (:func:`compile_program`, through the NVRTC entry point of :mod:`mircuda.compile._nvrtc`)."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import sys
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from ..errors import ContractError
+from ..errors import CompileWarning, ContractError
+from ._nvrtc import CompiledProgram, nvrtc_compile, nvrtc_version, validate_arch
+from ._options import CompileOptions
 
-if TYPE_CHECKING:
-    from ._nvrtc import CompiledProgram
-    from ._options import CompileOptions
-
-__all__ = ["CudaSource", "ModuleSource", "cuda_kernel"]
+__all__ = ["CudaSource", "ModuleSource", "compile_program", "cuda_kernel"]
 
 
 @runtime_checkable
@@ -67,9 +68,44 @@ class CudaSource:
 
     def build(self, arch: str, options: CompileOptions) -> CompiledProgram:
         """Compile with NVRTC for ``arch`` (see :func:`compile_program`)."""
-        from ._nvrtc import compile_program
-
         return compile_program(self, arch, options)
+
+
+def compile_program(source: CudaSource, arch: str, options: CompileOptions | None = None,
+                    include_paths: Sequence[str] = ()) -> CompiledProgram:
+    """Compile ``source`` for ``arch`` with NVRTC; works on machines without a GPU. No cache: see
+    :class:`OfflineCompiler` for the cached equivalent.
+
+    Args:
+        source: the translation unit.
+        arch: ``sm_<N>`` (CUBIN or PTX), ``sm_<N>a`` (arch-specific, N >= 90), ``sm_<N>f`` (family,
+            N >= 100), or ``compute_<N>[a|f]`` (PTX only); N among :func:`supported_archs`.
+        options: :class:`CompileOptions` (default: C++17, CUBIN).
+        include_paths: include roots (directories), searched in order before the toolkit headers
+            (cudart and CCCL, always on the include path). Quoted includes search the including
+            file's directory first (for the main source: the directory of ``source.name``, the
+            working directory when the name has none).
+
+    NVRTC's log of a successful compilation (warnings) is kept in ``CompiledProgram.log`` and also
+    issued as a :class:`~mircuda.errors.CompileWarning`.
+
+    Raises:
+        ContractError: bad ``source``, ``arch``, ``options`` or ``include_paths``.
+        CompileError: NVRTC rejected the source; ``.log`` holds its program log.
+    """
+    if not isinstance(source, CudaSource):
+        raise ContractError("source", "a CudaSource (mc.cuda_kernel(...))", type(source).__name__)
+    options = CompileOptions() if options is None else options
+    if not isinstance(options, CompileOptions):
+        raise ContractError("options", "a CompileOptions", type(options).__name__)
+    validate_arch(arch, options.output)
+    if isinstance(include_paths, (str, bytes)) or not all(isinstance(p, str) and "\0" not in p for p in include_paths):
+        raise ContractError("include_paths", "a sequence of directory paths (str)", repr(include_paths))
+    image, log = nvrtc_compile(source.text, source.name, arch, options, output=options.output,
+                               include_paths=include_paths)
+    if log:
+        warnings.warn(CompileWarning(f"NVRTC warnings for {source.name!r} ({arch}):\n{log}"), stacklevel=3)
+    return CompiledProgram(arch, options.output, image, log, nvrtc_version())
 
 
 def _caller_name(depth: int) -> str:

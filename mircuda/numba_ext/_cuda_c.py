@@ -18,10 +18,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .. import _cuda
 from ..compile import CompileOptions, CudaSource
 from ..compile._includes import scan_dependencies
-from ..compile._nvrtc import _log, validate_arch
+from ..compile._nvrtc import nvrtc_compile, validate_arch
 from ..errors import CompileError, ContractError
 from . import _compat
 
@@ -183,31 +182,22 @@ def compile_relocatable(link: CudaLinkSource, arch: str, options: CompileOptions
     lto, NVRTC's log)``. ``options`` supplies the standard, macros, fast math and extra flags.
 
     Raises:
+        ContractError: a ``checks`` declaration does not match the C function's types.
         CompileError: NVRTC rejected the source (its log is in the error).
     """
     validate_arch(arch, "ptx")
-    mod = _cuda.nvrtc()
     source = link.checked_source(list(checks))
-    prog = _cuda.nvrtc_call("nvrtcCreateProgram", source.text.encode(), source.name.encode(), 0, [], [])
     try:
-        includes = [f"--include-path={d}" for d in (*link.include_dirs, *_cuda.toolkit_include_dirs())]
-        flags = options.flags(arch) + ["--relocatable-device-code=true"] + (["-dlto"] if lto else []) + includes
-        (result,) = mod.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
-        log = _log(prog)
-        if int(result) != 0:
-            mismatch = re.search(r"mircuda: declare_device\('(\w+)'\): ([^\"]*)", log)
-            if mismatch:
-                raise ContractError(mismatch.group(1), f"a declare_device signature matching the C definition in "
-                                    f"{source.name}", mismatch.group(2),
-                                    "fix the Numba signature given to declare_device (or the C function)")
-            raise CompileError(f"NVRTC failed with {mod.nvrtcResult(int(result)).name}", log, arch, source.name)
-        kind = "LTOIR" if lto else "PTX"
-        size = int(_cuda.nvrtc_call(f"nvrtcGet{kind}Size", prog))
-        buf = b" " * size
-        _cuda.nvrtc_call(f"nvrtcGet{kind}", prog, buf)
-        return (bytes(buf) if lto else bytes(buf).rstrip(b"\0")), log
-    finally:
-        mod.nvrtcDestroyProgram(prog)
+        image, log = nvrtc_compile(source.text, source.name, arch, options, output="ltoir" if lto else "ptx",
+                                   include_paths=link.include_dirs, relocatable=True)
+    except CompileError as exc:
+        mismatch = re.search(r"mircuda: declare_device\('(\w+)'\): ([^\"]*)", exc.log)
+        if mismatch:
+            raise ContractError(mismatch.group(1), f"a declare_device signature matching the C definition in "
+                                f"{source.name}", mismatch.group(2),
+                                "fix the Numba signature given to declare_device (or the C function)") from None
+        raise
+    return (image if lto else image.rstrip(b"\0")), log
 
 
 _EXTERN = re.compile(r"\.extern\s+\.func\s*(\([^)]*\))?\s*([A-Za-z_$][\w$]*)\s*\(([^)]*)\)\s*;")
