@@ -205,7 +205,7 @@ def test_the_matmul_executor_calls_the_entry_point_from_njit() -> None:
     proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
                              ctypes.c_uint64, ctypes.c_float, ctypes.c_float)
     entry = proto(lambda *args: seen.append(args) or 0)
-    execute = matmul_executor(ctypes.cast(entry, ctypes.c_void_p).value, 0xABC0, 16)
+    execute = matmul_executor(ctypes.cast(entry, ctypes.c_void_p).value, 0xABC0, 16, stream=0x77, c_alignment=16)
 
     @numba.njit
     def loop(count, stream, a, b, c):
@@ -234,7 +234,8 @@ def test_the_kernel_executor_packs_the_kernel_parameters_like_c(swap, order) -> 
         return 0
 
     entry = proto(fake_launch)
-    execute = kernel_executor(0xF00, 512, 128, 4096, 4104, 16, swap, launch_function=entry)
+    execute = kernel_executor(0xF00, 512, 128, 4096, 4104, 16, swap, launch_function=entry, stream=0x55,
+                              out_alignment=2)
     values = {"p": 0x1000, "q": 0x2000, "out": 0x3000}
     assert execute(np.uint64(0x55), 0x1000, np.uint64(0x2000), 0x3000, 1.5, -0.25) == 0
     assert seen == [(0xF00, 512, 1, 1, 128, 1, 1, 0, 0x55, 0)]

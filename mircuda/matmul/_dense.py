@@ -16,7 +16,7 @@ from ._gemv import BatchedGemv, gemv_kernels
 from ._library import NOT_IMPLEMENTABLE, CutlassError, CutlassLibrary, KernelInfo, load_library
 from ._select import Selection, select_kernel
 from ._vector import VECTOR_FAMILY, VectorKernel, plan_compiler, vector_kernels
-from ._spec import DenseMatmulSpec, PlanBase, check_operand, check_scalar, check_stream, plan_stream, resolve_dtypes
+from ._spec import DenseMatmulSpec, Operand, PlanBase, check_operand, check_scalar, plan_stream, resolve_dtypes
 
 if TYPE_CHECKING:
     from ..memory import DeviceBuffer
@@ -42,8 +42,9 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
     and bulk tiles); anywhere a SIMT kernel for shapes whose K or N is not a multiple of 16 bytes.
 
     Args:
-        context, stream: the plan's context; its workspace is allocated from the context's default
-            pool on ``stream`` and kept until :meth:`close` (freed on ``stream``).
+        context, stream: the plan's context and stream; its workspace is allocated from the context's
+            default pool on ``stream`` and kept until :meth:`close` (freed on ``stream``). The plan is
+            bound to ``stream``: :meth:`execute` and :attr:`numba_execute` take no other.
         spec: ``DenseMatmulSpec(m, n, k)``.
         input: ``mc.bf16`` or ``mc.f16`` (A and B); output: ``None`` (the input type) or ``mc.f32``.
         kernel: force a kernel by name (``plan.describe()`` and ``available_kernels`` list them), e.g. a
@@ -51,6 +52,24 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
             ``"dense_vector_bf16_bf16"`` (M = 1).
         library: a loaded :class:`CutlassLibrary` (default: :func:`load_library`, when found).
         compiler: the Compiler of the NVRTC kernels (default: one shared per context).
+
+    Streams: a plan is bound to the stream it was made with. Its split-K workspace (the partial sums
+    and the reduction's semaphores) and the library's launch parameters belong to one execution at a
+    time, so two executions on unordered streams would race (a split-K reduction may never finish:
+    the device hangs). ``execute`` on another stream is therefore refused with a ContractError naming
+    ``stream`` before anything is enqueued, as is the plan's stream while it is forked into a capture
+    begun on another stream (that graph would replay on the other stream). Every plan keeps this rule,
+    workspace or not. A capture on the plan's own stream records the execution (the graph launches
+    only on that stream, in order with the plan's other work). For several streams make one plan per
+    stream, or enqueue on the plan's stream and order other streams with events.
+
+    Alignment: every operand address is checked before anything is enqueued (:attr:`operands`): A
+    and B to the kernel's loads (16 bytes for the CUTLASS tensor-core kernels, the TMA and 128-bit
+    access granularity of ``cutlass_build/src/sm90.cuh``/``sm80.cuh``, and for the NVRTC kernels'
+    16-byte variants; the element size for SIMT and the element-load variants), C to the CUTLASS
+    epilogue's 128-bit accesses (16 bytes; SIMT: its element size) or, for the NVRTC kernels, to
+    its element size. Buffers from the pool pass; a borrowed buffer
+    (``numba_ext.as_device_buffer``) at an offset into other memory may not.
 
     Raises:
         ContractError: bad context, stream, spec, dtypes, ``kernel``, ``library`` or ``compiler``.
@@ -91,6 +110,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
             raise
         self._lib = lib
         self._context = context
+        self._stream = stream
         self._spec = spec
         self._handle = 0
         self._closed = False
@@ -106,6 +126,10 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
                 self._nvrtc = BatchedGemv(context, spec, self._in, self._out, compiler)
             self._selection = selection
             self._alignment = self._nvrtc.alignment
+            if isinstance(self._nvrtc, VectorKernel):
+                self._operands = self._nvrtc.operands("a", "b", "c")
+            else:
+                self._operands = self._nvrtc.operands()
             self._finalizer = weakref.finalize(self, lambda: None)
             return
         if lib is None:
@@ -113,7 +137,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         context._make_current()
         handle, selection = _create(lib, spec, selection, lib.kernels, kernel is not None)
         self._selection = selection
-        self._alignment = selection.kernel.alignment_bytes
+        self._alignment = max(selection.kernel.alignment_bytes, self._in.itemsize)
+        self._operands = cutlass_operands(selection.kernel, spec, self._in, self._out)
         self._handle = handle
         try:
             nbytes = lib.workspace_bytes(handle)
@@ -151,7 +176,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
 
     @property
     def alignment_bytes(self) -> int:
-        """What the addresses of A, B and C must be multiples of for the chosen kernel."""
+        """What the addresses of A and B must be multiples of for the chosen kernel (:attr:`operands`
+        gives C's too)."""
         return self._alignment
 
     @property
@@ -191,26 +217,22 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
             c: ``[M, N]`` row-major, output type; read only when ``beta != 0``.
 
         Raises:
-            ContractError: a bad stream, buffer (type, dtype, context, length, alignment) or scalar,
-                named; nothing is enqueued then.
-            UseAfterFree: a buffer was freed. ClosedResourceError: the plan was closed.
+            ContractError: a stream that is not the plan's (or the plan's forked into a capture begun on
+                another stream), a bad buffer (type, dtype, context, length, alignment: named, with
+                the address) or scalar; nothing is enqueued then.
+            UseAfterFree: a buffer was freed. ClosedResourceError: the plan or its stream was closed.
             CutlassError: the library failed to enqueue. CudaError: the driver refused the launch.
         """
-        from ..errors import ClosedResourceError
-
         if self._closed:
+            from ..errors import ClosedResourceError
+
             raise ClosedResourceError("the DenseMatmulPlan was closed")
-        s = self._spec
+        self._check_stream(stream)
         ctx = self._context
-        check_stream(stream, ctx)
-        pa = check_operand("a", a, self._in, s.m * s.k, ctx, f"[M, K] = [{s.m}, {s.k}]")
-        pb = check_operand("b", b, self._in, s.n * s.k, ctx, f"[N, K] = [{s.n}, {s.k}]")
-        pc = check_operand("c", c, self._out, s.m * s.n, ctx, f"[M, N] = [{s.m}, {s.n}]")
-        align = self._alignment
-        for name, ptr in (("a", pa), ("b", pb)) if self._nvrtc is not None else (("a", pa), ("b", pb), ("c", pc)):
-            if ptr % align:
-                raise ContractError(name, f"an address aligned to {align} bytes (kernel {self.kernel_name})",
-                                    hex(ptr))
+        oa, ob, oc = self._operands
+        pa = check_operand(oa, a, ctx)
+        pb = check_operand(ob, b, ctx)
+        pc = check_operand(oc, c, ctx)
         fa, fb = check_scalar("alpha", alpha), check_scalar("beta", beta)
         if self._nvrtc is not None:
             self._nvrtc.launch(stream, a, b, c, fa, fb)
@@ -224,16 +246,20 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         handles (``Stream.handle``, ``DeviceBuffer.handle``): njit code can loop over plan executions
         without the interpreter. Built on :mod:`mircuda.numba_ext`: a CUTLASS kernel's is the
         library's C entry point ``mircuda_cutlass_plan_execute`` as a :func:`~mircuda.numba_ext.c_function`
-        bound to this plan (returns the library's status: 0 enqueued, 2 a misaligned address); the
-        NVRTC kernels' launches through :func:`~mircuda.numba_ext.driver_function` (returns a
-        ``CUresult``: 0 enqueued, 1 a misaligned address). Lengths are not checked on this path. Keep
-        the plan alive (and open) while the function is used."""
+        bound to this plan (returns the library's status: 0 enqueued, 1 (``WRONG_STREAM``,
+        ``INVALID_ARGUMENT``) a stream handle that is not the plan's stream's, 2 (``MISALIGNED``) a
+        misaligned address); the NVRTC kernels' launches through
+        :func:`~mircuda.numba_ext.driver_function` (returns a ``CUresult``: 0 enqueued, 400
+        ``CUDA_ERROR_INVALID_HANDLE`` another stream, 1 ``CUDA_ERROR_INVALID_VALUE`` a misaligned
+        address). Nothing is enqueued on a refusal. Lengths and captures are not checked on this path.
+        Keep the plan and its stream alive (and open) while the function is used."""
         if self._numba is None:
             if self._nvrtc is not None:
-                self._numba = self._nvrtc.numba_executor()
+                self._numba = self._nvrtc.numba_executor(self._stream.handle)
             else:
                 self._numba = matmul_executor(self._lib.execute_address, self._handle,  # type: ignore[union-attr]
-                                              self._alignment)
+                                              self._operands[0].alignment, stream=self._stream.handle,
+                                              c_alignment=self._operands[2].alignment)
         return self._numba
 
     def close(self) -> None:
@@ -276,12 +302,33 @@ def _check_library(library: Any) -> None:
 
 MISALIGNED = NOT_IMPLEMENTABLE
 """What a CUTLASS plan's ``numba_execute`` returns for a misaligned address (the library's status)."""
+WRONG_STREAM = 1
+"""What a CUTLASS plan's ``numba_execute`` returns for a stream that is not the plan's (the library's
+``MIRCUDA_CUTLASS_INVALID_ARGUMENT``)."""
 
 
-def matmul_executor(execute_address: int, plan_handle: int, alignment: int) -> Any:
+def cutlass_operands(kernel: KernelInfo, spec: DenseMatmulSpec, input: Any, output: Any) -> tuple[Operand, ...]:
+    """DenseMatmulPlan's checks of ``a``, ``b`` and ``c`` for a CUTLASS kernel: A and B to the kernel's
+    ``alignment_bytes`` (16 for the tensor-core kernels: TMA / 128-bit loads; SIMT: the input's
+    element size), C to the epilogue's accesses (the tensor-core kernels' epilogues store 128 bits,
+    ``kAlignOut = 128 / sizeof_bits<Out>`` in ``cutlass_build/src/sm90.cuh`` and ``instance.cuh``: 16
+    bytes; SIMT one element: its size)."""
+    m, n, k = spec.m, spec.n, spec.k
+    why = (f"kernel {kernel.name}: one element per access" if kernel.family == "simt"
+           else f"kernel {kernel.name}: CUTLASS {kernel.alignment_bytes}-byte (128-bit) accesses")
+    ab = max(kernel.alignment_bytes, input.itemsize)
+    return (Operand("a", input, m * k, f"[M, K] = [{m}, {k}]", ab, why),
+            Operand("b", input, n * k, f"[N, K] = [{n}, {k}]", ab, why),
+            Operand("c", output, m * n, f"[M, N] = [{m}, {n}]", max(kernel.alignment_bytes, output.itemsize), why))
+
+
+def matmul_executor(execute_address: int, plan_handle: int, alignment: int, *, stream: int,
+                    c_alignment: int) -> Any:
     """``execute(stream, a, b, c, alpha, beta) -> status``: an ``@numba.njit`` function calling the
-    library's ``mircuda_cutlass_plan_execute`` (a :func:`mircuda.numba_ext.c_function`) for one plan;
-    it returns ``MISALIGNED`` without calling it when an address is not a multiple of ``alignment``."""
+    library's ``mircuda_cutlass_plan_execute`` (a :func:`mircuda.numba_ext.c_function`) for one plan
+    bound to the stream handle ``stream``. Without calling it, it returns ``WRONG_STREAM`` for another
+    stream and ``MISALIGNED`` when ``a`` or ``b`` is not a multiple of ``alignment`` or ``c`` of
+    ``c_alignment``."""
     import ctypes
 
     import numba
@@ -291,13 +338,17 @@ def matmul_executor(execute_address: int, plan_handle: int, alignment: int) -> A
     u64 = ctypes.c_uint64
     fn = c_function(execute_address, ctypes.c_int, u64, u64, u64, u64, u64, ctypes.c_float, ctypes.c_float)
     umask = numba.uint64(max(alignment, 1) - 1)
+    cmask = numba.uint64(max(c_alignment, 1) - 1)
+    bound = numba.uint64(stream)
     handle = plan_handle
     to_u64 = numba.uint64
 
     @numba.njit(cache=False)
     def execute(stream: int, a: int, b: int, c: int, alpha: float, beta: float) -> int:
+        if to_u64(stream) != bound:
+            return WRONG_STREAM
         pa, pb, pc = to_u64(a), to_u64(b), to_u64(c)
-        if (pa | pb | pc) & umask:
+        if (pa | pb) & umask or pc & cmask:
             return MISALIGNED
         return fn(handle, to_u64(stream), pa, pb, pc, alpha, beta)
 

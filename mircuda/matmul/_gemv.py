@@ -11,6 +11,7 @@ from ..dtypes import f32, i32
 from ..launch import In, InOut, LaunchConfig, cuda_export
 from ..memory import DeviceBuffer
 from ._library import KernelInfo
+from ._spec import Operand
 from ._vector import blocks_per_sm, choose_vector_warps, kernel_executor, package_source, shared_compiler
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ class BatchedGemv:
                  compiler: Compiler | None = None) -> None:
         if compiler is None:
             compiler = shared_compiler(context)
+        self.input, self.output = input, output
         self.vector = spec.k % 8 == 0
         self.alignment = 16 if self.vector else 2
         self.symbol = gemv_symbol(input.name, output.name, self.vector)
@@ -117,10 +119,25 @@ class BatchedGemv:
                beta: float) -> None:
         self._launch(stream, self.config, c, a, b, alpha, beta, self._spec.n, self._spec.k)
 
-    def numba_executor(self) -> Any:
-        """``execute(stream, a, b, c, alpha, beta) -> CUresult`` (see :func:`kernel_executor`)."""
+    def operands(self) -> tuple[Operand, Operand, Operand]:
+        """DenseMatmulPlan's checks of ``a`` ``[M, K]``, ``b`` ``[N, K]`` and ``c`` ``[M, N]`` for this
+        kernel: A and B aligned for its loads (16 bytes for ``_v16``, the element size for ``_any``),
+        C to its element size (scalar stores)."""
+        m, n, k = self._spec.m, self._spec.n, self._spec.k
+        loads = (f"kernel {self.symbol}: 16-byte loads of rows of {k} elements" if self.vector
+                 else f"kernel {self.symbol}: element loads")
+        align = max(self.alignment, self.input.itemsize)
+        return (Operand("a", self.input, m * k, f"[M, K] = [{m}, {k}]", align, loads),
+                Operand("b", self.input, n * k, f"[N, K] = [{n}, {k}]", align, loads),
+                Operand("c", self.output, m * n, f"[M, N] = [{m}, {n}]", self.output.itemsize,
+                        f"kernel {self.symbol}: {self.output.itemsize}-byte {self.output.name} stores"))
+
+    def numba_executor(self, stream: int) -> Any:
+        """``execute(stream, a, b, c, alpha, beta) -> CUresult`` for the plan's stream handle ``stream``
+        (see :func:`kernel_executor`)."""
         return kernel_executor(self.kernel.handle, self.config.grid[0], self.config.block[0], self._spec.n,
-                               self._spec.k, self.alignment, swap=False)
+                               self._spec.k, self.alignment, swap=False, stream=stream,
+                               out_alignment=self.output.itemsize)
 
     def describe(self) -> str:
         s = self._spec

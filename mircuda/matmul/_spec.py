@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
 from ..dtypes import DTypeInfo, dtype_info
 from ..errors import ClosedResourceError, ContractError, UseAfterFree
+from ..graph._capture import _ACTIVE, _capture_info
+from ..graph._capture import _records as _captures
+from ..memory import DeviceBuffer
 
 if TYPE_CHECKING:
-    from ..runtime import Context
+    from ..runtime import Context, Stream
 
-__all__ = ["DenseMatmulSpec", "DenseVectorSpec", "PlanBase", "resolve_dtypes", "check_operand", "check_stream",
-           "check_scalar"]
+__all__ = ["DenseMatmulSpec", "DenseVectorSpec", "Operand", "PlanBase", "resolve_dtypes", "check_operand",
+           "check_stream", "check_scalar", "refuse_stream", "check_capture_origin", "BOUND_STREAM_HINT"]
 
 INPUT_DTYPES = ("bf16", "f16")
 """Input element types of the dense plans (FP32 accumulation in every kernel)."""
@@ -102,7 +105,7 @@ def resolve_dtypes(input: Any, output: Any) -> tuple[DTypeInfo, DTypeInfo]:
 
 
 def check_stream(stream: Any, context: Context) -> None:
-    """Raise unless ``stream`` is an open stream of ``context``."""
+    """Raise unless ``stream`` is an open stream of ``context`` (construction time)."""
     from ..runtime import Stream
 
     if not isinstance(stream, Stream):
@@ -110,28 +113,91 @@ def check_stream(stream: Any, context: Context) -> None:
     stream._check_usable("stream", context)
 
 
-def check_operand(name: str, buf: Any, info: DTypeInfo, count: int, context: Context, shape: str) -> int:
-    """Check that ``buf`` is a live DeviceBuffer of ``info`` in ``context`` with at least ``count``
-    elements; return its device address.
+@dataclass(frozen=True)
+class Operand:
+    """One buffer argument of a plan's ``execute``, as the plan checks it (fixed at construction, so
+    that ``execute`` builds nothing).
+
+    Attributes:
+        name: the argument's name (``"a"``, ``"x"``...), as errors name it.
+        info: its element type. count: the least number of elements. shape: e.g. ``"[M, K] = [4, 128]"``.
+        alignment: bytes its address must be a multiple of (a power of two: what the kernel's loads or
+            stores need); ``reason`` says which kernel needs it and why.
+    """
+
+    name: str
+    info: DTypeInfo
+    count: int
+    shape: str
+    alignment: int
+    reason: str
+    mask: int = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.alignment < 1 or self.alignment & (self.alignment - 1):
+            raise ValueError(f"alignment {self.alignment} is not a power of two")
+        object.__setattr__(self, "mask", self.alignment - 1)
+
+
+def check_operand(op: Operand, buf: Any, context: Context) -> int:
+    """Check that ``buf`` is a live DeviceBuffer of ``op.info`` in ``context`` with at least
+    ``op.count`` elements at an address aligned to ``op.alignment``; return its device address.
 
     Raises:
-        ContractError, UseAfterFree, ClosedResourceError: naming ``name``.
+        ContractError, UseAfterFree, ClosedResourceError: naming ``op.name``.
     """
-    from ..memory import DeviceBuffer
-
     if not isinstance(buf, DeviceBuffer):
-        raise ContractError(name, f"a DeviceBuffer[{info.name}] of {shape}", type(buf).__name__)
+        raise ContractError(op.name, f"a DeviceBuffer[{op.info.name}] of {op.shape}", type(buf).__name__)
     if buf._freed:
-        raise UseAfterFree(f"argument {name!r}: {buf!r} was freed")
-    if buf._scalar is not info.scalar_type:
-        raise ContractError(name, f"a DeviceBuffer[{info.name}]", f"a DeviceBuffer[{buf._info.name}]")
+        raise UseAfterFree(f"argument {op.name!r}: {buf!r} was freed")
+    if buf._scalar is not op.info.scalar_type:
+        raise ContractError(op.name, f"a DeviceBuffer[{op.info.name}]", f"a DeviceBuffer[{buf._info.name}]")
     if buf._context is not context:
         if buf._context._closed:
-            raise ClosedResourceError(f"argument {name!r}: the buffer's context was closed")
-        raise ContractError(name, f"a buffer of {context!r}", f"a buffer of {buf._context!r}")
-    if buf._count < count:
-        raise ContractError(name, f"at least {count} elements ({shape})", f"{buf._count} elements")
-    return buf._ptr
+            raise ClosedResourceError(f"argument {op.name!r}: the buffer's context was closed")
+        raise ContractError(op.name, f"a buffer of {context!r}", f"a buffer of {buf._context!r}")
+    if buf._count < op.count:
+        raise ContractError(op.name, f"at least {op.count} elements ({op.shape})", f"{buf._count} elements")
+    ptr: int = buf._ptr
+    if ptr & op.mask:
+        raise ContractError(op.name, f"an address aligned to {op.alignment} bytes ({op.reason})", hex(ptr))
+    return ptr
+
+
+BOUND_STREAM_HINT = ("a plan is bound to the stream it was made with: its workspace and launch state are not "
+                     "shared safely between streams; make one plan per stream, or enqueue this work on the "
+                     "plan's stream and order it with events (Stream.wait_event)")
+
+
+def refuse_stream(stream: Any, bound: Stream, context: Context) -> NoReturn:
+    """The slow path of a plan's stream check, for a ``stream`` that is not the plan's: raise the
+    ContractError naming ``stream`` (a closed plan stream is reported by ``Stream._check_usable``)."""
+    from ..runtime import Stream
+
+    if not isinstance(stream, Stream):
+        raise ContractError("stream", f"the plan's stream {bound!r}", type(stream).__name__)
+    received = repr(stream) if stream.context is context else f"{stream!r} of {stream.context!r}"
+    raise ContractError("stream", f"the plan's stream {bound!r}", received, BOUND_STREAM_HINT)
+
+
+def check_capture_origin(stream: Stream, bound: Stream) -> None:
+    """Called only while a mircuda capture is in progress (``_captures`` is not empty): refuse the
+    plan's stream when it takes part in a capture begun on another stream (forked into it). That
+    graph launches only on its capture stream (``Graph.launch``), so its replays would use the plan's
+    workspace unordered with the plan's work on its own stream.
+
+    Raises:
+        ContractError: naming ``stream``.
+    """
+    status, cid, _, _ = _capture_info(stream)
+    if status != _ACTIVE:
+        return
+    record = _captures.get(cid)
+    if record is not None and record.stream is not bound:
+        raise ContractError("stream", f"the plan's stream {bound!r}, capturing on its own or not at all",
+                            f"{stream!r} forked into a capture begun on {record.stream!r}",
+                            "the graph would launch on that stream, racing with the plan's work on its own; "
+                            "capture on the plan's stream (Stream.capture) or make a plan for the other stream")
 
 
 def check_scalar(name: str, value: Any) -> float:
@@ -155,12 +221,37 @@ def plan_stream(stream: Any, context: Any) -> None:
 
 
 class PlanBase:
-    """What every dense plan says about itself: its spec, element types and context."""
+    """What every dense plan says about itself: its spec, element types, context and stream."""
 
     _spec: Any
     _in: DTypeInfo
     _out: DTypeInfo
     _context: Context
+    _stream: Stream
+    _operands: tuple[Operand, ...]
+
+    def _check_stream(self, stream: Any) -> None:
+        """``execute``'s stream check: ``stream`` must be the plan's own (one identity test, plus one
+        test of a dict while any mircuda capture is in progress); it makes the context current.
+
+        Raises:
+            ContractError: naming ``stream``. ClosedResourceError: the plan's stream was closed.
+        """
+        if stream is not self._stream:
+            refuse_stream(stream, self._stream, self._context)
+        stream._check_usable("stream", self._context)
+        if _captures:
+            check_capture_origin(stream, self._stream)
+
+    @property
+    def stream(self) -> Stream:
+        """The stream the plan was made with: the only one ``execute`` takes."""
+        return self._stream
+
+    @property
+    def operands(self) -> tuple[Operand, ...]:
+        """What ``execute`` checks of each buffer argument: element type, least length, alignment."""
+        return self._operands
 
     @property
     def spec(self) -> Any:

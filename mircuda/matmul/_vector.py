@@ -16,7 +16,7 @@ from ..errors import ContractError, UnsupportedPlatform
 from ..launch import In, InOut, LaunchConfig, cuda_export
 from ..memory import DeviceBuffer
 from ._library import KernelInfo
-from ._spec import DenseVectorSpec, PlanBase, check_operand, check_scalar, plan_stream, resolve_dtypes
+from ._spec import DenseVectorSpec, Operand, PlanBase, check_operand, check_scalar, plan_stream, resolve_dtypes
 
 if TYPE_CHECKING:
     from ..dtypes import DTypeInfo
@@ -156,10 +156,12 @@ def blocks_per_sm(context: Context, kernel: TypedKernel, warps: int) -> int:
 
 INVALID_VALUE = 1
 """``CUDA_ERROR_INVALID_VALUE``: what :func:`kernel_executor` returns for a misaligned address."""
+INVALID_HANDLE = 400
+"""``CUDA_ERROR_INVALID_HANDLE``: what :func:`kernel_executor` returns for a stream that is not the plan's."""
 
 
 def kernel_executor(function: int, grid: int, block: int, n: int, k: int, alignment: int, swap: bool,
-                    launch_function: Any = None) -> Any:
+                    launch_function: Any = None, *, stream: int, out_alignment: int) -> Any:
     """An ``@numba.njit`` function ``execute(stream, p, q, out, alpha, beta) -> CUresult`` launching one
     of the dense NVRTC kernels, whose parameters are ``(out, ptr, ptr, f32 alpha, f32 beta, i32 n,
     i32 k)`` (``dense_vector.cu``, ``batched_gemv.cu``): the pointers go in as ``(out, q, p)`` when
@@ -167,9 +169,12 @@ def kernel_executor(function: int, grid: int, block: int, n: int, k: int, alignm
 
     Each call packs the parameters into a block of its own (C ABI offsets 0, 8, 16, 24, 28, 32, 36)
     and calls ``cuLaunchKernel`` through :func:`mircuda.numba_ext.driver_function` (or
-    ``launch_function``, a stand-in with its prototype): reentrant, no interpreter. ``p`` and ``q``
-    must be multiples of ``alignment`` and ``out`` of 2, else it returns ``CUDA_ERROR_INVALID_VALUE``
-    and launches nothing. Lengths are not checked on this path; the plan's context must be current.
+    ``launch_function``, a stand-in with its prototype): reentrant, no interpreter. The stream must be
+    ``stream`` (the plan's ``Stream.handle``), else it returns ``CUDA_ERROR_INVALID_HANDLE``
+    (``INVALID_HANDLE``); ``p`` and ``q`` must be multiples of ``alignment`` and ``out`` of
+    ``out_alignment`` (the output's element size), else it returns ``CUDA_ERROR_INVALID_VALUE``
+    (``INVALID_VALUE``); either way it launches nothing. Lengths are not checked on this path; the
+    plan's context must be current.
     The launch is a plain one (no programmatic dependent launch: the kernels are correct either way).
     """
     import numba
@@ -180,11 +185,15 @@ def kernel_executor(function: int, grid: int, block: int, n: int, k: int, alignm
     launch = driver_function("cuLaunchKernel") if launch_function is None else launch_function
     u64, f32, i32 = numba.uint64, np.float32, np.int32
     mask = numba.uint64(max(alignment, 1) - 1)
+    out_mask = numba.uint64(max(out_alignment, 1) - 1)
+    bound = numba.uint64(stream)
 
     @numba.njit(cache=False)
     def execute(stream: int, p: int, q: int, out: int, alpha: float, beta: float) -> int:
+        if u64(stream) != bound:
+            return INVALID_HANDLE
         pp, pq, po = u64(p), u64(q), u64(out)
-        if (pp | pq) & mask or po & u64(1):
+        if (pp | pq) & mask or po & out_mask:
             return INVALID_VALUE
         values = np.empty(5, np.uint64)
         values[0] = po
@@ -260,6 +269,7 @@ class VectorKernel:
         if compiler is None:
             compiler = shared_compiler(context)
         self.n, self.k = n, k
+        self.input, self.output = input, output
         self.vector = k % 8 == 0
         self.alignment = 16 if self.vector else 2
         self.symbol = kernel_symbol(input.name, output.name, self.vector)
@@ -298,10 +308,25 @@ class VectorKernel:
                beta: float) -> None:
         self._launch(stream, self.config, y, w, x, alpha, beta, self.n, self.k)
 
-    def numba_executor(self) -> Any:
-        """``execute(stream, x, w, y, alpha, beta) -> CUresult`` (see :func:`kernel_executor`)."""
+    def operands(self, x: str, w: str, y: str, m: int = 1) -> tuple[Operand, Operand, Operand]:
+        """The plan's checks of ``x`` (``[M, K]``; M = 1 for DenseVectorPlan), ``w`` (``[N, K]``) and
+        ``y`` (``[M, N]``), under the names the plan gives them: x and W aligned for this kernel's loads
+        (16 bytes for ``_v16``, the element size for ``_any``), y to its element size (scalar stores)."""
+        loads = (f"kernel {self.symbol}: 16-byte loads of rows of {self.k} elements" if self.vector
+                 else f"kernel {self.symbol}: element loads")
+        store = f"kernel {self.symbol}: {self.output.itemsize}-byte {self.output.name} stores"
+        xs = f"[K] = [{self.k}]" if m == 1 and x == "x" else f"[M, K] = [{m}, {self.k}]"
+        ys = f"[N] = [{self.n}]" if m == 1 and y == "y" else f"[M, N] = [{m}, {self.n}]"
+        return (Operand(x, self.input, m * self.k, xs, max(self.alignment, self.input.itemsize), loads),
+                Operand(w, self.input, self.n * self.k, f"[N, K] = [{self.n}, {self.k}]",
+                        max(self.alignment, self.input.itemsize), loads),
+                Operand(y, self.output, m * self.n, ys, self.output.itemsize, store))
+
+    def numba_executor(self, stream: int) -> Any:
+        """``execute(stream, x, w, y, alpha, beta) -> CUresult`` for the plan's stream handle ``stream``
+        (see :func:`kernel_executor`)."""
         return kernel_executor(self.kernel.handle, self.config.grid[0], self.config.block[0], self.n, self.k,
-                               self.alignment, swap=True)
+                               self.alignment, swap=True, stream=stream, out_alignment=self.output.itemsize)
 
     def describe(self) -> str:
         loads = ("16-byte vector loads (K % 8 == 0)" if self.vector
@@ -320,8 +345,8 @@ class DenseVectorPlan(PlanBase, Generic[T]):
 
     Args:
         context: the context the plan runs in.
-        stream: a stream of ``context`` (the plan allocates nothing; checked for symmetry with the
-            matrix plans).
+        stream: a stream of ``context``: the plan is bound to it, and :meth:`execute` (and
+            :attr:`numba_execute`) take no other (see "Streams" below).
         spec: ``DenseVectorSpec(n, k)``.
         input: ``mc.bf16`` or ``mc.f16``: the type of ``x`` and ``W``.
         output: ``None`` (the input type) or ``mc.f32``: the type of ``y``.
@@ -334,6 +359,18 @@ class DenseVectorPlan(PlanBase, Generic[T]):
     Each warp computes 8 or 16 output rows, converting each pair of inputs to FP32 once and using it for
     all of them; accumulation is FP32; ``beta == 0`` never reads ``y`` (it may hold NaN). Any N and K:
     K % 8 == 0 selects 16-byte loads, any other K a one-element-per-lane kernel.
+
+    Streams: a plan is bound to the stream it was made with (as every dense plan is; a plan holding
+    workspace would race with itself on two unordered streams): ``execute`` on another stream is
+    refused with a ContractError naming ``stream``, and so is the plan's stream while it is forked
+    into a capture begun on another stream. A capture on the plan's own stream
+    (:meth:`Stream.capture`) records the launch; the graph launches only on that stream. For work on
+    several streams make one plan per stream (the compiled module is shared through the Compiler's
+    cache), or enqueue on the plan's stream and order it with events.
+
+    Alignment (``cuda_src/dense_vector.cu``): with K % 8 == 0 the kernel loads x and W 16 bytes at a
+    time, so both addresses must be multiples of 16 (pool allocations are); otherwise of the element
+    size. y must be a multiple of its element size. :attr:`operands` lists what is checked.
 
     Raises:
         ContractError: bad context, stream, spec, dtype, ``rows`` or ``warps``.
@@ -354,8 +391,10 @@ class DenseVectorPlan(PlanBase, Generic[T]):
                                       f"{info.compute_capability[0]}.{info.compute_capability[1]}")
         compiler = plan_compiler(compiler, context)
         self._context = context
+        self._stream = stream
         self._spec = spec
         self._engine = VectorKernel(context, spec.n, spec.k, self._in, self._out, compiler, rows=rows, warps=warps)
+        self._operands = self._engine.operands("x", "w", "y")
         self._launch, self._config = self._engine.kernel.launch, self._engine.config  # bound once for execute
         self._numba: Any = None
 
@@ -385,10 +424,12 @@ class DenseVectorPlan(PlanBase, Generic[T]):
         """An ``@numba.njit`` function ``execute(stream, x, w, y, alpha, beta) -> int`` over raw
         handles (``Stream.handle``, ``DeviceBuffer.handle``) that launches the kernel through
         :mod:`mircuda.numba_ext` (see :func:`kernel_executor`): njit code can loop over executions
-        without the interpreter. Returns a ``CUresult`` (0: enqueued; 1 for a misaligned address).
-        Lengths are not checked on this path."""
+        without the interpreter. Returns a ``CUresult``: 0 enqueued; 400 (``CUDA_ERROR_INVALID_HANDLE``)
+        for a stream handle that is not the plan's stream's, 1 (``CUDA_ERROR_INVALID_VALUE``) for a
+        misaligned address; nothing is launched then. Lengths and captures are not checked on this
+        path; keep the plan's stream open while the function is used."""
         if self._numba is None:
-            self._numba = self._engine.numba_executor()
+            self._numba = self._engine.numba_executor(self._stream.handle)
         return self._numba
 
     def describe(self) -> str:
@@ -408,16 +449,19 @@ class DenseVectorPlan(PlanBase, Generic[T]):
             y: ``[N]`` outputs of the output type; read only when ``beta != 0``.
 
         Raises:
-            ContractError: a buffer of the wrong type, dtype, context or length (named), a bad stream
-                or scalar; nothing is enqueued then.
-            UseAfterFree: a buffer was freed.
+            ContractError: a stream that is not the plan's (or the plan's forked into a capture begun on
+                another stream), a buffer of the wrong type, dtype, context, length or alignment (named,
+                with the address), a bad scalar; nothing is enqueued then.
+            UseAfterFree: a buffer was freed. ClosedResourceError: the plan's stream was closed.
             CudaError: the driver refused the launch.
         """
-        s = self._spec
+        self._check_stream(stream)
         ctx = self._context
-        check_operand("x", x, self._in, s.k, ctx, f"[K] = [{s.k}]")
-        check_operand("w", w, self._in, s.n * s.k, ctx, f"[N, K] = [{s.n}, {s.k}]")
-        check_operand("y", y, self._out, s.n, ctx, f"[N] = [{s.n}]")
+        ox, ow, oy = self._operands
+        check_operand(ox, x, ctx)
+        check_operand(ow, w, ctx)
+        check_operand(oy, y, ctx)
+        s = self._spec
         self._launch(stream, self._config, y, w, x, check_scalar("alpha", alpha), check_scalar("beta", beta),
                      s.n, s.k)
 
