@@ -61,7 +61,7 @@ def test_cli_profile_without_a_gpu_fails_cleanly() -> None:
 def test_matmul_profile_m_values_are_positive_ints(value, ok) -> None:
     import argparse
 
-    from mircuda.matmul._profile import m_values
+    from mircuda.cli._matmul_profile import m_values
 
     if ok is None:
         with pytest.raises(argparse.ArgumentTypeError, match="positive int"):
