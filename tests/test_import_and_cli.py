@@ -68,3 +68,11 @@ def test_matmul_profile_m_values_are_positive_ints(value, ok) -> None:
             m_values(value)
     else:
         assert m_values(value) == ok
+
+
+def test_the_library_never_imports_the_command_line() -> None:
+    code = ("import sys, mircuda, mircuda.timing, mircuda.compile, mircuda.graph, mircuda.matmul\n"
+            "import mircuda.numba_ext\n"
+            "print(sorted(m for m in sys.modules if m.startswith('mircuda.cli')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
