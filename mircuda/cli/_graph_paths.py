@@ -192,15 +192,16 @@ class CuPyPath(LibraryPath):
         return int(self.counter.get()[0])
 
 
-def spin_on_handle(context: Any) -> Callable[[int, int], None]:
+def spin_on_handle(context: Any, compiler: Any) -> Callable[[int, int], None]:
     """``spin(stream_handle, nanoseconds)``: :mod:`mircuda.timing`'s spin kernel enqueued on any stream of
-    ``context``'s device by its raw handle (torch's and CuPy's streams too: all use the primary context)."""
+    ``context``'s device by its raw handle (torch's and CuPy's streams too: all use the primary context);
+    ``compiler`` (a Compiler of ``context``) compiles it."""
     import mircuda as mc
 
     from .. import _cuda
     from ..timing import spin_kernel
 
-    kernel = spin_kernel(mc.Compiler(context))
+    kernel = spin_kernel(compiler)
     packer = mc.ArgumentPacker(kernel.contract, context)
 
     def spin(stream_handle: int, ns: int) -> None:

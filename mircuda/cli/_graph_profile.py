@@ -97,9 +97,10 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
     context = driver.create_context(driver.device(args.device))
     info = context.device_info()
     source = _source_text()
-    module = mc.Compiler(context).compile(mc.cuda_kernel(source, "graph_profile.cu"))
+    compiler = mc.Compiler(context)
+    module = compiler.compile(mc.cuda_kernel(source, "graph_profile.cu"))
 
-    spin = spin_on_handle(context)  # on every library's stream, by handle
+    spin = spin_on_handle(context, compiler)  # on every library's stream, by handle
 
     paths: list[LibraryPath] = []
     if args.only in (None, "mircuda"):
