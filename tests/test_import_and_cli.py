@@ -76,3 +76,15 @@ def test_the_library_never_imports_the_command_line() -> None:
             "print(sorted(m for m in sys.modules if m.startswith('mircuda.cli')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_console_script_lists_every_command(capsys) -> None:
+    from mircuda.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    for command in ("inspect", "profile", "graph-profile", "compile", "dense-vector-profile", "matmul-profile",
+                    "build-cutlass", "cutlass-check"):
+        assert f"    {command} " in text or f"    {command}\n" in text, command
