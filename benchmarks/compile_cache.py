@@ -36,6 +36,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from mircuda.timing import host_us_per_call
+
 HERE = Path(__file__).resolve().parent
 # No toolkit header: cuda.core's Program has no include path by default.
 KERNEL = r'''
@@ -51,24 +53,17 @@ def unique(i: int) -> str:
     return KERNEL + f"// sample {i} {time.time_ns()}\n"
 
 
+def _nothing() -> None:
+    pass
+
+
 def median_ms(fn: Callable[[], object], samples: int) -> float:
-    out = []
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out) * 1e3
+    return statistics.median(host_us_per_call(fn, _nothing, 1, samples, warmup=0)) / 1e3
 
 
 def median_us_batched(fn: Callable[[], object], calls: int = 1000, batches: int = 20) -> float:
     fn()
-    out = []
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        out.append((time.perf_counter() - t0) / calls)
-    return statistics.median(out) * 1e6
+    return statistics.median(host_us_per_call(fn, _nothing, calls, batches, warmup=0))
 
 
 # ---------------------------------------------------------------------------------------------

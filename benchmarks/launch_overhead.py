@@ -27,23 +27,11 @@ from pathlib import Path
 import numpy as np
 
 import mircuda as mc
+from mircuda.timing import host_us_per_call
 
 EMPTY = r'extern "C" __global__ void empty(float* p) {}'
 HERE = Path(__file__).resolve().parent
-
-
-def time_batches(launch: Callable[[], None], sync: Callable[[], None], calls: int, batches: int) -> list[float]:
-    out = []
-    for b in range(batches + 2):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            launch()
-        t1 = time.perf_counter()
-        if b >= 2:
-            out.append((t1 - t0) / calls * 1e6)
-    sync()
-    return out
+WARMUP_BATCHES = 2
 
 
 PATHS = ["mircuda TypedKernel.launch", "cuda.bindings cuLaunchKernel, void** block",
@@ -154,7 +142,7 @@ def measure_one(name: str, calls: int, batches: int) -> list[float]:
     driver = mc.Driver.initialize()
     context = driver.create_context(driver.devices()[0])
     ((launch, sync),) = setup_paths(context, name).values()
-    return time_batches(launch, sync, calls, batches)
+    return host_us_per_call(launch, sync, calls, batches, warmup=WARMUP_BATCHES)
 
 
 def run_child(name: str, calls: int, batches: int, script: str = __file__) -> list[float] | str:

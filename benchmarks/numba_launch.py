@@ -16,7 +16,6 @@ Goals (issue 4): a Numba kernel through mircuda <= 1.25x the C floor from Python
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +23,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import mircuda as mc  # noqa: E402
-from launch_overhead import EMPTY, run_benchmark, time_batches  # noqa: E402
+from launch_overhead import EMPTY, WARMUP_BATCHES, run_benchmark  # noqa: E402
+from mircuda.timing import host_us_per_call  # noqa: E402
 
 PATHS = [
     "Numba dispatcher, eager signature",
@@ -42,19 +42,13 @@ def empty(p):  # type: ignore[no-untyped-def]
 
 
 def time_njit_batches(run: Callable[[int], int], sync: Callable[[], None], calls: int, batches: int) -> list[float]:
-    """Like ``time_batches``, with the ``calls`` launches of a batch inside one compiled call."""
-    out = []
-    for b in range(batches + 2):
-        sync()
-        t0 = time.perf_counter()
+    """µs per launch of each batch, with the ``calls`` launches of a batch inside one compiled call."""
+    def batch() -> None:
         err = run(calls)
-        t1 = time.perf_counter()
         if err:
             raise mc.CudaError(err, f"CUresult({err})", "cuLaunchKernel", "in the compiled loop")
-        if b >= 2:
-            out.append((t1 - t0) / calls * 1e6)
-    sync()
-    return out
+
+    return [us / calls for us in host_us_per_call(batch, sync, 1, batches, warmup=WARMUP_BATCHES)]
 
 
 def measure(name: str, calls: int, batches: int) -> list[float]:
@@ -76,7 +70,8 @@ def measure(name: str, calls: int, batches: int) -> list[float]:
         kernel = cuda.jit("void(float32[:])")(empty)
         nbs = cuda.stream()
         arr = cuda.device_array(1024, dtype=np.float32, stream=nbs)
-        return time_batches(lambda: kernel[1, 32, nbs](arr), nbs.synchronize, calls, batches)
+        return host_us_per_call(lambda: kernel[1, 32, nbs](arr), nbs.synchronize, calls, batches,
+                                WARMUP_BATCHES)
     if name == "Numba dispatcher, mircuda buffer on a mircuda stream":
         from numba import cuda
 
@@ -84,7 +79,8 @@ def measure(name: str, calls: int, batches: int) -> list[float]:
 
         kernel = cuda.jit("void(float32[:])")(empty)
         nbs, arr = mn.numba_stream(stream), mn.as_numba_array(buf, stream)
-        return time_batches(lambda: kernel[1, 32, nbs](arr), stream.synchronize, calls, batches)
+        return host_us_per_call(lambda: kernel[1, 32, nbs](arr), stream.synchronize, calls, batches,
+                                WARMUP_BATCHES)
 
     if name.startswith("Numba kernel"):
         import mircuda.numba_ext as mn
@@ -93,7 +89,8 @@ def measure(name: str, calls: int, batches: int) -> list[float]:
     else:
         k = compiler.compile(mc.cuda_kernel(EMPTY, "empty.cu")).kernel(contract)
     if name.endswith("TypedKernel.launch"):
-        return time_batches(lambda: k.launch(stream, cfg, buf), stream.synchronize, calls, batches)
+        return host_us_per_call(lambda: k.launch(stream, cfg, buf), stream.synchronize, calls, batches,
+                                WARMUP_BATCHES)
 
     import numba
 

@@ -61,10 +61,30 @@ def test_cli_profile_without_a_gpu_fails_cleanly() -> None:
 def test_matmul_profile_m_values_are_positive_ints(value, ok) -> None:
     import argparse
 
-    from mircuda.matmul._profile import m_values
+    from mircuda.cli._matmul_profile import m_values
 
     if ok is None:
         with pytest.raises(argparse.ArgumentTypeError, match="positive int"):
             m_values(value)
     else:
         assert m_values(value) == ok
+
+
+def test_the_library_never_imports_the_command_line() -> None:
+    code = ("import sys, mircuda, mircuda.timing, mircuda.compile, mircuda.graph, mircuda.matmul\n"
+            "import mircuda.numba_ext\n"
+            "print(sorted(m for m in sys.modules if m.startswith('mircuda.cli')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_console_script_lists_every_command(capsys) -> None:
+    from mircuda.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    for command in ("inspect", "profile", "graph-profile", "compile", "dense-vector-profile", "matmul-profile",
+                    "build-cutlass", "cutlass-check"):
+        assert f"    {command} " in text or f"    {command}\n" in text, command

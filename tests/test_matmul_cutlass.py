@@ -280,7 +280,7 @@ def test_a_built_library_lists_every_family_and_type() -> None:
 
 
 def test_sass_functions_are_classified_by_operator_class_and_input() -> None:
-    from mircuda.matmul._check import classify_function
+    from mircuda.cli._cutlass_check import classify_function
 
     tensorop = ("_ZN7cutlass7Kernel2INS_4gemm6kernel20DefaultGemmUniversalINS_10bfloat16_tENS_6layout8RowMajorE"
                 "ELi8ES4_NS5_11ColumnMajorELS7_0ELi8EfS6_fNS_4arch15OpClassTensorOpENS")
@@ -291,7 +291,7 @@ def test_sass_functions_are_classified_by_operator_class_and_input() -> None:
 
 
 def test_the_sass_check_reads_a_built_library() -> None:
-    from mircuda.matmul._check import _cuobjdump, sass_check
+    from mircuda.cli._cutlass_check import _cuobjdump, sass_check
 
     path = _built_library()
     if path is None or _cuobjdump() is None:

@@ -7,7 +7,7 @@ import os
 
 from ..errors import ContractError
 
-__all__ = ["add_compile_command", "cmd_compile"]
+__all__ = ["cmd_compile", "register"]
 
 
 def _define(text: str) -> tuple[str, str | None]:
@@ -15,8 +15,8 @@ def _define(text: str) -> tuple[str, str | None]:
     return name, (value if sep else None)
 
 
-def add_compile_command(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Register ``compile`` on the CLI's subcommand parser."""
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add ``compile`` to the CLI's subparsers."""
     p = sub.add_parser(
         "compile", help="compile a CUDA C file with NVRTC for any target (no GPU needed) and write CUBIN or PTX",
         description="Compile FILE with NVRTC for --arch, which need not be present on this machine, and write "
@@ -37,10 +37,12 @@ def add_compile_command(sub: argparse._SubParsersAction) -> None:  # type: ignor
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from ._compiler import OfflineCompiler
-    from ._config import CompilerConfig
-    from ._files import cuda_kernel_file
-    from ._options import CompileOptions
+    from ..compile import (
+        CompileOptions,
+        CompilerConfig,
+        OfflineCompiler,
+        cuda_kernel_file,
+    )
 
     out = os.path.abspath(args.out) if args.out else ""
     if not args.out or os.path.isdir(out) or not os.path.isdir(os.path.dirname(out)):

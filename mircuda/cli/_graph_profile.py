@@ -34,14 +34,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser", "cmd_graph_profile"]
+from ..timing import host_us_per_call
+from ._graph_paths import BindingsPath, CuPyPath, LibraryPath, MircudaPath, TorchPath, spin_on_handle
+
+__all__ = ["cmd_graph_profile", "register"]
 
 GOAL_REPLAY_HOST_US = 2.0
 _LIBRARIES = ("mircuda", "torch", "CuPy")
 
 
-def add_parser(sub: Any) -> None:
-    """Register ``graph-profile`` on the CLI's subparsers."""
+def register(sub: Any) -> None:
+    """Add ``graph-profile`` to the CLI's subparsers."""
     p = sub.add_parser("graph-profile", help="N kernels launched directly vs replayed as one CUDA graph: "
                        "host and device µs, beside torch and CuPy graphs")
     p.add_argument("--device", type=int, default=0)
@@ -60,203 +63,7 @@ def _source_text() -> str:
     return (resources.files("mircuda") / "cuda_src" / "graph_profile.cu").read_text()
 
 
-class _Path:
-    """One library's way to enqueue N ticks directly and as a graph replay, on one stream of its own."""
-
-    name = ""
-    stream_handle = 0
-
-    def sync(self) -> None:
-        raise NotImplementedError
-
-    def direct(self, n: int) -> Callable[[], None]:
-        raise NotImplementedError
-
-    def graph(self, n: int) -> Callable[[], None]:
-        raise NotImplementedError
-
-    def events(self) -> tuple[Callable[[], None], Callable[[], None], Callable[[], float]]:
-        """``(record start, record end, elapsed ms)`` on this path's stream."""
-        raise NotImplementedError
-
-    def count(self) -> int:
-        """The device counter (synchronizes)."""
-        raise NotImplementedError
-
-
-class _Mircuda(_Path):
-    name = "mircuda"
-
-    def __init__(self, mc: Any, context: Any, module: Any) -> None:
-        self.mc = mc
-        self.context = context
-        self.stream = context.create_stream()
-        self.stream_handle = self.stream.handle
-        self.tick = module.kernel(mc.cuda_export("tick", counter=mc.InOut[mc.DeviceBuffer[mc.u32]]))
-        self.counter = context.default_memory_pool().allocate_zeroed(mc.u32, self.stream, 1)
-        self.config = mc.LaunchConfig(1, 32)
-        self.graphs: list[Any] = []
-        self.start, self.end = context.create_event(timing=True), context.create_event(timing=True)
-
-    def sync(self) -> None:
-        self.stream.synchronize()
-
-    def direct(self, n: int) -> Callable[[], None]:
-        launch, stream, config, counter = self.tick.launch, self.stream, self.config, self.counter
-
-        def run() -> None:
-            for _ in range(n):
-                launch(stream, config, counter)
-        return run
-
-    def capture(self, n: int) -> Any:
-        def sequence(counter: Any) -> None:
-            for _ in range(n):
-                self.tick.launch(self.stream, self.config, counter)
-
-        graph = self.stream.capture(self.counter, sequence)
-        self.graphs.append(graph)
-        return graph
-
-    def graph(self, n: int) -> Callable[[], None]:
-        graph = self.capture(n)
-        launch, stream = graph.launch, self.stream
-        return lambda: launch(stream)
-
-    def events(self) -> tuple[Callable[[], None], Callable[[], None], Callable[[], float]]:
-        return (lambda: self.start.record(self.stream), lambda: self.end.record(self.stream),
-                lambda: self.mc.Event.elapsed_ms(self.start, self.end))
-
-    def count(self) -> int:
-        host = self.context.allocate_pinned(self.mc.u32, 1)
-        self.stream.copy_to_host(self.counter, host)
-        return int(host.to_numpy()[0])
-
-
-class _Bindings(_Mircuda):
-    """cuda.bindings' ``cuGraphLaunch`` on mircuda's own graph: the wrapper cost beside Graph.launch."""
-
-    name = "cuda.bindings cuGraphLaunch"
-
-    def graph(self, n: int) -> Callable[[], None]:
-        from cuda.bindings import driver as drv
-
-        graph = self.capture(n)
-        ge, cs = drv.CUgraphExec(graph.handle), drv.CUstream(self.stream.handle)
-        return lambda: drv.cuGraphLaunch(ge, cs)
-
-
-class _Torch(_Path):
-    name = "torch"
-
-    def __init__(self) -> None:
-        import torch
-
-        self.torch = torch
-        self.stream = torch.cuda.Stream()
-        torch.cuda.set_stream(self.stream)  # replay() and add_() use the current stream
-        self.stream_handle = int(self.stream.cuda_stream)
-        self.x = torch.zeros(1, dtype=torch.int64, device="cuda")
-        self.x.add_(1)  # load the kernel before any capture, then start the count from zero
-        self.x.zero_()
-        self.stream.synchronize()
-        self.graphs: list[Any] = []
-        self.start = torch.cuda.Event(enable_timing=True)
-        self.end = torch.cuda.Event(enable_timing=True)
-
-    def sync(self) -> None:
-        self.stream.synchronize()
-
-    def direct(self, n: int) -> Callable[[], None]:
-        x = self.x
-
-        def run() -> None:
-            for _ in range(n):
-                x.add_(1)
-        return run
-
-    def graph(self, n: int) -> Callable[[], None]:
-        g = self.torch.cuda.CUDAGraph()
-        with self.torch.cuda.graph(g, stream=self.stream):
-            for _ in range(n):
-                self.x.add_(1)
-        self.torch.cuda.set_stream(self.stream)
-        self.graphs.append(g)
-        return g.replay
-
-    def events(self) -> tuple[Callable[[], None], Callable[[], None], Callable[[], float]]:
-        return (lambda: self.start.record(self.stream), lambda: self.end.record(self.stream),
-                lambda: float(self.start.elapsed_time(self.end)))
-
-    def count(self) -> int:
-        self.stream.synchronize()
-        return int(self.x.item())
-
-
-class _CuPy(_Path):
-    name = "CuPy"
-
-    def __init__(self, source: str) -> None:
-        import cupy as cp
-
-        self.cp = cp
-        self.stream = cp.cuda.Stream(non_blocking=True)
-        self.stream.use()  # launches without a `with` block go to the current stream
-        self.stream_handle = int(self.stream.ptr)
-        self.kernel = cp.RawKernel(source, "tick")
-        self.counter = cp.zeros(1, dtype=cp.uint32)
-        self.kernel((1,), (32,), (self.counter,))  # compile and load before any capture, then reset
-        self.counter.fill(0)
-        self.stream.synchronize()
-        self.graphs: list[Any] = []
-        self.start, self.end = cp.cuda.Event(), cp.cuda.Event()
-
-    def sync(self) -> None:
-        self.stream.synchronize()
-
-    def direct(self, n: int) -> Callable[[], None]:
-        k, counter = self.kernel, self.counter
-
-        def run() -> None:
-            for _ in range(n):
-                k((1,), (32,), (counter,))
-        return run
-
-    def graph(self, n: int) -> Callable[[], None]:
-        self.stream.begin_capture()
-        for _ in range(n):
-            self.kernel((1,), (32,), (self.counter,))
-        g = self.stream.end_capture()
-        g.upload(self.stream)
-        self.graphs.append(g)
-        stream = self.stream
-        return lambda: g.launch(stream)
-
-    def events(self) -> tuple[Callable[[], None], Callable[[], None], Callable[[], float]]:
-        return (lambda: self.start.record(self.stream), lambda: self.end.record(self.stream),
-                lambda: float(self.cp.cuda.get_elapsed_time(self.start, self.end)))
-
-    def count(self) -> int:
-        self.stream.synchronize()
-        return int(self.counter.get()[0])
-
-
-def _host_us(run: Callable[[], None], sync: Callable[[], None], reps: int, batches: int) -> list[float]:
-    """µs per call of ``run``: batches of ``reps`` calls, the stream synchronized between batches."""
-    out = []
-    for b in range(batches + 1):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            run()
-        t1 = time.perf_counter()
-        if b:  # the first batch warms up
-            out.append((t1 - t0) / reps * 1e6)
-    sync()
-    return out
-
-
-def _device_us(path: _Path, run: Callable[[], None], spin: Callable[[int, int], None], spin_ns: int,
+def _device_us(path: LibraryPath, run: Callable[[], None], spin: Callable[[int, int], None], spin_ns: int,
                samples: int) -> list[float]:
     start, end, elapsed = path.events()
     out = []
@@ -274,8 +81,6 @@ def _device_us(path: _Path, run: Callable[[], None], spin: Callable[[int, int], 
 def cmd_graph_profile(args: argparse.Namespace) -> int:
     import mircuda as mc
 
-    from .. import _cuda
-
     try:
         sizes = [int(s) for s in str(args.sizes).split(",") if s.strip()]
     except ValueError:
@@ -292,25 +97,16 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
     context = driver.create_context(driver.device(args.device))
     info = context.device_info()
     source = _source_text()
-    module = mc.Compiler(context).compile(mc.cuda_kernel(source, "graph_profile.cu"))
+    compiler = mc.Compiler(context)
+    module = compiler.compile(mc.cuda_kernel(source, "graph_profile.cu"))
 
-    # The spin kernel goes on every library's stream by handle (all use the primary context).
-    spin_kernel = module.kernel(mc.cuda_export("spin", nanoseconds=mc.u64))
-    spin_packer = mc.ArgumentPacker(spin_kernel.contract, context)
+    spin = spin_on_handle(context, compiler)  # on every library's stream, by handle
 
-    def spin(stream_handle: int, ns: int) -> None:
-        spin_packer.pack(ns)
-        context._make_current()
-        r = _cuda.launch_kernel(spin_kernel.handle, 1, 1, 1, 1, 1, 1, 0, stream_handle,
-                                spin_packer.block.params_address)
-        if r:
-            _cuda.raise_result(r, "cuLaunchKernel", "spin")
-
-    paths: list[_Path] = []
+    paths: list[LibraryPath] = []
     if args.only in (None, "mircuda"):
-        paths += [_Mircuda(mc, context, module), _Bindings(mc, context, module)]
+        paths += [MircudaPath(mc, context, module), BindingsPath(mc, context, module)]
     skipped: dict[str, str] = {}
-    for name, make in (("torch", _Torch), ("CuPy", lambda: _CuPy(source))):
+    for name, make in (("torch", TorchPath), ("CuPy", lambda: CuPyPath(source))):
         if args.only not in (None, name):
             continue
         try:
@@ -330,10 +126,10 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
         for p in paths:
             for n in sizes:
                 for mode, run in runs[(p.name, n)].items():
-                    if mode == "direct" and isinstance(p, _Bindings):
+                    if mode == "direct" and isinstance(p, BindingsPath):
                         continue  # the same launches as mircuda's: only its graph launch differs
                     reps = max(1, args.calls // n) if mode == "direct" else args.calls
-                    h = _host_us(run, p.sync, reps, args.batches)
+                    h = host_us_per_call(run, p.sync, reps, args.batches)
                     host.setdefault((p.name, n, mode), []).extend(h)
                     spin_ns = int(20_000 + 4_000 * statistics.median(h))  # 4x the host's enqueue time
                     device.setdefault((p.name, n, mode), []).extend(

@@ -1,91 +1,22 @@
-"""``python -m mircuda``: inspect the machine, profile the launch path and CUDA graphs, compile offline."""
+"""``python -m mircuda profile``: compile, cache, allocate, launch, time and check the sample kernel on the GPU."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import sys
 import time
-from importlib import metadata
+from typing import Any
 
-__all__ = ["main"]
+from ..timing import host_us_per_call
+from ._inspect import SAMPLE_SOURCE
 
-SAMPLE_SOURCE = r"""
-extern "C" __global__ void axpby(float* __restrict__ y, const float* __restrict__ x, float a, float b,
-                                 unsigned int n) {
-    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = a * x[i] + b * y[i];
-}
-"""
-
-OFFLINE_ARCHS = ("sm_90a", "sm_120f")
+__all__ = ["cmd_profile", "register"]
 
 
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def cmd_inspect(args: argparse.Namespace) -> int:
-    import mircuda as mc
-    from mircuda.compile import supported_archs
-
-    print(f"mircuda {mc.__version__} on Python {platform.python_version()} ({platform.machine()})")
-    for dist in ("cuda-bindings", "nvidia-cuda-nvrtc", "numba", "numba-cuda", "numpy", "ml_dtypes"):
-        print(f"  {dist:18} {_version(dist)}")
-    try:
-        from . import _hotpath  # noqa: F401  (only whether it imports)
-
-        print("launch hot path: C extension mircuda._hotpath")
-    except ImportError:
-        print("launch hot path: ctypes fallback (the C extension was not built: pip install needs a C compiler)")
-    nv = ".".join(map(str, mc.nvrtc_version()))
-    print(f"NVRTC {nv}; targets: {', '.join(f'sm_{a}' for a in supported_archs())} "
-          f"(with 'a'/'f' variants where the architecture has them)")
-
-    device_archs: list[str] = []
-    try:
-        driver = mc.Driver.initialize()
-    except mc.UnsupportedPlatform as exc:
-        print(f"CUDA driver: none present on this machine ({exc})")
-    except mc.CudaError as exc:
-        print(f"CUDA driver: present but unusable: {exc}")
-    else:
-        major, minor = driver.version
-        devices = driver.devices()
-        print(f"CUDA driver: version {major}.{minor}, {len(devices)} device(s)")
-        for d in devices:
-            i = d.info()
-            print(f"  [{d.ordinal}] {i.name}: compute capability {i.compute_capability[0]}.{i.compute_capability[1]}"
-                  f" ({i.arch}), {i.multiprocessor_count} SMs, {i.total_memory_bytes / 2**30:.1f} GiB,"
-                  f" L2 {i.l2_cache_bytes / 2**20:.0f} MiB, memory pools {'yes' if i.memory_pools_supported else 'no'},"
-                  f" integrated {'yes' if i.integrated else 'no'}")
-            device_archs.append(i.arch)
-
-    source = mc.cuda_kernel(SAMPLE_SOURCE, "axpby.cu")
-    failures = 0
-    print("Sample kernel 'axpby' compiled with NVRTC:")
-    for arch in dict.fromkeys(OFFLINE_ARCHS + tuple(device_archs)):
-        t0 = time.perf_counter()
-        try:
-            prog = mc.compile_program(source, arch)
-        except mc.MircudaError as exc:
-            failures += 1
-            print(f"  {arch:8} FAILED: {exc}")
-            continue
-        ms = (time.perf_counter() - t0) * 1e3
-        ok = prog.image[:4] == b"\x7fELF"
-        failures += not ok
-        print(f"  {arch:8} CUBIN {len(prog.image):6d} bytes in {ms:6.1f} ms{'' if ok else '  (not an ELF image!)'}")
-    return 1 if failures else 0
-
-
-def _median_us(samples: list[float]) -> float:
-    return statistics.median(samples) * 1e6
+def _nothing() -> None:
+    """The ``sync`` of host loops that enqueue nothing on a stream."""
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -117,16 +48,17 @@ def cmd_profile(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         module = compiler.compile(source)
         cold_ms = (time.perf_counter() - t0) * 1e3
-        hits = []
-        for _ in range(1000):
-            t0 = time.perf_counter()
-            again = compiler.compile(source)
-            hits.append(time.perf_counter() - t0)
-        if again is not module:
+        again: list[Any] = [None]
+
+        def hit() -> None:
+            again[0] = compiler.compile(source)
+
+        hits = host_us_per_call(hit, _nothing, 1, 1000, warmup=0)
+        if again[0] is not module:
             failures.append("the second compile did not return the cached module")
         stats = compiler.cache_stats()
         rows.append(("NVRTC compile + load (cold)", f"{cold_ms:.1f} ms"))
-        rows.append(("module cache lookup (hit)", f"{_median_us(hits):.2f} µs  {stats!r}"))
+        rows.append(("module cache lookup (hit)", f"{statistics.median(hits):.2f} µs  {stats!r}"))
 
         kernel = module.kernel(Axpby)
         pool = context.default_memory_pool()
@@ -136,13 +68,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
         a, b = float(rng.uniform(0.5, 2.0)), float(rng.uniform(-1.0, 1.0))
         x = pool.allocate(mc.f32, stream, n)
         y = pool.allocate(mc.f32, stream, n)
-        cycles = []
-        for _ in range(200):  # steady state: the pool already holds the memory
-            t0 = time.perf_counter()
-            tmp = pool.allocate(mc.f32, stream, n)
-            tmp.free(stream)
-            cycles.append(time.perf_counter() - t0)
-        rows.append(("pool allocate + free (stream-ordered, warm)", f"{_median_us(cycles):.1f} µs per pair"))
+        # Steady state: the pool already holds the memory.
+        cycles = host_us_per_call(lambda: pool.allocate(mc.f32, stream, n).free(stream), _nothing, 1, 200, warmup=0)
+        rows.append(("pool allocate + free (stream-ordered, warm)", f"{statistics.median(cycles):.1f} µs per pair"))
         staging = context.allocate_pinned(mc.f32, n)
         staging.write_prefix(x_host)
         stream.copy_to_device(staging, x)
@@ -162,19 +90,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
         # Host cost: batches of launches, stream synchronized between batches.
         start, end = context.create_event(timing=True), context.create_event(timing=True)
-        host: list[float] = []
         device_ms: list[float] = []
-        for _ in range(args.batches):
-            stream.synchronize()
-            start.record(stream)
-            t0 = time.perf_counter()
-            for _ in range(launches):
-                kernel.launch(stream, config, y, x, a, 1.0, n)
-            host.append((time.perf_counter() - t0) / launches)
+
+        def end_batch() -> None:
             end.record(stream)
             end.synchronize()
             device_ms.append(mc.Event.elapsed_ms(start, end) / launches)
-        rows.append((f"typed launch, host cost ({launches} per batch)", f"{_median_us(host):.2f} µs per launch"))
+
+        host = host_us_per_call(lambda: kernel.launch(stream, config, y, x, a, 1.0, n), stream.synchronize,
+                                launches, args.batches, warmup=0, before=lambda: start.record(stream),
+                                after=end_batch)
+        rows.append((f"typed launch, host cost ({launches} per batch)",
+                     f"{statistics.median(host):.2f} µs per launch"))
         gbps = 3 * 4 * n / (statistics.median(device_ms) * 1e-3) / 1e9
         rows.append(("axpby device time", f"{statistics.median(device_ms) * 1e3:.2f} µs per launch ({gbps:.0f} GB/s)"))
 
@@ -213,11 +140,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mircuda", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("inspect", help="list devices, the NVRTC version and targets; compile a sample kernel")
-    p.set_defaults(func=cmd_inspect)
+def register(sub: Any) -> None:
+    """Add ``profile`` to the CLI's subparsers."""
     p = sub.add_parser("profile", help="compile, cache, allocate, launch, time and check a kernel on the GPU")
     p.add_argument("--device", type=int, default=0, help="device ordinal (default 0)")
     p.add_argument("--elements", type=int, default=1 << 20, help="vector length of the axpby kernel (default 2^20)")
@@ -225,22 +149,3 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, default=50, help="timed batches; medians are over batches (default 50)")
     p.add_argument("--json", help="also write the table as JSON to this file")
     p.set_defaults(func=cmd_profile)
-    from .graph._profile import add_parser as add_graph_profile
-
-    add_graph_profile(sub)
-    from .compile._cli import add_compile_command
-
-    add_compile_command(sub)
-    from .matmul._cli import register as register_matmul
-
-    register_matmul(sub)
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except Exception as exc:
-        from .errors import MircudaError
-
-        if isinstance(exc, MircudaError):
-            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 2
-        raise

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["cutlass_check", "sass_check", "SassReport", "classify_function"]
+__all__ = ["SassReport", "classify_function", "cutlass_check", "register", "sass_check"]
 
 STUB_MARKER = b"Arch conditional MMA instruction used without targeting appropriate compute capability"
 
@@ -77,7 +77,7 @@ def _cuobjdump() -> str | None:
     if found:
         return found
     try:
-        from ._build import _find_nvcc
+        from ..matmul._build import _find_nvcc
 
         candidate = _find_nvcc().parent / "cuobjdump"
         return str(candidate) if candidate.is_file() else None
@@ -142,7 +142,7 @@ def _numerics(context: Any, stream: Any, pool: Any, lib: Any, kernel: Any, shape
               rng: np.random.Generator) -> NumericsRow:
     import mircuda as mc
 
-    from ._profile import upload
+    from ._matmul_bench import upload
 
     m, n, k = shape
     in_t, out_t = getattr(mc, kernel.input), getattr(mc, kernel.output)
@@ -172,8 +172,8 @@ def _numerics(context: Any, stream: Any, pool: Any, lib: Any, kernel: Any, shape
 def cutlass_check(args: Any) -> int:
     import mircuda as mc
 
-    from ._build import build, find_library
-    from ._library import load_library
+    from ..matmul._build import build, find_library
+    from ..matmul._library import load_library
 
     driver = mc.Driver.initialize()  # no GPU: say so before a many-minute build
     driver.device(args.device)
@@ -192,8 +192,8 @@ def cutlass_check(args: Any) -> int:
         stream = context.create_stream()
         pool = context.default_memory_pool()
         rng = np.random.default_rng()
-        from ._gemv import gemv_kernels
-        from ._vector import vector_kernels
+        from ..matmul._gemv import gemv_kernels
+        from ..matmul._vector import vector_kernels
 
         table = (*vector_kernels(), *gemv_kernels(), *lib.kernels)
         runnable = [k for k in table if k.runs_on(info.compute_capability)]
@@ -238,3 +238,11 @@ def cutlass_check(args: Any) -> int:
         print(f"FAILED: {f}", file=sys.stderr)
     print("cutlass-check: " + ("FAILED" if failures else "all checks passed"))
     return 1 if failures else 0
+
+
+def register(sub: Any) -> None:
+    """Add ``cutlass-check`` to the CLI's subparsers."""
+    p = sub.add_parser("cutlass-check", help="every CUTLASS plan vs float64 numpy on the GPU; SASS of the sm_120f kernels")
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--json", default="benchmarks/results/cutlass_check.json")
+    p.set_defaults(func=cutlass_check)

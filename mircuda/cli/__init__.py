@@ -1,0 +1,41 @@
+"""``python -m mircuda``: inspect the machine, profile the launch path and CUDA graphs, compile offline.
+
+The command line sits on top of every layer of the library: one module per command, each with a
+``register(subparsers)``; nothing in the library imports this package. The profiles' peer adapters
+(torch, CuPy, raw ``cuda.bindings``) live with them here, and their timing comes from
+:mod:`mircuda.timing`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    from . import (_build_cutlass, _compile, _cutlass_check, _dense_vector_profile, _graph_profile, _inspect,
+                   _matmul_profile, _profile)
+
+    parser = argparse.ArgumentParser(prog="python -m mircuda", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    # The order of `--help`'s command list.
+    for command in (_inspect, _profile, _graph_profile, _compile, _dense_vector_profile, _matmul_profile,
+                    _build_cutlass, _cutlass_check):
+        command.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns its exit status (2 on a usage error or a mircuda error, printed)."""
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except Exception as exc:
+        from ..errors import MircudaError
+
+        if isinstance(exc, MircudaError):
+            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 2
+        raise

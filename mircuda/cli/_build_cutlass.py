@@ -1,0 +1,34 @@
+"""``python -m mircuda build-cutlass``: build ``libmircuda_cutlass.so`` (CMake + Ninja, nvcc, CUTLASS headers)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+__all__ = ["cmd_build_cutlass", "register"]
+
+
+def cmd_build_cutlass(args: argparse.Namespace) -> int:
+    import mircuda as mc
+    from mircuda.matmul._build import build, default_archs, parse_archs
+
+    if args.jobs is not None and args.jobs < 1:
+        raise mc.ContractError("--jobs", "a positive number of parallel compile jobs", str(args.jobs))
+    if args.arch is not None and not args.arch.strip():
+        raise mc.ContractError("--arch", "comma-separated SASS targets among 90a, 120f", repr(args.arch))
+    archs = parse_archs(args.arch) if args.arch else default_archs()
+    families = tuple(f for f in (args.families or "").split(",") if f)
+    path = build(archs, args.jobs, Path(args.cache_dir) if args.cache_dir else None, families)
+    print(path)
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``build-cutlass`` to the CLI's subparsers."""
+    p = sub.add_parser("build-cutlass", help="build libmircuda_cutlass.so (CMake + Ninja, nvcc, CUTLASS headers)")
+    p.add_argument("--arch", help="comma-separated SASS targets among 90a, 120f (default: MIRCUDA_CUDA_ARCH or both)")
+    p.add_argument("--jobs", type=int, help="parallel compile jobs (default: ninja's)")
+    p.add_argument("--cache-dir", help="build cache root (default: $MIRCUDA_CACHE_DIR/cutlass or ~/.cache/mircuda/cutlass)")
+    p.add_argument("--families", help=argparse.SUPPRESS)  # comma-separated subset, for smoke builds
+    p.set_defaults(func=cmd_build_cutlass)

@@ -1,0 +1,94 @@
+"""``python -m mircuda dense-vector-profile``: DenseVectorPlan (M = 1) vs DenseMatmulPlan vs cuBLAS
+(through ``torch.matmul``) on cold weights, measured in one run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._matmul_bench import Row, Types, check_vector, row, session, upload
+
+__all__ = ["VECTOR_SHAPES", "dense_vector_profile", "register"]
+
+VECTOR_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))
+"""(N, K) of the weights: Llama-3-8B-like projections (hidden 4096, MLP 14336, fused QKV 6144)."""
+
+
+def dense_vector_profile(args: Any) -> int:
+    """DenseVectorPlan vs DenseMatmulPlan (M = 1: the same NVRTC kernel, no CUTLASS library needed) vs cuBLAS."""
+    import mircuda as mc
+
+    with session(mc.Driver.initialize(), args.device) as s:
+        context, stream, pool, timer, torch_ = s.context, s.stream, s.pool, s.timer, s.torch_
+        for n, k in VECTOR_SHAPES:
+            for pair in [d for d in args.dtypes.split(",") if d]:
+                t = Types.parse(pair)
+                in_t, out_t, label = t.in_t, t.out_t, t.label
+                isz, osz = t.sizes
+                banks, ws, w_host = s.weights(t, n, k)
+                x_host = s.rng.standard_normal(k, dtype=np.float32).astype(in_t)
+                x = upload(context, stream, pool, x_host)
+                y = pool.allocate(out_t, stream, n)
+                want = w_host.astype(np.float64).reshape(n, k) @ x_host.astype(np.float64)
+                choices = [(None, None)] + ([(r, w) for r in (8, 16) for w in (1, 2, 4, 8)] if args.sweep else [])
+                for rows_per_block, warps in choices:
+                    plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, k), input=in_t,
+                                              output=t.plan_output, rows=rows_per_block, warps=warps)
+                    plan.execute(stream, x, ws[0], y)
+                    err = check_vector(context, stream, y, want)
+                    if err > 1e-2:
+                        s.failures.append(f"DenseVectorPlan {label} {n}x{k}: relative error {err:.2e}")
+                    us = timer.median(lambda i: plan.execute(stream, x, ws[i % banks], y), args.calls, args.repeats)
+                    name = "DenseVectorPlan" + ("" if warps is None else f" rows={rows_per_block} warps={warps}")
+                    s.rows.append(row(name, label, 1, n, k, us, isz, osz,
+                                       f"{plan.rows} rows x {plan.warps} warp(s)/block, rel err {err:.1e}"))
+                s.rows.append(_matmul_row(context, stream, pool, timer, ws, x, y, want, in_t, out_t, label, n, k,
+                                          banks, args, s.failures))
+                if torch_ is not None:
+                    tws = torch_.weights(n, k, t.input, banks)
+                    enqueue, note = torch_.operands(1, tws, t.input, t.output)
+                    us = timer.median(enqueue, args.calls, args.repeats)
+                    s.rows.append(row("cuBLAS (torch.matmul)", label, 1, n, k, us, isz, osz, note))
+                    del tws, enqueue
+                s.release(ws + [x, y])
+        info = s.info
+        return s.report("dense-vector-profile", args.json,
+                        f"dense-vector-profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs, "
+                        f"L2 {info.l2_cache_bytes >> 20} MiB): M = 1, cold weights, median of {args.repeats} x "
+                        f"{args.calls} back-to-back calls", [s.why] if s.why else [])
+
+
+def _matmul_row(context: Any, stream: Any, pool: Any, timer: Any, ws: list[Any], x: Any, y: Any, want: np.ndarray,
+                in_t: Any, out_t: Any, label: str, n: int, k: int, banks: int, args: Any, failures: list[str]) -> Row:
+    import mircuda as mc
+
+    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(1, n, k), input=in_t,
+                              output=None if out_t is in_t else out_t)
+    plan.execute(stream, x, ws[0], y)  # checked like DenseVectorPlan's rows: a fast wrong answer is a failure
+    err = check_vector(context, stream, y, want)
+    if err > 1e-2:
+        failures.append(f"DenseMatmulPlan M=1 {label} {n}x{k} ({plan.kernel_name}): relative error {err:.2e}")
+    us = timer.median(lambda i: plan.execute(stream, x, ws[i % banks], y), args.calls, args.repeats)
+    measured = row("DenseMatmulPlan", label, 1, n, k, us, np.dtype(in_t).itemsize, np.dtype(out_t).itemsize,
+                   f"{plan.kernel_name} splits={plan.splits}, rel err {err:.1e}")
+    plan.close()
+    return measured
+
+
+def add_vector_arguments(p: Any) -> None:
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--dtypes", default="bf16,f16,bf16->f32",
+                   help="comma-separated input[->output] pairs (default: bf16,f16,bf16->f32)")
+    p.add_argument("--calls", type=int, default=50, help="back-to-back calls per timed repeat")
+    p.add_argument("--repeats", type=int, default=15, help="timed repeats (the median is reported)")
+    p.add_argument("--sweep", action="store_true", help="also time every block shape (8 or 16 rows x 1, 2, 4, 8 warps splitting K)")
+    p.add_argument("--json", default="benchmarks/results/dense_vector_profile.json")
+
+
+def register(sub: Any) -> None:
+    """Add ``dense-vector-profile`` to the CLI's subparsers."""
+    p = sub.add_parser("dense-vector-profile",
+                       help="DenseVectorPlan (M = 1) vs DenseMatmulPlan vs cuBLAS on cold weights (GPU)")
+    add_vector_arguments(p)
+    p.set_defaults(func=dense_vector_profile)

@@ -1,0 +1,129 @@
+"""``python -m mircuda matmul-profile``: DenseMatmulPlan vs cuBLAS (through ``torch.matmul``) over M and
+Llama-like (N, K), on cold weights, measured in one run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._matmul_bench import Row, Types, relative_error, row, session, upload
+
+__all__ = ["MATMUL_SHAPES", "m_values", "matmul_profile", "register"]
+
+MATMUL_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))
+
+
+def matmul_profile(args: Any) -> int:
+    """DenseMatmulPlan vs cuBLAS (torch.matmul) over M x (N, K) x dtypes, cold weights."""
+    import mircuda as mc
+
+    from ..matmul import load_library
+    from ..matmul._gemv import MAX_M
+
+    driver = mc.Driver.initialize()  # first: without a driver nothing else matters
+    ms = list(args.m)
+    lib = load_library() if max(ms) > MAX_M else None  # the NVRTC kernels (M <= 16) need no CUTLASS
+    with session(driver, args.device) as s:
+        context, stream, pool, timer, torch_ = s.context, s.stream, s.pool, s.timer, s.torch_
+        for n, k in MATMUL_SHAPES:
+            for pair in [d for d in args.dtypes.split(",") if d]:
+                t = Types.parse(pair)
+                in_t, out_t, label = t.in_t, t.out_t, t.label
+                isz, osz = t.sizes
+                banks, ws, w_host = s.weights(t, n, k)
+                tws = torch_.weights(n, k, t.input, banks) if torch_ is not None else None
+                for m in ms:
+                    a_host = s.rng.standard_normal((m, k), dtype=np.float32).astype(in_t)
+                    a = upload(context, stream, pool, a_host)
+                    c = pool.allocate(out_t, stream, m * n)
+                    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=in_t,
+                                              output=t.plan_output, library=lib)
+                    plan.execute(stream, a, ws[0], c)
+                    err = _check_rows(context, stream, c, a_host, w_host.reshape(n, k), m, n)
+                    if err > 2e-2:
+                        s.failures.append(f"DenseMatmulPlan {label} M={m} {n}x{k}: relative error {err:.2e}")
+                    us = timer.median(lambda i: plan.execute(stream, a, ws[i % banks], c), args.calls, args.repeats)
+                    s.rows.append(row("DenseMatmulPlan", label, m, n, k, us, isz, osz,
+                                       f"{plan.kernel_name} splits={plan.splits} rel err {err:.1e}"))
+                    if tws is not None:
+                        enqueue, note = torch_.operands(m, tws, t.input, t.output)  # type: ignore[union-attr]
+                        us = timer.median(enqueue, args.calls, args.repeats)
+                        s.rows.append(row("cuBLAS (torch.matmul)", label, m, n, k, us, isz, osz, note))
+                        del enqueue
+                    plan.close()
+                    a.free(stream)
+                    c.free(stream)
+                del tws
+                s.release(ws)
+        info = s.info
+        return s.report("matmul-profile", args.json,
+                        f"matmul-profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs): cold "
+                        f"weights, median of {args.repeats} x {args.calls} back-to-back calls; cuBLAS/x > 1: faster "
+                        "than cuBLAS", [s.why] if s.why else [], goals=_goals,
+                        library=str(lib.path) if lib is not None else None)
+
+
+def _check_rows(context: Any, stream: Any, c: Any, a: np.ndarray, w: np.ndarray, m: int, n: int) -> float:
+    """Relative error of three sampled rows of C (first, middle, last) against float64."""
+    back = context.allocate_pinned(c.scalar_type, m * n)
+    stream.copy_to_host(c, back)
+    got = back.to_numpy().reshape(m, n)
+    back.close()
+    rows = sorted({0, m // 2, m - 1})
+    want = a[rows].astype(np.float64) @ w.astype(np.float64).T
+    return relative_error(got[rows], want)
+
+
+def _goals(rows: list[Row]) -> list[str]:
+    """The issue's goals: decode (M <= 16) at least as fast as cuBLAS; prefill (M >= 2048) >= 0.95x."""
+    mine = [r for r in rows if r.path == "DenseMatmulPlan" and r.ratio_to_cublas is not None]
+    decode = [r for r in mine if r.m <= 16]
+    prefill = [r for r in mine if r.m >= 2048]
+    out = []
+    if decode:
+        worst = min(decode, key=lambda r: r.ratio_to_cublas or 0)
+        out.append(f"decode M <= 16 vs cuBLAS: worst ratio {worst.ratio_to_cublas:.2f} ({worst.dtype} M={worst.m} "
+                   f"{worst.n}x{worst.k}); {sum((r.ratio_to_cublas or 0) >= 1 for r in decode)}/{len(decode)} >= 1")
+    if prefill:
+        worst = min(prefill, key=lambda r: r.ratio_to_cublas or 0)
+        out.append(f"prefill M >= 2048 vs cuBLAS: worst ratio {worst.ratio_to_cublas:.2f} ({worst.dtype} M={worst.m} "
+                   f"{worst.n}x{worst.k}); {sum((r.ratio_to_cublas or 0) >= 0.95 for r in prefill)}/{len(prefill)} >= 0.95")
+    return out
+
+
+def m_values(text: str) -> tuple[int, ...]:
+    """``--m``: comma-separated positive ints, e.g. ``1,16,2048``.
+
+    Raises:
+        argparse.ArgumentTypeError: naming the value that is not a positive int.
+    """
+    import argparse
+
+    values = []
+    for v in (v.strip() for v in text.split(",")):
+        if v and (not v.isdigit() or int(v) < 1):
+            raise argparse.ArgumentTypeError(f"expected comma-separated positive ints, received {v!r} in {text!r}")
+        if v:
+            values.append(int(v))
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected at least one positive int, received {text!r}")
+    return tuple(values)
+
+
+def add_matmul_arguments(p: Any) -> None:
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--dtypes", default="bf16,f16,bf16->f32",
+                   help="comma-separated input[->output] pairs (default: bf16,f16,bf16->f32)")
+    p.add_argument("--m", type=m_values, default="1,2,4,8,16,32,64,128,512,2048,8192",
+                   help="comma-separated M values (positive ints)")
+    p.add_argument("--calls", type=int, default=20, help="back-to-back calls per timed repeat")
+    p.add_argument("--repeats", type=int, default=7, help="timed repeats (the median is reported)")
+    p.add_argument("--json", default="benchmarks/results/matmul_profile.json")
+
+
+def register(sub: Any) -> None:
+    """Add ``matmul-profile`` to the CLI's subparsers."""
+    p = sub.add_parser("matmul-profile", help="DenseMatmulPlan vs cuBLAS over M and Llama-like (N, K) (GPU)")
+    add_matmul_arguments(p)
+    p.set_defaults(func=matmul_profile)
