@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..dtypes import DTypeInfo, dtype_info
-from ..errors import ClosedResourceError, ContractError, UseAfterFree
+from ..errors import ClosedResourceError, ContractError
+from ..memory import check_device_buffer
 
 if TYPE_CHECKING:
     from ..runtime import Context
@@ -112,26 +113,12 @@ def check_stream(stream: Any, context: Context) -> None:
 
 def check_operand(name: str, buf: Any, info: DTypeInfo, count: int, context: Context, shape: str) -> int:
     """Check that ``buf`` is a live DeviceBuffer of ``info`` in ``context`` with at least ``count``
-    elements; return its device address.
+    elements (:func:`mircuda.memory.check_device_buffer`); return its device address.
 
     Raises:
-        ContractError, UseAfterFree, ClosedResourceError: naming ``name``.
+        ContractError, UseAfterFree: naming ``name``.
     """
-    from ..memory import DeviceBuffer
-
-    if not isinstance(buf, DeviceBuffer):
-        raise ContractError(name, f"a DeviceBuffer[{info.name}] of {shape}", type(buf).__name__)
-    if buf._freed:
-        raise UseAfterFree(f"argument {name!r}: {buf!r} was freed")
-    if buf._scalar is not info.scalar_type:
-        raise ContractError(name, f"a DeviceBuffer[{info.name}]", f"a DeviceBuffer[{buf._info.name}]")
-    if buf._context is not context:
-        if buf._context._closed:
-            raise ClosedResourceError(f"argument {name!r}: the buffer's context was closed")
-        raise ContractError(name, f"a buffer of {context!r}", f"a buffer of {buf._context!r}")
-    if buf._count < count:
-        raise ContractError(name, f"at least {count} elements ({shape})", f"{buf._count} elements")
-    return buf._ptr
+    return check_device_buffer(name, buf, context, info, count, shape)._ptr
 
 
 def check_scalar(name: str, value: Any) -> float:
