@@ -89,7 +89,7 @@ class Graph(Generic[R]):
     @classmethod
     def _create(cls, stream: Stream, resources: R, graph_cu: Any, exec_cu: Any, record: CaptureRecord,
                 native: NativeNodes) -> Graph[R]:
-        from ..launch._kernel import kernels_for_function
+        from ..launch import kernels_for_function
 
         self = object.__new__(cls)
         self._stream = stream
