@@ -57,6 +57,7 @@ class TypedKernel:
         LaunchConfigError: the config exceeds the device's or the function's limits.
         CudaError: the driver refused the launch.
     """
+    _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
     def __init__(self, module: Module, contract: KernelContract, cu_function: Any, abi: str = "c") -> None:
         """Internal: obtain typed kernels with ``module.kernel(contract)``."""
