@@ -147,6 +147,7 @@ def finalizer(fn: Any) -> Any:
         except Exception:
             pass
 
+    run.__mircuda_finalizer__ = True  # type: ignore[attr-defined]  # checked by tests/test_finalizers.py
     return run
 
 
@@ -155,6 +156,18 @@ def capture_started() -> None:
     global _active_captures
     with _deferred_lock:
         _active_captures += 1
+
+
+def is_capturing(stream: Any) -> bool:
+    """True while the ``CUstream`` ``stream`` takes part in a capture (``cuStreamIsCapturing``).
+
+    Answers False without a driver call while no mircuda capture is open, so the copies that ask it
+    on every call cost nothing outside captures; a capture begun by another library on a mircuda
+    stream is not seen then.
+    """
+    if not _active_captures:
+        return False
+    return int(call("cuStreamIsCapturing", stream)) != 0  # CU_STREAM_CAPTURE_STATUS_NONE
 
 
 def capture_ended() -> None:

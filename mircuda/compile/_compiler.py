@@ -45,6 +45,7 @@ class Module:
     ``kernel(contract)`` binds one of its ``extern "C"`` kernels to a contract. The module is
     unloaded when the last reference to it (including its kernels') is gone.
     """
+    _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
     def __init__(self, context: Context, program: CompiledProgram) -> None:
         context._make_current()
@@ -111,12 +112,9 @@ class Module:
 
 @_cuda.finalizer
 def _unload(cu: Any, context: Context) -> None:
-    try:
-        if not context._closed:
-            _cuda.make_current(context._handle)
-            _cuda.call_status("cuModuleUnload", cu)
-    except Exception:
-        pass
+    if not context._closed:
+        _cuda.make_current(context._handle)
+        _cuda.call_status("cuModuleUnload", cu)
 
 
 
@@ -275,6 +273,7 @@ class Compiler(_CachingCompiler[Module]):
     Raises:
         ContractError: ``context`` is not a Context or ``config`` not a CompilerConfig.
     """
+    _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
     def __init__(self, context: Context, config: CompilerConfig | None = None) -> None:
         from ..runtime import Context

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from ..runtime import Stream
     from ._graph import Graph, KernelNode
 
-__all__ = ["capture", "launch_captured", "is_capturing", "capture_error"]
+__all__ = ["capture", "launch_captured", "capture_error"]
 
 R = TypeVar("R")
 
@@ -52,13 +52,6 @@ def capture_error(message: str, result_name: str | None) -> CaptureError:
     err = CaptureError(message)
     err.result_name = result_name  # type: ignore[attr-defined]
     return err
-
-
-def is_capturing(stream: Stream) -> bool:
-    """True while ``stream`` takes part in a capture (cheap when no mircuda capture is in progress)."""
-    if not _records:
-        return False
-    return int(_cuda.call("cuStreamIsCapturing", stream._cu)) != _NONE
 
 
 def _capture_info(stream: Stream) -> tuple[int, int, Any, list[Any]]:

@@ -42,6 +42,7 @@ class KernelNode:
             attributes: ``programmatic_stream_serialization`` is then False whatever the launch used.
         capture_id: the driver's id of the capture sequence (unique in the process).
     """
+    _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
     handle: int
     function: int
@@ -82,6 +83,7 @@ class Graph(Generic[R]):
     __slots__ = ("_stream", "_context", "_ctx_handle", "_exec_handle", "_graph_launch", "_graph_cu", "_exec_cu",
                  "_capture_id", "_resources", "_held", "_keep", "_nodes", "_by_handle", "_configs", "_flag_known",
                  "_packers", "_params", "_lock", "_finalizer", "__weakref__")
+    _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("capture graphs with Stream.capture(resources, fn)")
@@ -89,7 +91,7 @@ class Graph(Generic[R]):
     @classmethod
     def _create(cls, stream: Stream, resources: R, graph_cu: Any, exec_cu: Any, record: CaptureRecord,
                 native: NativeNodes) -> Graph[R]:
-        from ..launch._kernel import kernels_for_function
+        from ..launch import kernels_for_function
 
         self = object.__new__(cls)
         self._stream = stream
@@ -368,9 +370,7 @@ def _destroy(exec_cu: Any, graph_cu: Any, held: dict[int, Any], keep: list[Any],
             _cuda.make_current(context._handle)
             _cuda.call_status("cuGraphExecDestroy", exec_cu)
             _cuda.call_status("cuGraphDestroy", graph_cu)
-    except Exception:
-        pass
-    finally:
+    finally:  # the buffers are let go even when the driver calls raise (the wrapper swallows that)
         release(held)
         keep.clear()
 

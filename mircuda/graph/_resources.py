@@ -34,22 +34,15 @@ _LEAVES: tuple[type, ...] = (
     types.BuiltinMethodType, range, slice,
 )
 _SEQUENCES = (list, tuple, set, frozenset, collections.deque)
-_opaque: tuple[type, ...] | None = None
+OPAQUE_MARKER = "_graph_opaque"
+"""A class attribute set True on mircuda's runtime handles (Driver, Device, Context, Stream, Event,
+ProfilerRange, MemoryPool, PinnedBuffer, Compiler, Module, TypedKernel, KernelContract, LaunchConfig,
+Graph, KernelNode): resources in their own right, never containers of the caller's buffers, so the
+walk does not look inside them."""
 
 
-def _opaque_types() -> tuple[type, ...]:
-    """mircuda's runtime handles: resources in their own right, never containers of the caller's buffers."""
-    global _opaque
-    if _opaque is None:
-        from ..compile import Compiler, Module
-        from ..launch import KernelContract, LaunchConfig, TypedKernel
-        from ..memory import MemoryPool, PinnedBuffer
-        from ..runtime import Context, Device, Driver, Event, ProfilerRange, Stream
-        from ._graph import Graph, KernelNode
-
-        _opaque = (Driver, Device, Context, Stream, Event, ProfilerRange, MemoryPool, PinnedBuffer, Compiler,
-                   Module, TypedKernel, KernelContract, LaunchConfig, Graph, KernelNode)
-    return _opaque
+def _opaque(obj: Any) -> bool:
+    return getattr(type(obj), OPAQUE_MARKER, False) is True
 
 
 def _children(obj: Any) -> Iterator[Any]:
@@ -83,7 +76,6 @@ def reachable_buffers(resources: Any) -> list[DeviceBuffer[Any]]:
     in the order first reached."""
     found: dict[int, DeviceBuffer[Any]] = {}
     seen: set[int] = set()
-    opaque = _opaque_types()
     stack = [resources]
     while stack:
         obj = stack.pop()
@@ -94,7 +86,7 @@ def reachable_buffers(resources: Any) -> list[DeviceBuffer[Any]]:
             if not obj._freed:
                 found[id(obj)] = obj
             continue
-        if isinstance(obj, _LEAVES) or isinstance(obj, opaque):
+        if isinstance(obj, _LEAVES) or _opaque(obj):
             continue
         children = list(_children(obj))
         children.reverse()  # visit in declaration order

@@ -1,8 +1,20 @@
-"""Launch: kernel contracts, launch geometry, argument packing, typed kernels."""
+"""Launch: kernel contracts, launch geometry, argument packing, typed kernels, launch ABIs.
 
+The launch ABI pieces (``LaunchAbi``, ``LAUNCH_ABIS`` and the helpers after them) are what another
+compiler's kernels need to be launched like NVRTC's: see :mod:`mircuda.launch._abi`.
+"""
+
+from ._abi import (LAUNCH_ABIS, MISSING, ArgumentPacker, LaunchAbi, arity_error, buffer_argument, c_slots,
+                   compile_function, emit_c_writes, generate_launch, parameter_sizes, scalar_argument,
+                   verify_c_parameters)
 from ._config import LaunchConfig
 from ._contract import In, InOut, KernelContract, Out, Param, cuda_export
-from ._kernel import LAUNCH_ABIS, ArgumentPacker, FunctionAttributes, LaunchAbi, TypedKernel
+from ._kernel import FunctionAttributes, TypedKernel, kernels_for_function
+from ._pack import SCALAR_CTYPES, ArgumentBlock, Slot
 
-__all__ = ["LAUNCH_ABIS", "ArgumentPacker", "LaunchAbi", "FunctionAttributes", "In", "InOut", "KernelContract", "LaunchConfig", "Out",
-           "Param", "TypedKernel", "cuda_export"]
+__all__ = ["ArgumentPacker", "FunctionAttributes", "In", "InOut", "KernelContract", "LaunchConfig", "Out", "Param",
+           "TypedKernel", "cuda_export", "kernels_for_function",
+           # launch ABIs
+           "LAUNCH_ABIS", "MISSING", "LaunchAbi", "ArgumentBlock", "SCALAR_CTYPES", "Slot", "arity_error",
+           "buffer_argument", "c_slots", "compile_function", "emit_c_writes", "generate_launch", "parameter_sizes",
+           "scalar_argument", "verify_c_parameters"]

@@ -56,6 +56,7 @@ class LaunchConfig:
         LaunchConfigError: a dimension is not a positive int, ``shared_mem_bytes`` is negative, or
             ``programmatic_stream_serialization`` is not a bool.
     """
+    _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
     grid: Dim3 | int
     block: Dim3 | int

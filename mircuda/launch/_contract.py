@@ -96,6 +96,7 @@ class KernelContract:
 
     Build with :func:`cuda_export`; bind to a loaded module with ``module.kernel(contract)``.
     """
+    _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
     symbol: str
     params: tuple[Param, ...]

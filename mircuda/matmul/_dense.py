@@ -130,7 +130,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
                 self._operands = self._nvrtc.operands("a", "b", "c")
             else:
                 self._operands = self._nvrtc.operands()
-            self._finalizer = weakref.finalize(self, lambda: None)
+            self._finalizer = weakref.finalize(self, _nothing_to_release)  # close() calls it alike
             return
         if lib is None:
             raise missing  # type: ignore[misc]
@@ -376,13 +376,15 @@ def _create(lib: CutlassLibrary, spec: DenseMatmulSpec, selection: Selection, ke
 
 
 @_cuda.finalizer
+def _nothing_to_release() -> None:
+    """The finalizer of a plan whose kernel is NVRTC's: its module and buffers have their own."""
+
+
+@_cuda.finalizer
 def _destroy(lib: CutlassLibrary, handle: int, context: Any, workspace: Any, stream: Any) -> None:
-    try:
-        if not context._closed:
-            context._make_current()
-            lib.destroy(handle)
-            if workspace is not None and not workspace.freed and stream.handle:
-                workspace.free(stream)
-    except Exception:  # finalizers never raise
-        pass
+    if not context._closed:
+        context._make_current()
+        lib.destroy(handle)
+        if workspace is not None and not workspace.freed and stream.handle:
+            workspace.free(stream)
 

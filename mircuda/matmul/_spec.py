@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 
 from ..dtypes import DTypeInfo, dtype_info
-from ..errors import ClosedResourceError, ContractError, UseAfterFree
+from ..errors import ClosedResourceError, ContractError
 from ..graph._capture import _ACTIVE, _capture_info
 from ..graph._capture import _records as _captures
-from ..memory import DeviceBuffer
+from ..memory import check_device_buffer
 
 if TYPE_CHECKING:
     from ..runtime import Context, Stream
@@ -144,21 +144,9 @@ def check_operand(op: Operand, buf: Any, context: Context) -> int:
     ``op.count`` elements at an address aligned to ``op.alignment``; return its device address.
 
     Raises:
-        ContractError, UseAfterFree, ClosedResourceError: naming ``op.name``.
+        ContractError, UseAfterFree: naming ``op.name`` (:func:`mircuda.memory.check_device_buffer`).
     """
-    if not isinstance(buf, DeviceBuffer):
-        raise ContractError(op.name, f"a DeviceBuffer[{op.info.name}] of {op.shape}", type(buf).__name__)
-    if buf._freed:
-        raise UseAfterFree(f"argument {op.name!r}: {buf!r} was freed")
-    if buf._scalar is not op.info.scalar_type:
-        raise ContractError(op.name, f"a DeviceBuffer[{op.info.name}]", f"a DeviceBuffer[{buf._info.name}]")
-    if buf._context is not context:
-        if buf._context._closed:
-            raise ClosedResourceError(f"argument {op.name!r}: the buffer's context was closed")
-        raise ContractError(op.name, f"a buffer of {context!r}", f"a buffer of {buf._context!r}")
-    if buf._count < op.count:
-        raise ContractError(op.name, f"at least {op.count} elements ({op.shape})", f"{buf._count} elements")
-    ptr: int = buf._ptr
+    ptr: int = check_device_buffer(op.name, buf, context, op.info, op.count, op.shape)._ptr
     if ptr & op.mask:
         raise ContractError(op.name, f"an address aligned to {op.alignment} bytes ({op.reason})", hex(ptr))
     return ptr

@@ -15,7 +15,8 @@ from ..errors import ClosedResourceError, ContractError, UseAfterFree
 if TYPE_CHECKING:
     from ..runtime import Context, Event, Stream
 
-__all__ = ["DeviceBuffer", "PinnedBuffer"]
+__all__ = ["DeviceBuffer", "PinnedBuffer", "check_device_buffer", "describe_argument", "free_address",
+           "HOST_ARRAY_HINT"]
 
 T = TypeVar("T")
 
@@ -165,18 +166,71 @@ def _require_stream(stream: object) -> None:
         raise ContractError("stream", "a mircuda Stream", type(stream).__name__)
 
 
-@_cuda.finalizer
-def _free_quietly(ptr: int, stream: Stream, context: Context) -> None:
-    try:
-        if context._closed:
-            return
-        _cuda.make_current(context._handle)
-        if stream._handle:
-            _cuda.call_status("cuMemFreeAsync", ptr, stream._cu)
-        else:
-            _cuda.call_status("cuMemFree", ptr)
-    except Exception:
-        pass
+HOST_ARRAY_HINT = ("host arrays must be copied to a DeviceBuffer first: stage them with "
+                   "pinned = context.allocate_pinned(array.dtype, len(array)); pinned.write_prefix(array); "
+                   "stream.copy_to_device(pinned, buffer)")
+"""The hint of every refusal of a host array where device or pinned memory is needed."""
+
+
+def describe_argument(value: object) -> str:
+    """A short description of a refused argument for an error's ``received`` (a numpy array by its
+    dtype and shape, anything else by its type name)."""
+    if isinstance(value, np.ndarray):
+        return f"a pageable numpy array (dtype {value.dtype}, shape {value.shape})"
+    return type(value).__name__
+
+
+def check_device_buffer(argument: str, value: object, context: Context, dtype: DTypeInfo | None = None,
+                        count: int = 0, shape: str = "") -> DeviceBuffer[Any]:
+    """Return ``value`` if it is a live ``DeviceBuffer`` of ``context`` (of ``dtype`` when given) with
+    at least ``count`` elements; the one check behind kernel arguments, plan operands and stream copies.
+
+    Args:
+        argument: the argument's name, for the errors.
+        dtype: the element type required, or None for any.
+        count: the fewest elements accepted.
+        shape: what the elements are, for the errors (e.g. ``"[M, K] = [4, 64]"``).
+
+    Raises:
+        ContractError: ``value`` is not a DeviceBuffer (a host array gets :data:`HOST_ARRAY_HINT`), has
+            another dtype, belongs to another context (open or closed) or has fewer than ``count`` elements.
+        UseAfterFree: the buffer was freed.
+    """
+    if not isinstance(value, DeviceBuffer):
+        expected = f"a DeviceBuffer[{dtype.name}]" if dtype is not None else "a DeviceBuffer"
+        hint = HOST_ARRAY_HINT if hasattr(value, "__array_interface__") or hasattr(value, "__array__") else ""
+        raise ContractError(argument, f"{expected} of {shape}" if shape else expected, describe_argument(value), hint)
+    if value._freed:
+        raise UseAfterFree(f"argument {argument!r}: {value!r} was freed")
+    if dtype is not None and value._scalar is not dtype.scalar_type:
+        raise ContractError(argument, f"a DeviceBuffer[{dtype.name}]", f"a DeviceBuffer[{value._info.name}]")
+    if value._context is not context:  # a closed one shows as closed in its repr
+        raise ContractError(argument, f"a buffer of {context!r}", f"a buffer of {value._context!r}")
+    if value._count < count:
+        raise ContractError(argument, f"at least {count} elements ({shape})" if shape else f"at least {count} elements",
+                            f"{value._count} elements")
+    return value
+
+
+def free_address(ptr: int, stream: Stream, context: Context) -> None:
+    """Free device memory at ``ptr`` as a dropped buffer is freed: stream-ordered on ``stream``
+    (``cuMemFreeAsync``), synchronously (``cuMemFree``) when ``stream`` was closed, and not at all
+    when ``context`` was closed (its memory went with it).
+
+    Raises:
+        CudaError: the driver refused the free.
+    """
+    if context._closed:
+        return
+    _cuda.make_current(context._handle)
+    if stream._handle:
+        _cuda.call("cuMemFreeAsync", ptr, stream._cu)
+    else:
+        _cuda.call("cuMemFree", ptr)
+
+
+_free_quietly = _cuda.finalizer(free_address)
+"""The finalizer of a dropped DeviceBuffer (never raises)."""
 
 
 class PinnedBuffer(Generic[T]):
@@ -186,6 +240,8 @@ class PinnedBuffer(Generic[T]):
     Copies through a pinned buffer are tracked: ``write_prefix`` and ``to_numpy`` first wait for the
     copies in flight that use this buffer (a host synchronization on an event, documented on each).
     """
+
+    _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("allocate pinned buffers with Context.allocate_pinned(dtype, count)")
@@ -322,11 +378,8 @@ class PinnedBuffer(Generic[T]):
 
 @_cuda.finalizer
 def _free_host_quietly(ptr: int, context: Context, event: Event) -> None:
-    try:
-        if context._closed:
-            return
-        _cuda.make_current(context._handle)
-        _cuda.call_status("cuEventSynchronize", event._cu)
-        _cuda.call_status("cuMemFreeHost", ptr)
-    except Exception:
-        pass
+    if context._closed:
+        return
+    _cuda.make_current(context._handle)
+    _cuda.call_status("cuEventSynchronize", event._cu)
+    _cuda.call_status("cuMemFreeHost", ptr)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _cuda
 from ..dtypes import dtype_info
 from ..errors import ContractError
-from ._buffer import DeviceBuffer, _check_count, _require_stream
+from ._buffer import DeviceBuffer, _check_count, _require_stream, free_address
 
 if TYPE_CHECKING:
     from ..runtime import Context, Stream
@@ -21,6 +21,8 @@ class MemoryPool:
     Allocations are stream-ordered: memory allocated on a stream may be used by work enqueued on that
     stream after the allocation (and on other streams once ordered after it with an event).
     """
+
+    _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("obtain the pool with Context.default_memory_pool()")
@@ -103,6 +105,47 @@ class MemoryPool:
                 buf.free(stream)
                 raise
         return buf
+
+    def allocate_bytes(self, stream: Stream, nbytes: int) -> int:
+        """Allocate ``nbytes`` of untyped device memory on ``stream`` (``cuMemAllocFromPoolAsync``) and
+        return its device address (0 for 0 bytes), for allocators of other libraries (Numba's memory
+        manager plugin). The caller owns the address and releases it with :meth:`free_bytes`; nothing
+        frees it otherwise. Prefer :meth:`allocate`, whose buffers are typed, checked and freed when
+        dropped.
+
+        Raises:
+            ContractError: ``nbytes`` is not a non-negative int, or ``stream`` is not a stream of this
+                pool's context.
+            ClosedResourceError: the stream was closed.
+            CudaError: the driver could not allocate (e.g. ``CUDA_ERROR_OUT_OF_MEMORY``).
+        """
+        if type(nbytes) is not int or nbytes < 0:
+            raise ContractError("nbytes", "a non-negative int (bytes)", repr(nbytes))
+        _require_stream(stream)
+        stream._check_usable("stream", self._context)
+        if not nbytes:
+            return 0
+        return int(_cuda.call("cuMemAllocFromPoolAsync", nbytes, self._cu, stream._cu))
+
+    def free_bytes(self, stream: Stream, address: int) -> None:
+        """Release an address :meth:`allocate_bytes` returned, as a dropped buffer is released:
+        stream-ordered on ``stream`` (``cuMemFreeAsync``; work enqueued on it before may still use the
+        memory), synchronously (``cuMemFree``) when ``stream`` was closed, and not at all once the
+        context was closed (its memory went with it). Address 0 is ignored. The caller orders uses on
+        other streams before the free, and frees each address once.
+
+        Raises:
+            ContractError: ``address`` is not a non-negative int, or ``stream`` is not a stream of this
+                pool's context.
+            CudaError: the driver refused the free.
+        """
+        if type(address) is not int or address < 0:
+            raise ContractError("address", "a device address (a non-negative int)", repr(address))
+        _require_stream(stream)
+        if stream._context is not self._context:
+            raise ContractError("stream", f"a stream of {self._context!r}", f"a stream of {stream._context!r}")
+        if address:
+            free_address(address, stream, self._context)
 
     def trim_to(self, keep_bytes: int) -> None:
         """Return unused reserved memory to the OS, keeping at most ``keep_bytes`` (``cuMemPoolTrimTo``)."""

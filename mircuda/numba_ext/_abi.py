@@ -31,9 +31,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from ..errors import ContractError
-from ..launch import LAUNCH_ABIS, KernelContract, LaunchAbi, Param
-from ..launch._kernel import _buffer_slow_path, _emit_writes, parameter_sizes
-from ..launch._pack import SCALAR_CTYPES
+from ..launch import (LAUNCH_ABIS, SCALAR_CTYPES, KernelContract, LaunchAbi, Param, buffer_argument, emit_c_writes,
+                      parameter_sizes)
 from ..memory import DeviceBuffer
 from . import _compat
 from ._view import ArrayView
@@ -198,7 +197,7 @@ def _emit(specs: tuple[ArgSpec, ...] | None, contract: KernelContract, ns: dict[
         else:
             lines.append(f"    _a{i}w({a})")
     # Scalars: the C ABI's own checks and conversions, writing into this block's scalar slots.
-    lines += _emit_writes(KernelContract(contract.symbol, tuple(scalars)), ns, context,
+    lines += emit_c_writes(KernelContract(contract.symbol, tuple(scalars)), ns, context,
                           SimpleNamespace(slots=scalar_slots))
     return lines
 
@@ -214,7 +213,7 @@ def _array_writer(p: Param, s: ArgSpec, context: Any, nitems: Any, data: Any, sh
                   strides: list[Any]) -> Any:
     expected = _expected(p, s)
     item = p.info.itemsize
-    check = _buffer_slow_path(p, context)  # the C ABI's checks of one buffer: missing, type, freed, dtype, context
+    check = buffer_argument(p, context)  # the C ABI's checks of one buffer: missing, type, freed, dtype, context
 
     def write(v: Any) -> None:
         if isinstance(v, ArrayView):

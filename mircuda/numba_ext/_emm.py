@@ -30,7 +30,6 @@ from typing import Any
 from .. import _cuda
 from ..errors import ClosedResourceError, ContractError, UnsupportedPlatform
 from ..memory import MemoryPool
-from ..memory._buffer import _free_quietly
 from ..runtime import Stream
 from . import _compat
 
@@ -70,8 +69,7 @@ class PoolMemoryManager:
         self.flush()
         if size == 0:
             return _compat.memory_pointer(numba_context, 0, 0)
-        self._stream._own()
-        address = int(_cuda.call("cuMemAllocFromPoolAsync", size, self._pool._cu, self._stream._cu))
+        address = self._pool.allocate_bytes(self._stream, size)
         self._allocations += 1
         return _compat.memory_pointer(numba_context, address, size, finalizer=_Release(self, address))
 
@@ -188,8 +186,11 @@ class _Release:
             pass
 
 
+@_cuda.finalizer
 def _free_now(manager: PoolMemoryManager, address: int) -> None:
-    _free_quietly(address, manager._stream, manager._context)  # as a dropped DeviceBuffer is freed
+    # As a dropped DeviceBuffer is freed: on the bound stream (synchronously once it was closed), never
+    # raising (a failed free must not stop the drain of the others), and held back while a capture is open.
+    manager._pool.free_bytes(manager._stream, address)
 
 
 def _plugin_class(manager: PoolMemoryManager) -> type:

@@ -25,6 +25,7 @@ class Context:
     calling thread first. ``close()`` destroys the streams created from it and releases the retain;
     using the context, its streams or its buffers afterwards raises :class:`ClosedResourceError`.
     """
+    _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("use Driver.create_context(device)")
@@ -167,8 +168,5 @@ class Context:
 
 @_cuda.finalizer
 def _release(cu_device: Any) -> None:
-    try:
-        _cuda.forget_current()
-        _cuda.call_status("cuDevicePrimaryCtxRelease", cu_device)
-    except Exception:  # finalizers never raise
-        pass
+    _cuda.forget_current()
+    _cuda.call_status("cuDevicePrimaryCtxRelease", cu_device)

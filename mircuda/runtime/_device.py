@@ -76,6 +76,7 @@ _ATTRIBUTES = {
 
 class Device:
     """One CUDA device, by ordinal. Obtain from :meth:`Driver.devices`."""
+    _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
     def __init__(self, ordinal: int, cu_device: Any) -> None:
         self._ordinal = ordinal
@@ -134,6 +135,7 @@ class Driver:
         UnsupportedPlatform: no CUDA driver library on this machine.
         CudaError: the driver failed to initialize (e.g. ``CUDA_ERROR_NO_DEVICE``).
     """
+    _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
     _instance: Driver | None = None
     _lock = threading.Lock()

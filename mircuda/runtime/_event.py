@@ -23,6 +23,7 @@ class Event:
     """
 
     __slots__ = ("_context", "_cu", "_handle", "_timing", "_finalizer", "__weakref__")
+    _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create events with Context.create_event()")
@@ -106,7 +107,4 @@ class Event:
 
 @_cuda.finalizer
 def _destroy(cu: Any) -> None:
-    try:
-        _cuda.call_status("cuEventDestroy", cu)
-    except Exception:
-        pass
+    _cuda.call_status("cuEventDestroy", cu)

@@ -19,6 +19,7 @@ class ProfilerRange:
     ``stop()`` raises :class:`CudaError` if the driver fails; a range that is never stopped is stopped
     by a finalizer that never raises.
     """
+    _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("start a range with Context.start_profiler_range()")
@@ -59,8 +60,5 @@ class ProfilerRange:
 
 @_cuda.finalizer
 def _stop_quietly(ctx_handle: int) -> None:
-    try:
-        _cuda.make_current(ctx_handle)
-        _cuda.call_status("cuProfilerStop")
-    except Exception:
-        pass
+    _cuda.make_current(ctx_handle)
+    _cuda.call_status("cuProfilerStop")

@@ -34,6 +34,7 @@ class Stream:
     """
 
     __slots__ = ("_context", "_cu", "_handle", "_priority", "_finalizer", "__weakref__")
+    _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create streams with Context.create_stream()")
@@ -160,12 +161,12 @@ class Stream:
             ContractError: ``src`` is not a PinnedBuffer (a numpy array must be staged), dtypes differ,
                 or a range exceeds a buffer.
         """
-        from ..memory import DeviceBuffer, PinnedBuffer
+        from ..memory import check_device_buffer
 
         self._own()
-        _require(src, PinnedBuffer, "src", "a PinnedBuffer")
-        _require(dst, DeviceBuffer, "dst", "a DeviceBuffer")
-        n = _check_range(src, dst, count, src_offset, dst_offset, self._context)
+        _check_pinned(src, "src", self._context)
+        check_device_buffer("dst", dst, self._context)
+        n = _check_range(src, dst, count, src_offset, dst_offset)
         src_offset, dst_offset = int(src_offset), int(dst_offset)
         if n:
             item = dst._info.itemsize
@@ -184,12 +185,12 @@ class Stream:
         Raises:
             ContractError: ``dst`` is not a PinnedBuffer, dtypes differ, or a range exceeds a buffer.
         """
-        from ..memory import DeviceBuffer, PinnedBuffer
+        from ..memory import check_device_buffer
 
         self._own()
-        _require(src, DeviceBuffer, "src", "a DeviceBuffer")
-        _require(dst, PinnedBuffer, "dst", "a PinnedBuffer")
-        n = _check_range(src, dst, count, src_offset, dst_offset, self._context)
+        check_device_buffer("src", src, self._context)
+        _check_pinned(dst, "dst", self._context)
+        n = _check_range(src, dst, count, src_offset, dst_offset)
         src_offset, dst_offset = int(src_offset), int(dst_offset)
         if n:
             item = src._info.itemsize
@@ -206,14 +207,14 @@ class Stream:
         Raises:
             ContractError: a range exceeds a buffer, the dtypes differ, or the ranges overlap.
         """
-        from ..memory import DeviceBuffer
+        from ..memory import check_device_buffer
 
         self._own()
-        _require(src, DeviceBuffer, "src", "a DeviceBuffer")
-        _require(dst, DeviceBuffer, "dst", "a DeviceBuffer")
+        check_device_buffer("src", src, self._context)
+        check_device_buffer("dst", dst, self._context)
         if count is None:
             raise ContractError("count", "a non-negative int (elements)", "None")
-        n = _check_range(src, dst, count, src_offset, dst_offset, self._context)
+        n = _check_range(src, dst, count, src_offset, dst_offset)
         src_offset, dst_offset = int(src_offset), int(dst_offset)
         if src is dst and n and abs(src_offset - dst_offset) < n:
             raise ContractError("dst_offset", f"a range not overlapping [{src_offset}, {src_offset + n})",
@@ -225,11 +226,10 @@ class Stream:
 
     def memset(self, buffer: DeviceBuffer[Any], byte: int, *, offset: int = 0, count: int | None = None) -> None:
         """Set every byte of ``count`` elements (from ``offset``, in elements) to ``byte`` (``cuMemsetD8Async``)."""
-        from ..memory import DeviceBuffer
+        from ..memory import check_device_buffer
 
         self._own()
-        _require(buffer, DeviceBuffer, "buffer", "a DeviceBuffer")
-        _check_buffer(buffer, "buffer", self._context)
+        check_device_buffer("buffer", buffer, self._context)
         if type(byte) is not int or not 0 <= byte <= 255:
             raise ContractError("byte", "an int in [0, 255]", repr(byte))
         offset = _nonneg("offset", offset)
@@ -258,33 +258,30 @@ class Stream:
 
 @_cuda.finalizer
 def _destroy(cu: Any, context: Context) -> None:
-    try:
-        if not context._closed:
-            _cuda.call_status("cuStreamDestroy", cu)
-    except Exception:
-        pass
+    if not context._closed:
+        _cuda.call_status("cuStreamDestroy", cu)
 
 
 def _track_pinned(pinned: Any, stream: Stream) -> None:
     """Let ``pinned.wait()`` wait for the copy just enqueued, except inside a capture: there the copy
     is a graph node, an event recorded on the capturing stream would only be a capture dependency
     (never completing for ``wait()``), and the graph's replays are what the caller waits on."""
-    from ..graph._capture import is_capturing
-
-    if not is_capturing(stream):
+    if not _cuda.is_capturing(stream._cu):
         pinned._mark_in_flight(stream)
 
 
-def _require(value: object, cls: type, argument: str, expected: str) -> None:
-    if not isinstance(value, cls):
-        hint = _STAGING_HINT if isinstance(value, np.ndarray) else ""
-        raise ContractError(argument, expected, _describe(value), hint)
+def _check_pinned(value: object, argument: str, context: Context) -> None:
+    """Raise unless ``value`` is an open PinnedBuffer of ``context``."""
+    from ..memory import PinnedBuffer, describe_argument
 
-
-def _describe(value: object) -> str:
-    if isinstance(value, np.ndarray):
-        return f"a pageable numpy array (dtype {value.dtype}, shape {value.shape})"
-    return f"{type(value).__name__} {value!r}"[:200]
+    if not isinstance(value, PinnedBuffer):
+        if isinstance(value, np.ndarray):
+            raise ContractError(argument, "a PinnedBuffer", describe_argument(value), _STAGING_HINT)
+        raise ContractError(argument, "a PinnedBuffer", f"{type(value).__name__} {value!r}"[:200])
+    if value._closed:
+        raise ClosedResourceError(f"argument {argument!r}: {value!r} was closed")
+    if value._context is not context:
+        raise ContractError(argument, f"a buffer of {context!r}", f"a buffer of {value._context!r}")
 
 
 def _nonneg(argument: str, value: object) -> int:
@@ -293,21 +290,9 @@ def _nonneg(argument: str, value: object) -> int:
     return int(value)
 
 
-def _check_buffer(buf: Any, argument: str, context: Context) -> None:
-    from ..errors import UseAfterFree
-
-    if getattr(buf, "_freed", False):
-        raise UseAfterFree(f"argument {argument!r}: {buf!r} was freed")
-    if getattr(buf, "_closed", False):
-        raise ClosedResourceError(f"argument {argument!r}: {buf!r} was closed")
-    if buf._context is not context:
-        raise ContractError(argument, f"a buffer of {context!r}", f"a buffer of {buf._context!r}")
-
-
-def _check_range(src: Any, dst: Any, count: int | None, src_offset: int, dst_offset: int,
-                 context: Context) -> int:
-    _check_buffer(src, "src", context)
-    _check_buffer(dst, "dst", context)
+def _check_range(src: Any, dst: Any, count: int | None, src_offset: int, dst_offset: int) -> int:
+    """The element count of a copy between two checked buffers; raise on another dtype or a range
+    that exceeds either buffer."""
     if src._info.dtype != dst._info.dtype:
         raise ContractError("dst", f"a buffer of dtype {src._info.dtype.name}", f"dtype {dst._info.dtype.name}")
     src_offset = _nonneg("src_offset", src_offset)

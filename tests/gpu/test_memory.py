@@ -188,3 +188,18 @@ def test_bf16_values_survive_as_ml_dtypes(context, stream, pool) -> None:
     host = np.array([1.5, -2.25, 3.0e38, 1e-3], dtype=ml_dtypes.bfloat16)
     buf = upload(context, stream, pool, host)
     np.testing.assert_array_equal(download(context, stream, buf), host)
+
+
+def test_raw_bytes_come_from_the_pool_and_go_back_to_it(driver, context, stream, pool) -> None:
+    # MemoryPool.allocate_bytes / free_bytes: what Numba's memory manager plugin allocates through.
+    stream.synchronize()
+    before = pool.used_bytes
+    address = pool.allocate_bytes(stream, 64 << 20)
+    assert address != 0 and pool.used_bytes >= before + (64 << 20)
+    pool.free_bytes(stream, address)
+    stream.synchronize()
+    assert pool.used_bytes <= before
+    assert pool.allocate_bytes(stream, 0) == 0
+    with driver.create_context(driver.devices()[0]) as other:
+        with pytest.raises(mc.ContractError, match="stream"):
+            pool.allocate_bytes(other.create_stream(), 64)

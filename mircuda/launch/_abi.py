@@ -1,0 +1,362 @@
+"""Launch ABIs: how a contract's arguments become a kernel's parameter block, and the launch function
+mircuda generates for each typed kernel.
+
+How one launch goes
+-------------------
+At bind time (``Module.kernel(contract)``) the kernel's :class:`LaunchAbi` (``"c"`` for NVRTC kernels,
+``"numba..."`` for Numba kernels, see ``LAUNCH_ABIS``) first compares the contract with the compiled
+function's parameter list (``cuFuncGetParamInfo``), then lays out the parameter block: one ctypes
+buffer holding every ABI value at its C ABI offset plus the ``void*`` array pointing into it
+(:class:`~mircuda.launch.ArgumentBlock`), built once. Then :func:`generate_launch` writes the
+launch function for this contract as Python source, straight-line code with one branch per argument,
+and compiles it (:func:`compile_function`). ``TypedKernel.launch_source()`` returns that source.
+
+Each call of the generated function then
+
+1. refuses extra or unknown arguments (:func:`arity_error`);
+2. hands a call from another thread to that thread's own launch function: every thread writes its own
+   parameter block (generated on its first launch), so concurrent launches never mix arguments;
+3. checks the stream by identity (a :class:`~mircuda.Stream`, open, of the kernel's context) and the
+   config: a new :class:`~mircuda.LaunchConfig` is checked against the device's and the function's
+   limits once and its dimensions cached; a repeated one costs one identity test;
+4. writes each argument into its slot: a fast test (exact class, dtype and context by identity, a live
+   address; for scalars, the exact Python type within range) and a ctypes store, else a slow path
+   (:func:`buffer_argument`, :func:`scalar_argument`) that converts the value or raises
+   :class:`~mircuda.ContractError` naming the parameter. Nothing is enqueued before every argument
+   is written;
+5. calls ``cuLaunchKernel`` (``cuLaunchKernelEx`` when the config asks for programmatic stream
+   serialization) with the function handle, dimensions, stream and the block's ``void**``. The
+   entry point is the one ``cuGetProcAddress`` returned, called through the stable-ABI C extension
+   ``mircuda._hotpath`` (a fraction of a microsecond); where the extension was not built, through a
+   ctypes wrapper of the same entry point (about 2 us more per launch on an H200 host). See
+   ``mircuda._cuda``. The driver copies the parameters during the call, so the block is free for
+   the next launch at once;
+6. turns a non-zero ``CUresult`` into :class:`~mircuda.CudaError` naming the entry point called; an
+   ``CUDA_ERROR_INVALID_CONTEXT`` (201) first makes the kernel's context current and tries once more
+   (a refused launch enqueued nothing).
+
+Another compiler's kernels get their own ABI: register a :class:`LaunchAbi` in ``LAUNCH_ABIS`` whose
+``emit_writes`` writes that compiler's parameter layout; the public helpers here (``emit_c_writes``
+for C-ABI scalars, ``buffer_argument``, ``parameter_sizes``, ``compile_function``...) are the pieces
+it reuses (``mircuda.numba_ext`` registers Numba's this way).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import _cuda
+from ..errors import ContractError
+from ..memory import DeviceBuffer, check_device_buffer
+from ..runtime import Stream
+from ._contract import KernelContract, Param
+from ._pack import SCALAR_CTYPES, ArgumentBlock, scalar_converter
+
+__all__ = [
+    "LAUNCH_ABIS", "MISSING", "LaunchAbi", "ArgumentPacker", "arity_error", "buffer_argument", "c_slots",
+    "compile_function", "emit_c_writes", "generate_launch", "parameter_sizes", "scalar_argument",
+    "verify_c_parameters",
+]
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+"""The default of every parameter of a generated function: the argument was not passed."""
+
+
+def compile_function(name: str, signature: str, body: list[str], ns: dict[str, Any]) -> Any:
+    """Compile ``def name(signature):`` with the lines ``body`` (each indented by four spaces) in the
+    namespace ``ns`` and return the function; its source is kept as ``fn.__mircuda_source__``."""
+    src = f"def {name}({signature}):\n" + "\n".join(body) + "\n"
+    exec(compile(src, f"<mircuda {name}>", "exec"), ns)
+    fn = ns[name]
+    fn.__mircuda_source__ = src
+    return fn
+
+
+def arity_error(contract: KernelContract) -> Callable[[tuple[Any, ...], dict[str, Any]], None]:
+    """The function a generated launch calls with its ``*extra`` and ``**unknown`` arguments when
+    either is non-empty: it raises :class:`ContractError` naming what was declared."""
+    def raise_arity(extra: tuple[Any, ...], unknown: dict[str, Any]) -> None:
+        declared = f"{len(contract.params)} arguments ({', '.join(contract.names)})"
+        if extra:
+            raise ContractError("arguments", declared, f"{len(extra)} more positional argument(s)")
+        name = next(iter(unknown))
+        raise ContractError(name, f"one of the declared parameters {', '.join(contract.names) or '(none)'}",
+                            f"an unknown keyword argument {name!r}")
+    return raise_arity
+
+
+def _missing(p: Param) -> ContractError:
+    return ContractError(p.name, p.describe(), "nothing (the argument is missing)")
+
+
+def scalar_argument(p: Param) -> Callable[[Any], Any]:
+    """The slow path of scalar parameter ``p``: its slot value (C ABI) from any accepted argument.
+
+    Raises (from the returned function):
+        ContractError: the argument is missing, of a refused type or out of range (see
+            :func:`~mircuda.launch._pack.scalar_converter`).
+    """
+    conv = scalar_converter(p)
+
+    def checked(v: Any) -> Any:
+        if v is MISSING:
+            raise _missing(p)
+        return conv(v)
+    return checked
+
+
+def buffer_argument(p: Param, context: Any) -> Callable[[Any], int]:
+    """The slow path of buffer parameter ``p``: the device address of a live ``DeviceBuffer`` of the
+    parameter's dtype in ``context`` (0 for an empty buffer: a valid, never dereferenced argument).
+
+    Raises (from the returned function):
+        ContractError: the argument is missing, not a DeviceBuffer (host arrays get a staging hint), of
+            another dtype or of another context.
+        UseAfterFree: the buffer was freed.
+    """
+    def slow(v: Any) -> int:
+        if v is MISSING:
+            raise _missing(p)
+        return check_device_buffer(p.name, v, context, p.info)._ptr
+    return slow
+
+
+def c_slots(contract: KernelContract) -> list[tuple[str, type]]:
+    """The C ABI's ``(label, ctype)`` slots of a contract: a 64-bit address per buffer, each scalar in
+    its own C type (:data:`~mircuda.launch.SCALAR_CTYPES`)."""
+    return [(p.name, ctypes.c_uint64 if p.kind == "buffer" else SCALAR_CTYPES[p.info.name])
+            for p in contract.params]
+
+
+_FAST_SCALAR = {
+    # A Python float within f32's finite range packs exactly as C's double-to-float conversion rounds;
+    # others (inf, nan, overflow) take the slow path, which refuses finite overflow.
+    "f32": "{a}.__class__ is float and -3.4028234663852886e38 <= {a} <= 3.4028234663852886e38",
+    "f64": "{a}.__class__ is float",
+    "bool": "{a}.__class__ is bool",
+}
+
+
+def _int_bounds(p: Param) -> tuple[int, int]:
+    ii = np.iinfo(p.info.dtype)
+    return int(ii.min), int(ii.max)
+
+
+def emit_c_writes(contract: KernelContract, ns: dict[str, Any], context: Any, block: Any) -> list[str]:
+    """Source lines that check each argument of ``contract`` and write it into ``block.slots`` as the C
+    ABI lays it out (one slot per parameter, in order); the names they use are added to ``ns``.
+
+    A buffer takes the fast path when it is exactly a ``DeviceBuffer`` of the declared dtype and of
+    ``context`` with a non-zero address; a scalar when it is exactly the Python type its slot takes,
+    within range. Anything else goes through :func:`buffer_argument` / :func:`scalar_argument`.
+    """
+    ns["_DB"] = DeviceBuffer
+    ns["_ctx"] = context
+    lines: list[str] = []
+    for i, p in enumerate(contract.params):
+        a = p.name
+        ns[f"_s{i}"] = block.slots[i].view
+        if p.kind == "buffer":
+            ns[f"_t{i}"] = p.info.scalar_type
+            ns[f"_b{i}"] = buffer_argument(p, context)
+            lines += [
+                f"    if {a}.__class__ is _DB and {a}._scalar is _t{i} and {a}._context is _ctx and {a}._ptr:",
+                f"        _s{i}.value = {a}._ptr",
+                "    else:",
+                f"        _s{i}.value = _b{i}({a})",
+            ]
+        else:
+            ns[f"_v{i}"] = scalar_argument(p)
+            if p.info.name in _FAST_SCALAR:
+                cond = _FAST_SCALAR[p.info.name].format(a=a)
+            elif p.info.kind in ("int", "uint"):
+                lo, hi = _int_bounds(p)
+                cond = f"{a}.__class__ is int and {lo} <= {a} <= {hi}"
+            else:
+                cond = "False"
+            lines += [
+                f"    if {cond}:",
+                f"        _s{i}.value = {a}",
+                "    else:",
+                f"        _s{i}.value = _v{i}({a})",
+            ]
+    return lines
+
+
+def parameter_sizes(cu_function: Any) -> list[int] | None:
+    """The compiled kernel's parameter sizes in bytes, in order (``cuFuncGetParamInfo``, CUDA 12.4+);
+    None where the driver cannot say."""
+    drv = _cuda.driver()
+    if not hasattr(drv, "cuFuncGetParamInfo"):
+        return None
+    sizes: list[int] = []
+    while len(sizes) < 4096:  # the driver answers CUDA_ERROR_INVALID_VALUE past the last parameter
+        code, out = _cuda.call_status("cuFuncGetParamInfo", cu_function, len(sizes))
+        if code:
+            if not sizes and code == 801:  # CUDA_ERROR_NOT_SUPPORTED
+                return None
+            break
+        sizes.append(int(out[1]))
+    return sizes
+
+
+def verify_c_parameters(contract: KernelContract, cu_function: Any) -> None:
+    """Compare the contract with the compiled kernel's parameter list (``cuFuncGetParamInfo``).
+
+    Catches a contract with too many or too few parameters, or one whose sizes differ from the
+    kernel's (e.g. ``f64`` declared for a ``float``), at bind time instead of as garbage at run time.
+
+    Raises:
+        ContractError: naming the first parameter that does not match.
+    """
+    block = ArgumentBlock(c_slots(contract))
+    actual = parameter_sizes(cu_function)
+    if actual is None:
+        return
+    expected = [s.size for s in block.slots]
+    if len(actual) != len(expected):
+        raise ContractError("contract", f"{len(actual)} parameters, as kernel {contract.symbol!r} has",
+                            f"{len(expected)} parameters ({', '.join(contract.names)})")
+    for p, es, asz in zip(contract.params, expected, actual):
+        if es != asz:
+            raise ContractError(p.name, f"a parameter of {asz} bytes (kernel {contract.symbol!r})",
+                                f"{p.describe()} of {es} bytes")
+
+
+@dataclass(frozen=True)
+class LaunchAbi:
+    """How one family of compiled kernels takes its parameters.
+
+    Attributes:
+        name: ``"c"`` for NVRTC kernels; other compilers register their own (e.g. ``"numba"``).
+        slots: ``slots(contract)``, the ``(label, ctype)`` list of ABI values for a contract, in order.
+        emit_writes: ``emit_writes(contract, ns, context, block)``, the checking and slot-writing
+            source lines of the launch function (as :func:`emit_c_writes`).
+        verify: ``verify(contract, cu_function)``, checks a contract against the loaded function at
+            bind time (raises ContractError).
+    """
+
+    name: str
+    slots: Any
+    emit_writes: Any
+    verify: Any
+
+
+LAUNCH_ABIS: dict[str, LaunchAbi] = {"c": LaunchAbi("c", c_slots, emit_c_writes, verify_c_parameters)}
+"""Registered launch ABIs by name; add an entry to launch kernels of another compiler."""
+
+
+def _launcher_for(config: Any) -> Any:
+    """The hot-path entry point of ``config``: ``cuLaunchKernel``, or ``cuLaunchKernelEx`` with
+    programmatic stream serialization (same arguments)."""
+    return _cuda.launch_kernel_programmatic if config.programmatic_stream_serialization else _cuda.launch_kernel
+
+
+def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, function: int, owner: int, *,
+                    config_dims: Callable[[Any], tuple[int, ...]],
+                    bad_stream: Callable[[Any], None], raise_launch: Callable[[int, Any], None],
+                    other_thread: Callable[..., None]) -> Any:
+    """Generate the launch function of one typed kernel for the thread ``owner`` (steps 1-6 of the
+    module documentation), with its own parameter block (``fn.__mircuda_block__``).
+
+    Args:
+        abi: the kernel's launch ABI.
+        contract: its contract; the function takes ``(stream, config, *params)`` by position or name.
+        context: the kernel's :class:`~mircuda.Context`.
+        function: the ``CUfunction`` as an int.
+        owner: the thread (``threading.get_ident()``) this function and its block belong to.
+        config_dims: checks a new config and returns ``(gx, gy, gz, bx, by, bz, shared_bytes)``.
+        bad_stream: raises the error for a stream that missed the identity test.
+        raise_launch: ``raise_launch(CUresult, config)`` raises the driver's refusal.
+        other_thread: called with ``(stream, config, *params)`` from any thread but ``owner``.
+    """
+    block = ArgumentBlock(abi.slots(contract))
+    ns: dict[str, Any] = {
+        "_M": MISSING, "_Stream": Stream, "_L": _cuda.launch_kernel, "_fn": function,
+        "_params": block.params_address, "_ch": context.handle,
+        "_mk": _cuda.make_current, "_raise": raise_launch, "_bad_stream": bad_stream,
+        "_config": config_dims, "_last": None, "_dims": None, "_ident": threading.get_ident,
+        "_launcher": _launcher_for, "_owner": owner, "_other": other_thread,
+    }
+    names = [p.name for p in contract.params]
+    sig = ", ".join(["stream", "config"] + [f"{n}=_M" for n in names] + ["*_extra", "**_unknown"])
+    call_args = ", ".join(["stream", "config"] + names)
+    ns["_arity"] = arity_error(contract)
+    body = [
+        "    global _last, _dims, _L",
+        "    if _extra or _unknown:",
+        "        _arity(_extra, _unknown)",
+        "    if _ident() != _owner:",
+        f"        return _other({call_args})",
+        "    if stream.__class__ is not _Stream or stream._context is not _ctx or not stream._handle:",
+        "        _bad_stream(stream)",
+        "    if config is not _last:",
+        "        _dims = _config(config)",
+        "        _L = _launcher(config)",
+        "        _last = config",
+    ]
+    body += abi.emit_writes(contract, ns, context, block)
+    # No per-launch cuCtxSetCurrent: cuLaunchKernel runs a CUfunction in its module's context
+    # whatever context is current (seen on the H200 host, driver 580: from a thread with no
+    # current context and with another context current). Should a driver answer
+    # CUDA_ERROR_INVALID_CONTEXT, the context is made current and the launch tried once more:
+    # a refused launch enqueued nothing.
+    body += [
+        "    r = _L(_fn, *_dims, stream._handle, _params)",
+        "    if r:",
+        "        if r == 201:",
+        "            _mk(_ch)",
+        "            r = _L(_fn, *_dims, stream._handle, _params)",
+        "        if r:",
+        "            _raise(r, config)",
+    ]
+    fn = compile_function("launch", sig, body, ns)
+    fn.__doc__ = f"Launch {contract!r} on a stream (see TypedKernel)."
+    fn.__mircuda_block__ = block
+    return fn
+
+
+class ArgumentPacker:
+    """Checks arguments against a contract and writes them into a parameter block, without launching.
+
+    ``pack(*args)`` returns the packed bytes, exactly as a launch would hand them to the driver
+    (``block.params_address`` is the matching ``void**``); graph-node updates use it, and tools and
+    tests that inspect launches. ``abi`` names the registered launch ABI (``LAUNCH_ABIS``). One packer
+    owns one block: it is not meant to be shared between threads (a launch gives each thread its own).
+
+    Raises (from the constructor):
+        ContractError: ``contract`` is not a KernelContract, or ``abi`` is not registered.
+    """
+
+    def __init__(self, contract: KernelContract, context: Any, abi: str = "c") -> None:
+        if not isinstance(contract, KernelContract):
+            raise ContractError("contract", "a KernelContract from mc.cuda_export(...)", type(contract).__name__)
+        if abi not in LAUNCH_ABIS:
+            raise ContractError("abi", f"one of {', '.join(LAUNCH_ABIS)}", repr(abi))
+        impl = LAUNCH_ABIS[abi]
+        self.contract = contract
+        self.block = ArgumentBlock(impl.slots(contract))
+        ns: dict[str, Any] = {}
+        sig = ", ".join([f"{p.name}=_M" for p in contract.params] + ["*_extra", "**_unknown"])
+        ns["_M"] = MISSING
+        ns["_arity"] = arity_error(contract)
+        body = ["    if _extra or _unknown:", "        _arity(_extra, _unknown)"]
+        body += impl.emit_writes(contract, ns, context, self.block) + ["    return _blk.packed_bytes()"]
+        ns["_blk"] = self.block
+        self.pack = compile_function("pack", sig, body, ns)
+
+    def pack(self, *args: Any, **kwargs: Any) -> bytes:  # pragma: no cover - replaced per instance
+        """Check the arguments as a launch would and return the packed parameter block (bytes)."""
+        raise NotImplementedError
