@@ -122,7 +122,7 @@ class FloatFormat:
         """The slot value of ``value``, a number this format holds exactly (or its inf/NaN)."""
         if not self.as_bits:
             return value
-        if value != value or math.isinf(value):  # ml_dtypes' own encoding of inf/NaN (sign included)
+        if math.isnan(value) or math.isinf(value):  # ml_dtypes' own encoding of inf/NaN (sign included)
             ui = np.dtype(f"u{self.info.itemsize}")
             with np.errstate(invalid="ignore"):
                 return int(np.array(value).astype(self.info.dtype).view(ui))
@@ -136,7 +136,7 @@ class FloatFormat:
             ContractError: ``v`` is beyond the format's range, or an inf/NaN it cannot hold.
         """
         name = self.info.name
-        if isinstance(v, int) or isinstance(v, np.integer):
+        if isinstance(v, (int, np.integer)):  # the caller refused bool and timedelta64
             iv = int(v)
             negative, n, k = iv < 0, abs(iv), 0
         else:
@@ -148,16 +148,16 @@ class FloatFormat:
                     n, d = abs(v).as_integer_ratio()
             else:
                 x = float(v)  # exact: every other float type is at most a double
-                special = x != x or math.isinf(x)
+                special = math.isnan(x) or math.isinf(x)
                 if not special:
                     negative = math.copysign(1.0, x) < 0
                     n, d = abs(x).as_integer_ratio()
             if special:
                 with np.errstate(over="ignore", invalid="ignore"):
                     held = float(np.array(x).astype(self.info.dtype).astype(np.float64))
-                if x != x and held != held or x == held:
+                if (math.isnan(x) and math.isnan(held)) or x == held:
                     return x
-                what = "NaN" if x != x else "infinity"
+                what = "NaN" if math.isnan(x) else "infinity"
                 raise ContractError(argument, f"a finite number ({name} has no {what})", _show(v))
             k = d.bit_length() - 1  # d is a power of two
         # v = +-n * 2**-k exactly. Round n to `precision` significant bits (fewer below the smallest normal).
