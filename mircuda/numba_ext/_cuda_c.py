@@ -183,6 +183,8 @@ def compile_relocatable(link: CudaLinkSource, arch: str, options: CompileOptions
     lto, NVRTC's log)``. ``options`` supplies the standard, macros, fast math and extra flags.
 
     Raises:
+        ContractError: a declared function is not defined in the source, or its declaration does not
+            match the C definition.
         CompileError: NVRTC rejected the source (its log is in the error).
     """
     validate_arch(arch, "ptx")
@@ -195,6 +197,12 @@ def compile_relocatable(link: CudaLinkSource, arch: str, options: CompileOptions
         (result,) = mod.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
         log = _log(prog)
         if int(result) != 0:
+            declared = {c[0] for c in checks}
+            for missing in re.findall(r'error: identifier "(\w+)" is undefined', log):
+                if missing in declared:  # the checks appended for it name it; nothing defines it
+                    raise ContractError(missing, f"an extern \"C\" __device__ function defined in {source.name} "
+                                        "(or a header it includes)", "no function of that name in it",
+                                        "check the name given to declare_device and the source it names")
             mismatch = re.search(r"mircuda: declare_device\('(\w+)'\): ([^\"]*)", log)
             if mismatch:
                 raise ContractError(mismatch.group(1), f"a declare_device signature matching the C definition in "
