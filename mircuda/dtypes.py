@@ -12,7 +12,7 @@ per byte, as NVIDIA's tensor cores read them) travel in ``u8`` buffers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import ml_dtypes
 import numpy as np
@@ -93,7 +93,7 @@ _BY_DTYPE: dict[np.dtype[Any], DTypeInfo] = {i.dtype: i for i in SUPPORTED.value
 _BY_NAME: dict[str, DTypeInfo] = {i.name: i for i in SUPPORTED.values()}
 
 
-def is_integer_value(v: object) -> bool:
+def is_integer_value(v: object) -> TypeGuard[int | np.integer[Any]]:
     """True for a Python or numpy integer *value*: ``int`` and ``numpy.integer``, but not ``bool``,
     ``numpy.bool_`` or ``numpy.timedelta64`` (numpy makes timedelta64 an integer subclass; a duration is
     not a count). Every integer argument mircuda checks (launch geometry, integer kernel parameters)
