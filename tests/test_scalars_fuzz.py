@@ -53,13 +53,8 @@ def _code_value(info: DTypeInfo, code: int) -> float:
     return float(np.array([code], f"u{info.itemsize}").view(info.dtype).astype(np.float64)[0])
 
 
-def _sign_bit(info: DTypeInfo) -> int:
-    return int(np.array(-0.0).astype(info.dtype).view(f"u{info.itemsize}"))
-
-
 def oracle(info: DTypeInfo, exact: Fraction) -> bytes | None:
     """The format's code nearest ``exact`` (ties to the even code), or None beyond the finite range."""
-    sign = _sign_bit(info) if exact < 0 else 0
     a = abs(exact)
     top = int(np.array(ml_dtypes.finfo(info.dtype).max, info.dtype).view(f"u{info.itemsize}"))
     top_value = Fraction(_code_value(info, top))
@@ -76,7 +71,9 @@ def oracle(info: DTypeInfo, exact: Fraction) -> bytes | None:
         best = min(abs(Fraction(_code_value(info, c)) - a) for c in candidates)
         nearest = [c for c in candidates if abs(Fraction(_code_value(info, c)) - a) == best]
         code = nearest[0] if len(nearest) == 1 else next(c for c in nearest if c % 2 == 0)
-    return np.array([code | sign], f"u{info.itemsize}").tobytes()
+    value = _code_value(info, code)
+    # The sign through ml_dtypes' own encoding (exact: the value is the format's): -0 where it has one.
+    return np.array(-value if exact < 0 else value).astype(info.dtype).tobytes()
 
 
 def packed_value(info: DTypeInfo, data: bytes) -> float:
@@ -208,6 +205,39 @@ def test_a_scalar_of_one_float_type_packs_into_another_by_its_value(source: DTyp
             pack(target, raw)
     else:
         assert pack(target, raw) == want
+
+
+# A float type added later converts through the same path: ml_dtypes' other signed formats stand in for
+# it (IEEE-like with infinities, "fn" without, "fnuz" with one NaN and no -0, 6-bit formats in a byte).
+LATER = [DTypeInfo(t.__name__, t, np.dtype(t), 1, "?", "float", 6 if t.__name__.startswith("float6") else 8)
+         for t in (ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3, ml_dtypes.float8_e3m4, ml_dtypes.float8_e4m3fnuz,
+                   ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e4m3b11fnuz, ml_dtypes.float6_e2m3fn,
+                   ml_dtypes.float6_e3m2fn)]
+
+
+@FUZZ
+@given(info=st.sampled_from(LATER), data=st.data())
+def test_formats_mircuda_may_add_convert_through_the_same_path(info: DTypeInfo, data: st.DataObject) -> None:
+    from mircuda.launch._pack import FloatFormat
+
+    fmt = FloatFormat(info)
+    x = data.draw(st.one_of(st.floats(allow_nan=False, allow_infinity=False),
+                            st.floats(-1e5, 1e5), st.integers(-(2**20), 2**20)))
+    exact = Fraction(x)
+    want = oracle(info, exact)
+    if want is None:
+        with pytest.raises(mc.ContractError, match="'v'"):
+            fmt.round("v", x)
+        return
+    got = np.array([fmt.encode(fmt.round("v", x))], "u1").tobytes()
+    if exact != 0:
+        assert got == want, (info.name, x)
+        with np.errstate(over="ignore", invalid="ignore"):
+            ref = np.array(float(x), info.dtype)  # ml_dtypes rounds a double to these formats once
+        if np.isfinite(ref.astype(np.float64)):
+            assert got == ref.tobytes(), (info.name, x)
+    else:
+        assert packed_value(info, got) == 0
 
 
 # ---- integers into every integer type ----------------------------------------------------------------

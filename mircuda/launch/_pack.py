@@ -96,18 +96,14 @@ class FloatFormat:
         self.min_exponent = int(fi.minexp)  # exponent of the smallest normal number
         self.max = float(fi.max)
         self.max_exponent = math.frexp(self.max)[1] - 1
-        with np.errstate(over="ignore", invalid="ignore"):
-            self.has_inf = bool(np.isinf(np.array(np.inf).astype(info.dtype).astype(np.float64)))
-            self.has_nan = bool(np.isnan(np.array(np.nan).astype(info.dtype).astype(np.float64)))
         self.as_bits = info.itemsize < 4  # stored in its slot as its bit pattern
         self._table: dict[float, int] | None = None
-        self._sign = 0
+        self._sign = 1 << (info.bits - 1)  # the sign bit of the value's bits (e2m1: bit 3 of its byte)
 
     def _bits_table(self) -> dict[float, int]:
         """Positive finite value -> bit pattern, from ml_dtypes (at most 2**16 entries, built once)."""
         if self._table is None:
             ui = np.dtype(f"u{self.info.itemsize}")
-            self._sign = int(np.array(-0.0).astype(self.info.dtype).view(ui))
             codes = np.arange(1 << (self.info.itemsize * 8), dtype=np.uint64).astype(ui)
             if self.info.bits < self.info.itemsize * 8:  # e2m1: 4 bits in a byte
                 codes = codes[codes < (1 << self.info.bits)]
@@ -122,12 +118,12 @@ class FloatFormat:
         """The slot value of ``value``, a number this format holds exactly (or its inf/NaN)."""
         if not self.as_bits:
             return value
-        if math.isnan(value) or math.isinf(value):  # ml_dtypes' own encoding of inf/NaN (sign included)
+        if math.isnan(value) or math.isinf(value) or value == 0:  # ml_dtypes' own encoding, sign included
             ui = np.dtype(f"u{self.info.itemsize}")
             with np.errstate(invalid="ignore"):
                 return int(np.array(value).astype(self.info.dtype).view(ui))
         table = self._bits_table()
-        return table[abs(value)] | (self._sign if math.copysign(1.0, value) < 0 else 0)
+        return table[abs(value)] | (self._sign if value < 0 else 0)
 
     def round(self, argument: str, v: Any) -> float:
         """``v`` (a Python/numpy real, checked by the caller) rounded once to this format, as a float.
