@@ -8,7 +8,6 @@ bit for bit at ties, subnormals and the saturation edge.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import mircuda as mc
