@@ -12,7 +12,7 @@ per byte, as NVIDIA's tensor cores read them) travel in ``u8`` buffers.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import ml_dtypes
 import numpy as np
@@ -20,7 +20,7 @@ import numpy as np
 __all__ = [
     "bool_", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
     "f16", "bf16", "f32", "f64", "e4m3", "e2m1",
-    "DTypeInfo", "dtype_info", "SUPPORTED",
+    "DTypeInfo", "dtype_info", "SUPPORTED", "is_integer_value",
 ]
 
 bool_ = np.bool_
@@ -93,10 +93,26 @@ _BY_DTYPE: dict[np.dtype[Any], DTypeInfo] = {i.dtype: i for i in SUPPORTED.value
 _BY_NAME: dict[str, DTypeInfo] = {i.name: i for i in SUPPORTED.values()}
 
 
+def is_integer_value(v: object) -> TypeGuard[int | np.integer[Any]]:
+    """True for a Python or numpy integer *value*: ``int`` and ``numpy.integer``, but not ``bool``,
+    ``numpy.bool_`` or ``numpy.timedelta64`` (numpy makes timedelta64 an integer subclass; a duration is
+    not a count). Every integer argument mircuda checks (launch geometry, integer kernel parameters)
+    uses this one rule."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_, np.timedelta64))
+
+
+# Python's int/float/complex and None would silently mean i64/f64 to numpy: CUDA's float is 32-bit.
+_WIDTHLESS_TYPES = (int, float, complex)
+
+
 def dtype_info(t: Any) -> DTypeInfo:
-    """Return the :class:`DTypeInfo` of a scalar type (``mc.f32``), numpy dtype, numpy dtype name
-    (``"float32"``) or mircuda name (``"f32"``). Python's ``int``, ``float`` and ``None`` are refused:
-    they do not say a width.
+    """Return the :class:`DTypeInfo` of an element type given as a scalar type (``mc.f32``), a numpy
+    dtype, a numpy dtype name that states its width (``"float32"``, ``"f4"``, ``"bfloat16"``) or a
+    mircuda name (``"f32"``).
+
+    Refused, because they do not say a width: Python's ``int``, ``float`` and ``complex``, ``None``, and
+    names without a width (``"float"``, ``"int"``, ``"double"``, ``"f"``); refused because they are not
+    types: values such as ``numpy.float32(0.5)`` or arrays.
 
     Raises:
         ContractError: ``t`` is not one of the supported element types.
@@ -108,21 +124,30 @@ def dtype_info(t: Any) -> DTypeInfo:
         return SUPPORTED[bool_]
     if isinstance(t, str) and t in _BY_NAME:
         return _BY_NAME[t]
-    d = None
-    # Python's int/float/complex and None would silently mean i64/f64 to numpy: CUDA's float is 32-bit.
-    if t is not None and t is not int and t is not float and t is not complex:  # identity: dtype('f8') == float
+    d: np.dtype[Any] | None = None
+    hint = ""
+    if any(t is w for w in _WIDTHLESS_TYPES):  # identity: dtype('f8') == float
+        hint = "Python's int and float do not say a width: use mc.i64, mc.f32, mc.f64..."
+    elif isinstance(t, (type, np.dtype, str)):
         try:
             d = np.dtype(t)
-        except (TypeError, ValueError):
+        except Exception:  # numpy raises TypeError, ValueError or even SyntaxError for malformed names
             d = None
+        if isinstance(t, str) and d is not None and not any(c.isdigit() for c in t):
+            d = None  # "float", "int", "double", "f": numpy's platform or C names, no width stated
+            hint = f"the name {t!r} does not say a width: use mircuda's names (f32, i64...) or numpy's (float32, int64...)"
+    elif t is not None:
+        hint = (f"a {type(t).__name__} is a value, not a type" +
+                (f": its type is {type(t).__module__}.{type(t).__name__}" if isinstance(t, np.generic) else ""))
     info = _BY_DTYPE.get(d) if d is not None else None
     if info is None:
         from .errors import ContractError
 
         names = ", ".join(i.name for i in SUPPORTED.values())
         received = repr(t)
+        if len(received) > 80:
+            received = received[:77] + "..."
         if d is not None and d.byteorder == ">":
             received = f"{t!r} (big-endian {d.str}: CUDA is little-endian)"
-        hint = "Python's int and float do not say a width: use mc.i64, mc.f32, mc.f64..." if t is int or t is float else ""
         raise ContractError("dtype", f"one of {names} (a mircuda/numpy scalar type, dtype or name)", received, hint)
     return info

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
-
+from ..dtypes import is_integer_value
 from ..errors import LaunchConfigError
 
 if TYPE_CHECKING:
@@ -17,8 +16,7 @@ __all__ = ["LaunchConfig"]
 Dim3 = tuple[int, int, int]
 
 
-def _is_int(d: object) -> bool:
-    return isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+_is_int = is_integer_value  # int or numpy integer; not bool, numpy.bool_ or numpy.timedelta64
 
 
 def _dim3(name: str, value: int | tuple[int, ...]) -> Dim3:
@@ -53,7 +51,8 @@ class LaunchConfig:
     checked when the configuration is first used with a kernel.
 
     Raises:
-        LaunchConfigError: a dimension is not a positive int, ``shared_mem_bytes`` is negative, or
+        LaunchConfigError: a dimension is not a positive int (``int`` or ``numpy.integer``; ``bool`` and
+            ``numpy.timedelta64`` are not counts), ``shared_mem_bytes`` is not a non-negative int, or
             ``programmatic_stream_serialization`` is not a bool.
     """
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER

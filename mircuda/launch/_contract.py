@@ -8,7 +8,9 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..dtypes import DTypeInfo, dtype_info
+import numpy as np
+
+from ..dtypes import SUPPORTED, DTypeInfo, dtype_info
 from ..errors import ContractError
 
 __all__ = ["In", "Out", "InOut", "Param", "KernelContract", "cuda_export"]
@@ -80,6 +82,17 @@ class Param:
     info: DTypeInfo
     access: Access | None = None
 
+    def __post_init__(self) -> None:
+        check_parameter_name(self.name)
+        if self.kind not in ("buffer", "scalar"):
+            raise ContractError(f"{self.name}.kind", "'buffer' or 'scalar'", repr(self.kind))
+        if not isinstance(self.info, DTypeInfo) or SUPPORTED.get(self.info.scalar_type) != self.info:
+            raise ContractError(f"{self.name}.info", "a DTypeInfo from mc.dtype_info(...)", _brief(self.info))
+        allowed: tuple[Any, ...] = ("in", "out", "inout") if self.kind == "buffer" else (None,)
+        if not any(self.access == a and type(self.access) is type(a) for a in allowed):
+            raise ContractError(f"{self.name}.access", " or ".join(map(repr, allowed)) + f" (a {self.kind})",
+                                _brief(self.access))
+
     def describe(self) -> str:
         if self.kind == "buffer":
             return f"{self.access} DeviceBuffer[{self.info.name}]"
@@ -87,6 +100,24 @@ class Param:
 
 
 _RESERVED = {"stream", "config"}
+
+
+def check_parameter_name(name: object) -> None:
+    """A parameter name: an ASCII Python identifier, not a keyword, not starting with ``_`` and not
+    ``stream``/``config`` (the launch's own arguments).
+
+    Raises:
+        ContractError: naming the parameter.
+    """
+    if not isinstance(name, str) or not name.isidentifier() or not name.isascii() or name.startswith("_") \
+            or name in _RESERVED or keyword.iskeyword(name):
+        raise ContractError(str(name)[:80], "a parameter name that is an ASCII Python identifier, not starting with "
+                            "'_', not a keyword and not 'stream'/'config'", _brief(name))
+
+
+def _brief(v: object) -> str:
+    text = repr(v)
+    return f"{type(v).__name__} {text[:77] + '...' if len(text) > 80 else text}"
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
 
 
@@ -104,6 +135,16 @@ class KernelContract:
     def __post_init__(self) -> None:
         if not isinstance(self.symbol, str) or not _SYMBOL.fullmatch(self.symbol):
             raise ContractError("symbol", "a kernel name (a C identifier, as declared extern \"C\")", repr(self.symbol))
+        # Checked here, not at bind time: a contract built by hand fails where it is written.
+        if not isinstance(self.params, (tuple, list)) or not all(isinstance(p, Param) for p in self.params):
+            raise ContractError("params", "a tuple of Param (or use mc.cuda_export(symbol, name=type, ...))",
+                                _brief(self.params))
+        object.__setattr__(self, "params", tuple(self.params))
+        seen: set[str] = set()
+        for p in self.params:
+            if p.name in seen:
+                raise ContractError(p.name, "one parameter of each name", "the name twice")
+            seen.add(p.name)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -133,21 +174,22 @@ def cuda_export(symbol: str, **params: Any) -> KernelContract:
     """
     out: list[Param] = []
     for name, spec in params.items():
-        if not name.isidentifier() or not name.isascii() or name.startswith("_") or name in _RESERVED \
-                or keyword.iskeyword(name):
-            raise ContractError(name, "a parameter name that is an ASCII Python identifier, not starting with '_', "
-                                "not a keyword and not 'stream'/'config'", repr(name))
+        check_parameter_name(name)
         buf = _buffer_spec(spec, "inout")
         if buf is not None:
             out.append(Param(name, "buffer", buf.info, buf.access))
             continue
-        if spec in (int, float, complex) or isinstance(spec, str):
+        # Identity, not ==: an array compares elementwise, and numpy's dtype('f8') == float.
+        if any(spec is t for t in (int, float, complex)) or isinstance(spec, str):
             raise ContractError(name, "an explicit scalar type such as mc.f32, mc.f64 or mc.i32", repr(spec),
+                                "a parameter type is a type object, not its name" if isinstance(spec, str) else
                                 "Python's int and float do not say a width (CUDA's float is 32-bit)")
         try:
             info = dtype_info(spec)
         except ContractError:
+            hint = "" if isinstance(spec, type) else "that is a value, not a type" + (
+                f" (its type is {type(spec).__module__}.{type(spec).__name__})" if isinstance(spec, np.generic) else "")
             raise ContractError(name, "DeviceBuffer[T], In/Out/InOut[DeviceBuffer[T]] or a scalar type "
-                                "such as mc.f32", repr(spec)) from None
+                                "such as mc.f32", _brief(spec), hint) from None
         out.append(Param(name, "scalar", info))
     return KernelContract(symbol, tuple(out))

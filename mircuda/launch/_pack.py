@@ -8,26 +8,32 @@ A launch only writes values into the block and calls the driver, which copies th
 from __future__ import annotations
 
 import ctypes
-import struct
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
-from ..dtypes import DTypeInfo
+from ..dtypes import SUPPORTED, DTypeInfo, is_integer_value
 from ..errors import ContractError
 from ._contract import Param
 
-__all__ = ["ArgumentBlock", "Slot", "scalar_converter", "SCALAR_CTYPES"]
+__all__ = ["ArgumentBlock", "Slot", "scalar_converter", "SCALAR_CTYPES", "FloatFormat", "float_format"]
 
-SCALAR_CTYPES: dict[str, type] = {
-    "bool": ctypes.c_uint8, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
-    "i64": ctypes.c_int64, "u8": ctypes.c_uint8, "u16": ctypes.c_uint16, "u32": ctypes.c_uint32,
-    "u64": ctypes.c_uint64, "f16": ctypes.c_uint16, "bf16": ctypes.c_uint16, "f32": ctypes.c_float,
-    "f64": ctypes.c_double, "e4m3": ctypes.c_uint8, "e2m1": ctypes.c_uint8,
-}
-"""The ctypes slot of each scalar type. 16- and 8-bit floats are stored as their bit patterns."""
+
+def _slot_ctype(info: DTypeInfo) -> type:
+    if info.kind == "bool":
+        return ctypes.c_uint8
+    if info.kind == "float" and info.itemsize in (4, 8):
+        return ctypes.c_float if info.itemsize == 4 else ctypes.c_double
+    # Integers by their width and sign; floats narrower than 32 bits as their bit patterns.
+    prefix = "c_int" if info.kind == "int" else "c_uint"
+    return getattr(ctypes, f"{prefix}{info.itemsize * 8}")  # type: ignore[no-any-return]
+
+
+SCALAR_CTYPES: dict[str, type] = {i.name: _slot_ctype(i) for i in SUPPORTED.values()}
+"""The ctypes slot of each scalar type. Floats narrower than 32 bits are stored as their bit patterns."""
 
 
 class Slot:
@@ -66,76 +72,158 @@ class ArgumentBlock:
         return self.storage.raw[: self.size]
 
 
-class _NarrowFloat:
-    """Exact round-to-nearest-even from a Python float (a double) to a narrow float format.
+class FloatFormat:
+    """A floating-point format as numpy/ml_dtypes define it, and the exact conversion of a real number to it.
 
-    Every value of bf16, e4m3 and e2m1 is exactly representable as a double, so rounding picks between
-    the two neighbouring table entries with exact arithmetic (no double rounding through float32).
-    Finite values beyond the format's range, and infinities or NaN where the format has none, are
-    refused rather than turned into another value.
+    Every float type (f16, bf16, f32, f64, e4m3, e2m1 and any type added to :mod:`mircuda.dtypes`)
+    converts through this one path, with its parameters read from ``ml_dtypes.finfo`` and its encoding
+    from ml_dtypes: the input's exact value (a Python int is exact, a float or ``numpy.longdouble`` is
+    exact as its ``as_integer_ratio``) is rounded once to nearest, ties to even, with the format's
+    subnormals; the bits are ml_dtypes' encoding of that value. So the result equals ml_dtypes' (and
+    CUDA's round-to-nearest conversions) bit for bit wherever ml_dtypes rounds once. (ml_dtypes converts
+    a double to bfloat16 through float32, rounding twice: for the few doubles just above a bf16 tie
+    that differs from the correctly rounded value, which is what mircuda packs.)
+
+    Refused: finite values whose rounded value lies beyond the largest finite value (ml_dtypes gives
+    inf or NaN there, or saturates for e2m1, which has neither), and infinities or NaN the format cannot
+    hold (ml_dtypes turns them into another value).
     """
 
-    def __init__(self, name: str, dtype: Any, bits_type: Any) -> None:
-        nbits = 4 if name == "e2m1" else np.dtype(bits_type).itemsize * 8  # ml_dtypes keeps e2m1 in 4 low bits
-        patterns = np.arange(1 << (nbits - 1), dtype=bits_type)  # sign bit clear
-        with np.errstate(invalid="ignore"):
-            values = patterns.view(dtype).astype(np.float64)
-        finite = np.isfinite(values)
-        order = np.argsort(values[finite], kind="stable")
-        self.values = values[finite][order]
-        self.patterns = patterns[finite][order].astype(np.int64)
-        self.sign = 1 << (nbits - 1)
-        self.name = name
-        self.max = float(self.values[-1])
-        self.inf = int(patterns[np.isinf(values) & (values > 0)][0]) if np.isinf(values).any() else None
-        # The canonical quiet NaN where the format has NaN (bf16: 0x7FC0; e4m3fn: its only NaN, 0x7F).
-        self.nan = {"bf16": 0x7FC0, "e4m3": 0x7F}.get(name)
+    def __init__(self, info: DTypeInfo) -> None:
+        fi = ml_dtypes.finfo(info.dtype)
+        self.info = info
+        self.precision = int(fi.nmant) + 1  # significant bits, the hidden one included
+        self.min_exponent = int(fi.minexp)  # exponent of the smallest normal number
+        self.max = float(fi.max)
+        self.max_exponent = math.frexp(self.max)[1] - 1
+        self.as_bits = info.itemsize < 4  # stored in its slot as its bit pattern
+        self._table: dict[float, int] | None = None
+        self._sign = 1 << (info.bits - 1)  # the sign bit of the value's bits (e2m1: bit 3 of its byte)
 
-    def bits(self, argument: str, x: float) -> int:
-        import math
+    def _bits_table(self) -> dict[float, int]:
+        """Positive finite value -> bit pattern, from ml_dtypes (at most 2**16 entries, built once)."""
+        if self._table is None:
+            ui = np.dtype(f"u{self.info.itemsize}")
+            codes = np.arange(1 << (self.info.itemsize * 8), dtype=np.uint64).astype(ui)
+            if self.info.bits < self.info.itemsize * 8:  # e2m1: 4 bits in a byte
+                codes = codes[codes < (1 << self.info.bits)]
+            codes = codes[(codes & self._sign) == 0]
+            with np.errstate(invalid="ignore"):
+                values = codes.view(self.info.dtype).astype(np.float64)
+            keep = np.isfinite(values)
+            self._table = dict(zip(values[keep].tolist(), codes[keep].tolist()))
+        return self._table
 
-        if math.isnan(x):
-            if self.nan is None:
-                raise ContractError(argument, f"a number ({self.name} has no NaN)", "nan")
-            return self.nan
-        sign = self.sign if math.copysign(1.0, x) < 0 else 0
-        a = abs(x)
-        if math.isinf(a):
-            if self.inf is None:
-                raise ContractError(argument, f"a finite number ({self.name} has no infinity)", repr(x))
-            return sign | self.inf
-        i = int(np.searchsorted(self.values, a))
-        if i == len(self.values):  # above the largest finite value: round down only within half an ulp
-            half_ulp = (self.values[-1] - self.values[-2]) / 2
-            if a - self.max < half_ulp:
-                return sign | int(self.patterns[-1])
-            raise ContractError(argument, f"a value representable as {self.name} (|x| <= {self.max:g})", repr(x))
-        if self.values[i] == a or i == 0:
-            return sign | int(self.patterns[i])
-        lo, hi = self.values[i - 1], self.values[i]
-        if a - lo < hi - a or (a - lo == hi - a and self.patterns[i - 1] % 2 == 0):
-            return sign | int(self.patterns[i - 1])
-        return sign | int(self.patterns[i])
+    def encode(self, value: float) -> Any:
+        """The slot value of ``value``, a number this format holds exactly (or its inf/NaN)."""
+        if not self.as_bits:
+            return value
+        if math.isnan(value) or math.isinf(value) or value == 0:  # ml_dtypes' own encoding, sign included
+            ui = np.dtype(f"u{self.info.itemsize}")
+            with np.errstate(invalid="ignore"):
+                return int(np.array(value).astype(self.info.dtype).view(ui))
+        table = self._bits_table()
+        return table[abs(value)] | (self._sign if value < 0 else 0)
+
+    def round(self, argument: str, v: Any) -> float:
+        """``v`` (a Python/numpy real, checked by the caller) rounded once to this format, as a float.
+
+        Raises:
+            ContractError: ``v`` is beyond the format's range, or an inf/NaN it cannot hold.
+        """
+        name = self.info.name
+        if isinstance(v, (int, np.integer)):  # the caller refused bool and timedelta64
+            iv = int(v)
+            negative, n, k = iv < 0, abs(iv), 0
+        else:
+            if isinstance(v, np.floating) and np.dtype(type(v)).itemsize > 8:  # longdouble: wider than a double
+                special = not np.isfinite(v)
+                x = float(v) if special else 0.0
+                if not special:
+                    negative = bool(np.signbit(v))
+                    n, d = abs(v).as_integer_ratio()
+            else:
+                x = float(v)  # exact: every other float type is at most a double
+                special = math.isnan(x) or math.isinf(x)
+                if not special:
+                    negative = math.copysign(1.0, x) < 0
+                    n, d = abs(x).as_integer_ratio()
+            if special:
+                with np.errstate(over="ignore", invalid="ignore"):
+                    held = float(np.array(x).astype(self.info.dtype).astype(np.float64))
+                if (math.isnan(x) and math.isnan(held)) or x == held:
+                    return x
+                what = "NaN" if math.isnan(x) else "infinity"
+                raise ContractError(argument, f"a finite number ({name} has no {what})", _show(v))
+            k = d.bit_length() - 1  # d is a power of two
+        # v = +-n * 2**-k exactly. Round n to `precision` significant bits (fewer below the smallest normal).
+        exponent = n.bit_length() - 1 - k if n else self.min_exponent
+        if exponent > self.max_exponent + 1:
+            return self._overflow(argument, v)
+        quantum = max(exponent, self.min_exponent) - (self.precision - 1)  # exponent of one unit in the last place
+        shift = k + quantum
+        if shift <= 0:
+            m = n << -shift
+        else:
+            m, rest = n >> shift, n & ((1 << shift) - 1)
+            half = 1 << (shift - 1)
+            if rest > half or (rest == half and m & 1):
+                m += 1
+        try:
+            value = math.ldexp(m, quantum)
+        except OverflowError:
+            return self._overflow(argument, v)
+        if value > self.max:
+            return self._overflow(argument, v)
+        return -value if negative else value
+
+    def _overflow(self, argument: str, v: Any) -> float:
+        raise ContractError(argument, f"a value representable as {self.info.name} (|x| <= {self.max:g} after "
+                            "rounding to nearest even)", _show(v))
 
 
-_NARROW: dict[str, _NarrowFloat] = {}
+_FORMATS: dict[str, FloatFormat] = {}
 
 
-def _narrow(name: str) -> _NarrowFloat:
-    table = _NARROW.get(name)
-    if table is None:
-        dtype = {"bf16": ml_dtypes.bfloat16, "e4m3": ml_dtypes.float8_e4m3fn, "e2m1": ml_dtypes.float4_e2m1fn}[name]
-        bits = np.uint16 if name == "bf16" else np.uint8
-        table = _NARROW[name] = _NarrowFloat(name, dtype, bits)
-    return table
+def float_format(info: DTypeInfo) -> FloatFormat:
+    """The (shared, cached) :class:`FloatFormat` of a float element type."""
+    fmt = _FORMATS.get(info.name)
+    if fmt is None:
+        fmt = _FORMATS[info.name] = FloatFormat(info)
+    return fmt
+
+
+def _is_float_type(t: Any) -> bool:
+    try:
+        ml_dtypes.finfo(t)
+    except Exception:
+        return False
+    return True
+
+
+# ml_dtypes' float scalar types (bfloat16, float8_*, float4_*, ...) are not numpy.floating subclasses.
+_ML_FLOAT_SCALARS: frozenset[type] = frozenset(
+    t for t in (getattr(ml_dtypes, n) for n in dir(ml_dtypes))
+    if isinstance(t, type) and issubclass(t, np.generic) and not issubclass(t, np.number)
+    and "complex" not in t.__name__ and _is_float_type(t))
+
+
+def is_real_value(v: object) -> bool:
+    """True for a value a float parameter takes: an integer (as :func:`is_integer_value` says), a Python
+    float, a numpy float or an ml_dtypes float scalar. ``bool`` and ``numpy.bool_`` are not numbers here."""
+    return isinstance(v, (float, np.floating)) or type(v) in _ML_FLOAT_SCALARS or is_integer_value(v)
 
 
 def scalar_converter(param: Param) -> Callable[[Any], Any]:
     """The slow-path check and conversion of one scalar argument to its slot value.
 
+    Integers take ``int`` and ``numpy.integer`` values in the type's range (not bool, not timedelta64).
+    Floats take integers, Python, numpy and ml_dtypes floats, rounded once to nearest even from their
+    exact value (see :class:`FloatFormat`). Bool takes ``bool`` and ``numpy.bool_``.
+
     Raises (from the returned function):
-        ContractError: wrong type (e.g. a float for an integer parameter, a bool for a number) or an
-            integer out of the parameter's range.
+        ContractError: wrong type (e.g. a float for an integer parameter, a bool for a number), an
+            integer out of the parameter's range, or a real the float type cannot hold.
     """
     info: DTypeInfo = param.info
     name = param.name
@@ -151,7 +239,7 @@ def scalar_converter(param: Param) -> Callable[[Any], Any]:
         lo, hi = _int_range(info)
 
         def conv_int(v: Any) -> int:
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            if not is_integer_value(v):
                 raise ContractError(name, f"an integer for {info.name}", _show(v))
             iv = int(v)
             if not lo <= iv <= hi:
@@ -159,39 +247,13 @@ def scalar_converter(param: Param) -> Callable[[Any], Any]:
             return iv
         return conv_int
 
-    def as_float(v: Any) -> float:
-        if type(v) in _ML_FLOAT_SCALARS:  # ml_dtypes scalars (bfloat16, float8...) are not np.floating
-            return float(v)
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+    fmt = float_format(info)
+
+    def conv_float(v: Any) -> Any:
+        if not is_real_value(v):
             raise ContractError(name, f"a real number for {info.name}", _show(v))
-        try:
-            return float(v)
-        except OverflowError:  # an int beyond the double range
-            raise ContractError(name, f"a value representable as {info.name}", _show(v)) from None
-
-    if info.name == "f64":
-        return as_float
-    if info.name == "f32":
-        def conv_f32(v: Any) -> float:
-            x = as_float(v)
-            try:
-                struct.pack("<f", x)  # refuses finite values that would round to infinity
-            except OverflowError:
-                raise ContractError(name, "a value representable as f32 (|x| <= 3.4028235e38)", repr(v)) from None
-            return x
-        return conv_f32
-    if info.name == "f16":
-        def conv_f16(v: Any) -> int:
-            try:
-                return int(struct.unpack("<H", struct.pack("<e", as_float(v)))[0])
-            except OverflowError:
-                raise ContractError(name, "a value representable as f16 (|x| <= 65504)", repr(v)) from None
-        return conv_f16
-    table = _narrow(info.name)
-    return lambda v: table.bits(name, as_float(v))
-
-
-_ML_FLOAT_SCALARS = {ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float4_e2m1fn}
+        return fmt.encode(fmt.round(name, v))
+    return conv_float
 
 
 def _int_range(info: DTypeInfo) -> tuple[int, int]:

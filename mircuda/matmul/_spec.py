@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from ..dtypes import DTypeInfo, dtype_info
+from ..dtypes import DTypeInfo, dtype_info, is_integer_value
 from ..errors import ClosedResourceError, ContractError
 from ..graph._capture import _ACTIVE, _capture_info
 from ..graph._capture import _records as _captures
@@ -29,7 +29,7 @@ _DIM_LIMIT = 2**31 - 2**16
 
 
 def _dim(name: str, value: object) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+    if not is_integer_value(value) or value < 1:
         raise ContractError(name, "a positive int", repr(value))
     if value >= _DIM_LIMIT:
         raise ContractError(name, f"a dimension below {_DIM_LIMIT} (the kernels index with 32-bit ints)", repr(value))
@@ -189,12 +189,18 @@ def check_capture_origin(stream: Stream, bound: Stream) -> None:
 
 
 def check_scalar(name: str, value: Any) -> float:
-    """alpha/beta: a real number (bool refused); returned as float."""
-    import numpy as np
+    """alpha/beta: a real number (bool refused) rounded once to the f32 every kernel takes, as the
+    typed launch rounds an f32 parameter; a value f32 cannot hold is refused."""
+    from ..launch._contract import Param
+    from ..launch._pack import scalar_converter
 
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ContractError(name, "a real number", f"{type(value).__name__} {value!r}"[:100])
-    return float(value)
+    conv = _SCALARS.get(name)
+    if conv is None:
+        conv = _SCALARS[name] = scalar_converter(Param(name, "scalar", dtype_info(np.float32)))
+    return float(conv(value))
+
+
+_SCALARS: dict[str, Any] = {}
 
 
 def plan_stream(stream: Any, context: Any) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import numpy as np
 
 from .. import _cuda
-from ..dtypes import DTypeInfo, dtype_info
+from ..dtypes import DTypeInfo, dtype_info, is_integer_value
 from ..errors import ClosedResourceError, ContractError, UseAfterFree
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ T = TypeVar("T")
 
 
 def _check_count(name: str, count: object) -> int:
-    if type(count) is not int and not isinstance(count, np.integer) or isinstance(count, bool):
+    if type(count) is not int and not is_integer_value(count):
         raise ContractError(name, "a non-negative int (elements)", repr(count))
     if count < 0:
         raise ContractError(name, "a non-negative int (elements)", repr(count))

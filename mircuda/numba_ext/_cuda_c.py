@@ -182,7 +182,8 @@ def compile_relocatable(link: CudaLinkSource, arch: str, options: CompileOptions
     lto, NVRTC's log)``. ``options`` supplies the standard, macros, fast math and extra flags.
 
     Raises:
-        ContractError: a ``checks`` declaration does not match the C function's types.
+        ContractError: a declared function is not defined in the source, or its declaration does not
+            match the C definition.
         CompileError: NVRTC rejected the source (its log is in the error).
     """
     validate_arch(arch, "ptx")
@@ -191,6 +192,12 @@ def compile_relocatable(link: CudaLinkSource, arch: str, options: CompileOptions
         image, log = nvrtc_compile(source.text, source.name, arch, options, output="ltoir" if lto else "ptx",
                                    include_paths=link.include_dirs, relocatable=True)
     except CompileError as exc:
+        declared = {c[0] for c in checks}
+        for missing in re.findall(r'error: identifier "(\w+)" is undefined', exc.log):
+            if missing in declared:  # the checks appended for it name it; nothing defines it
+                raise ContractError(missing, f"an extern \"C\" __device__ function defined in {source.name} "
+                                    "(or a header it includes)", "no function of that name in it",
+                                    "check the name given to declare_device and the source it names") from None
         mismatch = re.search(r"mircuda: declare_device\('(\w+)'\): ([^\"]*)", exc.log)
         if mismatch:
             raise ContractError(mismatch.group(1), f"a declare_device signature matching the C definition in "

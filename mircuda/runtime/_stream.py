@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from .. import _cuda
+from ..dtypes import is_integer_value
 from ..errors import ClosedResourceError, ContractError
 
 if TYPE_CHECKING:
@@ -285,7 +286,7 @@ def _check_pinned(value: object, argument: str, context: Context) -> None:
 
 
 def _nonneg(argument: str, value: object) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 0:
+    if not is_integer_value(value) or value < 0:
         raise ContractError(argument, "a non-negative int (elements)", repr(value))
     return int(value)
 
