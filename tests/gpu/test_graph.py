@@ -12,6 +12,7 @@ import pytest
 from numba import cuda
 
 import mircuda as mc
+import mircuda.numba_ext as mn
 from helpers import download, upload
 
 SOURCE = mc.cuda_kernel(r'''
@@ -630,7 +631,6 @@ def _numba_square_plus(out, x, c):  # type: ignore[no-untyped-def]
 def test_numba_export_and_cuda_c_kernel_in_one_graph(context, stream, pool, kernels, compiler, rng) -> None:
     """A CUDA C kernel feeds a Numba kernel inside one graph; both nodes are updated through their
     contracts (the Numba one in Numba's kernel ABI) without recapture."""
-    mn = pytest.importorskip("mircuda.numba_ext")
     Square = mc.cuda_export("_numba_square_plus", out=mc.Out[F32], x=mc.In[F32], c=mc.f32)
     square = compiler.compile(mn.numba_kernel(_numba_square_plus, "void(float32[:], float32[:], float32)")).kernel(Square)
     x_h = rng.standard_normal(N).astype(np.float32)
@@ -665,20 +665,12 @@ class MatmulStep:
     out: mc.DeviceBuffer
 
 
-def _require_cutlass() -> None:
-    try:
-        mc.matmul.load_library()
-    except mc.CutlassNotFound as exc:
-        pytest.skip(str(exc))
-
-
 def _matmul_then_kernel_in_one_graph(context, stream, pool, kernels, rng, m, n, k, kernel=None) -> None:
     """Capture ``C = A B^T`` (a DenseMatmulPlan running a CUTLASS kernel) and ``out = s * C`` (a CUDA C
     kernel) in one graph, replay it three times with a new A each time, and check every replay against
     float64. The plan is among the graph's resources: its workspace is held with the buffers."""
     from matmul_helpers import assert_close, poison, random
 
-    _require_cutlass()
     plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), output=mc.f32, kernel=kernel)
     assert plan.kernel.origin == "cutlass", plan.describe()
     b_h = random(rng, mc.bf16, n, k)
@@ -714,17 +706,18 @@ def _matmul_then_kernel_in_one_graph(context, stream, pool, kernels, rng, m, n, 
     plan.close()
 
 
+@pytest.mark.cutlass
 def test_cutlass_plan_execute_in_a_graph(context, stream, pool, kernels, rng) -> None:
     # M = 256: a CUTLASS kernel without split-K (on an H200 the ping-pong kernel; no workspace).
     _matmul_then_kernel_in_one_graph(context, stream, pool, kernels, rng, 256, 264, 520)
 
 
+@pytest.mark.cutlass
 def test_cutlass_split_k_plan_in_a_graph(context, stream, pool, kernels, rng) -> None:
     # Split-K: CUTLASS zeroes the reduction flags of its workspace on the stream at every execute
     # (a memset node in the graph) before the kernel; the workspace stays the plan's.
     if context.device_info().compute_capability != (9, 0):
         pytest.skip("the split-K kernel is SM90's")
-    _require_cutlass()
     plan_kernel = "sm90_swap_128x32x128_splitk_bf16_f32"
     probe = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(4, 4096, 1024), output=mc.f32, kernel=plan_kernel)
     assert probe.splits > 1 and probe.workspace_bytes > 0, probe.describe()
