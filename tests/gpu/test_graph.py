@@ -293,18 +293,23 @@ def test_launch_captured_finds_each_of_three_launches_on_two_branches(context, s
         stream.synchronize()
         return [download(context, stream, b) for b in (res.y, res.extra["o2"], res.out)]
 
+    def replay() -> None:  # poison first: a node the replay skipped cannot show its old result
+        for b in (res.y, res.extra["o2"], res.out):
+            stream.memset(b, 0xFF)
+        graph.launch(stream)
+
     xd = x_h.astype(np.float64)
-    graph.launch(stream)
+    replay()
     for got, s in zip(outputs(), (2.0, 3.0, 5.0)):
         assert rel_err(got, s * xd) < 1e-6
     for name, s in (("first", 7.0), ("side", 11.0), ("third", 13.0)):
         graph.update_kernel(nodes[name], lambda r, name=name, s=s: (
             {"first": r.y, "side": r.extra["o2"], "third": r.out}[name], r.x, s, N))
-    graph.launch(stream)
+    replay()
     for got, s in zip(outputs(), (7.0, 11.0, 13.0)):
         assert rel_err(got, s * xd) < 1e-6
     graph.update_kernel(nodes["side"], lambda r: (r.extra["o2"], r.x, -1.0, N))
-    graph.launch(stream)
+    replay()
     for got, s in zip(outputs(), (7.0, -1.0, 13.0)):
         assert rel_err(got, s * xd) < 1e-6
     graph.close()

@@ -206,18 +206,25 @@ def test_ptx_output_loads_or_explains_why_not(driver, compiler) -> None:
 
 
 def test_concurrent_launches_of_one_kernel_never_mix_arguments(context, pool, axpby) -> None:
-    # Each thread launches the same kernel on its own stream and buffers with its own scalar; a
-    # mixed-up parameter block would show up as another thread's value.
+    # Each thread launches the same kernel on its own stream and buffers, accumulating (b = 1) its own
+    # sequence of scalars into its own distinct y: a launch that took another thread's buffer, scalar
+    # or length would leave a different sum, and no later launch overwrites it. All values are small
+    # integers, so the float32 sums are exact.
     errors: list[BaseException] = []
     outs: dict[int, np.ndarray] = {}
+    n, launches = 1024, 300
+    base = np.arange(n) % 7
+
+    def scalar(t: int, i: int) -> float:
+        return float(t + 1 + 8 * (i % 4))
 
     def worker(t: int) -> None:
         try:
             s = context.create_stream()
-            x = upload(context, s, pool, np.full(1024, t + 1, dtype=np.float32))
-            y = pool.allocate_zeroed(mc.f32, s, 1024)
-            for i in range(300):
-                axpby.launch(s, mc.LaunchConfig.for_elements(1024), y, x, float(t + 1), 0.0, 1024)
+            x = upload(context, s, pool, (t + 1 + base).astype(np.float32))
+            y = upload(context, s, pool, (1000 * (t + 1) + np.arange(n)).astype(np.float32))
+            for i in range(launches):
+                axpby.launch(s, mc.LaunchConfig.for_elements(n), y, x, scalar(t, i), 1.0, n)
             outs[t] = download(context, s, y)
         except BaseException as exc:  # pragma: no cover
             errors.append(exc)
@@ -228,8 +235,11 @@ def test_concurrent_launches_of_one_kernel_never_mix_arguments(context, pool, ax
     for t in ts:
         t.join()
     assert not errors, errors
+    assert sorted(outs) == list(range(6))
     for t, arr in outs.items():
-        np.testing.assert_array_equal(arr, np.full(1024, (t + 1) ** 2, dtype=np.float32))
+        total = sum(scalar(t, i) for i in range(launches))
+        want = 1000 * (t + 1) + np.arange(n) + total * (t + 1 + base)
+        np.testing.assert_array_equal(arr, want.astype(np.float32), err_msg=f"thread {t}")
 
 
 # -- programmatic dependent launch (compute capability >= 9.0) ------------------------------------------
@@ -296,13 +306,21 @@ def test_programmatic_launches_replay_in_a_graph(context, stream, pool, pdl_kern
         add_one_after.launch_captured(stream, pdl, r[1], r[0], r[3])
 
     graph = stream.capture((src, dst, finished, started), sequence)
+    np.testing.assert_array_equal(download(context, stream, dst), np.full(64, 0xFFFFFFFF, np.uint32))  # nothing ran
     graph.launch(stream)
     np.testing.assert_array_equal(download(context, stream, dst), np.full(64, 42, np.uint32))
     node = next(n for n in graph.kernel_nodes() if n.kernel is add_one_after)
+    fill = next(n for n in graph.kernel_nodes() if n.kernel is slow_fill)
     assert node.config.programmatic_stream_serialization
     with pytest.raises(mc.LaunchConfigError, match="programmatic_stream_serialization=True as captured"):
         graph.update_kernel(node, lambda r: ((r[1], r[0], r[3]), mc.LaunchConfig(1, 64)))
-    graph.update_kernel(node, lambda r: ((r[1], r[0], r[3]), pdl))
-    graph.launch(stream)
-    np.testing.assert_array_equal(download(context, stream, dst), np.full(64, 42, np.uint32))
+    # Each replay gets new values and poisoned buffers, so a replay that ran nothing (or the old
+    # parameters) cannot pass.
+    for value in (99, 7):
+        graph.update_kernel(fill, lambda r, v=value: ((r[0], r[2], v, 100_000), mc.LaunchConfig(1, 64)))
+        graph.update_kernel(node, lambda r: ((r[1], r[0], r[3]), pdl))
+        stream.memset(src, 0xFF)
+        stream.memset(dst, 0xFF)
+        graph.launch(stream)
+        np.testing.assert_array_equal(download(context, stream, dst), np.full(64, value + 1, np.uint32))
     graph.close()
