@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 from gpu_probe import cutlass_unavailable_reason, gpu_unavailable_reason
 
@@ -86,3 +87,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             reason = cutlass_unavailable_reason()
             if reason:
                 _unavailable(item, reason, "MIRCUDA_REQUIRE_CUTLASS")
+
+
+# Hypothesis: derandomized examples (a failure repeats on every run, like the seeded rng) and no
+# deadline (a verdict must not depend on process speed).
+settings.register_profile("mircuda", derandomize=True, deadline=None, max_examples=200)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "mircuda"))

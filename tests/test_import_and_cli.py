@@ -17,20 +17,19 @@ from gpu_probe import gpu_unavailable_reason
 FORBIDDEN_AT_IMPORT = ("cuda", "numba", "llvmlite")
 """Top-level packages ``import mircuda`` must not load: the driver bindings (cuda-python: cuda.bindings,
 cuda.core, ...), Numba and its LLVM binding. They load on first use (Driver.initialize, numba_ext)."""
+PROBE = f"import sys, json; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN_AT_IMPORT!r})))"
 
 
 @pytest.mark.parametrize("statement", ["import mircuda", "import mircuda.matmul, mircuda.graph, mircuda.compile"])
 def test_import_never_touches_the_driver_nor_loads_numba(statement) -> None:
-    code = (f"{statement}; import sys, json; "
-            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in %r)))" % (FORBIDDEN_AT_IMPORT,))
+    code = f"{statement}; {PROBE}"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == []
 
 
 def test_the_import_check_sees_what_numba_ext_loads() -> None:
     # The probe above is not vacuous: importing mircuda.numba_ext (which needs numba) shows up in it.
-    code = ("import mircuda.numba_ext, sys, json; "
-            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in %r)))" % (FORBIDDEN_AT_IMPORT,))
+    code = f"import mircuda.numba_ext; {PROBE}"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "numba" in json.loads(out.stdout)
 

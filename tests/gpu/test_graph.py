@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -182,6 +183,47 @@ def test_a_synchronizing_call_invalidates_the_capture(context, stream, pool, ker
     assert info.value.result_name.startswith("CUDA_ERROR_STREAM_CAPTURE"), info.value.result_name
     assert isinstance(info.value.__cause__, mc.CudaError)
     assert_stream_usable(context, stream, pool, kernels, rng)
+
+
+def test_another_threads_driver_calls_during_a_capture_neither_fail_nor_join_it(context, stream, pool, kernels,
+                                                                               rng) -> None:
+    """Captures run in thread-local mode: while this thread captures, another thread allocates pinned
+    memory, allocates and frees from the pool, copies and synchronizes its own stream (calls that
+    global mode forbids in every thread while a capture is open). They succeed, run at once, and none
+    of them becomes part of the graph."""
+    x_h = rng.standard_normal(N).astype(np.float32)
+    other_h = rng.standard_normal(N).astype(np.float32)
+    res = Buffers(upload(context, stream, pool, x_h), poisoned(stream, pool), poisoned(stream, pool))
+    seen: dict[str, Any] = {}
+
+    def other_thread() -> None:
+        try:
+            s = context.create_stream()
+            buf = upload(context, s, pool, other_h)          # pinned staging, pool allocation, copy, wait
+            kernels.scale.launch(s, CONFIG, buf, buf, 2.0, N)
+            seen["values"] = download(context, s, buf)       # synchronizes its own stream
+            context.allocate_pinned(mc.f32, 16).close()
+            buf.free(s)
+            s.synchronize()
+            s.close()
+        except BaseException as exc:
+            seen["error"] = exc
+
+    def sequence(r: Buffers) -> None:
+        kernels.scale.launch(stream, CONFIG, r.y, r.x, 3.0, N)
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+        kernels.scale.launch(stream, CONFIG, r.out, r.y, 0.5, N)
+
+    graph = stream.capture(res, sequence)
+    assert "error" not in seen, seen.get("error")
+    np.testing.assert_array_equal(seen["values"], 2.0 * other_h)  # ran at once, outside the graph
+    assert sorted(n.contract.symbol for n in graph.kernel_nodes()) == ["scale", "scale"]
+    assert np.isnan(download(context, stream, res.out)).all()  # capturing ran nothing here
+    graph.launch(stream)
+    assert rel_err(download(context, stream, res.out), 1.5 * x_h.astype(np.float64)) < 1e-6
+    graph.close()
 
 
 def test_an_invalidation_fn_swallowed_is_reported_by_end_capture(context, stream, pool, kernels, rng) -> None:

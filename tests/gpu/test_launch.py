@@ -194,6 +194,14 @@ def test_compile_cache_and_errors(context, compiler) -> None:
     assert "undefined" in info.value.log and info.value.arch == compiler.arch
 
 
+def test_the_compiler_builds_for_the_devices_sm(context, compiler) -> None:
+    from cubin import cubin_sm
+
+    major, minor = context.device_info().compute_capability
+    program = compiler.compile(AXPBY).program
+    assert program.output == "cubin" and cubin_sm(program.image) == 10 * major + minor  # from the ELF header
+
+
 def test_ptx_output_loads_or_explains_why_not(driver, compiler) -> None:
     src = mc.cuda_kernel('extern "C" __global__ void k(int* o) { o[0] = 1; }')
     if mc.nvrtc_version() > driver.version:
@@ -324,3 +332,57 @@ def test_programmatic_launches_replay_in_a_graph(context, stream, pool, pdl_kern
         graph.launch(stream)
         np.testing.assert_array_equal(download(context, stream, dst), np.full(64, value + 1, np.uint32))
     graph.close()
+
+
+def test_the_ctypes_fallback_launches_records_and_replays_on_the_device(context, stream, pool, compiler, rng,
+                                                                       monkeypatch) -> None:
+    """Without the C extension the hot path is ctypes (cuLaunchKernel, cuLaunchKernelEx, cuGraphLaunch,
+    cuEventRecord through cuGetProcAddress's entries): force it, count each call through the fallback,
+    and check what the device computed."""
+    import sys
+
+    import mircuda
+    from mircuda import _cuda
+
+    for attr in ("launch_kernel", "launch_kernel_programmatic", "graph_launch", "event_record", "hot_path_kind"):
+        monkeypatch.setattr(_cuda, attr, getattr(_cuda, attr))  # restored after the test
+    monkeypatch.setattr(_cuda, "entry_points", dict(_cuda.entry_points))
+    monkeypatch.delattr(mircuda, "_hotpath", raising=False)
+    monkeypatch.setitem(sys.modules, "mircuda._hotpath", None)  # the import fails: the ctypes path
+    _cuda._bind_hot_path(_cuda.driver())
+    assert _cuda.hot_path_kind == "ctypes"
+    calls: dict[str, int] = {}
+    for attr in ("launch_kernel", "launch_kernel_programmatic", "graph_launch", "event_record"):
+        fallback = getattr(_cuda, attr)
+
+        def counted(*args: Any, _f: Any = fallback, _n: str = attr) -> int:
+            calls[_n] = calls.get(_n, 0) + 1
+            return _f(*args)
+
+        monkeypatch.setattr(_cuda, attr, counted)
+
+    kernel = compiler.compile(AXPBY).kernel(Axpby)
+    n = 1000
+    x_h, y_h = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    x, y = upload(context, stream, pool, x_h), upload(context, stream, pool, y_h)
+    want = y_h.astype(np.float64)
+    configs = [mc.LaunchConfig.for_elements(n, 128)]  # fresh configs: the launch path picks the entry anew
+    if context.device_info().compute_capability >= (9, 0):
+        configs.append(mc.LaunchConfig(-(-n // 128), 128, programmatic_stream_serialization=True))
+    for i, config in enumerate(configs):
+        a = 0.5 + i
+        kernel.launch(stream, config, y, x, a, 2.0, n)
+        want = a * x_h + 2.0 * want
+    event = context.create_event()
+    event.record(stream)
+    graph = stream.capture((y, x), lambda r: kernel.launch(stream, mc.LaunchConfig.for_elements(n, 256), r[0], r[1],
+                                                           -1.0, 0.5, n))
+    graph.launch(stream)
+    want = -1.0 * x_h + 0.5 * want
+    got = download(context, stream, y)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert calls["launch_kernel"] >= 2 and calls["event_record"] >= 1 and calls["graph_launch"] == 1
+    assert calls.get("launch_kernel_programmatic", 0) == len(configs) - 1
+    graph.close()
+    for buf in (x, y):
+        buf.free(stream)
