@@ -11,7 +11,7 @@ import struct
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import mircuda as mc
@@ -49,6 +49,12 @@ def test_finite_floats_pack_as_c_rounds_them_to_f32(value) -> None:
 
 @pytest.mark.parametrize("dtype, rounded", [(mc.bf16, ml_dtypes.bfloat16), (mc.f16, np.float16)], ids=["bf16", "f16"])
 @given(value=st.floats(allow_nan=False, allow_infinity=False, width=32))
+@example(value=65504.0).via("f16 max")
+@example(value=65519.0).via("rounds down to f16 max")
+@example(value=-65520.0).via("rounds to f16 -inf: refused")
+@example(value=3.3895313892515355e38).via("bf16 max")
+@example(value=3.3961775292304600e38).via("rounds to bf16 inf: refused")
+@example(value=5.96e-8).via("f16 subnormal")
 def test_bf16_and_f16_pack_as_they_round_and_refuse_finite_overflow(dtype, rounded, value) -> None:
     with np.errstate(over="ignore"):
         want = rounded(value)  # round to nearest even; overflows to inf
