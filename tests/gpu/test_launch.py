@@ -99,33 +99,62 @@ def test_every_scalar_type_reaches_the_kernel_bit_exact(context, stream, pool, c
     (4, -1, "'n'"),                        # out of the u32 range
     (4, 2**32, "'n'"),
 ])
+def filled(stream: mc.Stream, pool: mc.MemoryPool, byte: int, n: int = 4) -> mc.DeviceBuffer:
+    """A float32 buffer whose every byte is ``byte`` (0x3F: 0.747..., 0x40: 3.004...): any axpby launch
+    with these operands changes y, so a refused launch that enqueued anything would show."""
+    buf = pool.allocate(mc.f32, stream, n)
+    stream.memset(buf, byte)
+    return buf
+
+
+def assert_unchanged(context: mc.Context, stream: mc.Stream, buf: mc.DeviceBuffer, byte: int) -> None:
+    """``buf`` still holds only ``byte`` (synchronizes the stream first: a refused call enqueued nothing)."""
+    stream.synchronize()
+    got = download(context, stream, buf).view(np.uint8)
+    assert (got == byte).all(), f"{buf!r} was written: {download(context, stream, buf)}"
+
+
 def test_bad_arguments_name_the_parameter(context, stream, pool, axpby, position, value, match) -> None:
-    y, x = pool.allocate(mc.f32, stream, 4), pool.allocate(mc.f32, stream, 4)
+    y, x = filled(stream, pool, 0x3F), filled(stream, pool, 0x40)
     args = [y, x, 1.0, 1.0, 4]
     args[position] = value
     with pytest.raises(mc.ContractError, match=match):
         axpby.launch(stream, mc.LaunchConfig(1, 4), *args)
+    assert_unchanged(context, stream, y, 0x3F)
 
 
 def test_buffer_problems_are_caught_before_the_launch(driver, context, stream, pool, axpby) -> None:
-    y, x = pool.allocate(mc.f32, stream, 4), pool.allocate(mc.f32, stream, 4)
+    # After each refusal y is unchanged: nothing was enqueued (on any stream: the context synchronizes).
+    y, x = filled(stream, pool, 0x3F), filled(stream, pool, 0x40)
     cfg = mc.LaunchConfig(1, 4)
+
+    def unchanged() -> None:
+        context.synchronize()
+        assert_unchanged(context, stream, y, 0x3F)
+
     with pytest.raises(mc.ContractError, match=r"DeviceBuffer\[f32\].*DeviceBuffer\[f64\]"):
         axpby.launch(stream, cfg, y, pool.allocate(mc.f64, stream, 4), 1.0, 1.0, 4)
+    unchanged()
     with pytest.raises(mc.ContractError, match="host arrays"):
         axpby.launch(stream, cfg, y, np.zeros(4, np.float32), 1.0, 1.0, 4)
+    unchanged()
     with pytest.raises(mc.ContractError, match="missing"):
         axpby.launch(stream, cfg, y, x, 1.0, 1.0)
+    unchanged()
     x.free(stream)
     with pytest.raises(mc.UseAfterFree):
         axpby.launch(stream, cfg, y, x, 1.0, 1.0, 4)
+    unchanged()
     with driver.create_context(driver.devices()[0]) as other:
         s2 = other.create_stream()
         with pytest.raises(mc.ContractError, match="stream"):
             axpby.launch(s2, cfg, y, y, 1.0, 1.0, 4)
+        s2.synchronize()
+        unchanged()
         foreign = other.default_memory_pool().allocate(mc.f32, s2, 4)
         with pytest.raises(mc.ContractError, match="'x'"):
             axpby.launch(stream, cfg, y, foreign, 1.0, 1.0, 4)
+        unchanged()
         foreign.free(s2)
         s2.synchronize()
     closed = context.create_stream()
@@ -134,10 +163,11 @@ def test_buffer_problems_are_caught_before_the_launch(driver, context, stream, p
         axpby.launch(closed, cfg, y, y, 1.0, 1.0, 4)
     with pytest.raises(mc.ContractError, match="stream"):
         axpby.launch(None, cfg, y, y, 1.0, 1.0, 4)
+    unchanged()
 
 
 def test_launch_config_is_checked_against_the_device(context, stream, pool, axpby) -> None:
-    y = pool.allocate(mc.f32, stream, 4)
+    y = filled(stream, pool, 0x3F)  # y = y + y if anything ran
     info = context.device_info()
     with pytest.raises(mc.LaunchConfigError, match="threads per block"):
         axpby.launch(stream, mc.LaunchConfig(1, 2048), y, y, 1.0, 1.0, 4)
@@ -148,6 +178,7 @@ def test_launch_config_is_checked_against_the_device(context, stream, pool, axpb
                      y, y, 1.0, 1.0, 4)
     with pytest.raises(mc.LaunchConfigError, match="LaunchConfig"):
         axpby.launch(stream, (1, 32), y, y, 1.0, 1.0, 4)
+    assert_unchanged(context, stream, y, 0x3F)
 
 
 def test_large_dynamic_shared_memory_is_opted_into(context, stream, pool, compiler, rng) -> None:
