@@ -1,7 +1,7 @@
 """The typed launch path without a device: a stand-in driver launch entry records what each launch
 hands the driver. Each thread packs into its own parameter block (two threads, a barrier between
 packing and the call, so both blocks are written before either is read); a refused launch never
-reaches the entry."""
+reaches the entry, and a refused graph launch never reaches cuGraphLaunch."""
 
 from __future__ import annotations
 
@@ -159,3 +159,25 @@ def test_a_refused_launch_never_reaches_the_driver(kernel, monkeypatch, thread) 
         t.join()
     assert outcomes == ["refused"] * len(refused_launches(ctx))
     assert len(calls) == 1 and calls[0][-2] == 0x71  # only the last, valid launch
+
+
+def test_a_refused_graph_launch_never_reaches_the_driver(monkeypatch) -> None:
+    from mircuda.graph._capture import CaptureRecord
+
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(_cuda, "graph_launch", lambda *args: calls.append(args) or 0)
+    ctx = FakeContext()
+    stream, other = fake_stream(ctx, 0x81), fake_stream(ctx, 0x82)
+    native = SimpleNamespace(kernels=[])
+    graph = mc.Graph._create(stream, None, 0xA, 0xB, CaptureRecord(stream, 7, nodes={}), native)  # type: ignore[arg-type]
+    with pytest.raises(mc.GraphStreamError):
+        graph.launch(other)
+    with pytest.raises(mc.GraphStreamError):
+        graph.launch(None)  # type: ignore[arg-type]
+    stream._handle = 0  # as Stream.close leaves it
+    with pytest.raises(mc.ClosedResourceError):
+        graph.launch(stream)
+    assert calls == []
+    stream._handle = 0x81
+    graph.launch(stream)
+    assert calls == [(0xB, 0x81)]
