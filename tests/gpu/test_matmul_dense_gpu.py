@@ -122,11 +122,10 @@ def test_split_k_takes_its_workspace_from_the_pool_at_construction(context, stre
         plan.execute(stream, None, None, None)
 
 
-def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool) -> None:
+def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool, rng) -> None:
     """Each refused call raises naming the operand and enqueues nothing (the poisoned outputs stay
     poison; the same buffers, accepted, are written). M = 4: the batched GEMV, no library needed."""
     plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(4, 64, 128), input=mc.f16, output=mc.f32)
-    rng = np.random.default_rng(0)
     a = upload(context, stream, pool, random(rng, mc.f16, 4 * 128))
     b = upload(context, stream, pool, random(rng, mc.f16, 64 * 128))
     c = upload(context, stream, pool, poison(mc.f32, 4 * 64))

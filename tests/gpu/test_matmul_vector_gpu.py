@@ -67,11 +67,10 @@ def test_describe_names_the_kernel_and_the_split(context, stream, n, rows) -> No
         assert plan.rows == rows and f"{n // rows} blocks" in text and f"DENSE_VECTOR_ROWS={rows}" in text
 
 
-def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool) -> None:
+def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool, rng) -> None:
     """Each refused call raises naming the operand and enqueues nothing: the poisoned outputs (and
     the refused operands) are still poison afterwards, while valid inputs would have written them."""
     plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(64, 128), input=mc.f16)
-    rng = np.random.default_rng(0)
     x = upload(context, stream, pool, random(rng, mc.f16, 128))
     w = upload(context, stream, pool, random(rng, mc.f16, 64 * 128))
     y = upload(context, stream, pool, poison(mc.f16, 64))
