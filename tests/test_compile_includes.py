@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import mircuda as mc
+from cubin import cubin_sm
 from mircuda.compile import _compiler, _includes
 
 PTX = mc.CompileOptions(output="ptx")
@@ -208,6 +209,7 @@ def test_offline_compiles_target_absent_architectures() -> None:
     source = mc.cuda_kernel("#define VALUE 1\n" + KERNEL, "k.cu")
     cubin = mc.OfflineCompiler("sm_120f").compile(source)
     assert cubin.image.startswith(b"\x7fELF") and cubin.arch == "sm_120f" and cubin.output == "cubin"
+    assert cubin_sm(cubin.image) == 120
     text = mc.OfflineCompiler("sm_120f").compile(source, PTX)
     assert text.image.endswith(b"\0") and b".target sm_120f" in text.image
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,10 +14,37 @@ import mircuda as mc
 from gpu_probe import gpu_unavailable_reason
 
 
-def test_import_never_touches_the_driver() -> None:
-    code = "import mircuda, sys; assert 'cuda.bindings.driver' not in sys.modules or True; print(mircuda.__version__)"
+FORBIDDEN_AT_IMPORT = ("cuda", "numba", "llvmlite")
+"""Top-level packages ``import mircuda`` must not load: the driver bindings (cuda-python: cuda.bindings,
+cuda.core, ...), Numba and its LLVM binding. They load on first use (Driver.initialize, numba_ext)."""
+PROBE = f"import sys, json; print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {FORBIDDEN_AT_IMPORT!r})))"
+
+
+@pytest.mark.parametrize("statement", ["import mircuda", "import mircuda.matmul, mircuda.graph, mircuda.compile"])
+def test_import_never_touches_the_driver_nor_loads_numba(statement) -> None:
+    code = f"{statement}; {PROBE}"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == mc.__version__
+    assert json.loads(out.stdout) == []
+
+
+def test_the_import_check_sees_what_numba_ext_loads() -> None:
+    # The probe above is not vacuous: importing mircuda.numba_ext (which needs numba) shows up in it.
+    code = f"import mircuda.numba_ext; {PROBE}"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "numba" in json.loads(out.stdout)
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a usable driver")
+def test_gpu_tests_fail_instead_of_skipping_when_a_gpu_is_required() -> None:
+    node = "tests/gpu/test_runtime.py"
+    env = {k: v for k, v in os.environ.items() if k != "MIRCUDA_REQUIRE_GPU"}
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", node]
+    root = Path(__file__).resolve().parents[1]
+    skipped = subprocess.run(args, capture_output=True, text=True, env=env, cwd=root)
+    assert skipped.returncode == 0 and "passed" not in skipped.stdout and "skipped" in skipped.stdout, skipped.stdout
+    failed = subprocess.run(args, capture_output=True, text=True, env={**env, "MIRCUDA_REQUIRE_GPU": "1"}, cwd=root)
+    assert failed.returncode == 1 and "MIRCUDA_REQUIRE_GPU=1 but no usable CUDA driver" in failed.stdout, failed.stdout
+    assert "skipped" not in failed.stdout
 
 
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a usable driver")
@@ -88,3 +118,27 @@ def test_the_console_script_lists_every_command(capsys) -> None:
     for command in ("inspect", "profile", "graph-profile", "compile", "dense-vector-profile", "matmul-profile",
                     "build-cutlass", "cutlass-check"):
         assert f"    {command} " in text or f"    {command}\n" in text, command
+
+
+WRONG_AXPBY = r"""
+extern "C" __global__ void axpby(float* __restrict__ y, const float* __restrict__ x, float a, float b,
+                                 unsigned int n) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i == n / 2) y[i] = a * x[i] + b * y[i] + 1.0f;  // one wrong element
+    else if (i < n) y[i] = a * x[i] + b * y[i];
+}
+"""
+
+
+@pytest.mark.gpu
+def test_cli_profile_exits_1_on_a_wrong_value() -> None:
+    """``python -m mircuda profile`` checks its own results: a kernel with one wrong element (swapped in
+    for the sample through the module attribute, in a subprocess) makes it print FAILED and exit 1."""
+    code = ("import sys, mircuda.cli as cli, mircuda.cli._profile as p; p.SAMPLE_SOURCE = sys.argv[1]; "
+            "sys.exit(cli.main(['profile', '--elements', '4099', '--launches', '2', '--batches', '2']))")
+    out = subprocess.run([sys.executable, "-c", code, WRONG_AXPBY], capture_output=True, text=True)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "FAILED: axpby relative error" in out.stderr and "profile: FAILED" in out.stdout
+    ok = subprocess.run([sys.executable, "-m", "mircuda", "profile", "--elements", "4099", "--launches", "2",
+                         "--batches", "2"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "profile: all checks passed" in ok.stdout, ok.stdout + ok.stderr

@@ -10,6 +10,7 @@ import importlib.resources
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -249,18 +250,11 @@ def test_cmake_refuses_stub_targets_too(tmp_path) -> None:
     assert out.returncode != 0 and "printf stub" in out.stdout + out.stderr
 
 
-def _built_library() -> Path | None:
-    env = os.environ.get("MIRCUDA_CUTLASS_LIBRARY")
-    if env and Path(env).is_file():
-        return Path(env)
-    found = sorted(Path(__file__).resolve().parents[1].glob("build/cutlass/*/libmircuda_cutlass.so"))
-    return found[-1] if found else None
-
-
+@pytest.mark.cutlass
 def test_a_built_library_lists_every_family_and_type() -> None:
-    path = _built_library()
-    if path is None:
-        pytest.skip("no built libmircuda_cutlass.so (python -m mircuda build-cutlass)")
+    # Found as the plans find it (MIRCUDA_CUTLASS_LIBRARY or the build cache); conftest.py skips this
+    # test without one, or fails it under MIRCUDA_REQUIRE_CUTLASS=1.
+    path = _build.find_library()
     lib = _library.CutlassLibrary(path)
     assert lib.cutlass_version == "4.2.0"
     names = [k.name for k in lib.kernels]
@@ -290,13 +284,32 @@ def test_sass_functions_are_classified_by_operator_class_and_input() -> None:
     assert classify_function("_Z6kernelv") is None
 
 
+@pytest.mark.cutlass
 def test_the_sass_check_reads_a_built_library() -> None:
     from mircuda.cli._cutlass_check import _cuobjdump, sass_check
 
-    path = _built_library()
-    if path is None or _cuobjdump() is None:
-        pytest.skip("needs a built libmircuda_cutlass.so and cuobjdump")
+    path = _build.find_library()
+    if _cuobjdump() is None:
+        pytest.skip("needs cuobjdump (the CUDA toolkit or the nvidia-cuda-cuobjdump wheel)")
     report = sass_check(path)
     assert report.ok, report
     assert sum(f.kind == "tensorop" for f in report.functions) == 12
     assert sum(f.kind == "simt" for f in report.functions) == 4
+
+
+def _pytest(node: str, **env: str) -> subprocess.CompletedProcess[str]:
+    tests = Path(__file__).resolve().parent
+    full = {**os.environ, **env}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:cacheprovider",
+                           f"{tests / 'test_matmul_cutlass.py'}::{node}"], capture_output=True, text=True,
+                          env=full, cwd=tests.parent)
+
+
+def test_a_missing_library_skips_cutlass_tests_and_fails_them_when_required(tmp_path) -> None:
+    node = "test_a_built_library_lists_every_family_and_type"
+    missing = {"MIRCUDA_CUTLASS_LIBRARY": str(tmp_path / "nowhere.so")}
+    skipped = _pytest(node, **missing, MIRCUDA_REQUIRE_CUTLASS="0")
+    assert skipped.returncode == 0 and "1 skipped" in skipped.stdout, skipped.stdout
+    required = _pytest(node, **missing, MIRCUDA_REQUIRE_CUTLASS="1")
+    assert required.returncode == 1 and "MIRCUDA_REQUIRE_CUTLASS=1 but no CUTLASS library" in required.stdout, (
+        required.stdout)

@@ -200,7 +200,8 @@ def test_matmul_specs_are_checked(m, n, k, argument) -> None:
 
 
 def test_the_matmul_executor_calls_the_entry_point_from_njit() -> None:
-    numba = pytest.importorskip("numba")
+    import numba  # a required dependency: imported here only to keep it off this module's import time
+
     seen = []
     proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
                              ctypes.c_uint64, ctypes.c_float, ctypes.c_float)
@@ -221,7 +222,6 @@ def test_the_matmul_executor_calls_the_entry_point_from_njit() -> None:
 
 @pytest.mark.parametrize("swap, order", [(True, ("out", "q", "p")), (False, ("out", "p", "q"))])
 def test_the_kernel_executor_packs_the_kernel_parameters_like_c(swap, order) -> None:
-    pytest.importorskip("numba")
     seen = []
     proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64, ctypes.c_uint64,
                              ctypes.c_uint64)

@@ -17,7 +17,7 @@ import pytest
 import mircuda as mc
 from test_packing_and_config import ctx, fake_buffer  # noqa: F401  (the same fakes)
 
-mn = pytest.importorskip("mircuda.numba_ext")
+import mircuda.numba_ext as mn  # noqa: E402  (numba is required: a broken numba_ext must fail, not skip)
 from numba.cuda import types as nt  # noqa: E402
 
 from mircuda.numba_ext import _abi  # noqa: E402

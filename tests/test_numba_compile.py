@@ -7,12 +7,12 @@ import re
 import numpy as np
 import pytest
 
+from numba import cuda
+
 import mircuda as mc
-
-mn = pytest.importorskip("mircuda.numba_ext")
-from numba import cuda  # noqa: E402
-
-from mircuda.numba_ext import helpers  # noqa: E402
+import mircuda.numba_ext as mn  # numba is required: a broken numba_ext must fail, not skip
+from cubin import arch_sm, cubin_sm
+from mircuda.numba_ext import helpers
 
 CUBIN = mc.CompileOptions()
 PTX = mc.CompileOptions(output="ptx")
@@ -31,7 +31,7 @@ SCALE_SIG = "void(float32[:], float32[:], float32)"
 def test_a_kernel_compiles_to_cubin_for_an_exact_target_without_a_gpu(arch: str) -> None:
     program = mn.numba_kernel(scale, SCALE_SIG).build(arch, CUBIN)
     assert program.arch == arch and program.output == "cubin"
-    assert program.image[:4] == b"\x7fELF"
+    assert program.image[:4] == b"\x7fELF" and cubin_sm(program.image) == arch_sm(arch)
     ((name, entry),) = program.symbols
     assert name == "scale"  # contracts name the kernel by its Python name ...
     assert entry.encode() + b"\0" in program.image  # ... the image by Numba's mangled entry
@@ -120,7 +120,7 @@ def test_bf16_and_fp16_arrays_compile() -> None:
     sig = "void(bfloat16[:], float16[:], bfloat16[:], float16[:])"
     for lto in (False, True):
         program = mn.numba_kernel(_half_types, sig, lto=lto).build("sm_90", CUBIN)
-        assert program.image[:4] == b"\x7fELF"
+        assert program.image[:4] == b"\x7fELF" and cubin_sm(program.image) == 90
 
 
 def _every_helper(out, bf, hf, q8, q4):  # type: ignore[no-untyped-def]
@@ -137,7 +137,7 @@ def _every_helper(out, bf, hf, q8, q4):  # type: ignore[no-untyped-def]
 def test_mircuda_helpers_link_into_a_kernel(arch: str, lto: bool) -> None:
     sig = "void(float32[:], bfloat16[:], float16[:], uint8[:], uint8[:])"
     program = mn.numba_kernel(_every_helper, sig, lto=lto).build(arch, CUBIN)
-    assert program.image[:4] == b"\x7fELF"
+    assert program.image[:4] == b"\x7fELF" and cubin_sm(program.image) == arch_sm(arch)
 
 
 def test_a_declaration_that_does_not_match_the_c_function_is_refused() -> None:

@@ -13,7 +13,7 @@ import pytest
 import mircuda as mc
 from mircuda import _cuda
 
-mn = pytest.importorskip("mircuda.numba_ext")
+import mircuda.numba_ext as mn  # noqa: E402  (numba is required: a broken numba_ext must fail, not skip)
 import numba  # noqa: E402
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import mircuda as mc
+from cubin import arch_sm, cubin_sm
 from mircuda.compile import supported_archs
 
 SAXPY = mc.cuda_kernel(r'''
@@ -19,6 +20,7 @@ extern "C" __global__ void saxpy(__nv_bfloat16* y, const __nv_bfloat16* x, float
 def test_cubin_for_any_supported_target(arch) -> None:
     prog = mc.compile_program(SAXPY, arch)
     assert prog.image[:4] == b"\x7fELF" and prog.arch == arch and prog.output == "cubin"
+    assert cubin_sm(prog.image) == arch_sm(arch)  # read from the CUBIN's ELF header, not echoed
     assert prog.nvrtc_version == mc.nvrtc_version()
 
 

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import numpy as np
 import pytest
 
 import mircuda as mc
@@ -38,6 +37,8 @@ def compiler(context: mc.Context) -> mc.Compiler:
     return mc.Compiler(context)
 
 
-@pytest.fixture()
-def rng() -> np.random.Generator:
-    return np.random.default_rng()
+@pytest.fixture(scope="session")
+def library() -> mc.matmul.CutlassLibrary:
+    """The CUTLASS library, found as the plans find it. Only tests marked ``cutlass`` may ask for it:
+    conftest.py skips them without the library (fails them under ``MIRCUDA_REQUIRE_CUTLASS=1``)."""
+    return mc.matmul.load_library()

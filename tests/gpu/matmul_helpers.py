@@ -37,20 +37,55 @@ def poison(dtype: Any, count: int) -> np.ndarray:
     return np.full(count, np.nan, dtype=np.float32).astype(dtype)
 
 
+def guard_length(count: int) -> int:
+    """Elements of poisoned guard band after an output of ``count`` elements: one more output row or
+    tile's worth (a kernel that runs a partial tile past the last row or column writes there first)."""
+    return max(count // 4, 1024)
+
+
+def with_guard(values: np.ndarray) -> np.ndarray:
+    """``values`` (flattened) followed by a NaN guard band of :func:`guard_length` elements."""
+    flat = values.ravel()
+    return np.concatenate([flat, poison(flat.dtype, guard_length(flat.size))])
+
+
+def split_guard(got: np.ndarray, count: int) -> np.ndarray:
+    """The first ``count`` elements of a downloaded output; asserts that the guard band after them is
+    still the exact poison bits :func:`with_guard` put there (no write past the end)."""
+    guard = got[count:]
+    want = poison(got.dtype, guard.size)
+    bits = np.dtype(f"u{got.dtype.itemsize}")
+    changed = np.flatnonzero(guard.view(bits) != want.view(bits))
+    assert guard.size == guard_length(count) and changed.size == 0, (
+        f"{changed.size} elements written past the end of the {count}-element output "
+        f"(first at offset +{int(changed[0]) if changed.size else 0})")
+    return got[:count]
+
+
+def assert_still_poisoned(context, stream, *bufs) -> None:  # type: ignore[no-untyped-def]
+    """Each buffer still holds exactly the poison of :func:`poison` (synchronizes): nothing that was
+    refused wrote to it."""
+    for buf in bufs:
+        got = download(context, stream, buf)
+        bits = np.dtype(f"u{got.dtype.itemsize}")
+        assert (got.view(bits) == poison(got.dtype, got.size).view(bits)).all(), f"{buf!r} was written"
+
+
 def name(dtype: Any) -> str:
     return mc.dtypes.dtype_info(dtype).name
 
 
 def run(context, stream, pool, rng, m, n, k, input, output, alpha, beta, kernel=None):  # type: ignore[no-untyped-def]
-    """Execute one DenseMatmulPlan on fresh random operands (C poisoned when beta = 0) and return
-    ``(plan, got, want, magnitude, output name)`` for :func:`assert_close`."""
+    """Execute one DenseMatmulPlan on fresh random operands (C poisoned when beta = 0, followed by a
+    poisoned guard band that must stay untouched) and return ``(plan, got, want, magnitude, output
+    name)`` for :func:`assert_close`."""
     out_t = input if output is None else output
     a, b = random(rng, input, m, k), random(rng, input, n, k)
     c0 = random(rng, out_t, m, n) if beta else poison(out_t, m * n).reshape(m, n)
     plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=input, output=output, kernel=kernel)
-    ba, bb, bc = (upload(context, stream, pool, x.ravel()) for x in (a, b, c0))
+    ba, bb, bc = (upload(context, stream, pool, x) for x in (a.ravel(), b.ravel(), with_guard(c0)))
     plan.execute(stream, ba, bb, bc, alpha, beta)
-    got = download(context, stream, bc).reshape(m, n)
+    got = split_guard(download(context, stream, bc), m * n).reshape(m, n)
     a64, b64, c64 = a.astype(np.float64), b.astype(np.float64), c0.astype(np.float64)
     want = alpha * (a64 @ b64.T) + (beta * c64 if beta else 0.0)
     magnitude = abs(alpha) * (np.abs(a64) @ np.abs(b64).T) + (abs(beta) * np.abs(c64) if beta else 0.0)

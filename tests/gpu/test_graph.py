@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from numba import cuda
 
 import mircuda as mc
+import mircuda.numba_ext as mn
 from helpers import download, upload
 
 SOURCE = mc.cuda_kernel(r'''
@@ -183,6 +185,47 @@ def test_a_synchronizing_call_invalidates_the_capture(context, stream, pool, ker
     assert_stream_usable(context, stream, pool, kernels, rng)
 
 
+def test_another_threads_driver_calls_during_a_capture_neither_fail_nor_join_it(context, stream, pool, kernels,
+                                                                               rng) -> None:
+    """Captures run in thread-local mode: while this thread captures, another thread allocates pinned
+    memory, allocates and frees from the pool, copies and synchronizes its own stream (calls that
+    global mode forbids in every thread while a capture is open). They succeed, run at once, and none
+    of them becomes part of the graph."""
+    x_h = rng.standard_normal(N).astype(np.float32)
+    other_h = rng.standard_normal(N).astype(np.float32)
+    res = Buffers(upload(context, stream, pool, x_h), poisoned(stream, pool), poisoned(stream, pool))
+    seen: dict[str, Any] = {}
+
+    def other_thread() -> None:
+        try:
+            s = context.create_stream()
+            buf = upload(context, s, pool, other_h)          # pinned staging, pool allocation, copy, wait
+            kernels.scale.launch(s, CONFIG, buf, buf, 2.0, N)
+            seen["values"] = download(context, s, buf)       # synchronizes its own stream
+            context.allocate_pinned(mc.f32, 16).close()
+            buf.free(s)
+            s.synchronize()
+            s.close()
+        except BaseException as exc:
+            seen["error"] = exc
+
+    def sequence(r: Buffers) -> None:
+        kernels.scale.launch(stream, CONFIG, r.y, r.x, 3.0, N)
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+        kernels.scale.launch(stream, CONFIG, r.out, r.y, 0.5, N)
+
+    graph = stream.capture(res, sequence)
+    assert "error" not in seen, seen.get("error")
+    np.testing.assert_array_equal(seen["values"], 2.0 * other_h)  # ran at once, outside the graph
+    assert sorted(n.contract.symbol for n in graph.kernel_nodes()) == ["scale", "scale"]
+    assert np.isnan(download(context, stream, res.out)).all()  # capturing ran nothing here
+    graph.launch(stream)
+    assert rel_err(download(context, stream, res.out), 1.5 * x_h.astype(np.float64)) < 1e-6
+    graph.close()
+
+
 def test_an_invalidation_fn_swallowed_is_reported_by_end_capture(context, stream, pool, kernels, rng) -> None:
     def swallows(_: None) -> None:
         try:
@@ -292,18 +335,23 @@ def test_launch_captured_finds_each_of_three_launches_on_two_branches(context, s
         stream.synchronize()
         return [download(context, stream, b) for b in (res.y, res.extra["o2"], res.out)]
 
+    def replay() -> None:  # poison first: a node the replay skipped cannot show its old result
+        for b in (res.y, res.extra["o2"], res.out):
+            stream.memset(b, 0xFF)
+        graph.launch(stream)
+
     xd = x_h.astype(np.float64)
-    graph.launch(stream)
+    replay()
     for got, s in zip(outputs(), (2.0, 3.0, 5.0)):
         assert rel_err(got, s * xd) < 1e-6
     for name, s in (("first", 7.0), ("side", 11.0), ("third", 13.0)):
         graph.update_kernel(nodes[name], lambda r, name=name, s=s: (
             {"first": r.y, "side": r.extra["o2"], "third": r.out}[name], r.x, s, N))
-    graph.launch(stream)
+    replay()
     for got, s in zip(outputs(), (7.0, 11.0, 13.0)):
         assert rel_err(got, s * xd) < 1e-6
     graph.update_kernel(nodes["side"], lambda r: (r.extra["o2"], r.x, -1.0, N))
-    graph.launch(stream)
+    replay()
     for got, s in zip(outputs(), (7.0, -1.0, 13.0)):
         assert rel_err(got, s * xd) < 1e-6
     graph.close()
@@ -630,7 +678,6 @@ def _numba_square_plus(out, x, c):  # type: ignore[no-untyped-def]
 def test_numba_export_and_cuda_c_kernel_in_one_graph(context, stream, pool, kernels, compiler, rng) -> None:
     """A CUDA C kernel feeds a Numba kernel inside one graph; both nodes are updated through their
     contracts (the Numba one in Numba's kernel ABI) without recapture."""
-    mn = pytest.importorskip("mircuda.numba_ext")
     Square = mc.cuda_export("_numba_square_plus", out=mc.Out[F32], x=mc.In[F32], c=mc.f32)
     square = compiler.compile(mn.numba_kernel(_numba_square_plus, "void(float32[:], float32[:], float32)")).kernel(Square)
     x_h = rng.standard_normal(N).astype(np.float32)
@@ -665,20 +712,12 @@ class MatmulStep:
     out: mc.DeviceBuffer
 
 
-def _require_cutlass() -> None:
-    try:
-        mc.matmul.load_library()
-    except mc.CutlassNotFound as exc:
-        pytest.skip(str(exc))
-
-
 def _matmul_then_kernel_in_one_graph(context, stream, pool, kernels, rng, m, n, k, kernel=None) -> None:
     """Capture ``C = A B^T`` (a DenseMatmulPlan running a CUTLASS kernel) and ``out = s * C`` (a CUDA C
     kernel) in one graph, replay it three times with a new A each time, and check every replay against
     float64. The plan is among the graph's resources: its workspace is held with the buffers."""
     from matmul_helpers import assert_close, poison, random
 
-    _require_cutlass()
     plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), output=mc.f32, kernel=kernel)
     assert plan.kernel.origin == "cutlass", plan.describe()
     b_h = random(rng, mc.bf16, n, k)
@@ -714,17 +753,18 @@ def _matmul_then_kernel_in_one_graph(context, stream, pool, kernels, rng, m, n, 
     plan.close()
 
 
+@pytest.mark.cutlass
 def test_cutlass_plan_execute_in_a_graph(context, stream, pool, kernels, rng) -> None:
     # M = 256: a CUTLASS kernel without split-K (on an H200 the ping-pong kernel; no workspace).
     _matmul_then_kernel_in_one_graph(context, stream, pool, kernels, rng, 256, 264, 520)
 
 
+@pytest.mark.cutlass
 def test_cutlass_split_k_plan_in_a_graph(context, stream, pool, kernels, rng) -> None:
     # Split-K: CUTLASS zeroes the reduction flags of its workspace on the stream at every execute
     # (a memset node in the graph) before the kernel; the workspace stays the plan's.
     if context.device_info().compute_capability != (9, 0):
         pytest.skip("the split-K kernel is SM90's")
-    _require_cutlass()
     plan_kernel = "sm90_swap_128x32x128_splitk_bf16_f32"
     probe = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(4, 4096, 1024), output=mc.f32, kernel=plan_kernel)
     assert probe.splits > 1 and probe.workspace_bytes > 0, probe.describe()

@@ -99,33 +99,62 @@ def test_every_scalar_type_reaches_the_kernel_bit_exact(context, stream, pool, c
     (4, -1, "'n'"),                        # out of the u32 range
     (4, 2**32, "'n'"),
 ])
+def filled(stream: mc.Stream, pool: mc.MemoryPool, byte: int, n: int = 4) -> mc.DeviceBuffer:
+    """A float32 buffer whose every byte is ``byte`` (0x3F: 0.747..., 0x40: 3.004...): any axpby launch
+    with these operands changes y, so a refused launch that enqueued anything would show."""
+    buf = pool.allocate(mc.f32, stream, n)
+    stream.memset(buf, byte)
+    return buf
+
+
+def assert_unchanged(context: mc.Context, stream: mc.Stream, buf: mc.DeviceBuffer, byte: int) -> None:
+    """``buf`` still holds only ``byte`` (synchronizes the stream first: a refused call enqueued nothing)."""
+    stream.synchronize()
+    got = download(context, stream, buf).view(np.uint8)
+    assert (got == byte).all(), f"{buf!r} was written: {download(context, stream, buf)}"
+
+
 def test_bad_arguments_name_the_parameter(context, stream, pool, axpby, position, value, match) -> None:
-    y, x = pool.allocate(mc.f32, stream, 4), pool.allocate(mc.f32, stream, 4)
+    y, x = filled(stream, pool, 0x3F), filled(stream, pool, 0x40)
     args = [y, x, 1.0, 1.0, 4]
     args[position] = value
     with pytest.raises(mc.ContractError, match=match):
         axpby.launch(stream, mc.LaunchConfig(1, 4), *args)
+    assert_unchanged(context, stream, y, 0x3F)
 
 
 def test_buffer_problems_are_caught_before_the_launch(driver, context, stream, pool, axpby) -> None:
-    y, x = pool.allocate(mc.f32, stream, 4), pool.allocate(mc.f32, stream, 4)
+    # After each refusal y is unchanged: nothing was enqueued (on any stream: the context synchronizes).
+    y, x = filled(stream, pool, 0x3F), filled(stream, pool, 0x40)
     cfg = mc.LaunchConfig(1, 4)
+
+    def unchanged() -> None:
+        context.synchronize()
+        assert_unchanged(context, stream, y, 0x3F)
+
     with pytest.raises(mc.ContractError, match=r"DeviceBuffer\[f32\].*DeviceBuffer\[f64\]"):
         axpby.launch(stream, cfg, y, pool.allocate(mc.f64, stream, 4), 1.0, 1.0, 4)
+    unchanged()
     with pytest.raises(mc.ContractError, match="host arrays"):
         axpby.launch(stream, cfg, y, np.zeros(4, np.float32), 1.0, 1.0, 4)
+    unchanged()
     with pytest.raises(mc.ContractError, match="missing"):
         axpby.launch(stream, cfg, y, x, 1.0, 1.0)
+    unchanged()
     x.free(stream)
     with pytest.raises(mc.UseAfterFree):
         axpby.launch(stream, cfg, y, x, 1.0, 1.0, 4)
+    unchanged()
     with driver.create_context(driver.devices()[0]) as other:
         s2 = other.create_stream()
         with pytest.raises(mc.ContractError, match="stream"):
             axpby.launch(s2, cfg, y, y, 1.0, 1.0, 4)
+        s2.synchronize()
+        unchanged()
         foreign = other.default_memory_pool().allocate(mc.f32, s2, 4)
         with pytest.raises(mc.ContractError, match="'x'"):
             axpby.launch(stream, cfg, y, foreign, 1.0, 1.0, 4)
+        unchanged()
         foreign.free(s2)
         s2.synchronize()
     closed = context.create_stream()
@@ -134,10 +163,11 @@ def test_buffer_problems_are_caught_before_the_launch(driver, context, stream, p
         axpby.launch(closed, cfg, y, y, 1.0, 1.0, 4)
     with pytest.raises(mc.ContractError, match="stream"):
         axpby.launch(None, cfg, y, y, 1.0, 1.0, 4)
+    unchanged()
 
 
 def test_launch_config_is_checked_against_the_device(context, stream, pool, axpby) -> None:
-    y = pool.allocate(mc.f32, stream, 4)
+    y = filled(stream, pool, 0x3F)  # y = y + y if anything ran
     info = context.device_info()
     with pytest.raises(mc.LaunchConfigError, match="threads per block"):
         axpby.launch(stream, mc.LaunchConfig(1, 2048), y, y, 1.0, 1.0, 4)
@@ -148,6 +178,7 @@ def test_launch_config_is_checked_against_the_device(context, stream, pool, axpb
                      y, y, 1.0, 1.0, 4)
     with pytest.raises(mc.LaunchConfigError, match="LaunchConfig"):
         axpby.launch(stream, (1, 32), y, y, 1.0, 1.0, 4)
+    assert_unchanged(context, stream, y, 0x3F)
 
 
 def test_large_dynamic_shared_memory_is_opted_into(context, stream, pool, compiler, rng) -> None:
@@ -194,6 +225,14 @@ def test_compile_cache_and_errors(context, compiler) -> None:
     assert "undefined" in info.value.log and info.value.arch == compiler.arch
 
 
+def test_the_compiler_builds_for_the_devices_sm(context, compiler) -> None:
+    from cubin import cubin_sm
+
+    major, minor = context.device_info().compute_capability
+    program = compiler.compile(AXPBY).program
+    assert program.output == "cubin" and cubin_sm(program.image) == 10 * major + minor  # from the ELF header
+
+
 def test_ptx_output_loads_or_explains_why_not(driver, compiler) -> None:
     src = mc.cuda_kernel('extern "C" __global__ void k(int* o) { o[0] = 1; }')
     if mc.nvrtc_version() > driver.version:
@@ -206,18 +245,25 @@ def test_ptx_output_loads_or_explains_why_not(driver, compiler) -> None:
 
 
 def test_concurrent_launches_of_one_kernel_never_mix_arguments(context, pool, axpby) -> None:
-    # Each thread launches the same kernel on its own stream and buffers with its own scalar; a
-    # mixed-up parameter block would show up as another thread's value.
+    # Each thread launches the same kernel on its own stream and buffers, accumulating (b = 1) its own
+    # sequence of scalars into its own distinct y: a launch that took another thread's buffer, scalar
+    # or length would leave a different sum, and no later launch overwrites it. All values are small
+    # integers, so the float32 sums are exact.
     errors: list[BaseException] = []
     outs: dict[int, np.ndarray] = {}
+    n, launches = 1024, 300
+    base = np.arange(n) % 7
+
+    def scalar(t: int, i: int) -> float:
+        return float(t + 1 + 8 * (i % 4))
 
     def worker(t: int) -> None:
         try:
             s = context.create_stream()
-            x = upload(context, s, pool, np.full(1024, t + 1, dtype=np.float32))
-            y = pool.allocate_zeroed(mc.f32, s, 1024)
-            for i in range(300):
-                axpby.launch(s, mc.LaunchConfig.for_elements(1024), y, x, float(t + 1), 0.0, 1024)
+            x = upload(context, s, pool, (t + 1 + base).astype(np.float32))
+            y = upload(context, s, pool, (1000 * (t + 1) + np.arange(n)).astype(np.float32))
+            for i in range(launches):
+                axpby.launch(s, mc.LaunchConfig.for_elements(n), y, x, scalar(t, i), 1.0, n)
             outs[t] = download(context, s, y)
         except BaseException as exc:  # pragma: no cover
             errors.append(exc)
@@ -228,8 +274,11 @@ def test_concurrent_launches_of_one_kernel_never_mix_arguments(context, pool, ax
     for t in ts:
         t.join()
     assert not errors, errors
+    assert sorted(outs) == list(range(6))
     for t, arr in outs.items():
-        np.testing.assert_array_equal(arr, np.full(1024, (t + 1) ** 2, dtype=np.float32))
+        total = sum(scalar(t, i) for i in range(launches))
+        want = 1000 * (t + 1) + np.arange(n) + total * (t + 1 + base)
+        np.testing.assert_array_equal(arr, want.astype(np.float32), err_msg=f"thread {t}")
 
 
 # -- programmatic dependent launch (compute capability >= 9.0) ------------------------------------------
@@ -296,13 +345,75 @@ def test_programmatic_launches_replay_in_a_graph(context, stream, pool, pdl_kern
         add_one_after.launch_captured(stream, pdl, r[1], r[0], r[3])
 
     graph = stream.capture((src, dst, finished, started), sequence)
+    np.testing.assert_array_equal(download(context, stream, dst), np.full(64, 0xFFFFFFFF, np.uint32))  # nothing ran
     graph.launch(stream)
     np.testing.assert_array_equal(download(context, stream, dst), np.full(64, 42, np.uint32))
     node = next(n for n in graph.kernel_nodes() if n.kernel is add_one_after)
+    fill = next(n for n in graph.kernel_nodes() if n.kernel is slow_fill)
     assert node.config.programmatic_stream_serialization
     with pytest.raises(mc.LaunchConfigError, match="programmatic_stream_serialization=True as captured"):
         graph.update_kernel(node, lambda r: ((r[1], r[0], r[3]), mc.LaunchConfig(1, 64)))
-    graph.update_kernel(node, lambda r: ((r[1], r[0], r[3]), pdl))
-    graph.launch(stream)
-    np.testing.assert_array_equal(download(context, stream, dst), np.full(64, 42, np.uint32))
+    # Each replay gets new values and poisoned buffers, so a replay that ran nothing (or the old
+    # parameters) cannot pass.
+    for value in (99, 7):
+        graph.update_kernel(fill, lambda r, v=value: ((r[0], r[2], v, 100_000), mc.LaunchConfig(1, 64)))
+        graph.update_kernel(node, lambda r: ((r[1], r[0], r[3]), pdl))
+        stream.memset(src, 0xFF)
+        stream.memset(dst, 0xFF)
+        graph.launch(stream)
+        np.testing.assert_array_equal(download(context, stream, dst), np.full(64, value + 1, np.uint32))
     graph.close()
+
+
+def test_the_ctypes_fallback_launches_records_and_replays_on_the_device(context, stream, pool, compiler, rng,
+                                                                       monkeypatch) -> None:
+    """Without the C extension the hot path is ctypes (cuLaunchKernel, cuLaunchKernelEx, cuGraphLaunch,
+    cuEventRecord through cuGetProcAddress's entries): force it, count each call through the fallback,
+    and check what the device computed."""
+    import sys
+
+    import mircuda
+    from mircuda import _cuda
+
+    for attr in ("launch_kernel", "launch_kernel_programmatic", "graph_launch", "event_record", "hot_path_kind"):
+        monkeypatch.setattr(_cuda, attr, getattr(_cuda, attr))  # restored after the test
+    monkeypatch.setattr(_cuda, "entry_points", dict(_cuda.entry_points))
+    monkeypatch.delattr(mircuda, "_hotpath", raising=False)
+    monkeypatch.setitem(sys.modules, "mircuda._hotpath", None)  # the import fails: the ctypes path
+    _cuda._bind_hot_path(_cuda.driver())
+    assert _cuda.hot_path_kind == "ctypes"
+    calls: dict[str, int] = {}
+    for attr in ("launch_kernel", "launch_kernel_programmatic", "graph_launch", "event_record"):
+        fallback = getattr(_cuda, attr)
+
+        def counted(*args: Any, _f: Any = fallback, _n: str = attr) -> int:
+            calls[_n] = calls.get(_n, 0) + 1
+            return _f(*args)
+
+        monkeypatch.setattr(_cuda, attr, counted)
+
+    kernel = compiler.compile(AXPBY).kernel(Axpby)
+    n = 1000
+    x_h, y_h = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    x, y = upload(context, stream, pool, x_h), upload(context, stream, pool, y_h)
+    want = y_h.astype(np.float64)
+    configs = [mc.LaunchConfig.for_elements(n, 128)]  # fresh configs: the launch path picks the entry anew
+    if context.device_info().compute_capability >= (9, 0):
+        configs.append(mc.LaunchConfig(-(-n // 128), 128, programmatic_stream_serialization=True))
+    for i, config in enumerate(configs):
+        a = 0.5 + i
+        kernel.launch(stream, config, y, x, a, 2.0, n)
+        want = a * x_h + 2.0 * want
+    event = context.create_event()
+    event.record(stream)
+    graph = stream.capture((y, x), lambda r: kernel.launch(stream, mc.LaunchConfig.for_elements(n, 256), r[0], r[1],
+                                                           -1.0, 0.5, n))
+    graph.launch(stream)
+    want = -1.0 * x_h + 0.5 * want
+    got = download(context, stream, y)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert calls["launch_kernel"] >= 2 and calls["event_record"] >= 1 and calls["graph_launch"] == 1
+    assert calls.get("launch_kernel_programmatic", 0) == len(configs) - 1
+    graph.close()
+    for buf in (x, y):
+        buf.free(stream)

@@ -9,7 +9,7 @@ import pytest
 
 import mircuda as mc
 from helpers import download, upload
-from matmul_helpers import assert_close, poison, random, run
+from matmul_helpers import assert_close, assert_still_poisoned, poison, random, run
 
 PAIRS = [(mc.bf16, None), (mc.bf16, mc.f32), (mc.f16, None), (mc.f16, mc.f32)]
 PAIR_IDS = ["bf16", "bf16-f32", "f16", "f16-f32"]
@@ -58,15 +58,22 @@ def test_the_batched_gemv_forced_at_m_1_matches_float64(context, stream, pool, r
     assert_close(got, want, mag, out)
 
 
-def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool) -> None:
+def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool, rng) -> None:
+    """Each refused call raises naming the operand and enqueues nothing: every poisoned output is
+    still poison afterwards, while valid inputs would have written it."""
     plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(4, 64, 128))
-    a, b, c = (pool.allocate(mc.bf16, stream, n) for n in (4 * 128, 64 * 128, 4 * 64))
-    short = pool.allocate(mc.bf16, stream, 4 * 64 - 1)
-    f32 = pool.allocate(mc.f32, stream, 4 * 64)
+    a = upload(context, stream, pool, random(rng, mc.bf16, 4 * 128))
+    b = upload(context, stream, pool, random(rng, mc.bf16, 64 * 128))
+    c = upload(context, stream, pool, poison(mc.bf16, 4 * 64))
+    short = upload(context, stream, pool, poison(mc.bf16, 4 * 64 - 1))
+    f32 = upload(context, stream, pool, poison(mc.f32, 4 * 64))
     for args, argument in [((a, b, short), "c"), ((a, b, f32), "c"), ((b, short, c), "b"), ((a, b, c, None), "alpha")]:
         with pytest.raises(mc.ContractError) as info:
             plan.execute(stream, *args)
         assert info.value.argument == argument
+        assert_still_poisoned(context, stream, c, short, f32)
+    plan.execute(stream, a, b, c)  # accepted: the output is written
+    assert np.isfinite(download(context, stream, c).astype(np.float32)).all()
     f32.free(stream)
     for buf in (a, b, c, short):
         buf.free(stream)
@@ -81,11 +88,9 @@ def test_construction_checks_the_compiler_and_the_library(context, stream, m, kw
     assert info.value.argument == argument and info.value.received == repr(kwargs[argument])
 
 
-def test_the_gemv_agrees_with_a_forced_cutlass_kernel(context, stream, pool, rng) -> None:
-    try:
-        lib = mc.matmul.load_library()
-    except mc.CutlassNotFound as exc:
-        pytest.skip(str(exc))
+@pytest.mark.cutlass
+def test_the_gemv_agrees_with_a_forced_cutlass_kernel(context, stream, pool, rng, library) -> None:
+    lib = library
     cc = context.device_info().compute_capability
     names = [k.name for k in lib.kernels if k.runs_on(cc) and k.input == "bf16" and k.output == "f32"
              and k.family != "simt"]

@@ -8,7 +8,7 @@ import pytest
 
 import mircuda as mc
 from helpers import download, upload
-from matmul_helpers import assert_close, name, poison, random
+from matmul_helpers import assert_close, assert_still_poisoned, name, poison, random, split_guard, with_guard
 
 PAIRS = [(mc.bf16, None), (mc.bf16, mc.f32), (mc.f16, None), (mc.f16, mc.f32)]
 SHAPES = [(4096, 4096), (1000, 1000), (8, 256), (13, 7), (37, 1003), (300, 4104), (1, 8), (14336, 64)]
@@ -20,9 +20,10 @@ def run(context, stream, pool, rng, n, k, input, output, alpha, beta, warps=None
     y0 = random(rng, out_t, n) if beta else poison(out_t, n)
     plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, k), input=input, output=output, warps=warps,
                               rows=rows)
-    bx, bw, by = upload(context, stream, pool, x), upload(context, stream, pool, w.ravel()), upload(context, stream, pool, y0)
+    bx, bw = upload(context, stream, pool, x), upload(context, stream, pool, w.ravel())
+    by = upload(context, stream, pool, with_guard(y0))  # y, then a poisoned band that must stay untouched
     plan.execute(stream, bx, bw, by, alpha, beta)
-    got = download(context, stream, by)
+    got = split_guard(download(context, stream, by), n)
     w64, x64, y64 = w.astype(np.float64), x.astype(np.float64), y0.astype(np.float64)
     want = alpha * (w64 @ x64) + (beta * y64 if beta else 0.0)
     magnitude = abs(alpha) * (np.abs(w64) @ np.abs(x64)) + (abs(beta) * np.abs(y64) if beta else 0.0)
@@ -66,22 +67,31 @@ def test_describe_names_the_kernel_and_the_split(context, stream, n, rows) -> No
         assert plan.rows == rows and f"{n // rows} blocks" in text and f"DENSE_VECTOR_ROWS={rows}" in text
 
 
-def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool) -> None:
+def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool, rng) -> None:
+    """Each refused call raises naming the operand and enqueues nothing: the poisoned outputs (and
+    the refused operands) are still poison afterwards, while valid inputs would have written them."""
     plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(64, 128), input=mc.f16)
-    x, w, y = pool.allocate(mc.f16, stream, 128), pool.allocate(mc.f16, stream, 64 * 128), pool.allocate(mc.f16, stream, 64)
-    short = pool.allocate(mc.f16, stream, 64 * 128 - 1)
-    wrong = pool.allocate(mc.bf16, stream, 64)
+    x = upload(context, stream, pool, random(rng, mc.f16, 128))
+    w = upload(context, stream, pool, random(rng, mc.f16, 64 * 128))
+    y = upload(context, stream, pool, poison(mc.f16, 64))
+    short = upload(context, stream, pool, poison(mc.f16, 64 * 128 - 1))
+    wrong = upload(context, stream, pool, poison(mc.bf16, 64))
     cases = [((x, short, y), "w"), ((x, w, wrong), "y"), ((np.zeros(128, np.float16), w, y), "x"),
              ((y, w, y), "x")]
     for args, argument in cases:
         with pytest.raises(mc.ContractError) as info:
             plan.execute(stream, *args)
         assert info.value.argument == argument
+        assert_still_poisoned(context, stream, y, short, wrong)
     with pytest.raises(mc.ContractError, match="alpha"):
         plan.execute(stream, x, w, y, "1")
+    assert_still_poisoned(context, stream, y, short, wrong)
     short.free(stream)
     with pytest.raises(mc.UseAfterFree):
         plan.execute(stream, x, short, y)
+    assert_still_poisoned(context, stream, y, wrong)
+    plan.execute(stream, x, w, y)  # the same buffers, accepted: the output is written
+    assert np.isfinite(download(context, stream, y).astype(np.float32)).all()
     for b in (x, w, y, wrong):
         b.free(stream)
 

@@ -12,7 +12,7 @@ import pytest
 import mircuda as mc
 from helpers import download, upload
 
-mn = pytest.importorskip("mircuda.numba_ext")
+import mircuda.numba_ext as mn  # noqa: E402  (numba is required: a broken numba_ext must fail, not skip)
 import numba  # noqa: E402
 from numba import cuda  # noqa: E402
 from numba.cuda import bf16  # noqa: E402
