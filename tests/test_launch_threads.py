@@ -15,7 +15,7 @@ import pytest
 
 import mircuda as mc
 from mircuda import _cuda
-from mircuda.launch import _kernel
+from mircuda.launch import _abi, _kernel
 from mircuda.runtime import Stream
 
 Scale = mc.cuda_export("scale", out=mc.Out[mc.DeviceBuffer[mc.f32]], value=mc.f32, n=mc.u32)
@@ -53,8 +53,7 @@ def kernel(monkeypatch) -> Any:
     """A TypedKernel of ``Scale`` bound to a made-up function handle (no driver call at bind time)."""
     attrs = _kernel.FunctionAttributes(32, 0, 0, 1024, 90)
     monkeypatch.setattr(_kernel, "_read_attributes", lambda f: attrs)
-    monkeypatch.setitem(_kernel.LAUNCH_ABIS, "c", _kernel.LAUNCH_ABIS["c"].__class__(
-        "c", _kernel._c_slots, _kernel._emit_writes, lambda contract, f: None))
+    monkeypatch.setitem(_abi.LAUNCH_ABIS, "c", _abi.LaunchAbi("c", _abi.c_slots, _abi.emit_c_writes, lambda contract, f: None))
     ctx = FakeContext()
     k = _kernel.TypedKernel(SimpleNamespace(context=ctx), Scale, 0xF00D)  # type: ignore[arg-type]
     k._checked[CONFIG] = (*CONFIG.grid, *CONFIG.block, 0)  # the geometry check needs a device: done

@@ -191,8 +191,7 @@ def check_capture_origin(stream: Stream, bound: Stream) -> None:
 def check_scalar(name: str, value: Any) -> float:
     """alpha/beta: a real number (bool refused) rounded once to the f32 every kernel takes, as the
     typed launch rounds an f32 parameter; a value f32 cannot hold is refused."""
-    from ..launch._contract import Param
-    from ..launch._pack import scalar_converter
+    from ..launch import Param, scalar_converter
 
     conv = _SCALARS.get(name)
     if conv is None:
