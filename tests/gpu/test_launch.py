@@ -91,14 +91,6 @@ def test_every_scalar_type_reaches_the_kernel_bit_exact(context, stream, pool, c
     assert got[: len(want)] == want
 
 
-@pytest.mark.parametrize("position, value, match", [
-    (1, "2", "'x'"),                       # not a buffer
-    (2, 1 + 2j, "'a'"),                    # not a real number
-    (4, 1.5, "'n'"),                       # a float into an integer slot
-    (4, True, "'n'"),                      # a bool into an integer slot
-    (4, -1, "'n'"),                        # out of the u32 range
-    (4, 2**32, "'n'"),
-])
 def filled(stream: mc.Stream, pool: mc.MemoryPool, byte: int, n: int = 4) -> mc.DeviceBuffer:
     """A float32 buffer whose every byte is ``byte`` (0x3F: 0.747..., 0x40: 3.004...): any axpby launch
     with these operands changes y, so a refused launch that enqueued anything would show."""
@@ -114,6 +106,14 @@ def assert_unchanged(context: mc.Context, stream: mc.Stream, buf: mc.DeviceBuffe
     assert (got == byte).all(), f"{buf!r} was written: {download(context, stream, buf)}"
 
 
+@pytest.mark.parametrize("position, value, match", [
+    (1, "2", "'x'"),                       # not a buffer
+    (2, 1 + 2j, "'a'"),                    # not a real number
+    (4, 1.5, "'n'"),                       # a float into an integer slot
+    (4, True, "'n'"),                      # a bool into an integer slot
+    (4, -1, "'n'"),                        # out of the u32 range
+    (4, 2**32, "'n'"),
+])
 def test_bad_arguments_name_the_parameter(context, stream, pool, axpby, position, value, match) -> None:
     y, x = filled(stream, pool, 0x3F), filled(stream, pool, 0x40)
     args = [y, x, 1.0, 1.0, 4]
