@@ -7,8 +7,9 @@ share one cache implementation, :class:`_CachingCompiler`.
 The cache key (SHA-256, hex) covers: the source digest (for a CUDA C source: its name and text; any
 other :class:`ModuleSource` makes its digest cover its own toolchain), the normalized options, the
 target architecture and the NVRTC version, and for CUDA C sources also the include roots and the
-fingerprint of every header the source can include from them or from its own directory (see
-:mod:`mircuda.compile._includes`).
+fingerprint of every header the source can include from them, from its own directory or from the
+toolkit header directories (cudart, CCCL), plus, for a source with any include directive, the
+toolkit's paths, wheel versions and listings (see :mod:`mircuda.compile._includes`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ __all__ = ["CompileCacheStats", "Compiler", "CompilerConfig", "Module", "Offline
 
 log = logging.getLogger("mircuda.compile")
 
-KEY_FORMAT = "mircuda-compile-key/1"
+KEY_FORMAT = "mircuda-compile-key/2"
 """Mixed into every key: bump it when what a key covers changes."""
 
 class Module:
@@ -174,8 +175,10 @@ class _CachingCompiler(Generic[T]):
 
     def cache_key(self, source: ModuleSource, options: CompileOptions | None = None) -> str:
         """The cache key (hex SHA-256) ``source`` compiled with ``options`` has now: it changes when
-        the source, the options, the target, the NVRTC version, the include roots or the contents
-        of a header the source can include change. The cache directory names entries by it.
+        the source, the options, the target, the NVRTC version, the include roots, the contents
+        of a header the source can include (from the roots, its own directory or the toolkit's
+        header directories) or, for a source with includes, the toolkit's paths and wheel versions
+        change. The cache directory names entries by it.
 
         Raises:
             ContractError: ``source`` or ``options`` has the wrong type.
@@ -222,7 +225,7 @@ class _CachingCompiler(Generic[T]):
         deps = None
         if isinstance(source, CudaSource):
             roots = self._config.include_paths
-            deps = scan_dependencies(source.text, source.name, roots)
+            deps = scan_dependencies(source.text, source.name, roots, _cuda.toolkit_include_dirs())
             parts += ["roots", *roots, "includes", deps.digest]
         return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest(), deps
 
