@@ -26,7 +26,7 @@ from ._config import CompileCacheStats, CompilerConfig
 from ._includes import IncludeDependencies, scan_dependencies
 from ._nvrtc import CompiledProgram, compile_program, nvrtc_version, validate_arch
 from ._options import CompileOptions
-from ._persistent import PersistentCache
+from ._persistent import EntryExpectation, PersistentCache
 from ._source import CudaSource, ModuleSource
 
 if TYPE_CHECKING:
@@ -237,6 +237,13 @@ class _CachingCompiler(Generic[T]):
     def _before_build(self, options: CompileOptions) -> None:
         """Checks that must fail before a cached or fresh image is used."""
 
+    def _expectation(self, source: ModuleSource, options: CompileOptions) -> EntryExpectation:
+        """What a cached program for this request must be (an entry that says otherwise is a miss)."""
+        if isinstance(source, CudaSource):
+            return EntryExpectation(options.output, "c", self._nvrtc, ())
+        abi = getattr(source, "abi", None)
+        return EntryExpectation(options.output, abi if isinstance(abi, str) else None)
+
     def _load(self, program: CompiledProgram) -> T:
         raise NotImplementedError
 
@@ -244,7 +251,7 @@ class _CachingCompiler(Generic[T]):
         self._before_build(options)
         cache = self._persistent
         if cache is not None:
-            found = cache.load(key, self._arch, self._nvrtc)
+            found = cache.load(key, self._arch, self._nvrtc, self._expectation(source, options))
             if found.failure is not None:
                 self._persistent_failures += 1
             if found.program is not None:
