@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 from .. import _cuda
+from .._caller import warn_at_caller
 from ..errors import CompileError, CompileWarning, ContractError
 from ._options import CompileOptions
 from ._source import CudaSource
@@ -129,7 +129,7 @@ def compile_program(source: CudaSource, arch: str, options: CompileOptions | Non
             buf = b" " * size
             _cuda.nvrtc_call("nvrtcGetPTX", prog, buf)
         if log:
-            warnings.warn(CompileWarning(f"NVRTC warnings for {source.name!r} ({arch}):\n{log}"), stacklevel=3)
+            warn_at_caller(CompileWarning(f"NVRTC warnings for {source.name!r} ({arch}):\n{log}"))
         return CompiledProgram(arch, options.output, bytes(buf), log, nvrtc_version())
     finally:
         mod.nvrtcDestroyProgram(prog)
