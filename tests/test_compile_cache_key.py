@@ -200,3 +200,17 @@ def test_an_include_name_that_is_not_utf8_is_tracked_as_the_bytes_nvrtc_opens(tm
         f.write(b"#define V 6\n")
     os.utime(raw, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert constant(c.compile(source, PTX)) == 6
+
+
+def test_a_numba_declare_device_digest_covers_the_toolkit_headers(toolkit) -> None:
+    pytest.importorskip("numba.cuda")
+    from mircuda.numba_ext import declare_device
+
+    helper = mc.cuda_kernel('#include <fake_toolkit.h>\nextern "C" __device__ int helper(int x) { return x + VALUE; }\n',
+                            "helper.cu")
+    before = declare_device("helper", "int32(int32)", helper)._mircuda_digest
+    header = toolkit[0] / "fake_toolkit.h"
+    st = header.stat()
+    header.write_text("#define VALUE 8\n")
+    os.utime(header, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert declare_device("helper", "int32(int32)", helper)._mircuda_digest != before

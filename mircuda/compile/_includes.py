@@ -51,7 +51,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-__all__ = ["IncludeDependencies", "RACY_SECONDS", "TOOLKIT_DISTRIBUTIONS", "scan_dependencies", "toolkit_fingerprint"]
+__all__ = ["RACY_SECONDS", "TOOLKIT_DISTRIBUTIONS", "IncludeDependencies", "ToolkitFingerprint", "scan_dependencies",
+           "toolkit_fingerprint"]
 
 RACY_SECONDS = 2.0
 """Files changed less than this long before they were hashed are re-hashed on every lookup. Two
@@ -350,8 +351,8 @@ def toolkit_fingerprint(roots: tuple[str, ...]) -> ToolkitFingerprint:
         try:
             dist = importlib.metadata.distribution(dist_name)
             version = dist.version
-            where = os.fspath(dist.locate_file(""))  # type: ignore[arg-type]
-        except Exception:  # not installed, or unreadable metadata: both are a state the key records
+            where = str(dist.locate_file(""))
+        except Exception:  # noqa: BLE001  (not installed, or unreadable metadata: a state the key records)
             h.update(f"{dist_name}=absent\n".encode())
             continue
         h.update(f"{dist_name}={version}\n".encode("utf-8", "surrogateescape"))
