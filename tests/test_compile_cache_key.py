@@ -214,3 +214,24 @@ def test_a_numba_declare_device_digest_covers_the_toolkit_headers(toolkit) -> No
     header.write_text("#define VALUE 8\n")
     os.utime(header, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert declare_device("helper", "int32(int32)", helper)._mircuda_digest != before
+
+
+# --- paths and names that cannot reach NVRTC: named ContractErrors, not ValueError/UnicodeEncodeError ---
+
+def test_a_nul_in_relative_to_is_a_contract_error() -> None:
+    with pytest.raises(mc.ContractError, match="relative_to"):
+        mc.cuda_kernel_file("k.cu", relative_to="/tmp\0x")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="byte file names")
+def test_paths_that_are_not_utf8_are_refused_by_name(tmp_path) -> None:
+    odd = os.fsdecode(os.fsencode(str(tmp_path)) + b"/\xffdir")
+    os.mkdir(odd)
+    with open(os.path.join(odd, "k.cu"), "w") as f:
+        f.write('extern "C" __global__ void k() {}\n')
+    with pytest.raises(mc.ContractError, match="include_paths\\[0\\]"):
+        mc.CompilerConfig(include_paths=[odd])  # was accepted; NVRTC's flag then raised UnicodeEncodeError
+    with pytest.raises(mc.ContractError, match="'path'"):
+        mc.cuda_kernel_file(os.path.join(odd, "k.cu"))
+    with pytest.raises(mc.ContractError, match="relative_to"):
+        mc.cuda_kernel_file("k.cu", relative_to=odd)

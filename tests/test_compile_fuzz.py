@@ -318,3 +318,42 @@ def test_a_cache_directory_entry_is_a_hit_or_a_counted_miss_never_an_error(data)
         s = compiler.cache_stats()
         assert (s.persistent_hits, s.compilations, s.persistent_failures) == (0, 1, 1)
         assert _persistent.decode_entry(path.read_bytes(), key, ARCH, mc.nvrtc_version()) == program
+
+
+# ---------------------------------------------------------------------------------------------
+# Source names, file paths and include roots
+
+PATHISH = st.text(alphabet=st.sampled_from(["a", ".", "/", "\0", "\n", "\r", "\udcff", "\u00e9", " ", '"', "\\"]),
+                  max_size=10)
+
+
+@FUZZ
+@example("k.cu", "/tmp\0x")  # relative_to with NUL was a bare ValueError from open()
+@example("\udcff.cu", None)
+@given(PATHISH, st.one_of(st.none(), PATHISH))
+def test_file_sources_take_any_path_text_or_refuse_it_by_name(path, relative_to) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "a").write_text("// a kernel\n")
+        try:
+            source = mc.cuda_kernel_file(path, relative_to=tmp if relative_to is None else os.path.join(tmp, relative_to))
+        except mc.ContractError as exc:
+            assert exc.argument in ("path", "relative_to")
+            return
+        assert source.name.encode() and os.path.isfile(source.name) and source.text == "// a kernel\n"
+
+
+@FUZZ
+@given(PATHISH)
+def test_program_names_and_include_roots_are_checked_by_name(text) -> None:
+    try:
+        source = mc.cuda_kernel('extern "C" __global__ void k() {}\n', text)
+    except mc.ContractError as exc:
+        assert exc.argument == "name"
+    else:
+        assert source.name.encode() and "\0" not in source.name
+    try:
+        config = mc.CompilerConfig(include_paths=(text,))
+    except mc.ContractError as exc:
+        assert exc.argument == "include_paths[0]"
+    else:
+        assert all(os.path.isdir(r) and r.encode() for r in config.include_paths)
