@@ -1,8 +1,8 @@
 """What the compile cache key covers beyond the user's include roots: the toolkit's headers (issue 12,
 item 3) and include names NVRTC cannot open as written (issue 12, item 5). NVRTC on the CPU.
 
-A fake toolkit directory in tmp stands for cudart/CCCL: ``_cuda.toolkit_include_dirs`` (which
-both the key and ``compile_program`` read) is patched to return it, so the compiled PTX shows which
+A fake toolkit directory in tmp stands for cudart/CCCL: every ``toolkit_include_dirs`` mircuda's
+modules hold (the key's and NVRTC's) is patched to return it, so the compiled PTX shows which
 header NVRTC really read.
 """
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import mircuda as mc
-from mircuda import _cuda
 from mircuda.compile import _includes
+from mircuda.compile._toolkit import toolkit_include_dirs
 
 PTX = mc.CompileOptions(output="ptx")
 SOURCE = mc.cuda_kernel('#include <fake_toolkit.h>\nextern "C" __global__ void k(int* o) { o[0] = VALUE; }\n',
@@ -43,8 +43,18 @@ def toolkit(tmp_path: Path, monkeypatch) -> list[Path]:
     root.mkdir(parents=True)
     (root / "fake_toolkit.h").write_text("#define VALUE 7\n")
     roots = [root]
-    monkeypatch.setattr(_cuda, "toolkit_include_dirs", lambda: tuple(str(r) for r in roots))
+    patch_toolkit(monkeypatch, lambda: tuple(str(r) for r in roots))
     return roots
+
+
+def patch_toolkit(monkeypatch, fake) -> None:
+    """Replace the toolkit directory lookup in every mircuda module that holds it by name."""
+    patched = 0
+    for name, module in list(sys.modules.items()):
+        if (name == "mircuda" or name.startswith("mircuda.")) and hasattr(module, "toolkit_include_dirs"):
+            monkeypatch.setattr(module, "toolkit_include_dirs", fake)
+            patched += 1
+    assert patched
 
 
 def compiler() -> mc.OfflineCompiler:
@@ -157,7 +167,7 @@ def test_a_source_without_includes_does_not_depend_on_the_toolkit(toolkit, tmp_p
 
 
 def test_the_real_toolkit_headers_are_fingerprinted() -> None:
-    roots = _cuda.toolkit_include_dirs()
+    roots = toolkit_include_dirs()
     if not roots:
         pytest.skip("no toolkit header directory installed")
     deps = _includes.scan_dependencies("#include <cuda_fp16.h>\n", "k.cu", (), roots)

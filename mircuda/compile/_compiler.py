@@ -28,6 +28,7 @@ from ._nvrtc import CompiledProgram, compile_program, nvrtc_version, validate_ar
 from ._options import CompileOptions
 from ._persistent import EntryExpectation, PersistentCache
 from ._source import CudaSource, ModuleSource
+from ._toolkit import toolkit_include_dirs
 
 if TYPE_CHECKING:
     from ..launch import KernelContract, TypedKernel
@@ -225,7 +226,7 @@ class _CachingCompiler(Generic[T]):
         deps = None
         if isinstance(source, CudaSource):
             roots = self._config.include_paths
-            deps = scan_dependencies(source.text, source.name, roots, _cuda.toolkit_include_dirs())
+            deps = scan_dependencies(source.text, source.name, roots, toolkit_include_dirs())
             parts += ["roots", *roots, "includes", deps.digest]
         return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest(), deps
 

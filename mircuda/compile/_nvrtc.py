@@ -12,6 +12,7 @@ from .._caller import warn_at_caller
 from ..errors import CompileError, CompileWarning, ContractError
 from ._options import CompileOptions
 from ._source import CudaSource
+from ._toolkit import toolkit_include_dirs
 
 __all__ = ["CompiledProgram", "compile_program", "nvrtc_version", "supported_archs", "validate_arch"]
 
@@ -113,7 +114,7 @@ def compile_program(source: CudaSource, arch: str, options: CompileOptions | Non
     mod = _cuda.nvrtc()
     prog = _cuda.nvrtc_call("nvrtcCreateProgram", source.text.encode(), source.name.encode(), 0, [], [])
     try:
-        roots = list(include_paths) + list(_cuda.toolkit_include_dirs())
+        roots = list(include_paths) + list(toolkit_include_dirs())
         flags = options.flags(arch) + [f"--include-path={p}" for p in roots]
         flags = [f.encode() for f in flags]
         (result,) = mod.nvrtcCompileProgram(prog, len(flags), flags)
