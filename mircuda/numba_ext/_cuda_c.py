@@ -21,8 +21,8 @@ from typing import Any
 from .. import _cuda
 from ..compile import CompileOptions, CudaSource
 from ..compile._includes import scan_dependencies
-from ..compile._toolkit import toolkit_include_dirs
 from ..compile._nvrtc import _log, validate_arch
+from ..compile._toolkit import toolkit_include_dirs
 from ..errors import CompileError, ContractError
 from . import _compat
 
