@@ -316,3 +316,100 @@ def test_entries_are_readable_by_others_as_the_umask_allows(tmp_path) -> None:
     mask = os.umask(0o022)
     os.umask(mask)
     assert entry.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+# --- crafted entries: valid checksum, metadata that lies (issue 12, item 5) ---
+
+def crafted(data: bytes, meta_bytes: bytes | None = None, image: bytes | None = None, **meta_changes) -> bytes:
+    """Rewrite an entry's metadata and/or image and frame it with a correct checksum and length."""
+    (meta_len,) = struct.unpack_from("<I", data, 108)
+    meta = json.loads(data[112:112 + meta_len])
+    meta.update(meta_changes)
+    if meta_bytes is None:
+        meta_bytes = json.dumps(meta).encode()
+    payload = struct.pack("<I", len(meta_bytes)) + meta_bytes + (data[112 + meta_len:] if image is None else image)
+    return reframe(data, payload=payload, length=len(payload))
+
+
+LYING_ENTRIES = {
+    "metadata nested 100000 deep": lambda d: crafted(d, meta_bytes=b"[" * 100_000 + b"]" * 100_000),
+    "nested inside a field": lambda d: crafted(d, meta_bytes=(
+        b'{"arch": "sm_90", "output": "cubin", "abi": "c", "nvrtc_version": [13, 0], "symbols": [], "log": '
+        + b"[" * 50_000 + b"]" * 50_000 + b"}")),
+    "metadata arch differs from the header": lambda d: crafted(d, arch="sm_80"),
+    "metadata NVRTC differs from the header": lambda d: crafted(d, nvrtc_version=[12, 9]),
+    "another ABI for CUDA C": lambda d: crafted(d, abi="numba"),
+    "empty ABI": lambda d: crafted(d, abi=""),
+    "empty output": lambda d: crafted(d, output=""),
+    "PTX output for a CUBIN request": lambda d: crafted(d, output="ptx", image=b".version 9.0\n\0"),
+    "empty image": lambda d: crafted(d, image=b""),
+    "a symbol map for CUDA C": lambda d: crafted(d, symbols=[["scale", "_Z5scalev"]]),
+    "a symbol with NUL": lambda d: crafted(d, symbols=[["scale", "sc\0ale"]]),
+    "negative NVRTC version": lambda d: crafted(d, nvrtc_version=[-1, 0]),
+    "bool as NVRTC version": lambda d: crafted(d, nvrtc_version=[True, 0]),
+    "metadata is a list": lambda d: crafted(d, meta_bytes=b"[1, 2]"),
+    "an extra field": lambda d: crafted(d, extra=1),
+    "a field missing": lambda d: crafted(d, meta_bytes=b'{"arch": "sm_90"}'),
+    "invalid UTF-8 metadata": lambda d: crafted(d, meta_bytes=b'{"arch": "\xff"}'),
+}
+
+
+@pytest.mark.parametrize("lie", LYING_ENTRIES.values(), ids=LYING_ENTRIES.keys())
+def test_a_checksummed_entry_whose_metadata_lies_is_a_counted_miss(tmp_path, populated, lie) -> None:
+    path, key, program = populated
+    path.write_bytes(lie(path.read_bytes()))
+    compiler = cached(tmp_path)
+    assert compiler.compile(SOURCE) == program  # no RecursionError, no contradicting program
+    assert compiler.cache_stats() == stats(compilations=1, persistent_failures=1)
+    assert _persistent.decode_entry(path.read_bytes(), key, ARCH, mc.nvrtc_version()) == program
+
+
+def test_a_ptx_image_with_a_nul_inside_is_refused(tmp_path) -> None:
+    ptx = mc.CompileOptions(output="ptx")
+    compiler = cached(tmp_path, "compute_90")
+    program = compiler.compile(SOURCE, ptx)
+    key = compiler.cache_key(SOURCE, ptx)
+    path = tmp_path / f"{key}.mcm"
+    path.write_bytes(crafted(path.read_bytes(), image=b".version 9.0\0.entry other\n\0"))
+    with pytest.raises(_persistent.EntryError, match="exactly one NUL"):
+        _persistent.decode_entry(path.read_bytes(), key, "compute_90", mc.nvrtc_version())
+    again = cached(tmp_path, "compute_90")
+    assert again.compile(SOURCE, ptx) == program
+    assert again.cache_stats() == stats(compilations=1, persistent_failures=1)
+
+
+def test_a_cached_program_must_have_the_requested_output_and_abi(populated) -> None:
+    path, key, program = populated
+    data = path.read_bytes()
+    expect = _persistent.EntryExpectation
+    assert _persistent.decode_entry(data, key, ARCH, mc.nvrtc_version(), expect("cubin", "c", mc.nvrtc_version(), ())) \
+        == program
+    for wrong in (expect(output="ptx"), expect(abi="numba"), expect(nvrtc_version=(1, 0)),
+                  expect(symbols=(("a", "b"),))):
+        with pytest.raises(_persistent.EntryError, match="expected"):
+            _persistent.decode_entry(data, key, ARCH, mc.nvrtc_version(), wrong)
+
+
+def test_a_reader_bug_is_still_a_miss(tmp_path, populated, monkeypatch) -> None:
+    """Whatever the reader raises on an entry, the compile goes on and the entry is dropped."""
+    _, _, program = populated
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the reader")
+
+    monkeypatch.setattr(_persistent, "decode_entry", broken)
+    compiler = cached(tmp_path)
+    assert compiler.compile(SOURCE) == program
+    assert compiler.cache_stats().persistent_failures >= 1
+
+
+def test_a_program_that_cannot_be_read_back_is_not_written(tmp_path) -> None:
+    @dataclass(frozen=True)
+    class EmptyAbi(ForeignSource):
+        def build(self, arch: str, options: mc.CompileOptions) -> mc.CompiledProgram:
+            return replace(super().build(arch, options), abi="")
+
+    compiler = cached(tmp_path)
+    assert compiler.compile(EmptyAbi()).abi == ""
+    assert compiler.cache_stats() == stats(compilations=1, persistent_failures=1)
+    assert entry_files(tmp_path) == []

@@ -7,8 +7,9 @@ share one cache implementation, :class:`_CachingCompiler`.
 The cache key (SHA-256, hex) covers: the source digest (for a CUDA C source: its name and text; any
 other :class:`ModuleSource` makes its digest cover its own toolchain), the normalized options, the
 target architecture and the NVRTC version, and for CUDA C sources also the include roots and the
-fingerprint of every header the source can include from them or from its own directory (see
-:mod:`mircuda.compile._includes`).
+fingerprint of every header the source can include from them, from its own directory or from the
+toolkit header directories (cudart, CCCL), plus, for a source with any include directive, the
+toolkit's paths, wheel versions and listings (see :mod:`mircuda.compile._includes`).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from ._config import CompileCacheStats, CompilerConfig
 from ._includes import IncludeDependencies, scan_dependencies
 from ._nvrtc import CompiledProgram, nvrtc_version, validate_arch
 from ._options import CompileOptions
-from ._persistent import PersistentCache
+from ._persistent import EntryExpectation, PersistentCache
 from ._source import CudaSource, ModuleSource, compile_program
+from ._toolkit import toolkit_include_dirs
 
 if TYPE_CHECKING:
     from ..launch import KernelContract, TypedKernel
@@ -36,7 +38,7 @@ __all__ = ["CompileCacheStats", "Compiler", "CompilerConfig", "Module", "Offline
 
 log = logging.getLogger("mircuda.compile")
 
-KEY_FORMAT = "mircuda-compile-key/1"
+KEY_FORMAT = "mircuda-compile-key/2"
 """Mixed into every key: bump it when what a key covers changes."""
 
 class Module:
@@ -172,8 +174,10 @@ class _CachingCompiler(Generic[T]):
 
     def cache_key(self, source: ModuleSource, options: CompileOptions | None = None) -> str:
         """The cache key (hex SHA-256) ``source`` compiled with ``options`` has now: it changes when
-        the source, the options, the target, the NVRTC version, the include roots or the contents
-        of a header the source can include change. The cache directory names entries by it.
+        the source, the options, the target, the NVRTC version, the include roots, the contents
+        of a header the source can include (from the roots, its own directory or the toolkit's
+        header directories) or, for a source with includes, the toolkit's paths and wheel versions
+        change. The cache directory names entries by it.
 
         Raises:
             ContractError: ``source`` or ``options`` has the wrong type.
@@ -220,7 +224,7 @@ class _CachingCompiler(Generic[T]):
         deps = None
         if isinstance(source, CudaSource):
             roots = self._config.include_paths
-            deps = scan_dependencies(source.text, source.name, roots)
+            deps = scan_dependencies(source.text, source.name, roots, toolkit_include_dirs())
             parts += ["roots", *roots, "includes", deps.digest]
         return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest(), deps
 
@@ -232,6 +236,13 @@ class _CachingCompiler(Generic[T]):
     def _before_build(self, options: CompileOptions) -> None:
         """Checks that must fail before a cached or fresh image is used."""
 
+    def _expectation(self, source: ModuleSource, options: CompileOptions) -> EntryExpectation:
+        """What a cached program for this request must be (an entry that says otherwise is a miss)."""
+        if isinstance(source, CudaSource):
+            return EntryExpectation(options.output, "c", self._nvrtc, ())
+        abi = getattr(source, "abi", None)
+        return EntryExpectation(options.output, abi if isinstance(abi, str) else None)
+
     def _load(self, program: CompiledProgram) -> T:
         raise NotImplementedError
 
@@ -239,7 +250,7 @@ class _CachingCompiler(Generic[T]):
         self._before_build(options)
         cache = self._persistent
         if cache is not None:
-            found = cache.load(key, self._arch, self._nvrtc)
+            found = cache.load(key, self._arch, self._nvrtc, self._expectation(source, options))
             if found.failure is not None:
                 self._persistent_failures += 1
             if found.program is not None:

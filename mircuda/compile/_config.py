@@ -44,6 +44,9 @@ class CompilerConfig:
             if not isinstance(p, (str, os.PathLike)):
                 raise ContractError(f"include_paths[{i}]", "a str or os.PathLike", type(p).__name__)
             resolved = os.path.abspath(os.fspath(p))
+            if isinstance(resolved, str) and "\0" not in resolved and not _encodable(resolved):
+                raise ContractError(f"include_paths[{i}]", "a directory path encodable as UTF-8 (NVRTC's "
+                                    "--include-path is UTF-8 text)", repr(resolved))
             if not os.path.isdir(resolved):
                 raise ContractError(f"include_paths[{i}]", "an existing directory", repr(resolved))
             if resolved not in roots:
@@ -69,6 +72,14 @@ class CompilerConfig:
                 raise ContractError("cache_directory", "a directory (or a path where one can be made)",
                                     repr(directory), f"{parent!r} is a file")
             object.__setattr__(self, "cache_directory", directory)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,11 @@ def _base_directory(relative_to: str | os.PathLike[str] | None, depth: int) -> t
     if relative_to is not None:
         if not isinstance(relative_to, (str, os.PathLike)):
             raise ContractError("relative_to", "None, a str or an os.PathLike", type(relative_to).__name__)
-        base = os.path.abspath(os.fspath(relative_to))
+        given = os.fspath(relative_to)
+        if isinstance(given, bytes) or not _is_path_text(given):
+            raise ContractError("relative_to", "a directory path (str) without NUL, encodable as UTF-8",
+                                repr(relative_to))
+        base = os.path.abspath(given)
         return base, f"{base!r} (relative_to)"
     caller = sys._getframe(depth + 1).f_code.co_filename
     if os.path.isfile(caller):
@@ -31,9 +35,26 @@ def _resolve(path: object, argument: str, base: str) -> str:
     if not isinstance(path, (str, os.PathLike)):
         raise ContractError(argument, "a path (str or os.PathLike)", type(path).__name__)
     text = os.fspath(path)
-    if isinstance(text, bytes) or not text or any(c in text for c in "\0\n\r"):
-        raise ContractError(argument, "a non-empty file path without NUL or line breaks", repr(path))
-    return os.path.normpath(os.path.join(base, text))
+    if isinstance(text, bytes) or not text or any(c in text for c in "\n\r") or not _is_path_text(text):
+        raise ContractError(argument, "a non-empty file path without NUL or line breaks, encodable as UTF-8",
+                            repr(path), "the path names the NVRTC program, which NVRTC takes as UTF-8 text")
+    resolved = os.path.normpath(os.path.join(base, text))
+    if not _is_path_text(resolved):  # the base directory's own name is not UTF-8
+        raise ContractError(argument, "a file whose absolute path is encodable as UTF-8", repr(resolved),
+                            "the path names the NVRTC program, which NVRTC takes as UTF-8 text")
+    return resolved
+
+
+def _is_path_text(text: str) -> bool:
+    """No NUL (no OS path holds one) and encodable as UTF-8 (a name that is not, e.g. b"\\xff"
+    decoded by os.fsdecode, cannot become an NVRTC program name)."""
+    if "\0" in text:
+        return False
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _read(path: str, argument: str, given: object, origin: str) -> str:

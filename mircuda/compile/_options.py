@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -66,9 +67,8 @@ class CompileOptions:
                 raise ContractError("defines", "macro names that are C identifiers", repr(name))
             if value is not None and not isinstance(value, (str, int)) or isinstance(value, bool):
                 raise ContractError(f"defines[{name!r}]", "a str, an int or None", repr(value))
-            if isinstance(value, str) and ("\n" in value or "\0" in value):
-                raise ContractError(f"defines[{name!r}]", "a single-line value", repr(value))
-            norm.append((name, None if value is None else str(value)))
+            text = None if value is None else _define_text(name, value)
+            norm.append((name, text))
         names = [n for n, _ in norm]
         if len(set(names)) != len(names):
             raise ContractError("defines", "each macro once", repr(names))
@@ -88,7 +88,9 @@ class CompileOptions:
         object.__setattr__(self, "extra_flags", tuple(self.extra_flags))
         if self.output not in ("cubin", "ptx"):
             raise ContractError("output", "'cubin' or 'ptx'", repr(self.output))
-        object.__setattr__(self, "key", "\x1f".join(self.flags("<arch>") + [f"output={self.output}"]))
+        # JSON keeps the flags apart whatever a define's value holds (a joined string would let
+        # {"A": "x<sep>-DB=y"} and {"A": "x", "B": "y"} share a key, and so a cached module).
+        object.__setattr__(self, "key", json.dumps(self.flags("<arch>") + [f"output={self.output}"]))
 
     def flags(self, arch: str) -> list[str]:
         """The NVRTC command line for ``arch`` (e.g. ``sm_90a``), in a canonical order."""
@@ -102,3 +104,18 @@ class CompileOptions:
             out.append(f"--maxrregcount={self.max_registers}")
         out += list(self.extra_flags)
         return out
+
+
+def _define_text(name: str, value: str | int) -> str:
+    """A define's value as NVRTC receives it: one line of UTF-8 text."""
+    try:
+        text = str(value)  # an int of more than sys.get_int_max_str_digits() digits raises ValueError
+        text.encode()
+    except UnicodeEncodeError:
+        raise ContractError(f"defines[{name!r}]", "text encodable as UTF-8", repr(value)[:80]) from None
+    except ValueError:
+        raise ContractError(f"defines[{name!r}]", "an int Python can write in decimal",
+                            f"an int of about {int(int(value).bit_length() * 0.30103)} digits") from None
+    if any(c in text for c in "\n\r\0"):
+        raise ContractError(f"defines[{name!r}]", "a single-line value without NUL", repr(value))
+    return text

@@ -15,8 +15,11 @@ Entry layout (little-endian), one file ``<key>.mcm`` per key in the cache direct
                   abi, symbols}, the JSON, then the image (CUBIN, or PTX with its terminating NUL)
 
 On read every field is checked against what the caller expects (magic, version, key, arch, NVRTC
-version, exact length, checksum, JSON fields and types, the image's form); an entry that fails is
-removed — only if it is still the file that was read — and the caller rebuilds. Writes go to a
+version, exact length, checksum, JSON fields and types, the image's form) and the metadata against
+the header and the request (:class:`EntryExpectation`: the metadata's arch is the header's, its
+output the one asked for, a CUDA C entry has the ``"c"`` ABI, no symbol map and the header's NVRTC
+version); an entry that fails — including any failure of the reader itself, e.g. metadata nested
+too deeply for the JSON parser — is a miss and is removed — only if it is still the file that was read — and the caller rebuilds. Writes go to a
 temporary file in the same directory, are flushed and fsynced, and are moved into place with
 ``os.replace``: readers see the old entry or the new one, never a mix, and concurrent writers of
 one key each install a complete entry (the last one stays). Temporary files older than an hour
@@ -42,7 +45,8 @@ from dataclasses import dataclass
 
 from ._nvrtc import CompiledProgram
 
-__all__ = ["EntryError", "PersistentCache", "decode_entry", "encode_entry", "FORMAT_VERSION", "MAGIC"]
+__all__ = ["FORMAT_VERSION", "MAGIC", "EntryError", "EntryExpectation", "PersistentCache", "decode_entry",
+           "encode_entry"]
 
 log = logging.getLogger("mircuda.compile")
 
@@ -61,8 +65,31 @@ class EntryError(ValueError):
     """A persistent entry is corrupt or belongs to another key, arch or NVRTC version."""
 
 
+@dataclass(frozen=True)
+class EntryExpectation:
+    """What the compiler asking for an entry knows the program must be; None: anything valid.
+
+    Attributes:
+        output: ``"cubin"`` or ``"ptx"``, from the compile options.
+        abi: the launch ABI (``"c"`` for CUDA C sources).
+        nvrtc_version: the program's ``(major, minor)`` (the compiler's NVRTC for CUDA C sources;
+            other sources, e.g. Numba's, record the PTX release they produced).
+        symbols: the symbol map (empty for CUDA C sources, whose names are unmangled).
+    """
+
+    output: str | None = None
+    abi: str | None = None
+    nvrtc_version: tuple[int, int] | None = None
+    symbols: tuple[tuple[str, str], ...] | None = None
+
+
 def encode_entry(key: str, arch: str, nvrtc: tuple[int, int], program: CompiledProgram) -> bytes:
-    """Frame ``program`` as an entry for ``key`` (hex SHA-256), compiled for ``arch`` by ``nvrtc``."""
+    """Frame ``program`` as an entry for ``key`` (hex SHA-256), compiled for ``arch`` by ``nvrtc``.
+
+    Raises:
+        EntryError: the program could not be read back from the entry (e.g. an empty image or a
+            field of the wrong type); ValueError, TypeError: its metadata is not JSON-serializable.
+    """
     meta = json.dumps({"arch": program.arch, "output": program.output, "log": program.log,
                        "nvrtc_version": list(program.nvrtc_version), "abi": program.abi,
                        "symbols": [list(s) for s in program.symbols]}, separators=(",", ":")).encode()
@@ -73,11 +100,15 @@ def encode_entry(key: str, arch: str, nvrtc: tuple[int, int], program: CompiledP
     header = _HEADER.pack(MAGIC, FORMAT_VERSION, nvrtc[0], nvrtc[1], arch_bytes, bytes.fromhex(key), len(payload))
     h = hashlib.sha256(header)
     h.update(payload)
-    return header + h.digest() + payload
+    entry = header + h.digest() + payload
+    decode_entry(entry, key, arch, nvrtc)  # never write what no reader would accept (EntryError)
+    return entry
 
 
-def decode_entry(data: bytes, key: str, arch: str, nvrtc: tuple[int, int]) -> CompiledProgram:
-    """Validate an entry against the expected ``key``, ``arch`` and ``nvrtc`` and return its program.
+def decode_entry(data: bytes, key: str, arch: str, nvrtc: tuple[int, int],
+                 expect: EntryExpectation | None = None) -> CompiledProgram:
+    """Validate an entry against the expected ``key``, ``arch``, ``nvrtc`` and ``expect`` and return
+    its program.
 
     Raises:
         EntryError: naming the first check that failed.
@@ -102,7 +133,9 @@ def decode_entry(data: bytes, key: str, arch: str, nvrtc: tuple[int, int]) -> Co
     h.update(memoryview(data)[HEADER_SIZE:])
     if h.digest() != data[_HEADER.size:HEADER_SIZE]:
         raise EntryError("checksum mismatch")
-    return _decode_payload(memoryview(data)[HEADER_SIZE:])
+    program = _decode_payload(memoryview(data)[HEADER_SIZE:])
+    _check_agrees(program, arch, expect or EntryExpectation())
+    return program
 
 
 def _decode_payload(payload: memoryview) -> CompiledProgram:
@@ -113,23 +146,53 @@ def _decode_payload(payload: memoryview) -> CompiledProgram:
         raise EntryError("metadata longer than the payload")
     try:
         meta = json.loads(bytes(payload[4:4 + meta_len]))
+        if not isinstance(meta, dict) or set(meta) != _META_FIELDS:
+            raise EntryError(f"bad metadata: fields {sorted(meta) if isinstance(meta, dict) else type(meta).__name__}"
+                             f", expected {sorted(_META_FIELDS)}")
         arch, output, text_log, abi = meta["arch"], meta["output"], meta["log"], meta["abi"]
         major, minor = meta["nvrtc_version"]
         symbols = tuple((a, b) for a, b in meta["symbols"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise EntryError(f"bad metadata: {exc}") from None
+    except EntryError:
+        raise
+    # RecursionError: metadata nested deeper than the parser's stack (a crafted entry).
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise EntryError(f"bad metadata: {type(exc).__name__}: {str(exc)[:200]}") from None
     if not all(isinstance(v, str) for v in (arch, output, text_log, abi)) or not all(
-            type(v) is int for v in (major, minor)) or not all(
-            isinstance(a, str) and isinstance(b, str) for a, b in symbols):
-        raise EntryError("bad metadata: a field has the wrong type")
+            type(v) is int and 0 <= v < 1 << 31 for v in (major, minor)) or not all(
+            isinstance(a, str) and isinstance(b, str) and _is_name(a) and _is_name(b) for a, b in symbols):
+        raise EntryError("bad metadata: a field has the wrong type or range")
+    if output not in ("cubin", "ptx"):
+        raise EntryError(f"bad metadata: output {output!r}, expected 'cubin' or 'ptx'")
+    if not _is_name(abi):
+        raise EntryError(f"bad metadata: ABI {abi!r}")
+    if len({a for a, _ in symbols}) != len(symbols):
+        raise EntryError("bad metadata: a symbol mapped twice")
     image = bytes(payload[4 + meta_len:])
     if not image:
         raise EntryError("empty image")
     if output == "cubin" and not image.startswith(_ELF):
         raise EntryError("a CUBIN image that is not an ELF file")
-    if output == "ptx" and not image.endswith(b"\0"):
-        raise EntryError("a PTX image without its terminating NUL")
+    # The driver reads PTX up to its first NUL: one anywhere else would load a truncated module.
+    if output == "ptx" and image.find(b"\0") != len(image) - 1:
+        raise EntryError("a PTX image without exactly one NUL, its terminating one")
     return CompiledProgram(arch, output, image, text_log, (major, minor), abi, symbols)
+
+
+_META_FIELDS = frozenset(("arch", "output", "log", "nvrtc_version", "abi", "symbols"))
+
+
+def _is_name(text: str) -> bool:
+    return bool(text) and "\0" not in text
+
+
+def _check_agrees(program: CompiledProgram, arch: str, expect: EntryExpectation) -> None:
+    """Refuse metadata that contradicts the header or the request."""
+    if program.arch != arch:
+        raise EntryError(f"metadata arch {program.arch!r}, the header says {arch!r}")
+    for name in ("output", "abi", "nvrtc_version", "symbols"):
+        wanted = getattr(expect, name)
+        if wanted is not None and getattr(program, name) != wanted:
+            raise EntryError(f"metadata {name} {getattr(program, name)!r}, expected {wanted!r}")
 
 
 @dataclass(frozen=True)
@@ -165,8 +228,9 @@ class PersistentCache:
         """The entry file of ``key`` (hex SHA-256)."""
         return os.path.join(self.directory, key + SUFFIX)
 
-    def load(self, key: str, arch: str, nvrtc: tuple[int, int]) -> LoadResult:
-        """Read and validate the entry of ``key``; remove it if it is invalid."""
+    def load(self, key: str, arch: str, nvrtc: tuple[int, int],
+             expect: EntryExpectation | None = None) -> LoadResult:
+        """Read and validate the entry of ``key``; remove it if it is invalid. Never raises."""
         path = self.path(key)
         try:
             with open(path, "rb") as f:
@@ -174,13 +238,15 @@ class PersistentCache:
                 data = f.read(MAX_ENTRY_BYTES + 1)
         except FileNotFoundError:
             return LoadResult(None)
-        except OSError as exc:
+        except (OSError, ValueError, MemoryError) as exc:
             log.debug("persistent cache: cannot read %s: %s", path, exc)
             return LoadResult(None, f"read failed: {exc}")
         token = _token(st)
         try:
-            return LoadResult(decode_entry(data, key, arch, nvrtc), None, token)
-        except EntryError as exc:
+            return LoadResult(decode_entry(data, key, arch, nvrtc, expect), None, token)
+        # Anything the reader raises means the entry cannot be trusted: a miss, never a failed
+        # compile (EntryError is the expected kind; the rest would be a reader bug on crafted input).
+        except Exception as exc:  # noqa: BLE001
             log.debug("persistent cache: rejected %s: %s", path, exc)
             self.discard(key, token)
             return LoadResult(None, f"invalid entry: {exc}", token)
@@ -237,7 +303,9 @@ class PersistentCache:
                 self._swept = True
                 self.sweep_temporary_files()
             return None
-        except (OSError, EntryError) as exc:
+        # OSError: the directory; EntryError, ValueError, TypeError: a program that cannot be framed
+        # (e.g. from a foreign ModuleSource). Whatever it is, the compile has its result: do not fail it.
+        except Exception as exc:  # noqa: BLE001
             log.debug("persistent cache: cannot write %s: %s", self.path(key), exc)
             return f"write failed: {exc}"
         finally:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from .._caller import warn_at_caller
 from ..errors import CompileWarning, ContractError
 from ._nvrtc import CompiledProgram, nvrtc_compile, nvrtc_version, validate_arch
 from ._options import CompileOptions
@@ -104,7 +104,7 @@ def compile_program(source: CudaSource, arch: str, options: CompileOptions | Non
     image, log = nvrtc_compile(source.text, source.name, arch, options, output=options.output,
                                include_paths=include_paths)
     if log:
-        warnings.warn(CompileWarning(f"NVRTC warnings for {source.name!r} ({arch}):\n{log}"), stacklevel=3)
+        warn_at_caller(CompileWarning(f"NVRTC warnings for {source.name!r} ({arch}):\n{log}"))
     return CompiledProgram(arch, options.output, image, log, nvrtc_version())
 
 

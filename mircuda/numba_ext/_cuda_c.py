@@ -21,6 +21,7 @@ from typing import Any
 from ..compile import CompileOptions, CudaSource
 from ..compile._includes import scan_dependencies
 from ..compile._nvrtc import nvrtc_compile, validate_arch
+from ..compile._toolkit import toolkit_include_dirs
 from ..errors import CompileError, ContractError
 from . import _compat
 
@@ -169,7 +170,7 @@ def declare_device(name: str, signature: Any, source: CudaSource | str | os.Path
 
     fn = cuda.declare_device(name, restype(*args), link=[linked], abi="c")
     # The headers the source includes are part of its identity: read now, like the source itself.
-    headers = scan_dependencies(src.text, src.name, dirs).digest
+    headers = scan_dependencies(src.text, src.name, dirs, toolkit_include_dirs()).digest
     fn._mircuda_digest = hashlib.sha256(f"{name}\0{restype(*args)}\0{src.digest}\0{headers}".encode()).hexdigest()
     fn._mircuda_source = linked
     fn._mircuda_declaration = (name, str(restype), tuple(str(a) for a in args))

@@ -158,3 +158,80 @@ extern "C" __global__ void scale(float* y, const float* x, float a, unsigned n) 
     assert compiler.cache_stats().compilations == 2
     x.free(stream)
     y.free(stream)
+
+
+def test_a_toolkit_header_edit_rebuilds_the_module(context, stream, pool, rng, tmp_path, monkeypatch) -> None:
+    """Issue 12 item 3: headers from the toolkit directories (here a fake one) are in the key."""
+    toolkit = tmp_path / "toolkit"
+    toolkit.mkdir()
+    for name, module in list(sys.modules.items()):  # the key's lookup and NVRTC's
+        if name.startswith("mircuda") and hasattr(module, "toolkit_include_dirs"):
+            monkeypatch.setattr(module, "toolkit_include_dirs", lambda: (str(toolkit),))
+    source = mc.cuda_kernel(r'''
+#include <fake_toolkit_factor.h>
+extern "C" __global__ void scale(float* y, const float* x, float a, unsigned n) {
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = FACTOR * a * x[i];
+}''', "scale_toolkit.cu")
+    compiler = cached(context, tmp_path / "cache")
+    n = 1000
+    x_h = rng.standard_normal(n).astype(np.float32)
+    x = upload(context, stream, pool, x_h)
+    y = pool.allocate(mc.f32, stream, n)
+    for factor in (2.0, 3.0):
+        (toolkit / "fake_toolkit_factor.h").write_text(f"#define FACTOR {factor}f\n")
+        stream.memset(y, 0xFF)
+        compiler.compile(source).kernel(Scale).launch(stream, mc.LaunchConfig.for_elements(n, 256), y, x, 0.5, n)
+        np.testing.assert_allclose(download(context, stream, y), factor * 0.5 * x_h, rtol=1e-6)
+    assert compiler.cache_stats().compilations == 2
+    x.free(stream)
+    y.free(stream)
+
+
+def lie(data: bytes, meta_bytes: bytes | None = None, **changes) -> bytes:
+    """An entry with rewritten metadata and a correct checksum."""
+    import hashlib
+    import struct
+
+    (meta_len,) = struct.unpack_from("<I", data, 108)
+    meta = json.loads(data[112:112 + meta_len])
+    meta.update(changes)
+    raw = json.dumps(meta).encode() if meta_bytes is None else meta_bytes
+    payload = struct.pack("<I", len(raw)) + raw + data[112 + meta_len:]
+    header = data[:68] + struct.pack("<Q", len(payload))
+    return header + hashlib.sha256(header + payload).digest() + payload
+
+
+LIES = {
+    "deeply nested metadata": lambda d: lie(d, meta_bytes=b"[" * 100_000 + b"]" * 100_000),
+    "the Numba ABI for CUDA C": lambda d: lie(d, abi="numba"),
+    "another arch in the metadata": lambda d: lie(d, arch="sm_80"),
+    "empty output": lambda d: lie(d, output=""),
+}
+
+
+@pytest.mark.parametrize("liar", LIES.values(), ids=LIES.keys())
+def test_a_checksummed_entry_that_lies_is_rebuilt_on_the_device(context, stream, pool, rng, tmp_path, liar) -> None:
+    """Issue 12 item 5: a valid checksum does not make contradicting metadata a hit."""
+    writer = cached(context, tmp_path)
+    program = writer.compile(SCALE).program
+    path = tmp_path / f"{writer.cache_key(SCALE)}.mcm"
+    path.write_bytes(liar(path.read_bytes()))
+    rebuilt = cached(context, tmp_path)
+    module = rebuilt.compile(SCALE)
+    assert rebuilt.cache_stats() == mc.CompileCacheStats(compilations=1, persistent_failures=1)
+    assert module.program == program
+    check_scale(context, stream, pool, module, rng)
+
+
+def test_nvrtc_warnings_of_a_device_compile_point_at_the_caller(context) -> None:
+    import inspect
+    import warnings
+
+    source = mc.cuda_kernel('extern "C" __global__ void k(int* o) { int unused; o[0] = 1; }', "warn_gpu.cu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = inspect.currentframe().f_lineno + 1  # type: ignore[union-attr]
+        mc.Compiler(context).compile(source, mc.CompileOptions(extra_flags=("--ftz=true", "--ftz=false")))
+    (w,) = [w for w in caught if issubclass(w.category, mc.CompileWarning)]
+    assert (w.filename, w.lineno) == (__file__, line)
