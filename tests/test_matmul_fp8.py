@@ -104,9 +104,16 @@ def test_the_sources_inline_the_shared_decode_header() -> None:
     assert '#include "decode_common.cuh"' not in text and text.count("namespace decode {") == 1
 
 
-@pytest.mark.parametrize("m, rows", [(1, 8), (2, 8), (4, 8), (5, 4), (8, 4), (9, 2), (16, 2)])
+@pytest.mark.parametrize("m, rows", [(1, 8), (2, 8), (3, 4), (4, 4), (5, 4), (8, 4), (9, 2), (16, 2)])
 def test_rows_per_block_keep_one_output_per_lane(m, rows) -> None:
     assert fp8_gemv_rows(m) == rows and rows * m <= 32 and 128 % rows == 0
+
+
+@pytest.mark.parametrize("m", [0, 17, 2.0, True])
+def test_rows_are_defined_for_m_1_to_16_only(m) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        fp8_gemv_rows(m)
+    assert info.value.argument == "m" and info.value.received == repr(m)
 
 
 # -- scale layouts and the reference quantizers ------------------------------------------------

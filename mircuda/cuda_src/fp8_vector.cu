@@ -98,11 +98,15 @@ __device__ __forceinline__ void fp8_gemv(__nv_bfloat16* d, const __nv_bfloat16* 
         // L2 is the point of coherence) overlap this kernel's ramp with that kernel's tail; nothing that
         // kernel may write (A, the scales, C) is read before griddepcontrol.wait.
         // Lane -> (row lane / 4 mod R, 128-byte line lane % 4 of the chunk).
+        // (The row's address is computed, not indexed from rows[]: a run-time index would put rows[] in
+        // local memory.)
         const int rr = (lane >> 2) % kRows;
+        const long long r = row0 + rr < n ? row0 + rr : (long long)n - 1;
         for (int i = 0; i < 2; ++i) {
             const int ch = warp + i * warps;
             if (ch < full)
-                decode::prefetch_l2(reinterpret_cast<const unsigned short*>(rows[rr] + ch * kChunk + (lane & 3) * 128));
+                decode::prefetch_l2(reinterpret_cast<const unsigned short*>(b + r * (long long)k + ch * kChunk +
+                                                                            (lane & 3) * 128));
         }
         decode::pdl_trigger_early();
         decode::pdl_wait();
