@@ -190,6 +190,20 @@ def test_a_partial_block_scales_only_the_elements_that_exist() -> None:
     assert codes.astype(np.float32)[0, 129] == -448
 
 
+def test_a_block_of_bf16_subnormals_gets_an_fp32_subnormal_scale_and_codes_up_to_448() -> None:
+    x = (np.arange(-64, 64) * 2.0**-133).astype(np.float32).astype(mc.bf16).reshape(1, 128)
+    codes, scales = quantize_activations_reference(x)
+    assert 0 < scales[0, 0] < np.finfo(np.float32).tiny and scales[0, 0] == np.float32(64 * 2.0**-133) / np.float32(448)
+    assert np.abs(codes.astype(np.float32)).max() == 448 and codes.astype(np.float32)[0, 64] == 0
+
+
+@pytest.mark.parametrize("block", [np.array([1, 128]), [1, 128], (1, 128.5)])
+def test_a_block_must_be_one_of_the_two_tuples(block) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        quantize_reference(np.zeros((1, 4)), block)
+    assert info.value.argument == "block"
+
+
 def test_non_finite_inputs_make_the_scale_non_finite() -> None:
     x = np.ones((2, 128), np.float32)
     x[0, 5], x[1, 9] = np.nan, -np.inf

@@ -81,7 +81,7 @@ def weight_scale_shape(n: int, k: int) -> tuple[int, int]:
 
 
 def _check_block(block: Any) -> tuple[int, int]:
-    if block not in (ACTIVATION_BLOCK, WEIGHT_BLOCK) or not isinstance(block, tuple):
+    if not isinstance(block, tuple) or block not in (ACTIVATION_BLOCK, WEIGHT_BLOCK):
         raise ContractError("block", "(1, 128) (activations) or (128, 128) (weights)", repr(block))
     return block
 

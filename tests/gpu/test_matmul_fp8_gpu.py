@@ -173,7 +173,10 @@ def test_the_device_quantizers_match_the_reference_bit_for_bit(context, stream, 
         x[0, 128:256] = 0.0          # an all-zero block: scale 1, codes +0
     if shape[0] > 1 and shape[1] > 128:
         x[1, :128] = -0.0            # codes -0 (0x80) where the whole block is -0 (activations)
-    x.ravel()[rng.integers(0, x.size, 8)] = mc.bf16(2.0**-133)  # BF16 subnormals: tiny scales stay exact
+    x.ravel()[rng.integers(0, x.size, 8)] = mc.bf16(2.0**-133)  # BF16 subnormals among normal values
+    if shape[0] > 2 and shape[1] >= 128:  # a block of BF16 subnormals only: its scale is an FP32 subnormal
+        x[2, :128] = (rng.integers(-20, 21, 128) * 2.0**-133).astype(np.float32).astype(mc.bf16)
+        x[2, 0] = mc.bf16(19 * 2.0**-133)
     q, s = quantize_on_device(context, stream, pool, x, block)
     rq, rs = quantize_activations_reference(x) if block == (1, 128) else quantize_weights_reference(x)
     np.testing.assert_array_equal(s.view(np.uint32), rs.view(np.uint32))
