@@ -15,6 +15,7 @@ from .graph import Graph, KernelNode
 from .launch import (ArgumentPacker, FunctionAttributes, In, InOut, KernelContract, LaunchConfig, Out,
                      TypedKernel, cuda_export)
 from .matmul import CutlassError, CutlassNotFound, DenseMatmulPlan, DenseMatmulSpec, DenseVectorPlan, DenseVectorSpec
+from .matmul import BlockwiseFp8Plan, BlockwiseFp8Quantizer, BlockwiseFp8Unavailable, BlockwiseFp8VectorPlan
 from .memory import DeviceBuffer, MemoryPool, PinnedBuffer
 from .runtime import Context, Device, DeviceInfo, Driver, Event, ProfilerRange, Stream
 
@@ -30,6 +31,7 @@ __all__ = [
     "UseAfterFree", "bf16", "bool_", "compile_program", "cuda_export", "cuda_kernel", "e2m1", "e4m3", "f16",
     "f32", "f64", "i8", "i16", "i32", "i64", "nvrtc_version", "u8", "u16", "u32", "u64",
 ]
+__all__ += ["BlockwiseFp8Plan", "BlockwiseFp8Quantizer", "BlockwiseFp8Unavailable", "BlockwiseFp8VectorPlan"]
 __all__ += ["CompilerConfig", "OfflineCompiler", "cuda_kernel_file", "cuda_kernel_files"]
 
 

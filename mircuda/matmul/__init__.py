@@ -4,13 +4,24 @@ kernels for M <= 16: the dense vector kernel at M = 1, the batched GEMV above; C
 ``DenseMatmulPlan`` with M > 16 (or a forced CUTLASS kernel) needs ``libmircuda_cutlass.so``:
 ``python -m mircuda build-cutlass`` builds it (or ``MIRCUDA_CUTLASS_LIBRARY`` points at one); importing
 this package never loads it.
+
+Blockwise FP8 (DeepSeek-V3: E4M3 with FP32 scales per 1 x 128 activation and 128 x 128 weight block,
+BF16 out): ``BlockwiseFp8VectorPlan`` (M = 1) and ``BlockwiseFp8Plan`` (M <= 16; larger M raises
+``BlockwiseFp8Unavailable`` until the CUTLASS kernels are built), NVRTC kernels for cc >= 8.9;
+``BlockwiseFp8Quantizer`` makes the operands on the device, ``quantize_*_reference`` in numpy.
 """
 
 from ._build import CutlassNotFound
 from ._dense import DenseMatmulPlan, available_kernels
+from ._fp8 import BlockwiseFp8Plan, BlockwiseFp8Unavailable, BlockwiseFp8VectorPlan
 from ._library import CutlassError, CutlassLibrary, KernelInfo, load_library
+from ._quantize import (BlockwiseFp8Quantizer, activation_scale_shape, dequantize_reference,
+                        quantize_activations_reference, quantize_reference, quantize_weights_reference,
+                        weight_scale_shape)
 from ._spec import DenseMatmulSpec, DenseVectorSpec
 from ._vector import DenseVectorPlan
 
-__all__ = ["CutlassError", "CutlassLibrary", "CutlassNotFound", "DenseMatmulPlan", "DenseMatmulSpec", "DenseVectorPlan",
+__all__ = ["BlockwiseFp8Plan", "BlockwiseFp8Quantizer", "BlockwiseFp8Unavailable", "BlockwiseFp8VectorPlan",
+           "activation_scale_shape", "dequantize_reference", "quantize_activations_reference", "quantize_reference",
+           "quantize_weights_reference", "weight_scale_shape", "CutlassError", "CutlassLibrary", "CutlassNotFound", "DenseMatmulPlan", "DenseMatmulSpec", "DenseVectorPlan",
            "DenseVectorSpec", "KernelInfo", "available_kernels", "load_library"]

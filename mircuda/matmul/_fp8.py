@@ -1,0 +1,443 @@
+"""Blockwise FP8 plans (DeepSeek-V3 style): ``BlockwiseFp8VectorPlan`` (M = 1) and ``BlockwiseFp8Plan``
+(M <= 16 today), both the NVRTC kernel of ``cuda_src/fp8_vector.cu``.
+
+``D[M, N] = alpha * sum_kb sa[m, kb] * sb[n / 128, kb] * (A[m, kb] . B[n, kb]) + beta * C[M, N]`` with
+FP32 accumulation, A E4M3 ``[M, K]`` row-major, ``sa`` FP32 ``[M, ceil(K/128)]`` row-major, B E4M3
+``[N, K]`` row-major, ``sb`` FP32 ``[ceil(N/128), ceil(K/128)]`` row-major, C and D BF16 ``[M, N]``
+(the layouts and their sources: :mod:`mircuda.matmul._quantize`). Partial last blocks of K and N are
+supported; K must be a multiple of 16 (16-byte rows: the kernels' loads, and TMA's rule for the CUTLASS
+kernels to come).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from ..compile import CompileOptions, Compiler, CudaSource
+from ..dtypes import bf16, dtype_info, e4m3, f32, i32
+from ..errors import ContractError, UnsupportedPlatform
+from ..launch import In, InOut, LaunchConfig, cuda_export
+from ..memory import DeviceBuffer
+from ._quantize import activation_scale_shape, weight_scale_shape
+from ._spec import (
+    DenseMatmulSpec,
+    DenseVectorSpec,
+    check_operand,
+    check_scalar,
+    plan_stream,
+)
+from ._vector import (
+    INVALID_VALUE,
+    blocks_per_sm,
+    choose_vector_warps,
+    package_source,
+    plan_compiler,
+)
+
+if TYPE_CHECKING:
+    from ..launch import TypedKernel
+    from ..runtime import Context, Stream
+
+__all__ = [
+    "FP8_CHUNK",
+    "FP8_GEMV_MAX_M",
+    "FP8_K_MULTIPLE",
+    "FP8_MIN_CC",
+    "BlockwiseFp8Plan",
+    "BlockwiseFp8Unavailable",
+    "BlockwiseFp8VectorPlan",
+    "Fp8Gemv",
+    "fp8_gemv_executor",
+    "fp8_gemv_options",
+    "fp8_gemv_rows",
+    "fp8_vector_source",
+]
+
+FP8_GEMV_MAX_M = 16
+"""Largest M of the NVRTC kernel (``MIRCUDA_FP8_M``)."""
+FP8_CHUNK = 512
+"""Columns one warp reads per step: 32 lanes x 16 bytes (``kChunk``)."""
+FP8_K_MULTIPLE = 16
+"""K must be a multiple of this: a lane's 16-byte load never straddles the end of a row."""
+FP8_MIN_CC = (8, 9)
+"""``cvt.rn.f16x2.e4m3x2`` (PTX ISA 7.8) needs sm_89."""
+SYMBOL = "blockwise_fp8_gemv"
+
+
+class BlockwiseFp8Unavailable(UnsupportedPlatform):
+    """The blockwise FP8 plan has no kernel for this shape yet: M > 16 needs the CUTLASS blockwise FP8
+    kernels (SM90 ``KernelTmaWarpSpecializedCooperativeFP8Blockwise`` of CUTLASS example 67, SM120 the
+    blockwise kernels of example 87), which are not built into ``libmircuda_cutlass.so`` yet."""
+
+
+@functools.lru_cache(maxsize=1)
+def fp8_vector_source() -> CudaSource:
+    """``cuda_src/fp8_vector.cu`` as a :class:`CudaSource` (see :func:`package_source`)."""
+    return package_source("fp8_vector.cu")
+
+
+def fp8_gemv_rows(m: int) -> int:
+    """Weight rows per block (and per warp) for ``m`` activation rows: 8 for M <= 2, 4 for M <= 8, 2 for
+    M <= 16 (``rows * m <= 32``: one output per lane). The FP32 accumulators and partial sums of rows x M
+    outputs live in registers: ptxas (CUDA 13.0, sm_90, no spills) gives 120 registers at M = 1 with 8
+    rows, 165 at M = 2, 185 at M = 8 with 4 rows, 169 at M = 16 with 2 rows; M = 4 with 8 rows took
+    254 of the 255, so M = 3..8 take 4 rows."""
+    if type(m) is int and 1 <= m <= 2:
+        return 8
+    if type(m) is int and 3 <= m <= 8:
+        return 4
+    if type(m) is int and 9 <= m <= FP8_GEMV_MAX_M:
+        return 2
+    raise ContractError("m", f"1..{FP8_GEMV_MAX_M}", repr(m))
+
+
+def fp8_gemv_options(m: int, rows: int) -> CompileOptions:
+    """The NVRTC options of the module for ``m`` rows of A and ``rows`` weight rows per block."""
+    return CompileOptions(defines={"MIRCUDA_FP8_M": m, "MIRCUDA_FP8_ROWS": rows})
+
+
+def _check_spec_k(k: int) -> None:
+    if k % FP8_K_MULTIPLE:
+        raise ContractError("spec", f"K a multiple of {FP8_K_MULTIPLE} (16-byte rows of E4M3 codes)", f"K = {k}")
+
+
+def _check_cc(context: Context, what: str) -> None:
+    info = context.device_info()
+    if info.compute_capability < FP8_MIN_CC:
+        raise UnsupportedPlatform(f"{what} needs compute capability >= 8.9 (E4M3 conversions); {info.name} has "
+                                  f"{info.compute_capability[0]}.{info.compute_capability[1]}")
+
+
+class Fp8Gemv:
+    """The compiled FP8 GEMV for one M (1..16), N and K, with its rows, warps and launch configuration:
+    the engine of both plans (they check operands). Warps per block split K by
+    :func:`~mircuda.matmul._vector.choose_vector_warps` (one wave, 512-column chunks).
+
+    Raises:
+        ContractError: ``m`` outside 1..16 or ``warps`` not 1, 2, 4 or 8.
+        CompileError: NVRTC rejected the kernel (a bug; the log is attached).
+    """
+
+    def __init__(self, context: Context, m: int, n: int, k: int, compiler: Compiler, *,
+                 warps: int | None = None) -> None:
+        if type(m) is not int or not 1 <= m <= FP8_GEMV_MAX_M:
+            raise ContractError("m", f"1..{FP8_GEMV_MAX_M}", repr(m))
+        if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
+            raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
+        self.m, self.n, self.k = m, n, k
+        self.rows = fp8_gemv_rows(m)
+        contract = cuda_export(SYMBOL, d=InOut[DeviceBuffer[bf16]], c=In[DeviceBuffer[bf16]],
+                               a=In[DeviceBuffer[e4m3]], sa=In[DeviceBuffer[f32]], b=In[DeviceBuffer[e4m3]],
+                               sb=In[DeviceBuffer[f32]], alpha=f32, beta=f32, n=i32, k=i32)
+        self.kernel: TypedKernel = compiler.compile(fp8_vector_source(), fp8_gemv_options(m, self.rows)).kernel(contract)
+        info = context.device_info()
+        if warps is None:
+            warps = choose_vector_warps(n, k, info.multiprocessor_count,
+                                        lambda w: blocks_per_sm(context, self.kernel, w), rows=self.rows,
+                                        chunk=FP8_CHUNK)
+        self.warps = warps
+        # On cc >= 9.0 the next kernel's ramp overlaps this one's tail (see cuda_src/fp8_vector.cu).
+        self.config = LaunchConfig((-(-n // self.rows),), (32 * warps,),
+                                   programmatic_stream_serialization=info.supports_programmatic_launch)
+        self.config.check(info, self.kernel.attributes.max_threads_per_block)
+        self.launch = self.kernel.launch
+
+    def numba_executor(self) -> Any:
+        """``execute(stream, a, sa, b, sb, d, c, alpha, beta) -> CUresult`` (see :func:`fp8_gemv_executor`)."""
+        return fp8_gemv_executor(self.kernel.handle, self.config.grid[0], self.config.block[0], self.n, self.k)
+
+    def describe(self) -> str:
+        return (f"kernel {SYMBOL} (NVRTC, -D MIRCUDA_FP8_M={self.m} -D MIRCUDA_FP8_ROWS={self.rows}): "
+                f"{self.config.grid[0]} blocks of {self.rows} weight rows x {self.warps} warp(s) splitting K in "
+                f"{FP8_CHUNK}-column chunks; 16-byte streamed weight loads (L1 bypassed, 128-byte L2 lines); E4M3 "
+                "pairs decoded by cvt.rn.f16x2.e4m3x2, FP32 accumulation, one multiply by sa * sb per lane and "
+                "128-K block"
+                + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else ""))
+
+
+def fp8_gemv_executor(function: int, grid: int, block: int, n: int, k: int, launch_function: Any = None) -> Any:
+    """An ``@numba.njit`` function ``execute(stream, a, sa, b, sb, d, c, alpha, beta) -> CUresult``
+    launching ``blockwise_fp8_gemv`` (parameters ``(d, c, a, sa, b, sb, f32 alpha, f32 beta, i32 n,
+    i32 k)``: C ABI offsets 0, 8, 16, 24, 32, 40, 48, 52, 56, 60) through
+    :func:`mircuda.numba_ext.driver_function` (or ``launch_function``, a stand-in with its prototype).
+    ``c`` may equal ``d``. ``a`` and ``b`` must be multiples of 16, ``sa`` and ``sb`` of 4, ``d`` and
+    ``c`` of 2, else it returns ``CUDA_ERROR_INVALID_VALUE`` (1) and launches nothing. Lengths are not
+    checked on this path; the plan's context must be current. A plain launch (no programmatic
+    dependent launch: the kernel is correct either way)."""
+    import numba
+    import numpy as np
+
+    from ..numba_ext import driver_function
+
+    launch = driver_function("cuLaunchKernel") if launch_function is None else launch_function
+    u64, f32_, i32_ = numba.uint64, np.float32, np.int32
+    offsets = (0, 8, 16, 24, 32, 40, 48, 52, 56, 60)
+
+    @numba.njit(cache=False)
+    def execute(stream: int, a: int, sa: int, b: int, sb: int, d: int, c: int, alpha: float, beta: float) -> int:
+        pa, psa, pb, psb, pd, pc = u64(a), u64(sa), u64(b), u64(sb), u64(d), u64(c)
+        if (pa | pb) & u64(15) or (psa | psb) & u64(3) or (pd | pc) & u64(1):
+            return INVALID_VALUE
+        values = np.empty(8, np.uint64)
+        values[0] = pd
+        values[1] = pc
+        values[2] = pa
+        values[3] = psa
+        values[4] = pb
+        values[5] = psb
+        floats = values.view(f32_)
+        floats[12] = alpha
+        floats[13] = beta
+        ints = values.view(i32_)
+        ints[14] = n
+        ints[15] = k
+        base = u64(values.ctypes.data)
+        pointers = np.empty(10, np.uint64)
+        for i, offset in enumerate(offsets):
+            pointers[i] = base + u64(offset)
+        return launch(function, grid, 1, 1, block, 1, 1, 0, u64(stream), u64(pointers.ctypes.data), 0)
+
+    return execute
+
+
+class _Fp8PlanBase:
+    """Operand checks and the hot path shared by both plans."""
+
+    _context: Context
+    _stream: Stream
+    _engine: Fp8Gemv
+    _m: int
+    _n: int
+    _k: int
+    _numba: Any
+
+    def _setup(self, context: Context, stream: Stream, m: int, n: int, k: int, compiler: Any, warps: Any) -> None:
+        self._context, self._stream = context, stream
+        self._m, self._n, self._k = m, n, k
+        self._engine = Fp8Gemv(context, m, n, k, plan_compiler(compiler, context), warps=warps)
+        self._launch, self._config = self._engine.launch, self._engine.config
+        self._codes, self._scales, self._out = dtype_info(e4m3), dtype_info(f32), dtype_info(bf16)
+        self._sa_shape = activation_scale_shape(m, k)
+        self._sb_shape = weight_scale_shape(n, k)
+        self._numba = None
+
+    @property
+    def context(self) -> Context:
+        return self._context
+
+    @property
+    def stream(self) -> Stream:
+        """The stream the plan is bound to: ``execute`` runs only on it."""
+        return self._stream
+
+    @property
+    def kernel(self) -> TypedKernel:
+        """The bound kernel (its contract: ``d, c, a, sa, b, sb, alpha, beta, n, k``)."""
+        return self._engine.kernel
+
+    @property
+    def launch_config(self) -> LaunchConfig:
+        """``ceil(N / rows)`` blocks of ``32 * warps`` threads."""
+        return self._engine.config
+
+    @property
+    def rows(self) -> int:
+        """Weight rows per block."""
+        return self._engine.rows
+
+    @property
+    def warps(self) -> int:
+        """Warps per block splitting K."""
+        return self._engine.warps
+
+    @property
+    def sa_shape(self) -> tuple[int, int]:
+        """``(M, ceil(K / 128))``: the activation scales, FP32 row-major."""
+        return self._sa_shape
+
+    @property
+    def sb_shape(self) -> tuple[int, int]:
+        """``(ceil(N / 128), ceil(K / 128))``: the weight scales, FP32 row-major."""
+        return self._sb_shape
+
+    @property
+    def numba_execute(self) -> Any:
+        """An ``@numba.njit`` function ``execute(stream, a, sa, b, sb, d, c, alpha, beta) -> int`` over raw
+        handles (``Stream.handle``, ``DeviceBuffer.handle``; pass ``d``'s handle as ``c`` to accumulate in
+        place) that launches the kernel through :mod:`mircuda.numba_ext` (see :func:`fp8_gemv_executor`).
+        Returns a ``CUresult`` (0: enqueued; 1: a misaligned address). Lengths and the stream are not
+        checked on this path. Keep the plan alive while the function is used."""
+        if self._numba is None:
+            self._numba = self._engine.numba_executor()
+        return self._numba
+
+    def _execute(self, stream: Any, a: Any, sa: Any, b: Any, sb: Any, d: Any, alpha: Any, beta: Any, c: Any) -> None:
+        if stream is not self._stream:
+            raise ContractError("stream", f"the plan's stream {self._stream!r}", repr(stream))
+        m, n, k, ctx = self._m, self._n, self._k, self._context
+        pa = check_operand("a", a, self._codes, m * k, ctx, f"E4M3 [M, K] = [{m}, {k}]")
+        check_operand("sa", sa, self._scales, self._sa_shape[0] * self._sa_shape[1], ctx,
+                      f"FP32 [M, ceil(K/128)] = {list(self._sa_shape)}")
+        pb = check_operand("b", b, self._codes, n * k, ctx, f"E4M3 [N, K] = [{n}, {k}]")
+        check_operand("sb", sb, self._scales, self._sb_shape[0] * self._sb_shape[1], ctx,
+                      f"FP32 [ceil(N/128), ceil(K/128)] = {list(self._sb_shape)}")
+        check_operand("d", d, self._out, m * n, ctx, f"BF16 [M, N] = [{m}, {n}]")
+        if c is None:
+            c = d
+        else:
+            check_operand("c", c, self._out, m * n, ctx, f"BF16 [M, N] = [{m}, {n}]")
+        for name, ptr in (("a", pa), ("b", pb)):
+            if ptr % 16:
+                raise ContractError(name, "an address aligned to 16 bytes (16-byte loads)", hex(ptr))
+        fa, fb = check_scalar("alpha", alpha), check_scalar("beta", beta)
+        self._launch(stream, self._config, d, c, a, sa, b, sb, fa, fb, n, k)
+
+
+class BlockwiseFp8VectorPlan(_Fp8PlanBase):
+    """``d[N] = alpha * sum_kb sa[kb] * sb[n / 128, kb] * (a[kb] . B[n, kb]) + beta * c[N]``: the M = 1
+    blockwise FP8 product (decode) as a CUDA C kernel (``cuda_src/fp8_vector.cu``) compiled by NVRTC for
+    the context's device (compute capability >= 8.9).
+
+    Operands (DeepSeek-V3 blockwise FP8; layouts and sources in :mod:`mircuda.matmul._quantize`): ``a``
+    E4M3 ``[K]``, ``sa`` FP32 ``[ceil(K/128)]`` (the ``[1, ceil(K/128)]`` row of 1 x 128 scales), ``b``
+    E4M3 ``[N, K]`` row-major, ``sb`` FP32 ``[ceil(N/128), ceil(K/128)]`` row-major, ``d`` and ``c`` BF16
+    ``[N]``. N any; K a multiple of 16; partial last 128-blocks of K and N are supported.
+
+    Args:
+        context: the context the plan runs in.
+        stream: the stream the plan is bound to (``execute`` refuses any other).
+        spec: ``DenseVectorSpec(n, k)``.
+        compiler: the Compiler of the kernel (default: one shared per context).
+        warps: warps per block splitting K (1, 2, 4 or 8; default: one wave, see ``Fp8Gemv``).
+
+    The plan allocates nothing (it keeps no workspace); ``execute`` allocates and synchronizes nothing.
+
+    Raises:
+        ContractError: bad context, stream, spec (K not a multiple of 16, named ``spec``), ``compiler``
+            or ``warps``.
+        UnsupportedPlatform: compute capability below 8.9.
+        CompileError: NVRTC rejected the kernel (a bug; the log is attached).
+    """
+
+    def __init__(self, context: Context, stream: Stream, spec: DenseVectorSpec, *, compiler: Compiler | None = None,
+                 warps: int | None = None) -> None:
+        plan_stream(stream, context)
+        if not isinstance(spec, DenseVectorSpec):
+            raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
+        _check_spec_k(spec.k)
+        _check_cc(context, "BlockwiseFp8VectorPlan")
+        self._spec = spec
+        self._setup(context, stream, 1, spec.n, spec.k, compiler, warps)
+
+    @property
+    def spec(self) -> DenseVectorSpec:
+        return self._spec
+
+    def describe(self) -> str:
+        """Which kernel runs and why, in one paragraph."""
+        s = self._spec
+        return (f"BlockwiseFp8VectorPlan e4m3 x e4m3 -> bf16 (1x128 activation / 128x128 weight FP32 scales), "
+                f"N={s.n}, K={s.k} on {self._context.device_info().arch}: {self._engine.describe()}. Why: M = 1 is "
+                f"bound by the {s.n}x{s.k} weight bytes; each is read once at streaming bandwidth")
+
+    def execute(self, stream: Stream, a: DeviceBuffer[Any], sa: DeviceBuffer[Any], b: DeviceBuffer[Any],
+                sb: DeviceBuffer[Any], d: DeviceBuffer[Any], alpha: float = 1.0, beta: float = 0.0,
+                c: DeviceBuffer[Any] | None = None) -> None:
+        """Enqueue ``d = alpha * (a . B^T, blockwise scaled) + beta * c`` on ``stream``; allocates and
+        synchronizes nothing.
+
+        Args:
+            stream: the plan's stream.
+            a: E4M3 ``[K]``, 16-byte aligned. sa: FP32 ``[ceil(K/128)]``.
+            b: E4M3 ``[N, K]`` row-major, 16-byte aligned. sb: FP32 ``[ceil(N/128), ceil(K/128)]`` row-major.
+            d: BF16 ``[N]``, written. c: BF16 ``[N]`` read when ``beta != 0``; ``None`` means ``d``.
+
+        Raises:
+            ContractError: another stream, a buffer of the wrong type, dtype, context, length or
+                alignment (named), or a bad scalar; nothing is enqueued then.
+            UseAfterFree: a buffer was freed. CudaError: the driver refused the launch.
+        """
+        self._execute(stream, a, sa, b, sb, d, alpha, beta, c)
+
+    def __repr__(self) -> str:
+        return (f"BlockwiseFp8VectorPlan(n={self._n}, k={self._k}, rows={self.rows}, warps={self.warps})")
+
+
+class BlockwiseFp8Plan(_Fp8PlanBase):
+    """``D[M, N] = alpha * sum_kb sa[m, kb] * sb[n / 128, kb] * (A[m, kb] . B[n, kb]) + beta * C[M, N]``
+    (DeepSeek-V3 blockwise FP8; layouts and sources in :mod:`mircuda.matmul._quantize`) with FP32
+    accumulation, by a kernel chosen for the shape at construction (see :meth:`describe`).
+
+    Operands: ``a`` E4M3 ``[M, K]`` row-major, ``sa`` FP32 ``[M, ceil(K/128)]`` row-major, ``b`` E4M3
+    ``[N, K]`` row-major, ``sb`` FP32 ``[ceil(N/128), ceil(K/128)]`` row-major, ``d`` and ``c`` BF16
+    ``[M, N]`` row-major. N any; K a multiple of 16; partial last 128-blocks of K and N are supported.
+
+    Kernels: for M <= 16 (decode) the NVRTC kernel of ``cuda_src/fp8_vector.cu`` compiled for M
+    (compute capability >= 8.9): every weight read once, each decoded E4M3 pair used for all M rows.
+    M > 16 needs the CUTLASS blockwise FP8 kernels (SM90 TMA + WGMMA, CUTLASS example 67; SM120,
+    example 87), **not available yet**: construction raises :class:`BlockwiseFp8Unavailable`.
+
+    Args:
+        context: the context the plan runs in. stream: the stream it is bound to.
+        spec: ``DenseMatmulSpec(m, n, k)``.
+        compiler: the Compiler of the NVRTC kernel (default: one shared per context).
+        warps: warps per block splitting K (1, 2, 4 or 8; default: one wave).
+
+    Raises:
+        ContractError: bad context, stream, spec (K not a multiple of 16, named ``spec``), ``compiler``
+            or ``warps``.
+        BlockwiseFp8Unavailable: M > 16 (the CUTLASS kernels are not built yet).
+        UnsupportedPlatform: compute capability below 8.9.
+        CompileError: NVRTC rejected the kernel (a bug; the log is attached).
+    """
+
+    def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, *, compiler: Compiler | None = None,
+                 warps: int | None = None) -> None:
+        plan_stream(stream, context)
+        if not isinstance(spec, DenseMatmulSpec):
+            raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
+        _check_spec_k(spec.k)
+        if spec.m > FP8_GEMV_MAX_M:
+            raise BlockwiseFp8Unavailable(
+                f"BlockwiseFp8Plan for M = {spec.m} > {FP8_GEMV_MAX_M} needs the CUTLASS blockwise FP8 kernels "
+                "(SM90 KernelTmaWarpSpecializedCooperativeFP8Blockwise, CUTLASS example 67; SM120 example 87), "
+                f"which are not available yet; M <= {FP8_GEMV_MAX_M} runs the NVRTC kernel")
+        _check_cc(context, "BlockwiseFp8Plan")
+        self._spec = spec
+        self._setup(context, stream, spec.m, spec.n, spec.k, compiler, warps)
+
+    @property
+    def spec(self) -> DenseMatmulSpec:
+        return self._spec
+
+    def describe(self) -> str:
+        """Which kernel runs and why, in one paragraph."""
+        s = self._spec
+        return (f"BlockwiseFp8Plan e4m3 x e4m3 -> bf16 (1x128 activation / 128x128 weight FP32 scales), M={s.m} "
+                f"N={s.n} K={s.k} on {self._context.device_info().arch}: {self._engine.describe()}. Why: M = {s.m} "
+                f"<= {FP8_GEMV_MAX_M}: decode, bound by the {s.n}x{s.k} weight bytes, each read once and decoded "
+                f"once for all {s.m} row(s) of A (M > {FP8_GEMV_MAX_M} needs CUTLASS kernels not built yet)")
+
+    def execute(self, stream: Stream, a: DeviceBuffer[Any], sa: DeviceBuffer[Any], b: DeviceBuffer[Any],
+                sb: DeviceBuffer[Any], d: DeviceBuffer[Any], alpha: float = 1.0, beta: float = 0.0,
+                c: DeviceBuffer[Any] | None = None) -> None:
+        """Enqueue ``D = alpha * (A B^T, blockwise scaled) + beta * C`` on ``stream``; allocates and
+        synchronizes nothing.
+
+        Args:
+            stream: the plan's stream.
+            a: E4M3 ``[M, K]``, 16-byte aligned. sa: FP32 ``[M, ceil(K/128)]``.
+            b: E4M3 ``[N, K]``, 16-byte aligned. sb: FP32 ``[ceil(N/128), ceil(K/128)]``.
+            d: BF16 ``[M, N]``, written. c: BF16 ``[M, N]`` read when ``beta != 0``; ``None`` means ``d``.
+
+        Raises:
+            ContractError: another stream, a buffer of the wrong type, dtype, context, length or
+                alignment (named), or a bad scalar; nothing is enqueued then.
+            UseAfterFree: a buffer was freed. CudaError: the driver refused the launch.
+        """
+        self._execute(stream, a, sa, b, sb, d, alpha, beta, c)
+
+    def __repr__(self) -> str:
+        s = self._spec
+        return f"BlockwiseFp8Plan(m={s.m}, n={s.n}, k={s.k}, rows={self.rows}, warps={self.warps})"

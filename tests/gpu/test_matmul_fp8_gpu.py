@@ -1,0 +1,334 @@
+"""Blockwise FP8 on the GPU (cc >= 8.9): BlockwiseFp8VectorPlan and BlockwiseFp8Plan (M <= 16) against a
+float64 product of the dequantized operands (odd N, partial 128-blocks of K and N, alpha/beta with a
+separate C and in place, every split of K, poisoned outputs with a guard band), the device quantizers
+bit for bit against the numpy reference, numba_execute from @njit, graph capture, replay and node
+updates, and a quantize -> GEMV chain with programmatic dependent launch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import download, upload
+from matmul_helpers import assert_close
+
+import mircuda as mc
+from mircuda.matmul import (
+    dequantize_reference,
+    quantize_activations_reference,
+    quantize_weights_reference,
+)
+
+GUARD = 64
+"""Elements past the end of every output buffer that no kernel may touch."""
+
+
+@pytest.fixture(autouse=True)
+def _fp8_device(context) -> None:
+    if context.device_info().compute_capability < (8, 9):
+        pytest.skip("blockwise FP8 needs compute capability >= 8.9")
+
+
+def bf16_values(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    """Normal values whose rows differ in magnitude by up to 2**+-8 (so the block scales differ), in BF16."""
+    x = rng.standard_normal(shape) * np.exp2(rng.integers(-8, 8, size=shape[:-1] + (1,)))
+    return x.astype(np.float32).astype(mc.bf16)
+
+
+def poisoned(dtype: Any, count: int) -> np.ndarray:
+    """``count + GUARD`` NaNs of ``dtype`` (E4M3: the NaN code 0x7f)."""
+    if dtype is mc.e4m3:
+        return np.full(count + GUARD, 0x7F, np.uint8).view(mc.e4m3)
+    return np.full(count + GUARD, np.nan, np.float32).astype(dtype)
+
+
+def assert_guard_untouched(got: np.ndarray, count: int, dtype: Any) -> None:
+    want = poisoned(dtype, count)[count:]
+    assert got[count:].tobytes() == want.tobytes(), "a kernel wrote past the end of its output"
+
+
+class Operands:
+    """Fresh quantized operands of one M x N x K problem, uploaded, with their float64 dequantization."""
+
+    def __init__(self, context, stream, pool, rng, m: int, n: int, k: int) -> None:
+        self.m, self.n, self.k = m, n, k
+        self.a, self.sa = quantize_activations_reference(bf16_values(rng, m, k))
+        self.b, self.sb = quantize_weights_reference(bf16_values(rng, n, k))
+        self.a64 = dequantize_reference(self.a, self.sa, (1, 128))
+        self.b64 = dequantize_reference(self.b, self.sb, (128, 128))
+        self.bufs = [upload(context, stream, pool, x.ravel()) for x in (self.a, self.sa, self.b, self.sb)]
+
+    def want(self, alpha: float, beta: float, c: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        prod = self.a64 @ self.b64.T
+        mag = np.abs(self.a64) @ np.abs(self.b64).T
+        c64 = 0.0 if c is None else c.astype(np.float64).reshape(self.m, self.n)
+        return alpha * prod + beta * c64, abs(alpha) * mag + abs(beta) * np.abs(c64)
+
+    def free(self, stream) -> None:
+        for b in self.bufs:
+            b.free(stream)
+
+
+def run(context, stream, pool, rng, m, n, k, alpha=1.0, beta=0.0, *, vector=False, warps=None, separate_c=True):
+    ops = Operands(context, stream, pool, rng, m, n, k)
+    if vector:
+        plan: Any = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(n, k), warps=warps)
+    else:
+        plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k), warps=warps)
+    c0 = bf16_values(rng, m, n).ravel() if beta else None
+    if beta and not separate_c:  # accumulate in place: d holds C (and the guard band after it)
+        d_host = poisoned(mc.bf16, m * n)
+        d_host[: m * n] = c0
+        bd, bc = upload(context, stream, pool, d_host), None
+    else:
+        bd = upload(context, stream, pool, poisoned(mc.bf16, m * n))
+        bc = upload(context, stream, pool, c0) if beta else None
+    plan.execute(stream, *ops.bufs, bd, alpha, beta, c=bc)
+    got = download(context, stream, bd)
+    assert_guard_untouched(got, m * n, mc.bf16)
+    want, mag = ops.want(alpha, beta, c0)
+    assert_close(got[: m * n].reshape(m, n), want, mag, "bf16")
+    for buf in [bd] + ([bc] if bc is not None else []):
+        buf.free(stream)
+    ops.free(stream)
+    return plan
+
+
+VECTOR_SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (1000, 1040), (37, 304), (1, 16), (129, 4112),
+                 (300, 520), (7, 512 + 16)]
+
+
+@pytest.mark.parametrize("n, k", VECTOR_SHAPES, ids=str)
+def test_the_vector_plan_matches_float64_of_the_dequantized_operands(context, stream, pool, rng, n, k) -> None:
+    plan = run(context, stream, pool, rng, 1, n, k, float(rng.uniform(0.5, 2.0)), vector=True)
+    assert plan.kernel.contract.symbol == "blockwise_fp8_gemv" and plan.rows == 8
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 9, 12, 16])
+@pytest.mark.parametrize("n, k", [(4096, 4096), (1000, 1040), (37, 304), (129, 4112)], ids=str)
+def test_the_batched_plan_matches_float64_for_every_m_up_to_16(context, stream, pool, rng, m, n, k) -> None:
+    run(context, stream, pool, rng, m, n, k, float(rng.uniform(0.5, 2.0)))
+
+
+@pytest.mark.parametrize("separate_c", [True, False], ids=["c", "in-place"])
+@pytest.mark.parametrize("m", [1, 4, 16])
+def test_beta_accumulates_c(context, stream, pool, rng, m, separate_c) -> None:
+    alpha, beta = float(rng.uniform(-2, -0.5)), float(rng.uniform(0.25, 1.5))
+    run(context, stream, pool, rng, m, 777, 2064, alpha, beta, vector=m == 1, separate_c=separate_c)
+
+
+@pytest.mark.parametrize("warps", [1, 2, 4, 8])
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_every_split_of_k_gives_the_same_answer(context, stream, pool, rng, m, warps) -> None:
+    plan = run(context, stream, pool, rng, m, 520, 4112, 1.0, 0.5, warps=warps)
+    assert plan.warps == warps and plan.launch_config.block[0] == 32 * warps
+    assert plan.launch_config.grid[0] == -(-520 // plan.rows)
+
+
+def test_an_all_zero_activation_block_contributes_nothing(context, stream, pool, rng) -> None:
+    # Its scale is 1 and its codes zero: the product of the other blocks stays finite and exact.
+    n, k = 256, 384
+    x = bf16_values(rng, 1, k)
+    x[0, 128:256] = 0
+    a, sa = quantize_activations_reference(x)
+    assert sa[0, 1] == 1.0
+    b, sb = quantize_weights_reference(bf16_values(rng, n, k))
+    plan = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(n, k))
+    bufs = [upload(context, stream, pool, v.ravel()) for v in (a, sa, b, sb)]
+    bd = upload(context, stream, pool, poisoned(mc.bf16, n))
+    plan.execute(stream, *bufs, bd)
+    a64, b64 = dequantize_reference(a, sa, (1, 128)), dequantize_reference(b, sb, (128, 128))
+    got = download(context, stream, bd)
+    assert_close(got[:n].reshape(1, n), a64 @ b64.T, np.abs(a64) @ np.abs(b64).T, "bf16")
+    for buf in [*bufs, bd]:
+        buf.free(stream)
+
+
+# -- quantizers ---------------------------------------------------------------------------------
+def quantize_on_device(context, stream, pool, x: np.ndarray, block) -> tuple[np.ndarray, np.ndarray]:
+    rows, k = x.shape
+    quantizer = mc.BlockwiseFp8Quantizer(context, stream, rows, k, block)
+    scale_count = quantizer.scale_shape[0] * quantizer.scale_shape[1]
+    bx = upload(context, stream, pool, x.ravel())
+    bq = upload(context, stream, pool, poisoned(mc.e4m3, rows * k))
+    bs = upload(context, stream, pool, poisoned(mc.f32, scale_count))
+    quantizer.execute(stream, bx, bq, bs)
+    q, s = download(context, stream, bq), download(context, stream, bs)
+    assert_guard_untouched(q, rows * k, mc.e4m3)
+    assert_guard_untouched(s, scale_count, mc.f32)
+    for buf in (bx, bq, bs):
+        buf.free(stream)
+    return q[: rows * k].reshape(rows, k), s[:scale_count].reshape(quantizer.scale_shape)
+
+
+@pytest.mark.parametrize("block, shape", [((1, 128), (1, 4096)), ((1, 128), (3, 300)), ((1, 128), (16, 14336)),
+                                          ((1, 128), (5, 16)), ((1, 128), (2, 1)), ((1, 128), (33, 1000)),
+                                          ((128, 128), (200, 300)), ((128, 128), (4096, 4096)),
+                                          ((128, 128), (129, 4100)), ((128, 128), (1, 7)), ((128, 128), (300, 129))],
+                         ids=str)
+def test_the_device_quantizers_match_the_reference_bit_for_bit(context, stream, pool, rng, block, shape) -> None:
+    x = bf16_values(rng, *shape)
+    if shape[1] > 256:
+        x[0, 128:256] = 0.0          # an all-zero block: scale 1, codes +0
+    if shape[0] > 1 and shape[1] > 128:
+        x[1, :128] = -0.0            # codes -0 (0x80) where the whole block is -0 (activations)
+    x.ravel()[rng.integers(0, x.size, 8)] = mc.bf16(2.0**-133)  # BF16 subnormals among normal values
+    if shape[0] > 2 and shape[1] >= 128:  # a block of BF16 subnormals only: its scale is an FP32 subnormal
+        x[2, :128] = (rng.integers(-20, 21, 128) * 2.0**-133).astype(np.float32).astype(mc.bf16)
+        x[2, 0] = mc.bf16(19 * 2.0**-133)
+    q, s = quantize_on_device(context, stream, pool, x, block)
+    rq, rs = quantize_activations_reference(x) if block == (1, 128) else quantize_weights_reference(x)
+    np.testing.assert_array_equal(s.view(np.uint32), rs.view(np.uint32))
+    mismatch = np.flatnonzero(q.view(np.uint8) != rq.view(np.uint8))
+    assert mismatch.size == 0, (f"{mismatch.size} codes differ; first at {np.unravel_index(mismatch[0], shape)}: "
+                                f"{q.view(np.uint8).ravel()[mismatch[0]]:#x} vs {rq.view(np.uint8).ravel()[mismatch[0]]:#x}")
+
+
+def test_non_finite_inputs_give_non_finite_scales_on_the_device(context, stream, pool) -> None:
+    x = np.ones((3, 128), np.float32)
+    x[0, 3], x[1, 100] = np.nan, -np.inf
+    _, s = quantize_on_device(context, stream, pool, x.astype(mc.bf16), (1, 128))
+    assert np.isnan(s[0, 0]) and s[1, 0] == np.inf and s[2, 0] == np.float32(1) / np.float32(448)
+
+
+def test_quantize_then_gemv_in_one_graph(context, stream, pool, rng) -> None:
+    # The quantizer writes A and sa; the GEMV (programmatic dependent launch on cc >= 9.0) must read them
+    # only after it finished: direct and replayed, against the reference quantizer's operands.
+    m, n, k = 4, 1000, 4112
+    x = bf16_values(rng, m, k)
+    b, sb = quantize_weights_reference(bf16_values(rng, n, k))
+    quantizer = mc.BlockwiseFp8Quantizer(context, stream, m, k)
+    plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k))
+    bx = upload(context, stream, pool, x.ravel())
+    ba = upload(context, stream, pool, poisoned(mc.e4m3, m * k))
+    bsa = upload(context, stream, pool, poisoned(mc.f32, m * -(-k // 128)))
+    bb, bsb = upload(context, stream, pool, b.ravel()), upload(context, stream, pool, sb.ravel())
+    bds = [upload(context, stream, pool, poisoned(mc.bf16, m * n)) for _ in range(2)]
+    bufs = (bx, ba, bsa, bb, bsb, *bds)
+
+    def chain(d):  # type: ignore[no-untyped-def]
+        quantizer.execute(stream, bx, ba, bsa)
+        plan.execute(stream, ba, bsa, bb, bsb, d)
+
+    chain(bds[0])
+    graph = stream.capture(bufs, lambda _: chain(bds[1]))
+    graph.launch(stream)
+    a, sa = quantize_activations_reference(x)
+    a64, b64 = dequantize_reference(a, sa, (1, 128)), dequantize_reference(b, sb, (128, 128))
+    for bd in bds:
+        got = download(context, stream, bd)
+        assert_guard_untouched(got, m * n, mc.bf16)
+        assert_close(got[: m * n].reshape(m, n), a64 @ b64.T, np.abs(a64) @ np.abs(b64).T, "bf16")
+    graph.close()
+    for buf in bufs:
+        buf.free(stream)
+
+
+# -- plans: graphs, numba, checks --------------------------------------------------------------
+@pytest.mark.parametrize("m", [1, 4])
+def test_a_captured_plan_replays_and_its_node_takes_new_weights(context, stream, pool, rng, m) -> None:
+    n, k = 1000, 2064
+    one = Operands(context, stream, pool, rng, m, n, k)
+    two = Operands(context, stream, pool, rng, m, n, k)
+    plan: Any = (mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(n, k)) if m == 1
+                 else mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k)))
+    bd1, bd2 = (upload(context, stream, pool, poisoned(mc.bf16, m * n)) for _ in range(2))
+    graph = stream.capture((one, two, bd1, bd2), lambda _: plan.execute(stream, *one.bufs, bd1))
+    graph.launch(stream)
+    want, mag = one.want(1.0, 0.0, None)
+    assert_close(download(context, stream, bd1)[: m * n].reshape(m, n), want, mag, "bf16")
+    (node,) = graph.kernel_nodes()
+    assert node.kernel is plan.kernel
+    # Same activations, the other weights and output: (d, c, a, sa, b, sb, alpha, beta, n, k).
+    graph.update_kernel(node, lambda _: ((bd2, bd2, one.bufs[0], one.bufs[1], two.bufs[2], two.bufs[3], 1.0, 0.0,
+                                          n, k), plan.launch_config))
+    graph.launch(stream)
+    got = download(context, stream, bd2)
+    assert_guard_untouched(got, m * n, mc.bf16)
+    a64, b64 = one.a64, two.b64
+    assert_close(got[: m * n].reshape(m, n), a64 @ b64.T, np.abs(a64) @ np.abs(b64).T, "bf16")
+    graph.close()
+    for buf in (bd1, bd2):
+        buf.free(stream)
+    one.free(stream)
+    two.free(stream)
+
+
+def test_plans_run_from_numba_njit_loops(context, stream, pool, rng) -> None:
+    numba = pytest.importorskip("numba")
+    m, n, k, steps = 4, 1000, 2064, 3
+    ops = [Operands(context, stream, pool, rng, m, n, k) for _ in range(steps)]
+    batched = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k))
+    vector = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(n, k))
+    ds = [upload(context, stream, pool, poisoned(mc.bf16, m * n)) for _ in range(steps)]
+    ys = [upload(context, stream, pool, poisoned(mc.bf16, n)) for _ in range(steps)]
+    cs = [upload(context, stream, pool, bf16_values(rng, n).ravel()) for _ in range(steps)]
+    matmul, gemv = batched.numba_execute, vector.numba_execute
+
+    @numba.njit
+    def loop(stream_handle, a, sa, b, sb, d, y, c):  # type: ignore[no-untyped-def]
+        status = 0
+        for i in range(len(a)):
+            status |= matmul(stream_handle, a[i], sa[i], b[i], sb[i], d[i], d[i], 1.0, 0.0)
+            # Row 0 of A (and its scales) as the vector; y = 2 x.B^T - c.
+            status |= gemv(stream_handle, a[i], sa[i], b[i], sb[i], y[i], c[i], 2.0, -1.0)
+        return status
+
+    handles = lambda bufs: np.array([x.handle for x in bufs], dtype=np.uint64)
+    column = lambda j: handles([o.bufs[j] for o in ops])
+    assert loop(stream.handle, column(0), column(1), column(2), column(3), handles(ds), handles(ys), handles(cs)) == 0
+    for o, d, y, c in zip(ops, ds, ys, cs):
+        want, mag = o.want(1.0, 0.0, None)
+        got = download(context, stream, d)
+        assert_guard_untouched(got, m * n, mc.bf16)
+        assert_close(got[: m * n].reshape(m, n), want, mag, "bf16")
+        c64 = download(context, stream, c).astype(np.float64)
+        row = 2.0 * (o.b64 @ o.a64[0]) - c64
+        mag1 = 2.0 * (np.abs(o.b64) @ np.abs(o.a64[0])) + np.abs(c64)
+        got1 = download(context, stream, y)
+        assert_guard_untouched(got1, n, mc.bf16)
+        assert_close(got1[:n], row, mag1, "bf16")
+    misaligned = gemv(stream.handle, ops[0].bufs[0].handle + 8, ops[0].bufs[1].handle, ops[0].bufs[2].handle,
+                      ops[0].bufs[3].handle, ys[0].handle, ys[0].handle, 1.0, 0.0)
+    assert misaligned == 1
+    for buf in [*ds, *ys, *cs]:
+        buf.free(stream)
+    for o in ops:
+        o.free(stream)
+
+
+def test_operands_and_the_stream_are_checked_before_anything_is_enqueued(context, stream, pool, rng) -> None:
+    m, n, k = 2, 256, 512
+    ops = Operands(context, stream, pool, rng, m, n, k)
+    plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k))
+    d = upload(context, stream, pool, poisoned(mc.bf16, m * n))
+    short_sb = pool.allocate(mc.f32, stream, 7)
+    wrong_a = pool.allocate(mc.u8, stream, m * k)
+    a, sa, b, sb = ops.bufs
+    for args, argument in (((a, sa, b, short_sb, d), "sb"), ((wrong_a, sa, b, sb, d), "a"),
+                           ((a, sa, b, sb, wrong_a), "d"), ((a, short_sb, b, sb, d), "sa"),
+                           ((a, sa, b, sb, d, 1.0, 1.0, short_sb), "c")):
+        with pytest.raises(mc.ContractError) as info:
+            plan.execute(stream, *args)
+        assert info.value.argument == argument
+    other = context.create_stream()
+    with pytest.raises(mc.ContractError) as info:
+        plan.execute(other, a, sa, b, sb, d)
+    assert info.value.argument == "stream"
+    other.close()
+    got = download(context, stream, d)
+    assert np.isnan(got.astype(np.float32)).all()  # nothing ran
+    with pytest.raises(mc.BlockwiseFp8Unavailable):
+        mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(17, n, k))
+    for buf in (d, short_sb, wrong_a):
+        buf.free(stream)
+    ops.free(stream)
+
+
+@pytest.mark.parametrize("m", [1, 2, 16])
+def test_describe_names_the_kernel_and_its_shape(context, stream, m) -> None:
+    plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, 4096, 4096))
+    text = plan.describe()
+    assert "blockwise_fp8_gemv" in text and f"MIRCUDA_FP8_M={m}" in text and f"{plan.warps} warp" in text
+    assert ("programmatic dependent launch" in text) is context.device_info().supports_programmatic_launch

@@ -1,0 +1,478 @@
+"""Blockwise FP8 without a GPU: the kernels compile with NVRTC for sm_89, sm_90 and sm_120f and decode
+E4M3 with cvt.rn.f16x2.e4m3x2; the numpy reference quantizers' properties; the scale shapes; the plans'
+and the quantizer's argument checks with stand-in contexts, streams and buffers (nothing is launched
+when a check fails); the njit executor's parameter block with a stand-in launch."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from types import SimpleNamespace
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mircuda as mc
+from mircuda.matmul import _fp8, _quantize
+from mircuda.matmul._fp8 import (
+    FP8_GEMV_MAX_M,
+    fp8_gemv_executor,
+    fp8_gemv_options,
+    fp8_gemv_rows,
+    fp8_vector_source,
+)
+from mircuda.matmul._quantize import (
+    activation_scale_shape,
+    dequantize_reference,
+    fp8_quantize_source,
+    quantize_activations_reference,
+    quantize_reference,
+    quantize_weights_reference,
+    weight_scale_shape,
+)
+from mircuda.matmul._vector import INVALID_VALUE
+
+E4M3_CODES = np.arange(256, dtype=np.uint8)
+
+
+def ptx(source: mc.CudaSource, arch: str, options: mc.CompileOptions | None = None) -> str:
+    defines = dict(options.defines) if options is not None else {}
+    return mc.compile_program(source, arch, mc.CompileOptions(defines=defines, output="ptx")).image.decode()
+
+
+def entry(text: str, symbol: str) -> str:
+    body = text[text.index(f".entry {symbol}"):]
+    return body[: body.index("\n}")]
+
+
+# -- compilation ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 9, 16])
+@pytest.mark.parametrize("arch", ["sm_89", "sm_90", "sm_120f"])
+def test_the_gemv_compiles_for_every_m_and_target(arch, m) -> None:
+    prog = mc.compile_program(fp8_vector_source(), arch, fp8_gemv_options(m, fp8_gemv_rows(m)))
+    assert prog.image[:4] == b"\x7fELF" and b"blockwise_fp8_gemv" in prog.image
+
+
+@pytest.mark.parametrize("arch", ["compute_89", "compute_90", "compute_120f"])
+@pytest.mark.parametrize("m", [1, 4, 16])
+def test_the_gemv_decodes_e4m3_pairs_and_streams_weights_past_l1(arch, m) -> None:
+    body = entry(ptx(fp8_vector_source(), arch, fp8_gemv_options(m, fp8_gemv_rows(m))), "blockwise_fp8_gemv")
+    rows = fp8_gemv_rows(m)
+    # 8 pairs per 16-byte load, for the weight rows and the M activation rows, in the loop and the tail.
+    assert body.count("cvt.rn.f16x2.e4m3x2") >= 2 * 8 * (rows + m)
+    assert body.count("ld.global.nc.L1::no_allocate.L2::128B.v4.u32") >= 2 * rows
+    assert "fma.rn.f32" in body  # FP32 accumulation
+
+
+def test_on_hopper_and_later_the_gemv_waits_for_the_previous_grid_before_reading_its_operands() -> None:
+    body = entry(ptx(fp8_vector_source(), "compute_90", fp8_gemv_options(1, 8)), "blockwise_fp8_gemv")
+    wait = body.index("griddepcontrol.wait")
+    assert all(body.find(op) > wait for op in ("ld.global", "st.global"))
+    assert body.index("prefetch.global.L2") < wait  # the weights' L2 prefetch overlaps the previous tail
+    # The trigger comes after the last weight load (late: many small blocks, as dense_vector.cu's 8 rows).
+    assert body.index("griddepcontrol.launch_dependents") > body.rindex("ld.global.nc.L1::no_allocate")
+
+
+@pytest.mark.parametrize("source", [fp8_vector_source, fp8_quantize_source])
+def test_below_sm_89_the_fp8_kernels_refuse_to_compile_by_name(source) -> None:
+    with pytest.raises(mc.CompileError, match="8.9"):
+        mc.compile_program(source(), "sm_80", fp8_gemv_options(1, 8) if source is fp8_vector_source else None)
+
+
+@pytest.mark.parametrize("defines, message", [({}, "MIRCUDA_FP8_M"), ({"MIRCUDA_FP8_M": 17}, "1..16"),
+                                              ({"MIRCUDA_FP8_M": 1, "MIRCUDA_FP8_ROWS": 3}, "1, 2, 4 or 8"),
+                                              ({"MIRCUDA_FP8_M": 16, "MIRCUDA_FP8_ROWS": 4}, "at most 32")])
+def test_the_gemv_compiles_only_for_valid_m_and_rows(defines, message) -> None:
+    with pytest.raises(mc.CompileError, match=message):
+        mc.compile_program(fp8_vector_source(), "sm_90", mc.CompileOptions(defines=defines))
+
+
+@pytest.mark.parametrize("arch", ["compute_89", "compute_90", "compute_120f"])
+def test_the_quantizers_round_with_ieee_division_and_the_saturating_e4m3_conversion(arch) -> None:
+    text = ptx(fp8_quantize_source(), arch)
+    for symbol in ("quantize_rows_1x128", "quantize_blocks_128x128"):
+        body = entry(text, symbol)
+        assert "cvt.rn.satfinite.e4m3x2.f32" in body
+        assert "div.rn.f32" in body and "div.approx" not in body and "div.full" not in body
+        assert "redux.sync.max.u32" in body
+
+
+def test_the_sources_inline_the_shared_decode_header() -> None:
+    text = fp8_vector_source().text
+    assert '#include "decode_common.cuh"' not in text and text.count("namespace decode {") == 1
+
+
+@pytest.mark.parametrize("m, rows", [(1, 8), (2, 8), (3, 4), (4, 4), (5, 4), (8, 4), (9, 2), (16, 2)])
+def test_rows_per_block_keep_one_output_per_lane(m, rows) -> None:
+    assert fp8_gemv_rows(m) == rows and rows * m <= 32 and 128 % rows == 0
+
+
+@pytest.mark.parametrize("m", [0, 17, 2.0, True])
+def test_rows_are_defined_for_m_1_to_16_only(m) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        fp8_gemv_rows(m)
+    assert info.value.argument == "m" and info.value.received == repr(m)
+
+
+# -- scale layouts and the reference quantizers ------------------------------------------------
+@pytest.mark.parametrize("m, n, k, sa, sb", [(1, 4096, 4096, (1, 32), (32, 32)), (3, 200, 300, (3, 3), (2, 3)),
+                                             (16, 129, 16, (16, 1), (2, 1)), (5, 128, 128, (5, 1), (1, 1))])
+def test_scale_shapes_round_partial_blocks_up(m, n, k, sa, sb) -> None:
+    assert activation_scale_shape(m, k) == sa and weight_scale_shape(n, k) == sb
+
+
+def bf16_values(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    # Values over a wide exponent range (rows of very different magnitude), rounded to bf16.
+    x = rng.standard_normal(shape) * np.exp2(rng.integers(-20, 20, size=shape[:-1] + (1,)))
+    return x.astype(np.float32).astype(mc.bf16)
+
+
+@pytest.mark.parametrize("block, shape", [((1, 128), (5, 300)), ((1, 128), (1, 128)), ((1, 128), (2, 16)),
+                                          ((128, 128), (200, 300)), ((128, 128), (129, 4096)), ((128, 128), (3, 40))])
+def test_reference_scales_are_amax_over_448_and_codes_reach_448(block, shape) -> None:
+    rng = np.random.default_rng(7)
+    x = bf16_values(rng, *shape)
+    codes, scales = quantize_reference(x, block)
+    assert codes.dtype == mc.e4m3 and codes.shape == shape and scales.dtype == np.float32
+    rb, cb = block
+    xf = x.astype(np.float32)
+    for i in range(scales.shape[0]):
+        for j in range(scales.shape[1]):
+            tile = xf[i * rb:(i + 1) * rb, j * cb:(j + 1) * cb]
+            amax = np.abs(tile).max()
+            assert scales[i, j] == np.float32(amax) / np.float32(448)
+            # The largest element maps to +-448 (E4M3's largest finite value) exactly.
+            assert np.abs(codes[i * rb:(i + 1) * rb, j * cb:(j + 1) * cb].astype(np.float32)).max() == 448
+    dq = dequantize_reference(codes, scales, block)
+    full = np.repeat(np.repeat(scales.astype(np.float64), rb, 0), cb, 1)[: shape[0], : shape[1]]
+    # Round to nearest E4M3: half an ulp of 2**-3 relative, or half the subnormal step 2**-9 times the scale.
+    assert (np.abs(dq - xf) <= np.maximum(np.abs(xf) * 2.0**-4, full * 2.0**-10) * (1 + 1e-6)).all()
+
+
+def test_reference_codes_are_the_nearest_even_e4m3_of_the_fp32_quotient() -> None:
+    rng = np.random.default_rng(3)
+    x = bf16_values(rng, 4, 256)
+    codes, scales = quantize_activations_reference(x)
+    q = x.astype(np.float32) / np.repeat(scales, 128, axis=1)
+    # Every representable E4M3 value; the code must be the nearest, ties to the even code.
+    values = E4M3_CODES.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    finite = np.isfinite(values)
+    grid, grid_codes = values[finite], E4M3_CODES[finite]
+    for v, code in zip(q.ravel().astype(np.float64), codes.view(np.uint8).ravel()):
+        dist = np.abs(grid - v)
+        best = grid_codes[dist == dist.min()]
+        if len(best) > 1 and np.all(grid[dist == dist.min()] != 0):
+            best = best[(best & 1) == 0]  # a tie: the even mantissa
+        assert code in best
+
+
+def test_an_all_zero_block_has_scale_one_and_zero_codes_of_the_inputs_sign() -> None:
+    x = np.ones((2, 256), np.float32)
+    x[0, :128] = 0.0
+    x[1, 128:] = -0.0
+    codes, scales = quantize_activations_reference(x.astype(mc.bf16))
+    third = np.float32(1) / np.float32(448)
+    assert np.array_equal(scales, np.array([[1.0, third], [third, 1.0]], np.float32))
+    raw = codes.view(np.uint8)
+    assert (raw[0, :128] == 0x00).all() and (raw[1, 128:] == 0x80).all()
+    w, sw = quantize_weights_reference(np.zeros((130, 20), mc.bf16))
+    assert (sw == 1.0).all() and (w.view(np.uint8) == 0).all()
+
+
+def test_a_partial_block_scales_only_the_elements_that_exist() -> None:
+    x = np.zeros((1, 130), np.float32)
+    x[0, :128] = 1.0
+    x[0, 128:] = [3.0, -6.0]
+    codes, scales = quantize_activations_reference(x.astype(mc.bf16))
+    assert scales[0, 1] == np.float32(6) / np.float32(448)
+    assert codes.astype(np.float32)[0, 129] == -448
+
+
+def test_a_block_of_bf16_subnormals_gets_an_fp32_subnormal_scale_and_codes_up_to_448() -> None:
+    x = (np.arange(-64, 64) * 2.0**-133).astype(np.float32).astype(mc.bf16).reshape(1, 128)
+    codes, scales = quantize_activations_reference(x)
+    assert 0 < scales[0, 0] < np.finfo(np.float32).tiny and scales[0, 0] == np.float32(64 * 2.0**-133) / np.float32(448)
+    assert np.abs(codes.astype(np.float32)).max() == 448 and codes.astype(np.float32)[0, 64] == 0
+
+
+@pytest.mark.parametrize("block", [np.array([1, 128]), [1, 128], (1, 128.5)])
+def test_a_block_must_be_one_of_the_two_tuples(block) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        quantize_reference(np.zeros((1, 4)), block)
+    assert info.value.argument == "block"
+
+
+def test_non_finite_inputs_make_the_scale_non_finite() -> None:
+    x = np.ones((2, 128), np.float32)
+    x[0, 5], x[1, 9] = np.nan, -np.inf
+    _, scales = quantize_activations_reference(x.astype(mc.bf16))
+    assert np.isnan(scales[0, 0]) and scales[1, 0] == np.inf
+
+
+@pytest.mark.parametrize("args, argument", [((np.zeros(4), (1, 128)), "x"), ((np.zeros((0, 4)), (1, 128)), "x"),
+                                            ((np.zeros((2, 4)), (128, 1)), "block"),
+                                            ((np.zeros((2, 4)), [1, 128]), "block")])
+def test_the_reference_checks_its_arguments(args, argument) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        quantize_reference(*args)
+    assert info.value.argument == argument
+
+
+def test_dequantize_checks_the_scale_shape() -> None:
+    with pytest.raises(mc.ContractError) as info:
+        dequantize_reference(np.zeros((4, 256), mc.e4m3), np.ones((4, 3), np.float32), (1, 128))
+    assert info.value.argument == "scales" and "(4, 2)" in info.value.expected
+
+
+# -- plans and the quantizer with stand-ins -----------------------------------------------------
+class Recorder:
+    """Stands in for a bound kernel launch: records what would have been enqueued."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __call__(self, *args: Any) -> None:
+        self.calls.append(args)
+
+
+class FakeEngine:
+    def __init__(self, context: Any, m: int, n: int, k: int, compiler: Any, *, warps: Any = None) -> None:
+        self.m, self.rows, self.warps = m, fp8_gemv_rows(m), warps or 1
+        self.launch = Recorder()
+        self.config = mc.LaunchConfig(-(-n // self.rows), 32)
+        self.kernel = None
+
+    def describe(self) -> str:
+        return "fake engine"
+
+
+def stand_ins(monkeypatch: pytest.MonkeyPatch, cc: tuple[int, int] = (9, 0)) -> tuple[Any, Any]:
+    from mircuda.runtime import Context, Stream
+
+    context = object.__new__(Context)
+    context._closed = False
+    monkeypatch.setattr(Context, "_make_current", lambda self: None)
+    monkeypatch.setattr(Context, "device_info", lambda self: SimpleNamespace(
+        compute_capability=cc, name="stand-in", arch=f"sm_{cc[0]}{cc[1]}", multiprocessor_count=132,
+        supports_programmatic_launch=cc >= (9, 0)))
+    monkeypatch.setattr(Context, "__repr__", lambda self: "<stand-in context>")
+    stream = object.__new__(Stream)
+    stream._context, stream._handle = context, 0x50
+    monkeypatch.setattr(_fp8, "Fp8Gemv", FakeEngine)
+    monkeypatch.setattr(_fp8, "plan_compiler", lambda compiler, context: compiler)
+    return context, stream
+
+
+def buffer(context: Any, dtype: Any, count: int, address: int = 0x10000) -> Any:
+    from mircuda.dtypes import dtype_info
+    from mircuda.memory import DeviceBuffer
+
+    buf = object.__new__(DeviceBuffer)
+    info = dtype_info(dtype)
+    buf._freed, buf._scalar, buf._info, buf._context, buf._count, buf._ptr = (False, info.scalar_type, info, context,
+                                                                                count, address)
+    return buf
+
+
+def operands(context: Any, m: int, n: int, k: int) -> dict[str, Any]:
+    kb, nb = -(-k // 128), -(-n // 128)
+    return {"a": buffer(context, mc.e4m3, m * k, 0x1000), "sa": buffer(context, mc.f32, m * kb, 0x2000),
+            "b": buffer(context, mc.e4m3, n * k, 0x3000), "sb": buffer(context, mc.f32, nb * kb, 0x4000),
+            "d": buffer(context, mc.bf16, m * n, 0x5000)}
+
+
+def test_a_valid_execute_launches_once_with_the_operands_in_kernel_order(monkeypatch) -> None:
+    context, stream = stand_ins(monkeypatch)
+    plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(3, 200, 304))
+    ops = operands(context, 3, 200, 304)
+    plan.execute(stream, ops["a"], ops["sa"], ops["b"], ops["sb"], ops["d"], 2.0, 0.5)
+    (call,) = plan._launch.calls
+    assert call[0] is stream and call[2] is ops["d"] and call[3] is ops["d"]  # c = None: accumulate into d
+    assert call[4:8] == (ops["a"], ops["sa"], ops["b"], ops["sb"]) and call[8:] == (2.0, 0.5, 200, 304)
+    c = buffer(context, mc.bf16, 600, 0x6000)
+    plan.execute(stream, ops["a"], ops["sa"], ops["b"], ops["sb"], ops["d"], c=c)
+    assert plan._launch.calls[1][3] is c and plan.sa_shape == (3, 3) and plan.sb_shape == (2, 3)
+
+
+@pytest.mark.parametrize("change, argument", [
+    ({"a": ("dtype", mc.u8)}, "a"), ({"a": ("count", 3 * 304 - 1)}, "a"), ({"a": ("address", 0x1008)}, "a"),
+    ({"sa": ("count", 8)}, "sa"), ({"sa": ("dtype", mc.f16)}, "sa"), ({"b": ("address", 0x3004)}, "b"),
+    ({"b": ("dtype", mc.bf16)}, "b"), ({"sb": ("count", 5)}, "sb"), ({"d": ("dtype", mc.f32)}, "d"),
+    ({"d": ("count", 599)}, "d"), ({"c": ("count", 599)}, "c"), ({"c": ("dtype", mc.f16)}, "c"),
+])
+def test_bad_operands_are_refused_by_name_and_nothing_is_enqueued(monkeypatch, change, argument) -> None:
+    context, stream = stand_ins(monkeypatch)
+    plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(3, 200, 304))
+    ops = operands(context, 3, 200, 304)
+    ops["c"] = buffer(context, mc.bf16, 600, 0x6000)
+    ((name, (field, value)),) = change.items()
+    old = ops[name]
+    dtype = value if field == "dtype" else old._scalar
+    count = value if field == "count" else old._count
+    address = value if field == "address" else old._ptr
+    ops[name] = buffer(context, dtype, count, address)
+    with pytest.raises(mc.ContractError) as info:
+        plan.execute(stream, ops["a"], ops["sa"], ops["b"], ops["sb"], ops["d"], c=ops["c"])
+    assert info.value.argument == argument
+    assert plan._launch.calls == []
+
+
+def test_another_stream_a_freed_buffer_and_bad_scalars_are_refused_before_the_launch(monkeypatch) -> None:
+    from mircuda.runtime import Stream
+
+    context, stream = stand_ins(monkeypatch)
+    plan = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(200, 304))
+    ops = operands(context, 1, 200, 304)
+    args = (ops["a"], ops["sa"], ops["b"], ops["sb"], ops["d"])
+    other = object.__new__(Stream)
+    other._context, other._handle = context, 0x60
+    with pytest.raises(mc.ContractError) as info:
+        plan.execute(other, *args)
+    assert info.value.argument == "stream"
+    for alpha, beta, argument in (("1", 0.0, "alpha"), (1.0, None, "beta"), (True, 0.0, "alpha")):
+        with pytest.raises(mc.ContractError) as info:
+            plan.execute(stream, *args, alpha, beta)
+        assert info.value.argument == argument
+    ops["sb"]._freed = True
+    with pytest.raises(mc.UseAfterFree, match="sb"):
+        plan.execute(stream, *args)
+    with pytest.raises(mc.ContractError) as info:
+        plan.execute(stream, np.zeros(304, mc.e4m3), *args[1:])
+    assert info.value.argument == "a"
+    assert plan._launch.calls == []
+
+
+def test_the_vector_plan_takes_one_row_of_scales(monkeypatch) -> None:
+    context, stream = stand_ins(monkeypatch)
+    plan = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096 + 16))
+    assert plan.sa_shape == (1, 33) and plan.sb_shape == (32, 33) and plan.rows == 8
+    assert "BlockwiseFp8VectorPlan" in plan.describe() and "N=4096" in plan.describe()
+
+
+@pytest.mark.parametrize("k", [8, 100, 4100])
+def test_k_not_a_multiple_of_16_is_refused_by_name(monkeypatch, k) -> None:
+    context, stream = stand_ins(monkeypatch)
+    for make in (lambda: mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(64, k)),
+                 lambda: mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(2, 64, k))):
+        with pytest.raises(mc.ContractError) as info:
+            make()
+        assert info.value.argument == "spec" and f"K = {k}" == info.value.received
+
+
+@pytest.mark.parametrize("m", [17, 64, 8192])
+def test_m_above_16_is_not_available_yet_and_says_why(monkeypatch, m) -> None:
+    context, stream = stand_ins(monkeypatch)
+    with pytest.raises(mc.BlockwiseFp8Unavailable, match="CUTLASS") as info:
+        mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, 4096, 4096))
+    assert isinstance(info.value, mc.UnsupportedPlatform) and f"M = {m}" in str(info.value)
+
+
+@pytest.mark.parametrize("m", [1, 2, 16])
+def test_m_up_to_16_runs_the_nvrtc_gemv(monkeypatch, m) -> None:
+    context, stream = stand_ins(monkeypatch)
+    plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, 256, 512))
+    assert plan._engine.m == m and "fake engine" in plan.describe() and f"M={m}" in plan.describe()
+
+
+def test_devices_below_cc_8_9_are_refused(monkeypatch) -> None:
+    context, stream = stand_ins(monkeypatch, cc=(8, 6))
+    for make in (lambda: mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(64, 64)),
+                 lambda: mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(2, 64, 64)),
+                 lambda: mc.BlockwiseFp8Quantizer(context, stream, 2, 64)):
+        with pytest.raises(mc.UnsupportedPlatform, match="8.9"):
+            make()
+
+
+def test_construction_checks_its_arguments(monkeypatch) -> None:
+    context, stream = stand_ins(monkeypatch)
+    with pytest.raises(mc.ContractError, match="spec"):
+        mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseMatmulSpec(1, 64, 64))
+    with pytest.raises(mc.ContractError, match="spec"):
+        mc.BlockwiseFp8Plan(context, stream, mc.DenseVectorSpec(64, 64))
+    with pytest.raises(mc.ContractError, match="stream"):
+        mc.BlockwiseFp8Plan(context, None, mc.DenseMatmulSpec(1, 64, 64))
+    with pytest.raises(mc.ContractError, match="context"):
+        mc.BlockwiseFp8VectorPlan(object(), stream, mc.DenseVectorSpec(64, 64))
+
+
+@pytest.mark.parametrize("kwargs, argument, received", [
+    ({"m": 0}, "m", "0"), ({"m": 17}, "m", "17"), ({"m": 2.0}, "m", "2.0"), ({"warps": 3}, "warps", "3"),
+    ({"warps": True}, "warps", "True"),
+])
+def test_the_engine_checks_m_and_warps_before_the_device_is_asked(kwargs, argument, received) -> None:
+    args = {"m": 1, "warps": None, **kwargs}
+    with pytest.raises(mc.ContractError) as info:
+        _fp8.Fp8Gemv(None, args["m"], 64, 64, None, warps=args["warps"])  # no context: the check comes first
+    assert info.value.argument == argument and info.value.received == received
+
+
+@pytest.mark.parametrize("kwargs, argument", [({"rows": 0}, "rows"), ({"k": -1}, "k"), ({"block": (128, 1)}, "block"),
+                                              ({"block": "1x128"}, "block"), ({"rows": 2**24, "block": (128, 128)},
+                                                                             "rows")])
+def test_the_quantizer_checks_its_arguments_before_compiling(monkeypatch, kwargs, argument) -> None:
+    context, stream = stand_ins(monkeypatch)
+    args = {"rows": 4, "k": 256, "block": (1, 128), **kwargs}
+    with pytest.raises(mc.ContractError) as info:
+        mc.BlockwiseFp8Quantizer(context, stream, args["rows"], args["k"], args["block"])
+    assert info.value.argument == argument
+
+
+def test_the_quantizer_checks_operands_and_its_stream_before_the_launch(monkeypatch) -> None:
+    from mircuda.runtime import Stream
+
+    context, stream = stand_ins(monkeypatch)
+    quantizer = object.__new__(mc.BlockwiseFp8Quantizer)  # its state, without compiling the kernel
+    from mircuda.dtypes import dtype_info
+
+    quantizer.rows, quantizer.k, quantizer.block, quantizer.scale_shape = 200, 300, (128, 128), (2, 3)
+    quantizer._context, quantizer._stream, quantizer._launch, quantizer.config = context, stream, Recorder(), None
+    quantizer._in, quantizer._codes, quantizer._scales = dtype_info(mc.bf16), dtype_info(mc.e4m3), dtype_info(mc.f32)
+    x, q, s = buffer(context, mc.bf16, 60000), buffer(context, mc.e4m3, 60000), buffer(context, mc.f32, 6)
+    for args, argument in (((x, q, buffer(context, mc.f32, 5)), "scales"), ((x, buffer(context, mc.u8, 60000), s), "codes"),
+                           ((buffer(context, mc.f16, 60000), q, s), "x"), ((x, buffer(context, mc.e4m3, 59999), s), "codes")):
+        with pytest.raises(mc.ContractError) as info:
+            quantizer.execute(stream, *args)
+        assert info.value.argument == argument
+    other = object.__new__(Stream)
+    other._context, other._handle = context, 0x60
+    with pytest.raises(mc.ContractError, match="stream"):
+        quantizer.execute(other, x, q, s)
+    assert quantizer._launch.calls == []
+    quantizer.execute(stream, x, q, s)
+    assert quantizer._launch.calls == [(stream, None, q, s, x, 200, 300)]
+
+
+# -- the njit executor ----------------------------------------------------------------------------
+def test_the_njit_executor_packs_the_kernel_parameters_in_c_abi_order() -> None:
+    pytest.importorskip("numba")
+    seen: list[tuple[int, ...]] = []
+    blocks: list[bytes] = []
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64, ctypes.c_uint64,
+                             ctypes.c_uint64)
+
+    def fake_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):  # type: ignore[no-untyped-def]
+        pointers = (ctypes.c_uint64 * 10).from_address(params)
+        blocks.append(b"".join(ctypes.string_at(p, 8 if i < 6 else 4) for i, p in enumerate(pointers)))
+        seen.append((f, gx, gy, gz, bx, by, bz, smem, stream, extra))
+        return 0
+
+    entry_point = proto(fake_launch)
+    execute = fp8_gemv_executor(0xF00, 25, 64, 200, 304, launch_function=entry_point)
+    assert execute(np.uint64(0x50), 0x1000, 0x2004, 0x3010, 0x4008, 0x5002, 0x6002, 1.5, -0.25) == 0
+    assert seen == [(0xF00, 25, 1, 1, 64, 1, 1, 0, 0x50, 0)]
+    # (d, c, a, sa, b, sb, alpha, beta, n, k), as blockwise_fp8_gemv declares them.
+    assert blocks[0] == struct.pack("<QQQQQQffii", 0x5002, 0x6002, 0x1000, 0x2004, 0x3010, 0x4008, 1.5, -0.25, 200, 304)
+    for bad in ((0x1008, 0x2004, 0x3010, 0x4008, 0x5002, 0x6002), (0x1000, 0x2004, 0x3018, 0x4008, 0x5002, 0x6002),
+                (0x1000, 0x2002, 0x3010, 0x4008, 0x5002, 0x6002), (0x1000, 0x2004, 0x3010, 0x4001, 0x5002, 0x6002),
+                (0x1000, 0x2004, 0x3010, 0x4008, 0x5001, 0x6002), (0x1000, 0x2004, 0x3010, 0x4008, 0x5002, 0x6003)):
+        assert execute(0x50, *bad, 1.0, 0.0) == INVALID_VALUE
+    assert len(seen) == 1
+
+
+def test_the_plans_are_exported() -> None:
+    for name in ("BlockwiseFp8Plan", "BlockwiseFp8VectorPlan", "BlockwiseFp8Quantizer", "BlockwiseFp8Unavailable"):
+        assert name in mc.__all__ and getattr(mc, name) is getattr(mc.matmul, name)
+    assert mc.matmul.quantize_weights_reference is _quantize.quantize_weights_reference
+    assert FP8_GEMV_MAX_M == 16
