@@ -32,7 +32,7 @@ from mircuda.matmul._quantize import (
     quantize_weights_reference,
     weight_scale_shape,
 )
-from mircuda.matmul._vector import INVALID_VALUE
+from mircuda.matmul._vector import INVALID_HANDLE, INVALID_VALUE
 
 E4M3_CODES = np.arange(256, dtype=np.uint8)
 
@@ -428,7 +428,11 @@ def test_the_quantizer_checks_operands_and_its_stream_before_the_launch(monkeypa
 
     quantizer.rows, quantizer.k, quantizer.block, quantizer.scale_shape = 200, 300, (128, 128), (2, 3)
     quantizer._context, quantizer._stream, quantizer._launch, quantizer.config = context, stream, Recorder(), None
-    quantizer._in, quantizer._codes, quantizer._scales = dtype_info(mc.bf16), dtype_info(mc.e4m3), dtype_info(mc.f32)
+    from mircuda.matmul._spec import Operand
+
+    quantizer._operands = (Operand("x", dtype_info(mc.bf16), 60000, "[R, K]", 2, "loads"),
+                           Operand("codes", dtype_info(mc.e4m3), 60000, "[R, K]", 1, "stores"),
+                           Operand("scales", dtype_info(mc.f32), 6, "[2, 3]", 4, "stores"))
     x, q, s = buffer(context, mc.bf16, 60000), buffer(context, mc.e4m3, 60000), buffer(context, mc.f32, 6)
     for args, argument in (((x, q, buffer(context, mc.f32, 5)), "scales"), ((x, buffer(context, mc.u8, 60000), s), "codes"),
                            ((buffer(context, mc.f16, 60000), q, s), "x"), ((x, buffer(context, mc.e4m3, 59999), s), "codes")):
@@ -459,7 +463,7 @@ def test_the_njit_executor_packs_the_kernel_parameters_in_c_abi_order() -> None:
         return 0
 
     entry_point = proto(fake_launch)
-    execute = fp8_gemv_executor(0xF00, 25, 64, 200, 304, launch_function=entry_point)
+    execute = fp8_gemv_executor(0xF00, 25, 64, 200, 304, launch_function=entry_point, stream=0x50)
     assert execute(np.uint64(0x50), 0x1000, 0x2004, 0x3010, 0x4008, 0x5002, 0x6002, 1.5, -0.25) == 0
     assert seen == [(0xF00, 25, 1, 1, 64, 1, 1, 0, 0x50, 0)]
     # (d, c, a, sa, b, sb, alpha, beta, n, k), as blockwise_fp8_gemv declares them.
@@ -468,6 +472,8 @@ def test_the_njit_executor_packs_the_kernel_parameters_in_c_abi_order() -> None:
                 (0x1000, 0x2002, 0x3010, 0x4008, 0x5002, 0x6002), (0x1000, 0x2004, 0x3010, 0x4001, 0x5002, 0x6002),
                 (0x1000, 0x2004, 0x3010, 0x4008, 0x5001, 0x6002), (0x1000, 0x2004, 0x3010, 0x4008, 0x5002, 0x6003)):
         assert execute(0x50, *bad, 1.0, 0.0) == INVALID_VALUE
+    # Another stream than the plan's: nothing is launched.
+    assert execute(0x51, 0x1000, 0x2004, 0x3010, 0x4008, 0x5002, 0x6002, 1.0, 0.0) == INVALID_HANDLE
     assert len(seen) == 1
 
 

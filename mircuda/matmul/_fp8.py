@@ -23,11 +23,14 @@ from ._quantize import activation_scale_shape, weight_scale_shape
 from ._spec import (
     DenseMatmulSpec,
     DenseVectorSpec,
+    Operand,
+    PlanBase,
     check_operand,
     check_scalar,
     plan_stream,
 )
 from ._vector import (
+    INVALID_HANDLE,
     INVALID_VALUE,
     blocks_per_sm,
     choose_vector_warps,
@@ -51,6 +54,7 @@ __all__ = [
     "fp8_gemv_executor",
     "fp8_gemv_options",
     "fp8_gemv_rows",
+    "fp8_operands",
     "fp8_vector_source",
 ]
 
@@ -109,6 +113,24 @@ def _check_cc(context: Context, what: str) -> None:
                                   f"{info.compute_capability[0]}.{info.compute_capability[1]}")
 
 
+def fp8_operands(m: int, n: int, k: int) -> tuple[Operand, ...]:
+    """The plans' checks of ``a, sa, b, sb, d, c``: codes aligned to 16 bytes (16-byte loads), scales
+    to 4 and outputs to 2 (their element sizes)."""
+    kb, nb = -(-k // 128), -(-n // 128)
+    codes, scales, out = dtype_info(e4m3), dtype_info(f32), dtype_info(bf16)
+    loads = f"kernel {SYMBOL}: 16-byte loads of rows of {k} E4M3 codes"
+    a_shape = f"E4M3 [K] = [{k}]" if m == 1 else f"E4M3 [M, K] = [{m}, {k}]"
+    sa_shape = f"FP32 [ceil(K/128)] = [{kb}]" if m == 1 else f"FP32 [M, ceil(K/128)] = [{m}, {kb}]"
+    d_shape = f"BF16 [N] = [{n}]" if m == 1 else f"BF16 [M, N] = [{m}, {n}]"
+    return (Operand("a", codes, m * k, a_shape, 16, loads),
+            Operand("sa", scales, m * kb, sa_shape, 4, f"kernel {SYMBOL}: FP32 scale loads"),
+            Operand("b", codes, n * k, f"E4M3 [N, K] = [{n}, {k}]", 16, loads),
+            Operand("sb", scales, nb * kb, f"FP32 [ceil(N/128), ceil(K/128)] = [{nb}, {kb}]", 4,
+                    f"kernel {SYMBOL}: FP32 scale loads"),
+            Operand("d", out, m * n, d_shape, 2, f"kernel {SYMBOL}: 2-byte BF16 stores"),
+            Operand("c", out, m * n, d_shape, 2, f"kernel {SYMBOL}: 2-byte BF16 loads"))
+
+
 class Fp8Gemv:
     """The compiled FP8 GEMV for one M (1..16), N and K, with its rows, warps and launch configuration:
     the engine of both plans (they check operands). Warps per block split K by
@@ -143,9 +165,11 @@ class Fp8Gemv:
         self.config.check(info, self.kernel.attributes.max_threads_per_block)
         self.launch = self.kernel.launch
 
-    def numba_executor(self) -> Any:
-        """``execute(stream, a, sa, b, sb, d, c, alpha, beta) -> CUresult`` (see :func:`fp8_gemv_executor`)."""
-        return fp8_gemv_executor(self.kernel.handle, self.config.grid[0], self.config.block[0], self.n, self.k)
+    def numba_executor(self, stream: int) -> Any:
+        """``execute(stream, a, sa, b, sb, d, c, alpha, beta) -> CUresult`` for the plan's stream handle
+        ``stream`` (see :func:`fp8_gemv_executor`)."""
+        return fp8_gemv_executor(self.kernel.handle, self.config.grid[0], self.config.block[0], self.n, self.k,
+                                 stream=stream)
 
     def describe(self) -> str:
         return (f"kernel {SYMBOL} (NVRTC, -D MIRCUDA_FP8_M={self.m} -D MIRCUDA_FP8_ROWS={self.rows}): "
@@ -156,15 +180,17 @@ class Fp8Gemv:
                 + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else ""))
 
 
-def fp8_gemv_executor(function: int, grid: int, block: int, n: int, k: int, launch_function: Any = None) -> Any:
+def fp8_gemv_executor(function: int, grid: int, block: int, n: int, k: int, launch_function: Any = None, *,
+                      stream: int) -> Any:
     """An ``@numba.njit`` function ``execute(stream, a, sa, b, sb, d, c, alpha, beta) -> CUresult``
     launching ``blockwise_fp8_gemv`` (parameters ``(d, c, a, sa, b, sb, f32 alpha, f32 beta, i32 n,
     i32 k)``: C ABI offsets 0, 8, 16, 24, 32, 40, 48, 52, 56, 60) through
     :func:`mircuda.numba_ext.driver_function` (or ``launch_function``, a stand-in with its prototype).
-    ``c`` may equal ``d``. ``a`` and ``b`` must be multiples of 16, ``sa`` and ``sb`` of 4, ``d`` and
-    ``c`` of 2, else it returns ``CUDA_ERROR_INVALID_VALUE`` (1) and launches nothing. Lengths are not
-    checked on this path; the plan's context must be current. A plain launch (no programmatic
-    dependent launch: the kernel is correct either way)."""
+    ``c`` may equal ``d``. The stream must be ``stream`` (the plan's ``Stream.handle``), else it returns
+    ``CUDA_ERROR_INVALID_HANDLE`` (400); ``a`` and ``b`` must be multiples of 16, ``sa`` and ``sb`` of 4,
+    ``d`` and ``c`` of 2, else it returns ``CUDA_ERROR_INVALID_VALUE`` (1); either way it launches
+    nothing. Lengths are not checked on this path; the plan's context must be current. A plain launch
+    (no programmatic dependent launch: the kernel is correct either way)."""
     import numba
     import numpy as np
 
@@ -173,9 +199,12 @@ def fp8_gemv_executor(function: int, grid: int, block: int, n: int, k: int, laun
     launch = driver_function("cuLaunchKernel") if launch_function is None else launch_function
     u64, f32_, i32_ = numba.uint64, np.float32, np.int32
     offsets = (0, 8, 16, 24, 32, 40, 48, 52, 56, 60)
+    bound = u64(stream)
 
     @numba.njit(cache=False)
     def execute(stream: int, a: int, sa: int, b: int, sb: int, d: int, c: int, alpha: float, beta: float) -> int:
+        if u64(stream) != bound:
+            return INVALID_HANDLE
         pa, psa, pb, psb, pd, pc = u64(a), u64(sa), u64(b), u64(sb), u64(d), u64(c)
         if (pa | pb) & u64(15) or (psa | psb) & u64(3) or (pd | pc) & u64(1):
             return INVALID_VALUE
@@ -201,11 +230,9 @@ def fp8_gemv_executor(function: int, grid: int, block: int, n: int, k: int, laun
     return execute
 
 
-class _Fp8PlanBase:
+class _Fp8PlanBase(PlanBase):
     """Operand checks and the hot path shared by both plans."""
 
-    _context: Context
-    _stream: Stream
     _engine: Fp8Gemv
     _m: int
     _n: int
@@ -217,19 +244,11 @@ class _Fp8PlanBase:
         self._m, self._n, self._k = m, n, k
         self._engine = Fp8Gemv(context, m, n, k, plan_compiler(compiler, context), warps=warps)
         self._launch, self._config = self._engine.launch, self._engine.config
-        self._codes, self._scales, self._out = dtype_info(e4m3), dtype_info(f32), dtype_info(bf16)
+        self._in, self._out = dtype_info(e4m3), dtype_info(bf16)
+        self._operands = fp8_operands(m, n, k)
         self._sa_shape = activation_scale_shape(m, k)
         self._sb_shape = weight_scale_shape(n, k)
         self._numba = None
-
-    @property
-    def context(self) -> Context:
-        return self._context
-
-    @property
-    def stream(self) -> Stream:
-        """The stream the plan is bound to: ``execute`` runs only on it."""
-        return self._stream
 
     @property
     def kernel(self) -> TypedKernel:
@@ -266,32 +285,29 @@ class _Fp8PlanBase:
         """An ``@numba.njit`` function ``execute(stream, a, sa, b, sb, d, c, alpha, beta) -> int`` over raw
         handles (``Stream.handle``, ``DeviceBuffer.handle``; pass ``d``'s handle as ``c`` to accumulate in
         place) that launches the kernel through :mod:`mircuda.numba_ext` (see :func:`fp8_gemv_executor`).
-        Returns a ``CUresult`` (0: enqueued; 1: a misaligned address). Lengths and the stream are not
-        checked on this path. Keep the plan alive while the function is used."""
+        Returns a ``CUresult``: 0 enqueued; 400 (``CUDA_ERROR_INVALID_HANDLE``) for a stream handle that
+        is not the plan's stream's; 1 (``CUDA_ERROR_INVALID_VALUE``) for a misaligned address; nothing is
+        launched then. Lengths and captures are not checked on this path; keep the plan and its stream
+        alive while the function is used."""
         if self._numba is None:
-            self._numba = self._engine.numba_executor()
+            self._numba = self._engine.numba_executor(self._stream.handle)
         return self._numba
 
     def _execute(self, stream: Any, a: Any, sa: Any, b: Any, sb: Any, d: Any, alpha: Any, beta: Any, c: Any) -> None:
-        if stream is not self._stream:
-            raise ContractError("stream", f"the plan's stream {self._stream!r}", repr(stream))
-        m, n, k, ctx = self._m, self._n, self._k, self._context
-        pa = check_operand("a", a, self._codes, m * k, ctx, f"E4M3 [M, K] = [{m}, {k}]")
-        check_operand("sa", sa, self._scales, self._sa_shape[0] * self._sa_shape[1], ctx,
-                      f"FP32 [M, ceil(K/128)] = {list(self._sa_shape)}")
-        pb = check_operand("b", b, self._codes, n * k, ctx, f"E4M3 [N, K] = [{n}, {k}]")
-        check_operand("sb", sb, self._scales, self._sb_shape[0] * self._sb_shape[1], ctx,
-                      f"FP32 [ceil(N/128), ceil(K/128)] = {list(self._sb_shape)}")
-        check_operand("d", d, self._out, m * n, ctx, f"BF16 [M, N] = [{m}, {n}]")
+        self._check_stream(stream)
+        ctx = self._context
+        oa, osa, ob, osb, od, oc = self._operands
+        check_operand(oa, a, ctx)
+        check_operand(osa, sa, ctx)
+        check_operand(ob, b, ctx)
+        check_operand(osb, sb, ctx)
+        check_operand(od, d, ctx)
         if c is None:
             c = d
         else:
-            check_operand("c", c, self._out, m * n, ctx, f"BF16 [M, N] = [{m}, {n}]")
-        for name, ptr in (("a", pa), ("b", pb)):
-            if ptr % 16:
-                raise ContractError(name, "an address aligned to 16 bytes (16-byte loads)", hex(ptr))
+            check_operand(oc, c, ctx)
         fa, fb = check_scalar("alpha", alpha), check_scalar("beta", beta)
-        self._launch(stream, self._config, d, c, a, sa, b, sb, fa, fb, n, k)
+        self._launch(stream, self._config, d, c, a, sa, b, sb, fa, fb, self._n, self._k)
 
 
 class BlockwiseFp8VectorPlan(_Fp8PlanBase):
@@ -330,10 +346,6 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
         self._spec = spec
         self._setup(context, stream, 1, spec.n, spec.k, compiler, warps)
 
-    @property
-    def spec(self) -> DenseVectorSpec:
-        return self._spec
-
     def describe(self) -> str:
         """Which kernel runs and why, in one paragraph."""
         s = self._spec
@@ -354,9 +366,11 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
             d: BF16 ``[N]``, written. c: BF16 ``[N]`` read when ``beta != 0``; ``None`` means ``d``.
 
         Raises:
-            ContractError: another stream, a buffer of the wrong type, dtype, context, length or
-                alignment (named), or a bad scalar; nothing is enqueued then.
-            UseAfterFree: a buffer was freed. CudaError: the driver refused the launch.
+            ContractError: a stream that is not the plan's (or the plan's forked into a capture begun on
+                another stream), a buffer of the wrong type, dtype, context, length or alignment (named,
+                with the address), or a bad scalar; nothing is enqueued then.
+            UseAfterFree: a buffer was freed. ClosedResourceError: the plan's stream was closed.
+            CudaError: the driver refused the launch.
         """
         self._execute(stream, a, sa, b, sb, d, alpha, beta, c)
 
@@ -407,10 +421,6 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
         self._spec = spec
         self._setup(context, stream, spec.m, spec.n, spec.k, compiler, warps)
 
-    @property
-    def spec(self) -> DenseMatmulSpec:
-        return self._spec
-
     def describe(self) -> str:
         """Which kernel runs and why, in one paragraph."""
         s = self._spec
@@ -432,9 +442,11 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
             d: BF16 ``[M, N]``, written. c: BF16 ``[M, N]`` read when ``beta != 0``; ``None`` means ``d``.
 
         Raises:
-            ContractError: another stream, a buffer of the wrong type, dtype, context, length or
-                alignment (named), or a bad scalar; nothing is enqueued then.
-            UseAfterFree: a buffer was freed. CudaError: the driver refused the launch.
+            ContractError: a stream that is not the plan's (or the plan's forked into a capture begun on
+                another stream), a buffer of the wrong type, dtype, context, length or alignment (named,
+                with the address), or a bad scalar; nothing is enqueued then.
+            UseAfterFree: a buffer was freed. ClosedResourceError: the plan's stream was closed.
+            CudaError: the driver refused the launch.
         """
         self._execute(stream, a, sa, b, sb, d, alpha, beta, c)
 

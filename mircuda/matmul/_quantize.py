@@ -32,9 +32,17 @@ import numpy as np
 from ..compile import Compiler, CudaSource
 from ..dtypes import bf16, dtype_info, e4m3, f32, i32
 from ..errors import ContractError, UnsupportedPlatform
+from ..graph._capture import _records as _captures
 from ..launch import In, LaunchConfig, Out, cuda_export
 from ..memory import DeviceBuffer
-from ._spec import _dim, check_operand, plan_stream
+from ._spec import (
+    Operand,
+    _dim,
+    check_capture_origin,
+    check_operand,
+    plan_stream,
+    refuse_stream,
+)
 from ._vector import package_source, plan_compiler
 
 if TYPE_CHECKING:
@@ -208,7 +216,11 @@ class BlockwiseFp8Quantizer:
         self.scale_shape = activation_scale_shape(rows, k) if block == ACTIVATION_BLOCK else weight_scale_shape(rows, k)
         self._context, self._stream = context, stream
         self._launch = self.kernel.launch
-        self._in, self._codes, self._scales = dtype_info(bf16), dtype_info(e4m3), dtype_info(f32)
+        shape, count = f"[R, K] = [{rows}, {k}]", rows * k
+        self._operands = (Operand("x", dtype_info(bf16), count, shape, 2, f"kernel {self.symbol}: BF16 loads"),
+                          Operand("codes", dtype_info(e4m3), count, shape, 1, f"kernel {self.symbol}: byte stores"),
+                          Operand("scales", dtype_info(f32), self.scale_shape[0] * self.scale_shape[1],
+                                  f"{list(self.scale_shape)}", 4, f"kernel {self.symbol}: FP32 stores"))
 
     @property
     def context(self) -> Context:
@@ -234,17 +246,21 @@ class BlockwiseFp8Quantizer:
             x: BF16 ``[R, K]`` row-major. codes: E4M3 ``[R, K]``. scales: FP32 ``scale_shape``.
 
         Raises:
-            ContractError: another stream, or a buffer of the wrong type, dtype, context or length
+            ContractError: a stream that is not the quantizer's (or it forked into a capture begun on
+                another stream), or a buffer of the wrong type, dtype, context, length or alignment
                 (named); nothing is enqueued then.
-            UseAfterFree: a buffer was freed. CudaError: the driver refused the launch.
+            UseAfterFree: a buffer was freed. ClosedResourceError: the stream was closed.
+            CudaError: the driver refused the launch.
         """
         if stream is not self._stream:
-            raise ContractError("stream", f"the quantizer's stream {self._stream!r}", repr(stream))
-        ctx, n = self._context, self.rows * self.k
-        check_operand("x", x, self._in, n, ctx, f"[R, K] = [{self.rows}, {self.k}]")
-        check_operand("codes", codes, self._codes, n, ctx, f"[R, K] = [{self.rows}, {self.k}]")
-        check_operand("scales", scales, self._scales, self.scale_shape[0] * self.scale_shape[1], ctx,
-                      f"{list(self.scale_shape)}")
+            refuse_stream(stream, self._stream, self._context)
+        stream._check_usable("stream", self._context)
+        if _captures:
+            check_capture_origin(stream, self._stream)
+        ox, oq, os_ = self._operands
+        check_operand(ox, x, self._context)
+        check_operand(oq, codes, self._context)
+        check_operand(os_, scales, self._context)
         self._launch(stream, self.config, codes, scales, x, self.rows, self.k)
 
     def __repr__(self) -> str:

@@ -292,6 +292,9 @@ def test_plans_run_from_numba_njit_loops(context, stream, pool, rng) -> None:
     misaligned = gemv(stream.handle, ops[0].bufs[0].handle + 8, ops[0].bufs[1].handle, ops[0].bufs[2].handle,
                       ops[0].bufs[3].handle, ys[0].handle, ys[0].handle, 1.0, 0.0)
     assert misaligned == 1
+    other = context.create_stream()  # not the plan's stream: CUDA_ERROR_INVALID_HANDLE, nothing launched
+    assert gemv(other.handle, *(o.handle for o in ops[0].bufs), ys[0].handle, ys[0].handle, 1.0, 0.0) == 400
+    other.close()
     for buf in [*ds, *ys, *cs]:
         buf.free(stream)
     for o in ops:
