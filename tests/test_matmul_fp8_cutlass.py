@@ -206,18 +206,29 @@ def test_fp8_functions_are_recognized_by_their_mangled_names() -> None:
              "CollectiveMmaINS1_47MainloopSm120TmaWarpSpecializedBlockwiseScalingILi2ELi2E"
              "NS5_IJNSA_ILi128EEESG_SG_EEENS_12float_e4m3_tENS5_IJNS5_IJlSB_lEE")
     assert _fp8_sass.is_blockwise_fp8_function(sm120)
+    sm90 = ("_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEENS1_10collective13"
+            "CollectiveMmaINS1_46MainloopSm90TmaGmmaWarpSpecializedBlockwiseFP8ILi5ENS5_IJNS4_1CILi1EEENSA_ILi2EEESB_"
+            "EEENS1_47KernelTmaWarpSpecializedCooperativeFP8BlockwiseEEENS5_IJNSA_ILi128EEESF_SF_EEENS_12float_e4m3_tE")
+    assert _fp8_sass.is_blockwise_fp8_function(sm90)
     dense = "_ZN7cutlass7Kernel2INS_4gemm6kernel13GemmUniversalINS_6half_tES5_fNS_4arch11OpClassSimtE"
     assert not _fp8_sass.is_blockwise_fp8_function(dense)
 
 
-def test_the_sm120f_fp8_kernels_issue_qmma() -> None:
+@pytest.mark.parametrize("arch, prefix", [("sm_120f", "sm120_"), ("sm_90a", "sm90_")])
+def test_the_fp8_kernels_issue_fp8_tensor_core_mmas(arch, prefix) -> None:
     path = _built_library()
     if path is None or _fp8_sass._cuobjdump() is None:
         pytest.skip("needs a built libmircuda_cutlass.so and cuobjdump (with nvdisasm)")
     lib = _library.CutlassLibrary(path)
-    if not any(k.family == "sm120_blockwise" for k in lib.scaled_kernels):
-        pytest.skip(f"{path} holds no sm_120f FP8 kernel")
-    report = _fp8_sass.blockwise_fp8_sass_check(path)
+    count = sum(k.family.startswith(prefix) for k in lib.scaled_kernels)
+    if not count:
+        pytest.skip(f"{path} holds no {arch} FP8 kernel")
+    report = _fp8_sass.blockwise_fp8_sass_check(path, arch)
     assert report.ok, report
-    assert len(report.functions) == sum(k.family == "sm120_blockwise" for k in lib.scaled_kernels)
-    assert all(f.mma_count > 0 for f in report.functions)
+    assert len(report.functions) == count and all(f.mma_count > 0 for f in report.functions)
+
+
+def test_the_sass_check_takes_only_the_library_archs() -> None:
+    with pytest.raises(mc.ContractError) as info:
+        _fp8_sass.blockwise_fp8_sass_check(Path("unused.so"), "sm_120a")
+    assert info.value.argument == "arch"

@@ -1,6 +1,7 @@
-"""The SASS check of the blockwise FP8 kernels of ``libmircuda_cutlass.so``'s sm_120f code: each must
-issue the SM12x FP8 tensor-core MMA (``mma.sync`` ``m16n8k32`` E4M3 x E4M3 with FP32 accumulation,
-``QMMA.16832.F32.E4M3.E4M3`` in SASS), load its tiles with TMA (``UTMALDG``) and contain no printf stub.
+"""The SASS check of the blockwise FP8 kernels of ``libmircuda_cutlass.so``: in the sm_120f code each
+must issue the SM12x FP8 tensor-core MMA (``mma.sync`` ``m16n8k32`` E4M3 x E4M3 with FP32
+accumulation, ``QMMA.16832.F32.E4M3.E4M3`` in SASS); in the sm_90a code the FP8 warpgroup MMA
+(``wgmma`` E4M3, ``QGMMA.64xNx32.F32.E4M3.E4M3``); both load their tiles with TMA (``UTMALDG``).
 ``cutlass-check`` reports it beside the dense kernels' check."""
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from pathlib import Path
 
 __all__ = ["FP8_SASS", "Fp8SassFunction", "Fp8SassReport", "blockwise_fp8_sass_check", "is_blockwise_fp8_function"]
 
-FP8_SASS = ("QMMA.16832.F32.E4M3.E4M3", "UTMALDG")
-"""What each sm_120f blockwise FP8 kernel must contain: the FP8 tensor-core MMA with FP32 accumulation
-(``mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32``, disassembled by ``cuobjdump -sass`` of CUDA
-13.0) and TMA tile loads."""
+FP8_SASS = {"sm_120f": ("QMMA.16832.F32.E4M3.E4M3", "UTMALDG"), "sm_90a": (".F32.E4M3.E4M3", "QGMMA.64x", "UTMALDG")}
+"""What each blockwise FP8 kernel of an arch must contain, the MMA first: the FP8 tensor-core MMA with
+FP32 accumulation (sm_120f: ``mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32``; sm_90a: ``wgmma``
+with E4M3 operands, ``QGMMA.64x128x32.F32.E4M3.E4M3`` for the 128-wide tiles) and TMA tile loads, as
+``cuobjdump -sass`` (CUDA 13.2, nvdisasm) prints them for the CUDA 13.0 build."""
 FP8_SASS_AVOID = ("HMMA",)
 """A 16-bit MMA would mean the operands were converted before the tensor cores."""
 
@@ -42,9 +44,10 @@ class Fp8SassReport:
 
 
 def is_blockwise_fp8_function(mangled: str) -> bool:
-    """Whether a mangled kernel name is a CUTLASS 3.x blockwise-scaled E4M3 GEMM (its mainloop policy
-    names the blockwise scaling; its element type is ``float_e4m3_t``)."""
-    return "GemmUniversal" in mangled and "float_e4m3_t" in mangled and "BlockwiseScaling" in mangled
+    """Whether a mangled kernel name is a CUTLASS 3.x blockwise-scaled E4M3 GEMM: its mainloop policy
+    names the blockwise scaling (``MainloopSm120TmaWarpSpecializedBlockwiseScaling``,
+    ``MainloopSm90TmaGmmaWarpSpecializedBlockwiseFP8``) and its element type is ``float_e4m3_t``."""
+    return "GemmUniversal" in mangled and "float_e4m3_t" in mangled and "Blockwise" in mangled
 
 
 def _cuobjdump() -> str | None:
@@ -67,9 +70,18 @@ def _functions(sass: str) -> list[tuple[str, str]]:
 
 
 def blockwise_fp8_sass_check(library: Path, arch: str = "sm_120f") -> Fp8SassReport:
-    """Disassemble ``library``'s ``arch`` code with ``cuobjdump -sass`` and check every blockwise FP8
-    kernel for :data:`FP8_SASS` (and none of :data:`FP8_SASS_AVOID`). The report's ``error`` says when
-    cuobjdump is missing, fails, or finds no such kernel."""
+    """Disassemble ``library``'s ``arch`` code (``"sm_120f"`` or ``"sm_90a"``) with ``cuobjdump -sass``
+    and check every blockwise FP8 kernel for ``FP8_SASS[arch]`` (and none of :data:`FP8_SASS_AVOID`).
+    The report's ``error`` says when cuobjdump is missing, fails, or finds no such kernel.
+
+    Raises:
+        ContractError: ``arch`` is not a key of :data:`FP8_SASS`.
+    """
+    if arch not in FP8_SASS:
+        from ..errors import ContractError
+
+        raise ContractError("arch", f"one of {', '.join(FP8_SASS)}", repr(arch))
+    need = FP8_SASS[arch]
     tool = _cuobjdump()
     if tool is None:
         return Fp8SassReport(arch, [], "cuobjdump not found (CUDA toolkit bin/ on PATH)")
@@ -80,10 +92,10 @@ def blockwise_fp8_sass_check(library: Path, arch: str = "sm_120f") -> Fp8SassRep
     for name, body in _functions(out.stdout):
         if not is_blockwise_fp8_function(name):
             continue
-        missing = [op for op in FP8_SASS if op not in body]
+        missing = [op for op in need if op not in body]
         unexpected = [op for op in FP8_SASS_AVOID if op in body]
         functions.append(Fp8SassFunction(name[:160], not missing and not unexpected, missing, unexpected,
-                                         body.count(FP8_SASS[0])))
+                                         body.count(need[0])))
     if not functions:
         return Fp8SassReport(arch, [], f"no blockwise FP8 kernels in the {arch} code of {library.name}")
     return Fp8SassReport(arch, functions)
