@@ -26,7 +26,8 @@ from pathlib import Path
 from ..errors import ContractError, CutlassError, CutlassNotFound
 
 __all__ = ["LIBRARY_NAME", "BUILD_COMMAND", "CutlassNotFound", "parse_archs", "default_archs", "Toolchain",
-           "find_toolchain", "project_dir", "source_digest", "cache_key", "cache_root", "build", "find_library"]
+           "find_toolchain", "project_dir", "source_digest", "cache_key", "cache_root", "build", "find_library",
+           "FAMILIES", "FAMILY_GROUPS", "parse_families"]
 
 LIBRARY_NAME = "libmircuda_cutlass.so"
 BUILD_COMMAND = "python -m mircuda build-cutlass"
@@ -37,6 +38,33 @@ GB10 at cc 12.1, which an sm_120a binary does not load on)."""
 STUB_ARCHS = ("90", "120", "121")
 """Targets that build but turn CUTLASS 3.x kernel bodies into a printf stub ('Arch conditional MMA
 instruction used without targeting appropriate compute capability')."""
+
+
+FAMILIES = ("SM90_COOP", "SM90_PINGPONG", "SM90_SWAP", "SM80_DECODE", "SM80_WIDE", "SM80_BULK", "SIMT",
+            "SM90_FP8_COOP", "SM90_FP8_PINGPONG", "SM120_FP8")
+"""The CMake project's kernel families (``MIRCUDA_FAMILIES``): one translation unit per family and element
+type pair, or one per family for the blockwise FP8 ones (E4M3 -> BF16; SM90_* for 90a, SM120_FP8 for
+120f, the others for every arch of the build)."""
+FAMILY_GROUPS = {"FP8": ("SM90_FP8_COOP", "SM90_FP8_PINGPONG", "SM120_FP8")}
+"""Names that stand for several families: ``FP8`` is the blockwise FP8 families of the build's archs."""
+
+
+def parse_families(text: str) -> tuple[str, ...]:
+    """Parse a family list such as ``"FP8"`` or ``"sm90_fp8_coop,SIMT"`` (case-insensitive).
+
+    Raises:
+        ContractError: a name is none of :data:`FAMILIES` or :data:`FAMILY_GROUPS`.
+    """
+    out: list[str] = []
+    for raw in re.split(r"[,;\s]+", text.strip()) if isinstance(text, str) else [repr(text)]:
+        if not raw:
+            continue
+        name = raw.upper()
+        if name not in FAMILIES and name not in FAMILY_GROUPS:
+            raise ContractError("families", f"names among {', '.join(FAMILIES + tuple(FAMILY_GROUPS))}", repr(raw))
+        if name not in out:
+            out.append(name)
+    return tuple(out)
 
 
 PROJECT = "cutlass_build"
@@ -236,6 +264,7 @@ def build(archs: tuple[str, ...] | None = None, jobs: int | None = None, root: P
             compiler's output).
     """
     archs = default_archs() if archs is None else archs
+    families = parse_families(",".join(families)) if families else ()
     tc = find_toolchain()
     if tc.cmake is None or tc.ninja is None:
         raise CutlassNotFound("building the CUTLASS library needs cmake and ninja: pip install cmake ninja")

@@ -9,20 +9,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # CutlassError is re-exported here, where it was defined before it moved to mircuda.errors.
-from ..errors import CutlassError, CutlassNotFound
+from ..errors import ContractError, CutlassError, CutlassNotFound
 from ._build import find_library
 
-__all__ = ["ABI_VERSION", "KernelInfo", "CutlassLibrary", "CutlassError", "load_library", "FAMILIES", "DTYPES"]
+__all__ = ["ABI_VERSION", "KernelInfo", "CutlassLibrary", "CutlassError", "load_library", "FAMILIES", "DTYPES",
+           "KINDS", "SCALE_MAJORS"]
 
-ABI_VERSION = 1
-"""``MIRCUDA_CUTLASS_ABI_VERSION`` this module speaks."""
+ABI_VERSION = 2
+"""``MIRCUDA_CUTLASS_ABI_VERSION`` this module speaks (2: kernel kinds and the blockwise-scaled FP8 kernels)."""
 
 STATUS = {0: "OK", 1: "INVALID_ARGUMENT", 2: "NOT_IMPLEMENTABLE", 3: "WRONG_ARCH", 4: "CUDA_ERROR",
           5: "INTERNAL_ERROR", 6: "NO_WORKSPACE"}
 """The library's status codes (``MIRCUDA_CUTLASS_*``)."""
 NOT_IMPLEMENTABLE = 2
-DTYPES = {1: "bf16", 2: "f16", 3: "f32"}
-FAMILIES = {0: "simt", 1: "sm90_cooperative", 2: "sm90_pingpong", 3: "sm90_swapped", 4: "sm80_tensorop"}
+DTYPES = {1: "bf16", 2: "f16", 3: "f32", 4: "e4m3"}
+FAMILIES = {0: "simt", 1: "sm90_cooperative", 2: "sm90_pingpong", 3: "sm90_swapped", 4: "sm80_tensorop",
+            5: "sm90_blockwise_cooperative", 6: "sm90_blockwise_pingpong", 7: "sm120_blockwise"}
+KINDS = {0: "dense", 1: "blockwise_scaled"}
+"""``MIRCUDA_CUTLASS_KIND_*``: which plan entry points a kernel takes."""
+SCALE_MAJORS = {0: "", 1: "k", 2: "mn"}
+"""``MIRCUDA_CUTLASS_K_MAJOR`` (``"k"``: ``[rows, ceil(K/scale_k)]`` row-major), ``_MN_MAJOR`` (``"mn"``:
+``[ceil(K/scale_k), rows]`` row-major); ``""`` for kernels without scales."""
 
 
 def status_error(status: int, call: str, detail: str = "", cuda_error: int = 0) -> CutlassError:
@@ -40,7 +47,12 @@ class _Info(ctypes.Structure):
                 ("output", ctypes.c_int), ("tile_m", ctypes.c_int), ("tile_n", ctypes.c_int),
                 ("tile_k", ctypes.c_int), ("cluster_m", ctypes.c_int), ("cluster_n", ctypes.c_int),
                 ("stages", ctypes.c_int), ("alignment_bytes", ctypes.c_int), ("split_k", ctypes.c_int),
-                ("arch_count", ctypes.c_int), ("archs", ctypes.c_int * 4)]
+                ("arch_count", ctypes.c_int), ("archs", ctypes.c_int * 4),
+                # ABI 2
+                ("kind", ctypes.c_int), ("m_multiple", ctypes.c_int), ("n_multiple", ctypes.c_int),
+                ("k_multiple", ctypes.c_int), ("scale_type", ctypes.c_int), ("scale_m", ctypes.c_int),
+                ("scale_n", ctypes.c_int), ("scale_k", ctypes.c_int), ("sfa_major", ctypes.c_int),
+                ("sfb_major", ctypes.c_int)]
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,17 @@ class KernelInfo:
         archs: SASS targets compiled in (90 for sm_90a, 120 for sm_120f); empty for NVRTC kernels.
         origin: ``"cutlass"`` (a kernel of the library) or ``"nvrtc"`` (a CUDA C kernel of
             ``cuda_src/`` that NVRTC compiles for the device at plan construction, any cc >= 8.0).
+        kind: ``"dense"`` (:meth:`CutlassLibrary.create_plan`, :meth:`CutlassLibrary.execute`) or
+            ``"blockwise_scaled"`` (:meth:`CutlassLibrary.create_scaled_plan`,
+            :meth:`CutlassLibrary.execute_scaled`).
+        multiples: (M, N, K) must be multiples of these (operand alignment and, for the sm120 blockwise
+            kernel, whole 128-blocks of N and K); (1, 1, 1) for the NVRTC kernels' entries.
+        scale_type: element type of the scale factors (``"f32"``); ``""`` for dense kernels.
+        scale_block: (scale_m, scale_n, scale_k): one SFA value per scale_m x scale_k block of A, one SFB
+            value per scale_n x scale_k block of B; ``(1, 128, 128)`` for the blockwise FP8 kernels,
+            ``(0, 0, 0)`` for dense kernels.
+        scale_major: majorness of (SFA, SFB): ``"k"`` means ``[rows, ceil(K/scale_k)]`` row-major
+            (``SFA[m, kb]`` at ``m * ceil(K/128) + kb``, ``SFB[nb, kb]`` at ``nb * ceil(K/128) + kb``).
     """
 
     index: int
@@ -74,6 +97,34 @@ class KernelInfo:
     split_k: bool
     archs: tuple[int, ...]
     origin: str = "cutlass"
+    kind: str = "dense"
+    multiples: tuple[int, int, int] = (1, 1, 1)
+    scale_type: str = ""
+    scale_block: tuple[int, int, int] = (0, 0, 0)
+    scale_major: tuple[str, str] = ("", "")
+
+    def scale_shapes(self, m: int, n: int, k: int) -> tuple[tuple[int, int], tuple[int, int]]:
+        """The (SFA, SFB) shapes this kernel reads for the problem (M, N, K), as row-major 2-D arrays:
+        ``([M, ceil(K/128)], [ceil(N/128), ceil(K/128)])`` for the K-major blockwise FP8 kernels.
+
+        Raises:
+            ContractError: the kernel takes no scales (``kind == "dense"``).
+        """
+        if self.kind != "blockwise_scaled":
+            raise ContractError("kernel", "a blockwise-scaled kernel", f"{self.name} ({self.kind})")
+        sm, sn, sk = self.scale_block
+        rows_a, rows_b, kb = -(-m // sm), -(-n // sn), -(-k // sk)
+        sfa = (rows_a, kb) if self.scale_major[0] == "k" else (kb, rows_a)
+        sfb = (rows_b, kb) if self.scale_major[1] == "k" else (kb, rows_b)
+        return sfa, sfb
+
+    def refusal(self, m: int, n: int, k: int) -> str:
+        """Why the kernel cannot take (M, N, K) by its table's constraints (``""`` when it can; CUTLASS's
+        can-implement at plan creation remains the final word)."""
+        names = ("M", "N", "K")
+        bad = [f"{d} = {v} is not a multiple of {q}" for d, v, q in zip(names, (m, n, k), self.multiples)
+               if q > 1 and v % q]
+        return "; ".join(bad)
 
     def runs_on(self, compute_capability: tuple[int, int]) -> bool:
         """sm_90a code loads on cc 9.0 only; sm_120f family code on every 12.x device; NVRTC kernels are
@@ -106,6 +157,9 @@ class CutlassLibrary:
             ("mircuda_cutlass_plan_set_workspace", c_int, [vp, vp, ctypes.c_size_t]),
             ("mircuda_cutlass_plan_execute", c_int, [vp, vp, vp, vp, vp, ctypes.c_float, ctypes.c_float]),
             ("mircuda_cutlass_plan_destroy", c_int, [vp]),
+            ("mircuda_cutlass_scaled_plan_create", c_int, [c_int, c_int, c_int, c_int, ctypes.POINTER(vp)]),
+            ("mircuda_cutlass_scaled_plan_execute", c_int,
+             [vp, vp, vp, vp, vp, vp, vp, vp, ctypes.c_float, ctypes.c_float]),
         ]:
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
@@ -115,9 +169,17 @@ class CutlassLibrary:
                                   "(python -m mircuda build-cutlass)")
         v = lib.mircuda_cutlass_cutlass_version()
         self.cutlass_version = f"{v // 10000}.{v // 100 % 100}.{v % 100}"
-        self.kernels = tuple(self._info(i) for i in range(lib.mircuda_cutlass_kernel_count()))
+        table = tuple(self._info(i) for i in range(lib.mircuda_cutlass_kernel_count()))
+        self.kernels = tuple(k for k in table if k.kind == "dense")
+        """The dense kernels (what DenseMatmulPlan chooses among)."""
+        self.scaled_kernels = tuple(k for k in table if k.kind == "blockwise_scaled")
+        """The blockwise-scaled FP8 kernels (E4M3 x E4M3 -> BF16, 1 x 128 / 128 x 128 FP32 scales)."""
         self.execute_address = ctypes.cast(lib.mircuda_cutlass_plan_execute, ctypes.c_void_p).value or 0
         """The address of ``mircuda_cutlass_plan_execute`` (for callers outside Python, e.g. ``@njit``)."""
+        self.scaled_execute_address = ctypes.cast(lib.mircuda_cutlass_scaled_plan_execute, ctypes.c_void_p).value or 0
+        """The address of ``mircuda_cutlass_scaled_plan_execute``: ``int (void *plan, void *stream, const
+        void *a, const void *b, const void *sfa, const void *sfb, const void *c, void *d, float alpha,
+        float beta)``."""
 
     def _info(self, index: int) -> KernelInfo:
         raw = _Info()
@@ -125,7 +187,10 @@ class CutlassLibrary:
         return KernelInfo(index, raw.name.decode(), FAMILIES.get(raw.family, str(raw.family)),
                           DTYPES.get(raw.input, "?"), DTYPES.get(raw.output, "?"),
                           (raw.tile_m, raw.tile_n, raw.tile_k), (raw.cluster_m, raw.cluster_n), raw.stages,
-                          raw.alignment_bytes, bool(raw.split_k), tuple(raw.archs[: raw.arch_count]))
+                          raw.alignment_bytes, bool(raw.split_k), tuple(raw.archs[: raw.arch_count]), "cutlass",
+                          KINDS.get(raw.kind, str(raw.kind)), (raw.m_multiple, raw.n_multiple, raw.k_multiple),
+                          DTYPES.get(raw.scale_type, ""), (raw.scale_m, raw.scale_n, raw.scale_k),
+                          (SCALE_MAJORS.get(raw.sfa_major, "?"), SCALE_MAJORS.get(raw.sfb_major, "?")))
 
     def _check(self, status: int, call: str, detail: str = "") -> None:
         if status:
@@ -143,6 +208,40 @@ class CutlassLibrary:
         self._check(self._lib.mircuda_cutlass_plan_create(kernel.index, m, n, k, splits, ctypes.byref(handle)),
                     "plan_create", f"kernel {kernel.name}, M={m} N={n} K={k} splits={splits}")
         return int(handle.value or 0)
+
+    def create_scaled_plan(self, kernel: KernelInfo, m: int, n: int, k: int) -> int:
+        """Create a plan of a blockwise-scaled kernel on the current context's device; return its handle.
+        Its workspace (:meth:`workspace_bytes`, :meth:`set_workspace`) and :meth:`destroy` are the dense
+        plans'.
+
+        Raises:
+            ContractError: ``kernel`` is a dense kernel, or (M, N, K) break its ``multiples`` (named
+                before the library is called).
+            CutlassError: NOT_IMPLEMENTABLE (CUTLASS's can-implement), WRONG_ARCH, ...
+        """
+        if kernel.kind != "blockwise_scaled":
+            raise ContractError("kernel", "a blockwise-scaled kernel (CutlassLibrary.scaled_kernels)",
+                                f"{kernel.name} ({kernel.kind})")
+        why = kernel.refusal(m, n, k)
+        if why:
+            raise ContractError("shape", f"(M, N, K) that {kernel.name} takes: multiples of {kernel.multiples}",
+                                f"({m}, {n}, {k})", why)
+        handle = ctypes.c_void_p()
+        self._check(self._lib.mircuda_cutlass_scaled_plan_create(kernel.index, m, n, k, ctypes.byref(handle)),
+                    "scaled_plan_create", f"kernel {kernel.name}, M={m} N={n} K={k}")
+        return int(handle.value or 0)
+
+    def execute_scaled(self, plan: int, stream: int, a: int, b: int, sfa: int, sfb: int, c: int, d: int,
+                       alpha: float, beta: float) -> None:
+        """Enqueue ``D = alpha * blockwise(A, SFA, B, SFB) + beta * C`` on ``stream`` (device addresses;
+        ``c`` = 0 reads C from ``d``, and only when ``beta != 0``). Allocates and synchronizes nothing.
+
+        Raises:
+            CutlassError: INVALID_ARGUMENT (a dense plan, a null operand), CUDA_ERROR, ...
+        """
+        self._check(self._lib.mircuda_cutlass_scaled_plan_execute(plan, stream or None, a or None, b or None,
+                                                                  sfa or None, sfb or None, c or None, d or None,
+                                                                  alpha, beta), "scaled_plan_execute")
 
     def workspace_bytes(self, plan: int) -> int:
         out = ctypes.c_size_t()

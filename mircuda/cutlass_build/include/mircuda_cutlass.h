@@ -1,9 +1,21 @@
-/* mircuda_cutlass.h: the C ABI of libmircuda_cutlass.so (CUTLASS dense matrix plans for mircuda).
+/* mircuda_cutlass.h: the C ABI of libmircuda_cutlass.so (CUTLASS matrix plans for mircuda).
  *
  * Plain C: opaque plan handles, integer status codes, raw device pointers; no C++ type crosses the
- * boundary. A plan computes C[M,N] = alpha * A[M,K] . B[N,K]^T + beta * C[M,N] with FP32
- * accumulation; A and C are row-major, B is [N,K] row-major (a linear layer's weights). beta == 0
- * never reads C. A plan is used by one thread at a time (execute writes its kernel parameters).
+ * boundary. Two kinds of kernel (mircuda_cutlass_kernel_info.kind):
+ *
+ * DENSE: C[M,N] = alpha * A[M,K] . B[N,K]^T + beta * C[M,N] with FP32 accumulation; A and C are
+ * row-major, B is [N,K] row-major (a linear layer's weights). beta == 0 never reads C.
+ *
+ * BLOCKWISE_SCALED (DeepSeek-V3 blockwise FP8): A E4M3 [M,K] row-major, B E4M3 [N,K] row-major, FP32
+ * scales SFA for every scale_m x scale_k block of A and SFB for every scale_n x scale_k block of B
+ * (1 x 128 and 128 x 128), D BF16 [M,N] row-major:
+ *   D[m,n] = alpha * sum_kb SFA[m,kb] * SFB[n/128,kb] * (sum_{k in block kb} A[m,k] * B[n,k]) + beta * C[m,n]
+ * with FP32 accumulation (each 128-K block's partial sum is scaled, then added to an FP32 total).
+ * Scale majorness MIRCUDA_CUTLASS_K_MAJOR: SFA is [M, ceil(K/128)] row-major (consecutive K blocks
+ * of a row adjacent) and SFB [ceil(N/128), ceil(K/128)] row-major -- the layout a per-token
+ * quantizer writes; no transposed or padded copy is needed.
+ *
+ * A plan is used by one thread at a time (execute writes its kernel parameters).
  *
  * Life of a plan: mircuda_cutlass_plan_create (checks can-implement) -> mircuda_cutlass_plan_workspace_bytes
  * -> mircuda_cutlass_plan_set_workspace (device memory the caller owns; may be NULL when 0 bytes)
@@ -19,7 +31,7 @@
 extern "C" {
 #endif
 
-#define MIRCUDA_CUTLASS_ABI_VERSION 1
+#define MIRCUDA_CUTLASS_ABI_VERSION 2 /* 2: kernel kinds, blockwise-scaled FP8 kernels, constraints in the info */
 
 /* Status codes. */
 #define MIRCUDA_CUTLASS_OK 0
@@ -34,6 +46,16 @@ extern "C" {
 #define MIRCUDA_CUTLASS_BF16 1
 #define MIRCUDA_CUTLASS_F16 2
 #define MIRCUDA_CUTLASS_F32 3
+#define MIRCUDA_CUTLASS_E4M3 4 /* cutlass::float_e4m3_t (OCP FP8 E4M3, max 448) */
+
+/* Kernel kinds. */
+#define MIRCUDA_CUTLASS_KIND_DENSE 0            /* mircuda_cutlass_plan_create / _plan_execute */
+#define MIRCUDA_CUTLASS_KIND_BLOCKWISE_SCALED 1 /* mircuda_cutlass_scaled_plan_create / _scaled_plan_execute */
+
+/* Majorness of a scale-factor tensor (kernel_info.sfa_major, sfb_major). */
+#define MIRCUDA_CUTLASS_NO_SCALES 0
+#define MIRCUDA_CUTLASS_K_MAJOR 1  /* [rows, ceil(K/scale_k)] row-major: consecutive K blocks adjacent */
+#define MIRCUDA_CUTLASS_MN_MAJOR 2 /* [ceil(K/scale_k), rows] row-major: consecutive rows adjacent */
 
 /* Kernel families. */
 #define MIRCUDA_CUTLASS_SIMT 0              /* CUTLASS 2.x SIMT (arch::Sm50), any alignment */
@@ -41,6 +63,9 @@ extern "C" {
 #define MIRCUDA_CUTLASS_SM90_PINGPONG 2     /* TMA + WGMMA warp-specialized ping-pong (medium M) */
 #define MIRCUDA_CUTLASS_SM90_SWAPPED 3      /* C^T = B . A^T, small-N tile, split-K (decode, small M) */
 #define MIRCUDA_CUTLASS_SM80_TENSOROP 4     /* CUTLASS 2.x TensorOp GemmUniversal (the SM120 path) */
+#define MIRCUDA_CUTLASS_SM90_BLOCKWISE_COOPERATIVE 5 /* FP8 blockwise-scaled TMA + WGMMA cooperative (large M) */
+#define MIRCUDA_CUTLASS_SM90_BLOCKWISE_PINGPONG 6    /* FP8 blockwise-scaled TMA + WGMMA ping-pong (medium M) */
+#define MIRCUDA_CUTLASS_SM120_BLOCKWISE 7            /* FP8 blockwise-scaled TMA + mma.sync (SM12x family) */
 
 typedef struct CUstream_st *mircuda_cutlass_stream; /* a CUstream / cudaStream_t */
 typedef struct mircuda_cutlass_plan mircuda_cutlass_plan;
@@ -58,6 +83,14 @@ typedef struct mircuda_cutlass_kernel_info {
   int split_k;        /* 1 when the kernel takes split-K slices (the splits argument of create) */
   int arch_count;     /* how many entries of archs are used */
   int archs[4];       /* SASS targets compiled in, as 10 * major + minor (90, 120) */
+  /* ABI 2 */
+  int kind;           /* MIRCUDA_CUTLASS_KIND_DENSE or MIRCUDA_CUTLASS_KIND_BLOCKWISE_SCALED */
+  int m_multiple, n_multiple, k_multiple; /* M, N, K must be multiples of these (from the operands' alignment
+                                             and, for some scaled kernels, whole scale blocks) */
+  int scale_type;     /* element type of SFA and SFB (MIRCUDA_CUTLASS_F32); 0 for dense kernels */
+  int scale_m, scale_n, scale_k; /* one SFA value per scale_m x scale_k block of A, one SFB value per
+                                    scale_n x scale_k block of B (1, 128, 128); 0 for dense kernels */
+  int sfa_major, sfb_major;      /* MIRCUDA_CUTLASS_K_MAJOR, ...; MIRCUDA_CUTLASS_NO_SCALES for dense kernels */
 } mircuda_cutlass_kernel_info;
 
 int mircuda_cutlass_abi_version(void);
@@ -70,10 +103,10 @@ const char *mircuda_cutlass_status_string(int status);
 /* The last cudaError_t seen by a failing call of this thread (0 when none). */
 int mircuda_cutlass_last_cuda_error(void);
 
-/* Create a plan of kernel `index` for the shape (M, N, K) on the current device (the current
+/* Create a plan of DENSE kernel `index` for the shape (M, N, K) on the current device (the current
  * context's). splits: K slices for split-K kernels (1 = none; ignored by the others).
  * Returns NOT_IMPLEMENTABLE (and no plan) when the kernel cannot run the shape, WRONG_ARCH when the
- * library holds no SASS of the kernel for the device. */
+ * library holds no SASS of the kernel for the device, INVALID_ARGUMENT for a kernel of another kind. */
 int mircuda_cutlass_plan_create(int index, int m, int n, int k, int splits, mircuda_cutlass_plan **out);
 int mircuda_cutlass_plan_workspace_bytes(const mircuda_cutlass_plan *plan, size_t *out);
 int mircuda_cutlass_plan_set_workspace(mircuda_cutlass_plan *plan, void *workspace, size_t bytes);
@@ -82,6 +115,18 @@ int mircuda_cutlass_plan_set_workspace(mircuda_cutlass_plan *plan, void *workspa
 int mircuda_cutlass_plan_execute(mircuda_cutlass_plan *plan, mircuda_cutlass_stream stream, const void *a,
                                  const void *b, void *c, float alpha, float beta);
 int mircuda_cutlass_plan_destroy(mircuda_cutlass_plan *plan);
+
+/* Create a plan of BLOCKWISE_SCALED kernel `index` for the shape (M, N, K) on the current device.
+ * Status as mircuda_cutlass_plan_create (NOT_IMPLEMENTABLE when M, N, K break the kernel's
+ * m/n/k_multiple). Workspace, set_workspace and destroy are the dense plans' functions. */
+int mircuda_cutlass_scaled_plan_create(int index, int m, int n, int k, mircuda_cutlass_plan **out);
+/* Enqueue D = alpha * blockwise(A, SFA, B, SFB) + beta * C on stream (see the top of this file).
+ * a, b: E4M3, 16-byte aligned; sfa, sfb: FP32, 4-byte aligned, majorness as the kernel's info says;
+ * c, d: BF16 [M,N] row-major, 16-byte aligned; c may be NULL (then C is d itself, read only when
+ * beta != 0) or equal to d (in place). INVALID_ARGUMENT for a dense plan or a NULL a, b, sfa, sfb, d. */
+int mircuda_cutlass_scaled_plan_execute(mircuda_cutlass_plan *plan, mircuda_cutlass_stream stream, const void *a,
+                                        const void *b, const void *sfa, const void *sfb, const void *c, void *d,
+                                        float alpha, float beta);
 
 #ifdef __cplusplus
 }

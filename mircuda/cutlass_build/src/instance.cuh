@@ -102,6 +102,13 @@ mircuda_cutlass_kernel_info make_info() {
   info.split_k = kSplitK;
   info.arch_count = static_cast<int>(sizeof(kArchs) / sizeof(kArchs[0]));
   for (int i = 0; i < info.arch_count && i < 4; ++i) info.archs[i] = kArchs[i];
+  info.kind = MIRCUDA_CUTLASS_KIND_DENSE;
+  // K rows of A and B and N rows of C are 16-byte vectors for the tensor-core kernels (M is free:
+  // rows of C^T are N for the swapped kernels); SIMT reads single elements.
+  info.m_multiple = 1;
+  info.k_multiple = kAlignBytes ? kAlignBytes / static_cast<int>(sizeof(MIRCUDA_IN)) : 1;
+  info.n_multiple = kAlignBytes ? kAlignBytes / static_cast<int>(sizeof(MIRCUDA_OUT)) : 1;
+  info.sfa_major = info.sfb_major = MIRCUDA_CUTLASS_NO_SCALES;
   return info;
 }
 

@@ -13,6 +13,7 @@ struct mircuda_cutlass_plan {
   mircuda::Runner* runner;
   size_t workspace_bytes;
   bool workspace_set;
+  int kind;  // the kernel's MIRCUDA_CUTLASS_KIND_*: which execute entry point it takes
 };
 
 namespace mircuda {
@@ -82,6 +83,38 @@ bool compiled_for_current_device(const mircuda_cutlass_kernel_info& info) {
   return false;
 }
 
+// Creates a plan of a kernel of `kind` (the C entry points of both kinds).
+static int create_plan(int kind, int index, int m, int n, int k, int splits, mircuda_cutlass_plan** out) {
+  const auto& all = sorted();
+  if (out == nullptr || index < 0 || index >= static_cast<int>(all.size())) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  *out = nullptr;
+  if (all[index].info.kind != kind) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  if (m < 1 || n < 1 || k < 1 || splits < 1) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  if (!compiled_for_current_device(all[index].info)) return MIRCUDA_CUTLASS_WRONG_ARCH;
+  Runner* runner = nullptr;
+  int status = all[index].factory(m, n, k, splits, &runner);
+  if (status != MIRCUDA_CUTLASS_OK) {
+    delete runner;
+    return status;
+  }
+  auto* plan = new (std::nothrow) mircuda_cutlass_plan{runner, runner->workspace_bytes(), false, kind};
+  if (plan == nullptr) {
+    delete runner;
+    return MIRCUDA_CUTLASS_INTERNAL_ERROR;
+  }
+  if (plan->workspace_bytes == 0) {
+    status = runner->set_workspace(nullptr, 0);
+    if (status != MIRCUDA_CUTLASS_OK) {
+      delete runner;
+      delete plan;
+      return status;
+    }
+    plan->workspace_set = true;
+  }
+  *out = plan;
+  return MIRCUDA_CUTLASS_OK;
+}
+
 }  // namespace mircuda
 
 extern "C" {
@@ -117,33 +150,11 @@ const char* mircuda_cutlass_status_string(int status) {
 int mircuda_cutlass_last_cuda_error(void) { return mircuda::last_cuda_error; }
 
 int mircuda_cutlass_plan_create(int index, int m, int n, int k, int splits, mircuda_cutlass_plan** out) {
-  const auto& all = mircuda::sorted();
-  if (out == nullptr || index < 0 || index >= static_cast<int>(all.size())) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
-  *out = nullptr;
-  if (m < 1 || n < 1 || k < 1 || splits < 1) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
-  if (!mircuda::compiled_for_current_device(all[index].info)) return MIRCUDA_CUTLASS_WRONG_ARCH;
-  mircuda::Runner* runner = nullptr;
-  int status = all[index].factory(m, n, k, splits, &runner);
-  if (status != MIRCUDA_CUTLASS_OK) {
-    delete runner;
-    return status;
-  }
-  auto* plan = new (std::nothrow) mircuda_cutlass_plan{runner, runner->workspace_bytes(), false};
-  if (plan == nullptr) {
-    delete runner;
-    return MIRCUDA_CUTLASS_INTERNAL_ERROR;
-  }
-  if (plan->workspace_bytes == 0) {
-    status = runner->set_workspace(nullptr, 0);
-    if (status != MIRCUDA_CUTLASS_OK) {
-      delete runner;
-      delete plan;
-      return status;
-    }
-    plan->workspace_set = true;
-  }
-  *out = plan;
-  return MIRCUDA_CUTLASS_OK;
+  return mircuda::create_plan(MIRCUDA_CUTLASS_KIND_DENSE, index, m, n, k, splits, out);
+}
+
+int mircuda_cutlass_scaled_plan_create(int index, int m, int n, int k, mircuda_cutlass_plan** out) {
+  return mircuda::create_plan(MIRCUDA_CUTLASS_KIND_BLOCKWISE_SCALED, index, m, n, k, 1, out);
 }
 
 int mircuda_cutlass_plan_workspace_bytes(const mircuda_cutlass_plan* plan, size_t* out) {
@@ -164,8 +175,21 @@ int mircuda_cutlass_plan_set_workspace(mircuda_cutlass_plan* plan, void* workspa
 int mircuda_cutlass_plan_execute(mircuda_cutlass_plan* plan, mircuda_cutlass_stream stream, const void* a,
                                  const void* b, void* c, float alpha, float beta) {
   if (plan == nullptr || a == nullptr || b == nullptr || c == nullptr) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  if (plan->kind != MIRCUDA_CUTLASS_KIND_DENSE) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
   if (!plan->workspace_set) return MIRCUDA_CUTLASS_NO_WORKSPACE;
   return plan->runner->execute(reinterpret_cast<cudaStream_t>(stream), a, b, c, alpha, beta);
+}
+
+int mircuda_cutlass_scaled_plan_execute(mircuda_cutlass_plan* plan, mircuda_cutlass_stream stream, const void* a,
+                                        const void* b, const void* sfa, const void* sfb, const void* c, void* d,
+                                        float alpha, float beta) {
+  if (plan == nullptr || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr) {
+    return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  }
+  if (plan->kind != MIRCUDA_CUTLASS_KIND_BLOCKWISE_SCALED) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  if (!plan->workspace_set) return MIRCUDA_CUTLASS_NO_WORKSPACE;
+  return plan->runner->execute_scaled(reinterpret_cast<cudaStream_t>(stream), a, b, sfa, sfb, c != nullptr ? c : d,
+                                      d, alpha, beta);
 }
 
 int mircuda_cutlass_plan_destroy(mircuda_cutlass_plan* plan) {

@@ -10,13 +10,21 @@
 
 namespace mircuda {
 
-// One plan: a CUTLASS operator bound to a shape, its workspace and (per execute) its pointers.
+// One plan: a CUTLASS operator bound to a shape, its workspace and (per execute) its pointers. A
+// dense kernel's runner implements execute, a blockwise-scaled kernel's execute_scaled; the other one
+// answers INVALID_ARGUMENT (the C entry points check the kernel's kind first).
 struct Runner {
   virtual ~Runner() = default;
   virtual size_t workspace_bytes() const = 0;
   // Called once the workspace is known (may prepare persistent state, e.g. zeroed semaphores).
   virtual int set_workspace(void* workspace, size_t bytes) = 0;
-  virtual int execute(cudaStream_t stream, const void* a, const void* b, void* c, float alpha, float beta) = 0;
+  virtual int execute(cudaStream_t, const void*, const void*, void*, float, float) {
+    return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  }
+  virtual int execute_scaled(cudaStream_t, const void*, const void*, const void*, const void*, const void*, void*,
+                             float, float) {
+    return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  }
 };
 
 // Creates a runner for (m, n, k, splits) on the current device, or returns a status.

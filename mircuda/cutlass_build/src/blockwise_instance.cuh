@@ -1,0 +1,84 @@
+// One blockwise-scaled FP8 kernel (E4M3 x E4M3 -> BF16, 1 x 128 / 128 x 128 FP32 scales): a generated
+// TU defines the family and the SASS targets, then includes this file, which defines the kernel and
+// registers it with the library at load time.
+//
+//   MIRCUDA_ARCH_LIST  the SASS targets of this TU as 10 * major + minor: 90 or 120
+//   one of MIRCUDA_SM90_FP8_COOP, MIRCUDA_SM90_FP8_PINGPONG, MIRCUDA_SM120_FP8
+#pragma once
+
+#include "blockwise.cuh"
+
+namespace {
+
+using namespace cute;
+namespace bw = mircuda::blockwise;
+
+#if defined(MIRCUDA_SM90_FP8_COOP)
+// Large M: 128x128x128 tiles (one 128-K scale block per k-tile), two consumer warp groups on one tile,
+// A multicast to a 1x2 cluster (CUTLASS example 67's groupwise configuration).
+using KernelConfig = bw::Config<cutlass::arch::Sm90, bw::Sm90Scales, Shape<_128, _128, _128>, Shape<_1, _2, _1>,
+                                cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise,
+                                cutlass::epilogue::TmaWarpSpecializedCooperative, cutlass::gemm::PersistentScheduler>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_BLOCKWISE_COOPERATIVE, kTile[3] = {128, 128, 128}, kCluster[2] = {1, 2};
+// TMA needs 16-byte rows: K E4M3 and N BF16 elements; partial last 128-blocks of K and N are read as
+// zeros (TMA) and their scales predicated (CUTLASS's SM90 blockwise mainloop), so K, N need not be
+// multiples of 128.
+constexpr int kMultiple[3] = {1, 8, 16};
+#define MIRCUDA_NAME "sm90_blockwise_coop_128x128x128_c1x2_e4m3_bf16"
+#elif defined(MIRCUDA_SM90_FP8_PINGPONG)
+// Medium M: 64x128x128 tiles, two consumer warp groups alternating tiles.
+using KernelConfig = bw::Config<cutlass::arch::Sm90, bw::Sm90Scales, Shape<_64, _128, _128>, Shape<_1, _1, _1>,
+                                cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise,
+                                cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_BLOCKWISE_PINGPONG, kTile[3] = {64, 128, 128}, kCluster[2] = {1, 1};
+constexpr int kMultiple[3] = {1, 8, 16};
+#define MIRCUDA_NAME "sm90_blockwise_pingpong_64x128x128_e4m3_bf16"
+#elif defined(MIRCUDA_SM120_FP8)
+// SM12x: 128x128x128 tiles, cooperative (CUTLASS example 87b); GeForce parts have no TMA multicast,
+// so the cluster is 1x1.
+using KernelConfig = bw::Config<cutlass::arch::Sm120, bw::Sm120Scales, Shape<_128, _128, _128>, Shape<_1, _1, _1>,
+                                cutlass::gemm::KernelScheduleSm120Blockwise,
+                                cutlass::epilogue::collective::EpilogueScheduleAuto, void>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM120_BLOCKWISE, kTile[3] = {128, 128, 128}, kCluster[2] = {1, 1};
+// CUTLASS 4.2's SM120 blockwise mainloop refuses partial scale blocks: N a multiple of 128 and K a
+// multiple of the 128-K tile (sm120_mma_tma_blockwise_scaling.hpp, can_implement).
+constexpr int kMultiple[3] = {1, 128, 128};
+#define MIRCUDA_NAME "sm120_blockwise_128x128x128_e4m3_bf16"
+#else
+#error "no blockwise FP8 kernel family defined"
+#endif
+
+constexpr int kArchs[] = {MIRCUDA_ARCH_LIST};
+
+mircuda_cutlass_kernel_info make_info() {
+  mircuda_cutlass_kernel_info info{};
+  info.name = MIRCUDA_NAME;
+  info.family = kFamily;
+  info.input = MIRCUDA_CUTLASS_E4M3;
+  info.output = MIRCUDA_CUTLASS_BF16;
+  info.tile_m = kTile[0];
+  info.tile_n = kTile[1];
+  info.tile_k = kTile[2];
+  info.cluster_m = kCluster[0];
+  info.cluster_n = kCluster[1];
+  info.stages = 0;  // chosen by the collective builder
+  info.alignment_bytes = 16;
+  info.split_k = 0;
+  info.arch_count = static_cast<int>(sizeof(kArchs) / sizeof(kArchs[0]));
+  for (int i = 0; i < info.arch_count && i < 4; ++i) info.archs[i] = kArchs[i];
+  info.kind = MIRCUDA_CUTLASS_KIND_BLOCKWISE_SCALED;
+  info.m_multiple = kMultiple[0];
+  info.n_multiple = kMultiple[1];
+  info.k_multiple = kMultiple[2];
+  info.scale_type = MIRCUDA_CUTLASS_F32;
+  info.scale_m = bw::kScaleM;
+  info.scale_n = bw::kScaleN;
+  info.scale_k = bw::kScaleK;
+  info.sfa_major = MIRCUDA_CUTLASS_K_MAJOR;
+  info.sfb_major = MIRCUDA_CUTLASS_K_MAJOR;
+  return info;
+}
+
+const bool kRegistered = mircuda::register_kernel({make_info(), &bw::create<KernelConfig>});
+
+}  // namespace

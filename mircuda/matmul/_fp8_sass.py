@@ -1,0 +1,101 @@
+"""The SASS check of the blockwise FP8 kernels of ``libmircuda_cutlass.so``: in the sm_120f code each
+must issue the SM12x FP8 tensor-core MMA (``mma.sync`` ``m16n8k32`` E4M3 x E4M3 with FP32
+accumulation, ``QMMA.16832.F32.E4M3.E4M3`` in SASS); in the sm_90a code the FP8 warpgroup MMA
+(``wgmma`` E4M3, ``QGMMA.64xNx32.F32.E4M3.E4M3``); both load their tiles with TMA (``UTMALDG``).
+``cutlass-check`` reports it beside the dense kernels' check."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["FP8_SASS", "Fp8SassFunction", "Fp8SassReport", "blockwise_fp8_sass_check", "is_blockwise_fp8_function"]
+
+FP8_SASS = {"sm_120f": ("QMMA.16832.F32.E4M3.E4M3", "UTMALDG"), "sm_90a": (".F32.E4M3.E4M3", "QGMMA.64x", "UTMALDG")}
+"""What each blockwise FP8 kernel of an arch must contain, the MMA first: the FP8 tensor-core MMA with
+FP32 accumulation (sm_120f: ``mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32``; sm_90a: ``wgmma``
+with E4M3 operands, ``QGMMA.64x128x32.F32.E4M3.E4M3`` for the 128-wide tiles) and TMA tile loads, as
+``cuobjdump -sass`` (CUDA 13.2, nvdisasm) prints them for the CUDA 13.0 build."""
+FP8_SASS_AVOID = ("HMMA",)
+"""A 16-bit MMA would mean the operands were converted before the tensor cores."""
+
+
+@dataclass
+class Fp8SassFunction:
+    name: str
+    ok: bool
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    mma_count: int = 0
+
+
+@dataclass
+class Fp8SassReport:
+    arch: str
+    functions: list[Fp8SassFunction]
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and bool(self.functions) and all(f.ok for f in self.functions)
+
+
+def is_blockwise_fp8_function(mangled: str) -> bool:
+    """Whether a mangled kernel name is a CUTLASS 3.x blockwise-scaled E4M3 GEMM: its mainloop policy
+    names the blockwise scaling (``MainloopSm120TmaWarpSpecializedBlockwiseScaling``,
+    ``MainloopSm90TmaGmmaWarpSpecializedBlockwiseFP8``) and its element type is ``float_e4m3_t``."""
+    return "GemmUniversal" in mangled and "float_e4m3_t" in mangled and "Blockwise" in mangled
+
+
+def _cuobjdump() -> str | None:
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    from ..errors import CutlassNotFound
+    from ._build import _find_nvcc
+
+    try:
+        candidate = _find_nvcc().parent / "cuobjdump"
+    except CutlassNotFound:
+        return None
+    return str(candidate) if candidate.is_file() else None
+
+
+def _functions(sass: str) -> list[tuple[str, str]]:
+    parts = re.split(r"^\s*Function : (\S+)\s*$", sass, flags=re.MULTILINE)
+    return [(parts[i], parts[i + 1]) for i in range(1, len(parts) - 1, 2)]
+
+
+def blockwise_fp8_sass_check(library: Path, arch: str = "sm_120f") -> Fp8SassReport:
+    """Disassemble ``library``'s ``arch`` code (``"sm_120f"`` or ``"sm_90a"``) with ``cuobjdump -sass``
+    and check every blockwise FP8 kernel for ``FP8_SASS[arch]`` (and none of :data:`FP8_SASS_AVOID`).
+    The report's ``error`` says when cuobjdump is missing, fails, or finds no such kernel.
+
+    Raises:
+        ContractError: ``arch`` is not a key of :data:`FP8_SASS`.
+    """
+    if arch not in FP8_SASS:
+        from ..errors import ContractError
+
+        raise ContractError("arch", f"one of {', '.join(FP8_SASS)}", repr(arch))
+    need = FP8_SASS[arch]
+    tool = _cuobjdump()
+    if tool is None:
+        return Fp8SassReport(arch, [], "cuobjdump not found (CUDA toolkit bin/ on PATH)")
+    out = subprocess.run([tool, "-sass", "-arch", arch, str(library)], capture_output=True, text=True, check=False)
+    if out.returncode:
+        return Fp8SassReport(arch, [], f"cuobjdump failed: {out.stderr.strip()[:300]}")
+    functions = []
+    for name, body in _functions(out.stdout):
+        if not is_blockwise_fp8_function(name):
+            continue
+        missing = [op for op in need if op not in body]
+        unexpected = [op for op in FP8_SASS_AVOID if op in body]
+        functions.append(Fp8SassFunction(name[:160], not missing and not unexpected, missing, unexpected,
+                                         body.count(need[0])))
+    if not functions:
+        return Fp8SassReport(arch, [], f"no blockwise FP8 kernels in the {arch} code of {library.name}")
+    return Fp8SassReport(arch, functions)

@@ -1,0 +1,234 @@
+"""The blockwise FP8 kernels of the CUTLASS library without a GPU: the ABI-2 codes and kernel-info
+fields, the FP8 family's CMake configuration (built alone, per arch), the family names, the scale
+shapes and shape constraints of a kernel, the refusals made before the library is called, the table
+of a built library (kinds kept apart at the C entry points), and the SASS check of the sm_120f FP8
+kernels (QMMA)."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import mircuda as mc
+from mircuda.matmul import _build, _fp8_sass, _library
+
+HEADER = _build.project_dir() / "include" / "mircuda_cutlass.h"
+FP8_NAMES = {"sm90_blockwise_coop_128x128x128_c1x2_e4m3_bf16": "sm90_blockwise_cooperative",
+             "sm90_blockwise_pingpong_64x128x128_e4m3_bf16": "sm90_blockwise_pingpong",
+             "sm120_blockwise_128x128x128_e4m3_bf16": "sm120_blockwise"}
+
+
+def _kernel(**changes) -> _library.KernelInfo:  # type: ignore[no-untyped-def]
+    base = _library.KernelInfo(7, "sm90_blockwise_coop_128x128x128_c1x2_e4m3_bf16", "sm90_blockwise_cooperative",
+                               "e4m3", "bf16", (128, 128, 128), (1, 2), 0, 16, False, (90,), "cutlass",
+                               "blockwise_scaled", (1, 8, 16), "f32", (1, 128, 128), ("k", "k"))
+    return dataclasses.replace(base, **changes)
+
+
+def test_the_header_speaks_abi_2_with_the_fp8_codes() -> None:
+    text = HEADER.read_text()
+    assert _library.ABI_VERSION == 2 and "#define MIRCUDA_CUTLASS_ABI_VERSION 2" in text
+    assert "#define MIRCUDA_CUTLASS_E4M3 4" in text and _library.DTYPES[4] == "e4m3"
+    for code, name in _library.FAMILIES.items():
+        if code >= 5:
+            assert f"#define MIRCUDA_CUTLASS_{name.upper()} {code}" in text
+    assert "#define MIRCUDA_CUTLASS_KIND_DENSE 0" in text and "#define MIRCUDA_CUTLASS_KIND_BLOCKWISE_SCALED 1" in text
+    assert _library.KINDS == {0: "dense", 1: "blockwise_scaled"}
+    for code, name in {0: "NO_SCALES", 1: "K_MAJOR", 2: "MN_MAJOR"}.items():
+        assert f"#define MIRCUDA_CUTLASS_{name} {code}" in text
+    assert _library.SCALE_MAJORS == {0: "", 1: "k", 2: "mn"}
+    for fn in ("mircuda_cutlass_scaled_plan_create", "mircuda_cutlass_scaled_plan_execute"):
+        assert f"int {fn}(" in text
+
+
+def test_the_abi_2_fields_follow_the_abi_1_struct() -> None:
+    names = [f for f, _ in _library._Info._fields_]
+    assert names[: names.index("archs") + 1][-1] == "archs" and names[names.index("archs") + 1] == "kind"
+    assert names[-10:] == ["kind", "m_multiple", "n_multiple", "k_multiple", "scale_type", "scale_m", "scale_n",
+                           "scale_k", "sfa_major", "sfb_major"]
+
+
+@pytest.mark.parametrize("text, families", [("FP8", ("FP8",)), ("fp8", ("FP8",)),
+                                             ("sm90_fp8_coop, SIMT;simt", ("SM90_FP8_COOP", "SIMT")),
+                                             ("SM120_FP8", ("SM120_FP8",))])
+def test_family_lists_parse(text, families) -> None:
+    assert _build.parse_families(text) == families
+
+
+@pytest.mark.parametrize("text", ["FP16", "sm90_fp8", "sm90_coop_bf16"])
+def test_unknown_families_are_refused_by_name(text) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        _build.parse_families(text)
+    assert info.value.argument == "families" and "SM90_FP8_COOP" in str(info.value)
+
+
+def test_the_k_major_scale_shapes_of_a_blockwise_kernel() -> None:
+    k = _kernel()
+    assert k.scale_shapes(300, 1032, 1040) == ((300, 9), (9, 9))
+    assert k.scale_shapes(1, 128, 128) == ((1, 1), (1, 1))
+    assert _kernel(scale_major=("mn", "mn")).scale_shapes(300, 1032, 1040) == ((9, 300), (9, 9))
+    with pytest.raises(mc.ContractError, match="blockwise-scaled"):
+        _kernel(kind="dense").scale_shapes(1, 8, 8)
+
+
+def test_the_table_constraints_name_the_dimension() -> None:
+    sm90, sm120 = _kernel(), _kernel(multiples=(1, 128, 128))
+    assert sm90.refusal(17, 136, 272) == "" and sm90.refusal(1, 8, 16) == ""
+    assert sm90.refusal(17, 130, 272) == "N = 130 is not a multiple of 8"
+    assert sm90.refusal(17, 136, 200) == "K = 200 is not a multiple of 16"
+    assert sm120.refusal(5, 256, 384) == ""
+    assert sm120.refusal(5, 136, 272) == "N = 136 is not a multiple of 128; K = 272 is not a multiple of 128"
+
+
+def test_create_scaled_plan_refuses_before_calling_the_library() -> None:
+    lib = object.__new__(_library.CutlassLibrary)  # no loaded .so: a call into it would fail
+    with pytest.raises(mc.ContractError) as info:
+        lib.create_scaled_plan(_kernel(kind="dense"), 64, 256, 256)
+    assert info.value.argument == "kernel"
+    with pytest.raises(mc.ContractError) as info:
+        lib.create_scaled_plan(_kernel(multiples=(1, 128, 128)), 64, 136, 256)
+    assert info.value.argument == "shape" and "N = 136 is not a multiple of 128" in str(info.value)
+
+
+def test_dense_kernel_infos_keep_their_defaults() -> None:
+    from mircuda.matmul._vector import vector_kernels
+
+    for k in vector_kernels():
+        assert k.kind == "dense" and k.scale_block == (0, 0, 0) and k.scale_major == ("", "")
+
+
+def _needs_build_tools() -> None:
+    try:
+        _build._find_nvcc()
+    except mc.CutlassNotFound as exc:
+        pytest.skip(str(exc))
+    if not (shutil.which("cmake") and shutil.which("ninja")):
+        pytest.skip("cmake or ninja is not installed (pip install 'mircuda[cutlass]')")
+
+
+def _configure(tmp_path: Path, archs: tuple[str, ...], families: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    include, util = tmp_path / "include", tmp_path / "util"
+    (include / "cutlass").mkdir(parents=True)
+    (util / "cutlass" / "util").mkdir(parents=True)
+    (include / "cutlass" / "cutlass.h").write_text("")
+    (util / "cutlass" / "util" / "packed_stride.hpp").write_text("")
+    tc = _build.Toolchain(include, util, "4.2.0", _build._find_nvcc(), "?", Path(shutil.which("cmake") or "cmake"),
+                          Path(shutil.which("ninja") or "ninja"))
+    return subprocess.run(_build.configure_command(tc, tmp_path / "build", archs, families), capture_output=True,
+                          text=True, check=False)
+
+
+@pytest.mark.parametrize("archs, tus", [
+    (("90a", "120f"), {"sm90_fp8_coop_e4m3_bf16.cu": "90a", "sm90_fp8_pingpong_e4m3_bf16.cu": "90a",
+                       "sm120_fp8_e4m3_bf16.cu": "120f"}),
+    (("90a",), {"sm90_fp8_coop_e4m3_bf16.cu": "90a", "sm90_fp8_pingpong_e4m3_bf16.cu": "90a"}),
+    (("120f",), {"sm120_fp8_e4m3_bf16.cu": "120f"}),
+])
+def test_the_fp8_family_configures_alone_for_its_archs(tmp_path, archs, tus) -> None:
+    _needs_build_tools()
+    out = _configure(tmp_path, archs, ("FP8",))
+    assert out.returncode == 0, out.stdout + out.stderr
+    gen = tmp_path / "build" / "gen"
+    assert {p.name for p in gen.glob("*.cu")} == set(tus)
+    ninja = (tmp_path / "build" / "build.ninja").read_text()
+    for name, arch in tus.items():
+        text = (gen / name).read_text()
+        family = name.removesuffix("_e4m3_bf16.cu").upper()
+        assert f"#define MIRCUDA_{family} 1" in text and '#include "blockwise_instance.cuh"' in text
+        assert f"#define MIRCUDA_ARCH_LIST {arch[:-1]}" in text
+        assert f"arch=compute_{arch},code=sm_{arch}" in ninja
+    assert "code=sm_90 " not in ninja and "code=sm_120 " not in ninja
+
+
+def test_an_fp8_family_without_its_arch_is_refused(tmp_path) -> None:
+    _needs_build_tools()
+    out = _configure(tmp_path, ("90a",), ("SM120_FP8",))
+    assert out.returncode != 0 and "SM120_FP8 is compiled for 120f" in out.stdout + out.stderr
+
+
+def _built_library() -> Path | None:
+    """``MIRCUDA_CUTLASS_LIBRARY``, else ``.fp8lib/libmircuda_cutlass.so`` of the repository."""
+    env = os.environ.get("MIRCUDA_CUTLASS_LIBRARY")
+    if env and Path(env).is_file():
+        return Path(env)
+    local = Path(__file__).resolve().parents[1] / ".fp8lib" / "libmircuda_cutlass.so"
+    return local if local.is_file() else None
+
+
+def _fp8_library() -> _library.CutlassLibrary:
+    path = _built_library()
+    if path is None:
+        pytest.skip("no built libmircuda_cutlass.so (python -m mircuda build-cutlass --families FP8)")
+    lib = _library.CutlassLibrary(path)
+    if not lib.scaled_kernels:
+        pytest.skip(f"{path} was built without the FP8 families")
+    return lib
+
+
+def test_a_built_library_lists_the_fp8_kernels_with_their_metadata() -> None:
+    lib = _fp8_library()
+    assert all(k.kind == "dense" and k.input != "e4m3" for k in lib.kernels)
+    for k in lib.scaled_kernels:
+        assert FP8_NAMES[k.name] == k.family, k
+        assert (k.input, k.output, k.kind, k.origin) == ("e4m3", "bf16", "blockwise_scaled", "cutlass")
+        assert (k.scale_type, k.scale_block, k.scale_major) == ("f32", (1, 128, 128), ("k", "k"))
+        assert k.alignment_bytes == 16 and not k.split_k and k.tile[2] == 128
+        if k.family.startswith("sm90"):
+            assert k.archs == (90,) and k.multiples == (1, 8, 16)
+            assert k.runs_on((9, 0)) and not k.runs_on((12, 0))
+        else:
+            assert k.archs == (120,) and k.multiples == (1, 128, 128) and k.cluster == (1, 1)
+            assert k.runs_on((12, 0)) and k.runs_on((12, 1)) and not k.runs_on((9, 0))
+    assert lib.scaled_execute_address and lib.scaled_execute_address != lib.execute_address
+
+
+def test_the_c_entry_points_keep_the_kinds_apart_without_a_gpu() -> None:
+    # The kind check comes before the device query, so it answers on a machine without a GPU.
+    lib = _fp8_library()
+    c = lib._lib
+    out = ctypes.c_void_p()
+    scaled = lib.scaled_kernels[0].index
+    assert c.mircuda_cutlass_plan_create(scaled, 64, 256, 256, 1, ctypes.byref(out)) == 1 and not out.value
+    if lib.kernels:
+        assert c.mircuda_cutlass_scaled_plan_create(lib.kernels[0].index, 64, 256, 256, ctypes.byref(out)) == 1
+    assert c.mircuda_cutlass_scaled_plan_create(10_000, 64, 256, 256, ctypes.byref(out)) == 1
+    assert c.mircuda_cutlass_scaled_plan_execute(None, None, None, None, None, None, None, None, 1.0, 0.0) == 1
+
+
+def test_fp8_functions_are_recognized_by_their_mangled_names() -> None:
+    sm120 = ("_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEENS1_10collective13"
+             "CollectiveMmaINS1_47MainloopSm120TmaWarpSpecializedBlockwiseScalingILi2ELi2E"
+             "NS5_IJNSA_ILi128EEESG_SG_EEENS_12float_e4m3_tENS5_IJNS5_IJlSB_lEE")
+    assert _fp8_sass.is_blockwise_fp8_function(sm120)
+    sm90 = ("_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIN4cute5tupleIJiiiiEEENS1_10collective13"
+            "CollectiveMmaINS1_46MainloopSm90TmaGmmaWarpSpecializedBlockwiseFP8ILi5ENS5_IJNS4_1CILi1EEENSA_ILi2EEESB_"
+            "EEENS1_47KernelTmaWarpSpecializedCooperativeFP8BlockwiseEEENS5_IJNSA_ILi128EEESF_SF_EEENS_12float_e4m3_tE")
+    assert _fp8_sass.is_blockwise_fp8_function(sm90)
+    dense = "_ZN7cutlass7Kernel2INS_4gemm6kernel13GemmUniversalINS_6half_tES5_fNS_4arch11OpClassSimtE"
+    assert not _fp8_sass.is_blockwise_fp8_function(dense)
+
+
+@pytest.mark.parametrize("arch, prefix", [("sm_120f", "sm120_"), ("sm_90a", "sm90_")])
+def test_the_fp8_kernels_issue_fp8_tensor_core_mmas(arch, prefix) -> None:
+    path = _built_library()
+    if path is None or _fp8_sass._cuobjdump() is None:
+        pytest.skip("needs a built libmircuda_cutlass.so and cuobjdump (with nvdisasm)")
+    lib = _library.CutlassLibrary(path)
+    count = sum(k.family.startswith(prefix) for k in lib.scaled_kernels)
+    if not count:
+        pytest.skip(f"{path} holds no {arch} FP8 kernel")
+    report = _fp8_sass.blockwise_fp8_sass_check(path, arch)
+    assert report.ok, report
+    assert len(report.functions) == count and all(f.mma_count > 0 for f in report.functions)
+
+
+def test_the_sass_check_takes_only_the_library_archs() -> None:
+    with pytest.raises(mc.ContractError) as info:
+        _fp8_sass.blockwise_fp8_sass_check(Path("unused.so"), "sm_120a")
+    assert info.value.argument == "arch"
