@@ -252,7 +252,7 @@ def _bind_hot_path(drv: Any) -> None:
                         cuLaunchKernelEx=pfn_launch_ex)
     launch_kernel_programmatic = _programmatic_ctypes(pfn_launch_ex)
     try:
-        from . import _hotpath  # type: ignore[attr-defined]
+        from . import _hotpath
     except ImportError:
         _hotpath = None
     if _hotpath is not None:
