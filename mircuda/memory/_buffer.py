@@ -19,6 +19,7 @@ __all__ = ["DeviceBuffer", "PinnedBuffer", "check_device_buffer", "describe_argu
            "HOST_ARRAY_HINT"]
 
 T = TypeVar("T")
+_B = TypeVar("_B", bound="DeviceBuffer[Any]")
 
 
 def _check_count(name: str, count: object) -> int:
@@ -56,7 +57,7 @@ class DeviceBuffer(Generic[T]):
         raise TypeError("allocate device buffers with MemoryPool.allocate(dtype, stream, count)")
 
     @classmethod
-    def _adopt(cls, context: Context, stream: Stream, info: DTypeInfo, count: int, ptr: int) -> DeviceBuffer[Any]:
+    def _adopt(cls: type[_B], context: Context, stream: Stream, info: DTypeInfo, count: int, ptr: int) -> _B:
         self = object.__new__(cls)
         self._ptr = ptr
         self._count = count
