@@ -50,6 +50,8 @@ class NumbaKernelSource:
     symbol: str = field(init=False)
     abi: str = field(init=False)
     digest: str = field(init=False, repr=False, compare=False)
+    # The CUDA C device functions the kernel calls (declare_device descriptors), found with the digest.
+    _declared: tuple[Any, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         fn = self.function
