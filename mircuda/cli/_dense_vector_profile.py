@@ -33,8 +33,9 @@ def dense_vector_profile(args: Any) -> int:
                 want = w_host.astype(np.float64).reshape(n, k) @ x_host.astype(np.float64)
                 choices = [(None, None)] + ([(r, w) for r in (8, 16) for w in (1, 2, 4, 8)] if args.sweep else [])
                 for rows_per_block, warps in choices:
-                    plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, k), input=in_t,
-                                              output=t.plan_output, rows=rows_per_block, warps=warps)
+                    plan: mc.DenseVectorPlan[Any] = mc.DenseVectorPlan(
+                        context, stream, mc.DenseVectorSpec(n, k), input=in_t, output=t.plan_output,
+                        rows=rows_per_block, warps=warps)
                     plan.execute(stream, x, ws[0], y)
                     err = check_vector(context, stream, y, want)
                     if err > 1e-2:
@@ -63,8 +64,8 @@ def _matmul_row(context: Any, stream: Any, pool: Any, timer: Any, ws: list[Any],
                 in_t: Any, out_t: Any, label: str, n: int, k: int, banks: int, args: Any, failures: list[str]) -> Row:
     import mircuda as mc
 
-    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(1, n, k), input=in_t,
-                              output=None if out_t is in_t else out_t)
+    plan: mc.DenseMatmulPlan[Any, Any] = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(1, n, k), input=in_t,
+                                                           output=None if out_t is in_t else out_t)
     plan.execute(stream, x, ws[0], y)  # checked like DenseVectorPlan's rows: a fast wrong answer is a failure
     err = check_vector(context, stream, y, want)
     if err > 1e-2:

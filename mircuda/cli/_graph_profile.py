@@ -185,9 +185,9 @@ def _run_isolated(args: argparse.Namespace, sizes: list[int]) -> int:
                 failures += data["failures"]
                 names += [n for n in data["names"] if n not in names]
                 for key, vals in data["host"]:
-                    host.setdefault(tuple(key), []).extend(vals)  # type: ignore[arg-type]
+                    host.setdefault(tuple(key), []).extend(vals)
                 for key, vals in data["device"]:
-                    device.setdefault(tuple(key), []).extend(vals)  # type: ignore[arg-type]
+                    device.setdefault(tuple(key), []).extend(vals)
     driver = mc.Driver.initialize()
     info = driver.device(args.device).info()
     if "mircuda" not in names:

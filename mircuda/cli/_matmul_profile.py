@@ -37,8 +37,8 @@ def matmul_profile(args: Any) -> int:
                     a_host = s.rng.standard_normal((m, k), dtype=np.float32).astype(in_t)
                     a = upload(context, stream, pool, a_host)
                     c = pool.allocate(out_t, stream, m * n)
-                    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=in_t,
-                                              output=t.plan_output, library=lib)
+                    plan: mc.DenseMatmulPlan[Any, Any] = mc.DenseMatmulPlan(
+                        context, stream, mc.DenseMatmulSpec(m, n, k), input=in_t, output=t.plan_output, library=lib)
                     plan.execute(stream, a, ws[0], c)
                     err = _check_rows(context, stream, c, a_host, w_host.reshape(n, k), m, n)
                     if err > 2e-2:
