@@ -130,7 +130,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
                 self._operands = self._nvrtc.operands("a", "b", "c")
             else:
                 self._operands = self._nvrtc.operands()
-            self._finalizer: weakref.finalize[..., DenseMatmulPlan] = weakref.finalize(
+            self._finalizer: weakref.finalize[..., DenseMatmulPlan[Any, Any]] = weakref.finalize(
                 self, _nothing_to_release)  # close() calls it alike
             return
         if lib is None:

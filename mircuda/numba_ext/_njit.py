@@ -226,7 +226,7 @@ def record_launcher(launch_function: Any = None) -> Any:
         launcher = _launchers.get(key)
         if launcher is None:
             @numba.njit(nogil=False)
-            def launch(values):
+            def launch(values: tuple[int, ...]) -> int:
                 return fn(values[0], values[1], values[2], values[3], values[4], values[5], values[6],
                           values[7], values[8], values[9], 0)
 
