@@ -217,7 +217,7 @@ class _CachingCompiler(Generic[T]):
             raise ContractError("options", "a CompileOptions", type(options).__name__)
 
     def _key(self, source: ModuleSource, options: CompileOptions) -> tuple[str, IncludeDependencies | None]:
-        parts = [KEY_FORMAT, source.digest, options.key, self._arch, "%d.%d" % self._nvrtc]
+        parts = [KEY_FORMAT, source.digest, options.key, self._arch, f"{self._nvrtc[0]}.{self._nvrtc[1]}"]
         deps = None
         if isinstance(source, CudaSource):
             roots = self._config.include_paths

@@ -75,7 +75,7 @@ class CompileOptions:
             name, value = entry
             if not isinstance(name, str) or not _MACRO.fullmatch(name):
                 raise ContractError("defines", "macro names that are C identifiers", repr(name))
-            if value is not None and not isinstance(value, (str, int)) or isinstance(value, bool):
+            if (value is not None and not isinstance(value, (str, int))) or isinstance(value, bool):
                 raise ContractError(f"defines[{name!r}]", "a str, an int or None", repr(value))
             if isinstance(value, str) and ("\n" in value or "\0" in value):
                 raise ContractError(f"defines[{name!r}]", "a single-line value", repr(value))
