@@ -40,7 +40,7 @@ def dense_vector_profile(args: Any) -> int:
                     err = check_vector(context, stream, y, want)
                     if err > 1e-2:
                         s.failures.append(f"DenseVectorPlan {label} {n}x{k}: relative error {err:.2e}")
-                    us = timer.median(lambda i: plan.execute(stream, x, ws[i % banks], y), args.calls, args.repeats)
+                    us = timer.median(lambda i: plan.execute(stream, x, ws[i % banks], y), args.calls, args.repeats)  # noqa: B023  (timed before the loop moves on)
                     name = "DenseVectorPlan" + ("" if warps is None else f" rows={rows_per_block} warps={warps}")
                     s.rows.append(row(name, label, 1, n, k, us, isz, osz,
                                        f"{plan.rows} rows x {plan.warps} warp(s)/block, rel err {err:.1e}"))
