@@ -237,9 +237,9 @@ def main() -> int:
     print(header)
     for label, key, unit in rows:
         base = results["mircuda"].get(key)
-        cells = "".join(f"{results[l][key]:>16.3f} {unit:<3}" if key in results[l] else f"{'n/a':>20}" for l in libs)
-        ratios = "".join(f"{results[l][key] / base:>16.2f}" if key in results[l] and base else f"{'n/a':>16}"
-                         for l in libs[1:])
+        cells = "".join(f"{results[name][key]:>16.3f} {unit:<3}" if key in results[name] else f"{'n/a':>20}" for name in libs)
+        ratios = "".join(f"{results[name][key] / base:>16.2f}" if key in results[name] and base else f"{'n/a':>16}"
+                         for name in libs[1:])
         print(f"{label:46}{cells}{ratios}")
     goals = {"memory hit <= 10 µs": mine["memory_hit_us"] <= 10.0,
              "persistent hit (fresh process, first call) <= 5 ms": results["mircuda"].get("fresh_persistent_ms",
@@ -248,9 +248,9 @@ def main() -> int:
         print(f"goal {goal}: {'met' if met else 'NOT met'}")
     out = {"benchmark": "compile_cache", "device": device, "arch": arch, "date": time.strftime("%Y-%m-%d"),
            "samples": args.samples, "fresh_processes": args.fresh, "results": results,
-           "ratios_peer_over_mircuda": {l: {k: results[l][k] / results["mircuda"][k] for _, k, _ in rows
-                                            if results[l].get(k) and results["mircuda"].get(k)}
-                                        for l in libs[1:]},
+           "ratios_peer_over_mircuda": {name: {k: results[name][k] / results["mircuda"][k] for _, k, _ in rows
+                                            if results[name].get(k) and results["mircuda"].get(k)}
+                                        for name in libs[1:]},
            "goals": goals}
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(out, indent=2) + "\n")

@@ -242,7 +242,7 @@ def _proc_address(drv: Any, name: str, version: int) -> int:
 
 def _bind_hot_path(drv: Any) -> None:
     global launch_kernel, launch_kernel_programmatic, graph_launch, event_record, hot_path_kind
-    err, version = drv.cuDriverGetVersion()
+    _err, version = drv.cuDriverGetVersion()
     version = int(version)
     pfn_launch = _proc_address(drv, "cuLaunchKernel", version)
     pfn_graph = _proc_address(drv, "cuGraphLaunch", version)
@@ -252,7 +252,7 @@ def _bind_hot_path(drv: Any) -> None:
                         cuLaunchKernelEx=pfn_launch_ex)
     launch_kernel_programmatic = _programmatic_ctypes(pfn_launch_ex)
     try:
-        from . import _hotpath  # type: ignore[attr-defined]
+        from . import _hotpath
     except ImportError:
         _hotpath = None
     if _hotpath is not None:

@@ -150,7 +150,7 @@ def test_headers_included_by_headers_and_next_to_file_sources_are_tracked(tmp_pa
 
 
 def test_has_include_is_tracked(roots) -> None:
-    first_root, second = roots
+    first_root, _second = roots
     source = mc.cuda_kernel('#if __has_include("tuning.cuh")\n#include "tuning.cuh"\n#else\n#define VALUE 1\n#endif\n'
                             + KERNEL, "k.cu")
     compiler = offline(first_root)

@@ -65,7 +65,7 @@ def test_concurrent_processes_share_one_directory_safely(tmp_path: Path) -> None
                                str(PROCESSES), str(ROUNDS), str(KEYS)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for i in range(PROCESSES)]
     results = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, results):
+    for p, (_out, err) in zip(procs, results):
         assert p.returncode == 0, err
     totals = [json.loads(out) for out, _ in results]
     assert sum(t["persistent_failures"] for t in totals) == 0

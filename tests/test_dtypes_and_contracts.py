@@ -27,8 +27,8 @@ def test_cuda_export_declares_parameters_in_order() -> None:
     kinds = [(p.kind, p.info.name, p.access) for p in K.params]
     assert kinds == [("buffer", "f32", "out"), ("buffer", "bf16", "in"), ("buffer", "u8", "inout"),
                      ("scalar", "f32", None), ("scalar", "i64", None), ("scalar", "bool", None)]
-    assert K == mc.cuda_export("k", out=mc.Out[mc.DeviceBuffer[mc.f32]], x=mc.In[mc.DeviceBuffer[mc.bf16]],
-                               y=mc.DeviceBuffer[mc.u8], scale=mc.f32, n=mc.i64, flag=bool)
+    assert mc.cuda_export("k", out=mc.Out[mc.DeviceBuffer[mc.f32]], x=mc.In[mc.DeviceBuffer[mc.bf16]],
+                          y=mc.DeviceBuffer[mc.u8], scale=mc.f32, n=mc.i64, flag=bool) == K
     assert "out DeviceBuffer[f32]" in repr(K)
 
 

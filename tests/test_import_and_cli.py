@@ -71,7 +71,7 @@ def test_cli_inspect_compiles_for_hopper_and_blackwell() -> None:
     text = out.stdout
     assert "NVRTC" in text and "CUDA driver:" in text
     for arch in ("sm_90a", "sm_120f"):
-        line = next(l for l in text.splitlines() if l.strip().startswith(arch))
+        line = next(ln for ln in text.splitlines() if ln.strip().startswith(arch))
         assert "CUBIN" in line and "FAILED" not in line
 
 

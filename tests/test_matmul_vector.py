@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 import mircuda as mc
+from mircuda.dtypes import dtype_info
 from mircuda.matmul._spec import resolve_dtypes
 from mircuda.matmul._vector import (VectorKernel, choose_dense_vector, choose_vector_warps, dense_vector_rows,
-                                    dense_vector_source, kernel_symbol, vector_options)
+                                    dense_vector_source, kernel_symbol, vector_contract, vector_options)
 
 SYMBOLS = [kernel_symbol(i, o, v) for i in ("bf16", "f16") for o in (i, "f32") for v in (True, False)]
 
@@ -39,6 +40,18 @@ def test_on_hopper_and_later_the_kernel_waits_for_the_previous_grid_before_its_f
         if programmatic:
             wait = body.index("griddepcontrol.wait")
             assert all(body.find(op) > wait for op in ("ld.global", "st.global"))
+
+
+@pytest.mark.parametrize("input, output", [(mc.bf16, mc.bf16), (mc.f16, mc.f32)])
+def test_the_vector_kernels_contract_is_the_one_cuda_export_declares(input, output) -> None:
+    built = vector_contract("dense_vector_k", dtype_info(output), dtype_info(input), ("y", "w", "x"))
+    declared = mc.cuda_export("dense_vector_k", y=mc.InOut[mc.DeviceBuffer[output]], w=mc.In[mc.DeviceBuffer[input]],
+                              x=mc.In[mc.DeviceBuffer[input]], alpha=mc.f32, beta=mc.f32, n=mc.i32, k=mc.i32)
+    assert built == declared
+    assert [p.describe() for p in built.params] == [f"inout DeviceBuffer[{dtype_info(output).name}]",
+                                                    f"in DeviceBuffer[{dtype_info(input).name}]",
+                                                    f"in DeviceBuffer[{dtype_info(input).name}]",
+                                                    "f32", "f32", "i32", "i32"]
 
 
 def test_symbols_name_types_and_load_width() -> None:

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("nbclient", reason="nbclient is in the [test] and [notebooks] extras: pip install -e '.[test]'")
 pytest.importorskip("ipykernel", reason="ipykernel is in the [test] and [notebooks] extras")
 
-from notebook_runner import NOTEBOOKS, cpu_cells, run_notebook  # noqa: E402
+from notebook_runner import NOTEBOOKS, cpu_cells, run_notebook
 
 
 def test_there_are_notebooks() -> None:

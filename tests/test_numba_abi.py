@@ -17,10 +17,10 @@ import pytest
 import mircuda as mc
 from test_packing_and_config import ctx, fake_buffer  # noqa: F401  (the same fakes)
 
-import mircuda.numba_ext as mn  # noqa: E402  (numba is required: a broken numba_ext must fail, not skip)
-from numba.cuda import types as nt  # noqa: E402
+import mircuda.numba_ext as mn  # numba is required: a broken numba_ext must fail, not skip
+from numba.cuda import types as nt
 
-from mircuda.numba_ext import _abi  # noqa: E402
+from mircuda.numba_ext import _abi
 
 
 def array_values(nitems: int, itemsize: int, data: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> bytes:

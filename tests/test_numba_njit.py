@@ -13,8 +13,8 @@ import pytest
 import mircuda as mc
 from mircuda import _cuda
 
-import mircuda.numba_ext as mn  # noqa: E402  (numba is required: a broken numba_ext must fail, not skip)
-import numba  # noqa: E402
+import mircuda.numba_ext as mn  # numba is required: a broken numba_ext must fail, not skip
+import numba
 
 
 class FakeLaunch:

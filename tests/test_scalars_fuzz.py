@@ -180,7 +180,7 @@ def test_infinities_and_nan_pass_only_where_ml_dtypes_keeps_them(info: DTypeInfo
     v = wrap(x)
     with np.errstate(invalid="ignore", over="ignore"):
         kept = np.array(float(v), info.dtype).astype(np.float64)
-    same = math.isnan(x) and math.isnan(kept) or kept == x
+    same = (math.isnan(x) and math.isnan(kept)) or kept == x
     if same:
         assert pack(info, v) == np.array(float(v), info.dtype).tobytes()
     else:

@@ -15,7 +15,7 @@ def _define(text: str) -> tuple[str, str | None]:
     return name, (value if sep else None)
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``compile`` to the CLI's subparsers."""
     p = sub.add_parser(
         "compile", help="compile a CUDA C file with NVRTC for any target (no GPU needed) and write CUBIN or PTX",

@@ -150,10 +150,11 @@ def _numerics(context: Any, stream: Any, pool: Any, lib: Any, kernel: Any, shape
     a = rng.standard_normal((m, k)).astype(np.float32).astype(in_t)
     b = rng.standard_normal((n, k)).astype(np.float32).astype(in_t)
     c0 = (rng.standard_normal((m, n)).astype(np.float32) if beta else np.full((m, n), np.nan, np.float32)).astype(out_t)
-    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=in_t,
-                              output=None if out_t is in_t else out_t, kernel=kernel.name, library=lib)
+    plan: mc.DenseMatmulPlan[Any, Any] = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=in_t,
+                                                           output=None if out_t is in_t else out_t,
+                                                           kernel=kernel.name, library=lib)
     bufs = [upload(context, stream, pool, host) for host in (a, b, c0)]
-    plan.execute(stream, *bufs, alpha, beta)
+    plan.execute(stream, bufs[0], bufs[1], bufs[2], alpha, beta)
     back = context.allocate_pinned(out_t, m * n)
     stream.copy_to_host(bufs[2], back)
     got = back.to_numpy().astype(np.float64).reshape(m, n)
@@ -220,7 +221,7 @@ def cutlass_check(args: Any) -> int:
     for f in report.functions:
         print(f"  {'ok  ' if f.ok else 'FAIL'} {f.kind:<8} {f.input:<4} missing {f.missing or '-'} "
               f"unexpected {f.unexpected or '-'}  {f.name[:60]}")
-    counts = {}
+    counts: dict[str, int] = {}
     for f in report.functions:
         counts[f"{f.kind}/{f.input}"] = counts.get(f"{f.kind}/{f.input}", 0) + 1
     print(f"  {len(report.functions)} kernels checked: {counts}")
@@ -234,8 +235,8 @@ def cutlass_check(args: Any) -> int:
                        "sass": {"arch": report.arch, "stub_free": report.stub_free, "error": report.error,
                                 "functions": [asdict(f) for f in report.functions]},
                        "failures": failures}, fh, indent=2)
-    for f in failures:
-        print(f"FAILED: {f}", file=sys.stderr)
+    for failure in failures:
+        print(f"FAILED: {failure}", file=sys.stderr)
     print("cutlass-check: " + ("FAILED" if failures else "all checks passed"))
     return 1 if failures else 0
 

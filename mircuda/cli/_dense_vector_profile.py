@@ -33,13 +33,14 @@ def dense_vector_profile(args: Any) -> int:
                 want = w_host.astype(np.float64).reshape(n, k) @ x_host.astype(np.float64)
                 choices = [(None, None)] + ([(r, w) for r in (8, 16) for w in (1, 2, 4, 8)] if args.sweep else [])
                 for rows_per_block, warps in choices:
-                    plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, k), input=in_t,
-                                              output=t.plan_output, rows=rows_per_block, warps=warps)
+                    plan: mc.DenseVectorPlan[Any] = mc.DenseVectorPlan(
+                        context, stream, mc.DenseVectorSpec(n, k), input=in_t, output=t.plan_output,
+                        rows=rows_per_block, warps=warps)
                     plan.execute(stream, x, ws[0], y)
                     err = check_vector(context, stream, y, want)
                     if err > 1e-2:
                         s.failures.append(f"DenseVectorPlan {label} {n}x{k}: relative error {err:.2e}")
-                    us = timer.median(lambda i: plan.execute(stream, x, ws[i % banks], y), args.calls, args.repeats)
+                    us = timer.median(lambda i: plan.execute(stream, x, ws[i % banks], y), args.calls, args.repeats)  # noqa: B023  (timed before the loop moves on)
                     name = "DenseVectorPlan" + ("" if warps is None else f" rows={rows_per_block} warps={warps}")
                     s.rows.append(row(name, label, 1, n, k, us, isz, osz,
                                        f"{plan.rows} rows x {plan.warps} warp(s)/block, rel err {err:.1e}"))
@@ -63,8 +64,8 @@ def _matmul_row(context: Any, stream: Any, pool: Any, timer: Any, ws: list[Any],
                 in_t: Any, out_t: Any, label: str, n: int, k: int, banks: int, args: Any, failures: list[str]) -> Row:
     import mircuda as mc
 
-    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(1, n, k), input=in_t,
-                              output=None if out_t is in_t else out_t)
+    plan: mc.DenseMatmulPlan[Any, Any] = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(1, n, k), input=in_t,
+                                                           output=None if out_t is in_t else out_t)
     plan.execute(stream, x, ws[0], y)  # checked like DenseVectorPlan's rows: a fast wrong answer is a failure
     err = check_vector(context, stream, y, want)
     if err > 1e-2:

@@ -37,13 +37,13 @@ def matmul_profile(args: Any) -> int:
                     a_host = s.rng.standard_normal((m, k), dtype=np.float32).astype(in_t)
                     a = upload(context, stream, pool, a_host)
                     c = pool.allocate(out_t, stream, m * n)
-                    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=in_t,
-                                              output=t.plan_output, library=lib)
+                    plan: mc.DenseMatmulPlan[Any, Any] = mc.DenseMatmulPlan(
+                        context, stream, mc.DenseMatmulSpec(m, n, k), input=in_t, output=t.plan_output, library=lib)
                     plan.execute(stream, a, ws[0], c)
                     err = _check_rows(context, stream, c, a_host, w_host.reshape(n, k), m, n)
                     if err > 2e-2:
                         s.failures.append(f"DenseMatmulPlan {label} M={m} {n}x{k}: relative error {err:.2e}")
-                    us = timer.median(lambda i: plan.execute(stream, a, ws[i % banks], c), args.calls, args.repeats)
+                    us = timer.median(lambda i: plan.execute(stream, a, ws[i % banks], c), args.calls, args.repeats)  # noqa: B023  (timed before the loop moves on)
                     s.rows.append(row("DenseMatmulPlan", label, m, n, k, us, isz, osz,
                                        f"{plan.kernel_name} splits={plan.splits} rel err {err:.1e}"))
                     if tws is not None:

@@ -134,8 +134,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"device": info.name, "rows": dict(rows), "failures": failures}, f, indent=2)
-    for f in failures:
-        print(f"FAILED: {f}", file=sys.stderr)
+    for failure in failures:
+        print(f"FAILED: {failure}", file=sys.stderr)
     print("profile: " + ("FAILED" if failures else "all checks passed"))
     return 1 if failures else 0
 

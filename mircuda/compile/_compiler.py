@@ -201,11 +201,12 @@ class _CachingCompiler(Generic[T]):
         self._check_types(source, options)
         with self._lock:
             key, deps = self._key(source, options)
-            value = self._by_key.get(key)
-            if value is None:
+            cached = self._by_key.get(key)
+            if cached is None:
                 value = self._load_or_build(key, source, options)
                 self._by_key[key] = value
             else:
+                value = cached
                 self._memory_hits += 1
             track = deps if deps is not None and deps.needs_revalidation else None
             self._recent[(source.digest, options.key)] = (value, track)
@@ -220,7 +221,7 @@ class _CachingCompiler(Generic[T]):
             raise ContractError("options", "a CompileOptions", type(options).__name__)
 
     def _key(self, source: ModuleSource, options: CompileOptions) -> tuple[str, IncludeDependencies | None]:
-        parts = [KEY_FORMAT, source.digest, options.key, self._arch, "%d.%d" % self._nvrtc]
+        parts = [KEY_FORMAT, source.digest, options.key, self._arch, f"{self._nvrtc[0]}.{self._nvrtc[1]}"]
         deps = None
         if isinstance(source, CudaSource):
             roots = self._config.include_paths

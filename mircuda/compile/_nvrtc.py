@@ -79,7 +79,7 @@ def validate_arch(arch: object, output: str = "cubin") -> str:
     sm = int(m.group(2))
     suffix = m.group(3)
     # Arch-specific ('a') targets exist from sm_90 on, family-specific ('f') from sm_100 on (PTX ISA 8.8).
-    if suffix == "a" and sm < 90 or suffix == "f" and sm < 100:
+    if (suffix == "a" and sm < 90) or (suffix == "f" and sm < 100):
         raise ContractError("arch", f"a target NVRTC knows ('{suffix}' variants start at "
                             f"{'sm_90' if suffix == 'a' else 'sm_100'})", repr(arch))
     if sm not in supported_archs():

@@ -6,11 +6,13 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from ..errors import ContractError
 
 __all__ = ["CompileOptions", "ALLOWED_EXTRA_FLAGS"]
+
+_Define = tuple[str, str | int | None]  # one macro as the constructor takes it
 
 _STANDARDS = ("c++03", "c++11", "c++14", "c++17", "c++20")
 _MACRO = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -44,13 +46,22 @@ class CompileOptions:
     """
 
     std: str = "c++17"
-    defines: Mapping[str, str | int | None] | tuple[tuple[str, str | None], ...] = ()
+    defines: tuple[tuple[str, str | None], ...] = ()
     fast_math: bool = False
     line_info: bool = False
     max_registers: int | None = None
     extra_flags: tuple[str, ...] = ()
     output: Literal["cubin", "ptx"] = "cubin"
     key: str = field(init=False, repr=False, compare=False)
+
+    if TYPE_CHECKING:
+        # What the constructor accepts; __post_init__ normalizes ``defines`` to sorted (name, value)
+        # pairs, the type the field holds afterwards (the dataclass's own __init__ runs at run time).
+        def __init__(self, std: str = "c++17",
+                     defines: Mapping[str, str | int | None] | tuple[_Define, ...] | list[_Define] = (),
+                     fast_math: bool = False, line_info: bool = False, max_registers: int | None = None,
+                     extra_flags: tuple[str, ...] | list[str] = (), output: Literal["cubin", "ptx"] = "cubin",
+                     ) -> None: ...
 
     def __post_init__(self) -> None:
         if self.std not in _STANDARDS:
@@ -65,7 +76,7 @@ class CompileOptions:
             name, value = entry
             if not isinstance(name, str) or not _MACRO.fullmatch(name):
                 raise ContractError("defines", "macro names that are C identifiers", repr(name))
-            if value is not None and not isinstance(value, (str, int)) or isinstance(value, bool):
+            if (value is not None and not isinstance(value, (str, int))) or isinstance(value, bool):
                 raise ContractError(f"defines[{name!r}]", "a str, an int or None", repr(value))
             text = None if value is None else _define_text(name, value)
             norm.append((name, text))
@@ -95,7 +106,7 @@ class CompileOptions:
     def flags(self, arch: str) -> list[str]:
         """The NVRTC command line for ``arch`` (e.g. ``sm_90a``), in a canonical order."""
         out = [f"--gpu-architecture={arch}", f"--std={self.std}"]
-        out += [f"-D{n}" if v is None else f"-D{n}={v}" for n, v in self.defines]  # type: ignore[misc]
+        out += [f"-D{n}" if v is None else f"-D{n}={v}" for n, v in self.defines]
         if self.fast_math:
             out.append("--use_fast_math")
         if self.line_info:

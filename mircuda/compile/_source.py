@@ -26,8 +26,12 @@ class ModuleSource(Protocol):
     versions of the tools that compile it); ``build`` compiles it for one target.
     """
 
-    name: str
-    digest: str
+    # Read-only: a frozen dataclass (CudaSource) provides them as fields.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def digest(self) -> str: ...
 
     def build(self, arch: str, options: CompileOptions) -> CompiledProgram: ...
 

@@ -84,6 +84,27 @@ class Graph(Generic[R]):
                  "_capture_id", "_resources", "_held", "_keep", "_nodes", "_by_handle", "_configs", "_flag_known",
                  "_packers", "_params", "_lock", "_finalizer", "__weakref__")
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
+    _stream: Stream
+    _context: Context
+    _ctx_handle: int
+    _exec_handle: int  # 0 once closed
+    _graph_launch: Callable[[int, int], int]  # _cuda.graph_launch: (CUgraphExec, CUstream) -> CUresult
+    _graph_cu: Any  # CUgraph
+    _exec_cu: Any  # CUgraphExec
+    _capture_id: int
+    _resources: R
+    _held: dict[int, Any]  # buffers held, by address
+    _keep: list[Any]  # typed kernels (and so modules) of the nodes
+    _nodes: tuple[KernelNode, ...]
+    _by_handle: dict[int, KernelNode]
+    _configs: dict[int, LaunchConfig]
+    # Nodes whose programmatic_stream_serialization is known: those of launch_captured. Any other
+    # node's config is read from its kernel parameters, which carry no launch attributes.
+    _flag_known: set[int]
+    _packers: dict[TypedKernel, ArgumentPacker]
+    _params: dict[int, Any]  # CUDA_KERNEL_NODE_PARAMS by node handle
+    _lock: threading.Lock
+    _finalizer: weakref.finalize[..., Graph[Any]]
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("capture graphs with Stream.capture(resources, fn)")
@@ -103,14 +124,12 @@ class Graph(Generic[R]):
         self._graph_launch = _cuda.graph_launch
         self._capture_id = record.capture_id
         self._resources = resources
-        self._held: dict[int, Any] = {}
-        self._keep: list[Any] = []
-        self._configs: dict[int, LaunchConfig] = {}
-        # Nodes whose programmatic_stream_serialization is known: those of launch_captured. Any other
-        # node's config is read from its kernel parameters, which carry no launch attributes.
-        self._flag_known: set[int] = set()
-        self._packers: dict[Any, ArgumentPacker] = {}
-        self._params: dict[int, Any] = {}
+        self._held = {}
+        self._keep = []
+        self._configs = {}
+        self._flag_known = set()
+        self._packers = {}
+        self._params = {}
         self._lock = threading.Lock()
         nodes: list[KernelNode] = []
         for node_cu, params in native.kernels:
@@ -342,7 +361,7 @@ class Graph(Generic[R]):
 
     def _release(self) -> None:
         self._exec_handle = 0
-        self._resources = None
+        self._resources = None  # type: ignore[assignment]  # drops the reference; reads check the graph is open
         self._packers.clear()
         self._params.clear()
         self._finalizer()

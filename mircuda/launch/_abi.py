@@ -56,7 +56,7 @@ from ..errors import ContractError
 from ..memory import DeviceBuffer, check_device_buffer
 from ..runtime import Stream
 from ._contract import KernelContract, Param
-from ._pack import SCALAR_CTYPES, ArgumentBlock, scalar_converter
+from ._pack import SCALAR_CTYPES, ArgumentBlock, SlotCType, scalar_converter
 
 __all__ = [
     "LAUNCH_ABIS", "MISSING", "LaunchAbi", "ArgumentPacker", "arity_error", "buffer_argument", "c_slots",
@@ -133,7 +133,7 @@ def buffer_argument(p: Param, context: Any) -> Callable[[Any], int]:
     return slow
 
 
-def c_slots(contract: KernelContract) -> list[tuple[str, type]]:
+def c_slots(contract: KernelContract) -> list[tuple[str, SlotCType]]:
     """The C ABI's ``(label, ctype)`` slots of a contract: a 64-bit address per buffer, each scalar in
     its own C type (:data:`~mircuda.launch.SCALAR_CTYPES`)."""
     return [(p.name, ctypes.c_uint64 if p.kind == "buffer" else SCALAR_CTYPES[p.info.name])
@@ -355,7 +355,8 @@ class ArgumentPacker:
         body = ["    if _extra or _unknown:", "        _arity(_extra, _unknown)"]
         body += impl.emit_writes(contract, ns, context, self.block) + ["    return _blk.packed_bytes()"]
         ns["_blk"] = self.block
-        self.pack = compile_function("pack", sig, body, ns)
+        # The generated pack function replaces the documented method on each instance.
+        self.pack = compile_function("pack", sig, body, ns)  # type: ignore[method-assign]
 
     def pack(self, *args: Any, **kwargs: Any) -> bytes:  # pragma: no cover - replaced per instance
         """Check the arguments as a launch would and return the packed parameter block (bytes)."""

@@ -26,7 +26,8 @@ def _dim3(name: str, value: int | tuple[int, ...]) -> Dim3:
     dims = tuple(int(d) for d in dims)
     if any(d < 1 for d in dims):
         raise LaunchConfigError(f"{name}: expected every dimension >= 1, received {value!r}")
-    return (dims + (1, 1))[:3]  # type: ignore[return-value]
+    padded = dims + (1, 1)
+    return (padded[0], padded[1], padded[2])
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,16 @@ class LaunchConfig:
     """
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
-    grid: Dim3 | int
-    block: Dim3 | int
+    grid: Dim3
+    block: Dim3
     shared_mem_bytes: int = 0
     programmatic_stream_serialization: bool = False
+
+    if TYPE_CHECKING:
+        # What the constructor accepts; __post_init__ normalizes grid and block to Dim3, the type the
+        # fields hold afterwards (the dataclass's own __init__ runs at run time).
+        def __init__(self, grid: int | tuple[int, ...], block: int | tuple[int, ...], shared_mem_bytes: int = 0,
+                     programmatic_stream_serialization: bool = False) -> None: ...
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "grid", _dim3("grid", self.grid))
@@ -89,7 +96,7 @@ class LaunchConfig:
     @property
     def threads_per_block(self) -> int:
         b = self.block
-        return b[0] * b[1] * b[2]  # type: ignore[index]
+        return b[0] * b[1] * b[2]
 
     def check(self, info: DeviceInfo, max_threads_per_block: int | None = None) -> None:
         """Check against a device's limits (and a function's thread limit, when given).
@@ -105,10 +112,10 @@ class LaunchConfig:
         limit = info.max_threads_per_block if max_threads_per_block is None else max_threads_per_block
         if self.threads_per_block > limit:
             raise LaunchConfigError(f"block: {self.threads_per_block} threads per block exceed the limit {limit}")
-        for axis, (d, m) in enumerate(zip(self.block, info.max_block_dims)):  # type: ignore[arg-type]
+        for axis, (d, m) in enumerate(zip(self.block, info.max_block_dims)):
             if d > m:
                 raise LaunchConfigError(f"block[{axis}]: {d} exceeds the device's maximum {m}")
-        for axis, (d, m) in enumerate(zip(self.grid, info.max_grid_dims)):  # type: ignore[arg-type]
+        for axis, (d, m) in enumerate(zip(self.grid, info.max_grid_dims)):
             if d > m:
                 raise LaunchConfigError(f"grid[{axis}]: {d} exceeds the device's maximum {m}")
         if self.shared_mem_bytes > info.max_shared_memory_per_block_optin_bytes:

@@ -6,7 +6,7 @@ import keyword
 import re
 import typing
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import numpy as np
 
@@ -36,23 +36,34 @@ class _AccessMarker:
         return _BufferSpec(cls._access, spec.info)
 
 
-class In(_AccessMarker):
-    """``In[DeviceBuffer[T]]``: a buffer the kernel only reads."""
+if TYPE_CHECKING:
+    # Type checkers do not read a custom __class_getitem__: to them the markers are generic classes, so
+    # ``In[DeviceBuffer[T]]`` in a contract type-checks as what it looks like. At run time they are the
+    # classes below, whose subscription makes a buffer spec.
+    _Buffer = TypeVar("_Buffer")
 
-    _access = "in"
+    class In(Generic[_Buffer]): ...
 
+    class Out(Generic[_Buffer]): ...
 
-class Out(_AccessMarker):
-    """``Out[DeviceBuffer[T]]``: a buffer the kernel writes (and may read)."""
+    class InOut(Generic[_Buffer]): ...
 
-    _access = "out"
+else:
+    class In(_AccessMarker):
+        """``In[DeviceBuffer[T]]``: a buffer the kernel only reads."""
 
+        _access = "in"
 
-class InOut(_AccessMarker):
-    """``InOut[DeviceBuffer[T]]``: a buffer the kernel reads and writes (the meaning of a bare
-    ``DeviceBuffer[T]``)."""
+    class Out(_AccessMarker):
+        """``Out[DeviceBuffer[T]]``: a buffer the kernel writes (and may read)."""
 
-    _access = "inout"
+        _access = "out"
+
+    class InOut(_AccessMarker):
+        """``InOut[DeviceBuffer[T]]``: a buffer the kernel reads and writes (the meaning of a bare
+        ``DeviceBuffer[T]``)."""
+
+        _access = "inout"
 
 
 def _buffer_spec(item: Any, access: Access) -> _BufferSpec | None:

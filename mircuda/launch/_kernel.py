@@ -76,7 +76,8 @@ class TypedKernel:
         self._lock = threading.Lock()
         self._abi.verify(contract, cu_function)
         self._owner = threading.get_ident()
-        self.launch = self._generate(self._owner)
+        # The generated launch function replaces the documented method on each instance.
+        self.launch = self._generate(self._owner)  # type: ignore[method-assign]
         _BY_FUNCTION.setdefault(self._handle, weakref.WeakSet()).add(self)
 
     def launch_captured(self, stream: Any, config: LaunchConfig, *args: Any, **kwargs: Any) -> KernelNode:
@@ -157,7 +158,7 @@ class TypedKernel:
                        drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                        config.shared_mem_bytes)
             self._dynamic_smem_set = config.shared_mem_bytes
-        dims = (*config.grid, *config.block, config.shared_mem_bytes)  # type: ignore[misc]
+        dims = (*config.grid, *config.block, config.shared_mem_bytes)
         self._checked[config] = dims
         return dims
 
@@ -200,7 +201,8 @@ class TypedKernel:
 
     def packed_arguments(self) -> bytes:
         """The parameter block of the calling thread's last launch (for inspection and tests)."""
-        fn = self.launch if threading.get_ident() == self._owner else self._thread_launchers.get(threading.get_ident())
+        # Any: the generated launch function carries its parameter block as an attribute.
+        fn: Any = self.launch if threading.get_ident() == self._owner else self._thread_launchers.get(threading.get_ident())
         return fn.__mircuda_block__.packed_bytes() if fn is not None else b""
 
     def __repr__(self) -> str:

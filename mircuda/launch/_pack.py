@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import ml_dtypes
 import numpy as np
@@ -19,20 +19,24 @@ from ..dtypes import SUPPORTED, DTypeInfo, is_integer_value
 from ..errors import ContractError
 from ._contract import Param
 
-__all__ = ["ArgumentBlock", "Slot", "scalar_converter", "SCALAR_CTYPES", "FloatFormat", "float_format"]
+__all__ = ["ArgumentBlock", "Slot", "scalar_converter", "SCALAR_CTYPES", "SlotCType", "FloatFormat", "float_format"]
+
+SlotCType: TypeAlias = "type[ctypes._SimpleCData[Any]]"
+"""The ctypes type of one ABI value (``ctypes.c_uint64``, ``ctypes.c_float``, ...)."""
 
 
-def _slot_ctype(info: DTypeInfo) -> type:
+def _slot_ctype(info: DTypeInfo) -> SlotCType:
     if info.kind == "bool":
         return ctypes.c_uint8
     if info.kind == "float" and info.itemsize in (4, 8):
         return ctypes.c_float if info.itemsize == 4 else ctypes.c_double
     # Integers by their width and sign; floats narrower than 32 bits as their bit patterns.
     prefix = "c_int" if info.kind == "int" else "c_uint"
-    return getattr(ctypes, f"{prefix}{info.itemsize * 8}")  # type: ignore[no-any-return]
+    ctype: SlotCType = getattr(ctypes, f"{prefix}{info.itemsize * 8}")
+    return ctype
 
 
-SCALAR_CTYPES: dict[str, type] = {i.name: _slot_ctype(i) for i in SUPPORTED.values()}
+SCALAR_CTYPES: dict[str, SlotCType] = {i.name: _slot_ctype(i) for i in SUPPORTED.values()}
 """The ctypes slot of each scalar type. Floats narrower than 32 bits are stored as their bit patterns."""
 
 
@@ -51,9 +55,9 @@ class Slot:
 class ArgumentBlock:
     """A contiguous parameter block and its ``void*`` array, for a list of ``(label, ctype)`` slots."""
 
-    def __init__(self, slots: Sequence[tuple[str, type]]) -> None:
+    def __init__(self, slots: Sequence[tuple[str, SlotCType]]) -> None:
         offset = 0
-        placed: list[tuple[str, type, int]] = []
+        placed: list[tuple[str, SlotCType, int]] = []
         for label, ctype in slots:
             size = ctypes.sizeof(ctype)
             offset = (offset + size - 1) // size * size

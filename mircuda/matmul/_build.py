@@ -145,7 +145,7 @@ def _cutlass_headers() -> tuple[Path, Path, str]:
         if spec is None or not spec.submodule_search_locations:
             raise CutlassNotFound(f"the CUTLASS headers are not installed: pip install '{CUTLASS_REQUIREMENT}' "
                                   "(or set MIRCUDA_CUTLASS_INCLUDE to CUTLASS's include directory)")
-        root = Path(list(spec.submodule_search_locations)[0]) / "source"
+        root = Path(next(iter(spec.submodule_search_locations))) / "source"
         include, util = root / "include", root / "tools" / "util" / "include"
     version_h = include / "cutlass" / "version.h"
     if not version_h.is_file():

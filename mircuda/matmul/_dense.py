@@ -130,10 +130,11 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
                 self._operands = self._nvrtc.operands("a", "b", "c")
             else:
                 self._operands = self._nvrtc.operands()
-            self._finalizer = weakref.finalize(self, _nothing_to_release)  # close() calls it alike
+            self._finalizer: weakref.finalize[..., DenseMatmulPlan[Any, Any]] = weakref.finalize(
+                self, _nothing_to_release)  # close() calls it alike
             return
         if lib is None:
-            raise missing  # type: ignore[misc]
+            raise missing  # type: ignore[misc]  # lib is None only where load_library() raised it
         context._make_current()
         handle, selection = _create(lib, spec, selection, lib.kernels, kernel is not None)
         self._selection = selection
@@ -238,7 +239,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
             self._nvrtc.launch(stream, a, b, c, fa, fb)
             return
         with self._lock:  # the plan holds the kernel parameters of one launch at a time
-            self._lib.execute(self._handle, stream._handle, pa, pb, pc, fa, fb)
+            # Without an NVRTC kernel the plan has its CUTLASS library.
+            self._lib.execute(self._handle, stream._handle, pa, pb, pc, fa, fb)  # type: ignore[union-attr]
 
     @property
     def numba_execute(self) -> Any:
@@ -257,6 +259,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
             if self._nvrtc is not None:
                 self._numba = self._nvrtc.numba_executor(self._stream.handle)
             else:
+                # Without an NVRTC kernel the plan has its CUTLASS library.
                 self._numba = matmul_executor(self._lib.execute_address, self._handle,  # type: ignore[union-attr]
                                               self._operands[0].alignment, stream=self._stream.handle,
                                               c_alignment=self._operands[2].alignment)
@@ -352,7 +355,8 @@ def matmul_executor(execute_address: int, plan_handle: int, alignment: int, *, s
             return MISALIGNED
         return fn(handle, to_u64(stream), pa, pb, pc, alpha, beta)
 
-    execute._mircuda_keepalive = fn  # the ctypes function object stays with the dispatcher
+    # The ctypes function object stays with the dispatcher; numba's stubs declare no such attribute.
+    execute._mircuda_keepalive = fn  # type: ignore[attr-defined]
     return execute
 
 

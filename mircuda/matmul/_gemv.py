@@ -6,13 +6,19 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from ..compile import Compiler, CompileOptions, CudaSource
-from ..dtypes import f32, i32
-from ..launch import In, InOut, LaunchConfig, cuda_export
+from ..compile import CompileOptions, Compiler, CudaSource
+from ..launch import LaunchConfig
 from ..memory import DeviceBuffer
 from ._library import KernelInfo
 from ._spec import Operand
-from ._vector import blocks_per_sm, choose_vector_warps, kernel_executor, package_source, shared_compiler
+from ._vector import (
+    blocks_per_sm,
+    choose_vector_warps,
+    kernel_executor,
+    package_source,
+    shared_compiler,
+    vector_contract,
+)
 
 if TYPE_CHECKING:
     from ..dtypes import DTypeInfo
@@ -96,15 +102,13 @@ class BatchedGemv:
         self.vector = spec.k % 8 == 0
         self.alignment = 16 if self.vector else 2
         self.symbol = gemv_symbol(input.name, output.name, self.vector)
-        contract = cuda_export(self.symbol, c=InOut[DeviceBuffer[output.scalar_type]],
-                               a=In[DeviceBuffer[input.scalar_type]], w=In[DeviceBuffer[input.scalar_type]],
-                               alpha=f32, beta=f32, n=i32, k=i32)
+        contract = vector_contract(self.symbol, output, input, ("c", "a", "w"))
         info = context.device_info()
         built: dict[int, tuple[TypedKernel, int]] = {}
         for unroll in unroll_candidates(spec.m):
             kernel = compiler.compile(batched_gemv_source(), gemv_options(spec.m, unroll)).kernel(contract)
             warps = choose_vector_warps(spec.n, spec.k, info.multiprocessor_count,
-                                        lambda w, f=kernel: blocks_per_sm(context, f, w), rows=ROWS_PER_BLOCK,
+                                        functools.partial(blocks_per_sm, context, kernel), rows=ROWS_PER_BLOCK,
                                         chunk=STEP * unroll)
             built[unroll] = (kernel, warps)
         self.unroll, self.warps = choose_gemv([(u, w) for u, (_, w) in built.items()])

@@ -10,13 +10,21 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import _cuda
-from ..compile import Compiler, CompileOptions, CudaSource
-from ..dtypes import bf16, f32, i32
+from ..compile import CompileOptions, Compiler, CudaSource
+from ..dtypes import bf16, dtype_info, f32, i32
 from ..errors import ContractError, UnsupportedPlatform
-from ..launch import In, InOut, LaunchConfig, cuda_export
+from ..launch import KernelContract, LaunchConfig, Param
 from ..memory import DeviceBuffer
 from ._library import KernelInfo
-from ._spec import DenseVectorSpec, Operand, PlanBase, check_operand, check_scalar, plan_stream, resolve_dtypes
+from ._spec import (
+    DenseVectorSpec,
+    Operand,
+    PlanBase,
+    check_operand,
+    check_scalar,
+    plan_stream,
+    resolve_dtypes,
+)
 
 if TYPE_CHECKING:
     from ..dtypes import DTypeInfo
@@ -148,6 +156,17 @@ def choose_vector_warps(n: int, k: int, multiprocessors: int, blocks_per_sm: Cal
     return best
 
 
+def vector_contract(symbol: str, output: DTypeInfo, input: DTypeInfo, buffers: tuple[str, str, str]) -> KernelContract:
+    """The contract ``cuda_export(symbol, <o>=InOut[DeviceBuffer[output]], <a>=In[DeviceBuffer[input]],
+    <b>=In[DeviceBuffer[input]], alpha=f32, beta=f32, n=i32, k=i32)`` of the vector kernels, with
+    ``buffers = (o, a, b)``, built from Params: the element types are run-time values here."""
+    o, a, b = buffers
+    scalars = (("alpha", f32), ("beta", f32), ("n", i32), ("k", i32))
+    return KernelContract(symbol, (Param(o, "buffer", output, "inout"), Param(a, "buffer", input, "in"),
+                                   Param(b, "buffer", input, "in"),
+                                   *(Param(name, "scalar", dtype_info(t)) for name, t in scalars)))
+
+
 def blocks_per_sm(context: Context, kernel: TypedKernel, warps: int) -> int:
     """Resident blocks per SM of ``kernel`` at ``32 * warps`` threads (``cuOccupancyMaxActiveBlocksPerMultiprocessor``)."""
     context._make_current()
@@ -273,9 +292,7 @@ class VectorKernel:
         self.vector = k % 8 == 0
         self.alignment = 16 if self.vector else 2
         self.symbol = kernel_symbol(input.name, output.name, self.vector)
-        contract = cuda_export(self.symbol, y=InOut[DeviceBuffer[output.scalar_type]],
-                               w=In[DeviceBuffer[input.scalar_type]], x=In[DeviceBuffer[input.scalar_type]],
-                               alpha=f32, beta=f32, n=i32, k=i32)
+        contract = vector_contract(self.symbol, output, input, ("y", "w", "x"))
         modules: dict[int, TypedKernel] = {}
 
         def kernel(r: int) -> TypedKernel:
@@ -285,12 +302,13 @@ class VectorKernel:
 
         info = context.device_info()
         occupancy = lambda r, w: blocks_per_sm(context, kernel(r), w)  # noqa: E731
-        if rows is None and warps is None:
-            rows, chosen = choose_dense_vector(n, k, info.multiprocessor_count, occupancy)
-        elif rows is None:
-            # A fixed split of K keeps choose_dense_vector's rule for the rows: 16 only with at least
-            # WIDE_MIN_WARPS warps in one wave (where it measured them faster than 8), not 16 x 1.
-            rows, chosen = dense_vector_rows(n, warps, info.multiprocessor_count, occupancy), warps
+        if rows is None:
+            if warps is None:
+                rows, chosen = choose_dense_vector(n, k, info.multiprocessor_count, occupancy)
+            else:
+                # A fixed split of K keeps choose_dense_vector's rule for the rows: 16 only with at least
+                # WIDE_MIN_WARPS warps in one wave (where it measured them faster than 8), not 16 x 1.
+                rows, chosen = dense_vector_rows(n, warps, info.multiprocessor_count, occupancy), warps
         elif warps is None:
             chosen = choose_vector_warps(n, k, info.multiprocessor_count, lambda w: occupancy(rows, w), rows=rows)
         else:

@@ -19,6 +19,7 @@ __all__ = ["DeviceBuffer", "PinnedBuffer", "check_device_buffer", "describe_argu
            "HOST_ARRAY_HINT"]
 
 T = TypeVar("T")
+_B = TypeVar("_B", bound="DeviceBuffer[Any]")
 
 
 def _check_count(name: str, count: object) -> int:
@@ -41,12 +42,22 @@ class DeviceBuffer(Generic[T]):
 
     __slots__ = ("_ptr", "_count", "_scalar", "_info", "_nbytes", "_context", "_stream",
                  "_finalizer", "_freed", "_holds", "__weakref__")
+    _ptr: int
+    _count: int
+    _scalar: type
+    _info: DTypeInfo
+    _nbytes: int
+    _context: Context
+    _stream: Stream
+    _finalizer: weakref.finalize[..., DeviceBuffer[Any]] | None  # None for an empty buffer
+    _freed: bool
+    _holds: int  # live graphs that hold this buffer
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("allocate device buffers with MemoryPool.allocate(dtype, stream, count)")
 
     @classmethod
-    def _adopt(cls, context: Context, stream: Stream, info: DTypeInfo, count: int, ptr: int) -> DeviceBuffer[Any]:
+    def _adopt(cls: type[_B], context: Context, stream: Stream, info: DTypeInfo, count: int, ptr: int) -> _B:
         self = object.__new__(cls)
         self._ptr = ptr
         self._count = count
@@ -142,6 +153,7 @@ class DeviceBuffer(Generic[T]):
                                 "destroy the graph (Graph.close() or into_resources()) first")
         if self._ptr:
             _cuda.call("cuMemFreeAsync", self._ptr, stream._cu)
+        if self._finalizer is not None:  # set exactly when _ptr was nonzero at allocation
             self._finalizer.detach()
         self._freed = True
         self._ptr = 0
@@ -242,6 +254,16 @@ class PinnedBuffer(Generic[T]):
     """
 
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
+    _context: Context
+    _info: DTypeInfo
+    _count: int
+    _nbytes: int
+    _event: Event | None  # None for an empty buffer
+    _pending: bool
+    _closed: bool
+    _ptr: int
+    _array: np.ndarray[Any, Any]
+    _finalizer: weakref.finalize[..., PinnedBuffer[Any]] | None  # None for an empty buffer
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("allocate pinned buffers with Context.allocate_pinned(dtype, count)")
@@ -256,13 +278,13 @@ class PinnedBuffer(Generic[T]):
         self._info = info
         self._count = count
         self._nbytes = nbytes
-        self._event: Event | None = None
+        self._event = None
         self._pending = False
         self._closed = False
         if nbytes:
             self._ptr = int(_cuda.call("cuMemHostAlloc", nbytes, 0))
             raw = (ctypes.c_uint8 * nbytes).from_address(self._ptr)
-            self._array = np.frombuffer(raw, dtype=np.uint8).view(info.dtype)
+            self._array = np.frombuffer(memoryview(raw), dtype=np.uint8).view(info.dtype)
             # Created up front so the finalizer can wait for copies in flight before freeing.
             self._event = context.create_event(timing=False)
             self._finalizer = weakref.finalize(self, _free_host_quietly, self._ptr, context, self._event)

@@ -23,6 +23,9 @@ class MemoryPool:
     """
 
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
+    _context: Context
+    _cu: Any  # CUmemoryPool
+    _handle: int
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("obtain the pool with Context.default_memory_pool()")

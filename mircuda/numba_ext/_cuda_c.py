@@ -16,6 +16,7 @@ import re
 import sys
 import threading
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from ..compile import CompileOptions, CudaSource
@@ -153,6 +154,7 @@ def declare_device(name: str, signature: Any, source: CudaSource | str | os.Path
     """
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
         raise ContractError("name", "the C identifier of an extern \"C\" __device__ function", repr(name))
+    dirs: tuple[str, ...]
     if isinstance(source, CudaSource):
         src, dirs = source, ()
     else:
@@ -178,7 +180,7 @@ def declare_device(name: str, signature: Any, source: CudaSource | str | os.Path
 
 
 def compile_relocatable(link: CudaLinkSource, arch: str, options: CompileOptions, *, lto: bool,
-                        checks: list[tuple[str, str, tuple[str, ...]]] = ()) -> tuple[bytes, str]:  # type: ignore[assignment]
+                        checks: Sequence[tuple[str, str, tuple[str, ...]]] = ()) -> tuple[bytes, str]:
     """Compile ``link`` with NVRTC as relocatable device code for ``arch``: ``(PTX text, or LTO-IR when
     lto, NVRTC's log)``. ``options`` supplies the standard, macros, fast math and extra flags.
 

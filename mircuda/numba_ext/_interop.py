@@ -121,7 +121,7 @@ def as_numba_array(array: DeviceBuffer[Any] | ArrayView, stream: Stream) -> Any:
     return _compat.DeviceNDArray(shape, strides, _numba_dtype(buffer._info), stream=nstream, gpu_data=memory)
 
 
-class BorrowedDeviceBuffer(DeviceBuffer):  # type: ignore[type-arg]
+class BorrowedDeviceBuffer(DeviceBuffer[Any]):
     """A :class:`DeviceBuffer` over memory another library owns (made by :func:`as_device_buffer`).
 
     It launches like any buffer of its dtype and context. It keeps the exporting object alive and
@@ -129,6 +129,7 @@ class BorrowedDeviceBuffer(DeviceBuffer):  # type: ignore[type-arg]
     """
 
     __slots__ = ("_owner",)
+    _owner: object  # the exporting object, kept alive while borrowed; None once the borrow ends
 
     def free(self, stream: Stream) -> None:
         """End the borrow (the memory stays with its owner). Raises UseAfterFree if already ended."""
@@ -218,4 +219,4 @@ def as_device_buffer(obj: Any, context: Context, stream: Stream, *, dtype: Any =
         borrowed._finalizer.detach()
         borrowed._finalizer = None
     borrowed._owner = obj
-    return borrowed  # type: ignore[return-value]
+    return borrowed

@@ -226,10 +226,11 @@ def record_launcher(launch_function: Any = None) -> Any:
         launcher = _launchers.get(key)
         if launcher is None:
             @numba.njit(nogil=False)
-            def launch(values):  # type: ignore[no-untyped-def]
+            def launch(values: tuple[int, ...]) -> int:
                 return fn(values[0], values[1], values[2], values[3], values[4], values[5], values[6],
                           values[7], values[8], values[9], 0)
 
             launcher = _launchers[key] = launch
-            launcher._mircuda_function = fn  # keeps the ctypes object alive with the launcher
+            # Keeps the ctypes object alive with the launcher; numba's stubs declare no such attribute.
+            launcher._mircuda_function = fn  # type: ignore[attr-defined]
     return launcher

@@ -50,6 +50,8 @@ class NumbaKernelSource:
     symbol: str = field(init=False)
     abi: str = field(init=False)
     digest: str = field(init=False, repr=False, compare=False)
+    # The CUDA C device functions the kernel calls (declare_device descriptors), found with the digest.
+    _declared: tuple[Any, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         fn = self.function
@@ -281,7 +283,7 @@ def numba_kernel(fn: Any, signature: Any, **options: Any) -> NumbaKernelSource:
     if mr is not None and (type(mr) is not int or not 16 <= mr <= 255):
         raise ContractError("max_registers", "None or an int in [16, 255]", repr(mr))
     lb = norm["launch_bounds"]
-    if lb is not None and not (type(lb) is int and lb > 0 or isinstance(lb, tuple) and 1 <= len(lb) <= 3
-                               and all(type(x) is int and x > 0 for x in lb)):
+    if lb is not None and not ((type(lb) is int and lb > 0) or (isinstance(lb, tuple) and 1 <= len(lb) <= 3
+                               and all(type(x) is int and x > 0 for x in lb))):
         raise ContractError("launch_bounds", "None, a positive int or a tuple of 1-3 positive ints", repr(lb))
     return NumbaKernelSource(py, tuple(args), tuple(sorted(norm.items())))

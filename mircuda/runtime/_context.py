@@ -26,6 +26,14 @@ class Context:
     using the context, its streams or its buffers afterwards raises :class:`ClosedResourceError`.
     """
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
+    _driver: Driver
+    _device: Device
+    _cu: Any  # CUcontext
+    _handle: int
+    _closed: bool
+    _streams: weakref.WeakSet[Stream]
+    _pool: MemoryPool | None
+    _finalizer: weakref.finalize[..., Context]
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("use Driver.create_context(device)")
@@ -39,8 +47,8 @@ class Context:
         self._cu = cu
         self._handle = int(cu)
         self._closed = False
-        self._streams: weakref.WeakSet[Stream] = weakref.WeakSet()
-        self._pool: MemoryPool | None = None
+        self._streams = weakref.WeakSet()
+        self._pool = None
         self._finalizer = weakref.finalize(self, _release, device._cu)
         self._finalizer.atexit = False
         return self

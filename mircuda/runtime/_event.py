@@ -24,6 +24,11 @@ class Event:
 
     __slots__ = ("_context", "_cu", "_handle", "_timing", "_finalizer", "__weakref__")
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
+    _context: Context
+    _cu: Any  # CUevent
+    _handle: int
+    _timing: bool
+    _finalizer: weakref.finalize[..., Event]
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create events with Context.create_event()")

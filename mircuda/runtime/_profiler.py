@@ -20,6 +20,9 @@ class ProfilerRange:
     by a finalizer that never raises.
     """
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
+    _context: Context
+    _active: bool
+    _finalizer: weakref.finalize[..., ProfilerRange]
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("start a range with Context.start_profiler_range()")

@@ -36,6 +36,11 @@ class Stream:
 
     __slots__ = ("_context", "_cu", "_handle", "_priority", "_finalizer", "__weakref__")
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
+    _context: Context
+    _cu: Any  # CUstream
+    _handle: int
+    _priority: int
+    _finalizer: weakref.finalize[..., Stream]
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create streams with Context.create_stream()")

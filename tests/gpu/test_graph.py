@@ -445,7 +445,7 @@ def test_a_buffer_handed_to_an_update_is_held_by_the_graph(context, stream, pool
     graph = stream.capture(res, lambda r: nodes.append(kernels.scale.launch_captured(stream, CONFIG, r.y, r.x,
                                                                                        2.0, N)))
     fresh = poisoned(stream, pool)
-    graph.update_kernel(nodes[0], lambda r: (fresh, r.x, 4.0, N))
+    graph.update_kernel(nodes[0], lambda r: (fresh, r.x, 4.0, N))  # noqa: F821  (called at once, before the del below)
     with pytest.raises(mc.ContractError, match="live graph"):
         fresh.free(stream)
     ref = weakref.ref(fresh)
@@ -634,7 +634,7 @@ def test_events_memsets_and_device_range_copies_inside_the_capture(context, stre
         assert not got[:dst].any() and not got[dst + m:].any()
         assert rel_err(got[dst:dst + m], y[dst:dst + m]) < 1e-6
         x_h = rng.standard_normal(N).astype(np.float32)
-        graph.with_resources_mut(lambda r: stream.copy_device_range(upload(context, stream, pool, x_h), 0, r.x, 0, N))
+        graph.with_resources_mut(lambda r: stream.copy_device_range(upload(context, stream, pool, x_h), 0, r.x, 0, N))  # noqa: B023  (called at once)
     graph.close()
     side.close()
 

@@ -101,8 +101,8 @@ def test_every_kernel_of_the_device_runs_a_shape(context, stream, pool, rng, lib
         if not k.runs_on(cc):
             continue
         in_t, out_t = getattr(mc, k.input), getattr(mc, k.output)
-        plan, got, want, mag, out = run(context, stream, pool, rng, 19, 136, 520, in_t,
-                                        None if out_t is in_t else out_t, 0.75, 0.5, kernel=k.name)
+        _plan, got, want, mag, out = run(context, stream, pool, rng, 19, 136, 520, in_t,
+                                         None if out_t is in_t else out_t, 0.75, 0.5, kernel=k.name)
         assert_close(got, want, mag, out)
 
 

@@ -200,6 +200,5 @@ def test_raw_bytes_come_from_the_pool_and_go_back_to_it(driver, context, stream,
     stream.synchronize()
     assert pool.used_bytes <= before
     assert pool.allocate_bytes(stream, 0) == 0
-    with driver.create_context(driver.devices()[0]) as other:
-        with pytest.raises(mc.ContractError, match="stream"):
-            pool.allocate_bytes(other.create_stream(), 64)
+    with driver.create_context(driver.devices()[0]) as other, pytest.raises(mc.ContractError, match="stream"):
+        pool.allocate_bytes(other.create_stream(), 64)

@@ -13,10 +13,10 @@ import pytest
 import mircuda as mc
 from helpers import download, upload
 
-import mircuda.numba_ext as mn  # noqa: E402  (numba is required: a broken numba_ext must fail, not skip)
-from numba import cuda  # noqa: E402
+import mircuda.numba_ext as mn  # numba is required: a broken numba_ext must fail, not skip
+from numba import cuda
 
-from mircuda.numba_ext import helpers as nh  # noqa: E402
+from mircuda.numba_ext import helpers as nh
 
 
 @cuda.jit
@@ -158,7 +158,7 @@ def test_arrays_mircuda_cannot_view_as_a_buffer_are_refused(context, stream) -> 
         mn.as_device_buffer(d, context, stream, dtype=mc.bf16)
 
     class RawVoid:
-        __cuda_array_interface__ = {"shape": (4,), "typestr": "<V2", "data": (d.device_ctypes_pointer.value, False),
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "<V2", "data": (d.device_ctypes_pointer.value, False),  # noqa: RUF012  (the protocol attribute)
                                     "version": 3, "strides": None, "stream": None}
 
     with pytest.raises(mc.ContractError, match="dtype="):

@@ -12,12 +12,12 @@ import pytest
 import mircuda as mc
 from helpers import download, upload
 
-import mircuda.numba_ext as mn  # noqa: E402  (numba is required: a broken numba_ext must fail, not skip)
-import numba  # noqa: E402
-from numba import cuda  # noqa: E402
-from numba.cuda import bf16  # noqa: E402
+import mircuda.numba_ext as mn  # numba is required: a broken numba_ext must fail, not skip
+import numba
+from numba import cuda
+from numba.cuda import bf16
 
-from mircuda.numba_ext import helpers as nh  # noqa: E402
+from mircuda.numba_ext import helpers as nh
 
 
 def saxpy(y, x, a):  # type: ignore[no-untyped-def]
