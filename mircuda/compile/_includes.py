@@ -359,7 +359,7 @@ def toolkit_fingerprint(roots: tuple[str, ...]) -> ToolkitFingerprint:
             dist = importlib.metadata.distribution(dist_name)
             version = dist.version
             where = str(dist.locate_file(""))
-        except Exception:  # noqa: BLE001  (not installed, or unreadable metadata: a state the key records)
+        except Exception:
             h.update(f"{dist_name}=absent\n".encode())
             continue
         h.update(f"{dist_name}={version}\n".encode("utf-8", "surrogateescape"))

@@ -246,7 +246,7 @@ class PersistentCache:
             return LoadResult(decode_entry(data, key, arch, nvrtc, expect), None, token)
         # Anything the reader raises means the entry cannot be trusted: a miss, never a failed
         # compile (EntryError is the expected kind; the rest would be a reader bug on crafted input).
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.debug("persistent cache: rejected %s: %s", path, exc)
             self.discard(key, token)
             return LoadResult(None, f"invalid entry: {exc}", token)
@@ -305,7 +305,7 @@ class PersistentCache:
             return None
         # OSError: the directory; EntryError, ValueError, TypeError: a program that cannot be framed
         # (e.g. from a foreign ModuleSource). Whatever it is, the compile has its result: do not fail it.
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.debug("persistent cache: cannot write %s: %s", self.path(key), exc)
             return f"write failed: {exc}"
         finally:

@@ -23,5 +23,5 @@ from ._vector import DenseVectorPlan
 
 __all__ = ["BlockwiseFp8Plan", "BlockwiseFp8Quantizer", "BlockwiseFp8Unavailable", "BlockwiseFp8VectorPlan",
            "activation_scale_shape", "dequantize_reference", "quantize_activations_reference", "quantize_reference",
-           "quantize_weights_reference", "weight_scale_shape", "CutlassError", "CutlassLibrary", "CutlassNotFound", "DenseMatmulPlan", "DenseMatmulSpec", "DenseVectorPlan",
-           "DenseVectorSpec", "KernelInfo", "available_kernels", "load_library"]
+           "quantize_weights_reference", "weight_scale_shape", "CutlassError", "CutlassLibrary", "CutlassNotFound",
+           "DenseMatmulPlan", "DenseMatmulSpec", "DenseVectorPlan", "DenseVectorSpec", "KernelInfo", "available_kernels", "load_library"]

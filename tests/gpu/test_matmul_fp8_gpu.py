@@ -275,8 +275,12 @@ def test_plans_run_from_numba_njit_loops(context, stream, pool, rng) -> None:
             status |= gemv(stream_handle, a[i], sa[i], b[i], sb[i], y[i], c[i], 2.0, -1.0)
         return status
 
-    handles = lambda bufs: np.array([x.handle for x in bufs], dtype=np.uint64)
-    column = lambda j: handles([o.bufs[j] for o in ops])
+    def handles(bufs: list[Any]) -> np.ndarray:
+        return np.array([x.handle for x in bufs], dtype=np.uint64)
+
+    def column(j: int) -> np.ndarray:
+        return handles([o.bufs[j] for o in ops])
+
     assert loop(stream.handle, column(0), column(1), column(2), column(3), handles(ds), handles(ys), handles(cs)) == 0
     for o, d, y, c in zip(ops, ds, ys, cs):
         want, mag = o.want(1.0, 0.0, None)
