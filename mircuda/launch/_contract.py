@@ -119,13 +119,23 @@ def _brief(v: object) -> str:
     text = repr(v)
     return f"{type(v).__name__} {text[:77] + '...' if len(text) > 80 else text}"
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+# A C++ name expression as NVRTC takes it (``fill<float>``, ``ns::k<3, 4>``): starts like a name,
+# one line, no NUL. NVRTC itself judges the rest when the source is compiled.
+_EXPRESSION = re.compile(r"(::)?[A-Za-z_][^\0\n\r]*")
+
+
+def is_name_expression(symbol: str) -> bool:
+    """Whether a contract's ``symbol`` is a C++ name expression (not a plain C identifier)."""
+    return _SYMBOL.fullmatch(symbol) is None
 
 
 @dataclass(frozen=True)
 class KernelContract:
-    """The argument contract of one ``extern "C"`` kernel: its symbol and ordered parameters.
+    """The argument contract of one kernel: its symbol and ordered parameters.
 
-    Build with :func:`cuda_export`; bind to a loaded module with ``module.kernel(contract)``.
+    ``symbol`` is the name of an ``extern "C"`` kernel, or a C++ name expression (``"fill<float>"``)
+    that the source declared in ``name_expressions``. Build with :func:`cuda_export`; bind to a loaded
+    module with ``module.kernel(contract)``.
     """
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
@@ -133,8 +143,12 @@ class KernelContract:
     params: tuple[Param, ...]
 
     def __post_init__(self) -> None:
-        if not isinstance(self.symbol, str) or not _SYMBOL.fullmatch(self.symbol):
-            raise ContractError("symbol", "a kernel name (a C identifier, as declared extern \"C\")", repr(self.symbol))
+        if not isinstance(self.symbol, str) or not (_SYMBOL.fullmatch(self.symbol)
+                                                    or _EXPRESSION.fullmatch(self.symbol.strip())):
+            raise ContractError("symbol", "a kernel name (a C identifier, as declared extern \"C\", or a C++ name "
+                                "expression such as 'fill<float>' listed in the source's name_expressions)",
+                                repr(self.symbol))
+        object.__setattr__(self, "symbol", self.symbol.strip())
         # Checked here, not at bind time: a contract built by hand fails where it is written.
         if not isinstance(self.params, (tuple, list)) or not all(isinstance(p, Param) for p in self.params):
             raise ContractError("params", "a tuple of Param (or use mc.cuda_export(symbol, name=type, ...))",
@@ -157,6 +171,10 @@ class KernelContract:
 
 def cuda_export(symbol: str, **params: Any) -> KernelContract:
     """Declare the contract of kernel ``symbol``; parameters in declaration order.
+
+    ``symbol`` is an ``extern "C"`` kernel's name, or a C++ name expression such as ``"fill<float>"``
+    that the source lists in ``name_expressions`` (``mc.cuda_kernel(..., name_expressions=[...])``):
+    the module binds it through the lowered name NVRTC gave it.
 
     Each keyword is a parameter: ``In[DeviceBuffer[T]]``, ``Out[DeviceBuffer[T]]``,
     ``InOut[DeviceBuffer[T]]`` or bare ``DeviceBuffer[T]`` (read and written) for a ``T*`` parameter,
