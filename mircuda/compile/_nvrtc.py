@@ -18,6 +18,7 @@ from typing import Literal, NamedTuple
 from .. import _cuda
 from ..errors import CompileError, ContractError
 from ._options import CompileOptions
+from ._resources import KernelResources, parse_ptxas_report
 from ._toolkit import toolkit_include_dirs
 
 __all__ = ["CompiledProgram", "NvrtcOutput", "NvrtcResult", "nvrtc_compile", "nvrtc_version", "supported_archs",
@@ -50,6 +51,24 @@ class CompiledProgram:
     nvrtc_version: tuple[int, int]
     abi: str = "c"
     symbols: tuple[tuple[str, str], ...] = ()
+
+    def resource_usage(self) -> dict[str, KernelResources]:
+        """Registers, shared memory, stack and spill bytes of each kernel, from the ptxas report in
+        :attr:`log` (compile with ``CompileOptions(ptxas_verbose=True)``); no GPU needed.
+
+        Keys are the kernel names as contracts spell them: a name expression (``"fill<float>"``)
+        for the kernels the source lowered, else the name in the image; report order.
+
+        Raises:
+            ContractError: the program is not a CUBIN, or its log has no ptxas report.
+        """
+        if self.output != "cubin":
+            raise ContractError("program", "a CUBIN (ptxas reports only when it builds one)", f"{self.output} output")
+        if not any(line.startswith("ptxas info") for line in self.log.splitlines()):
+            raise ContractError("program", "a program compiled with CompileOptions(ptxas_verbose=True)",
+                                "a log without a ptxas report")
+        by_image = {image: spelled for spelled, image in self.symbols}
+        return {by_image.get(name, name): usage for name, usage in parse_ptxas_report(self.log).items()}
 
 
 @lru_cache(maxsize=1)

@@ -37,6 +37,9 @@ class CompileOptions:
         extra_flags: further flags from :data:`ALLOWED_EXTRA_FLAGS`.
         output: ``"cubin"`` (the default: loads on any driver of the same major version) or ``"ptx"``
             (JIT-compiled by the driver at load; needs a driver at least as new as NVRTC).
+        ptxas_verbose: ``--ptxas-options=-v``: ptxas reports each kernel's registers, shared memory,
+            stack and spills into the program log, parsed by ``CompiledProgram.resource_usage()``
+            (CUBIN output only; the report is not issued as a warning).
 
     Raises:
         ContractError: a field has an invalid value (named in the error).
@@ -49,6 +52,7 @@ class CompileOptions:
     max_registers: int | None = None
     extra_flags: tuple[str, ...] = ()
     output: Literal["cubin", "ptx"] = "cubin"
+    ptxas_verbose: bool = False
     key: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -73,7 +77,7 @@ class CompileOptions:
         if len(set(names)) != len(names):
             raise ContractError("defines", "each macro once", repr(names))
         object.__setattr__(self, "defines", tuple(sorted(norm)))
-        for attr in ("fast_math", "line_info"):
+        for attr in ("fast_math", "line_info", "ptxas_verbose"):
             if type(getattr(self, attr)) is not bool:
                 raise ContractError(attr, "a bool", repr(getattr(self, attr)))
         if self.max_registers is not None and (type(self.max_registers) is not int
@@ -88,6 +92,8 @@ class CompileOptions:
         object.__setattr__(self, "extra_flags", tuple(self.extra_flags))
         if self.output not in ("cubin", "ptx"):
             raise ContractError("output", "'cubin' or 'ptx'", repr(self.output))
+        if self.ptxas_verbose and self.output != "cubin":
+            raise ContractError("ptxas_verbose", "False with PTX output (ptxas runs only for a CUBIN)", "True")
         object.__setattr__(self, "key", "\x1f".join(self.flags("<arch>") + [f"output={self.output}"]))
 
     def flags(self, arch: str) -> list[str]:
@@ -100,5 +106,7 @@ class CompileOptions:
             out.append("--generate-line-info")
         if self.max_registers is not None:
             out.append(f"--maxrregcount={self.max_registers}")
+        if self.ptxas_verbose:
+            out.append("--ptxas-options=-v")
         out += list(self.extra_flags)
         return out

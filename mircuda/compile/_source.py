@@ -14,6 +14,7 @@ from typing import Protocol, runtime_checkable
 from ..errors import CompileWarning, ContractError
 from ._nvrtc import CompiledProgram, nvrtc_compile, nvrtc_version, validate_arch
 from ._options import CompileOptions
+from ._resources import is_ptxas_report_line
 
 __all__ = ["CudaSource", "ModuleSource", "check_name_expressions", "compile_program", "cuda_kernel"]
 
@@ -138,8 +139,10 @@ def compile_program(source: CudaSource, arch: str, options: CompileOptions | Non
         raise ContractError("include_paths", "a sequence of directory paths (str)", repr(include_paths))
     image, log, lowered = nvrtc_compile(source.text, source.name, arch, options, output=options.output,
                                         include_paths=include_paths, name_expressions=source.name_expressions)
-    if log:
-        warnings.warn(CompileWarning(f"NVRTC warnings for {source.name!r} ({arch}):\n{log}"), stacklevel=3)
+    # ptxas' -v report is information the caller asked for (CompiledProgram.resource_usage), not a warning.
+    warned = "\n".join(line for line in log.splitlines() if not is_ptxas_report_line(line)).strip()
+    if warned:
+        warnings.warn(CompileWarning(f"NVRTC warnings for {source.name!r} ({arch}):\n{warned}"), stacklevel=3)
     return CompiledProgram(arch, options.output, image, log, nvrtc_version(), symbols=lowered)
 
 

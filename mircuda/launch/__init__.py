@@ -10,10 +10,11 @@ from ._abi import (LAUNCH_ABIS, MISSING, ArgumentPacker, LaunchAbi, arity_error,
 from ._config import LaunchConfig
 from ._contract import In, InOut, KernelContract, Out, Param, cuda_export
 from ._kernel import FunctionAttributes, TypedKernel, kernels_for_function
+from ._occupancy import SuggestedBlockSize
 from ._pack import SCALAR_CTYPES, ArgumentBlock, Slot, scalar_converter
 
 __all__ = ["ArgumentPacker", "FunctionAttributes", "In", "InOut", "KernelContract", "LaunchConfig", "Out", "Param",
-           "TypedKernel", "cuda_export", "kernels_for_function",
+           "SuggestedBlockSize", "TypedKernel", "cuda_export", "kernels_for_function",
            # launch ABIs
            "LAUNCH_ABIS", "MISSING", "LaunchAbi", "ArgumentBlock", "SCALAR_CTYPES", "Slot", "arity_error",
            "buffer_argument", "c_slots", "compile_function", "emit_c_writes", "generate_launch", "parameter_sizes",

@@ -63,3 +63,68 @@ def test_a_persisted_program_binds_by_expression_after_a_reload(context, stream,
     out = pool.allocate(np.int32, stream, 64)
     kernel.launch(stream, mc.LaunchConfig((1, 1, 1), (64, 1, 1)), out, 7, 64)
     np.testing.assert_array_equal(download(context, stream, out), np.full(64, 7, np.int32))
+
+
+# -- occupancy and resources ----------------------------------------------------------------------
+STAGED = mc.cuda_kernel(r'''
+extern "C" __global__ void staged(float* p, int k) {
+    __shared__ float s[256];
+    float a[64];
+    for (int i = 0; i < 64; i++) a[i] = p[i * k];
+    s[threadIdx.x] = a[k & 63];
+    __syncthreads();
+    p[threadIdx.x] = s[(threadIdx.x + 1) & 255];
+}''', "staged.cu")
+Staged = mc.cuda_export("staged", p=mc.DeviceBuffer[mc.f32], k=mc.i32)
+
+
+@pytest.mark.parametrize("max_registers", [None, 24])
+def test_the_offline_report_equals_the_loaded_function_attributes(compiler, max_registers) -> None:
+    options = mc.CompileOptions(ptxas_verbose=True, max_registers=max_registers)
+    module = compiler.compile(STAGED, options)
+    usage = module.program.resource_usage()["staged"]
+    attributes = module.kernel(Staged).attributes
+    assert usage.registers == attributes.registers
+    assert usage.shared_bytes == attributes.static_shared_bytes
+    assert usage.stack_frame_bytes == attributes.local_bytes
+
+
+@pytest.mark.parametrize("block, smem", [(32, 0), (128, 0), (256, 4096), ((16, 16), 40 * 1024), (1024, 0)])
+def test_max_active_blocks_per_sm_is_the_drivers_figure(compiler, block, smem) -> None:
+    from cuda.bindings import driver as drv
+
+    kernel = compiler.compile(STAGED).kernel(Staged)
+    threads = block if isinstance(block, int) else block[0] * block[1]
+    err, want = drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(drv.CUfunction(kernel.handle), threads, smem)
+    assert int(err) == 0
+    assert kernel.max_active_blocks_per_sm(block, smem) == want > 0
+
+
+@pytest.mark.parametrize("smem, limit", [(0, 0), (8192, 0), (0, 96)])
+def test_suggested_block_size_is_the_drivers_figure(compiler, smem, limit) -> None:
+    from cuda.bindings import driver as drv
+
+    kernel = compiler.compile(STAGED).kernel(Staged)
+    err, grid, block = drv.cuOccupancyMaxPotentialBlockSize(drv.CUfunction(kernel.handle), None, smem, limit)
+    assert int(err) == 0
+    got = kernel.suggested_block_size(smem, limit)
+    assert (got.min_grid_size, got.block_size) == (grid, block)
+    assert 0 < got.block_size <= (limit or 1024)
+
+
+def test_max_active_clusters_is_the_drivers_figure(context, compiler) -> None:
+    from cuda.bindings import driver as drv
+
+    if context.device_info().compute_capability < (9, 0):
+        pytest.skip("thread block clusters need compute capability >= 9.0")
+    kernel = compiler.compile(STAGED).kernel(Staged)
+    attr = drv.CUlaunchAttribute()
+    attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = 2, 1, 1
+    config = drv.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = 2, 1, 1
+    config.blockDimX, config.blockDimY, config.blockDimZ = 256, 1, 1
+    config.attrs, config.numAttrs = [attr], 1
+    err, want = drv.cuOccupancyMaxActiveClusters(drv.CUfunction(kernel.handle), config)
+    assert int(err) == 0
+    assert kernel.max_active_clusters((2, 1, 1), 256) == want > 0
