@@ -119,7 +119,7 @@ def test_a_contract_takes_a_name_expression_as_its_symbol() -> None:
     contract = mc.cuda_export(" ns::scale<3> ", p=mc.DeviceBuffer[mc.f32])
     assert contract.symbol == "ns::scale<3>"
     assert mc.cuda_export("fill<float, 4>", out=mc.DeviceBuffer[mc.f32]).symbol == "fill<float, 4>"
-    for bad in ("", "<float>", "fill<\nfloat>", "3fill"):
+    for bad in ("", "<float>", "fill<\nfloat>", "3fill", "a b", "fill<float"):
         with pytest.raises(mc.ContractError) as info:
             mc.cuda_export(bad)
         assert info.value.argument == "symbol"

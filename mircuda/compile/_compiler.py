@@ -79,7 +79,7 @@ class Module:
         Raises:
             ContractError: the module has no kernel of that name.
         """
-        from ..launch._contract import is_name_expression
+        from ..launch import is_name_expression
 
         self._context._make_current()
         symbols = dict(self._program.symbols)

@@ -263,8 +263,6 @@ class Graph(Generic[R]):
         return known.kernel
 
     def _apply(self, node: KernelNode, kernel: TypedKernel, prepared: Any) -> None:
-        from ..memory import DeviceBuffer
-
         args, kwargs, config = _split_prepared(prepared)
         with self._lock:
             self._check_open()
@@ -294,7 +292,8 @@ class Graph(Generic[R]):
             self._context._make_current()
             _cuda.call("cuGraphExecKernelNodeSetParams", self._exec_cu, _cuda.driver().CUgraphNode(node.handle),
                        params)
-            hold((a for a in (*args, *kwargs.values()) if isinstance(a, DeviceBuffer)), self._held)
+            # Buffers inside struct arguments (dicts, tuples) too: reachable_buffers follows them.
+            hold(reachable_buffers((args, kwargs)), self._held)
             self._configs[node.handle] = config
 
     # -- resources and lifetime -------------------------------------------------------------

@@ -128,3 +128,87 @@ def test_max_active_clusters_is_the_drivers_figure(context, compiler) -> None:
     err, want = drv.cuOccupancyMaxActiveClusters(drv.CUfunction(kernel.handle), config)
     assert int(err) == 0
     assert kernel.max_active_clusters((2, 1, 1), 256) == want > 0
+
+
+# -- vector and struct parameters -----------------------------------------------------------------
+Params = mc.struct("Params", [("n", mc.u32), ("scale", mc.f32), ("out", mc.DeviceBuffer[mc.f32]),
+                              ("offset", mc.float4), ("tag", mc.u8), ("h", mc.half2), ("d", mc.f64)])
+STRUCTS = mc.cuda_kernel(r'''
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+''' + Params.c_declaration().replace("uint32_t", "unsigned").replace("uint8_t", "unsigned char") + r'''
+extern "C" __global__ void echo_vec(float4 v, int2 i, double2 d, __nv_bfloat162 b, unsigned char pad, float4 w,
+                                    float* out) {
+    out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
+    out[4] = __int_as_float(i.x); out[5] = __int_as_float(i.y);
+    out[6] = (float)d.x; out[7] = (float)d.y;
+    out[8] = __bfloat162float(b.x); out[9] = __bfloat162float(b.y);
+    out[10] = pad; out[11] = w.x; out[12] = w.w;
+}
+extern "C" __global__ void use_params(Params p) {
+    unsigned t = threadIdx.x;
+    if (t < p.n) p.out[t] = p.scale * t + p.offset.x + p.offset.y + p.offset.z + p.offset.w + p.tag
+                            + __half2float(p.h.x) + __half2float(p.h.y) + (float)p.d;
+}''', "structs.cu")
+EchoVec = mc.cuda_export("echo_vec", v=mc.float4, i=mc.int2, d=mc.double2, b=mc.bfloat162, pad=mc.u8, w=mc.float4,
+                         out=mc.Out[mc.DeviceBuffer[mc.f32]])
+UseParams = mc.cuda_export("use_params", p=Params)
+
+
+def test_vector_parameters_read_back_exactly(context, stream, pool, compiler) -> None:
+    kernel = compiler.compile(STRUCTS).kernel(EchoVec)
+    out = pool.allocate(np.float32, stream, 13)
+    stream.memset(out, 0xFF)
+    v = np.array([1.0 / 3.0, -2.5, 3.4e38, -1e-45], np.float32)       # a subnormal and f32's largest range
+    i = (np.float32(0.1).view(np.int32).item(), -7)                     # bits that read back as a float
+    kernel.launch(stream, mc.LaunchConfig(1, 1), v, i, {"x": 0.5, "y": -0.25}, (1.5, -3.0), 200, (9.0, 0, 0, -9.0),
+                  out)
+    got = download(context, stream, out)
+    want = np.array([*v, 0.1, np.int32(-7).view(np.float32), 0.5, -0.25, 1.5, -3.0, 200, 9.0, -9.0], np.float32)
+    assert got.tobytes() == want.tobytes()
+
+
+def test_a_struct_parameter_with_a_buffer_reads_back_exactly(context, stream, pool, compiler) -> None:
+    kernel = compiler.compile(STRUCTS).kernel(UseParams)
+    n = 96
+    out = pool.allocate(np.float32, stream, 128)
+    stream.memset(out, 0)
+    value = {"n": n, "scale": 0.5, "out": out, "offset": (1.0, 2.0, 4.0, 8.0), "tag": 3, "h": (0.25, 0.125),
+             "d": 1024.0}
+    kernel.launch(stream, mc.LaunchConfig(1, 128), value)
+    got = download(context, stream, out)
+    t = np.arange(n, dtype=np.float32)
+    want = np.float32(0.5) * t + np.float32(15.0) + np.float32(3) + np.float32(0.375) + np.float32(1024.0)
+    np.testing.assert_array_equal(got[:n], want)
+    np.testing.assert_array_equal(got[n:], np.zeros(128 - n, np.float32))
+
+
+def test_a_struct_with_the_wrong_alignment_is_refused_at_bind_time(compiler) -> None:
+    # Same size as float4 but 4-byte aligned: after a u8 it would sit at offset 4, the kernel's float4 at 16.
+    loose = mc.struct("loose4", [("x", mc.f32), ("y", mc.f32), ("z", mc.f32), ("w", mc.f32)])
+    bad = mc.cuda_export("echo_vec", v=mc.float4, i=mc.int2, d=mc.double2, b=mc.bfloat162, pad=mc.u8, w=loose,
+                         out=mc.Out[mc.DeviceBuffer[mc.f32]])
+    with pytest.raises(mc.ContractError) as info:
+        compiler.compile(STRUCTS).kernel(bad)
+    assert info.value.argument == "w" and "offset" in str(info.value)
+
+
+def test_a_struct_argument_updates_a_graph_node_and_its_buffer_is_held(context, stream, pool, compiler) -> None:
+    kernel = compiler.compile(STRUCTS).kernel(UseParams)
+    first, second = pool.allocate(np.float32, stream, 32), pool.allocate(np.float32, stream, 32)
+    stream.memset(first, 0)
+    stream.memset(second, 0)
+    base = {"n": 32, "scale": 1.0, "out": first, "offset": (0, 0, 0, 0), "tag": 0, "h": (0, 0), "d": 0.0}
+    nodes = {}
+
+    def record(r: dict) -> None:
+        nodes["use"] = kernel.launch_captured(stream, mc.LaunchConfig(1, 32), r)
+
+    graph = stream.capture(base, record)
+    graph.update_kernel(nodes["use"], lambda r: ({**r, "scale": 2.0, "tag": 1, "out": second},))
+    with pytest.raises(mc.ContractError):  # the graph holds the buffer named inside the struct
+        second.free(stream)
+    graph.launch(stream)
+    np.testing.assert_array_equal(download(context, stream, second), 2.0 * np.arange(32, dtype=np.float32) + 1)
+    np.testing.assert_array_equal(download(context, stream, first), np.zeros(32, np.float32))
+    graph.close()
