@@ -160,11 +160,11 @@ def test_vector_parameters_read_back_exactly(context, stream, pool, compiler) ->
     out = pool.allocate(np.float32, stream, 13)
     stream.memset(out, 0xFF)
     v = np.array([1.0 / 3.0, -2.5, 3.4e38, -1e-45], np.float32)       # a subnormal and f32's largest range
-    i = (np.float32(0.1).view(np.int32).item(), -7)                     # bits that read back as a float
+    i = (np.float32(0.1).view(np.int32).item(), np.float32(-2.0).view(np.int32).item())  # bits read as floats
     kernel.launch(stream, mc.LaunchConfig(1, 1), v, i, {"x": 0.5, "y": -0.25}, (1.5, -3.0), 200, (9.0, 0, 0, -9.0),
                   out)
     got = download(context, stream, out)
-    want = np.array([*v, 0.1, np.int32(-7).view(np.float32), 0.5, -0.25, 1.5, -3.0, 200, 9.0, -9.0], np.float32)
+    want = np.array([*v, 0.1, -2.0, 0.5, -0.25, 1.5, -3.0, 200, 9.0, -9.0], np.float32)
     assert got.tobytes() == want.tobytes()
 
 
