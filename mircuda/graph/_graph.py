@@ -275,6 +275,12 @@ class Graph(Generic[R]):
                 raise LaunchConfigError(
                     f"config: programmatic_stream_serialization={captured.programmatic_stream_serialization} as "
                     f"captured (a node update cannot change it), received {config.programmatic_stream_serialization}")
+            elif (isinstance(config, LaunchConfig) and node.handle in self._flag_known
+                  and (config.cooperative, config.cluster) != (captured.cooperative, captured.cluster)):
+                raise LaunchConfigError(
+                    f"config: cooperative={captured.cooperative}, cluster={captured.cluster} as captured (a node "
+                    f"update cannot change them), received cooperative={config.cooperative}, "
+                    f"cluster={config.cluster}")
             dims = kernel._config_dims(config)
             packer = self._packers.get(kernel)
             if packer is None:

@@ -292,8 +292,14 @@ LAUNCH_ABIS: dict[str, LaunchAbi] = {"c": LaunchAbi("c", c_slots, emit_c_writes,
 
 
 def _launcher_for(config: Any) -> Any:
-    """The hot-path entry point of ``config``: ``cuLaunchKernel``, or ``cuLaunchKernelEx`` with
-    programmatic stream serialization (same arguments)."""
+    """The hot-path entry point of ``config``: ``cuLaunchKernel``; ``cuLaunchKernelEx`` with
+    programmatic stream serialization; or, for a cooperative or cluster launch, ``cuLaunchKernelEx``
+    with the config's attribute list bound (:func:`~mircuda.launch._kinds.attribute_launcher`). All
+    take the same ten arguments."""
+    if config.cooperative or config.cluster is not None:
+        from ._kinds import attribute_launcher
+
+        return attribute_launcher(config)
     return _cuda.launch_kernel_programmatic if config.programmatic_stream_serialization else _cuda.launch_kernel
 
 

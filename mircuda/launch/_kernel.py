@@ -16,6 +16,7 @@ from ..errors import ClosedResourceError, ContractError, LaunchConfigError
 from ._abi import LAUNCH_ABIS, generate_launch
 from ._config import LaunchConfig
 from ._contract import KernelContract
+from ._kinds import check_launch_kind
 from ._occupancy import SuggestedBlockSize, max_active_blocks_per_sm, max_active_clusters, suggested_block_size
 
 if TYPE_CHECKING:
@@ -145,6 +146,8 @@ class TypedKernel:
         if not isinstance(config, LaunchConfig):
             raise LaunchConfigError(f"config: expected a LaunchConfig, received {type(config).__name__}")
         config.check(self._context.device_info(), self._attributes.max_threads_per_block)
+        if config.cooperative or config.cluster is not None:
+            check_launch_kind(self, config)
         total_smem = config.shared_mem_bytes + self._attributes.static_shared_bytes
         optin = self._context.device_info().max_shared_memory_per_block_optin_bytes
         if total_smem > optin:
@@ -163,8 +166,7 @@ class TypedKernel:
         return dims
 
     def _raise_launch(self, code: int, config: LaunchConfig | None = None) -> None:
-        call = ("cuLaunchKernelEx" if config is not None and config.programmatic_stream_serialization
-                else "cuLaunchKernel")
+        call = ("cuLaunchKernelEx" if config is not None and config.launch_attributes else "cuLaunchKernel")
         _cuda.raise_result(code, call, f"kernel {self._contract.symbol!r}")
 
     # -- introspection ----------------------------------------------------------------------

@@ -212,3 +212,101 @@ def test_a_struct_argument_updates_a_graph_node_and_its_buffer_is_held(context, 
     np.testing.assert_array_equal(download(context, stream, second), 2.0 * np.arange(32, dtype=np.float32) + 1)
     np.testing.assert_array_equal(download(context, stream, first), np.zeros(32, np.float32))
     graph.close()
+
+
+# -- launch kinds: cooperative grids and thread block clusters --------------------------------------
+KINDS = mc.cuda_kernel(r'''
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
+// Every block writes its id, the whole grid synchronizes, then each block reads its neighbour's:
+// without a cooperative launch grid.sync() is undefined.
+extern "C" __global__ void grid_rotate(int* stage, int* out, unsigned blocks) {
+    cg::grid_group grid = cg::this_grid();
+    if (threadIdx.x == 0) stage[blockIdx.x] = (int)blockIdx.x * 10 + 1;
+    grid.sync();
+    if (threadIdx.x == 0) out[blockIdx.x] = stage[(blockIdx.x + 1) % blocks];
+}
+
+// Each block of a 2x1 cluster fills its shared memory, then reads its partner block's through
+// distributed shared memory.
+extern "C" __global__ void cluster_swap(int* out) {
+    __shared__ int tile[128];
+    cg::cluster_group cluster = cg::this_cluster();
+    unsigned rank = cluster.block_rank();
+    tile[threadIdx.x] = (int)(blockIdx.x * 1000 + threadIdx.x);
+    cluster.sync();
+    int* partner = cluster.map_shared_rank(tile, rank ^ 1);
+    out[blockIdx.x * blockDim.x + threadIdx.x] = partner[threadIdx.x] + (int)cluster.num_blocks() * 1000000;
+    cluster.sync();  // keep this block's shared memory alive until the partner has read it
+}''', "kinds.cu")
+GridRotate = mc.cuda_export("grid_rotate", stage=mc.DeviceBuffer[mc.i32], out=mc.Out[mc.DeviceBuffer[mc.i32]],
+                            blocks=mc.u32)
+ClusterSwap = mc.cuda_export("cluster_swap", out=mc.Out[mc.DeviceBuffer[mc.i32]])
+
+
+def _cluster_device(context) -> None:
+    if context.device_info().compute_capability < (9, 0):
+        pytest.skip("thread block clusters need compute capability >= 9.0")
+
+
+def test_a_cooperative_grid_synchronizes(context, stream, pool, compiler) -> None:
+    kernel = compiler.compile(KINDS).kernel(GridRotate)
+    blocks = context.device_info().multiprocessor_count * kernel.max_active_blocks_per_sm(64)
+    stage, out = pool.allocate(np.int32, stream, blocks), pool.allocate(np.int32, stream, blocks)
+    stream.memset(stage, 0)
+    stream.memset(out, 0xFF)
+    kernel.launch(stream, mc.LaunchConfig(blocks, 64, cooperative=True), stage, out, blocks)
+    want = (np.roll(np.arange(blocks), -1) * 10 + 1).astype(np.int32)
+    np.testing.assert_array_equal(download(context, stream, out), want)
+
+
+def test_a_cooperative_grid_too_large_to_be_resident_is_refused_with_the_figures(context, stream, pool,
+                                                                                 compiler) -> None:
+    kernel = compiler.compile(KINDS).kernel(GridRotate)
+    per_sm = kernel.max_active_blocks_per_sm(64)
+    sms = context.device_info().multiprocessor_count
+    stage, out = pool.allocate(np.int32, stream, 1), pool.allocate(np.int32, stream, 1)
+    with pytest.raises(mc.LaunchConfigError) as info:
+        kernel.launch(stream, mc.LaunchConfig(per_sm * sms + 1, 64, cooperative=True), stage, out, 1)
+    assert f"{per_sm * sms + 1} blocks exceed {per_sm} per SM x {sms} SMs" in str(info.value)
+
+
+def test_a_2x1_cluster_reads_its_partners_shared_memory(context, stream, pool, compiler) -> None:
+    _cluster_device(context)
+    kernel = compiler.compile(KINDS).kernel(ClusterSwap)
+    blocks = 8
+    out = pool.allocate(np.int32, stream, blocks * 128)
+    stream.memset(out, 0xFF)
+    kernel.launch(stream, mc.LaunchConfig(blocks, 128, cluster=(2, 1, 1)), out)
+    got = download(context, stream, out).reshape(blocks, 128)
+    partner = np.arange(blocks) ^ 1
+    want = partner[:, None] * 1000 + np.arange(128)[None, :] + 2 * 1000000
+    np.testing.assert_array_equal(got, want.astype(np.int32))
+
+
+def test_a_cluster_launch_under_graph_capture(context, stream, pool, compiler) -> None:
+    _cluster_device(context)
+    kernel = compiler.compile(KINDS).kernel(ClusterSwap)
+    out = pool.allocate(np.int32, stream, 4 * 128)
+    stream.memset(out, 0)
+    config = mc.LaunchConfig(4, 128, cluster=(2, 1, 1))
+    nodes = {}
+    graph = stream.capture(out, lambda o: nodes.setdefault("swap", kernel.launch_captured(stream, config, o)))
+    with pytest.raises(mc.LaunchConfigError, match="cannot change them"):
+        graph.update_kernel(nodes["swap"], lambda o: ((o,), mc.LaunchConfig(4, 128)))
+    graph.launch(stream)
+    got = download(context, stream, out).reshape(4, 128)
+    want = (np.arange(4) ^ 1)[:, None] * 1000 + np.arange(128)[None, :] + 2 * 1000000
+    np.testing.assert_array_equal(got, want.astype(np.int32))
+    graph.close()
+
+
+def test_a_cluster_must_tile_the_grid_and_fit_the_portable_size(context, stream, pool, compiler) -> None:
+    _cluster_device(context)
+    kernel = compiler.compile(KINDS).kernel(ClusterSwap)
+    out = pool.allocate(np.int32, stream, 32 * 32)
+    with pytest.raises(mc.LaunchConfigError, match="not a multiple of cluster"):
+        mc.LaunchConfig(3, 32, cluster=2)
+    with pytest.raises(mc.LaunchConfigError, match="non-portable"):
+        kernel.launch(stream, mc.LaunchConfig(32, 32, cluster=16), out)
