@@ -20,10 +20,13 @@ from __future__ import annotations
 import ctypes
 import keyword
 import struct as _struct
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Union
 
+import ml_dtypes
 import numpy as np
 
 from ..dtypes import DTypeInfo, dtype_info
@@ -127,7 +130,6 @@ def _alignment(t: FieldType) -> int:
 
 def _field_type(spec: Any, where: str) -> FieldType:
     from ..memory import DeviceBuffer
-    import typing
 
     if isinstance(spec, (StructType, ArrayType, PointerType, DTypeInfo)):
         return spec
@@ -267,9 +269,7 @@ def _half_pair(name: str, c_name: str, element: Any) -> StructType:
 
 
 VECTOR_TYPES["half2"] = _half_pair("half2", "__half2", np.float16)
-import ml_dtypes as _ml  # noqa: E402 - beside its one use
-
-VECTOR_TYPES["bfloat162"] = _half_pair("bfloat162", "__nv_bfloat162", _ml.bfloat16)
+VECTOR_TYPES["bfloat162"] = _half_pair("bfloat162", "__nv_bfloat162", ml_dtypes.bfloat16)
 
 
 # -- packing ----------------------------------------------------------------------------------------
@@ -285,8 +285,6 @@ def struct_converter(argument: str, t: StructType, context: Any) -> Callable[[An
         ContractError: a value of the wrong shape (missing, extra or unknown fields, a wrong count),
             or a leaf its type refuses (named ``argument.field[k]``); UseAfterFree for a freed buffer.
     """
-    from types import SimpleNamespace
-
     from ..memory import check_device_buffer
     from ._pack import scalar_converter
 
