@@ -14,6 +14,8 @@ from .errors import (CaptureError, ClosedResourceError, CompileError, CompileWar
 from .graph import Graph, KernelNode
 from .launch import (ArgumentPacker, FunctionAttributes, In, InOut, KernelContract, LaunchConfig, Out,
                      TypedKernel, cuda_export)
+from .launch import VECTOR_TYPES as _VECTOR_TYPES
+from .launch import StructType, struct
 from .matmul import CutlassError, CutlassNotFound, DenseMatmulPlan, DenseMatmulSpec, DenseVectorPlan, DenseVectorSpec
 from .matmul import BlockwiseFp8Plan, BlockwiseFp8Quantizer, BlockwiseFp8Unavailable, BlockwiseFp8VectorPlan
 from .memory import DeviceBuffer, MemoryPool, PinnedBuffer
@@ -33,6 +35,11 @@ __all__ = [
 ]
 __all__ += ["BlockwiseFp8Plan", "BlockwiseFp8Quantizer", "BlockwiseFp8Unavailable", "BlockwiseFp8VectorPlan"]
 __all__ += ["CompilerConfig", "OfflineCompiler", "cuda_kernel_file", "cuda_kernel_files"]
+__all__ += ["StructType", "struct"]
+
+# CUDA's vector types as by-value parameter types: mc.float2, mc.float4, mc.int4, mc.half2, mc.bfloat162 ...
+globals().update(_VECTOR_TYPES)
+__all__ += sorted(_VECTOR_TYPES)
 
 
 def __getattr__(name: str) -> object:

@@ -217,6 +217,10 @@ def current_cache() -> threading.local:
 
 launch_kernel: Any = None
 """``launch_kernel(function, gx, gy, gz, bx, by, bz, shared_bytes, stream, params) -> CUresult``."""
+launch_kernel_attributes: Any = None
+"""``launch_kernel_attributes(attrs, num_attrs, function, gx, gy, gz, bx, by, bz, shared_bytes, stream, params)
+-> CUresult``: ``cuLaunchKernelEx`` with the attribute array at address ``attrs`` (see
+:func:`launch_attribute_array`), which the caller keeps alive."""
 launch_kernel_programmatic: Any = None
 """``launch_kernel_programmatic(function, gx, gy, gz, bx, by, bz, shared_bytes, stream, params) -> CUresult``:
 ``cuLaunchKernelEx`` with ``CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`` allowed."""
@@ -241,7 +245,8 @@ def _proc_address(drv: Any, name: str, version: int) -> int:
 
 
 def _bind_hot_path(drv: Any) -> None:
-    global launch_kernel, launch_kernel_programmatic, graph_launch, event_record, hot_path_kind
+    global launch_kernel, launch_kernel_programmatic, launch_kernel_attributes, graph_launch, event_record
+    global hot_path_kind
     _err, version = drv.cuDriverGetVersion()
     version = int(version)
     pfn_launch = _proc_address(drv, "cuLaunchKernel", version)
@@ -251,6 +256,7 @@ def _bind_hot_path(drv: Any) -> None:
     entry_points.update(cuLaunchKernel=pfn_launch, cuGraphLaunch=pfn_graph, cuEventRecord=pfn_event,
                         cuLaunchKernelEx=pfn_launch_ex)
     launch_kernel_programmatic = _programmatic_ctypes(pfn_launch_ex)
+    launch_kernel_attributes = _attributes_ctypes(pfn_launch_ex)
     try:
         from . import _hotpath
     except ImportError:
@@ -263,6 +269,8 @@ def _bind_hot_path(drv: Any) -> None:
         if hasattr(_hotpath, "set_launch_ex"):  # an extension built before it had one keeps ctypes
             _hotpath.set_launch_ex(pfn_launch_ex)
             launch_kernel_programmatic = _hotpath.launch_kernel_programmatic
+        if hasattr(_hotpath, "launch_kernel_attrs"):  # likewise for the attribute-list entry
+            launch_kernel_attributes = _hotpath.launch_kernel_attrs
         hot_path_kind = "c-extension"
         return
     u, vp = ctypes.c_uint, ctypes.c_void_p
@@ -314,6 +322,37 @@ def _programmatic_ctypes(pfn_launch_ex: int) -> Any:
         _check_u32("launch_kernel_programmatic", gx, gy, gz, bx, by, bz, smem)
         attr = _LaunchAttribute(_PROGRAMMATIC_STREAM_SERIALIZATION, b"", 1)
         config = _LaunchConfig((ctypes.c_uint * 7)(gx, gy, gz, bx, by, bz, smem), stream, ctypes.pointer(attr), 1)
+        return raw(ctypes.byref(config), f, params, None)
+
+    return launch
+
+
+LAUNCH_ATTRIBUTE_SIZE = 72
+"""``sizeof(CUlaunchAttribute)`` in cuda.h (CUDA >= 12): a 4-byte id, 4 bytes of padding, a 64-byte union."""
+
+
+def launch_attribute_array(attributes: list[tuple[int, tuple[int, ...]]]) -> Any:
+    """A ``CUlaunchAttribute[]`` in cuda.h's layout: for each ``(id, values)``, the id and the values as
+    consecutive 32-bit ints at the start of the value union (``cooperative``: one int;
+    ``clusterDim``: x, y, z; ``programmaticStreamSerializationAllowed``: one int). Returns the ctypes
+    buffer; ``ctypes.addressof`` of it is what :data:`launch_kernel_attributes` takes."""
+    import struct
+
+    buffer = (ctypes.c_char * max(LAUNCH_ATTRIBUTE_SIZE * len(attributes), 1))()
+    for i, (attribute_id, values) in enumerate(attributes):
+        struct.pack_into(f"<I4x{len(values)}I", buffer, i * LAUNCH_ATTRIBUTE_SIZE, attribute_id, *values)
+    return buffer
+
+
+def _attributes_ctypes(pfn_launch_ex: int) -> Any:
+    vp = ctypes.c_void_p
+    raw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.POINTER(_LaunchConfig), vp, vp, vp)(pfn_launch_ex)
+
+    def launch(attrs: int, count: int, f: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, smem: int,
+               stream: int, params: int) -> int:
+        _check_u32("launch_kernel_attrs", gx, gy, gz, bx, by, bz, smem)
+        config = _LaunchConfig((ctypes.c_uint * 7)(gx, gy, gz, bx, by, bz, smem), stream,
+                               ctypes.cast(attrs, ctypes.POINTER(_LaunchAttribute)), count)
         return raw(ctypes.byref(config), f, params, None)
 
     return launch

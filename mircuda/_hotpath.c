@@ -27,6 +27,8 @@ typedef struct {
         void* align;
     } value;
 } launch_attribute_t;
+/* cuda.h: sizeof(CUlaunchAttribute) == 72 (tests/test_hotpath.py compares with cuda.bindings). */
+typedef char launch_attribute_size_check[sizeof(launch_attribute_t) == 72 ? 1 : -1];
 typedef struct {
     unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
     void* stream;
@@ -118,6 +120,29 @@ static PyObject* launch_kernel_programmatic(PyObject* self, PyObject* const* arg
     return PyLong_FromLong(g_launch_ex(&config, a.fn, a.params, NULL));
 }
 
+/* launch_kernel_attrs(attrs, num_attrs, function, gx, gy, gz, bx, by, bz, shared_bytes, stream, params)
+ * -> CUresult: cuLaunchKernelEx with an attribute array the caller built (cooperative, cluster
+ * dimensions, programmatic stream serialization ...) and keeps alive; attrs is its address. The
+ * attribute arguments come first so that functools.partial can bind them once per LaunchConfig. */
+static PyObject* launch_kernel_attrs(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs != 12) {
+        PyErr_SetString(PyExc_TypeError, "launch_kernel_attrs takes 12 arguments");
+        return NULL;
+    }
+    launch_attribute_t* attrs = (launch_attribute_t*)PyLong_AsVoidPtr(args[0]);
+    unsigned long count = PyLong_AsUnsignedLong(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    if (count > 64 || (count && attrs == NULL)) {
+        PyErr_SetString(PyExc_ValueError, "launch_kernel_attrs: expected an attribute array of at most 64 entries");
+        return NULL;
+    }
+    launch_args_t a;
+    if (!parse_launch("launch_kernel_attrs", (const void*)g_launch_ex, args + 2, nargs - 2, &a)) return NULL;
+    const unsigned* d = a.dims;
+    launch_config_t config = {d[0], d[1], d[2], d[3], d[4], d[5], d[6], a.stream, attrs, (unsigned)count};
+    return PyLong_FromLong(g_launch_ex(&config, a.fn, a.params, NULL));
+}
+
 static PyObject* call_two(two_ptr_t f, PyObject* const* args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "expected 2 arguments");
@@ -148,6 +173,8 @@ static PyMethodDef methods[] = {
     {"set_launch_ex", set_launch_ex, METH_O, "set_launch_ex(cuLaunchKernelEx)"},
     {"launch_kernel_programmatic", (PyCFunction)(void (*)(void))launch_kernel_programmatic, METH_FASTCALL,
      "cuLaunchKernelEx with programmatic stream serialization"},
+    {"launch_kernel_attrs", (PyCFunction)(void (*)(void))launch_kernel_attrs, METH_FASTCALL,
+     "cuLaunchKernelEx with a caller-built attribute array"},
     {"launch_kernel", (PyCFunction)(void (*)(void))launch_kernel, METH_FASTCALL, "cuLaunchKernel"},
     {"graph_launch", (PyCFunction)(void (*)(void))graph_launch, METH_FASTCALL, "cuGraphLaunch"},
     {"event_record", (PyCFunction)(void (*)(void))event_record, METH_FASTCALL, "cuEventRecord"},

@@ -110,7 +110,8 @@ def test_the_ctypes_fallbacks_refuse_what_ctypes_would_wrap(monkeypatch, index, 
         def cuGetProcAddress(self, name, version, flags):  # type: ignore[no-untyped-def]
             return 0, address.get(name.decode(), 0x1)
 
-    for name in ("launch_kernel", "launch_kernel_programmatic", "graph_launch", "event_record", "hot_path_kind"):
+    for name in ("launch_kernel", "launch_kernel_programmatic", "launch_kernel_attributes", "graph_launch",
+                 "event_record", "hot_path_kind"):
         monkeypatch.setattr(_cuda, name, getattr(_cuda, name))
     monkeypatch.setattr(_cuda, "entry_points", {})
     monkeypatch.delattr(mircuda, "_hotpath")  # and the import fails: the ctypes path

@@ -1,9 +1,12 @@
-"""``python -m mircuda compile``: offline NVRTC compilation of a file to CUBIN or PTX (no GPU needed)."""
+"""``python -m mircuda compile``: offline NVRTC compilation of a file to CUBIN, PTX or a fatbin of
+several targets (no GPU needed)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+from typing import Any, TextIO
 
 from ..errors import ContractError
 
@@ -15,48 +18,128 @@ def _define(text: str) -> tuple[str, str | None]:
     return name, (value if sep else None)
 
 
+def _diagnostics(text: str) -> list[int]:
+    try:
+        return [int(n) for n in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected diagnostic numbers such as 177 or 177,550, received {text!r}") from None
+
+
+class _Version(argparse.Action):
+    """``--version``: mircuda's and NVRTC's versions (NVRTC is loaded only when asked)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print mircuda's and NVRTC's versions and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from .. import __version__
+        from ..compile import nvrtc_version, supported_archs
+
+        print(f"mircuda {__version__}, NVRTC {'.'.join(map(str, nvrtc_version()))} "
+              f"(targets {', '.join(f'sm_{a}' for a in supported_archs())})")
+        parser.exit(0)
+
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``compile`` to the CLI's subparsers."""
     p = sub.add_parser(
-        "compile", help="compile a CUDA C file with NVRTC for any target (no GPU needed) and write CUBIN or PTX",
+        "compile", help="compile a CUDA C file with NVRTC for any target (no GPU needed) and write CUBIN, PTX "
+                        "or a fatbin",
         description="Compile FILE with NVRTC for --arch, which need not be present on this machine, and write "
-                    "the CUBIN (default) or PTX to -o. Quoted includes search FILE's directory, then each -I "
-                    "root in order; nothing is taken from environment variables.")
+                    "the CUBIN (default) or PTX to -o (- for standard output). Several --arch make one fatbin "
+                    "(with nvFatbin: pip install nvidia-nvfatbin). Quoted includes search FILE's directory, then "
+                    "each -I root in order; nothing is taken from environment variables.")
     p.add_argument("file", help="the CUDA C translation unit (.cu)")
-    p.add_argument("--arch", required=True, help="NVRTC target: sm_90, sm_90a, sm_120f, ...; compute_* with --ptx")
+    p.add_argument("--arch", required=True, action="append", metavar="ARCH",
+                   help="NVRTC target: sm_90, sm_90a, sm_120f, ...; compute_* with --ptx (repeatable: a fatbin)")
     p.add_argument("-I", "--include-path", dest="include_paths", action="append", default=[], metavar="DIR",
                    help="an include root (repeatable, searched in order)")
     p.add_argument("-D", "--define", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
                    help="a macro (repeatable)")
     p.add_argument("--std", default="c++17", help="C++ standard (default c++17)")
+    p.add_argument("--use_fast_math", "--fast-math", dest="fast_math", action="store_true",
+                   help="fast, less precise math (--use_fast_math)")
+    p.add_argument("-lineinfo", "--generate-line-info", "--line-info", dest="line_info", action="store_true",
+                   help="source line information for profilers")
+    p.add_argument("-G", "--device-debug", dest="device_debug", action="store_true",
+                   help="device debug information, no optimization")
+    p.add_argument("--maxrregcount", dest="max_registers", type=int, metavar="N",
+                   help="at most N registers per thread (16-255)")
+    p.add_argument("--diag-suppress", dest="diag_suppress", type=_diagnostics, action="append", default=[],
+                   metavar="N[,N...]", help="silence NVRTC diagnostics by number (repeatable)")
+    p.add_argument("--ptxas-options", dest="ptxas_options", metavar="-v",
+                   help="-v: print each kernel's registers, shared memory, stack and spills (ptxas' report)")
+    p.add_argument("--name-expression", dest="name_expressions", action="append", default=[], metavar="EXPR",
+                   help="a C++ kernel name to instantiate and print the lowered name of, e.g. 'fill<float>' "
+                        "(repeatable)")
     kind = p.add_mutually_exclusive_group()
     kind.add_argument("--cubin", dest="output", action="store_const", const="cubin", help="write CUBIN (default)")
     kind.add_argument("--ptx", dest="output", action="store_const", const="ptx", help="write PTX text")
-    p.add_argument("-o", "--output-file", dest="out", required=True, metavar="OUT", help="where to write the result")
+    p.add_argument("-o", "--output-file", dest="out", required=True, metavar="OUT",
+                   help="where to write the result; - writes it to standard output (messages go to stderr)")
+    p.add_argument("--version", action=_Version)
     p.set_defaults(func=cmd_compile, output="cubin")
 
 
-def cmd_compile(args: argparse.Namespace) -> int:
-    from ..compile import (
-        CompileOptions,
-        CompilerConfig,
-        OfflineCompiler,
-        cuda_kernel_file,
-    )
+def _check_output(path: str, source: str) -> None:
+    out = os.path.abspath(path) if path else ""
+    if not path or os.path.isdir(out) or not os.path.isdir(os.path.dirname(out)):
+        raise ContractError("-o", "a file path in an existing directory, or - for standard output", repr(path))
+    if os.path.exists(out) and os.path.exists(source) and os.path.samefile(out, source):
+        raise ContractError("-o", "a file other than the source", repr(path), "it would overwrite FILE")
 
-    out = os.path.abspath(args.out) if args.out else ""
-    if not args.out or os.path.isdir(out) or not os.path.isdir(os.path.dirname(out)):
-        raise ContractError("-o", "a file path in an existing directory", repr(args.out))
-    if os.path.exists(out) and os.path.samefile(out, args.file):
-        raise ContractError("-o", "a file other than the source", repr(args.out), "it would overwrite FILE")
-    source = cuda_kernel_file(args.file, relative_to=os.getcwd())
-    options = CompileOptions(std=args.std, defines=tuple(_define(d) for d in args.defines), output=args.output)
-    compiler = OfflineCompiler(args.arch, CompilerConfig(include_paths=tuple(args.include_paths)))
-    program = compiler.compile(source, options)
-    # The cache keeps PTX NUL-terminated for the driver; a .ptx file is plain text.
-    image = program.image.rstrip(b"\0") if program.output == "ptx" else program.image
-    with open(args.out, "wb") as f:
-        f.write(image)
-    print(f"{source.name} -> {args.out}: {program.output.upper()} for {program.arch}, {len(image)} bytes, "
-          f"NVRTC {'.'.join(map(str, program.nvrtc_version))}")
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from ..compile import CompileOptions, CompilerConfig, OfflineCompiler, cuda_kernel_file
+    from ..compile._fatbin import build_fatbin, nvfatbin_module
+
+    to_stdout = args.out == "-"
+    if not to_stdout:
+        _check_output(args.out, args.file)
+    if args.ptxas_options is not None and args.ptxas_options != "-v":
+        raise ContractError("--ptxas-options", "-v (the only ptxas option the compile command passes)",
+                            repr(args.ptxas_options))
+    archs: list[str] = list(dict.fromkeys(args.arch))  # a target named twice is compiled once
+    if len(archs) > 1:
+        nvfatbin_module()  # refuse before compiling anything when nvFatbin is missing
+    source = cuda_kernel_file(args.file, relative_to=os.getcwd(), name_expressions=args.name_expressions)
+    options = CompileOptions(
+        std=args.std, defines=tuple(_define(d) for d in args.defines), output=args.output, fast_math=args.fast_math,
+        line_info=args.line_info, device_debug=args.device_debug, max_registers=args.max_registers,
+        diag_suppress=tuple(n for group in args.diag_suppress for n in group),
+        ptxas_verbose=args.ptxas_options == "-v")
+    config = CompilerConfig(include_paths=tuple(args.include_paths))
+    programs = [OfflineCompiler(arch, config).compile(source, options) for arch in archs]
+    if len(programs) == 1:
+        # The cache keeps PTX NUL-terminated for the driver; a .ptx file is plain text.
+        program = programs[0]
+        image = program.image.rstrip(b"\0") if program.output == "ptx" else program.image
+        kind = program.output.upper()
+    else:
+        image = build_fatbin(programs, source.name)
+        kind = f"fatbin ({program_kinds(programs)})"
+    if to_stdout:
+        sys.stdout.buffer.write(image)
+        sys.stdout.buffer.flush()
+    else:
+        with open(args.out, "wb") as f:
+            f.write(image)
+    info: TextIO = sys.stderr if to_stdout else sys.stdout
+    nvrtc = ".".join(map(str, programs[0].nvrtc_version))
+    print(f"{source.name} -> {'standard output' if to_stdout else args.out}: {kind} for {', '.join(archs)}, "
+          f"{len(image)} bytes, NVRTC {nvrtc}", file=info)
+    for expression, lowered in programs[0].symbols:
+        print(f"  {expression} = {lowered}", file=info)
+    if options.ptxas_verbose:
+        for program in programs:
+            for name, r in program.resource_usage().items():
+                print(f"  {program.arch} {name}: {r.registers} registers, {r.shared_bytes} bytes smem, "
+                      f"{r.stack_frame_bytes} bytes stack frame, {r.spill_store_bytes} bytes spill stores, "
+                      f"{r.spill_load_bytes} bytes spill loads, {r.barriers} barriers", file=info)
     return 0
+
+
+def program_kinds(programs: list[Any]) -> str:
+    return ", ".join(f"{p.output.upper()} {p.arch}" for p in programs)

@@ -5,8 +5,10 @@ from ._config import CompileCacheStats, CompilerConfig
 from ._files import cuda_kernel_file, cuda_kernel_files
 from ._nvrtc import CompiledProgram, nvrtc_version, supported_archs
 from ._options import ALLOWED_EXTRA_FLAGS, CompileOptions
+from ._resources import KernelResources, parse_ptxas_report
 from ._source import CudaSource, ModuleSource, compile_program, cuda_kernel
 
 __all__ = ["ALLOWED_EXTRA_FLAGS", "CompileCacheStats", "CompileOptions", "CompiledProgram", "Compiler",
-           "CompilerConfig", "CudaSource", "Module", "ModuleSource", "OfflineCompiler", "compile_program",
-           "cuda_kernel", "cuda_kernel_file", "cuda_kernel_files", "nvrtc_version", "supported_archs"]
+           "CompilerConfig", "CudaSource", "KernelResources", "Module", "ModuleSource", "OfflineCompiler", "compile_program",
+           "cuda_kernel", "cuda_kernel_file", "cuda_kernel_files", "nvrtc_version", "parse_ptxas_report",
+           "supported_archs"]

@@ -44,7 +44,8 @@ KEY_FORMAT = "mircuda-compile-key/2"
 class Module:
     """A module loaded into a context (``cuModuleLoadData``). Obtain from :meth:`Compiler.compile`.
 
-    ``kernel(contract)`` binds one of its ``extern "C"`` kernels to a contract. The module is
+    ``kernel(contract)`` binds one of its ``extern "C"`` kernels, or a kernel named by one of the
+    source's name expressions (``"fill<float>"``), to a contract. The module is
     unloaded when the last reference to it (including its kernels') is gone.
     """
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
@@ -80,14 +81,27 @@ class Module:
         Raises:
             ContractError: the module has no kernel of that name.
         """
+        from ..launch import is_name_expression
+
         self._context._make_current()
-        image_symbol = dict(self._program.symbols).get(symbol, symbol)
+        symbols = dict(self._program.symbols)
+        image_symbol = symbols.get(symbol)
+        if image_symbol is None:
+            if is_name_expression(symbol):
+                listed = [s for s in symbols if is_name_expression(s)]
+                raise ContractError("symbol", "a name expression the source lists in name_expressions "
+                                    f"({', '.join(map(repr, listed)) or 'it lists none'})", repr(symbol),
+                                    "pass it to mc.cuda_kernel(..., name_expressions=[...]) so that NVRTC "
+                                    "instantiates it and gives its lowered name")
+            image_symbol = symbol
         try:
             return _cuda.call("cuModuleGetFunction", self._cu, image_symbol.encode())
         except CudaError as exc:
             if exc.name == "CUDA_ERROR_NOT_FOUND":
                 raise ContractError("symbol", "a kernel defined in the module", repr(symbol),
-                                    'kernels are found by their unmangled name: declare them extern "C"') from None
+                                    'kernels are found by their unmangled name: declare them extern "C", or '
+                                    "bind a template by a name expression (cuda_kernel(..., name_expressions="
+                                    "[...]))") from None
             raise
 
     def kernel(self, contract: KernelContract) -> TypedKernel:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 
 from ..errors import ContractError
-from ._source import CudaSource
+from ._source import CudaSource, check_name_expressions
 
 __all__ = ["cuda_kernel_file", "cuda_kernel_files"]
 
@@ -75,7 +76,8 @@ def _read(path: str, argument: str, given: object, origin: str) -> str:
 
 
 def cuda_kernel_file(path: str | os.PathLike[str], *,
-                     relative_to: str | os.PathLike[str] | None = None) -> CudaSource:
+                     relative_to: str | os.PathLike[str] | None = None,
+                     name_expressions: Sequence[str] = ()) -> CudaSource:
     """Embed a CUDA C file as a source, read now (at module import when called at module level).
 
     A relative ``path`` is resolved against the directory of the Python file that calls this
@@ -89,30 +91,36 @@ def cuda_kernel_file(path: str | os.PathLike[str], *,
         path: the ``.cu`` file, absolute or relative as above.
         relative_to: resolve against this directory instead (for helpers that load files on behalf
             of their callers).
+        name_expressions: C++ names of templated kernels to instantiate and bind by that name (see
+            :func:`~mircuda.compile.cuda_kernel`).
 
     Raises:
         ContractError: the resolved file is missing, unreadable or not UTF-8; the message gives the
-            resolved path and what it was resolved against.
+            resolved path and what it was resolved against. A bad name expression.
     """
+    expressions = check_name_expressions(name_expressions)
     base, origin = _base_directory(relative_to, 1)
     resolved = _resolve(path, "path", base)
-    return CudaSource(_read(resolved, "path", path, origin), resolved)
+    return CudaSource(_read(resolved, "path", path, origin), resolved, expressions)
 
 
 def cuda_kernel_files(*paths: str | os.PathLike[str],
-                      relative_to: str | os.PathLike[str] | None = None) -> CudaSource:
+                      relative_to: str | os.PathLike[str] | None = None,
+                      name_expressions: Sequence[str] = ()) -> CudaSource:
     """Embed ordered fragments as one self-contained translation unit, read now.
 
     ``cuda_kernel_files("common.cuh", "gemv.cu")`` is the text of each file in order, each preceded
     by ``#line 1 "<its absolute path>"``, so NVRTC diagnostics name the original file and line.
     Fragments need no include path to find each other. Paths resolve as in
     :func:`cuda_kernel_file`; the source's name is the first fragment's resolved path, and the
-    composed text (with the markers) is what the cache key covers.
+    composed text (with the markers) is what the cache key covers. ``name_expressions`` as for
+    :func:`cuda_kernel_file`.
 
     Raises:
         ContractError: no path given, or a fragment is missing, unreadable or not UTF-8 (named by
-            its position, e.g. ``paths[1]``, with its resolved path).
+            its position, e.g. ``paths[1]``, with its resolved path). A bad name expression.
     """
+    expressions = check_name_expressions(name_expressions)
     if not paths:
         raise ContractError("paths", "at least one CUDA C file", "none")
     base, origin = _base_directory(relative_to, 1)
@@ -125,4 +133,4 @@ def cuda_kernel_files(*paths: str | os.PathLike[str],
         parts.append(f'#line 1 "{escaped}"\n')
         parts.append(text if text.endswith("\n") or not text else text + "\n")
         resolved_paths.append(resolved)
-    return CudaSource("".join(parts), resolved_paths[0])
+    return CudaSource("".join(parts), resolved_paths[0], expressions)

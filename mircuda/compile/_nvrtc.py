@@ -18,6 +18,7 @@ from typing import Literal, NamedTuple
 from .. import _cuda
 from ..errors import CompileError, ContractError
 from ._options import CompileOptions
+from ._resources import KernelResources, parse_ptxas_report
 from ._toolkit import toolkit_include_dirs
 
 __all__ = ["CompiledProgram", "NvrtcOutput", "NvrtcResult", "nvrtc_compile", "nvrtc_version", "supported_archs",
@@ -39,7 +40,8 @@ class CompiledProgram:
         abi: how kernel parameters are passed: ``"c"`` (one value per parameter, C ABI) or another
             registered launch ABI (e.g. ``"numba"``: Numba's array structs).
         symbols: kernel names as contracts spell them -> names in the image, for compilers that
-            mangle (empty: the names are the same).
+            mangle, and for CUDA C each name expression (``"fill<float>"``) -> its lowered (mangled)
+            name from ``nvrtcGetLoweredName`` (empty: the names are the same).
     """
 
     arch: str
@@ -49,6 +51,24 @@ class CompiledProgram:
     nvrtc_version: tuple[int, int]
     abi: str = "c"
     symbols: tuple[tuple[str, str], ...] = ()
+
+    def resource_usage(self) -> dict[str, KernelResources]:
+        """Registers, shared memory, stack and spill bytes of each kernel, from the ptxas report in
+        :attr:`log` (compile with ``CompileOptions(ptxas_verbose=True)``); no GPU needed.
+
+        Keys are the kernel names as contracts spell them: a name expression (``"fill<float>"``)
+        for the kernels the source lowered, else the name in the image; report order.
+
+        Raises:
+            ContractError: the program is not a CUBIN, or its log has no ptxas report.
+        """
+        if self.output != "cubin":
+            raise ContractError("program", "a CUBIN (ptxas reports only when it builds one)", f"{self.output} output")
+        if not any(line.startswith("ptxas info") for line in self.log.splitlines()):
+            raise ContractError("program", "a program compiled with CompileOptions(ptxas_verbose=True)",
+                                "a log without a ptxas report")
+        by_image = {image: spelled for spelled, image in self.symbols}
+        return {by_image.get(name, name): usage for name, usage in parse_ptxas_report(self.log).items()}
 
 
 @lru_cache(maxsize=1)
@@ -101,14 +121,18 @@ class NvrtcResult(NamedTuple):
     Attributes:
         image: the CUBIN, the LTO-IR, or the PTX text including NVRTC's terminating NUL.
         log: NVRTC's program log (warnings), stripped; empty when there was none.
+        lowered_names: each name expression given to :func:`nvrtc_compile`, in order, with its
+            lowered (mangled) name, e.g. ``("fill<float>", "_Z4fillIfEvPT_S0_")``.
     """
 
     image: bytes
     log: str
+    lowered_names: tuple[tuple[str, str], ...] = ()
 
 
 def nvrtc_compile(text: str, name: str, arch: str, options: CompileOptions, *, output: NvrtcOutput,
-                  include_paths: Sequence[str] = (), relocatable: bool = False) -> NvrtcResult:
+                  include_paths: Sequence[str] = (), relocatable: bool = False,
+                  name_expressions: Sequence[str] = ()) -> NvrtcResult:
     """Compile one translation unit with NVRTC: create the program, compile it with ``options``'
     flags for ``arch``, the include roots ``include_paths`` (in order) and then the toolkit's header
     directories (:func:`~mircuda.compile._toolkit.toolkit_include_dirs`), read the log and the
@@ -124,14 +148,20 @@ def nvrtc_compile(text: str, name: str, arch: str, options: CompileOptions, *, o
         output: ``"cubin"``, ``"ptx"`` or ``"ltoir"`` (adds ``-dlto``).
         include_paths: include roots searched before the toolkit headers.
         relocatable: ``--relocatable-device-code=true`` (device code linked later, e.g. by nvJitLink).
+        name_expressions: C++ names of ``__global__`` functions or ``__device__`` variables
+            (``"fill<float>"``, ``"ns::k<3>"``) to instantiate and look up (``nvrtcAddNameExpression``
+            before the compile, ``nvrtcGetLoweredName`` after); already validated.
 
     Raises:
-        CompileError: NVRTC rejected the source; ``.log`` holds its program log.
+        CompileError: NVRTC rejected the source; ``.log`` holds its program log. When name
+            expressions NVRTC could not resolve caused it, the message names them.
         NvrtcError: another NVRTC call failed (creating the program, reading its output).
     """
     mod = _cuda.nvrtc()
     prog = _cuda.nvrtc_call("nvrtcCreateProgram", text.encode(), name.encode(), 0, [], [])
     try:
+        for expression in name_expressions:
+            _cuda.nvrtc_call("nvrtcAddNameExpression", prog, expression.encode())
         flags = options.flags(arch)
         if relocatable:
             flags.append("--relocatable-device-code=true")
@@ -141,14 +171,29 @@ def nvrtc_compile(text: str, name: str, arch: str, options: CompileOptions, *, o
         (result,) = mod.nvrtcCompileProgram(prog, len(flags), [f.encode() for f in flags])
         log = _log(prog)
         if int(result) != 0:
-            raise CompileError(f"NVRTC failed with {mod.nvrtcResult(int(result)).name}", log, arch, name)
+            bad = unresolved_name_expressions(log, name_expressions)
+            what = f"; name expressions it could not resolve: {', '.join(map(repr, bad))}" if bad else ""
+            raise CompileError(f"NVRTC failed with {mod.nvrtcResult(int(result)).name}{what}", log, arch, name)
         getter = _GETTERS[output]
         size = int(_cuda.nvrtc_call(f"nvrtcGet{getter}Size", prog))  # PTX: includes the terminating NUL
         buf = b" " * size
         _cuda.nvrtc_call(f"nvrtcGet{getter}", prog, buf)
-        return NvrtcResult(bytes(buf), log)
+        lowered = tuple((e, bytes(_cuda.nvrtc_call("nvrtcGetLoweredName", prog, e.encode())).decode())
+                        for e in name_expressions)
+        return NvrtcResult(bytes(buf), log, lowered)
     finally:
         mod.nvrtcDestroyProgram(prog)
+
+
+def unresolved_name_expressions(log: str, name_expressions: Sequence[str]) -> list[str]:
+    """The name expressions a failed compile's log reports errors for.
+
+    NVRTC compiles each expression as a ``#pragma nv_mangled_name <expression>`` line of an internal
+    file ``__nv_name_map`` and quotes that line under each error it causes (NVRTC 12 and 13 logs);
+    a valid expression is never quoted.
+    """
+    quoted = set(re.findall(r"^\s*#pragma nv_mangled_name (.*?)\s*$", log, re.MULTILINE))
+    return [e for e in name_expressions if e.strip() in quoted]
 
 
 def _log(prog: object) -> str:

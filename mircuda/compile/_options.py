@@ -40,6 +40,13 @@ class CompileOptions:
         extra_flags: further flags from :data:`ALLOWED_EXTRA_FLAGS`.
         output: ``"cubin"`` (the default: loads on any driver of the same major version) or ``"ptx"``
             (JIT-compiled by the driver at load; needs a driver at least as new as NVRTC).
+        device_debug: ``--device-debug`` (``-G``): debug information and no device optimization (for
+            cuda-gdb and compute-sanitizer source lines; much slower code).
+        diag_suppress: NVRTC diagnostic numbers to silence (``--diag-suppress=177,550``; the number
+            is the one after ``#`` in a warning such as ``warning #177-D``); sorted, each once.
+        ptxas_verbose: ``--ptxas-options=-v``: ptxas reports each kernel's registers, shared memory,
+            stack and spills into the program log, parsed by ``CompiledProgram.resource_usage()``
+            (CUBIN output only; the report is not issued as a warning).
 
     Raises:
         ContractError: a field has an invalid value (named in the error).
@@ -52,6 +59,9 @@ class CompileOptions:
     max_registers: int | None = None
     extra_flags: tuple[str, ...] = ()
     output: Literal["cubin", "ptx"] = "cubin"
+    device_debug: bool = False
+    diag_suppress: tuple[int, ...] = ()
+    ptxas_verbose: bool = False
     key: str = field(init=False, repr=False, compare=False)
 
     if TYPE_CHECKING:
@@ -61,7 +71,8 @@ class CompileOptions:
                      defines: Mapping[str, str | int | None] | tuple[_Define, ...] | list[_Define] = (),
                      fast_math: bool = False, line_info: bool = False, max_registers: int | None = None,
                      extra_flags: tuple[str, ...] | list[str] = (), output: Literal["cubin", "ptx"] = "cubin",
-                     ) -> None: ...
+                     device_debug: bool = False, diag_suppress: tuple[int, ...] | list[int] = (),
+                     ptxas_verbose: bool = False) -> None: ...
 
     def __post_init__(self) -> None:
         if self.std not in _STANDARDS:
@@ -84,12 +95,21 @@ class CompileOptions:
         if len(set(names)) != len(names):
             raise ContractError("defines", "each macro once", repr(names))
         object.__setattr__(self, "defines", tuple(sorted(norm)))
-        for attr in ("fast_math", "line_info"):
+        for attr in ("fast_math", "line_info", "device_debug", "ptxas_verbose"):
             if type(getattr(self, attr)) is not bool:
                 raise ContractError(attr, "a bool", repr(getattr(self, attr)))
         if self.max_registers is not None and (type(self.max_registers) is not int
                                                or not 16 <= self.max_registers <= 255):
             raise ContractError("max_registers", "None or an int in [16, 255]", repr(self.max_registers))
+        if isinstance(self.diag_suppress, (str, bytes)) or not isinstance(self.diag_suppress, (tuple, list, set,
+                                                                                               frozenset)):
+            raise ContractError("diag_suppress", "a sequence of diagnostic numbers such as (177, 550)",
+                                repr(self.diag_suppress))
+        for number in self.diag_suppress:
+            if type(number) is not int or not 0 < number < 100000:
+                raise ContractError("diag_suppress", "diagnostic numbers (positive ints, e.g. 177 for "
+                                    "'warning #177-D')", repr(number))
+        object.__setattr__(self, "diag_suppress", tuple(sorted(set(self.diag_suppress))))
         if isinstance(self.extra_flags, str) or not isinstance(self.extra_flags, (tuple, list)):
             raise ContractError("extra_flags", "a tuple of flags", repr(self.extra_flags))
         for flag in self.extra_flags:
@@ -99,6 +119,8 @@ class CompileOptions:
         object.__setattr__(self, "extra_flags", tuple(self.extra_flags))
         if self.output not in ("cubin", "ptx"):
             raise ContractError("output", "'cubin' or 'ptx'", repr(self.output))
+        if self.ptxas_verbose and self.output != "cubin":
+            raise ContractError("ptxas_verbose", "False with PTX output (ptxas runs only for a CUBIN)", "True")
         # JSON keeps the flags apart whatever a define's value holds (a joined string would let
         # {"A": "x<sep>-DB=y"} and {"A": "x", "B": "y"} share a key, and so a cached module).
         object.__setattr__(self, "key", json.dumps(self.flags("<arch>") + [f"output={self.output}"]))
@@ -113,6 +135,12 @@ class CompileOptions:
             out.append("--generate-line-info")
         if self.max_registers is not None:
             out.append(f"--maxrregcount={self.max_registers}")
+        if self.device_debug:
+            out.append("--device-debug")
+        if self.diag_suppress:
+            out.append("--diag-suppress=" + ",".join(map(str, self.diag_suppress)))
+        if self.ptxas_verbose:
+            out.append("--ptxas-options=-v")
         out += list(self.extra_flags)
         return out
 

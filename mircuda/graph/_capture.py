@@ -196,9 +196,9 @@ def capture(stream: Stream, resources: R, fn: Callable[[R], object]) -> Graph[R]
 def launch_captured(kernel: TypedKernel, stream: Stream, config: LaunchConfig, args: tuple[Any, ...],
                     kwargs: dict[str, Any]) -> KernelNode:
     """Implementation of :meth:`TypedKernel.launch_captured` (documented there)."""
-    from ..memory import DeviceBuffer
     from ..runtime import Stream
     from ._graph import KernelNode
+    from ._resources import reachable_buffers
 
     if not isinstance(stream, Stream):
         raise ContractError("stream", "a mircuda Stream", _describe(stream))
@@ -222,5 +222,6 @@ def launch_captured(kernel: TypedKernel, stream: Stream, config: LaunchConfig, a
     node = KernelNode(handle=int(matches[0]), function=kernel._handle, kernel=kernel, config=config,
                       capture_id=cid)
     record.nodes[node.handle] = node
-    record.buffers.extend(a for a in (*args, *kwargs.values()) if isinstance(a, DeviceBuffer))
+    # Buffers inside struct arguments (dicts, tuples) too: reachable_buffers follows them.
+    record.buffers.extend(reachable_buffers((args, kwargs)))
     return node

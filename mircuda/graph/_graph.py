@@ -282,8 +282,6 @@ class Graph(Generic[R]):
         return known.kernel
 
     def _apply(self, node: KernelNode, kernel: TypedKernel, prepared: Any) -> None:
-        from ..memory import DeviceBuffer
-
         args, kwargs, config = _split_prepared(prepared)
         with self._lock:
             self._check_open()
@@ -296,6 +294,12 @@ class Graph(Generic[R]):
                 raise LaunchConfigError(
                     f"config: programmatic_stream_serialization={captured.programmatic_stream_serialization} as "
                     f"captured (a node update cannot change it), received {config.programmatic_stream_serialization}")
+            elif (isinstance(config, LaunchConfig) and node.handle in self._flag_known
+                  and (config.cooperative, config.cluster) != (captured.cooperative, captured.cluster)):
+                raise LaunchConfigError(
+                    f"config: cooperative={captured.cooperative}, cluster={captured.cluster} as captured (a node "
+                    f"update cannot change them), received cooperative={config.cooperative}, "
+                    f"cluster={config.cluster}")
             dims = kernel._config_dims(config)
             packer = self._packers.get(kernel)
             if packer is None:
@@ -313,7 +317,8 @@ class Graph(Generic[R]):
             self._context._make_current()
             _cuda.call("cuGraphExecKernelNodeSetParams", self._exec_cu, _cuda.driver().CUgraphNode(node.handle),
                        params)
-            hold((a for a in (*args, *kwargs.values()) if isinstance(a, DeviceBuffer)), self._held)
+            # Buffers inside struct arguments (dicts, tuples) too: reachable_buffers follows them.
+            hold(reachable_buffers((args, kwargs)), self._held)
             self._configs[node.handle] = config
 
     # -- resources and lifetime -------------------------------------------------------------

@@ -57,11 +57,12 @@ from ..memory import DeviceBuffer, check_device_buffer
 from ..runtime import Stream
 from ._contract import KernelContract, Param
 from ._pack import SCALAR_CTYPES, ArgumentBlock, SlotCType, scalar_converter
+from ._struct import struct_converter
 
 __all__ = [
     "LAUNCH_ABIS", "MISSING", "LaunchAbi", "ArgumentPacker", "arity_error", "buffer_argument", "c_slots",
     "compile_function", "emit_c_writes", "generate_launch", "parameter_sizes", "scalar_argument",
-    "verify_c_parameters",
+    "parameter_layout", "struct_argument", "verify_c_parameters",
 ]
 
 
@@ -133,11 +134,28 @@ def buffer_argument(p: Param, context: Any) -> Callable[[Any], int]:
     return slow
 
 
+def struct_argument(p: Param, context: Any) -> Callable[[Any], bytes]:
+    """The conversion of struct parameter ``p``'s argument to its bytes (C layout).
+
+    Raises (from the returned function):
+        ContractError: the argument is missing or does not fit the struct (the field is named);
+            UseAfterFree for a freed buffer in it.
+    """
+    conv = struct_converter(p.name, p.struct, context)
+
+    def checked(v: Any) -> bytes:
+        if v is MISSING:
+            raise _missing(p)
+        return conv(v)
+    return checked
+
+
 def c_slots(contract: KernelContract) -> list[tuple[str, SlotCType]]:
     """The C ABI's ``(label, ctype)`` slots of a contract: a 64-bit address per buffer, each scalar in
-    its own C type (:data:`~mircuda.launch.SCALAR_CTYPES`)."""
-    return [(p.name, ctypes.c_uint64 if p.kind == "buffer" else SCALAR_CTYPES[p.info.name])
-            for p in contract.params]
+    its own C type (:data:`~mircuda.launch.SCALAR_CTYPES`), each struct or vector type as its bytes
+    at its alignment."""
+    return [(p.name, ctypes.c_uint64 if p.kind == "buffer" else p.struct.ctype() if p.kind == "struct"
+             else SCALAR_CTYPES[p.info.name]) for p in contract.params]
 
 
 _FAST_SCALAR = {
@@ -168,7 +186,12 @@ def emit_c_writes(contract: KernelContract, ns: dict[str, Any], context: Any, bl
     for i, p in enumerate(contract.params):
         a = p.name
         ns[f"_s{i}"] = block.slots[i].view
-        if p.kind == "buffer":
+        if p.kind == "struct":
+            # Every leaf is checked and converted (no identity fast path: tuples, dicts and numpy
+            # records all pack); the converter returns the struct's bytes, padding zero.
+            ns[f"_v{i}"] = struct_argument(p, context)
+            lines.append(f"    _s{i}.raw = _v{i}({a})")
+        elif p.kind == "buffer":
             ns[f"_t{i}"] = p.info.scalar_type
             ns[f"_b{i}"] = buffer_argument(p, context)
             lines += [
@@ -198,18 +221,25 @@ def emit_c_writes(contract: KernelContract, ns: dict[str, Any], context: Any, bl
 def parameter_sizes(cu_function: Any) -> list[int] | None:
     """The compiled kernel's parameter sizes in bytes, in order (``cuFuncGetParamInfo``, CUDA 12.4+);
     None where the driver cannot say."""
+    layout = parameter_layout(cu_function)
+    return None if layout is None else [size for _, size in layout]
+
+
+def parameter_layout(cu_function: Any) -> list[tuple[int, int]] | None:
+    """The compiled kernel's ``(offset, size)`` of each parameter in bytes, in order
+    (``cuFuncGetParamInfo``, CUDA 12.4+); None where the driver cannot say."""
     drv = _cuda.driver()
     if not hasattr(drv, "cuFuncGetParamInfo"):
         return None
-    sizes: list[int] = []
-    while len(sizes) < 4096:  # the driver answers CUDA_ERROR_INVALID_VALUE past the last parameter
-        code, out = _cuda.call_status("cuFuncGetParamInfo", cu_function, len(sizes))
+    layout: list[tuple[int, int]] = []
+    while len(layout) < 4096:  # the driver answers CUDA_ERROR_INVALID_VALUE past the last parameter
+        code, out = _cuda.call_status("cuFuncGetParamInfo", cu_function, len(layout))
         if code:
-            if not sizes and code == 801:  # CUDA_ERROR_NOT_SUPPORTED
+            if not layout and code == 801:  # CUDA_ERROR_NOT_SUPPORTED
                 return None
             break
-        sizes.append(int(out[1]))
-    return sizes
+        layout.append((int(out[0]), int(out[1])))
+    return layout
 
 
 def verify_c_parameters(contract: KernelContract, cu_function: Any) -> None:
@@ -222,17 +252,20 @@ def verify_c_parameters(contract: KernelContract, cu_function: Any) -> None:
         ContractError: naming the first parameter that does not match.
     """
     block = ArgumentBlock(c_slots(contract))
-    actual = parameter_sizes(cu_function)
-    if actual is None:
+    layout = parameter_layout(cu_function)
+    if layout is None:
         return
-    expected = [s.size for s in block.slots]
-    if len(actual) != len(expected):
-        raise ContractError("contract", f"{len(actual)} parameters, as kernel {contract.symbol!r} has",
-                            f"{len(expected)} parameters ({', '.join(contract.names)})")
-    for p, es, asz in zip(contract.params, expected, actual):
-        if es != asz:
-            raise ContractError(p.name, f"a parameter of {asz} bytes (kernel {contract.symbol!r})",
-                                f"{p.describe()} of {es} bytes")
+    if len(layout) != len(block.slots):
+        raise ContractError("contract", f"{len(layout)} parameters, as kernel {contract.symbol!r} has",
+                            f"{len(block.slots)} parameters ({', '.join(contract.names)})")
+    for p, slot, (offset, size) in zip(contract.params, block.slots, layout):
+        if slot.size != size:
+            raise ContractError(p.name, f"a parameter of {size} bytes (kernel {contract.symbol!r})",
+                                f"{p.describe()} of {slot.size} bytes")
+        if slot.offset != offset:  # same sizes, another alignment: e.g. a struct declared without __align__
+            raise ContractError(p.name, f"a parameter at offset {offset} (kernel {contract.symbol!r})",
+                                f"{p.describe()} at offset {slot.offset}",
+                                "the contract's alignment differs from the kernel's: check the struct's alignment")
 
 
 @dataclass(frozen=True)
@@ -259,8 +292,14 @@ LAUNCH_ABIS: dict[str, LaunchAbi] = {"c": LaunchAbi("c", c_slots, emit_c_writes,
 
 
 def _launcher_for(config: Any) -> Any:
-    """The hot-path entry point of ``config``: ``cuLaunchKernel``, or ``cuLaunchKernelEx`` with
-    programmatic stream serialization (same arguments)."""
+    """The hot-path entry point of ``config``: ``cuLaunchKernel``; ``cuLaunchKernelEx`` with
+    programmatic stream serialization; or, for a cooperative or cluster launch, ``cuLaunchKernelEx``
+    with the config's attribute list bound (:func:`~mircuda.launch._kinds.attribute_launcher`). All
+    take the same ten arguments."""
+    if config.cooperative or config.cluster is not None:
+        from ._kinds import attribute_launcher
+
+        return attribute_launcher(config)
     return _cuda.launch_kernel_programmatic if config.programmatic_stream_serialization else _cuda.launch_kernel
 
 

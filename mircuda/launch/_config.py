@@ -48,13 +48,25 @@ class LaunchConfig:
             either way. Typed launches honor it; ``@njit`` launch records refuse it; a graph node update
             cannot change it (see :meth:`Graph.update_kernel`).
 
+        cooperative: a cooperative launch (``cuLaunchKernelEx`` with ``CU_LAUNCH_ATTRIBUTE_COOPERATIVE``):
+            every block is resident at once, so the kernel may synchronize the whole grid
+            (``cooperative_groups::this_grid().sync()``). The grid must fit the kernel's occupancy:
+            at most ``max_active_blocks_per_sm(block, shared_mem_bytes)`` blocks per SM times the SMs.
+        cluster: thread block cluster dimensions (x, y, z) (``CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION``;
+            compute capability >= 9.0): blocks of one cluster are co-scheduled on one GPC and share
+            distributed shared memory. Each grid dimension must be a multiple of the cluster's; more
+            than 8 blocks per cluster needs the function's non-portable cluster size opt-in; None
+            launches without clusters.
+
     Limits of the device (threads per block, block and grid dimensions, opt-in shared memory) are
-    checked when the configuration is first used with a kernel.
+    checked when the configuration is first used with a kernel; so are the cooperative grid's size
+    and the cluster's residency (``cuOccupancyMaxActiveClusters``).
 
     Raises:
         LaunchConfigError: a dimension is not a positive int (``int`` or ``numpy.integer``; ``bool`` and
-            ``numpy.timedelta64`` are not counts), ``shared_mem_bytes`` is not a non-negative int, or
-            ``programmatic_stream_serialization`` is not a bool.
+            ``numpy.timedelta64`` are not counts), ``shared_mem_bytes`` is not a non-negative int,
+            ``programmatic_stream_serialization`` or ``cooperative`` is not a bool, or the grid is not
+            made of whole clusters.
     """
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
@@ -62,6 +74,8 @@ class LaunchConfig:
     block: Dim3
     shared_mem_bytes: int = 0
     programmatic_stream_serialization: bool = False
+    cooperative: bool = False
+    cluster: Dim3 | int | None = None
 
     if TYPE_CHECKING:
         # What the constructor accepts; __post_init__ normalizes grid and block to Dim3, the type the
@@ -78,6 +92,27 @@ class LaunchConfig:
         if not isinstance(self.programmatic_stream_serialization, bool):
             raise LaunchConfigError("programmatic_stream_serialization: expected a bool, received "
                                     f"{self.programmatic_stream_serialization!r}")
+        if not isinstance(self.cooperative, bool):
+            raise LaunchConfigError(f"cooperative: expected a bool, received {self.cooperative!r}")
+        if self.cluster is not None:
+            object.__setattr__(self, "cluster", _dim3("cluster", self.cluster))
+            for axis, (g, c) in enumerate(zip(self.grid, self.cluster)):  # type: ignore[arg-type]
+                if g % c:
+                    raise LaunchConfigError(f"grid[{axis}]: {g} is not a multiple of cluster[{axis}] = {c} "
+                                            "(a grid is made of whole clusters)")
+
+    @property
+    def launch_attributes(self) -> list[tuple[int, tuple[int, ...]]]:
+        """The ``cuLaunchKernelEx`` attributes this configuration asks for, as ``(CUlaunchAttributeID,
+        values)``: cooperative (2), cluster dimension (4), programmatic stream serialization (6)."""
+        out: list[tuple[int, tuple[int, ...]]] = []
+        if self.cooperative:
+            out.append((2, (1,)))
+        if self.cluster is not None:
+            out.append((4, tuple(self.cluster)))  # type: ignore[arg-type]
+        if self.programmatic_stream_serialization:
+            out.append((6, (1,)))
+        return out
 
     @classmethod
     def for_elements(cls, n: int, block: int = 256, shared_mem_bytes: int = 0) -> LaunchConfig:
@@ -103,12 +138,15 @@ class LaunchConfig:
 
         Raises:
             LaunchConfigError: naming the exceeded limit, the limit and the value; or
-                ``programmatic_stream_serialization`` on a device of compute capability < 9.0.
+                ``programmatic_stream_serialization`` or ``cluster`` on a device of compute capability < 9.0.
         """
         if self.programmatic_stream_serialization and not info.supports_programmatic_launch:
             cc = ".".join(map(str, info.compute_capability))
             raise LaunchConfigError("programmatic_stream_serialization: needs compute capability >= 9.0, "
                                     f"the device has {cc}")
+        if self.cluster is not None and tuple(info.compute_capability) < (9, 0):
+            cc = ".".join(map(str, info.compute_capability))
+            raise LaunchConfigError(f"cluster: thread block clusters need compute capability >= 9.0, the device has {cc}")
         limit = info.max_threads_per_block if max_threads_per_block is None else max_threads_per_block
         if self.threads_per_block > limit:
             raise LaunchConfigError(f"block: {self.threads_per_block} threads per block exceed the limit {limit}")

@@ -83,30 +83,41 @@ class Param:
 
     Attributes:
         name: the parameter's name (a Python identifier).
-        kind: ``"buffer"`` (a device pointer) or ``"scalar"``.
-        info: the element type (buffers) or the value type (scalars).
-        access: for buffers, ``"in"``, ``"out"`` or ``"inout"``; ``None`` for scalars.
+        kind: ``"buffer"`` (a device pointer), ``"scalar"`` or ``"struct"`` (a by-value vector type or
+            struct, :class:`~mircuda.launch.StructType`).
+        info: the element type (buffers) or the value type (scalars); for a struct, ``u8`` (it is
+            passed as its bytes).
+        access: for buffers, ``"in"``, ``"out"`` or ``"inout"``; ``None`` otherwise.
+        struct: the struct or vector type of a ``"struct"`` parameter; ``None`` otherwise.
     """
 
     name: str
-    kind: Literal["buffer", "scalar"]
+    kind: Literal["buffer", "scalar", "struct"]
     info: DTypeInfo
     access: Access | None = None
+    struct: Any = None
 
     def __post_init__(self) -> None:
+        from ._struct import StructType
+
         check_parameter_name(self.name)
-        if self.kind not in ("buffer", "scalar"):
-            raise ContractError(f"{self.name}.kind", "'buffer' or 'scalar'", repr(self.kind))
+        if self.kind not in ("buffer", "scalar", "struct"):
+            raise ContractError(f"{self.name}.kind", "'buffer', 'scalar' or 'struct'", repr(self.kind))
         if not isinstance(self.info, DTypeInfo) or SUPPORTED.get(self.info.scalar_type) != self.info:
             raise ContractError(f"{self.name}.info", "a DTypeInfo from mc.dtype_info(...)", _brief(self.info))
         allowed: tuple[Any, ...] = ("in", "out", "inout") if self.kind == "buffer" else (None,)
         if not any(self.access == a and type(self.access) is type(a) for a in allowed):
             raise ContractError(f"{self.name}.access", " or ".join(map(repr, allowed)) + f" (a {self.kind})",
                                 _brief(self.access))
+        if (self.kind == "struct") != isinstance(self.struct, StructType):
+            raise ContractError(f"{self.name}.struct", "a StructType for (only) a 'struct' parameter",
+                                _brief(self.struct))
 
     def describe(self) -> str:
         if self.kind == "buffer":
             return f"{self.access} DeviceBuffer[{self.info.name}]"
+        if self.kind == "struct":
+            return f"struct {self.struct.name} ({self.struct.size} bytes)"
         return self.info.name
 
 
@@ -130,13 +141,23 @@ def _brief(v: object) -> str:
     text = repr(v)
     return f"{type(v).__name__} {text[:77] + '...' if len(text) > 80 else text}"
 _SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+# A C++ name expression as NVRTC takes it (``fill<float>``, ``ns::k<3, 4>``, ``&k``): a qualified
+# name, then template arguments on one line. NVRTC itself judges the arguments when it compiles.
+_EXPRESSION = re.compile(r"&?(::)?[A-Za-z_]\w*(::[A-Za-z_]\w*)*(\s*<[^\0\n\r]*>)?")
+
+
+def is_name_expression(symbol: str) -> bool:
+    """Whether a contract's ``symbol`` is a C++ name expression (not a plain C identifier)."""
+    return _SYMBOL.fullmatch(symbol) is None
 
 
 @dataclass(frozen=True)
 class KernelContract:
-    """The argument contract of one ``extern "C"`` kernel: its symbol and ordered parameters.
+    """The argument contract of one kernel: its symbol and ordered parameters.
 
-    Build with :func:`cuda_export`; bind to a loaded module with ``module.kernel(contract)``.
+    ``symbol`` is the name of an ``extern "C"`` kernel, or a C++ name expression (``"fill<float>"``)
+    that the source declared in ``name_expressions``. Build with :func:`cuda_export`; bind to a loaded
+    module with ``module.kernel(contract)``.
     """
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
@@ -144,8 +165,12 @@ class KernelContract:
     params: tuple[Param, ...]
 
     def __post_init__(self) -> None:
-        if not isinstance(self.symbol, str) or not _SYMBOL.fullmatch(self.symbol):
-            raise ContractError("symbol", "a kernel name (a C identifier, as declared extern \"C\")", repr(self.symbol))
+        if not isinstance(self.symbol, str) or not (_SYMBOL.fullmatch(self.symbol)
+                                                    or _EXPRESSION.fullmatch(self.symbol.strip())):
+            raise ContractError("symbol", "a kernel name (a C identifier, as declared extern \"C\", or a C++ name "
+                                "expression such as 'fill<float>' listed in the source's name_expressions)",
+                                repr(self.symbol))
+        object.__setattr__(self, "symbol", self.symbol.strip())
         # Checked here, not at bind time: a contract built by hand fails where it is written.
         if not isinstance(self.params, (tuple, list)) or not all(isinstance(p, Param) for p in self.params):
             raise ContractError("params", "a tuple of Param (or use mc.cuda_export(symbol, name=type, ...))",
@@ -169,9 +194,15 @@ class KernelContract:
 def cuda_export(symbol: str, **params: Any) -> KernelContract:
     """Declare the contract of kernel ``symbol``; parameters in declaration order.
 
+    ``symbol`` is an ``extern "C"`` kernel's name, or a C++ name expression such as ``"fill<float>"``
+    that the source lists in ``name_expressions`` (``mc.cuda_kernel(..., name_expressions=[...])``):
+    the module binds it through the lowered name NVRTC gave it.
+
     Each keyword is a parameter: ``In[DeviceBuffer[T]]``, ``Out[DeviceBuffer[T]]``,
     ``InOut[DeviceBuffer[T]]`` or bare ``DeviceBuffer[T]`` (read and written) for a ``T*`` parameter,
-    or a scalar type (``mc.f32``, ``mc.i32``, ``mc.bool_``/``bool``, ...) for a by-value parameter.
+    a scalar type (``mc.f32``, ``mc.i32``, ``mc.bool_``/``bool``, ...) for a by-value parameter, or a
+    vector type (``mc.float4``, ``mc.int2``, ``mc.half2`` ...) or struct (:func:`mc.struct`) passed by
+    value.
 
     Scalar parameters take Python and numpy scalars as ``TypedKernel.launch`` documents; Python's
     ``int`` and ``float`` are refused as parameter *types* because they do not say a width.
@@ -183,12 +214,17 @@ def cuda_export(symbol: str, **params: Any) -> KernelContract:
     Raises:
         ContractError: a parameter type is not one of the above, or a name is reserved.
     """
+    from ._struct import StructType
+
     out: list[Param] = []
     for name, spec in params.items():
         check_parameter_name(name)
         buf = _buffer_spec(spec, "inout")
         if buf is not None:
             out.append(Param(name, "buffer", buf.info, buf.access))
+            continue
+        if isinstance(spec, StructType):
+            out.append(Param(name, "struct", dtype_info(np.uint8), struct=spec))
             continue
         # Identity, not ==: an array compares elementwise, and numpy's dtype('f8') == float.
         if any(spec is t for t in (int, float, complex)) or isinstance(spec, str):

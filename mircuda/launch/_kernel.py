@@ -16,6 +16,8 @@ from ..errors import ClosedResourceError, ContractError, LaunchConfigError
 from ._abi import LAUNCH_ABIS, generate_launch
 from ._config import LaunchConfig
 from ._contract import KernelContract
+from ._kinds import check_launch_kind
+from ._occupancy import SuggestedBlockSize, max_active_blocks_per_sm, max_active_clusters, suggested_block_size
 
 if TYPE_CHECKING:
     from ..compile import Module
@@ -145,6 +147,8 @@ class TypedKernel:
         if not isinstance(config, LaunchConfig):
             raise LaunchConfigError(f"config: expected a LaunchConfig, received {type(config).__name__}")
         config.check(self._context.device_info(), self._attributes.max_threads_per_block)
+        if config.cooperative or config.cluster is not None:
+            check_launch_kind(self, config)
         total_smem = config.shared_mem_bytes + self._attributes.static_shared_bytes
         optin = self._context.device_info().max_shared_memory_per_block_optin_bytes
         if total_smem > optin:
@@ -163,8 +167,7 @@ class TypedKernel:
         return dims
 
     def _raise_launch(self, code: int, config: LaunchConfig | None = None) -> None:
-        call = ("cuLaunchKernelEx" if config is not None and config.programmatic_stream_serialization
-                else "cuLaunchKernel")
+        call = ("cuLaunchKernelEx" if config is not None and config.launch_attributes else "cuLaunchKernel")
         _cuda.raise_result(code, call, f"kernel {self._contract.symbol!r}")
 
     # -- introspection ----------------------------------------------------------------------
@@ -184,6 +187,38 @@ class TypedKernel:
     @property
     def attributes(self) -> FunctionAttributes:
         return self._attributes
+
+    # -- occupancy (launch/_occupancy.py) -------------------------------------------------------
+    def max_active_blocks_per_sm(self, block: int | tuple[int, ...], shared_mem_bytes: int = 0) -> int:
+        """Blocks of ``block`` threads (int or dim3) with ``shared_mem_bytes`` of dynamic shared memory
+        that can be resident on one SM at once (``cuOccupancyMaxActiveBlocksPerMultiprocessor``).
+
+        Raises:
+            LaunchConfigError: bad dims, more threads than the function allows, or negative bytes.
+        """
+        return max_active_blocks_per_sm(self._context, self._cu, self._attributes.max_threads_per_block, block,
+                                        shared_mem_bytes)
+
+    def suggested_block_size(self, shared_mem_bytes: int = 0, block_limit: int = 0) -> SuggestedBlockSize:
+        """``(min_grid_size, block_size)`` reaching the most resident warps per SM, for a constant
+        ``shared_mem_bytes`` of dynamic shared memory per block and blocks of at most ``block_limit``
+        threads (0: the function's limit); ``cuOccupancyMaxPotentialBlockSize``.
+
+        Raises:
+            LaunchConfigError: a negative or non-int argument.
+        """
+        return suggested_block_size(self._context, self._cu, shared_mem_bytes, block_limit)
+
+    def max_active_clusters(self, cluster: int | tuple[int, ...], block: int | tuple[int, ...],
+                            shared_mem_bytes: int = 0) -> int:
+        """Clusters of ``cluster`` blocks (dim3) of ``block`` threads that can be resident on the device
+        at once (``cuOccupancyMaxActiveClusters``; compute capability >= 9.0).
+
+        Raises:
+            LaunchConfigError: bad dims or bytes, or a device older than compute capability 9.0.
+            CudaError: the driver refused the cluster shape for this function.
+        """
+        return max_active_clusters(self._context, self._cu, cluster, block, shared_mem_bytes)
 
     def launch_source(self) -> str:
         """The Python source of this kernel's generated launch function, for a reader.

@@ -53,14 +53,19 @@ class Slot:
 
 
 class ArgumentBlock:
-    """A contiguous parameter block and its ``void*`` array, for a list of ``(label, ctype)`` slots."""
+    """A contiguous parameter block and its ``void*`` array, for a list of ``(label, ctype)`` slots.
+
+    Each slot sits at the next multiple of its alignment: its size for scalars, ``_mircuda_align_``
+    for the byte arrays of by-value structs (:meth:`~mircuda.launch.StructType.ctype`)."""
 
     def __init__(self, slots: Sequence[tuple[str, SlotCType]]) -> None:
         offset = 0
         placed: list[tuple[str, SlotCType, int]] = []
         for label, ctype in slots:
             size = ctypes.sizeof(ctype)
-            offset = (offset + size - 1) // size * size
+            # C scalars are aligned to their size; aggregates (launch._struct) carry their alignment.
+            align = getattr(ctype, "_mircuda_align_", size)
+            offset = (offset + align - 1) // align * align
             placed.append((label, ctype, offset))
             offset += size
         self.size = offset

@@ -99,8 +99,16 @@ def signature_specs(args: tuple[Any, ...]) -> tuple[ArgSpec, ...]:
     return tuple(out)
 
 
+def _refuse_structs(contract: KernelContract) -> None:
+    for p in contract.params:
+        if p.kind == "struct":
+            raise ContractError(p.name, "a buffer or scalar parameter (Numba kernels take no by-value "
+                                "structs or vector types from a contract)", p.describe())
+
+
 def _contract_specs(contract: KernelContract) -> tuple[ArgSpec, ...]:
     # The generic "numba" ABI: what a contract alone says (buffers are 1-d arrays of any layout).
+    _refuse_structs(contract)
     return tuple(ArgSpec(_t.Array(NUMBA_TYPES[p.info.name], 1, "A"), 1, "A", True) if p.kind == "buffer"
                  else ArgSpec(NUMBA_TYPES[p.info.name], 0, "", True) for p in contract.params)
 
@@ -118,6 +126,7 @@ def check_contract(specs: tuple[ArgSpec, ...], contract: KernelContract) -> None
             element type, or an ``Out``/``InOut`` buffer for a read-only Numba array. The error names
             the contract's parameter and what the kernel's Numba parameter takes.
     """
+    _refuse_structs(contract)
     if len(specs) != len(contract.params):
         raise ContractError("contract", f"{len(specs)} parameters, as the Numba signature "
                             f"({', '.join(str(s.numba_type) for s in specs)}) has",

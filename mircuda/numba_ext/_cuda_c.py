@@ -192,8 +192,8 @@ def compile_relocatable(link: CudaLinkSource, arch: str, options: CompileOptions
     validate_arch(arch, "ptx")
     source = link.checked_source(list(checks))
     try:
-        image, log = nvrtc_compile(source.text, source.name, arch, options, output="ltoir" if lto else "ptx",
-                                   include_paths=link.include_dirs, relocatable=True)
+        image, log, _ = nvrtc_compile(source.text, source.name, arch, options, output="ltoir" if lto else "ptx",
+                                      include_paths=link.include_dirs, relocatable=True)
     except CompileError as exc:
         declared = {c[0] for c in checks}
         for missing in re.findall(r'error: identifier "(\w+)" is undefined', exc.log):
