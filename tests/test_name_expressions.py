@@ -123,3 +123,19 @@ def test_a_contract_takes_a_name_expression_as_its_symbol() -> None:
         with pytest.raises(mc.ContractError) as info:
             mc.cuda_export(bad)
         assert info.value.argument == "symbol"
+
+
+def test_a_cached_entry_whose_symbol_map_names_other_expressions_is_a_miss(tmp_path) -> None:
+    """A checksummed entry must map exactly the source's name expressions; one that maps others (an
+    entry crafted or written by another source) is a counted miss, rebuilt, never loaded."""
+    from test_compile_persistent import crafted
+
+    source = mc.cuda_kernel(TEMPLATE, "fill.cu", name_expressions=EXPRESSIONS)
+    config = mc.CompilerConfig(cache_directory=str(tmp_path))
+    first = mc.OfflineCompiler("sm_90", config).compile(source)
+    (entry,) = [p for p in tmp_path.iterdir() if p.suffix == ".mcm"]
+    entry.write_bytes(crafted(entry.read_bytes(), symbols=[["fill<short>", "_Z4fillIsEvPT_S0_"]]))
+    again = mc.OfflineCompiler("sm_90", config)
+    assert again.compile(source).symbols == first.symbols
+    stats = again.cache_stats()
+    assert (stats.persistent_hits, stats.persistent_failures, stats.compilations) == (0, 1, 1)

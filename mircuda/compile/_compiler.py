@@ -254,6 +254,9 @@ class _CachingCompiler(Generic[T]):
     def _expectation(self, source: ModuleSource, options: CompileOptions) -> EntryExpectation:
         """What a cached program for this request must be (an entry that says otherwise is a miss)."""
         if isinstance(source, CudaSource):
+            if source.name_expressions:  # NVRTC's lowered names are known only after compiling
+                return EntryExpectation(options.output, "c", self._nvrtc,
+                                        symbol_names=frozenset(source.name_expressions))
             return EntryExpectation(options.output, "c", self._nvrtc, ())
         abi = getattr(source, "abi", None)
         return EntryExpectation(options.output, abi if isinstance(abi, str) else None)

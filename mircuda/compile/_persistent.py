@@ -74,13 +74,17 @@ class EntryExpectation:
         abi: the launch ABI (``"c"`` for CUDA C sources).
         nvrtc_version: the program's ``(major, minor)`` (the compiler's NVRTC for CUDA C sources;
             other sources, e.g. Numba's, record the PTX release they produced).
-        symbols: the symbol map (empty for CUDA C sources, whose names are unmangled).
+        symbols: the symbol map (empty for CUDA C sources without name expressions, whose names are
+            unmangled).
+        symbol_names: the names the symbol map must map, in any order, when the map itself cannot be
+            known before compiling (a CUDA C source's name expressions, lowered by NVRTC).
     """
 
     output: str | None = None
     abi: str | None = None
     nvrtc_version: tuple[int, int] | None = None
     symbols: tuple[tuple[str, str], ...] | None = None
+    symbol_names: frozenset[str] | None = None
 
 
 def encode_entry(key: str, arch: str, nvrtc: tuple[int, int], program: CompiledProgram) -> bytes:
@@ -193,6 +197,9 @@ def _check_agrees(program: CompiledProgram, arch: str, expect: EntryExpectation)
         wanted = getattr(expect, name)
         if wanted is not None and getattr(program, name) != wanted:
             raise EntryError(f"metadata {name} {getattr(program, name)!r}, expected {wanted!r}")
+    if expect.symbol_names is not None and {a for a, _ in program.symbols} != expect.symbol_names:
+        raise EntryError(f"metadata symbols map {sorted(a for a, _ in program.symbols)}, expected the name "
+                         f"expressions {sorted(expect.symbol_names)}")
 
 
 @dataclass(frozen=True)
