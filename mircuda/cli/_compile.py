@@ -6,6 +6,7 @@ import argparse
 import os
 
 from ..errors import ContractError
+from ._errors import check_output_file
 
 __all__ = ["cmd_compile", "register"]
 
@@ -33,7 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     kind.add_argument("--cubin", dest="output", action="store_const", const="cubin", help="write CUBIN (default)")
     kind.add_argument("--ptx", dest="output", action="store_const", const="ptx", help="write PTX text")
     p.add_argument("-o", "--output-file", dest="out", required=True, metavar="OUT", help="where to write the result")
-    p.set_defaults(func=cmd_compile, output="cubin")
+    p.set_defaults(func=cmd_compile, output="cubin", flags=FLAGS, phrases=PHRASES)
+
+
+# The library's names for what this command's flags set (cli._errors rewrites messages with them).
+FLAGS = {"arch": "--arch", "include_paths": "-I/--include-path", "defines": "-D/--define", "std": "--std",
+         "output": "--cubin/--ptx", "source": "FILE", "path": "FILE"}
+PHRASES = {"CompileOptions(output='ptx')": "--ptx", "CompileOptions(output='cubin')": "--cubin",
+           'CompileOptions(output="ptx")': "--ptx", 'CompileOptions(output="cubin")': "--cubin"}
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -44,10 +52,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
         cuda_kernel_file,
     )
 
-    out = os.path.abspath(args.out) if args.out else ""
-    if not args.out or os.path.isdir(out) or not os.path.isdir(os.path.dirname(out)):
-        raise ContractError("-o", "a file path in an existing directory", repr(args.out))
-    if os.path.exists(out) and os.path.samefile(out, args.file):
+    # The output path is checked before compiling: a compile may take minutes.
+    check_output_file(args.out, "-o")
+    out = os.path.abspath(args.out)
+    if os.path.exists(out) and os.path.exists(args.file) and os.path.samefile(out, args.file):
         raise ContractError("-o", "a file other than the source", repr(args.out), "it would overwrite FILE")
     source = cuda_kernel_file(args.file, relative_to=os.getcwd())
     options = CompileOptions(std=args.std, defines=tuple(_define(d) for d in args.defines), output=args.output)
@@ -55,8 +63,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     program = compiler.compile(source, options)
     # The cache keeps PTX NUL-terminated for the driver; a .ptx file is plain text.
     image = program.image.rstrip(b"\0") if program.output == "ptx" else program.image
-    with open(args.out, "wb") as f:
-        f.write(image)
+    try:
+        with open(args.out, "wb") as f:
+            f.write(image)
+    except OSError as exc:  # a full device (/dev/full), a quota: said in one line by cli.main
+        raise ContractError("-o", "a path the result can be written to", repr(args.out),
+                            f"writing {len(image)} bytes failed: {exc.strerror or exc}") from exc
     print(f"{source.name} -> {args.out}: {program.output.upper()} for {program.arch}, {len(image)} bytes, "
           f"NVRTC {'.'.join(map(str, program.nvrtc_version))}")
     return 0
