@@ -119,3 +119,16 @@ def test_mircuda_debug_adds_the_traceback(project) -> None:
     out = subprocess.run([sys.executable, "-m", "mircuda", "compile", "src/k.cu", "--arch", "sm_90a", "-I", "include",
                           "-D", "EXTRA", "-o", "/dev/full"], capture_output=True, text=True, cwd=project, env=env)
     assert out.returncode == 2 and "Traceback" in out.stderr and "error: ContractError: -o" in out.stderr
+
+
+def test_the_readme_offline_snippet_runs_as_written(project, monkeypatch) -> None:
+    """The README's OfflineCompiler lines, executed as written: GEMV includes a header from include/."""
+    import mircuda as mc
+
+    readme = (ROOT / "README.md").read_text().splitlines()
+    lines = [line for line in readme if line.startswith(("offline = mc.OfflineCompiler(", "cubin = offline."))]
+    assert len(lines) == 2, lines
+    monkeypatch.chdir(project)  # the README's include root "include" is relative to the working directory
+    namespace = {"mc": mc, "GEMV": mc.cuda_kernel(KERNEL.replace("VALUE + EXTRA", "VALUE"), "gemv.cu")}
+    exec("\n".join(lines), namespace)  # noqa: S102 - the README's own text
+    assert namespace["cubin"].startswith(b"\x7fELF")
