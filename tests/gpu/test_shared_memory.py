@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import mircuda as mc
-from helpers import download, upload
+from helpers import download, patience_s, upload
 
 STATIC_FLOATS = 2048  # 8 KiB of static shared memory
 TILED = mc.cuda_kernel(r'''
@@ -72,7 +72,7 @@ def test_threads_opt_one_function_in_concurrently(context, pool, module, rng) ->
     kernels = (module.kernel(Tiled), module.kernel(TiledInOut))
     sizes = [(44 + 4 * i) << 10 for i in range(8)]
     inputs = [rng.standard_normal(s // 4).astype(np.float32) for s in sizes]
-    barrier = threading.Barrier(len(sizes), timeout=60)
+    barrier = threading.Barrier(len(sizes), timeout=patience_s(600))
     errors: list[BaseException] = []
 
     def work(i: int) -> None:
