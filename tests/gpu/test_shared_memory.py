@@ -78,16 +78,16 @@ def test_threads_opt_one_function_in_concurrently(context, pool, module, rng) ->
     def work(i: int) -> None:
         try:
             stream = context.create_stream()
-            try:
-                x = upload(context, stream, pool, inputs[i])
-                out = pool.allocate(mc.f32, stream, len(inputs[i]))
-                stream.memset(out, 0xFF)
-                barrier.wait()
-                kernels[i % 2].launch(stream, mc.LaunchConfig(1, 256, sizes[i]), out, x, len(inputs[i]))
-                np.testing.assert_array_equal(download(context, stream, out), want(inputs[i]))
-            finally:
-                stream.synchronize()
-                stream.close()
+            x = upload(context, stream, pool, inputs[i])
+            out = pool.allocate(mc.f32, stream, len(inputs[i]))
+            stream.memset(out, 0xFF)
+            barrier.wait()
+            kernels[i % 2].launch(stream, mc.LaunchConfig(1, 256, sizes[i]), out, x, len(inputs[i]))
+            np.testing.assert_array_equal(download(context, stream, out), want(inputs[i]))
+            x.free(stream)
+            out.free(stream)
+            stream.synchronize()
+            stream.close()
         except BaseException as exc:  # reported in the test's thread
             errors.append(exc)
 
