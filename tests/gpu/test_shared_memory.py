@@ -89,6 +89,7 @@ def test_threads_opt_one_function_in_concurrently(context, pool, module, rng) ->
             stream.synchronize()
             stream.close()
         except BaseException as exc:  # reported in the test's thread
+            barrier.abort()  # the others stop waiting for this one
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(sizes))]
