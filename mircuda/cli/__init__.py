@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
+
+from ..errors import MircudaError
+from ._errors import cli_message, debug
 
 __all__ = ["main"]
 
@@ -28,14 +32,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns its exit status (2 on a usage error or a mircuda error, printed)."""
+    """Run one command; returns its exit status (2 on a usage error, a mircuda error or an OSError:
+    one line on stderr that names the flag, never a traceback unless ``MIRCUDA_DEBUG=1``)."""
     args = _parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except Exception as exc:
-        from ..errors import MircudaError
-
-        if isinstance(exc, MircudaError):
-            print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return 2
-        raise
+    except (MircudaError, OSError) as exc:
+        if debug():
+            traceback.print_exc()
+        print(cli_message(exc, getattr(args, "flags", {}), getattr(args, "phrases", {})), file=sys.stderr)
+        return 2

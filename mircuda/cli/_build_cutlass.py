@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
+
+from ._errors import make_writable_directory
 
 __all__ = ["cmd_build_cutlass", "register"]
 
 
 def cmd_build_cutlass(args: argparse.Namespace) -> int:
     import mircuda as mc
-    from mircuda.matmul._build import build, default_archs, parse_archs
+    from mircuda.matmul._build import build, cache_root, default_archs, parse_archs
 
     if args.jobs is not None and args.jobs < 1:
         raise mc.ContractError("--jobs", "a positive number of parallel compile jobs", str(args.jobs))
@@ -19,6 +22,13 @@ def cmd_build_cutlass(args: argparse.Namespace) -> int:
         raise mc.ContractError("--arch", "comma-separated SASS targets among 90a, 120f", repr(args.arch))
     archs = parse_archs(args.arch) if args.arch else default_archs()
     families = tuple(f for f in (args.families or "").split(",") if f)
+    # Checked before the toolchain is searched or anything is configured (the cache directory is made here).
+    if args.cache_dir is not None:
+        make_writable_directory(Path(args.cache_dir), "--cache-dir")
+    elif os.environ.get("MIRCUDA_CACHE_DIR"):
+        make_writable_directory(cache_root(), "MIRCUDA_CACHE_DIR")
+    else:
+        make_writable_directory(cache_root(), "--cache-dir (default)")
     path = build(archs, args.jobs, Path(args.cache_dir) if args.cache_dir else None, families)
     print(path)
     return 0
@@ -31,4 +41,4 @@ def register(sub: Any) -> None:
     p.add_argument("--jobs", type=int, help="parallel compile jobs (default: ninja's)")
     p.add_argument("--cache-dir", help="build cache root (default: $MIRCUDA_CACHE_DIR/cutlass or ~/.cache/mircuda/cutlass)")
     p.add_argument("--families", help=argparse.SUPPRESS)  # comma-separated subset, for smoke builds
-    p.set_defaults(func=cmd_build_cutlass)
+    p.set_defaults(func=cmd_build_cutlass, flags={"archs": "--arch", "jobs": "--jobs", "root": "--cache-dir"})

@@ -9,6 +9,7 @@ import sys
 from typing import Any, TextIO
 
 from ..errors import ContractError
+from ._errors import check_output_file
 
 __all__ = ["cmd_compile", "register"]
 
@@ -80,7 +81,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("-o", "--output-file", dest="out", required=True, metavar="OUT",
                    help="where to write the result; - writes it to standard output (messages go to stderr)")
     p.add_argument("--version", action=_Version)
-    p.set_defaults(func=cmd_compile, output="cubin")
+    p.set_defaults(func=cmd_compile, output="cubin", flags=FLAGS, phrases=PHRASES)
+
+
+# The library's names for what this command's flags set (cli._errors rewrites messages with them).
+FLAGS = {"arch": "--arch", "include_paths": "-I/--include-path", "defines": "-D/--define", "std": "--std",
+         "output": "--cubin/--ptx", "source": "FILE", "path": "FILE", "max_registers": "--maxrregcount",
+         "diag_suppress": "--diag-suppress", "name_expressions": "--name-expression"}
+PHRASES = {"CompileOptions(output='ptx')": "--ptx", "CompileOptions(output='cubin')": "--cubin",
+           'CompileOptions(output="ptx")': "--ptx", 'CompileOptions(output="cubin")': "--cubin"}
 
 
 def _check_output(path: str, source: str) -> None:
@@ -96,7 +105,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from ..compile._fatbin import build_fatbin, nvfatbin_module
 
     to_stdout = args.out == "-"
-    if not to_stdout:
+    if not to_stdout:  # checked before compiling: a compile may take minutes
+        check_output_file(args.out, "-o")
         _check_output(args.out, args.file)
     if args.ptxas_options is not None and args.ptxas_options != "-v":
         raise ContractError("--ptxas-options", "-v (the only ptxas option the compile command passes)",
@@ -124,8 +134,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
         sys.stdout.buffer.write(image)
         sys.stdout.buffer.flush()
     else:
-        with open(args.out, "wb") as f:
-            f.write(image)
+        try:
+            with open(args.out, "wb") as f:
+                f.write(image)
+        except OSError as exc:  # a full device (/dev/full), a quota: said in one line by cli.main
+            raise ContractError("-o", "a path the result can be written to", repr(args.out),
+                                f"writing {len(image)} bytes failed: {exc.strerror or exc}") from exc
     info: TextIO = sys.stderr if to_stdout else sys.stdout
     nvrtc = ".".join(map(str, programs[0].nvrtc_version))
     print(f"{source.name} -> {'standard output' if to_stdout else args.out}: {kind} for {', '.join(archs)}, "

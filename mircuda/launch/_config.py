@@ -136,6 +136,9 @@ class LaunchConfig:
     def check(self, info: DeviceInfo, max_threads_per_block: int | None = None) -> None:
         """Check against a device's limits (and a function's thread limit, when given).
 
+        Dynamic shared memory is checked here against the opt-in maximum alone; a kernel launch checks
+        it with the function's static shared memory added (:class:`TypedKernel`).
+
         Raises:
             LaunchConfigError: naming the exceeded limit, the limit and the value; or
                 ``programmatic_stream_serialization`` or ``cluster`` on a device of compute capability < 9.0.
@@ -158,5 +161,5 @@ class LaunchConfig:
                 raise LaunchConfigError(f"grid[{axis}]: {d} exceeds the device's maximum {m}")
         if self.shared_mem_bytes > info.max_shared_memory_per_block_optin_bytes:
             raise LaunchConfigError(
-                f"shared_mem_bytes: {self.shared_mem_bytes} exceeds the device's opt-in maximum "
-                f"{info.max_shared_memory_per_block_optin_bytes} bytes per block")
+                f"shared_mem_bytes: expected at most {info.max_shared_memory_per_block_optin_bytes} bytes per block "
+                f"(the device's opt-in maximum), received {self.shared_mem_bytes}")

@@ -72,7 +72,7 @@ class TypedKernel:
         self._cu = cu_function
         self._handle = int(cu_function)
         self._attributes = _read_attributes(cu_function)
-        self._dynamic_smem_set = 48 * 1024
+        self._shared_opt_in = _shared_opt_in(module, self._handle, cu_function)
         self._checked: dict[LaunchConfig, tuple[int, ...]] = {}
         self._thread_launchers: dict[int, Any] = {}
         self._lock = threading.Lock()
@@ -149,19 +149,15 @@ class TypedKernel:
         config.check(self._context.device_info(), self._attributes.max_threads_per_block)
         if config.cooperative or config.cluster is not None:
             check_launch_kind(self, config)
-        total_smem = config.shared_mem_bytes + self._attributes.static_shared_bytes
+        dynamic, static = config.shared_mem_bytes, self._attributes.static_shared_bytes
         optin = self._context.device_info().max_shared_memory_per_block_optin_bytes
-        if total_smem > optin:
+        if dynamic + static > optin:
             raise LaunchConfigError(
-                f"shared_mem_bytes: {config.shared_mem_bytes} dynamic + {self._attributes.static_shared_bytes} "
-                f"static bytes exceed the device's opt-in maximum {optin} bytes per block")
-        if config.shared_mem_bytes > self._dynamic_smem_set:
-            drv = _cuda.driver()
-            self._context._make_current()
-            _cuda.call("cuFuncSetAttribute", self._cu,
-                       drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                       config.shared_mem_bytes)
-            self._dynamic_smem_set = config.shared_mem_bytes
+                f"shared_mem_bytes: expected at most {max(optin - static, 0)} bytes of dynamic shared memory "
+                f"(the device's opt-in maximum {optin} bytes per block less kernel {self._contract.symbol!r}'s "
+                f"{static} static bytes), received {dynamic}")
+        if dynamic:
+            self._shared_opt_in.ensure(dynamic, self._context)
         dims = (*config.grid, *config.block, config.shared_mem_bytes)
         self._checked[config] = dims
         return dims
@@ -242,6 +238,59 @@ class TypedKernel:
 
     def __repr__(self) -> str:
         return f"TypedKernel({self._contract!r})"
+
+
+class _SharedMemoryOptIn:
+    """The dynamic shared memory a ``CUfunction`` may launch with
+    (``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``).
+
+    The attribute belongs to the function, not to a binding: every TypedKernel of the function (one per
+    contract) and every thread shares this one record. Its default is 48 KiB less the function's static
+    shared memory (CUDA Programming Guide, "Shared Memory" of compute capability 7.x and later), so a
+    kernel with static shared memory needs the opt-in below 48 KiB of dynamic memory too; the value is
+    read from the driver once rather than assumed, and only ever raised, under the lock, so a
+    concurrent smaller request never lowers what another binding relies on.
+    """
+
+    __slots__ = ("_cu", "_granted", "_lock", "__weakref__")
+
+    def __init__(self, cu_function: Any) -> None:
+        self._cu = cu_function
+        self._granted: int | None = None  # read lazily: binding a kernel makes no driver call for it
+        self._lock = threading.Lock()
+
+    def ensure(self, dynamic_bytes: int, context: Context) -> None:
+        """Raise the function's limit to at least ``dynamic_bytes`` (checked against the device's
+        opt-in maximum by the caller). Raises CudaError where the driver refuses."""
+        if self._granted is not None and dynamic_bytes <= self._granted:
+            return
+        with self._lock:
+            attribute = _cuda.driver().CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            context._make_current()
+            if self._granted is None:
+                self._granted = int(_cuda.call("cuFuncGetAttribute", attribute, self._cu))
+            if dynamic_bytes > self._granted:
+                _cuda.call("cuFuncSetAttribute", self._cu, attribute, dynamic_bytes)
+                self._granted = dynamic_bytes
+
+    @property
+    def granted(self) -> int | None:
+        """The limit this record has read or set, bytes; None before the first request."""
+        return self._granted
+
+
+# One record per function: keyed by the handle and the module object holding it (a handle may be
+# reused after its module is unloaded; the module object lives as long as any of its kernels).
+_OPT_INS: weakref.WeakValueDictionary[tuple[int, int], _SharedMemoryOptIn] = weakref.WeakValueDictionary()
+_OPT_INS_LOCK = threading.Lock()
+
+
+def _shared_opt_in(module: Any, handle: int, cu_function: Any) -> _SharedMemoryOptIn:
+    with _OPT_INS_LOCK:
+        record = _OPT_INS.get((handle, id(module)))
+        if record is None:
+            record = _OPT_INS[(handle, id(module))] = _SharedMemoryOptIn(cu_function)
+        return record
 
 
 def _read_attributes(cu_function: Any) -> FunctionAttributes:

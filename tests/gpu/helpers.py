@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 import mircuda as mc
@@ -22,3 +24,10 @@ def download(context: mc.Context, stream: mc.Stream, buf: mc.DeviceBuffer) -> np
     staging = context.allocate_pinned(buf.dtype, len(buf))
     stream.copy_to_host(buf, staging)
     return staging.to_numpy()
+
+
+def patience_s(seconds: float) -> float:
+    """A guard's wait (against a hang, never a measurement), scaled by ``MIRCUDA_TEST_PATIENCE``
+    (default 1): tools that slow the process down, such as compute-sanitizer, raise it so that a guard
+    fails only on a real hang, not because the process runs slowly."""
+    return seconds * float(os.environ.get("MIRCUDA_TEST_PATIENCE", "1"))

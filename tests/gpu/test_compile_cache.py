@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import mircuda as mc
-from helpers import download, upload
+from helpers import download, patience_s, upload
 from mircuda.compile import _persistent
 
 SCALE_TEXT = r'''
@@ -127,7 +127,7 @@ with driver.create_context(driver.devices()[0]) as context:
 def test_a_persistent_hit_in_a_new_process_loads_and_runs(context, tmp_path) -> None:
     cached(context, tmp_path).compile(SCALE)
     out = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path), SCALE_TEXT], capture_output=True, text=True,
-                         env=os.environ.copy(), timeout=300)
+                         env=os.environ.copy(), timeout=patience_s(300))
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["persistent_hits"] == 1 and result["compilations"] == 0 and result["persistent_failures"] == 0

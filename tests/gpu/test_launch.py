@@ -319,18 +319,27 @@ def pdl_kernels(context, compiler):
 
 @pytest.mark.parametrize("programmatic", [False, True])
 def test_a_programmatic_launch_starts_early_and_still_reads_the_previous_result(context, stream, pool, pdl_kernels,
-                                                                                 programmatic) -> None:
+                                                                                 programmatic, record_property) -> None:
+    """What is guaranteed is asserted: the dependent reads its predecessor's finished result, and without
+    the attribute it starts only after the predecessor finished (stream order). That the programmatic one
+    starts early is allowed, not promised (a serializing tool such as compute-sanitizer, or a busy device,
+    starts it late): it is recorded as an observation (``record_property``), never the verdict."""
     slow_fill, add_one_after = pdl_kernels
     src, dst = pool.allocate(mc.u32, stream, 64), pool.allocate(mc.u32, stream, 64)
     finished, started = pool.allocate(mc.u64, stream, 1), pool.allocate(mc.u64, stream, 1)
-    stream.memset(dst, 0xFF)
+    early: list[bool] = []
     for value in (7, 1000):
+        stream.memset(src, 0xFF)  # poisoned each round: reading before the predecessor wrote would show
+        stream.memset(dst, 0xFF)
         slow_fill.launch(stream, mc.LaunchConfig(1, 64), src, finished, value, 2_000_000)  # spins 2 ms
         add_one_after.launch(stream, mc.LaunchConfig(1, 64, programmatic_stream_serialization=programmatic),
                              dst, src, started)
         np.testing.assert_array_equal(download(context, stream, dst), np.full(64, value + 1, np.uint32))
-        # With the attribute the second kernel begins while the first still spins; without, after it.
-        assert bool(download(context, stream, started)[0] < download(context, stream, finished)[0]) is programmatic
+        began, done = int(download(context, stream, started)[0]), int(download(context, stream, finished)[0])
+        if not programmatic:
+            assert began >= done  # stream order: guaranteed whatever the speed
+        early.append(began < done)
+    record_property("started_before_the_predecessor_finished", early)
 
 
 def test_programmatic_launches_replay_in_a_graph(context, stream, pool, pdl_kernels) -> None:

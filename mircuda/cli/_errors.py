@@ -1,0 +1,83 @@
+"""How a command's failure reaches the terminal: one line naming the flag, exit status 2.
+
+The library names its arguments as Python does (``include_paths[0]``, ``CompileOptions(output='ptx')``);
+a command registers, with ``set_defaults(flags=..., phrases=...)``, which flag each of those names is,
+and the message is rewritten in the command line's terms. Set ``MIRCUDA_DEBUG=1`` to get the
+traceback as well.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from ..errors import ContractError
+
+__all__ = ["cli_message", "make_writable_directory", "check_output_file", "debug"]
+
+
+def debug() -> bool:
+    """``MIRCUDA_DEBUG`` is set to something other than ``""`` or ``"0"``: print tracebacks too."""
+    return os.environ.get("MIRCUDA_DEBUG", "") not in ("", "0")
+
+
+def cli_message(exc: BaseException, flags: Mapping[str, str] = {}, phrases: Mapping[str, str] = {}) -> str:
+    """One line for ``exc``: ``error: <Kind>: <message>`` with the library's argument names (``flags``:
+    Python name, without a ``[i]`` index, -> flag) and phrases (``phrases``: text -> text) replaced."""
+    if isinstance(exc, ContractError):
+        flag = flags.get(exc.argument) or flags.get(re.sub(r"\[\d+\]$", "", exc.argument))
+        if flag is None and (exc.argument.startswith("-") or exc.argument.isupper()):
+            flag = exc.argument  # already a flag (-o) or an environment variable (MIRCUDA_CACHE_DIR)
+        head = f"argument {exc.argument!r}: expected {exc.expected}, received {exc.received}"
+        text = str(exc)
+        if flag is not None and text.startswith(head):
+            text = f"{flag}: expected {exc.expected}, received {exc.received}{text[len(head):]}"
+    elif isinstance(exc, OSError) and exc.strerror:
+        text = exc.strerror + (f": {exc.filename!r}" if exc.filename else "")
+    else:
+        text = str(exc)
+    for python, flag_text in phrases.items():
+        text = text.replace(python, flag_text)
+    return f"error: {type(exc).__name__}: {text}"
+
+
+def make_writable_directory(path: Path, flag: str) -> None:
+    """Make ``path`` (``mkdir -p``) and check this process can write into it; a cache directory that
+    cannot be made is said before any work starts.
+
+    Raises:
+        ContractError: naming ``flag``, with the operating system's reason.
+    """
+    expected = "a writable directory (or a path where one can be made)"
+    if "\0" in str(path):
+        raise ContractError(flag, expected, repr(str(path)), "it holds a NUL character")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        where = f" ({exc.filename!r})" if exc.filename and str(exc.filename) != str(path) else ""
+        raise ContractError(flag, expected, repr(str(path)), f"{exc.strerror or exc}{where}") from exc
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ContractError(flag, expected, repr(str(path)), "it is not writable")
+
+
+def check_output_file(path: str, flag: str) -> None:
+    """``path`` can be opened for writing: an existing writable file (or device), or a new file in an
+    existing writable directory (nothing is created here). A write can still fail (``/dev/full``, a
+    full disk): the caller turns that OSError into its one-line message.
+
+    Raises:
+        ContractError: naming ``flag``, otherwise.
+    """
+    out = os.path.abspath(path) if path else ""
+    if not path or os.path.isdir(out):
+        raise ContractError(flag, "a file path in an existing directory", repr(path))
+    parent = os.path.dirname(out)
+    if not os.path.isdir(parent):
+        raise ContractError(flag, "a file path in an existing directory", repr(path), f"{parent!r} is not a directory")
+    if os.path.exists(out):
+        if not os.access(out, os.W_OK):
+            raise ContractError(flag, "a writable file", repr(path), "it is not writable")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise ContractError(flag, "a file path in a writable directory", repr(path), f"{parent!r} is not writable")
