@@ -136,7 +136,7 @@ def test_cli_version(project) -> None:
 
 @pytest.mark.parametrize("args, argument", [
     (("--ptxas-options=-O3",), "--ptxas-options"),
-    (("--maxrregcount", "300"), "max_registers"),
+    (("--maxrregcount", "300"), "--maxrregcount"),  # the flag, not the Python name
     (("--name-expression", "nope<int>"), "nope<int>"),
 ])
 def test_cli_refuses_bad_flags_naming_them(project, args, argument) -> None:
