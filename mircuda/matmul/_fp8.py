@@ -432,7 +432,8 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
     def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, *, kernel: str | None = None,
                  library: CutlassLibrary | None = None, compiler: Compiler | None = None,
                  warps: int | None = None) -> None:
-        from ._library import CutlassLibrary as _Library, load_library
+        from ._library import CutlassLibrary as _Library
+        from ._library import load_library
         from ._select import FP8_GEMV_NAME, FP8_NVRTC_MAX_M, select_fp8_kernel
 
         plan_stream(stream, context)

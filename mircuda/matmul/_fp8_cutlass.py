@@ -74,7 +74,9 @@ class CutlassFp8:
         self.handle = handle
         self.workspace_bytes = nbytes
         self._lock = threading.Lock()
-        from ._dense import _destroy  # the dense CUTLASS plans' finalizer: same library calls
+        from ._dense import (
+            _destroy,  # the dense CUTLASS plans' finalizer: same library calls
+        )
 
         self._finalizer = weakref.finalize(self, _destroy, lib, handle, context, workspace, stream)
         self._finalizer.atexit = False
