@@ -302,14 +302,14 @@ def _torch_rows(torch_: _TorchFp8, timer: Any, args: Any, a: np.ndarray, sa: np.
         us = timer.median(call, args.calls, args.repeats)
         rows.append(fp8_row("torch rowwise (_scaled_mm)", m, n, k, us, f"rel err {err:.1e}"))
         del call, out
-    except RuntimeError as exc:
+    except Exception as exc:  # torch's refusal (RuntimeError, NotImplementedError, ValueError...): recorded
         refusals.append(f"torch rowwise M={m} {n}x{k}: {str(exc).splitlines()[0][:200]}")
     tsa = torch_.tensor(sa)
     tried = []
     for label, fa, fb in BLOCKWISE_LAYOUTS:
         try:
             call, out = torch_.enqueue(ta, fa(tsa), tw, tsb, fb)
-        except RuntimeError as exc:
+        except Exception as exc:  # a layout this torch refuses: the next is tried
             tried.append(f"{label}: {str(exc).splitlines()[0][:160]}")
             continue
         err = _relative(torch_.rows(out, sample), want)
