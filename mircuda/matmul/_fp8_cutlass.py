@@ -12,6 +12,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from ..dtypes import bf16, dtype_info, e4m3, f32, u8
+from ._dense import _destroy  # the dense CUTLASS plans' finalizer: the same library calls
 from ._library import NOT_IMPLEMENTABLE, CutlassLibrary, KernelInfo
 from ._spec import Operand
 

@@ -412,7 +412,7 @@ def run_cutlass(context, stream, pool, rng, plan, alpha=1.0, beta=0.0, separate_
 @pytest.mark.parametrize("n, k", CUTLASS_SHAPES, ids=str)
 def test_the_cutlass_plan_matches_float64_of_the_dequantized_operands(context, stream, pool, rng, fp8_library, m, n,
                                                                       k) -> None:
-    if m == 2048 and n * k > 1024 * 1040:
+    if m == 2048 and n * k > 1032 * 1040:
         pytest.skip("the float64 reference of 2048 x 4096 x 4096 is slow on the host; M = 2048 runs the others")
     plan = cutlass_plan(context, stream, fp8_library, m, n, k)
     family = plan.kernel_info.family
