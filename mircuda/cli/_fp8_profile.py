@@ -168,6 +168,8 @@ BLOCKWISE_LAYOUTS: tuple[tuple[str, Any, Any], ...] = (
     ("sa [M, K/128], sb [K/128, N/128]", lambda s: s.contiguous(), lambda s: s.t().contiguous()),
     ("sa [M, K/128] outer-major, sb [N/128, K/128]^T", lambda s: s.t().contiguous().t(), lambda s: s.t()),
     ("sa [M, K/128], sb [N/128, K/128]^T", lambda s: s.contiguous(), lambda s: s.t()),
+    ("sa [M, K/128] outer-major, sb [N/128, K/128]", lambda s: s.t().contiguous().t(), lambda s: s),
+    ("sa [M, K/128], sb [N/128, K/128]", lambda s: s.contiguous(), lambda s: s),
 )
 """Scale layouts tried for torch's blockwise ``_scaled_mm`` (``sb`` is kept [N/128, K/128] like ours and
 transformed once per bank before timing); the first that torch accepts and that matches float64 is measured."""
