@@ -188,9 +188,10 @@ def _fp8_numerics(context: Any, stream: Any, pool: Any, lib: Any, kernel: Any, s
     c0 = values(m, n) if beta else np.full((m, n), np.nan, np.float32).astype(mc.bf16)
     plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k), kernel=kernel.name, library=lib)
     bufs = [upload(context, stream, pool, host.ravel()) for host in (a, sa, b, sb, c0)]
-    plan.execute(stream, *bufs[:4], bufs[4], alpha, beta)
+    da, dsa, db, dsb, dd = bufs
+    plan.execute(stream, da, dsa, db, dsb, dd, alpha, beta)
     back = context.allocate_pinned(mc.bf16, m * n)
-    stream.copy_to_host(bufs[4], back)
+    stream.copy_to_host(dd, back)
     got = back.to_numpy().astype(np.float64).reshape(m, n)
     for buf in bufs:
         buf.free(stream)
