@@ -100,3 +100,100 @@ def test_the_dequantized_reference_uses_block_scales() -> None:
     deq = fp._dequantize(codes, scales, 128)
     assert deq[129, 299] == float(codes[129, 299]) * float(scales[1, 2])
     assert deq[5, 130] == float(codes[5, 130]) * float(scales[0, 1])
+
+
+# -- the torch rows' logic, on a numpy stand-in of _TorchFp8 -----------------------------------------
+class _T(__import__("numpy").ndarray):
+    """A numpy array with the two tensor methods the layouts use (``t``, ``contiguous``)."""
+
+    def t(self):  # type: ignore[no-untyped-def]
+        return self.T
+
+    def contiguous(self):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        return np.ascontiguousarray(self).view(_T)
+
+
+class _FakeTorch:
+    """``_scaled_mm`` in float64: rowwise for [M, 1] scales; blockwise only for the layout ``accept``
+    (sa C- or F-ordered, sb [K/128, N/128] C-ordered), reading sb transposed when ``wrong``."""
+
+    def __init__(self, accept_sa_fortran: bool, wrong: bool = False, refuse_rowwise: bool = False) -> None:
+        import contextlib
+        from types import SimpleNamespace
+
+        import numpy as np
+
+        self.stream = None
+        self.accept_sa_fortran, self.wrong, self.refuse_rowwise = accept_sa_fortran, wrong, refuse_rowwise
+        self.t = SimpleNamespace(cuda=SimpleNamespace(stream=lambda s: contextlib.nullcontext()), float32=np.float32,
+                                 ones=lambda *shape, device, dtype: np.ones(shape).view(_T))
+
+    def tensor(self, host):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        return np.asarray(host).astype(np.float64).view(_T)
+
+    def enqueue(self, a, sa, ws, sbs, transform):  # type: ignore[no-untyped-def]
+        import numpy as np
+
+        b = np.asarray(ws[0])
+        sb = transform(sbs[0] if isinstance(sbs, list) else sbs)
+        if sa.shape[1] == 1:
+            if self.refuse_rowwise:
+                raise RuntimeError("rowwise refused\nsecond line")
+            return (lambda i: None), np.asarray(a) @ b.T
+        kb, nb = -(-a.shape[1] // 128), -(-b.shape[0] // 128)
+        fortran = not sa.flags["C_CONTIGUOUS"]
+        if fortran != self.accept_sa_fortran or sb.shape != (kb, nb) or not sb.flags["C_CONTIGUOUS"]:
+            raise RuntimeError(f"layout refused: sa {sa.shape} sb {sb.shape}")
+        cols = np.arange(a.shape[1]) // 128
+        s = np.asarray(sb).T if not self.wrong else np.asarray(sb).T[::-1]
+        a64 = np.asarray(a) * np.asarray(sa)[:, cols]
+        b64 = b * s[(np.arange(b.shape[0]) // 128)[:, None], cols[None, :]]
+        return (lambda i: None), a64 @ b64.T
+
+    def rows(self, out, rows):  # type: ignore[no-untyped-def]
+        return out[rows]
+
+
+def _torch_case(fake: _FakeTorch) -> tuple[list[fp.Fp8Row], list[str], list[str]]:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    m, n, k = 5, 256, 384
+    a, sa = fp._operands(rng, m, k, m)
+    b, sb = fp._operands(rng, n, k, 2)
+    sample = fp._sample_rows(m)
+    want = fp._dequantize(a[sample], sa[sample], 1) @ fp._dequantize(b, sb, 128).T
+    rows: list[fp.Fp8Row] = []
+    failures: list[str] = []
+    refusals: list[str] = []
+    timer = SimpleNamespace(median=lambda call, calls, repeats: 10.0)
+    fp._torch_rows(fake, timer, SimpleNamespace(calls=1, repeats=1), a, sa, b.astype(np.float64), want, sample,
+                   [fake.tensor(b)], [fake.tensor(sb)], m, n, k, rows, failures, refusals)
+    return rows, failures, refusals
+
+
+def test_torch_rows_measure_rowwise_and_the_first_correct_blockwise_layout() -> None:
+    rows, failures, refusals = _torch_case(_FakeTorch(accept_sa_fortran=False))
+    assert failures == [] and refusals == []
+    assert [r.path for r in rows] == ["torch rowwise (_scaled_mm)", "torch blockwise (_scaled_mm)"]
+    assert rows[1].note.startswith(fp.BLOCKWISE_LAYOUTS[1][0])  # the outer-major one was refused
+
+
+def test_a_layout_torch_accepts_but_computes_wrongly_is_not_measured() -> None:
+    rows, failures, refusals = _torch_case(_FakeTorch(accept_sa_fortran=True, wrong=True))
+    assert [r.path for r in rows] == ["torch rowwise (_scaled_mm)"] and failures == []
+    (refusal,) = refusals
+    assert refusal.startswith("torch blockwise M=5 256x384: ") and "relative error" in refusal
+    assert "layout refused" in refusal
+
+
+def test_torch_refusals_are_recorded_not_raised() -> None:
+    rows, failures, refusals = _torch_case(_FakeTorch(accept_sa_fortran=True, refuse_rowwise=True))
+    assert [r.path for r in rows] == ["torch blockwise (_scaled_mm)"] and failures == []
+    assert refusals == ["torch rowwise M=5 256x384: rowwise refused"]
