@@ -289,10 +289,11 @@ def test_sass_functions_are_classified_by_operator_class_and_input() -> None:
 
 @pytest.mark.cutlass
 def test_the_sass_check_reads_a_built_library() -> None:
-    from mircuda.cli._cutlass_check import _cuobjdump, sass_check
+    from mircuda.cli._cutlass_check import sass_check
+    from mircuda.matmul._sass import find_cuobjdump
 
     path = _build.find_library()
-    if _cuobjdump() is None:
+    if find_cuobjdump() is None:
         pytest.skip("needs cuobjdump (the CUDA toolkit or the nvidia-cuda-cuobjdump wheel)")
     report = sass_check(path)
     assert report.ok, report

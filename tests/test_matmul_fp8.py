@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import mircuda as mc
-from mircuda.matmul import _fp8, _quantize
+from mircuda.matmul import _fp8, _library, _quantize
 from mircuda.matmul._fp8 import (
     FP8_GEMV_MAX_M,
     fp8_gemv_executor,
@@ -362,11 +362,24 @@ def test_k_not_a_multiple_of_16_is_refused_by_name(monkeypatch, k) -> None:
 
 
 @pytest.mark.parametrize("m", [17, 64, 8192])
-def test_m_above_16_is_not_available_yet_and_says_why(monkeypatch, m) -> None:
+def test_m_above_16_without_a_library_names_the_build_command(monkeypatch, m) -> None:
     context, stream = stand_ins(monkeypatch)
-    with pytest.raises(mc.BlockwiseFp8Unavailable, match="CUTLASS") as info:
+
+    def missing() -> Any:
+        raise mc.CutlassNotFound("the CUTLASS library is not built: run `python -m mircuda build-cutlass`")
+
+    monkeypatch.setattr(_library, "load_library", missing)
+    with pytest.raises(mc.CutlassNotFound, match="build-cutlass"):
         mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, 4096, 4096))
-    assert isinstance(info.value, mc.UnsupportedPlatform) and f"M = {m}" in str(info.value)
+
+
+@pytest.mark.parametrize("cc", [(8, 9), (10, 0)])
+def test_m_above_16_on_a_device_without_cutlass_fp8_kernels_is_unavailable_by_name(monkeypatch, cc) -> None:
+    context, stream = stand_ins(monkeypatch, cc=cc)
+    monkeypatch.setattr(_library, "load_library", lambda: (_ for _ in ()).throw(mc.CutlassNotFound("none")))
+    with pytest.raises(mc.BlockwiseFp8Unavailable, match=f"compute capability {cc[0]}.{cc[1]}") as info:
+        mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(17, 4096, 4096))
+    assert isinstance(info.value, mc.UnsupportedPlatform) and "M = 17" in str(info.value)
 
 
 @pytest.mark.parametrize("m", [1, 2, 16])

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import mircuda as mc
-from mircuda.matmul import _build, _fp8_sass, _library
+from mircuda.matmul import _build, _fp8_sass, _library, _sass
 
 HEADER = _build.project_dir() / "include" / "mircuda_cutlass.h"
 FP8_NAMES = {"sm90_blockwise_coop_128x128x128_c1x2_e4m3_bf16": "sm90_blockwise_cooperative",
@@ -217,7 +217,7 @@ def test_fp8_functions_are_recognized_by_their_mangled_names() -> None:
 @pytest.mark.parametrize("arch, prefix", [("sm_120f", "sm120_"), ("sm_90a", "sm90_")])
 def test_the_fp8_kernels_issue_fp8_tensor_core_mmas(arch, prefix) -> None:
     path = _built_library()
-    if path is None or _fp8_sass._cuobjdump() is None:
+    if path is None or _sass.find_cuobjdump() is None:
         pytest.skip("needs a built libmircuda_cutlass.so and cuobjdump (with nvdisasm)")
     lib = _library.CutlassLibrary(path)
     count = sum(k.family.startswith(prefix) for k in lib.scaled_kernels)
@@ -226,9 +226,60 @@ def test_the_fp8_kernels_issue_fp8_tensor_core_mmas(arch, prefix) -> None:
     report = _fp8_sass.blockwise_fp8_sass_check(path, arch)
     assert report.ok, report
     assert len(report.functions) == count and all(f.mma_count > 0 for f in report.functions)
+    mma = "QMMA.16832.F32.E4M3.E4M3" if arch == "sm_120f" else "QGMMA.64x"
+    assert all(any(op.startswith(mma) for op in f.opcodes) for f in report.functions), report
+
+
+def test_the_sass_helpers_split_functions_and_name_the_fp8_mma_opcodes() -> None:
+    text = ("\n\tFunction : _Z3onev\n  /*0010*/ QMMA.16832.F32.E4M3.E4M3 R4, R8, R12, R4 ;\n"
+            "  /*0020*/ QMMA.16832.F32.E4M3.E4M3 R8, R8, R12, R8 ;\n"
+            "\tFunction : _Z3twov\n  /*0010*/ QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], R24 ;\n  HMMA.16816.F32 R0 ;\n")
+    (one, body1), (two, body2) = _sass.sass_functions(text)
+    assert (one, two) == ("_Z3onev", "_Z3twov")
+    assert _fp8_sass.mma_opcodes(body1) == ["QMMA.16832.F32.E4M3.E4M3"]
+    assert _fp8_sass.mma_opcodes(body2) == ["QGMMA.64x128x32.F32.E4M3.E4M3"]
+
+
+def test_the_sass_check_reports_a_missing_cuobjdump(monkeypatch) -> None:
+    monkeypatch.setattr(_sass, "find_cuobjdump", lambda: None)
+    report = _fp8_sass.blockwise_fp8_sass_check(Path("unused.so"), "sm_90a")
+    assert not report.ok and "cuobjdump not found" in report.error
 
 
 def test_the_sass_check_takes_only_the_library_archs() -> None:
     with pytest.raises(mc.ContractError) as info:
         _fp8_sass.blockwise_fp8_sass_check(Path("unused.so"), "sm_120a")
     assert info.value.argument == "arch"
+
+
+def test_cutlass_check_runs_fp8_shapes_each_kernel_takes() -> None:
+    from mircuda.cli._cutlass_check import _fp8_shapes
+    from mircuda.matmul._select import fp8_gemv_entry
+    from test_matmul_fp8_select import TABLE
+
+    for kernel in (*TABLE, fp8_gemv_entry()):
+        shapes = _fp8_shapes(kernel.family)
+        assert shapes and all(not kernel.refusal(*s) for s in shapes), kernel.name
+        if kernel.origin == "nvrtc":
+            assert all(s[0] <= 16 for s in shapes)
+        else:
+            assert any(s[0] > 16 for s in shapes)
+    # Partial last 128-blocks of N and K where the SM90 kernels take them.
+    sm90 = [s for x in TABLE if x.family.startswith("sm90") for s in _fp8_shapes(x.family)]
+    assert any(s[1] % 128 for s in sm90) and any(s[2] % 128 for s in sm90)
+
+
+def test_cutlass_check_checks_the_fp8_sass_of_the_archs_the_library_holds(monkeypatch, capsys) -> None:
+    from types import SimpleNamespace
+
+    from mircuda.cli import _cutlass_check
+    from test_matmul_fp8_select import TABLE
+
+    failures: list[str] = []
+    assert _cutlass_check._fp8_sass(SimpleNamespace(scaled_kernels=(), path="x.so"), failures) == []
+    assert failures == [] and "no blockwise FP8 kernels" in capsys.readouterr().out
+    monkeypatch.setattr(_sass, "find_cuobjdump", lambda: None)
+    out = _cutlass_check._fp8_sass(SimpleNamespace(scaled_kernels=TABLE, path="x.so"), failures)
+    assert [o["arch"] for o in out] == ["sm_120f", "sm_90a"]
+    assert failures == ["FP8 SASS check of sm_120f", "FP8 SASS check of sm_90a"]
+    assert "cuobjdump not found" in capsys.readouterr().out

@@ -1,22 +1,23 @@
 """``python -m mircuda cutlass-check``: find (or build) the CUTLASS library, run every kernel that
-runs on this GPU -- the library's and DenseMatmulPlan's NVRTC kernels (the dense vector kernel for
-M = 1, the batched GEMV for M <= 16) -- against a
-float64 numpy reference, and check the SASS of every sm_120f kernel for the tensor-core instructions it
-is meant to use (``cuobjdump``)."""
+runs on this GPU -- the library's dense kernels and DenseMatmulPlan's NVRTC kernels (the dense vector
+kernel for M = 1, the batched GEMV for M <= 16) against a float64 numpy reference; every blockwise FP8
+kernel (the library's, through BlockwiseFp8Plan with ``kernel=``, and the NVRTC FP8 GEMV) against a
+float64 product of the dequantized operands -- and check the SASS (``cuobjdump``) of every sm_120f
+dense kernel for the tensor-core instructions it is meant to use and of every FP8 kernel (sm_120f and
+sm_90a) for the FP8 tensor-core MMA, naming the opcode found."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
-import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ..matmul._sass import disassemble, sass_functions
 
 __all__ = ["SassReport", "classify_function", "cutlass_check", "register", "sass_check"]
 
@@ -72,30 +73,14 @@ def classify_function(mangled: str) -> tuple[str, str] | None:
     return kind, "bf16" if first == i_bf16 else "f16"
 
 
-def _cuobjdump() -> str | None:
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    try:
-        from ..matmul._build import _find_nvcc
-
-        candidate = _find_nvcc().parent / "cuobjdump"
-        return str(candidate) if candidate.is_file() else None
-    except Exception:
-        return None
-
-
 def sass_check(library: Path, arch: str = "sm_120f") -> SassReport:
     """Disassemble the library's ``arch`` code and check each kernel's instructions (see EXPECTED)."""
     stub_free = STUB_MARKER not in library.read_bytes()
-    tool = _cuobjdump()
-    if tool is None:
-        return SassReport(arch, [], stub_free, "cuobjdump not found (CUDA toolkit bin/ on PATH)")
-    out = subprocess.run([tool, "-sass", "-arch", arch, str(library)], capture_output=True, text=True)
-    if out.returncode:
-        return SassReport(arch, [], stub_free, f"cuobjdump failed: {out.stderr.strip()[:300]}")
+    sass, error = disassemble(library, arch)
+    if error:
+        return SassReport(arch, [], stub_free, error)
     functions: list[SassFunction] = []
-    for name, body in _functions(out.stdout):
+    for name, body in sass_functions(sass):
         kind = classify_function(name)
         if kind is None:
             continue
@@ -107,11 +92,6 @@ def sass_check(library: Path, arch: str = "sm_120f") -> SassReport:
     if not functions:
         return SassReport(arch, [], stub_free, f"no CUTLASS kernels in the {arch} code of {library.name}")
     return SassReport(arch, functions, stub_free)
-
-
-def _functions(sass: str) -> list[tuple[str, str]]:
-    parts = re.split(r"^\s*Function : (\S+)\s*$", sass, flags=re.M)
-    return [(parts[i], parts[i + 1]) for i in range(1, len(parts) - 1, 2)]
 
 
 @dataclass
@@ -170,6 +150,116 @@ def _numerics(context: Any, stream: Any, pool: Any, lib: Any, kernel: Any, shape
     return NumericsRow(kernel.name, kernel.family, m, n, k, alpha, beta, excess, excess <= 1.0)
 
 
+FP8_ACCUMULATION = 2.0**-11
+"""FP8 kernels' error allowed relative to sum |alpha a_k b_k| of the dequantized operands: Hopper's FP8
+WGMMA accumulates with fewer than FP32's bits (DeepSeek-V3 technical report, section 3.3.2); the
+blockwise mainloops promote each 128-K block's partial sum into FP32."""
+
+
+def _fp8_shapes(family: str) -> list[tuple[int, int, int]]:
+    """Shapes per FP8 kernel family: partial last 128-blocks of N and K where the kernel takes them."""
+    return {"fp8_gemv": [(1, 1000, 1040), (16, 37, 304), (5, 4096, 4096)],
+            "sm90_blockwise_pingpong": [(17, 1032, 1040), (256, 4096, 528)],
+            "sm90_blockwise_cooperative": [(300, 136, 272), (2048, 1024, 1024)],
+            "sm120_blockwise": [(17, 1024, 1024), (300, 256, 4096)]}.get(family, [(64, 1024, 1024)])
+
+
+def _fp8_numerics(context: Any, stream: Any, pool: Any, lib: Any, kernel: Any, shape: tuple[int, int, int],
+                  rng: np.random.Generator) -> NumericsRow:
+    """One FP8 kernel through BlockwiseFp8Plan(kernel=...) on quantized random operands (rows of
+    magnitudes 2**-8..2**8), a NaN-poisoned D, against float64 of the dequantized operands."""
+    import mircuda as mc
+    from mircuda.matmul import (
+        dequantize_reference,
+        quantize_activations_reference,
+        quantize_weights_reference,
+    )
+
+    from ._matmul_bench import upload
+
+    m, n, k = shape
+    alpha, beta = float(rng.uniform(0.5, 2.0)), float(rng.choice([0.0, rng.uniform(0.25, 1.0)]))
+
+    def values(*dims: int) -> np.ndarray:
+        x = rng.standard_normal(dims) * np.exp2(rng.integers(-8, 8, size=dims[:-1] + (1,)))
+        return x.astype(np.float32).astype(mc.bf16)
+
+    a, sa = quantize_activations_reference(values(m, k))
+    b, sb = quantize_weights_reference(values(n, k))
+    c0 = values(m, n) if beta else np.full((m, n), np.nan, np.float32).astype(mc.bf16)
+    plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k), kernel=kernel.name, library=lib)
+    bufs = [upload(context, stream, pool, host.ravel()) for host in (a, sa, b, sb, c0)]
+    da, dsa, db, dsb, dd = bufs
+    plan.execute(stream, da, dsa, db, dsb, dd, alpha, beta)
+    back = context.allocate_pinned(mc.bf16, m * n)
+    stream.copy_to_host(dd, back)
+    got = back.to_numpy().astype(np.float64).reshape(m, n)
+    for buf in bufs:
+        buf.free(stream)
+    plan.close()
+    a64, b64 = dequantize_reference(a, sa, (1, 128)), dequantize_reference(b, sb, (128, 128))
+    c64 = c0.astype(np.float64)
+    want = alpha * (a64 @ b64.T) + (beta * c64 if beta else 0)
+    mag = alpha * (np.abs(a64) @ np.abs(b64).T) + (beta * np.abs(c64) if beta else 0)
+    bound = 2 * 2.0**-8 * np.abs(want) + FP8_ACCUMULATION * mag + 1e-30
+    excess = float(np.max(np.abs(got - want) / bound)) if np.isfinite(got).all() else float("inf")
+    return NumericsRow(kernel.name, kernel.family, m, n, k, alpha, beta, excess, excess <= 1.0)
+
+
+def _fp8_check(context: Any, stream: Any, pool: Any, lib: Any, rng: np.random.Generator, rows: list[NumericsRow],
+               failures: list[str]) -> None:
+    """Every FP8 kernel that runs on the device (cc >= 8.9): numerics rows appended, failures named."""
+    import mircuda as mc
+    from mircuda.matmul._select import fp8_gemv_entry
+
+    info = context.device_info()
+    if info.compute_capability < (8, 9):
+        print(f"FP8: none runs on {info.name} (cc < 8.9)")
+        return
+    kernels = [fp8_gemv_entry(), *(x for x in lib.scaled_kernels if x.runs_on(info.compute_capability))]
+    print(f"FP8 numerics: {len(kernels)} blockwise kernels run here ({', '.join(x.name for x in kernels)}); bound "
+          f"|got - want| <= 2u|want| + 2**-11 sum|a b| (dequantized)")
+    for kernel in kernels:
+        for shape in _fp8_shapes(kernel.family):
+            try:
+                row = _fp8_numerics(context, stream, pool, lib, kernel, shape, rng)
+            except mc.MircudaError as exc:
+                row = NumericsRow(kernel.name, kernel.family, *shape, 0, 0, float("inf"), False,
+                                  f"{type(exc).__name__}: {exc}"[:200])
+            rows.append(row)
+            print(f"  {'ok  ' if row.ok else 'FAIL'} {row.kernel:<48} M={row.m:<5} N={row.n:<5} K={row.k:<5} "
+                  f"beta={row.beta:.2f} error/bound {row.max_excess:.3f} {row.note}")
+            if not row.ok:
+                failures.append(f"{row.kernel} {shape}")
+
+
+def _fp8_sass(lib: Any, failures: list[str]) -> list[dict[str, Any]]:
+    """The FP8 SASS check of each arch the library holds FP8 kernels for (sm_120f, sm_90a), with the MMA
+    opcodes found."""
+    from dataclasses import asdict as as_dict
+
+    from ..matmul._fp8_sass import blockwise_fp8_sass_check
+
+    archs = [arch for arch, code in (("sm_120f", 120), ("sm_90a", 90))
+             if any(code in x.archs for x in lib.scaled_kernels)]
+    if not archs:
+        print("FP8 SASS: the library holds no blockwise FP8 kernels (built without the FP8 family)")
+        return []
+    out = []
+    for arch in archs:
+        report = blockwise_fp8_sass_check(Path(lib.path), arch)
+        print(f"FP8 SASS of the {arch} kernels:")
+        if report.error:
+            print(f"  FAIL {report.error}")
+        for f in report.functions:
+            print(f"  {'ok  ' if f.ok else 'FAIL'} {', '.join(f.opcodes) or 'no FP8 MMA'} x{f.mma_count} "
+                  f"missing {f.missing or '-'} unexpected {f.unexpected or '-'}  {f.name[:60]}")
+        if not report.ok:
+            failures.append(f"FP8 SASS check of {arch}")
+        out.append({"arch": arch, "error": report.error, "functions": [as_dict(f) for f in report.functions]})
+    return out
+
+
 def cutlass_check(args: Any) -> int:
     import mircuda as mc
 
@@ -213,6 +303,7 @@ def cutlass_check(args: Any) -> int:
                       f"error/bound {row.max_excess:.3f} {row.note}")
                 if not row.ok:
                     failures.append(f"{row.kernel} {shape}")
+        _fp8_check(context, stream, pool, lib, rng, rows, failures)
         stream.synchronize()
     report = sass_check(Path(lib.path))
     print(f"SASS of the {report.arch} kernels ({'no' if report.stub_free else 'SOME'} printf stubs in the library):")
@@ -227,6 +318,7 @@ def cutlass_check(args: Any) -> int:
     print(f"  {len(report.functions)} kernels checked: {counts}")
     if not report.ok:
         failures.append(f"SASS check of {report.arch}")
+    fp8_sass = _fp8_sass(lib, failures)
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w") as fh:
@@ -234,6 +326,7 @@ def cutlass_check(args: Any) -> int:
                        "numerics": [asdict(r) for r in rows],
                        "sass": {"arch": report.arch, "stub_free": report.stub_free, "error": report.error,
                                 "functions": [asdict(f) for f in report.functions]},
+                       "fp8_sass": fp8_sass,
                        "failures": failures}, fh, indent=2)
     for failure in failures:
         print(f"FAILED: {failure}", file=sys.stderr)
@@ -243,7 +336,7 @@ def cutlass_check(args: Any) -> int:
 
 def register(sub: Any) -> None:
     """Add ``cutlass-check`` to the CLI's subparsers."""
-    p = sub.add_parser("cutlass-check", help="every CUTLASS plan vs float64 numpy on the GPU; SASS of the sm_120f kernels")
+    p = sub.add_parser("cutlass-check", help="every CUTLASS and FP8 plan vs float64 numpy on the GPU; SASS of the sm_120f (and FP8 sm_90a) kernels")
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--json", default="benchmarks/results/cutlass_check.json")
     p.set_defaults(func=cutlass_check)

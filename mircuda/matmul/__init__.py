@@ -6,9 +6,10 @@ kernels for M <= 16: the dense vector kernel at M = 1, the batched GEMV above; C
 this package never loads it.
 
 Blockwise FP8 (DeepSeek-V3: E4M3 with FP32 scales per 1 x 128 activation and 128 x 128 weight block,
-BF16 out): ``BlockwiseFp8VectorPlan`` (M = 1) and ``BlockwiseFp8Plan`` (M <= 16; larger M raises
-``BlockwiseFp8Unavailable`` until the CUTLASS kernels are built), NVRTC kernels for cc >= 8.9;
-``BlockwiseFp8Quantizer`` makes the operands on the device, ``quantize_*_reference`` in numpy.
+BF16 out): ``BlockwiseFp8VectorPlan`` (M = 1) and ``BlockwiseFp8Plan`` (M <= 16: NVRTC kernels for
+cc >= 8.9; larger M: the library's CUTLASS blockwise kernels on SM90 and SM12x, else
+``BlockwiseFp8Unavailable`` naming why); ``BlockwiseFp8Quantizer`` makes the operands on the device,
+``quantize_*_reference`` in numpy.
 """
 
 from ._build import CutlassNotFound

@@ -1,12 +1,13 @@
-"""Blockwise FP8 plans (DeepSeek-V3 style): ``BlockwiseFp8VectorPlan`` (M = 1) and ``BlockwiseFp8Plan``
-(M <= 16 today), both the NVRTC kernel of ``cuda_src/fp8_vector.cu``.
+"""Blockwise FP8 plans (DeepSeek-V3 style): ``BlockwiseFp8VectorPlan`` (M = 1, the NVRTC kernel of
+``cuda_src/fp8_vector.cu``) and ``BlockwiseFp8Plan`` (any M: that kernel for M <= 16, the CUTLASS
+blockwise kernels of ``libmircuda_cutlass.so`` above, see :mod:`mircuda.matmul._fp8_cutlass`).
 
 ``D[M, N] = alpha * sum_kb sa[m, kb] * sb[n / 128, kb] * (A[m, kb] . B[n, kb]) + beta * C[M, N]`` with
 FP32 accumulation, A E4M3 ``[M, K]`` row-major, ``sa`` FP32 ``[M, ceil(K/128)]`` row-major, B E4M3
 ``[N, K]`` row-major, ``sb`` FP32 ``[ceil(N/128), ceil(K/128)]`` row-major, C and D BF16 ``[M, N]``
 (the layouts and their sources: :mod:`mircuda.matmul._quantize`). Partial last blocks of K and N are
-supported; K must be a multiple of 16 (16-byte rows: the kernels' loads, and TMA's rule for the CUTLASS
-kernels to come).
+supported (by the NVRTC and SM90 kernels); K must be a multiple of 16 (16-byte rows: the kernels' loads, and TMA's
+rule for the CUTLASS kernels, which also need N a multiple of 8 on SM90 and N, K multiples of 128 on SM12x).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from ..compile import CompileOptions, Compiler, CudaSource
 from ..dtypes import bf16, dtype_info, e4m3, f32, i32
-from ..errors import ContractError, UnsupportedPlatform
+from ..errors import ContractError, CutlassNotFound, MircudaError, UnsupportedPlatform
 from ..launch import In, InOut, LaunchConfig, cuda_export
 from ..memory import DeviceBuffer
+from ._fp8_cutlass import CutlassFp8, cutlass_fp8_operands
+from ._library import CutlassLibrary, KernelInfo
 from ._quantize import activation_scale_shape, weight_scale_shape
 from ._spec import (
     DenseMatmulSpec,
@@ -70,9 +73,9 @@ SYMBOL = "blockwise_fp8_gemv"
 
 
 class BlockwiseFp8Unavailable(UnsupportedPlatform):
-    """The blockwise FP8 plan has no kernel for this shape yet: M > 16 needs the CUTLASS blockwise FP8
-    kernels (SM90 ``KernelTmaWarpSpecializedCooperativeFP8Blockwise`` of CUTLASS example 67, SM120 the
-    blockwise kernels of example 87), which are not built into ``libmircuda_cutlass.so`` yet."""
+    """No blockwise FP8 kernel runs this shape on this device: M > 16 needs a CUTLASS blockwise FP8 kernel
+    (SM90: sm_90a, CUTLASS example 67; SM12x: sm_120f, example 87) that the library holds and whose M,
+    N, K multiples (``KernelInfo.multiples``) the shape meets; the message names what is missing."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -381,54 +384,176 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
 class BlockwiseFp8Plan(_Fp8PlanBase):
     """``D[M, N] = alpha * sum_kb sa[m, kb] * sb[n / 128, kb] * (A[m, kb] . B[n, kb]) + beta * C[M, N]``
     (DeepSeek-V3 blockwise FP8; layouts and sources in :mod:`mircuda.matmul._quantize`) with FP32
-    accumulation, by a kernel chosen for the shape at construction (see :meth:`describe`).
+    accumulation, by a kernel chosen for the shape and the device at construction (see :meth:`describe`).
 
     Operands: ``a`` E4M3 ``[M, K]`` row-major, ``sa`` FP32 ``[M, ceil(K/128)]`` row-major, ``b`` E4M3
     ``[N, K]`` row-major, ``sb`` FP32 ``[ceil(N/128), ceil(K/128)]`` row-major, ``d`` and ``c`` BF16
-    ``[M, N]`` row-major. N any; K a multiple of 16; partial last 128-blocks of K and N are supported.
+    ``[M, N]`` row-major: the quantizers' layouts, which every kernel reads as they are (the CUTLASS
+    kernels' scales are K-major). K a multiple of 16; partial last 128-blocks of K and N are supported.
 
-    Kernels: for M <= 16 (decode) the NVRTC kernel of ``cuda_src/fp8_vector.cu`` compiled for M
-    (compute capability >= 8.9): every weight read once, each decoded E4M3 pair used for all M rows.
-    M > 16 needs the CUTLASS blockwise FP8 kernels (SM90 TMA + WGMMA, CUTLASS example 67; SM120,
-    example 87), **not available yet**: construction raises :class:`BlockwiseFp8Unavailable`.
+    Kernels (:func:`~mircuda.matmul._select.select_fp8_kernel`): for M <= 16 (decode) the NVRTC kernel of
+    ``cuda_src/fp8_vector.cu`` compiled for M (cc >= 8.9, any N): every weight read once, each decoded
+    E4M3 pair used for all M rows. Larger M runs the CUTLASS blockwise FP8 kernels of
+    ``libmircuda_cutlass.so``: on SM90 (sm_90a) TMA + WGMMA warp-specialized kernels (CUTLASS example
+    67), the 64x128x128 ping-pong kernel for M <= 256 and the 128x128x128 cooperative kernel (1x2
+    cluster) above (an unmeasured threshold: ``fp8-profile`` decides it), N a multiple of 8; on SM12x
+    (sm_120f) the 128x128x128 kernel (example 87), N and K multiples of 128. Shapes those kernels
+    cannot take, and other devices, raise :class:`BlockwiseFp8Unavailable` naming why.
 
     Args:
-        context: the context the plan runs in. stream: the stream it is bound to.
+        context: the context the plan runs in. stream: the stream it is bound to; a CUTLASS plan's
+            workspace is allocated from the context's default pool on it and kept until :meth:`close`.
         spec: ``DenseMatmulSpec(m, n, k)``.
+        kernel: force a kernel by name: ``"blockwise_fp8_gemv"`` (M <= 16) or a name of
+            ``CutlassLibrary.scaled_kernels`` that runs on the device and takes the shape.
+        library: a loaded :class:`CutlassLibrary` (default: :func:`load_library` when a CUTLASS kernel
+            is needed).
         compiler: the Compiler of the NVRTC kernel (default: one shared per context).
-        warps: warps per block splitting K (1, 2, 4 or 8; default: one wave).
+        warps: warps per block splitting K for the NVRTC kernel (1, 2, 4 or 8; default: one wave);
+            must be None when a CUTLASS kernel runs.
+
+    Streams: the plan is bound to ``stream`` (its workspace and the library's launch parameters belong
+    to one execution at a time); ``execute`` refuses another stream, and the plan's while it is forked
+    into a capture begun on another stream. A capture on the plan's stream records the execution.
 
     Raises:
-        ContractError: bad context, stream, spec (K not a multiple of 16, named ``spec``), ``compiler``
-            or ``warps``.
-        BlockwiseFp8Unavailable: M > 16 (the CUTLASS kernels are not built yet).
+        ContractError: bad context, stream, spec (K not a multiple of 16, named ``spec``), ``kernel``,
+            ``library``, ``compiler`` or ``warps``.
+        BlockwiseFp8Unavailable: no kernel for the shape on this device (M > 16 on a device other than
+            cc 9.x / 12.x, a library without the FP8 kernels for it, or N, K outside the kernel's
+            multiples).
+        CutlassNotFound: a CUTLASS kernel is needed and no library is built (the message gives the
+            build command).
+        CutlassError: the library refused the plan.
         UnsupportedPlatform: compute capability below 8.9.
         CompileError: NVRTC rejected the kernel (a bug; the log is attached).
     """
 
-    def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, *, compiler: Compiler | None = None,
+    def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, *, kernel: str | None = None,
+                 library: CutlassLibrary | None = None, compiler: Compiler | None = None,
                  warps: int | None = None) -> None:
+        from ._library import CutlassLibrary as _Library
+        from ._library import load_library
+        from ._select import FP8_GEMV_NAME, FP8_NVRTC_MAX_M, select_fp8_kernel
+
         plan_stream(stream, context)
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
+        if kernel is not None and not isinstance(kernel, str):
+            raise ContractError("kernel", "None or a kernel name", repr(kernel))
+        if library is not None and not isinstance(library, _Library):
+            raise ContractError("library", "None or a CutlassLibrary (mc.matmul.load_library())", repr(library))
         _check_spec_k(spec.k)
-        if spec.m > FP8_GEMV_MAX_M:
-            raise BlockwiseFp8Unavailable(
-                f"BlockwiseFp8Plan for M = {spec.m} > {FP8_GEMV_MAX_M} needs the CUTLASS blockwise FP8 kernels "
-                "(SM90 KernelTmaWarpSpecializedCooperativeFP8Blockwise, CUTLASS example 67; SM120 example 87), "
-                f"which are not available yet; M <= {FP8_GEMV_MAX_M} runs the NVRTC kernel")
         _check_cc(context, "BlockwiseFp8Plan")
+        lib, missing = library, None
+        needs_library = kernel != FP8_GEMV_NAME and (spec.m > FP8_NVRTC_MAX_M or kernel is not None)
+        if lib is None and needs_library:
+            try:
+                lib = load_library()
+            except CutlassNotFound as exc:
+                missing = exc
+        cc = context.device_info().compute_capability
+        try:
+            self._selection = select_fp8_kernel(lib.scaled_kernels if lib is not None else (), spec, cc, kernel)
+        except MircudaError:
+            # A device the library has kernels for hears how to build it; any other, that it has none.
+            if missing is not None and cc[0] in (9, 12):
+                raise missing from None
+            raise
         self._spec = spec
-        self._setup(context, stream, spec.m, spec.n, spec.k, compiler, warps)
+        self._lib = lib
+        self._closed = False
+        self._cutlass: CutlassFp8 | None = None
+        if self._selection.kernel.origin == "nvrtc":
+            self._setup(context, stream, spec.m, spec.n, spec.k, compiler, warps)
+            return
+        if warps is not None:
+            raise ContractError("warps", f"None: {self._selection.kernel.name} (CUTLASS) runs M = {spec.m}",
+                                repr(warps))
+        if compiler is not None:
+            plan_compiler(compiler, context)  # checked alike on every path
+        self._context, self._stream = context, stream
+        self._m, self._n, self._k = spec.m, spec.n, spec.k
+        self._in, self._out = dtype_info(e4m3), dtype_info(bf16)
+        self._sa_shape = activation_scale_shape(spec.m, spec.k)
+        self._sb_shape = weight_scale_shape(spec.n, spec.k)
+        self._numba = None
+        self._operands = cutlass_fp8_operands(self._selection.kernel, spec.m, spec.n, spec.k)
+        self._cutlass = CutlassFp8(context, stream, lib, self._selection.kernel, spec.m, spec.n, spec.k)  # type: ignore[arg-type]
+
+    # -- what runs ------------------------------------------------------------------------------
+    @property
+    def kernel_info(self) -> KernelInfo:
+        """The chosen kernel's table entry (``origin`` ``"nvrtc"`` for the NVRTC kernel, ``"cutlass"`` for
+        the library's, with its family, tile, cluster and multiples)."""
+        return self._selection.kernel
+
+    @property
+    def kernel_name(self) -> str:
+        return self._selection.kernel.name
+
+    @property
+    def kernel(self) -> TypedKernel:
+        """The bound NVRTC kernel (contract ``d, c, a, sa, b, sb, alpha, beta, n, k``: what a graph's
+        kernel node is updated with).
+
+        Raises:
+            ContractError: a CUTLASS kernel runs the plan (see :attr:`kernel_info`)."""
+        self._nvrtc_only("kernel")
+        return self._engine.kernel
+
+    @property
+    def launch_config(self) -> LaunchConfig:
+        """The NVRTC kernel's ``ceil(N / rows)`` blocks of ``32 * warps`` threads (ContractError for CUTLASS)."""
+        self._nvrtc_only("launch_config")
+        return self._engine.config
+
+    @property
+    def rows(self) -> int:
+        """The NVRTC kernel's weight rows per block (ContractError for CUTLASS)."""
+        self._nvrtc_only("rows")
+        return self._engine.rows
+
+    @property
+    def warps(self) -> int:
+        """The NVRTC kernel's warps per block splitting K (ContractError for CUTLASS)."""
+        self._nvrtc_only("warps")
+        return self._engine.warps
+
+    @property
+    def workspace_bytes(self) -> int:
+        """The CUTLASS plan's workspace, allocated at construction (0 for the NVRTC kernel)."""
+        return self._cutlass.workspace_bytes if self._cutlass is not None else 0
+
+    @property
+    def handle(self) -> int:
+        """The library's plan handle as an int; 0 for the NVRTC kernel and after :meth:`close`."""
+        return self._cutlass.handle if self._cutlass is not None else 0
+
+    @property
+    def library(self) -> CutlassLibrary | None:
+        return self._lib
+
+    def _nvrtc_only(self, what: str) -> None:
+        if self._cutlass is not None:
+            raise ContractError("plan", f"a plan running the NVRTC kernel (for .{what})",
+                                f"a plan running {self.kernel_name} (CUTLASS): see .kernel_info")
 
     def describe(self) -> str:
         """Which kernel runs and why, in one paragraph."""
         s = self._spec
-        return (f"BlockwiseFp8Plan e4m3 x e4m3 -> bf16 (1x128 activation / 128x128 weight FP32 scales), M={s.m} "
-                f"N={s.n} K={s.k} on {self._context.device_info().arch}: {self._engine.describe()}. Why: M = {s.m} "
-                f"<= {FP8_GEMV_MAX_M}: decode, bound by the {s.n}x{s.k} weight bytes, each read once and decoded "
-                f"once for all {s.m} row(s) of A (M > {FP8_GEMV_MAX_M} needs CUTLASS kernels not built yet)")
+        head = (f"BlockwiseFp8Plan e4m3 x e4m3 -> bf16 (1x128 activation / 128x128 weight FP32 scales, K-major), "
+                f"M={s.m} N={s.n} K={s.k} on {self._context.device_info().arch}: ")
+        if self._cutlass is None:
+            return f"{head}{self._engine.describe()}. Why: {self._selection.reason}"
+        k = self._selection.kernel
+        tile = "x".join(map(str, k.tile))
+        cluster = f", cluster {k.cluster[0]}x{k.cluster[1]}" if k.cluster != (1, 1) else ""
+        ws = f", workspace {self.workspace_bytes} B" if self.workspace_bytes else ""
+        return (f"{head}kernel {k.name} (CUTLASS {k.family}, tile {tile}{cluster}{ws}; M, N, K multiples of "
+                f"{k.multiples}). Why: {self._selection.reason}")
 
+    # -- the hot path -----------------------------------------------------------------------------
     def execute(self, stream: Stream, a: DeviceBuffer[Any], sa: DeviceBuffer[Any], b: DeviceBuffer[Any],
                 sb: DeviceBuffer[Any], d: DeviceBuffer[Any], alpha: float = 1.0, beta: float = 0.0,
                 c: DeviceBuffer[Any] | None = None) -> None:
@@ -439,17 +564,64 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
             stream: the plan's stream.
             a: E4M3 ``[M, K]``, 16-byte aligned. sa: FP32 ``[M, ceil(K/128)]``.
             b: E4M3 ``[N, K]``, 16-byte aligned. sb: FP32 ``[ceil(N/128), ceil(K/128)]``.
-            d: BF16 ``[M, N]``, written. c: BF16 ``[M, N]`` read when ``beta != 0``; ``None`` means ``d``.
+            d: BF16 ``[M, N]``, written (16-byte aligned for a CUTLASS kernel, 2 for the NVRTC one).
+            c: BF16 ``[M, N]`` read when ``beta != 0`` (aligned as ``d``); ``None`` means ``d``.
 
         Raises:
             ContractError: a stream that is not the plan's (or the plan's forked into a capture begun on
                 another stream), a buffer of the wrong type, dtype, context, length or alignment (named,
                 with the address), or a bad scalar; nothing is enqueued then.
-            UseAfterFree: a buffer was freed. ClosedResourceError: the plan's stream was closed.
-            CudaError: the driver refused the launch.
+            UseAfterFree: a buffer was freed. ClosedResourceError: the plan or its stream was closed.
+            CutlassError: the library failed to enqueue. CudaError: the driver refused the launch.
         """
-        self._execute(stream, a, sa, b, sb, d, alpha, beta, c)
+        if self._closed:
+            from ..errors import ClosedResourceError
+
+            raise ClosedResourceError("the BlockwiseFp8Plan was closed")
+        if self._cutlass is None:
+            self._execute(stream, a, sa, b, sb, d, alpha, beta, c)
+            return
+        self._check_stream(stream)
+        ctx = self._context
+        oa, osa, ob, osb, od, oc = self._operands
+        pa, psa = check_operand(oa, a, ctx), check_operand(osa, sa, ctx)
+        pb, psb = check_operand(ob, b, ctx), check_operand(osb, sb, ctx)
+        pd = check_operand(od, d, ctx)
+        pc = 0 if c is None else check_operand(oc, c, ctx)
+        fa, fb = check_scalar("alpha", alpha), check_scalar("beta", beta)
+        self._cutlass.execute(stream, pa, psa, pb, psb, pd, pc, fa, fb)
+
+    @property
+    def numba_execute(self) -> Any:
+        """An ``@numba.njit`` function ``execute(stream, a, sa, b, sb, d, c, alpha, beta) -> int`` over raw
+        handles (``Stream.handle``, ``DeviceBuffer.handle``; ``c`` = ``d``'s handle accumulates in place).
+        The NVRTC kernel's launches through :mod:`mircuda.numba_ext` and returns a ``CUresult`` (0
+        enqueued, 400 ``CUDA_ERROR_INVALID_HANDLE`` another stream, 1 ``CUDA_ERROR_INVALID_VALUE`` a
+        misaligned address: see :func:`fp8_gemv_executor`); a CUTLASS kernel's calls the library's
+        ``mircuda_cutlass_scaled_plan_execute`` and returns its status (0 enqueued, 1 another stream, 2 a
+        misaligned address: see :func:`~mircuda.matmul._fp8_cutlass.scaled_executor`). Nothing is
+        enqueued on a refusal; lengths and captures are not checked on this path. Keep the plan and its
+        stream alive (and open) while the function is used."""
+        if self._numba is None:
+            if self._cutlass is None:
+                self._numba = self._engine.numba_executor(self._stream.handle)
+            else:
+                self._numba = self._cutlass.numba_executor(self._stream.handle)
+        return self._numba
+
+    def close(self) -> None:
+        """Destroy the library plan and free its workspace (stream-ordered on the plan's stream); the
+        NVRTC kernel's module has its own lifetime. Idempotent; ``execute`` raises afterwards."""
+        self._closed = True
+        if self._cutlass is not None:
+            self._cutlass.close()
+
+    def __enter__(self) -> BlockwiseFp8Plan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         s = self._spec
-        return f"BlockwiseFp8Plan(m={s.m}, n={s.n}, k={s.k}, rows={self.rows}, warps={self.warps})"
+        return f"BlockwiseFp8Plan(m={s.m}, n={s.n}, k={s.k}, {self.kernel_name})"

@@ -7,12 +7,13 @@ accumulation, ``QMMA.16832.F32.E4M3.E4M3`` in SASS); in the sm_90a code the FP8 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["FP8_SASS", "Fp8SassFunction", "Fp8SassReport", "blockwise_fp8_sass_check", "is_blockwise_fp8_function"]
+from ._sass import disassemble, sass_functions
+
+__all__ = ["FP8_SASS", "Fp8SassFunction", "Fp8SassReport", "blockwise_fp8_sass_check", "is_blockwise_fp8_function",
+           "mma_opcodes"]
 
 FP8_SASS = {"sm_120f": ("QMMA.16832.F32.E4M3.E4M3", "UTMALDG"), "sm_90a": (".F32.E4M3.E4M3", "QGMMA.64x", "UTMALDG")}
 """What each blockwise FP8 kernel of an arch must contain, the MMA first: the FP8 tensor-core MMA with
@@ -30,6 +31,8 @@ class Fp8SassFunction:
     missing: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
     mma_count: int = 0
+    opcodes: list[str] = field(default_factory=list)
+    """The distinct FP8 MMA opcodes found (:func:`mma_opcodes`)."""
 
 
 @dataclass
@@ -50,23 +53,14 @@ def is_blockwise_fp8_function(mangled: str) -> bool:
     return "GemmUniversal" in mangled and "float_e4m3_t" in mangled and "Blockwise" in mangled
 
 
-def _cuobjdump() -> str | None:
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
-    from ..errors import CutlassNotFound
-    from ._build import _find_nvcc
-
-    try:
-        candidate = _find_nvcc().parent / "cuobjdump"
-    except CutlassNotFound:
-        return None
-    return str(candidate) if candidate.is_file() else None
+MMA_OPCODE = re.compile(r"\bQG?MMA(?:\.\w+)+")
+"""An FP8 tensor-core MMA opcode as nvdisasm prints it (``QMMA.16832.F32.E4M3.E4M3``,
+``QGMMA.64x128x32.F32.E4M3.E4M3``)."""
 
 
-def _functions(sass: str) -> list[tuple[str, str]]:
-    parts = re.split(r"^\s*Function : (\S+)\s*$", sass, flags=re.MULTILINE)
-    return [(parts[i], parts[i + 1]) for i in range(1, len(parts) - 1, 2)]
+def mma_opcodes(body: str) -> list[str]:
+    """The distinct FP8 MMA opcodes of one function's SASS, sorted."""
+    return sorted(set(MMA_OPCODE.findall(body)))
 
 
 def blockwise_fp8_sass_check(library: Path, arch: str = "sm_120f") -> Fp8SassReport:
@@ -82,20 +76,17 @@ def blockwise_fp8_sass_check(library: Path, arch: str = "sm_120f") -> Fp8SassRep
 
         raise ContractError("arch", f"one of {', '.join(FP8_SASS)}", repr(arch))
     need = FP8_SASS[arch]
-    tool = _cuobjdump()
-    if tool is None:
-        return Fp8SassReport(arch, [], "cuobjdump not found (CUDA toolkit bin/ on PATH)")
-    out = subprocess.run([tool, "-sass", "-arch", arch, str(library)], capture_output=True, text=True, check=False)
-    if out.returncode:
-        return Fp8SassReport(arch, [], f"cuobjdump failed: {out.stderr.strip()[:300]}")
+    sass, error = disassemble(library, arch)
+    if error:
+        return Fp8SassReport(arch, [], error)
     functions = []
-    for name, body in _functions(out.stdout):
+    for name, body in sass_functions(sass):
         if not is_blockwise_fp8_function(name):
             continue
         missing = [op for op in need if op not in body]
         unexpected = [op for op in FP8_SASS_AVOID if op in body]
         functions.append(Fp8SassFunction(name[:160], not missing and not unexpected, missing, unexpected,
-                                         body.count(need[0])))
+                                         body.count(need[0]), mma_opcodes(body)))
     if not functions:
         return Fp8SassReport(arch, [], f"no blockwise FP8 kernels in the {arch} code of {library.name}")
     return Fp8SassReport(arch, functions)

@@ -11,9 +11,11 @@ the layouts of its inference code ``inference/kernel.py``, ``act_quant`` and ``w
 - value = code * scale. A partial last block (K or N not a multiple of 128) is a block of the elements
   that exist (its scale covers only them).
 
-These are the layouts the NVRTC kernels read, so no converter is needed for them. CUTLASS example 67
-(``67_hopper_fp8_warp_specialized_gemm_with_blockwise_scaling``) takes its SFA M-major by default (the
-transpose of ``sa``); a converter comes with the CUTLASS plans that need it.
+These are the layouts every kernel of BlockwiseFp8Plan reads, so no converter is needed: the NVRTC
+kernels, and the CUTLASS blockwise kernels of ``libmircuda_cutlass.so``, which are instantiated with
+K-major scale layouts (``MIRCUDA_CUTLASS_K_MAJOR``, ``KernelInfo.scale_major == ("k", "k")``) where
+CUTLASS example 67 (``67_hopper_fp8_warp_specialized_gemm_with_blockwise_scaling``) defaults to an
+M-major SFA (the transpose of ``sa``).
 
 Quantization of one block: ``amax = max |x|``; ``scale = amax / 448`` in FP32 (round to nearest even;
 448 is E4M3's largest finite value), or 1 when ``amax == 0`` (an all-zero block: scale 1, every code a

@@ -15,7 +15,8 @@ from ._vector import VECTOR_FAMILY
 from ._library import KernelInfo
 from ._spec import DenseMatmulSpec
 
-__all__ = ["Selection", "select_kernel", "split_k_slices", "tensor_core_aligned", "SIZES", "BATCHED_GEMV_MAX_M"]
+__all__ = ["FP8_PINGPONG_MAX_M", "Selection", "fp8_gemv_entry", "select_fp8_kernel", "select_kernel", "split_k_slices",
+           "tensor_core_aligned", "SIZES", "BATCHED_GEMV_MAX_M"]
 
 SIZES = {"bf16": 2, "f16": 2, "f32": 4}
 """Bytes per element."""
@@ -151,3 +152,87 @@ def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: s
     if choice.split_k:
         reason += f"; {splits} K slice(s)"
     return Selection(choice, splits, reason)
+
+
+# -- blockwise FP8 (BlockwiseFp8Plan) ----------------------------------------------------------
+FP8_GEMV_NAME = "blockwise_fp8_gemv"
+"""The NVRTC kernel's name in BlockwiseFp8Plan's table (``cuda_src/fp8_vector.cu``, M <= 16)."""
+FP8_NVRTC_MAX_M = 16
+"""M up to this runs the NVRTC kernel (``MIRCUDA_FP8_M`` of ``cuda_src/fp8_vector.cu`` takes 1..16)."""
+FP8_PINGPONG_MAX_M = 256
+"""SM90: 16 < M <= this runs the 64x128x128 ping-pong blockwise kernel (64-row tiles waste less of a
+short M, and one warp group's epilogue overlaps the other's MMA); larger M the 128x128x128
+cooperative kernel with a 1x2 cluster. The threshold follows the dense rule's reasoning (few 128-row
+tiles for medium M) and is **not measured** for FP8: ``fp8-profile`` on the H200 decides it."""
+
+
+def fp8_gemv_entry() -> KernelInfo:
+    """The NVRTC FP8 kernel as a table entry (M <= 16, any device of cc >= 8.9, any N, K a multiple of 16)."""
+    return KernelInfo(-1, FP8_GEMV_NAME, "fp8_gemv", "e4m3", "bf16", (FP8_NVRTC_MAX_M, 1, 128), (1, 1), 0, 16,
+                      False, (), "nvrtc", "blockwise_scaled", (1, 1, 16), "f32", (1, 128, 128), ("k", "k"))
+
+
+def select_fp8_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, compute_capability: tuple[int, int],
+                      forced: str | None = None) -> Selection:
+    """Choose BlockwiseFp8Plan's kernel for ``spec`` among ``kernels`` (the library's
+    ``scaled_kernels``, empty when no library is loaded) and the NVRTC kernel (:func:`fp8_gemv_entry`).
+
+    Rule: M <= 16 runs the NVRTC kernel (decode: bound by the weight bytes, each read once). Larger M
+    runs CUTLASS by architecture: cc 9.x the ping-pong kernel for M <= :data:`FP8_PINGPONG_MAX_M`, else
+    the cooperative one; cc 12.x the sm120 kernel; other devices have none. ``forced`` names any
+    kernel of the table that runs on the device and takes the shape (the NVRTC one for M <= 16 only).
+    Unsplit: split-K is not offered by the blockwise kernels.
+
+    Raises:
+        ContractError: ``forced`` names no kernel that runs on the device, or one whose table
+            constraints (``KernelInfo.refusal``) or M range exclude the shape (named ``kernel``).
+        BlockwiseFp8Unavailable: no kernel runs the shape on the device (the library has none for its
+            architecture, or the shape breaks the chosen kernel's multiples: the message names them).
+    """
+    from ._fp8 import BlockwiseFp8Unavailable
+
+    m, n, k = spec.m, spec.n, spec.k
+    cc = f"{compute_capability[0]}.{compute_capability[1]}"
+    gemv = fp8_gemv_entry()
+    usable = [x for x in kernels if x.kind == "blockwise_scaled" and x.runs_on(compute_capability)]
+    if forced is not None:
+        if forced == gemv.name:
+            if m > FP8_NVRTC_MAX_M:
+                raise ContractError("kernel", f"a CUTLASS kernel: {forced} takes M <= {FP8_NVRTC_MAX_M}", repr(forced))
+            return Selection(gemv, 1, "forced by the caller")
+        match = next((x for x in usable if x.name == forced), None)
+        if match is None:
+            names = ", ".join([gemv.name, *(x.name for x in usable)])
+            raise ContractError("kernel", f"one of the blockwise FP8 kernels for cc {cc} ({names})", repr(forced))
+        why = match.refusal(m, n, k)
+        if why:
+            raise ContractError("kernel", f"a kernel that takes M={m} N={n} K={k}", repr(forced), why)
+        return Selection(match, 1, "forced by the caller")
+    if m <= FP8_NVRTC_MAX_M:
+        return Selection(gemv, 1, f"M = {m} <= {FP8_NVRTC_MAX_M}: decode, bound by the {n}x{k} weight bytes, each "
+                                  f"read once and decoded once for all {m} row(s) of A")
+    if compute_capability[0] == 9:
+        family = "sm90_blockwise_pingpong" if m <= FP8_PINGPONG_MAX_M else "sm90_blockwise_cooperative"
+        reason = (f"{FP8_NVRTC_MAX_M} < M = {m} <= {FP8_PINGPONG_MAX_M}: 64x128x128 ping-pong tiles, one warp "
+                  "group's epilogue overlapping the other's MMA" if m <= FP8_PINGPONG_MAX_M else
+                  f"M = {m} > {FP8_PINGPONG_MAX_M}: compute-bound; 128x128x128 cooperative tiles, A multicast to a "
+                  "1x2 cluster")
+        reason += f" (threshold M = {FP8_PINGPONG_MAX_M} unmeasured until fp8-profile's H200 run)"
+    elif compute_capability[0] == 12:
+        family = "sm120_blockwise"
+        reason = f"M = {m} > {FP8_NVRTC_MAX_M} on SM12x: the sm_120f blockwise kernel (TMA + FP8 mma.sync)"
+    else:
+        raise BlockwiseFp8Unavailable(
+            f"BlockwiseFp8Plan for M = {m} > {FP8_NVRTC_MAX_M} needs a CUTLASS blockwise FP8 kernel, and there is "
+            f"none for compute capability {cc} (they are built for sm_90a and sm_120f); M <= {FP8_NVRTC_MAX_M} "
+            "runs the NVRTC kernel on any device of cc >= 8.9")
+    choice = next((x for x in usable if x.family == family), None)
+    if choice is None:
+        raise BlockwiseFp8Unavailable(
+            f"BlockwiseFp8Plan for M = {m} on cc {cc} needs the CUTLASS kernel family {family}, which the library "
+            "does not hold (build it with the FP8 family: python -m mircuda build-cutlass)")
+    why = choice.refusal(m, n, k)
+    if why:
+        raise BlockwiseFp8Unavailable(f"BlockwiseFp8Plan for M={m} N={n} K={k} on cc {cc}: {choice.name} cannot take "
+                                      f"the shape ({why}; its M, N, K multiples are {choice.multiples})")
+    return Selection(choice, 1, reason)

@@ -2,16 +2,21 @@
 float64 product of the dequantized operands (odd N, partial 128-blocks of K and N, alpha/beta with a
 separate C and in place, every split of K, poisoned outputs with a guard band), the device quantizers
 bit for bit against the numpy reference, numba_execute from @njit, graph capture, replay and node
-updates, and a quantize -> GEMV chain with programmatic dependent launch."""
+updates, and a quantize -> GEMV chain with programmatic dependent launch. BlockwiseFp8Plan for M > 16
+(the CUTLASS blockwise kernels, ``MIRCUDA_CUTLASS_LIBRARY`` or ``.fp8lib/libmircuda_cutlass.so``): the
+same float64 reference for M in {17, 64, 256, 2048} (partial 128-blocks of N and K on SM90), alpha/beta,
+poisoned outputs with a guard band, numba_execute, graph capture and replay, checks before enqueueing."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from helpers import download, upload
-from matmul_helpers import assert_close
+from matmul_helpers import UNIT_ROUNDOFF, assert_close
 
 import mircuda as mc
 from mircuda.matmul import (
@@ -326,8 +331,6 @@ def test_operands_and_the_stream_are_checked_before_anything_is_enqueued(context
     other.close()
     got = download(context, stream, d)
     assert np.isnan(got.astype(np.float32)).all()  # nothing ran
-    with pytest.raises(mc.BlockwiseFp8Unavailable):
-        mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(17, n, k))
     for buf in (d, short_sb, wrong_a):
         buf.free(stream)
     ops.free(stream)
@@ -339,3 +342,217 @@ def test_describe_names_the_kernel_and_its_shape(context, stream, m) -> None:
     text = plan.describe()
     assert "blockwise_fp8_gemv" in text and f"MIRCUDA_FP8_M={m}" in text and f"{plan.warps} warp" in text
     assert ("programmatic dependent launch" in text) is context.device_info().supports_programmatic_launch
+
+
+# -- BlockwiseFp8Plan for M > 16: the CUTLASS blockwise kernels ------------------------------------
+FP8_ACCUMULATION = 2.0**-11
+"""Error allowed relative to sum |alpha a_k b_k| (dequantized) for the CUTLASS kernels: Hopper's FP8
+WGMMA accumulates with fewer than FP32's bits (DeepSeek-V3 technical report, section 3.3.2); CUTLASS's
+blockwise mainloop promotes each 128-K block's partial sum into FP32 (as in test_matmul_fp8_cutlass_gpu)."""
+CUTLASS_SHAPES = [(1032, 1040), (256, 4112), (1024, 1024), (4096, 4096)]
+"""(N, K): partial last 128-blocks of N (1032) and K (1040, 4112) -- SM90 takes them, SM12x refuses them
+by name -- and whole blocks."""
+
+
+@pytest.fixture(scope="module")
+def fp8_library() -> Any:
+    env = os.environ.get("MIRCUDA_CUTLASS_LIBRARY")
+    local = Path(__file__).resolve().parents[2] / ".fp8lib" / "libmircuda_cutlass.so"
+    try:
+        lib = mc.matmul.load_library(None if env or not local.is_file() else local)
+    except mc.CutlassNotFound as exc:
+        pytest.skip(str(exc))
+    if not lib.scaled_kernels:
+        pytest.skip(f"{lib.path} holds no blockwise FP8 kernels (build with --families FP8)")
+    return lib
+
+
+def cutlass_plan(context, stream, fp8_library, m, n, k, kernel=None):  # type: ignore[no-untyped-def]
+    """The plan, or a skip for a CUTLASS shape the device refuses by name (checked to be the reason)."""
+    cc = context.device_info().compute_capability
+    cutlass = m > 16 or (kernel is not None and kernel != "blockwise_fp8_gemv")
+    if cutlass and cc[0] not in (9, 12):
+        with pytest.raises(mc.BlockwiseFp8Unavailable, match="compute capability"):
+            mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k), library=fp8_library)
+        pytest.skip(f"no CUTLASS blockwise FP8 kernel for cc {cc}")
+    if cutlass and cc[0] == 12 and (n % 128 or k % 128):
+        with pytest.raises(mc.BlockwiseFp8Unavailable, match="not a multiple of 128"):
+            mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k), library=fp8_library)
+        pytest.skip(f"the sm120 kernel takes N, K multiples of 128, not ({n}, {k}) (refusal checked)")
+    return mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k), library=fp8_library, kernel=kernel)
+
+
+def assert_close_fp8(got: np.ndarray, want: np.ndarray, magnitude: np.ndarray) -> None:
+    got64 = got.astype(np.float64)
+    assert np.isfinite(got64).all(), "non-finite outputs (a poisoned value was read or not written)"
+    bound = 2 * UNIT_ROUNDOFF["bf16"] * np.abs(want) + FP8_ACCUMULATION * magnitude + 1e-30
+    excess = np.abs(got64 - want) / bound
+    worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
+    assert excess.max() <= 1.0, (f"{int((excess > 1).sum())} of {excess.size} outputs outside the bound; worst at "
+                                 f"{worst}: got {got64[worst]!r}, want {want[worst]!r}, bound {bound[worst]:.3g}")
+
+
+def run_cutlass(context, stream, pool, rng, plan, alpha=1.0, beta=0.0, separate_c=True):  # type: ignore[no-untyped-def]
+    m, n, k = plan.spec.m, plan.spec.n, plan.spec.k
+    ops = Operands(context, stream, pool, rng, m, n, k)
+    c0 = bf16_values(rng, m, n).ravel() if beta else None
+    if beta and not separate_c:
+        d_host = poisoned(mc.bf16, m * n)
+        d_host[: m * n] = c0
+        bd, bc = upload(context, stream, pool, d_host), None
+    else:
+        bd = upload(context, stream, pool, poisoned(mc.bf16, m * n))
+        bc = upload(context, stream, pool, c0) if beta else None
+    plan.execute(stream, *ops.bufs, bd, alpha, beta, c=bc)
+    got = download(context, stream, bd)
+    assert_guard_untouched(got, m * n, mc.bf16)
+    want, mag = ops.want(alpha, beta, c0)
+    assert_close_fp8(got[: m * n].reshape(m, n), want, mag)
+    for buf in [bd] + ([bc] if bc is not None else []):
+        buf.free(stream)
+    ops.free(stream)
+
+
+@pytest.mark.parametrize("m", [17, 64, 256, 2048])
+@pytest.mark.parametrize("n, k", CUTLASS_SHAPES, ids=str)
+def test_the_cutlass_plan_matches_float64_of_the_dequantized_operands(context, stream, pool, rng, fp8_library, m, n,
+                                                                      k) -> None:
+    if m == 2048 and n * k > 1032 * 1040:
+        pytest.skip("the float64 reference of 2048 x 4096 x 4096 is slow on the host; M = 2048 runs the others")
+    plan = cutlass_plan(context, stream, fp8_library, m, n, k)
+    family = plan.kernel_info.family
+    if context.device_info().compute_capability[0] == 9:
+        assert family == ("sm90_blockwise_pingpong" if m <= 256 else "sm90_blockwise_cooperative")
+    else:
+        assert family == "sm120_blockwise"
+    assert plan.kernel_info.origin == "cutlass" and plan.kernel_name in plan.describe()
+    run_cutlass(context, stream, pool, rng, plan, float(rng.uniform(0.5, 2.0)))
+    plan.close()
+
+
+@pytest.mark.parametrize("separate_c", [True, False], ids=["c", "in-place"])
+@pytest.mark.parametrize("m", [17, 300])
+def test_the_cutlass_plan_accumulates_beta_c(context, stream, pool, rng, fp8_library, m, separate_c) -> None:
+    plan = cutlass_plan(context, stream, fp8_library, m, 1024, 1024)
+    run_cutlass(context, stream, pool, rng, plan, float(rng.uniform(-2, -0.5)), float(rng.uniform(0.25, 1.5)),
+                separate_c)
+    plan.close()
+
+
+def test_every_cutlass_kernel_of_the_device_can_be_forced(context, stream, pool, rng, fp8_library) -> None:
+    cc = context.device_info().compute_capability
+    kernels = [x for x in fp8_library.scaled_kernels if x.runs_on(cc)]
+    if not kernels:
+        pytest.skip("no blockwise FP8 kernel of the library runs on this device")
+    for m in (8, 100):  # a CUTLASS kernel for decode too, when forced
+        for kernel in kernels:
+            plan = cutlass_plan(context, stream, fp8_library, m, 1024, 1024, kernel=kernel.name)
+            assert plan.kernel_name == kernel.name and "forced" in plan.describe()
+            run_cutlass(context, stream, pool, rng, plan, 1.0, 0.5)
+            plan.close()
+
+
+def test_the_cutlass_plan_runs_from_numba_njit_loops(context, stream, pool, rng, fp8_library) -> None:
+    numba = pytest.importorskip("numba")
+    m, n, k, steps = 64, 1024, 1024, 3
+    plan = cutlass_plan(context, stream, fp8_library, m, n, k)
+    ops = [Operands(context, stream, pool, rng, m, n, k) for _ in range(steps)]
+    ds = [upload(context, stream, pool, poisoned(mc.bf16, m * n)) for _ in range(steps)]
+    execute = plan.numba_execute
+
+    @numba.njit
+    def loop(stream_handle, a, sa, b, sb, d):  # type: ignore[no-untyped-def]
+        status = 0
+        for i in range(len(a)):
+            status |= execute(stream_handle, a[i], sa[i], b[i], sb[i], d[i], d[i], 1.0, 0.0)
+        return status
+
+    def handles(bufs: list[Any]) -> np.ndarray:
+        return np.array([x.handle for x in bufs], dtype=np.uint64)
+
+    def column(j: int) -> np.ndarray:
+        return handles([o.bufs[j] for o in ops])
+
+    assert loop(stream.handle, column(0), column(1), column(2), column(3), handles(ds)) == 0
+    for o, d in zip(ops, ds):
+        want, mag = o.want(1.0, 0.0, None)
+        got = download(context, stream, d)
+        assert_guard_untouched(got, m * n, mc.bf16)
+        assert_close_fp8(got[: m * n].reshape(m, n), want, mag)
+    a, sa, b, sb = (x.handle for x in ops[0].bufs)
+    assert execute(stream.handle, a + 8, sa, b, sb, ds[0].handle, ds[0].handle, 1.0, 0.0) == 2  # MISALIGNED
+    other = context.create_stream()
+    assert execute(other.handle, a, sa, b, sb, ds[0].handle, ds[0].handle, 1.0, 0.0) == 1  # another stream
+    other.close()
+    for buf in ds:
+        buf.free(stream)
+    for o in ops:
+        o.free(stream)
+    plan.close()
+
+
+def test_a_captured_cutlass_plan_replays_on_new_operand_values(context, stream, pool, rng, fp8_library) -> None:
+    # The library's launch is recorded as it is (CUTLASS's parameters, not a mircuda kernel node): new
+    # operands reach a replay through the captured buffers' contents.
+    m, n, k = 200, 1024, 1024
+    plan = cutlass_plan(context, stream, fp8_library, m, n, k)
+    one = Operands(context, stream, pool, rng, m, n, k)
+    two = Operands(context, stream, pool, rng, m, n, k)
+    bd = upload(context, stream, pool, poisoned(mc.bf16, m * n))
+    graph = stream.capture((plan, one, bd), lambda _: plan.execute(stream, *one.bufs, bd))
+    got = download(context, stream, bd)
+    assert np.isnan(got.astype(np.float32)).all()  # captured, not run
+    graph.launch(stream)
+    want, mag = one.want(1.0, 0.0, None)
+    assert_close_fp8(download(context, stream, bd)[: m * n].reshape(m, n), want, mag)
+    for src, dst in zip(two.bufs, one.bufs):
+        stream.copy_device_range(src, 0, dst, 0, len(dst))
+    graph.launch(stream)
+    got = download(context, stream, bd)
+    assert_guard_untouched(got, m * n, mc.bf16)
+    want, mag = two.want(1.0, 0.0, None)
+    assert_close_fp8(got[: m * n].reshape(m, n), want, mag)
+    graph.close()
+    bd.free(stream)
+    one.free(stream)
+    two.free(stream)
+    plan.close()
+
+
+def test_the_cutlass_plan_checks_operands_before_anything_is_enqueued(context, stream, pool, rng, fp8_library) -> None:
+    m, n, k = 64, 1024, 1024
+    plan = cutlass_plan(context, stream, fp8_library, m, n, k)
+    assert plan.workspace_bytes >= 0 and plan.handle != 0
+    ops = Operands(context, stream, pool, rng, m, n, k)
+    d = upload(context, stream, pool, poisoned(mc.bf16, m * n))
+    short_sb = pool.allocate(mc.f32, stream, 7)
+    wrong_a = pool.allocate(mc.u8, stream, m * k)
+    a, sa, b, sb = ops.bufs
+    for args, argument in (((a, sa, b, short_sb, d), "sb"), ((wrong_a, sa, b, sb, d), "a"),
+                           ((a, sa, b, sb, wrong_a), "d"), ((a, short_sb, b, sb, d), "sa"),
+                           ((a, sa, b, sb, d, 1.0, 1.0, short_sb), "c")):
+        with pytest.raises(mc.ContractError) as info:
+            plan.execute(stream, *args)
+        assert info.value.argument == argument
+    other = context.create_stream()
+    with pytest.raises(mc.ContractError) as info:
+        plan.execute(other, a, sa, b, sb, d)
+    assert info.value.argument == "stream"
+    other.close()
+    got = download(context, stream, d)
+    assert np.isnan(got.astype(np.float32)).all()  # nothing ran
+    plan.close()
+    with pytest.raises(mc.ClosedResourceError):
+        plan.execute(stream, a, sa, b, sb, d)
+    for buf in (d, short_sb, wrong_a):
+        buf.free(stream)
+    ops.free(stream)
+
+
+def test_m_16_and_17_meet_at_the_boundary(context, stream, pool, rng, fp8_library) -> None:
+    # The NVRTC kernel's last M and the CUTLASS kernel's first on the same operands' shape.
+    for m in (16, 17):
+        plan = cutlass_plan(context, stream, fp8_library, m, 1024, 1024)
+        assert plan.kernel_info.origin == ("nvrtc" if m == 16 else "cutlass")
+        run_cutlass(context, stream, pool, rng, plan, 1.5, 0.0)
+        plan.close()

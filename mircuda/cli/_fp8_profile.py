@@ -1,0 +1,376 @@
+"""``python -m mircuda fp8-profile``: BlockwiseFp8Plan (and BlockwiseFp8VectorPlan at M = 1) beside torch's
+FP8 scaled matmul (cuBLASLt through ``torch._scaled_mm``) in one run, on cold weights (banks >= 8x L2),
+timed by :class:`~mircuda.timing.StreamTimer` on the session of :mod:`mircuda.cli._matmul_bench`.
+
+Torch is measured with rowwise scaling (``scale_a`` [M, 1], ``scale_b`` [1, N]) always, and with
+blockwise 1x128 / 128x128 scaling (``scale_a`` [M, K/128], ``scale_b`` [K/128, N/128]: the layouts
+PERFORMANCE.md records for torch 2.11 on the H200) where the installed torch accepts it; a refusal
+(cuBLASLt refuses blockwise at M = 1) is recorded, not raised. Both plans and torch's blockwise product
+read the same E4M3 codes and FP32 scales; every result is checked on three rows (first, middle, last)
+against float64 (the dequantized operands for blockwise, the codes for rowwise with unit scales).
+Torch is optional: without it (or without CUDA in it) only mircuda's rows are measured and the table
+says why."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["FP8_M", "FP8_SHAPES", "Fp8Row", "fp8_profile", "register", "shape_values"]
+
+FP8_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))
+"""(N, K) of the weights: Llama-3-8B-like projections (hidden 4096, MLP 14336, fused QKV 6144)."""
+FP8_M = (1, 2, 4, 8, 16, 32, 64, 128, 512, 2048, 8192)
+DECODE_MAX_M = 16
+"""Rows up to this M are reported as bandwidth (TB/s), larger M as TFLOP/s (both are in the JSON)."""
+CHECK_LIMIT = 2e-2
+"""Largest relative error (Frobenius, three sampled rows) accepted against float64."""
+
+
+@dataclass
+class Fp8Row:
+    """One measured configuration: µs per call (median), its rates, and torch µs / this µs."""
+
+    path: str
+    m: int
+    n: int
+    k: int
+    us: float
+    tflops: float
+    tbps: float
+    vs_rowwise: float | None = None
+    vs_blockwise: float | None = None
+    note: str = ""
+
+
+def fp8_bytes(m: int, n: int, k: int) -> int:
+    """Bytes one call moves at least: E4M3 A and B, FP32 scales (1x128 of A, 128x128 of B), BF16 D."""
+    kb, nb = -(-k // 128), -(-n // 128)
+    return n * k + m * k + 4 * (nb * kb + m * kb) + 2 * m * n
+
+
+def fp8_row(path: str, m: int, n: int, k: int, us: float, note: str = "") -> Fp8Row:
+    return Fp8Row(path, m, n, k, us, 2 * m * n * k / (us * 1e-6) / 1e12, fp8_bytes(m, n, k) / (us * 1e-6) / 1e12,
+                  note=note)
+
+
+def ratios(rows: list[Fp8Row]) -> None:
+    """``vs_rowwise`` / ``vs_blockwise`` = torch's µs / this row's µs (> 1: faster than torch), per shape."""
+    rowwise = {(r.m, r.n, r.k): r.us for r in rows if r.path.startswith("torch rowwise")}
+    blockwise = {(r.m, r.n, r.k): r.us for r in rows if r.path.startswith("torch blockwise")}
+    for r in rows:
+        if r.path.startswith("torch"):
+            continue
+        key = (r.m, r.n, r.k)
+        r.vs_rowwise = rowwise[key] / r.us if key in rowwise else None
+        r.vs_blockwise = blockwise[key] / r.us if key in blockwise else None
+
+
+def shape_values(text: str) -> tuple[tuple[int, int], ...]:
+    """``--shapes``: comma-separated ``NxK`` pairs of positive ints, e.g. ``4096x4096,14336x4096``.
+
+    Raises:
+        argparse.ArgumentTypeError: naming the pair that is not ``NxK``.
+    """
+    out = []
+    for item in (v.strip() for v in text.split(",")):
+        if not item:
+            continue
+        parts = item.lower().split("x")
+        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise argparse.ArgumentTypeError(f"expected comma-separated NxK pairs of positive ints, received {item!r} "
+                                             f"in {text!r}")
+        out.append((int(parts[0]), int(parts[1])))
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected at least one NxK pair, received {text!r}")
+    return tuple(out)
+
+
+def torch_available() -> str:
+    """``""`` when torch can be imported, else why not (the profile runs without it)."""
+    import importlib.util
+
+    return "" if importlib.util.find_spec("torch") is not None else "torch is not installed"
+
+
+class _TorchFp8:
+    """``torch._scaled_mm`` on mircuda's stream over weight banks made from the same host codes and scales."""
+
+    def __init__(self, torch: Any, stream: Any) -> None:
+        self.t, self.stream = torch, stream
+        if not hasattr(torch, "_scaled_mm") or not hasattr(torch, "float8_e4m3fn"):
+            raise RuntimeError(f"torch {torch.__version__} has no _scaled_mm / float8_e4m3fn")
+
+    def tensor(self, host: np.ndarray) -> Any:
+        t = self.t
+        if host.dtype.itemsize == 1:  # E4M3 codes
+            cpu = t.from_numpy(np.ascontiguousarray(host).view(np.uint8)).view(t.float8_e4m3fn)
+        else:
+            cpu = t.from_numpy(np.ascontiguousarray(host))
+        with t.cuda.stream(self.stream):
+            return cpu.to("cuda", non_blocking=False)
+
+    def banks(self, b: np.ndarray, sb: np.ndarray, count: int) -> tuple[list[Any], list[Any]]:
+        t = self.t
+        w, s = self.tensor(b), self.tensor(sb)
+        with t.cuda.stream(self.stream):
+            return [w] + [w.clone() for _ in range(count - 1)], [s] + [s.clone() for _ in range(count - 1)]
+
+    def enqueue(self, a: Any, sa: Any, ws: list[Any], sbs: list[Any] | Any, transform: Any) -> tuple[Any, Any]:
+        """(enqueue(i), first result): calls of ``_scaled_mm`` on bank ``i`` (BF16 out, allocated by torch's
+        stream-ordered caching allocator: host work only, hidden behind the timer's spin kernel); the first
+        call raises what torch raises."""
+        t, stream, banks = self.t, self.stream, len(ws)
+        with t.cuda.stream(stream):  # once, before timing: a per-call layout copy would be timed with torch
+            scales = [transform(x) for x in sbs] if isinstance(sbs, list) else [transform(sbs)] * banks
+
+        def call(i: int) -> Any:
+            with t.cuda.stream(stream):
+                return t._scaled_mm(a, ws[i % banks].t(), scale_a=sa, scale_b=scales[i % banks], out_dtype=t.bfloat16)
+
+        return call, call(0)
+
+    def rows(self, out: Any, rows: list[int]) -> np.ndarray:
+        with self.t.cuda.stream(self.stream):
+            host = out[rows].float().cpu()
+        return host.numpy().astype(np.float64)
+
+
+def _sample_rows(m: int) -> list[int]:
+    return sorted({0, m // 2, m - 1})
+
+
+def _relative(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.linalg.norm(got - want)) / max(float(np.linalg.norm(want)), 1e-300)
+
+
+def _operands(rng: np.random.Generator, rows: int, k: int, scale_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random E4M3 codes (normal x 64, within +-448) and FP32 scales in [2**-6, 2**-2] (``scale_rows`` x
+    ceil(K/128)): the values do not change the timing; the scales make a wrong scale layout visible."""
+    import mircuda as mc
+
+    codes = np.clip(rng.standard_normal((rows, k), dtype=np.float32) * 64, -448, 448).astype(mc.e4m3)
+    scales = np.exp2(rng.uniform(-6, -2, (scale_rows, -(-k // 128)))).astype(np.float32)
+    return codes, scales
+
+
+def _dequantize(codes: np.ndarray, scales: np.ndarray, block_rows: int) -> np.ndarray:
+    cols = np.arange(codes.shape[1]) // 128
+    rows = np.arange(codes.shape[0]) // block_rows
+    return codes.astype(np.float64) * scales.astype(np.float64)[rows[:, None], cols[None, :]]
+
+
+BLOCKWISE_LAYOUTS: tuple[tuple[str, Any, Any], ...] = (
+    ("sa [M, K/128] outer-major, sb [K/128, N/128]", lambda s: s.t().contiguous().t(), lambda s: s.t().contiguous()),
+    ("sa [M, K/128], sb [K/128, N/128]", lambda s: s.contiguous(), lambda s: s.t().contiguous()),
+    ("sa [M, K/128] outer-major, sb [N/128, K/128]^T", lambda s: s.t().contiguous().t(), lambda s: s.t()),
+    ("sa [M, K/128], sb [N/128, K/128]^T", lambda s: s.contiguous(), lambda s: s.t()),
+    ("sa [M, K/128] outer-major, sb [N/128, K/128]", lambda s: s.t().contiguous().t(), lambda s: s),
+    ("sa [M, K/128], sb [N/128, K/128]", lambda s: s.contiguous(), lambda s: s),
+)
+"""Scale layouts tried for torch's blockwise ``_scaled_mm`` (``sb`` is kept [N/128, K/128] like ours and
+transformed once per bank before timing); the first that torch accepts and that matches float64 is measured."""
+
+
+def fp8_profile(args: Any) -> int:
+    """BlockwiseFp8Plan / BlockwiseFp8VectorPlan vs torch._scaled_mm (rowwise, blockwise) over M x (N, K)."""
+    import mircuda as mc
+
+    from ..timing import bank_count
+    from ._matmul_bench import _write_json, session, upload
+
+    driver = mc.Driver.initialize()  # first: without a driver nothing else matters
+    ms, shapes = list(args.m), list(args.shapes)
+    rows: list[Fp8Row] = []
+    failures: list[str] = []
+    notes: list[str] = []
+    refusals: list[str] = []
+    with session(driver, args.device) as s:
+        context, stream, pool, timer, info = s.context, s.stream, s.pool, s.timer, s.info
+        torch_: _TorchFp8 | None = None
+        if s.torch_ is not None:
+            try:
+                torch_ = _TorchFp8(s.torch_.torch, s.torch_.stream)
+            except RuntimeError as exc:
+                notes.append(f"torch unavailable: {exc}")
+        else:
+            notes.append(s.why or torch_available() or "torch unavailable")
+        lib = None
+        if max(ms) > DECODE_MAX_M:
+            try:
+                lib = mc.matmul.load_library()
+            except mc.CutlassNotFound as exc:
+                notes.append(f"no CUTLASS library, M > {DECODE_MAX_M} is not measured for mircuda: {exc}"[:300])
+        for n, k in shapes:
+            nb, kb = -(-n // 128), -(-k // 128)
+            banks = bank_count(n * k + 4 * nb * kb, info.l2_cache_bytes)
+            b, sb = _operands(s.rng, n, k, nb)
+            b_deq = _dequantize(b, sb, 128)
+            b_codes = b.astype(np.float64)
+            first_b, first_sb = upload(context, stream, pool, b.ravel()), upload(context, stream, pool, sb.ravel())
+            wb, wsb = [first_b], [first_sb]
+            for _ in range(banks - 1):
+                wb.append(pool.allocate(mc.e4m3, stream, n * k))
+                stream.copy_device_range(first_b, 0, wb[-1], 0, n * k)
+                wsb.append(pool.allocate(mc.f32, stream, nb * kb))
+                stream.copy_device_range(first_sb, 0, wsb[-1], 0, nb * kb)
+            tw, tsb = torch_.banks(b, sb, banks) if torch_ is not None else ([], [])
+            for m in ms:
+                a, sa = _operands(s.rng, m, k, m)
+                sample = _sample_rows(m)
+                want = _dequantize(a[sample], sa[sample], 1) @ b_deq.T
+                da, dsa = upload(context, stream, pool, a.ravel()), upload(context, stream, pool, sa.ravel())
+                d = pool.allocate(mc.bf16, stream, m * n)
+                plans: list[tuple[str, Any]] = []
+                try:
+                    if m == 1:
+                        plans.append(("BlockwiseFp8VectorPlan",
+                                      mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(n, k))))
+                    if m <= DECODE_MAX_M or lib is not None:
+                        plans.append(("BlockwiseFp8Plan", mc.BlockwiseFp8Plan(context, stream,
+                                                                              mc.DenseMatmulSpec(m, n, k),
+                                                                              library=lib)))
+                except mc.MircudaError as exc:
+                    failures.append(f"BlockwiseFp8Plan M={m} {n}x{k}: {type(exc).__name__}: {exc}"[:300])
+                for name, plan in plans:
+                    plan.execute(stream, da, dsa, wb[0], wsb[0], d)
+                    back = context.allocate_pinned(mc.bf16, m * n)
+                    stream.copy_to_host(d, back)
+                    got = back.to_numpy().astype(np.float64).reshape(m, n)[sample]
+                    back.close()
+                    err = _relative(got, want)
+                    if not err <= CHECK_LIMIT:
+                        failures.append(f"{name} M={m} {n}x{k}: relative error {err:.2e}")
+                    us = timer.median(_rotating(plan, stream, da, dsa, wb, wsb, d), args.calls, args.repeats)
+                    kernel = getattr(plan, "kernel_name", "blockwise_fp8_gemv")
+                    rows.append(fp8_row(name, m, n, k, us, f"{kernel}, rel err {err:.1e}"))
+                    if hasattr(plan, "close"):
+                        plan.close()
+                if torch_ is not None:
+                    _torch_rows(torch_, timer, args, a, sa, b_codes, want, sample, tw, tsb, m, n, k, rows, failures,
+                                refusals)
+                for buf in (da, dsa, d):
+                    buf.free(stream)
+            del tw, tsb
+            s.release(wb + wsb)
+    ratios(rows)
+    _print_table(info, args, rows)
+    goals = _goals(rows)
+    for line in goals + [f"refused: {r}" for r in refusals] + [f"note: {n}" for n in notes]:
+        print(f"  {line}")
+    import datetime
+    import sys
+
+    _write_json(args.json, {"benchmark": "fp8-profile", "device": info.name, "arch": info.arch,
+                            "library": str(lib.path) if lib is not None else None,
+                            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                            "method": "back-to-back calls behind a spin kernel, events, median; weight banks >= 8x L2",
+                            "notes": notes, "refusals": refusals, "goals": goals, "failures": failures,
+                            "rows": [asdict(r) for r in rows]})
+    for f in failures:
+        print(f"FAILED: {f}", file=sys.stderr)
+    print("fp8-profile: " + ("FAILED" if failures else "all checks passed"))
+    return 1 if failures else 0
+
+
+def _rotating(plan: Any, stream: Any, a: Any, sa: Any, wb: list[Any], wsb: list[Any], d: Any) -> Any:
+    """``enqueue(i)``: the plan on weight bank ``i`` (codes and scales rotated together)."""
+    banks = len(wb)
+
+    def enqueue(i: int) -> None:
+        plan.execute(stream, a, sa, wb[i % banks], wsb[i % banks], d)
+
+    return enqueue
+
+
+def _torch_rows(torch_: _TorchFp8, timer: Any, args: Any, a: np.ndarray, sa: np.ndarray, b_codes: np.ndarray,
+                want: np.ndarray, sample: list[int], tw: list[Any], tsb: list[Any], m: int, n: int, k: int,
+                rows: list[Fp8Row], failures: list[str], refusals: list[str]) -> None:
+    """torch rowwise (unit scales; checked against the codes' float64 product) and blockwise (the same
+    scales as ours, each layout of :data:`BLOCKWISE_LAYOUTS` until one is accepted and correct)."""
+    t = torch_.t
+    ta = torch_.tensor(a)
+    with t.cuda.stream(torch_.stream):
+        ones_a = t.ones(m, 1, device="cuda", dtype=t.float32)
+        ones_b = t.ones(1, n, device="cuda", dtype=t.float32)
+    try:
+        call, out = torch_.enqueue(ta, ones_a, tw, ones_b, lambda s: s)
+        err = _relative(torch_.rows(out, sample), a[sample].astype(np.float64) @ b_codes.T)
+        if not err <= CHECK_LIMIT:
+            failures.append(f"torch rowwise M={m} {n}x{k}: relative error {err:.2e}")
+        us = timer.median(call, args.calls, args.repeats)
+        rows.append(fp8_row("torch rowwise (_scaled_mm)", m, n, k, us, f"rel err {err:.1e}"))
+        del call, out
+    except Exception as exc:  # torch's refusal (RuntimeError, NotImplementedError, ValueError...): recorded
+        refusals.append(f"torch rowwise M={m} {n}x{k}: {str(exc).splitlines()[0][:200]}")
+    tsa = torch_.tensor(sa)
+    tried = []
+    for label, fa, fb in BLOCKWISE_LAYOUTS:
+        try:
+            call, out = torch_.enqueue(ta, fa(tsa), tw, tsb, fb)
+        except Exception as exc:  # a layout this torch refuses: the next is tried
+            tried.append(f"{label}: {str(exc).splitlines()[0][:160]}")
+            continue
+        err = _relative(torch_.rows(out, sample), want)
+        if not err <= CHECK_LIMIT:
+            tried.append(f"{label}: relative error {err:.2e}")
+            continue
+        us = timer.median(call, args.calls, args.repeats)
+        rows.append(fp8_row("torch blockwise (_scaled_mm)", m, n, k, us, f"{label}, rel err {err:.1e}"))
+        return
+    refusals.append(f"torch blockwise M={m} {n}x{k}: " + "; ".join(tried))
+
+
+def _print_table(info: Any, args: Any, rows: list[Fp8Row]) -> None:
+    print(f"fp8-profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs): E4M3 x E4M3 -> BF16, cold "
+          f"weights, median of {args.repeats} x {args.calls} back-to-back calls; rate: TB/s for M <= "
+          f"{DECODE_MAX_M}, TFLOP/s above; torch/x > 1: faster than torch")
+    print(f"  {'path':<30} {'M':>5} {'N':>6} {'K':>6} {'µs':>9} {'rate':>13} {'rowwise/x':>9} {'blockw/x':>9}")
+    for r in rows:
+        rate = f"{r.tbps:.2f} TB/s" if r.m <= DECODE_MAX_M else f"{r.tflops:.0f} TFLOP/s"
+        rw = f"{r.vs_rowwise:.2f}" if r.vs_rowwise is not None else "-"
+        bw = f"{r.vs_blockwise:.2f}" if r.vs_blockwise is not None else "-"
+        print(f"  {r.path:<30} {r.m:>5} {r.n:>6} {r.k:>6} {r.us:>9.2f} {rate:>13} {rw:>9} {bw:>9}"
+              f"{'  ' + r.note if r.note else ''}")
+
+
+def _goals(rows: list[Fp8Row]) -> list[str]:
+    """Issue 13's goals, as measured: M = 1 µs limits, M <= 16 >= 1.5x torch, M >= 2048 >= 0.95x rowwise
+    and >= 1.0x blockwise."""
+    mine = [r for r in rows if r.path == "BlockwiseFp8Plan"]
+    out = []
+    limits = {(4096, 4096): 6.5, (14336, 4096): 16.5, (4096, 14336): 16.5}
+    for r in rows:
+        if r.path == "BlockwiseFp8VectorPlan" and (r.n, r.k) in limits:
+            limit = limits[(r.n, r.k)]
+            out.append(f"M = 1 {r.n}x{r.k}: {r.us:.2f} µs ({r.tbps:.2f} TB/s), goal <= {limit} µs: "
+                       f"{'met' if r.us <= limit else 'NOT met'}")
+    for label, pick, attr, floor in (("M <= 16 vs torch rowwise", lambda r: r.m <= 16, "vs_rowwise", 1.5),
+                                     ("M >= 2048 vs torch rowwise", lambda r: r.m >= 2048, "vs_rowwise", 0.95),
+                                     ("M >= 2048 vs torch blockwise", lambda r: r.m >= 2048, "vs_blockwise", 1.0)):
+        chosen = [r for r in mine if pick(r) and getattr(r, attr) is not None]
+        if chosen:
+            worst = min(chosen, key=lambda r: getattr(r, attr))
+            met = sum(getattr(r, attr) >= floor for r in chosen)
+            out.append(f"{label}: worst {getattr(worst, attr):.2f} (M={worst.m} {worst.n}x{worst.k}); {met}/"
+                       f"{len(chosen)} >= {floor}")
+    return out
+
+
+def register(sub: Any) -> None:
+    """Add ``fp8-profile`` to the CLI's subparsers."""
+    from ._matmul_profile import m_values
+
+    p = sub.add_parser("fp8-profile", help="BlockwiseFp8Plan vs torch._scaled_mm (rowwise, blockwise) over M and "
+                                           "Llama-like (N, K) on cold weights (GPU; torch optional)")
+    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--m", type=m_values, default=",".join(map(str, FP8_M)), help="comma-separated M values")
+    p.add_argument("--shapes", type=shape_values, default=",".join(f"{n}x{k}" for n, k in FP8_SHAPES),
+                   help="comma-separated NxK weight shapes (default: the four Llama-like ones)")
+    p.add_argument("--calls", type=int, default=20, help="back-to-back calls per timed repeat")
+    p.add_argument("--repeats", type=int, default=7, help="timed repeats (the median is reported)")
+    p.add_argument("--json", default="benchmarks/results/fp8_profile.json")
+    p.set_defaults(func=fp8_profile)

@@ -1,0 +1,358 @@
+"""BlockwiseFp8Plan's kernel selection and its CUTLASS path without a GPU: which kernel runs which shape
+on which architecture (the pure rule over stand-in tables and, when it loads, the real library's
+table), the refusals by name, and the plan's construction, checks, workspace, describe, execute and
+numba_execute against a stand-in library."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+import mircuda as mc
+from mircuda.matmul import _fp8, _library
+from mircuda.matmul._fp8_cutlass import MISALIGNED, WRONG_STREAM, scaled_executor
+from mircuda.matmul._library import KernelInfo
+from mircuda.matmul._select import FP8_GEMV_NAME, FP8_PINGPONG_MAX_M, select_fp8_kernel
+
+COOP = "sm90_blockwise_coop_128x128x128_c1x2_e4m3_bf16"
+PINGPONG = "sm90_blockwise_pingpong_64x128x128_e4m3_bf16"
+SM120 = "sm120_blockwise_128x128x128_e4m3_bf16"
+
+
+def scaled(index: int, name: str, family: str, tile: tuple[int, int, int], cluster: tuple[int, int],
+           archs: tuple[int, ...], multiples: tuple[int, int, int]) -> KernelInfo:
+    return KernelInfo(index, name, family, "e4m3", "bf16", tile, cluster, 0, 16, False, archs, "cutlass",
+                      "blockwise_scaled", multiples, "f32", (1, 128, 128), ("k", "k"))
+
+
+TABLE = (scaled(4, SM120, "sm120_blockwise", (128, 128, 128), (1, 1), (120,), (1, 128, 128)),
+         scaled(17, COOP, "sm90_blockwise_cooperative", (128, 128, 128), (1, 2), (90,), (1, 8, 16)),
+         scaled(18, PINGPONG, "sm90_blockwise_pingpong", (64, 128, 128), (1, 1), (90,), (1, 8, 16)))
+"""The blockwise kernels as the FP8 build lists them (``CutlassLibrary.scaled_kernels``)."""
+
+
+def real_table() -> tuple[KernelInfo, ...] | None:
+    env = os.environ.get("MIRCUDA_CUTLASS_LIBRARY")
+    local = Path(__file__).resolve().parents[1] / ".fp8lib" / "libmircuda_cutlass.so"
+    try:
+        lib = _library.load_library(env if env else local)
+    except (mc.CutlassNotFound, OSError):
+        return None
+    return lib.scaled_kernels or None
+
+
+def tables() -> list[Any]:
+    real = real_table()
+    return [pytest.param(TABLE, id="stand-in")] + ([pytest.param(real, id="library")] if real else [])
+
+
+def spec(m: int, n: int = 4096, k: int = 4096) -> mc.DenseMatmulSpec:
+    return mc.DenseMatmulSpec(m, n, k)
+
+
+# -- the rule ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("table", tables())
+@pytest.mark.parametrize("m, cc, name", [
+    (1, (9, 0), FP8_GEMV_NAME), (16, (9, 0), FP8_GEMV_NAME), (16, (12, 0), FP8_GEMV_NAME), (8, (8, 9), FP8_GEMV_NAME),
+    (17, (9, 0), PINGPONG), (64, (9, 0), PINGPONG), (FP8_PINGPONG_MAX_M, (9, 0), PINGPONG),
+    (FP8_PINGPONG_MAX_M + 1, (9, 0), COOP), (2048, (9, 0), COOP), (8192, (9, 0), COOP),
+    (17, (12, 0), SM120), (2048, (12, 0), SM120), (300, (12, 1), SM120),
+])
+def test_each_shape_and_arch_gets_its_kernel(table, m, cc, name) -> None:
+    selection = select_fp8_kernel(table, spec(m), cc)
+    assert selection.kernel.name == name and selection.splits == 1 and str(m) in selection.reason
+
+
+def test_the_nvrtc_kernel_needs_no_library() -> None:
+    chosen = select_fp8_kernel((), spec(3, 1000, 1040), (9, 0)).kernel
+    assert chosen.origin == "nvrtc" and chosen.name == FP8_GEMV_NAME and chosen.kind == "blockwise_scaled"
+
+
+def test_the_sm90_kernels_take_partial_blocks_of_n_and_k() -> None:
+    assert select_fp8_kernel(TABLE, spec(64, 1032, 1040), (9, 0)).kernel.name == PINGPONG
+    assert select_fp8_kernel(TABLE, spec(2048, 136, 272), (9, 0)).kernel.name == COOP
+
+
+@pytest.mark.parametrize("n, k, dim", [(1000, 4096, "N = 1000"), (4096, 1040, "K = 1040"), (136, 272, "N = 136")])
+def test_the_sm120_kernel_refuses_partial_blocks_by_name(n, k, dim) -> None:
+    with pytest.raises(mc.BlockwiseFp8Unavailable, match=SM120) as info:
+        select_fp8_kernel(TABLE, spec(64, n, k), (12, 0))
+    assert dim in str(info.value) and "128" in str(info.value)
+
+
+def test_sm90_refuses_n_not_a_multiple_of_8_by_name() -> None:
+    with pytest.raises(mc.BlockwiseFp8Unavailable, match="N = 777 is not a multiple of 8"):
+        select_fp8_kernel(TABLE, spec(64, 777, 1024), (9, 0))
+
+
+@pytest.mark.parametrize("cc", [(8, 9), (10, 0), (11, 0)])
+def test_other_archs_are_refused_by_name_for_m_above_16(cc) -> None:
+    with pytest.raises(mc.BlockwiseFp8Unavailable, match=f"compute capability {cc[0]}.{cc[1]}"):
+        select_fp8_kernel(TABLE, spec(17), cc)
+    assert select_fp8_kernel(TABLE, spec(16), cc).kernel.name == FP8_GEMV_NAME
+
+
+@pytest.mark.parametrize("cc, family", [((9, 0), "sm90_blockwise_pingpong"), ((12, 0), "sm120_blockwise")])
+def test_a_library_without_the_arch_kernels_says_to_build_them(cc, family) -> None:
+    with pytest.raises(mc.BlockwiseFp8Unavailable, match=f"{family}.*build-cutlass"):
+        select_fp8_kernel((), spec(64), cc)
+
+
+def test_forcing_a_kernel() -> None:
+    assert select_fp8_kernel(TABLE, spec(8), (9, 0), COOP).kernel.name == COOP  # CUTLASS for decode
+    assert select_fp8_kernel(TABLE, spec(4096), (9, 0), PINGPONG).reason == "forced by the caller"
+    assert select_fp8_kernel(TABLE, spec(16), (9, 0), FP8_GEMV_NAME).kernel.origin == "nvrtc"
+    for name, m, cc, text in [(FP8_GEMV_NAME, 17, (9, 0), "M <= 16"), (SM120, 64, (9, 0), "one of"),
+                              (COOP, 64, (12, 0), "one of"), ("nope", 64, (9, 0), FP8_GEMV_NAME)]:
+        with pytest.raises(mc.ContractError, match=text) as info:
+            select_fp8_kernel(TABLE, spec(m), cc, name)
+        assert info.value.argument == "kernel"
+    with pytest.raises(mc.ContractError, match="N = 777") as info:
+        select_fp8_kernel(TABLE, spec(64, 777, 1024), (9, 0), COOP)
+    assert info.value.argument == "kernel"
+
+
+def test_dense_kernels_are_never_chosen() -> None:
+    dense = KernelInfo(0, "sm90_coop_128x256x64_c2x1_bf16_bf16", "sm90_cooperative", "bf16", "bf16", (128, 256, 64),
+                       (2, 1), 0, 16, False, (90,))
+    with pytest.raises(mc.BlockwiseFp8Unavailable):
+        select_fp8_kernel((dense,), spec(64), (9, 0))
+
+
+# -- the plan on a stand-in library ---------------------------------------------------------------
+class FakeLibrary(_library.CutlassLibrary):
+    """The library's plan entry points, recorded (no GPU)."""
+
+    def __init__(self, workspace: int = 4096, fail_set_workspace: bool = False) -> None:  # no dlopen
+        self.path = Path("fake.so")
+        self.kernels = ()
+        self.scaled_kernels = TABLE
+        self.calls: list[tuple[Any, ...]] = []
+        self._workspace = workspace
+        self._fail = fail_set_workspace
+        self.scaled_execute_address = 0
+
+    def create_scaled_plan(self, kernel: KernelInfo, m: int, n: int, k: int) -> int:
+        self.calls.append(("create", kernel.name, m, n, k))
+        return 0xF00
+
+    def workspace_bytes(self, plan: int) -> int:
+        return self._workspace
+
+    def set_workspace(self, plan: int, address: int, nbytes: int) -> None:
+        self.calls.append(("set_workspace", plan, address, nbytes))
+        if self._fail:
+            raise mc.CutlassError("set_workspace failed", call="set_workspace", status=4, name="CUDA_ERROR")
+
+    def execute_scaled(self, *args: Any) -> None:
+        self.calls.append(("execute", *args))
+
+    def destroy(self, plan: int) -> int:
+        self.calls.append(("destroy", plan))
+        return 0
+
+
+class FakeBuffer:
+    def __init__(self, handle: int, nbytes: int) -> None:
+        self.handle, self.nbytes, self.freed, self.free_calls = handle, nbytes, False, 0
+
+    def free(self, stream: Any) -> None:
+        self.freed = True
+        self.free_calls += 1
+
+
+class FakePool:
+    def __init__(self) -> None:
+        self.allocated: list[FakeBuffer] = []
+
+    def allocate(self, dtype: Any, stream: Any, count: int) -> FakeBuffer:
+        buf = FakeBuffer(0x9000, count)
+        self.allocated.append(buf)
+        return buf
+
+
+def stand_ins(monkeypatch: pytest.MonkeyPatch, cc: tuple[int, int] = (9, 0)) -> tuple[Any, Any, FakePool]:
+    from test_matmul_fp8 import stand_ins as base
+
+    from mircuda.runtime import Context
+
+    context, stream = base(monkeypatch, cc)
+    pool = FakePool()
+    monkeypatch.setattr(Context, "default_memory_pool", lambda self: pool)
+    return context, stream, pool
+
+
+def cutlass_operands(context: Any, m: int, n: int, k: int) -> dict[str, Any]:
+    from test_matmul_fp8 import buffer
+
+    kb, nb = -(-k // 128), -(-n // 128)
+    return {"a": buffer(context, mc.e4m3, m * k, 0x10000), "sa": buffer(context, mc.f32, m * kb, 0x20004),
+            "b": buffer(context, mc.e4m3, n * k, 0x30000), "sb": buffer(context, mc.f32, nb * kb, 0x40004),
+            "d": buffer(context, mc.bf16, m * n, 0x50000)}
+
+
+def test_a_cutlass_plan_keeps_its_workspace_and_enqueues_the_library_call(monkeypatch) -> None:
+    context, stream, pool = stand_ins(monkeypatch)
+    lib = FakeLibrary()
+    plan = mc.BlockwiseFp8Plan(context, stream, spec(64, 1032, 1040), library=lib)
+    assert lib.calls == [("create", PINGPONG, 64, 1032, 1040), ("set_workspace", 0xF00, 0x9000, 4096)]
+    assert plan.kernel_name == PINGPONG and plan.workspace_bytes == 4096 and plan.handle == 0xF00
+    assert [b.nbytes for b in pool.allocated] == [4096] and plan.sa_shape == (64, 9) and plan.sb_shape == (9, 9)
+    text = plan.describe()
+    assert PINGPONG in text and "64x128x128" in text and "workspace 4096 B" in text and "unmeasured" in text
+    ops = cutlass_operands(context, 64, 1032, 1040)
+    plan.execute(stream, ops["a"], ops["sa"], ops["b"], ops["sb"], ops["d"], 0.5, 0.25)
+    # (plan, stream, a, b, sfa, sfb, c, d, alpha, beta); c = 0: the library reads C from d.
+    assert lib.calls[-1] == ("execute", 0xF00, 0x50, 0x10000, 0x30000, 0x20004, 0x40004, 0, 0x50000, 0.5, 0.25)
+    from test_matmul_fp8 import buffer
+
+    c = buffer(context, mc.bf16, 64 * 1032, 0x60000)
+    plan.execute(stream, ops["a"], ops["sa"], ops["b"], ops["sb"], ops["d"], c=c)
+    assert lib.calls[-1][7:9] == (0x60000, 0x50000)
+    plan.close()
+    plan.close()
+    assert lib.calls[-1] == ("destroy", 0xF00) and sum(x[0] == "destroy" for x in lib.calls) == 1
+    assert pool.allocated[0].free_calls == 1 and plan.handle == 0
+    with pytest.raises(mc.ClosedResourceError):
+        plan.execute(stream, ops["a"], ops["sa"], ops["b"], ops["sb"], ops["d"])
+
+
+@pytest.mark.parametrize("name, value, argument", [
+    ("a", ("address", 0x10008), "a"), ("b", ("address", 0x30004), "b"), ("d", ("address", 0x50002), "d"),
+    ("c", ("address", 0x60008), "c"), ("sa", ("address", 0x20002), "sa"), ("sb", ("count", 1), "sb"),
+    ("a", ("dtype", mc.u8), "a"), ("d", ("count", 64 * 1032 - 1), "d"), ("c", ("dtype", mc.f16), "c"),
+])
+def test_the_cutlass_path_checks_operands_before_the_library_is_called(monkeypatch, name, value, argument) -> None:
+    from test_matmul_fp8 import buffer
+
+    context, stream, _ = stand_ins(monkeypatch)
+    lib = FakeLibrary()
+    plan = mc.BlockwiseFp8Plan(context, stream, spec(64, 1032, 1040), library=lib)
+    ops = cutlass_operands(context, 64, 1032, 1040)
+    ops["c"] = buffer(context, mc.bf16, 64 * 1032, 0x60000)
+    field, v = value
+    old = ops[name]
+    ops[name] = buffer(context, v if field == "dtype" else old._scalar, v if field == "count" else old._count,
+                       v if field == "address" else old._ptr)
+    before = len(lib.calls)
+    with pytest.raises(mc.ContractError) as info:
+        plan.execute(stream, ops["a"], ops["sa"], ops["b"], ops["sb"], ops["d"], c=ops["c"])
+    assert info.value.argument == argument and len(lib.calls) == before
+    if field == "address":
+        assert "16 bytes" in str(info.value) or "4 bytes" in str(info.value)
+
+
+def test_the_cutlass_path_refuses_another_stream_and_bad_scalars(monkeypatch) -> None:
+    from mircuda.runtime import Stream
+
+    context, stream, _ = stand_ins(monkeypatch)
+    lib = FakeLibrary()
+    plan = mc.BlockwiseFp8Plan(context, stream, spec(2048), library=lib)
+    assert plan.kernel_name == COOP
+    ops = list(cutlass_operands(context, 2048, 4096, 4096).values())
+    other = object.__new__(Stream)
+    other._context, other._handle = context, 0x60
+    with pytest.raises(mc.ContractError) as info:
+        plan.execute(other, *ops)
+    assert info.value.argument == "stream"
+    with pytest.raises(mc.ContractError) as info:
+        plan.execute(stream, *ops, "2", 0.0)
+    assert info.value.argument == "alpha"
+    assert not any(x[0] == "execute" for x in lib.calls)
+
+
+def test_nvrtc_only_attributes_are_refused_on_a_cutlass_plan(monkeypatch) -> None:
+    context, stream, _ = stand_ins(monkeypatch)
+    plan = mc.BlockwiseFp8Plan(context, stream, spec(64), library=FakeLibrary(workspace=0))
+    assert plan.workspace_bytes == 0 and "workspace" not in plan.describe()
+    for attribute in ("kernel", "launch_config", "rows", "warps"):
+        with pytest.raises(mc.ContractError, match="kernel_info"):
+            getattr(plan, attribute)
+    assert plan.kernel_info.family == "sm90_blockwise_pingpong" and PINGPONG in repr(plan)
+
+
+def test_construction_arguments_of_the_cutlass_path_are_checked(monkeypatch) -> None:
+    context, stream, pool = stand_ins(monkeypatch)
+    lib = FakeLibrary()
+    for kwargs, argument in (({"warps": 2}, "warps"), ({"kernel": 3}, "kernel"), ({"library": "x"}, "library"),
+                             ({"kernel": SM120}, "kernel"), ({"kernel": FP8_GEMV_NAME}, "kernel")):
+        with pytest.raises(mc.ContractError) as info:
+            mc.BlockwiseFp8Plan(context, stream, spec(64), **{"library": lib, **kwargs})
+        assert info.value.argument == argument
+    assert not pool.allocated and not any(x[0] == "create" for x in lib.calls)
+
+
+def test_a_failed_workspace_setup_destroys_the_library_plan_and_frees_the_workspace(monkeypatch) -> None:
+    context, stream, pool = stand_ins(monkeypatch)
+    lib = FakeLibrary(fail_set_workspace=True)
+    with pytest.raises(mc.CutlassError):
+        mc.BlockwiseFp8Plan(context, stream, spec(64), library=lib)
+    assert lib.calls[-1] == ("destroy", 0xF00) and pool.allocated[0].free_calls == 1
+
+
+def test_sm120_shapes_outside_its_multiples_are_unavailable_before_the_library_is_called(monkeypatch) -> None:
+    context, stream, pool = stand_ins(monkeypatch, cc=(12, 0))
+    lib = FakeLibrary()
+    with pytest.raises(mc.BlockwiseFp8Unavailable, match="N = 1032"):
+        mc.BlockwiseFp8Plan(context, stream, spec(64, 1032, 1024), library=lib)
+    assert lib.calls == [] and not pool.allocated
+    plan = mc.BlockwiseFp8Plan(context, stream, spec(64, 1024, 1024), library=lib)
+    assert plan.kernel_name == SM120
+
+
+def test_a_forced_cutlass_kernel_runs_decode_and_the_gemv_needs_no_library(monkeypatch) -> None:
+    context, stream, _ = stand_ins(monkeypatch)
+    plan = mc.BlockwiseFp8Plan(context, stream, spec(4), kernel=COOP, library=FakeLibrary())
+    assert plan.kernel_name == COOP and plan.kernel_info.origin == "cutlass"
+    monkeypatch.setattr(_library, "load_library", lambda: pytest.fail("the library was loaded"))
+    gemv = mc.BlockwiseFp8Plan(context, stream, spec(4), kernel=FP8_GEMV_NAME)
+    assert gemv.kernel_info.origin == "nvrtc" and gemv.workspace_bytes == 0 and gemv.handle == 0
+
+
+def test_the_scaled_executor_calls_the_entry_point_from_njit() -> None:
+    import numba
+
+    seen = []
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_uint64] * 8, ctypes.c_float, ctypes.c_float)
+    entry = proto(lambda *args: seen.append(args) or 0)
+    execute = scaled_executor(ctypes.cast(entry, ctypes.c_void_p).value, 0xABC0, 16, stream=0x77)
+
+    @numba.njit
+    def loop(count, stream, a, sa, b, sb, d):  # type: ignore[no-untyped-def]
+        status = 0
+        for i in range(count):
+            status |= execute(stream, a, sa, b + 256 * i, sb, d, d, 2.0, 0.5)
+        return status
+
+    assert loop(2, np.uint64(0x77), 0x1000, 0x2004, 0x3000, 0x4008, 0x5000) == 0
+    # (plan, stream, a, b, sfa, sfb, c, d, alpha, beta)
+    assert seen == [(0xABC0, 0x77, 0x1000, 0x3000 + 256 * i, 0x2004, 0x4008, 0x5000, 0x5000, 2.0, 0.5)
+                    for i in range(2)]
+    assert loop(1, 0x78, 0x1000, 0x2004, 0x3000, 0x4008, 0x5000) == WRONG_STREAM
+    for bad in ((0x1008, 0x2004, 0x3000, 0x4008, 0x5000), (0x1000, 0x2002, 0x3000, 0x4008, 0x5000),
+                (0x1000, 0x2004, 0x3000, 0x4008, 0x5002)):
+        assert loop(1, 0x77, *bad) == MISALIGNED
+    assert len(seen) == 2
+
+
+def test_the_plan_uses_the_library_numba_entry_point(monkeypatch) -> None:
+    import mircuda.matmul._fp8_cutlass as fc
+
+    context, stream, _ = stand_ins(monkeypatch)
+    lib = FakeLibrary()
+    lib.scaled_execute_address = 0x1234
+    made: list[Any] = []
+    monkeypatch.setattr(fc, "scaled_executor", lambda *a, **kw: made.append((a, kw)) or SimpleNamespace())
+    plan = mc.BlockwiseFp8Plan(context, stream, spec(64), library=lib)
+    assert plan.numba_execute is plan.numba_execute
+    assert made == [((0x1234, 0xF00, 16), {"stream": 0x50})]
+
+
+def test_the_plan_module_exports_the_selection_name() -> None:
+    assert _fp8.BlockwiseFp8Unavailable.__mro__[1] is mc.UnsupportedPlatform
