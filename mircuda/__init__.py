@@ -15,6 +15,7 @@ from .graph import Graph, KernelNode
 from .launch import (ArgumentPacker, FunctionAttributes, In, InOut, KernelContract, LaunchConfig, Out,
                      TypedKernel, cuda_export)
 from .matmul import CutlassError, CutlassNotFound, DenseMatmulPlan, DenseMatmulSpec, DenseVectorPlan, DenseVectorSpec
+from .matmul import BlockScaledFp4Plan, BlockScaledFp4VectorPlan, Fp4Quantizer, Fp4ScaleConverter
 from .memory import DeviceBuffer, MemoryPool, PinnedBuffer
 from .runtime import Context, Device, DeviceInfo, Driver, Event, ProfilerRange, Stream
 
@@ -31,6 +32,7 @@ __all__ = [
     "f32", "f64", "i8", "i16", "i32", "i64", "nvrtc_version", "u8", "u16", "u32", "u64",
 ]
 __all__ += ["CompilerConfig", "OfflineCompiler", "cuda_kernel_file", "cuda_kernel_files"]
+__all__ += ["BlockScaledFp4Plan", "BlockScaledFp4VectorPlan", "Fp4Quantizer", "Fp4ScaleConverter"]
 
 
 def __getattr__(name: str) -> object:

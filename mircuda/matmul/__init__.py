@@ -14,3 +14,8 @@ from ._vector import DenseVectorPlan
 
 __all__ = ["CutlassError", "CutlassLibrary", "CutlassNotFound", "DenseMatmulPlan", "DenseMatmulSpec", "DenseVectorPlan",
            "DenseVectorSpec", "KernelInfo", "available_kernels", "load_library"]
+
+from ._fp4 import BlockScaledFp4Plan, BlockScaledFp4VectorPlan
+from ._fp4_layout import Fp4Quantizer, Fp4ScaleConverter
+
+__all__ += ["BlockScaledFp4Plan", "BlockScaledFp4VectorPlan", "Fp4Quantizer", "Fp4ScaleConverter"]
