@@ -239,7 +239,8 @@ class _Fp4PlanBase(PlanBase):
         check_operand(ob, b, ctx)
         check_operand(osb, sb, ctx)
         check_operand(od, d, ctx)
-        return psa, address("global_a", global_a, ctx), address("global_b", global_b, ctx), check_scalar("alpha", alpha)
+        name_a, name_b = ("global_x", "global_w") if self._names[0] == "x" else ("global_a", "global_b")
+        return psa, address(name_a, global_a, ctx), address(name_b, global_b, ctx), check_scalar("alpha", alpha)
 
 
 class BlockScaledFp4VectorPlan(_Fp4PlanBase):
