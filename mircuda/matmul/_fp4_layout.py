@@ -9,8 +9,10 @@ Buffers: packed codes are ``DeviceBuffer[u8]`` (``[rows, K/2]``: element 2i in t
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import TYPE_CHECKING, Any
 
+from .. import _cuda
 from ..compile import Compiler, CompileOptions, CudaSource
 from ..dtypes import bf16, dtype_info, e4m3, f32, i32, i64, u8, u32, u64
 from ..errors import ContractError
@@ -139,8 +141,11 @@ class Fp4Quantizer(PlanBase):
         self._amax_config = LaunchConfig((min(-(-count // THREADS), 4096),), (THREADS,))
         grid_items = self._scale_bytes if layout == "tiled" else r * (kk // BLOCK)
         self._quantize_config = LaunchConfig.for_elements(grid_items, THREADS)
-        self._workspace: DeviceBuffer[Any] | None = context.default_memory_pool().allocate(u32, stream, 1)
+        self._reset_config = LaunchConfig((1,), (1,))
+        self._workspace: DeviceBuffer[Any] = context.default_memory_pool().allocate(u32, stream, 1)
         self._closed = False
+        self._finalizer = weakref.finalize(self, _free, self._workspace, context, stream)
+        self._finalizer.atexit = False
 
     @property
     def layout(self) -> str:
@@ -187,15 +192,14 @@ class Fp4Quantizer(PlanBase):
         pin = address("global_in", global_in, ctx)
         amax = self._workspace
         if global_in is None:
-            self._reset.launch(stream, LaunchConfig((1,), (1,)), amax)
+            self._reset.launch(stream, self._reset_config, amax)
             self._amax.launch(stream, self._amax_config, amax, x, self._rows * self._k)
         self._quantize.launch(stream, self._quantize_config, q, scales, pout, x, pin, amax, self._rows, self._k)
 
     def close(self) -> None:
         """Free the amax workspace (on the quantizer's stream). Idempotent."""
-        if not self._closed and self._workspace is not None and not self._workspace.freed:
-            self._workspace.free(self._stream)
         self._closed = True
+        self._finalizer()
 
     def __repr__(self) -> str:
         return f"Fp4Quantizer(rows={self._rows}, k={self._k}, layout={self._layout!r})"
@@ -252,3 +256,12 @@ class Fp4ScaleConverter(PlanBase):
         return (f"Fp4ScaleConverter [{self._rows}, {self._k}]: fp4_scales_linear_to_tiled "
                 f"({self._tiled_config.grid[0]} blocks) / fp4_scales_tiled_to_linear ({self._linear_config.grid[0]} "
                 f"blocks), {THREADS} threads, one per scale byte (NVRTC)")
+
+
+@_cuda.finalizer
+def _free(buffer: Any, context: Any, stream: Any) -> None:
+    try:
+        if not context._closed and stream.handle and not buffer.freed:
+            buffer.free(stream)
+    except Exception:  # finalizers never raise
+        pass
