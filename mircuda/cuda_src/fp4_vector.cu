@@ -71,6 +71,24 @@ __device__ __forceinline__ long long scale_offset(long long row, int kb, int kbl
 #endif
 }
 
+// One step of a lane: the codes of its kElems columns from `col` in each of the R weight rows, and
+// their kBlocks scale bytes per row (one byte, or two adjacent ones read as a 16-bit word: with K % 32
+// == 0 the K-block index is even and both layouts keep blocks 2j and 2j + 1 side by side).
+__device__ __forceinline__ void load_step(const unsigned char* __restrict__ w, const unsigned char* __restrict__ sw,
+                                          const long long (&rows)[kRows], int col, int k, int kblocks, int katoms,
+                                          unsigned (&codes)[kRows][2 * kBlocks], unsigned (&sraw)[kRows]) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        load_codes(w + rows[r] * (k / 2) + col / 2, codes[r]);
+        const unsigned char* s = sw + scale_offset(rows[r], col >> 4, kblocks, katoms);
+#if MIRCUDA_FP4_WIDE
+        sraw[r] = __ldg(reinterpret_cast<const unsigned short*>(s));
+#else
+        sraw[r] = __ldg(s);
+#endif
+    }
+}
+
 // One 16-element block of activation row m, as 16 floats (FP4: times 2^-14).
 __device__ __forceinline__ void activation_block(const void* x, long long m, int col, int k, float (&xf)[16]) {
 #if MIRCUDA_FP4_ACT_BF16
@@ -125,45 +143,59 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
 #pragma unroll
         for (int r = 0; r < kRows; ++r) acc[m][r] = 0.f;
 
-    for (int col = warp * chunk + lane * kElems; col < k; col += warps * chunk) {
-        // K % kElems == 0 (the plan picks the variant): the lane's kElems columns all lie inside K.
+    // K % kElems == 0 (the plan picks the variant): a lane's kElems columns lie all inside K or all
+    // past it. Register double buffering: the next step's weight codes and scales are loaded before
+    // the current step is consumed, so 2 R loads per lane are in flight (as in dense_vector.cu).
+    const int stride = warps * chunk;
+    int col = warp * chunk + lane * kElems;
+    if (col < k) {
         unsigned codes[kRows][2 * kBlocks];
-        float wscale[kRows][kBlocks];
+        unsigned sraw[kRows];
+        load_step(w, sw, rows, col, k, kblocks, katoms, codes, sraw);
+        for (;;) {
+            const int next = col + stride;
+            const bool more = next < k;
+            unsigned ncodes[kRows][2 * kBlocks];
+            unsigned nraw[kRows];
+            if (more) load_step(w, sw, rows, next, k, kblocks, katoms, ncodes, nraw);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-            load_codes(w + rows[r] * (k / 2) + col / 2, codes[r]);
+            for (int b = 0; b < kBlocks; ++b) {
 #pragma unroll
-            for (int b = 0; b < kBlocks; ++b)
-                wscale[r][b] = fp4::ue4m3_to_float(__ldg(sw + scale_offset(rows[r], (col >> 4) + b, kblocks, katoms))) *
-                               fp4::decode_bias();
-        }
-#pragma unroll
-        for (int b = 0; b < kBlocks; ++b) {
-#pragma unroll
-            for (int m = 0; m < kM; ++m) {
-                float xf[16];
-                activation_block(x, m, col + 16 * b, k, xf);
+                for (int m = 0; m < kM; ++m) {
+                    float xf[16];
+                    activation_block(x, m, col + 16 * b, k, xf);
 #if MIRCUDA_FP4_ACT_BF16
-                const float xs = 1.0f;
+                    const float xs = 1.0f;
 #else
-                const float xs = fp4::ue4m3_to_float(__ldg(sx + scale_offset(m, (col >> 4) + b, kblocks, katoms))) * fp4::decode_bias();
+                    const float xs = fp4::ue4m3_to_float(__ldg(sx + scale_offset(m, (col >> 4) + b, kblocks, katoms))) *
+                                     fp4::decode_bias();
 #endif
 #pragma unroll
-                for (int r = 0; r < kRows; ++r) {
-                    float p = 0.f;
+                    for (int r = 0; r < kRows; ++r) {
+                        float p = 0.f;
 #pragma unroll
-                    for (int word = 0; word < 2; ++word) {
-                        unsigned h[4];
-                        fp4::decode8(codes[r][2 * b + word], h);
+                        for (int word = 0; word < 2; ++word) {
+                            unsigned h[4];
+                            fp4::decode8(codes[r][2 * b + word], h);
 #pragma unroll
-                        for (int i = 0; i < 4; ++i) {
-                            const float2 f = fp4::half2_to_float2(h[i]);
-                            p = fmaf(f.x, xf[8 * word + 2 * i], p);
-                            p = fmaf(f.y, xf[8 * word + 2 * i + 1], p);
+                            for (int i = 0; i < 4; ++i) {
+                                const float2 f = fp4::half2_to_float2(h[i]);
+                                p = fmaf(f.x, xf[8 * word + 2 * i], p);
+                                p = fmaf(f.y, xf[8 * word + 2 * i + 1], p);
+                            }
                         }
+                        const float ws = fp4::ue4m3_to_float((sraw[r] >> (8 * b)) & 0xffu) * fp4::decode_bias();
+                        acc[m][r] = fmaf(p, ws * xs, acc[m][r]);
                     }
-                    acc[m][r] = fmaf(p, wscale[r][b] * xs, acc[m][r]);
                 }
+            }
+            col = next;
+            if (!more) break;
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+                sraw[r] = nraw[r];
+#pragma unroll
+                for (int i = 0; i < 2 * kBlocks; ++i) codes[r][i] = ncodes[r][i];
             }
         }
     }
