@@ -331,6 +331,9 @@ def test_wide_loads_need_16_byte_aligned_weights() -> None:
     stand = Fp4Stand(layout="linear", k=128)
     with pytest.raises(mc.ContractError, match="aligned to 16"):
         stand.run(w=fake_buffer(stand.ctx, mc.u8, 64 * 64, 0x20_0008))
+    with pytest.raises(mc.ContractError, match="aligned to 2") as info:  # two scales per 16-bit load
+        stand.run(w_scales=fake_buffer(stand.ctx, mc.e4m3, 64 * 8, 0x40_0001))
+    assert info.value.argument == "w_scales" and stand.spy.calls == []
     stand.run()
     assert len(stand.spy.calls) == 1
 
@@ -360,3 +363,46 @@ def test_the_executor_packs_the_kernel_parameters_like_c_and_refuses_before_laun
     assert execute(0x55, 0x1000, 0, 0x2000, 0, 0x4001, 0, 0, 1.0) == INVALID_VALUE
     assert execute(0x55, 0x1000, 0, 0x2000, 0, 0x4000, 0x5002, 0, 1.0) == INVALID_VALUE
     assert len(seen) == 1
+
+
+def test_the_portable_executor_decodes_multiplies_and_scales_in_order() -> None:
+    numba = pytest.importorskip("numba")
+    from types import SimpleNamespace
+
+    from mircuda.matmul._fp4 import BlockScaledFp4Plan, portable_executor
+
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64, ctypes.c_uint64,
+                             ctypes.c_uint64)
+    launches: list[tuple[int, int, bytes]] = []
+    layouts = {0xD0: [8, 8, 8, 4, 4], 0x5C: [8, 8, 8, 8, 4, 8]}
+
+    def fake_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        sizes = layouts[f]
+        pointers = (ctypes.c_uint64 * len(sizes)).from_address(params)
+        launches.append((f, gx, b"".join(ctypes.string_at(p, sizes[i]) for i, p in enumerate(pointers))))
+        return 0
+
+    @numba.njit
+    def dense(stream, a, b, c, alpha, beta):
+        return 0 if a == 0xA16 and b == 0xB16 and c == 0xC32 and alpha == 1.0 and beta == 0.0 else 77
+
+    m, n, k = 32, 64, 80
+    plan: Any = object.__new__(BlockScaledFp4Plan)
+    plan._stream = fake_stream(FakeContext(), 0x55)
+    plan._spec = mc.DenseMatmulSpec(m, n, k)
+    plan._dense = SimpleNamespace(numba_execute=dense)
+    plan._decode, plan._scale = SimpleNamespace(handle=0xD0), SimpleNamespace(handle=0x5C)
+    plan._decode_b = mc.LaunchConfig.for_elements(n * k // 8, 256)
+    plan._decode_a = mc.LaunchConfig.for_elements(m * k // 8, 256)
+    plan._scale_config = mc.LaunchConfig((8,), (256,))
+    plan._b16, plan._a16, plan._c32 = (SimpleNamespace(handle=h) for h in (0xB16, 0xA16, 0xC32))
+    entry = proto(fake_launch)
+    execute = portable_executor(plan, (4, 1, 4, 1, 2), launch_function=entry)
+    assert execute(0x55, 0x1000, 0x1100, 0x2000, 0x2100, 0x3000, 0x4000, 0x4004, 0.5) == 0
+    assert [(f, g) for f, g, _ in launches] == [(0xD0, 3), (0xD0, 2), (0x5C, 8)]
+    assert launches[0][2] == struct.pack("<QQQii", 0xB16, 0x2000, 0x2100, n, k)
+    assert launches[1][2] == struct.pack("<QQQii", 0xA16, 0x1000, 0x1100, m, k)
+    assert launches[2][2] == struct.pack("<QQQQfq", 0x3000, 0xC32, 0x4000, 0x4004, 0.5, m * n)  # count at offset 40
+    assert execute(0x56, 0x1000, 0x1100, 0x2000, 0x2100, 0x3000, 0, 0, 1.0) == INVALID_HANDLE
+    assert execute(0x55, 0x1002, 0x1100, 0x2000, 0x2100, 0x3000, 0, 0, 1.0) == INVALID_VALUE
+    assert len(launches) == 3

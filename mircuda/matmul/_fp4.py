@@ -60,10 +60,13 @@ def check_activation(value: Any) -> str:
     return value
 
 
-def _scale_operand(name: str, rows: int, k: int, layout: str, what: str) -> Operand:
+def _scale_operand(name: str, rows: int, k: int, layout: str, what: str, pairs: bool = False) -> Operand:
     nbytes = scale_bytes(rows, k, layout)
     shape = (f"[{what}, K/16] = [{rows}, {k // BLOCK}] linear UE4M3" if layout == "linear" else
              f"tiled UE4M3 scales of [{rows}, {k}]: {nbytes} bytes (rows padded to 128, K/16 to 4)")
+    if pairs:
+        return Operand(name, dtype_info(e4m3), nbytes, shape, 2,
+                       f"kernel {FP4_SYMBOL}: 16-bit loads of two adjacent scales (K % 32 == 0)")
     return Operand(name, dtype_info(e4m3), nbytes, shape, 1, "byte loads")
 
 
@@ -72,7 +75,8 @@ def fp4_operands(names: tuple[str, str, str, str, str], m: int, n: int, k: int, 
     """The checks of ``(a, a_scales, b, b_scales, d)`` under ``names`` for the NVRTC kernel: packed
     weights ``[N, K/2]`` u8 aligned to its 16-byte (K % 32 == 0) or 8-byte loads, FP4 activations
     ``[M, K/2]`` u8 (8-byte loads) or BF16 ``[M, K]`` (16-byte loads), scales of the plan's layout (size
-    including the tiled padding), D ``[M, N]`` BF16."""
+    including the tiled padding; the weight scales 2-byte aligned for the 16-bit loads of the wide
+    variant), D ``[M, N]`` BF16."""
     a, sa, b, sb, d = names
     loads = f"kernel {FP4_SYMBOL}: {'16' if wide else '8'}-byte loads of packed rows of {k // 2} bytes"
     ops = []
@@ -85,7 +89,7 @@ def fp4_operands(names: tuple[str, str, str, str, str], m: int, n: int, k: int, 
                            f"kernel {FP4_SYMBOL}: 16-byte activation loads"))
         ops.append(Operand(sa, dtype_info(e4m3), 0, "None (BF16 activations have no scales)", 1, ""))
     ops.append(Operand(b, dtype_info(u8), n * k // 2, f"[N, K/2] = [{n}, {k // 2}] packed E2M1", 16 if wide else 8, loads))
-    ops.append(_scale_operand(sb, n, k, layout, "N"))
+    ops.append(_scale_operand(sb, n, k, layout, "N", pairs=wide))
     ops.append(Operand(d, dtype_info(bf16), m * n, f"[M, N] = [{m}, {n}] BF16", 2, f"kernel {FP4_SYMBOL}: BF16 stores"))
     return tuple(ops)
 
