@@ -402,7 +402,7 @@ def test_the_portable_executor_decodes_multiplies_and_scales_in_order() -> None:
     assert [(f, g) for f, g, _ in launches] == [(0xD0, 3), (0xD0, 2), (0x5C, 8)]
     assert launches[0][2] == struct.pack("<QQQii", 0xB16, 0x2000, 0x2100, n, k)
     assert launches[1][2] == struct.pack("<QQQii", 0xA16, 0x1000, 0x1100, m, k)
-    assert launches[2][2] == struct.pack("<QQQQfq", 0x3000, 0xC32, 0x4000, 0x4004, 0.5, m * n)  # count at offset 40
+    assert launches[2][2] == struct.pack("<QQQQfq", 0x3000, 0xC32, 0x4000, 0x4004, 0.5, m * n)  # alpha at 32, count at 40
     assert execute(0x56, 0x1000, 0x1100, 0x2000, 0x2100, 0x3000, 0, 0, 1.0) == INVALID_HANDLE
     assert execute(0x55, 0x1002, 0x1100, 0x2000, 0x2100, 0x3000, 0, 0, 1.0) == INVALID_VALUE
     assert len(launches) == 3
