@@ -18,6 +18,7 @@ from .launch import VECTOR_TYPES as _VECTOR_TYPES
 from .launch import StructType, struct
 from .matmul import CutlassError, CutlassNotFound, DenseMatmulPlan, DenseMatmulSpec, DenseVectorPlan, DenseVectorSpec
 from .matmul import BlockwiseFp8Plan, BlockwiseFp8Quantizer, BlockwiseFp8Unavailable, BlockwiseFp8VectorPlan
+from .matmul import BlockScaledFp4Plan, BlockScaledFp4VectorPlan, Fp4Quantizer, Fp4ScaleConverter
 from .memory import DeviceBuffer, MemoryPool, PinnedBuffer
 from .runtime import Context, Device, DeviceInfo, Driver, Event, ProfilerRange, Stream
 
@@ -35,6 +36,7 @@ __all__ = [
 ]
 __all__ += ["BlockwiseFp8Plan", "BlockwiseFp8Quantizer", "BlockwiseFp8Unavailable", "BlockwiseFp8VectorPlan"]
 __all__ += ["CompilerConfig", "OfflineCompiler", "cuda_kernel_file", "cuda_kernel_files"]
+__all__ += ["BlockScaledFp4Plan", "BlockScaledFp4VectorPlan", "Fp4Quantizer", "Fp4ScaleConverter"]
 __all__ += ["StructType", "struct"]
 
 # CUDA's vector types as by-value parameter types: mc.float2, mc.float4, mc.int4, mc.half2, mc.bfloat162 ...

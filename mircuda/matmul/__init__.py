@@ -10,10 +10,17 @@ BF16 out): ``BlockwiseFp8VectorPlan`` (M = 1) and ``BlockwiseFp8Plan`` (M <= 16:
 cc >= 8.9; larger M: the library's CUTLASS blockwise kernels on SM90 and SM12x, else
 ``BlockwiseFp8Unavailable`` naming why); ``BlockwiseFp8Quantizer`` makes the operands on the device,
 ``quantize_*_reference`` in numpy.
+
+NVFP4 (E2M1 values, a UE4M3 scale per 16 K-elements, an FP32 global scale per tensor; NVIDIA ModelOpt):
+``BlockScaledFp4VectorPlan`` (M = 1, NVRTC, any cc >= 8.0) and ``BlockScaledFp4Plan`` (M <= 16 the same
+kernels; larger M decodes into a kept BF16 workspace and runs the dense plan); ``Fp4Quantizer`` and
+``Fp4ScaleConverter`` (linear <-> CUTLASS's tiled scale layout) on the device.
 """
 
 from ._build import CutlassNotFound
 from ._dense import DenseMatmulPlan, available_kernels
+from ._fp4 import BlockScaledFp4Plan, BlockScaledFp4VectorPlan
+from ._fp4_layout import Fp4Quantizer, Fp4ScaleConverter
 from ._fp8 import BlockwiseFp8Plan, BlockwiseFp8Unavailable, BlockwiseFp8VectorPlan
 from ._library import CutlassError, CutlassLibrary, KernelInfo, load_library
 from ._quantize import (BlockwiseFp8Quantizer, activation_scale_shape, dequantize_reference,
@@ -25,4 +32,6 @@ from ._vector import DenseVectorPlan
 __all__ = ["BlockwiseFp8Plan", "BlockwiseFp8Quantizer", "BlockwiseFp8Unavailable", "BlockwiseFp8VectorPlan",
            "activation_scale_shape", "dequantize_reference", "quantize_activations_reference", "quantize_reference",
            "quantize_weights_reference", "weight_scale_shape", "CutlassError", "CutlassLibrary", "CutlassNotFound",
-           "DenseMatmulPlan", "DenseMatmulSpec", "DenseVectorPlan", "DenseVectorSpec", "KernelInfo", "available_kernels", "load_library"]
+           "DenseMatmulPlan", "DenseMatmulSpec", "DenseVectorPlan", "DenseVectorSpec", "KernelInfo",
+           "available_kernels", "load_library"]
+__all__ += ["BlockScaledFp4Plan", "BlockScaledFp4VectorPlan", "Fp4Quantizer", "Fp4ScaleConverter"]

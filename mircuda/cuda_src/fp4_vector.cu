@@ -1,0 +1,239 @@
+// BlockScaledFp4VectorPlan's and BlockScaledFp4Plan's (M <= 16) kernel:
+//   D[M, N] = alpha_eff * sum_k (qa[m,k] sa[m,k/16]) (qb[n,k] sb[n,k/16])   (FP32 accumulation, BF16 out)
+// with NVFP4 weights B ([N, K/2] bytes of E2M1 pairs, element 2i in the low nibble; UE4M3 scales, one per
+// 16 K-elements) and activations A either NVFP4 (MIRCUDA_FP4_ACT_BF16 = 0: [M, K/2] bytes + scales) or
+// BF16 (MIRCUDA_FP4_ACT_BF16 = 1: [M, K] row-major, no scales). alpha_eff = alpha * (*global_a if given)
+// * (*global_b if given): the FP32 global scales are read from device memory when the kernel runs, so a
+// captured graph follows their current values. Compiled by NVRTC for the current device (any cc >= 8.0).
+//
+// Compile-time parameters: MIRCUDA_FP4_M (rows of A, 1..16), MIRCUDA_FP4_ROWS (weight rows per block:
+// 4 or 8), MIRCUDA_FP4_TILED (scales in the tiled layout of fp4_common.cuh, else linear), MIRCUDA_FP4_WIDE
+// (1: each lane loads 16 bytes = 32 weights per row per step, needs K % 32 == 0; 0: 8 bytes = 16 weights,
+// any K % 16 == 0).
+//
+// Work split: block b owns weight rows [R b, R b + R); its warps split K in chunks of 32 lanes x E
+// elements (E = 32 or 16), warp w taking chunks w, w + warps, ...; each lane streams its E weights of the
+// R rows (one 16- or 8-byte load per row, past L1), decodes them to FP16 pairs, and multiplies them with
+// the M activation rows in FP32. Within one 16-element block the products q_a q_b (times 2^-28) are exact
+// in FP32 and so are their sums (multiples of 2^-30 below 2^-18); each block's sum is scaled by
+// sa * sb (an exact product of two UE4M3 values) and accumulated with one rounding. Rows past N read row
+// N - 1 (never stored). On cc >= 9.0 the kernel supports programmatic dependent launch: nothing the
+// previous kernel of the stream may write is read before griddepcontrol.wait.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#ifndef MIRCUDA_FP4_M
+#define MIRCUDA_FP4_M 1
+#endif
+#ifndef MIRCUDA_FP4_ROWS
+#define MIRCUDA_FP4_ROWS 8
+#endif
+#ifndef MIRCUDA_FP4_TILED
+#define MIRCUDA_FP4_TILED 0
+#endif
+#ifndef MIRCUDA_FP4_WIDE
+#define MIRCUDA_FP4_WIDE 1
+#endif
+#ifndef MIRCUDA_FP4_ACT_BF16
+#define MIRCUDA_FP4_ACT_BF16 0
+#endif
+#define MIRCUDA_PDL_TRIGGER_LATE 1
+#include "decode_common.cuh"
+#include "fp4_common.cuh"
+
+namespace {
+
+constexpr int kM = MIRCUDA_FP4_M;
+constexpr int kRows = MIRCUDA_FP4_ROWS;
+constexpr int kMaxWarps = 8;
+constexpr int kBlocks = MIRCUDA_FP4_WIDE ? 2 : 1;  // 16-element blocks per lane per step
+constexpr int kElems = 16 * kBlocks;
+static_assert(kM >= 1 && kM <= 16, "MIRCUDA_FP4_M must be in 1..16");
+static_assert(kRows == 4 || kRows == 8, "MIRCUDA_FP4_ROWS must be 4 or 8");
+
+// Weight codes are read once: not kept in L1.
+__device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[2 * kBlocks]) {
+#if MIRCUDA_FP4_WIDE
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "l"(p));
+#else
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v[0]), "=r"(v[1]) : "l"(p));
+#endif
+}
+
+__device__ __forceinline__ long long scale_offset(long long row, int kb, int kblocks, int katoms) {
+#if MIRCUDA_FP4_TILED
+    (void)kblocks;
+    return fp4::tiled_offset(row, kb, katoms);
+#else
+    (void)katoms;
+    return fp4::linear_offset(row, kb, kblocks);
+#endif
+}
+
+// One step of a lane: the codes of its kElems columns from `col` in each of the R weight rows, and
+// their kBlocks scale bytes per row (one byte, or two adjacent ones read as a 16-bit word: with K % 32
+// == 0 the K-block index is even and both layouts keep blocks 2j and 2j + 1 side by side).
+__device__ __forceinline__ void load_step(const unsigned char* __restrict__ w, const unsigned char* __restrict__ sw,
+                                          const long long (&rows)[kRows], int col, int k, int kblocks, int katoms,
+                                          unsigned (&codes)[kRows][2 * kBlocks], unsigned (&sraw)[kRows]) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        load_codes(w + rows[r] * (k / 2) + col / 2, codes[r]);
+        const unsigned char* s = sw + scale_offset(rows[r], col >> 4, kblocks, katoms);
+#if MIRCUDA_FP4_WIDE
+        sraw[r] = __ldg(reinterpret_cast<const unsigned short*>(s));
+#else
+        sraw[r] = __ldg(s);
+#endif
+    }
+}
+
+// One 16-element block of activation row m, as 16 floats (FP4: times 2^-14).
+__device__ __forceinline__ void activation_block(const void* x, long long m, int col, int k, float (&xf)[16]) {
+#if MIRCUDA_FP4_ACT_BF16
+    const uint4* p = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned short*>(x) + m * k + col);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const uint4 v = __ldg(p + h);
+        const unsigned u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            xf[8 * h + 2 * i] = __uint_as_float(u[i] << 16);
+            xf[8 * h + 2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+        }
+    }
+#else
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned char*>(x) + m * (k / 2) + col / 2));
+    const unsigned u[2] = {v.x, v.y};
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+        unsigned h[4];
+        fp4::decode8(u[w], h);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 f = fp4::half2_to_float2(h[i]);
+            xf[8 * w + 2 * i] = f.x;
+            xf[8 * w + 2 * i + 1] = f.y;
+        }
+    }
+#endif
+}
+
+__device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
+                                           const unsigned char* __restrict__ sw, const void* __restrict__ x,
+                                           const unsigned char* __restrict__ sx, const float* global_a,
+                                           const float* global_b, float alpha, int n, int k) {
+    const int warps = blockDim.x >> 5;
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const long long row0 = (long long)blockIdx.x * kRows;
+    const int kblocks = k >> 4;
+    const int katoms = (kblocks + 3) >> 2;
+    const int chunk = 32 * kElems;
+
+    long long rows[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) rows[r] = row0 + r < n ? row0 + r : (long long)n - 1;
+
+    decode::pdl_wait();
+    float acc[kM][kRows];
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[m][r] = 0.f;
+
+    // K % kElems == 0 (the plan picks the variant): a lane's kElems columns lie all inside K or all
+    // past it. Register double buffering: the next step's weight codes and scales are loaded before
+    // the current step is consumed, so 2 R loads per lane are in flight (as in dense_vector.cu).
+    const int stride = warps * chunk;
+    int col = warp * chunk + lane * kElems;
+    if (col < k) {
+        unsigned codes[kRows][2 * kBlocks];
+        unsigned sraw[kRows];
+        load_step(w, sw, rows, col, k, kblocks, katoms, codes, sraw);
+        for (;;) {
+            const int next = col + stride;
+            const bool more = next < k;
+            unsigned ncodes[kRows][2 * kBlocks];
+            unsigned nraw[kRows];
+            if (more) load_step(w, sw, rows, next, k, kblocks, katoms, ncodes, nraw);
+#pragma unroll
+            for (int b = 0; b < kBlocks; ++b) {
+#pragma unroll
+                for (int m = 0; m < kM; ++m) {
+                    float xf[16];
+                    activation_block(x, m, col + 16 * b, k, xf);
+#if MIRCUDA_FP4_ACT_BF16
+                    const float xs = 1.0f;
+#else
+                    const float xs = fp4::ue4m3_to_float(__ldg(sx + scale_offset(m, (col >> 4) + b, kblocks, katoms))) *
+                                     fp4::decode_bias();
+#endif
+#pragma unroll
+                    for (int r = 0; r < kRows; ++r) {
+                        float p = 0.f;
+#pragma unroll
+                        for (int word = 0; word < 2; ++word) {
+                            unsigned h[4];
+                            fp4::decode8(codes[r][2 * b + word], h);
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) {
+                                const float2 f = fp4::half2_to_float2(h[i]);
+                                p = fmaf(f.x, xf[8 * word + 2 * i], p);
+                                p = fmaf(f.y, xf[8 * word + 2 * i + 1], p);
+                            }
+                        }
+                        const float ws = fp4::ue4m3_to_float((sraw[r] >> (8 * b)) & 0xffu) * fp4::decode_bias();
+                        acc[m][r] = fmaf(p, ws * xs, acc[m][r]);
+                    }
+                }
+            }
+            col = next;
+            if (!more) break;
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+                sraw[r] = nraw[r];
+#pragma unroll
+                for (int i = 0; i < 2 * kBlocks; ++i) codes[r][i] = ncodes[r][i];
+            }
+        }
+    }
+
+    // Butterfly over the lanes: every lane then holds every sum; lane 0 hands them to warp 0.
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], off);
+    decode::pdl_trigger_late();
+    __shared__ float partial[kMaxWarps][kM * kRows];
+    if (lane == 0) {
+#pragma unroll
+        for (int m = 0; m < kM; ++m)
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) partial[warp][m * kRows + r] = acc[m][r];
+    }
+    __syncthreads();
+    float scale = alpha;
+    if (global_a != nullptr) scale *= *global_a;
+    if (global_b != nullptr) scale *= *global_b;
+    for (int i = threadIdx.x; i < kM * kRows; i += blockDim.x) {
+        float s = partial[0][i];
+        for (int j = 1; j < warps; ++j) s += partial[j][i];
+        const int m = i / kRows, r = i % kRows;
+        const long long row = row0 + r;
+        if (row < n) decode::store_out(y + (long long)m * n + row, scale * s);
+    }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+    fp4_matvec_bf16(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
+                    const unsigned char* __restrict__ sw, const void* __restrict__ x,
+                    const unsigned char* __restrict__ sx, const float* global_a, const float* global_b, float alpha,
+                    int n, int k) {
+    fp4_matvec(y, w, sw, x, sx, global_a, global_b, alpha, n, k);
+}

@@ -1,0 +1,616 @@
+"""NVFP4 block-scaled plans: ``BlockScaledFp4VectorPlan`` (M = 1) and ``BlockScaledFp4Plan`` (any M).
+
+``D[M, N] = alpha * global_a * global_b * sum_k (qa[m,k] sa[m,k/16]) (qb[n,k] sb[n,k/16])`` with FP32
+accumulation and BF16 output, for NVFP4 operands as NVIDIA ModelOpt / TensorRT-LLM produce them (E2M1
+codes two per byte, element 2i in the low nibble; one UE4M3 scale per 16 K-elements in the linear or the
+tiled layout; one FP32 global scale per tensor, read from device memory when the work runs).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from .. import _cuda
+from ..compile import Compiler, CompileOptions, CudaSource
+from ..dtypes import bf16, dtype_info, e4m3, f32, i32, i64, u8, u64
+from ..errors import ClosedResourceError, ContractError, UnsupportedPlatform
+from ..launch import In, InOut, LaunchConfig, Out, cuda_export
+from ..memory import DeviceBuffer
+from ._dense import _nothing_to_release
+from ._fp4_layout import address, check_fp4_k, check_layout, fp4_layout_source, layout_options
+from ._fp4_reference import BLOCK, scale_bytes
+from ._spec import DenseMatmulSpec, DenseVectorSpec, Operand, PlanBase, check_operand, check_scalar, plan_stream
+from ._vector import INVALID_HANDLE, INVALID_VALUE, blocks_per_sm, choose_vector_warps, package_source, plan_compiler
+
+if TYPE_CHECKING:
+    from ..launch import TypedKernel
+    from ..runtime import Context, Stream
+    from ._library import CutlassLibrary
+
+__all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vector_source", "fp4_gemv_options",
+           "ACTIVATIONS", "GEMV_MAX_M", "FP4_SYMBOL", "fp4_executor", "fp4_operands", "has_e2m1_cvt",
+           "portable_executor"]
+
+ACTIVATIONS = ("fp4", "bf16")
+"""``activation=``: ``"fp4"`` (NVFP4 activations with their own scales and global scale) or ``"bf16"``
+(BF16 activations, FP4 weights: no activation quantization on the decode path)."""
+GEMV_MAX_M = 16
+"""Largest M the NVRTC kernel takes (``MIRCUDA_FP4_M``); BlockScaledFp4Plan runs larger M on the
+portable decode + dense path."""
+FP4_SYMBOL = "fp4_matvec_bf16"
+THREADS = 256
+
+
+@functools.lru_cache(maxsize=1)
+def fp4_vector_source() -> CudaSource:
+    """``cuda_src/fp4_vector.cu`` with its headers inlined."""
+    return package_source("fp4_vector.cu")
+
+
+def fp4_gemv_options(m: int, rows: int, layout: str, wide: bool, activation: str) -> CompileOptions:
+    return CompileOptions(defines={"MIRCUDA_FP4_M": m, "MIRCUDA_FP4_ROWS": rows,
+                                   "MIRCUDA_FP4_TILED": int(layout == "tiled"), "MIRCUDA_FP4_WIDE": int(wide),
+                                   "MIRCUDA_FP4_ACT_BF16": int(activation == "bf16")})
+
+
+def check_activation(value: Any) -> str:
+    if not isinstance(value, str) or value not in ACTIVATIONS:
+        raise ContractError("activation", "'fp4' or 'bf16'", repr(value))
+    return value
+
+
+def _scale_operand(name: str, rows: int, k: int, layout: str, what: str, pairs: bool = False) -> Operand:
+    nbytes = scale_bytes(rows, k, layout)
+    shape = (f"[{what}, K/16] = [{rows}, {k // BLOCK}] linear UE4M3" if layout == "linear" else
+             f"tiled UE4M3 scales of [{rows}, {k}]: {nbytes} bytes (rows padded to 128, K/16 to 4)")
+    if pairs:
+        return Operand(name, dtype_info(e4m3), nbytes, shape, 2,
+                       f"kernel {FP4_SYMBOL}: 16-bit loads of two adjacent scales (K % 32 == 0)")
+    return Operand(name, dtype_info(e4m3), nbytes, shape, 1, "byte loads")
+
+
+def fp4_operands(names: tuple[str, str, str, str, str], m: int, n: int, k: int, activation: str, layout: str,
+                 wide: bool) -> tuple[Operand, ...]:
+    """The checks of ``(a, a_scales, b, b_scales, d)`` under ``names`` for the NVRTC kernel: packed
+    weights ``[N, K/2]`` u8 aligned to its 16-byte (K % 32 == 0) or 8-byte loads, FP4 activations
+    ``[M, K/2]`` u8 (8-byte loads) or BF16 ``[M, K]`` (16-byte loads), scales of the plan's layout (size
+    including the tiled padding; the weight scales 2-byte aligned for the 16-bit loads of the wide
+    variant), D ``[M, N]`` BF16."""
+    a, sa, b, sb, d = names
+    loads = f"kernel {FP4_SYMBOL}: {'16' if wide else '8'}-byte loads of packed rows of {k // 2} bytes"
+    ops = []
+    if activation == "fp4":
+        ops.append(Operand(a, dtype_info(u8), m * k // 2, f"[M, K/2] = [{m}, {k // 2}] packed E2M1", 8,
+                           f"kernel {FP4_SYMBOL}: 8-byte activation loads"))
+        ops.append(_scale_operand(sa, m, k, layout, "M"))
+    else:
+        ops.append(Operand(a, dtype_info(bf16), m * k, f"[M, K] = [{m}, {k}] BF16", 16,
+                           f"kernel {FP4_SYMBOL}: 16-byte activation loads"))
+        ops.append(Operand(sa, dtype_info(e4m3), 0, "None (BF16 activations have no scales)", 1, ""))
+    ops.append(Operand(b, dtype_info(u8), n * k // 2, f"[N, K/2] = [{n}, {k // 2}] packed E2M1", 16 if wide else 8, loads))
+    ops.append(_scale_operand(sb, n, k, layout, "N", pairs=wide))
+    ops.append(Operand(d, dtype_info(bf16), m * n, f"[M, N] = [{m}, {n}] BF16", 2, f"kernel {FP4_SYMBOL}: BF16 stores"))
+    return tuple(ops)
+
+
+class Fp4Gemv:
+    """The NVRTC kernel of ``cuda_src/fp4_vector.cu`` compiled for one M (1..16), N x K, activation type
+    and scale layout, with its launch (the plans check operands first).
+
+    Raises:
+        ContractError: ``warps`` is not None, 1, 2, 4 or 8.
+        CompileError: NVRTC rejected the kernel (a bug).
+    """
+
+    def __init__(self, context: Context, m: int, n: int, k: int, activation: str, layout: str, compiler: Compiler,
+                 warps: int | None = None) -> None:
+        if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
+            raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
+        self.m, self.n, self.k = m, n, k
+        self.activation, self.layout = activation, layout
+        self.rows = 8 if m == 1 else 4
+        self.wide = k % 32 == 0
+        self.elements = 32 if self.wide else 16
+        self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation)
+        contract = cuda_export(FP4_SYMBOL, y=InOut[DeviceBuffer[bf16]], w=In[DeviceBuffer[u8]],
+                               sw=In[DeviceBuffer[e4m3]],
+                               x=In[DeviceBuffer[u8 if activation == "fp4" else bf16]],  # type: ignore[misc]  # a run-time element type
+                               sx=u64, global_a=u64, global_b=u64, alpha=f32, n=i32, k=i32)
+        self.arch = compiler.arch
+        self.kernel: TypedKernel = compiler.compile(fp4_vector_source(), self.options).kernel(contract)
+        info = context.device_info()
+        if warps is None:
+            warps = choose_vector_warps(n, k, info.multiprocessor_count,
+                                        lambda w: blocks_per_sm(context, self.kernel, w), rows=self.rows,
+                                        chunk=32 * self.elements)
+        self.warps = warps
+        self.config = LaunchConfig((-(-n // self.rows),), (32 * warps,),
+                                   programmatic_stream_serialization=info.supports_programmatic_launch)
+        self.config.check(info, self.kernel.attributes.max_threads_per_block)
+        self._launch = self.kernel.launch
+
+    def launch(self, stream: Stream, a: DeviceBuffer[Any], sa: int, b: DeviceBuffer[Any], sb: DeviceBuffer[Any],
+               d: DeviceBuffer[Any], ga: int, gb: int, alpha: float) -> None:
+        self._launch(stream, self.config, d, b, sb, a, sa, ga, gb, alpha, self.n, self.k)
+
+    def numba_executor(self, stream: int, alignments: tuple[int, ...]) -> Any:
+        """``execute(stream, a, a_scales, b, b_scales, d, global_a, global_b, alpha) -> CUresult``
+        (:func:`fp4_executor`)."""
+        return fp4_executor(self.kernel.handle, self.config.grid[0], self.config.block[0], self.n, self.k,
+                            alignments, stream=stream)
+
+    def describe(self) -> str:
+        act = "NVFP4 activations (E2M1 x UE4M3)" if self.activation == "fp4" else "BF16 activations"
+        decode = ("cvt.rn.f16x2.e2m1x2" if has_e2m1_cvt(self.arch) else
+                  "an exact software E2M1 decode (bit operations into FP16; cvt.rn.f16x2.e2m1x2 needs a "
+                  "family-specific Blackwell target: sm_100f/sm_120f/sm_1xxa)")
+        return (f"kernel {FP4_SYMBOL} (NVRTC, -D MIRCUDA_FP4_M={self.m} -D MIRCUDA_FP4_ROWS={self.rows}"
+                f"{' -D MIRCUDA_FP4_TILED=1' if self.layout == 'tiled' else ''}), {self.config.grid[0]} blocks of "
+                f"{self.rows} weight rows x {self.warps} warp(s) splitting K, {act}, "
+                f"{'16' if self.wide else '8'}-byte streamed weight loads ({self.elements} E2M1 per lane"
+                f"{'' if self.wide else ': K % 32 != 0'}), {decode}, UE4M3 scales per 16, FP32 accumulation"
+                + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else ""))
+
+
+def has_e2m1_cvt(arch: str) -> bool:
+    """Whether ``cvt.rn.f16x2.e2m1x2`` is compiled for NVRTC target ``arch`` (``fp4_common.cuh``'s
+    ``MIRCUDA_FP4_CVT``): the family-specific Blackwell targets, ``sm_100f``/``sm_120f``/``sm_1xxa``."""
+    digits = arch.split("_")[-1]
+    number = digits.rstrip("af")
+    return digits != number and number.isdigit() and int(number) >= 100
+
+
+def fp4_executor(function: int, grid: int, block: int, n: int, k: int, alignments: tuple[int, ...],
+                 launch_function: Any = None, *, stream: int) -> Any:
+    """An ``@numba.njit`` function ``execute(stream, a, a_scales, b, b_scales, d, global_a, global_b,
+    alpha) -> CUresult`` launching ``fp4_matvec_bf16`` (parameters ``(y, w, sw, x, sx, global_a, global_b,
+    f32 alpha, i32 n, i32 k)``, C ABI offsets 0, 8, ..., 48, 56, 60, 64) through ``cuLaunchKernel``
+    (:func:`mircuda.numba_ext.driver_function`, or ``launch_function`` with its prototype).
+
+    ``alignments`` are the least alignments of ``(a, a_scales, b, b_scales, d)``; global scales must be 0
+    (none) or 4-byte aligned. Returns ``INVALID_HANDLE`` (400) for a stream that is not ``stream`` and
+    ``INVALID_VALUE`` (1) for a misaligned address, launching nothing; lengths are not checked here.
+    """
+    import numba
+    import numpy as np
+
+    from ..numba_ext import driver_function
+
+    launch = driver_function("cuLaunchKernel") if launch_function is None else launch_function
+    U = numba.uint64
+    ma, msa, mb, msb, md = (U(max(x, 1) - 1) for x in alignments)
+    bound = U(stream)
+    offsets = (0, 8, 16, 24, 32, 40, 48, 56, 60, 64)
+
+    @numba.njit(cache=False)
+    def execute(stream: int, a: int, a_scales: int, b: int, b_scales: int, d: int, global_a: int, global_b: int,
+                alpha: float) -> int:
+        if U(stream) != bound:
+            return INVALID_HANDLE
+        pa, psa, pb, psb, pd, pga, pgb = U(a), U(a_scales), U(b), U(b_scales), U(d), U(global_a), U(global_b)
+        if pa & ma or psa & msa or pb & mb or psb & msb or pd & md or (pga | pgb) & U(3):
+            return INVALID_VALUE
+        values = np.zeros(9, np.uint64)
+        values[0], values[1], values[2], values[3] = pd, pb, psb, pa
+        values[4], values[5], values[6] = psa, pga, pgb
+        values.view(np.float32)[14] = alpha
+        ints = values.view(np.int32)
+        ints[15] = n
+        ints[16] = k
+        base = U(values.ctypes.data)
+        pointers = np.empty(10, np.uint64)
+        for i in range(10):
+            pointers[i] = base + U(offsets[i])
+        return launch(function, grid, 1, 1, block, 1, 1, 0, U(stream), U(pointers.ctypes.data), 0)
+
+    return execute
+
+
+def _device_checks(context: Context, name: str) -> None:
+    info = context.device_info()
+    if info.compute_capability < (8, 0):
+        cc = info.compute_capability
+        raise UnsupportedPlatform(f"{name} needs compute capability >= 8.0; {info.name} has {cc[0]}.{cc[1]}")
+
+
+class _Fp4PlanBase(PlanBase):
+    _names: tuple[str, str, str, str, str]
+    _activation: str
+    _layout: str
+
+    @property
+    def activation(self) -> str:
+        """``"fp4"`` or ``"bf16"`` (:data:`ACTIVATIONS`)."""
+        return self._activation
+
+    @property
+    def scale_layout(self) -> str:
+        """The layout of both scale tensors: ``"linear"`` or ``"tiled"``."""
+        return self._layout
+
+    def _check(self, stream: Any, a: Any, sa: Any, b: Any, sb: Any, d: Any, global_a: Any, global_b: Any,
+               alpha: Any) -> tuple[int, int, int, float]:
+        self._check_stream(stream)
+        ctx = self._context
+        oa, osa, ob, osb, od = self._operands
+        check_operand(oa, a, ctx)
+        if self._activation == "fp4":
+            psa = check_operand(osa, sa, ctx)
+        else:
+            if sa is not None:
+                raise ContractError(osa.name, "None (BF16 activations have no scales)", type(sa).__name__)
+            psa = 0
+        check_operand(ob, b, ctx)
+        check_operand(osb, sb, ctx)
+        check_operand(od, d, ctx)
+        name_a, name_b = ("global_x", "global_w") if self._names[0] == "x" else ("global_a", "global_b")
+        return psa, address(name_a, global_a, ctx), address(name_b, global_b, ctx), check_scalar("alpha", alpha)
+
+
+class BlockScaledFp4VectorPlan(_Fp4PlanBase):
+    """``y[N] = alpha * global_x * global_w * sum_k (qx[k] sx[k/16]) (qw[n,k] sw[n,k/16])``: the M = 1
+    NVFP4 plan (decode), a CUDA C kernel (``cuda_src/fp4_vector.cu``) compiled by NVRTC for the context's
+    device (any compute capability >= 8.0). FP32 accumulation, BF16 output.
+
+    Format (NVIDIA ModelOpt ``nvfp4_tensor.py`` / TensorRT-LLM NVFP4): ``w`` is ``[N, K/2]`` u8, two E2M1
+    codes per byte (element 2i in the low nibble); ``w_scales`` one UE4M3 (``e4m3``) byte per 16
+    K-elements of each row in ``scale_layout`` (``"linear"``: ``[N, K/16]`` row-major; ``"tiled"``:
+    CUTLASS's SM1xx block-scaled / cuBLASLt ``VEC16_UE4M3`` layout, rows padded to 128 and K/16 to 4);
+    ``x`` is ``[K/2]`` u8 with ``x_scales`` in the same layout for one row (tiled: 128 padded rows) when
+    ``activation="fp4"``, or ``[K]`` BF16 without scales when ``activation="bf16"``. The global scales
+    are ``DeviceBuffer[f32]`` of one element read when the kernel runs (graphs follow their current
+    values); either may be None (1), and a host ``alpha`` multiplies them.
+
+    Decoding: ``cvt.rn.f16x2.e2m1x2`` where the compile target is a family-specific Blackwell one
+    (sm_100f, sm_120f, sm_1xxa: PTX ISA 8.6/8.8), elsewhere (sm_80, sm_90 (H200), plain sm_120) an exact
+    software decode; within each 16-element block the products and their sum are exact in FP32, scaled
+    once by ``sx * sw``. Any N; K a multiple of 16 (16-byte weight loads when K % 32 == 0, else 8-byte).
+
+    Args:
+        context, stream: the plan's context and the stream it is bound to (execute takes no other).
+        spec: ``DenseVectorSpec(n, k)``, K % 16 == 0.
+        activation: ``"fp4"`` or ``"bf16"``. scale_layout: ``"linear"`` or ``"tiled"``.
+        compiler: the Compiler (default: one shared per context). warps: warps per block splitting K.
+
+    Raises:
+        ContractError: bad context, stream, spec (K not a multiple of 16), activation, layout, warps or
+            compiler.
+        UnsupportedPlatform: compute capability below 8.0.
+        CompileError: NVRTC rejected the kernel (a bug).
+    """
+
+    def __init__(self, context: Context, stream: Stream, spec: DenseVectorSpec, *, activation: str = "fp4",
+                 scale_layout: str = "linear", compiler: Compiler | None = None, warps: int | None = None) -> None:
+        plan_stream(stream, context)
+        if not isinstance(spec, DenseVectorSpec):
+            raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
+        check_fp4_k(spec.k, "spec.k")
+        self._activation = check_activation(activation)
+        self._layout = check_layout("scale_layout", scale_layout)
+        if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
+            raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
+        compiler = plan_compiler(compiler, context)
+        _device_checks(context, "BlockScaledFp4VectorPlan")
+        self._context, self._stream, self._spec = context, stream, spec
+        self._in, self._out = dtype_info(u8), dtype_info(bf16)
+        self._engine = Fp4Gemv(context, 1, spec.n, spec.k, activation, scale_layout, compiler, warps)
+        self._names = ("x", "x_scales", "w", "w_scales", "y")
+        self._operands = fp4_operands(self._names, 1, spec.n, spec.k, activation, scale_layout, self._engine.wide)
+        self._numba: Any = None
+
+    @property
+    def kernel(self) -> TypedKernel:
+        return self._engine.kernel
+
+    @property
+    def launch_config(self) -> LaunchConfig:
+        return self._engine.config
+
+    @property
+    def warps(self) -> int:
+        return self._engine.warps
+
+    @property
+    def rows(self) -> int:
+        return self._engine.rows
+
+    def describe(self) -> str:
+        s = self._spec
+        return (f"BlockScaledFp4VectorPlan NVFP4 weights ({self._layout} scales) x {self._activation} -> bf16, "
+                f"N={s.n}, K={s.k} on {self._context.device_info().arch}: {self._engine.describe()}")
+
+    def execute(self, stream: Stream, x: DeviceBuffer[Any], x_scales: DeviceBuffer[Any] | None,
+                w: DeviceBuffer[Any], w_scales: DeviceBuffer[Any], y: DeviceBuffer[Any], *,
+                global_x: DeviceBuffer[Any] | None = None, global_w: DeviceBuffer[Any] | None = None,
+                alpha: float = 1.0) -> None:
+        """Enqueue ``y = alpha * global_x * global_w * (x . W^T)`` on ``stream``; allocates and
+        synchronizes nothing. Every operand is checked (:attr:`operands`; global scales: f32, one element,
+        4-byte aligned) before anything is enqueued.
+
+        Raises:
+            ContractError: another stream, a bad buffer (type, dtype, context, length incl. the tiled
+                padding, alignment), ``x_scales`` given with BF16 activations, a bad alpha.
+            UseAfterFree, ClosedResourceError, CudaError: as DenseVectorPlan.
+        """
+        psa, ga, gb, fa = self._check(stream, x, x_scales, w, w_scales, y, global_x, global_w, alpha)
+        self._engine.launch(stream, x, psa, w, w_scales, y, ga, gb, fa)
+
+    @property
+    def numba_execute(self) -> Any:
+        """An ``@numba.njit`` function ``execute(stream, x, x_scales, w, w_scales, y, global_x, global_w,
+        alpha) -> int`` over raw handles (0 for an absent scale or global): launches the kernel through
+        ``cuLaunchKernel`` (see :func:`fp4_executor`): 0 enqueued, 400 another stream, 1 a misaligned
+        address (nothing launched then). Lengths and captures are not checked on this path."""
+        if self._numba is None:
+            self._numba = self._engine.numba_executor(self._stream.handle, tuple(o.alignment for o in self._operands))
+        return self._numba
+
+    def __repr__(self) -> str:
+        s = self._spec
+        return (f"BlockScaledFp4VectorPlan(n={s.n}, k={s.k}, activation={self._activation!r}, "
+                f"scale_layout={self._layout!r}, warps={self.warps})")
+
+
+class BlockScaledFp4Plan(_Fp4PlanBase):
+    """``D[M, N] = alpha * global_a * global_b * sum_k (qa sa)(qb sb)``, BF16 out, FP32 accumulation, for
+    NVFP4 ``B`` (weights ``[N, K/2]`` u8 + UE4M3 scales) and NVFP4 or BF16 ``A`` (``[M, K/2]`` u8 + scales,
+    or ``[M, K]`` BF16): the format and scale layouts of :class:`BlockScaledFp4VectorPlan`.
+
+    Paths (``describe()`` names the one chosen and why):
+
+    - ``M <= 16`` (decode): the NVRTC kernel of ``cuda_src/fp4_vector.cu`` compiled for this M, streaming
+      each weight once (any cc >= 8.0; no CUTLASS needed);
+    - ``M > 16``, portable (every device; the H200 has no FP4 tensor-core instruction): E2M1 x UE4M3 are
+      decoded exactly to BF16 (``fp4_decode_bf16``: a 2-bit by 4-bit significand product fits BF16) into
+      workspaces kept by the plan, the dense BF16 plan (:class:`DenseMatmulPlan`, CUTLASS, BF16 -> FP32)
+      multiplies them, and ``fp4_scale_output`` writes ``BF16(alpha * global_a * global_b * C)``.
+      Workspace: ``2 (M K + N K) + 4 M N`` bytes (no A copy for BF16 activations). The SM120 CUTLASS
+      block-scaled kernels are not part of this plan yet.
+
+    Args:
+        context, stream, spec (``DenseMatmulSpec``, K % 16 == 0), activation, scale_layout, compiler: as
+            :class:`BlockScaledFp4VectorPlan`.
+        library: the CUTLASS library for M > 16 (default: :func:`load_library`).
+
+    Raises:
+        ContractError: bad arguments (named). UnsupportedPlatform: cc below 8.0.
+        CutlassNotFound: M > 16 and the CUTLASS library is not built (the message gives the command).
+        CompileError: NVRTC rejected a kernel (a bug).
+    """
+
+    def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, *, activation: str = "fp4",
+                 scale_layout: str = "linear", compiler: Compiler | None = None,
+                 library: CutlassLibrary | None = None) -> None:
+        plan_stream(stream, context)
+        if not isinstance(spec, DenseMatmulSpec):
+            raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
+        check_fp4_k(spec.k, "spec.k")
+        self._activation = check_activation(activation)
+        self._layout = check_layout("scale_layout", scale_layout)
+        compiler = plan_compiler(compiler, context)
+        _device_checks(context, "BlockScaledFp4Plan")
+        self._context, self._stream, self._spec = context, stream, spec
+        self._in, self._out = dtype_info(u8), dtype_info(bf16)
+        self._names = ("a", "a_scales", "b", "b_scales", "d")
+        self._closed = False
+        self._numba: Any = None
+        self._gemv: Fp4Gemv | None = None
+        self._dense: Any = None
+        self._buffers: list[DeviceBuffer[Any]] = []
+        m, n, k = spec.m, spec.n, spec.k
+        if m <= GEMV_MAX_M:
+            self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler)
+            self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide)
+            self._reason = (f"M = {m} <= {GEMV_MAX_M}: decode; the {n}x{k} FP4 weights dominate the bytes, so one "
+                            "NVRTC kernel streams each once and multiplies it by all M activation rows on the CUDA "
+                            "cores")
+            self._finalizer: weakref.finalize[..., Any] = weakref.finalize(self, _nothing_to_release)
+            return
+        from ._dense import DenseMatmulPlan
+
+        # Raises CutlassNotFound (with the build command) when the library is missing.
+        self._dense = DenseMatmulPlan(context, stream, DenseMatmulSpec(m, n, k), input=bf16, output=f32,
+                                      library=library, compiler=compiler)
+        try:
+            pool = context.default_memory_pool()
+            self._b16 = pool.allocate(bf16, stream, n * k)
+            self._buffers.append(self._b16)
+            self._a16 = pool.allocate(bf16, stream, m * k) if activation == "fp4" else None
+            if self._a16 is not None:
+                self._buffers.append(self._a16)
+            self._c32 = pool.allocate(f32, stream, m * n)
+            self._buffers.append(self._c32)
+            module = compiler.compile(fp4_layout_source(), layout_options(scale_layout))
+            self._decode = module.kernel(cuda_export("fp4_decode_bf16", out=Out[DeviceBuffer[bf16]],
+                                                     q=In[DeviceBuffer[u8]], scales=In[DeviceBuffer[e4m3]],
+                                                     rows=i32, k=i32))
+            self._scale = module.kernel(cuda_export("fp4_scale_output", d=Out[DeviceBuffer[bf16]],
+                                                    c=In[DeviceBuffer[f32]], global_a=u64, global_b=u64, alpha=f32,
+                                                    count=i64))
+        except BaseException:
+            self._release()
+            raise
+        self._decode_b = LaunchConfig.for_elements(n * k // 8, THREADS)
+        self._decode_a = LaunchConfig.for_elements(m * k // 8, THREADS)
+        self._scale_config = LaunchConfig((min(-(-(m * n) // THREADS), 8192),), (THREADS,))
+        self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, wide=False)
+        # The decode reads whole 32-bit words of codes: 4-byte alignment suffices for A and B.
+        self._operands = tuple(o if o.name not in ("a", "b") or o.info.name != "u8" else
+                               Operand(o.name, o.info, o.count, o.shape, 4, "fp4_decode_bf16: 4-byte code loads")
+                               for o in self._operands)
+        self._reason = (f"M = {m} > {GEMV_MAX_M} on {context.device_info().arch}: the portable path; NVFP4 is "
+                        "decoded exactly to BF16 in kept workspaces and the dense BF16 tensor-core plan multiplies "
+                        f"them ({self._dense.describe()})")
+        self._finalizer = weakref.finalize(self, _free_all, list(self._buffers), context, stream)
+        self._finalizer.atexit = False
+
+    def _release(self) -> None:
+        for buf in self._buffers:
+            if not buf.freed:
+                buf.free(self._stream)
+        self._buffers.clear()
+        if self._dense is not None:
+            self._dense.close()
+
+    @property
+    def path(self) -> str:
+        """``"gemv"`` (M <= 16, the NVRTC kernel) or ``"decode+dense"`` (the portable path)."""
+        return "gemv" if self._gemv is not None else "decode+dense"
+
+    @property
+    def workspace_bytes(self) -> int:
+        return sum(b.nbytes for b in self._buffers) if self._buffers else 0
+
+    def describe(self) -> str:
+        s = self._spec
+        head = (f"BlockScaledFp4Plan NVFP4 B ({self._layout} scales) x {self._activation} A -> bf16, M={s.m} N={s.n} "
+                f"K={s.k} on {self._context.device_info().arch}: ")
+        if self._gemv is not None:
+            return f"{head}{self._gemv.describe()}. Why: {self._reason}."
+        return (f"{head}fp4_decode_bf16 (NVRTC) of {'A and ' if self._a16 is not None else ''}B into "
+                f"{self.workspace_bytes} bytes of kept workspace, then the dense plan (BF16 x BF16 -> FP32), then "
+                f"fp4_scale_output (alpha * global_a * global_b, BF16). Why: {self._reason}.")
+
+    def execute(self, stream: Stream, a: DeviceBuffer[Any], a_scales: DeviceBuffer[Any] | None,
+                b: DeviceBuffer[Any], b_scales: DeviceBuffer[Any], d: DeviceBuffer[Any], *,
+                global_a: DeviceBuffer[Any] | None = None, global_b: DeviceBuffer[Any] | None = None,
+                alpha: float = 1.0) -> None:
+        """Enqueue ``D = alpha * global_a * global_b * (A . B^T)`` on ``stream``; allocates and
+        synchronizes nothing; every operand is checked first (:attr:`operands`).
+
+        Raises:
+            ContractError, UseAfterFree, ClosedResourceError, CudaError, CutlassError: as
+            :class:`BlockScaledFp4VectorPlan` and :class:`DenseMatmulPlan`.
+        """
+        if self._closed:
+            raise ClosedResourceError("the BlockScaledFp4Plan was closed")
+        psa, ga, gb, fa = self._check(stream, a, a_scales, b, b_scales, d, global_a, global_b, alpha)
+        if self._gemv is not None:
+            self._gemv.launch(stream, a, psa, b, b_scales, d, ga, gb, fa)
+            return
+        s = self._spec
+        self._decode.launch(stream, self._decode_b, self._b16, b, b_scales, s.n, s.k)
+        a16 = a
+        if self._a16 is not None:
+            self._decode.launch(stream, self._decode_a, self._a16, a, a_scales, s.m, s.k)
+            a16 = self._a16
+        self._dense.execute(stream, a16, self._b16, self._c32, 1.0, 0.0)
+        self._scale.launch(stream, self._scale_config, d, self._c32, ga, gb, fa, s.m * s.n)
+
+    @property
+    def numba_execute(self) -> Any:
+        """An ``@numba.njit`` function ``execute(stream, a, a_scales, b, b_scales, d, global_a, global_b,
+        alpha) -> int`` over raw handles. M <= 16: :func:`fp4_executor` (a ``CUresult``: 0, 400 another
+        stream, 1 misaligned). The portable path: the decode launches, the dense plan's
+        ``numba_execute`` and the output scaling in sequence; it returns the first non-zero status (a
+        ``CUresult``, or the CUTLASS library's status from the dense step) and stops there. Lengths and
+        captures are not checked on this path."""
+        if self._numba is None:
+            aligns = tuple(o.alignment for o in self._operands)
+            if self._gemv is not None:
+                self._numba = self._gemv.numba_executor(self._stream.handle, aligns)
+            else:
+                self._numba = portable_executor(self, aligns)
+        return self._numba
+
+    def close(self) -> None:
+        """Free the workspaces and the dense plan (stream-ordered). Idempotent."""
+        self._closed = True
+        self._finalizer()
+        if self._dense is not None:
+            self._dense.close()
+
+    def __enter__(self) -> BlockScaledFp4Plan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        s = self._spec
+        return (f"BlockScaledFp4Plan(m={s.m}, n={s.n}, k={s.k}, activation={self._activation!r}, "
+                f"scale_layout={self._layout!r}, path={self.path!r})")
+
+
+def portable_executor(plan: BlockScaledFp4Plan, alignments: tuple[int, ...], launch_function: Any = None) -> Any:
+    """The portable path of :attr:`BlockScaledFp4Plan.numba_execute`: ``fp4_decode_bf16`` of B (and A),
+    the dense plan's ``numba_execute``, ``fp4_scale_output``, each a ``cuLaunchKernel`` with its own
+    parameter block (decode: ``(out, q, scales, i32 rows, i32 k)`` at 0, 8, 16, 24, 28; scale:
+    ``(d, c, global_a, global_b, f32 alpha, i64 count)`` at 0, 8, 16, 24, 32, 40)."""
+    import numba
+    import numpy as np
+
+    from ..numba_ext import driver_function
+
+    launch = driver_function("cuLaunchKernel") if launch_function is None else launch_function
+    U = numba.uint64
+    ma, msa, mb, msb, md = (U(max(x, 1) - 1) for x in alignments)
+    bound = U(plan._stream.handle)
+    dense = plan._dense.numba_execute
+    s = plan._spec
+    m, n, k = s.m, s.n, s.k
+    decode, scale = plan._decode.handle, plan._scale.handle
+    grid_b, grid_a, grid_s = plan._decode_b.grid[0], plan._decode_a.grid[0], plan._scale_config.grid[0]
+    b16 = U(plan._b16.handle)
+    a16 = U(plan._a16.handle) if plan._a16 is not None else U(0)
+    c32 = U(plan._c32.handle)
+    fp4_a = plan._a16 is not None
+
+    @numba.njit(cache=False)
+    # Numba types these from the call sites (uint64 addresses); the annotations are for readers.
+    def decode_launch(stream: Any, out: Any, q: Any, scales: Any, rows: int, grid: int) -> int:
+        values = np.zeros(4, np.uint64)
+        values[0], values[1], values[2] = out, q, scales
+        ints = values.view(np.int32)
+        ints[6] = rows
+        ints[7] = k
+        base = U(values.ctypes.data)
+        pointers = np.empty(5, np.uint64)
+        pointers[0], pointers[1], pointers[2] = base, base + U(8), base + U(16)
+        pointers[3], pointers[4] = base + U(24), base + U(28)
+        return launch(decode, grid, 1, 1, THREADS, 1, 1, 0, U(stream), U(pointers.ctypes.data), 0)
+
+    @numba.njit(cache=False)
+    def execute(stream: int, a: int, a_scales: int, b: int, b_scales: int, d: int, global_a: int, global_b: int,
+                alpha: float) -> int:
+        if U(stream) != bound:
+            return INVALID_HANDLE
+        pa, psa, pb, psb, pd, pga, pgb = U(a), U(a_scales), U(b), U(b_scales), U(d), U(global_a), U(global_b)
+        if pa & ma or psa & msa or pb & mb or psb & msb or pd & md or (pga | pgb) & U(3):
+            return INVALID_VALUE
+        status = decode_launch(stream, b16, pb, psb, n, grid_b)
+        if status != 0:
+            return status
+        src = pa
+        if fp4_a:
+            status = decode_launch(stream, a16, pa, psa, m, grid_a)
+            if status != 0:
+                return status
+            src = a16
+        status = dense(stream, src, b16, c32, 1.0, 0.0)
+        if status != 0:
+            return status
+        values = np.zeros(6, np.uint64)
+        values[0], values[1], values[2], values[3] = pd, c32, pga, pgb
+        values.view(np.float32)[8] = alpha
+        values.view(np.int64)[5] = m * n
+        base = U(values.ctypes.data)
+        pointers = np.empty(6, np.uint64)
+        for i in range(5):
+            pointers[i] = base + U(8 * i)
+        pointers[5] = base + U(40)
+        return launch(scale, grid_s, 1, 1, THREADS, 1, 1, 0, U(stream), U(pointers.ctypes.data), 0)
+
+    # Not the plan: no cycle; its owner keeps it alive (numba's Dispatcher declares no such attribute).
+    execute._mircuda_keepalive = dense  # type: ignore[attr-defined]
+    return execute
+
+
+@_cuda.finalizer
+def _free_all(buffers: list[Any], context: Any, stream: Any) -> None:
+    if not context._closed and stream.handle:
+        for buf in buffers:
+            if not buf.freed:
+                buf.free(stream)

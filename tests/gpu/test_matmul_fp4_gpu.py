@@ -1,0 +1,289 @@
+"""NVFP4 on the GPU: BlockScaledFp4VectorPlan and BlockScaledFp4Plan against a float64 reference of the
+dequantized operands (odd N, K a multiple of 16 but not of 64 or 128, both scale layouts with their
+padding, NVFP4 and BF16 activations, poisoned outputs with a guard band), the device quantizer and scale
+converters bit for bit against the numpy reference, numba_execute from @njit, and graph capture and
+replay with the global scales changed in device memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mircuda as mc
+from helpers import download, upload
+from matmul_helpers import assert_close
+from mircuda.matmul import _fp4_reference as ref
+
+GUARD = 64
+"""Elements past the output that the kernels must leave untouched (poisoned before, compared after)."""
+E4M3 = ml_dtypes.float8_e4m3fn
+
+
+def bf16_data(rng: np.random.Generator, rows: int, k: int) -> np.ndarray:
+    """Normal values with a per-row magnitude spread over e^-3..e^3, one all-zero block when possible."""
+    x = (rng.standard_normal((rows, k)) * np.exp(rng.uniform(-3, 3, (rows, 1)))).astype(ml_dtypes.bfloat16)
+    if rows > 1:
+        x[1, :16] = 0
+    return x
+
+
+def poisoned(context, stream, pool, count: int) -> mc.DeviceBuffer:
+    return upload(context, stream, pool, np.full(count + GUARD, np.nan, np.float32).astype(ml_dtypes.bfloat16))
+
+
+def check_guard(got: np.ndarray, count: int) -> np.ndarray:
+    """The first ``count`` outputs; the guard band after them must still be the poison."""
+    assert np.isnan(got[count:].astype(np.float32)).all(), "a kernel wrote past the output"
+    return got[:count]
+
+
+class Operand:
+    """A quantized operand on the host and the device: codes, scales (in ``layout``), global scale."""
+
+    def __init__(self, context, stream, pool, x: np.ndarray, layout: str) -> None:
+        rows, k = x.shape
+        self.packed, self.scales, self.global_ = ref.quantize(x, layout=layout)
+        self.value = ref.dequantize(self.packed, self.scales, rows, k, layout)  # float64, without the global
+        self.codes = upload(context, stream, pool, self.packed.ravel())
+        self.scale_buf = upload(context, stream, pool, self.scales.ravel().view(E4M3))
+        self.global_buf = upload(context, stream, pool, np.array([self.global_], np.float32))
+
+    def free(self, stream) -> None:
+        for b in (self.codes, self.scale_buf, self.global_buf):
+            b.free(stream)
+
+
+def reference(a64: np.ndarray, b64: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    return scale * (a64 @ b64.T), abs(scale) * (np.abs(a64) @ np.abs(b64).T)
+
+
+VECTOR_SHAPES = [(4096, 4096), (37, 1040), (1, 48), (13, 80), (4097, 4112), (300, 96), (1000, 2064)]
+"""(N, K): odd N; K = 1040, 80, 4112, 2064 are multiples of 16 but not of 32 (8-byte loads); 48 and 96 of
+16/32 but not of 64; 4096 of everything."""
+
+
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("activation", ["fp4", "bf16"])
+@pytest.mark.parametrize("n, k", VECTOR_SHAPES, ids=str)
+def test_the_vector_plan_matches_float64(context, stream, pool, rng, n, k, activation, layout) -> None:
+    w = Operand(context, stream, pool, bf16_data(rng, n, k), layout)
+    x_host = bf16_data(rng, 1, k)
+    alpha = float(rng.uniform(0.5, 2.0))
+    y = poisoned(context, stream, pool, n)
+    plan = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k), activation=activation,
+                                       scale_layout=layout)
+    if activation == "fp4":
+        x = Operand(context, stream, pool, x_host, layout)
+        plan.execute(stream, x.codes, x.scale_buf, w.codes, w.scale_buf, y, global_x=x.global_buf,
+                     global_w=w.global_buf, alpha=alpha)
+        x64, scale = x.value, alpha * float(x.global_) * float(w.global_)
+    else:
+        bx = upload(context, stream, pool, x_host.ravel())
+        plan.execute(stream, bx, None, w.codes, w.scale_buf, y, global_w=w.global_buf, alpha=alpha)
+        x64, scale = x_host.astype(np.float64), alpha * float(w.global_)
+    got = check_guard(download(context, stream, y), n)
+    want, mag = reference(x64, w.value, scale)
+    assert_close(got, want[0], mag[0], "bf16")
+    text = plan.describe()
+    assert "fp4_matvec_bf16" in text and ("16-byte" if k % 32 == 0 else "8-byte") in text
+    if context.device_info().compute_capability == (9, 0):
+        assert "software E2M1 decode" in text
+    w.free(stream)
+    y.free(stream)
+    if activation == "fp4":
+        x.free(stream)
+    else:
+        bx.free(stream)
+
+
+@pytest.mark.parametrize("m", [2, 3, 8, 16])
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("activation", ["fp4", "bf16"])
+@pytest.mark.parametrize("n, k", [(4096, 4096), (37, 1040), (131, 80)], ids=str)
+def test_the_matrix_plan_decode_kernel_matches_float64(context, stream, pool, rng, m, n, k, activation, layout) -> None:
+    run_matrix(context, stream, pool, rng, m, n, k, activation, layout, expect_path="gemv")
+
+
+@pytest.mark.parametrize("m", [17, 64, 130])
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("activation", ["fp4", "bf16"])
+@pytest.mark.parametrize("n, k", [(1024, 1024), (37, 1040), (256, 4112)], ids=str)
+def test_the_portable_path_matches_float64(context, stream, pool, rng, m, n, k, activation, layout) -> None:
+    try:
+        mc.matmul.load_library()
+    except mc.CutlassNotFound as exc:
+        pytest.skip(str(exc))
+    run_matrix(context, stream, pool, rng, m, n, k, activation, layout, expect_path="decode+dense")
+
+
+def run_matrix(context, stream, pool, rng, m, n, k, activation, layout, expect_path) -> None:
+    b = Operand(context, stream, pool, bf16_data(rng, n, k), layout)
+    a_host = bf16_data(rng, m, k)
+    alpha = float(rng.uniform(0.5, 2.0))
+    d = poisoned(context, stream, pool, m * n)
+    plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), activation=activation,
+                                 scale_layout=layout)
+    assert plan.path == expect_path, plan.describe()
+    if activation == "fp4":
+        a = Operand(context, stream, pool, a_host, layout)
+        plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d, global_a=a.global_buf,
+                     global_b=b.global_buf, alpha=alpha)
+        a64, scale = a.value, alpha * float(a.global_) * float(b.global_)
+    else:
+        ba = upload(context, stream, pool, a_host.ravel())
+        plan.execute(stream, ba, None, b.codes, b.scale_buf, d, global_b=b.global_buf, alpha=alpha)
+        a64, scale = a_host.astype(np.float64), alpha * float(b.global_)
+    got = check_guard(download(context, stream, d), m * n).reshape(m, n)
+    want, mag = reference(a64, b.value, scale)
+    assert_close(got, want, mag, "bf16")
+    assert ("DenseMatmulPlan" in plan.describe()) is (expect_path == "decode+dense")
+    plan.close()
+    b.free(stream)
+    d.free(stream)
+    if activation == "fp4":
+        a.free(stream)
+    else:
+        ba.free(stream)
+
+
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("given", [False, True])
+@pytest.mark.parametrize("rows, k", [(1, 16), (130, 80), (257, 4112), (64, 4096)], ids=str)
+def test_the_quantizer_matches_the_numpy_reference_bit_for_bit(context, stream, pool, rng, rows, k, given,
+                                                               layout) -> None:
+    x = bf16_data(rng, rows, k)
+    given_value = np.float32(rng.uniform(1e-4, 1e-2)) if given else None
+    packed, scales, g = ref.quantize(x, global_value=given_value, layout=layout)
+    quantizer = mc.Fp4Quantizer(context, stream, rows, k, layout)
+    bx = upload(context, stream, pool, x.ravel())
+    bq = upload(context, stream, pool, np.full(rows * k // 2, 0xEE, np.uint8))
+    bs = upload(context, stream, pool, np.full(quantizer.scale_bytes, 0xFF, np.uint8).view(E4M3))  # padding too
+    bg = upload(context, stream, pool, np.array([np.nan], np.float32))
+    bgi = upload(context, stream, pool, np.array([given_value if given else np.nan], np.float32))
+    quantizer.execute(stream, bx, bq, bs, global_out=bg, global_in=bgi if given else None)
+    assert (download(context, stream, bq) == packed.ravel()).all()
+    assert (download(context, stream, bs).view(np.uint8) == scales.ravel()).all()
+    assert download(context, stream, bg)[0].view(np.uint32) == np.float32(g).view(np.uint32)
+    # A second run reuses the amax workspace (reset on the device): the same bits.
+    quantizer.execute(stream, bx, bq, bs, global_out=bg, global_in=bgi if given else None)
+    assert (download(context, stream, bq) == packed.ravel()).all()
+    quantizer.close()
+    for buf in (bx, bq, bs, bg, bgi):
+        buf.free(stream)
+
+
+@pytest.mark.parametrize("rows, k", [(1, 16), (130, 80), (256, 128), (300, 4112)], ids=str)
+def test_the_scale_converters_match_the_numpy_reference_bit_for_bit(context, stream, pool, rng, rows, k) -> None:
+    lin = rng.integers(1, 0x7F, (rows, k // 16), dtype=np.uint8)
+    conv = mc.Fp4ScaleConverter(context, stream, rows, k)
+    blin = upload(context, stream, pool, lin.ravel().view(E4M3))
+    btiled = upload(context, stream, pool, np.full(ref.scale_bytes(rows, k, "tiled"), 0xFF, np.uint8).view(E4M3))
+    back = upload(context, stream, pool, np.zeros(lin.size, np.uint8).view(E4M3))
+    conv.to_tiled(stream, blin, btiled)
+    assert (download(context, stream, btiled).view(np.uint8) == ref.scales_to_tiled(lin)).all()  # padding zeroed
+    conv.to_linear(stream, btiled, back)
+    assert (download(context, stream, back).view(np.uint8) == lin.ravel()).all()
+    for buf in (blin, btiled, back):
+        buf.free(stream)
+
+
+def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool, rng) -> None:
+    n, k = 130, 80
+    w = Operand(context, stream, pool, bf16_data(rng, n, k), "tiled")
+    x = Operand(context, stream, pool, bf16_data(rng, 1, k), "tiled")
+    plan = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k), scale_layout="tiled")
+    y = poisoned(context, stream, pool, n)
+    short = pool.allocate(E4M3, stream, n * k // 16)  # the linear size: the tiled padding is missing
+    cases = [({"w_scales": short}, "w_scales"), ({"x_scales": None}, "x_scales"),
+             ({"global_w": x.codes}, "global_w"), ({"w": x.codes}, "w")]
+    for override, argument in cases:
+        args = {"x": x.codes, "x_scales": x.scale_buf, "w": w.codes, "w_scales": w.scale_buf, "y": y}
+        kw = {"global_x": x.global_buf, "global_w": w.global_buf}
+        for key, value in override.items():
+            (args if key in args else kw)[key] = value
+        with pytest.raises(mc.ContractError) as info:
+            plan.execute(stream, args["x"], args["x_scales"], args["w"], args["w_scales"], args["y"], **kw)
+        assert info.value.argument == argument
+    assert np.isnan(download(context, stream, y).astype(np.float32)).all()  # nothing ran
+    for buf in (y, short):
+        buf.free(stream)
+    w.free(stream)
+    x.free(stream)
+
+
+@pytest.mark.parametrize("m", [1, 4, 64])
+def test_plans_run_from_numba_njit(context, stream, pool, rng, m) -> None:
+    numba = pytest.importorskip("numba")
+    n, k = 1000, 1040
+    if m > 16:
+        try:
+            mc.matmul.load_library()
+        except mc.CutlassNotFound as exc:
+            pytest.skip(str(exc))
+    b = Operand(context, stream, pool, bf16_data(rng, n, k), "linear")
+    a = Operand(context, stream, pool, bf16_data(rng, m, k), "linear")
+    plan: Any = (mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k)) if m == 1 else
+                 mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k)))
+    outs = [poisoned(context, stream, pool, m * n) for _ in range(2)]
+    execute = plan.numba_execute
+
+    @numba.njit
+    def loop(s, pa, psa, pb, psb, ds, ga, gb):
+        status = 0
+        for i in range(len(ds)):
+            status |= execute(s, pa, psa, pb, psb, ds[i], ga, gb, 1.0 + i)
+        return status
+
+    ds = np.array([o.handle for o in outs], np.uint64)
+    assert loop(stream.handle, a.codes.handle, a.scale_buf.handle, b.codes.handle, b.scale_buf.handle, ds,
+                a.global_buf.handle, b.global_buf.handle) == 0
+    assert execute(stream.handle + 1, a.codes.handle, 0, b.codes.handle, 0, outs[0].handle, 0, 0, 1.0) != 0
+    for i, out in enumerate(outs):
+        got = check_guard(download(context, stream, out), m * n).reshape(m, n)
+        want, mag = reference(a.value, b.value, (1.0 + i) * float(a.global_) * float(b.global_))
+        assert_close(got, want, mag, "bf16")
+    if m > 1:
+        plan.close()
+    for buf in outs:
+        buf.free(stream)
+    a.free(stream)
+    b.free(stream)
+
+
+@pytest.mark.parametrize("m", [1, 8, 64])
+def test_a_captured_graph_reads_the_global_scales_when_it_runs(context, stream, pool, rng, m) -> None:
+    n, k = 520, 2064
+    if m > 16:
+        try:
+            mc.matmul.load_library()
+        except mc.CutlassNotFound as exc:
+            pytest.skip(str(exc))
+    b = Operand(context, stream, pool, bf16_data(rng, n, k), "tiled")
+    a = Operand(context, stream, pool, bf16_data(rng, m, k), "tiled")
+    d = poisoned(context, stream, pool, m * n)
+    if m == 1:
+        plan: Any = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k), scale_layout="tiled")
+        run = lambda _: plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d,  # noqa: E731
+                                     global_x=a.global_buf, global_w=b.global_buf, alpha=0.5)
+    else:
+        plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), scale_layout="tiled")
+        run = lambda _: plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d,  # noqa: E731
+                                     global_a=a.global_buf, global_b=b.global_buf, alpha=0.5)
+    graph = stream.capture((a.codes, a.scale_buf, b.codes, b.scale_buf, d, a.global_buf, b.global_buf), run)
+    for ga in (float(a.global_), float(a.global_) * 3.0):
+        staging = context.allocate_pinned(mc.f32, 1)
+        staging.write_prefix(np.array([ga], np.float32))
+        stream.copy_to_device(staging, a.global_buf)
+        graph.launch(stream)
+        got = check_guard(download(context, stream, d), m * n).reshape(m, n)
+        want, mag = reference(a.value, b.value, 0.5 * float(np.float32(ga)) * float(b.global_))
+        assert_close(got, want, mag, "bf16")
+    graph.close()
+    if m > 1:
+        plan.close()
+    d.free(stream)
+    a.free(stream)
+    b.free(stream)
