@@ -16,6 +16,7 @@ from .launch import (ArgumentPacker, FunctionAttributes, In, InOut, KernelContra
                      TypedKernel, cuda_export)
 from .matmul import CutlassError, CutlassNotFound, DenseMatmulPlan, DenseMatmulSpec, DenseVectorPlan, DenseVectorSpec
 from .memory import DeviceBuffer, MemoryPool, PinnedBuffer
+from .memory import ArrayView, BorrowedDeviceBuffer, as_array_view, from_cuda_array_interface, from_dlpack
 from .runtime import Context, Device, DeviceInfo, Driver, Event, ProfilerRange, Stream
 
 __version__ = "0.1.0"
@@ -31,6 +32,7 @@ __all__ = [
     "f32", "f64", "i8", "i16", "i32", "i64", "nvrtc_version", "u8", "u16", "u32", "u64",
 ]
 __all__ += ["CompilerConfig", "OfflineCompiler", "cuda_kernel_file", "cuda_kernel_files"]
+__all__ += ["ArrayView", "BorrowedDeviceBuffer", "as_array_view", "from_cuda_array_interface", "from_dlpack"]
 
 
 def __getattr__(name: str) -> object:
