@@ -295,3 +295,30 @@ def test_numba_ext_reuses_the_core() -> None:
 
     assert numba_ext.ArrayView is mc.ArrayView
     assert numba_ext.BorrowedDeviceBuffer is mc.BorrowedDeviceBuffer
+
+
+# -- notebook displays ----------------------------------------------------------------------------
+def test_rich_reprs_are_tables_of_every_field() -> None:
+    import dataclasses
+
+    from mircuda._repr import Description
+
+    info = mc.DeviceInfo(name="NVIDIA H200 <test>", ordinal=0, compute_capability=(9, 0), multiprocessor_count=132,
+                         integrated=False, memory_pools_supported=True, total_memory_bytes=150_000_000_000,
+                         l2_cache_bytes=62_914_560, max_shared_memory_per_block_bytes=49152,
+                         max_shared_memory_per_block_optin_bytes=232448, warp_size=32, max_threads_per_block=1024,
+                         max_block_dims=(1024, 1024, 64), max_grid_dims=(2147483647, 65535, 65535),
+                         clock_rate_khz=1980000, memory_bus_width_bits=6144)
+    html = info._repr_html_()
+    for f in dataclasses.fields(info):
+        assert f"<td style='text-align:left'>{f.name}</td>" in html
+    assert "NVIDIA H200 &lt;test&gt;" in html  # escaped
+    assert "sm_90" in html and "139.7 GiB" in html and "60.0 MiB" in html
+    stats = mc.CompileCacheStats(memory_hits=3, persistent_hits=1, compilations=2, persistent_failures=0)
+    assert "<b>CompileCacheStats</b>" in stats._repr_html_() and "<code>3</code>" in stats._repr_html_()
+    attrs = mc.FunctionAttributes(registers=40, static_shared_bytes=2048, local_bytes=0, max_threads_per_block=1024,
+                                  binary_version=90)
+    assert "registers" in attrs._repr_html_() and "2,048 (2.0 KiB)" in attrs._repr_html_()
+    text = Description("DenseVectorPlan bf16 -> bf16, N=8 on sm_90: kernel k (NVRTC)")
+    assert text == "DenseVectorPlan bf16 -> bf16, N=8 on sm_90: kernel k (NVRTC)" and isinstance(text, str)
+    assert text._repr_markdown_() == "**DenseVectorPlan bf16 -> bf16, N=8 on sm_90**: kernel k (NVRTC)"

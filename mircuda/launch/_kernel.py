@@ -14,7 +14,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import _cuda
+from .. import _cuda, _repr
 from ..errors import ClosedResourceError, ContractError, LaunchConfigError, UseAfterFree
 from ._config import LaunchConfig
 from ._contract import KernelContract, Param
@@ -47,6 +47,8 @@ class FunctionAttributes:
     local_bytes: int
     max_threads_per_block: int
     binary_version: int
+
+    _repr_html_ = _repr.dataclass_html  # a table in notebooks
 
 
 def _c_slots(contract: KernelContract) -> list[tuple[str, type]]:
