@@ -325,7 +325,7 @@ def export_dlpack(buffer: DeviceBuffer[Any], shape: tuple[int, ...], strides: tu
         consumer = stream
     capsule = _dlpack.make_capsule(buffer, address, (_dlpack.KDL_CUDA, ordinal), buffer._info, shape, strides,
                                    versioned=versioned, readonly=bool(getattr(buffer, "_readonly", False)))
-    if address and consumer is not None:
+    if address and consumer is not None and buffer.stream.handle:  # a closed producer stream has nothing to wait for
         try:
             order_before(buffer.stream, consumer)
         except BaseException:

@@ -280,12 +280,13 @@ class Stream:
         pinned buffer you keep. Shape: ``len(result) == array.size``; dtype: the array's.
 
         Raises:
-            ContractError: ``pool`` is not a MemoryPool of this stream's context, or the array's dtype
-                is not a mircuda element type.
+            ContractError: ``pool`` is not a MemoryPool of this stream's context, the array's dtype
+                is not a mircuda element type, or the stream is capturing.
         """
         from ..memory._staging import upload
 
         self._own()
+        self._refuse_capture("upload")
         return upload(self, pool, array)
 
     def download(self, buffer: DeviceBuffer[Any]) -> np.ndarray[Any, Any]:
@@ -295,13 +296,22 @@ class Stream:
         has completed. For hot paths use :meth:`copy_to_host` into a pinned buffer you keep.
 
         Raises:
-            ContractError: ``buffer`` is not a DeviceBuffer of this stream's context.
+            ContractError: ``buffer`` is not a DeviceBuffer of this stream's context, or the stream
+                is capturing.
             UseAfterFree: the buffer was freed.
         """
         from ..memory._staging import download
 
         self._own()
+        self._refuse_capture("download")
         return download(self, buffer)
+
+    def _refuse_capture(self, what: str) -> None:
+        from ..graph._capture import is_capturing
+
+        if is_capturing(self):
+            raise ContractError("stream", f"a stream that is not capturing ({what} blocks the host)",
+                                "a capturing stream", "stage through a PinnedBuffer with copy_to_device/copy_to_host")
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:

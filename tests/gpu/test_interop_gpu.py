@@ -64,6 +64,24 @@ def test_upload_and_download_round_trip(stream, pool, rng) -> None:
         stream.download(np.zeros(3, np.float32))
 
 
+def test_mircuda_to_mircuda_dlpack_keeps_e2m1_and_orders_streams(context, stream, pool, kernels) -> None:
+    codes = np.arange(16, dtype=np.uint8).view(ml_dtypes.float4_e2m1fn)
+    fp4 = stream.upload(pool, codes)
+    borrowed = mc.from_dlpack(fp4, context, stream)
+    assert borrowed.scalar_type is mc.e2m1 and borrowed.handle == fp4.handle
+    np.testing.assert_array_equal(stream.download(borrowed).view(np.uint8), np.arange(16, dtype=np.uint8))
+    n = 1 << 20
+    buf = pool.allocate_zeroed(mc.f32, stream, n)
+    kernels["spin"].launch(stream, grid(n), buf, n, 4.0, SPIN_CYCLES)
+    other = context.create_stream()
+    try:
+        seen = mc.from_dlpack(buf, context, other)  # the export makes `other` wait on `stream`
+        np.testing.assert_array_equal(other.download(seen), np.full(n, 4.0, np.float32))
+    finally:
+        other.synchronize()
+        other.close()
+
+
 # -- torch ----------------------------------------------------------------------------------------
 def test_torch_tensor_through_a_cuda_c_kernel_and_back_without_copies(context, stream, kernels) -> None:
     torch = pytest.importorskip("torch")
@@ -252,3 +270,19 @@ def test_numba_strided_array_becomes_a_view(context, stream) -> None:
     view = mc.as_array_view(d[2::3], context, stream)
     assert view.shape == (6,) and view.strides == (3,)
     np.testing.assert_array_equal(stream.download(view.buffer)[::3], np.arange(20, dtype=np.float32)[2::3])
+
+
+def test_staged_transfers_are_refused_inside_a_capture(context, stream, pool) -> None:
+    buf = stream.upload(pool, np.ones(8, np.float32))
+
+    def body(res: mc.DeviceBuffer) -> None:
+        with pytest.raises(mc.ContractError, match="not capturing"):
+            stream.upload(pool, np.ones(8, np.float32))
+        with pytest.raises(mc.ContractError, match="not capturing"):
+            stream.download(res)
+        stream.memset(res, 0)
+
+    graph = stream.capture(buf, body)
+    graph.launch(stream)
+    np.testing.assert_array_equal(stream.download(buf), np.zeros(8, np.float32))
+    graph.close()
