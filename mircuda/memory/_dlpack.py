@@ -205,11 +205,17 @@ def make_capsule(owner: object, data: int, device: tuple[int, int], info: DTypeI
         raise BufferError(f"a {what} tensor needs a versioned DLPack capsule (max_version >= (1, 0)); "
                           "the legacy capsule cannot flag it")
     ndim = len(shape)
+    if strides is None:  # written out even when compact: some consumers do not accept NULL strides
+        c, step = [], 1
+        for n in reversed(shape):
+            c.append(step)
+            step *= n
+        strides = tuple(reversed(c))
     shape_arr = (ctypes.c_int64 * max(ndim, 1))(*shape)
-    strides_arr = None if strides is None else (ctypes.c_int64 * max(ndim, 1))(*strides)
+    strides_arr = (ctypes.c_int64 * max(ndim, 1))(*strides)
     tensor = DLTensor(data or None, DLDevice(*device), ndim, DLDataType(code, bits, 1),
                       ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64)),
-                      ctypes.cast(strides_arr, ctypes.POINTER(ctypes.c_int64)) if strides_arr is not None else None, 0)
+                      ctypes.cast(strides_arr, ctypes.POINTER(ctypes.c_int64)), 0)
     managed: ctypes.Structure
     if versioned:
         managed = DLManagedTensorVersioned(DLPackVersion(*DLPACK_VERSION), None, _DELETER_ADDRESS, flags, tensor)
