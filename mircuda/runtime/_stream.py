@@ -79,7 +79,7 @@ class Stream:
     def owned(self) -> bool:
         """False for a stream adopted from another library (:meth:`Context.adopt_stream`): ``close()``
         then only ends mircuda's use of it and never destroys it."""
-        return self._owner is None
+        return getattr(self, "_owner", None) is None
 
     def __cuda_stream__(self) -> tuple[int, int]:
         """The stream protocol of cuda.core (and others): ``(0, handle)``, version 0 of the protocol.
@@ -330,7 +330,7 @@ class Stream:
         self.close()
 
     def __repr__(self) -> str:
-        adopted = "" if self._owner is None else ", adopted"
+        adopted = "" if getattr(self, "_owner", None) is None else ", adopted"  # stand-ins made without _adopt/_create
         return f"Stream({hex(self._handle) if self._handle else 'closed'}{adopted})"
 
 

@@ -147,7 +147,12 @@ def test_torch_low_precision_round_trips(context, stream, pool, kernels, rng, mc
     host = rng.standard_normal(513).astype(np.float32).astype(mc_type)
     t = torch.from_numpy(host.view(np.dtype(bits_view))).cuda().view(tdtype)
     torch.cuda.synchronize()
-    buf = mc.from_dlpack(t, context, stream)
+    try:
+        buf = mc.from_dlpack(t, context, stream)
+    except (RuntimeError, BufferError) as exc:  # raised by torch's own __dlpack__, never by mircuda
+        if mc_type is not mc.e4m3:
+            raise
+        pytest.xfail(f"this torch ({torch.__version__}) does not export float8 through DLPack: {exc}")
     assert buf.scalar_type is mc_type and buf.handle == t.data_ptr()
     np.testing.assert_array_equal(stream.download(buf).view(np.uint8), host.view(np.uint8))
     own = stream.upload(pool, host)
