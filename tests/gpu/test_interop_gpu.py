@@ -291,3 +291,31 @@ def test_staged_transfers_are_refused_inside_a_capture(context, stream, pool) ->
     graph.launch(stream)
     np.testing.assert_array_equal(stream.download(buf), np.zeros(8, np.float32))
     graph.close()
+
+
+def test_read_only_tensors_are_borrowed_only_when_asked_and_keep_their_flag(context, stream, pool) -> None:
+    from mircuda.memory._dlpack import FLAG_READ_ONLY, make_capsule, read_capsule
+
+    own = stream.upload(pool, np.arange(8, dtype=np.float32))
+
+    def capsule() -> object:
+        return make_capsule(own, own.handle, (2, context.device.ordinal), own._info, (8,), None, versioned=True,
+                            readonly=True)
+
+    before = live_exports()
+    with pytest.raises(mc.ContractError, match="readonly=True"):
+        mc.from_dlpack(capsule(), context, stream)
+    gc.collect()
+    assert live_exports() == before  # the refused capsule was released
+    borrowed = mc.from_dlpack(capsule(), context, stream, readonly=True)
+    assert borrowed.readonly and borrowed.handle == own.handle
+    np.testing.assert_array_equal(stream.download(borrowed), np.arange(8, dtype=np.float32))
+    parsed, consumed = read_capsule(borrowed.__dlpack__(stream=-1, max_version=(1, 1)))
+    assert parsed.flags & FLAG_READ_ONLY
+    consumed.release()
+    with pytest.raises(BufferError, match="read-only"):
+        borrowed.__dlpack__(stream=-1, max_version=None)
+    borrowed.free(stream)
+    del borrowed
+    gc.collect()
+    assert live_exports() == before
