@@ -166,21 +166,24 @@ def test_export_keeps_the_buffer_alive_until_the_deleter() -> None:
 
 
 def _foreign_capsule(calls: list[int], *, versioned: bool = True, code: int = 2, bits: int = 32,
-                     lanes: int = 1) -> tuple[Any, Any]:
+                     lanes: int = 1, strides: tuple[int, int] | None = None, flags: int = 0,
+                     device: tuple[int, int] = (2, 0)) -> tuple[Any, Any]:
     """A capsule as another producer makes it, with a deleter that counts its calls."""
     deleter = _dlpack._Deleter(lambda address: calls.append(address))
     shape = (ctypes.c_int64 * 2)(2, 3)
-    tensor = _dlpack.DLTensor(0x5000, _dlpack.DLDevice(2, 0), 2, _dlpack.DLDataType(code, bits, lanes),
-                              ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), None, 8)
+    stride_arr = None if strides is None else (ctypes.c_int64 * 2)(*strides)
+    tensor = _dlpack.DLTensor(0x5000, _dlpack.DLDevice(*device), 2, _dlpack.DLDataType(code, bits, lanes),
+                              ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)),
+                              None if stride_arr is None else ctypes.cast(stride_arr, ctypes.POINTER(ctypes.c_int64)), 8)
     deleter_address = ctypes.cast(deleter, ctypes.c_void_p).value
     if versioned:
-        managed: Any = DLManagedTensorVersioned(_dlpack.DLPackVersion(1, 0), None, deleter_address, 0, tensor)
+        managed: Any = DLManagedTensorVersioned(_dlpack.DLPackVersion(1, 0), None, deleter_address, flags, tensor)
         cname = _dlpack._NAME_VERSIONED
     else:
         managed = DLManagedTensor(tensor, None, deleter_address)
         cname = _dlpack._NAME_LEGACY
     capsule = _dlpack._capsule_new(ctypes.addressof(managed), ctypes.addressof(cname), _dlpack._DESTRUCTOR_ADDRESS)
-    return capsule, (deleter, shape, managed)
+    return capsule, (deleter, shape, managed, stride_arr)
 
 
 @pytest.mark.parametrize("versioned", [True, False])
@@ -207,6 +210,79 @@ def test_dropped_foreign_capsule_calls_its_deleter_once() -> None:
     del capsule
     gc.collect()
     assert calls == [ctypes.addressof(keep[2])]
+
+
+# -- import into a (stand-in) context --------------------------------------------------------------
+@pytest.fixture()
+def target(monkeypatch: pytest.MonkeyPatch) -> tuple[mc.Context, mc.Stream]:
+    """A Context and Stream made without a driver (the import path only compares them)."""
+    from mircuda import _cuda
+
+    monkeypatch.setattr(_cuda, "make_current", lambda handle, force=False: None)
+    context = object.__new__(mc.Context)
+    context._closed, context._handle, context._device = False, 1, SimpleNamespace(ordinal=0)
+    stream = object.__new__(mc.Stream)
+    stream._context, stream._handle, stream._cu, stream._owner = context, 0x99, None, None
+    return context, stream
+
+
+def test_from_dlpack_borrows_and_releases_the_producer_once(target: Any) -> None:
+    context, stream = target
+    calls: list[int] = []
+    capsule, keep = _foreign_capsule(calls)
+    buf = mc.from_dlpack(capsule, context, stream)
+    assert isinstance(buf, mc.BorrowedDeviceBuffer) and not buf.readonly
+    assert (buf.handle, len(buf), buf.scalar_type, buf.stream) == (0x5008, 6, mc.f32, stream)
+    assert calls == []
+    buf.free(stream)  # ends the borrow: the producer's deleter runs (once)
+    gc.collect()
+    assert calls == [ctypes.addressof(keep[2])]
+    with pytest.raises(mc.UseAfterFree):
+        buf.handle  # noqa: B018
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    (dict(strides=(1, 2)), "C-contiguous"), (dict(flags=FLAG_READ_ONLY), "readonly=True"),
+    (dict(device=(2, 1)), "CUDA device 0"), (dict(device=(1, 0)), "CUDA device 0"),
+    (dict(strides=(3, -1)), "non-negative strides"),
+])
+def test_refused_imports_release_the_producer_at_once(target: Any, kwargs: dict[str, Any], match: str) -> None:
+    context, stream = target
+    calls: list[int] = []
+    capsule, keep = _foreign_capsule(calls, **kwargs)
+    with pytest.raises(mc.ContractError, match=match) as info:
+        mc.from_dlpack(capsule, context, stream)
+    assert calls == [ctypes.addressof(keep[2])]  # even while the traceback is alive
+    del info
+
+
+def test_strided_import_is_a_view_of_the_span(target: Any) -> None:
+    context, stream = target
+    calls: list[int] = []
+    capsule, keep = _foreign_capsule(calls, strides=(1, 2))  # shape (2, 3), Fortran order
+    view = mc.as_array_view(capsule, context, stream)
+    assert (view.shape, view.strides, view.data, len(view.buffer)) == ((2, 3), (1, 2), 0x5008, 6)
+    assert view.f_contiguous and not view.c_contiguous
+    other_calls: list[int] = []
+    other, other_keep = _foreign_capsule(other_calls)
+    with pytest.raises(mc.ContractError, match="'dtype'"):
+        mc.as_array_view(other, context, stream, dtype=mc.f32)
+    del other
+    gc.collect()
+    assert other_calls == [ctypes.addressof(other_keep[2])]  # refused before it was consumed: the capsule released it
+    del view
+    gc.collect()
+    assert len(calls) == 1
+
+
+def test_import_checks_its_context_and_stream(target: Any) -> None:
+    context, stream = target
+    with pytest.raises(mc.ContractError, match="'context'"):
+        mc.from_dlpack(buffer(), object(), stream)  # type: ignore[arg-type]
+    with pytest.raises(mc.ContractError, match="'stream'"):
+        mc.from_dlpack(buffer(), context, object())  # type: ignore[arg-type]
+    with pytest.raises(mc.ContractError, match="__cuda_array_interface__"):
+        mc.from_cuda_array_interface(np.zeros(3), context, stream)
 
 
 # -- import: refusals ---------------------------------------------------------------------------

@@ -134,11 +134,15 @@ def _dlpack_foreign(obj: Any, context: Context, stream: Stream) -> _Foreign:
         except TypeError:  # a producer older than DLPack 1.0 takes no max_version
             capsule = obj.__dlpack__(stream=stream.handle)
     parsed, consumed = _dlpack.read_capsule(capsule)
-    _check_device(parsed.device, context)
-    if any(s < 0 for s in parsed.strides):
-        raise ContractError("obj", "a DLPack tensor with non-negative strides", f"strides {parsed.strides}")
-    if not parsed.data and int(np.prod(parsed.shape, dtype=np.int64)):
-        raise ContractError("obj", "a device address for a non-empty tensor", "data pointer 0")
+    try:
+        _check_device(parsed.device, context)
+        if any(s < 0 for s in parsed.strides):
+            raise ContractError("obj", "a DLPack tensor with non-negative strides", f"strides {parsed.strides}")
+        if not parsed.data and int(np.prod(parsed.shape, dtype=np.int64)):
+            raise ContractError("obj", "a device address for a non-empty tensor", "data pointer 0")
+    except BaseException:
+        consumed.release()
+        raise
     return _Foreign(parsed.data, parsed.info, parsed.shape, parsed.strides, parsed.readonly, (obj, consumed))
 
 
@@ -169,7 +173,17 @@ def from_dlpack(obj: Any, context: Context, stream: Stream, *, readonly: bool = 
     """
     _check_target(context, stream)
     foreign = _dlpack_foreign(obj, context, stream)
-    return _flat(foreign, context, stream, readonly)
+    try:
+        return _flat(foreign, context, stream, readonly)
+    except BaseException:
+        _release(foreign)  # a refused tensor goes back to its producer now, not when the traceback dies
+        raise
+
+
+def _release(foreign: _Foreign) -> None:
+    owner = foreign.owner
+    if isinstance(owner, tuple) and len(owner) == 2 and isinstance(owner[1], _dlpack._Consumed):
+        owner[1].release()
 
 
 def _flat(foreign: _Foreign, context: Context, stream: Stream, readonly: bool) -> BorrowedDeviceBuffer:
@@ -285,12 +299,16 @@ def as_array_view(obj: Any, context: Context, stream: Stream, *, dtype: Any = No
         foreign = _dlpack_foreign(obj, context, stream)
     else:
         foreign = _cai_foreign(obj, context, stream, dtype)
-    _check_readonly(foreign, readonly)
-    if not foreign.shape:
-        raise ContractError("obj", "an array of at least one dimension", "a 0-d array")
-    span = 0 if not foreign.size else 1 + sum((n - 1) * s for n, s in zip(foreign.shape, foreign.strides))
-    buffer = _borrow(context, stream, foreign.info, span, foreign.data, foreign.owner, foreign.readonly)
-    return ArrayView(buffer, foreign.shape, foreign.strides)
+    try:
+        _check_readonly(foreign, readonly)
+        if not foreign.shape:
+            raise ContractError("obj", "an array of at least one dimension", "a 0-d array")
+        span = 0 if not foreign.size else 1 + sum((n - 1) * s for n, s in zip(foreign.shape, foreign.strides))
+        buffer = _borrow(context, stream, foreign.info, span, foreign.data, foreign.owner, foreign.readonly)
+        return ArrayView(buffer, foreign.shape, foreign.strides)
+    except BaseException:
+        _release(foreign)
+        raise
 
 
 # -- export -------------------------------------------------------------------------------------
