@@ -20,6 +20,7 @@ from .matmul import CutlassError, CutlassNotFound, DenseMatmulPlan, DenseMatmulS
 from .matmul import BlockwiseFp8Plan, BlockwiseFp8Quantizer, BlockwiseFp8Unavailable, BlockwiseFp8VectorPlan
 from .matmul import BlockScaledFp4Plan, BlockScaledFp4VectorPlan, Fp4Quantizer, Fp4ScaleConverter
 from .memory import DeviceBuffer, MemoryPool, PinnedBuffer
+from .memory import ArrayView, BorrowedDeviceBuffer, as_array_view, from_cuda_array_interface, from_dlpack
 from .runtime import Context, Device, DeviceInfo, Driver, Event, ProfilerRange, Stream
 
 __version__ = "0.1.0"
@@ -42,6 +43,7 @@ __all__ += ["StructType", "struct"]
 # CUDA's vector types as by-value parameter types: mc.float2, mc.float4, mc.int4, mc.half2, mc.bfloat162 ...
 globals().update(_VECTOR_TYPES)
 __all__ += sorted(_VECTOR_TYPES)
+__all__ += ["ArrayView", "BorrowedDeviceBuffer", "as_array_view", "from_cuda_array_interface", "from_dlpack"]
 
 
 def __getattr__(name: str) -> object:

@@ -6,6 +6,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .. import _repr
 from ..errors import ContractError
 
 __all__ = ["CompileCacheStats", "CompilerConfig"]
@@ -99,6 +100,8 @@ class CompileCacheStats:
     persistent_hits: int = 0
     compilations: int = 0
     persistent_failures: int = 0
+
+    _repr_html_ = _repr.dataclass_html  # a table in notebooks
 
     def __repr__(self) -> str:
         return (f"CompileCacheStats(memory_hits={self.memory_hits}, persistent_hits={self.persistent_hits}, "

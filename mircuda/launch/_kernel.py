@@ -11,7 +11,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import _cuda
+from .. import _cuda, _repr
 from ..errors import ClosedResourceError, ContractError, LaunchConfigError
 from ._abi import LAUNCH_ABIS, generate_launch
 from ._config import LaunchConfig
@@ -44,6 +44,8 @@ class FunctionAttributes:
     local_bytes: int
     max_threads_per_block: int
     binary_version: int
+
+    _repr_html_ = _repr.dataclass_html  # a table in notebooks
 
 
 class TypedKernel:

@@ -8,6 +8,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import _cuda
+from .._repr import Description
 from ..compile import Compiler
 from ..dtypes import bf16
 from ..errors import ContractError, MircudaError
@@ -192,21 +193,21 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         """The CUTLASS library (None when it was not found and an NVRTC kernel runs the plan)."""
         return self._lib
 
-    def describe(self) -> str:
-        """The kernel, its tile and why it was chosen."""
+    def describe(self) -> Description:
+        """The kernel, its tile and why it was chosen (a ``str``; shown as Markdown in notebooks)."""
         k = self._selection.kernel
         s = self._spec
         head = (f"DenseMatmulPlan {self._in.name} -> {self._out.name}, M={s.m} N={s.n} K={s.k} on "
                 f"{self._context.device_info().arch}: ")
         if self._nvrtc is not None:
-            return f"{head}{self._nvrtc.describe()}. Why: {self._selection.reason}."
+            return Description(f"{head}{self._nvrtc.describe()}. Why: {self._selection.reason}.")
         tile = "x".join(map(str, k.tile))
         extra = f", cluster {k.cluster[0]}x{k.cluster[1]}" if k.cluster != (1, 1) else ""
         stages = f", {k.stages} stages" if k.stages else ""
         split = f", {self._selection.splits} K slices" if k.split_k else ""
         ws = f", workspace {self._workspace_bytes} B" if self._workspace_bytes else ""
-        return (f"{head}kernel {k.name} ({k.family}, tile {tile}{extra}{stages}{split}{ws}). "
-                f"Why: {self._selection.reason}.")
+        return Description(f"{head}kernel {k.name} ({k.family}, tile {tile}{extra}{stages}{split}{ws}). "
+                           f"Why: {self._selection.reason}.")
 
     # -- the hot path -------------------------------------------------------------------------
     def execute(self, stream: Stream, a: DeviceBuffer[In], b: DeviceBuffer[In], c: DeviceBuffer[Out],

@@ -10,6 +10,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import _cuda
+from .._repr import Description
 from ..compile import CompileOptions, Compiler, CudaSource
 from ..dtypes import bf16, dtype_info, f32, i32
 from ..errors import ContractError, UnsupportedPlatform
@@ -450,11 +451,11 @@ class DenseVectorPlan(PlanBase, Generic[T]):
             self._numba = self._engine.numba_executor(self._stream.handle)
         return self._numba
 
-    def describe(self) -> str:
-        """Which kernel runs and why, in one paragraph."""
+    def describe(self) -> Description:
+        """Which kernel runs and why, in one paragraph (a ``str``; shown as Markdown in notebooks)."""
         s = self._spec
-        return (f"DenseVectorPlan {self._in.name} -> {self._out.name}, N={s.n}, K={s.k} on "
-                f"{self._context.device_info().arch}: {self._engine.describe()}")
+        return Description(f"DenseVectorPlan {self._in.name} -> {self._out.name}, N={s.n}, K={s.k} on "
+                           f"{self._context.device_info().arch}: {self._engine.describe()}")
 
     # -- the hot path -------------------------------------------------------------------------
     def execute(self, stream: Stream, x: DeviceBuffer[T], w: DeviceBuffer[T], y: DeviceBuffer[Any],

@@ -135,6 +135,39 @@ class DeviceBuffer(Generic[T]):
             "stream": self._stream._handle or None,
         }
 
+    def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """Export the buffer as a 1-d DLPack tensor (no copy) for ``torch.from_dlpack``,
+        ``cupy.from_dlpack``, ``jax.dlpack.from_dlpack``...
+
+        A consumer with ``max_version >= (1, 0)`` gets a ``"dltensor_versioned"`` capsule (DLPack 1.1:
+        the read-only flag of a read-only borrowed buffer; e2m1 as ``kDLFloat4_e2m1fn``, 4 bits padded
+        to a byte), older consumers the legacy ``"dltensor"`` capsule. bf16 is ``kDLBfloat``, e4m3
+        ``kDLFloat8_e4m3fn``. The capsule keeps this buffer alive until the consumer's deleter runs;
+        ``free()`` is still the owner's call (free it only after the consumer is done with it).
+
+        Stream order (the DLPack exchange rule): ``stream`` is the consumer's stream (``None``: the
+        legacy default stream, 1; 2: per-thread default; -1: no ordering); mircuda makes it wait on
+        the device for the work enqueued so far on the buffer's allocating stream (an event).
+
+        Raises:
+            BufferError: ``copy=True`` (mircuda never copies on export), ``dl_device`` another device,
+                or a legacy capsule for what only a versioned one can flag (read-only, e2m1).
+            ContractError: ``stream`` is 0 or not an int; ``max_version`` is malformed.
+            UseAfterFree: the buffer was freed.
+        """
+        from ._foreign import export_dlpack
+
+        self._live()
+        return export_dlpack(self, (self._count,), None, self._ptr, stream=stream, max_version=max_version,
+                             dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(2, ordinal)``: DLPack's ``kDLCUDA`` and this buffer's device."""
+        from ._foreign import dlpack_device
+
+        return dlpack_device(self)
+
     # -- lifetime ---------------------------------------------------------------------------
     def free(self, stream: Stream) -> None:
         """Release the memory on ``stream`` (``cuMemFreeAsync``): work enqueued on ``stream`` before

@@ -24,19 +24,17 @@ from typing import Any
 
 import numpy as np
 
-from .. import _cuda
-from ..dtypes import DTypeInfo, dtype_info
+from ..dtypes import DTypeInfo
 from ..errors import ContractError
-from ..memory import DeviceBuffer
+from ..memory import ArrayView, BorrowedDeviceBuffer, DeviceBuffer, from_cuda_array_interface
 from ..runtime import Context, Stream
+from ..runtime._foreign import order_after
 from . import _compat
-from ._view import ArrayView
 
 __all__ = ["numba_stream", "as_numba_array", "as_device_buffer", "BorrowedDeviceBuffer", "order_after"]
 
 _streams: weakref.WeakKeyDictionary[Stream, Any] = weakref.WeakKeyDictionary()
 _streams_lock = threading.Lock()
-_events = threading.local()
 
 
 def _require_stream(stream: Any) -> Stream:
@@ -63,27 +61,6 @@ def numba_stream(stream: Stream) -> Any:
         if ns is None:
             ns = _streams[stream] = _compat.external_stream(stream.handle)
     return ns
-
-
-def order_after(consumer: Stream, producer: int | None) -> None:
-    """Make later work on ``consumer`` wait for the work enqueued so far on the stream with handle
-    ``producer`` (an event, no host synchronization). Nothing to do when ``producer`` is None or the
-    consumer itself. ``1`` and ``2`` are CUDA's legacy and per-thread default streams.
-    """
-    if producer is None or producer == consumer.handle:
-        return
-    context = consumer.context
-    cache = getattr(_events, "by_context", None)
-    if cache is None:
-        cache = _events.by_context = weakref.WeakKeyDictionary()
-    event = cache.get(context)
-    if event is None or not event.handle:
-        event = cache[context] = context.create_event(timing=False)  # one per thread: no interleaving
-    context._make_current()
-    code = _cuda.event_record(event.handle, int(producer))
-    if code:
-        _cuda.raise_result(code, "cuEventRecord", f"on the producer stream {int(producer):#x}")
-    consumer.wait_event(event)
 
 
 def _numba_dtype(info: DTypeInfo) -> np.dtype[Any]:
@@ -121,102 +98,12 @@ def as_numba_array(array: DeviceBuffer[Any] | ArrayView, stream: Stream) -> Any:
     return _compat.DeviceNDArray(shape, strides, _numba_dtype(buffer._info), stream=nstream, gpu_data=memory)
 
 
-class BorrowedDeviceBuffer(DeviceBuffer[Any]):
-    """A :class:`DeviceBuffer` over memory another library owns (made by :func:`as_device_buffer`).
-
-    It launches like any buffer of its dtype and context. It keeps the exporting object alive and
-    never frees the memory: ``free(stream)`` only ends the borrow (later uses raise UseAfterFree).
-    """
-
-    __slots__ = ("_owner",)
-    _owner: object  # the exporting object, kept alive while borrowed; None once the borrow ends
-
-    def free(self, stream: Stream) -> None:
-        """End the borrow (the memory stays with its owner). Raises UseAfterFree if already ended."""
-        self._live()
-        self._freed = True
-        self._ptr = 0
-        self._owner = None
-
-    def __repr__(self) -> str:
-        return "Borrowed" + super().__repr__()
-
-
-def _cai_dtype(obj: Any, typestr: str, dtype: Any) -> DTypeInfo:
-    exported = np.dtype(typestr)
-    if dtype is not None:
-        info = dtype_info(dtype)
-        if info.itemsize != exported.itemsize:
-            raise ContractError("dtype", f"an element type of {exported.itemsize} bytes (typestr {typestr!r})",
-                                f"{info.name} ({info.itemsize} bytes)")
-        return info
-    own = getattr(obj, "dtype", None)
-    if isinstance(own, np.dtype) and own.str == typestr and own.kind == "V":
-        # A Numba or numpy-like array says more than its typestr: ml_dtypes' bf16 and fp8 export
-        # '<V2' / '|V1' and have dtype kind 'V' themselves.
-        try:
-            return dtype_info(own)
-        except ContractError:
-            pass
-    if exported.kind == "V":
-        raise ContractError("dtype", "an explicit dtype= for a CUDA array whose typestr is a raw void",
-                            repr(typestr), "bf16 and fp8 arrays export '<V2' / '|V1': pass dtype=mc.bf16 or mc.e4m3")
-    return dtype_info(exported)
-
-
 def as_device_buffer(obj: Any, context: Context, stream: Stream, *, dtype: Any = None) -> BorrowedDeviceBuffer:
     """A :class:`DeviceBuffer` view of another library's device array (a Numba device array, a CuPy
-    array...), through its ``__cuda_array_interface__``, for mircuda work on ``stream``.
-
-    The array must be C-contiguous, writable and on ``context``'s device; it is seen as 1-d (all its
-    elements in order). ``stream`` is ordered after the exporter's ``stream`` field on the device.
-    ``dtype`` is needed where the interface cannot say it (bf16 and fp8 export ``<V2``/``|V1``);
-    otherwise it must have the exported element size.
+    array...), through its ``__cuda_array_interface__``, for mircuda work on ``stream``: the core's
+    :func:`mircuda.from_cuda_array_interface` (writable arrays only), kept here for Numba users.
 
     Raises:
-        ContractError: no interface, a mask, non-contiguous strides, a read-only array, another
-            device's memory, an unsupported or ambiguous element type, or a stream of another context.
+        ContractError: see :func:`mircuda.from_cuda_array_interface`.
     """
-    cai = getattr(obj, "__cuda_array_interface__", None)
-    if not isinstance(cai, dict):
-        raise ContractError("obj", "an object with __cuda_array_interface__", type(obj).__name__)
-    if not isinstance(context, Context):
-        raise ContractError("context", "a mircuda Context", type(context).__name__)
-    stream = _require_stream(stream)
-    if stream.context is not context:
-        raise ContractError("stream", f"a stream of {context!r}", f"a stream of {stream.context!r}")
-    if cai.get("mask") is not None:
-        raise ContractError("obj", "a CUDA array without a mask", "a masked array")
-    info = _cai_dtype(obj, cai["typestr"], dtype)
-    shape = tuple(int(n) for n in cai["shape"])
-    count = 1
-    for n in shape:
-        count *= n
-    strides = cai.get("strides")
-    if strides is not None and count:
-        want, step = [], info.itemsize
-        for n in reversed(shape):
-            want.append(step)
-            step *= n
-        if any(n != 1 and s != w for n, s, w in zip(shape, strides, reversed(want))):
-            raise ContractError("obj", "a C-contiguous CUDA array", f"shape {shape} with byte strides {tuple(strides)}")
-    address, readonly = cai["data"]
-    if readonly:
-        raise ContractError("obj", "a writable CUDA array", "a read-only one")
-    address = int(address or 0)
-    if count and address:
-        drv = _cuda.driver()
-        context._make_current()
-        ordinal = _cuda.call("cuPointerGetAttribute",
-                             drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address)
-        if int(ordinal) != context.device.ordinal:
-            raise ContractError("obj", f"memory of device {context.device.ordinal}", f"memory of device {int(ordinal)}")
-    elif count:
-        raise ContractError("obj", "a device address for a non-empty array", "data pointer 0")
-    order_after(stream, cai.get("stream") if cai.get("version", 0) >= 3 else None)
-    borrowed = BorrowedDeviceBuffer._adopt(context, stream, info, count, address if count else 0)
-    if borrowed._finalizer is not None:  # the owner frees this memory, never mircuda
-        borrowed._finalizer.detach()
-        borrowed._finalizer = None
-    borrowed._owner = obj
-    return borrowed
+    return from_cuda_array_interface(obj, context, stream, dtype=dtype)

@@ -105,6 +105,28 @@ class Context:
         self._streams.add(stream)
         return stream
 
+    def adopt_stream(self, stream: Any) -> Stream:
+        """A :class:`Stream` over a stream another library created, for mircuda work that must order
+        with that library's: a torch ``torch.cuda.Stream``, a CuPy ``cupy.cuda.Stream``, a cuda.core
+        stream (anything with ``__cuda_stream__()``), or a raw ``CUstream`` handle (int).
+
+        mircuda never destroys an adopted stream (``Stream.owned`` is False; ``close()`` only ends
+        mircuda's use) and keeps ``stream`` alive while the returned Stream lives; the caller keeps
+        the owner from destroying it while mircuda still enqueues work on it. A mircuda Stream of
+        this context is returned as it is.
+
+        Raises:
+            ContractError: not a stream object or handle; handle 0 (the NULL stream), 1 (the legacy
+                default stream) or 2 (the per-thread default stream), which mircuda refuses because
+                they synchronize implicitly (torch's and CuPy's default streams are these); a stream
+                of another context.
+            CudaError: the handle is not a valid stream (``cuStreamGetCtx`` failed).
+        """
+        from ._foreign import adopt_stream
+
+        self._make_current()
+        return adopt_stream(self, stream)
+
     def stream_priority_range(self) -> tuple[int, int]:
         """``(least, greatest)`` stream priorities; the greatest priority is the smaller number."""
         self._make_current()

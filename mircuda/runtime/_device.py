@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .. import _cuda
+from .. import _cuda, _repr
 from ..errors import ContractError
 
 if TYPE_CHECKING:
@@ -44,6 +44,11 @@ class DeviceInfo:
         """The NVRTC target for this exact device, e.g. ``"sm_90"``."""
         major, minor = self.compute_capability
         return f"sm_{major}{minor}"
+
+    _repr_html_ = _repr.dataclass_html  # a table in notebooks
+
+    def _repr_extra_(self) -> list[tuple[str, object]]:
+        return [("arch", self.arch), ("supports_programmatic_launch", self.supports_programmatic_launch)]
 
     @property
     def supports_programmatic_launch(self) -> bool:

@@ -14,7 +14,7 @@ from ..errors import ClosedResourceError, ContractError
 
 if TYPE_CHECKING:
     from ..graph import Graph
-    from ..memory import DeviceBuffer, PinnedBuffer
+    from ..memory import DeviceBuffer, MemoryPool, PinnedBuffer
     from ._context import Context
     from ._event import Event
 
@@ -34,13 +34,14 @@ class Stream:
     Every method enqueues asynchronously except :meth:`synchronize`, which blocks the calling thread.
     """
 
-    __slots__ = ("_context", "_cu", "_handle", "_priority", "_finalizer", "__weakref__")
+    __slots__ = ("_context", "_cu", "_handle", "_priority", "_finalizer", "_owner", "__weakref__")
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
     _context: Context
     _cu: Any  # CUstream
     _handle: int
     _priority: int
-    _finalizer: weakref.finalize[..., Stream]
+    _finalizer: weakref.finalize[..., Stream] | None
+    _owner: object  # an adopted stream's foreign owner (kept alive, never destroyed); None when mircuda owns it
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create streams with Context.create_stream()")
@@ -56,6 +57,21 @@ class Stream:
         self._priority = priority
         self._finalizer = weakref.finalize(self, _destroy, cu, context)
         self._finalizer.atexit = False
+        self._owner = None
+        return self
+
+    @classmethod
+    def _adopt(cls, context: Context, cu: Any, priority: int, owner: object) -> Stream:
+        # A stream another library created: never destroyed here; `owner` (the library's stream
+        # object, or the int handle) is kept alive as long as this Stream is.
+        self = object.__new__(cls)
+        self._context = context
+        self._cu = cu
+        self._handle = int(cu)
+        self._priority = priority
+        self._finalizer = weakref.finalize(self, _forget)
+        self._finalizer.atexit = False
+        self._owner = owner
         return self
 
     @property
@@ -66,6 +82,22 @@ class Stream:
     @property
     def context(self) -> Context:
         return self._context
+
+    @property
+    def owned(self) -> bool:
+        """False for a stream adopted from another library (:meth:`Context.adopt_stream`): ``close()``
+        then only ends mircuda's use of it and never destroys it."""
+        return getattr(self, "_owner", None) is None
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """The stream protocol of cuda.core (and others): ``(0, handle)``, version 0 of the protocol.
+
+        Raises:
+            ClosedResourceError: the stream was closed.
+        """
+        if not self._handle:
+            raise ClosedResourceError("the stream was closed")
+        return (0, self._handle)
 
     @property
     def priority(self) -> int:
@@ -246,11 +278,56 @@ class Stream:
             item = buffer._info.itemsize
             _cuda.call("cuMemsetD8Async", buffer._ptr + offset * item, byte, n * item, self._cu)
 
+    def upload(self, pool: MemoryPool, array: Any) -> DeviceBuffer[Any]:
+        """Copy a host array (any numpy array, any order; read in C order) into a new 1-d buffer
+        allocated from ``pool`` on this stream, staging through a temporary pinned buffer.
+
+        **Blocks the calling thread** until the copy (and the work enqueued before it) has completed,
+        so the pinned staging buffer can be freed. For hot paths use :meth:`copy_to_device` from a
+        pinned buffer you keep. Shape: ``len(result) == array.size``; dtype: the array's.
+
+        Raises:
+            ContractError: ``pool`` is not a MemoryPool of this stream's context, the array's dtype
+                is not a mircuda element type, or the stream is capturing.
+        """
+        from ..memory._staging import upload
+
+        self._own()
+        self._refuse_capture("upload")
+        return upload(self, pool, array)
+
+    def download(self, buffer: DeviceBuffer[Any]) -> np.ndarray[Any, Any]:
+        """Copy a device buffer into a new 1-d numpy array, staging through a temporary pinned buffer.
+
+        **Blocks the calling thread** until the copy (and the work enqueued before it on this stream)
+        has completed. For hot paths use :meth:`copy_to_host` into a pinned buffer you keep.
+
+        Raises:
+            ContractError: ``buffer`` is not a DeviceBuffer of this stream's context, or the stream
+                is capturing.
+            UseAfterFree: the buffer was freed.
+        """
+        from ..memory._staging import download
+
+        self._own()
+        self._refuse_capture("download")
+        return download(self, buffer)
+
+    def _refuse_capture(self, what: str) -> None:
+        if _cuda.is_capturing(self._cu):
+            raise ContractError("stream", f"a stream that is not capturing ({what} blocks the host)",
+                                "a capturing stream", "stage through a PinnedBuffer with copy_to_device/copy_to_host")
+
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
-        """Destroy the stream (``cuStreamDestroy``; pending work still completes). Idempotent."""
+        """Destroy the stream (``cuStreamDestroy``; pending work still completes). Idempotent.
+
+        An adopted stream (``owned`` is False) is not destroyed: its owner keeps it; mircuda drops
+        its handle and its reference to the owner."""
         self._handle = 0
-        self._finalizer()
+        if self._finalizer is not None:
+            self._finalizer()
+        self._owner = None
 
     def __enter__(self) -> Stream:
         return self
@@ -259,13 +336,18 @@ class Stream:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Stream({hex(self._handle) if self._handle else 'closed'})"
+        adopted = "" if getattr(self, "_owner", None) is None else ", adopted"  # stand-ins made without _adopt/_create
+        return f"Stream({hex(self._handle) if self._handle else 'closed'}{adopted})"
 
 
 @_cuda.finalizer
 def _destroy(cu: Any, context: Context) -> None:
     if not context._closed:
         _cuda.call_status("cuStreamDestroy", cu)
+
+
+def _forget() -> None:
+    """The finalizer of an adopted stream: its owner destroys it, never mircuda."""
 
 
 def _track_pinned(pinned: Any, stream: Stream) -> None:
