@@ -346,6 +346,7 @@ def _destroy(cu: Any, context: Context) -> None:
         _cuda.call_status("cuStreamDestroy", cu)
 
 
+@_cuda.finalizer
 def _forget() -> None:
     """The finalizer of an adopted stream: its owner destroys it, never mircuda."""
 
