@@ -22,8 +22,9 @@
 #                            attribute a device lacks, a capture status, a context query; the tests also
 #                            provoke refusals on purpose). Those are return codes the code handles, not
 #                            memory errors; the four tools still report every device-side fault.
-#   --track-unused-memory no (initcheck) pool allocations rounded up, and buffers the tests poison only
-#                            in part, are not uninitialised reads.
+#   (initcheck keeps its default of not tracking unused memory: pool allocations rounded up, and
+#   buffers the tests poison only in part, are not uninitialised reads. compute-sanitizer 2025.3 takes
+#   --track-unused-memory as a bare switch that turns tracking on, and read "no" as the program.)
 #   --target-processes all   the persistent-cache test and Numba may start child processes.
 #   --error-exitcode 1       a tool's findings fail its process even if pytest passed.
 # Selections: memcheck, synccheck and initcheck run the whole GPU suite; racecheck (the slowest, it
@@ -42,7 +43,7 @@ declare -A TOOL_OPTIONS=(
   [memcheck]="--leak-check no"
   [racecheck]=""
   [synccheck]=""
-  [initcheck]="--track-unused-memory no"
+  [initcheck]=""
 )
 
 cd "$(dirname "$0")/.." || exit 2
@@ -100,9 +101,12 @@ for t in "${tools[@]}"; do
   wait "${PIDS[$t]}"
   rc=$?
   secs=$((SECONDS - ${STARTED[$t]}))
-  # One "ERROR SUMMARY: N errors" per sanitized process (pytest and any child that used CUDA): summed;
-  # none at all means the tool never finished.
-  summaries=$(cat "$OUT/$t".*.log 2>/dev/null | grep -o 'ERROR SUMMARY: [0-9]* error' | grep -o '[0-9]*')
+  # One summary per sanitized process (pytest and any child that used CUDA), summed: "ERROR SUMMARY: N
+  # errors", or racecheck's "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)" (seen with
+  # compute-sanitizer 2025.3 on the H200); none at all means the tool never finished.
+  summaries=$(cat "$OUT/$t".*.log 2>/dev/null \
+    | grep -oE 'ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: [0-9]+ hazards? displayed \([0-9]+ error' \
+    | grep -oE '[0-9]+ error' | grep -oE '[0-9]+')
   errors=0
   for n in $summaries; do errors=$((errors + n)); done
   outcome=$(grep -E '(passed|failed|error|no tests ran)' "$OUT/$t.pytest.log" | tail -1 | tr -s '=' ' ' | sed 's/^ *//;s/ *$//')

@@ -89,11 +89,15 @@ def test_the_offline_report_equals_the_loaded_function_attributes(compiler, max_
     assert usage.stack_frame_bytes == attributes.local_bytes
 
 
-@pytest.mark.parametrize("block, smem", [(32, 0), (128, 0), (256, 4096), ((16, 16), 40 * 1024), (1024, 0)])
+@pytest.mark.parametrize("block, smem", [(32, 0), (128, 0), (256, 4096), ((16, 16), 40 * 1024), ("max", 0)])
 def test_max_active_blocks_per_sm_is_the_drivers_figure(compiler, block, smem) -> None:
     from cuda.bindings import driver as drv
 
     kernel = compiler.compile(STAGED).kernel(Staged)
+    if block == "max":  # the function's own limit (registers can hold it below 1024: 896 on the H200)
+        block = kernel.attributes.max_threads_per_block
+        with pytest.raises(mc.LaunchConfigError, match="block"):
+            kernel.max_active_blocks_per_sm(block + 32, smem)
     threads = block if isinstance(block, int) else block[0] * block[1]
     err, want = drv.cuOccupancyMaxActiveBlocksPerMultiprocessor(drv.CUfunction(kernel.handle), threads, smem)
     assert int(err) == 0
