@@ -10,6 +10,9 @@ Method (the one ``PERFORMANCE.md``'s reference figures and the ``python -m mircu
 - **Cold weights** (:func:`bank_count`): weights are rotated over banks totalling at least 8x the L2
   cache, so every call reads them from HBM rather than L2.
 
+Results go into a :class:`ResultTable` (defined in ``mircuda._repr``, exported here): the aligned
+text table the profiles print, and an HTML table in Jupyter.
+
 Nothing here is asserted on: timings are reported, never checked by tests.
 """
 
@@ -20,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ._repr import Column, ResultTable
 from .compile import Compiler, CudaSource
 from .dtypes import u64
 from .errors import ContractError
@@ -29,7 +33,8 @@ if TYPE_CHECKING:
     from .launch import TypedKernel
     from .runtime import Context, Stream
 
-__all__ = ["SPIN_SOURCE", "Spin", "StreamTimer", "bank_count", "host_us_per_call", "spin_kernel"]
+__all__ = ["SPIN_SOURCE", "Column", "ResultTable", "Spin", "StreamTimer", "bank_count", "host_us_per_call",
+           "spin_kernel"]
 
 SPIN_SOURCE = CudaSource(r"""
 // Waits `nanoseconds` of the GPU's global timer (%globaltimer, ns). Enqueued before a timed region, it keeps

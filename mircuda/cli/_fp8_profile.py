@@ -19,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FP8_M", "FP8_SHAPES", "Fp8Row", "fp8_profile", "register", "shape_values"]
+from ..timing import Column, ResultTable
+
+__all__ = ["COLUMNS", "FP8_M", "FP8_SHAPES", "Fp8Row", "fp8_profile", "register", "shape_values", "table"]
 
 FP8_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))
 """(N, K) of the weights: Llama-3-8B-like projections (hidden 4096, MLP 14336, fused QKV 6144)."""
@@ -328,13 +330,21 @@ def _print_table(info: Any, args: Any, rows: list[Fp8Row]) -> None:
     print(f"fp8-profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs): E4M3 x E4M3 -> BF16, cold "
           f"weights, median of {args.repeats} x {args.calls} back-to-back calls; rate: TB/s for M <= "
           f"{DECODE_MAX_M}, TFLOP/s above; torch/x > 1: faster than torch")
-    print(f"  {'path':<30} {'M':>5} {'N':>6} {'K':>6} {'µs':>9} {'rate':>13} {'rowwise/x':>9} {'blockw/x':>9}")
-    for r in rows:
-        rate = f"{r.tbps:.2f} TB/s" if r.m <= DECODE_MAX_M else f"{r.tflops:.0f} TFLOP/s"
-        rw = f"{r.vs_rowwise:.2f}" if r.vs_rowwise is not None else "-"
-        bw = f"{r.vs_blockwise:.2f}" if r.vs_blockwise is not None else "-"
-        print(f"  {r.path:<30} {r.m:>5} {r.n:>6} {r.k:>6} {r.us:>9.2f} {rate:>13} {rw:>9} {bw:>9}"
-              f"{'  ' + r.note if r.note else ''}")
+    print(table(rows))
+
+
+COLUMNS = (Column("path", "path", 30, "<"), Column("m", "M", 5), Column("n", "N", 6), Column("k", "K", 6),
+           Column("us", "µs", 9, format="{:.2f}"), Column("rate", "rate", 13),
+           Column("vs_rowwise", "rowwise/x", 9, format="{:.2f}"), Column("vs_blockwise", "blockw/x", 9, format="{:.2f}"),
+           Column("note", "", 0, "<", sep="  "))
+"""The columns of fp8-profile's table: the fields of :class:`Fp8Row` and ``rate`` (TB/s for M <= 16, else
+TFLOP/s, as text)."""
+
+
+def table(rows: list[Fp8Row], title: str = "") -> ResultTable:
+    """The rows as fp8-profile prints them (a ``rate`` key added to each row's fields)."""
+    return ResultTable(COLUMNS, [{**asdict(r), "rate": f"{r.tbps:.2f} TB/s" if r.m <= DECODE_MAX_M
+                                  else f"{r.tflops:.0f} TFLOP/s"} for r in rows], title=title, indent="  ")
 
 
 def _goals(rows: list[Fp8Row]) -> list[str]:

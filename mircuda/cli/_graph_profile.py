@@ -34,10 +34,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..timing import host_us_per_call
+from ..timing import Column, ResultTable, host_us_per_call
 from ._graph_paths import BindingsPath, CuPyPath, LibraryPath, MircudaPath, TorchPath, spin_on_handle
 
-__all__ = ["cmd_graph_profile", "register"]
+__all__ = ["COLUMNS", "cmd_graph_profile", "register", "table"]
 
 GOAL_REPLAY_HOST_US = 2.0
 _LIBRARIES = ("mircuda", "torch", "CuPy")
@@ -196,6 +196,23 @@ def _run_isolated(args: argparse.Namespace, sizes: list[int]) -> int:
                    "each library in a process of its own")
 
 
+def _us(key: str, header: str, width: int) -> Column:
+    return Column(key, header, width, format="{:.2f}", missing="n/a")
+
+
+COLUMNS = (Column("library", "library", 28, "<"), Column("kernels", "N", 4), _us("direct_host_us", "direct host", 12),
+           _us("direct_device_us", "direct dev", 11), _us("graph_host_us", "graph host", 11),
+           _us("graph_device_us", "graph dev", 10), _us("direct_over_graph_host", "host ÷", 7),
+           _us("direct_over_graph_device", "dev ÷", 6), _us("graph_host_vs_mircuda", "graph host vs mircuda", 22))
+"""The columns of graph-profile's table (keys: those of its JSON rows)."""
+
+
+def table(rows: list[dict[str, Any]], title: str = "") -> ResultTable:
+    """graph-profile's rows as the table it prints (µs and ratios; ``n/a`` where a path has no value)."""
+    return ResultTable(COLUMNS, rows, title=title, rule=True,
+                       notes=["(µs: direct = the whole sequence of N launches; graph = one replay. ÷ = direct / graph.)"])
+
+
 def _report(args: argparse.Namespace, sizes: list[int], device_name: str, arch: str, names: list[str],
             host: dict[tuple[str, int, str], list[float]], device: dict[tuple[str, int, str], list[float]],
             skipped: dict[str, str], failures: list[str], how: str) -> int:
@@ -217,18 +234,8 @@ def _report(args: argparse.Namespace, sizes: list[int], device_name: str, arch: 
             r["direct_over_graph_host"] = round(r["direct_host_us"] / r["graph_host_us"], 2)
             r["direct_over_graph_device"] = round(r["direct_device_us"] / r["graph_device_us"], 2)
 
-    print(f"graph-profile on {device_name} ({arch}); hot path {_cuda.hot_path_kind}; {how}; medians of "
-          f"{args.rounds} rounds x {args.batches} batches (host) / x {args.samples} samples (device)")
-    head = (f"{'library':<28} {'N':>4} {'direct host':>12} {'direct dev':>11} {'graph host':>11} "
-            f"{'graph dev':>10} {'host ÷':>7} {'dev ÷':>6} {'graph host vs mircuda':>22}")
-    print(head + "\n" + "-" * len(head))
-    for r in rows:
-        def cell(key: str, width: int, fmt: str = "{:.2f}") -> str:  # called only in this iteration
-            return f"{fmt.format(r[key]) if key in r else 'n/a':>{width}}"  # noqa: B023
-        print(f"{r['library']:<28} {r['kernels']:>4} {cell('direct_host_us', 12)} {cell('direct_device_us', 11)} "
-              f"{cell('graph_host_us', 11)} {cell('graph_device_us', 10)} {cell('direct_over_graph_host', 7)} "
-              f"{cell('direct_over_graph_device', 6)} {cell('graph_host_vs_mircuda', 22)}")
-    print("(µs: direct = the whole sequence of N launches; graph = one replay. ÷ = direct / graph.)")
+    print(table(rows, f"graph-profile on {device_name} ({arch}); hot path {_cuda.hot_path_kind}; {how}; medians "
+                      f"of {args.rounds} rounds x {args.batches} batches (host) / x {args.samples} samples (device)"))
     for name, why in skipped.items():
         print(f"{name}: not measured ({why})")
     worst = max(mircuda_replay.values())

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Row", "Types", "check_vector", "relative_error", "row", "session", "upload"]
+from ..timing import Column, ResultTable
+
+__all__ = ["COLUMNS", "Row", "Types", "check_vector", "relative_error", "row", "session", "table", "upload"]
 
 @dataclass
 class Row:
@@ -162,13 +164,20 @@ def relative_error(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.linalg.norm(got.astype(np.float64) - want) / max(np.linalg.norm(want), 1e-300))
 
 
+COLUMNS = (Column("path", "path", 34, "<"), Column("dtype", "dtype", 10, "<"), Column("m", "M", 5),
+           Column("n", "N", 6), Column("k", "K", 6), Column("us", "µs", 9, format="{:.2f}"),
+           Column("tflops", "TFLOP/s", 8, format="{:.1f}"), Column("tbps", "TB/s", 6, format="{:.2f}"),
+           Column("ratio_to_cublas", "cuBLAS/x", 8, format="{:.2f}"), Column("note", "", 0, "<", sep="  "))
+"""The columns of the dense profiles' table (keys: the fields of :class:`Row`)."""
+
+
+def table(title: str, rows: list[Row]) -> ResultTable:
+    """The rows as the table ``matmul-profile`` and ``dense-vector-profile`` print (and show in Jupyter)."""
+    return ResultTable(COLUMNS, [asdict(r) for r in rows], title=title, indent="  ")
+
+
 def _print_table(title: str, rows: list[Row]) -> None:
-    print(title)
-    print(f"  {'path':<34} {'dtype':<10} {'M':>5} {'N':>6} {'K':>6} {'µs':>9} {'TFLOP/s':>8} {'TB/s':>6} {'cuBLAS/x':>8}")
-    for r in rows:
-        ratio = f"{r.ratio_to_cublas:.2f}" if r.ratio_to_cublas is not None else "-"
-        print(f"  {r.path:<34} {r.dtype:<10} {r.m:>5} {r.n:>6} {r.k:>6} {r.us:>9.2f} {r.tflops:>8.1f} "
-              f"{r.tbps:>6.2f} {ratio:>8}{'  ' + r.note if r.note else ''}")
+    print(table(title, rows))
 
 
 def _write_json(path: str, payload: dict[str, Any]) -> None:

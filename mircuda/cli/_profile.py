@@ -9,10 +9,17 @@ import sys
 import time
 from typing import Any
 
-from ..timing import host_us_per_call
+from ..timing import Column, ResultTable, host_us_per_call
 from ._inspect import SAMPLE_SOURCE
 
-__all__ = ["cmd_profile", "register"]
+__all__ = ["cmd_profile", "register", "table"]
+
+
+def table(rows: list[tuple[str, Any]]) -> ResultTable:
+    """``profile``'s (check, result) pairs as it prints them: no header, the checks' column as wide as the
+    longest."""
+    return ResultTable((Column("check", "check", None, "<"), Column("result", "result", 0, "<", sep="  ")),
+                       [{"check": k, "result": v} for k, v in rows], indent="  ", header=False)
 
 
 def _nothing() -> None:
@@ -128,9 +135,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         stream.synchronize()
 
         print(f"mircuda profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs), n = {n}")
-        width = max(len(r[0]) for r in rows)
-        for k, v in rows:
-            print(f"  {k:<{width}}  {v}")
+        print(table(rows))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"device": info.name, "rows": dict(rows), "failures": failures}, f, indent=2)
