@@ -13,6 +13,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from .. import _cuda
+from .._repr import Description
 from ..compile import Compiler, CompileOptions, CudaSource
 from ..dtypes import bf16, dtype_info, e4m3, f32, i32, i64, u8, u64
 from ..errors import ClosedResourceError, ContractError, UnsupportedPlatform
@@ -316,9 +317,9 @@ class BlockScaledFp4VectorPlan(_Fp4PlanBase):
     def rows(self) -> int:
         return self._engine.rows
 
-    def describe(self) -> str:
+    def describe(self) -> Description:
         s = self._spec
-        return (f"BlockScaledFp4VectorPlan NVFP4 weights ({self._layout} scales) x {self._activation} -> bf16, "
+        return Description(f"BlockScaledFp4VectorPlan NVFP4 weights ({self._layout} scales) x {self._activation} -> bf16, "
                 f"N={s.n}, K={s.k} on {self._context.device_info().arch}: {self._engine.describe()}")
 
     def execute(self, stream: Stream, x: DeviceBuffer[Any], x_scales: DeviceBuffer[Any] | None,
@@ -463,13 +464,13 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
     def workspace_bytes(self) -> int:
         return sum(b.nbytes for b in self._buffers) if self._buffers else 0
 
-    def describe(self) -> str:
+    def describe(self) -> Description:
         s = self._spec
         head = (f"BlockScaledFp4Plan NVFP4 B ({self._layout} scales) x {self._activation} A -> bf16, M={s.m} N={s.n} "
                 f"K={s.k} on {self._context.device_info().arch}: ")
         if self._gemv is not None:
-            return f"{head}{self._gemv.describe()}. Why: {self._reason}."
-        return (f"{head}fp4_decode_bf16 (NVRTC) of {'A and ' if self._a16 is not None else ''}B into "
+            return Description(f"{head}{self._gemv.describe()}. Why: {self._reason}.")
+        return Description(f"{head}fp4_decode_bf16 (NVRTC) of {'A and ' if self._a16 is not None else ''}B into "
                 f"{self.workspace_bytes} bytes of kept workspace, then the dense plan (BF16 x BF16 -> FP32), then "
                 f"fp4_scale_output (alpha * global_a * global_b, BF16). Why: {self._reason}.")
 

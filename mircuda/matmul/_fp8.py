@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+from .._repr import Description
 from ..compile import CompileOptions, Compiler, CudaSource
 from ..dtypes import bf16, dtype_info, e4m3, f32, i32
 from ..errors import ContractError, CutlassNotFound, MircudaError, UnsupportedPlatform
@@ -349,10 +350,10 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
         self._spec = spec
         self._setup(context, stream, 1, spec.n, spec.k, compiler, warps)
 
-    def describe(self) -> str:
+    def describe(self) -> Description:
         """Which kernel runs and why, in one paragraph."""
         s = self._spec
-        return (f"BlockwiseFp8VectorPlan e4m3 x e4m3 -> bf16 (1x128 activation / 128x128 weight FP32 scales), "
+        return Description(f"BlockwiseFp8VectorPlan e4m3 x e4m3 -> bf16 (1x128 activation / 128x128 weight FP32 scales), "
                 f"N={s.n}, K={s.k} on {self._context.device_info().arch}: {self._engine.describe()}. Why: M = 1 is "
                 f"bound by the {s.n}x{s.k} weight bytes; each is read once at streaming bandwidth")
 
@@ -539,18 +540,18 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
             raise ContractError("plan", f"a plan running the NVRTC kernel (for .{what})",
                                 f"a plan running {self.kernel_name} (CUTLASS): see .kernel_info")
 
-    def describe(self) -> str:
+    def describe(self) -> Description:
         """Which kernel runs and why, in one paragraph."""
         s = self._spec
         head = (f"BlockwiseFp8Plan e4m3 x e4m3 -> bf16 (1x128 activation / 128x128 weight FP32 scales, K-major), "
                 f"M={s.m} N={s.n} K={s.k} on {self._context.device_info().arch}: ")
         if self._cutlass is None:
-            return f"{head}{self._engine.describe()}. Why: {self._selection.reason}"
+            return Description(f"{head}{self._engine.describe()}. Why: {self._selection.reason}")
         k = self._selection.kernel
         tile = "x".join(map(str, k.tile))
         cluster = f", cluster {k.cluster[0]}x{k.cluster[1]}" if k.cluster != (1, 1) else ""
         ws = f", workspace {self.workspace_bytes} B" if self.workspace_bytes else ""
-        return (f"{head}kernel {k.name} (CUTLASS {k.family}, tile {tile}{cluster}{ws}; M, N, K multiples of "
+        return Description(f"{head}kernel {k.name} (CUTLASS {k.family}, tile {tile}{cluster}{ws}; M, N, K multiples of "
                 f"{k.multiples}). Why: {self._selection.reason}")
 
     # -- the hot path -----------------------------------------------------------------------------
