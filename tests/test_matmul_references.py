@@ -111,3 +111,18 @@ def test_fp4_round_trip_on_good_input() -> None:
     lp, lsc, lg = fp4.quantize(x)
     assert g == lg
     np.testing.assert_array_equal(fp4.dequantize(p, sc, 2, 32, "tiled"), fp4.dequantize(lp, lsc, 2, 32))
+
+
+def test_fp4_references_are_public_and_refuse_non_real() -> None:
+    from mircuda import matmul
+
+    assert matmul.fp4_quantize_reference is fp4.quantize and matmul.fp4_scale_shape is fp4.scale_shape
+    assert set(matmul.__all__) >= {"fp4_quantize_reference", "fp4_dequantize_reference", "fp4_global_scale",
+                                   "fp4_scale_shape", "fp4_scales_to_tiled", "fp4_scales_to_linear", "pack_e2m1",
+                                   "unpack_e2m1"}
+    for bad in (np.array([["a"] * 16]), np.ones((1, 16), complex)):
+        with pytest.raises(ContractError, match=rf"'x'.*real array.*received dtype {bad.dtype}"):
+            fp4.quantize(bad)
+    with pytest.raises(ContractError, match=r"'x': expected finite values.*inf"):
+        fp4.quantize(np.array([[np.inf] + [1.0] * 15], np.float32))
+    assert fp4.global_scale(np.array([2688.0, -5376.0])) == np.float32(2.0)

@@ -48,6 +48,16 @@ def _codes(name: str, value: Any, top: int) -> np.ndarray:
     return arr.astype(np.uint8)
 
 
+def _real(name: str, value: Any) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise ContractError(name, "a real array (int, float or BF16)", f"{type(value).__name__} ({exc})") from None
+    if arr.dtype.kind not in "iuf" and arr.dtype != np.dtype(ml_dtypes.bfloat16):
+        raise ContractError(name, "a real array (int, float or BF16)", f"dtype {arr.dtype}")
+    return arr
+
+
 def _size(name: str, value: Any, minimum: int = 1) -> int:
     if not is_integer_value(value) or value < minimum:
         raise ContractError(name, "a positive int" if minimum else "a non-negative int", repr(value))
@@ -189,8 +199,14 @@ def scales_to_linear(tiled: np.ndarray, rows: int, kblocks: int) -> np.ndarray:
 
 def global_scale(x: np.ndarray) -> np.float32:
     """ModelOpt's per-tensor scale: ``amax(|x|) / (6 * 448)`` in float32; 1.0 for an all-zero tensor (the
-    device quantizer's choice: it keeps every division finite)."""
-    a = np.float32(np.max(np.abs(np.asarray(x, dtype=np.float32)))) if np.size(x) else np.float32(0)
+    device quantizer's choice: it keeps every division finite). A NaN or infinity in ``x`` gives a NaN or
+    inf global scale, which :func:`quantize` then refuses.
+
+    Raises:
+        ContractError: ``x`` not a real (int, float or BF16) array.
+    """
+    arr = _real("x", x)
+    a = np.float32(np.max(np.abs(arr.astype(np.float32)))) if arr.size else np.float32(0)
     return np.float32(1.0) if a == 0 else np.float32(a / np.float32(FP4_MAX * E4M3_MAX))
 
 
@@ -214,9 +230,7 @@ def quantize(x: np.ndarray, global_value: float | None = None, layout: str = "li
             ``layout`` not ``"linear"`` or ``"tiled"``.
     """
     layout = _check_layout(layout)
-    arr = np.asarray(x)
-    if arr.dtype.kind not in "iuf" and arr.dtype != np.dtype(ml_dtypes.bfloat16):
-        raise ContractError("x", "a real [rows, K] array (int, float or BF16)", f"dtype {arr.dtype}")
+    arr = _real("x", x)
     if arr.ndim != 2 or arr.size == 0:
         raise ContractError("x", "a non-empty [rows, K] array", f"shape {arr.shape}")
     xf = arr.astype(np.float32)
@@ -225,6 +239,8 @@ def quantize(x: np.ndarray, global_value: float | None = None, layout: str = "li
         raise ContractError("x", f"[rows, K] with K a multiple of {BLOCK}", f"shape {arr.shape}")
     if global_value is None:
         g = global_scale(xf)
+        if not np.isfinite(g):
+            raise ContractError("x", "finite values (the global scale is amax / 2688)", f"a global scale of {g}")
     else:
         if (isinstance(global_value, (bool, np.bool_)) or not isinstance(global_value, (int, float, np.number))
                 or isinstance(global_value, complex | np.complexfloating)
