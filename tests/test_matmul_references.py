@@ -126,3 +126,11 @@ def test_fp4_references_are_public_and_refuse_non_real() -> None:
     with pytest.raises(ContractError, match=r"'x': expected finite values.*inf"):
         fp4.quantize(np.array([[np.inf] + [1.0] * 15], np.float32))
     assert fp4.global_scale(np.array([2688.0, -5376.0])) == np.float32(2.0)
+
+
+def test_dequantize_uint8_every_bit_pattern() -> None:
+    bits = np.arange(256, dtype=np.uint8).reshape(2, 128)
+    got = dequantize_reference(bits, np.full((2, 1), 2.0, np.float32), (1, 128))
+    want = bits.view(ml_dtypes.float8_e4m3fn).astype(np.float64) * 2.0
+    np.testing.assert_array_equal(got, want)  # NaN codes (0x7F, 0xFF) compare equal as NaN
+    assert got[0, 0x38] == 2.0 and got[1, 0x38] == -2.0  # 0x38 is E4M3 1.0, 0xB8 is -1.0
