@@ -14,13 +14,23 @@ cc >= 8.9; larger M: the library's CUTLASS blockwise kernels on SM90 and SM12x, 
 NVFP4 (E2M1 values, a UE4M3 scale per 16 K-elements, an FP32 global scale per tensor; NVIDIA ModelOpt):
 ``BlockScaledFp4VectorPlan`` (M = 1, NVRTC, any cc >= 8.0) and ``BlockScaledFp4Plan`` (M <= 16 the same
 kernels; larger M decodes into a kept BF16 workspace and runs the dense plan); ``Fp4Quantizer`` and
-``Fp4ScaleConverter`` (linear <-> CUTLASS's tiled scale layout) on the device.
+``Fp4ScaleConverter`` (linear <-> CUTLASS's tiled scale layout) on the device; their numpy references
+(bit for bit) ``fp4_quantize_reference``, ``fp4_dequantize_reference``, ``fp4_global_scale``,
+``fp4_scale_shape``, ``fp4_scales_to_tiled``, ``fp4_scales_to_linear``, ``pack_e2m1``, ``unpack_e2m1``
+(the functions of ``_fp4_reference`` under names that say NVFP4).
 """
 
 from ._build import CutlassNotFound
 from ._dense import DenseMatmulPlan, available_kernels
 from ._fp4 import BlockScaledFp4Plan, BlockScaledFp4VectorPlan
 from ._fp4_layout import Fp4Quantizer, Fp4ScaleConverter
+from ._fp4_reference import dequantize as fp4_dequantize_reference
+from ._fp4_reference import global_scale as fp4_global_scale
+from ._fp4_reference import pack_e2m1, unpack_e2m1
+from ._fp4_reference import quantize as fp4_quantize_reference
+from ._fp4_reference import scale_shape as fp4_scale_shape
+from ._fp4_reference import scales_to_linear as fp4_scales_to_linear
+from ._fp4_reference import scales_to_tiled as fp4_scales_to_tiled
 from ._fp8 import BlockwiseFp8Plan, BlockwiseFp8Unavailable, BlockwiseFp8VectorPlan
 from ._library import CutlassError, CutlassLibrary, KernelInfo, load_library
 from ._quantize import (BlockwiseFp8Quantizer, activation_scale_shape, dequantize_reference,
@@ -34,4 +44,6 @@ __all__ = ["BlockwiseFp8Plan", "BlockwiseFp8Quantizer", "BlockwiseFp8Unavailable
            "quantize_weights_reference", "weight_scale_shape", "CutlassError", "CutlassLibrary", "CutlassNotFound",
            "DenseMatmulPlan", "DenseMatmulSpec", "DenseVectorPlan", "DenseVectorSpec", "KernelInfo",
            "available_kernels", "load_library"]
-__all__ += ["BlockScaledFp4Plan", "BlockScaledFp4VectorPlan", "Fp4Quantizer", "Fp4ScaleConverter"]
+__all__ += ["BlockScaledFp4Plan", "BlockScaledFp4VectorPlan", "Fp4Quantizer", "Fp4ScaleConverter",
+            "fp4_dequantize_reference", "fp4_global_scale", "fp4_quantize_reference", "fp4_scale_shape",
+            "fp4_scales_to_linear", "fp4_scales_to_tiled", "pack_e2m1", "unpack_e2m1"]

@@ -10,8 +10,13 @@ consecutive K-elements; one FP32 global scale per tensor. ``x ~ q * block_scale 
 
 from __future__ import annotations
 
+from typing import Any
+
 import ml_dtypes
 import numpy as np
+
+from ..dtypes import is_integer_value
+from ..errors import ContractError
 
 __all__ = ["BLOCK", "ATOM_ROWS", "ATOM_BLOCKS", "ATOM_BYTES", "E2M1_VALUES", "FP4_MAX", "E4M3_MAX",
            "e2m1_decode", "e2m1_encode", "pack_e2m1", "unpack_e2m1", "ue4m3_decode", "ue4m3_encode",
@@ -31,9 +36,41 @@ E2M1_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3
 """The value of each 4-bit E2M1 code (bit 3: sign; bits 1-2: exponent; bit 0: mantissa)."""
 
 
+def _codes(name: str, value: Any, top: int) -> np.ndarray:
+    """``value`` as uint8 codes; refuses non-integer dtypes and values outside ``0..top`` by name
+    (masking them would give a silently wrong value)."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "iu":
+        raise ContractError(name, f"an integer array of codes 0..{top}", f"dtype {arr.dtype}")
+    if arr.size and (arr.min() < 0 or arr.max() > top):
+        bad = arr[(arr < 0) | (arr > top)].reshape(-1)[0]
+        raise ContractError(name, f"codes 0..{top}", f"{int(bad)}")
+    return arr.astype(np.uint8)
+
+
+def _real(name: str, value: Any) -> np.ndarray:
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise ContractError(name, "a real array (int, float or BF16)", f"{type(value).__name__} ({exc})") from None
+    if arr.dtype.kind not in "iuf" and arr.dtype != np.dtype(ml_dtypes.bfloat16):
+        raise ContractError(name, "a real array (int, float or BF16)", f"dtype {arr.dtype}")
+    return arr
+
+
+def _size(name: str, value: Any, minimum: int = 1) -> int:
+    if not is_integer_value(value) or value < minimum:
+        raise ContractError(name, "a positive int" if minimum else "a non-negative int", repr(value))
+    return int(value)
+
+
 def e2m1_decode(codes: np.ndarray) -> np.ndarray:
-    """4-bit codes (any integer array, values 0..15) -> float32 values."""
-    return E2M1_VALUES[np.asarray(codes, dtype=np.uint8) & 0xF]
+    """4-bit codes (an integer array, values 0..15) -> float32 values.
+
+    Raises:
+        ContractError: ``codes`` not an integer array, or a code outside 0..15.
+    """
+    return E2M1_VALUES[_codes("codes", codes, 15)]
 
 
 def e2m1_encode(values: np.ndarray) -> np.ndarray:
@@ -49,16 +86,23 @@ def e2m1_encode(values: np.ndarray) -> np.ndarray:
 
 
 def pack_e2m1(codes: np.ndarray) -> np.ndarray:
-    """``[..., K]`` codes -> ``[..., K/2]`` bytes: element 2i in the low nibble, 2i+1 in the high one."""
-    c = np.asarray(codes, dtype=np.uint8)
-    if c.shape[-1] % 2:
-        raise ValueError(f"K = {c.shape[-1]} is odd")
+    """``[..., K]`` codes -> ``[..., K/2]`` bytes: element 2i in the low nibble, 2i+1 in the high one.
+
+    Raises:
+        ContractError: ``codes`` not an integer array of at least one dimension, a code outside 0..15,
+            or an odd K.
+    """
+    c = _codes("codes", codes, 15)
+    if c.ndim == 0 or c.shape[-1] % 2:
+        raise ContractError("codes", "[..., K] codes with an even K", f"shape {c.shape}")
     return (c[..., 0::2] & 0xF) | ((c[..., 1::2] & 0xF) << 4)
 
 
 def unpack_e2m1(packed: np.ndarray) -> np.ndarray:
     """``[..., K/2]`` bytes -> ``[..., K]`` codes (the inverse of :func:`pack_e2m1`)."""
-    p = np.asarray(packed, dtype=np.uint8)
+    p = _codes("packed", packed, 255)
+    if p.ndim == 0:
+        raise ContractError("packed", "a [..., K/2] byte array", "a 0-d array")
     out = np.empty(p.shape[:-1] + (2 * p.shape[-1],), dtype=np.uint8)
     out[..., 0::2] = p & 0xF
     out[..., 1::2] = p >> 4
@@ -67,7 +111,7 @@ def unpack_e2m1(packed: np.ndarray) -> np.ndarray:
 
 def ue4m3_decode(codes: np.ndarray) -> np.ndarray:
     """UE4M3 bytes -> float32 (E4M3FN values; the sign bit is ignored, as the kernels do)."""
-    c = np.asarray(codes, dtype=np.uint8) & 0x7F
+    c = _codes("codes", codes, 255) & 0x7F
     return c.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
 
 
@@ -78,21 +122,30 @@ def ue4m3_encode(values: np.ndarray) -> np.ndarray:
     return v.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
 
 
-def _check_k(k: int) -> None:
-    if k % BLOCK:
-        raise ValueError(f"K = {k} is not a multiple of {BLOCK}")
+def _check_k(k: Any) -> int:
+    if not is_integer_value(k) or k < 1 or k % BLOCK:
+        raise ContractError("k", f"a positive multiple of {BLOCK}", repr(k))
+    return int(k)
+
+
+def _check_layout(layout: Any) -> str:
+    if layout not in ("linear", "tiled") or not isinstance(layout, str):
+        raise ContractError("layout", "'linear' or 'tiled'", repr(layout))
+    return str(layout)
 
 
 def scale_shape(rows: int, k: int, layout: str) -> tuple[int, int]:
     """``(rows, K/16)`` for ``"linear"``; ``(ceil(rows/128) * 128, ceil(K/64) * 4)`` (padded) for
-    ``"tiled"``."""
-    _check_k(k)
+    ``"tiled"``.
+
+    Raises:
+        ContractError: ``rows`` not a positive int, ``k`` not a positive multiple of 16, or another layout.
+    """
+    rows, k, layout = _size("rows", rows), _check_k(k), _check_layout(layout)
     kb = k // BLOCK
     if layout == "linear":
         return rows, kb
-    if layout == "tiled":
-        return -(-rows // ATOM_ROWS) * ATOM_ROWS, -(-kb // ATOM_BLOCKS) * ATOM_BLOCKS
-    raise ValueError(f"layout {layout!r} is not 'linear' or 'tiled'")
+    return -(-rows // ATOM_ROWS) * ATOM_ROWS, -(-kb // ATOM_BLOCKS) * ATOM_BLOCKS
 
 
 def scale_bytes(rows: int, k: int, layout: str) -> int:
@@ -108,6 +161,7 @@ def tiled_offsets(rows: int, kblocks: int) -> np.ndarray:
     tiled by ``tile_to_shape(atom, (rows, K, L), Step<_2,_1,_3>)``, atoms K-fastest) and of cuBLASLt's
     ``CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3``: atom ``(row // 128) * ceil(kblocks / 4) + kb // 4`` of
     512 bytes, in it ``(row % 32) * 16 + (row % 128 // 32) * 4 + kb % 4``."""
+    rows, kblocks = _size("rows", rows), _size("kblocks", kblocks)
     r = np.arange(rows, dtype=np.int64)[:, None]
     kb = np.arange(kblocks, dtype=np.int64)[None, :]
     katoms = -(-kblocks // ATOM_BLOCKS)
@@ -117,7 +171,9 @@ def tiled_offsets(rows: int, kblocks: int) -> np.ndarray:
 
 def scales_to_tiled(linear: np.ndarray) -> np.ndarray:
     """``[rows, K/16]`` linear scale bytes -> the tiled layout, flat (padding zero)."""
-    lin = np.asarray(linear, dtype=np.uint8)
+    lin = _codes("linear", linear, 255)
+    if lin.ndim != 2 or lin.size == 0:
+        raise ContractError("linear", "a non-empty [rows, K/16] byte array", f"shape {lin.shape}")
     rows, kb = lin.shape
     r, c = -(-rows // ATOM_ROWS) * ATOM_ROWS, -(-kb // ATOM_BLOCKS) * ATOM_BLOCKS
     out = np.zeros(r * c, dtype=np.uint8)
@@ -126,14 +182,31 @@ def scales_to_tiled(linear: np.ndarray) -> np.ndarray:
 
 
 def scales_to_linear(tiled: np.ndarray, rows: int, kblocks: int) -> np.ndarray:
-    """Flat tiled scale bytes -> ``[rows, kblocks]`` linear (padding dropped)."""
-    return np.asarray(tiled, dtype=np.uint8).reshape(-1)[tiled_offsets(rows, kblocks)]
+    """Flat tiled scale bytes -> ``[rows, kblocks]`` linear (padding dropped).
+
+    Raises:
+        ContractError: bad ``rows``/``kblocks``, or ``tiled`` not of the padded size
+            ``ceil(rows/128) * 128 * ceil(kblocks/4) * 4`` bytes.
+    """
+    offsets = tiled_offsets(rows, kblocks)
+    flat = _codes("tiled", tiled, 255).reshape(-1)
+    want = -(-rows // ATOM_ROWS) * ATOM_ROWS * -(-kblocks // ATOM_BLOCKS) * ATOM_BLOCKS
+    if flat.size != want:
+        raise ContractError("tiled", f"{want} bytes (the tiled layout of [{rows}, {kblocks}] scales)",
+                            f"{flat.size} bytes")
+    return flat[offsets]
 
 
 def global_scale(x: np.ndarray) -> np.float32:
     """ModelOpt's per-tensor scale: ``amax(|x|) / (6 * 448)`` in float32; 1.0 for an all-zero tensor (the
-    device quantizer's choice: it keeps every division finite)."""
-    a = np.float32(np.max(np.abs(np.asarray(x, dtype=np.float32)))) if np.size(x) else np.float32(0)
+    device quantizer's choice: it keeps every division finite). A NaN or infinity in ``x`` gives a NaN or
+    inf global scale, which :func:`quantize` then refuses.
+
+    Raises:
+        ContractError: ``x`` not a real (int, float or BF16) array.
+    """
+    arr = _real("x", x)
+    a = np.float32(np.max(np.abs(arr.astype(np.float32)))) if arr.size else np.float32(0)
     return np.float32(1.0) if a == 0 else np.float32(a / np.float32(FP4_MAX * E4M3_MAX))
 
 
@@ -150,13 +223,30 @@ def quantize(x: np.ndarray, global_value: float | None = None, layout: str = "li
 
     Returns ``(packed [rows, K/2] uint8, scales, global)``: scales ``[rows, K/16]`` uint8 (``"linear"``)
     or flat tiled bytes with zero padding (``"tiled"``).
+
+    Raises:
+        ContractError: ``x`` not a non-empty real ``[rows, K]`` array with K a multiple of 16;
+            ``global_value`` not a finite positive real (0, negative, inf, NaN give no usable codes);
+            ``layout`` not ``"linear"`` or ``"tiled"``.
     """
-    xf = np.asarray(x).astype(np.float32)
-    if xf.ndim != 2:
-        raise ValueError("x must be [rows, K]")
+    layout = _check_layout(layout)
+    arr = _real("x", x)
+    if arr.ndim != 2 or arr.size == 0:
+        raise ContractError("x", "a non-empty [rows, K] array", f"shape {arr.shape}")
+    xf = arr.astype(np.float32)
     rows, k = xf.shape
-    _check_k(k)
-    g = global_scale(xf) if global_value is None else np.float32(global_value)
+    if k % BLOCK:
+        raise ContractError("x", f"[rows, K] with K a multiple of {BLOCK}", f"shape {arr.shape}")
+    if global_value is None:
+        g = global_scale(xf)
+        if not np.isfinite(g):
+            raise ContractError("x", "finite values (the global scale is amax / 2688)", f"a global scale of {g}")
+    else:
+        if (isinstance(global_value, (bool, np.bool_)) or not isinstance(global_value, (int, float, np.number))
+                or isinstance(global_value, complex | np.complexfloating)
+                or not np.isfinite(np.float32(global_value)) or np.float32(global_value) <= 0):
+            raise ContractError("global_value", "a finite positive real (FP32) or None", repr(global_value))
+        g = np.float32(global_value)
     blocks = xf.reshape(rows, k // BLOCK, BLOCK)
     bmax = np.max(np.abs(blocks), axis=2)
     s = (bmax / np.float32(np.float32(6.0) * g)).astype(np.float32)
@@ -168,16 +258,24 @@ def quantize(x: np.ndarray, global_value: float | None = None, layout: str = "li
         q = e2m1_encode((blocks / denom[..., None]).astype(np.float32))
     q[sf == 0] = 0
     packed = pack_e2m1(q.reshape(rows, k))
-    scales = codes_s if layout == "linear" else scales_to_tiled(codes_s) if layout == "tiled" else None
-    if scales is None:
-        raise ValueError(f"layout {layout!r} is not 'linear' or 'tiled'")
+    scales = codes_s if layout == "linear" else scales_to_tiled(codes_s)
     return packed, scales, g
 
 
 def dequantize(packed: np.ndarray, scales: np.ndarray, rows: int, k: int, layout: str = "linear") -> np.ndarray:
-    """``[rows, K]`` float64 ``q * block scale`` (the global scale not applied)."""
-    _check_k(k)
-    q = e2m1_decode(unpack_e2m1(np.asarray(packed, dtype=np.uint8).reshape(rows, k // 2))).astype(np.float64)
-    s = np.asarray(scales, dtype=np.uint8)
+    """``[rows, K]`` float64 ``q * block scale`` (the global scale not applied).
+
+    Raises:
+        ContractError: bad ``rows``, ``k`` or ``layout``; ``packed`` not ``rows * K/2`` bytes; ``scales``
+            not ``rows * K/16`` bytes (linear) or the padded tiled size.
+    """
+    rows, k, layout = _size("rows", rows), _check_k(k), _check_layout(layout)
+    p = _codes("packed", packed, 255)
+    if p.size != rows * k // 2:
+        raise ContractError("packed", f"{rows * k // 2} bytes ([{rows}, {k // 2}])", f"shape {p.shape}")
+    q = e2m1_decode(unpack_e2m1(p.reshape(rows, k // 2))).astype(np.float64)
+    s = _codes("scales", scales, 255)
+    if layout == "linear" and s.size != rows * (k // BLOCK):
+        raise ContractError("scales", f"{rows * (k // BLOCK)} bytes ([{rows}, {k // BLOCK}])", f"shape {s.shape}")
     lin = s.reshape(rows, k // BLOCK) if layout == "linear" else scales_to_linear(s, rows, k // BLOCK)
     return q * np.repeat(ue4m3_decode(lin).astype(np.float64), BLOCK, axis=1)

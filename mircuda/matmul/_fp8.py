@@ -288,7 +288,8 @@ class _Fp8PlanBase(PlanBase):
     def numba_execute(self) -> Any:
         """An ``@numba.njit`` function ``execute(stream, a, sa, b, sb, d, c, alpha, beta) -> int`` over raw
         handles (``Stream.handle``, ``DeviceBuffer.handle``; pass ``d``'s handle as ``c`` to accumulate in
-        place) that launches the kernel through :mod:`mircuda.numba_ext` (see :func:`fp8_gemv_executor`).
+        place; note the order: ``c`` before ``alpha, beta``, unlike ``execute``'s ``d, alpha, beta, c``) that
+        launches the kernel through :mod:`mircuda.numba_ext` (see :func:`fp8_gemv_executor`).
         Returns a ``CUresult``: 0 enqueued; 400 (``CUDA_ERROR_INVALID_HANDLE``) for a stream handle that
         is not the plan's stream's; 1 (``CUDA_ERROR_INVALID_VALUE``) for a misaligned address; nothing is
         launched then. Lengths and captures are not checked on this path; keep the plan and its stream
@@ -362,6 +363,10 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
                 c: DeviceBuffer[Any] | None = None) -> None:
         """Enqueue ``d = alpha * (a . B^T, blockwise scaled) + beta * c`` on ``stream``; allocates and
         synchronizes nothing.
+
+        Argument order: ``alpha, beta`` come before ``c`` here, and ``c`` is optional; the raw-handle
+        :attr:`numba_execute` takes ``(stream, a, sa, b, sb, d, c, alpha, beta)`` instead (``c`` first,
+        required). Pass ``alpha``, ``beta`` and ``c`` by keyword to avoid mixing the two up.
 
         Args:
             stream: the plan's stream.
@@ -561,6 +566,10 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
         """Enqueue ``D = alpha * (A B^T, blockwise scaled) + beta * C`` on ``stream``; allocates and
         synchronizes nothing.
 
+        Argument order: ``alpha, beta`` come before ``c`` here, and ``c`` is optional; the raw-handle
+        :attr:`numba_execute` takes ``(stream, a, sa, b, sb, d, c, alpha, beta)`` instead (``c`` first,
+        required). Pass ``alpha``, ``beta`` and ``c`` by keyword to avoid mixing the two up.
+
         Args:
             stream: the plan's stream.
             a: E4M3 ``[M, K]``, 16-byte aligned. sa: FP32 ``[M, ceil(K/128)]``.
@@ -595,7 +604,8 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
     @property
     def numba_execute(self) -> Any:
         """An ``@numba.njit`` function ``execute(stream, a, sa, b, sb, d, c, alpha, beta) -> int`` over raw
-        handles (``Stream.handle``, ``DeviceBuffer.handle``; ``c`` = ``d``'s handle accumulates in place).
+        handles (``Stream.handle``, ``DeviceBuffer.handle``; ``c`` = ``d``'s handle accumulates in place;
+        note the order: ``c`` before ``alpha, beta``, unlike ``execute``'s ``d, alpha, beta, c``).
         The NVRTC kernel's launches through :mod:`mircuda.numba_ext` and returns a ``CUresult`` (0
         enqueued, 400 ``CUDA_ERROR_INVALID_HANDLE`` another stream, 1 ``CUDA_ERROR_INVALID_VALUE`` a
         misaligned address: see :func:`fp8_gemv_executor`); a CUTLASS kernel's calls the library's

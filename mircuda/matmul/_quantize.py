@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
+import ml_dtypes
 import numpy as np
 
 from ..compile import Compiler, CudaSource
@@ -81,13 +82,37 @@ def _blocks(n: int) -> int:
 
 
 def activation_scale_shape(m: int, k: int) -> tuple[int, int]:
-    """``sa``'s shape, ``(M, ceil(K / 128))``, row-major."""
-    return m, _blocks(k)
+    """``sa``'s shape, ``(M, ceil(K / 128))``, row-major.
+
+    Raises:
+        ContractError: ``m`` or ``k`` is not a positive int (numpy integers count; bool does not).
+    """
+    return _dim("m", m), _blocks(_dim("k", k))
 
 
 def weight_scale_shape(n: int, k: int) -> tuple[int, int]:
-    """``sb``'s shape, ``(ceil(N / 128), ceil(K / 128))``, row-major."""
-    return _blocks(n), _blocks(k)
+    """``sb``'s shape, ``(ceil(N / 128), ceil(K / 128))``, row-major.
+
+    Raises:
+        ContractError: ``n`` or ``k`` is not a positive int (numpy integers count; bool does not).
+    """
+    return _blocks(_dim("n", n)), _blocks(_dim("k", k))
+
+
+_ML_REAL = (np.dtype(bf16), np.dtype(e4m3), np.dtype(ml_dtypes.float8_e5m2), np.dtype(ml_dtypes.float8_e4m3fnuz),
+            np.dtype(ml_dtypes.float8_e5m2fnuz), np.dtype(ml_dtypes.float4_e2m1fn))
+
+
+def _real_array(name: str, value: Any, expected: str) -> np.ndarray:
+    """``value`` as an array of a real numeric dtype (ints, floats, ml_dtypes' floats); bool, complex,
+    str and object arrays are refused by name rather than converted (numpy would drop an imaginary part)."""
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise ContractError(name, expected, f"{type(value).__name__} ({exc})") from None
+    if arr.dtype.kind not in "iuf" and arr.dtype not in _ML_REAL:
+        raise ContractError(name, expected, f"dtype {arr.dtype}")
+    return arr
 
 
 def _check_block(block: Any) -> tuple[int, int]:
@@ -100,20 +125,32 @@ def quantize_reference(x: np.ndarray, block: tuple[int, int]) -> tuple[np.ndarra
     """The numpy/ml_dtypes reference of the device quantizer (bit for bit on finite inputs).
 
     Args:
-        x: ``[R, K]`` values, converted to BF16 first (the device quantizer's input type).
+        x: ``[R, K]`` real values (an int, float or ml_dtypes float array), converted to BF16 first (the
+            device quantizer's input type). A NaN makes its block's scale NaN, an infinity makes it
+            +inf (codes then unspecified), as on the device (``cuda_src/fp8_quantize.cu``). A finite
+            value that BF16 cannot hold (magnitude above about 3.39e38) is refused: the device could
+            never receive it.
         block: ``(1, 128)`` or ``(128, 128)``.
 
     Returns:
         ``(codes, scales)``: E4M3 ``[R, K]`` and FP32 ``[ceil(R / block[0]), ceil(K / 128)]``.
 
     Raises:
-        ContractError: ``x`` is not two-dimensional or empty, or a bad ``block``.
+        ContractError: ``x`` is not a real numeric array (bool, complex, str, object), is not
+            two-dimensional or is empty, holds a finite value beyond BF16's range; or a bad ``block``.
     """
     rb, cb = _check_block(block)
-    x = np.asarray(x)
+    expected = "a real numeric [R, K] array (int, float or ml_dtypes float; converted to BF16)"
+    x = _real_array("x", x, expected)
     if x.ndim != 2 or x.size == 0:
         raise ContractError("x", "a non-empty [R, K] array", f"shape {x.shape}")
-    xf = x.astype(bf16).astype(np.float32)
+    with np.errstate(over="ignore"):
+        xf = x.astype(bf16).astype(np.float32)
+    overflow = ~np.isfinite(xf) & np.isfinite(x.astype(np.float64))
+    if overflow.any():
+        at = tuple(int(i) for i in np.argwhere(overflow)[0])
+        raise ContractError("x", "finite values within BF16's range (|x| <= 3.3895e38; the device takes BF16)",
+                            f"{x[at]!r} at {at}")
     r, k = xf.shape
     nr, nk = -(-r // rb), -(-k // cb)
     padded = np.zeros((nr * rb, nk * cb), np.float32)
@@ -142,11 +179,25 @@ def quantize_weights_reference(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def dequantize_reference(codes: np.ndarray, scales: np.ndarray, block: tuple[int, int]) -> np.ndarray:
     """``code * scale`` in float64, ``[R, K]`` (the operands a float64 reference product uses).
 
+    Args:
+        codes: ``[R, K]`` E4M3 codes: an ``ml_dtypes.float8_e4m3fn`` array (what the quantizers return),
+            or a ``uint8`` array of E4M3 bit patterns (a ``.view(np.uint8)`` of them, or bytes downloaded
+            from the device), which is read as E4M3 bits, never as integers.
+        scales: FP32 scales (any real float or int dtype), shape ``[ceil(R / block[0]), ceil(K / 128)]``.
+        block: ``(1, 128)`` or ``(128, 128)``.
+
     Raises:
-        ContractError: shapes that do not match ``block``.
+        ContractError: ``codes`` of any other dtype (float32 values are not codes), ``scales`` not a
+            real numeric array, shapes that do not match ``block``, or a bad ``block``.
     """
     rb, cb = _check_block(block)
-    codes, scales = np.asarray(codes), np.asarray(scales)
+    codes = np.asarray(codes)
+    if codes.dtype == np.uint8:
+        codes = codes.view(e4m3)
+    elif codes.dtype != np.dtype(e4m3):
+        raise ContractError("codes", "E4M3 codes: an ml_dtypes.float8_e4m3fn array, or uint8 E4M3 bit patterns",
+                            f"dtype {codes.dtype}")
+    scales = _real_array("scales", scales, "a real numeric FP32 scale array")
     if codes.ndim != 2:
         raise ContractError("codes", "an [R, K] array", f"shape {codes.shape}")
     r, k = codes.shape
