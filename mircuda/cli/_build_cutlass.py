@@ -41,4 +41,4 @@ def register(sub: Any) -> None:
     p.add_argument("--jobs", type=int, help="parallel compile jobs (default: ninja's)")
     p.add_argument("--cache-dir", help="build cache root (default: $MIRCUDA_CACHE_DIR/cutlass or ~/.cache/mircuda/cutlass)")
     p.add_argument("--families", help=argparse.SUPPRESS)  # comma-separated subset, for smoke builds
-    p.set_defaults(func=cmd_build_cutlass, flags={"archs": "--arch", "jobs": "--jobs", "root": "--cache-dir"})
+    p.set_defaults(func=cmd_build_cutlass, flags={"arch": "--arch", "archs": "--arch", "jobs": "--jobs", "root": "--cache-dir"})

@@ -88,9 +88,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 # The library's names for what this command's flags set (cli._errors rewrites messages with them).
 FLAGS = {"arch": "--arch", "include_paths": "-I/--include-path", "defines": "-D/--define", "std": "--std",
          "output": "--cubin/--ptx", "source": "FILE", "path": "FILE", "max_registers": "--maxrregcount",
-         "diag_suppress": "--diag-suppress", "name_expressions": "--name-expression"}
+         "diag_suppress": "--diag-suppress", "name_expressions": "--name-expression",
+         "ptxas_verbose": "--ptxas-options=-v"}
 PHRASES = {"CompileOptions(output='ptx')": "--ptx", "CompileOptions(output='cubin')": "--cubin",
-           'CompileOptions(output="ptx")': "--ptx", 'CompileOptions(output="cubin")': "--cubin"}
+           'CompileOptions(output="ptx")': "--ptx", 'CompileOptions(output="cubin")': "--cubin",
+           "expected False with PTX output (ptxas runs only for a CUBIN), received True":
+               "expected it left out with --ptx (ptxas runs only for a CUBIN), received both"}
 
 
 def _check_output(path: str, source: str) -> None:
