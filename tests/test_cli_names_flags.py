@@ -40,3 +40,9 @@ def test_bad_cutlass_include_variable_is_named(monkeypatch: pytest.MonkeyPatch, 
     with pytest.raises(CutlassNotFound) as info:
         _cutlass_headers()
     assert str(info.value).startswith(f"MIRCUDA_CUTLASS_INCLUDE={tmp_path}: {tmp_path} holds no cutlass/version.h")
+
+
+def test_build_cutlass_help_names_xdg_cache_home(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["build-cutlass", "--help"])
+    assert "$XDG_CACHE_HOME/mircuda/cutlass" in " ".join(capsys.readouterr().out.split())
