@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+from typing import NoReturn
 
 from ..errors import MircudaError
 from ._errors import cli_message, debug
@@ -18,11 +19,19 @@ from ._errors import cli_message, debug
 __all__ = ["main"]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's own value errors in the same one-line form as mircuda's (``--help`` is unchanged);
+    ``add_subparsers`` makes every command's parser of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import (_build_cutlass, _compile, _cutlass_check, _dense_vector_profile, _fp8_profile, _graph_profile,
                    _inspect, _matmul_profile, _profile)
 
-    parser = argparse.ArgumentParser(prog="python -m mircuda", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m mircuda", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     # The order of `--help`'s command list.
     for command in (_inspect, _profile, _graph_profile, _compile, _dense_vector_profile, _matmul_profile,

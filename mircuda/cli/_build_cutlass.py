@@ -39,6 +39,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("build-cutlass", help="build libmircuda_cutlass.so (CMake + Ninja, nvcc, CUTLASS headers)")
     p.add_argument("--arch", help="comma-separated SASS targets among 90a, 120f (default: MIRCUDA_CUDA_ARCH or both)")
     p.add_argument("--jobs", type=int, help="parallel compile jobs (default: ninja's)")
-    p.add_argument("--cache-dir", help="build cache root (default: $MIRCUDA_CACHE_DIR/cutlass or ~/.cache/mircuda/cutlass)")
+    p.add_argument("--cache-dir", help="build cache root (default: $MIRCUDA_CACHE_DIR/cutlass, else $XDG_CACHE_HOME/mircuda/cutlass, else "
+                   "~/.cache/mircuda/cutlass)")
     p.add_argument("--families", help=argparse.SUPPRESS)  # comma-separated subset, for smoke builds
-    p.set_defaults(func=cmd_build_cutlass, flags={"archs": "--arch", "jobs": "--jobs", "root": "--cache-dir"})
+    p.set_defaults(func=cmd_build_cutlass, flags={"arch": "--arch", "archs": "--arch", "jobs": "--jobs", "root": "--cache-dir"})

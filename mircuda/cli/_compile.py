@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from typing import Any, TextIO
 
-from ..errors import ContractError
+from ..errors import CompileWarning, ContractError
 from ._errors import check_output_file
 
 __all__ = ["cmd_compile", "register"]
@@ -87,9 +88,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 # The library's names for what this command's flags set (cli._errors rewrites messages with them).
 FLAGS = {"arch": "--arch", "include_paths": "-I/--include-path", "defines": "-D/--define", "std": "--std",
          "output": "--cubin/--ptx", "source": "FILE", "path": "FILE", "max_registers": "--maxrregcount",
-         "diag_suppress": "--diag-suppress", "name_expressions": "--name-expression"}
+         "diag_suppress": "--diag-suppress", "name_expressions": "--name-expression",
+         "ptxas_verbose": "--ptxas-options=-v"}
 PHRASES = {"CompileOptions(output='ptx')": "--ptx", "CompileOptions(output='cubin')": "--cubin",
-           'CompileOptions(output="ptx")': "--ptx", 'CompileOptions(output="cubin")': "--cubin"}
+           'CompileOptions(output="ptx")': "--ptx", 'CompileOptions(output="cubin")': "--cubin",
+           "expected False with PTX output (ptxas runs only for a CUBIN), received True":
+               "expected it left out with --ptx (ptxas runs only for a CUBIN), received both"}
 
 
 def _check_output(path: str, source: str) -> None:
@@ -98,6 +102,18 @@ def _check_output(path: str, source: str) -> None:
         raise ContractError("-o", "a file path in an existing directory, or - for standard output", repr(path))
     if os.path.exists(out) and os.path.exists(source) and os.path.samefile(out, source):
         raise ContractError("-o", "a file other than the source", repr(path), "it would overwrite FILE")
+
+
+def _report_warnings(caught: list[warnings.WarningMessage]) -> None:
+    """NVRTC's warnings as the command's own lines on stderr (``warning: ...``, one per log line): the
+    warnings module would place them at the caller, which for ``python -m`` is ``<frozen runpy>``."""
+    for w in caught:
+        if not isinstance(w.message, CompileWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+            continue
+        for line in str(w.message).splitlines():
+            if line.strip():
+                print(f"warning: {line}", file=sys.stderr)
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
@@ -121,7 +137,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
         diag_suppress=tuple(n for group in args.diag_suppress for n in group),
         ptxas_verbose=args.ptxas_options == "-v")
     config = CompilerConfig(include_paths=tuple(args.include_paths))
-    programs = [OfflineCompiler(arch, config).compile(source, options) for arch in archs]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CompileWarning)
+        programs = [OfflineCompiler(arch, config).compile(source, options) for arch in archs]
+    _report_warnings(caught)
     if len(programs) == 1:
         # The cache keeps PTX NUL-terminated for the driver; a .ptx file is plain text.
         program = programs[0]

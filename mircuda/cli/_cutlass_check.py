@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..matmul._sass import disassemble, sass_functions
+from ._errors import RESULTS_HELP, check_results_file
 
 __all__ = ["SassReport", "classify_function", "cutlass_check", "register", "sass_check"]
 
@@ -266,6 +267,9 @@ def cutlass_check(args: Any) -> int:
     from ..matmul._build import build, find_library
     from ..matmul._library import load_library
 
+    if args.json:
+        check_results_file(args.json, getattr(args, "json_default", None))
+
     driver = mc.Driver.initialize()  # no GPU: say so before a many-minute build
     driver.device(args.device)
     try:
@@ -338,5 +342,6 @@ def register(sub: Any) -> None:
     """Add ``cutlass-check`` to the CLI's subparsers."""
     p = sub.add_parser("cutlass-check", help="every CUTLASS and FP8 plan vs float64 numpy on the GPU; SASS of the sm_120f (and FP8 sm_90a) kernels")
     p.add_argument("--device", type=int, default=0)
-    p.add_argument("--json", default="benchmarks/results/cutlass_check.json")
-    p.set_defaults(func=cutlass_check)
+    p.add_argument("--json", default="benchmarks/results/cutlass_check.json",
+                   help=RESULTS_HELP + " ('' writes none)")
+    p.set_defaults(func=cutlass_check, json_default=p.get_default("json"))

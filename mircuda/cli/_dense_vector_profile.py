@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from ._errors import RESULTS_HELP, check_results_file
 from ._matmul_bench import Row, Types, check_vector, row, session, upload
 
 __all__ = ["VECTOR_SHAPES", "dense_vector_profile", "register"]
@@ -19,6 +20,7 @@ def dense_vector_profile(args: Any) -> int:
     """DenseVectorPlan vs DenseMatmulPlan (M = 1: the same NVRTC kernel, no CUTLASS library needed) vs cuBLAS."""
     import mircuda as mc
 
+    check_profile_arguments(args)
     with session(mc.Driver.initialize(), args.device) as s:
         context, stream, pool, timer, torch_ = s.context, s.stream, s.pool, s.timer, s.torch_
         for n, k in VECTOR_SHAPES:
@@ -77,6 +79,36 @@ def _matmul_row(context: Any, stream: Any, pool: Any, timer: Any, ws: list[Any],
     return measured
 
 
+def check_dtype_pairs(text: str, flag: str = "--dtypes") -> None:
+    """Each comma-separated ``input[->output]`` pair is one the dense plans take (input bf16 or f16,
+    output the input type or f32), checked before any GPU work.
+
+    Raises:
+        ContractError: naming ``flag``.
+    """
+    from ..errors import ContractError
+
+    pairs = [d for d in str(text).split(",") if d]
+    expected = "comma-separated input[->output] pairs: input bf16 or f16, output the input type or f32"
+    if not pairs:
+        raise ContractError(flag, expected, repr(text))
+    for pair in pairs:
+        parts = pair.split("->")
+        if len(parts) > 2 or parts[0] not in ("bf16", "f16") or (len(parts) == 2 and parts[1] not in (parts[0], "f32")):
+            raise ContractError(flag, expected, f"{pair!r} in {text!r}")
+
+
+def check_profile_arguments(args: Any) -> None:
+    """``--dtypes``, ``--calls``, ``--repeats`` and ``--json`` before the driver is touched."""
+    from ..errors import ContractError
+
+    check_dtype_pairs(args.dtypes)
+    for name in ("calls", "repeats"):
+        if getattr(args, name) < 1:
+            raise ContractError(f"--{name}", "a positive integer", str(getattr(args, name)))
+    check_results_file(args.json, getattr(args, "json_default", None))
+
+
 def add_vector_arguments(p: Any) -> None:
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--dtypes", default="bf16,f16,bf16->f32",
@@ -84,7 +116,8 @@ def add_vector_arguments(p: Any) -> None:
     p.add_argument("--calls", type=int, default=50, help="back-to-back calls per timed repeat")
     p.add_argument("--repeats", type=int, default=15, help="timed repeats (the median is reported)")
     p.add_argument("--sweep", action="store_true", help="also time every block shape (8 or 16 rows x 1, 2, 4, 8 warps splitting K)")
-    p.add_argument("--json", default="benchmarks/results/dense_vector_profile.json")
+    p.add_argument("--json", default="benchmarks/results/dense_vector_profile.json",
+                   help=RESULTS_HELP)
 
 
 def register(sub: Any) -> None:
@@ -92,4 +125,4 @@ def register(sub: Any) -> None:
     p = sub.add_parser("dense-vector-profile",
                        help="DenseVectorPlan (M = 1) vs DenseMatmulPlan vs cuBLAS on cold weights (GPU)")
     add_vector_arguments(p)
-    p.set_defaults(func=dense_vector_profile)
+    p.set_defaults(func=dense_vector_profile, json_default=p.get_default("json"))

@@ -15,7 +15,12 @@ from pathlib import Path
 
 from ..errors import ContractError
 
-__all__ = ["cli_message", "make_writable_directory", "check_output_file", "debug"]
+RESULTS_HELP = ("where to write the results (default: %(default)s; a relative path is relative to the working "
+                "directory, so run from a checkout's root this is its benchmarks/results/; the default's "
+                "missing directories are made)")
+"""The ``--json`` help of the profile commands."""
+
+__all__ = ["RESULTS_HELP", "cli_message", "make_writable_directory", "check_output_file", "check_results_file", "debug"]
 
 
 def debug() -> bool:
@@ -81,3 +86,31 @@ def check_output_file(path: str, flag: str) -> None:
             raise ContractError(flag, "a writable file", repr(path), "it is not writable")
     elif not os.access(parent, os.W_OK | os.X_OK):
         raise ContractError(flag, "a file path in a writable directory", repr(path), f"{parent!r} is not writable")
+
+
+def check_results_file(path: str, default: str | None, flag: str = "--json") -> None:
+    """A profile's results path, checked before any work starts. A path the user gives must be a file
+    in an existing directory (:func:`check_output_file`); for the ``default`` path the missing
+    directories may be made (the command makes them, ``mkdir -p``, only when it writes; nothing is
+    created here). A relative path is relative to the working directory.
+
+    Raises:
+        ContractError: naming ``flag``, with the reason.
+    """
+    if not path or "\0" in path:
+        raise ContractError(flag, "a file path", repr(path))
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(parent) or path != default:
+        check_output_file(path, flag)
+        return
+    ancestor = parent
+    while not os.path.exists(ancestor):
+        ancestor = os.path.dirname(ancestor)
+    if not os.path.isdir(ancestor):
+        raise ContractError(flag, "a file path whose directories can be made", repr(path),
+                            f"{ancestor!r} is not a directory")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ContractError(flag, "a file path whose directories can be made", repr(path),
+                            f"{ancestor!r} is not writable")
+    if os.path.isdir(os.path.abspath(path)):
+        raise ContractError(flag, "a file path", repr(path), "it is a directory")

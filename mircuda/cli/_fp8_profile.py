@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..timing import Column, ResultTable
+from ._errors import RESULTS_HELP
 
 __all__ = ["COLUMNS", "FP8_M", "FP8_SHAPES", "Fp8Row", "fp8_profile", "register", "shape_values", "table"]
 
@@ -182,9 +183,12 @@ def fp8_profile(args: Any) -> int:
     import mircuda as mc
 
     from ..timing import bank_count
+    from ._errors import check_results_file
     from ._matmul_bench import _write_json, session, upload
 
-    driver = mc.Driver.initialize()  # first: without a driver nothing else matters
+    # Before the driver: a bad path is said without a GPU too.
+    check_results_file(args.json, getattr(args, "json_default", None))
+    driver = mc.Driver.initialize()  # without a driver nothing else matters
     ms, shapes = list(args.m), list(args.shapes)
     rows: list[Fp8Row] = []
     failures: list[str] = []
@@ -382,5 +386,6 @@ def register(sub: Any) -> None:
                    help="comma-separated NxK weight shapes (default: the four Llama-like ones)")
     p.add_argument("--calls", type=int, default=20, help="back-to-back calls per timed repeat")
     p.add_argument("--repeats", type=int, default=7, help="timed repeats (the median is reported)")
-    p.add_argument("--json", default="benchmarks/results/fp8_profile.json")
-    p.set_defaults(func=fp8_profile)
+    p.add_argument("--json", default="benchmarks/results/fp8_profile.json",
+                   help=RESULTS_HELP)
+    p.set_defaults(func=fp8_profile, json_default=p.get_default("json"))

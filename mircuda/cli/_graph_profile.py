@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..timing import Column, ResultTable, host_us_per_call
+from ._errors import RESULTS_HELP, check_results_file
 from ._graph_paths import BindingsPath, CuPyPath, LibraryPath, MircudaPath, TorchPath, spin_on_handle
 
 __all__ = ["COLUMNS", "cmd_graph_profile", "register", "table"]
@@ -53,10 +54,10 @@ def register(sub: Any) -> None:
     p.add_argument("--batches", type=int, default=20, help="host-timed batches per round")
     p.add_argument("--samples", type=int, default=10, help="device-timed samples per round")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--json", default="benchmarks/results/graph_profile.json", help="where to write the results")
+    p.add_argument("--json", default="benchmarks/results/graph_profile.json", help=RESULTS_HELP)
     p.add_argument("--in-process", action="store_true", help="measure every library in this one process")
     p.add_argument("--only", choices=_LIBRARIES, help=argparse.SUPPRESS)  # child mode of the isolated run
-    p.set_defaults(func=cmd_graph_profile)
+    p.set_defaults(func=cmd_graph_profile, json_default=p.get_default("json"))
 
 
 def _source_text() -> str:
@@ -90,6 +91,7 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
     for name in ("calls", "batches", "samples", "rounds"):
         if getattr(args, name) < 1:
             raise mc.ContractError(f"--{name}", "a positive integer", str(getattr(args, name)))
+    check_results_file(args.json, getattr(args, "json_default", None))
     driver = mc.Driver.initialize()
     driver.device(args.device)
     if not args.in_process and not args.only:

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from ._dense_vector_profile import check_profile_arguments
+from ._errors import RESULTS_HELP
 from ._matmul_bench import Row, Types, relative_error, row, session, upload
 
 __all__ = ["MATMUL_SHAPES", "m_values", "matmul_profile", "register"]
@@ -21,7 +23,8 @@ def matmul_profile(args: Any) -> int:
     from ..matmul import load_library
     from ..matmul._gemv import MAX_M
 
-    driver = mc.Driver.initialize()  # first: without a driver nothing else matters
+    check_profile_arguments(args)  # before the driver: bad flags are said without a GPU too
+    driver = mc.Driver.initialize()  # without a driver nothing else matters
     ms = list(args.m)
     lib = load_library() if max(ms) > MAX_M else None  # the NVRTC kernels (M <= 16) need no CUTLASS
     with session(driver, args.device) as s:
@@ -119,11 +122,12 @@ def add_matmul_arguments(p: Any) -> None:
                    help="comma-separated M values (positive ints)")
     p.add_argument("--calls", type=int, default=20, help="back-to-back calls per timed repeat")
     p.add_argument("--repeats", type=int, default=7, help="timed repeats (the median is reported)")
-    p.add_argument("--json", default="benchmarks/results/matmul_profile.json")
+    p.add_argument("--json", default="benchmarks/results/matmul_profile.json",
+                   help=RESULTS_HELP)
 
 
 def register(sub: Any) -> None:
     """Add ``matmul-profile`` to the CLI's subparsers."""
     p = sub.add_parser("matmul-profile", help="DenseMatmulPlan vs cuBLAS over M and Llama-like (N, K) (GPU)")
     add_matmul_arguments(p)
-    p.set_defaults(func=matmul_profile)
+    p.set_defaults(func=matmul_profile, json_default=p.get_default("json"))

@@ -240,6 +240,9 @@ class _CachingCompiler(Generic[T]):
         if isinstance(source, CudaSource):
             roots = self._config.include_paths
             deps = scan_dependencies(source.text, source.name, roots, toolkit_include_dirs())
+            if deps.special:  # NVRTC's open of a FIFO blocks for ever
+                raise ContractError("source", "includes that resolve to regular files",
+                                    f"{deps.special[0]!r} (not a regular file: a FIFO, socket or device)")
             parts += ["roots", *roots, "includes", deps.digest]
         return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest(), deps
 

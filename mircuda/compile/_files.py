@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections.abc import Sequence
 
@@ -58,10 +59,39 @@ def _is_path_text(text: str) -> bool:
     return True
 
 
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def _read_regular(path: str) -> str:
+    """The file's text; O_NONBLOCK so that a FIFO swapped in after a stat cannot block the open, and
+    the fstat of the opened file refuses anything but a regular file before a read could block."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with open(fd, encoding="utf-8", closefd=True) as f:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(path)
+        if not stat.S_ISREG(mode):
+            raise _NotRegular(_kind(mode))
+        return f.read()
+
+
+class _NotRegular(Exception):
+    pass
+
+
 def _read(path: str, argument: str, given: object, origin: str) -> str:
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+            raise _NotRegular(_kind(st.st_mode))
+        return _read_regular(path)
+    except _NotRegular as exc:
+        reason = f"{exc}, not a regular file"
     except FileNotFoundError:
         reason = "no such file"
     except IsADirectoryError:
@@ -72,7 +102,7 @@ def _read(path: str, argument: str, given: object, origin: str) -> str:
         reason = exc.strerror or str(exc)
     given_path = os.fspath(given)  # type: ignore[call-overload]
     hint = "" if os.path.isabs(given_path) else f"{given_path!r} was resolved against {origin}"
-    raise ContractError(argument, "a readable UTF-8 CUDA C file", f"{path!r} ({reason})", hint)
+    raise ContractError(argument, "a readable regular UTF-8 CUDA C file", f"{path!r} ({reason})", hint)
 
 
 def cuda_kernel_file(path: str | os.PathLike[str], *,

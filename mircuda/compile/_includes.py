@@ -137,7 +137,11 @@ def _read_file(path: str, st: os.stat_result) -> tuple[_FileInfo, bool]:
     if cached is not None and cached.signature == sig:
         return cached, False
     now = time.time_ns()
-    with open(path, "rb") as f:
+    # O_NONBLOCK and the fstat check: a FIFO swapped in after the caller's stat must not block the scan.
+    with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
+        after = os.fstat(f.fileno())
+        if not stat.S_ISREG(after.st_mode):
+            raise OSError(f"{path} is no longer a regular file")
         data = f.read()
         after = os.fstat(f.fileno())
     info = _FileInfo(_signature(after), hashlib.sha256(data).hexdigest(), _directives(data))
@@ -162,6 +166,8 @@ class IncludeDependencies:
             there up to the file system root).
         racy: some file changed too recently for its signature to be trusted (see module doc).
         opaque: a computed include made the scan fall back to every file under the roots.
+        special: include candidates that exist but are neither regular files nor directories
+            (a FIFO, socket or device): NVRTC would block opening them, so compiling refuses them.
     """
 
     digest: str
@@ -169,6 +175,7 @@ class IncludeDependencies:
     checks: tuple[tuple[str, Signature | None], ...]
     racy: bool
     opaque: bool
+    special: tuple[str, ...] = ()
 
     @property
     def needs_revalidation(self) -> bool:
@@ -199,6 +206,7 @@ class _Scan:
         self.checks: dict[str, Signature | None] = {}
         self.seen: set[str] = set()
         self.files: list[str] = []
+        self.special: list[str] = []
         self.hasher = hashlib.sha256()
         self.racy = False
         self.opaque = False
@@ -224,6 +232,8 @@ class _Scan:
             return
         self.checks[path] = _signature(st)
         if not stat.S_ISREG(st.st_mode):
+            if not stat.S_ISDIR(st.st_mode):
+                self.special.append(path)
             return
         try:
             info, racy = _read_file(path, st)
@@ -303,7 +313,7 @@ def scan_dependencies(text: str, name: str, roots: tuple[str, ...],
         for path, sig in toolkit.checks:
             scan.checks.setdefault(path, sig)
     return IncludeDependencies(scan.hasher.hexdigest(), tuple(scan.files), tuple(scan.checks.items()),
-                               scan.racy, scan.opaque)
+                               scan.racy, scan.opaque, tuple(scan.special))
 
 
 TOOLKIT_DISTRIBUTIONS = ("cuda-toolkit", "nvidia-cuda-cccl", "nvidia-cuda-runtime", "nvidia-cuda-nvrtc")

@@ -117,9 +117,20 @@ def parse_archs(text: str) -> tuple[str, ...]:
 
 
 def default_archs() -> tuple[str, ...]:
-    """``MIRCUDA_CUDA_ARCH`` when set, else ``("90a", "120f")``."""
+    """``MIRCUDA_CUDA_ARCH`` when set, else ``("90a", "120f")``.
+
+    Raises:
+        ContractError: naming ``MIRCUDA_CUDA_ARCH`` when its value is not an architecture list.
+    """
     env = os.environ.get("MIRCUDA_CUDA_ARCH")
-    return parse_archs(env) if env else SUPPORTED_ARCHS
+    if not env:
+        return SUPPORTED_ARCHS
+    try:
+        return parse_archs(env)
+    except ContractError as exc:
+        head = f"argument {exc.argument!r}: expected {exc.expected}, received {exc.received}"
+        hint = str(exc)[len(head) + 2:] if str(exc).startswith(head + ". ") else ""
+        raise ContractError("MIRCUDA_CUDA_ARCH", exc.expected, exc.received, hint) from None
 
 
 @dataclass(frozen=True)
@@ -149,7 +160,9 @@ def _cutlass_headers() -> tuple[Path, Path, str]:
         include, util = root / "include", root / "tools" / "util" / "include"
     version_h = include / "cutlass" / "version.h"
     if not version_h.is_file():
-        raise CutlassNotFound(f"{include} holds no cutlass/version.h: pip install '{CUTLASS_REQUIREMENT}'")
+        where = f"MIRCUDA_CUTLASS_INCLUDE={env}: " if env else ""
+        raise CutlassNotFound(f"{where}{include} holds no cutlass/version.h: pip install '{CUTLASS_REQUIREMENT}'"
+                              + (" or point MIRCUDA_CUTLASS_INCLUDE at CUTLASS's include directory" if env else ""))
     text = version_h.read_text()
     parts = [re.search(rf"#define CUTLASS_{p}\s+(\d+)", text) for p in ("MAJOR", "MINOR", "PATCH")]
     version = ".".join(m.group(1) if m else "?" for m in parts)

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 # CutlassError is re-exported here, where it was defined before it moved to mircuda.errors.
 from ..errors import ContractError, CutlassError, CutlassNotFound
-from ._build import find_library
+from ._build import LIBRARY_NAME, find_library
 
 __all__ = ["ABI_VERSION", "KernelInfo", "CutlassLibrary", "CutlassError", "load_library", "FAMILIES", "DTYPES",
            "KINDS", "SCALE_MAJORS"]
@@ -138,11 +139,11 @@ class KernelInfo:
 class CutlassLibrary:
     """The loaded library: its kernel table and typed entry points (ctypes)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, origin: str = "path") -> None:
         try:
             lib = ctypes.CDLL(str(path))
         except OSError as exc:
-            raise CutlassNotFound(f"{path} could not be loaded: {exc}") from None
+            raise CutlassNotFound(f"{origin}: {path} could not be loaded: {exc}") from None
         self.path = Path(path)
         self._lib = lib
         c_int, vp, c_size_p = ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)
@@ -161,7 +162,11 @@ class CutlassLibrary:
             ("mircuda_cutlass_scaled_plan_execute", c_int,
              [vp, vp, vp, vp, vp, vp, vp, vp, ctypes.c_float, ctypes.c_float]),
         ]:
-            fn = getattr(lib, name)
+            try:
+                fn = getattr(lib, name)
+            except AttributeError:  # some other shared library: ctypes reports the undefined symbol
+                raise CutlassNotFound(f"{origin}: expected a {LIBRARY_NAME} (built by `python -m mircuda "
+                                      f"build-cutlass`), received {str(path)!r}, which has no {name}") from None
             fn.restype, fn.argtypes = res, args
         abi = lib.mircuda_cutlass_abi_version()
         if abi != ABI_VERSION:
@@ -269,12 +274,22 @@ def load_library(path: str | Path | None = None) -> CutlassLibrary:
     """Load the library (``MIRCUDA_CUTLASS_LIBRARY`` or the cached build) once per process.
 
     Raises:
-        CutlassNotFound: no library; the message gives the build command.
+        ContractError: ``path`` is not None, a str or an os.PathLike of str, is empty or holds a NUL.
+        CutlassNotFound: no library, or the file is not a mircuda CUTLASS library (it lacks the
+            library's entry points); the message names where the path came from and the build command.
     """
-    resolved = Path(path) if path is not None else find_library()
+    if path is None:
+        resolved = find_library()
+        origin = "MIRCUDA_CUTLASS_LIBRARY" if os.environ.get("MIRCUDA_CUTLASS_LIBRARY") else "the cached build"
+    else:
+        text = os.fspath(path) if isinstance(path, (str, os.PathLike)) else None
+        if not isinstance(text, str) or not text or "\0" in text:
+            raise ContractError("path", f"None or a non-empty str/os.PathLike path of a {LIBRARY_NAME} "
+                                "without NUL characters", repr(path))
+        resolved, origin = Path(text), "argument 'path'"
     key = str(resolved.resolve())
     with _lock:
         lib = _loaded.get(key)
         if lib is None:
-            lib = _loaded[key] = CutlassLibrary(resolved)
+            lib = _loaded[key] = CutlassLibrary(resolved, origin)
         return lib
