@@ -131,13 +131,9 @@ class Types:
 
 
 def upload(context: Any, stream: Any, pool: Any, host: np.ndarray) -> Any:
-    """A new device buffer holding ``host`` (through pinned memory; waits for the copy)."""
-    buf = pool.allocate(host.dtype, stream, host.size)
-    staging = context.allocate_pinned(host.dtype, host.size)
-    staging.write_prefix(host.ravel())
-    stream.copy_to_device(staging, buf)
-    staging.close()
-    return buf
+    """A new device buffer holding ``host``: :meth:`mircuda.Stream.upload` (staged through pinned memory;
+    waits for the copy). ``context`` is the stream's; kept so the profiles' call sites read alike."""
+    return stream.upload(pool, host)
 
 
 def _torch_or_reason(stream_handle: int) -> tuple[_Torch | None, str]:
