@@ -22,7 +22,7 @@ from ..memory import DeviceBuffer
 from ._dense import _nothing_to_release
 from ._fp4_layout import address, check_fp4_k, check_layout, fp4_layout_source, layout_options
 from ._fp4_reference import BLOCK, scale_bytes
-from ._spec import DenseMatmulSpec, DenseVectorSpec, Operand, PlanBase, check_operand, check_scalar, plan_stream
+from ._spec import DenseMatmulSpec, DenseVectorSpec, EngineViews, Operand, PlanBase, check_operand, check_scalar, plan_stream
 from ._vector import INVALID_HANDLE, INVALID_VALUE, blocks_per_sm, choose_vector_warps, package_source, plan_compiler
 
 if TYPE_CHECKING:
@@ -250,7 +250,7 @@ class _Fp4PlanBase(PlanBase):
         return psa, address(name_a, global_a, ctx), address(name_b, global_b, ctx), check_scalar("alpha", alpha)
 
 
-class BlockScaledFp4VectorPlan(_Fp4PlanBase):
+class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
     """``y[N] = alpha * global_x * global_w * sum_k (qx[k] sx[k/16]) (qw[n,k] sw[n,k/16])``: the M = 1
     NVFP4 plan (decode), a CUDA C kernel (``cuda_src/fp4_vector.cu``) compiled by NVRTC for the context's
     device (any compute capability >= 8.0). FP32 accumulation, BF16 output.
@@ -300,22 +300,6 @@ class BlockScaledFp4VectorPlan(_Fp4PlanBase):
         self._names = ("x", "x_scales", "w", "w_scales", "y")
         self._operands = fp4_operands(self._names, 1, spec.n, spec.k, activation, scale_layout, self._engine.wide)
         self._numba: Any = None
-
-    @property
-    def kernel(self) -> TypedKernel:
-        return self._engine.kernel
-
-    @property
-    def launch_config(self) -> LaunchConfig:
-        return self._engine.config
-
-    @property
-    def warps(self) -> int:
-        return self._engine.warps
-
-    @property
-    def rows(self) -> int:
-        return self._engine.rows
 
     def describe(self) -> Description:
         s = self._spec

@@ -27,6 +27,7 @@ from ._quantize import activation_scale_shape, weight_scale_shape
 from ._spec import (
     DenseMatmulSpec,
     DenseVectorSpec,
+    EngineViews,
     Operand,
     PlanBase,
     check_operand,
@@ -234,7 +235,7 @@ def fp8_gemv_executor(function: int, grid: int, block: int, n: int, k: int, laun
     return execute
 
 
-class _Fp8PlanBase(PlanBase):
+class _Fp8PlanBase(EngineViews, PlanBase):
     """Operand checks and the hot path shared by both plans."""
 
     _engine: Fp8Gemv
@@ -253,26 +254,6 @@ class _Fp8PlanBase(PlanBase):
         self._sa_shape = activation_scale_shape(m, k)
         self._sb_shape = weight_scale_shape(n, k)
         self._numba = None
-
-    @property
-    def kernel(self) -> TypedKernel:
-        """The bound kernel (its contract: ``d, c, a, sa, b, sb, alpha, beta, n, k``)."""
-        return self._engine.kernel
-
-    @property
-    def launch_config(self) -> LaunchConfig:
-        """``ceil(N / rows)`` blocks of ``32 * warps`` threads."""
-        return self._engine.config
-
-    @property
-    def rows(self) -> int:
-        """Weight rows per block."""
-        return self._engine.rows
-
-    @property
-    def warps(self) -> int:
-        """Warps per block splitting K."""
-        return self._engine.warps
 
     @property
     def sa_shape(self) -> tuple[int, int]:

@@ -14,9 +14,10 @@ from ..graph._capture import _records as _captures
 from ..memory import check_device_buffer
 
 if TYPE_CHECKING:
+    from ..launch import LaunchConfig, TypedKernel
     from ..runtime import Context, Stream
 
-__all__ = ["DenseMatmulSpec", "DenseVectorSpec", "Operand", "PlanBase", "resolve_dtypes", "check_operand",
+__all__ = ["DenseMatmulSpec", "DenseVectorSpec", "EngineViews", "Operand", "PlanBase", "resolve_dtypes", "check_operand",
            "check_stream", "check_scalar", "refuse_stream", "check_capture_origin", "BOUND_STREAM_HINT"]
 
 INPUT_DTYPES = ("bf16", "f16")
@@ -211,6 +212,33 @@ def plan_stream(stream: Any, context: Any) -> None:
     if context.closed:
         raise ClosedResourceError("argument 'context': the context was closed")
     check_stream(stream, context)
+
+
+class EngineViews:
+    """The bound kernel and launch geometry of a plan that runs one NVRTC GEMV engine (``self._engine``:
+    a VectorKernel, Fp8Gemv or Fp4Gemv), read through; one home for what the vector plans expose."""
+
+    _engine: Any
+
+    @property
+    def kernel(self) -> TypedKernel:
+        """The bound kernel (``kernel.contract`` lists its parameters: what a graph node is updated with)."""
+        return self._engine.kernel
+
+    @property
+    def launch_config(self) -> LaunchConfig:
+        """``ceil(N / rows)`` blocks of ``32 * warps`` threads."""
+        return self._engine.config
+
+    @property
+    def rows(self) -> int:
+        """Weight (output) rows per block."""
+        return self._engine.rows
+
+    @property
+    def warps(self) -> int:
+        """Warps per block splitting K."""
+        return self._engine.warps
 
 
 class PlanBase:

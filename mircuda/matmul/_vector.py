@@ -19,6 +19,7 @@ from ..memory import DeviceBuffer
 from ._library import KernelInfo
 from ._spec import (
     DenseVectorSpec,
+    EngineViews,
     Operand,
     PlanBase,
     check_operand,
@@ -357,7 +358,7 @@ class VectorKernel:
                    if self.config.programmatic_stream_serialization else ""))
 
 
-class DenseVectorPlan(PlanBase, Generic[T]):
+class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
     """``y[N] = alpha * W[N, K] . x[K] + beta * y[N]``: the explicit M = 1 plan for bandwidth-bound
     projections (decode), as a CUDA C kernel (``cuda_src/dense_vector.cu``) compiled by NVRTC for the
     context's device (any compute capability >= 8.0).
@@ -418,25 +419,6 @@ class DenseVectorPlan(PlanBase, Generic[T]):
         self._numba: Any = None
 
     # -- properties ---------------------------------------------------------------------------
-    @property
-    def kernel(self) -> TypedKernel:
-        """The bound kernel (its contract: ``y, w, x, alpha, beta, n, k``)."""
-        return self._engine.kernel
-
-    @property
-    def launch_config(self) -> LaunchConfig:
-        """``ceil(N / rows)`` blocks of ``32 * warps`` threads."""
-        return self._engine.config
-
-    @property
-    def rows(self) -> int:
-        """Output rows per block (8 or 16)."""
-        return self._engine.rows
-
-    @property
-    def warps(self) -> int:
-        """Warps per block splitting K."""
-        return self._engine.warps
 
     @property
     def numba_execute(self) -> Any:
