@@ -6,6 +6,7 @@ missing device-side wait would let the consumer read stale data)."""
 from __future__ import annotations
 
 import gc
+import os
 
 import ml_dtypes
 import numpy as np
@@ -263,6 +264,47 @@ def test_cupy_stream_is_adopted_and_cai_stream_is_followed(context, pool, kernel
         other.synchronize()
         other.close()
         s.synchronize()
+
+
+# -- JAX ------------------------------------------------------------------------------------------
+def _jax_on_the_gpu():  # type: ignore[no-untyped-def]
+    # JAX would otherwise reserve 75 % of the device at its first use, starving the rest of the suite.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    jax = pytest.importorskip("jax")
+    try:
+        jax.devices("gpu")
+    except RuntimeError as exc:
+        pytest.skip(f"jax {jax.__version__} has no GPU backend here: {exc}")
+    return jax
+
+
+def test_jax_imports_a_mircuda_buffer_after_its_producer_finishes(context, stream, pool, kernels) -> None:
+    jax = _jax_on_the_gpu()
+    n = 1 << 20
+    buf = pool.allocate_zeroed(mc.f32, stream, n)
+    kernels["spin"].launch(stream, grid(n), buf, n, 9.0, SPIN_CYCLES)
+    x = jax.dlpack.from_dlpack(buf)  # JAX passes its stream: that stream waits on `stream` on the device
+    assert x.shape == (n,) and str(x.dtype) == "float32"
+    assert float(x.sum()) == 9.0 * n
+
+
+def test_jax_arrays_are_borrowed_read_only_and_keep_their_values(context, stream, pool, kernels, rng) -> None:
+    jax = _jax_on_the_gpu()
+    import jax.numpy as jnp
+
+    host = rng.standard_normal(4096).astype(ml_dtypes.bfloat16)
+    a = jnp.asarray(host) * 2  # computed on JAX's stream: mircuda's `stream` must wait for it
+    borrowed = mc.from_dlpack(a, context, stream, readonly=True)
+    assert borrowed.scalar_type is mc.bf16 and len(borrowed) == host.size
+    expected = (host.astype(np.float32) * 2).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(stream.download(borrowed).view(np.uint16), expected.view(np.uint16))
+    f = jnp.arange(1000, dtype=jnp.float32) + 1  # an f32 array through a CUDA C kernel, into our own buffer
+    own = pool.allocate(mc.f32, stream, 1000)
+    stream.copy_device_range(mc.from_dlpack(f, context, stream, readonly=True), 0, own, 0, 1000)
+    kernels["affine"].launch(stream, grid(1000), own, 1000, 3.0, -1.0)
+    np.testing.assert_array_equal(stream.download(own), (np.arange(1000, dtype=np.float32) + 1) * 3 - 1)
+    back = jax.dlpack.from_dlpack(own)
+    np.testing.assert_array_equal(np.asarray(back), (np.arange(1000, dtype=np.float32) + 1) * 3 - 1)
 
 
 # -- Numba ----------------------------------------------------------------------------------------
