@@ -17,7 +17,7 @@ from typing import Literal, NamedTuple
 
 from .. import _cuda
 from ..errors import CompileError, ContractError
-from ._options import CompileOptions
+from ._options import RELOCATABLE_FLAG, CompileOptions
 from ._resources import KernelResources, parse_ptxas_report
 from ._toolkit import toolkit_include_dirs
 
@@ -163,8 +163,8 @@ def nvrtc_compile(text: str, name: str, arch: str, options: CompileOptions, *, o
         for expression in name_expressions:
             _cuda.nvrtc_call("nvrtcAddNameExpression", prog, expression.encode())
         flags = options.flags(arch)
-        if relocatable:
-            flags.append("--relocatable-device-code=true")
+        if relocatable and RELOCATABLE_FLAG not in flags:
+            flags.append(RELOCATABLE_FLAG)
         if output == "ltoir":
             flags.append("-dlto")
         flags += [f"--include-path={p}" for p in (*include_paths, *toolkit_include_dirs())]

@@ -10,7 +10,10 @@ from typing import TYPE_CHECKING, Literal
 
 from ..errors import ContractError
 
-__all__ = ["CompileOptions", "ALLOWED_EXTRA_FLAGS"]
+__all__ = ["CompileOptions", "ALLOWED_EXTRA_FLAGS", "RELOCATABLE_FLAG"]
+
+RELOCATABLE_FLAG = "--relocatable-device-code=true"
+"""NVRTC's flag for relocatable device code (``-rdc``)."""
 
 _Define = tuple[str, str | int | None]  # one macro as the constructor takes it
 
@@ -47,6 +50,11 @@ class CompileOptions:
         ptxas_verbose: ``--ptxas-options=-v``: ptxas reports each kernel's registers, shared memory,
             stack and spills into the program log, parsed by ``CompiledProgram.resource_usage()``
             (CUBIN output only; the report is not issued as a warning).
+        relocatable_device_code: ``--relocatable-device-code=true`` (``-rdc``): the output is a
+            relocatable object whose ``extern __device__`` functions and variables may be defined
+            in other translation units, to be linked by nvJitLink (``mc.cuda_link``); a module with
+            unresolved references cannot be loaded on its own. (``mc.cuda_link`` compiles its CUDA C
+            inputs this way whatever this field says.)
 
     Raises:
         ContractError: a field has an invalid value (named in the error).
@@ -62,6 +70,7 @@ class CompileOptions:
     device_debug: bool = False
     diag_suppress: tuple[int, ...] = ()
     ptxas_verbose: bool = False
+    relocatable_device_code: bool = False
     key: str = field(init=False, repr=False, compare=False)
 
     if TYPE_CHECKING:
@@ -72,7 +81,7 @@ class CompileOptions:
                      fast_math: bool = False, line_info: bool = False, max_registers: int | None = None,
                      extra_flags: tuple[str, ...] | list[str] = (), output: Literal["cubin", "ptx"] = "cubin",
                      device_debug: bool = False, diag_suppress: tuple[int, ...] | list[int] = (),
-                     ptxas_verbose: bool = False) -> None: ...
+                     ptxas_verbose: bool = False, relocatable_device_code: bool = False) -> None: ...
 
     def __post_init__(self) -> None:
         if self.std not in _STANDARDS:
@@ -95,7 +104,7 @@ class CompileOptions:
         if len(set(names)) != len(names):
             raise ContractError("defines", "each macro once", repr(names))
         object.__setattr__(self, "defines", tuple(sorted(norm)))
-        for attr in ("fast_math", "line_info", "device_debug", "ptxas_verbose"):
+        for attr in ("fast_math", "line_info", "device_debug", "ptxas_verbose", "relocatable_device_code"):
             if type(getattr(self, attr)) is not bool:
                 raise ContractError(attr, "a bool", repr(getattr(self, attr)))
         if self.max_registers is not None and (type(self.max_registers) is not int
@@ -141,6 +150,8 @@ class CompileOptions:
             out.append("--diag-suppress=" + ",".join(map(str, self.diag_suppress)))
         if self.ptxas_verbose:
             out.append("--ptxas-options=-v")
+        if self.relocatable_device_code:
+            out.append(RELOCATABLE_FLAG)
         out += list(self.extra_flags)
         return out
 
