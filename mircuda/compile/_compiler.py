@@ -268,10 +268,11 @@ class _CachingCompiler(Generic[T]):
     def _expectation(self, source: ModuleSource, options: CompileOptions) -> EntryExpectation:
         """What a cached program for this request must be (an entry that says otherwise is a miss)."""
         if isinstance(source, (CudaSource, LinkedSource)):
+            report = options.ptxas_verbose and options.output == "cubin"
             if source.name_expressions:  # NVRTC's lowered names are known only after compiling
                 return EntryExpectation(options.output, "c", self._nvrtc,
-                                        symbol_names=frozenset(source.name_expressions))
-            return EntryExpectation(options.output, "c", self._nvrtc, ())
+                                        symbol_names=frozenset(source.name_expressions), ptxas_report=report)
+            return EntryExpectation(options.output, "c", self._nvrtc, (), ptxas_report=report)
         abi = getattr(source, "abi", None)
         return EntryExpectation(options.output, abi if isinstance(abi, str) else None)
 
