@@ -51,6 +51,28 @@ def test_two_units_link_into_one_cubin_holding_the_kernel_and_the_extern_functio
     assert {".text.apply", ".text.scale_of"} <= set(elf_sections(program.image))
 
 
+@pytest.mark.parametrize("arch", ["sm_90", "sm_120f"])
+def test_link_time_optimization_inlines_the_other_units_function(arch) -> None:
+    options = mc.CompileOptions(ptxas_verbose=True)
+    separate = mc.link_program(mc.cuda_link([LIB, APP], "n"), arch, options)
+    optimized = mc.link_program(mc.cuda_link([LIB, APP], "n", lto=True), arch, options)
+    assert cubin_sm(optimized.image) == arch_sm(arch)
+    symbols = elf_symbols(optimized.image)
+    assert symbols["apply"] == (FUNC, DEFINED) and symbols["bias"][1] == DEFINED
+    assert "scale_of" not in symbols and ".text.scale_of" not in elf_sections(optimized.image)  # inlined
+    # ptxas ran inside nvJitLink: its report is in the program's log
+    assert optimized.resource_usage()["apply"].registers < separate.resource_usage()["apply"].registers
+
+
+def test_the_lto_link_takes_the_math_flags_and_the_report_flag() -> None:
+    flags = _link._linker_options("sm_90", mc.CompileOptions(fast_math=True, extra_flags=("--fmad=false",),
+                                                              max_registers=32, ptxas_verbose=True), True)
+    assert flags == ["-arch=sm_90", "-maxrregcount=32", "-lto", "-ftz=1", "-prec-div=0", "-prec-sqrt=0", "-fma=1",
+                     "-fma=0", "-Xptxas=-v"]
+    assert _link._linker_options("sm_90", mc.CompileOptions(fast_math=True, ptxas_verbose=True), False) == [
+        "-arch=sm_90"]
+
+
 def test_an_unresolved_extern_is_a_link_error_naming_it() -> None:
     with pytest.raises(mc.LinkError) as info:
         mc.link_program(mc.cuda_link([LIB, MISSING], "lib+broken"), "sm_90")
@@ -96,6 +118,7 @@ def test_the_key_covers_every_unit_their_order_the_options_and_the_linker_versio
               compiler.cache_key(mc.cuda_link([APP, LIB], "n")),
               compiler.cache_key(mc.cuda_link([LIB, APP], "n"), mc.CompileOptions(fast_math=True)),
               compiler.cache_key(LIB), compiler.cache_key(APP),
+              compiler.cache_key(mc.cuda_link([LIB, APP], "n", lto=True)),
               mc.OfflineCompiler("sm_120f").cache_key(mc.cuda_link([LIB, APP], "n"))]
     assert len({key, *others}) == len(others) + 1
     from mircuda.compile import _compiler
@@ -148,6 +171,7 @@ def test_the_ptxas_report_of_each_unit_covers_the_linked_kernels() -> None:
     (lambda: mc.cuda_link([TEMPLATE, mc.cuda_kernel(TEMPLATE.text, "other.cu", name_expressions=["apply_t<int>"])]),
      "sources[1]"),
     (lambda: mc.cuda_link([LIB], name=""), "name"),
+    (lambda: mc.cuda_link([LIB], lto=1), "lto"),
     (lambda: mc.link_program(mc.cuda_link([LIB, APP]), "sm_90", mc.CompileOptions(output="ptx")), "output"),
     (lambda: mc.link_program(mc.cuda_link([LIB, APP]), "compute_90"), "arch"),
     (lambda: mc.link_program(LIB, "sm_90"), "source"),  # type: ignore[arg-type]
@@ -190,3 +214,9 @@ def test_the_cli_links_several_files_with_rdc(tmp_path) -> None:
     assert plain.returncode == 2 and "FILE: expected one file, or several with -rdc" in plain.stderr
     ptx = _cli("-rdc", "lib.cu", "app.cu", "--arch", "compute_90", "--ptx", "-o", "x.ptx", cwd=tmp_path)
     assert ptx.returncode == 2 and "-rdc: expected CUBIN output" in ptx.stderr
+    lto = _cli("-rdc", "-dlto", "lib.cu", "app.cu", "--arch", "sm_120f", "-o", "lto.cubin", cwd=tmp_path)
+    assert lto.returncode == 0 and "linked by nvJitLink, LTO" in lto.stdout, lto.stderr
+    image = (tmp_path / "lto.cubin").read_bytes()
+    assert cubin_sm(image) == 120 and "apply" in elf_symbols(image) and "scale_of" not in elf_symbols(image)
+    alone = _cli("-dlto", "lib.cu", "--arch", "sm_90", "-o", "y.cubin", cwd=tmp_path)
+    assert alone.returncode == 2 and "-dlto: expected -rdc as well" in alone.stderr

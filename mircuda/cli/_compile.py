@@ -61,6 +61,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("-rdc", "--relocatable-device-code", dest="rdc", action="store_true",
                    help="compile each FILE as relocatable device code and link them all into one CUBIN with "
                         "nvJitLink (extern __device__ functions and variables resolved across files)")
+    p.add_argument("-dlto", "--link-time-optimization", dest="lto", action="store_true",
+                   help="with -rdc: compile each FILE to LTO-IR and optimize the link as one program (a kernel "
+                        "can inline another file's device functions)")
     p.add_argument("--arch", required=True, action="append", metavar="ARCH",
                    help="NVRTC target: sm_90, sm_90a, sm_120f, ...; compute_* with --ptx (repeatable: a fatbin)")
     p.add_argument("-I", "--include-path", dest="include_paths", action="append", default=[], metavar="DIR",
@@ -132,6 +135,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if len(files) > 1 and not args.rdc:
         raise ContractError("FILE", "one file, or several with -rdc (relocatable device code linked into one "
                             "CUBIN)", f"{len(files)} files")
+    if args.lto and not args.rdc:
+        raise ContractError("-dlto", "-rdc as well (link-time optimization links relocatable device code)",
+                            "-dlto alone")
     if args.rdc and args.output == "ptx":
         raise ContractError("-rdc", "CUBIN output (nvJitLink links relocatable CUBINs)", "--ptx")
     if len(files) > 1 and args.name_expressions:
@@ -152,7 +158,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.rdc:
         nvjitlink_module()  # refuse before compiling anything when nvJitLink is missing
         units = [cuda_kernel_file(f, relative_to=os.getcwd(), name_expressions=args.name_expressions) for f in files]
-        source = cuda_link(units, " + ".join(u.name for u in units))
+        source = cuda_link(units, " + ".join(u.name for u in units), lto=args.lto)
     else:
         source = cuda_kernel_file(files[0], relative_to=os.getcwd(), name_expressions=args.name_expressions)
     options = CompileOptions(
@@ -169,7 +175,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         # The cache keeps PTX NUL-terminated for the driver; a .ptx file is plain text.
         program = programs[0]
         image = program.image.rstrip(b"\0") if program.output == "ptx" else program.image
-        kind = program.output.upper() + (" (linked by nvJitLink)" if args.rdc else "")
+        kind = program.output.upper() + (f" (linked by nvJitLink{', LTO' if args.lto else ''})" if args.rdc else "")
     else:
         image = build_fatbin(programs, source.name)
         kind = f"fatbin ({program_kinds(programs)})"

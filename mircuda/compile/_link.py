@@ -6,7 +6,8 @@ compiled for one target) as one :class:`LinkedSource`, a :class:`ModuleSource` t
 :meth:`Compiler.compile` and :meth:`OfflineCompiler.compile` accept like any other: each CUDA C input
 is compiled by NVRTC with ``--relocatable-device-code=true`` to a relocatable CUBIN, and nvJitLink
 links the objects into one CUBIN, where a ``__global__`` function of one unit calls an ``extern
-__device__`` function (or reads an ``extern __device__`` variable) defined in another. The compilers'
+__device__`` function (or reads an ``extern __device__`` variable) defined in another. With
+``lto=True`` the units are compiled to LTO-IR and nvJitLink optimizes them as one program. The compilers'
 caches key the result by every input's digest, the options, the target, NVRTC's and nvJitLink's
 versions and every header each unit can include. :func:`link_program` is the uncached equivalent.
 
@@ -27,7 +28,7 @@ from typing import Any
 
 from .._caller import warn_at_caller
 from ..errors import CompileWarning, ContractError, LinkError, UnsupportedPlatform
-from ._nvrtc import CompiledProgram, nvrtc_compile, nvrtc_version, validate_arch
+from ._nvrtc import CompiledProgram, NvrtcOutput, nvrtc_compile, nvrtc_version, validate_arch
 from ._options import CompileOptions
 from ._resources import is_ptxas_report_line
 from ._source import CudaSource
@@ -80,8 +81,12 @@ class LinkedSource:
             the link's options and ``--relocatable-device-code=true``) or :class:`CompiledProgram`
             (CUBIN or PTX compiled for one target; the link must be for that target).
         name: the linked program's name in diagnostics and errors.
-        digest: SHA-256 (hex) of the name and every input's digest (a program's: its target, output
-            kind and image); part of every cache key.
+        lto: link-time optimization: the CUDA C inputs are compiled to LTO-IR (NVRTC ``-dlto``) and
+            nvJitLink optimizes them as one program (``-lto``), so a kernel can inline a device
+            function of another unit; ptxas then runs in nvJitLink, whose log holds the
+            ``ptxas_verbose`` report.
+        digest: SHA-256 (hex) of the name, ``lto`` and every input's digest (a program's: its target,
+            output kind and image); part of every cache key.
 
     Raises:
         ContractError: no inputs, an input of another type, two inputs of the same content, or a
@@ -90,6 +95,7 @@ class LinkedSource:
 
     inputs: tuple[LinkInput, ...]
     name: str
+    lto: bool = False
     digest: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -101,7 +107,9 @@ class LinkedSource:
             raise ContractError("sources", "at least one translation unit", "an empty sequence")
         if not isinstance(self.name, str) or not self.name or any(c in self.name for c in "\0\n"):
             raise ContractError("name", "a non-empty single-line str", repr(self.name))
-        h = hashlib.sha256(f"{_DIGEST_FORMAT}\0{self.name}".encode("utf-8", "surrogateescape"))
+        if type(self.lto) is not bool:
+            raise ContractError("lto", "a bool", repr(self.lto))
+        h = hashlib.sha256(f"{_DIGEST_FORMAT}\0{self.name}\0lto={int(self.lto)}".encode("utf-8", "surrogateescape"))
         seen: dict[str, int] = {}
         expressions: dict[str, int] = {}
         for i, unit in enumerate(self.inputs):
@@ -155,7 +163,7 @@ def _caller_name(depth: int) -> str:
     return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
-def cuda_link(sources: Sequence[LinkInput], name: str | None = None) -> LinkedSource:
+def cuda_link(sources: Sequence[LinkInput], name: str | None = None, *, lto: bool = False) -> LinkedSource:
     """Name CUDA C translation units (and relocatable programs) to be linked into one module.
 
     Args:
@@ -165,6 +173,7 @@ def cuda_link(sources: Sequence[LinkInput], name: str | None = None) -> LinkedSo
             compiled with ``CompileOptions(relocatable_device_code=True)`` (or PTX) for the target
             the link will be built for.
         name: the linked program's name in diagnostics; defaults to the caller's ``file:line``.
+        lto: link-time optimization across the units (see :class:`LinkedSource`).
 
     Example::
 
@@ -179,7 +188,7 @@ def cuda_link(sources: Sequence[LinkInput], name: str | None = None) -> LinkedSo
         CompileError, LinkError (at compile time): NVRTC rejected a unit, or nvJitLink the link
             (``LinkError.unresolved`` names the undefined symbols).
     """
-    return LinkedSource(sources, _caller_name(1) if name is None else name)  # type: ignore[arg-type]
+    return LinkedSource(sources, _caller_name(1) if name is None else name, lto)  # type: ignore[arg-type]
 
 
 _UNDEFINED = re.compile(r"Undefined reference to '([^']+)'")
@@ -196,8 +205,9 @@ def unresolved_symbols(log: str) -> tuple[str, ...]:
 
 def link_program(source: LinkedSource, arch: str, options: CompileOptions | None = None,
                  include_paths: Sequence[str] = ()) -> CompiledProgram:
-    """Compile every CUDA C unit of ``source`` for ``arch`` as relocatable device code (NVRTC) and link
-    all units into one CUBIN (nvJitLink); works without a GPU. No cache: the compilers cache it.
+    """Compile every CUDA C unit of ``source`` for ``arch`` as relocatable device code (NVRTC; LTO-IR
+    when ``source.lto``) and link all units into one CUBIN (nvJitLink); works without a GPU. No
+    cache: the compilers cache it.
 
     Args:
         source: the units (:func:`cuda_link`).
@@ -209,9 +219,9 @@ def link_program(source: LinkedSource, arch: str, options: CompileOptions | None
         include_paths: include roots for the CUDA C units, as for :func:`compile_program`.
 
     Returns:
-        A CUBIN program: ``log`` holds each unit's NVRTC log (ptxas' report with
-        ``ptxas_verbose=True``, so :meth:`CompiledProgram.resource_usage` covers every kernel) and
-        nvJitLink's info log; ``symbols`` maps the units' name expressions to their lowered names.
+        A CUBIN program: ``log`` holds each unit's NVRTC log and nvJitLink's info log, and with
+        ``ptxas_verbose=True`` ptxas' report of every kernel (from NVRTC, or from nvJitLink with
+        LTO), so :meth:`CompiledProgram.resource_usage` covers them all; ``symbols`` maps the units' name expressions to their lowered names.
         NVRTC warnings are also issued as :class:`~mircuda.errors.CompileWarning`.
 
     Raises:
@@ -239,30 +249,37 @@ def link_program(source: LinkedSource, arch: str, options: CompileOptions | None
                                 f"a program for {unit.arch}")
     nvjitlink = nvjitlink_module()  # refuse before compiling anything when nvJitLink is missing
 
-    objects: list[tuple[str, str, bytes]] = []  # (unit name, "cubin" or "ptx", image)
+    objects: list[tuple[str, str, bytes]] = []  # (unit name, "cubin", "ptx" or "ltoir", image)
+    unit_output: NvrtcOutput = "ltoir" if source.lto else "cubin"
     logs: list[str] = []
     symbols: list[tuple[str, str]] = []
     for i, unit in enumerate(source.inputs):
         if isinstance(unit, CudaSource):
-            image, log, lowered = nvrtc_compile(unit.text, unit.name, arch, options, output="cubin",
+            image, log, lowered = nvrtc_compile(unit.text, unit.name, arch, options, output=unit_output,
                                                 include_paths=include_paths, relocatable=True,
                                                 name_expressions=unit.name_expressions)
             warned = "\n".join(line for line in log.splitlines() if not is_ptxas_report_line(line)).strip()
             if warned:
                 warn_at_caller(CompileWarning(f"NVRTC warnings for {unit.name!r} ({arch}):\n{warned}"))
-            objects.append((unit.name, "cubin", image))
+            objects.append((unit.name, unit_output, image))
             logs.append(log)
             symbols += lowered
         else:
             objects.append((f"{source.name}[{i}]", unit.output, unit.image))
             logs.append(unit.log)
             symbols += unit.symbols
-    image, info = _link(nvjitlink, objects, arch, options, source.name)
+    image, info = _link(nvjitlink, objects, arch, options, source.name, source.lto)
     log = "\n".join(text for text in (*logs, info) if text)
     return CompiledProgram(arch, "cubin", image, log, nvrtc_version(), symbols=tuple(symbols))
 
 
-def _linker_options(arch: str, options: CompileOptions) -> list[str]:
+# NVRTC's math flags -> nvJitLink's, which take effect in a link-time optimized program.
+_LTO_MATH = {"--ftz=true": "-ftz=1", "--ftz=false": "-ftz=0", "--prec-div=true": "-prec-div=1",
+             "--prec-div=false": "-prec-div=0", "--prec-sqrt=true": "-prec-sqrt=1",
+             "--prec-sqrt=false": "-prec-sqrt=0", "--fmad=true": "-fma=1", "--fmad=false": "-fma=0"}
+
+
+def _linker_options(arch: str, options: CompileOptions, lto: bool) -> list[str]:
     out = [f"-arch={arch}"]
     if options.max_registers is not None:
         out.append(f"-maxrregcount={options.max_registers}")
@@ -270,20 +287,28 @@ def _linker_options(arch: str, options: CompileOptions) -> list[str]:
         out.append("-lineinfo")
     if options.device_debug:
         out.append("-g")
+    if lto:
+        out.append("-lto")
+        if options.fast_math:  # what --use_fast_math implies (NVRTC's documentation of the flag)
+            out += ["-ftz=1", "-prec-div=0", "-prec-sqrt=0", "-fma=1"]
+        out += [_LTO_MATH[f] for f in options.extra_flags if f in _LTO_MATH]
+        if options.ptxas_verbose:  # ptxas runs here, not in NVRTC
+            out.append("-Xptxas=-v")
     return out
 
 
 def _link(nvjitlink: Any, objects: list[tuple[str, str, bytes]], arch: str, options: CompileOptions,
-          name: str) -> tuple[bytes, str]:
+          name: str, lto: bool) -> tuple[bytes, str]:
     """nvJitLink one CUBIN out of ``objects``; returns it with the info log. The handle is destroyed
     on every path."""
-    flags = _linker_options(arch, options)
+    flags = _linker_options(arch, options, lto)
     try:
         handle = nvjitlink.create(len(flags), flags)
     except nvjitlink.nvJitLinkError as exc:
         raise LinkError(f"nvJitLink refused the options {' '.join(flags)} ({exc})", "", arch, name) from None
     try:
-        kinds = {"cubin": nvjitlink.InputType.CUBIN, "ptx": nvjitlink.InputType.PTX}
+        kinds = {"cubin": nvjitlink.InputType.CUBIN, "ptx": nvjitlink.InputType.PTX,
+                 "ltoir": nvjitlink.InputType.LTOIR}
         try:
             for unit_name, kind, image in objects:
                 nvjitlink.add_data(handle, kinds[kind], image, len(image), unit_name)

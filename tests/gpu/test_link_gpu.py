@@ -35,9 +35,11 @@ def _expected(x: np.ndarray) -> np.ndarray:
     return x.astype(np.int64) * 3 + (i ^ 5) - 11
 
 
+@pytest.mark.parametrize("lto", [False, True], ids=["rdc", "lto"])
 @pytest.mark.parametrize("contract, dtype", [(Apply, np.int32), (ApplyI64, np.int64)], ids=["extern_c", "template"])
-def test_a_linked_kernel_runs_and_reads_back_exactly(context, stream, pool, compiler, rng, contract, dtype) -> None:
-    kernel = compiler.compile(mc.cuda_link([LIB, APP], "lib+app")).kernel(contract)
+def test_a_linked_kernel_runs_and_reads_back_exactly(context, stream, pool, compiler, rng, contract, dtype,
+                                                     lto) -> None:
+    kernel = compiler.compile(mc.cuda_link([LIB, APP], "lib+app", lto=lto)).kernel(contract)
     n = 5000
     x = rng.integers(-(1 << 20), 1 << 20, size=n + 16).astype(dtype)
     buf = upload(context, stream, pool, x)
