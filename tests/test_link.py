@@ -73,6 +73,13 @@ def test_the_lto_link_takes_the_math_flags_and_the_report_flag() -> None:
         "-arch=sm_90"]
 
 
+def test_lto_with_an_nvjitlink_older_than_nvrtc_is_refused_before_compiling(monkeypatch) -> None:
+    monkeypatch.setattr(_link, "nvjitlink_version", lambda: (12, 9))
+    with pytest.raises(mc.UnsupportedPlatform, match="older nvJitLink 12.9"):
+        mc.link_program(mc.cuda_link([LIB, APP], lto=True), "sm_90")
+    assert mc.link_program(mc.cuda_link([LIB, APP]), "sm_90").image[:4] == b"\x7fELF"  # CUBINs still link
+
+
 def test_an_unresolved_extern_is_a_link_error_naming_it() -> None:
     with pytest.raises(mc.LinkError) as info:
         mc.link_program(mc.cuda_link([LIB, MISSING], "lib+broken"), "sm_90")

@@ -230,7 +230,7 @@ def link_program(source: LinkedSource, arch: str, options: CompileOptions | None
         CompileError: NVRTC rejected a unit (named in the error).
         LinkError: nvJitLink rejected the link; ``.log`` is its error log and ``.unresolved`` the
             symbols it could not resolve.
-        UnsupportedPlatform: nvJitLink is not installed.
+        UnsupportedPlatform: nvJitLink is not installed, or (with ``lto``) older than NVRTC.
     """
     if not isinstance(source, LinkedSource):
         raise ContractError("source", "a LinkedSource (mc.cuda_link([...]))", type(source).__name__)
@@ -248,6 +248,10 @@ def link_program(source: LinkedSource, arch: str, options: CompileOptions | None
             raise ContractError(f"sources[{i}]", f"a program compiled for {arch}, the link's target",
                                 f"a program for {unit.arch}")
     nvjitlink = nvjitlink_module()  # refuse before compiling anything when nvJitLink is missing
+    if source.lto and nvjitlink_version() < nvrtc_version():
+        linker, compiler = (".".join(map(str, v)) for v in (nvjitlink_version(), nvrtc_version()))
+        raise UnsupportedPlatform(f"LTO-IR from NVRTC {compiler} cannot be linked by the older nvJitLink {linker}: "
+                                  f"pip install 'nvidia-nvjitlink>={compiler}', or link without lto")
 
     objects: list[tuple[str, str, bytes]] = []  # (unit name, "cubin", "ptx" or "ltoir", image)
     unit_output: NvrtcOutput = "ltoir" if source.lto else "cubin"
