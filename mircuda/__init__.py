@@ -7,9 +7,10 @@ Importing mircuda never touches the driver; :meth:`Driver.initialize` does.
 from .compile import (CompileCacheStats, CompiledProgram, CompileOptions, Compiler, CudaSource, Module,
                       compile_program, cuda_kernel, nvrtc_version)
 from .compile import CompilerConfig, OfflineCompiler, cuda_kernel_file, cuda_kernel_files
+from .compile import LinkedSource, cuda_link, link_program
 from .dtypes import bf16, bool_, e2m1, e4m3, f16, f32, f64, i8, i16, i32, i64, u8, u16, u32, u64
 from .errors import (CaptureError, ClosedResourceError, CompileError, CompileWarning, ContractError, CudaError,
-                     GraphStreamError, LaunchConfigError, MircudaError, NvrtcError, UnsupportedPlatform,
+                     GraphStreamError, LaunchConfigError, LinkError, MircudaError, NvrtcError, UnsupportedPlatform,
                      UseAfterFree)
 from .graph import Graph, KernelNode
 from .launch import (ArgumentPacker, FunctionAttributes, In, InOut, KernelContract, LaunchConfig, Out,
@@ -39,6 +40,7 @@ __all__ += ["BlockwiseFp8Plan", "BlockwiseFp8Quantizer", "BlockwiseFp8Unavailabl
 __all__ += ["CompilerConfig", "OfflineCompiler", "cuda_kernel_file", "cuda_kernel_files"]
 __all__ += ["BlockScaledFp4Plan", "BlockScaledFp4VectorPlan", "Fp4Quantizer", "Fp4ScaleConverter"]
 __all__ += ["StructType", "struct"]
+__all__ += ["LinkError", "LinkedSource", "cuda_link", "link_program"]
 
 # CUDA's vector types as by-value parameter types: mc.float2, mc.float4, mc.int4, mc.half2, mc.bfloat162 ...
 globals().update(_VECTOR_TYPES)

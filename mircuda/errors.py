@@ -13,6 +13,7 @@ __all__ = [
     "CudaError",
     "NvrtcError",
     "CompileError",
+    "LinkError",
     "CompileWarning",
     "ContractError",
     "LaunchConfigError",
@@ -71,6 +72,23 @@ class CompileError(MircudaError):
         self.arch = arch
         self.source_name = source_name
         super().__init__(f"{message} (source {source_name!r}, arch {arch})\n{log}".rstrip())
+
+
+class LinkError(CompileError):
+    """nvJitLink could not link relocatable device code into one module.
+
+    Attributes:
+        log: nvJitLink's error log (as for :class:`CompileError`, the full text).
+        arch: the target.
+        source_name: the linked program's name.
+        unresolved: the symbols the log reports as undefined, in log order, each once (e.g.
+            ``("twice",)`` for a ``__device__`` function declared ``extern`` but defined nowhere).
+    """
+
+    def __init__(self, message: str, log: str, arch: str, source_name: str,
+                 unresolved: tuple[str, ...] = ()) -> None:
+        self.unresolved = tuple(unresolved)
+        super().__init__(message, log, arch, source_name)
 
 
 class CompileWarning(UserWarning):

@@ -8,19 +8,35 @@ without the CUTLASS library. Neither may go green by skipping on a host that sho
   ``mircuda.matmul._build.find_library()`` or ``MIRCUDA_CUTLASS_LIBRARY``) fails every ``cutlass`` test.
 * ``MIRCUDA_TEST_SEED=N``: the seed of the ``rng`` fixture (a fresh one otherwise); the report header
   prints the seed in use, so a failing run can be repeated exactly.
+
+Each test process gets its own, empty CUDA driver compute cache (``CUDA_CACHE_PATH``, removed at
+exit) unless the caller sets one: NVRTC 13 and the driver's PTX JIT keep compiled code there, shared
+by every process of the user and kept across runs, so without this a verdict could depend on what an
+earlier run or another xdist worker compiled (the ptxas report of issue 18 did).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import settings
 
-from gpu_probe import cutlass_unavailable_reason, gpu_unavailable_reason
+# Before anything loads libcuda or NVRTC (they read it once). A path another test process made (the
+# xdist controller, whose environment its workers inherit) is replaced; one the caller set is kept.
+_OWNER = "MIRCUDA_TEST_CUDA_CACHE_OWNER"
+if "CUDA_CACHE_PATH" not in os.environ or os.environ.get(_OWNER, str(os.getpid())) != str(os.getpid()):
+    os.environ["CUDA_CACHE_PATH"] = tempfile.mkdtemp(prefix="mircuda-test-cuda-cache-")
+    os.environ[_OWNER] = str(os.getpid())
+    atexit.register(shutil.rmtree, os.environ["CUDA_CACHE_PATH"], True)
+
+from gpu_probe import cutlass_unavailable_reason, gpu_unavailable_reason  # noqa: E402
 
 GPU_DIR = Path(__file__).parent / "gpu"
 
@@ -46,7 +62,8 @@ SEED = _seed()
 def pytest_report_header(config: pytest.Config) -> list[str]:
     return [f"mircuda: rng seed {SEED} (repeat with MIRCUDA_TEST_SEED={SEED}); "
             f"MIRCUDA_REQUIRE_GPU={int(_flag('MIRCUDA_REQUIRE_GPU'))} "
-            f"MIRCUDA_REQUIRE_CUTLASS={int(_flag('MIRCUDA_REQUIRE_CUTLASS'))}"]
+            f"MIRCUDA_REQUIRE_CUTLASS={int(_flag('MIRCUDA_REQUIRE_CUTLASS'))} "
+            f"CUDA_CACHE_PATH={os.environ.get('CUDA_CACHE_PATH')}"]
 
 
 @pytest.fixture()

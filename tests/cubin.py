@@ -28,3 +28,34 @@ def cubin_sm(image: bytes) -> int:
 def arch_sm(arch: str) -> int:
     """``"sm_90a"`` -> ``90``, ``"sm_120f"`` -> ``120``."""
     return int(arch.removeprefix("sm_").rstrip("af"))
+
+
+def elf_sections(image: bytes) -> list[str]:
+    """The section names of a 64-bit little-endian ELF image (a CUBIN's SASS sits in ``.text.<kernel>``)."""
+    (shoff,) = struct.unpack_from("<Q", image, 40)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", image, 58)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", image, shoff + i * shentsize) for i in range(shnum)]
+    names_offset = headers[shstrndx][4]
+    return [_c_string(image, names_offset + h[0]) for h in headers]
+
+
+def elf_symbols(image: bytes) -> dict[str, tuple[int, bool]]:
+    """``.symtab`` of a 64-bit little-endian ELF image: name -> (``STT_*`` type, defined), where 2 is
+    ``STT_FUNC`` and defined means a section index other than ``SHN_UNDEF``."""
+    (shoff,) = struct.unpack_from("<Q", image, 40)
+    shentsize, shnum = struct.unpack_from("<HH", image, 58)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", image, shoff + i * shentsize) for i in range(shnum)]
+    out: dict[str, tuple[int, bool]] = {}
+    for _name, kind, _flags, _addr, offset, size, link, _info, _align, entsize in headers:
+        if kind != 2:  # SHT_SYMTAB
+            continue
+        strings = headers[link][4]
+        for at in range(offset, offset + size, entsize or 24):
+            st_name, st_info, _other, shndx = struct.unpack_from("<IBBH", image, at)
+            if st_name:
+                out[_c_string(image, strings + st_name)] = (st_info & 0xF, shndx != 0)
+    return out
+
+
+def _c_string(image: bytes, at: int) -> str:
+    return image[at:image.index(b"\0", at)].decode()

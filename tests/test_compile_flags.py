@@ -39,9 +39,10 @@ def test_each_flag_is_in_the_command_line_and_the_key() -> None:
     base = mc.CompileOptions()
     variants = [mc.CompileOptions(fast_math=True), mc.CompileOptions(line_info=True),
                 mc.CompileOptions(device_debug=True), mc.CompileOptions(max_registers=32),
-                mc.CompileOptions(diag_suppress=(177,)), mc.CompileOptions(ptxas_verbose=True)]
+                mc.CompileOptions(diag_suppress=(177,)), mc.CompileOptions(ptxas_verbose=True),
+                mc.CompileOptions(relocatable_device_code=True)]
     flags = ["--use_fast_math", "--generate-line-info", "--device-debug", "--maxrregcount=32", "--diag-suppress=177",
-             "--ptxas-options=-v"]
+             "--ptxas-options=-v", "--relocatable-device-code=true"]
     for options, flag in zip(variants, flags):
         assert flag in options.flags("sm_90") and flag not in base.flags("sm_90")
     keys = {o.key for o in [base, *variants]}

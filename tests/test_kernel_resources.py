@@ -3,12 +3,17 @@ queries; NVRTC runs here, no GPU needed."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
+from typing import Any
 
 import pytest
 
 import mircuda as mc
-from mircuda.compile import KernelResources, parse_ptxas_report
+from mircuda import _cuda
+from mircuda.compile import KernelResources, _nvrtc, parse_ptxas_report
+from mircuda.compile._persistent import PersistentCache
+from mircuda.compile._resources import is_ptxas_report_line
 from mircuda.launch._occupancy import max_active_blocks_per_sm, max_active_clusters, suggested_block_size
 
 SOURCE = r'''
@@ -65,10 +70,74 @@ def test_the_report_survives_the_persistent_cache(tmp_path) -> None:
     config = mc.CompilerConfig(cache_directory=str(tmp_path))
     options = mc.CompileOptions(ptxas_verbose=True)
     first = mc.OfflineCompiler("sm_90", config).compile(source, options)
+    assert "ptxas info" in first.log
     again = mc.OfflineCompiler("sm_90", config)
     assert again.compile(source, options).resource_usage() == first.resource_usage()
     assert again.cache_stats().persistent_hits == 1
     assert again.cache_key(source, options) != again.cache_key(source, mc.CompileOptions())
+
+
+class _WarmDriverCache:
+    """NVRTC 13 on a machine with a CUDA driver whose compute cache (``CUDA_CACHE_PATH``) already holds
+    the CUBIN: NVRTC takes it from there and skips ptxas, unless the compile passes ``--no-cache``.
+    (Seen on the H200 host: the second compile of a program in a run, or any compile of one an earlier
+    run or another worker compiled, had no ptxas report. NVRTC's ``--enable-cache-trace`` says
+    "Successfully retrieved cached cubin from driver cache, skip compilation"; here, without a driver,
+    it says "fail to load driver lib" and ptxas always runs, which is why the tests passed here.)"""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.flags: list[list[str]] = []
+        self._real = _cuda.nvrtc()
+        read_log = _nvrtc._log
+        monkeypatch.setattr(_cuda, "_nvrtc", self)
+
+        def log_of(prog: Any) -> str:
+            text = read_log(prog)
+            if "--no-cache" in self.flags[-1]:
+                return text
+            return "\n".join(line for line in text.splitlines() if not is_ptxas_report_line(line))
+
+        monkeypatch.setattr(_nvrtc, "_log", log_of)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def nvrtcCompileProgram(self, prog: Any, n: int, flags: list[bytes]) -> Any:
+        self.flags.append([f.decode() for f in flags])
+        return self._real.nvrtcCompileProgram(prog, n, flags)
+
+
+def test_a_warm_driver_cache_cannot_take_the_report_away(monkeypatch) -> None:
+    warm = _WarmDriverCache(monkeypatch)
+    free = program().resource_usage()["staged"]
+    capped = program(max_registers=24).resource_usage()["staged"]
+    assert capped.registers <= 24 < free.registers and capped.spill_store_bytes > 0
+    assert len(warm.flags) == 2 and all("--no-cache" in flags for flags in warm.flags)
+    plain = mc.compile_program(mc.cuda_kernel(SOURCE, "staged.cu"), "sm_90")  # no report asked: cache allowed
+    assert "--no-cache" not in warm.flags[-1] and plain.image[:4] == b"\x7fELF"
+
+
+def test_a_persisted_entry_without_the_report_is_rebuilt(tmp_path) -> None:
+    """An entry written while NVRTC answered from the driver's cache (before ptxas_verbose passed
+    --no-cache) holds a log without the report: it is a counted miss, rebuilt and rewritten."""
+    source = mc.cuda_kernel(SOURCE, "staged.cu")
+    options = mc.CompileOptions(ptxas_verbose=True)
+    compiler = mc.OfflineCompiler("sm_90", mc.CompilerConfig(cache_directory=str(tmp_path)))
+    fresh = mc.compile_program(source, "sm_90", options)
+    stale = dataclasses.replace(fresh, log="")
+    key = compiler.cache_key(source, options)
+    assert PersistentCache(str(tmp_path)).store(key, "sm_90", compiler.nvrtc_version, stale) is None
+    assert compiler.compile(source, options).resource_usage() == fresh.resource_usage()
+    stats = compiler.cache_stats()
+    assert (stats.persistent_hits, stats.persistent_failures, stats.compilations) == (0, 1, 1)
+    again = mc.OfflineCompiler("sm_90", mc.CompilerConfig(cache_directory=str(tmp_path)))
+    assert again.compile(source, options).resource_usage() == fresh.resource_usage()
+    assert again.cache_stats().persistent_hits == 1
+    plain = mc.CompileOptions()  # an entry compiled without the report is not asked for one
+    PersistentCache(str(tmp_path)).store(compiler.cache_key(source, plain), "sm_90", compiler.nvrtc_version, stale)
+    third = mc.OfflineCompiler("sm_90", mc.CompilerConfig(cache_directory=str(tmp_path)))
+    third.compile(source, plain)
+    assert third.cache_stats().persistent_hits == 1
 
 
 def test_no_report_is_a_contract_error() -> None:

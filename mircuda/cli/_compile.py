@@ -1,5 +1,6 @@
 """``python -m mircuda compile``: offline NVRTC compilation of a file to CUBIN, PTX or a fatbin of
-several targets (no GPU needed)."""
+several targets, or of several files as relocatable device code linked by nvJitLink (``-rdc``); no GPU
+needed."""
 
 from __future__ import annotations
 
@@ -51,9 +52,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "or a fatbin",
         description="Compile FILE with NVRTC for --arch, which need not be present on this machine, and write "
                     "the CUBIN (default) or PTX to -o (- for standard output). Several --arch make one fatbin "
-                    "(with nvFatbin: pip install nvidia-nvfatbin). Quoted includes search FILE's directory, then "
-                    "each -I root in order; nothing is taken from environment variables.")
-    p.add_argument("file", help="the CUDA C translation unit (.cu)")
+                    "(with nvFatbin: pip install nvidia-nvfatbin). With -rdc, each FILE is compiled as relocatable "
+                    "device code and nvJitLink links them into one CUBIN (pip install nvidia-nvjitlink). Quoted "
+                    "includes search FILE's directory, then each -I root in order; nothing is taken from "
+                    "environment variables.")
+    p.add_argument("file", nargs="+", metavar="FILE",
+                   help="the CUDA C translation unit (.cu); several with -rdc")
+    p.add_argument("-rdc", "--relocatable-device-code", dest="rdc", action="store_true",
+                   help="compile each FILE as relocatable device code and link them all into one CUBIN with "
+                        "nvJitLink (extern __device__ functions and variables resolved across files)")
+    p.add_argument("-dlto", "--link-time-optimization", dest="lto", action="store_true",
+                   help="with -rdc: compile each FILE to LTO-IR and optimize the link as one program (a kernel "
+                        "can inline another file's device functions)")
     p.add_argument("--arch", required=True, action="append", metavar="ARCH",
                    help="NVRTC target: sm_90, sm_90a, sm_120f, ...; compute_* with --ptx (repeatable: a fatbin)")
     p.add_argument("-I", "--include-path", dest="include_paths", action="append", default=[], metavar="DIR",
@@ -89,7 +99,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 FLAGS = {"arch": "--arch", "include_paths": "-I/--include-path", "defines": "-D/--define", "std": "--std",
          "output": "--cubin/--ptx", "source": "FILE", "path": "FILE", "max_registers": "--maxrregcount",
          "diag_suppress": "--diag-suppress", "name_expressions": "--name-expression",
-         "ptxas_verbose": "--ptxas-options=-v"}
+         "ptxas_verbose": "--ptxas-options=-v", "sources": "FILE"}
 PHRASES = {"CompileOptions(output='ptx')": "--ptx", "CompileOptions(output='cubin')": "--cubin",
            'CompileOptions(output="ptx")': "--ptx", 'CompileOptions(output="cubin")': "--cubin",
            "expected False with PTX output (ptxas runs only for a CUBIN), received True":
@@ -117,20 +127,40 @@ def _report_warnings(caught: list[warnings.WarningMessage]) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from ..compile import CompileOptions, CompilerConfig, OfflineCompiler, cuda_kernel_file
+    from ..compile import CompileOptions, CompilerConfig, OfflineCompiler, cuda_kernel_file, cuda_link
     from ..compile._fatbin import build_fatbin, nvfatbin_module
+    from ..compile._link import nvjitlink_module
 
+    files: list[str] = args.file
+    if len(files) > 1 and not args.rdc:
+        raise ContractError("FILE", "one file, or several with -rdc (relocatable device code linked into one "
+                            "CUBIN)", f"{len(files)} files")
+    if args.lto and not args.rdc:
+        raise ContractError("-dlto", "-rdc as well (link-time optimization links relocatable device code)",
+                            "-dlto alone")
+    if args.rdc and args.output == "ptx":
+        raise ContractError("-rdc", "CUBIN output (nvJitLink links relocatable CUBINs)", "--ptx")
+    if len(files) > 1 and args.name_expressions:
+        raise ContractError("--name-expression", "one FILE (an expression is resolved in one translation unit)",
+                            f"{len(files)} files")
     to_stdout = args.out == "-"
     if not to_stdout:  # checked before compiling: a compile may take minutes
         check_output_file(args.out, "-o")
-        _check_output(args.out, args.file)
+        for file in files:
+            _check_output(args.out, file)
     if args.ptxas_options is not None and args.ptxas_options != "-v":
         raise ContractError("--ptxas-options", "-v (the only ptxas option the compile command passes)",
                             repr(args.ptxas_options))
     archs: list[str] = list(dict.fromkeys(args.arch))  # a target named twice is compiled once
     if len(archs) > 1:
         nvfatbin_module()  # refuse before compiling anything when nvFatbin is missing
-    source = cuda_kernel_file(args.file, relative_to=os.getcwd(), name_expressions=args.name_expressions)
+    source: Any
+    if args.rdc:
+        nvjitlink_module()  # refuse before compiling anything when nvJitLink is missing
+        units = [cuda_kernel_file(f, relative_to=os.getcwd(), name_expressions=args.name_expressions) for f in files]
+        source = cuda_link(units, " + ".join(u.name for u in units), lto=args.lto)
+    else:
+        source = cuda_kernel_file(files[0], relative_to=os.getcwd(), name_expressions=args.name_expressions)
     options = CompileOptions(
         std=args.std, defines=tuple(_define(d) for d in args.defines), output=args.output, fast_math=args.fast_math,
         line_info=args.line_info, device_debug=args.device_debug, max_registers=args.max_registers,
@@ -145,7 +175,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
         # The cache keeps PTX NUL-terminated for the driver; a .ptx file is plain text.
         program = programs[0]
         image = program.image.rstrip(b"\0") if program.output == "ptx" else program.image
-        kind = program.output.upper()
+        kind = program.output.upper() + (f" (linked by nvJitLink{', LTO' if args.lto else ''})" if args.rdc else "")
     else:
         image = build_fatbin(programs, source.name)
         kind = f"fatbin ({program_kinds(programs)})"

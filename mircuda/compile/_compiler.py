@@ -9,7 +9,9 @@ other :class:`ModuleSource` makes its digest cover its own toolchain), the norma
 target architecture and the NVRTC version, and for CUDA C sources also the include roots and the
 fingerprint of every header the source can include from them, from its own directory or from the
 toolkit header directories (cudart, CCCL), plus, for a source with any include directive, the
-toolkit's paths, wheel versions and listings (see :mod:`mircuda.compile._includes`).
+toolkit's paths, wheel versions and listings (see :mod:`mircuda.compile._includes`). A linked source
+(:func:`~mircuda.compile.cuda_link`) covers each of its CUDA C units' include fingerprints and the
+nvJitLink version.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .. import _cuda
 from ..errors import ContractError, CudaError, UnsupportedPlatform
 from ._config import CompileCacheStats, CompilerConfig
-from ._includes import IncludeDependencies, scan_dependencies
+from ._includes import IncludeDependencies, combine_dependencies, scan_dependencies
+from ._link import LinkedSource, link_program, nvjitlink_version
 from ._nvrtc import CompiledProgram, nvrtc_version, validate_arch
 from ._options import CompileOptions
 from ._persistent import EntryExpectation, PersistentCache
@@ -237,9 +240,15 @@ class _CachingCompiler(Generic[T]):
     def _key(self, source: ModuleSource, options: CompileOptions) -> tuple[str, IncludeDependencies | None]:
         parts = [KEY_FORMAT, source.digest, options.key, self._arch, f"{self._nvrtc[0]}.{self._nvrtc[1]}"]
         deps = None
-        if isinstance(source, CudaSource):
+        units = [source] if isinstance(source, CudaSource) else []
+        if isinstance(source, LinkedSource):
+            units = list(source.sources)
+            major, minor = nvjitlink_version()  # UnsupportedPlatform without nvJitLink, before any build
+            parts += ["nvjitlink", f"{major}.{minor}"]
+        if units:
             roots = self._config.include_paths
-            deps = scan_dependencies(source.text, source.name, roots, toolkit_include_dirs())
+            scans = [scan_dependencies(u.text, u.name, roots, toolkit_include_dirs()) for u in units]
+            deps = scans[0] if len(scans) == 1 else combine_dependencies(scans)
             if deps.special:  # NVRTC's open of a FIFO blocks for ever
                 raise ContractError("source", "includes that resolve to regular files",
                                     f"{deps.special[0]!r} (not a regular file: a FIFO, socket or device)")
@@ -249,6 +258,8 @@ class _CachingCompiler(Generic[T]):
     def _build(self, source: ModuleSource, options: CompileOptions) -> CompiledProgram:
         if isinstance(source, CudaSource):
             return compile_program(source, self._arch, options, include_paths=self._config.include_paths)
+        if isinstance(source, LinkedSource):
+            return link_program(source, self._arch, options, include_paths=self._config.include_paths)
         return source.build(self._arch, options)
 
     def _before_build(self, options: CompileOptions) -> None:
@@ -256,11 +267,12 @@ class _CachingCompiler(Generic[T]):
 
     def _expectation(self, source: ModuleSource, options: CompileOptions) -> EntryExpectation:
         """What a cached program for this request must be (an entry that says otherwise is a miss)."""
-        if isinstance(source, CudaSource):
+        if isinstance(source, (CudaSource, LinkedSource)):
+            report = options.ptxas_verbose and options.output == "cubin"
             if source.name_expressions:  # NVRTC's lowered names are known only after compiling
                 return EntryExpectation(options.output, "c", self._nvrtc,
-                                        symbol_names=frozenset(source.name_expressions))
-            return EntryExpectation(options.output, "c", self._nvrtc, ())
+                                        symbol_names=frozenset(source.name_expressions), ptxas_report=report)
+            return EntryExpectation(options.output, "c", self._nvrtc, (), ptxas_report=report)
         abi = getattr(source, "abi", None)
         return EntryExpectation(options.output, abi if isinstance(abi, str) else None)
 

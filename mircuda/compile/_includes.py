@@ -51,7 +51,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-__all__ = ["RACY_SECONDS", "TOOLKIT_DISTRIBUTIONS", "IncludeDependencies", "ToolkitFingerprint", "scan_dependencies",
+__all__ = ["RACY_SECONDS", "TOOLKIT_DISTRIBUTIONS", "IncludeDependencies", "ToolkitFingerprint", "combine_dependencies",
+           "scan_dependencies",
            "toolkit_fingerprint"]
 
 RACY_SECONDS = 2.0
@@ -314,6 +315,19 @@ def scan_dependencies(text: str, name: str, roots: tuple[str, ...],
             scan.checks.setdefault(path, sig)
     return IncludeDependencies(scan.hasher.hexdigest(), tuple(scan.files), tuple(scan.checks.items()),
                                scan.racy, scan.opaque, tuple(scan.special))
+
+
+def combine_dependencies(scans: list[IncludeDependencies]) -> IncludeDependencies:
+    """The dependencies of several translation units linked into one module, as one: the digest
+    covers each unit's digest in order; a recorded path is checked once, with its first signature."""
+    digest = hashlib.sha256("\0".join(d.digest for d in scans).encode()).hexdigest()
+    checks: dict[str, Signature | None] = {}
+    for d in scans:
+        for path, sig in d.checks:
+            checks.setdefault(path, sig)
+    return IncludeDependencies(digest, tuple(f for d in scans for f in d.files), tuple(checks.items()),
+                               any(d.racy for d in scans), any(d.opaque for d in scans),
+                               tuple(p for d in scans for p in d.special))
 
 
 TOOLKIT_DISTRIBUTIONS = ("cuda-toolkit", "nvidia-cuda-cccl", "nvidia-cuda-runtime", "nvidia-cuda-nvrtc")

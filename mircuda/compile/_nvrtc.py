@@ -17,8 +17,8 @@ from typing import Literal, NamedTuple
 
 from .. import _cuda
 from ..errors import CompileError, ContractError
-from ._options import CompileOptions
-from ._resources import KernelResources, parse_ptxas_report
+from ._options import RELOCATABLE_FLAG, CompileOptions
+from ._resources import KernelResources, has_ptxas_report, parse_ptxas_report
 from ._toolkit import toolkit_include_dirs
 
 __all__ = ["CompiledProgram", "NvrtcOutput", "NvrtcResult", "nvrtc_compile", "nvrtc_version", "supported_archs",
@@ -64,7 +64,7 @@ class CompiledProgram:
         """
         if self.output != "cubin":
             raise ContractError("program", "a CUBIN (ptxas reports only when it builds one)", f"{self.output} output")
-        if not any(line.startswith("ptxas info") for line in self.log.splitlines()):
+        if not has_ptxas_report(self.log):
             raise ContractError("program", "a program compiled with CompileOptions(ptxas_verbose=True)",
                                 "a log without a ptxas report")
         by_image = {image: spelled for spelled, image in self.symbols}
@@ -163,8 +163,8 @@ def nvrtc_compile(text: str, name: str, arch: str, options: CompileOptions, *, o
         for expression in name_expressions:
             _cuda.nvrtc_call("nvrtcAddNameExpression", prog, expression.encode())
         flags = options.flags(arch)
-        if relocatable:
-            flags.append("--relocatable-device-code=true")
+        if relocatable and RELOCATABLE_FLAG not in flags:
+            flags.append(RELOCATABLE_FLAG)
         if output == "ltoir":
             flags.append("-dlto")
         flags += [f"--include-path={p}" for p in (*include_paths, *toolkit_include_dirs())]

@@ -10,7 +10,14 @@ from typing import TYPE_CHECKING, Literal
 
 from ..errors import ContractError
 
-__all__ = ["CompileOptions", "ALLOWED_EXTRA_FLAGS"]
+__all__ = ["CompileOptions", "ALLOWED_EXTRA_FLAGS", "NO_NVRTC_CACHE_FLAG", "RELOCATABLE_FLAG"]
+
+RELOCATABLE_FLAG = "--relocatable-device-code=true"
+"""NVRTC's flag for relocatable device code (``-rdc``)."""
+
+NO_NVRTC_CACHE_FLAG = "--no-cache"
+"""NVRTC 13's flag that keeps a compile out of the CUDA driver's compute cache (passed with
+``ptxas_verbose``: a cached CUBIN has no ptxas report)."""
 
 _Define = tuple[str, str | int | None]  # one macro as the constructor takes it
 
@@ -46,7 +53,14 @@ class CompileOptions:
             is the one after ``#`` in a warning such as ``warning #177-D``); sorted, each once.
         ptxas_verbose: ``--ptxas-options=-v``: ptxas reports each kernel's registers, shared memory,
             stack and spills into the program log, parsed by ``CompiledProgram.resource_usage()``
-            (CUBIN output only; the report is not issued as a warning).
+            (CUBIN output only; the report is not issued as a warning). Also passes ``--no-cache``:
+            NVRTC 13 would otherwise take a CUBIN another process compiled from the CUDA driver's
+            compute cache, without running ptxas, and the log would have no report.
+        relocatable_device_code: ``--relocatable-device-code=true`` (``-rdc``): the output is a
+            relocatable object whose ``extern __device__`` functions and variables may be defined
+            in other translation units, to be linked by nvJitLink (``mc.cuda_link``); a module with
+            unresolved references cannot be loaded on its own. (``mc.cuda_link`` compiles its CUDA C
+            inputs this way whatever this field says.)
 
     Raises:
         ContractError: a field has an invalid value (named in the error).
@@ -62,6 +76,7 @@ class CompileOptions:
     device_debug: bool = False
     diag_suppress: tuple[int, ...] = ()
     ptxas_verbose: bool = False
+    relocatable_device_code: bool = False
     key: str = field(init=False, repr=False, compare=False)
 
     if TYPE_CHECKING:
@@ -72,7 +87,7 @@ class CompileOptions:
                      fast_math: bool = False, line_info: bool = False, max_registers: int | None = None,
                      extra_flags: tuple[str, ...] | list[str] = (), output: Literal["cubin", "ptx"] = "cubin",
                      device_debug: bool = False, diag_suppress: tuple[int, ...] | list[int] = (),
-                     ptxas_verbose: bool = False) -> None: ...
+                     ptxas_verbose: bool = False, relocatable_device_code: bool = False) -> None: ...
 
     def __post_init__(self) -> None:
         if self.std not in _STANDARDS:
@@ -95,7 +110,7 @@ class CompileOptions:
         if len(set(names)) != len(names):
             raise ContractError("defines", "each macro once", repr(names))
         object.__setattr__(self, "defines", tuple(sorted(norm)))
-        for attr in ("fast_math", "line_info", "device_debug", "ptxas_verbose"):
+        for attr in ("fast_math", "line_info", "device_debug", "ptxas_verbose", "relocatable_device_code"):
             if type(getattr(self, attr)) is not bool:
                 raise ContractError(attr, "a bool", repr(getattr(self, attr)))
         if self.max_registers is not None and (type(self.max_registers) is not int
@@ -140,7 +155,13 @@ class CompileOptions:
         if self.diag_suppress:
             out.append("--diag-suppress=" + ",".join(map(str, self.diag_suppress)))
         if self.ptxas_verbose:
-            out.append("--ptxas-options=-v")
+            # NVRTC 13 answers a compile from the CUDA driver's compute cache (CUDA_CACHE_PATH, shared by
+            # every process of the user and kept across runs) whenever libcuda can be loaded, and a
+            # CUBIN from that cache comes without ptxas' report: the log would depend on what other
+            # processes compiled before. --no-cache makes ptxas run, so the report is always there.
+            out += ["--ptxas-options=-v", NO_NVRTC_CACHE_FLAG]
+        if self.relocatable_device_code:
+            out.append(RELOCATABLE_FLAG)
         out += list(self.extra_flags)
         return out
 

@@ -18,9 +18,10 @@ On read every field is checked against what the caller expects (magic, version, 
 version, exact length, checksum, JSON fields and types, the image's form) and the metadata against
 the header and the request (:class:`EntryExpectation`: the metadata's arch is the header's, its
 output the one asked for, a CUDA C entry has the ``"c"`` ABI, no symbol map and the header's NVRTC
-version); an entry that fails — including any failure of the reader itself, e.g. metadata nested
-too deeply for the JSON parser — is a miss and is removed — only if it is still the file that was read — and the caller rebuilds. Writes go to a
-temporary file in the same directory, are flushed and fsynced, and are moved into place with
+version, and a CUBIN asked for with ``ptxas_verbose`` has ptxas' report in its log); an entry
+that fails — including any failure of the reader itself, e.g. metadata nested too deeply for the
+JSON parser — is a miss and is removed — only if it is still the file that was read — and the
+caller rebuilds. Writes go to a temporary file in the same directory, are flushed and fsynced, and are moved into place with
 ``os.replace``: readers see the old entry or the new one, never a mix, and concurrent writers of
 one key each install a complete entry (the last one stays). Temporary files older than an hour
 (left by writers that crashed) are removed after a cache object's first write. Nothing here raises
@@ -44,6 +45,7 @@ import time
 from dataclasses import dataclass
 
 from ._nvrtc import CompiledProgram
+from ._resources import has_ptxas_report
 
 __all__ = ["FORMAT_VERSION", "MAGIC", "EntryError", "EntryExpectation", "PersistentCache", "decode_entry",
            "encode_entry"]
@@ -78,6 +80,9 @@ class EntryExpectation:
             unmangled).
         symbol_names: the names the symbol map must map, in any order, when the map itself cannot be
             known before compiling (a CUDA C source's name expressions, lowered by NVRTC).
+        ptxas_report: the log must hold ptxas' ``-v`` report (a CUBIN compiled with
+            ``ptxas_verbose=True``): an entry without it, e.g. written by a version of mircuda that let
+            NVRTC answer from the CUDA driver's compute cache, cannot give ``resource_usage()``.
     """
 
     output: str | None = None
@@ -85,6 +90,7 @@ class EntryExpectation:
     nvrtc_version: tuple[int, int] | None = None
     symbols: tuple[tuple[str, str], ...] | None = None
     symbol_names: frozenset[str] | None = None
+    ptxas_report: bool = False
 
 
 def encode_entry(key: str, arch: str, nvrtc: tuple[int, int], program: CompiledProgram) -> bytes:
@@ -200,6 +206,8 @@ def _check_agrees(program: CompiledProgram, arch: str, expect: EntryExpectation)
     if expect.symbol_names is not None and {a for a, _ in program.symbols} != expect.symbol_names:
         raise EntryError(f"metadata symbols map {sorted(a for a, _ in program.symbols)}, expected the name "
                          f"expressions {sorted(expect.symbol_names)}")
+    if expect.ptxas_report and program.output == "cubin" and not has_ptxas_report(program.log):
+        raise EntryError("a log without the ptxas report that ptxas_verbose=True asks for")
 
 
 @dataclass(frozen=True)

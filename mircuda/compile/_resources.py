@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["KernelResources", "is_ptxas_report_line", "parse_ptxas_report"]
+__all__ = ["KernelResources", "has_ptxas_report", "is_ptxas_report_line", "parse_ptxas_report"]
 
 _ENTRY = re.compile(r"^ptxas info\s*: Compiling entry function '([^']+)' for '([^']+)'")
 _PROPERTIES = re.compile(r"^ptxas info\s*: Function properties for (\S+)")
@@ -64,6 +64,11 @@ class KernelResources:
 def is_ptxas_report_line(line: str) -> bool:
     """Whether a log line is part of ptxas' informational ``-v`` report (not a warning)."""
     return line.startswith("ptxas info") or bool(re.match(r"ptxas\s+\.", line))
+
+
+def has_ptxas_report(log: str) -> bool:
+    """Whether ``log`` holds ptxas' ``-v`` report (at least one ``ptxas info`` line)."""
+    return any(line.startswith("ptxas info") for line in log.splitlines())
 
 
 def parse_ptxas_report(log: str) -> dict[str, KernelResources]:
