@@ -40,7 +40,7 @@ def dense_vector_profile(args: Any) -> int:
                         rows=rows_per_block, warps=warps)
                     plan.execute(stream, x, ws[0], y)
                     err = check_vector(context, stream, y, want)
-                    if err > 1e-2:
+                    if not err <= 1e-2:  # NaN fails too
                         s.failures.append(f"DenseVectorPlan {label} {n}x{k}: relative error {err:.2e}")
                     us = timer.median(lambda i: plan.execute(stream, x, ws[i % banks], y), args.calls, args.repeats)  # noqa: B023  (timed before the loop moves on)
                     name = "DenseVectorPlan" + ("" if warps is None else f" rows={rows_per_block} warps={warps}")
@@ -70,7 +70,7 @@ def _matmul_row(context: Any, stream: Any, pool: Any, timer: Any, ws: list[Any],
                                                            output=None if out_t is in_t else out_t)
     plan.execute(stream, x, ws[0], y)  # checked like DenseVectorPlan's rows: a fast wrong answer is a failure
     err = check_vector(context, stream, y, want)
-    if err > 1e-2:
+    if not err <= 1e-2:  # NaN fails too
         failures.append(f"DenseMatmulPlan M=1 {label} {n}x{k} ({plan.kernel_name}): relative error {err:.2e}")
     us = timer.median(lambda i: plan.execute(stream, x, ws[i % banks], y), args.calls, args.repeats)
     measured = row("DenseMatmulPlan", label, 1, n, k, us, np.dtype(in_t).itemsize, np.dtype(out_t).itemsize,
