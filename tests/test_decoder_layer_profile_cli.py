@@ -39,12 +39,14 @@ def test_rows_rates_goals_and_ratios() -> None:
     slow = dl.layer_row(dl.GRAPH_PATH, "bf16", 16, 120.0, nbytes)
     assert slow.goal == "NOT met"
     rows = [ours, dl.layer_row(dl.GRAPH_PATH + ", single", "bf16", 1, 110.0, nbytes),
+            dl.layer_row("  qkv 6144x4096 alone", "bf16", 1, 20.0, 6144 * 4096 * 2),
             dl.layer_row(dl.CUBLAS_GRAPH_PATH, "bf16", 1, 117.4, nbytes),
             dl.layer_row(dl.CUBLAS_GRAPH_PATH + ", single", "bf16", 1, 121.0, nbytes), slow]
     dl.ratios(rows)
     assert rows[0].ratio_to_cublas == pytest.approx(1.174)
     assert rows[1].ratio_to_cublas == pytest.approx(1.1)  # single against cuBLAS's single
-    assert rows[2].ratio_to_cublas is None and rows[4].ratio_to_cublas is None  # no cuBLAS row at M = 16
+    assert rows[2].ratio_to_cublas is None  # one projection is not compared with a whole layer
+    assert rows[3].ratio_to_cublas is None and rows[5].ratio_to_cublas is None  # no cuBLAS row at M = 16
     assert dl.goal_lines(rows) == [
         "M = 1 bf16: 100.0 µs = 4.36 TB/s (goal >= 4.0 TB/s = <= 109.1 µs: met), cuBLAS/x 1.17",
         "M = 16 bf16: 120.0 µs = 3.64 TB/s (goal >= 4.0 TB/s = <= 109.1 µs: NOT met)"]
@@ -240,9 +242,12 @@ def test_the_flow_on_a_stand_in_device(monkeypatch, tmp_path, capsys) -> None:
     result = json.loads(path.read_text())
     assert result["failures"] == [] and result["weight_sets"] == 3
     assert result["weight_bytes"] == 2 * (48 * 32 + 32 * 32 + 96 * 32 + 32 * 64)
+    alone = ["  qkv 48x32 alone", "  o 32x32 alone", "  gate_up 96x32 alone", "  down 32x64 alone", dl.ALONE_SUM_PATH]
     assert [(r["path"], r["m"]) for r in result["rows"]] == [
-        (dl.GRAPH_PATH, 1), (dl.GRAPH_PATH + ", single", 1), (dl.DIRECT_PATH, 1),
-        (dl.GRAPH_PATH, 3), (dl.GRAPH_PATH + ", single", 3), (dl.DIRECT_PATH, 3)]
+        (path, m) for m in (1, 3) for path in (dl.GRAPH_PATH, dl.GRAPH_PATH + ", single", dl.DIRECT_PATH, *alone)]
+    qkv = result["rows"][3]
+    assert qkv["tbps"] == pytest.approx(48 * 32 * 2 / 100e-6 / 1e12) and qkv["note"] == "stand_in_1, 3 weight banks"
+    assert result["rows"][7]["us"] == 400.0  # the four alone (100 µs each on the stand-in timer), summed
     assert result["rows"][0]["note"].startswith("PDL on 4/4 launches; qkv: stand_in_1")
     assert driver.context.stream.captures == 6  # one graph per weight set, per M
     assert result["notes"] == ["cuBLAS not measured: stand-in"]

@@ -85,7 +85,7 @@ def ratios(rows: list[LayerRow]) -> None:
     ref = {(r.dtype, r.m, kind(r)): r.us for r in rows if r.path.startswith("cuBLAS")}
     for r in rows:
         base = ref.get((r.dtype, r.m, kind(r)))
-        if base is not None and not r.path.startswith("cuBLAS"):
+        if base is not None and not r.path.startswith("cuBLAS") and not r.path.endswith(" alone"):  # whole layers only
             r.ratio_to_cublas = base / r.us
 
 
@@ -103,6 +103,7 @@ def goal_lines(rows: list[LayerRow]) -> list[str]:
 GRAPH_PATH = "mircuda graph (4 plans, PDL)"
 DIRECT_PATH = "mircuda direct (4 executes)"
 CUBLAS_GRAPH_PATH = "cuBLAS torch CUDAGraph (F.linear)"
+ALONE_SUM_PATH = "mircuda, the four alone, summed"
 
 COLUMNS = (Column("path", "path", 40, "<"), Column("dtype", "dtype", 5, "<"), Column("m", "M", 3),
            Column("us", "µs", 8, format="{:.2f}"), Column("tbps", "TB/s", 6, format="{:.2f}"),
@@ -277,6 +278,7 @@ def _measure_m(context: Any, stream: Any, pool: Any, timer: Any, lib: Any, in_t:
             g.close()
     us = timer.median(lambda i: run(i % len(weights))(layer), args.calls, args.repeats)
     out.append(layer_row(DIRECT_PATH, label, m, us, nbytes, "the same plans launched one by one, no graph"))
+    out.extend(_alone_rows(stream, pool, timer, plans, xs, ys, weights, in_t, label, m, args))
     if torch_ is not None:
         replays = torch_.graphs(m, tw)
         us = timer.median(lambda i: torch_.replay(replays, i), args.calls, args.repeats)
@@ -289,6 +291,36 @@ def _measure_m(context: Any, stream: Any, pool: Any, timer: Any, lib: Any, in_t:
         p.close()
     for b in xs + ys:
         b.free(stream)
+    return out
+
+
+def _alone_rows(stream: Any, pool: Any, timer: Any, plans: list[Any], xs: list[Any], ys: list[Any],
+                weights: list[list[Any]], in_t: Any, label: str, m: int, args: Any) -> list[LayerRow]:
+    """Each projection's plan timed alone (back to back, cold: its weights rotated over banks of at least
+    8x the L2, the layer's sets plus temporary device copies), and their sum: where the layer's time goes,
+    and what the graph's programmatic dependent launch saves over four separate kernels."""
+    from ..timing import bank_count
+
+    l2 = stream.context.device_info().l2_cache_bytes
+    isz = np.dtype(in_t).itemsize
+    out = []
+    total = 0.0
+    for (name, n, k), plan, x, y, p in zip(LAYER, plans, xs, ys, range(len(LAYER))):
+        banks = [s[p] for s in weights]
+        extra = []
+        for _ in range(bank_count(n * k * isz, l2) - len(banks)):
+            b = pool.allocate(in_t, stream, n * k)
+            stream.copy_device_range(banks[0], 0, b, 0, n * k)
+            extra.append(b)
+        banks += extra
+        us = timer.median(lambda i: plan.execute(stream, x, banks[i % len(banks)], y), args.calls,  # noqa: B023
+                          args.repeats)
+        total += us
+        out.append(layer_row(f"  {name} {n}x{k} alone", label, m, us, n * k * isz,
+                             f"{plan.kernel_name}, {len(banks)} weight banks"))
+        for b in extra:
+            b.free(stream)
+    out.append(layer_row(ALONE_SUM_PATH, label, m, total, layer_bytes(isz), "sum of the four rows above"))
     return out
 
 

@@ -24,7 +24,8 @@ def test_the_layer_graph_runs_and_is_checked(tmp_path) -> None:
     paths = {(r["path"], r["m"]) for r in result["rows"]}
     for m in (1, 8):
         assert {("mircuda graph (4 plans, PDL)", m), ("mircuda graph (4 plans, PDL), single", m),
-                ("mircuda direct (4 executes)", m)} <= paths
+                ("mircuda direct (4 executes)", m), ("mircuda, the four alone, summed", m),
+                ("  gate_up 28672x4096 alone", m)} <= paths
     graph = [r for r in result["rows"] if r["path"] == "mircuda graph (4 plans, PDL)"]
     assert all(r["us"] > 0 and r["tbps"] > 0 for r in graph)
     assert "dense_vector" in graph[0]["note"] and "batched_gemv" in graph[1]["note"]
