@@ -18,7 +18,9 @@ MATMUL_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))
 MATMUL_M = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 8192)
 """``--m``'s default: decode (1-16), the middle where batched serving lives (24-1536, issue 16's
 table and the values it adds) and prefill (2048, 8192). 20 M x 4 shapes x 3 type pairs = 240
-configurations, each plan and cuBLAS timed over ``--calls`` x (``--repeats`` + 1) calls."""
+configurations, each plan and cuBLAS timed over ``--calls`` x (``--repeats`` + 1) calls; estimated at
+1.5-2.5 minutes on an H200 host (the host's random operands of M = 8192 and the NVRTC modules of the
+batched GEMV dominate; not yet measured). ``--m 24,48,96,192,384,768,1024,1536`` runs the middle only."""
 
 
 def matmul_profile(args: Any) -> int:
