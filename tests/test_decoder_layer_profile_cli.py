@@ -263,3 +263,48 @@ def test_a_wrong_product_fails_on_a_stand_in_device(monkeypatch, tmp_path, capsy
     failures = json.loads(path.read_text())["failures"]
     assert len(failures) == 8 and failures[0].startswith("graph of set 0, M=2 qkv 48x32: relative error")
     assert "FAILED: graph of set 1" in capsys.readouterr().err
+
+
+class _FakeTorch:
+    note = "torch stand-in"
+
+    def __init__(self, fail: bool) -> None:
+        self.fail, self.replays, self.released = fail, 0, 0
+
+    def weights(self, dtype, sets):  # type: ignore[no-untyped-def]
+        return [["w"] * 4 for _ in range(sets)]
+
+    def graphs(self, m, tw):  # type: ignore[no-untyped-def]
+        if self.fail:
+            raise RuntimeError("capture refused")
+        return ["g"] * len(tw)
+
+    def replay(self, graphs, i) -> None:
+        self.replays += 1
+
+    def release_graphs(self) -> None:
+        self.released += 1
+
+    def release(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_cublas_rows_or_the_reason_they_are_missing(monkeypatch, tmp_path, fail) -> None:
+    import json
+
+    _fake_device(monkeypatch)
+    fake = _FakeTorch(fail)
+    monkeypatch.setattr(dl, "_torch_or_reason", lambda handle: (fake, ""))
+    path = tmp_path / "t.json"
+    assert main(["decoder-layer-profile", "--m", "1", "--sets", "2", "--calls", "2", "--json", str(path)]) == 0
+    result = json.loads(path.read_text())
+    cublas = [r for r in result["rows"] if r["path"].startswith("cuBLAS")]
+    assert fake.released == 1
+    if fail:
+        assert cublas == [] and result["notes"] == ["cuBLAS graph at M = 1 not measured (RuntimeError: capture refused)"]
+    else:
+        assert [r["path"] for r in cublas] == [dl.CUBLAS_GRAPH_PATH, dl.CUBLAS_GRAPH_PATH + ", single"]
+        assert fake.replays == 3 and result["notes"] == []
+        graph = next(r for r in result["rows"] if r["path"] == dl.GRAPH_PATH)
+        assert graph["ratio_to_cublas"] == 1.0  # the stand-in timer says 100 µs for every path
