@@ -58,7 +58,7 @@ def test_launch_source_is_the_source_of_the_launch_function() -> None:
         assert f"    if {fast}:" in lines
         assert f"        _s{i}.value = {name}._ptr" in lines and f"        _s{i}.value = _b{i}({name})" in lines
     assert "        _s3.value = _v3(n)" in lines
-    assert lines.count("    r = _L(_fn, *_dims, stream._handle, _params)") == 1
+    assert lines.count("    r = _L(_fn, _d0, _d1, _d2, _d3, _d4, _d5, _d6, stream._handle, _params)") == 1
 
 
 def test_launch_source_names_what_each_contract_declares() -> None:

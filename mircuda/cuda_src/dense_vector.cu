@@ -42,8 +42,12 @@ constexpr int kRows = DENSE_VECTOR_ROWS;  // output rows per block (and per warp
 constexpr int kMaxWarps = 8;   // warps per block splitting K
 constexpr int kChunk = 256;    // columns per warp per step in the vector variant: 32 lanes x 8
 // Register budget: 8 rows fit two blocks of 8 warps per SM (121 registers on sm_90); 16 rows double the
-// loads in flight per lane and take one (238 registers; a lower bound spills).
-constexpr int kMinBlocks = kRows == 8 ? 2 : 1;
+// loads in flight per lane and take one (238 registers; a lower bound spills). DENSE_VECTOR_MIN_BLOCKS
+// overrides it for `dense-vector-profile --sweep` (8 rows, unroll 2 and one block: no spills).
+#ifndef DENSE_VECTOR_MIN_BLOCKS
+#define DENSE_VECTOR_MIN_BLOCKS (DENSE_VECTOR_ROWS == 8 ? 2 : 1)
+#endif
+constexpr int kMinBlocks = DENSE_VECTOR_MIN_BLOCKS;
 
 struct Bf16 {
     // A bf16 pair in a 32-bit word -> two floats (bf16 is the high half of an f32).

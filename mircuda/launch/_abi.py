@@ -326,7 +326,8 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
         "_M": MISSING, "_Stream": Stream, "_L": _cuda.launch_kernel, "_fn": function,
         "_params": block.params_address, "_ch": context.handle,
         "_mk": _cuda.make_current, "_raise": raise_launch, "_bad_stream": bad_stream,
-        "_config": config_dims, "_last": None, "_dims": None, "_ident": threading.get_ident,
+        "_config": config_dims, "_last": None, "_ident": threading.get_ident,
+        **{f"_d{i}": 0 for i in range(7)},
         "_launcher": _launcher_for, "_owner": owner, "_other": other_thread,
     }
     names = [p.name for p in contract.params]
@@ -334,7 +335,7 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
     call_args = ", ".join(["stream", "config"] + names)
     ns["_arity"] = arity_error(contract)
     body = [
-        "    global _last, _dims, _L",
+        "    global _last, _d0, _d1, _d2, _d3, _d4, _d5, _d6, _L",
         "    if _extra or _unknown:",
         "        _arity(_extra, _unknown)",
         "    if _ident() != _owner:",
@@ -342,7 +343,7 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
         "    if stream.__class__ is not _Stream or stream._context is not _ctx or not stream._handle:",
         "        _bad_stream(stream)",
         "    if config is not _last:",
-        "        _dims = _config(config)",
+        "        _d0, _d1, _d2, _d3, _d4, _d5, _d6 = _config(config)",
         "        _L = _launcher(config)",
         "        _last = config",
     ]
@@ -352,12 +353,15 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
     # current context and with another context current). Should a driver answer
     # CUDA_ERROR_INVALID_CONTEXT, the context is made current and the launch tried once more:
     # a refused launch enqueued nothing.
+    # The seven dimensions are passed as seven globals, not as ``*_dims``: a starred call builds an
+    # argument tuple on every launch (measured by benchmarks/launch_breakdown.py: about a third of the
+    # Python side of an empty kernel's launch).
     body += [
-        "    r = _L(_fn, *_dims, stream._handle, _params)",
+        "    r = _L(_fn, _d0, _d1, _d2, _d3, _d4, _d5, _d6, stream._handle, _params)",
         "    if r:",
         "        if r == 201:",
         "            _mk(_ch)",
-        "            r = _L(_fn, *_dims, stream._handle, _params)",
+        "            r = _L(_fn, _d0, _d1, _d2, _d3, _d4, _d5, _d6, stream._handle, _params)",
         "        if r:",
         "            _raise(r, config)",
     ]

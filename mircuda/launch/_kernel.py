@@ -226,7 +226,8 @@ class TypedKernel:
         in the parameter block, ``_t<i>`` its element type, ``_b<i>``/``_v<i>`` its slow path (convert
         or raise), ``_DB`` ``DeviceBuffer``, ``_ctx`` the kernel's context, ``_L`` the driver entry
         point (``mircuda._cuda.launch_kernel``: the C extension, or its ctypes fallback), ``_fn`` the
-        ``CUfunction``, ``_params`` the block's ``void**``. Another thread runs a copy of the same
+        ``CUfunction``, ``_d0`` .. ``_d6`` the last config's grid, block and shared bytes, ``_params``
+        the block's ``void**``. Another thread runs a copy of the same
         source over its own parameter block.
         """
         source: str = self.launch.__mircuda_source__  # type: ignore[attr-defined]
