@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import mircuda as mc
-from mircuda.matmul import _fp8, _library, _quantize
+from mircuda.matmul import _fp8, _fp8_mma, _library, _quantize
 from mircuda.matmul._fp8 import (
     FP8_GEMV_MAX_M,
     fp8_gemv_executor,
@@ -238,14 +238,30 @@ class Recorder:
 
 
 class FakeEngine:
-    def __init__(self, context: Any, m: int, n: int, k: int, compiler: Any, *, warps: Any = None) -> None:
-        self.m, self.rows, self.warps = m, fp8_gemv_rows(m), warps or 1
+    symbol = "blockwise_fp8_gemv"
+
+    def __init__(self, context: Any, m: int, n: int, k: int, compiler: Any, *, warps: Any = None, rows: Any = None,
+                 pdl_trigger: Any = None) -> None:
+        self.m, self.rows, self.warps = m, rows or self.default_rows(m), warps or 1
+        self.pdl_trigger = pdl_trigger
         self.launch = Recorder()
         self.config = mc.LaunchConfig(-(-n // self.rows), 32)
         self.kernel = None
 
+    @staticmethod
+    def default_rows(m: int) -> int:
+        return fp8_gemv_rows(m)
+
     def describe(self) -> str:
-        return "fake engine"
+        return f"fake engine {self.symbol}"
+
+
+class FakeMmaEngine(FakeEngine):
+    symbol = "blockwise_fp8_mma"
+
+    @staticmethod
+    def default_rows(m: int) -> int:
+        return 16
 
 
 def stand_ins(monkeypatch: pytest.MonkeyPatch, cc: tuple[int, int] = (9, 0)) -> tuple[Any, Any]:
@@ -261,6 +277,7 @@ def stand_ins(monkeypatch: pytest.MonkeyPatch, cc: tuple[int, int] = (9, 0)) -> 
     stream = object.__new__(Stream)
     stream._context, stream._handle = context, 0x50
     monkeypatch.setattr(_fp8, "Fp8Gemv", FakeEngine)
+    monkeypatch.setattr(_fp8, "Fp8MmaGemv", FakeMmaEngine)
     monkeypatch.setattr(_fp8, "plan_compiler", lambda compiler, context: compiler)
     return context, stream
 
@@ -382,11 +399,39 @@ def test_m_above_16_on_a_device_without_cutlass_fp8_kernels_is_unavailable_by_na
     assert isinstance(info.value, mc.UnsupportedPlatform) and "M = 17" in str(info.value)
 
 
-@pytest.mark.parametrize("m", [1, 2, 16])
-def test_m_up_to_16_runs_the_nvrtc_gemv(monkeypatch, m) -> None:
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 16])
+def test_m_1_runs_the_cuda_core_gemv_and_2_to_16_the_tensor_core_kernel(monkeypatch, m) -> None:
     context, stream = stand_ins(monkeypatch)
     plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, 256, 512))
-    assert plan._engine.m == m and "fake engine" in plan.describe() and f"M={m}" in plan.describe()
+    symbol = "blockwise_fp8_gemv" if m == 1 else "blockwise_fp8_mma"
+    assert plan._engine.m == m and plan.kernel_name == symbol and f"M={m}" in plan.describe()
+    assert f"fake engine {symbol}" in plan.describe() and plan.rows == (8 if m == 1 else 16)
+    # The operand checks name the kernel that runs.
+    assert all(symbol in op.reason for op in plan._operands)
+
+
+@pytest.mark.parametrize("kernel", ["blockwise_fp8_gemv", "blockwise_fp8_mma"])
+@pytest.mark.parametrize("m", [1, 4, 16])
+def test_either_nvrtc_kernel_can_be_forced_with_its_knobs(monkeypatch, kernel, m) -> None:
+    context, stream = stand_ins(monkeypatch)
+    rows = 32 if kernel == "blockwise_fp8_mma" else 2
+    plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, 256, 512), kernel=kernel, rows=rows, warps=2,
+                               pdl_trigger="early")
+    assert plan.kernel_name == kernel and plan.rows == rows and plan.warps == 2
+    assert plan._engine.pdl_trigger == "early" and "forced" in plan.describe()
+
+
+def test_the_vector_plan_runs_the_tensor_core_kernel_on_request(monkeypatch) -> None:
+    context, stream = stand_ins(monkeypatch)
+    plan = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096), kernel="blockwise_fp8_mma",
+                                     rows=32, pdl_trigger="late")
+    assert plan.kernel_name == "blockwise_fp8_mma" and plan.rows == 32 and "asked for" in plan.describe()
+    assert "blockwise_fp8_mma" in repr(plan)
+    default = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096))
+    assert default.kernel_name == "blockwise_fp8_gemv" and default.rows == 8
+    with pytest.raises(mc.ContractError) as info:
+        mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(64, 64), kernel="sm90_anything")
+    assert info.value.argument == "kernel"
 
 
 def test_devices_below_cc_8_9_are_refused(monkeypatch) -> None:
@@ -410,15 +455,26 @@ def test_construction_checks_its_arguments(monkeypatch) -> None:
         mc.BlockwiseFp8VectorPlan(object(), stream, mc.DenseVectorSpec(64, 64))
 
 
+@pytest.mark.parametrize("engine", ["gemv", "mma"])
 @pytest.mark.parametrize("kwargs, argument, received", [
     ({"m": 0}, "m", "0"), ({"m": 17}, "m", "17"), ({"m": 2.0}, "m", "2.0"), ({"warps": 3}, "warps", "3"),
-    ({"warps": True}, "warps", "True"),
+    ({"warps": True}, "warps", "True"), ({"rows": 3}, "rows", "3"), ({"rows": 64}, "rows", "64"),
+    ({"rows": 16.0}, "rows", "16.0"), ({"pdl_trigger": "never"}, "pdl_trigger", "'never'"),
+    ({"pdl_trigger": 1}, "pdl_trigger", "1"),
 ])
-def test_the_engine_checks_m_and_warps_before_the_device_is_asked(kwargs, argument, received) -> None:
-    args = {"m": 1, "warps": None, **kwargs}
-    with pytest.raises(mc.ContractError) as info:
-        _fp8.Fp8Gemv(None, args["m"], 64, 64, None, warps=args["warps"])  # no context: the check comes first
+def test_the_engines_check_their_knobs_before_the_device_is_asked(engine, kwargs, argument, received) -> None:
+    args = {"m": 1, "warps": None, "rows": None, "pdl_trigger": None, **kwargs}
+    make = _fp8.Fp8Gemv if engine == "gemv" else _fp8_mma.Fp8MmaGemv
+    with pytest.raises(mc.ContractError) as info:  # no context, no compiler: the checks come first
+        make(None, args["m"], 64, 64, None, warps=args["warps"], rows=args["rows"], pdl_trigger=args["pdl_trigger"])
     assert info.value.argument == argument and info.value.received == received
+
+
+@pytest.mark.parametrize("m, rows", [(4, 16), (5, 8), (16, 4), (1, 16)])
+def test_the_cuda_core_gemv_refuses_rows_past_one_output_per_lane(m, rows) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        _fp8.Fp8Gemv(None, m, 64, 64, None, rows=rows)
+    assert info.value.argument == "rows" and f"M = {m}" in info.value.expected
 
 
 @pytest.mark.parametrize("kwargs, argument", [({"rows": 0}, "rows"), ({"k": -1}, "k"), ({"block": (128, 1)}, "block"),
