@@ -178,7 +178,7 @@ def emulate(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray, alpha:
     m, k = a.shape
     n = b.shape[0]
     tiles, n8 = rows // 16, -(-m // 8)
-    kblocks, full = -(-k // 128), k // 128
+    full = k // 128
     g, t = Lanes.g, Lanes.t
     d = np.full((m, n), np.nan)
     for block in range(-(-n // rows)):

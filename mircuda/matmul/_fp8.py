@@ -373,8 +373,7 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
     def describe(self) -> Description:
         """Which kernel runs and why, in one paragraph."""
         s = self._spec
-        why = ("M = 1 is bound by the {n}x{k} weight bytes; each is read once at streaming bandwidth"
-               .format(n=s.n, k=s.k))
+        why = f"M = 1 is bound by the {s.n}x{s.k} weight bytes; each is read once at streaming bandwidth"
         if self._engine.symbol == FP8_MMA_SYMBOL:
             why += " (tensor-core kernel: asked for)"
         return Description(f"BlockwiseFp8VectorPlan e4m3 x e4m3 -> bf16 (1x128 activation / 128x128 weight FP32 scales), "

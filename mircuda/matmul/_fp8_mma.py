@@ -114,7 +114,7 @@ class Fp8MmaGemv:
                                  stream=stream)
 
     def describe(self) -> str:
-        defines = " ".join(f"-D {k}={v}" for k, v in self.options.defines.items())
+        defines = " ".join(f"-D {k}={v}" for k, v in self.options.defines)
         tiles = self.rows // 16
         return (f"kernel {FP8_MMA_SYMBOL} (NVRTC, {defines}): {self.config.grid[0]} blocks of {self.rows} weight rows "
                 f"x {self.warps} warp(s) splitting K in 128-K blocks; tensor cores: mma.sync m16n8k32 E4M3 x E4M3 "
