@@ -92,11 +92,12 @@ def fp8_vector_source() -> CudaSource:
 
 
 def fp8_gemv_rows(m: int) -> int:
-    """Weight rows per block (and per warp) for ``m`` activation rows: 8 for M <= 2, 4 for M <= 8, 2 for
-    M <= 16 (``rows * m <= 32``: one output per lane). The FP32 accumulators and partial sums of rows x M
-    outputs live in registers: ptxas (CUDA 13.0, sm_90, no spills) gives 120 registers at M = 1 with 8
-    rows, 165 at M = 2, 185 at M = 8 with 4 rows, 169 at M = 16 with 2 rows; M = 4 with 8 rows took
-    254 of the 255, so M = 3..8 take 4 rows."""
+    """Weight rows per block (and per warp) of ``blockwise_fp8_gemv`` for ``m`` activation rows: 8 for
+    M <= 2, 4 for M <= 8, 2 for M <= 16 (``rows * m <= 32``: one output per lane). The FP32 accumulators
+    and partial sums of rows x M outputs and two chunks of operands live in registers: ptxas (CUDA 13.0,
+    sm_90, no spills) gives 120 registers at M = 1 with 8 rows, 157 at M = 2, 155 at M = 4 and 242 at
+    M = 8 with 4 rows, 241 at M = 16 with 2 rows; M = 4 with 8 rows would not fit the 255, so M = 3..8
+    take 4 rows."""
     if type(m) is int and 1 <= m <= 2:
         return 8
     if type(m) is int and 3 <= m <= 8:
