@@ -249,3 +249,63 @@ def test_a_wrong_pairing_of_words_is_caught_by_the_emulation() -> None:
     right = mma_m16n8k32(np.zeros((32, 4)), [lo[0], lo[0], lo[1], lo[1]], [x[0], x[1]])
     wrong = mma_m16n8k32(np.zeros((32, 4)), [lo[0], lo[0], lo[2], lo[2]], [x[0], x[1]])
     assert not np.allclose(right, wrong)
+
+
+# -- the engine with a stand-in device -----------------------------------------------------------
+class _Kernel:
+    handle = 0xABC
+    attributes = type("Attributes", (), {"max_threads_per_block": 256})()
+
+    def launch(self, *args: object) -> None:  # pragma: no cover - never launched here
+        raise AssertionError("launched")
+
+
+class _Compiler:
+    """Compiles for real (offline, sm_90) and binds a stand-in kernel: the options reach NVRTC."""
+
+    def __init__(self) -> None:
+        self.options: list[mc.CompileOptions] = []
+
+    def compile(self, source: mc.CudaSource, options: mc.CompileOptions) -> object:
+        self.options.append(options)
+        mc.compile_program(source, "sm_90", options)
+
+        class Program:
+            def kernel(self, contract: object) -> _Kernel:
+                assert getattr(contract, "symbol", FP8_MMA_SYMBOL) == FP8_MMA_SYMBOL
+                return _Kernel()
+
+        return Program()
+
+
+def stand_in_context(cc: tuple[int, int] = (9, 0)) -> object:
+    from types import SimpleNamespace
+
+    info = SimpleNamespace(compute_capability=cc, multiprocessor_count=132, supports_programmatic_launch=cc >= (9, 0),
+                           max_threads_per_block=1024, max_block_dims=(1024, 1024, 64),
+                           max_grid_dims=(2**31 - 1, 65535, 65535), max_shared_memory_per_block_optin_bytes=232448)
+    return SimpleNamespace(device_info=lambda: info)
+
+
+@pytest.mark.parametrize("m, n, k, rows, warps, grid", [
+    (16, 4096, 4096, None, 8, 256),   # 256 blocks x 8 warps: two resident per SM, one wave
+    (2, 14336, 4096, None, 2, 896),   # many blocks: fewer warps split K
+    (8, 4096, 14336, 32, 8, 128), (3, 37, 304, None, 1, 3),
+])
+def test_the_engine_splits_k_for_one_wave_and_describes_itself(monkeypatch, m, n, k, rows, warps, grid) -> None:
+    from mircuda.matmul import _fp8_mma
+
+    monkeypatch.setattr(_fp8_mma, "blocks_per_sm", lambda context, kernel, w: {1: 16, 2: 8, 4: 4, 8: 2}[w])
+    compiler = _Compiler()
+    engine = _fp8_mma.Fp8MmaGemv(stand_in_context(), m, n, k, compiler, rows=rows)  # type: ignore[arg-type]
+    assert engine.warps == warps and engine.config.grid == (grid, 1, 1) and engine.config.block == (32 * warps, 1, 1)
+    assert dict(compiler.options[0].defines) == {"MIRCUDA_FP8_M": str(m), "MIRCUDA_FP8_TILES": str((rows or 16) // 16)}
+    text = engine.describe()
+    assert text.startswith(f"kernel {FP8_MMA_SYMBOL} (NVRTC, -D MIRCUDA_FP8_M={m} -D MIRCUDA_FP8_TILES=")
+    assert f"{grid} blocks of {rows or 16} weight rows x {warps} warp(s)" in text
+    assert "mma.sync m16n8k32" in text and text.endswith("programmatic dependent launch")
+    early = _fp8_mma.Fp8MmaGemv(stand_in_context(), m, n, k, compiler, pdl_trigger="early")  # type: ignore[arg-type]
+    assert dict(compiler.options[-1].defines)["MIRCUDA_PDL_TRIGGER_LATE"] == "0"
+    assert early.describe().endswith("programmatic dependent launch (early trigger)")
+    on_ada = _fp8_mma.Fp8MmaGemv(stand_in_context((8, 9)), m, n, k, compiler, warps=1)  # type: ignore[arg-type]
+    assert not on_ada.config.programmatic_stream_serialization and "programmatic" not in on_ada.describe()
