@@ -203,11 +203,14 @@ def test_torch_refusals_are_recorded_not_raised() -> None:
 
 # -- --sweep ----------------------------------------------------------------------------------------
 def test_sweep_candidates_parse_with_their_knobs() -> None:
-    got = fp.sweep_values("mma, mma:rows=32:warps=4:trigger=early,gemv:rows=4,gemv:trigger=late")
+    got = fp.sweep_values("mma, mma:rows=32:warps=4:trigger=early,gemv:rows=4,gemv:trigger=late,mma:decode=integer")
     assert got == (fp.Candidate("mma"), fp.Candidate("mma", 32, 4, "early"), fp.Candidate("gemv", 4),
-                   fp.Candidate("gemv", None, None, "late"))
-    assert [c.label for c in got] == ["mma", "mma:rows=32:warps=4:trigger=early", "gemv:rows=4", "gemv:trigger=late"]
-    assert got[1].knobs() == {"kernel": "blockwise_fp8_mma", "rows": 32, "warps": 4, "pdl_trigger": "early"}
+                   fp.Candidate("gemv", None, None, "late"), fp.Candidate("mma", decode="integer"))
+    assert [c.label for c in got] == ["mma", "mma:rows=32:warps=4:trigger=early", "gemv:rows=4", "gemv:trigger=late",
+                                      "mma:decode=integer"]
+    assert got[1].knobs() == {"kernel": "blockwise_fp8_mma", "rows": 32, "warps": 4, "pdl_trigger": "early",
+                              "decode": None}
+    assert got[4].knobs()["decode"] == "integer"
     assert got[2].knobs()["kernel"] == "blockwise_fp8_gemv"
     from mircuda.cli import _parser
 
@@ -219,7 +222,9 @@ def test_sweep_candidates_parse_with_their_knobs() -> None:
 @pytest.mark.parametrize("text, named", [("", "at least one"), ("simt", "'simt'"), ("mma:rows=8", "rows one of 16, 32"),
                                          ("gemv:rows=16", "rows one of 1, 2, 4, 8"), ("mma:warps=3", "warps"),
                                          ("mma:trigger=now", "trigger"), ("mma:tiles=2", "'tiles=2'"),
-                                         ("mma:rows=16:rows=32", "once each"), ("mma:rows=x", "rows")])
+                                         ("mma:rows=16:rows=32", "once each"), ("mma:rows=x", "rows"),
+                                         ("gemv:decode=integer", "'decode=integer'"),
+                                         ("mma:decode=fast", "decode one of hardware, integer")])
 def test_bad_sweep_candidates_are_refused_by_name(text, named) -> None:
     with pytest.raises(argparse.ArgumentTypeError) as info:
         fp.sweep_values(text)

@@ -241,9 +241,9 @@ class FakeEngine:
     symbol = "blockwise_fp8_gemv"
 
     def __init__(self, context: Any, m: int, n: int, k: int, compiler: Any, *, warps: Any = None, rows: Any = None,
-                 pdl_trigger: Any = None) -> None:
+                 pdl_trigger: Any = None, decode: Any = None) -> None:
         self.m, self.rows, self.warps = m, rows or self.default_rows(m), warps or 1
-        self.pdl_trigger = pdl_trigger
+        self.pdl_trigger, self.decode = pdl_trigger, decode
         self.launch = Recorder()
         self.config = mc.LaunchConfig(-(-n // self.rows), 32)
         self.kernel = None
@@ -416,9 +416,9 @@ def test_either_nvrtc_kernel_can_be_forced_with_its_knobs(monkeypatch, kernel, m
     context, stream = stand_ins(monkeypatch)
     rows = 32 if kernel == "blockwise_fp8_mma" else 2
     plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, 256, 512), kernel=kernel, rows=rows, warps=2,
-                               pdl_trigger="early")
+                               pdl_trigger="early", decode="hardware")
     assert plan.kernel_name == kernel and plan.rows == rows and plan.warps == 2
-    assert plan._engine.pdl_trigger == "early" and "forced" in plan.describe()
+    assert plan._engine.pdl_trigger == "early" and plan._engine.decode == "hardware" and "forced" in plan.describe()
 
 
 def test_the_vector_plan_runs_the_tensor_core_kernel_on_request(monkeypatch) -> None:
@@ -460,14 +460,22 @@ def test_construction_checks_its_arguments(monkeypatch) -> None:
     ({"m": 0}, "m", "0"), ({"m": 17}, "m", "17"), ({"m": 2.0}, "m", "2.0"), ({"warps": 3}, "warps", "3"),
     ({"warps": True}, "warps", "True"), ({"rows": 3}, "rows", "3"), ({"rows": 64}, "rows", "64"),
     ({"rows": 16.0}, "rows", "16.0"), ({"pdl_trigger": "never"}, "pdl_trigger", "'never'"),
-    ({"pdl_trigger": 1}, "pdl_trigger", "1"),
+    ({"pdl_trigger": 1}, "pdl_trigger", "1"), ({"decode": "fast"}, "decode", "'fast'"),
+    ({"decode": 1}, "decode", "1"),
 ])
 def test_the_engines_check_their_knobs_before_the_device_is_asked(engine, kwargs, argument, received) -> None:
-    args = {"m": 1, "warps": None, "rows": None, "pdl_trigger": None, **kwargs}
+    args = {"m": 1, "warps": None, "rows": None, "pdl_trigger": None, "decode": None, **kwargs}
     make = _fp8.Fp8Gemv if engine == "gemv" else _fp8_mma.Fp8MmaGemv
     with pytest.raises(mc.ContractError) as info:  # no context, no compiler: the checks come first
-        make(None, args["m"], 64, 64, None, warps=args["warps"], rows=args["rows"], pdl_trigger=args["pdl_trigger"])
+        make(None, args["m"], 64, 64, None, warps=args["warps"], rows=args["rows"], pdl_trigger=args["pdl_trigger"],
+             decode=args["decode"])
     assert info.value.argument == argument and info.value.received == received
+
+
+def test_the_cuda_core_gemv_has_no_integer_decode() -> None:
+    with pytest.raises(mc.ContractError) as info:
+        _fp8.Fp8Gemv(None, 1, 64, 64, None, decode="integer")
+    assert info.value.argument == "decode" and "cvt.rn.f16x2.e4m3x2" in info.value.expected
 
 
 @pytest.mark.parametrize("m, rows", [(4, 16), (5, 8), (16, 4), (1, 16)])

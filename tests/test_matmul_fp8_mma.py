@@ -30,8 +30,8 @@ MMA_PTX = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
 STREAMED = "ld.global.nc.L1::no_allocate.L2::128B.v4.u32"
 
 
-def ptx(arch: str, m: int, rows: int = 16, trigger: str | None = None) -> str:
-    options = fp8_mma_options(m, rows, trigger)
+def ptx(arch: str, m: int, rows: int = 16, trigger: str | None = None, decode: str | None = None) -> str:
+    options = fp8_mma_options(m, rows, trigger, decode)
     text = mc.compile_program(fp8_mma_source(), arch, mc.CompileOptions(defines=dict(options.defines),
                                                                            output="ptx")).image.decode()
     body = text[text.index(f".entry {FP8_MMA_SYMBOL}"):]
@@ -60,6 +60,19 @@ def test_the_products_run_on_e4m3_mma_and_the_weights_stream_past_l1(arch, m, ro
     assert "fma.rn.f32" in body  # the block sums scaled and added in FP32
 
 
+@pytest.mark.parametrize("arch", ["compute_89", "compute_90", "compute_120f"])
+@pytest.mark.parametrize("m, rows", [(1, 16), (16, 32)])
+def test_the_integer_decode_runs_fp16_mma_on_integer_decoded_fragments(arch, m, rows) -> None:
+    body = ptx(arch, m, rows, decode="integer")
+    tiles, n8 = rows // 16, -(-m // 8)
+    assert MMA_PTX not in body and "cvt.rn.f16x2.e4m3x2" not in body
+    assert body.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 2 * 2 * 4 * tiles * n8
+    # The masks of the decode (PTX prints them in decimal): 0x3f803f80 and 0x80008000.
+    assert f", {0x3F803F80};" in body and f", {0x80008000 - 2**32};" in body
+    hardware = ptx(arch, m, rows, decode="hardware")
+    assert hardware == ptx(arch, m, rows)  # "hardware" is the default
+
+
 def test_on_hopper_and_later_the_kernel_waits_for_the_previous_grid_before_reading_its_operands() -> None:
     body = ptx("compute_90", 16)
     wait = body.index("griddepcontrol.wait")
@@ -79,7 +92,8 @@ def test_below_sm_89_the_kernel_refuses_to_compile_by_name() -> None:
 
 @pytest.mark.parametrize("defines, message", [({}, "MIRCUDA_FP8_M"), ({"MIRCUDA_FP8_M": 17}, "1..16"),
                                               ({"MIRCUDA_FP8_M": 0}, "1..16"),
-                                              ({"MIRCUDA_FP8_M": 4, "MIRCUDA_FP8_TILES": 3}, "1, 2 or 4")])
+                                              ({"MIRCUDA_FP8_M": 4, "MIRCUDA_FP8_TILES": 3}, "1, 2 or 4"),
+                                              ({"MIRCUDA_FP8_M": 4, "MIRCUDA_FP8_INT_DECODE": 2}, "0 or 1")])
 def test_the_kernel_compiles_only_for_valid_m_and_tiles(defines, message) -> None:
     with pytest.raises(mc.CompileError, match=message):
         mc.compile_program(fp8_mma_source(), "sm_90", mc.CompileOptions(defines=defines))
@@ -103,21 +117,25 @@ def cuobjdump() -> tuple[str, dict[str, str]]:
     return tool, {**os.environ, "PATH": f"{extra}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
-@pytest.mark.parametrize("arch, need", [
-    ("sm_89", ("QMMA.16832.F32.E4M3.E4M3",)), ("sm_120", ("QMMA.16832.F32.E4M3.E4M3",)),
-    ("sm_90", ("HMMA.16816.F32", "F2FP.F16.E4M3.UNPACK_B")),
+@pytest.mark.parametrize("arch, decode, need, avoid", [
+    ("sm_89", None, ("QMMA.16832.F32.E4M3.E4M3",), ("HMMA",)),
+    ("sm_120", None, ("QMMA.16832.F32.E4M3.E4M3",), ("HMMA",)),
+    ("sm_90", None, ("HMMA.16816.F32", "F2FP.F16.E4M3.UNPACK_B"), ("QMMA",)),
+    ("sm_90", "integer", ("HMMA.16816.F32", "LOP3"), ("F2FP.F16.E4M3", "QMMA")),
 ])
 @pytest.mark.parametrize("m, rows", [(2, 16), (16, 16), (16, 32), (1, 32)])
-def test_the_sass_holds_the_tensor_core_mma_and_no_local_memory(tmp_path, arch, need, m, rows) -> None:
+def test_the_sass_holds_the_tensor_core_mma_and_no_local_memory(tmp_path, arch, decode, need, avoid, m, rows) -> None:
     tool, env = cuobjdump()
     cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(mc.compile_program(fp8_mma_source(), arch, fp8_mma_options(m, rows)).image)
+    cubin.write_bytes(mc.compile_program(fp8_mma_source(), arch, fp8_mma_options(m, rows, decode=decode)).image)
     out = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, env=env, check=False)
     if out.returncode or "Function" not in out.stdout:
         pytest.skip(f"cuobjdump -sass failed (nvdisasm missing?): {out.stderr.strip()[:200]}")
     sass = out.stdout
     for opcode in need:
         assert opcode in sass, f"{opcode} not in the {arch} SASS"
+    for opcode in avoid:
+        assert opcode not in sass, f"{opcode} in the {arch} SASS"
     assert not re.search(r"\b(?:STL|LDL)\b", sass), "the kernel spills to local memory"
     assert "LDG.E.NA.LTC128B.128" in sass  # the streamed 16-byte weight loads
 
@@ -155,6 +173,45 @@ def mma_m16n8k32(c: np.ndarray, a_regs: list[np.ndarray], b_regs: list[np.ndarra
     return c + np.stack([d[g, 2 * t], d[g, 2 * t + 1], d[g + 8, 2 * t], d[g + 8, 2 * t + 1]], axis=1)
 
 
+def f16_pairs(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's integer decode (``MIRCUDA_FP8_INT_DECODE``) of [32, 4] E4M3 registers: the FP16
+    registers (element 0, element 2) and (element 1, element 3), as [32, 2] float64 values."""
+    w = codes.astype(np.uint32)
+    word = w[:, 0] | w[:, 1] << 8 | w[:, 2] << 16 | w[:, 3] << 24
+    mask, sign = np.uint32(0x3F803F80), np.uint32(0x80008000)
+    even = ((word << np.uint32(7)) & mask) | ((word << np.uint32(8)) & sign)
+    odd = ((word >> np.uint32(1)) & mask) | (word & sign)
+    halves = [np.stack([x & np.uint32(0xFFFF), x >> np.uint32(16)], axis=1).astype(np.uint16).view(np.float16)
+              for x in (even, odd)]
+    return halves[0].astype(np.float64), halves[1].astype(np.float64)
+
+
+def mma_m16n8k16_f16(c: np.ndarray, a_regs: list[np.ndarray], b_regs: list[np.ndarray]) -> np.ndarray:
+    """``c += A B`` for ``mma.m16n8k16.row.col.f32.f16.f16.f32`` from [32, 2] FP16 register values (the PTX
+    ISA's "Matrix fragments for mma.m16n8k16" with floating-point types)."""
+    g, t = Lanes.g, Lanes.t
+    a = np.full((16, 16), np.nan)
+    b = np.full((16, 8), np.nan)
+    for i in range(2):
+        a[g, 2 * t + i] = a_regs[0][:, i]
+        a[g + 8, 2 * t + i] = a_regs[1][:, i]
+        a[g, 2 * t + 8 + i] = a_regs[2][:, i]
+        a[g + 8, 2 * t + 8 + i] = a_regs[3][:, i]
+        b[2 * t + i, g] = b_regs[0][:, i]
+        b[2 * t + 8 + i, g] = b_regs[1][:, i]
+    assert not np.isnan(a).any() and not np.isnan(b).any()
+    d = a @ b
+    return c + np.stack([d[g, 2 * t], d[g, 2 * t + 1], d[g + 8, 2 * t], d[g + 8, 2 * t + 1]], axis=1)
+
+
+def mma_integer_decode(c: np.ndarray, a_regs: list[np.ndarray], b_regs: list[np.ndarray]) -> np.ndarray:
+    """The kernel's m16n8k32 on the integer-decode path: two FP16 m16n8k16 (elements 0, 2 then 1, 3)."""
+    a = [f16_pairs(r) for r in a_regs]
+    b = [f16_pairs(r) for r in b_regs]
+    c = mma_m16n8k16_f16(c, [x[0] for x in a], [x[0] for x in b])
+    return mma_m16n8k16_f16(c, [x[1] for x in a], [x[1] for x in b])
+
+
 def load16(matrix: np.ndarray, rows: np.ndarray, cols: np.ndarray, live: np.ndarray) -> np.ndarray:
     """Per lane, the 16 codes of ``matrix[rows, cols : cols + 16]`` where ``live`` (else zeros); every read
     must be inside the matrix."""
@@ -172,7 +229,7 @@ def words(codes: np.ndarray) -> list[np.ndarray]:
 
 
 def emulate(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray, alpha: float, beta: float,
-            c: np.ndarray | None, rows: int, warps: int) -> np.ndarray:
+            c: np.ndarray | None, rows: int, warps: int, integer: bool = False) -> np.ndarray:
     """What ``blockwise_fp8_mma`` computes, lane by lane, as ``cuda_src/fp8_mma_gemv.cu`` maps lanes to
     columns (float64 sums: the mapping, not the rounding, is under test)."""
     m, k = a.shape
@@ -203,9 +260,11 @@ def emulate(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray, alpha:
                             lo = words(load16(b, lo_rows, col, inside))
                             hi = words(load16(b, hi_rows, col, inside))
                             x = words(load16(a, g + 8 * j, col, inside & (g + 8 * j < m)))
-                            part = mma_m16n8k32(part, [lo[0], hi[0], lo[1], hi[1]], [x[0], x[1]])
-                            part = mma_m16n8k32(part, [lo[2], hi[2], lo[3], hi[3]], [x[2], x[3]])
-                        total[i, j] += part * np.stack([s[0], s[1], s[0], s[1]], axis=1)
+                            mma = mma_integer_decode if integer else mma_m16n8k32
+                            part = mma(part, [lo[0], hi[0], lo[1], hi[1]], [x[0], x[1]])
+                            part = mma(part, [lo[2], hi[2], lo[3], hi[3]], [x[2], x[3]])
+                        scale = 65536.0 if integer else 1.0  # kBlockSumScale
+                        total[i, j] += part * scale * np.stack([s[0], s[1], s[0], s[1]], axis=1)
         for i in range(tiles):
             for j in range(n8):
                 for e in range(4):
@@ -219,11 +278,12 @@ def emulate(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray, alpha:
     return d
 
 
+@pytest.mark.parametrize("integer", [False, True], ids=["hardware", "integer"])
 @pytest.mark.parametrize("m, n, k, rows, warps", [
     (2, 40, 256, 16, 1), (3, 37, 304, 16, 2), (8, 64, 528, 32, 2), (9, 16, 128, 16, 1), (16, 33, 400, 32, 4),
     (1, 20, 144, 16, 1), (16, 129, 16, 16, 1),
 ])
-def test_the_emulated_lane_mapping_gives_the_blockwise_product(m, n, k, rows, warps) -> None:
+def test_the_emulated_lane_mapping_gives_the_blockwise_product(m, n, k, rows, warps, integer) -> None:
     rng = np.random.default_rng(m * 1000 + n)
     x = (rng.standard_normal((m, k)) * np.exp2(rng.integers(-4, 4, (m, 1)))).astype(np.float32).astype(mc.bf16)
     w = (rng.standard_normal((n, k)) * np.exp2(rng.integers(-4, 4, (n, 1)))).astype(np.float32).astype(mc.bf16)
@@ -231,13 +291,27 @@ def test_the_emulated_lane_mapping_gives_the_blockwise_product(m, n, k, rows, wa
     b, sb = quantize_weights_reference(w)
     c = rng.standard_normal((m, n))
     alpha, beta = 1.25, -0.5
-    got = emulate(a, sa, b, sb, alpha, beta, c, rows, warps)
+    got = emulate(a, sa, b, sb, alpha, beta, c, rows, warps, integer)
     want = alpha * dequantize_reference(a, sa, (1, 128)) @ dequantize_reference(b, sb, (128, 128)).T + beta * c
     mag = np.abs(dequantize_reference(a, sa, (1, 128))) @ np.abs(dequantize_reference(b, sb, (128, 128))).T
     assert np.isfinite(got).all()
     # The kernel's one FP32 rounding per block, sa * sb in FP32 (the emulation keeps it), bounds the error.
     excess = np.abs(got - want) / (2.0**-22 * abs(alpha) * mag + 1e-300)
     assert excess.max() <= 1.0, f"worst at {np.unravel_index(int(np.argmax(excess)), excess.shape)}"
+
+
+def test_the_integer_decode_is_every_e4m3_value_times_2_to_the_minus_8() -> None:
+    codes = np.arange(256, dtype=np.uint8)
+    even, odd = f16_pairs(codes.reshape(64, 4)[:32]), f16_pairs(codes.reshape(64, 4)[32:])
+    got = np.empty(256)
+    for half, (ev, od) in enumerate((even, odd)):
+        block = got[128 * half:128 * half + 128].reshape(32, 4)
+        block[:, 0], block[:, 2], block[:, 1], block[:, 3] = ev[:, 0], ev[:, 1], od[:, 0], od[:, 1]
+    want = e4m3_values(codes) * 2.0**-8
+    finite = np.isfinite(want)
+    assert (~finite).sum() == 2 and np.array_equal(got[finite], want[finite])
+    assert np.array_equal(np.signbit(got[finite]), np.signbit(want[finite]))  # -0 stays -0
+    assert list(got[~finite]) == [480 * 2.0**-8, -480 * 2.0**-8]  # the NaN codes 0x7f, 0xff
 
 
 def test_a_wrong_pairing_of_words_is_caught_by_the_emulation() -> None:
@@ -307,5 +381,8 @@ def test_the_engine_splits_k_for_one_wave_and_describes_itself(monkeypatch, m, n
     early = _fp8_mma.Fp8MmaGemv(stand_in_context(), m, n, k, compiler, pdl_trigger="early")  # type: ignore[arg-type]
     assert dict(compiler.options[-1].defines)["MIRCUDA_PDL_TRIGGER_LATE"] == "0"
     assert early.describe().endswith("programmatic dependent launch (early trigger)")
+    integer = _fp8_mma.Fp8MmaGemv(stand_in_context(), m, n, k, compiler, decode="integer")  # type: ignore[arg-type]
+    assert dict(compiler.options[-1].defines)["MIRCUDA_FP8_INT_DECODE"] == "1"
+    assert "decoded by integer operations" in integer.describe() and integer.decode == "integer"
     on_ada = _fp8_mma.Fp8MmaGemv(stand_in_context((8, 9)), m, n, k, compiler, warps=1)  # type: ignore[arg-type]
     assert not on_ada.config.programmatic_stream_serialization and "programmatic" not in on_ada.describe()

@@ -287,7 +287,7 @@ def test_construction_arguments_of_the_cutlass_path_are_checked(monkeypatch) -> 
     for kwargs, argument in (({"warps": 2}, "warps"), ({"kernel": 3}, "kernel"), ({"library": "x"}, "library"),
                              ({"kernel": SM120}, "kernel"), ({"kernel": FP8_GEMV_NAME}, "kernel"),
                              ({"kernel": FP8_MMA_NAME}, "kernel"), ({"rows": 16}, "rows"),
-                             ({"pdl_trigger": "early"}, "pdl_trigger")):
+                             ({"pdl_trigger": "early"}, "pdl_trigger"), ({"decode": "integer"}, "decode")):
         with pytest.raises(mc.ContractError) as info:
             mc.BlockwiseFp8Plan(context, stream, spec(64), **{"library": lib, **kwargs})
         assert info.value.argument == argument

@@ -109,31 +109,34 @@ SWEEP_PREFIX = "sweep "
 @dataclass(frozen=True)
 class Candidate:
     """One decode configuration of ``--sweep``: ``kernel`` (a key of :data:`SWEEP_KERNELS`) and the
-    plans' knobs ``rows``, ``warps`` and ``pdl_trigger`` (None: the plan's default)."""
+    plans' knobs ``rows``, ``warps``, ``pdl_trigger`` and ``decode`` (None: the plan's default)."""
 
     kernel: str
     rows: int | None = None
     warps: int | None = None
     pdl_trigger: str | None = None
+    decode: str | None = None
 
     @property
     def label(self) -> str:
-        """``kernel[:rows=R][:warps=W][:trigger=T]``, as ``--sweep`` spells it."""
+        """``kernel[:rows=R][:warps=W][:trigger=T][:decode=D]``, as ``--sweep`` spells it."""
         parts = [self.kernel] + [f"{key}={value}" for key, value in (("rows", self.rows), ("warps", self.warps),
-                                                                     ("trigger", self.pdl_trigger))
+                                                                     ("trigger", self.pdl_trigger),
+                                                                     ("decode", self.decode))
                                  if value is not None]
         return ":".join(parts)
 
     def knobs(self) -> dict[str, Any]:
         """The plans' keyword arguments for this configuration."""
         return {"kernel": SWEEP_KERNELS[self.kernel][0], "rows": self.rows, "warps": self.warps,
-                "pdl_trigger": self.pdl_trigger}
+                "pdl_trigger": self.pdl_trigger, "decode": self.decode}
 
 
 def sweep_values(text: str) -> tuple[Candidate, ...]:
-    """``--sweep``: comma-separated candidates ``kernel[:rows=R][:warps=W][:trigger=early|late]`` with
-    ``kernel`` ``gemv`` or ``mma`` (:data:`SWEEP_KERNELS`), e.g.
-    ``mma,mma:rows=32,mma:warps=4:trigger=early,gemv:rows=4``; a knob left out is the plan's default.
+    """``--sweep``: comma-separated candidates ``kernel[:rows=R][:warps=W][:trigger=early|late]`` (and for
+    ``mma`` ``[:decode=hardware|integer]``) with ``kernel`` ``gemv`` or ``mma`` (:data:`SWEEP_KERNELS`),
+    e.g. ``mma,mma:rows=32,mma:warps=4:trigger=early,mma:decode=integer,gemv:rows=4``; a knob left out
+    is the plan's default.
 
     Raises:
         argparse.ArgumentTypeError: naming the candidate and what is wrong with it.
@@ -150,15 +153,17 @@ def sweep_values(text: str) -> tuple[Candidate, ...]:
         for pair in pairs:
             key, _, value = pair.partition("=")
             allowed = {"rows": SWEEP_KERNELS[kernel][1], "warps": (1, 2, 4, 8), "trigger": ("early", "late")}
+            if kernel == "mma":
+                allowed["decode"] = ("hardware", "integer")
             if key not in allowed or key in knobs:
-                raise argparse.ArgumentTypeError(f"expected rows=, warps= or trigger= once each in {item!r}, "
+                raise argparse.ArgumentTypeError(f"expected {'=, '.join(allowed)}= once each in {item!r}, "
                                                  f"received {pair!r}")
             parsed: Any = int(value) if key != "trigger" and value.isdigit() else value
             if parsed not in allowed[key]:
                 raise argparse.ArgumentTypeError(f"expected {key} one of {', '.join(map(str, allowed[key]))} for "
                                                  f"{kernel} in {item!r}, received {value!r}")
             knobs[key] = parsed
-        out.append(Candidate(kernel, knobs.get("rows"), knobs.get("warps"), knobs.get("trigger")))
+        out.append(Candidate(kernel, knobs.get("rows"), knobs.get("warps"), knobs.get("trigger"), knobs.get("decode")))
     if not out:
         raise argparse.ArgumentTypeError(f"expected at least one candidate, received {text!r}")
     return tuple(out)
@@ -379,7 +384,8 @@ def _configuration(plan: Any) -> str:
     if engine is None:
         return kernel
     trigger = engine.pdl_trigger or "late"
-    return f"{kernel} rows={engine.rows} warps={engine.warps} trigger={trigger}"
+    decode = f" decode={engine.decode}" if getattr(engine, "decode", None) else ""
+    return f"{kernel} rows={engine.rows} warps={engine.warps} trigger={trigger}{decode}"
 
 
 def _sweep_plans(mc: Any, context: Any, stream: Any, candidates: Any, m: int, n: int, k: int, notes: list[str],
@@ -510,7 +516,8 @@ def register(sub: Any) -> None:
     p.add_argument("--sweep", type=sweep_values, default=None,
                    help="decode configurations measured beside the defaults for every M <= 16: comma-separated "
                         "kernel[:rows=R][:warps=W][:trigger=early|late], kernel gemv (CUDA cores, rows 1, 2, 4, 8) "
-                        "or mma (tensor cores, rows 16, 32), e.g. mma,mma:rows=32,gemv:rows=4:warps=2")
+                        "or mma (tensor cores, rows 16, 32; also :decode=hardware|integer), e.g. "
+                        "mma,mma:rows=32,mma:decode=integer,gemv:rows=4:warps=2")
     p.add_argument("--json", default="benchmarks/results/fp8_profile.json",
                    help=RESULTS_HELP)
     p.set_defaults(func=fp8_profile, json_default=p.get_default("json"))

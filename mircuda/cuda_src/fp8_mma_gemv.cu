@@ -24,6 +24,14 @@
 // and feeds words (.x, .y) to one mma as its k 4t.. and 4t+16.., words (.z, .w) to a second one. Every
 // k then takes the same column of the weights and the activations.
 //
+// MIRCUDA_FP8_INT_DECODE=1 (a tuning option for sm_90, default 0) decodes the fragments itself with
+// integer operations instead: an E4M3 code b becomes the FP16 bits (b & 0x80) << 8 | (b & 0x7f) << 7,
+// exactly b x 2^-8 (the exponent fields differ in bias by 8; E4M3 subnormals land on FP16 subnormals),
+// two codes per 32-bit result in 2.5 integer operations (SHF/LOP3) where F2FP decodes two per
+// instruction on a conversion unit; each m16n8k32 becomes two mma.m16n8k16 FP16 -> FP32 (exact
+// products), and the block sum is multiplied by 2^16. The NaN codes 0x7f / 0xff (which the quantizers
+// never write) decode as +-480 on this path.
+//
 // Block scaling (exactly the definition): a 128-K block is two 64-column steps, four mmas per n8 tile
 // into a fresh FP32 fragment; that block sum is then multiplied by sa[m, kb] * sb[n / 128, kb] and
 // added into the running FP32 sum (one FMA per output element and 128-K block).
@@ -52,6 +60,9 @@
 #ifndef MIRCUDA_PDL_TRIGGER_LATE
 #define MIRCUDA_PDL_TRIGGER_LATE 1
 #endif
+#ifndef MIRCUDA_FP8_INT_DECODE
+#define MIRCUDA_FP8_INT_DECODE 0
+#endif
 #include "decode_common.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
@@ -64,6 +75,7 @@ constexpr int kM = MIRCUDA_FP8_M;
 constexpr int kTiles = MIRCUDA_FP8_TILES;  // 16-row weight tiles per block (and per warp)
 static_assert(kM >= 1 && kM <= 16, "MIRCUDA_FP8_M must be in 1..16");
 static_assert(kTiles == 1 || kTiles == 2 || kTiles == 4, "MIRCUDA_FP8_TILES must be 1, 2 or 4");
+static_assert(MIRCUDA_FP8_INT_DECODE == 0 || MIRCUDA_FP8_INT_DECODE == 1, "MIRCUDA_FP8_INT_DECODE must be 0 or 1");
 constexpr int kN8 = (kM + 7) / 8;  // n8 tiles of activation rows
 constexpr int kRows = 16 * kTiles;
 constexpr int kMaxWarps = 8;       // warps per block splitting K
@@ -79,6 +91,34 @@ __device__ __forceinline__ uint4 load_weights(const unsigned char* p) {
     return v;
 }
 
+#if MIRCUDA_FP8_INT_DECODE
+constexpr float kBlockSumScale = 65536.f;  // 2^16: both operands were decoded as value x 2^-8
+
+__device__ __forceinline__ void mma_f16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                        unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Four E4M3 codes (byte i = element i) -> FP16 pairs (element 0, element 2) and (element 1, element 3),
+// each value x 2^-8 exactly.
+__device__ __forceinline__ unsigned f16_even(unsigned w) { return ((w << 7) & 0x3f803f80u) | ((w << 8) & 0x80008000u); }
+__device__ __forceinline__ unsigned f16_odd(unsigned w) { return ((w >> 1) & 0x3f803f80u) | (w & 0x80008000u); }
+
+// The m16n8k32 E4M3 product of the fragments below as two m16n8k16 FP16 products: the first takes
+// elements 0 and 2 of every register, the second 1 and 3. In both, FP16 A register r (k 2t, 2t+1 or
+// 2t+8, 2t+9) and B register r' pair the same two byte positions of the E4M3 registers that the
+// m16n8k32 layout pairs (same k), so each k still meets one column of weights and activations.
+__device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                    unsigned b1) {
+    mma_f16(c, f16_even(a0), f16_even(a1), f16_even(a2), f16_even(a3), f16_even(b0), f16_even(b1));
+    mma_f16(c, f16_odd(a0), f16_odd(a1), f16_odd(a2), f16_odd(a3), f16_odd(b0), f16_odd(b1));
+}
+#else
+constexpr float kBlockSumScale = 1.f;
+
 __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
                                     unsigned b1) {
     asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -86,6 +126,7 @@ __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, uns
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+#endif
 
 // One 128-K block's operands for one lane: weights [tile][step][lo, hi], activations [step][n8 tile],
 // the weight scale and the activation scales of this lane's output columns (zero past M).
@@ -138,7 +179,7 @@ __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int kb
 __device__ __forceinline__ void consume(float (&acc)[kTiles][kN8][4], const Stage& st) {
 #pragma unroll
     for (int j = 0; j < kN8; ++j) {
-        const float s0 = st.sa[j][0] * st.sb, s1 = st.sa[j][1] * st.sb;
+        const float s0 = st.sa[j][0] * st.sb, s1 = st.sa[j][1] * st.sb;  // (sa * sb, rounded once, in FP32)
 #pragma unroll
         for (int i = 0; i < kTiles; ++i) {
             float part[4] = {0.f, 0.f, 0.f, 0.f};
@@ -150,10 +191,11 @@ __device__ __forceinline__ void consume(float (&acc)[kTiles][kN8][4], const Stag
                 mma(part, lo.x, hi.x, lo.y, hi.y, x.x, x.y);
                 mma(part, lo.z, hi.z, lo.w, hi.w, x.z, x.w);
             }
-            acc[i][j][0] = fmaf(part[0], s0, acc[i][j][0]);  // (row g, col 2t)
-            acc[i][j][1] = fmaf(part[1], s1, acc[i][j][1]);  // (row g, col 2t + 1)
-            acc[i][j][2] = fmaf(part[2], s0, acc[i][j][2]);  // (row g + 8, col 2t)
-            acc[i][j][3] = fmaf(part[3], s1, acc[i][j][3]);  // (row g + 8, col 2t + 1)
+            // (x kBlockSumScale: a power of two, exact; 1 unless the fragments were decoded as x 2^-8)
+            acc[i][j][0] = fmaf(part[0] * kBlockSumScale, s0, acc[i][j][0]);  // (row g, col 2t)
+            acc[i][j][1] = fmaf(part[1] * kBlockSumScale, s1, acc[i][j][1]);  // (row g, col 2t + 1)
+            acc[i][j][2] = fmaf(part[2] * kBlockSumScale, s0, acc[i][j][2]);  // (row g + 8, col 2t)
+            acc[i][j][3] = fmaf(part[3] * kBlockSumScale, s1, acc[i][j][3]);  // (row g + 8, col 2t + 1)
         }
     }
 }

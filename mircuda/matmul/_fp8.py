@@ -151,15 +151,16 @@ class Fp8Gemv:
 
     Raises:
         ContractError: ``m`` outside 1..16, ``warps`` not 1, 2, 4 or 8, ``rows`` not one of
-            :data:`FP8_GEMV_ROWS` with rows x M <= 32, or ``pdl_trigger`` not None, ``"early"`` or
-            ``"late"`` (all checked before compiling).
+            :data:`FP8_GEMV_ROWS` with rows x M <= 32, ``pdl_trigger`` not None, ``"early"`` or
+            ``"late"``, or ``decode`` not None or ``"hardware"`` (all checked before compiling).
         CompileError: NVRTC rejected the kernel (a bug; the log is attached).
     """
 
     symbol = SYMBOL
 
     def __init__(self, context: Context, m: int, n: int, k: int, compiler: Compiler, *,
-                 warps: int | None = None, rows: int | None = None, pdl_trigger: str | None = None) -> None:
+                 warps: int | None = None, rows: int | None = None, pdl_trigger: str | None = None,
+                 decode: str | None = None) -> None:
         if type(m) is not int or not 1 <= m <= FP8_GEMV_MAX_M:
             raise ContractError("m", f"1..{FP8_GEMV_MAX_M}", repr(m))
         if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
@@ -168,6 +169,8 @@ class Fp8Gemv:
             raise ContractError("rows", f"None or one of {FP8_GEMV_ROWS} with rows x M <= 32 (M = {m}; weight rows "
                                         f"per block of {SYMBOL})", repr(rows))
         check_pdl_trigger(pdl_trigger)
+        if decode is not None and decode != "hardware":
+            raise ContractError("decode", f"None or 'hardware' ({SYMBOL} decodes with cvt.rn.f16x2.e4m3x2)", repr(decode))
         self.m, self.n, self.k = m, n, k
         self.rows = fp8_gemv_rows(m) if rows is None else rows
         self.pdl_trigger = pdl_trigger
@@ -265,12 +268,12 @@ class _Fp8PlanBase(EngineViews, PlanBase):
     _numba: Any
 
     def _setup(self, context: Context, stream: Stream, m: int, n: int, k: int, compiler: Any, warps: Any,
-               kernel: str = SYMBOL, rows: Any = None, pdl_trigger: Any = None) -> None:
+               kernel: str = SYMBOL, rows: Any = None, pdl_trigger: Any = None, decode: Any = None) -> None:
         self._context, self._stream = context, stream
         self._m, self._n, self._k = m, n, k
         engine: Any = Fp8MmaGemv if kernel == FP8_MMA_SYMBOL else Fp8Gemv
         self._engine = engine(context, m, n, k, plan_compiler(compiler, context), warps=warps, rows=rows,
-                              pdl_trigger=pdl_trigger)
+                              pdl_trigger=pdl_trigger, decode=decode)
         self._launch, self._config = self._engine.launch, self._engine.config
         self._in, self._out = dtype_info(e4m3), dtype_info(bf16)
         self._operands = fp8_operands(m, n, k, kernel)
@@ -341,21 +344,23 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
         rows: weight rows per block (``blockwise_fp8_gemv``: 1, 2, 4 or 8, default 8;
             ``blockwise_fp8_mma``: 16 or 32, default 16).
         pdl_trigger: where programmatic dependent launch lets the next kernel start on cc >= 9.0:
-            ``"early"`` or ``"late"`` (default: late). ``rows``, ``warps`` and ``pdl_trigger`` are the
-            tuning knobs that ``fp8-profile --sweep`` measures.
+            ``"early"`` or ``"late"`` (default: late).
+        decode: ``blockwise_fp8_mma`` only: ``"hardware"`` (default) or ``"integer"`` (see
+            :data:`~mircuda.matmul._fp8_mma.DECODES`). ``rows``, ``warps``, ``pdl_trigger`` and ``decode``
+            are the tuning knobs that ``fp8-profile --sweep`` measures.
 
     The plan allocates nothing (it keeps no workspace); ``execute`` allocates and synchronizes nothing.
 
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16, named ``spec``), ``compiler``,
-            ``kernel``, ``rows``, ``warps`` or ``pdl_trigger``.
+            ``kernel``, ``rows``, ``warps``, ``pdl_trigger`` or ``decode``.
         UnsupportedPlatform: compute capability below 8.9.
         CompileError: NVRTC rejected the kernel (a bug; the log is attached).
     """
 
     def __init__(self, context: Context, stream: Stream, spec: DenseVectorSpec, *, compiler: Compiler | None = None,
                  warps: int | None = None, kernel: str | None = None, rows: int | None = None,
-                 pdl_trigger: str | None = None) -> None:
+                 pdl_trigger: str | None = None, decode: str | None = None) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
@@ -364,7 +369,7 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
         _check_spec_k(spec.k)
         _check_cc(context, "BlockwiseFp8VectorPlan")
         self._spec = spec
-        self._setup(context, stream, 1, spec.n, spec.k, compiler, warps, kernel or SYMBOL, rows, pdl_trigger)
+        self._setup(context, stream, 1, spec.n, spec.k, compiler, warps, kernel or SYMBOL, rows, pdl_trigger, decode)
 
     @property
     def kernel_name(self) -> str:
@@ -447,6 +452,8 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
             x M <= 32; ``blockwise_fp8_mma``: 16 or 32; default: the kernel's); None for CUTLASS.
         pdl_trigger: ``"early"`` or ``"late"`` (default: late): where the NVRTC kernel lets the next
             kernel start under programmatic dependent launch (cc >= 9.0); None for CUTLASS.
+        decode: ``blockwise_fp8_mma`` only: ``"hardware"`` (default) or ``"integer"`` (see
+            :data:`~mircuda.matmul._fp8_mma.DECODES`); None for CUTLASS.
 
     Streams: the plan is bound to ``stream`` (its workspace and the library's launch parameters belong
     to one execution at a time); ``execute`` refuses another stream, and the plan's while it is forked
@@ -454,7 +461,7 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
 
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16, named ``spec``), ``kernel``,
-            ``library``, ``compiler``, ``warps``, ``rows`` or ``pdl_trigger``.
+            ``library``, ``compiler``, ``warps``, ``rows``, ``pdl_trigger`` or ``decode``.
         BlockwiseFp8Unavailable: no kernel for the shape on this device (M > 16 on a device other than
             cc 9.x / 12.x, a library without the FP8 kernels for it, or N, K outside the kernel's
             multiples).
@@ -467,7 +474,8 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
 
     def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, *, kernel: str | None = None,
                  library: CutlassLibrary | None = None, compiler: Compiler | None = None,
-                 warps: int | None = None, rows: int | None = None, pdl_trigger: str | None = None) -> None:
+                 warps: int | None = None, rows: int | None = None, pdl_trigger: str | None = None,
+                 decode: str | None = None) -> None:
         from ._library import CutlassLibrary as _Library
         from ._library import load_library
         from ._select import FP8_GEMV_NAME, FP8_MMA_NAME, FP8_NVRTC_MAX_M, select_fp8_kernel
@@ -503,9 +511,9 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
         self._cutlass: CutlassFp8 | None = None
         if self._selection.kernel.origin == "nvrtc":
             self._setup(context, stream, spec.m, spec.n, spec.k, compiler, warps, self._selection.kernel.name, rows,
-                        pdl_trigger)
+                        pdl_trigger, decode)
             return
-        for name, value in (("warps", warps), ("rows", rows), ("pdl_trigger", pdl_trigger)):
+        for name, value in (("warps", warps), ("rows", rows), ("pdl_trigger", pdl_trigger), ("decode", decode)):
             if value is not None:
                 raise ContractError(name, f"None: {self._selection.kernel.name} (CUTLASS) runs M = {spec.m}",
                                     repr(value))

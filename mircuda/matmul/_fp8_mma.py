@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from ..launch import TypedKernel
     from ..runtime import Context
 
-__all__ = ["FP8_MMA_BLOCK_K", "FP8_MMA_ROWS", "FP8_MMA_SYMBOL", "PDL_TRIGGERS", "Fp8MmaGemv", "check_pdl_trigger",
-           "fp8_mma_options", "fp8_mma_source", "pdl_defines"]
+__all__ = ["DECODES", "FP8_MMA_BLOCK_K", "FP8_MMA_ROWS", "FP8_MMA_SYMBOL", "PDL_TRIGGERS", "Fp8MmaGemv",
+           "check_pdl_trigger", "fp8_mma_options", "fp8_mma_source", "pdl_defines"]
 
 FP8_MMA_SYMBOL = "blockwise_fp8_mma"
 FP8_MMA_ROWS = (16, 32)
@@ -33,6 +33,12 @@ FP8_MMA_BLOCK_K = 128
 PDL_TRIGGERS = ("early", "late")
 """Where programmatic dependent launch lets the next kernel start (``MIRCUDA_PDL_TRIGGER_LATE``; see
 ``cuda_src/decode_common.cuh``): at the start of each block, or after its loads."""
+DECODES = ("hardware", "integer")
+"""How ``blockwise_fp8_mma`` turns E4M3 fragments into products (``MIRCUDA_FP8_INT_DECODE``; see
+``cuda_src/fp8_mma_gemv.cu``): ``"hardware"`` (the default) hands E4M3 to ``mma.sync`` (QMMA on sm_89
+and sm_120; on sm_90 ptxas decodes with F2FP and runs FP16 HMMA); ``"integer"`` decodes with integer
+operations into FP16 x 2^-8 and runs FP16 ``mma.sync`` (a tuning option for sm_90, where F2FP's
+conversion rate may bound the kernel; NaN codes read as +-480)."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -56,9 +62,12 @@ def pdl_defines(pdl_trigger: str | None) -> dict[str, int]:
     return {} if pdl_trigger is None else {"MIRCUDA_PDL_TRIGGER_LATE": int(pdl_trigger == "late")}
 
 
-def fp8_mma_options(m: int, rows: int = 16, pdl_trigger: str | None = None) -> CompileOptions:
-    """The NVRTC options of the module for ``m`` rows of A and ``rows`` (16 or 32) weight rows per block."""
-    return CompileOptions(defines={"MIRCUDA_FP8_M": m, "MIRCUDA_FP8_TILES": rows // 16, **pdl_defines(pdl_trigger)})
+def fp8_mma_options(m: int, rows: int = 16, pdl_trigger: str | None = None, decode: str | None = None) -> CompileOptions:
+    """The NVRTC options of the module for ``m`` rows of A, ``rows`` (16 or 32) weight rows per block, and
+    when given the PDL trigger and the decode (:data:`DECODES`)."""
+    extra = {} if decode is None else {"MIRCUDA_FP8_INT_DECODE": int(decode == "integer")}
+    return CompileOptions(defines={"MIRCUDA_FP8_M": m, "MIRCUDA_FP8_TILES": rows // 16, **pdl_defines(pdl_trigger),
+                                   **extra})
 
 
 class Fp8MmaGemv:
@@ -69,14 +78,15 @@ class Fp8MmaGemv:
 
     Raises:
         ContractError: ``m`` outside 1..16, ``rows`` not None, 16 or 32, ``warps`` not None, 1, 2, 4 or 8,
-            or ``pdl_trigger`` not None, ``"early"`` or ``"late"`` (all checked before compiling).
+            ``pdl_trigger`` not None, ``"early"`` or ``"late"``, or ``decode`` not None or one of
+            :data:`DECODES` (all checked before compiling).
         CompileError: NVRTC rejected the kernel (a bug; the log is attached).
     """
 
     symbol = FP8_MMA_SYMBOL
 
     def __init__(self, context: Context, m: int, n: int, k: int, compiler: Compiler, *, warps: int | None = None,
-                 rows: int | None = None, pdl_trigger: str | None = None) -> None:
+                 rows: int | None = None, pdl_trigger: str | None = None, decode: str | None = None) -> None:
         if type(m) is not int or not 1 <= m <= 16:
             raise ContractError("m", "1..16", repr(m))
         if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
@@ -85,13 +95,17 @@ class Fp8MmaGemv:
             raise ContractError("rows", f"None, 16 or 32 (weight rows per block of {FP8_MMA_SYMBOL}: 16-row mma "
                                         "tiles)", repr(rows))
         check_pdl_trigger(pdl_trigger)
+        if decode is not None and (not isinstance(decode, str) or decode not in DECODES):
+            raise ContractError("decode", "None, 'hardware' or 'integer' (how the E4M3 fragments are decoded)",
+                                repr(decode))
         self.m, self.n, self.k = m, n, k
         self.rows = FP8_MMA_ROWS[0] if rows is None else rows
         self.pdl_trigger = pdl_trigger
+        self.decode = decode
         contract = cuda_export(FP8_MMA_SYMBOL, d=InOut[DeviceBuffer[bf16]], c=In[DeviceBuffer[bf16]],
                                a=In[DeviceBuffer[e4m3]], sa=In[DeviceBuffer[f32]], b=In[DeviceBuffer[e4m3]],
                                sb=In[DeviceBuffer[f32]], alpha=f32, beta=f32, n=i32, k=i32)
-        self.options = fp8_mma_options(m, self.rows, pdl_trigger)
+        self.options = fp8_mma_options(m, self.rows, pdl_trigger, decode)
         self.kernel: TypedKernel = compiler.compile(fp8_mma_source(), self.options).kernel(contract)
         info = context.device_info()
         if warps is None:
@@ -118,7 +132,8 @@ class Fp8MmaGemv:
         tiles = self.rows // 16
         return (f"kernel {FP8_MMA_SYMBOL} (NVRTC, {defines}): {self.config.grid[0]} blocks of {self.rows} weight rows "
                 f"x {self.warps} warp(s) splitting K in 128-K blocks; tensor cores: mma.sync m16n8k32 E4M3 x E4M3 "
-                f"-> FP32 ({tiles} 16-row weight tile(s) x {-(-self.m // 8)} n8 tile(s) of activation rows, rows "
+                f"-> FP32{' (E4M3 decoded by integer operations, FP16 mma)' if self.decode == 'integer' else ''} "
+                f"({tiles} 16-row weight tile(s) x {-(-self.m // 8)} n8 tile(s) of activation rows, rows "
                 "past M zero), each 128-K block's sums multiplied by sa * sb and added in FP32; 16-byte streamed "
                 "weight loads (L1 bypassed, 128-byte L2 lines), the next 128-K block in flight"
                 + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else "")

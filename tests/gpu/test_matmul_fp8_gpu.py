@@ -88,9 +88,9 @@ def assert_close_decode(context, plan, got, want, mag) -> None:  # type: ignore[
 
 
 def run(context, stream, pool, rng, m, n, k, alpha=1.0, beta=0.0, *, vector=False, warps=None, separate_c=True,
-        kernel=None, rows=None, pdl_trigger=None):  # type: ignore[no-untyped-def]
+        kernel=None, rows=None, pdl_trigger=None, decode=None):  # type: ignore[no-untyped-def]
     ops = Operands(context, stream, pool, rng, m, n, k)
-    knobs = {"warps": warps, "kernel": kernel, "rows": rows, "pdl_trigger": pdl_trigger}
+    knobs = {"warps": warps, "kernel": kernel, "rows": rows, "pdl_trigger": pdl_trigger, "decode": decode}
     if vector:
         plan: Any = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(n, k), **knobs)
     else:
@@ -149,6 +149,16 @@ def test_the_tensor_core_kernel_matches_float64_for_its_rows_and_triggers(contex
                kernel="blockwise_fp8_mma", rows=rows, pdl_trigger=pdl_trigger)
     assert plan.kernel_name == "blockwise_fp8_mma" and plan.rows == rows
     assert plan.launch_config.grid[0] == -(-n // rows)
+
+
+@pytest.mark.parametrize("rows", [16, 32])
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 16])
+@pytest.mark.parametrize("n, k", [(4096, 4096), (1000, 1040), (37, 304), (129, 4112)], ids=str)
+def test_the_integer_decode_matches_float64(context, stream, pool, rng, m, n, k, rows) -> None:
+    # FP16 mma.sync with FP32 accumulation on every arch: the FP32 bound holds everywhere.
+    plan = run(context, stream, pool, rng, m, n, k, float(rng.uniform(0.5, 2.0)), 0.5, vector=m == 1,
+               kernel="blockwise_fp8_mma", rows=rows, decode="integer")
+    assert plan._engine.decode == "integer" and "integer operations" in plan.describe()
 
 
 @pytest.mark.parametrize("m", [1, 16])
