@@ -429,6 +429,7 @@ def test_the_vector_plan_runs_the_tensor_core_kernel_on_request(monkeypatch) -> 
     assert "blockwise_fp8_mma" in repr(plan)
     default = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096))
     assert default.kernel_name == "blockwise_fp8_gemv" and default.rows == 8
+    assert "blockwise_fp8_gemv is the default for M = 1" in default.describe()
     with pytest.raises(mc.ContractError) as info:
         mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(64, 64), kernel="sm90_anything")
     assert info.value.argument == "kernel"

@@ -70,6 +70,15 @@ def test_each_shape_and_arch_gets_its_kernel(table, m, cc, name) -> None:
     assert selection.kernel.name == name and selection.splits == 1 and str(m) in selection.reason
 
 
+def test_the_m_1_default_is_one_constant(monkeypatch) -> None:
+    from mircuda.matmul import _select
+
+    assert _select.FP8_M1_KERNEL == FP8_GEMV_NAME
+    monkeypatch.setattr(_select, "FP8_M1_KERNEL", FP8_MMA_NAME)
+    chosen = select_fp8_kernel((), spec(1), (9, 0))
+    assert chosen.kernel.name == FP8_MMA_NAME and "tensor cores" in chosen.reason
+
+
 @pytest.mark.parametrize("m, name", [(1, FP8_GEMV_NAME), (3, FP8_MMA_NAME)])
 def test_the_nvrtc_kernels_need_no_library(m, name) -> None:
     chosen = select_fp8_kernel((), spec(m, 1000, 1040), (9, 0)).kernel

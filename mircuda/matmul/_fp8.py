@@ -326,7 +326,7 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
     """``d[N] = alpha * sum_kb sa[kb] * sb[n / 128, kb] * (a[kb] . B[n, kb]) + beta * c[N]``: the M = 1
     blockwise FP8 product (decode) as a CUDA C kernel compiled by NVRTC for the context's device
     (compute capability >= 8.9): by default ``blockwise_fp8_gemv`` (``cuda_src/fp8_vector.cu``, CUDA
-    cores), or the tensor-core ``blockwise_fp8_mma`` (``cuda_src/fp8_mma_gemv.cu``) when asked for.
+    cores), or the tensor-core ``blockwise_fp8_mma`` (``cuda_src/fp8_mma_gemv.cu``) on request.
 
     Operands (DeepSeek-V3 blockwise FP8; layouts and sources in :mod:`mircuda.matmul._quantize`): ``a``
     E4M3 ``[K]``, ``sa`` FP32 ``[ceil(K/128)]`` (the ``[1, ceil(K/128)]`` row of 1 x 128 scales), ``b``
@@ -339,8 +339,9 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
         spec: ``DenseVectorSpec(n, k)``.
         compiler: the Compiler of the kernel (default: one shared per context).
         warps: warps per block splitting K (1, 2, 4 or 8; default: one wave, see ``Fp8Gemv``).
-        kernel: ``None`` or ``"blockwise_fp8_gemv"`` (CUDA cores), or ``"blockwise_fp8_mma"`` (tensor
-            cores: mma.sync m16n8k32 E4M3, the one activation row in column 0 of the n8 tile).
+        kernel: ``"blockwise_fp8_gemv"`` (CUDA cores) or ``"blockwise_fp8_mma"`` (tensor cores:
+            mma.sync m16n8k32 E4M3, the one activation row in column 0 of the n8 tile); ``None``: the
+            default for M = 1 (:data:`~mircuda.matmul._select.FP8_M1_KERNEL`, the CUDA-core kernel).
         rows: weight rows per block (``blockwise_fp8_gemv``: 1, 2, 4 or 8, default 8;
             ``blockwise_fp8_mma``: 16 or 32, default 16).
         pdl_trigger: where programmatic dependent launch lets the next kernel start on cc >= 9.0:
@@ -369,7 +370,11 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
         _check_spec_k(spec.k)
         _check_cc(context, "BlockwiseFp8VectorPlan")
         self._spec = spec
-        self._setup(context, stream, 1, spec.n, spec.k, compiler, warps, kernel or SYMBOL, rows, pdl_trigger, decode)
+        self._forced = kernel is not None
+        from ._select import FP8_M1_KERNEL
+
+        self._setup(context, stream, 1, spec.n, spec.k, compiler, warps, kernel or FP8_M1_KERNEL, rows, pdl_trigger,
+                    decode)
 
     @property
     def kernel_name(self) -> str:
@@ -380,8 +385,7 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
         """Which kernel runs and why, in one paragraph."""
         s = self._spec
         why = f"M = 1 is bound by the {s.n}x{s.k} weight bytes; each is read once at streaming bandwidth"
-        if self._engine.symbol == FP8_MMA_SYMBOL:
-            why += " (tensor-core kernel: asked for)"
+        why += f"; {self._engine.symbol} {'asked for' if self._forced else 'is the default for M = 1'}"
         return Description(f"BlockwiseFp8VectorPlan e4m3 x e4m3 -> bf16 (1x128 activation / 128x128 weight FP32 scales), "
                 f"N={s.n}, K={s.k} on {self._context.device_info().arch}: {self._engine.describe()}. Why: {why}")
 

@@ -162,6 +162,12 @@ FP8_MMA_NAME = "blockwise_fp8_mma"
 """The tensor-core NVRTC kernel's name (``cuda_src/fp8_mma_gemv.cu``, M <= 16; chosen for 2 <= M <= 16)."""
 FP8_NVRTC_MAX_M = 16
 """M up to this runs an NVRTC kernel (``MIRCUDA_FP8_M`` of both kernels takes 1..16)."""
+FP8_M1_KERNEL = FP8_GEMV_NAME
+"""The M = 1 kernel of both FP8 plans by default: the CUDA-core one, as measured on the H200 on
+2026-11-30 (4096 x 4096: 7.51 µs, 14336 x 4096: 17.48 µs, cold weights). The tensor-core kernel
+spends about a third of its instructions per weight byte (one mma.sync per 16 rows x 32 K instead of
+decodes, widenings and FMAs per element) and is ``fp8-profile --sweep``'s ``mma`` candidate at M = 1;
+this is the one place to switch the default once measured."""
 FP8_PINGPONG_MAX_M = 256
 """SM90: 16 < M <= this runs the 64x128x128 ping-pong blockwise kernel (64-row tiles waste less of a
 short M, and one warp group's epilogue overlaps the other's MMA); larger M the 128x128x128
@@ -224,6 +230,9 @@ def select_fp8_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, comp
             raise ContractError("kernel", f"a kernel that takes M={m} N={n} K={k}", repr(forced), why)
         return Selection(match, 1, "forced by the caller")
     if m == 1:
+        if mma.name == FP8_M1_KERNEL:
+            return Selection(mma, 1, f"M = 1: decode, bound by the {n}x{k} weight bytes, each read once; tensor "
+                                     "cores (BlockwiseFp8VectorPlan's kernel)")
         return Selection(gemv, 1, f"M = 1: decode, bound by the {n}x{k} weight bytes, each read once; CUDA cores "
                                   "(BlockwiseFp8VectorPlan's kernel)")
     if m <= FP8_NVRTC_MAX_M:
