@@ -133,7 +133,8 @@ def test_the_batched_plan_matches_float64_for_every_m_up_to_16(context, stream, 
 
 @pytest.mark.parametrize("kernel", ["blockwise_fp8_gemv", "blockwise_fp8_mma"])
 @pytest.mark.parametrize("m", [1, 2, 3, 8, 9, 16])
-@pytest.mark.parametrize("n, k", [(4096, 4096), (1000, 1040), (37, 304), (129, 4112), (300, 528), (16, 16)], ids=str)
+@pytest.mark.parametrize("n, k", [(4096, 4096), (1000, 1040), (37, 304), (129, 4112), (300, 528), (16, 16), (1, 16),
+                                  (7, 528)], ids=str)
 def test_each_nvrtc_kernel_matches_float64_for_every_m(context, stream, pool, rng, kernel, m, n, k) -> None:
     plan = run(context, stream, pool, rng, m, n, k, float(rng.uniform(0.5, 2.0)), kernel=kernel)
     assert plan.kernel_name == kernel
