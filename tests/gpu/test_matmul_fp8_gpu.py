@@ -25,6 +25,7 @@ from mircuda.matmul import (
     quantize_activations_reference,
     quantize_weights_reference,
 )
+from mircuda.matmul._select import FP8_GEMV_NAME, FP8_M1_KERNEL
 
 GUARD = 64
 """Elements past the end of every output buffer that no kernel may touch."""
@@ -121,14 +122,14 @@ VECTOR_SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (1000, 1040), (37, 
 @pytest.mark.parametrize("n, k", VECTOR_SHAPES, ids=str)
 def test_the_vector_plan_matches_float64_of_the_dequantized_operands(context, stream, pool, rng, n, k) -> None:
     plan = run(context, stream, pool, rng, 1, n, k, float(rng.uniform(0.5, 2.0)), vector=True)
-    assert plan.kernel.contract.symbol == "blockwise_fp8_gemv" and plan.rows == 8
+    assert plan.kernel.contract.symbol == FP8_M1_KERNEL and plan.rows == (8 if FP8_M1_KERNEL == FP8_GEMV_NAME else 16)
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 9, 12, 16])
 @pytest.mark.parametrize("n, k", [(4096, 4096), (1000, 1040), (37, 304), (129, 4112)], ids=str)
 def test_the_batched_plan_matches_float64_for_every_m_up_to_16(context, stream, pool, rng, m, n, k) -> None:
     plan = run(context, stream, pool, rng, m, n, k, float(rng.uniform(0.5, 2.0)))
-    assert plan.kernel_name == ("blockwise_fp8_gemv" if m == 1 else "blockwise_fp8_mma")
+    assert plan.kernel_name == (FP8_M1_KERNEL if m == 1 else "blockwise_fp8_mma")
 
 
 @pytest.mark.parametrize("kernel", ["blockwise_fp8_gemv", "blockwise_fp8_mma"])
@@ -174,7 +175,8 @@ def test_the_tensor_core_kernel_matches_float64_on_the_profiled_shapes(context, 
 @pytest.mark.parametrize("n, k", [(4096, 4096), (129, 4112), (37, 304)], ids=str)
 def test_the_vector_plan_matches_float64_for_every_rows_and_trigger(context, stream, pool, rng, n, k, rows,
                                                                     pdl_trigger) -> None:
-    plan = run(context, stream, pool, rng, 1, n, k, 1.0, vector=True, rows=rows, pdl_trigger=pdl_trigger)
+    plan = run(context, stream, pool, rng, 1, n, k, 1.0, vector=True, rows=rows, pdl_trigger=pdl_trigger,
+               kernel="blockwise_fp8_gemv")
     assert plan.rows == rows and plan.kernel_name == "blockwise_fp8_gemv"
 
 
@@ -405,9 +407,9 @@ def test_operands_and_the_stream_are_checked_before_anything_is_enqueued(context
 def test_describe_names_the_kernel_and_its_shape(context, stream, m) -> None:
     plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, 4096, 4096))
     text = plan.describe()
-    kernel = "blockwise_fp8_gemv" if m == 1 else "blockwise_fp8_mma"
+    kernel = FP8_M1_KERNEL if m == 1 else "blockwise_fp8_mma"
     assert kernel in text and f"MIRCUDA_FP8_M={m}" in text and f"{plan.warps} warp" in text
-    assert ("mma.sync m16n8k32" in text) is (m > 1)
+    assert ("mma.sync m16n8k32" in text) is (kernel == "blockwise_fp8_mma")
     assert ("programmatic dependent launch" in text) is context.device_info().supports_programmatic_launch
 
 
@@ -437,7 +439,7 @@ def fp8_library() -> Any:
 def cutlass_plan(context, stream, fp8_library, m, n, k, kernel=None):  # type: ignore[no-untyped-def]
     """The plan, or a skip for a CUTLASS shape the device refuses by name (checked to be the reason)."""
     cc = context.device_info().compute_capability
-    cutlass = m > 16 or (kernel is not None and kernel != "blockwise_fp8_gemv")
+    cutlass = m > 16 or (kernel is not None and kernel not in ("blockwise_fp8_gemv", "blockwise_fp8_mma"))
     if cutlass and cc[0] not in (9, 12):
         with pytest.raises(mc.BlockwiseFp8Unavailable, match="compute capability"):
             mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k), library=fp8_library)
