@@ -32,6 +32,7 @@ from mircuda.matmul._quantize import (
     quantize_weights_reference,
     weight_scale_shape,
 )
+from mircuda.matmul._select import FP8_M1_KERNEL
 from mircuda.matmul._vector import INVALID_HANDLE, INVALID_VALUE
 
 E4M3_CODES = np.arange(256, dtype=np.uint8)
@@ -364,7 +365,7 @@ def test_another_stream_a_freed_buffer_and_bad_scalars_are_refused_before_the_la
 def test_the_vector_plan_takes_one_row_of_scales(monkeypatch) -> None:
     context, stream = stand_ins(monkeypatch)
     plan = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096 + 16))
-    assert plan.sa_shape == (1, 33) and plan.sb_shape == (32, 33) and plan.rows == 8
+    assert plan.sa_shape == (1, 33) and plan.sb_shape == (32, 33) and plan.rows == (8 if FP8_M1_KERNEL == "blockwise_fp8_gemv" else 16)
     assert "BlockwiseFp8VectorPlan" in plan.describe() and "N=4096" in plan.describe()
 
 
@@ -403,9 +404,9 @@ def test_m_above_16_on_a_device_without_cutlass_fp8_kernels_is_unavailable_by_na
 def test_m_1_runs_the_cuda_core_gemv_and_2_to_16_the_tensor_core_kernel(monkeypatch, m) -> None:
     context, stream = stand_ins(monkeypatch)
     plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, 256, 512))
-    symbol = "blockwise_fp8_gemv" if m == 1 else "blockwise_fp8_mma"
+    symbol = FP8_M1_KERNEL if m == 1 else "blockwise_fp8_mma"
     assert plan._engine.m == m and plan.kernel_name == symbol and f"M={m}" in plan.describe()
-    assert f"fake engine {symbol}" in plan.describe() and plan.rows == (8 if m == 1 else 16)
+    assert f"fake engine {symbol}" in plan.describe() and plan.rows == (8 if symbol == "blockwise_fp8_gemv" else 16)
     # The operand checks name the kernel that runs.
     assert all(symbol in op.reason for op in plan._operands)
 
@@ -428,8 +429,8 @@ def test_the_vector_plan_runs_the_tensor_core_kernel_on_request(monkeypatch) -> 
     assert plan.kernel_name == "blockwise_fp8_mma" and plan.rows == 32 and "asked for" in plan.describe()
     assert "blockwise_fp8_mma" in repr(plan)
     default = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096))
-    assert default.kernel_name == "blockwise_fp8_gemv" and default.rows == 8
-    assert "blockwise_fp8_gemv is the default for M = 1" in default.describe()
+    assert default.kernel_name == FP8_M1_KERNEL
+    assert f"{FP8_M1_KERNEL} is the default for M = 1" in default.describe()
     with pytest.raises(mc.ContractError) as info:
         mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(64, 64), kernel="sm90_anything")
     assert info.value.argument == "kernel"
