@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import mircuda as mc
-from mircuda.matmul import _fp8, _library, _quantize
+from mircuda.matmul import _fp8, _fp8_mma, _library, _quantize
 from mircuda.matmul._fp8 import (
     FP8_GEMV_MAX_M,
     fp8_gemv_executor,
@@ -32,6 +32,7 @@ from mircuda.matmul._quantize import (
     quantize_weights_reference,
     weight_scale_shape,
 )
+from mircuda.matmul._select import FP8_M1_KERNEL
 from mircuda.matmul._vector import INVALID_HANDLE, INVALID_VALUE
 
 E4M3_CODES = np.arange(256, dtype=np.uint8)
@@ -238,14 +239,30 @@ class Recorder:
 
 
 class FakeEngine:
-    def __init__(self, context: Any, m: int, n: int, k: int, compiler: Any, *, warps: Any = None) -> None:
-        self.m, self.rows, self.warps = m, fp8_gemv_rows(m), warps or 1
+    symbol = "blockwise_fp8_gemv"
+
+    def __init__(self, context: Any, m: int, n: int, k: int, compiler: Any, *, warps: Any = None, rows: Any = None,
+                 pdl_trigger: Any = None, decode: Any = None) -> None:
+        self.m, self.rows, self.warps = m, rows or self.default_rows(m), warps or 1
+        self.pdl_trigger, self.decode = pdl_trigger, decode
         self.launch = Recorder()
         self.config = mc.LaunchConfig(-(-n // self.rows), 32)
         self.kernel = None
 
+    @staticmethod
+    def default_rows(m: int) -> int:
+        return fp8_gemv_rows(m)
+
     def describe(self) -> str:
-        return "fake engine"
+        return f"fake engine {self.symbol}"
+
+
+class FakeMmaEngine(FakeEngine):
+    symbol = "blockwise_fp8_mma"
+
+    @staticmethod
+    def default_rows(m: int) -> int:
+        return 16
 
 
 def stand_ins(monkeypatch: pytest.MonkeyPatch, cc: tuple[int, int] = (9, 0)) -> tuple[Any, Any]:
@@ -261,6 +278,7 @@ def stand_ins(monkeypatch: pytest.MonkeyPatch, cc: tuple[int, int] = (9, 0)) -> 
     stream = object.__new__(Stream)
     stream._context, stream._handle = context, 0x50
     monkeypatch.setattr(_fp8, "Fp8Gemv", FakeEngine)
+    monkeypatch.setattr(_fp8, "Fp8MmaGemv", FakeMmaEngine)
     monkeypatch.setattr(_fp8, "plan_compiler", lambda compiler, context: compiler)
     return context, stream
 
@@ -347,7 +365,7 @@ def test_another_stream_a_freed_buffer_and_bad_scalars_are_refused_before_the_la
 def test_the_vector_plan_takes_one_row_of_scales(monkeypatch) -> None:
     context, stream = stand_ins(monkeypatch)
     plan = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096 + 16))
-    assert plan.sa_shape == (1, 33) and plan.sb_shape == (32, 33) and plan.rows == 8
+    assert plan.sa_shape == (1, 33) and plan.sb_shape == (32, 33) and plan.rows == (8 if FP8_M1_KERNEL == "blockwise_fp8_gemv" else 16)
     assert "BlockwiseFp8VectorPlan" in plan.describe() and "N=4096" in plan.describe()
 
 
@@ -382,11 +400,40 @@ def test_m_above_16_on_a_device_without_cutlass_fp8_kernels_is_unavailable_by_na
     assert isinstance(info.value, mc.UnsupportedPlatform) and "M = 17" in str(info.value)
 
 
-@pytest.mark.parametrize("m", [1, 2, 16])
-def test_m_up_to_16_runs_the_nvrtc_gemv(monkeypatch, m) -> None:
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 16])
+def test_m_1_runs_the_cuda_core_gemv_and_2_to_16_the_tensor_core_kernel(monkeypatch, m) -> None:
     context, stream = stand_ins(monkeypatch)
     plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, 256, 512))
-    assert plan._engine.m == m and "fake engine" in plan.describe() and f"M={m}" in plan.describe()
+    symbol = FP8_M1_KERNEL if m == 1 else "blockwise_fp8_mma"
+    assert plan._engine.m == m and plan.kernel_name == symbol and f"M={m}" in plan.describe()
+    assert f"fake engine {symbol}" in plan.describe() and plan.rows == (8 if symbol == "blockwise_fp8_gemv" else 16)
+    # The operand checks name the kernel that runs.
+    assert all(symbol in op.reason for op in plan._operands)
+
+
+@pytest.mark.parametrize("kernel", ["blockwise_fp8_gemv", "blockwise_fp8_mma"])
+@pytest.mark.parametrize("m", [1, 4, 16])
+def test_either_nvrtc_kernel_can_be_forced_with_its_knobs(monkeypatch, kernel, m) -> None:
+    context, stream = stand_ins(monkeypatch)
+    rows = 32 if kernel == "blockwise_fp8_mma" else 2
+    plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, 256, 512), kernel=kernel, rows=rows, warps=2,
+                               pdl_trigger="early", decode="hardware")
+    assert plan.kernel_name == kernel and plan.rows == rows and plan.warps == 2
+    assert plan._engine.pdl_trigger == "early" and plan._engine.decode == "hardware" and "forced" in plan.describe()
+
+
+def test_the_vector_plan_runs_the_tensor_core_kernel_on_request(monkeypatch) -> None:
+    context, stream = stand_ins(monkeypatch)
+    plan = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096), kernel="blockwise_fp8_mma",
+                                     rows=32, pdl_trigger="late")
+    assert plan.kernel_name == "blockwise_fp8_mma" and plan.rows == 32 and "asked for" in plan.describe()
+    assert "blockwise_fp8_mma" in repr(plan)
+    default = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096))
+    assert default.kernel_name == FP8_M1_KERNEL
+    assert f"{FP8_M1_KERNEL} is the default for M = 1" in default.describe()
+    with pytest.raises(mc.ContractError) as info:
+        mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(64, 64), kernel="sm90_anything")
+    assert info.value.argument == "kernel"
 
 
 def test_devices_below_cc_8_9_are_refused(monkeypatch) -> None:
@@ -410,15 +457,34 @@ def test_construction_checks_its_arguments(monkeypatch) -> None:
         mc.BlockwiseFp8VectorPlan(object(), stream, mc.DenseVectorSpec(64, 64))
 
 
+@pytest.mark.parametrize("engine", ["gemv", "mma"])
 @pytest.mark.parametrize("kwargs, argument, received", [
     ({"m": 0}, "m", "0"), ({"m": 17}, "m", "17"), ({"m": 2.0}, "m", "2.0"), ({"warps": 3}, "warps", "3"),
-    ({"warps": True}, "warps", "True"),
+    ({"warps": True}, "warps", "True"), ({"rows": 3}, "rows", "3"), ({"rows": 64}, "rows", "64"),
+    ({"rows": 16.0}, "rows", "16.0"), ({"pdl_trigger": "never"}, "pdl_trigger", "'never'"),
+    ({"pdl_trigger": 1}, "pdl_trigger", "1"), ({"decode": "fast"}, "decode", "'fast'"),
+    ({"decode": 1}, "decode", "1"),
 ])
-def test_the_engine_checks_m_and_warps_before_the_device_is_asked(kwargs, argument, received) -> None:
-    args = {"m": 1, "warps": None, **kwargs}
-    with pytest.raises(mc.ContractError) as info:
-        _fp8.Fp8Gemv(None, args["m"], 64, 64, None, warps=args["warps"])  # no context: the check comes first
+def test_the_engines_check_their_knobs_before_the_device_is_asked(engine, kwargs, argument, received) -> None:
+    args = {"m": 1, "warps": None, "rows": None, "pdl_trigger": None, "decode": None, **kwargs}
+    make = _fp8.Fp8Gemv if engine == "gemv" else _fp8_mma.Fp8MmaGemv
+    with pytest.raises(mc.ContractError) as info:  # no context, no compiler: the checks come first
+        make(None, args["m"], 64, 64, None, warps=args["warps"], rows=args["rows"], pdl_trigger=args["pdl_trigger"],
+             decode=args["decode"])
     assert info.value.argument == argument and info.value.received == received
+
+
+def test_the_cuda_core_gemv_has_no_integer_decode() -> None:
+    with pytest.raises(mc.ContractError) as info:
+        _fp8.Fp8Gemv(None, 1, 64, 64, None, decode="integer")
+    assert info.value.argument == "decode" and "cvt.rn.f16x2.e4m3x2" in info.value.expected
+
+
+@pytest.mark.parametrize("m, rows", [(4, 16), (5, 8), (16, 4), (1, 16)])
+def test_the_cuda_core_gemv_refuses_rows_past_one_output_per_lane(m, rows) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        _fp8.Fp8Gemv(None, m, 64, 64, None, rows=rows)
+    assert info.value.argument == "rows" and f"M = {m}" in info.value.expected
 
 
 @pytest.mark.parametrize("kwargs, argument", [({"rows": 0}, "rows"), ({"k": -1}, "k"), ({"block": (128, 1)}, "block"),

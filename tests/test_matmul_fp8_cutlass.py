@@ -254,10 +254,10 @@ def test_the_sass_check_takes_only_the_library_archs() -> None:
 
 def test_cutlass_check_runs_fp8_shapes_each_kernel_takes() -> None:
     from mircuda.cli._cutlass_check import _fp8_shapes
-    from mircuda.matmul._select import fp8_gemv_entry
+    from mircuda.matmul._select import fp8_gemv_entry, fp8_mma_entry
     from test_matmul_fp8_select import TABLE
 
-    for kernel in (*TABLE, fp8_gemv_entry()):
+    for kernel in (*TABLE, fp8_gemv_entry(), fp8_mma_entry()):
         shapes = _fp8_shapes(kernel.family)
         assert shapes and all(not kernel.refusal(*s) for s in shapes), kernel.name
         if kernel.origin == "nvrtc":

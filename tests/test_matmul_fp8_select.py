@@ -18,7 +18,7 @@ import mircuda as mc
 from mircuda.matmul import _fp8, _library
 from mircuda.matmul._fp8_cutlass import MISALIGNED, WRONG_STREAM, scaled_executor
 from mircuda.matmul._library import KernelInfo
-from mircuda.matmul._select import FP8_GEMV_NAME, FP8_PINGPONG_MAX_M, select_fp8_kernel
+from mircuda.matmul._select import FP8_GEMV_NAME, FP8_MMA_NAME, FP8_PINGPONG_MAX_M, select_fp8_kernel
 
 COOP = "sm90_blockwise_coop_128x128x128_c1x2_e4m3_bf16"
 PINGPONG = "sm90_blockwise_pingpong_64x128x128_e4m3_bf16"
@@ -59,7 +59,8 @@ def spec(m: int, n: int = 4096, k: int = 4096) -> mc.DenseMatmulSpec:
 # -- the rule ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("table", tables())
 @pytest.mark.parametrize("m, cc, name", [
-    (1, (9, 0), FP8_GEMV_NAME), (16, (9, 0), FP8_GEMV_NAME), (16, (12, 0), FP8_GEMV_NAME), (8, (8, 9), FP8_GEMV_NAME),
+    (1, (9, 0), FP8_GEMV_NAME), (1, (8, 9), FP8_GEMV_NAME), (2, (9, 0), FP8_MMA_NAME), (16, (9, 0), FP8_MMA_NAME),
+    (16, (12, 0), FP8_MMA_NAME), (8, (8, 9), FP8_MMA_NAME), (3, (10, 0), FP8_MMA_NAME),
     (17, (9, 0), PINGPONG), (64, (9, 0), PINGPONG), (FP8_PINGPONG_MAX_M, (9, 0), PINGPONG),
     (FP8_PINGPONG_MAX_M + 1, (9, 0), COOP), (2048, (9, 0), COOP), (8192, (9, 0), COOP),
     (17, (12, 0), SM120), (2048, (12, 0), SM120), (300, (12, 1), SM120),
@@ -69,9 +70,19 @@ def test_each_shape_and_arch_gets_its_kernel(table, m, cc, name) -> None:
     assert selection.kernel.name == name and selection.splits == 1 and str(m) in selection.reason
 
 
-def test_the_nvrtc_kernel_needs_no_library() -> None:
-    chosen = select_fp8_kernel((), spec(3, 1000, 1040), (9, 0)).kernel
-    assert chosen.origin == "nvrtc" and chosen.name == FP8_GEMV_NAME and chosen.kind == "blockwise_scaled"
+def test_the_m_1_default_is_one_constant(monkeypatch) -> None:
+    from mircuda.matmul import _select
+
+    assert _select.FP8_M1_KERNEL == FP8_GEMV_NAME
+    monkeypatch.setattr(_select, "FP8_M1_KERNEL", FP8_MMA_NAME)
+    chosen = select_fp8_kernel((), spec(1), (9, 0))
+    assert chosen.kernel.name == FP8_MMA_NAME and "tensor cores" in chosen.reason
+
+
+@pytest.mark.parametrize("m, name", [(1, FP8_GEMV_NAME), (3, FP8_MMA_NAME)])
+def test_the_nvrtc_kernels_need_no_library(m, name) -> None:
+    chosen = select_fp8_kernel((), spec(m, 1000, 1040), (9, 0)).kernel
+    assert chosen.origin == "nvrtc" and chosen.name == name and chosen.kind == "blockwise_scaled"
 
 
 def test_the_sm90_kernels_take_partial_blocks_of_n_and_k() -> None:
@@ -95,7 +106,7 @@ def test_sm90_refuses_n_not_a_multiple_of_8_by_name() -> None:
 def test_other_archs_are_refused_by_name_for_m_above_16(cc) -> None:
     with pytest.raises(mc.BlockwiseFp8Unavailable, match=f"compute capability {cc[0]}.{cc[1]}"):
         select_fp8_kernel(TABLE, spec(17), cc)
-    assert select_fp8_kernel(TABLE, spec(16), cc).kernel.name == FP8_GEMV_NAME
+    assert select_fp8_kernel(TABLE, spec(16), cc).kernel.name == FP8_MMA_NAME
 
 
 @pytest.mark.parametrize("cc, family", [((9, 0), "sm90_blockwise_pingpong"), ((12, 0), "sm120_blockwise")])
@@ -108,7 +119,9 @@ def test_forcing_a_kernel() -> None:
     assert select_fp8_kernel(TABLE, spec(8), (9, 0), COOP).kernel.name == COOP  # CUTLASS for decode
     assert select_fp8_kernel(TABLE, spec(4096), (9, 0), PINGPONG).reason == "forced by the caller"
     assert select_fp8_kernel(TABLE, spec(16), (9, 0), FP8_GEMV_NAME).kernel.origin == "nvrtc"
-    for name, m, cc, text in [(FP8_GEMV_NAME, 17, (9, 0), "M <= 16"), (SM120, 64, (9, 0), "one of"),
+    assert select_fp8_kernel(TABLE, spec(1), (9, 0), FP8_MMA_NAME).kernel.name == FP8_MMA_NAME
+    for name, m, cc, text in [(FP8_GEMV_NAME, 17, (9, 0), "M <= 16"), (FP8_MMA_NAME, 17, (9, 0), "M <= 16"),
+                              (SM120, 64, (9, 0), "one of"),
                               (COOP, 64, (12, 0), "one of"), ("nope", 64, (9, 0), FP8_GEMV_NAME)]:
         with pytest.raises(mc.ContractError, match=text) as info:
             select_fp8_kernel(TABLE, spec(m), cc, name)
@@ -281,7 +294,9 @@ def test_construction_arguments_of_the_cutlass_path_are_checked(monkeypatch) -> 
     context, stream, pool = stand_ins(monkeypatch)
     lib = FakeLibrary()
     for kwargs, argument in (({"warps": 2}, "warps"), ({"kernel": 3}, "kernel"), ({"library": "x"}, "library"),
-                             ({"kernel": SM120}, "kernel"), ({"kernel": FP8_GEMV_NAME}, "kernel")):
+                             ({"kernel": SM120}, "kernel"), ({"kernel": FP8_GEMV_NAME}, "kernel"),
+                             ({"kernel": FP8_MMA_NAME}, "kernel"), ({"rows": 16}, "rows"),
+                             ({"pdl_trigger": "early"}, "pdl_trigger"), ({"decode": "integer"}, "decode")):
         with pytest.raises(mc.ContractError) as info:
             mc.BlockwiseFp8Plan(context, stream, spec(64), **{"library": lib, **kwargs})
         assert info.value.argument == argument

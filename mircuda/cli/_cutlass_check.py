@@ -1,8 +1,8 @@
 """``python -m mircuda cutlass-check``: find (or build) the CUTLASS library, run every kernel that
 runs on this GPU -- the library's dense kernels and DenseMatmulPlan's NVRTC kernels (the dense vector
 kernel for M = 1, the batched GEMV for M <= 16) against a float64 numpy reference; every blockwise FP8
-kernel (the library's, through BlockwiseFp8Plan with ``kernel=``, and the NVRTC FP8 GEMV) against a
-float64 product of the dequantized operands -- and check the SASS (``cuobjdump``) of every sm_120f
+kernel (the library's, through BlockwiseFp8Plan with ``kernel=``, and the two NVRTC FP8 decode kernels)
+against a float64 product of the dequantized operands -- and check the SASS (``cuobjdump``) of every sm_120f
 dense kernel for the tensor-core instructions it is meant to use and of every FP8 kernel (sm_120f and
 sm_90a) for the FP8 tensor-core MMA, naming the opcode found."""
 
@@ -160,6 +160,7 @@ blockwise mainloops promote each 128-K block's partial sum into FP32."""
 def _fp8_shapes(family: str) -> list[tuple[int, int, int]]:
     """Shapes per FP8 kernel family: partial last 128-blocks of N and K where the kernel takes them."""
     return {"fp8_gemv": [(1, 1000, 1040), (16, 37, 304), (5, 4096, 4096)],
+            "fp8_mma": [(2, 1000, 1040), (16, 37, 304), (9, 4096, 4096)],
             "sm90_blockwise_pingpong": [(17, 1032, 1040), (256, 4096, 528)],
             "sm90_blockwise_cooperative": [(300, 136, 272), (2048, 1024, 1024)],
             "sm120_blockwise": [(17, 1024, 1024), (300, 256, 4096)]}.get(family, [(64, 1024, 1024)])
@@ -211,13 +212,14 @@ def _fp8_check(context: Any, stream: Any, pool: Any, lib: Any, rng: np.random.Ge
                failures: list[str]) -> None:
     """Every FP8 kernel that runs on the device (cc >= 8.9): numerics rows appended, failures named."""
     import mircuda as mc
-    from mircuda.matmul._select import fp8_gemv_entry
+    from mircuda.matmul._select import fp8_gemv_entry, fp8_mma_entry
 
     info = context.device_info()
     if info.compute_capability < (8, 9):
         print(f"FP8: none runs on {info.name} (cc < 8.9)")
         return
-    kernels = [fp8_gemv_entry(), *(x for x in lib.scaled_kernels if x.runs_on(info.compute_capability))]
+    kernels = [fp8_gemv_entry(), fp8_mma_entry(),
+               *(x for x in lib.scaled_kernels if x.runs_on(info.compute_capability))]
     print(f"FP8 numerics: {len(kernels)} blockwise kernels run here ({', '.join(x.name for x in kernels)}); bound "
           f"|got - want| <= 2u|want| + 2**-11 sum|a b| (dequantized)")
     for kernel in kernels:

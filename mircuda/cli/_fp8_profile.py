@@ -9,7 +9,12 @@ PERFORMANCE.md records for torch 2.11 on the H200) where the installed torch acc
 read the same E4M3 codes and FP32 scales; every result is checked on three rows (first, middle, last)
 against float64 (the dequantized operands for blockwise, the codes for rowwise with unit scales).
 Torch is optional: without it (or without CUDA in it) only mircuda's rows are measured and the table
-says why."""
+says why.
+
+``--sweep`` adds, for every M <= 16, one row per candidate configuration of the NVRTC decode kernels
+(kernel, weight rows per block, warps splitting K, programmatic-dependent-launch trigger), each checked
+like the default plans, and prints the fastest configuration per (M, N, K) beside the default: the
+measurements that choose the decode defaults (see :func:`sweep_values`)."""
 
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ import numpy as np
 from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP
 
-__all__ = ["COLUMNS", "FP8_M", "FP8_SHAPES", "Fp8Row", "fp8_profile", "register", "shape_values", "table"]
+__all__ = ["COLUMNS", "FP8_M", "FP8_SHAPES", "SWEEP_KERNELS", "Candidate", "Fp8Row", "fp8_profile", "register",
+           "shape_values", "sweep_best", "sweep_values", "table"]
 
 FP8_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))
 """(N, K) of the weights: Llama-3-8B-like projections (hidden 4096, MLP 14336, fused QKV 6144)."""
@@ -90,6 +96,92 @@ def shape_values(text: str) -> tuple[tuple[int, int], ...]:
     if not out:
         raise argparse.ArgumentTypeError(f"expected at least one NxK pair, received {text!r}")
     return tuple(out)
+
+
+SWEEP_KERNELS = {"gemv": ("blockwise_fp8_gemv", (1, 2, 4, 8)), "mma": ("blockwise_fp8_mma", (16, 32))}
+"""``--sweep``'s kernel names: the NVRTC decode kernel each names and the weight rows per block it takes
+(``gemv``: ``cuda_src/fp8_vector.cu`` on CUDA cores, rows x M <= 32; ``mma``: ``cuda_src/fp8_mma_gemv.cu``
+on the tensor cores)."""
+SWEEP_PREFIX = "sweep "
+"""The path of a sweep row: ``"sweep " + Candidate.label``."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One decode configuration of ``--sweep``: ``kernel`` (a key of :data:`SWEEP_KERNELS`) and the
+    plans' knobs ``rows``, ``warps``, ``pdl_trigger`` and ``decode`` (None: the plan's default)."""
+
+    kernel: str
+    rows: int | None = None
+    warps: int | None = None
+    pdl_trigger: str | None = None
+    decode: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``kernel[:rows=R][:warps=W][:trigger=T][:decode=D]``, as ``--sweep`` spells it."""
+        parts = [self.kernel] + [f"{key}={value}" for key, value in (("rows", self.rows), ("warps", self.warps),
+                                                                     ("trigger", self.pdl_trigger),
+                                                                     ("decode", self.decode))
+                                 if value is not None]
+        return ":".join(parts)
+
+    def knobs(self) -> dict[str, Any]:
+        """The plans' keyword arguments for this configuration."""
+        return {"kernel": SWEEP_KERNELS[self.kernel][0], "rows": self.rows, "warps": self.warps,
+                "pdl_trigger": self.pdl_trigger, "decode": self.decode}
+
+
+def sweep_values(text: str) -> tuple[Candidate, ...]:
+    """``--sweep``: comma-separated candidates ``kernel[:rows=R][:warps=W][:trigger=early|late]`` (and for
+    ``mma`` ``[:decode=hardware|integer]``) with ``kernel`` ``gemv`` or ``mma`` (:data:`SWEEP_KERNELS`),
+    e.g. ``mma,mma:rows=32,mma:warps=4:trigger=early,mma:decode=integer,gemv:rows=4``; a knob left out
+    is the plan's default.
+
+    Raises:
+        argparse.ArgumentTypeError: naming the candidate and what is wrong with it.
+    """
+    out = []
+    for item in (v.strip() for v in text.split(",")):
+        if not item:
+            continue
+        kernel, *pairs = item.split(":")
+        if kernel not in SWEEP_KERNELS:
+            raise argparse.ArgumentTypeError(f"expected candidates kernel[:rows=R][:warps=W][:trigger=early|late] "
+                                             f"with kernel gemv or mma, received {item!r}")
+        knobs: dict[str, Any] = {}
+        for pair in pairs:
+            key, _, value = pair.partition("=")
+            allowed = {"rows": SWEEP_KERNELS[kernel][1], "warps": (1, 2, 4, 8), "trigger": ("early", "late")}
+            if kernel == "mma":
+                allowed["decode"] = ("hardware", "integer")
+            if key not in allowed or key in knobs:
+                raise argparse.ArgumentTypeError(f"expected {'=, '.join(allowed)}= once each in {item!r}, "
+                                                 f"received {pair!r}")
+            parsed: Any = int(value) if key != "trigger" and value.isdigit() else value
+            if parsed not in allowed[key]:
+                raise argparse.ArgumentTypeError(f"expected {key} one of {', '.join(map(str, allowed[key]))} for "
+                                                 f"{kernel} in {item!r}, received {value!r}")
+            knobs[key] = parsed
+        out.append(Candidate(kernel, knobs.get("rows"), knobs.get("warps"), knobs.get("trigger"), knobs.get("decode")))
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected at least one candidate, received {text!r}")
+    return tuple(out)
+
+
+def sweep_best(rows: list[Fp8Row]) -> list[str]:
+    """Per (M, N, K) with sweep rows: the fastest configuration among the sweep and the default plans."""
+    defaults = ("BlockwiseFp8VectorPlan", "BlockwiseFp8Plan")
+    keys = sorted({(r.m, r.n, r.k) for r in rows if r.path.startswith(SWEEP_PREFIX)})
+    out = []
+    for key in keys:
+        mine = [r for r in rows if (r.m, r.n, r.k) == key and (r.path.startswith(SWEEP_PREFIX) or r.path in defaults)]
+        best = min(mine, key=lambda r: r.us)
+        default = ", ".join(f"{r.path} {r.us:.2f} µs ({r.note.split(', rel err')[0]})" for r in mine
+                            if r.path in defaults)
+        out.append(f"fastest M={key[0]} {key[1]}x{key[2]}: {best.path} {best.us:.2f} µs ({best.tbps:.2f} TB/s); "
+                   f"default: {default or 'not measured'}")
+    return out
 
 
 def torch_available() -> str:
@@ -241,6 +333,8 @@ def fp8_profile(args: Any) -> int:
                                                                               library=lib)))
                 except mc.MircudaError as exc:
                     failures.append(f"BlockwiseFp8Plan M={m} {n}x{k}: {type(exc).__name__}: {exc}"[:300])
+                if m <= DECODE_MAX_M:
+                    plans += _sweep_plans(mc, context, stream, args.sweep or (), m, n, k, notes, failures)
                 for name, plan in plans:
                     plan.execute(stream, da, dsa, wb[0], wsb[0], d)
                     back = context.allocate_pinned(mc.bf16, m * n)
@@ -251,8 +345,7 @@ def fp8_profile(args: Any) -> int:
                     if not err <= CHECK_LIMIT:
                         failures.append(f"{name} M={m} {n}x{k}: relative error {err:.2e}")
                     us = timer.median(_rotating(plan, stream, da, dsa, wb, wsb, d), args.calls, args.repeats)
-                    kernel = getattr(plan, "kernel_name", "blockwise_fp8_gemv")
-                    rows.append(fp8_row(name, m, n, k, us, f"{kernel}, rel err {err:.1e}"))
+                    rows.append(fp8_row(name, m, n, k, us, f"{_configuration(plan)}, rel err {err:.1e}"))
                     if hasattr(plan, "close"):
                         plan.close()
                 if torch_ is not None:
@@ -265,7 +358,8 @@ def fp8_profile(args: Any) -> int:
     ratios(rows)
     _print_table(info, args, rows)
     goals = _goals(rows)
-    for line in goals + [f"refused: {r}" for r in refusals] + [f"note: {n}" for n in notes]:
+    best = sweep_best(rows)
+    for line in goals + best + [f"refused: {r}" for r in refusals] + [f"note: {n}" for n in notes]:
         print(f"  {line}")
     import datetime
     import sys
@@ -274,12 +368,45 @@ def fp8_profile(args: Any) -> int:
                             "library": str(lib.path) if lib is not None else None,
                             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                             "method": "back-to-back calls behind a spin kernel, events, median; weight banks >= 8x L2",
-                            "notes": notes, "refusals": refusals, "goals": goals, "failures": failures,
+                            "notes": notes, "refusals": refusals, "goals": goals, "sweep_best": best,
+                            "sweep": [c.label for c in args.sweep or ()], "failures": failures,
                             "rows": [asdict(r) for r in rows]})
     for f in failures:
         print(f"FAILED: {f}", file=sys.stderr)
     print("fp8-profile: " + ("FAILED" if failures else "all checks passed"))
     return 1 if failures else 0
+
+
+def _configuration(plan: Any) -> str:
+    """The kernel and, for an NVRTC kernel, its rows, warps and PDL trigger (what ``--sweep`` varies)."""
+    kernel = plan.kernel_name
+    engine = getattr(plan, "_engine", None)  # None: a CUTLASS kernel runs the plan
+    if engine is None:
+        return kernel
+    trigger = engine.pdl_trigger or "late"
+    decode = f" decode={engine.decode}" if getattr(engine, "decode", None) else ""
+    return f"{kernel} rows={engine.rows} warps={engine.warps} trigger={trigger}{decode}"
+
+
+def _sweep_plans(mc: Any, context: Any, stream: Any, candidates: Any, m: int, n: int, k: int, notes: list[str],
+                 failures: list[str]) -> list[tuple[str, Any]]:
+    """One plan per ``--sweep`` candidate for this M <= 16 (the vector plan for M = 1); a candidate the
+    plan refuses for this M (rows x M > 32 for gemv) is noted and left out."""
+    out: list[tuple[str, Any]] = []
+    for candidate in candidates:
+        try:
+            if m == 1:
+                plan: Any = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(n, k), **candidate.knobs())
+            else:
+                plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k), **candidate.knobs())
+        except mc.ContractError as exc:
+            notes.append(f"sweep {candidate.label} M={m} {n}x{k} left out: {exc}"[:300])
+            continue
+        except mc.MircudaError as exc:
+            failures.append(f"sweep {candidate.label} M={m} {n}x{k}: {type(exc).__name__}: {exc}"[:300])
+            continue
+        out.append((SWEEP_PREFIX + candidate.label, plan))
+    return out
 
 
 def _rotating(plan: Any, stream: Any, a: Any, sa: Any, wb: list[Any], wsb: list[Any], d: Any) -> Any:
@@ -386,6 +513,11 @@ def register(sub: Any) -> None:
                    help="comma-separated NxK weight shapes (default: the four Llama-like ones)")
     p.add_argument("--calls", type=int, default=20, help="back-to-back calls per timed repeat")
     p.add_argument("--repeats", type=int, default=7, help="timed repeats (the median is reported)")
+    p.add_argument("--sweep", type=sweep_values, default=None,
+                   help="decode configurations measured beside the defaults for every M <= 16: comma-separated "
+                        "kernel[:rows=R][:warps=W][:trigger=early|late], kernel gemv (CUDA cores, rows 1, 2, 4, 8) "
+                        "or mma (tensor cores, rows 16, 32; also :decode=hardware|integer), e.g. "
+                        "mma,mma:rows=32,mma:decode=integer,gemv:rows=4:warps=2")
     p.add_argument("--json", default="benchmarks/results/fp8_profile.json",
                    help=RESULTS_HELP)
     p.set_defaults(func=fp8_profile, json_default=p.get_default("json"))

@@ -19,8 +19,9 @@
 // with one cvt.rn.f16x2.e4m3x2 (exact: every E4M3 value is an FP16 value) and widened to FP32; a weight
 // pair is decoded once and used for all M activation rows.
 // Weights are read once: 16-byte loads that bypass L1 and fetch whole 128-byte lines into L2
-// (ld.global.nc.L1::no_allocate.L2::128B), the next chunk's weights issued before the current one is
-// consumed (register double buffering, as in dense_vector.cu); activations and scales stay cached.
+// (ld.global.nc.L1::no_allocate.L2::128B), the next chunk's weights, activations and scales issued
+// before the current one is consumed (register double buffering, as in dense_vector.cu); activations
+// and scales stay cached.
 // On cc >= 9.0 the kernel supports programmatic dependent launch (see the prologue). Rows past N read
 // row N - 1 (in bounds, never stored).
 #include <cuda_bf16.h>
@@ -118,17 +119,28 @@ __device__ __forceinline__ void fp8_gemv(__nv_bfloat16* d, const __nv_bfloat16* 
 #pragma unroll
         for (int m = 0; m < kM; ++m) acc[r][m] = 0.f;
 
-    // One chunk for this lane: 16 columns from `col` (inside K), weights `wv` already loaded.
-    auto consume = [&](const uint4 (&wv)[kRows], int col) {
+    // One chunk's operands for this lane: the 16 columns from `col` (inside K) of the weight rows and
+    // the activation rows, the weight scale and the activation scales of their 128-K block. The next
+    // chunk's are loaded before this one is consumed (activations and scales too: an L1 miss of the
+    // activations or scales at the start of a chunk would otherwise wait in front of its arithmetic).
+    struct Chunk {
+        uint4 w[kRows];
+        uint4 x[kM];
+        float sa[kM];
+        float sb;
+    };
+    auto load = [&](Chunk& st, int col) {
         const int kb = col / kBlockK;
-        const float swt = __ldg(sbrow + kb);
-        uint4 xv[kM];
-        float scale[kM];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) st.w[r] = load_weights(rows[r] + col);
+        st.sb = __ldg(sbrow + kb);
 #pragma unroll
         for (int m = 0; m < kM; ++m) {
-            xv[m] = __ldg(reinterpret_cast<const uint4*>(a + (long long)m * k + col));
-            scale[m] = __ldg(sa + (long long)m * kblocks + kb) * swt;
+            st.x[m] = __ldg(reinterpret_cast<const uint4*>(a + (long long)m * k + col));
+            st.sa[m] = __ldg(sa + (long long)m * kblocks + kb);
         }
+    };
+    auto consume = [&](const Chunk& st) {
         float part[kRows][kM];
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
@@ -139,12 +151,12 @@ __device__ __forceinline__ void fp8_gemv(__nv_bfloat16* d, const __nv_bfloat16* 
             float2 wf[kRows];
 #pragma unroll
             for (int r = 0; r < kRows; ++r) {
-                const unsigned word = i < 2 ? wv[r].x : i < 4 ? wv[r].y : i < 6 ? wv[r].z : wv[r].w;
+                const unsigned word = i < 2 ? st.w[r].x : i < 4 ? st.w[r].y : i < 6 ? st.w[r].z : st.w[r].w;
                 wf[r] = e4m3x2((unsigned short)(i & 1 ? word >> 16 : word & 0xffffu));
             }
 #pragma unroll
             for (int m = 0; m < kM; ++m) {
-                const unsigned word = i < 2 ? xv[m].x : i < 4 ? xv[m].y : i < 6 ? xv[m].z : xv[m].w;
+                const unsigned word = i < 2 ? st.x[m].x : i < 4 ? st.x[m].y : i < 6 ? st.x[m].z : st.x[m].w;
                 const float2 xf = e4m3x2((unsigned short)(i & 1 ? word >> 16 : word & 0xffffu));
 #pragma unroll
                 for (int r = 0; r < kRows; ++r) {
@@ -154,35 +166,28 @@ __device__ __forceinline__ void fp8_gemv(__nv_bfloat16* d, const __nv_bfloat16* 
             }
         }
 #pragma unroll
-        for (int r = 0; r < kRows; ++r)
+        for (int m = 0; m < kM; ++m) {
+            const float scale = st.sa[m] * st.sb;
 #pragma unroll
-            for (int m = 0; m < kM; ++m) acc[r][m] = fmaf(part[r][m], scale[m], acc[r][m]);
+            for (int r = 0; r < kRows; ++r) acc[r][m] = fmaf(part[r][m], scale, acc[r][m]);
+        }
     };
 
     int ch = warp;
     if (ch < full) {
-        uint4 wv[kRows];
-        {
-            const int col = ch * kChunk + lane * 16;
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) wv[r] = load_weights(rows[r] + col);
-        }
-        // Register double buffering: the next chunk's weights are loaded before this one is consumed;
-        // the loop back-edge keeps ptxas from sinking the loads next to their uses.
+        Chunk cur;
+        load(cur, ch * kChunk + lane * 16);
+        // Register double buffering: the next chunk is loaded before this one is consumed; the loop
+        // back-edge keeps ptxas from sinking the loads next to their uses.
         for (;;) {
             const int next = ch + warps;
             const bool more = next < full;
-            uint4 wn[kRows];
-            if (more) {
-                const int col = next * kChunk + lane * 16;
-#pragma unroll
-                for (int r = 0; r < kRows; ++r) wn[r] = load_weights(rows[r] + col);
-            }
-            consume(wv, ch * kChunk + lane * 16);
+            Chunk nst;
+            if (more) load(nst, next * kChunk + lane * 16);
+            consume(cur);
             ch = next;
             if (!more) break;
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) wv[r] = wn[r];
+            cur = nst;
         }
     }
     // The partial chunk past the whole ones (K % 512 != 0): lanes whose 16 columns are inside K.
@@ -190,10 +195,9 @@ __device__ __forceinline__ void fp8_gemv(__nv_bfloat16* d, const __nv_bfloat16* 
     for (ch = full + warp; ch < chunks; ch += warps) {
         const int col = ch * kChunk + lane * 16;
         if (col < k) {  // K % 16 == 0: the lane's 16 columns are all inside K or all outside
-            uint4 wv[kRows];
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) wv[r] = load_weights(rows[r] + col);
-            consume(wv, col);
+            Chunk st;
+            load(st, col);
+            consume(st);
         }
     }
 

@@ -1,6 +1,7 @@
 """Blockwise FP8 plans (DeepSeek-V3 style): ``BlockwiseFp8VectorPlan`` (M = 1, the NVRTC kernel of
-``cuda_src/fp8_vector.cu``) and ``BlockwiseFp8Plan`` (any M: that kernel for M <= 16, the CUTLASS
-blockwise kernels of ``libmircuda_cutlass.so`` above, see :mod:`mircuda.matmul._fp8_cutlass`).
+``cuda_src/fp8_vector.cu``) and ``BlockwiseFp8Plan`` (any M: that kernel for M = 1, the tensor-core
+NVRTC kernel of ``cuda_src/fp8_mma_gemv.cu`` for 2 <= M <= 16 (:mod:`mircuda.matmul._fp8_mma`), the
+CUTLASS blockwise kernels of ``libmircuda_cutlass.so`` above, see :mod:`mircuda.matmul._fp8_cutlass`).
 
 ``D[M, N] = alpha * sum_kb sa[m, kb] * sb[n / 128, kb] * (A[m, kb] . B[n, kb]) + beta * C[M, N]`` with
 FP32 accumulation, A E4M3 ``[M, K]`` row-major, ``sa`` FP32 ``[M, ceil(K/128)]`` row-major, B E4M3
@@ -22,6 +23,7 @@ from ..errors import ContractError, CutlassNotFound, MircudaError, UnsupportedPl
 from ..launch import In, InOut, LaunchConfig, cuda_export
 from ..memory import DeviceBuffer
 from ._fp8_cutlass import CutlassFp8, cutlass_fp8_operands
+from ._fp8_mma import FP8_MMA_SYMBOL, Fp8MmaGemv, check_pdl_trigger, pdl_defines
 from ._library import CutlassLibrary, KernelInfo
 from ._quantize import activation_scale_shape, weight_scale_shape
 from ._spec import (
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FP8_CHUNK",
     "FP8_GEMV_MAX_M",
+    "FP8_GEMV_ROWS",
     "FP8_K_MULTIPLE",
     "FP8_MIN_CC",
     "BlockwiseFp8Plan",
@@ -65,6 +68,8 @@ __all__ = [
 
 FP8_GEMV_MAX_M = 16
 """Largest M of the NVRTC kernel (``MIRCUDA_FP8_M``)."""
+FP8_GEMV_ROWS = (1, 2, 4, 8)
+"""Weight rows per block ``blockwise_fp8_gemv`` compiles for (``MIRCUDA_FP8_ROWS``; rows x M <= 32)."""
 FP8_CHUNK = 512
 """Columns one warp reads per step: 32 lanes x 16 bytes (``kChunk``)."""
 FP8_K_MULTIPLE = 16
@@ -87,11 +92,12 @@ def fp8_vector_source() -> CudaSource:
 
 
 def fp8_gemv_rows(m: int) -> int:
-    """Weight rows per block (and per warp) for ``m`` activation rows: 8 for M <= 2, 4 for M <= 8, 2 for
-    M <= 16 (``rows * m <= 32``: one output per lane). The FP32 accumulators and partial sums of rows x M
-    outputs live in registers: ptxas (CUDA 13.0, sm_90, no spills) gives 120 registers at M = 1 with 8
-    rows, 165 at M = 2, 185 at M = 8 with 4 rows, 169 at M = 16 with 2 rows; M = 4 with 8 rows took
-    254 of the 255, so M = 3..8 take 4 rows."""
+    """Weight rows per block (and per warp) of ``blockwise_fp8_gemv`` for ``m`` activation rows: 8 for
+    M <= 2, 4 for M <= 8, 2 for M <= 16 (``rows * m <= 32``: one output per lane). The FP32 accumulators
+    and partial sums of rows x M outputs and two chunks of operands live in registers: ptxas (CUDA 13.0,
+    sm_90, no spills) gives 120 registers at M = 1 with 8 rows, 157 at M = 2, 155 at M = 4 and 242 at
+    M = 8 with 4 rows, 241 at M = 16 with 2 rows; M = 4 with 8 rows would not fit the 255, so M = 3..8
+    take 4 rows."""
     if type(m) is int and 1 <= m <= 2:
         return 8
     if type(m) is int and 3 <= m <= 8:
@@ -101,9 +107,10 @@ def fp8_gemv_rows(m: int) -> int:
     raise ContractError("m", f"1..{FP8_GEMV_MAX_M}", repr(m))
 
 
-def fp8_gemv_options(m: int, rows: int) -> CompileOptions:
-    """The NVRTC options of the module for ``m`` rows of A and ``rows`` weight rows per block."""
-    return CompileOptions(defines={"MIRCUDA_FP8_M": m, "MIRCUDA_FP8_ROWS": rows})
+def fp8_gemv_options(m: int, rows: int, pdl_trigger: str | None = None) -> CompileOptions:
+    """The NVRTC options of the module for ``m`` rows of A and ``rows`` weight rows per block (and, when
+    given, the programmatic-dependent-launch trigger ``"early"`` or ``"late"``; default late)."""
+    return CompileOptions(defines={"MIRCUDA_FP8_M": m, "MIRCUDA_FP8_ROWS": rows, **pdl_defines(pdl_trigger)})
 
 
 def _check_spec_k(k: int) -> None:
@@ -118,22 +125,23 @@ def _check_cc(context: Context, what: str) -> None:
                                   f"{info.compute_capability[0]}.{info.compute_capability[1]}")
 
 
-def fp8_operands(m: int, n: int, k: int) -> tuple[Operand, ...]:
-    """The plans' checks of ``a, sa, b, sb, d, c``: codes aligned to 16 bytes (16-byte loads), scales
-    to 4 and outputs to 2 (their element sizes)."""
+def fp8_operands(m: int, n: int, k: int, symbol: str = SYMBOL) -> tuple[Operand, ...]:
+    """The plans' checks of ``a, sa, b, sb, d, c`` for the NVRTC kernel ``symbol`` (both take the same
+    operands): codes aligned to 16 bytes (16-byte loads), scales to 4 and outputs to 2 (their element
+    sizes)."""
     kb, nb = -(-k // 128), -(-n // 128)
     codes, scales, out = dtype_info(e4m3), dtype_info(f32), dtype_info(bf16)
-    loads = f"kernel {SYMBOL}: 16-byte loads of rows of {k} E4M3 codes"
+    loads = f"kernel {symbol}: 16-byte loads of rows of {k} E4M3 codes"
     a_shape = f"E4M3 [K] = [{k}]" if m == 1 else f"E4M3 [M, K] = [{m}, {k}]"
     sa_shape = f"FP32 [ceil(K/128)] = [{kb}]" if m == 1 else f"FP32 [M, ceil(K/128)] = [{m}, {kb}]"
     d_shape = f"BF16 [N] = [{n}]" if m == 1 else f"BF16 [M, N] = [{m}, {n}]"
     return (Operand("a", codes, m * k, a_shape, 16, loads),
-            Operand("sa", scales, m * kb, sa_shape, 4, f"kernel {SYMBOL}: FP32 scale loads"),
+            Operand("sa", scales, m * kb, sa_shape, 4, f"kernel {symbol}: FP32 scale loads"),
             Operand("b", codes, n * k, f"E4M3 [N, K] = [{n}, {k}]", 16, loads),
             Operand("sb", scales, nb * kb, f"FP32 [ceil(N/128), ceil(K/128)] = [{nb}, {kb}]", 4,
-                    f"kernel {SYMBOL}: FP32 scale loads"),
-            Operand("d", out, m * n, d_shape, 2, f"kernel {SYMBOL}: 2-byte BF16 stores"),
-            Operand("c", out, m * n, d_shape, 2, f"kernel {SYMBOL}: 2-byte BF16 loads"))
+                    f"kernel {symbol}: FP32 scale loads"),
+            Operand("d", out, m * n, d_shape, 2, f"kernel {symbol}: 2-byte BF16 stores"),
+            Operand("c", out, m * n, d_shape, 2, f"kernel {symbol}: 2-byte BF16 loads"))
 
 
 class Fp8Gemv:
@@ -142,22 +150,35 @@ class Fp8Gemv:
     :func:`~mircuda.matmul._vector.choose_vector_warps` (one wave, 512-column chunks).
 
     Raises:
-        ContractError: ``m`` outside 1..16 or ``warps`` not 1, 2, 4 or 8.
+        ContractError: ``m`` outside 1..16, ``warps`` not 1, 2, 4 or 8, ``rows`` not one of
+            :data:`FP8_GEMV_ROWS` with rows x M <= 32, ``pdl_trigger`` not None, ``"early"`` or
+            ``"late"``, or ``decode`` not None or ``"hardware"`` (all checked before compiling).
         CompileError: NVRTC rejected the kernel (a bug; the log is attached).
     """
 
+    symbol = SYMBOL
+
     def __init__(self, context: Context, m: int, n: int, k: int, compiler: Compiler, *,
-                 warps: int | None = None) -> None:
+                 warps: int | None = None, rows: int | None = None, pdl_trigger: str | None = None,
+                 decode: str | None = None) -> None:
         if type(m) is not int or not 1 <= m <= FP8_GEMV_MAX_M:
             raise ContractError("m", f"1..{FP8_GEMV_MAX_M}", repr(m))
         if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
             raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
+        if rows is not None and (type(rows) is not int or rows not in FP8_GEMV_ROWS or rows * m > 32):
+            raise ContractError("rows", f"None or one of {FP8_GEMV_ROWS} with rows x M <= 32 (M = {m}; weight rows "
+                                        f"per block of {SYMBOL})", repr(rows))
+        check_pdl_trigger(pdl_trigger)
+        if decode is not None and decode != "hardware":
+            raise ContractError("decode", f"None or 'hardware' ({SYMBOL} decodes with cvt.rn.f16x2.e4m3x2)", repr(decode))
         self.m, self.n, self.k = m, n, k
-        self.rows = fp8_gemv_rows(m)
+        self.rows = fp8_gemv_rows(m) if rows is None else rows
+        self.pdl_trigger = pdl_trigger
         contract = cuda_export(SYMBOL, d=InOut[DeviceBuffer[bf16]], c=In[DeviceBuffer[bf16]],
                                a=In[DeviceBuffer[e4m3]], sa=In[DeviceBuffer[f32]], b=In[DeviceBuffer[e4m3]],
                                sb=In[DeviceBuffer[f32]], alpha=f32, beta=f32, n=i32, k=i32)
-        self.kernel: TypedKernel = compiler.compile(fp8_vector_source(), fp8_gemv_options(m, self.rows)).kernel(contract)
+        self.kernel: TypedKernel = compiler.compile(fp8_vector_source(),
+                                                   fp8_gemv_options(m, self.rows, pdl_trigger)).kernel(contract)
         info = context.device_info()
         if warps is None:
             warps = choose_vector_warps(n, k, info.multiprocessor_count,
@@ -182,7 +203,9 @@ class Fp8Gemv:
                 f"{FP8_CHUNK}-column chunks; 16-byte streamed weight loads (L1 bypassed, 128-byte L2 lines); E4M3 "
                 "pairs decoded by cvt.rn.f16x2.e4m3x2, FP32 accumulation, one multiply by sa * sb per lane and "
                 "128-K block"
-                + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else ""))
+                + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else "")
+                + (f" ({self.pdl_trigger} trigger)" if self.pdl_trigger is not None
+                   and self.config.programmatic_stream_serialization else ""))
 
 
 def fp8_gemv_executor(function: int, grid: int, block: int, n: int, k: int, launch_function: Any = None, *,
@@ -238,19 +261,22 @@ def fp8_gemv_executor(function: int, grid: int, block: int, n: int, k: int, laun
 class _Fp8PlanBase(EngineViews, PlanBase):
     """Operand checks and the hot path shared by both plans."""
 
-    _engine: Fp8Gemv
+    _engine: Fp8Gemv | Fp8MmaGemv
     _m: int
     _n: int
     _k: int
     _numba: Any
 
-    def _setup(self, context: Context, stream: Stream, m: int, n: int, k: int, compiler: Any, warps: Any) -> None:
+    def _setup(self, context: Context, stream: Stream, m: int, n: int, k: int, compiler: Any, warps: Any,
+               kernel: str = SYMBOL, rows: Any = None, pdl_trigger: Any = None, decode: Any = None) -> None:
         self._context, self._stream = context, stream
         self._m, self._n, self._k = m, n, k
-        self._engine = Fp8Gemv(context, m, n, k, plan_compiler(compiler, context), warps=warps)
+        engine: Any = Fp8MmaGemv if kernel == FP8_MMA_SYMBOL else Fp8Gemv
+        self._engine = engine(context, m, n, k, plan_compiler(compiler, context), warps=warps, rows=rows,
+                              pdl_trigger=pdl_trigger, decode=decode)
         self._launch, self._config = self._engine.launch, self._engine.config
         self._in, self._out = dtype_info(e4m3), dtype_info(bf16)
-        self._operands = fp8_operands(m, n, k)
+        self._operands = fp8_operands(m, n, k, kernel)
         self._sa_shape = activation_scale_shape(m, k)
         self._sb_shape = weight_scale_shape(n, k)
         self._numba = None
@@ -298,8 +324,9 @@ class _Fp8PlanBase(EngineViews, PlanBase):
 
 class BlockwiseFp8VectorPlan(_Fp8PlanBase):
     """``d[N] = alpha * sum_kb sa[kb] * sb[n / 128, kb] * (a[kb] . B[n, kb]) + beta * c[N]``: the M = 1
-    blockwise FP8 product (decode) as a CUDA C kernel (``cuda_src/fp8_vector.cu``) compiled by NVRTC for
-    the context's device (compute capability >= 8.9).
+    blockwise FP8 product (decode) as a CUDA C kernel compiled by NVRTC for the context's device
+    (compute capability >= 8.9): by default ``blockwise_fp8_gemv`` (``cuda_src/fp8_vector.cu``, CUDA
+    cores), or the tensor-core ``blockwise_fp8_mma`` (``cuda_src/fp8_mma_gemv.cu``) on request.
 
     Operands (DeepSeek-V3 blockwise FP8; layouts and sources in :mod:`mircuda.matmul._quantize`): ``a``
     E4M3 ``[K]``, ``sa`` FP32 ``[ceil(K/128)]`` (the ``[1, ceil(K/128)]`` row of 1 x 128 scales), ``b``
@@ -312,32 +339,55 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
         spec: ``DenseVectorSpec(n, k)``.
         compiler: the Compiler of the kernel (default: one shared per context).
         warps: warps per block splitting K (1, 2, 4 or 8; default: one wave, see ``Fp8Gemv``).
+        kernel: ``"blockwise_fp8_gemv"`` (CUDA cores) or ``"blockwise_fp8_mma"`` (tensor cores:
+            mma.sync m16n8k32 E4M3, the one activation row in column 0 of the n8 tile); ``None``: the
+            default for M = 1 (:data:`~mircuda.matmul._select.FP8_M1_KERNEL`, the CUDA-core kernel).
+        rows: weight rows per block (``blockwise_fp8_gemv``: 1, 2, 4 or 8, default 8;
+            ``blockwise_fp8_mma``: 16 or 32, default 16).
+        pdl_trigger: where programmatic dependent launch lets the next kernel start on cc >= 9.0:
+            ``"early"`` or ``"late"`` (default: late).
+        decode: ``blockwise_fp8_mma`` only: ``"hardware"`` (default) or ``"integer"`` (see
+            :data:`~mircuda.matmul._fp8_mma.DECODES`). ``rows``, ``warps``, ``pdl_trigger`` and ``decode``
+            are the tuning knobs that ``fp8-profile --sweep`` measures.
 
     The plan allocates nothing (it keeps no workspace); ``execute`` allocates and synchronizes nothing.
 
     Raises:
-        ContractError: bad context, stream, spec (K not a multiple of 16, named ``spec``), ``compiler``
-            or ``warps``.
+        ContractError: bad context, stream, spec (K not a multiple of 16, named ``spec``), ``compiler``,
+            ``kernel``, ``rows``, ``warps``, ``pdl_trigger`` or ``decode``.
         UnsupportedPlatform: compute capability below 8.9.
         CompileError: NVRTC rejected the kernel (a bug; the log is attached).
     """
 
     def __init__(self, context: Context, stream: Stream, spec: DenseVectorSpec, *, compiler: Compiler | None = None,
-                 warps: int | None = None) -> None:
+                 warps: int | None = None, kernel: str | None = None, rows: int | None = None,
+                 pdl_trigger: str | None = None, decode: str | None = None) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
+        if kernel is not None and kernel not in (SYMBOL, FP8_MMA_SYMBOL):
+            raise ContractError("kernel", f"None, {SYMBOL!r} or {FP8_MMA_SYMBOL!r}", repr(kernel))
         _check_spec_k(spec.k)
         _check_cc(context, "BlockwiseFp8VectorPlan")
         self._spec = spec
-        self._setup(context, stream, 1, spec.n, spec.k, compiler, warps)
+        self._forced = kernel is not None
+        from ._select import FP8_M1_KERNEL
+
+        self._setup(context, stream, 1, spec.n, spec.k, compiler, warps, kernel or FP8_M1_KERNEL, rows, pdl_trigger,
+                    decode)
+
+    @property
+    def kernel_name(self) -> str:
+        """The running kernel: ``"blockwise_fp8_gemv"`` or ``"blockwise_fp8_mma"``."""
+        return self._engine.symbol
 
     def describe(self) -> Description:
         """Which kernel runs and why, in one paragraph."""
         s = self._spec
+        why = f"M = 1 is bound by the {s.n}x{s.k} weight bytes; each is read once at streaming bandwidth"
+        why += f"; {self._engine.symbol} {'asked for' if self._forced else 'is the default for M = 1'}"
         return Description(f"BlockwiseFp8VectorPlan e4m3 x e4m3 -> bf16 (1x128 activation / 128x128 weight FP32 scales), "
-                f"N={s.n}, K={s.k} on {self._context.device_info().arch}: {self._engine.describe()}. Why: M = 1 is "
-                f"bound by the {s.n}x{s.k} weight bytes; each is read once at streaming bandwidth")
+                f"N={s.n}, K={s.k} on {self._context.device_info().arch}: {self._engine.describe()}. Why: {why}")
 
     def execute(self, stream: Stream, a: DeviceBuffer[Any], sa: DeviceBuffer[Any], b: DeviceBuffer[Any],
                 sb: DeviceBuffer[Any], d: DeviceBuffer[Any], alpha: float = 1.0, beta: float = 0.0,
@@ -365,7 +415,8 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
         self._execute(stream, a, sa, b, sb, d, alpha, beta, c)
 
     def __repr__(self) -> str:
-        return (f"BlockwiseFp8VectorPlan(n={self._n}, k={self._k}, rows={self.rows}, warps={self.warps})")
+        return (f"BlockwiseFp8VectorPlan(n={self._n}, k={self._k}, {self.kernel_name}, rows={self.rows}, "
+                f"warps={self.warps})")
 
 
 class BlockwiseFp8Plan(_Fp8PlanBase):
@@ -378,9 +429,12 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
     ``[M, N]`` row-major: the quantizers' layouts, which every kernel reads as they are (the CUTLASS
     kernels' scales are K-major). K a multiple of 16; partial last 128-blocks of K and N are supported.
 
-    Kernels (:func:`~mircuda.matmul._select.select_fp8_kernel`): for M <= 16 (decode) the NVRTC kernel of
-    ``cuda_src/fp8_vector.cu`` compiled for M (cc >= 8.9, any N): every weight read once, each decoded
-    E4M3 pair used for all M rows. Larger M runs the CUTLASS blockwise FP8 kernels of
+    Kernels (:func:`~mircuda.matmul._select.select_fp8_kernel`): decode (M <= 16) runs NVRTC kernels
+    compiled for M (cc >= 8.9, any N), every weight read once: for M = 1 ``blockwise_fp8_gemv``
+    (``cuda_src/fp8_vector.cu``, CUDA cores, BlockwiseFp8VectorPlan's kernel), for 2 <= M <= 16
+    ``blockwise_fp8_mma`` (``cuda_src/fp8_mma_gemv.cu``): the weights as the 16-row A operand of
+    ``mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32``, the M activation rows as its 8 (or 2 x 8)
+    columns, each 128-K block's FP32 sums scaled by sa * sb and added in FP32. Larger M runs the CUTLASS blockwise FP8 kernels of
     ``libmircuda_cutlass.so``: on SM90 (sm_90a) TMA + WGMMA warp-specialized kernels (CUTLASS example
     67), the 64x128x128 ping-pong kernel for M <= 256 and the 128x128x128 cooperative kernel (1x2
     cluster) above (an unmeasured threshold: ``fp8-profile`` decides it), N a multiple of 8; on SM12x
@@ -391,13 +445,19 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
         context: the context the plan runs in. stream: the stream it is bound to; a CUTLASS plan's
             workspace is allocated from the context's default pool on it and kept until :meth:`close`.
         spec: ``DenseMatmulSpec(m, n, k)``.
-        kernel: force a kernel by name: ``"blockwise_fp8_gemv"`` (M <= 16) or a name of
-            ``CutlassLibrary.scaled_kernels`` that runs on the device and takes the shape.
+        kernel: force a kernel by name: ``"blockwise_fp8_gemv"`` or ``"blockwise_fp8_mma"`` (M <= 16), or
+            a name of ``CutlassLibrary.scaled_kernels`` that runs on the device and takes the shape.
         library: a loaded :class:`CutlassLibrary` (default: :func:`load_library` when a CUTLASS kernel
             is needed).
         compiler: the Compiler of the NVRTC kernel (default: one shared per context).
-        warps: warps per block splitting K for the NVRTC kernel (1, 2, 4 or 8; default: one wave);
+        warps: warps per block splitting K for the NVRTC kernels (1, 2, 4 or 8; default: one wave);
             must be None when a CUTLASS kernel runs.
+        rows: weight rows per block of the NVRTC kernel (``blockwise_fp8_gemv``: 1, 2, 4 or 8 with rows
+            x M <= 32; ``blockwise_fp8_mma``: 16 or 32; default: the kernel's); None for CUTLASS.
+        pdl_trigger: ``"early"`` or ``"late"`` (default: late): where the NVRTC kernel lets the next
+            kernel start under programmatic dependent launch (cc >= 9.0); None for CUTLASS.
+        decode: ``blockwise_fp8_mma`` only: ``"hardware"`` (default) or ``"integer"`` (see
+            :data:`~mircuda.matmul._fp8_mma.DECODES`); None for CUTLASS.
 
     Streams: the plan is bound to ``stream`` (its workspace and the library's launch parameters belong
     to one execution at a time); ``execute`` refuses another stream, and the plan's while it is forked
@@ -405,7 +465,7 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
 
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16, named ``spec``), ``kernel``,
-            ``library``, ``compiler`` or ``warps``.
+            ``library``, ``compiler``, ``warps``, ``rows``, ``pdl_trigger`` or ``decode``.
         BlockwiseFp8Unavailable: no kernel for the shape on this device (M > 16 on a device other than
             cc 9.x / 12.x, a library without the FP8 kernels for it, or N, K outside the kernel's
             multiples).
@@ -418,10 +478,11 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
 
     def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, *, kernel: str | None = None,
                  library: CutlassLibrary | None = None, compiler: Compiler | None = None,
-                 warps: int | None = None) -> None:
+                 warps: int | None = None, rows: int | None = None, pdl_trigger: str | None = None,
+                 decode: str | None = None) -> None:
         from ._library import CutlassLibrary as _Library
         from ._library import load_library
-        from ._select import FP8_GEMV_NAME, FP8_NVRTC_MAX_M, select_fp8_kernel
+        from ._select import FP8_GEMV_NAME, FP8_MMA_NAME, FP8_NVRTC_MAX_M, select_fp8_kernel
 
         plan_stream(stream, context)
         if not isinstance(spec, DenseMatmulSpec):
@@ -433,7 +494,8 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
         _check_spec_k(spec.k)
         _check_cc(context, "BlockwiseFp8Plan")
         lib, missing = library, None
-        needs_library = kernel != FP8_GEMV_NAME and (spec.m > FP8_NVRTC_MAX_M or kernel is not None)
+        needs_library = (kernel not in (FP8_GEMV_NAME, FP8_MMA_NAME)
+                         and (spec.m > FP8_NVRTC_MAX_M or kernel is not None))
         if lib is None and needs_library:
             try:
                 lib = load_library()
@@ -452,11 +514,13 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
         self._closed = False
         self._cutlass: CutlassFp8 | None = None
         if self._selection.kernel.origin == "nvrtc":
-            self._setup(context, stream, spec.m, spec.n, spec.k, compiler, warps)
+            self._setup(context, stream, spec.m, spec.n, spec.k, compiler, warps, self._selection.kernel.name, rows,
+                        pdl_trigger, decode)
             return
-        if warps is not None:
-            raise ContractError("warps", f"None: {self._selection.kernel.name} (CUTLASS) runs M = {spec.m}",
-                                repr(warps))
+        for name, value in (("warps", warps), ("rows", rows), ("pdl_trigger", pdl_trigger), ("decode", decode)):
+            if value is not None:
+                raise ContractError(name, f"None: {self._selection.kernel.name} (CUTLASS) runs M = {spec.m}",
+                                    repr(value))
         if compiler is not None:
             plan_compiler(compiler, context)  # checked alike on every path
         self._context, self._stream = context, stream

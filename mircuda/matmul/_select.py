@@ -15,7 +15,7 @@ from ._vector import VECTOR_FAMILY
 from ._library import KernelInfo
 from ._spec import DenseMatmulSpec
 
-__all__ = ["FP8_PINGPONG_MAX_M", "Selection", "fp8_gemv_entry", "select_fp8_kernel", "select_kernel", "split_k_slices",
+__all__ = ["FP8_PINGPONG_MAX_M", "Selection", "fp8_gemv_entry", "fp8_mma_entry", "select_fp8_kernel", "select_kernel", "split_k_slices",
            "tensor_core_aligned", "SIZES", "BATCHED_GEMV_MAX_M"]
 
 SIZES = {"bf16": 2, "f16": 2, "f32": 4}
@@ -156,9 +156,18 @@ def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: s
 
 # -- blockwise FP8 (BlockwiseFp8Plan) ----------------------------------------------------------
 FP8_GEMV_NAME = "blockwise_fp8_gemv"
-"""The NVRTC kernel's name in BlockwiseFp8Plan's table (``cuda_src/fp8_vector.cu``, M <= 16)."""
+"""The CUDA-core NVRTC kernel's name in BlockwiseFp8Plan's table (``cuda_src/fp8_vector.cu``, M <= 16;
+chosen for M = 1)."""
+FP8_MMA_NAME = "blockwise_fp8_mma"
+"""The tensor-core NVRTC kernel's name (``cuda_src/fp8_mma_gemv.cu``, M <= 16; chosen for 2 <= M <= 16)."""
 FP8_NVRTC_MAX_M = 16
-"""M up to this runs the NVRTC kernel (``MIRCUDA_FP8_M`` of ``cuda_src/fp8_vector.cu`` takes 1..16)."""
+"""M up to this runs an NVRTC kernel (``MIRCUDA_FP8_M`` of both kernels takes 1..16)."""
+FP8_M1_KERNEL = FP8_GEMV_NAME
+"""The M = 1 kernel of both FP8 plans by default: the CUDA-core one, as measured on the H200 on
+2026-11-30 (4096 x 4096: 7.51 µs, 14336 x 4096: 17.48 µs, cold weights). The tensor-core kernel
+spends about a third of its instructions per weight byte (one mma.sync per 16 rows x 32 K instead of
+decodes, widenings and FMAs per element) and is ``fp8-profile --sweep``'s ``mma`` candidate at M = 1;
+this is the one place to switch the default once measured."""
 FP8_PINGPONG_MAX_M = 256
 """SM90: 16 < M <= this runs the 64x128x128 ping-pong blockwise kernel (64-row tiles waste less of a
 short M, and one warp group's epilogue overlaps the other's MMA); larger M the 128x128x128
@@ -167,20 +176,31 @@ tiles for medium M) and is **not measured** for FP8: ``fp8-profile`` on the H200
 
 
 def fp8_gemv_entry() -> KernelInfo:
-    """The NVRTC FP8 kernel as a table entry (M <= 16, any device of cc >= 8.9, any N, K a multiple of 16)."""
+    """The CUDA-core NVRTC FP8 kernel as a table entry (M <= 16, any device of cc >= 8.9, any N, K a
+    multiple of 16)."""
     return KernelInfo(-1, FP8_GEMV_NAME, "fp8_gemv", "e4m3", "bf16", (FP8_NVRTC_MAX_M, 1, 128), (1, 1), 0, 16,
+                      False, (), "nvrtc", "blockwise_scaled", (1, 1, 16), "f32", (1, 128, 128), ("k", "k"))
+
+
+def fp8_mma_entry() -> KernelInfo:
+    """The tensor-core NVRTC FP8 kernel as a table entry (M <= 16, cc >= 8.9, any N, K a multiple of 16;
+    tile: 16 activation rows x 16 weight rows x one 128-K block)."""
+    return KernelInfo(-1, FP8_MMA_NAME, "fp8_mma", "e4m3", "bf16", (FP8_NVRTC_MAX_M, 16, 128), (1, 1), 0, 16,
                       False, (), "nvrtc", "blockwise_scaled", (1, 1, 16), "f32", (1, 128, 128), ("k", "k"))
 
 
 def select_fp8_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, compute_capability: tuple[int, int],
                       forced: str | None = None) -> Selection:
     """Choose BlockwiseFp8Plan's kernel for ``spec`` among ``kernels`` (the library's
-    ``scaled_kernels``, empty when no library is loaded) and the NVRTC kernel (:func:`fp8_gemv_entry`).
+    ``scaled_kernels``, empty when no library is loaded) and the NVRTC kernels (:func:`fp8_gemv_entry`,
+    :func:`fp8_mma_entry`).
 
-    Rule: M <= 16 runs the NVRTC kernel (decode: bound by the weight bytes, each read once). Larger M
+    Rule: M <= 16 runs an NVRTC kernel (decode: bound by the weight bytes, each read once): M = 1 the
+    CUDA-core one, 2 <= M <= 16 the tensor-core one (the CUDA-core kernel's E4M3 decoding and FMAs
+    grow with M; one mma.sync m16n8k32 covers 16 weight rows x 8 activation rows x 32 K). Larger M
     runs CUTLASS by architecture: cc 9.x the ping-pong kernel for M <= :data:`FP8_PINGPONG_MAX_M`, else
     the cooperative one; cc 12.x the sm120 kernel; other devices have none. ``forced`` names any
-    kernel of the table that runs on the device and takes the shape (the NVRTC one for M <= 16 only).
+    kernel of the table that runs on the device and takes the shape (the NVRTC ones for M <= 16 only).
     Unsplit: split-K is not offered by the blockwise kernels.
 
     Raises:
@@ -193,24 +213,32 @@ def select_fp8_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, comp
 
     m, n, k = spec.m, spec.n, spec.k
     cc = f"{compute_capability[0]}.{compute_capability[1]}"
-    gemv = fp8_gemv_entry()
+    gemv, mma = fp8_gemv_entry(), fp8_mma_entry()
     usable = [x for x in kernels if x.kind == "blockwise_scaled" and x.runs_on(compute_capability)]
     if forced is not None:
-        if forced == gemv.name:
+        nvrtc = next((x for x in (gemv, mma) if x.name == forced), None)
+        if nvrtc is not None:
             if m > FP8_NVRTC_MAX_M:
                 raise ContractError("kernel", f"a CUTLASS kernel: {forced} takes M <= {FP8_NVRTC_MAX_M}", repr(forced))
-            return Selection(gemv, 1, "forced by the caller")
+            return Selection(nvrtc, 1, "forced by the caller")
         match = next((x for x in usable if x.name == forced), None)
         if match is None:
-            names = ", ".join([gemv.name, *(x.name for x in usable)])
+            names = ", ".join([gemv.name, mma.name, *(x.name for x in usable)])
             raise ContractError("kernel", f"one of the blockwise FP8 kernels for cc {cc} ({names})", repr(forced))
         why = match.refusal(m, n, k)
         if why:
             raise ContractError("kernel", f"a kernel that takes M={m} N={n} K={k}", repr(forced), why)
         return Selection(match, 1, "forced by the caller")
+    if m == 1:
+        if mma.name == FP8_M1_KERNEL:
+            return Selection(mma, 1, f"M = 1: decode, bound by the {n}x{k} weight bytes, each read once; tensor "
+                                     "cores (BlockwiseFp8VectorPlan's kernel)")
+        return Selection(gemv, 1, f"M = 1: decode, bound by the {n}x{k} weight bytes, each read once; CUDA cores "
+                                  "(BlockwiseFp8VectorPlan's kernel)")
     if m <= FP8_NVRTC_MAX_M:
-        return Selection(gemv, 1, f"M = {m} <= {FP8_NVRTC_MAX_M}: decode, bound by the {n}x{k} weight bytes, each "
-                                  f"read once and decoded once for all {m} row(s) of A")
+        return Selection(mma, 1, f"2 <= M = {m} <= {FP8_NVRTC_MAX_M}: decode, bound by the {n}x{k} weight bytes, "
+                                 f"each read once; tensor cores (mma.sync m16n8k32 E4M3) take all {m} rows of A in "
+                                 "one instruction per 16 weight rows x 32 K")
     if compute_capability[0] == 9:
         family = "sm90_blockwise_pingpong" if m <= FP8_PINGPONG_MAX_M else "sm90_blockwise_cooperative"
         reason = (f"{FP8_NVRTC_MAX_M} < M = {m} <= {FP8_PINGPONG_MAX_M}: 64x128x128 ping-pong tiles, one warp "

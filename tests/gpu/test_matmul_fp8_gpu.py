@@ -1,5 +1,6 @@
-"""Blockwise FP8 on the GPU (cc >= 8.9): BlockwiseFp8VectorPlan and BlockwiseFp8Plan (M <= 16) against a
-float64 product of the dequantized operands (odd N, partial 128-blocks of K and N, alpha/beta with a
+"""Blockwise FP8 on the GPU (cc >= 8.9): BlockwiseFp8VectorPlan and BlockwiseFp8Plan (M <= 16: the CUDA-core
+kernel blockwise_fp8_gemv and the tensor-core kernel blockwise_fp8_mma, each for every M, both row
+counts and both PDL triggers) against a float64 product of the dequantized operands (odd N, partial 128-blocks of K and N, alpha/beta with a
 separate C and in place, every split of K, poisoned outputs with a guard band), the device quantizers
 bit for bit against the numpy reference, numba_execute from @njit, graph capture, replay and node
 updates, and a quantize -> GEMV chain with programmatic dependent launch. BlockwiseFp8Plan for M > 16
@@ -24,6 +25,7 @@ from mircuda.matmul import (
     quantize_activations_reference,
     quantize_weights_reference,
 )
+from mircuda.matmul._select import FP8_GEMV_NAME, FP8_M1_KERNEL
 
 GUARD = 64
 """Elements past the end of every output buffer that no kernel may touch."""
@@ -75,12 +77,25 @@ class Operands:
             b.free(stream)
 
 
-def run(context, stream, pool, rng, m, n, k, alpha=1.0, beta=0.0, *, vector=False, warps=None, separate_c=True):
-    ops = Operands(context, stream, pool, rng, m, n, k)
-    if vector:
-        plan: Any = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(n, k), warps=warps)
+def assert_close_decode(context, plan, got, want, mag) -> None:  # type: ignore[no-untyped-def]
+    """The NVRTC kernels' bound: FP32 accumulation (``assert_close``), except for the tensor-core kernel
+    off cc 9.x, whose FP8 ``mma.sync`` (QMMA) sums a 128-K block with an accumulator whose precision
+    NVIDIA does not document (the FP8 bound of the CUTLASS kernels, :data:`FP8_ACCUMULATION`). On cc 9.x
+    ptxas runs the E4M3 mma as exact E4M3 -> FP16 decodes and FP32-accumulating HMMA."""
+    if plan.kernel_name == "blockwise_fp8_mma" and context.device_info().compute_capability[0] != 9:
+        assert_close_fp8(got, want, mag)
     else:
-        plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k), warps=warps)
+        assert_close(got, want, mag, "bf16")
+
+
+def run(context, stream, pool, rng, m, n, k, alpha=1.0, beta=0.0, *, vector=False, warps=None, separate_c=True,
+        kernel=None, rows=None, pdl_trigger=None, decode=None):  # type: ignore[no-untyped-def]
+    ops = Operands(context, stream, pool, rng, m, n, k)
+    knobs = {"warps": warps, "kernel": kernel, "rows": rows, "pdl_trigger": pdl_trigger, "decode": decode}
+    if vector:
+        plan: Any = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(n, k), **knobs)
+    else:
+        plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k), **knobs)
     c0 = bf16_values(rng, m, n).ravel() if beta else None
     if beta and not separate_c:  # accumulate in place: d holds C (and the guard band after it)
         d_host = poisoned(mc.bf16, m * n)
@@ -93,7 +108,7 @@ def run(context, stream, pool, rng, m, n, k, alpha=1.0, beta=0.0, *, vector=Fals
     got = download(context, stream, bd)
     assert_guard_untouched(got, m * n, mc.bf16)
     want, mag = ops.want(alpha, beta, c0)
-    assert_close(got[: m * n].reshape(m, n), want, mag, "bf16")
+    assert_close_decode(context, plan, got[: m * n].reshape(m, n), want, mag)
     for buf in [bd] + ([bc] if bc is not None else []):
         buf.free(stream)
     ops.free(stream)
@@ -107,13 +122,62 @@ VECTOR_SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (1000, 1040), (37, 
 @pytest.mark.parametrize("n, k", VECTOR_SHAPES, ids=str)
 def test_the_vector_plan_matches_float64_of_the_dequantized_operands(context, stream, pool, rng, n, k) -> None:
     plan = run(context, stream, pool, rng, 1, n, k, float(rng.uniform(0.5, 2.0)), vector=True)
-    assert plan.kernel.contract.symbol == "blockwise_fp8_gemv" and plan.rows == 8
+    assert plan.kernel.contract.symbol == FP8_M1_KERNEL and plan.rows == (8 if FP8_M1_KERNEL == FP8_GEMV_NAME else 16)
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 9, 12, 16])
 @pytest.mark.parametrize("n, k", [(4096, 4096), (1000, 1040), (37, 304), (129, 4112)], ids=str)
 def test_the_batched_plan_matches_float64_for_every_m_up_to_16(context, stream, pool, rng, m, n, k) -> None:
-    run(context, stream, pool, rng, m, n, k, float(rng.uniform(0.5, 2.0)))
+    plan = run(context, stream, pool, rng, m, n, k, float(rng.uniform(0.5, 2.0)))
+    assert plan.kernel_name == (FP8_M1_KERNEL if m == 1 else "blockwise_fp8_mma")
+
+
+@pytest.mark.parametrize("kernel", ["blockwise_fp8_gemv", "blockwise_fp8_mma"])
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 9, 16])
+@pytest.mark.parametrize("n, k", [(4096, 4096), (1000, 1040), (37, 304), (129, 4112), (300, 528), (16, 16), (1, 16),
+                                  (7, 528)], ids=str)
+def test_each_nvrtc_kernel_matches_float64_for_every_m(context, stream, pool, rng, kernel, m, n, k) -> None:
+    plan = run(context, stream, pool, rng, m, n, k, float(rng.uniform(0.5, 2.0)), kernel=kernel)
+    assert plan.kernel_name == kernel
+
+
+@pytest.mark.parametrize("pdl_trigger", ["early", "late"])
+@pytest.mark.parametrize("rows", [16, 32])
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 16])
+@pytest.mark.parametrize("n, k", [(4096, 4096), (1000, 1040), (37, 304), (129, 4112)], ids=str)
+def test_the_tensor_core_kernel_matches_float64_for_its_rows_and_triggers(context, stream, pool, rng, m, n, k, rows,
+                                                                          pdl_trigger) -> None:
+    plan = run(context, stream, pool, rng, m, n, k, float(rng.uniform(0.5, 2.0)), vector=m == 1,
+               kernel="blockwise_fp8_mma", rows=rows, pdl_trigger=pdl_trigger)
+    assert plan.kernel_name == "blockwise_fp8_mma" and plan.rows == rows
+    assert plan.launch_config.grid[0] == -(-n // rows)
+
+
+@pytest.mark.parametrize("rows", [16, 32])
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 16])
+@pytest.mark.parametrize("n, k", [(4096, 4096), (1000, 1040), (37, 304), (129, 4112)], ids=str)
+def test_the_integer_decode_matches_float64(context, stream, pool, rng, m, n, k, rows) -> None:
+    # FP16 mma.sync with FP32 accumulation on every arch: the FP32 bound holds everywhere.
+    plan = run(context, stream, pool, rng, m, n, k, float(rng.uniform(0.5, 2.0)), 0.5, vector=m == 1,
+               kernel="blockwise_fp8_mma", rows=rows, decode="integer")
+    assert plan._engine.decode == "integer" and "integer operations" in plan.describe()
+
+
+@pytest.mark.parametrize("m", [1, 16])
+@pytest.mark.parametrize("n, k", [(14336, 4096), (4096, 14336), (6144, 4096)], ids=str)
+def test_the_tensor_core_kernel_matches_float64_on_the_profiled_shapes(context, stream, pool, rng, m, n, k) -> None:
+    plan = run(context, stream, pool, rng, m, n, k, 1.0, vector=m == 1, kernel="blockwise_fp8_mma")
+    assert plan.kernel_name == "blockwise_fp8_mma"
+
+
+@pytest.mark.parametrize("pdl_trigger", ["early", "late"])
+@pytest.mark.parametrize("rows", [1, 2, 4, 8])
+@pytest.mark.parametrize("n, k", [(4096, 4096), (129, 4112), (37, 304)], ids=str)
+def test_the_vector_plan_matches_float64_for_every_rows_and_trigger(context, stream, pool, rng, n, k, rows,
+                                                                    pdl_trigger) -> None:
+    plan = run(context, stream, pool, rng, 1, n, k, 1.0, vector=True, rows=rows, pdl_trigger=pdl_trigger,
+               kernel="blockwise_fp8_gemv")
+    assert plan.rows == rows and plan.kernel_name == "blockwise_fp8_gemv"
 
 
 @pytest.mark.parametrize("separate_c", [True, False], ids=["c", "in-place"])
@@ -123,10 +187,11 @@ def test_beta_accumulates_c(context, stream, pool, rng, m, separate_c) -> None:
     run(context, stream, pool, rng, m, 777, 2064, alpha, beta, vector=m == 1, separate_c=separate_c)
 
 
+@pytest.mark.parametrize("kernel", ["blockwise_fp8_gemv", "blockwise_fp8_mma"])
 @pytest.mark.parametrize("warps", [1, 2, 4, 8])
 @pytest.mark.parametrize("m", [1, 3, 16])
-def test_every_split_of_k_gives_the_same_answer(context, stream, pool, rng, m, warps) -> None:
-    plan = run(context, stream, pool, rng, m, 520, 4112, 1.0, 0.5, warps=warps)
+def test_every_split_of_k_gives_the_same_answer(context, stream, pool, rng, m, warps, kernel) -> None:
+    plan = run(context, stream, pool, rng, m, 520, 4112, 1.0, 0.5, warps=warps, kernel=kernel)
     assert plan.warps == warps and plan.launch_config.block[0] == 32 * warps
     assert plan.launch_config.grid[0] == -(-520 // plan.rows)
 
@@ -197,14 +262,16 @@ def test_non_finite_inputs_give_non_finite_scales_on_the_device(context, stream,
     assert np.isnan(s[0, 0]) and s[1, 0] == np.inf and s[2, 0] == np.float32(1) / np.float32(448)
 
 
-def test_quantize_then_gemv_in_one_graph(context, stream, pool, rng) -> None:
+@pytest.mark.parametrize("kernel, pdl_trigger", [("blockwise_fp8_gemv", None), ("blockwise_fp8_mma", "early"),
+                                                 ("blockwise_fp8_mma", "late")])
+def test_quantize_then_gemv_in_one_graph(context, stream, pool, rng, kernel, pdl_trigger) -> None:
     # The quantizer writes A and sa; the GEMV (programmatic dependent launch on cc >= 9.0) must read them
     # only after it finished: direct and replayed, against the reference quantizer's operands.
     m, n, k = 4, 1000, 4112
     x = bf16_values(rng, m, k)
     b, sb = quantize_weights_reference(bf16_values(rng, n, k))
     quantizer = mc.BlockwiseFp8Quantizer(context, stream, m, k)
-    plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k))
+    plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k), kernel=kernel, pdl_trigger=pdl_trigger)
     bx = upload(context, stream, pool, x.ravel())
     ba = upload(context, stream, pool, poisoned(mc.e4m3, m * k))
     bsa = upload(context, stream, pool, poisoned(mc.f32, m * -(-k // 128)))
@@ -224,7 +291,7 @@ def test_quantize_then_gemv_in_one_graph(context, stream, pool, rng) -> None:
     for bd in bds:
         got = download(context, stream, bd)
         assert_guard_untouched(got, m * n, mc.bf16)
-        assert_close(got[: m * n].reshape(m, n), a64 @ b64.T, np.abs(a64) @ np.abs(b64).T, "bf16")
+        assert_close_decode(context, plan, got[: m * n].reshape(m, n), a64 @ b64.T, np.abs(a64) @ np.abs(b64).T)
     graph.close()
     for buf in bufs:
         buf.free(stream)
@@ -242,7 +309,7 @@ def test_a_captured_plan_replays_and_its_node_takes_new_weights(context, stream,
     graph = stream.capture((one, two, bd1, bd2), lambda _: plan.execute(stream, *one.bufs, bd1))
     graph.launch(stream)
     want, mag = one.want(1.0, 0.0, None)
-    assert_close(download(context, stream, bd1)[: m * n].reshape(m, n), want, mag, "bf16")
+    assert_close_decode(context, plan, download(context, stream, bd1)[: m * n].reshape(m, n), want, mag)
     (node,) = graph.kernel_nodes()
     assert node.kernel is plan.kernel
     # Same activations, the other weights and output: (d, c, a, sa, b, sb, alpha, beta, n, k).
@@ -252,7 +319,7 @@ def test_a_captured_plan_replays_and_its_node_takes_new_weights(context, stream,
     got = download(context, stream, bd2)
     assert_guard_untouched(got, m * n, mc.bf16)
     a64, b64 = one.a64, two.b64
-    assert_close(got[: m * n].reshape(m, n), a64 @ b64.T, np.abs(a64) @ np.abs(b64).T, "bf16")
+    assert_close_decode(context, plan, got[: m * n].reshape(m, n), a64 @ b64.T, np.abs(a64) @ np.abs(b64).T)
     graph.close()
     for buf in (bd1, bd2):
         buf.free(stream)
@@ -291,7 +358,7 @@ def test_plans_run_from_numba_njit_loops(context, stream, pool, rng) -> None:
         want, mag = o.want(1.0, 0.0, None)
         got = download(context, stream, d)
         assert_guard_untouched(got, m * n, mc.bf16)
-        assert_close(got[: m * n].reshape(m, n), want, mag, "bf16")
+        assert_close_decode(context, batched, got[: m * n].reshape(m, n), want, mag)
         c64 = download(context, stream, c).astype(np.float64)
         row = 2.0 * (o.b64 @ o.a64[0]) - c64
         mag1 = 2.0 * (np.abs(o.b64) @ np.abs(o.a64[0])) + np.abs(c64)
@@ -340,7 +407,9 @@ def test_operands_and_the_stream_are_checked_before_anything_is_enqueued(context
 def test_describe_names_the_kernel_and_its_shape(context, stream, m) -> None:
     plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, 4096, 4096))
     text = plan.describe()
-    assert "blockwise_fp8_gemv" in text and f"MIRCUDA_FP8_M={m}" in text and f"{plan.warps} warp" in text
+    kernel = FP8_M1_KERNEL if m == 1 else "blockwise_fp8_mma"
+    assert kernel in text and f"MIRCUDA_FP8_M={m}" in text and f"{plan.warps} warp" in text
+    assert ("mma.sync m16n8k32" in text) is (kernel == "blockwise_fp8_mma")
     assert ("programmatic dependent launch" in text) is context.device_info().supports_programmatic_launch
 
 
@@ -370,7 +439,7 @@ def fp8_library() -> Any:
 def cutlass_plan(context, stream, fp8_library, m, n, k, kernel=None):  # type: ignore[no-untyped-def]
     """The plan, or a skip for a CUTLASS shape the device refuses by name (checked to be the reason)."""
     cc = context.device_info().compute_capability
-    cutlass = m > 16 or (kernel is not None and kernel != "blockwise_fp8_gemv")
+    cutlass = m > 16 or (kernel is not None and kernel not in ("blockwise_fp8_gemv", "blockwise_fp8_mma"))
     if cutlass and cc[0] not in (9, 12):
         with pytest.raises(mc.BlockwiseFp8Unavailable, match="compute capability"):
             mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, n, k), library=fp8_library)

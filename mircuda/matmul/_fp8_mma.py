@@ -1,0 +1,141 @@
+"""The tensor-core blockwise FP8 decode kernel (``cuda_src/fp8_mma_gemv.cu``, ``blockwise_fp8_mma``):
+BlockwiseFp8Plan's engine for 2 <= M <= 16 and, on request (``kernel="blockwise_fp8_mma"``),
+BlockwiseFp8VectorPlan's for M = 1. Same operands, parameters, checks and njit executor as the
+CUDA-core kernel of :mod:`mircuda.matmul._fp8` (``blockwise_fp8_gemv``); the products run on
+``mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32`` (PTX ISA 7.8, sm_89+)."""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from ..compile import CompileOptions, Compiler, CudaSource
+from ..dtypes import bf16, e4m3, f32, i32
+from ..errors import ContractError
+from ..launch import In, InOut, LaunchConfig, cuda_export
+from ..memory import DeviceBuffer
+from ._vector import blocks_per_sm, choose_vector_warps, package_source
+
+if TYPE_CHECKING:
+    from ..launch import TypedKernel
+    from ..runtime import Context
+
+__all__ = ["DECODES", "FP8_MMA_BLOCK_K", "FP8_MMA_ROWS", "FP8_MMA_SYMBOL", "PDL_TRIGGERS", "Fp8MmaGemv",
+           "check_pdl_trigger", "fp8_mma_options", "fp8_mma_source", "pdl_defines"]
+
+FP8_MMA_SYMBOL = "blockwise_fp8_mma"
+FP8_MMA_ROWS = (16, 32)
+"""Weight rows per block the kernel compiles for: one or two 16-row tiles (``MIRCUDA_FP8_TILES``); ptxas
+(CUDA 13.0, sm_90, no spills) gives 76-80 registers at one tile for M <= 8 and 128 at M = 16, 128-138 at
+two tiles for M <= 8 and 220 at M = 16 (four tiles spill at M = 16, so they are not offered)."""
+FP8_MMA_BLOCK_K = 128
+"""Columns one warp reads per step: one 128-K scale block (two 64-column mma steps)."""
+PDL_TRIGGERS = ("early", "late")
+"""Where programmatic dependent launch lets the next kernel start (``MIRCUDA_PDL_TRIGGER_LATE``; see
+``cuda_src/decode_common.cuh``): at the start of each block, or after its loads."""
+DECODES = ("hardware", "integer")
+"""How ``blockwise_fp8_mma`` turns E4M3 fragments into products (``MIRCUDA_FP8_INT_DECODE``; see
+``cuda_src/fp8_mma_gemv.cu``): ``"hardware"`` (the default) hands E4M3 to ``mma.sync`` (QMMA on sm_89
+and sm_120; on sm_90 ptxas decodes with F2FP and runs FP16 HMMA); ``"integer"`` decodes with integer
+operations into FP16 x 2^-8 and runs FP16 ``mma.sync`` (a tuning option for sm_90, where F2FP's
+conversion rate may bound the kernel; NaN codes read as +-480)."""
+
+
+@functools.lru_cache(maxsize=1)
+def fp8_mma_source() -> CudaSource:
+    """``cuda_src/fp8_mma_gemv.cu`` as a :class:`CudaSource` (see :func:`package_source`)."""
+    return package_source("fp8_mma_gemv.cu")
+
+
+def check_pdl_trigger(pdl_trigger: Any) -> None:
+    """``pdl_trigger`` must be None (the kernel's default, late), ``"early"`` or ``"late"``.
+
+    Raises:
+        ContractError: anything else, named ``pdl_trigger``."""
+    if pdl_trigger is not None and (not isinstance(pdl_trigger, str) or pdl_trigger not in PDL_TRIGGERS):
+        raise ContractError("pdl_trigger", "None, 'early' or 'late' (where programmatic dependent launch lets the "
+                                           "next kernel start)", repr(pdl_trigger))
+
+
+def pdl_defines(pdl_trigger: str | None) -> dict[str, int]:
+    """``{"MIRCUDA_PDL_TRIGGER_LATE": 0 | 1}`` for a given trigger, ``{}`` for the kernel's default."""
+    return {} if pdl_trigger is None else {"MIRCUDA_PDL_TRIGGER_LATE": int(pdl_trigger == "late")}
+
+
+def fp8_mma_options(m: int, rows: int = 16, pdl_trigger: str | None = None, decode: str | None = None) -> CompileOptions:
+    """The NVRTC options of the module for ``m`` rows of A, ``rows`` (16 or 32) weight rows per block, and
+    when given the PDL trigger and the decode (:data:`DECODES`)."""
+    extra = {} if decode is None else {"MIRCUDA_FP8_INT_DECODE": int(decode == "integer")}
+    return CompileOptions(defines={"MIRCUDA_FP8_M": m, "MIRCUDA_FP8_TILES": rows // 16, **pdl_defines(pdl_trigger),
+                                   **extra})
+
+
+class Fp8MmaGemv:
+    """The compiled tensor-core FP8 decode kernel for one M (1..16), N and K, with its rows, warps and
+    launch configuration: an engine of both FP8 plans (they check operands). ``ceil(N / rows)`` blocks;
+    warps per block split K by 128-K blocks (:func:`~mircuda.matmul._vector.choose_vector_warps`: one
+    wave, at least two 128-K blocks per warp) unless ``warps`` is given.
+
+    Raises:
+        ContractError: ``m`` outside 1..16, ``rows`` not None, 16 or 32, ``warps`` not None, 1, 2, 4 or 8,
+            ``pdl_trigger`` not None, ``"early"`` or ``"late"``, or ``decode`` not None or one of
+            :data:`DECODES` (all checked before compiling).
+        CompileError: NVRTC rejected the kernel (a bug; the log is attached).
+    """
+
+    symbol = FP8_MMA_SYMBOL
+
+    def __init__(self, context: Context, m: int, n: int, k: int, compiler: Compiler, *, warps: int | None = None,
+                 rows: int | None = None, pdl_trigger: str | None = None, decode: str | None = None) -> None:
+        if type(m) is not int or not 1 <= m <= 16:
+            raise ContractError("m", "1..16", repr(m))
+        if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
+            raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
+        if rows is not None and (type(rows) is not int or rows not in FP8_MMA_ROWS):
+            raise ContractError("rows", f"None, 16 or 32 (weight rows per block of {FP8_MMA_SYMBOL}: 16-row mma "
+                                        "tiles)", repr(rows))
+        check_pdl_trigger(pdl_trigger)
+        if decode is not None and (not isinstance(decode, str) or decode not in DECODES):
+            raise ContractError("decode", "None, 'hardware' or 'integer' (how the E4M3 fragments are decoded)",
+                                repr(decode))
+        self.m, self.n, self.k = m, n, k
+        self.rows = FP8_MMA_ROWS[0] if rows is None else rows
+        self.pdl_trigger = pdl_trigger
+        self.decode = decode
+        contract = cuda_export(FP8_MMA_SYMBOL, d=InOut[DeviceBuffer[bf16]], c=In[DeviceBuffer[bf16]],
+                               a=In[DeviceBuffer[e4m3]], sa=In[DeviceBuffer[f32]], b=In[DeviceBuffer[e4m3]],
+                               sb=In[DeviceBuffer[f32]], alpha=f32, beta=f32, n=i32, k=i32)
+        self.options = fp8_mma_options(m, self.rows, pdl_trigger, decode)
+        self.kernel: TypedKernel = compiler.compile(fp8_mma_source(), self.options).kernel(contract)
+        info = context.device_info()
+        if warps is None:
+            warps = choose_vector_warps(n, k, info.multiprocessor_count,
+                                        lambda w: blocks_per_sm(context, self.kernel, w), rows=self.rows,
+                                        chunk=FP8_MMA_BLOCK_K)
+        self.warps = warps
+        # On cc >= 9.0 the next kernel's ramp overlaps this one's tail (see cuda_src/fp8_mma_gemv.cu).
+        self.config = LaunchConfig((-(-n // self.rows),), (32 * warps,),
+                                   programmatic_stream_serialization=info.supports_programmatic_launch)
+        self.config.check(info, self.kernel.attributes.max_threads_per_block)
+        self.launch = self.kernel.launch
+
+    def numba_executor(self, stream: int) -> Any:
+        """``execute(stream, a, sa, b, sb, d, c, alpha, beta) -> CUresult`` for the plan's stream handle
+        ``stream`` (the parameters are blockwise_fp8_gemv's: see :func:`~mircuda.matmul._fp8.fp8_gemv_executor`)."""
+        from ._fp8 import fp8_gemv_executor
+
+        return fp8_gemv_executor(self.kernel.handle, self.config.grid[0], self.config.block[0], self.n, self.k,
+                                 stream=stream)
+
+    def describe(self) -> str:
+        defines = " ".join(f"-D {k}={v}" for k, v in self.options.defines)
+        tiles = self.rows // 16
+        return (f"kernel {FP8_MMA_SYMBOL} (NVRTC, {defines}): {self.config.grid[0]} blocks of {self.rows} weight rows "
+                f"x {self.warps} warp(s) splitting K in 128-K blocks; tensor cores: mma.sync m16n8k32 E4M3 x E4M3 "
+                f"-> FP32{' (E4M3 decoded by integer operations, FP16 mma)' if self.decode == 'integer' else ''} "
+                f"({tiles} 16-row weight tile(s) x {-(-self.m // 8)} n8 tile(s) of activation rows, rows "
+                "past M zero), each 128-K block's sums multiplied by sa * sb and added in FP32; 16-byte streamed "
+                "weight loads (L1 bypassed, 128-byte L2 lines), the next 128-K block in flight"
+                + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else "")
+                + (f" ({self.pdl_trigger} trigger)" if self.pdl_trigger is not None
+                   and self.config.programmatic_stream_serialization else ""))
