@@ -359,3 +359,38 @@ def test_the_block_scaled_executor_writes_alpha_first_then_calls_the_library() -
     assert execute(0x55, 0x1000, 0x1104, 0x2000, 0x2100, 0x3000, 0, 0, 1.0) == _fp4_cutlass.MISALIGNED
     assert execute(0x55, 0x1000, 0x1100, 0x2000, 0x2100, 0x3000, 0x4002, 0, 1.0) == _fp4_cutlass.MISALIGNED
     assert events == []
+
+
+def test_cutlass_check_runs_every_nvfp4_path_of_the_device_on_shapes_it_takes() -> None:
+    from mircuda.cli._cutlass_check import _fp4_cases
+
+    lib = SimpleNamespace(block_scaled_kernels=(_kernel(), _kernel(name="sm120_nvfp4_pingpong_128x128x128_e2m1_bf16",
+                                                                    family="sm120_nvfp4_pingpong")))
+    h200, rtx = _fp4_cases(lib, (9, 0)), _fp4_cases(lib, (12, 0))
+    assert {c[0] for c in h200} == {"fp4_gemv", "decode+dense"}
+    assert {c[0] for c in rtx} == {"fp4_gemv", "decode+dense", *FP4_NAMES}
+    for label, kernel, activation, layout, (m, n, k) in rtx:
+        assert k % 16 == 0
+        if kernel is None:
+            assert (m <= 16) == (label == "fp4_gemv")
+        else:
+            assert _fp4_cutlass.cutlass_fp4_refusal(_kernel(), (12, 0), m, n, k, activation, layout) == ""
+    nvrtc = [c for c in h200 if c[1] is None]
+    assert any(c[4][2] % 64 for c in nvrtc) and {c[2] for c in nvrtc} == {"fp4", "bf16"}
+    assert {c[3] for c in nvrtc} == {"linear", "tiled"}
+    assert any(c[4][0] % 128 and c[4][1] % 128 and c[4][2] % 128 for c in rtx if c[1] is not None)  # partial tiles
+    assert _fp4_cases(SimpleNamespace(), (12, 0)) == _fp4_cases(SimpleNamespace(block_scaled_kernels=()), (12, 0))
+
+
+def test_cutlass_check_reports_the_fp4_sass(monkeypatch, capsys) -> None:
+    from mircuda.cli import _cutlass_check
+
+    monkeypatch.setattr(_sass, "find_cuobjdump", lambda: None)
+    failures: list[str] = []
+    out = _cutlass_check._fp4_sass(SimpleNamespace(block_scaled_kernels=(), path="x.so"), failures)
+    text = capsys.readouterr().out
+    assert out["library"] is None and "no block-scaled NVFP4 kernels" in text
+    assert [r["arch"] for r in out["nvrtc"]] == ["sm_120f", "sm_90"] and failures == []
+    assert [r["ptx_cvt"] for r in out["nvrtc"]] == [True, False]
+    out = _cutlass_check._fp4_sass(SimpleNamespace(block_scaled_kernels=(_kernel(),), path="x.so"), failures)
+    assert failures == ["NVFP4 SASS check of sm_120f"] and "cuobjdump not found" in capsys.readouterr().out
