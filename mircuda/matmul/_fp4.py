@@ -305,9 +305,10 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
     are ``DeviceBuffer[f32]`` of one element read when the kernel runs (graphs follow their current
     values); either may be None (1), and a host ``alpha`` multiplies them.
 
-    Decoding: ``cvt.rn.f16x2.e2m1x2`` where the compile target is a family-specific Blackwell one
-    (sm_100f, sm_120f, sm_1xxa: PTX ISA 8.6/8.8), elsewhere (sm_80, sm_90 (H200), plain sm_120) an exact
-    software decode; within each 16-element block the products and their sum are exact in FP32, scaled
+    Decoding: ``cvt.rn.f16x2.e2m1x2`` (SASS ``F2FP.F16.E2M1.UNPACK_B``) where the compile target is a
+    family-specific Blackwell one (sm_100f, sm_120f, sm_1xxa: PTX ISA 8.6/8.8; on cc 12.x the default
+    compiler targets sm_12Yf, :func:`fp4_compiler`), elsewhere (sm_80, sm_90 (H200), a plain-target
+    compiler passed in) an exact software decode; within each 16-element block the products and their sum are exact in FP32, scaled
     once by ``sx * sw``. Any N; K a multiple of 16 (16-byte weight loads when K % 32 == 0, else 8-byte).
 
     Args:
