@@ -39,10 +39,10 @@ def test_the_header_speaks_abi_2_with_the_fp8_codes() -> None:
         if code >= 5:
             assert f"#define MIRCUDA_CUTLASS_{name.upper()} {code}" in text
     assert "#define MIRCUDA_CUTLASS_KIND_DENSE 0" in text and "#define MIRCUDA_CUTLASS_KIND_BLOCKWISE_SCALED 1" in text
-    assert _library.KINDS == {0: "dense", 1: "blockwise_scaled"}
+    assert {0: "dense", 1: "blockwise_scaled"}.items() <= _library.KINDS.items()  # kind 2: NVFP4 (test_matmul_fp4_cutlass)
     for code, name in {0: "NO_SCALES", 1: "K_MAJOR", 2: "MN_MAJOR"}.items():
         assert f"#define MIRCUDA_CUTLASS_{name} {code}" in text
-    assert _library.SCALE_MAJORS == {0: "", 1: "k", 2: "mn"}
+    assert {0: "", 1: "k", 2: "mn"}.items() <= _library.SCALE_MAJORS.items()
     for fn in ("mircuda_cutlass_scaled_plan_create", "mircuda_cutlass_scaled_plan_execute"):
         assert f"int {fn}(" in text
 

@@ -4,7 +4,11 @@ kernel for M = 1, the batched GEMV for M <= 16) against a float64 numpy referenc
 kernel (the library's, through BlockwiseFp8Plan with ``kernel=``, and the two NVRTC FP8 decode kernels)
 against a float64 product of the dequantized operands -- and check the SASS (``cuobjdump``) of every sm_120f
 dense kernel for the tensor-core instructions it is meant to use and of every FP8 kernel (sm_120f and
-sm_90a) for the FP8 tensor-core MMA, naming the opcode found."""
+sm_90a) for the FP8 tensor-core MMA, naming the opcode found; every NVFP4 path of BlockScaledFp4Plan that
+runs here (the NVRTC kernel for M <= 16, the portable decode + dense path, and on cc 12.x each of the
+library's block-scaled NVFP4 kernels) against a float64 product of the dequantized operands, the SASS of
+the library's NVFP4 kernels (``OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X``) and the E2M1 decode of the NVRTC
+FP4 kernel compiled offline for sm_120f (``F2FP.F16.E2M1.UNPACK_B``) and sm_90 (software)."""
 
 from __future__ import annotations
 
@@ -263,6 +267,140 @@ def _fp8_sass(lib: Any, failures: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+FP4_CUTLASS_ACCUMULATION = 2.0**-11
+"""The CUTLASS NVFP4 kernels' error allowed relative to sum |alpha a_k b_k| (dequantized): the width of the
+block-scaled MMA's internal accumulation is not documented, so FP8's bound; the NVRTC and portable
+paths (exact products, FP32 sums) keep the dense bound 3e-5."""
+
+
+def _fp4_cases(lib: Any, cc: tuple[int, int]) -> list[tuple[str, str | None, str, str, tuple[int, int, int]]]:
+    """``(label, kernel, activation, layout, (M, N, K))`` of every NVFP4 path that runs on a cc device:
+    partial tiles in M, N and K; K a multiple of 16 but not 64 on the NVRTC and portable paths."""
+    cases: list[tuple[str, str | None, str, str, tuple[int, int, int]]] = [
+        ("fp4_gemv", None, "fp4", "linear", (1, 1000, 1040)), ("fp4_gemv", None, "bf16", "tiled", (13, 37, 304)),
+        ("decode+dense", None, "fp4", "linear", (300, 1032, 1040)),
+        ("decode+dense", None, "bf16", "tiled", (33, 264, 528))]
+    for kernel in getattr(lib, "block_scaled_kernels", ()):
+        if kernel.runs_on(cc):
+            cases += [(kernel.name, kernel.name, "fp4", "tiled", shape)
+                      for shape in ((300, 1032, 1056), (2048, 1024, 1024), (17, 264, 4096))]
+    return cases
+
+
+def _fp4_numerics(context: Any, stream: Any, pool: Any, lib: Any, case: tuple[str, str | None, str, str,
+                  tuple[int, int, int]], rng: np.random.Generator) -> NumericsRow:
+    """One NVFP4 path through BlockScaledFp4Plan (``kernel=`` for the library's kernels) on operands
+    quantized by the numpy reference (ModelOpt's recipe), global scales in device memory, a NaN-poisoned
+    D, against float64 of the dequantized operands."""
+    import ml_dtypes
+
+    import mircuda as mc
+    from mircuda.matmul import fp4_dequantize_reference, fp4_quantize_reference
+
+    from ._matmul_bench import upload
+
+    label, kernel, activation, layout, (m, n, k) = case
+    alpha = float(rng.uniform(0.5, 2.0))
+
+    def values(rows: int) -> np.ndarray:
+        x = rng.standard_normal((rows, k)) * np.exp2(rng.integers(-4, 4, size=(rows, 1)))
+        return x.astype(np.float32).astype(mc.bf16)
+
+    plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), activation=activation,
+                                 scale_layout=layout, library=lib, kernel=kernel)
+    qb, sb, gb = fp4_quantize_reference(values(n), layout=layout)
+    bufs = [upload(context, stream, pool, qb.ravel()), upload(context, stream, pool, sb.ravel().view(ml_dtypes.float8_e4m3fn)),
+            upload(context, stream, pool, np.array([gb], np.float32))]
+    b64 = fp4_dequantize_reference(qb, sb, n, k, layout)
+    if activation == "fp4":
+        qa, sa, ga = fp4_quantize_reference(values(m), layout=layout)
+        bufs += [upload(context, stream, pool, qa.ravel()), upload(context, stream, pool, sa.ravel().view(ml_dtypes.float8_e4m3fn)),
+                 upload(context, stream, pool, np.array([ga], np.float32))]
+        a64, scale = fp4_dequantize_reference(qa, sa, m, k, layout), alpha * float(ga) * float(gb)
+    else:
+        a_host = values(m)
+        bufs += [upload(context, stream, pool, a_host.ravel())]
+        a64, scale = a_host.astype(np.float64), alpha * float(gb)
+    d = upload(context, stream, pool, np.full(m * n, np.nan, np.float32).astype(mc.bf16))
+    bufs.append(d)
+    if activation == "fp4":
+        plan.execute(stream, bufs[3], bufs[4], bufs[0], bufs[1], d, global_a=bufs[5], global_b=bufs[2], alpha=alpha)
+    else:
+        plan.execute(stream, bufs[3], None, bufs[0], bufs[1], d, global_b=bufs[2], alpha=alpha)
+    back = context.allocate_pinned(mc.bf16, m * n)
+    stream.copy_to_host(d, back)
+    stream.synchronize()
+    got = back.to_numpy().astype(np.float64).reshape(m, n)
+    path = plan.path
+    for buf in bufs:
+        buf.free(stream)
+    plan.close()
+    want, mag = scale * (a64 @ b64.T), abs(scale) * (np.abs(a64) @ np.abs(b64).T)
+    accumulation = FP4_CUTLASS_ACCUMULATION if path == "cutlass" else 3e-5
+    bound = 2 * 2.0**-8 * np.abs(want) + accumulation * mag + 1e-30
+    excess = float(np.max(np.abs(got - want) / bound)) if np.isfinite(got).all() else float("inf")
+    return NumericsRow(label, path, m, n, k, alpha, 0.0, excess, excess <= 1.0, f"{activation} A, {layout} scales")
+
+
+def _fp4_check(context: Any, stream: Any, pool: Any, lib: Any, rng: np.random.Generator, rows: list[NumericsRow],
+               failures: list[str]) -> None:
+    """Every NVFP4 path that runs on the device (cc >= 8.0): numerics rows appended, failures named."""
+    import mircuda as mc
+
+    info = context.device_info()
+    if info.compute_capability < (8, 0):
+        print(f"NVFP4: none runs on {info.name} (cc < 8.0)")
+        return
+    cases = _fp4_cases(lib, info.compute_capability)
+    fp4_kernels = [x.name for x in getattr(lib, "block_scaled_kernels", ()) if x.runs_on(info.compute_capability)]
+    print(f"NVFP4 numerics: the NVRTC kernel, the portable path{' and ' + ', '.join(fp4_kernels) if fp4_kernels else ''}"
+          f" run here; bound |got - want| <= 2u|want| + (3e-5, CUTLASS {FP4_CUTLASS_ACCUMULATION:.1e}) sum|a b| "
+          "(dequantized)")
+    for case in cases:
+        try:
+            row = _fp4_numerics(context, stream, pool, lib, case, rng)
+        except mc.MircudaError as exc:
+            row = NumericsRow(case[0], "?", *case[4], 0, 0, float("inf"), False, f"{type(exc).__name__}: {exc}"[:200])
+        rows.append(row)
+        print(f"  {'ok  ' if row.ok else 'FAIL'} {row.kernel:<44} {row.family:<12} M={row.m:<5} N={row.n:<5} "
+              f"K={row.k:<5} error/bound {row.max_excess:.3f} {row.note}")
+        if not row.ok:
+            failures.append(f"{row.kernel} {case[4]} ({row.note})")
+
+
+def _fp4_sass(lib: Any, failures: list[str]) -> dict[str, Any]:
+    """The SASS check of the library's NVFP4 kernels (when it holds them) and of the NVRTC FP4 kernel's
+    E2M1 decode for sm_120f (cvt) and sm_90 (software), compiled offline."""
+    from dataclasses import asdict as as_dict
+
+    from ..matmul._fp4_sass import block_scaled_fp4_sass_check, nvrtc_decode_check
+
+    out: dict[str, Any] = {"library": None, "nvrtc": []}
+    if getattr(lib, "block_scaled_kernels", ()):
+        report = block_scaled_fp4_sass_check(Path(lib.path))
+        print("NVFP4 SASS of the sm_120f kernels:")
+        if report.error:
+            print(f"  FAIL {report.error}")
+        for f in report.functions:
+            print(f"  {'ok  ' if f.ok else 'FAIL'} {', '.join(f.opcodes) or 'no block-scaled MMA'} x{f.mma_count} "
+                  f"missing {f.missing or '-'} unexpected {f.unexpected or '-'}  {f.name[:60]}")
+        if not report.ok:
+            failures.append("NVFP4 SASS check of sm_120f")
+        out["library"] = {"arch": report.arch, "error": report.error, "functions": [as_dict(f) for f in report.functions]}
+    else:
+        print("NVFP4 SASS: the library holds no block-scaled NVFP4 kernels (built without 120f or before them)")
+    print("NVFP4 NVRTC decode (fp4_vector.cu compiled offline):")
+    for arch in ("sm_120f", "sm_90"):
+        r = nvrtc_decode_check(arch)
+        sass = "no cuobjdump" if r.sass_cvt is None else f"SASS F2FP.F16.E2M1.UNPACK_B {r.sass_cvt}"
+        print(f"  {'ok  ' if r.ok else 'FAIL'} {arch:<8} PTX cvt.rn.f16x2.e2m1x2 {r.ptx_cvt}, {sass} "
+              f"(expected {r.expected}) {r.error}")
+        if not r.ok:
+            failures.append(f"NVFP4 NVRTC decode of {arch}")
+        out["nvrtc"].append(as_dict(r))
+    return out
+
+
 def cutlass_check(args: Any) -> int:
     import mircuda as mc
 
@@ -310,6 +448,7 @@ def cutlass_check(args: Any) -> int:
                 if not row.ok:
                     failures.append(f"{row.kernel} {shape}")
         _fp8_check(context, stream, pool, lib, rng, rows, failures)
+        _fp4_check(context, stream, pool, lib, rng, rows, failures)
         stream.synchronize()
     report = sass_check(Path(lib.path))
     print(f"SASS of the {report.arch} kernels ({'no' if report.stub_free else 'SOME'} printf stubs in the library):")
@@ -325,6 +464,7 @@ def cutlass_check(args: Any) -> int:
     if not report.ok:
         failures.append(f"SASS check of {report.arch}")
     fp8_sass = _fp8_sass(lib, failures)
+    fp4_sass = _fp4_sass(lib, failures)
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w") as fh:
@@ -333,6 +473,7 @@ def cutlass_check(args: Any) -> int:
                        "sass": {"arch": report.arch, "stub_free": report.stub_free, "error": report.error,
                                 "functions": [asdict(f) for f in report.functions]},
                        "fp8_sass": fp8_sass,
+                       "fp4_sass": fp4_sass,
                        "failures": failures}, fh, indent=2)
     for failure in failures:
         print(f"FAILED: {failure}", file=sys.stderr)
@@ -342,7 +483,8 @@ def cutlass_check(args: Any) -> int:
 
 def register(sub: Any) -> None:
     """Add ``cutlass-check`` to the CLI's subparsers."""
-    p = sub.add_parser("cutlass-check", help="every CUTLASS and FP8 plan vs float64 numpy on the GPU; SASS of the sm_120f (and FP8 sm_90a) kernels")
+    p = sub.add_parser("cutlass-check", help="every CUTLASS, FP8 and NVFP4 plan vs float64 numpy on the GPU; SASS of the sm_120f "
+                       "(and FP8 sm_90a) kernels")
     p.add_argument("--device", type=int, default=0)
     p.add_argument("--json", default="benchmarks/results/cutlass_check.json",
                    help=RESULTS_HELP + " ('' writes none)")

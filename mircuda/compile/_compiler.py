@@ -314,18 +314,27 @@ class Compiler(_CachingCompiler[Module]):
 
     A cached image that the driver refuses to load is removed, rebuilt and rewritten.
 
+    ``arch`` picks a target other than the device's plain one that still loads on it: the arch-specific
+    ``sm_XYa`` of its compute capability X.Y (from 9.0), or a family-specific ``sm_XZf`` of its major
+    with Z <= Y (from 10.0; e.g. ``sm_120f`` on cc 12.0 and 12.1): code that needs the family's
+    instructions (``cvt.rn.f16x2.e2m1x2`` on SM12x) compiles only for these.
+
     Raises:
-        ContractError: ``context`` is not a Context or ``config`` not a CompilerConfig.
+        ContractError: ``context`` is not a Context, ``config`` not a CompilerConfig, or ``arch`` not a
+            target of this NVRTC that loads on the context's device.
     """
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
 
-    def __init__(self, context: Context, config: CompilerConfig | None = None) -> None:
+    def __init__(self, context: Context, config: CompilerConfig | None = None, *, arch: str | None = None) -> None:
         from ..runtime import Context
 
         if not isinstance(context, Context):
             raise ContractError("context", "a mircuda Context", type(context).__name__)
         self._context = context
-        super().__init__(context.device_info().arch, config)
+        plain = context.device_info().arch
+        if arch is not None and arch != plain:
+            arch = _device_variant(arch, plain)
+        super().__init__(plain if arch is None else arch, config)
 
     @classmethod
     def with_config(cls, context: Context, config: CompilerConfig) -> Compiler:
@@ -373,6 +382,23 @@ class Compiler(_CachingCompiler[Module]):
             raise UnsupportedPlatform(
                 f"PTX from NVRTC {n} cannot be loaded by this CUDA {d} driver: use CompileOptions(output='cubin') "
                 f"(the default), or install an NVRTC no newer than the driver (pip install 'nvidia-cuda-nvrtc=={d}.*')")
+
+
+def _device_variant(arch: str, plain: str) -> str:
+    """``arch`` when it is an ``sm_*a``/``sm_*f`` target that loads on the device whose plain target is
+    ``plain`` (see :class:`Compiler`).
+
+    Raises:
+        ContractError: naming ``arch``.
+    """
+    cc = int(plain.removeprefix("sm_"))
+    expected = (f"sm_{cc}a" + (f" or a family target sm_{cc // 10}Zf with Z <= {cc % 10}" if cc >= 100 else "")
+                + f" (a variant of this device's {plain} that loads on it)")
+    checked = validate_arch(arch, "cubin")
+    number, suffix = int(checked[3:-1] or 0) if checked[-1] in "af" else 0, checked[-1]
+    if (suffix == "a" and number == cc) or (suffix == "f" and number // 10 == cc // 10 and number <= cc):
+        return checked
+    raise ContractError("arch", expected, repr(arch))
 
 
 class OfflineCompiler(_CachingCompiler[CompiledProgram]):

@@ -7,6 +7,7 @@
 //   UE4M3 value 4, between 2^-10 and 2688: the product fits BF16's 8 bits and its range). The global
 //   scale is not applied (it is the plan's alpha).
 // - fp4_scale_output: D = BF16(alpha * global_a * global_b * C) for C in FP32.
+// - fp4_alpha_product: *out = alpha * global_a * global_b (the CUTLASS NVFP4 kernels' device alpha).
 #include <cuda_bf16.h>
 #include "fp4_common.cuh"
 
@@ -68,4 +69,15 @@ extern "C" __global__ void fp4_scale_output(__nv_bfloat16* __restrict__ d, const
     if (global_b != nullptr) scale *= *global_b;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (long long)gridDim.x * blockDim.x)
         d[i] = __float2bfloat16_rn(scale * c[i]);
+}
+
+// BlockScaledFp4Plan's CUTLASS path (SM12x): the epilogue reads one FP32 alpha from device memory, so the
+// product alpha * global_a * global_b (the same order of multiplication as fp4_scale_output) is written
+// there first, when the kernel runs (a captured graph follows the global scales' current values).
+extern "C" __global__ void fp4_alpha_product(float* __restrict__ out, const float* global_a, const float* global_b,
+                                             float alpha) {
+    float scale = alpha;
+    if (global_a != nullptr) scale *= *global_a;
+    if (global_b != nullptr) scale *= *global_b;
+    *out = scale;
 }

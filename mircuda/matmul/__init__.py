@@ -13,7 +13,8 @@ cc >= 8.9; larger M: the library's CUTLASS blockwise kernels on SM90 and SM12x, 
 
 NVFP4 (E2M1 values, a UE4M3 scale per 16 K-elements, an FP32 global scale per tensor; NVIDIA ModelOpt):
 ``BlockScaledFp4VectorPlan`` (M = 1, NVRTC, any cc >= 8.0) and ``BlockScaledFp4Plan`` (M <= 16 the same
-kernels; larger M decodes into a kept BF16 workspace and runs the dense plan); ``Fp4Quantizer`` and
+kernels; larger M: on cc 12.x the library's SM120 block-scaled NVFP4 kernels, elsewhere (or for linear
+scales, BF16 activations, K % 32 != 0) decode into a kept BF16 workspace and the dense plan); ``Fp4Quantizer`` and
 ``Fp4ScaleConverter`` (linear <-> CUTLASS's tiled scale layout) on the device; their numpy references
 (bit for bit) ``fp4_quantize_reference``, ``fp4_dequantize_reference``, ``fp4_global_scale``,
 ``fp4_scale_shape``, ``fp4_scales_to_tiled``, ``fp4_scales_to_linear``, ``pack_e2m1``, ``unpack_e2m1``

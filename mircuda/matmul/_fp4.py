@@ -23,16 +23,18 @@ from ._dense import _nothing_to_release
 from ._fp4_layout import address, check_fp4_k, check_layout, fp4_layout_source, layout_options
 from ._fp4_reference import BLOCK, scale_bytes
 from ._spec import DenseMatmulSpec, DenseVectorSpec, EngineViews, Operand, PlanBase, check_operand, check_scalar, plan_stream
-from ._vector import INVALID_HANDLE, INVALID_VALUE, blocks_per_sm, choose_vector_warps, package_source, plan_compiler
+from ._vector import (INVALID_HANDLE, INVALID_VALUE, blocks_per_sm, choose_vector_warps, package_source, plan_compiler,
+                      shared_compiler)
 
 if TYPE_CHECKING:
     from ..launch import TypedKernel
     from ..runtime import Context, Stream
-    from ._library import CutlassLibrary
+    from ._fp4_cutlass import CutlassFp4
+    from ._library import CutlassLibrary, KernelInfo
 
 __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vector_source", "fp4_gemv_options",
            "ACTIVATIONS", "GEMV_MAX_M", "FP4_SYMBOL", "fp4_executor", "fp4_operands", "has_e2m1_cvt",
-           "portable_executor"]
+           "portable_executor", "fp4_target", "fp4_compiler"]
 
 ACTIVATIONS = ("fp4", "bf16")
 """``activation=``: ``"fp4"`` (NVFP4 activations with their own scales and global scale) or ``"bf16"``
@@ -54,6 +56,41 @@ def fp4_gemv_options(m: int, rows: int, layout: str, wide: bool, activation: str
     return CompileOptions(defines={"MIRCUDA_FP4_M": m, "MIRCUDA_FP4_ROWS": rows,
                                    "MIRCUDA_FP4_TILED": int(layout == "tiled"), "MIRCUDA_FP4_WIDE": int(wide),
                                    "MIRCUDA_FP4_ACT_BF16": int(activation == "bf16")})
+
+
+def fp4_target(compute_capability: tuple[int, int]) -> str | None:
+    """The NVRTC target the FP4 kernels compile for on a device of ``compute_capability`` by default:
+    ``sm_12Yf`` on cc 12.Y (the SM12x family-specific target, where the PTX ISA (8.8) has
+    ``cvt.rn.f16x2.e2m1x2``: SASS ``F2FP.F16.E2M1.UNPACK_B``; NVRTC 13.0 takes sm_120f and sm_121f), None
+    elsewhere (the device's plain target and the exact software decode: sm_80, sm_90 (H200), ...)."""
+    from ..compile import supported_archs
+
+    major, minor = compute_capability
+    if major != 12 or 10 * major + minor not in supported_archs():
+        return None
+    return f"sm_{major}{minor}f"
+
+
+_FP4_COMPILERS: weakref.WeakKeyDictionary[Any, Compiler] = weakref.WeakKeyDictionary()
+
+
+def fp4_compiler(compiler: Any, context: Context) -> Compiler:
+    """The FP4 plans' ``compiler=`` argument: a given Compiler of ``context`` is used as it is (its
+    target decides the decode, see :func:`has_e2m1_cvt`); None gives, on cc 12.x, one Compiler per
+    context targeting :func:`fp4_target` (``sm_120f`` on cc 12.0), elsewhere :func:`shared_compiler`.
+
+    Raises:
+        ContractError: ``compiler`` is neither None nor a Compiler of ``context``.
+    """
+    if compiler is not None:
+        return plan_compiler(compiler, context)
+    target = fp4_target(context.device_info().compute_capability)
+    if target is None:
+        return shared_compiler(context)
+    found = _FP4_COMPILERS.get(context)
+    if found is None:
+        found = _FP4_COMPILERS.setdefault(context, Compiler(context, arch=target))
+    return found
 
 
 def check_activation(value: Any) -> str:
@@ -145,8 +182,9 @@ class Fp4Gemv:
     def describe(self) -> str:
         act = "NVFP4 activations (E2M1 x UE4M3)" if self.activation == "fp4" else "BF16 activations"
         decode = ("cvt.rn.f16x2.e2m1x2" if has_e2m1_cvt(self.arch) else
-                  "an exact software E2M1 decode (bit operations into FP16; cvt.rn.f16x2.e2m1x2 needs a "
-                  "family-specific Blackwell target: sm_100f/sm_120f/sm_1xxa)")
+                  f"an exact software E2M1 decode (bit operations into FP16; target {self.arch}: "
+                  "cvt.rn.f16x2.e2m1x2 needs a family-specific Blackwell target, sm_100f/sm_120f/sm_1xxa, which "
+                  "the default compiler takes on cc 12.x)")
         return (f"kernel {FP4_SYMBOL} (NVRTC, -D MIRCUDA_FP4_M={self.m} -D MIRCUDA_FP4_ROWS={self.rows}"
                 f"{' -D MIRCUDA_FP4_TILED=1' if self.layout == 'tiled' else ''}), {self.config.grid[0]} blocks of "
                 f"{self.rows} weight rows x {self.warps} warp(s) splitting K, {act}, "
@@ -232,22 +270,25 @@ class _Fp4PlanBase(PlanBase):
         return self._layout
 
     def _check(self, stream: Any, a: Any, sa: Any, b: Any, sb: Any, d: Any, global_a: Any, global_b: Any,
-               alpha: Any) -> tuple[int, int, int, float]:
+               alpha: Any) -> tuple[int, int, int, int, int, int, int, float]:
+        """``(a, sa, b, sb, d, global_a, global_b)`` addresses (0 for an absent one) and alpha, every operand
+        checked (nothing is enqueued before)."""
         self._check_stream(stream)
         ctx = self._context
         oa, osa, ob, osb, od = self._operands
-        check_operand(oa, a, ctx)
+        pa = check_operand(oa, a, ctx)
         if self._activation == "fp4":
             psa = check_operand(osa, sa, ctx)
         else:
             if sa is not None:
                 raise ContractError(osa.name, "None (BF16 activations have no scales)", type(sa).__name__)
             psa = 0
-        check_operand(ob, b, ctx)
-        check_operand(osb, sb, ctx)
-        check_operand(od, d, ctx)
+        pb = check_operand(ob, b, ctx)
+        psb = check_operand(osb, sb, ctx)
+        pd = check_operand(od, d, ctx)
         name_a, name_b = ("global_x", "global_w") if self._names[0] == "x" else ("global_a", "global_b")
-        return psa, address(name_a, global_a, ctx), address(name_b, global_b, ctx), check_scalar("alpha", alpha)
+        return (pa, psa, pb, psb, pd, address(name_a, global_a, ctx), address(name_b, global_b, ctx),
+                check_scalar("alpha", alpha))
 
 
 class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
@@ -264,16 +305,19 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
     are ``DeviceBuffer[f32]`` of one element read when the kernel runs (graphs follow their current
     values); either may be None (1), and a host ``alpha`` multiplies them.
 
-    Decoding: ``cvt.rn.f16x2.e2m1x2`` where the compile target is a family-specific Blackwell one
-    (sm_100f, sm_120f, sm_1xxa: PTX ISA 8.6/8.8), elsewhere (sm_80, sm_90 (H200), plain sm_120) an exact
-    software decode; within each 16-element block the products and their sum are exact in FP32, scaled
+    Decoding: ``cvt.rn.f16x2.e2m1x2`` (SASS ``F2FP.F16.E2M1.UNPACK_B``) where the compile target is a
+    family-specific Blackwell one (sm_100f, sm_120f, sm_1xxa: PTX ISA 8.6/8.8; on cc 12.x the default
+    compiler targets sm_12Yf, :func:`fp4_compiler`), elsewhere (sm_80, sm_90 (H200), a plain-target
+    compiler passed in) an exact software decode; within each 16-element block the products and their sum are exact in FP32, scaled
     once by ``sx * sw``. Any N; K a multiple of 16 (16-byte weight loads when K % 32 == 0, else 8-byte).
 
     Args:
         context, stream: the plan's context and the stream it is bound to (execute takes no other).
         spec: ``DenseVectorSpec(n, k)``, K % 16 == 0.
         activation: ``"fp4"`` or ``"bf16"``. scale_layout: ``"linear"`` or ``"tiled"``.
-        compiler: the Compiler (default: one shared per context). warps: warps per block splitting K.
+        compiler: the Compiler (default: :func:`fp4_compiler`: on cc 12.x one per context targeting
+            sm_12Yf, where the cvt decode exists; elsewhere the one shared per context). warps: warps per
+            block splitting K.
 
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16), activation, layout, warps or
@@ -292,7 +336,7 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         self._layout = check_layout("scale_layout", scale_layout)
         if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
             raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
-        compiler = plan_compiler(compiler, context)
+        compiler = fp4_compiler(compiler, context)
         _device_checks(context, "BlockScaledFp4VectorPlan")
         self._context, self._stream, self._spec = context, stream, spec
         self._in, self._out = dtype_info(u8), dtype_info(bf16)
@@ -319,7 +363,7 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
                 padding, alignment), ``x_scales`` given with BF16 activations, a bad alpha.
             UseAfterFree, ClosedResourceError, CudaError: as DenseVectorPlan.
         """
-        psa, ga, gb, fa = self._check(stream, x, x_scales, w, w_scales, y, global_x, global_w, alpha)
+        _, psa, _, _, _, ga, gb, fa = self._check(stream, x, x_scales, w, w_scales, y, global_x, global_w, alpha)
         self._engine.launch(stream, x, psa, w, w_scales, y, ga, gb, fa)
 
     @property
@@ -343,38 +387,59 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
     NVFP4 ``B`` (weights ``[N, K/2]`` u8 + UE4M3 scales) and NVFP4 or BF16 ``A`` (``[M, K/2]`` u8 + scales,
     or ``[M, K]`` BF16): the format and scale layouts of :class:`BlockScaledFp4VectorPlan`.
 
-    Paths (``describe()`` names the one chosen and why):
+    Paths (:attr:`path`; ``describe()`` names the one chosen and why):
 
-    - ``M <= 16`` (decode): the NVRTC kernel of ``cuda_src/fp4_vector.cu`` compiled for this M, streaming
-      each weight once (any cc >= 8.0; no CUTLASS needed);
-    - ``M > 16``, portable (every device; the H200 has no FP4 tensor-core instruction): E2M1 x UE4M3 are
-      decoded exactly to BF16 (``fp4_decode_bf16``: a 2-bit by 4-bit significand product fits BF16) into
-      workspaces kept by the plan, the dense BF16 plan (:class:`DenseMatmulPlan`, CUTLASS, BF16 -> FP32)
-      multiplies them, and ``fp4_scale_output`` writes ``BF16(alpha * global_a * global_b * C)``.
-      Workspace: ``2 (M K + N K) + 4 M N`` bytes (no A copy for BF16 activations). The SM120 CUTLASS
-      block-scaled kernels are not part of this plan yet.
+    - ``"gemv"``, ``M <= 16`` (decode): the NVRTC kernel of ``cuda_src/fp4_vector.cu`` compiled for this M,
+      streaming each weight once (any cc >= 8.0; no CUTLASS needed; on cc 12.x compiled for sm_12Yf, so
+      E2M1 pairs decode with ``cvt.rn.f16x2.e2m1x2``);
+    - ``"cutlass"``, ``M > 16`` on cc 12.x (RTX 50, GB10): the library's block-scaled NVFP4 kernels
+      (CUTLASS ``OpClassBlockScaledTensorOp``, PTX ``mma.sync.aligned.kind::mxf4nvf4.block_scale.scale_vec::4X
+      .m16n8k64 ... .ue4m3``, SASS ``OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X``; sm_120f, 128x128x128 tiles):
+      ping-pong when the output has at least two 128 x 128 tiles per SM, else cooperative. They need
+      ``activation="fp4"``, ``scale_layout="tiled"``, K % 32 == 0 and N % 8 == 0 (TMA's 16-byte rows), and
+      a library built with them (``python -m mircuda build-cutlass``: the FP4 families of 120f); alpha *
+      global_a * global_b is written to a kept 4-byte device alpha by ``fp4_alpha_product`` when a global
+      scale is given, and read by the epilogue. Otherwise the portable path runs and ``describe()`` says
+      which condition failed;
+    - ``"decode+dense"``, ``M > 16``, portable (every device; the H200 has no FP4 tensor-core instruction):
+      E2M1 x UE4M3 are decoded exactly to BF16 (``fp4_decode_bf16``: a 2-bit by 4-bit significand product
+      fits BF16) into workspaces kept by the plan, the dense BF16 plan (:class:`DenseMatmulPlan`, CUTLASS,
+      BF16 -> FP32) multiplies them, and ``fp4_scale_output`` writes ``BF16(alpha * global_a * global_b *
+      C)``. Workspace: ``2 (M K + N K) + 4 M N`` bytes (no A copy for BF16 activations).
 
     Args:
         context, stream, spec (``DenseMatmulSpec``, K % 16 == 0), activation, scale_layout, compiler: as
-            :class:`BlockScaledFp4VectorPlan`.
+            :class:`BlockScaledFp4VectorPlan` (the dense plan of the portable path gets ``compiler`` as
+            given, or the shared one).
         library: the CUTLASS library for M > 16 (default: :func:`load_library`).
+        kernel: None (choose as above) or the name of one of the library's block-scaled NVFP4 kernels
+            (``CutlassLibrary.block_scaled_kernels``), which then runs any M.
 
     Raises:
-        ContractError: bad arguments (named). UnsupportedPlatform: cc below 8.0.
-        CutlassNotFound: M > 16 and the CUTLASS library is not built (the message gives the command).
+        ContractError: bad arguments (named); a forced ``kernel`` that is not in the library or cannot run
+            this plan (the reason named). UnsupportedPlatform: cc below 8.0.
+        CutlassNotFound: M > 16 (or a forced kernel) and the CUTLASS library is not built (the message
+            gives the command).
+        CutlassError: the library refused a forced kernel's plan.
         CompileError: NVRTC rejected a kernel (a bug).
     """
 
     def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, *, activation: str = "fp4",
                  scale_layout: str = "linear", compiler: Compiler | None = None,
-                 library: CutlassLibrary | None = None) -> None:
+                 library: CutlassLibrary | None = None, kernel: str | None = None) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
         check_fp4_k(spec.k, "spec.k")
         self._activation = check_activation(activation)
         self._layout = check_layout("scale_layout", scale_layout)
-        compiler = plan_compiler(compiler, context)
+        if kernel is not None and not isinstance(kernel, str):
+            raise ContractError("kernel", "None or the name of a block-scaled NVFP4 kernel of the library", repr(kernel))
+        from ._dense import _check_library
+
+        _check_library(library)
+        dense_compiler = plan_compiler(compiler, context)
+        compiler = fp4_compiler(compiler, context)
         _device_checks(context, "BlockScaledFp4Plan")
         self._context, self._stream, self._spec = context, stream, spec
         self._in, self._out = dtype_info(u8), dtype_info(bf16)
@@ -383,21 +448,41 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
         self._numba: Any = None
         self._gemv: Fp4Gemv | None = None
         self._dense: Any = None
+        self._cutlass: CutlassFp4 | None = None
         self._buffers: list[DeviceBuffer[Any]] = []
         m, n, k = spec.m, spec.n, spec.k
+        info = context.device_info()
+        cc = info.compute_capability
+        not_cutlass = ""
+        if kernel is not None or (m > GEMV_MAX_M and cc[0] == 12):
+            from ._library import load_library
+
+            lib = library if library is not None else load_library()
+            chosen, not_cutlass = _cutlass_fp4_choice(lib, kernel, cc, info.multiprocessor_count, m, n, k,
+                                                      activation, scale_layout)
+            if chosen is not None:
+                from ._fp4_cutlass import CutlassFp4, cutlass_fp4_operands
+
+                self._cutlass = CutlassFp4(context, stream, lib, chosen, m, n, k, compiler)
+                self._operands = cutlass_fp4_operands(chosen, m, n, k)
+                self._reason = not_cutlass
+                # the engine frees its own
+                self._finalizer: weakref.finalize[..., Any] = weakref.finalize(self, _nothing_to_release)
+                return
+            library = lib
         if m <= GEMV_MAX_M:
             self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler)
             self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide)
             self._reason = (f"M = {m} <= {GEMV_MAX_M}: decode; the {n}x{k} FP4 weights dominate the bytes, so one "
                             "NVRTC kernel streams each once and multiplies it by all M activation rows on the CUDA "
                             "cores")
-            self._finalizer: weakref.finalize[..., Any] = weakref.finalize(self, _nothing_to_release)
+            self._finalizer = weakref.finalize(self, _nothing_to_release)
             return
         from ._dense import DenseMatmulPlan
 
         # Raises CutlassNotFound (with the build command) when the library is missing.
         self._dense = DenseMatmulPlan(context, stream, DenseMatmulSpec(m, n, k), input=bf16, output=f32,
-                                      library=library, compiler=compiler)
+                                      library=library, compiler=dense_compiler)
         try:
             pool = context.default_memory_pool()
             self._b16 = pool.allocate(bf16, stream, n * k)
@@ -425,7 +510,9 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
         self._operands = tuple(o if o.name not in ("a", "b") or o.info.name != "u8" else
                                Operand(o.name, o.info, o.count, o.shape, 4, "fp4_decode_bf16: 4-byte code loads")
                                for o in self._operands)
-        self._reason = (f"M = {m} > {GEMV_MAX_M} on {context.device_info().arch}: the portable path; NVFP4 is "
+        why_portable = ("no FP4 tensor-core instruction on this device (the SM120 block-scaled kernels need cc 12.x)"
+                        if not not_cutlass else f"the SM120 block-scaled kernels cannot run it: {not_cutlass}")
+        self._reason = (f"M = {m} > {GEMV_MAX_M} on {info.arch}: the portable path ({why_portable}); NVFP4 is "
                         "decoded exactly to BF16 in kept workspaces and the dense BF16 tensor-core plan multiplies "
                         f"them ({self._dense.describe()})")
         self._finalizer = weakref.finalize(self, _free_all, list(self._buffers), context, stream)
@@ -441,11 +528,19 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
 
     @property
     def path(self) -> str:
-        """``"gemv"`` (M <= 16, the NVRTC kernel) or ``"decode+dense"`` (the portable path)."""
-        return "gemv" if self._gemv is not None else "decode+dense"
+        """``"gemv"`` (M <= 16, the NVRTC kernel), ``"cutlass"`` (the SM120 block-scaled NVFP4 kernels) or
+        ``"decode+dense"`` (the portable path)."""
+        return "gemv" if self._gemv is not None else "cutlass" if self._cutlass is not None else "decode+dense"
+
+    @property
+    def kernel(self) -> KernelInfo | None:
+        """The library's block-scaled kernel on the ``"cutlass"`` path (None on the others)."""
+        return self._cutlass.kernel if self._cutlass is not None else None
 
     @property
     def workspace_bytes(self) -> int:
+        if self._cutlass is not None:
+            return self._cutlass.workspace_bytes + 4
         return sum(b.nbytes for b in self._buffers) if self._buffers else 0
 
     def describe(self) -> Description:
@@ -454,6 +549,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                 f"K={s.k} on {self._context.device_info().arch}: ")
         if self._gemv is not None:
             return Description(f"{head}{self._gemv.describe()}. Why: {self._reason}.")
+        if self._cutlass is not None:
+            return Description(f"{head}{self._cutlass.describe()}. Why: {self._reason}.")
         return Description(f"{head}fp4_decode_bf16 (NVRTC) of {'A and ' if self._a16 is not None else ''}B into "
                 f"{self.workspace_bytes} bytes of kept workspace, then the dense plan (BF16 x BF16 -> FP32), then "
                 f"fp4_scale_output (alpha * global_a * global_b, BF16). Why: {self._reason}.")
@@ -471,7 +568,10 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
         """
         if self._closed:
             raise ClosedResourceError("the BlockScaledFp4Plan was closed")
-        psa, ga, gb, fa = self._check(stream, a, a_scales, b, b_scales, d, global_a, global_b, alpha)
+        pa, psa, pb, psb, pd, ga, gb, fa = self._check(stream, a, a_scales, b, b_scales, d, global_a, global_b, alpha)
+        if self._cutlass is not None:
+            self._cutlass.execute(stream, pa, psa, pb, psb, pd, ga, gb, fa)
+            return
         if self._gemv is not None:
             self._gemv.launch(stream, a, psa, b, b_scales, d, ga, gb, fa)
             return
@@ -488,22 +588,27 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
     def numba_execute(self) -> Any:
         """An ``@numba.njit`` function ``execute(stream, a, a_scales, b, b_scales, d, global_a, global_b,
         alpha) -> int`` over raw handles. M <= 16: :func:`fp4_executor` (a ``CUresult``: 0, 400 another
-        stream, 1 misaligned). The portable path: the decode launches, the dense plan's
-        ``numba_execute`` and the output scaling in sequence; it returns the first non-zero status (a
-        ``CUresult``, or the CUTLASS library's status from the dense step) and stops there. Lengths and
-        captures are not checked on this path."""
+        stream, 1 misaligned). The CUTLASS path: :func:`~mircuda.matmul._fp4_cutlass.block_scaled_executor`
+        (the library's status: 0, 1 another stream, 2 misaligned; or fp4_alpha_product's ``CUresult``).
+        The portable path: the decode launches, the dense plan's ``numba_execute`` and the output scaling
+        in sequence; it returns the first non-zero status (a ``CUresult``, or the CUTLASS library's status
+        from the dense step) and stops there. Lengths and captures are not checked on this path."""
         if self._numba is None:
             aligns = tuple(o.alignment for o in self._operands)
-            if self._gemv is not None:
+            if self._cutlass is not None:
+                self._numba = self._cutlass.numba_executor(self._stream.handle)
+            elif self._gemv is not None:
                 self._numba = self._gemv.numba_executor(self._stream.handle, aligns)
             else:
                 self._numba = portable_executor(self, aligns)
         return self._numba
 
     def close(self) -> None:
-        """Free the workspaces and the dense plan (stream-ordered). Idempotent."""
+        """Free the workspaces and the dense plan or the CUTLASS plan (stream-ordered). Idempotent."""
         self._closed = True
         self._finalizer()
+        if self._cutlass is not None:
+            self._cutlass.close()
         if self._dense is not None:
             self._dense.close()
 
@@ -517,6 +622,39 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
         s = self._spec
         return (f"BlockScaledFp4Plan(m={s.m}, n={s.n}, k={s.k}, activation={self._activation!r}, "
                 f"scale_layout={self._layout!r}, path={self.path!r})")
+
+
+def _cutlass_fp4_choice(lib: CutlassLibrary, kernel: str | None, cc: tuple[int, int], multiprocessors: int, m: int,
+                        n: int, k: int, activation: str, layout: str) -> tuple[KernelInfo | None, str]:
+    """``(kernel, why)``: the library's block-scaled NVFP4 kernel for the plan and why it was chosen, or
+    ``(None, why not)``.
+
+    Raises:
+        ContractError: a forced ``kernel`` is not one of the library's NVFP4 kernels, or cannot run.
+    """
+    from ._fp4_cutlass import choose_fp4_kernel, cutlass_fp4_refusal
+
+    table = lib.block_scaled_kernels
+    if kernel is not None:
+        names = [x.name for x in table]
+        found = next((x for x in table if x.name == kernel), None)
+        if found is None:
+            raise ContractError("kernel", f"None or one of the library's block-scaled NVFP4 kernels "
+                                f"({', '.join(names) or 'it has none: rebuild it with `python -m mircuda build-cutlass`'})",
+                                repr(kernel))
+        why = cutlass_fp4_refusal(found, cc, m, n, k, activation, layout)
+        if why:
+            raise ContractError("kernel", f"a kernel that can run this plan (M={m} N={n} K={k})", repr(kernel), why)
+        return found, f"kernel={kernel!r} was asked for"
+    if not table:
+        return None, (f"{lib.path.name} has no block-scaled NVFP4 kernels (built before them, or without 120f: "
+                      "rebuild with `python -m mircuda build-cutlass`)")
+    runnable = [x for x in table if not cutlass_fp4_refusal(x, cc, m, n, k, activation, layout)]
+    if not runnable:
+        return None, cutlass_fp4_refusal(table[0], cc, m, n, k, activation, layout)
+    chosen, why = choose_fp4_kernel(tuple(runnable), multiprocessors, m, n)
+    return chosen, (f"M = {m} > {GEMV_MAX_M} on cc {cc[0]}.{cc[1]}: FP4 tensor cores (NVFP4 x NVFP4, tiled scales); "
+                    + why)
 
 
 def portable_executor(plan: BlockScaledFp4Plan, alignments: tuple[int, ...], launch_function: Any = None) -> Any:

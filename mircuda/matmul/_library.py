@@ -14,7 +14,7 @@ from ..errors import ContractError, CutlassError, CutlassNotFound
 from ._build import LIBRARY_NAME, find_library
 
 __all__ = ["ABI_VERSION", "KernelInfo", "CutlassLibrary", "CutlassError", "load_library", "FAMILIES", "DTYPES",
-           "KINDS", "SCALE_MAJORS"]
+           "KINDS", "SCALE_MAJORS", "BLOCK_SCALED_SYMBOLS"]
 
 ABI_VERSION = 2
 """``MIRCUDA_CUTLASS_ABI_VERSION`` this module speaks (2: kernel kinds and the blockwise-scaled FP8 kernels)."""
@@ -23,14 +23,23 @@ STATUS = {0: "OK", 1: "INVALID_ARGUMENT", 2: "NOT_IMPLEMENTABLE", 3: "WRONG_ARCH
           5: "INTERNAL_ERROR", 6: "NO_WORKSPACE"}
 """The library's status codes (``MIRCUDA_CUTLASS_*``)."""
 NOT_IMPLEMENTABLE = 2
-DTYPES = {1: "bf16", 2: "f16", 3: "f32", 4: "e4m3"}
+DTYPES = {1: "bf16", 2: "f16", 3: "f32", 4: "e4m3", 5: "e2m1", 6: "ue4m3"}
+"""``MIRCUDA_CUTLASS_*`` element types; ``"e2m1"``: packed FP4 codes, two per byte (element 2i in the low
+nibble); ``"ue4m3"``: E4M3 scale bytes with the sign clear (NVFP4's block scales)."""
 FAMILIES = {0: "simt", 1: "sm90_cooperative", 2: "sm90_pingpong", 3: "sm90_swapped", 4: "sm80_tensorop",
-            5: "sm90_blockwise_cooperative", 6: "sm90_blockwise_pingpong", 7: "sm120_blockwise"}
-KINDS = {0: "dense", 1: "blockwise_scaled"}
-"""``MIRCUDA_CUTLASS_KIND_*``: which plan entry points a kernel takes."""
-SCALE_MAJORS = {0: "", 1: "k", 2: "mn"}
+            5: "sm90_blockwise_cooperative", 6: "sm90_blockwise_pingpong", 7: "sm120_blockwise",
+            8: "sm120_nvfp4_cooperative", 9: "sm120_nvfp4_pingpong"}
+KINDS = {0: "dense", 1: "blockwise_scaled", 2: "block_scaled"}
+"""``MIRCUDA_CUTLASS_KIND_*``: which plan entry points a kernel takes (``"block_scaled"``: the NVFP4 kernels,
+:meth:`CutlassLibrary.create_block_scaled_plan`)."""
+SCALE_MAJORS = {0: "", 1: "k", 2: "mn", 3: "tiled"}
 """``MIRCUDA_CUTLASS_K_MAJOR`` (``"k"``: ``[rows, ceil(K/scale_k)]`` row-major), ``_MN_MAJOR`` (``"mn"``:
-``[ceil(K/scale_k), rows]`` row-major); ``""`` for kernels without scales."""
+``[ceil(K/scale_k), rows]`` row-major), ``_SF_TILED`` (``"tiled"``: CUTLASS's SM1xx block-scaled layout,
+512-byte atoms of 128 rows x 4 scales, mircuda's ``"tiled"`` scale layout); ``""`` for kernels without
+scales."""
+BLOCK_SCALED_SYMBOLS = ("mircuda_cutlass_block_scaled_plan_create", "mircuda_cutlass_block_scaled_plan_execute")
+"""The entry points of the block-scaled (NVFP4) kernels. A library built before them (ABI 2 as well) lacks
+them: it loads, with :attr:`CutlassLibrary.block_scaled_kernels` empty."""
 
 
 def status_error(status: int, call: str, detail: str = "", cuda_error: int = 0) -> CutlassError:
@@ -70,20 +79,25 @@ class KernelInfo:
         stages: mainloop stages (0: chosen by CUTLASS's collective builder).
         alignment_bytes: K and N in bytes and the operand addresses must be multiples of it.
         split_k: whether the kernel takes split-K slices.
+        (family also ``"sm120_nvfp4_cooperative"``, ``"sm120_nvfp4_pingpong"``: the block-scaled NVFP4
+        kernels, input ``"e2m1"``.)
         archs: SASS targets compiled in (90 for sm_90a, 120 for sm_120f); empty for NVRTC kernels.
         origin: ``"cutlass"`` (a kernel of the library) or ``"nvrtc"`` (a CUDA C kernel of
             ``cuda_src/`` that NVRTC compiles for the device at plan construction, any cc >= 8.0).
         kind: ``"dense"`` (:meth:`CutlassLibrary.create_plan`, :meth:`CutlassLibrary.execute`) or
             ``"blockwise_scaled"`` (:meth:`CutlassLibrary.create_scaled_plan`,
-            :meth:`CutlassLibrary.execute_scaled`).
+            :meth:`CutlassLibrary.execute_scaled`) or ``"block_scaled"`` (NVFP4:
+            :meth:`CutlassLibrary.create_block_scaled_plan`, :meth:`CutlassLibrary.execute_block_scaled`).
         multiples: (M, N, K) must be multiples of these (operand alignment and, for the sm120 blockwise
             kernel, whole 128-blocks of N and K); (1, 1, 1) for the NVRTC kernels' entries.
-        scale_type: element type of the scale factors (``"f32"``); ``""`` for dense kernels.
+        scale_type: element type of the scale factors (``"f32"``; ``"ue4m3"`` for NVFP4); ``""`` for dense
+            kernels.
         scale_block: (scale_m, scale_n, scale_k): one SFA value per scale_m x scale_k block of A, one SFB
             value per scale_n x scale_k block of B; ``(1, 128, 128)`` for the blockwise FP8 kernels,
-            ``(0, 0, 0)`` for dense kernels.
+            ``(1, 1, 16)`` for the NVFP4 kernels, ``(0, 0, 0)`` for dense kernels.
         scale_major: majorness of (SFA, SFB): ``"k"`` means ``[rows, ceil(K/scale_k)]`` row-major
-            (``SFA[m, kb]`` at ``m * ceil(K/128) + kb``, ``SFB[nb, kb]`` at ``nb * ceil(K/128) + kb``).
+            (``SFA[m, kb]`` at ``m * ceil(K/128) + kb``, ``SFB[nb, kb]`` at ``nb * ceil(K/128) + kb``);
+            ``"tiled"`` is CUTLASS's SM1xx block-scaled layout (:data:`SCALE_MAJORS`).
     """
 
     index: int
@@ -106,13 +120,18 @@ class KernelInfo:
 
     def scale_shapes(self, m: int, n: int, k: int) -> tuple[tuple[int, int], tuple[int, int]]:
         """The (SFA, SFB) shapes this kernel reads for the problem (M, N, K), as row-major 2-D arrays:
-        ``([M, ceil(K/128)], [ceil(N/128), ceil(K/128)])`` for the K-major blockwise FP8 kernels.
+        ``([M, ceil(K/128)], [ceil(N/128), ceil(K/128)])`` for the K-major blockwise FP8 kernels; for the
+        tiled NVFP4 ones the padded extents ``([ceil(M/128) 128, ceil(K/64) 4], [ceil(N/128) 128,
+        ceil(K/64) 4])`` (their products are the tiled tensors' bytes; the order inside is the atoms').
 
         Raises:
             ContractError: the kernel takes no scales (``kind == "dense"``).
         """
-        if self.kind != "blockwise_scaled":
-            raise ContractError("kernel", "a blockwise-scaled kernel", f"{self.name} ({self.kind})")
+        if self.kind not in ("blockwise_scaled", "block_scaled"):
+            raise ContractError("kernel", "a blockwise-scaled or block-scaled kernel", f"{self.name} ({self.kind})")
+        if self.scale_major == ("tiled", "tiled"):
+            kb = -(-k // (4 * self.scale_block[2])) * 4
+            return (-(-m // 128) * 128, kb), (-(-n // 128) * 128, kb)
         sm, sn, sk = self.scale_block
         rows_a, rows_b, kb = -(-m // sm), -(-n // sn), -(-k // sk)
         sfa = (rows_a, kb) if self.scale_major[0] == "k" else (kb, rows_a)
@@ -168,6 +187,13 @@ class CutlassLibrary:
                 raise CutlassNotFound(f"{origin}: expected a {LIBRARY_NAME} (built by `python -m mircuda "
                                       f"build-cutlass`), received {str(path)!r}, which has no {name}") from None
             fn.restype, fn.argtypes = res, args
+        self.has_block_scaled = all(hasattr(lib, name) for name in BLOCK_SCALED_SYMBOLS)
+        """Whether the library exports the block-scaled (NVFP4) entry points (:data:`BLOCK_SCALED_SYMBOLS`)."""
+        if self.has_block_scaled:
+            lib.mircuda_cutlass_block_scaled_plan_create.restype = c_int
+            lib.mircuda_cutlass_block_scaled_plan_create.argtypes = [c_int, c_int, c_int, c_int, ctypes.POINTER(vp)]
+            lib.mircuda_cutlass_block_scaled_plan_execute.restype = c_int
+            lib.mircuda_cutlass_block_scaled_plan_execute.argtypes = [vp, vp, vp, vp, vp, vp, vp, vp, ctypes.c_float]
         abi = lib.mircuda_cutlass_abi_version()
         if abi != ABI_VERSION:
             raise CutlassNotFound(f"{path} speaks ABI {abi}, this mircuda speaks {ABI_VERSION}: rebuild it "
@@ -179,12 +205,22 @@ class CutlassLibrary:
         """The dense kernels (what DenseMatmulPlan chooses among)."""
         self.scaled_kernels = tuple(k for k in table if k.kind == "blockwise_scaled")
         """The blockwise-scaled FP8 kernels (E4M3 x E4M3 -> BF16, 1 x 128 / 128 x 128 FP32 scales)."""
+        self.block_scaled_kernels = (tuple(k for k in table if k.kind == "block_scaled") if self.has_block_scaled
+                                     else ())
+        """The block-scaled NVFP4 kernels (NVFP4 x NVFP4 -> BF16, tiled UE4M3 scales per 16; sm_120f); empty
+        for a library built without them (or before them)."""
         self.execute_address = ctypes.cast(lib.mircuda_cutlass_plan_execute, ctypes.c_void_p).value or 0
         """The address of ``mircuda_cutlass_plan_execute`` (for callers outside Python, e.g. ``@njit``)."""
         self.scaled_execute_address = ctypes.cast(lib.mircuda_cutlass_scaled_plan_execute, ctypes.c_void_p).value or 0
         """The address of ``mircuda_cutlass_scaled_plan_execute``: ``int (void *plan, void *stream, const
         void *a, const void *b, const void *sfa, const void *sfb, const void *c, void *d, float alpha,
         float beta)``."""
+        self.block_scaled_execute_address = (
+            ctypes.cast(lib.mircuda_cutlass_block_scaled_plan_execute, ctypes.c_void_p).value or 0
+            if self.has_block_scaled else 0)
+        """The address of ``mircuda_cutlass_block_scaled_plan_execute`` (0 when the library lacks it): ``int
+        (void *plan, void *stream, const void *a, const void *b, const void *sfa, const void *sfb, void *d,
+        const float *alpha_device, float alpha)``."""
 
     def _info(self, index: int) -> KernelInfo:
         raw = _Info()
@@ -247,6 +283,40 @@ class CutlassLibrary:
         self._check(self._lib.mircuda_cutlass_scaled_plan_execute(plan, stream or None, a or None, b or None,
                                                                   sfa or None, sfb or None, c or None, d or None,
                                                                   alpha, beta), "scaled_plan_execute")
+
+    def create_block_scaled_plan(self, kernel: KernelInfo, m: int, n: int, k: int) -> int:
+        """Create a plan of a block-scaled NVFP4 kernel on the current context's device; return its handle.
+        Workspace and :meth:`destroy` are the dense plans'.
+
+        Raises:
+            ContractError: ``kernel`` is not a block-scaled kernel, or (M, N, K) break its ``multiples``
+                (named before the library is called).
+            CutlassError: NOT_IMPLEMENTABLE (CUTLASS's can-implement), WRONG_ARCH, ...
+        """
+        if kernel.kind != "block_scaled" or not self.has_block_scaled:
+            raise ContractError("kernel", "a block-scaled NVFP4 kernel (CutlassLibrary.block_scaled_kernels)",
+                                f"{kernel.name} ({kernel.kind})")
+        why = kernel.refusal(m, n, k)
+        if why:
+            raise ContractError("shape", f"(M, N, K) that {kernel.name} takes: multiples of {kernel.multiples}",
+                                f"({m}, {n}, {k})", why)
+        handle = ctypes.c_void_p()
+        self._check(self._lib.mircuda_cutlass_block_scaled_plan_create(kernel.index, m, n, k, ctypes.byref(handle)),
+                    "block_scaled_plan_create", f"kernel {kernel.name}, M={m} N={n} K={k}")
+        return int(handle.value or 0)
+
+    def execute_block_scaled(self, plan: int, stream: int, a: int, b: int, sfa: int, sfb: int, d: int,
+                             alpha_device: int, alpha: float) -> None:
+        """Enqueue ``D = alpha * block_scaled(A, SFA, B, SFB)`` on ``stream`` (device addresses;
+        ``alpha_device`` = 0 uses the host ``alpha``, else the FP32 there is read when the kernel runs).
+        Allocates and synchronizes nothing.
+
+        Raises:
+            CutlassError: INVALID_ARGUMENT (a plan of another kind, a null operand), CUDA_ERROR, ...
+        """
+        self._check(self._lib.mircuda_cutlass_block_scaled_plan_execute(
+            plan, stream or None, a or None, b or None, sfa or None, sfb or None, d or None, alpha_device or None,
+            alpha), "block_scaled_plan_execute")
 
     def workspace_bytes(self, plan: int) -> int:
         out = ctypes.c_size_t()

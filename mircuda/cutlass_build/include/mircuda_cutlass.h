@@ -15,6 +15,13 @@
  * of a row adjacent) and SFB [ceil(N/128), ceil(K/128)] row-major -- the layout a per-token
  * quantizer writes; no transposed or padded copy is needed.
  *
+ * BLOCK_SCALED (NVFP4, SM12x; present when the library exports mircuda_cutlass_block_scaled_plan_create):
+ * A and B NVFP4, A [M,K] row-major and B [N,K] row-major, E2M1 codes two per byte (element 2i in the low
+ * nibble), one UE4M3 scale per 16 K-elements of a row in the SF_TILED layout for SFA (M rows) and SFB (N
+ * rows), D BF16 [M,N] row-major, FP32 accumulation, no C:
+ *   D[m,n] = alpha * sum_k (A[m,k] SFA[m,k/16]) (B[n,k] SFB[n,k/16])
+ * with alpha read from device memory when a pointer is given (graphs follow its current value).
+ *
  * A plan is used by one thread at a time (execute writes its kernel parameters).
  *
  * Life of a plan: mircuda_cutlass_plan_create (checks can-implement) -> mircuda_cutlass_plan_workspace_bytes
@@ -47,15 +54,21 @@ extern "C" {
 #define MIRCUDA_CUTLASS_F16 2
 #define MIRCUDA_CUTLASS_F32 3
 #define MIRCUDA_CUTLASS_E4M3 4 /* cutlass::float_e4m3_t (OCP FP8 E4M3, max 448) */
+#define MIRCUDA_CUTLASS_E2M1 5  /* cutlass::float_e2m1_t (OCP FP4 E2M1), two per byte, element 2i in the low nibble */
+#define MIRCUDA_CUTLASS_UE4M3 6 /* cutlass::float_ue4m3_t (E4M3 with the sign clear: NVFP4's block scales) */
 
 /* Kernel kinds. */
 #define MIRCUDA_CUTLASS_KIND_DENSE 0            /* mircuda_cutlass_plan_create / _plan_execute */
 #define MIRCUDA_CUTLASS_KIND_BLOCKWISE_SCALED 1 /* mircuda_cutlass_scaled_plan_create / _scaled_plan_execute */
+#define MIRCUDA_CUTLASS_KIND_BLOCK_SCALED 2     /* mircuda_cutlass_block_scaled_plan_create / _execute (NVFP4) */
 
 /* Majorness of a scale-factor tensor (kernel_info.sfa_major, sfb_major). */
 #define MIRCUDA_CUTLASS_NO_SCALES 0
 #define MIRCUDA_CUTLASS_K_MAJOR 1  /* [rows, ceil(K/scale_k)] row-major: consecutive K blocks adjacent */
 #define MIRCUDA_CUTLASS_MN_MAJOR 2 /* [ceil(K/scale_k), rows] row-major: consecutive rows adjacent */
+#define MIRCUDA_CUTLASS_SF_TILED 3 /* CUTLASS's SM1xx block-scaled layout: 512-byte atoms of 128 rows x 4 scales
+                                      (row 32 r1 + r0, scale j at byte 16 r0 + 4 r1 + j), atoms K-fastest, rows
+                                      padded to 128 and K/scale_k to 4 (cutlass/detail/sm100_blockscaled_layout.hpp) */
 
 /* Kernel families. */
 #define MIRCUDA_CUTLASS_SIMT 0              /* CUTLASS 2.x SIMT (arch::Sm50), any alignment */
@@ -66,6 +79,8 @@ extern "C" {
 #define MIRCUDA_CUTLASS_SM90_BLOCKWISE_COOPERATIVE 5 /* FP8 blockwise-scaled TMA + WGMMA cooperative (large M) */
 #define MIRCUDA_CUTLASS_SM90_BLOCKWISE_PINGPONG 6    /* FP8 blockwise-scaled TMA + WGMMA ping-pong (medium M) */
 #define MIRCUDA_CUTLASS_SM120_BLOCKWISE 7            /* FP8 blockwise-scaled TMA + mma.sync (SM12x family) */
+#define MIRCUDA_CUTLASS_SM120_NVFP4_COOPERATIVE 8    /* NVFP4 block-scaled TMA + mma.sync block_scale, cooperative */
+#define MIRCUDA_CUTLASS_SM120_NVFP4_PINGPONG 9       /* NVFP4 block-scaled TMA + mma.sync block_scale, ping-pong */
 
 typedef struct CUstream_st *mircuda_cutlass_stream; /* a CUstream / cudaStream_t */
 typedef struct mircuda_cutlass_plan mircuda_cutlass_plan;
@@ -127,6 +142,18 @@ int mircuda_cutlass_scaled_plan_create(int index, int m, int n, int k, mircuda_c
 int mircuda_cutlass_scaled_plan_execute(mircuda_cutlass_plan *plan, mircuda_cutlass_stream stream, const void *a,
                                         const void *b, const void *sfa, const void *sfb, const void *c, void *d,
                                         float alpha, float beta);
+
+/* Create a plan of BLOCK_SCALED kernel `index` for the shape (M, N, K) on the current device. Status as
+ * mircuda_cutlass_scaled_plan_create. Workspace, set_workspace and destroy are the dense plans'. */
+int mircuda_cutlass_block_scaled_plan_create(int index, int m, int n, int k, mircuda_cutlass_plan **out);
+/* Enqueue D = alpha * block_scaled(A, SFA, B, SFB) on stream (see the top of this file). a, b: packed E2M1,
+ * 16-byte aligned; sfa, sfb: UE4M3 bytes in the SF_TILED layout (M resp. N rows padded to 128, K/16 to 4),
+ * 16-byte aligned; d: BF16 [M,N] row-major, 16-byte aligned. alpha_device: a device FP32 read when the
+ * kernel runs (then `alpha` is ignored), or NULL to use `alpha`. INVALID_ARGUMENT for a plan of another
+ * kind or a NULL a, b, sfa, sfb, d. */
+int mircuda_cutlass_block_scaled_plan_execute(mircuda_cutlass_plan *plan, mircuda_cutlass_stream stream,
+                                              const void *a, const void *b, const void *sfa, const void *sfb, void *d,
+                                              const float *alpha_device, float alpha);
 
 #ifdef __cplusplus
 }

@@ -157,6 +157,10 @@ int mircuda_cutlass_scaled_plan_create(int index, int m, int n, int k, mircuda_c
   return mircuda::create_plan(MIRCUDA_CUTLASS_KIND_BLOCKWISE_SCALED, index, m, n, k, 1, out);
 }
 
+int mircuda_cutlass_block_scaled_plan_create(int index, int m, int n, int k, mircuda_cutlass_plan** out) {
+  return mircuda::create_plan(MIRCUDA_CUTLASS_KIND_BLOCK_SCALED, index, m, n, k, 1, out);
+}
+
 int mircuda_cutlass_plan_workspace_bytes(const mircuda_cutlass_plan* plan, size_t* out) {
   if (plan == nullptr || out == nullptr) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
   *out = plan->workspace_bytes;
@@ -190,6 +194,18 @@ int mircuda_cutlass_scaled_plan_execute(mircuda_cutlass_plan* plan, mircuda_cutl
   if (!plan->workspace_set) return MIRCUDA_CUTLASS_NO_WORKSPACE;
   return plan->runner->execute_scaled(reinterpret_cast<cudaStream_t>(stream), a, b, sfa, sfb, c != nullptr ? c : d,
                                       d, alpha, beta);
+}
+
+int mircuda_cutlass_block_scaled_plan_execute(mircuda_cutlass_plan* plan, mircuda_cutlass_stream stream,
+                                              const void* a, const void* b, const void* sfa, const void* sfb, void* d,
+                                              const float* alpha_device, float alpha) {
+  if (plan == nullptr || a == nullptr || b == nullptr || sfa == nullptr || sfb == nullptr || d == nullptr) {
+    return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  }
+  if (plan->kind != MIRCUDA_CUTLASS_KIND_BLOCK_SCALED) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  if (!plan->workspace_set) return MIRCUDA_CUTLASS_NO_WORKSPACE;
+  return plan->runner->execute_block_scaled(reinterpret_cast<cudaStream_t>(stream), a, b, sfa, sfb, d, alpha_device,
+                                            alpha);
 }
 
 int mircuda_cutlass_plan_destroy(mircuda_cutlass_plan* plan) {

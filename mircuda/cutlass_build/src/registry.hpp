@@ -11,8 +11,9 @@
 namespace mircuda {
 
 // One plan: a CUTLASS operator bound to a shape, its workspace and (per execute) its pointers. A
-// dense kernel's runner implements execute, a blockwise-scaled kernel's execute_scaled; the other one
-// answers INVALID_ARGUMENT (the C entry points check the kernel's kind first).
+// dense kernel's runner implements execute, a blockwise-scaled kernel's execute_scaled, a block-scaled
+// (NVFP4) kernel's execute_block_scaled; the others answer INVALID_ARGUMENT (the C entry points check the
+// kernel's kind first).
 struct Runner {
   virtual ~Runner() = default;
   virtual size_t workspace_bytes() const = 0;
@@ -23,6 +24,10 @@ struct Runner {
   }
   virtual int execute_scaled(cudaStream_t, const void*, const void*, const void*, const void*, const void*, void*,
                              float, float) {
+    return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  }
+  virtual int execute_block_scaled(cudaStream_t, const void*, const void*, const void*, const void*, void*,
+                                   const float*, float) {
     return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
   }
 };
