@@ -188,3 +188,153 @@ def test_a_shape_that_fails_is_still_closed() -> None:
     with pytest.raises(ContractError):
         fp.collect(((256, 512),), (1,), Broken)
     assert _FakeBench.closed == [(256, 512)]
+
+
+# -- the GPU bench's wiring, on numpy stand-ins of the session and the plans ---------------------------------
+class _Buffer:
+    def __init__(self, data: np.ndarray) -> None:
+        self.data, self.freed = data, False
+
+    @property
+    def scalar_type(self):  # type: ignore[no-untyped-def]
+        return self.data.dtype
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def free(self, stream) -> None:  # type: ignore[no-untyped-def]
+        assert not self.freed, "freed twice"
+        self.freed = True
+
+
+class _Stream:
+    def upload(self, pool, host):  # type: ignore[no-untyped-def]
+        return pool.keep(_Buffer(np.ascontiguousarray(host).ravel().copy()))
+
+    def memset(self, buf, byte) -> None:  # type: ignore[no-untyped-def]
+        buf.data.view(np.uint8)[:] = byte
+
+    def copy_device_range(self, src, so, dst, do, count) -> None:  # type: ignore[no-untyped-def]
+        dst.data[do:do + count] = src.data[so:so + count]
+
+    def download(self, buf):  # type: ignore[no-untyped-def]
+        return buf.data.copy()
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self.buffers: list[_Buffer] = []
+
+    def keep(self, buf: _Buffer) -> _Buffer:
+        self.buffers.append(buf)
+        return buf
+
+    def allocate(self, dtype, stream, count):  # type: ignore[no-untyped-def]
+        return self.keep(_Buffer(np.zeros(count, dtype)))
+
+
+class _Session:
+    def __init__(self) -> None:
+        from types import SimpleNamespace
+
+        self.stream, self.pool, self.context, self.torch_ = _Stream(), _Pool(), None, None
+        self.info = SimpleNamespace(l2_cache_bytes=1 << 16)  # two banks or a few
+        self.rng = np.random.default_rng(11)
+        self.timer = SimpleNamespace(median=self.median)
+        self.banks_seen: set[int] = set()
+
+    def median(self, enqueue, calls, repeats) -> float:  # type: ignore[no-untyped-def]
+        for i in range(3):
+            enqueue(i)
+        return 10.0
+
+    def release(self, buffers) -> None:  # type: ignore[no-untyped-def]
+        for b in buffers:
+            b.free(self.stream)
+
+
+def _nvfp4(codes: _Buffer, scales: _Buffer, rows: int, k: int) -> np.ndarray:
+    return fp4_dequantize_reference(codes.data, scales.data.view(np.uint8), rows, k)
+
+
+def _fp4_plan(wrong_global: bool = False):  # type: ignore[no-untyped-def]
+    """A numpy BlockScaledFp4Plan / BlockScaledFp4VectorPlan (the keyword names of each)."""
+
+    class Plan:
+        def __init__(self, context, stream, spec, *, activation="fp4", library=None) -> None:  # type: ignore[no-untyped-def]
+            self.m, self.n, self.k = getattr(spec, "m", 1), spec.n, spec.k
+            self.activation = activation
+            self.path = "gemv" if self.m <= 16 else "decode+dense"
+
+        def run(self, a, sa, b, sb, d, ga, gb, alpha) -> None:  # type: ignore[no-untyped-def]
+            m, n, k = self.m, self.n, self.k
+            if self.activation == "fp4":
+                av = _nvfp4(a, sa, m, k)
+            else:
+                assert sa is None and ga is None
+                av = a.data.astype(np.float64).reshape(m, k)
+            scale = alpha * (1.0 if ga is None else float(ga.data[0])) * (1.0 if gb is None or wrong_global
+                                                                           else float(gb.data[0]))
+            d.data[:m * n] = (scale * av @ _nvfp4(b, sb, n, k).T).astype(mc.bf16).ravel()
+
+    class Matrix(Plan):
+        def execute(self, stream, a, a_scales, b, b_scales, d, *, global_a=None, global_b=None, alpha=1.0) -> None:  # type: ignore[no-untyped-def]
+            self.run(a, a_scales, b, b_scales, d, global_a, global_b, alpha)
+
+    class Vector(Plan):
+        def execute(self, stream, x, x_scales, w, w_scales, y, *, global_x=None, global_w=None, alpha=1.0) -> None:  # type: ignore[no-untyped-def]
+            self.run(x, x_scales, w, w_scales, y, global_x, global_w, alpha)
+
+    return Vector, Matrix
+
+
+class _Dense:
+    def __init__(self, context, stream, spec, input=mc.bf16, output=None, *, library=None) -> None:  # type: ignore[no-untyped-def]
+        self.m, self.n, self.k = getattr(spec, "m", 1), spec.n, spec.k
+        self.output = output or input
+        self.kernel_name = "numpy"
+
+    def execute(self, stream, a, b, c, alpha=1.0, beta=0.0) -> None:  # type: ignore[no-untyped-def]
+        m, n, k = self.m, self.n, self.k
+        got = a.data.astype(np.float64).reshape(m, k) @ b.data.astype(np.float64).reshape(n, k).T
+        c.data[:m * n] = got.astype(self.output).ravel()
+
+
+class _Fp8:
+    def __init__(self, context, stream, spec, *, library=None) -> None:  # type: ignore[no-untyped-def]
+        self.m, self.n, self.k = getattr(spec, "m", 1), spec.n, spec.k
+
+    def execute(self, stream, a, sa, b, sb, d) -> None:  # type: ignore[no-untyped-def]
+        from mircuda.cli._fp8_profile import _dequantize
+
+        m, n, k = self.m, self.n, self.k
+        kb = -(-k // 128)
+        av = _dequantize(a.data.reshape(m, k), sa.data.reshape(m, kb), 1)
+        bv = _dequantize(b.data.reshape(n, k), sb.data.reshape(-(-n // 128), kb), 128)
+        d.data[:m * n] = (av @ bv.T).astype(mc.bf16).ravel()
+
+
+@pytest.mark.parametrize("activation", ["fp4", "bf16"])
+@pytest.mark.parametrize("wrong", [False, True])
+def test_the_bench_wires_every_plan_to_its_operands_and_reference(monkeypatch, activation, wrong) -> None:
+    vector, matrix = _fp4_plan(wrong_global=wrong)
+    for name, value in (("BlockScaledFp4VectorPlan", vector), ("BlockScaledFp4Plan", matrix),
+                        ("DenseVectorPlan", _Dense), ("DenseMatmulPlan", _Dense), ("BlockwiseFp8VectorPlan", _Fp8),
+                        ("BlockwiseFp8Plan", _Fp8)):
+        monkeypatch.setattr(mc, name, value)
+    s = _Session()
+    notes: list[str] = []
+    failures: list[str] = []
+    shapes, ms = ((200, 1040), (256, 512)), (1, 4, 20)
+    rows = fp.collect(shapes, ms, lambda n, k: fp._ShapeBench(s, n, k, activation, "library", 1, 1, True, notes,
+                                                               failures))
+    assert [(r.n, r.k, r.m) for r in rows] == [(n, k, m) for n, k in shapes for m in ms]
+    assert notes == [] and all(b.freed for b in s.pool.buffers)  # every buffer freed once
+    for r in rows:
+        assert r.fp4_us == r.bf16_us == r.fp8_us == 10.0 and r.cublas_us is None and r.activation == activation
+        assert r.fp4_path == ("vector" if r.m == 1 else "gemv" if r.m <= 16 else "decode+dense")
+        assert (r.dense_f32_us is not None) == (r.m > 16)
+    if wrong:  # a product without global_b is caught on every FP4 row, and only there
+        assert len(failures) == len(rows) and all(f.startswith("FP4 ") for f in failures)
+    else:
+        assert failures == []
