@@ -338,3 +338,23 @@ def test_the_bench_wires_every_plan_to_its_operands_and_reference(monkeypatch, a
         assert len(failures) == len(rows) and all(f.startswith("FP4 ") for f in failures)
     else:
         assert failures == []
+
+
+def test_a_path_that_raises_is_a_failure_and_the_others_are_still_measured(monkeypatch) -> None:
+    vector, matrix = _fp4_plan()
+
+    class Refusing(matrix):  # type: ignore[misc, valid-type]
+        def __init__(self, context, stream, spec, **kw) -> None:  # type: ignore[no-untyped-def]
+            raise ContractError("spec", "something else", "this")
+
+    for name, value in (("BlockScaledFp4VectorPlan", vector), ("BlockScaledFp4Plan", Refusing),
+                        ("DenseVectorPlan", _Dense), ("DenseMatmulPlan", _Dense), ("BlockwiseFp8VectorPlan", _Fp8),
+                        ("BlockwiseFp8Plan", _Fp8)):
+        monkeypatch.setattr(mc, name, value)
+    s = _Session()
+    failures: list[str] = []
+    rows = fp.collect(((256, 512),), (1, 4), lambda n, k: fp._ShapeBench(s, n, k, "fp4", None, 1, 1, True, [],
+                                                                          failures))
+    assert rows[0].fp4_us == 10.0 and rows[1].fp4_us is None and rows[1].bf16_us == rows[1].fp8_us == 10.0
+    assert failures == ["fp4_us M=4 256x512: ContractError: argument 'spec': expected something else, received this"]
+    assert all(b.freed for b in s.pool.buffers)

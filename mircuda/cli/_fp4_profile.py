@@ -351,73 +351,30 @@ class _ShapeBench:
     def __call__(self, m: int) -> Fp4Row:
         import mircuda as mc
 
-        s, n, k, lib = self.s, self.n, self.k, self.lib
-        context, stream, pool = s.context, s.stream, s.pool
+        s, n, k = self.s, self.n, self.k
+        stream, pool = s.stream, s.pool
         sample = _sample_rows(m)
         packed, scales = random_fp4(s.rng, m, k)
         a_values = dequantize_bf16(packed, scales)
         want = bf16_to_f64(a_values[sample]) @ self.w64.T
         a16 = stream.upload(pool, a_values.ravel())
-        temps = [a16]
         del a_values
         d = pool.allocate(mc.bf16, stream, m * n)
-        temps.append(d)
-        cutlass = m <= DECODE_MAX_M or lib is not None
         made: list[Any] = []
+        temps = [a16, d]
         kw: dict[str, Any] = {}
         try:
-            # NVFP4
-            w4, sw4 = self.w4
-            if self.activation == "fp4":
-                a4, sa4 = stream.upload(pool, packed.ravel()), stream.upload(pool, scales.ravel().view(mc.e4m3))
-                temps += [a4, sa4]
-                fp4_want = GLOBAL_A * GLOBAL_B * want
-                extra = {"global_a": self.ga, "global_b": self.gb}
-            else:
-                a4, sa4, fp4_want, extra = a16, None, GLOBAL_B * want, {"global_b": self.gb}
-            if m == 1:  # the vector plan's names: x, w
-                extra = {{"global_a": "global_x", "global_b": "global_w"}[key]: v for key, v in extra.items()}
-            if m == 1:
-                fp4: Any = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k),
-                                                       activation=self.activation)
-                kw["fp4_path"] = "vector"
-            elif cutlass:
-                fp4 = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), activation=self.activation,
-                                            library=lib)
-                kw["fp4_path"] = fp4.path
-            else:
-                fp4 = None
-            if fp4 is not None:
-                made.append(fp4)
-                kw["fp4_us"] = self._run(f"FP4 {type(fp4).__name__}", m, _enqueue(fp4.execute, stream, a4, sa4, w4,
-                                                                                  sw4, d, extra), d, n, sample,
-                                         fp4_want)
-            # BF16: the same values
-            if m == 1:
-                bf16: Any = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, k))
-            elif cutlass:
-                bf16 = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), library=lib)
-            else:
-                bf16 = None
-            if bf16 is not None:
-                made.append(bf16)
-                kw["bf16_path"] = f"{type(bf16).__name__} {getattr(bf16, 'kernel_name', 'dense_vector')}"
-                kw["bf16_us"] = self._run(type(bf16).__name__, m, _enqueue(bf16.execute, stream, a16, self.w16, d),
-                                          d, n, sample, want)
-            if kw.get("fp4_path") == "decode+dense":
-                dense: Any = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), output=mc.f32, library=lib)
-                made.append(dense)
-                c32 = pool.allocate(mc.f32, stream, m * n)
-                temps.append(c32)
-                kw["dense_f32_us"] = self._run("DenseMatmulPlan bf16->f32", m,
-                                               _enqueue(dense.execute, stream, a16, self.w16, c32), c32, n, sample,
-                                               want)
-            if self.torch_w:
-                kw["cublas_us"] = self._cublas(m, a16, d, sample, want)
-            if self.fp8:
-                kw["fp8_us"] = self._fp8(m, sample, d, made, temps)
-        except mc.MircudaError as exc:
-            self.failures.append(f"M={m} {n}x{k}: {type(exc).__name__}: {exc}"[:300])
+            # Each path on its own: a failure is recorded and the other columns are still measured.
+            for column, measure in (("fp4_us", lambda: self._fp4(m, packed, scales, a16, d, sample, want, made,
+                                                                 temps, kw)),
+                                    ("bf16_us", lambda: self._bf16(m, a16, d, sample, want, made, kw)),
+                                    ("dense_f32_us", lambda: self._dense_f32(m, a16, sample, want, made, temps, kw)),
+                                    ("cublas_us", lambda: self._cublas(m, a16, d, sample, want)),
+                                    ("fp8_us", lambda: self._fp8(m, sample, d, made, temps))):
+                try:
+                    kw[column] = measure()
+                except mc.MircudaError as exc:
+                    self.failures.append(f"{column} M={m} {n}x{k}: {type(exc).__name__}: {exc}"[:300])
         finally:
             for plan in made:
                 close = getattr(plan, "close", None)
@@ -428,9 +385,73 @@ class _ShapeBench:
         plans = [p for p in (kw.get("fp4_path"), kw.get("bf16_path")) if p]
         return fp4_row(m, n, k, self.activation, **kw, note=", ".join(plans))
 
+    def _fp4(self, m: int, packed: np.ndarray, scales: np.ndarray, a16: Any, d: Any, sample: list[int],
+             want: np.ndarray, made: list[Any], temps: list[Any], kw: dict[str, Any]) -> float | None:
+        """BlockScaledFp4VectorPlan (M = 1) or BlockScaledFp4Plan on the NVFP4 banks (``kw["fp4_path"]`` set);
+        ``None`` where M > 16 has no library."""
+        import mircuda as mc
+
+        s, n, k, stream, pool = self.s, self.n, self.k, self.s.stream, self.s.pool
+        if m == 1:
+            plan: Any = mc.BlockScaledFp4VectorPlan(s.context, stream, mc.DenseVectorSpec(n, k),
+                                                    activation=self.activation)
+            kw["fp4_path"] = "vector"
+        elif m <= DECODE_MAX_M or self.lib is not None:
+            plan = mc.BlockScaledFp4Plan(s.context, stream, mc.DenseMatmulSpec(m, n, k), activation=self.activation,
+                                         library=self.lib)
+            kw["fp4_path"] = plan.path
+        else:
+            return None
+        made.append(plan)
+        if self.activation == "fp4":
+            a4, sa4 = stream.upload(pool, packed.ravel()), stream.upload(pool, scales.ravel().view(mc.e4m3))
+            temps += [a4, sa4]
+            scaled, extra = GLOBAL_A * GLOBAL_B * want, {"global_a": self.ga, "global_b": self.gb}
+        else:
+            a4, sa4, scaled, extra = a16, None, GLOBAL_B * want, {"global_b": self.gb}
+        if m == 1:  # the vector plan's names: x, w
+            extra = {{"global_a": "global_x", "global_b": "global_w"}[key]: v for key, v in extra.items()}
+        w4, sw4 = self.w4
+        return self._run(f"FP4 {type(plan).__name__}", m, _enqueue(plan.execute, stream, a4, sa4, w4, sw4, d, extra),
+                         d, n, sample, scaled)
+
+    def _bf16(self, m: int, a16: Any, d: Any, sample: list[int], want: np.ndarray, made: list[Any],
+              kw: dict[str, Any]) -> float | None:
+        """DenseVectorPlan (M = 1) or DenseMatmulPlan on the BF16 banks (the same values as the NVFP4 ones)."""
+        import mircuda as mc
+
+        s, n, k, stream = self.s, self.n, self.k, self.s.stream
+        if m == 1:
+            plan: Any = mc.DenseVectorPlan(s.context, stream, mc.DenseVectorSpec(n, k))
+        elif m <= DECODE_MAX_M or self.lib is not None:
+            plan = mc.DenseMatmulPlan(s.context, stream, mc.DenseMatmulSpec(m, n, k), library=self.lib)
+        else:
+            return None
+        made.append(plan)
+        kw["bf16_path"] = f"{type(plan).__name__} {getattr(plan, 'kernel_name', 'dense_vector')}"
+        return self._run(type(plan).__name__, m, _enqueue(plan.execute, stream, a16, self.w16, d), d, n, sample, want)
+
+    def _dense_f32(self, m: int, a16: Any, sample: list[int], want: np.ndarray, made: list[Any], temps: list[Any],
+                   kw: dict[str, Any]) -> float | None:
+        """The portable FP4 path's dense step alone (BF16 x BF16 -> FP32, DenseMatmulPlan); ``None`` on
+        another path."""
+        import mircuda as mc
+
+        if kw.get("fp4_path") != "decode+dense":
+            return None
+        s, n, k, stream = self.s, self.n, self.k, self.s.stream
+        plan: Any = mc.DenseMatmulPlan(s.context, stream, mc.DenseMatmulSpec(m, n, k), output=mc.f32, library=self.lib)
+        made.append(plan)
+        c32 = s.pool.allocate(mc.f32, stream, m * n)
+        temps.append(c32)
+        return self._run("DenseMatmulPlan bf16->f32", m, _enqueue(plan.execute, stream, a16, self.w16, c32), c32, n,
+                         sample, want)
+
     def _cublas(self, m: int, a16: Any, d: Any, sample: list[int], want: np.ndarray) -> float | None:
         """cuBLAS through ``torch.matmul`` on the session's stream, in mircuda's memory (DLPack, no copies);
-        ``None`` (and a note) where torch raises."""
+        ``None`` without torch, and (with a note) where torch raises."""
+        if not self.torch_w:
+            return None
         torch_ = self.s.torch_
         t, n, k = torch_.torch, self.n, self.k
         with t.cuda.stream(torch_.stream):
@@ -450,8 +471,12 @@ class _ShapeBench:
             held.clear()  # torch lets go of the buffers before they are freed
 
     def _fp8(self, m: int, sample: list[int], d: Any, made: list[Any], temps: list[Any]) -> float | None:
+        """BlockwiseFp8VectorPlan (M = 1) or BlockwiseFp8Plan on the FP8 banks; ``None`` (and a note) where
+        the FP8 plans cannot run here."""
         import mircuda as mc
 
+        if not self.fp8:
+            return None
         s, n, k, stream, pool = self.s, self.n, self.k, self.s.stream, self.s.pool
         try:
             if m == 1:
