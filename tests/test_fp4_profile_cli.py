@@ -1,0 +1,360 @@
+"""``python -m mircuda fp4-profile`` without a GPU: its flags and refusals, the host operands (bit for bit
+against the NVFP4 / FP8 references), the rows' arithmetic and goals, and the table and JSON of a run
+with a stand-in for the GPU measurements."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+from gpu_probe import gpu_unavailable_reason
+
+import mircuda as mc
+from mircuda.cli import _fp4_profile as fp
+from mircuda.cli import _parser, main
+from mircuda.errors import ContractError
+from mircuda.matmul import fp4_dequantize_reference
+
+
+def parse(*argv: str):  # type: ignore[no-untyped-def]
+    return _parser().parse_args(["fp4-profile", *argv])
+
+
+def test_the_command_is_listed_and_its_defaults_are_the_issue_grid(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0 and "    fp4-profile " in capsys.readouterr().out
+    args = parse()
+    assert args.func is fp.fp4_profile and args.activation == "fp4"
+    assert args.json == "benchmarks/results/fp4_profile.json"
+    assert fp.grid(args) == ((1, 2, 4, 8, 16, 32, 128, 512, 2048, 8192),
+                             ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)), 20, 7)
+
+
+def test_quick_is_a_smaller_grid_and_each_flag_still_wins() -> None:
+    assert fp.grid(parse("--quick")) == ((1, 16, 2048), ((4096, 4096), (14336, 4096)), 10, 5)
+    assert fp.grid(parse("--quick", "--m", "1,8", "--repeats", "3")) == ((1, 8), ((4096, 4096), (14336, 4096)), 10, 3)
+    assert fp.grid(parse("--shapes", "256x512", "--calls", "4")) == (fp.FP4_M, ((256, 512),), 4, 7)
+    assert parse("--activation", "bf16").activation == "bf16"
+
+
+@pytest.mark.parametrize("flags, head", [(["--calls", "0"], "--calls: expected a positive integer, received 0"),
+                                         (["--repeats", "-2"], "--repeats: expected a positive integer, received -2"),
+                                         (["--shapes", "4096x4104"], "--shapes: expected NxK pairs with K a multiple "
+                                                                     "of 16")])
+def test_bad_values_are_refused_by_flag_before_the_driver(flags, head, capsys) -> None:
+    assert main(["fp4-profile", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: ContractError: {head}") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [["--m", "0"], ["--shapes", "4096"], ["--m", "x"], ["--activation", "fp8"]])
+def test_bad_flags_exit_2_with_one_line(argv, capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["fp4-profile", *argv])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "usage" not in err
+    assert err.startswith("error: python -m mircuda fp4-profile: argument --") and len(err.splitlines()) == 1
+
+
+def test_json_in_a_missing_directory_is_refused_first(tmp_path: Path, capsys) -> None:
+    target = tmp_path / "missing" / "x.json"
+    assert main(["fp4-profile", "--json", str(target)]) == 2
+    assert capsys.readouterr().err.startswith("error: ContractError: --json: expected a file path")
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a usable driver")
+def test_without_a_gpu_it_fails_cleanly() -> None:
+    out = subprocess.run([sys.executable, "-m", "mircuda", "fp4-profile", "--m", "1", "--shapes", "256x256"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "error:" in out.stderr and "Traceback" not in out.stderr
+
+
+# -- host operands --------------------------------------------------------------------------------------
+def test_the_bf16_decode_is_the_nvfp4_reference_for_every_code_and_scale_byte() -> None:
+    packed = np.arange(256, dtype=np.uint8).repeat(8).reshape(256, 8)  # every code pair under...
+    scales = np.arange(256, dtype=np.uint8).reshape(256, 1)  # ...every scale byte (NaN at 0x7F/0xFF)
+    got = fp.bf16_to_f64(fp.dequantize_bf16(packed, scales))
+    np.testing.assert_array_equal(got, fp4_dequantize_reference(packed, scales, 256, 16))
+
+
+def test_random_fp4_operands_decode_like_the_reference() -> None:
+    rng = np.random.default_rng(5)
+    packed, scales = fp.random_fp4(rng, 37, 1040)
+    assert packed.shape == (37, 520) and scales.shape == (37, 65)
+    assert scales.min() >= fp.SCALE_BYTES[0] and scales.max() < fp.SCALE_BYTES[1]
+    values = fp.dequantize_bf16(packed, scales)
+    assert values.dtype == mc.bf16 and values.shape == (37, 1040)
+    np.testing.assert_array_equal(values.astype(np.float64), fp4_dequantize_reference(packed, scales, 37, 1040))
+
+
+def test_random_fp8_operands_and_their_values() -> None:
+    rng = np.random.default_rng(6)
+    codes, scales = fp.random_fp8(rng, 130, 300, 128)
+    assert codes.dtype == mc.e4m3 and codes.shape == (130, 300) and scales.shape == (2, 3)
+    c = codes.astype(np.float64)
+    assert np.isfinite(c).all() and np.abs(c).max() <= 1.875
+    values = fp.fp8_values(codes, scales, 128)
+    assert values[129, 299] == c[129, 299] * float(scales[1, 2])
+    assert values[5, 130] == c[5, 130] * float(scales[0, 1])
+    a, sa = fp.random_fp8(rng, 3, 300, 1)
+    assert sa.shape == (3, 3)
+    assert fp.fp8_values(a, sa, 1)[2, 257] == float(a[2, 257]) * float(sa[2, 2])
+
+
+# -- rows, goals, table -----------------------------------------------------------------------------------
+def test_rates_ratios_and_the_m1_goal() -> None:
+    r = fp.fp4_row(1, 14336, 4096, fp4_us=10.0, fp4_path="vector", bf16_us=28.0)
+    assert fp.weight_bytes(14336, 4096) == 14336 * 2048 + 14336 * 256
+    assert r.fp4_tbps == pytest.approx(fp.weight_bytes(14336, 4096) / 10e-6 / 1e12)
+    assert r.time_ratio == pytest.approx(10 / 28) and r.tflops_ratio == pytest.approx(2.8)
+    assert (r.vector_goal, r.vector_met) == ("<= 10.5 µs", True)
+    assert (r.ratio_goal, r.ratio_met) == ("fp4/bf16 <= 0.5", True)
+    slow = fp.fp4_row(1, 4096, 4096, fp4_us=5.5, bf16_us=10.0)
+    assert (slow.vector_goal, slow.vector_met, slow.ratio_met) == ("<= 5 µs", False, False)
+    assert fp.fp4_row(1, 6144, 4096, fp4_us=5.0).vector_goal is None  # the issue sets no limit there
+
+
+def test_the_prefill_goal_is_the_portable_paths_only() -> None:
+    portable = fp.fp4_row(2048, 4096, 4096, fp4_us=120.0, fp4_path="decode+dense", bf16_us=90.0)
+    assert portable.fp4_tflops == pytest.approx(2 * 2048 * 4096 * 4096 / 120e-6 / 1e12)
+    assert portable.tflops_ratio == pytest.approx(0.75)
+    assert (portable.ratio_goal, portable.ratio_met) == ("TFLOP/s >= 0.8x", False)
+    assert fp.fp4_row(2048, 4096, 4096, fp4_us=80.0, fp4_path="cutlass", bf16_us=90.0).ratio_goal is None
+    assert fp.fp4_row(512, 4096, 4096, fp4_us=30.0, fp4_path="decode+dense", bf16_us=25.0).ratio_goal is None
+    assert fp.fp4_row(16, 4096, 4096, fp4_us=8.0, fp4_path="gemv").ratio_goal is None  # no BF16 time
+
+
+def test_goals_name_the_worst_case() -> None:
+    rows = [fp.fp4_row(1, 4096, 4096, fp4_us=4.0, bf16_us=10.0), fp.fp4_row(8, 4096, 4096, fp4_us=6.0, bf16_us=10.0),
+            fp.fp4_row(2048, 4096, 4096, fp4_us=100.0, fp4_path="decode+dense", bf16_us=90.0),
+            fp.fp4_row(8192, 4096, 4096, fp4_us=400.0, fp4_path="decode+dense", bf16_us=360.0)]
+    lines = fp.goals(rows)
+    assert lines[0].startswith("M = 1 4096x4096: 4.00 µs") and lines[0].endswith("goal <= 5 µs: met")
+    assert lines[1] == "M <= 16 FP4/BF16 time: worst 0.60 (M=8 4096x4096); 1/2 <= 0.5"
+    assert lines[2] == "M >= 2048 portable FP4/BF16 TFLOP/s: worst 0.90 (M=2048 4096x4096); 2/2 >= 0.8"
+
+
+class _FakeBench:
+    """A stand-in for the GPU bench of one shape: made-up times, and a record of what was asked."""
+
+    made: ClassVar[list[tuple[int, int]]] = []
+    closed: ClassVar[list[tuple[int, int]]] = []
+
+    def __init__(self, n: int, k: int) -> None:
+        self.n, self.k = n, k
+        _FakeBench.made.append((n, k))
+
+    def __call__(self, m: int) -> fp.Fp4Row:
+        path = "vector" if m == 1 else "gemv" if m <= 16 else "decode+dense"
+        return fp.fp4_row(m, self.n, self.k, fp4_us=1.0 + m / 10, fp4_path=path, bf16_us=2.0 + m / 20,
+                          cublas_us=2.0 + m / 20, fp8_us=None if m > 16 else 1.5)
+
+    def close(self) -> None:
+        _FakeBench.closed.append((self.n, self.k))
+
+
+def test_a_run_gives_one_row_per_shape_and_m_and_closes_each_shape() -> None:
+    _FakeBench.made, _FakeBench.closed = [], []
+    shapes, ms = ((4096, 4096), (14336, 4096)), (1, 16, 2048)
+    rows = fp.collect(shapes, ms, _FakeBench)
+    assert [(r.n, r.k, r.m) for r in rows] == [(n, k, m) for n, k in shapes for m in ms]
+    assert _FakeBench.made == _FakeBench.closed == list(shapes)
+    t = fp.table(rows, "title")
+    assert len(t) == 6 and [c.header for c in t.columns][:9] == ["N", "K", "M", "FP4 µs", "BF16 µs", "cuBLAS µs",
+                                                                  "FP8 µs", "dense f32", "FP4 rate"]
+    text = str(t).splitlines()
+    assert text[0] == "title" and len(text) == 8
+    assert t.column("rate")[0].endswith("TB/s") and t.column("rate")[2].endswith("TFLOP/s")
+    assert t.column("vector")[0] == "<= 5 µs: pass" and t.column("vector")[1] is None
+    assert t.column("ratio")[1] == "fp4/bf16 <= 0.5: miss"  # 2.6 / 2.8
+    assert t.column("ratio")[2].startswith("TFLOP/s >= 0.8x: ")
+    assert t.column("fp8_us")[2] is None and text[4].split()[6] == "-"  # not measured: shown as "-"
+    json.dumps([dataclasses.asdict(r) for r in rows])  # the JSON rows are plain values
+
+
+def test_a_shape_that_fails_is_still_closed() -> None:
+    class Broken(_FakeBench):
+        def __call__(self, m: int) -> fp.Fp4Row:
+            raise ContractError("m", "a good M", str(m))
+
+    _FakeBench.made, _FakeBench.closed = [], []
+    with pytest.raises(ContractError):
+        fp.collect(((256, 512),), (1,), Broken)
+    assert _FakeBench.closed == [(256, 512)]
+
+
+# -- the GPU bench's wiring, on numpy stand-ins of the session and the plans ---------------------------------
+class _Buffer:
+    def __init__(self, data: np.ndarray) -> None:
+        self.data, self.freed = data, False
+
+    @property
+    def scalar_type(self):  # type: ignore[no-untyped-def]
+        return self.data.dtype
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def free(self, stream) -> None:  # type: ignore[no-untyped-def]
+        assert not self.freed, "freed twice"
+        self.freed = True
+
+
+class _Stream:
+    def upload(self, pool, host):  # type: ignore[no-untyped-def]
+        return pool.keep(_Buffer(np.ascontiguousarray(host).ravel().copy()))
+
+    def memset(self, buf, byte) -> None:  # type: ignore[no-untyped-def]
+        buf.data.view(np.uint8)[:] = byte
+
+    def copy_device_range(self, src, so, dst, do, count) -> None:  # type: ignore[no-untyped-def]
+        dst.data[do:do + count] = src.data[so:so + count]
+
+    def download(self, buf):  # type: ignore[no-untyped-def]
+        return buf.data.copy()
+
+
+class _Pool:
+    def __init__(self) -> None:
+        self.buffers: list[_Buffer] = []
+
+    def keep(self, buf: _Buffer) -> _Buffer:
+        self.buffers.append(buf)
+        return buf
+
+    def allocate(self, dtype, stream, count):  # type: ignore[no-untyped-def]
+        return self.keep(_Buffer(np.zeros(count, dtype)))
+
+
+class _Session:
+    def __init__(self) -> None:
+        from types import SimpleNamespace
+
+        self.stream, self.pool, self.context, self.torch_ = _Stream(), _Pool(), None, None
+        self.info = SimpleNamespace(l2_cache_bytes=1 << 16)  # two banks or a few
+        self.rng = np.random.default_rng(11)
+        self.timer = SimpleNamespace(median=self.median)
+        self.banks_seen: set[int] = set()
+
+    def median(self, enqueue, calls, repeats) -> float:  # type: ignore[no-untyped-def]
+        for i in range(3):
+            enqueue(i)
+        return 10.0
+
+    def release(self, buffers) -> None:  # type: ignore[no-untyped-def]
+        for b in buffers:
+            b.free(self.stream)
+
+
+def _nvfp4(codes: _Buffer, scales: _Buffer, rows: int, k: int) -> np.ndarray:
+    return fp4_dequantize_reference(codes.data, scales.data.view(np.uint8), rows, k)
+
+
+def _fp4_plan(wrong_global: bool = False):  # type: ignore[no-untyped-def]
+    """A numpy BlockScaledFp4Plan / BlockScaledFp4VectorPlan (the keyword names of each)."""
+
+    class Plan:
+        def __init__(self, context, stream, spec, *, activation="fp4", library=None) -> None:  # type: ignore[no-untyped-def]
+            self.m, self.n, self.k = getattr(spec, "m", 1), spec.n, spec.k
+            self.activation = activation
+            self.path = "gemv" if self.m <= 16 else "decode+dense"
+
+        def run(self, a, sa, b, sb, d, ga, gb, alpha) -> None:  # type: ignore[no-untyped-def]
+            m, n, k = self.m, self.n, self.k
+            if self.activation == "fp4":
+                av = _nvfp4(a, sa, m, k)
+            else:
+                assert sa is None and ga is None
+                av = a.data.astype(np.float64).reshape(m, k)
+            scale = alpha * (1.0 if ga is None else float(ga.data[0])) * (1.0 if gb is None or wrong_global
+                                                                           else float(gb.data[0]))
+            d.data[:m * n] = (scale * av @ _nvfp4(b, sb, n, k).T).astype(mc.bf16).ravel()
+
+    class Matrix(Plan):
+        def execute(self, stream, a, a_scales, b, b_scales, d, *, global_a=None, global_b=None, alpha=1.0) -> None:  # type: ignore[no-untyped-def]
+            self.run(a, a_scales, b, b_scales, d, global_a, global_b, alpha)
+
+    class Vector(Plan):
+        def execute(self, stream, x, x_scales, w, w_scales, y, *, global_x=None, global_w=None, alpha=1.0) -> None:  # type: ignore[no-untyped-def]
+            self.run(x, x_scales, w, w_scales, y, global_x, global_w, alpha)
+
+    return Vector, Matrix
+
+
+class _Dense:
+    def __init__(self, context, stream, spec, input=mc.bf16, output=None, *, library=None) -> None:  # type: ignore[no-untyped-def]
+        self.m, self.n, self.k = getattr(spec, "m", 1), spec.n, spec.k
+        self.output = output or input
+        self.kernel_name = "numpy"
+
+    def execute(self, stream, a, b, c, alpha=1.0, beta=0.0) -> None:  # type: ignore[no-untyped-def]
+        m, n, k = self.m, self.n, self.k
+        got = a.data.astype(np.float64).reshape(m, k) @ b.data.astype(np.float64).reshape(n, k).T
+        c.data[:m * n] = got.astype(self.output).ravel()
+
+
+class _Fp8:
+    def __init__(self, context, stream, spec, *, library=None) -> None:  # type: ignore[no-untyped-def]
+        self.m, self.n, self.k = getattr(spec, "m", 1), spec.n, spec.k
+
+    def execute(self, stream, a, sa, b, sb, d) -> None:  # type: ignore[no-untyped-def]
+        from mircuda.cli._fp8_profile import _dequantize
+
+        m, n, k = self.m, self.n, self.k
+        kb = -(-k // 128)
+        av = _dequantize(a.data.reshape(m, k), sa.data.reshape(m, kb), 1)
+        bv = _dequantize(b.data.reshape(n, k), sb.data.reshape(-(-n // 128), kb), 128)
+        d.data[:m * n] = (av @ bv.T).astype(mc.bf16).ravel()
+
+
+@pytest.mark.parametrize("activation", ["fp4", "bf16"])
+@pytest.mark.parametrize("wrong", [False, True])
+def test_the_bench_wires_every_plan_to_its_operands_and_reference(monkeypatch, activation, wrong) -> None:
+    vector, matrix = _fp4_plan(wrong_global=wrong)
+    for name, value in (("BlockScaledFp4VectorPlan", vector), ("BlockScaledFp4Plan", matrix),
+                        ("DenseVectorPlan", _Dense), ("DenseMatmulPlan", _Dense), ("BlockwiseFp8VectorPlan", _Fp8),
+                        ("BlockwiseFp8Plan", _Fp8)):
+        monkeypatch.setattr(mc, name, value)
+    s = _Session()
+    notes: list[str] = []
+    failures: list[str] = []
+    shapes, ms = ((200, 1040), (256, 512)), (1, 4, 20)
+    rows = fp.collect(shapes, ms, lambda n, k: fp._ShapeBench(s, n, k, activation, "library", 1, 1, True, notes,
+                                                               failures))
+    assert [(r.n, r.k, r.m) for r in rows] == [(n, k, m) for n, k in shapes for m in ms]
+    assert notes == [] and all(b.freed for b in s.pool.buffers)  # every buffer freed once
+    for r in rows:
+        assert r.fp4_us == r.bf16_us == r.fp8_us == 10.0 and r.cublas_us is None and r.activation == activation
+        assert r.fp4_path == ("vector" if r.m == 1 else "gemv" if r.m <= 16 else "decode+dense")
+        assert (r.dense_f32_us is not None) == (r.m > 16)
+    if wrong:  # a product without global_b is caught on every FP4 row, and only there
+        assert len(failures) == len(rows) and all(f.startswith("FP4 ") for f in failures)
+    else:
+        assert failures == []
+
+
+def test_a_path_that_raises_is_a_failure_and_the_others_are_still_measured(monkeypatch) -> None:
+    vector, matrix = _fp4_plan()
+
+    class Refusing(matrix):  # type: ignore[misc, valid-type]
+        def __init__(self, context, stream, spec, **kw) -> None:  # type: ignore[no-untyped-def]
+            raise ContractError("spec", "something else", "this")
+
+    for name, value in (("BlockScaledFp4VectorPlan", vector), ("BlockScaledFp4Plan", Refusing),
+                        ("DenseVectorPlan", _Dense), ("DenseMatmulPlan", _Dense), ("BlockwiseFp8VectorPlan", _Fp8),
+                        ("BlockwiseFp8Plan", _Fp8)):
+        monkeypatch.setattr(mc, name, value)
+    s = _Session()
+    failures: list[str] = []
+    rows = fp.collect(((256, 512),), (1, 4), lambda n, k: fp._ShapeBench(s, n, k, "fp4", None, 1, 1, True, [],
+                                                                          failures))
+    assert rows[0].fp4_us == 10.0 and rows[1].fp4_us is None and rows[1].bf16_us == rows[1].fp8_us == 10.0
+    assert failures == ["fp4_us M=4 256x512: ContractError: argument 'spec': expected something else, received this"]
+    assert all(b.freed for b in s.pool.buffers)
