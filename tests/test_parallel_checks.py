@@ -11,8 +11,8 @@ import pytest
 import mircuda as mc
 
 pytest.importorskip("mircuda.nccl", reason="nccl4py (the [nccl] extra) is not installed", exc_type=ImportError)
-import mircuda.nccl as nccl  # noqa: E402
-from mircuda.parallel import (ColumnParallelLinear, RowParallelLinear, capture_each,  # noqa: E402
+import mircuda.nccl as nccl
+from mircuda.parallel import (ColumnParallelLinear, RowParallelLinear, capture_each,
                               column_parallel_shards, row_parallel_shards)
 
 
