@@ -16,6 +16,7 @@ import pytest
 import mircuda as mc
 from mircuda import _cuda
 from mircuda.dtypes import dtype_info
+from mircuda.memory import _pool
 
 nccl = pytest.importorskip("mircuda.nccl", reason="nccl4py (the [nccl] extra) is not installed",
                            exc_type=ImportError)
@@ -116,6 +117,7 @@ def rec(monkeypatch: pytest.MonkeyPatch) -> Recorder:
     monkeypatch.setattr(_communicator, "bindings", recorder)
     monkeypatch.setattr(_cuda, "make_current", lambda handle, force=False: None)
     monkeypatch.setattr(_cuda, "forget_current", lambda: None)
+    monkeypatch.setattr(_pool, "_ACCESS", {})  # the stand-in pools' grants stay within each test
     return recorder
 
 

@@ -11,7 +11,7 @@ import pytest
 import mircuda as mc
 from mircuda import _cuda
 from mircuda.dtypes import dtype_info
-from mircuda.memory import check_device_buffer, peer_accessible
+from mircuda.memory import _pool, check_device_buffer, peer_accessible
 
 
 def fake_context(ordinal: int, handle: int) -> mc.Context:
@@ -44,6 +44,7 @@ def fake_stream(ctx: mc.Context, handle: int = 0x50) -> mc.Stream:
 def no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     # Making a context current is the only driver call before the refusals tested here.
     monkeypatch.setattr(_cuda, "make_current", lambda handle, force=False: None)
+    monkeypatch.setattr(_pool, "_ACCESS", {})  # the stand-in pools' grants stay within each test
 
 
 def test_a_pool_buffer_of_another_device_is_refused_by_name_until_its_pool_grants_access() -> None:

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
 
 __all__ = ["MemoryPool"]
 
+_ACCESS: dict[int, set[int]] = {}
+"""Ordinals of the devices granted access, by ``CUmemoryPool`` handle: shared by every MemoryPool object
+of one driver pool (each Context object of a device wraps the device's default pool anew)."""
+
 
 class MemoryPool:
     """A CUDA memory pool. Obtain the device's default pool with :meth:`Context.default_memory_pool`.
@@ -37,7 +41,7 @@ class MemoryPool:
         self._context = context
         self._cu = cu_pool
         self._handle = int(cu_pool)
-        self._access = set()
+        self._access = _ACCESS.setdefault(self._handle, set())
         return self
 
     @property
