@@ -128,16 +128,25 @@ class _Parallel:
                                 repr(values)[:80])
         return list(values)
 
+    def _index(self, i: object) -> int:
+        if type(i) is not int or not 0 <= i < len(self._plans):
+            raise ContractError("i", f"a local rank index in [0, {len(self._plans) - 1}]", repr(i))
+        return i
+
     def _precheck(self, x: Buffers, w: Buffers, y: Buffers) -> None:
         # Every rank's operands before any rank's work: a refusal leaves nothing enqueued.
+        for i in range(len(self._plans)):
+            self._precheck_rank(i, x, w, y)
+
+    def _precheck_rank(self, i: int, x: Buffers, w: Buffers, y: Buffers) -> None:
         from ..matmul._spec import check_operand
 
-        for i, plan in enumerate(self._plans):
-            for name, op, buf in zip(("x", "w", "y"), plan.operands, (x[i], w[i], y[i])):
-                try:
-                    check_operand(op, buf, plan._context)
-                except ContractError as exc:  # named as this layer's argument
-                    raise ContractError(f"{name}[{i}]", exc.expected, exc.received) from None
+        plan = self._plans[i]
+        for name, op, buf in zip(("x", "w", "y"), plan.operands, (x[i], w[i], y[i])):
+            try:
+                check_operand(op, buf, plan._context)
+            except ContractError as exc:  # named as this layer's argument
+                raise ContractError(f"{name}[{i}]", exc.expected, exc.received) from None
 
     def _enqueue(self, i: int, x: Buffers, w: Buffers, y: Buffers, extra: Any) -> None:
         raise NotImplementedError  # pragma: no cover - each layer defines it
@@ -247,6 +256,21 @@ class ColumnParallelLinear(_Parallel):
         extra = self._check(x, w, y, gathered)
         return self._capture(x, w, y, extra)
 
+    def enqueue_rank(self, i: int, x: Buffers, w: Buffers, y: Buffers, gathered: Buffers | None = None) -> None:
+        """Enqueue local rank ``i``'s part only (its product, and its all-gather with ``gather=True``) on
+        ``streams[i]``, outside any NCCL group: for one thread per rank, e.g. inside
+        :func:`capture_each` to put several layers into one graph per device. Operands as
+        :meth:`execute`.
+
+        Raises:
+            as :meth:`execute`; ContractError: ``i`` is not a local rank index.
+        """
+        extra = self._check(x, w, y, gathered)
+        i = self._index(i)
+        self._precheck_rank(i, x, w, y)
+        self._enqueue(i, x, w, y, extra)
+        self._communicate(i, y, extra)
+
     def _check(self, x: Buffers, w: Buffers, y: Buffers, gathered: Buffers | None) -> Any:
         x, w, y = self._operands("x", x), self._operands("w", w), self._operands("y", y)
         if self._gather != (gathered is not None):
@@ -312,6 +336,15 @@ class RowParallelLinear(_Parallel):
             ContractError: a sequence of the wrong length or a bad buffer; nothing is enqueued then.
         """
         self._run(self._operands("x", x), self._operands("w", w), self._operands("y", y), None)
+
+    def enqueue_rank(self, i: int, x: Buffers, w: Buffers, y: Buffers) -> None:
+        """Enqueue local rank ``i``'s partial product and all-reduce only, on ``streams[i]``, outside any
+        NCCL group (as :meth:`ColumnParallelLinear.enqueue_rank`)."""
+        x, w, y = self._operands("x", x), self._operands("w", w), self._operands("y", y)
+        i = self._index(i)
+        self._precheck_rank(i, x, w, y)
+        self._enqueue(i, x, w, y, None)
+        self._communicate(i, y, None)
 
     def capture(self, x: Buffers, w: Buffers, y: Buffers) -> list[Graph[Any]]:
         """As :meth:`ColumnParallelLinear.capture`: once eagerly, then one graph per local rank."""
