@@ -11,7 +11,8 @@ from mircuda.cli import main
 from mircuda.cli._errors import check_results_file
 from mircuda.errors import ContractError
 
-PROFILES = ["graph-profile", "fp8-profile", "cutlass-check", "dense-vector-profile", "matmul-profile"]
+PROFILES = ["graph-profile", "fp8-profile", "cutlass-check", "dense-vector-profile", "matmul-profile",
+            "multi-gpu-profile"]
 
 
 @pytest.mark.parametrize("command", PROFILES)

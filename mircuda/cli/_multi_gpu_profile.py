@@ -412,9 +412,13 @@ def _llama(mc: Any, contexts: list[Any], streams: list[Any], pools: list[Any], c
             yb = p0.allocate(mc.bf16, s0, m * n)
             plans.append(mc.DenseMatmulPlan(contexts[0], s0, mc.DenseMatmulSpec(m, n, k), library=lib))
             single[name] = (xb, yb)
-        res1 = [(plans[i], single[name][0], weights[name][0], single[name][1])
-                for i, (name, *_rest) in enumerate(LLAMA_PROJECTIONS)]
-        graph1 = s0.capture(res1, lambda r: [p.execute(s0, x, w, y) for p, x, w, y in r])
+        res1 = [(single[name][0], weights[name][0], single[name][1]) for name, *_ in LLAMA_PROJECTIONS]
+
+        def sequence(res: Any, plans: list[Any] = plans) -> None:
+            for p, (x, w, y) in zip(plans, res):
+                p.execute(s0, x, w, y)
+
+        graph1 = s0.capture(res1, sequence)
         graph1.launch(s0)
         want = {name: s0.download(single[name][1]).astype(np.float64).reshape(m, -1)
                 for name, *_ in LLAMA_PROJECTIONS}
