@@ -301,8 +301,8 @@ class Communicator:
     def all_gather(self, stream: Stream, send: DeviceBuffer[Any], recv: DeviceBuffer[Any], *,
                    count: int | None = None) -> None:
         """``recv[r * count:(r + 1) * count] = send[:count]`` of rank ``r``, for every rank
-        (``ncclAllGather``): ``recv`` is rank-major, ``size * count`` elements. In place when ``send``
-        is ``recv``'s own slice of this rank (not expressible with two buffers: pass distinct ones).
+        (``ncclAllGather``): ``recv`` is rank-major, at least ``size * count`` elements; ``send`` and
+        ``recv`` are distinct buffers.
 
         Args:
             count: elements each rank sends (default ``len(send)``).
@@ -317,6 +317,8 @@ class Communicator:
         n = self._count(call, count, len(s))
         self._buffer(call, "send", send, s._info, n, f"count = {n}")
         r = self._buffer(call, "recv", recv, s._info, n * self._size, f"size * count = {self._size} * {n}")
+        if r is s and self._size > 1:  # NCCL's in-place form is send == recv + rank * count, not recv itself
+            raise ContractError("recv", "a buffer other than send", "send itself", f"the call: {call}")
         dtype, per = nccl_type(s._info, reduce=False)
         comm, sp, rp, h = self._comm, s._ptr, r._ptr, stream._handle
         _issue(lambda: checked(call, bindings.all_gather, sp, rp, n * per, dtype, comm, h))
@@ -339,6 +341,8 @@ class Communicator:
         n = self._count(call, count, len(r))
         self._buffer(call, "recv", recv, r._info, n, f"count = {n}")
         s = self._buffer(call, "send", send, r._info, n * self._size, f"size * count = {self._size} * {n}")
+        if r is s and self._size > 1:  # NCCL's in-place form is recv == send + rank * count
+            raise ContractError("recv", "a buffer other than send", "send itself", f"the call: {call}")
         dtype, reduce_op = self._reduction(call, op, r._info)
         comm, sp, rp, h = self._comm, s._ptr, r._ptr, stream._handle
         _issue(lambda: checked(call, bindings.reduce_scatter, sp, rp, n, dtype, reduce_op, comm, h))
