@@ -154,11 +154,13 @@ def _torch_side(sizes: tuple[int, ...], copy_sizes: tuple[int, ...], plan: dict[
 
     if importlib.util.find_spec("torch") is None:
         return None, "torch is not installed: no torch rows"
-    import torch.multiprocessing as tmp
+    import multiprocessing
 
     from ._multi_gpu_torch import torch_worker
 
-    spawn = tmp.get_context("spawn")
+    # The standard library's spawn (what torch.multiprocessing wraps): torch is imported only by the two
+    # processes, never by this one, whose NCCL is nccl4py's.
+    spawn = multiprocessing.get_context("spawn")
     queue = spawn.Queue()
     with tempfile.TemporaryDirectory(prefix="mircuda-dist-") as tmpdir:
         init = "file://" + os.path.join(tmpdir, "store")
