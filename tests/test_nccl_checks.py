@@ -63,6 +63,7 @@ def test_dtypes_map_to_nccl_types_or_bytes() -> None:
     assert nccl.nccl_type(dtype_info(mc.f16), True) == (6, 1)
     assert nccl.nccl_type(dtype_info(mc.f32), True) == (7, 1)
     assert nccl.nccl_type(dtype_info(mc.e4m3), True) == (10, 1)
+    assert nccl.nccl_type(dtype_info(mc.e4m3), False) == (1, 1)  # moved as bytes: no FP8 check before sm_90
     assert nccl.nccl_type(dtype_info(mc.i16), False) == (1, 2)  # as bytes where NCCL has no type
     with pytest.raises(mc.ContractError, match="argument 'dtype'.*a type NCCL reduces.*received i16"):
         nccl.nccl_type(dtype_info(mc.i16), True)
@@ -201,8 +202,8 @@ def test_an_fp8_reduction_needs_compute_capability_9(rec: Recorder) -> None:
     a = fake_buffer(ctx, mc.e4m3)
     with pytest.raises(mc.ContractError, match=r"argument 'send'.*compute capability >= 9.0.*sm_89.*ncclAllReduce"):
         comm.all_reduce(s, a, a)
-    comm.all_gather(s, a, fake_buffer(ctx, mc.e4m3, 128))  # moving FP8 is fine anywhere
-    assert rec.calls[0][:5] == ("all_gather", 0x1000, 0x1000, 64, 10)
+    comm.all_gather(s, a, fake_buffer(ctx, mc.e4m3, 128, 0x2000))  # moving FP8 is fine anywhere: as bytes
+    assert rec.calls[0][:5] == ("all_gather", 0x1000, 0x2000, 64, 1)
 
 
 def test_a_buffer_of_another_device_is_refused_even_with_peer_access(rec: Recorder) -> None:
@@ -235,6 +236,16 @@ def test_a_group_issues_its_calls_in_order_at_the_end_and_drops_them_on_error(re
     with nccl.group():
         pass
     assert rec.calls == []  # an empty group calls nothing
+    with nccl.group():
+        c0.all_reduce(s0, a0, a0)
+        try:
+            with nccl.group():
+                c1.all_reduce(s1, a1, a1)
+                raise RuntimeError("inside the inner block")
+        except RuntimeError:
+            pass
+    assert [c[0] for c in rec.calls] == ["group_start", "all_reduce", "group_end"]  # the inner call was dropped
+    assert rec.calls[1][1] == 0x1000
 
 
 def test_close_all_finalizes_in_one_group_then_destroys(rec: Recorder) -> None:

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import _cuda
+from .. import _cuda, dtypes
 from ..dtypes import DTypeInfo
 from ..errors import ClosedResourceError, ContractError
 from ..memory import DeviceBuffer, check_device_buffer
+from ..runtime import Stream
 from ._library import UNIQUE_ID_BYTES, bindings, checked
 
 if TYPE_CHECKING:
-    from ..runtime import Context, Stream
+    from ..runtime import Context
 
 __all__ = ["Communicator", "REDUCTIONS", "close_all", "group", "nccl_type"]
 
@@ -26,6 +26,9 @@ _NCCL_TYPES: dict[str, int] = {
     "e4m3": 10,  # ncclFloat8e4m3 (NCCL >= 2.24; reductions need compute capability >= 9.0)
 }
 _UINT8 = 1
+_FAST_REDUCE: dict[type, int] = {
+    getattr(dtypes, name): code for name, code in _NCCL_TYPES.items() if name != "e4m3"}
+"""ncclDataType_t by scalar type for the fast paths (FP8 takes the checked path: its device check)."""
 _FP8_REDUCTION_CC = (9, 0)
 
 REDUCTIONS: dict[str, int] = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
@@ -35,13 +38,14 @@ number of ranks."""
 
 def nccl_type(info: DTypeInfo, reduce: bool) -> tuple[int, int]:
     """``(ncclDataType_t, elements per mircuda element)`` for buffers of ``info``: NCCL's own type, or
-    bytes (``ncclUint8``, ``itemsize`` per element) where NCCL has none and nothing is reduced.
+    bytes (``ncclUint8``, ``itemsize`` per element) where NCCL has none and nothing is reduced (FP8 too
+    then: the same bytes, and no FP8 type check on devices before sm_90).
 
     Raises:
         ContractError: a reduction over a type NCCL cannot reduce (named ``dtype``).
     """
     code = _NCCL_TYPES.get(info.name)
-    if code is not None:
+    if code is not None and (reduce or info.name != "e4m3"):
         return code, 1
     if reduce:
         names = ", ".join(_NCCL_TYPES)
@@ -59,53 +63,63 @@ def nccl_type(info: DTypeInfo, reduce: bool) -> tuple[int, int]:
 _tls = threading.local()
 
 
-def _pending() -> list[Callable[[], None]] | None:
-    return getattr(_tls, "pending", None)
+class _Group:
+    """What :func:`group` returns; its state is the calling thread's (``_tls.pending``: the deferred
+    calls as ``(name, binding, args)``; ``_tls.marks``: where each open block's calls begin)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        marks = getattr(_tls, "marks", None)
+        if not marks:
+            _tls.pending = []
+            _tls.marks = marks = []
+        marks.append(len(_tls.pending))
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        marks = _tls.marks
+        start = marks.pop()
+        if exc_type is not None:
+            del _tls.pending[start:]  # this block's calls go with its error
+        if marks:
+            return  # an inner block: the outermost one issues
+        calls = _tls.pending
+        _tls.pending = None
+        if not calls:
+            return
+        checked("ncclGroupStart", bindings.group_start)
+        try:
+            for name, fn, args in calls:
+                checked(name, fn, *args)
+        finally:
+            checked("ncclGroupEnd", bindings.group_end)
 
 
-@contextmanager
-def group() -> Iterator[None]:
-    """Batch NCCL calls (``ncclGroupStart`` / ``ncclGroupEnd``): required when one thread drives the
-    ranks of several devices (a communicator set from :meth:`Communicator.init_all`), and how
-    send/recv pairs and several collectives are fused.
+_GROUP = _Group()
+
+
+def group() -> _Group:
+    """Batch NCCL calls (``ncclGroupStart`` / ``ncclGroupEnd``) in a ``with`` block: required when one
+    thread drives the ranks of several devices (a communicator set from :meth:`Communicator.init_all`),
+    and how send/recv pairs and several collectives are fused.
 
     Each call inside the block is checked when it is made and enqueued at the end of the outermost
-    block, in order, inside one NCCL group. When the block raises, the calls are dropped and
-    nothing is enqueued. Groups nest (the outermost one issues). Usable inside ``Stream.capture``:
-    the operations become graph nodes of each capturing stream.
+    block, in order, inside one NCCL group. When a block raises, its calls are dropped (nothing of an
+    outermost block that raises is enqueued). Groups nest. Usable inside ``Stream.capture``: the
+    operations become graph nodes of each capturing stream.
 
-    Raises:
+    Raises (at the end of the block):
         NcclError: ``ncclGroupEnd`` (or a call in the group) failed.
     """
-    outer = _pending() is None
-    if outer:
-        _tls.pending = []
-    try:
-        yield
-    except BaseException:
-        if outer:
-            _tls.pending = None
-        raise
-    if not outer:
-        return
-    calls = _tls.pending
-    _tls.pending = None
-    if not calls:
-        return
-    checked("ncclGroupStart", bindings.group_start)
-    try:
-        for call in calls:
-            call()
-    finally:
-        checked("ncclGroupEnd", bindings.group_end)
+    return _GROUP
 
 
-def _issue(call: Callable[[], None]) -> None:
-    pending = _pending()
+def _issue(name: str, fn: Callable[..., Any], *args: Any) -> None:
+    pending = getattr(_tls, "pending", None)
     if pending is None:
-        call()
+        checked(name, fn, *args)
     else:
-        pending.append(call)
+        pending.append((name, fn, args))
 
 
 class Communicator:
@@ -228,8 +242,6 @@ class Communicator:
 
     # -- checks -----------------------------------------------------------------------------
     def _begin(self, call: str, stream: Stream) -> None:
-        from ..runtime import Stream
-
         if self._closed:
             raise ClosedResourceError(f"{call}: the communicator was closed")
         if not isinstance(stream, Stream):
@@ -288,6 +300,18 @@ class Communicator:
                 the argument and ``ncclAllReduce``; a type NCCL cannot reduce.
             NcclError: NCCL refused the call.
         """
+        # The common call first, tested by identity (one device's own buffers and stream, the whole
+        # buffer summed); anything else takes the checks below, which name what is wrong.
+        ctx = self._context
+        if (count is None and op == "sum" and stream.__class__ is Stream and stream._context is ctx
+                and stream._handle and type(send) is DeviceBuffer and type(recv) is DeviceBuffer
+                and send._context is ctx and recv._context is ctx and not send._freed and not recv._freed
+                and send._scalar is recv._scalar and recv._count >= send._count and not self._closed):
+            dtype = _FAST_REDUCE.get(send._scalar)
+            if dtype is not None:
+                _issue("ncclAllReduce", bindings.all_reduce, send._ptr, recv._ptr, send._count, dtype, 0, self._comm,
+                       stream._handle)
+                return
         call = "ncclAllReduce"
         self._begin(call, stream)
         s = self._buffer(call, "send", send, None, 0, "")
@@ -296,7 +320,7 @@ class Communicator:
         r = self._buffer(call, "recv", recv, s._info, n, f"count = {n}")
         dtype, reduce_op = self._reduction(call, op, s._info)
         comm, sp, rp, h = self._comm, s._ptr, r._ptr, stream._handle
-        _issue(lambda: checked(call, bindings.all_reduce, sp, rp, n, dtype, reduce_op, comm, h))
+        _issue(call, bindings.all_reduce, sp, rp, n, dtype, reduce_op, comm, h)
 
     def all_gather(self, stream: Stream, send: DeviceBuffer[Any], recv: DeviceBuffer[Any], *,
                    count: int | None = None) -> None:
@@ -311,6 +335,16 @@ class Communicator:
             ContractError: naming the argument and ``ncclAllGather`` (``recv`` shorter than
                 ``size * count``, dtypes differ, another device...). NcclError: NCCL refused.
         """
+        ctx = self._context
+        if (count is None and stream.__class__ is Stream and stream._context is ctx and stream._handle
+                and type(send) is DeviceBuffer and type(recv) is DeviceBuffer and send is not recv
+                and send._context is ctx and recv._context is ctx and not send._freed and not recv._freed
+                and send._scalar is recv._scalar and recv._count >= self._size * send._count and not self._closed):
+            dtype = _FAST_REDUCE.get(send._scalar)
+            if dtype is not None:
+                _issue("ncclAllGather", bindings.all_gather, send._ptr, recv._ptr, send._count, dtype, self._comm,
+                       stream._handle)
+                return
         call = "ncclAllGather"
         self._begin(call, stream)
         s = self._buffer(call, "send", send, None, 0, "")
@@ -321,7 +355,7 @@ class Communicator:
             raise ContractError("recv", "a buffer other than send", "send itself", f"the call: {call}")
         dtype, per = nccl_type(s._info, reduce=False)
         comm, sp, rp, h = self._comm, s._ptr, r._ptr, stream._handle
-        _issue(lambda: checked(call, bindings.all_gather, sp, rp, n * per, dtype, comm, h))
+        _issue(call, bindings.all_gather, sp, rp, n * per, dtype, comm, h)
 
     def reduce_scatter(self, stream: Stream, send: DeviceBuffer[Any], recv: DeviceBuffer[Any], *,
                        count: int | None = None, op: str = "sum") -> None:
@@ -345,7 +379,7 @@ class Communicator:
             raise ContractError("recv", "a buffer other than send", "send itself", f"the call: {call}")
         dtype, reduce_op = self._reduction(call, op, r._info)
         comm, sp, rp, h = self._comm, s._ptr, r._ptr, stream._handle
-        _issue(lambda: checked(call, bindings.reduce_scatter, sp, rp, n, dtype, reduce_op, comm, h))
+        _issue(call, bindings.reduce_scatter, sp, rp, n, dtype, reduce_op, comm, h)
 
     def broadcast(self, stream: Stream, send: DeviceBuffer[Any] | None, recv: DeviceBuffer[Any], root: int, *,
                   count: int | None = None) -> None:
@@ -370,7 +404,7 @@ class Communicator:
         sp = r._ptr if send is None else self._buffer(call, "send", send, r._info, n, f"count = {n}")._ptr
         dtype, per = nccl_type(r._info, reduce=False)
         comm, rp, h = self._comm, r._ptr, stream._handle
-        _issue(lambda: checked(call, bindings.broadcast, sp, rp, n * per, dtype, root, comm, h))
+        _issue(call, bindings.broadcast, sp, rp, n * per, dtype, root, comm, h)
 
     def send(self, stream: Stream, buffer: DeviceBuffer[Any], peer: int, *, count: int | None = None) -> None:
         """Send ``buffer[:count]`` to rank ``peer`` (``ncclSend``); the peer posts the matching
@@ -387,7 +421,7 @@ class Communicator:
         self._buffer(call, "buffer", buffer, b._info, n, f"count = {n}")
         dtype, per = nccl_type(b._info, reduce=False)
         comm, bp, h = self._comm, b._ptr, stream._handle
-        _issue(lambda: checked(call, bindings.send, bp, n * per, dtype, peer, comm, h))
+        _issue(call, bindings.send, bp, n * per, dtype, peer, comm, h)
 
     def recv(self, stream: Stream, buffer: DeviceBuffer[Any], peer: int, *, count: int | None = None) -> None:
         """Receive ``count`` elements (default ``len(buffer)``) from rank ``peer`` into ``buffer``
@@ -404,7 +438,7 @@ class Communicator:
         self._buffer(call, "buffer", buffer, b._info, n, f"count = {n}")
         dtype, per = nccl_type(b._info, reduce=False)
         comm, bp, h = self._comm, b._ptr, stream._handle
-        _issue(lambda: checked(call, bindings.recv, bp, n * per, dtype, peer, comm, h))
+        _issue(call, bindings.recv, bp, n * per, dtype, peer, comm, h)
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
