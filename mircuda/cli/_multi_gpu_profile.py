@@ -229,14 +229,18 @@ def multi_gpu_profile(args: Any) -> int:
         info = contexts[0].device_info()
         timer = DeviceTimer(contexts, streams)
         print("peer copies ...", flush=True)
-        _peer_copies(contexts, streams, pools, timer, plan, rows, notes, torch_result)
+        _part("a: peer copies", failures, lambda: _peer_copies(contexts, streams, pools, timer, plan, rows, notes,
+                                                               torch_result))
         comms = nccl.Communicator.init_all(contexts)
         try:
             print("collectives ...", flush=True)
-            _collectives(nccl, comms, streams, pools, timer, sizes, plan, rows, failures, torch_result)
-            _graph_collectives(comms, streams, pools, timer, plan, rows, failures)
+            _part("b: collectives", failures, lambda: _collectives(nccl, comms, streams, pools, timer, sizes, plan, rows,
+                                                                   failures, torch_result))
+            _part("b: collectives in graphs", failures,
+                  lambda: _graph_collectives(comms, streams, pools, timer, plan, rows, failures))
             print("tensor-parallel Llama-3-8B projections ...", flush=True)
-            _llama(mc, contexts, streams, pools, comms, timer, ms, plan, rows, notes, failures)
+            _part("c: tensor-parallel projections", failures,
+                  lambda: _llama(mc, contexts, streams, pools, comms, timer, ms, plan, rows, notes, failures))
         finally:
             for s in streams:
                 s.synchronize()
@@ -264,6 +268,23 @@ def multi_gpu_profile(args: Any) -> int:
         print(f"FAILED: {f}", file=sys.stderr)
     print("multi-gpu-profile: " + ("FAILED" if failures else "all checks passed"))
     return 1 if failures else 0
+
+
+def _part(name: str, failures: list[str], run: Callable[[], None]) -> None:
+    """Run one part of the profile; a mircuda error ends that part only (recorded as a failure, so the
+    other parts' figures are still measured and written)."""
+    from ..errors import MircudaError
+    from ._errors import debug
+
+    try:
+        run()
+    except MircudaError as exc:
+        if debug():
+            import traceback
+
+            traceback.print_exc()
+        failures.append(f"{name}: {type(exc).__name__}: {exc}"[:600])
+        print(f"  {name} stopped: {type(exc).__name__}: {exc}"[:300], file=sys.stderr, flush=True)
 
 
 def _peer_copies(contexts: list[Any], streams: list[Any], pools: list[Any], timer: DeviceTimer, plan: dict[str, int],
