@@ -147,6 +147,10 @@ class _Parallel:
                 check_operand(op, buf, plan._context)
             except ContractError as exc:  # named as this layer's argument
                 raise ContractError(f"{name}[{i}]", exc.expected, exc.received) from None
+        device = plan._context.device
+        if y[i].context.device is not device:  # NCCL takes only buffers of the rank's own device
+            raise ContractError(f"y[{i}]", f"a buffer of {device!r} (rank {i}'s device)",
+                                f"a buffer of {y[i].context.device!r}")
 
     def _enqueue(self, i: int, x: Buffers, w: Buffers, y: Buffers, extra: Any) -> None:
         raise NotImplementedError  # pragma: no cover - each layer defines it
