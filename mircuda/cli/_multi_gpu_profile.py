@@ -344,18 +344,20 @@ def _collectives(nccl: Any, comms: list[Any], streams: list[Any], pools: list[An
         calls = plan["calls"] if nbytes <= (8 << 20) else plan["big_calls"]
         x = [pools[r].allocate(mc.bf16, streams[r], count) for r in range(2)]
         y = [pools[r].allocate(mc.bf16, streams[r], count) for r in range(2)]
+        part = [pools[r].allocate(mc.bf16, streams[r], count // 2) for r in range(2)]  # each rank's share
         for r in range(2):
             streams[r].memset(x[r], 0)
+            streams[r].memset(part[r], 0)
 
         def all_reduce(i: int, x: list[Any] = x, y: list[Any] = y) -> None:
             with nccl.group():
                 comms[0].all_reduce(streams[0], x[0], y[0])
                 comms[1].all_reduce(streams[1], x[1], y[1])
 
-        def all_gather(i: int, x: list[Any] = x, y: list[Any] = y, count: int = count) -> None:
+        def all_gather(i: int, part: list[Any] = part, y: list[Any] = y) -> None:
             with nccl.group():
-                comms[0].all_gather(streams[0], x[0], y[0], count=count // 2)
-                comms[1].all_gather(streams[1], x[1], y[1], count=count // 2)
+                comms[0].all_gather(streams[0], part[0], y[0])
+                comms[1].all_gather(streams[1], part[1], y[1])
 
         for op, run in (("all_reduce", all_reduce), ("all_gather", all_gather)):
             us = timer.median(run, calls, plan["repeats"], spin=False)
@@ -368,6 +370,7 @@ def _collectives(nccl: Any, comms: list[Any], streams: list[Any], pools: list[An
             streams[r].synchronize()
             x[r].free(streams[r])
             y[r].free(streams[r])
+            part[r].free(streams[r])
 
 
 def _graph_collectives(comms: list[Any], streams: list[Any], pools: list[Any], timer: DeviceTimer,
