@@ -356,3 +356,54 @@ def _attributes_ctypes(pfn_launch_ex: int) -> Any:
         return raw(ctypes.byref(config), f, params, None)
 
     return launch
+
+
+# ---------------------------------------------------------------------------------------------
+# Peer access between devices (several GPUs of one host).
+
+CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
+
+
+def can_access_peer(device: Any, peer: Any) -> bool:
+    """Whether ``device`` (a ``CUdevice``) may access ``peer``'s memory directly
+    (``cuDeviceCanAccessPeer``: NVLink or PCIe peer-to-peer)."""
+    return int(call("cuDeviceCanAccessPeer", device, peer)) != 0
+
+
+def enable_peer_access(peer_context: Any) -> bool:
+    """Let the current context access ``peer_context``'s allocations (``cuCtxEnablePeerAccess``, flags
+    0). Returns False when it was already enabled (``CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED``), True
+    when this call enabled it.
+
+    Raises:
+        CudaError: any other refusal (e.g. ``CUDA_ERROR_PEER_ACCESS_UNSUPPORTED``, ``CUDA_ERROR_TOO_MANY_PEERS``).
+    """
+    code, _ = call_status("cuCtxEnablePeerAccess", peer_context, 0)
+    if code == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
+        return False
+    if code:
+        raise_result(code, "cuCtxEnablePeerAccess")
+    return True
+
+
+def pool_set_access(pool: Any, ordinal: int, read_write: bool) -> None:
+    """Give device ``ordinal`` read-write access to ``pool``'s allocations (``read_write=False``: take
+    it away) through ``cuMemPoolSetAccess`` with one ``CUmemAccessDesc``. Pools take
+    ``CU_MEM_ACCESS_FLAGS_PROT_READWRITE`` or ``CU_MEM_ACCESS_FLAGS_PROT_NONE`` (no read-only mode)."""
+    drv = driver()
+    desc = drv.CUmemAccessDesc()
+    desc.location.type = drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    desc.location.id = int(ordinal)
+    desc.flags = (drv.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE if read_write
+                  else drv.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_NONE)
+    call("cuMemPoolSetAccess", pool, [desc], 1)
+
+
+def pool_get_access(pool: Any, ordinal: int) -> int:
+    """The ``CUmemAccess_flags`` of device ``ordinal`` on ``pool`` (``cuMemPoolGetAccess``) as an int:
+    0 none, 3 read-write."""
+    drv = driver()
+    location = drv.CUmemLocation()
+    location.type = drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    location.id = int(ordinal)
+    return int(call("cuMemPoolGetAccess", pool, location))

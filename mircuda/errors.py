@@ -23,6 +23,8 @@ __all__ = [
     "GraphStreamError",
     "CutlassNotFound",
     "CutlassError",
+    "NcclError",
+    "NcclNotFound",
 ]
 
 
@@ -160,3 +162,27 @@ class CutlassError(MircudaError):
         self.cuda_error = cuda_error
         self.log = log
         super().__init__(f"{message}\n{log}".rstrip() if log else message)
+
+
+class NcclNotFound(UnsupportedPlatform, ImportError):
+    """``mircuda.nccl`` was imported where ``nccl4py`` (the ``[nccl]`` extra) is not installed; the
+    message names the extra."""
+
+
+class NcclError(MircudaError):
+    """An NCCL call failed.
+
+    Attributes:
+        code: the integer ``ncclResult_t``.
+        name: NCCL's name for it, e.g. ``"InvalidArgument"``, ``"UnhandledCudaError"``.
+        call: the NCCL function that returned it, e.g. ``"ncclAllReduce"``, ``"ncclGroupEnd"``.
+    """
+
+    def __init__(self, code: int, name: str, call: str, detail: str = "") -> None:
+        self.code = int(code)
+        self.name = name
+        self.call = call
+        message = f"{call} failed with {name} ({self.code})"
+        if detail:
+            message += f": {detail}"
+        super().__init__(message)

@@ -12,7 +12,7 @@ from mircuda.cli._errors import check_results_file
 from mircuda.errors import ContractError
 
 PROFILES = ["graph-profile", "fp8-profile", "cutlass-check", "dense-vector-profile", "matmul-profile",
-            "decoder-layer-profile"]
+            "decoder-layer-profile", "multi-gpu-profile", "fp4-profile"]
 
 
 @pytest.mark.parametrize("command", PROFILES)

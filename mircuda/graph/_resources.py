@@ -16,6 +16,8 @@ hold no device buffer of the caller's. Values computed by properties are not vis
 
 from __future__ import annotations
 
+import threading
+
 import collections
 import dataclasses
 import types
@@ -94,19 +96,25 @@ def reachable_buffers(resources: Any) -> list[DeviceBuffer[Any]]:
     return list(found.values())
 
 
+_hold_lock = threading.RLock()  # graphs of one buffer may be made or closed in several threads at once
+# (mircuda.parallel.capture_each); reentrant: a graph's finalizer may run inside hold()
+
+
 def hold(buffers: Iterable[DeviceBuffer[Any]], held: dict[int, DeviceBuffer[Any]]) -> None:
     """Raise the hold count of each buffer not yet in ``held`` and add it there (keeping it alive)."""
-    for buf in buffers:
-        if id(buf) not in held and not buf._freed:
-            buf._holds += 1
-            held[id(buf)] = buf
+    with _hold_lock:
+        for buf in buffers:
+            if id(buf) not in held and not buf._freed:
+                buf._holds += 1
+                held[id(buf)] = buf
 
 
 def release(held: dict[int, DeviceBuffer[Any]]) -> None:
     """Lower the hold count of every buffer in ``held`` and empty it. Never raises."""
-    for buf in held.values():
-        try:
-            buf._holds = max(0, buf._holds - 1)
-        except Exception:  # pragma: no cover - finalizers never raise
-            pass
-    held.clear()
+    with _hold_lock:
+        for buf in held.values():
+            try:
+                buf._holds = max(0, buf._holds - 1)
+            except Exception:  # pragma: no cover - finalizers never raise
+                pass
+        held.clear()

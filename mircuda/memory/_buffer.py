@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..runtime import Context, Event, Stream
 
 __all__ = ["DeviceBuffer", "PinnedBuffer", "check_device_buffer", "describe_argument", "free_address",
-           "HOST_ARRAY_HINT"]
+           "HOST_ARRAY_HINT", "peer_accessible"]
 
 T = TypeVar("T")
 _B = TypeVar("_B", bound="DeviceBuffer[Any]")
@@ -238,7 +238,9 @@ def check_device_buffer(argument: str, value: object, context: Context, dtype: D
 
     Raises:
         ContractError: ``value`` is not a DeviceBuffer (a host array gets :data:`HOST_ARRAY_HINT`), has
-            another dtype, belongs to another context (open or closed) or has fewer than ``count`` elements.
+            another dtype, belongs to another context (open or closed) that did not open it to
+            ``context`` (:func:`peer_accessible`: ``MemoryPool.set_access``, ``Context.enable_peer_access``)
+            or has fewer than ``count`` elements.
         UseAfterFree: the buffer was freed.
     """
     if not isinstance(value, DeviceBuffer):
@@ -249,12 +251,37 @@ def check_device_buffer(argument: str, value: object, context: Context, dtype: D
         raise UseAfterFree(f"argument {argument!r}: {value!r} was freed")
     if dtype is not None and value._scalar is not dtype.scalar_type:
         raise ContractError(argument, f"a DeviceBuffer[{dtype.name}]", f"a DeviceBuffer[{value._info.name}]")
-    if value._context is not context:  # a closed one shows as closed in its repr
-        raise ContractError(argument, f"a buffer of {context!r}", f"a buffer of {value._context!r}")
+    if value._context is not context and not peer_accessible(value, context):  # a closed one shows as closed
+        raise ContractError(argument, f"a buffer of {context!r}", f"a buffer of {value._context!r}",
+                            _PEER_HINT if _other_device(value._context, context) else "")
     if value._count < count:
         raise ContractError(argument, f"at least {count} elements ({shape})" if shape else f"at least {count} elements",
                             f"{value._count} elements")
     return value
+
+
+_PEER_HINT = ("a buffer of another device is accepted after pool.set_access(context) (pool buffers) or "
+              "context.enable_peer_access(owner) (borrowed buffers)")
+
+
+def peer_accessible(value: DeviceBuffer[Any], context: Context) -> bool:
+    """Whether ``value``, a buffer of another context, may be used by work in ``context``: a buffer of
+    a pool (``MemoryPool.allocate``) whose pool granted ``context``'s device access
+    (``MemoryPool.set_access``), or a borrowed buffer (``from_dlpack``...) whose context ``context``
+    enabled peer access to (``Context.enable_peer_access``). Both contexts must be open."""
+    owner = value._context
+    if getattr(owner, "_closed", True) or getattr(context, "_closed", True):
+        return False
+    if type(value) is DeviceBuffer:  # pool memory: only cuMemPoolSetAccess opens it to other devices
+        pool = getattr(owner, "_pool", None)
+        device = getattr(context, "_device", None)
+        return pool is not None and device is not None and device.ordinal in pool._access
+    return getattr(owner, "_handle", None) in getattr(context, "_peers", ())
+
+
+def _other_device(owner: object, context: object) -> bool:
+    a, b = getattr(owner, "_device", None), getattr(context, "_device", None)
+    return a is not None and b is not None and a is not b
 
 
 def free_address(ptr: int, stream: Stream, context: Context) -> None:

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
 
 __all__ = ["MemoryPool"]
 
+_ACCESS: dict[int, set[int]] = {}
+"""Ordinals of the devices granted access, by ``CUmemoryPool`` handle: shared by every MemoryPool object
+of one driver pool (each Context object of a device wraps the device's default pool anew)."""
+
 
 class MemoryPool:
     """A CUDA memory pool. Obtain the device's default pool with :meth:`Context.default_memory_pool`.
@@ -26,6 +30,7 @@ class MemoryPool:
     _context: Context
     _cu: Any  # CUmemoryPool
     _handle: int
+    _access: set[int]  # ordinals of the other devices granted read-write access (set_access)
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("obtain the pool with Context.default_memory_pool()")
@@ -36,6 +41,7 @@ class MemoryPool:
         self._context = context
         self._cu = cu_pool
         self._handle = int(cu_pool)
+        self._access = _ACCESS.setdefault(self._handle, set())
         return self
 
     @property
@@ -149,6 +155,61 @@ class MemoryPool:
             raise ContractError("stream", f"a stream of {self._context!r}", f"a stream of {stream._context!r}")
         if address:
             free_address(address, stream, self._context)
+
+    def set_access(self, context: Context, read_write: bool = True) -> None:
+        """Let kernels and copies in ``context`` (a context of another device) read and write this
+        pool's allocations (``cuMemPoolSetAccess`` with ``CU_MEM_ACCESS_FLAGS_PROT_READWRITE``), or take
+        that access away with ``read_write=False`` (``CU_MEM_ACCESS_FLAGS_PROT_NONE``; pools have no
+        read-only mode). Covers the pool's existing and future allocations. Idempotent.
+
+        Afterwards a :class:`DeviceBuffer` of this pool is accepted as a kernel argument, plan operand
+        or copy operand in ``context`` (mircuda otherwise refuses a buffer of another context by
+        name). Order the work: the buffer's writer and ``context``'s readers run on different streams,
+        so use an event (``Stream.wait_event`` takes another device's event).
+
+        Raises:
+            ContractError: ``context`` is not a Context, is this pool's own context or device (it always
+                has access), or ``read_write`` is not a bool.
+            ClosedResourceError: either context was closed.
+            UnsupportedPlatform: the hardware has no peer path from ``context``'s device to this pool's
+                (``cuDeviceCanAccessPeer`` says 0); nothing was changed.
+            CudaError: the driver refused (``cuMemPoolSetAccess``).
+        """
+        from ..errors import UnsupportedPlatform
+        from ..runtime import Context
+
+        if not isinstance(context, Context):
+            raise ContractError("context", "a mircuda Context", type(context).__name__)
+        if type(read_write) is not bool:
+            raise ContractError("read_write", "a bool", repr(read_write))
+        owner = self._context
+        owner._check_open()
+        context._check_open()
+        if context._device is owner._device:
+            raise ContractError("context", f"a context of another device than the pool's ({owner._device!r})",
+                                f"a context of {context._device!r}", "a device always has access to its own pool")
+        ordinal = context._device.ordinal
+        if read_write and not _cuda.can_access_peer(context._device._cu, owner._device._cu):
+            raise UnsupportedPlatform(f"{context._device!r} cannot access {owner._device!r}'s memory: "
+                                      "cuDeviceCanAccessPeer reports no peer-to-peer path between them")
+        owner._make_current()
+        _cuda.pool_set_access(self._cu, ordinal, read_write)
+        if read_write:
+            self._access.add(ordinal)
+        else:
+            self._access.discard(ordinal)
+
+    def access_granted(self, context: Context) -> bool:
+        """Whether kernels in ``context`` may access this pool's allocations: its own device always,
+        another device after :meth:`set_access` (read from the driver, ``cuMemPoolGetAccess``)."""
+        from ..runtime import Context
+
+        if not isinstance(context, Context):
+            raise ContractError("context", "a mircuda Context", type(context).__name__)
+        if context._device is self._context._device:
+            return True
+        self._context._make_current()
+        return _cuda.pool_get_access(self._cu, context._device.ordinal) != 0
 
     def trim_to(self, keep_bytes: int) -> None:
         """Return unused reserved memory to the OS, keeping at most ``keep_bytes`` (``cuMemPoolTrimTo``)."""

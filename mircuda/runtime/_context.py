@@ -33,6 +33,7 @@ class Context:
     _closed: bool
     _streams: weakref.WeakSet[Stream]
     _pool: MemoryPool | None
+    _peers: set[int]  # handles of the contexts whose allocations this one may access (enable_peer_access)
     _finalizer: weakref.finalize[..., Context]
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -49,6 +50,7 @@ class Context:
         self._closed = False
         self._streams = weakref.WeakSet()
         self._pool = None
+        self._peers = set()
         self._finalizer = weakref.finalize(self, _release, device._cu)
         self._finalizer.atexit = False
         return self
@@ -174,6 +176,63 @@ class Context:
         """Block the calling thread until all work in this context is done (``cuCtxSynchronize``)."""
         self._make_current()
         _cuda.call("cuCtxSynchronize")
+
+    # -- peers (several devices) ---------------------------------------------------------------
+    def _check_other(self, other: object) -> Context:
+        if not isinstance(other, Context):
+            raise ContractError("other", "a mircuda Context", type(other).__name__)
+        if other._closed:
+            raise ClosedResourceError("argument 'other': the context was closed")
+        self._check_open()
+        return other
+
+    def can_access_peer(self, other: Context) -> bool:
+        """Whether kernels in this context may read and write ``other``'s device memory directly
+        (``cuDeviceCanAccessPeer``: an NVLink or PCIe peer-to-peer path). True for a context of this
+        context's own device.
+
+        Raises:
+            ContractError: ``other`` is not a Context. ClosedResourceError: either context was closed.
+        """
+        other = self._check_other(other)
+        if other._device is self._device:
+            return True
+        return _cuda.can_access_peer(self._device._cu, other._device._cu)
+
+    def enable_peer_access(self, other: Context) -> None:
+        """Let kernels and copies in this context access ``other``'s memory allocated with
+        ``cuMemAlloc`` (``cuCtxEnablePeerAccess``; one direction: call it on both for both). Idempotent:
+        a second call does nothing. Memory from ``other``'s stream-ordered pool needs
+        ``other.default_memory_pool().set_access(self)`` instead (pools ignore this switch).
+
+        Afterwards a :class:`BorrowedDeviceBuffer` of ``other`` (e.g. a torch tensor's memory) is
+        accepted as a kernel argument or plan operand in this context.
+
+        Raises:
+            ContractError: ``other`` is not a Context, or is a context of this context's own device.
+            ClosedResourceError: either context was closed.
+            UnsupportedPlatform: the hardware has no peer path between the two devices
+                (``cuDeviceCanAccessPeer`` says 0); nothing was changed.
+            CudaError: the driver refused (``cuCtxEnablePeerAccess``, e.g. ``CUDA_ERROR_TOO_MANY_PEERS``).
+        """
+        from ..errors import UnsupportedPlatform
+
+        other = self._check_other(other)
+        if other._device is self._device:
+            raise ContractError("other", f"a context of another device than {self._device!r}",
+                                f"a context of {other._device!r}")
+        if other._handle in self._peers:
+            return
+        if not _cuda.can_access_peer(self._device._cu, other._device._cu):
+            raise UnsupportedPlatform(f"{self._device!r} cannot access {other._device!r}'s memory: "
+                                      "cuDeviceCanAccessPeer reports no peer-to-peer path between them")
+        self._make_current()
+        _cuda.enable_peer_access(other._cu)
+        self._peers.add(other._handle)
+
+    def peer_access_enabled(self, other: Context) -> bool:
+        """Whether :meth:`enable_peer_access` was called for ``other`` through this object."""
+        return isinstance(other, Context) and other._handle in self._peers
 
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:

@@ -135,15 +135,24 @@ class Stream:
         return True
 
     def wait_event(self, event: Event) -> None:
-        """Make later work on this stream wait until ``event`` completes (``cuStreamWaitEvent``)."""
+        """Make later work on this stream wait until ``event`` completes (``cuStreamWaitEvent``).
+
+        ``event`` may belong to another context, of this device or another one: that is how work on
+        one GPU waits for work on another (the driver orders them on the devices; the host does not
+        wait).
+
+        Raises:
+            ContractError: ``event`` is not an Event.
+            ClosedResourceError: the event, its context or this stream was closed.
+        """
         from ._event import Event
 
-        self._own()
         if not isinstance(event, Event):
             raise ContractError("event", "an Event", repr(event))
         if event._context is not self._context:
-            raise ContractError("event", f"an event of {self._context!r}", f"an event of {event._context!r}")
+            event._context._check_open()
         event._check()
+        self._own()
         _cuda.call("cuStreamWaitEvent", self._cu, event._cu, 0)
 
     def record_event(self, event: Event) -> None:
@@ -261,6 +270,37 @@ class Stream:
             item = src._info.itemsize
             _cuda.call("cuMemcpyDtoDAsync", dst._ptr + dst_offset * item, src._ptr + src_offset * item,
                        n * item, self._cu)
+
+    def copy_peer(self, src: DeviceBuffer[Any], dst: DeviceBuffer[Any], count: int | None = None, *,
+                  src_offset: int = 0, dst_offset: int = 0) -> None:
+        """Copy ``count`` elements from a buffer of one device to a buffer of another (or the same)
+        device (``cuMemcpyPeerAsync``), enqueued on this stream, which must belong to ``src``'s or
+        ``dst``'s context. No host staging, no synchronization: over NVLink the copy engines move the
+        data directly; without a peer path the driver stages it. Needs no peer access switch.
+
+        ``count`` defaults to ``len(src) - src_offset``; counts and offsets are in elements. Order the
+        other device's readers (or writers) with an event: ``other.wait_event(event)``.
+
+        Raises:
+            ContractError: a buffer is not a DeviceBuffer, the dtypes differ, a range exceeds a buffer,
+                or this stream belongs to neither buffer's context.
+            UseAfterFree: a buffer was freed. ClosedResourceError: a context or this stream was closed.
+        """
+        from ..memory import check_device_buffer
+
+        self._own()
+        for name, value in (("src", src), ("dst", dst)):
+            # Each buffer is checked against its own (open) context; the stream must be one of theirs.
+            owner = getattr(value, "_context", None)
+            check_device_buffer(name, value, owner if owner is not None else self._context)._context._check_open()
+        if self._context is not src._context and self._context is not dst._context:
+            raise ContractError("stream", f"a stream of the context of src ({src._context!r}) or dst "
+                                f"({dst._context!r})", f"a stream of {self._context!r}")
+        n = _check_range(src, dst, count, src_offset, dst_offset)
+        if n:
+            item = src._info.itemsize
+            _cuda.call("cuMemcpyPeerAsync", dst._ptr + int(dst_offset) * item, dst._context._cu,
+                       src._ptr + int(src_offset) * item, src._context._cu, n * item, self._cu)
 
     def memset(self, buffer: DeviceBuffer[Any], byte: int, *, offset: int = 0, count: int | None = None) -> None:
         """Set every byte of ``count`` elements (from ``offset``, in elements) to ``byte`` (``cuMemsetD8Async``)."""

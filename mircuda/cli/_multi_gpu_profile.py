@@ -1,0 +1,557 @@
+"""``python -m mircuda multi-gpu-profile``: two devices of one host, mircuda beside torch in one run.
+
+(a) Peer copies GPU 0 -> GPU 1 (``Stream.copy_peer``, peer and pool access enabled both ways), GB/s,
+    beside torch's ``Tensor.copy_`` between devices.
+(b) NCCL all-reduce and all-gather of bf16, 8 KiB-1 GiB: mircuda's communicators (``init_all``, one
+    thread, one NCCL group per call pair) beside torch.distributed (NCCL backend, two spawned processes,
+    a ``file://`` store), both timed as an eager user runs them: ``calls`` back-to-back calls between
+    device events (host cost included), median of repeats. Bus bandwidth by NCCL's formulas
+    (nccl-tests' PERFORMANCE.md): all-reduce ``busbw = S / t * 2 (n - 1) / n`` with S the buffer's
+    bytes; all-gather ``busbw = S / t * (n - 1) / n`` with S the gathered (output) bytes. Then small
+    all-reduces (8-64 KiB, the tensor-parallel decode case) inside one CUDA graph per device
+    (``capture_each``; 16 per graph), device µs each.
+(c) The four projections of a Llama-3-8B decoder layer (bf16: QKV 6144x4096, O 4096x4096, gate+up
+    28672x4096, down 4096x14336) at each M: one device (the four DenseMatmulPlans in one graph) vs
+    tensor parallel over both (column-parallel QKV and gate+up, row-parallel O and down with their
+    all-reduces; one graph per device), device µs per layer and the ratio. The TP result of each
+    projection is checked against the one-device result.
+
+Ratios are reported, never asserted. NVLink multicast stays off (``NCCL_NVLS_ENABLE=0`` and torch's
+and NVSHMEM's switches, set unless already set, in this process and the spawned ones)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ..timing import Column, ResultTable
+from ._errors import RESULTS_HELP
+from ._multi_gpu_torch import MULTICAST_OFF
+
+__all__ = ["LLAMA_PROJECTIONS", "Row", "bus_bandwidth", "multi_gpu_profile", "register", "sizes_for", "table"]
+
+LLAMA_PROJECTIONS = (("qkv", 6144, 4096, "column"), ("o", 4096, 4096, "row"),
+                     ("gate_up", 28672, 4096, "column"), ("down", 4096, 14336, "row"))
+"""(name, N, K, split) of the Llama-3-8B layer's projections (hidden 4096, 32 query and 8 KV heads of 128:
+QKV 4096 + 2 * 1024 = 6144; MLP 14336, gate and up fused: 28672)."""
+
+FULL_SIZES = tuple(8 << (10 + 2 * i) for i in range(10))  # 8 KiB, 32 KiB ... 512 MiB, then 1 GiB below
+QUICK_SIZES = (8 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20)
+GRAPH_SIZES = (8 << 10, 16 << 10, 32 << 10, 64 << 10)
+COPY_SIZES = (64 << 20, 1 << 30)
+GRAPH_OPS = 16
+CHECK_LIMIT = 2e-2
+
+
+def sizes_for(quick: bool) -> tuple[int, ...]:
+    """The message sizes in bytes: 8 KiB x 4^i up to 512 MiB and 1 GiB, or the quick sweep."""
+    return QUICK_SIZES if quick else tuple(s for s in FULL_SIZES if s < (1 << 30)) + (1 << 30,)
+
+
+def bus_bandwidth(op: str, nbytes: int, us: float, ranks: int) -> float:
+    """NCCL's bus bandwidth in GB/s (nccl-tests, PERFORMANCE.md): ``algbw = nbytes / t``; all_reduce
+    ``busbw = algbw * 2 (n - 1) / n``; all_gather ``busbw = algbw * (n - 1) / n`` (``nbytes``: the
+    gathered output)."""
+    algbw = nbytes / (us * 1e-6) / 1e9
+    factor = 2 * (ranks - 1) / ranks if op == "all_reduce" else (ranks - 1) / ranks
+    return algbw * factor
+
+
+@dataclass
+class Row:
+    """One measurement: what, how big, µs, the rate (GB/s: bus bandwidth or copy rate), and the ratio
+    torch µs / mircuda µs where both ran (> 1: mircuda faster)."""
+
+    part: str
+    path: str
+    op: str
+    bytes: int
+    m: int
+    us: float
+    gbps: float | None
+    ratio: float | None = None
+    note: str = ""
+
+
+def _size(nbytes: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= size and nbytes % size == 0:
+            return f"{nbytes // size} {unit}"
+    return f"{nbytes} B"
+
+
+COLUMNS = (Column("part", "", 2, "<"), Column("path", "path", 26, "<"), Column("op", "op", 14, "<"),
+           Column("size", "size", 9), Column("m", "M", 5), Column("us", "µs", 10, format="{:.2f}"),
+           Column("gbps", "GB/s", 7, format="{:.1f}"), Column("ratio", "ratio", 6, format="{:.2f}"),
+           Column("note", "", 0, "<", sep="  "))
+
+
+def table(rows: list[Row], title: str = "") -> ResultTable:
+    """The rows as multi-gpu-profile prints them (``size`` added; ``M`` blank outside part c)."""
+    return ResultTable(COLUMNS, [{**asdict(r), "size": _size(r.bytes) if r.bytes else None,
+                                  "m": r.m or None} for r in rows], title=title, indent="  ")
+
+
+class DeviceTimer:
+    """Device µs per call of work enqueued on several streams (one per device), the slowest device's:
+    events around ``calls`` back-to-back ``enqueue(i)`` on every stream, median over repeats. With
+    ``spin`` a spin kernel first holds each stream while the host enqueues (device time, the method of
+    :mod:`mircuda.timing`); without, the host's enqueue cost is part of the time (an eager user's view)."""
+
+    def __init__(self, contexts: list[Any], streams: list[Any]) -> None:
+        from ..matmul._vector import shared_compiler
+        from ..timing import spin_kernel
+
+        self.streams = streams
+        self.spins = [spin_kernel(shared_compiler(c)) for c in contexts]
+        self.starts = [c.create_event(timing=True) for c in contexts]
+        self.ends = [c.create_event(timing=True) for c in contexts]
+        self.spin_ns = 2_000_000
+
+    def median(self, enqueue: Callable[[int], object], calls: int, repeats: int, spin: bool = True) -> float:
+        import mircuda as mc
+
+        samples: list[float] = []
+        one = mc.LaunchConfig(1, 32)
+        for r in range(repeats + 1):
+            if spin:
+                for k, s in zip(self.spins, self.streams):
+                    k.launch(s, one, self.spin_ns)
+            for e, s in zip(self.starts, self.streams):
+                e.record(s)
+            t0 = time.perf_counter()
+            for i in range(calls):
+                enqueue(i)
+            host_ns = (time.perf_counter() - t0) * 1e9
+            for e, s in zip(self.ends, self.streams):
+                e.record(s)
+            for e in self.ends:
+                e.synchronize()
+            self.spin_ns = int(min(max(2_000_000, 2 * host_ns), 1_000_000_000))
+            if r:
+                samples.append(max(mc.Event.elapsed_ms(a, b) for a, b in zip(self.starts, self.ends)) * 1e3 / calls)
+        return statistics.median(samples)
+
+    def close(self) -> None:
+        for e in self.starts + self.ends:
+            e.close()
+
+
+def _torch_side(sizes: tuple[int, ...], copy_sizes: tuple[int, ...], plan: dict[str, int],
+                timeout_s: float) -> tuple[dict[str, Any] | None, str]:
+    """torch.distributed's measurements from two spawned processes, or (None, why not)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return None, "torch is not installed: no torch rows"
+    import multiprocessing
+
+    from ._multi_gpu_torch import torch_worker
+
+    # The standard library's spawn (what torch.multiprocessing wraps): torch is imported only by the two
+    # processes, never by this one, whose NCCL is nccl4py's.
+    spawn = multiprocessing.get_context("spawn")
+    queue = spawn.Queue()
+    with tempfile.TemporaryDirectory(prefix="mircuda-dist-") as tmpdir:
+        init = "file://" + os.path.join(tmpdir, "store")
+        procs = [spawn.Process(target=torch_worker, args=(r, 2, init, list(sizes), list(copy_sizes), plan, queue))
+                 for r in range(2)]
+        for p in procs:
+            p.start()
+        result: dict[str, Any] | None = None
+        why = ""
+        try:
+            result = queue.get(timeout=timeout_s)
+        except Exception as exc:  # queue.Empty: a hang or a crash
+            why = f"torch.distributed gave no result within {timeout_s:.0f} s ({type(exc).__name__})"
+        finally:
+            for p in procs:
+                p.join(timeout=30)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+    if result is not None and "error" in result:
+        return None, f"torch.distributed failed: {result['error']}"
+    return result, why
+
+
+def multi_gpu_profile(args: Any) -> int:
+    """Parts a, b and c of the module documentation; the table, the goals and the JSON."""
+    for k, v in MULTICAST_OFF.items():
+        os.environ.setdefault(k, v)
+    import mircuda as mc
+
+    from ._errors import check_results_file
+    from ._matmul_bench import _write_json
+
+    check_results_file(args.json, getattr(args, "json_default", None))
+    for name in ("calls", "repeats"):
+        if getattr(args, name) < 1:
+            raise mc.ContractError(f"--{name}", "a positive integer", str(getattr(args, name)))
+    driver = mc.Driver.initialize()
+    if len(driver.devices()) < 2:
+        raise mc.UnsupportedPlatform(f"multi-gpu-profile needs 2 CUDA devices; this host has {len(driver.devices())}")
+    import mircuda.nccl as nccl  # NcclNotFound (naming the [nccl] extra) without nccl4py
+
+    sizes = sizes_for(args.quick)
+    ms = list(args.m)
+    plan = {"calls": args.calls, "big_calls": max(1, args.calls // 4), "copy_calls": max(1, args.calls // 4),
+            "repeats": args.repeats}
+    rows: list[Row] = []
+    notes: list[str] = []
+    failures: list[str] = []
+    torch_result: dict[str, Any] | None = None
+    if not args.no_torch:
+        print("torch.distributed (2 processes) ...", flush=True)
+        torch_result, why = _torch_side(sizes, COPY_SIZES, plan, timeout_s=args.torch_timeout)
+        if why:
+            notes.append(why)
+        if torch_result is not None:
+            notes.append(f"torch {torch_result['version']}")
+            if torch_result.get("check") != 2.0:
+                failures.append(f"torch.distributed all_reduce of ones over 2 ranks gave {torch_result.get('check')}")
+    else:
+        notes.append("--no-torch: no torch rows")
+    contexts = [driver.create_context(d) for d in driver.devices()[:2]]
+    try:
+        streams = [c.create_stream() for c in contexts]
+        pools = [c.default_memory_pool() for c in contexts]
+        info = contexts[0].device_info()
+        timer = DeviceTimer(contexts, streams)
+        print("peer copies ...", flush=True)
+        _part("a: peer copies", failures, lambda: _peer_copies(contexts, streams, pools, timer, plan, rows, notes,
+                                                               torch_result))
+        comms = nccl.Communicator.init_all(contexts)
+        try:
+            print("collectives ...", flush=True)
+            _part("b: collectives", failures, lambda: _collectives(nccl, comms, streams, pools, timer, sizes, plan, rows,
+                                                                   failures, torch_result))
+            _part("b: collectives in graphs", failures,
+                  lambda: _graph_collectives(comms, streams, pools, timer, plan, rows, failures))
+            print("tensor-parallel Llama-3-8B projections ...", flush=True)
+            _part("c: tensor-parallel projections", failures,
+                  lambda: _llama(mc, contexts, streams, pools, comms, timer, ms, plan, rows, notes, failures))
+        finally:
+            for s in streams:
+                s.synchronize()
+            nccl.close_all(comms)
+        timer.close()
+    finally:
+        for c in contexts:
+            c.close()
+    goals = _goals(rows)
+    print(f"multi-gpu-profile on 2 x {info.name} ({info.arch}); NCCL {'.'.join(map(str, nccl.nccl_version()))}; "
+          f"ratio = torch µs / mircuda µs (b), one device µs / two devices µs (c)")
+    print(table(rows))
+    for line in [f"goal: {g}" for g in goals] + [f"note: {n}" for n in notes]:
+        print(f"  {line}")
+    _write_json(args.json, {
+        "benchmark": "multi-gpu-profile", "device": info.name, "arch": info.arch, "devices": 2,
+        "nccl": ".".join(map(str, nccl.nccl_version())),
+        "environment": {k: os.environ.get(k) for k in MULTICAST_OFF},
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "method": ("a, b: calls back to back between device events, no spin kernel (host cost included), median of "
+                   "repeats, on both sides; b in graphs and c: device time behind a spin kernel on both devices, the "
+                   "slower device's; busbw by nccl-tests' formulas"),
+        "notes": notes, "goals": goals, "failures": failures, "rows": [asdict(r) for r in rows]})
+    for f in failures:
+        print(f"FAILED: {f}", file=sys.stderr)
+    print("multi-gpu-profile: " + ("FAILED" if failures else "all checks passed"))
+    return 1 if failures else 0
+
+
+def _part(name: str, failures: list[str], run: Callable[[], None]) -> None:
+    """Run one part of the profile; a mircuda error ends that part only (recorded as a failure, so the
+    other parts' figures are still measured and written)."""
+    from ..errors import MircudaError
+    from ._errors import debug
+
+    try:
+        run()
+    except MircudaError as exc:
+        if debug():
+            import traceback
+
+            traceback.print_exc()
+        failures.append(f"{name}: {type(exc).__name__}: {exc}"[:600])
+        print(f"  {name} stopped: {type(exc).__name__}: {exc}"[:300], file=sys.stderr, flush=True)
+
+
+def _peer_copies(contexts: list[Any], streams: list[Any], pools: list[Any], timer: DeviceTimer, plan: dict[str, int],
+                 rows: list[Row], notes: list[str], torch_result: dict[str, Any] | None) -> None:
+    import mircuda as mc
+
+    if contexts[0].can_access_peer(contexts[1]) and contexts[1].can_access_peer(contexts[0]):
+        contexts[0].enable_peer_access(contexts[1])
+        contexts[1].enable_peer_access(contexts[0])
+        pools[0].set_access(contexts[1])
+        pools[1].set_access(contexts[0])
+    else:
+        notes.append("no peer-to-peer path between the devices: copies are staged by the driver")
+    torch_us = {b: us for b, us in (torch_result or {}).get("peer_copy", [])}
+    for nbytes in COPY_SIZES:
+        src = pools[0].allocate(mc.u8, streams[0], nbytes)
+        dst = pools[1].allocate(mc.u8, streams[1], nbytes)
+        streams[1].synchronize()
+        def copy(i: int, src: Any = src, dst: Any = dst) -> None:
+            streams[0].copy_peer(src, dst)
+
+        us = timer.median(copy, plan["copy_calls"], plan["repeats"], spin=False)
+        rows.append(Row("a", "mircuda Stream.copy_peer", "GPU0->GPU1", nbytes, 0, us, nbytes / (us * 1e-6) / 1e9))
+        if nbytes in torch_us:
+            t = torch_us[nbytes]
+            rows[-1].ratio = t / us
+            rows.append(Row("a", "torch Tensor.copy_", "GPU0->GPU1", nbytes, 0, t, nbytes / (t * 1e-6) / 1e9))
+        streams[0].synchronize()
+        src.free(streams[0])
+        dst.free(streams[1])
+        for s in streams:
+            s.synchronize()
+
+
+def _collectives(nccl: Any, comms: list[Any], streams: list[Any], pools: list[Any], timer: DeviceTimer,
+                 sizes: tuple[int, ...], plan: dict[str, int], rows: list[Row], failures: list[str],
+                 torch_result: dict[str, Any] | None) -> None:
+    import mircuda as mc
+
+    torch_us = {(op, b): us for op, b, us in (torch_result or {}).get("collectives", [])}
+    # Values first: one all-reduce and one all-gather of known small integers, checked on both devices.
+    n = 4096
+    a = [streams[r].upload(pools[r], np.full(n, r + 1, mc.bf16)) for r in range(2)]
+    g = [streams[r].upload(pools[r], np.zeros(2 * n, mc.bf16)) for r in range(2)]
+    with nccl.group():
+        for r in range(2):
+            comms[r].all_gather(streams[r], a[r], g[r])
+    with nccl.group():
+        for r in range(2):
+            comms[r].all_reduce(streams[r], a[r], a[r])
+    for r in range(2):
+        if not (np.all(streams[r].download(a[r]) == 3) and
+                np.array_equal(streams[r].download(g[r]), np.repeat(np.array([1, 2], mc.bf16), n))):
+            failures.append(f"all_reduce/all_gather values wrong on device {r}")
+    for nbytes in sizes:
+        count = nbytes // 2
+        calls = plan["calls"] if nbytes <= (8 << 20) else plan["big_calls"]
+        x = [pools[r].allocate(mc.bf16, streams[r], count) for r in range(2)]
+        y = [pools[r].allocate(mc.bf16, streams[r], count) for r in range(2)]
+        part = [pools[r].allocate(mc.bf16, streams[r], count // 2) for r in range(2)]  # each rank's share
+        for r in range(2):
+            streams[r].memset(x[r], 0)
+            streams[r].memset(part[r], 0)
+
+        def all_reduce(i: int, x: list[Any] = x, y: list[Any] = y) -> None:
+            with nccl.group():
+                comms[0].all_reduce(streams[0], x[0], y[0])
+                comms[1].all_reduce(streams[1], x[1], y[1])
+
+        def all_gather(i: int, part: list[Any] = part, y: list[Any] = y) -> None:
+            with nccl.group():
+                comms[0].all_gather(streams[0], part[0], y[0])
+                comms[1].all_gather(streams[1], part[1], y[1])
+
+        for op, run in (("all_reduce", all_reduce), ("all_gather", all_gather)):
+            us = timer.median(run, calls, plan["repeats"], spin=False)
+            rows.append(Row("b", "mircuda.nccl", op, nbytes, 0, us, bus_bandwidth(op, nbytes, us, 2)))
+            t = torch_us.get((op, nbytes))
+            if t is not None:
+                rows[-1].ratio = t / us
+                rows.append(Row("b", "torch.distributed", op, nbytes, 0, t, bus_bandwidth(op, nbytes, t, 2)))
+        for r in range(2):
+            streams[r].synchronize()
+            x[r].free(streams[r])
+            y[r].free(streams[r])
+            part[r].free(streams[r])
+
+
+def _graph_collectives(comms: list[Any], streams: list[Any], pools: list[Any], timer: DeviceTimer,
+                       plan: dict[str, int], rows: list[Row], failures: list[str]) -> None:
+    import mircuda as mc
+    from mircuda.parallel import capture_each
+
+    for nbytes in GRAPH_SIZES:
+        count = nbytes // 2
+        bufs = [[streams[r].upload(pools[r], np.full(count, r + 1, mc.bf16)) for _ in range(2)] for r in range(2)]
+
+        def enqueue(r: int, res: Any) -> None:
+            src, dst = res[r]
+            for _ in range(GRAPH_OPS):
+                comms[r].all_reduce(streams[r], src, dst)
+
+        graphs = capture_each(streams, bufs, enqueue)
+        for r in range(2):
+            graphs[r].launch(streams[r])
+        for r in range(2):
+            if not np.all(streams[r].download(bufs[r][1]) == 3):
+                failures.append(f"all_reduce in a graph ({_size(nbytes)}): wrong values on device {r}")
+
+        def replay(i: int, graphs: list[Any] = graphs) -> None:
+            graphs[0].launch(streams[0])
+            graphs[1].launch(streams[1])
+
+        us = timer.median(replay, max(1, plan["calls"] // 4), plan["repeats"]) / GRAPH_OPS
+        rows.append(Row("b", "mircuda.nccl in graphs", "all_reduce", nbytes, 0, us, bus_bandwidth("all_reduce", nbytes,
+                        us, 2), note=f"{GRAPH_OPS} per graph, one graph per device; goal <= 10 µs"))
+        for gr in graphs:
+            gr.close()
+
+
+def _llama(mc: Any, contexts: list[Any], streams: list[Any], pools: list[Any], comms: list[Any], timer: DeviceTimer,
+           ms: list[int], plan: dict[str, int], rows: list[Row], notes: list[str], failures: list[str]) -> None:
+    from mircuda.parallel import (ColumnParallelLinear, RowParallelLinear, capture_each, column_parallel_shards,
+                                  row_parallel_shards)
+
+    rng = np.random.default_rng()
+    lib = None
+    if max(ms) > 16:
+        try:
+            lib = mc.matmul.load_library()
+        except mc.CutlassNotFound as exc:
+            notes.append(f"no CUTLASS library: M > 16 not measured ({exc})"[:300])
+            ms = [m for m in ms if m <= 16]
+    s0, p0 = streams[0], pools[0]
+    weights = {}
+    for name, n, k, split in LLAMA_PROJECTIONS:
+        host = (rng.standard_normal((n, k), dtype=np.float32) / np.sqrt(k)).astype(mc.bf16)
+        shards = column_parallel_shards(host, 2) if split == "column" else row_parallel_shards(host, 2)
+        weights[name] = (s0.upload(p0, host), [streams[r].upload(pools[r], shards[r]) for r in range(2)])
+        del host, shards
+    for m in ms:
+        x_host = rng.standard_normal((m, 4096), dtype=np.float32).astype(mc.bf16)
+        # One device: the four projections in one graph. The O and down inputs are their own buffers
+        # (attention and the SiLU product are not part of this measurement).
+        inputs = {"qkv": x_host, "o": rng.standard_normal((m, 4096), dtype=np.float32).astype(mc.bf16),
+                  "gate_up": x_host, "down": rng.standard_normal((m, 14336), dtype=np.float32).astype(mc.bf16)}
+        single: dict[str, Any] = {}
+        plans = []
+        for name, n, k, _ in LLAMA_PROJECTIONS:
+            xb = s0.upload(p0, inputs[name])
+            yb = p0.allocate(mc.bf16, s0, m * n)
+            plans.append(mc.DenseMatmulPlan(contexts[0], s0, mc.DenseMatmulSpec(m, n, k), library=lib))
+            single[name] = (xb, yb)
+        res1 = [(single[name][0], weights[name][0], single[name][1]) for name, *_ in LLAMA_PROJECTIONS]
+
+        def sequence(res: Any, plans: list[Any] = plans) -> None:
+            for p, (x, w, y) in zip(plans, res):
+                p.execute(s0, x, w, y)
+
+        graph1 = s0.capture(res1, sequence)
+        graph1.launch(s0)
+        want = {name: s0.download(single[name][1]).astype(np.float64).reshape(m, -1)
+                for name, *_ in LLAMA_PROJECTIONS}
+
+        def replay1(i: int, graph1: Any = graph1) -> None:
+            graph1.launch(s0)
+
+        us1 = timer.median(replay1, plan["calls"], plan["repeats"])
+        weight_bytes = 2 * sum(n * k for _, n, k, _ in LLAMA_PROJECTIONS)
+        rows.append(Row("c", "one device (1 graph)", "llama3-8b 4 proj", weight_bytes, m, us1,
+                        weight_bytes / (us1 * 1e-6) / 1e9, note=", ".join(p.kernel_name for p in plans)))
+        # Two devices: column-parallel QKV and gate+up, row-parallel O and down (+ all-reduce).
+        layers: dict[str, Any] = {}
+        tp_bufs: dict[str, Any] = {}
+        for name, n, k, split in LLAMA_PROJECTIONS:
+            spec = mc.DenseMatmulSpec(m, n, k)
+            if split == "column":
+                layers[name] = ColumnParallelLinear(comms, streams, spec, library=lib)
+                xs = [streams[r].upload(pools[r], inputs[name]) for r in range(2)]
+                ys = [pools[r].allocate(mc.bf16, streams[r], m * n // 2) for r in range(2)]
+            else:
+                layers[name] = RowParallelLinear(comms, streams, spec, library=lib)
+                parts = row_parallel_shards(inputs[name], 2)
+                xs = [streams[r].upload(pools[r], parts[r]) for r in range(2)]
+                ys = [pools[r].allocate(mc.bf16, streams[r], m * n) for r in range(2)]
+            tp_bufs[name] = (xs, ys)
+        for name, *_ in LLAMA_PROJECTIONS:  # eager once: NCCL connects outside the capture
+            xs, ys = tp_bufs[name]
+            layers[name].execute(xs, weights[name][1], ys)
+        for s in streams:
+            s.synchronize()
+
+        def enqueue(r: int, res: Any, layers: dict[str, Any] = layers) -> None:
+            for name, *_ in LLAMA_PROJECTIONS:
+                xs, ws, ys = res[name]
+                layers[name].enqueue_rank(r, xs, ws, ys)
+
+        res2 = {name: (tp_bufs[name][0], weights[name][1], tp_bufs[name][1]) for name, *_ in LLAMA_PROJECTIONS}
+        graphs = capture_each(streams, res2, enqueue)
+        for r in range(2):
+            graphs[r].launch(streams[r])
+        for name, n, _, split in LLAMA_PROJECTIONS:
+            ys = tp_bufs[name][1]
+            if split == "column":
+                got = np.concatenate([streams[r].download(ys[r]).astype(np.float64).reshape(m, n // 2)
+                                      for r in range(2)], axis=1)
+            else:
+                got = streams[0].download(ys[0]).astype(np.float64).reshape(m, n)
+            err = float(np.linalg.norm(got - want[name]) / max(np.linalg.norm(want[name]), 1e-300))
+            if not err <= CHECK_LIMIT:
+                failures.append(f"tensor-parallel {name} M={m}: relative error {err:.2e} against one device")
+
+        def replay(i: int, graphs: list[Any] = graphs) -> None:
+            graphs[0].launch(streams[0])
+            graphs[1].launch(streams[1])
+
+        us2 = timer.median(replay, plan["calls"], plan["repeats"])
+        rows.append(Row("c", "2 devices TP (graph/device)", "llama3-8b 4 proj", weight_bytes, m, us2,
+                        weight_bytes / (us2 * 1e-6) / 1e9, ratio=us1 / us2,
+                        note="column QKV, gate+up; row O, down + all-reduce; goal >= 1.6x at M <= 16"))
+        for gr in graphs + [graph1]:
+            gr.close()
+        for layer in layers.values():
+            layer.close()
+        for p in plans:
+            p.close()
+        for s in streams:
+            s.synchronize()
+
+
+def _goals(rows: list[Row]) -> list[str]:
+    """Issue 19's goals, as measured (reported, never asserted)."""
+    out = []
+    for r in rows:
+        if r.part == "a" and r.path.startswith("mircuda") and r.bytes == 1 << 30 and r.gbps is not None:
+            out.append(f"peer copy 1 GiB: {r.gbps:.0f} GB/s, goal >= 400: {'met' if r.gbps >= 400 else 'NOT met'}")
+    vs = [r for r in rows if r.part == "b" and r.path == "mircuda.nccl" and r.ratio is not None]
+    if vs:
+        worst = min(vs, key=lambda r: r.ratio or 0.0)
+        met = sum((r.ratio or 0.0) >= 1.0 for r in vs)
+        out.append(f"collectives vs torch.distributed busbw: {met}/{len(vs)} >= 1.0x; worst {worst.ratio:.2f}x "
+                   f"({worst.op} {_size(worst.bytes)})")
+    graphs = [r for r in rows if r.path == "mircuda.nccl in graphs"]
+    if graphs:
+        out.append("all-reduce in graphs 8-64 KiB: " + ", ".join(f"{_size(r.bytes)} {r.us:.1f} µs" for r in graphs)
+                   + f"; goal <= 10 µs: {sum(r.us <= 10 for r in graphs)}/{len(graphs)} met")
+    for r in rows:
+        if r.part == "c" and r.ratio is not None:
+            goal = f", goal >= 1.6x: {'met' if r.ratio >= 1.6 else 'NOT met'}" if r.m <= 16 else ""
+            out.append(f"Llama-3-8B projections M={r.m}: {r.ratio:.2f}x one device{goal}")
+    return out
+
+
+def register(sub: Any) -> None:
+    """Add ``multi-gpu-profile`` to the CLI's subparsers."""
+    from ._matmul_profile import m_values
+
+    p = sub.add_parser("multi-gpu-profile",
+                       help="two GPUs: peer copies, NCCL all-reduce/all-gather beside torch.distributed, NCCL in "
+                            "graphs, tensor-parallel Llama-3-8B projections vs one GPU (needs 2 GPUs and nccl4py)")
+    p.add_argument("--m", type=m_values, default="1,16,2048", help="M values of part c (default 1,16,2048)")
+    p.add_argument("--quick", action="store_true", help="five message sizes (8 KiB, 64 KiB, 1 MiB, 16 MiB, 256 MiB)")
+    p.add_argument("--calls", type=int, default=40, help="back-to-back calls per timed repeat (large messages: 1/4)")
+    p.add_argument("--repeats", type=int, default=5, help="timed repeats (the median is reported)")
+    p.add_argument("--no-torch", action="store_true", help="measure mircuda only")
+    p.add_argument("--torch-timeout", type=float, default=240.0, help="seconds to wait for the torch processes")
+    p.add_argument("--json", default="benchmarks/results/multi_gpu_profile.json", help=RESULTS_HELP)
+    p.set_defaults(func=multi_gpu_profile, json_default=p.get_default("json"),
+                   flags={"calls": "--calls", "repeats": "--repeats"})
+    _ = argparse  # the parser type comes from the caller's subparsers

@@ -1,0 +1,18 @@
+"""NCCL collectives on mircuda streams and device buffers, through NVIDIA's nccl4py (the ``[nccl]`` extra).
+
+Importing this package sets ``NCCL_NVLS_ENABLE=0`` unless the environment already sets it (NVLink
+multicast stays off: see :mod:`mircuda.nccl._library`), and raises :class:`~mircuda.errors.NcclNotFound`
+(a MircudaError and an ImportError, naming the extra) where nccl4py is not installed.
+
+- :func:`unique_id` and ``Communicator(rank, size, unique_id, context)``: one rank per process.
+- :meth:`Communicator.init_all`: one rank per device of this process; drive them inside :func:`group`.
+- ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``broadcast``, ``send``/``recv`` on a Stream.
+- :func:`close_all` closes communicators of one process together.
+"""
+
+from ..errors import NcclError, NcclNotFound
+from ._library import nccl_version, unique_id
+from ._communicator import REDUCTIONS, Communicator, close_all, group, nccl_type
+
+__all__ = ["Communicator", "NcclError", "NcclNotFound", "REDUCTIONS", "close_all", "group", "nccl_type",
+           "nccl_version", "unique_id"]

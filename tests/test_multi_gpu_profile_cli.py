@@ -1,0 +1,75 @@
+"""multi-gpu-profile without a device: flags checked first, NCCL's bus-bandwidth formulas, the sweep and
+the table; and the profile's processes keep NVLink multicast off."""
+
+from __future__ import annotations
+
+import pytest
+
+from mircuda.cli import main
+from mircuda.cli._multi_gpu_profile import (LLAMA_PROJECTIONS, Row, bus_bandwidth, sizes_for, table)
+from mircuda.cli._multi_gpu_torch import MULTICAST_OFF
+
+
+@pytest.mark.parametrize("flags, head", [
+    (["--calls", "0"], "--calls: expected a positive integer, received 0"),
+    (["--repeats", "-2"], "--repeats: expected a positive integer, received -2"),
+    (["--m", "1,x"], ""),
+])
+def test_flags_are_checked_before_the_driver(flags: list[str], head: str, capsys: pytest.CaptureFixture[str],
+                                             tmp_path) -> None:
+    code = None
+    try:
+        code = main(["multi-gpu-profile", "--json", str(tmp_path / "r.json"), *flags])
+    except SystemExit as exc:  # argparse's own refusal (--m)
+        code = exc.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: ContractError: {head}" if head else "error: python -m mircuda multi-gpu-profile")
+
+
+def test_bus_bandwidth_follows_nccl_tests_formulas() -> None:
+    # 1 GB in 1 ms: algbw 1000 GB/s. all-reduce: x 2(n-1)/n; all-gather: x (n-1)/n.
+    assert bus_bandwidth("all_reduce", 10**9, 1000.0, 2) == pytest.approx(1000.0)
+    assert bus_bandwidth("all_reduce", 10**9, 1000.0, 4) == pytest.approx(1500.0)
+    assert bus_bandwidth("all_gather", 10**9, 1000.0, 2) == pytest.approx(500.0)
+    assert bus_bandwidth("all_gather", 10**9, 1000.0, 8) == pytest.approx(875.0)
+
+
+def test_the_sweeps_cover_8_kib_to_1_gib() -> None:
+    full = sizes_for(False)
+    assert full[0] == 8 << 10 and full[-1] == 1 << 30 and list(full) == sorted(full)
+    assert all(b % 4 == 0 for b in full)  # bf16 elements, split over 2 ranks
+    quick = sizes_for(True)
+    assert quick == (8 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20)
+
+
+def test_llama_projections_and_the_table() -> None:
+    assert {name: (n, k) for name, n, k, _ in LLAMA_PROJECTIONS} == {
+        "qkv": (6144, 4096), "o": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336)}
+    assert 2 * sum(n * k for _, n, k, _ in LLAMA_PROJECTIONS) == 436_207_616  # the issue's 436 MB of bf16
+    text = str(table([Row("b", "mircuda.nccl", "all_reduce", 1 << 20, 0, 45.9, 22.8, 1.05),
+                      Row("c", "2 devices TP (graph/device)", "llama3-8b 4 proj", 436_207_616, 16, 70.0, 6231.5, 1.7)]))
+    assert "1 MiB" in text and "45.90" in text and "1.05" in text and "1.70" in text
+
+
+def test_multicast_stays_off_in_every_process() -> None:
+    assert MULTICAST_OFF == {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                             "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def test_goals_report_each_target_as_measured() -> None:
+    from mircuda.cli._multi_gpu_profile import _goals
+
+    rows = [Row("a", "mircuda Stream.copy_peer", "GPU0->GPU1", 1 << 30, 0, 2600.0, 413.0, 1.05),
+            Row("b", "mircuda.nccl", "all_reduce", 1 << 20, 0, 40.0, 26.2, 1.15),
+            Row("b", "mircuda.nccl", "all_gather", 1 << 20, 0, 30.0, 17.5, 0.9),
+            Row("b", "mircuda.nccl in graphs", "all_reduce", 8 << 10, 0, 7.5, 1.1),
+            Row("b", "mircuda.nccl in graphs", "all_reduce", 64 << 10, 0, 11.0, 6.0),
+            Row("c", "2 devices TP (graph/device)", "llama3-8b 4 proj", 436_207_616, 1, 70.0, 6231.5, 1.68),
+            Row("c", "2 devices TP (graph/device)", "llama3-8b 4 proj", 436_207_616, 2048, 900.0, 484.7, 1.9)]
+    goals = _goals(rows)
+    assert goals[0] == "peer copy 1 GiB: 413 GB/s, goal >= 400: met"
+    assert goals[1] == "collectives vs torch.distributed busbw: 1/2 >= 1.0x; worst 0.90x (all_gather 1 MiB)"
+    assert goals[2] == "all-reduce in graphs 8-64 KiB: 8 KiB 7.5 µs, 64 KiB 11.0 µs; goal <= 10 µs: 1/2 met"
+    assert goals[3] == "Llama-3-8B projections M=1: 1.68x one device, goal >= 1.6x: met"
+    assert goals[4] == "Llama-3-8B projections M=2048: 1.90x one device"
