@@ -60,7 +60,9 @@ def test_multicast_stays_off_in_every_process() -> None:
 def test_goals_report_each_target_as_measured() -> None:
     from mircuda.cli._multi_gpu_profile import _goals
 
-    rows = [Row("a", "mircuda Stream.copy_peer", "GPU0->GPU1", 1 << 30, 0, 2600.0, 413.0, 1.05),
+    rows = [Row("a", "mircuda Stream.copy_peer", "GPU0->GPU1", 1 << 30, 0, 2700.0, 396.0, 1.0),
+            Row("a", "mircuda copy_peer sm push", "GPU0->GPU1", 1 << 30, 0, 2600.0, 413.0, 1.05),
+            Row("a", "mircuda copy_peer sm pull", "GPU0->GPU1", 1 << 30, 0, 2800.0, 383.0, 0.97),
             Row("b", "mircuda.nccl", "all_reduce", 1 << 20, 0, 40.0, 26.2, 1.15),
             Row("b", "mircuda.nccl", "all_gather", 1 << 20, 0, 30.0, 17.5, 0.9),
             Row("b", "mircuda.nccl in graphs", "all_reduce", 8 << 10, 0, 7.5, 1.1),
@@ -68,7 +70,8 @@ def test_goals_report_each_target_as_measured() -> None:
             Row("c", "2 devices TP (graph/device)", "llama3-8b 4 proj", 436_207_616, 1, 70.0, 6231.5, 1.68),
             Row("c", "2 devices TP (graph/device)", "llama3-8b 4 proj", 436_207_616, 2048, 900.0, 484.7, 1.9)]
     goals = _goals(rows)
-    assert goals[0] == "peer copy 1 GiB: 413 GB/s, goal >= 400: met"
+    assert goals[0] == ("peer copy 1 GiB: 413 GB/s (mircuda copy_peer sm push), goal >= 400: met; "
+                        "mircuda Stream.copy_peer 396; mircuda copy_peer sm pull 383")
     assert goals[1] == "collectives vs torch.distributed busbw: 1/2 >= 1.0x; worst 0.90x (all_gather 1 MiB)"
     assert goals[2] == "all-reduce in graphs 8-64 KiB: 8 KiB 7.5 µs, 64 KiB 11.0 µs; goal <= 10 µs: 1/2 met"
     assert goals[3] == "Llama-3-8B projections M=1: 1.68x one device, goal >= 1.6x: met"
