@@ -423,20 +423,25 @@ def _peer_copies(contexts: list[Any], streams: list[Any], pools: list[Any], time
 
 
 def _check_sm_copy(streams: list[Any], pools: list[Any], stream: Any, nbytes: int) -> str:
-    """One ``engine='sm'`` copy of random bytes on ``stream`` (an odd size at odd offsets), checked whole;
-    '' when exact, else what was wrong."""
-    host = np.random.default_rng().integers(0, 256, nbytes + 3, dtype=np.uint8)
-    src = streams[0].upload(pools[0], host)
-    dst = streams[1].upload(pools[1], np.zeros(nbytes, np.uint8))
-    stream.copy_peer(src, dst, nbytes - 1, src_offset=3, dst_offset=1, engine="sm")
-    stream.synchronize()
-    got = streams[1].download(dst)
-    wrong = int(np.count_nonzero(got[1:] != host[3:nbytes + 2])) + int(got[0] != 0)
-    src.free(streams[0])
-    dst.free(streams[1])
-    for s in streams:
-        s.synchronize()
-    return f"{wrong} of {nbytes} bytes wrong" if wrong else ""
+    """``engine='sm'`` copies of random bytes on ``stream``, an odd size at offsets that agree modulo 16
+    (the 16-byte path, with head and tail bytes) and at offsets that do not (the byte path), each
+    checked whole; '' when exact, else what was wrong."""
+    wrong = []
+    for src_offset, dst_offset in ((5, 5), (3, 1)):
+        host = np.random.default_rng().integers(0, 256, nbytes + src_offset, dtype=np.uint8)
+        src = streams[0].upload(pools[0], host)
+        dst = streams[1].upload(pools[1], np.zeros(nbytes + dst_offset, np.uint8))
+        stream.copy_peer(src, dst, nbytes, src_offset=src_offset, dst_offset=dst_offset, engine="sm")
+        stream.synchronize()
+        got = streams[1].download(dst)
+        bad = int(np.count_nonzero(got[dst_offset:] != host[src_offset:])) + int(np.count_nonzero(got[:dst_offset]))
+        if bad:
+            wrong.append(f"{bad} of {nbytes} bytes wrong (offsets {src_offset}, {dst_offset})")
+        src.free(streams[0])
+        dst.free(streams[1])
+        for s in streams:
+            s.synchronize()
+    return "; ".join(wrong)
 
 
 def _collectives(nccl: Any, comms: list[Any], streams: list[Any], pools: list[Any], timer: DeviceTimer,
@@ -604,8 +609,10 @@ def _llama_rows(mc: Any, contexts: list[Any], streams: list[Any], pools: list[An
             runs.append(("2 devices GEMVs only", comms, (), False))
         for path, run_comms, settings, reduce in runs:
             with _NcclEnvironment(settings):
-                us2, errors = _tp_layer(mc, run_comms, streams, pools, lib, m, inputs, weights, want, timer, plan,
-                                        reduce)
+                us2, errors, described = _tp_layer(mc, run_comms, streams, pools, lib, m, inputs, weights, want, timer,
+                                                   plan, reduce)
+            if not reduce:  # which kernel each device runs for its shard: where the floor comes from
+                notes.append(f"M={m}, device 0's shard plans: " + " | ".join(described))
             for name, err in errors.items():
                 failures.append(f"tensor-parallel {name} M={m} ({path}): relative error {err:.2e} against one device")
             note = ("column QKV, gate+up; row O, down + all-reduce; goal >= 1.6x at M <= 16" if not settings and reduce
@@ -622,10 +629,11 @@ def _llama_rows(mc: Any, contexts: list[Any], streams: list[Any], pools: list[An
 
 def _tp_layer(mc: Any, comms: list[Any], streams: list[Any], pools: list[Any], lib: Any, m: int,
               inputs: dict[str, Any], weights: dict[str, Any], want: dict[str, Any], timer: DeviceTimer,
-              plan: dict[str, int], reduce: bool) -> tuple[float, dict[str, float]]:
+              plan: dict[str, int], reduce: bool) -> tuple[float, dict[str, float], list[str]]:
     """The four projections over both devices, one graph per device: µs per layer, and the relative
     error of each projection against one device where it exceeds CHECK_LIMIT. Without ``reduce`` the
-    graphs hold the per-device GEMVs only (row-parallel outputs are then partial sums: not checked)."""
+    graphs hold the per-device GEMVs only (row-parallel outputs are then partial sums: not checked).
+    Also each projection's device-0 plan, described."""
     from mircuda.parallel import ColumnParallelLinear, RowParallelLinear, capture_each, row_parallel_shards
 
     layers: dict[str, Any] = {}
@@ -682,6 +690,7 @@ def _tp_layer(mc: Any, comms: list[Any], streams: list[Any], pools: list[Any], l
                 graphs[1].launch(streams[1])
 
             us = timer.median(replay, plan["calls"], plan["repeats"])
+            described = [f"{name} {layers[name].plans[0].describe()}" for name, *_ in LLAMA_PROJECTIONS]
         finally:
             for gr in graphs:
                 gr.close()
@@ -690,7 +699,7 @@ def _tp_layer(mc: Any, comms: list[Any], streams: list[Any], pools: list[Any], l
             layer.close()
         for s in streams:
             s.synchronize()
-    return us, errors
+    return us, errors, described
 
 
 def _goals(rows: list[Row]) -> list[str]:
