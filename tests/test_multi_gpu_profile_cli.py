@@ -92,14 +92,13 @@ def test_tp_nccl_variants_parse_and_refuse_by_name() -> None:
     from mircuda.cli._multi_gpu_profile import DEFAULT_TP_NCCL, tp_nccl_variant, tp_nccl_variants
 
     assert tp_nccl_variant("NCCL_PROTO=LL") == (("NCCL_PROTO", "LL"),)
-    assert tp_nccl_variant(" NCCL_PROTO=LL,LL128  NCCL_ALGO=Ring NCCL_MAX_CTAS=2 ") == (
-        ("NCCL_PROTO", "LL,LL128"), ("NCCL_ALGO", "Ring"), ("NCCL_MAX_CTAS", "2"))
+    assert tp_nccl_variant(" NCCL_PROTO=LL,LL128  NCCL_ALGO=Ring ") == (("NCCL_PROTO", "LL,LL128"), ("NCCL_ALGO", "Ring"))
     assert tp_nccl_variant("none") == ()
     for bad, words in (("", "NAME=VALUE settings or 'none'"), ("NCCL_PROTO", "NAME=VALUE settings separated"),
                        ("NCCL_PROTO=", "NAME=VALUE settings separated"), ("NCCL_NVLS_ENABLE=1", "NVLS stays off"),
                        ("NCCL_ALGO=NVLS", "NCCL_ALGO=<a comma-separated list of Ring, Tree>"),
                        ("NCCL_PROTO=LL,ll128", "NCCL_PROTO=<a comma-separated list of LL, LL128, Simple>"),
-                       ("NCCL_MAX_CTAS=0", "NCCL_MAX_CTAS=<a positive int>"),
+                       ("NCCL_MAX_CTAS=2", "a variable among NCCL_PROTO, NCCL_ALGO"),
                        ("NCCL_PROTO=LL NCCL_PROTO=Simple", "each variable once")):
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(words)):
             tp_nccl_variant(bad)

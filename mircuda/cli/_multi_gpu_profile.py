@@ -58,21 +58,22 @@ COPY_SIZES = (64 << 20, 1 << 30)
 GRAPH_OPS = 16
 CHECK_LIMIT = 2e-2
 
-TP_NCCL_SETTINGS = {"NCCL_PROTO": ("LL", "LL128", "Simple"), "NCCL_ALGO": ("Ring", "Tree"),
-                    "NCCL_MIN_CTAS": None, "NCCL_MAX_CTAS": None, "NCCL_MIN_NCHANNELS": None,
-                    "NCCL_MAX_NCHANNELS": None}
+TP_NCCL_SETTINGS: dict[str, tuple[str, ...]] = {"NCCL_PROTO": ("LL", "LL128", "Simple"), "NCCL_ALGO": ("Ring", "Tree")}
 """The NCCL environment variables a ``--tp-nccl`` variant may set (NCCL's documented environment
-variables, docs.nvidia.com/deeplearning/nccl, "Environment Variables"), with their allowed values (a
-comma-separated list of them for NCCL_PROTO and NCCL_ALGO) or None for a positive int. NVLS, CollNet and
-the multicast switches are not among them: NVLink multicast stays off."""
+variables, docs.nvidia.com/deeplearning/nccl, "Environment Variables") and their allowed values (a
+comma-separated list of them). Only these two: NCCL reads them (``ncclGetEnv``) each time a communicator
+is created and again when it chooses an algorithm for a call, so a variant's value applies to its own
+communicators and calls; the ``NCCL_PARAM`` variables (NCCL_MAX_CTAS, NCCL_GRAPH_MIXING_SUPPORT, ...) are
+read once per process and would silently keep the first value. NVLS and CollNet are not among the
+values: NVLink multicast stays off."""
 DEFAULT_TP_NCCL = ("NCCL_PROTO=LL", "NCCL_PROTO=LL128")
 
 
 def tp_nccl_variant(text: str) -> tuple[tuple[str, str], ...]:
-    """One ``--tp-nccl`` value: ``"NAME=VALUE [NAME=VALUE ...]"`` (space-separated settings of
+    """One ``--tp-nccl`` value: ``"NAME=VALUE [NAME=VALUE]"`` (space-separated settings of
     :data:`TP_NCCL_SETTINGS`) as ((name, value), ...); ``"none"`` gives () (no variant). Part c then
-    measures the tensor-parallel layer again (M <= 16) with communicators created under these
-    variables, as a separate row.
+    measures the tensor-parallel layer again (M <= 16), as a separate row, with communicators created,
+    connected and captured under these variables (set in this process's environment for that row only).
 
     Raises:
         argparse.ArgumentTypeError: an empty variant, a setting without ``=``, a variable not in
@@ -92,10 +93,7 @@ def tp_nccl_variant(text: str) -> tuple[tuple[str, str], ...]:
             raise argparse.ArgumentTypeError(f"expected a variable among {', '.join(TP_NCCL_SETTINGS)} (NVLS stays "
                                              f"off), received {name!r}")
         allowed = TP_NCCL_SETTINGS[name]
-        if allowed is None:
-            if not value.isdigit() or int(value) < 1:
-                raise argparse.ArgumentTypeError(f"expected {name}=<a positive int>, received {item!r}")
-        elif any(v not in allowed for v in value.split(",")):
+        if any(v not in allowed for v in value.split(",")):
             raise argparse.ArgumentTypeError(f"expected {name}=<a comma-separated list of {', '.join(allowed)}>, "
                                              f"received {item!r}")
         if any(name == n for n, _ in settings):
