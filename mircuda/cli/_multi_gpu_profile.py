@@ -537,8 +537,11 @@ def _llama(mc: Any, contexts: list[Any], streams: list[Any], pools: list[Any], c
     try:
         if any(m <= 16 for m in ms):
             for settings in tp_nccl:  # each variant's communicators, created under its NCCL variables
-                with _NcclEnvironment(settings):
-                    variants.append((settings, nccl.Communicator.init_all(contexts)))
+                try:
+                    with _NcclEnvironment(settings):
+                        variants.append((settings, nccl.Communicator.init_all(contexts)))
+                except mc.MircudaError as exc:  # that variant's rows are missing; the others are measured
+                    failures.append(f"c: NCCL variant {settings}: {type(exc).__name__}: {exc}"[:600])
         _llama_rows(mc, contexts, streams, pools, comms, timer, ms, plan, rows, notes, failures, variants)
     finally:
         for s in streams:
@@ -606,9 +609,13 @@ def _llama_rows(mc: Any, contexts: list[Any], streams: list[Any], pools: list[An
                      for settings, vcomms in variants]
             runs.append(("2 devices GEMVs only", comms, (), False))
         for path, run_comms, settings, reduce in runs:
-            with _NcclEnvironment(settings):
-                us2, errors, described = _tp_layer(mc, run_comms, streams, pools, lib, m, inputs, weights, want, timer,
-                                                   plan, reduce)
+            try:
+                with _NcclEnvironment(settings):
+                    us2, errors, described = _tp_layer(mc, run_comms, streams, pools, lib, m, inputs, weights, want,
+                                                       timer, plan, reduce)
+            except mc.MircudaError as exc:  # this row is missing; the other rows (and M values) are measured
+                failures.append(f"c: {path} M={m}: {type(exc).__name__}: {exc}"[:600])
+                continue
             if not reduce:  # which kernel each device runs for its shard: where the floor comes from
                 notes.append(f"M={m}, device 0's shard plans: " + " | ".join(described))
             for name, err in errors.items():
