@@ -160,6 +160,35 @@ def test_copy_peer_refuses_bad_operands_and_a_stream_of_neither_context() -> Non
         fake_stream(gpu0).copy_peer(src, dst, 2)
 
 
+def test_copy_peer_engine_is_copy_or_sm_and_sm_needs_the_other_buffer_opened(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu0, gpu1 = fake_context(0, 0x100), fake_context(1, 0x200)
+    src, dst = fake_buffer(gpu0), fake_buffer(gpu1)
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(_cuda, "call", lambda *a: calls.append(a))
+    from mircuda.compile import _peer_copy
+
+    monkeypatch.setattr(_peer_copy, "sm_copy", lambda *a: calls.append(("sm_copy",) + a))
+    for bad in ("SM", "nvlink", None, 1):
+        with pytest.raises(mc.ContractError, match=r"argument 'engine': expected 'copy'.*or 'sm'") as info:
+            fake_stream(gpu0).copy_peer(src, dst, engine=bad)  # type: ignore[arg-type]
+        assert info.value.received == repr(bad)
+    # Push from device 0: dst (device 1's pool) must be opened to device 0; pull: src to device 1.
+    with pytest.raises(mc.ContractError, match=r"argument 'dst'.*pool.set_access\(context\)"):
+        fake_stream(gpu0).copy_peer(src, dst, engine="sm")
+    with pytest.raises(mc.ContractError, match=r"argument 'src'.*pool.set_access\(context\)"):
+        fake_stream(gpu1).copy_peer(src, dst, engine="sm")
+    assert calls == []  # nothing enqueued by a refusal
+    fake_stream(gpu0).copy_peer(src, dst, engine="copy")  # the copy engines need no grant
+    assert calls[-1][0] == "cuMemcpyPeerAsync"
+    gpu1._pool._access.add(0)  # what gpu1's pool.set_access(gpu0) records
+    stream = fake_stream(gpu0)
+    stream.copy_peer(src, dst, 3, src_offset=1, dst_offset=4, engine="sm")
+    assert calls[-1] == ("sm_copy", stream, 0x1000 + 4 * 4, 0x1000 + 1 * 4, 3 * 4)  # addresses, bytes
+    n = len(calls)
+    stream.copy_peer(src, dst, 0, engine="sm")  # nothing to copy: nothing enqueued
+    assert len(calls) == n
+
+
 def test_wait_event_takes_only_events() -> None:
     gpu0 = fake_context(0, 0x100)
     with pytest.raises(mc.ContractError, match="argument 'event'.*an Event"):

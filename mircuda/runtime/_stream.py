@@ -272,23 +272,43 @@ class Stream:
                        n * item, self._cu)
 
     def copy_peer(self, src: DeviceBuffer[Any], dst: DeviceBuffer[Any], count: int | None = None, *,
-                  src_offset: int = 0, dst_offset: int = 0) -> None:
+                  src_offset: int = 0, dst_offset: int = 0, engine: str = "copy") -> None:
         """Copy ``count`` elements from a buffer of one device to a buffer of another (or the same)
-        device (``cuMemcpyPeerAsync``), enqueued on this stream, which must belong to ``src``'s or
-        ``dst``'s context. No host staging, no synchronization: over NVLink the copy engines move the
-        data directly; without a peer path the driver stages it. Needs no peer access switch.
+        device, enqueued on this stream, which must belong to ``src``'s or ``dst``'s context. No host
+        staging, no synchronization.
 
         ``count`` defaults to ``len(src) - src_offset``; counts and offsets are in elements. Order the
         other device's readers (or writers) with an event: ``other.wait_event(event)``.
 
+        Engines:
+
+        - ``"copy"`` (default): ``cuMemcpyPeerAsync``. Over NVLink the copy engines move the data
+          directly; without a peer path the driver stages it. Needs no peer access switch and leaves
+          the SMs free for kernels running beside the copy: the choice for copies that overlap compute.
+        - ``"sm"``: a kernel on this stream's device (``cuda_src/peer_copy.cu``, compiled by NVRTC and
+          loaded on the first call with a non-zero count in each context: make that call outside a
+          stream capture) loads and stores the bytes itself, 16 bytes at a time when
+          the source and destination addresses agree modulo 16 (else byte by byte, slowly), with a grid
+          that fills every SM. It needs the other device's buffer opened to this stream's context
+          (``pool.set_access(context)`` for pool buffers, ``context.enable_peer_access(owner)`` for
+          borrowed ones). With a stream of ``src``'s device it writes into the peer's memory (push:
+          usually the faster direction over NVLink); with one of ``dst``'s it reads it (pull). It
+          occupies the SMs while it runs: the choice for large copies on an idle device, where NVLink
+          can move more than the copy engines (the figures: ``python -m mircuda multi-gpu-profile``,
+          part a).
+
         Raises:
             ContractError: a buffer is not a DeviceBuffer, the dtypes differ, a range exceeds a buffer,
-                or this stream belongs to neither buffer's context.
+                this stream belongs to neither buffer's context, ``engine`` is not ``"copy"`` or ``"sm"``,
+                or (``engine="sm"``) the other device's buffer was not opened to this stream's context.
             UseAfterFree: a buffer was freed. ClosedResourceError: a context or this stream was closed.
+            CompileError: (``engine="sm"``, first call) NVRTC rejected the kernel.
         """
         from ..memory import check_device_buffer
 
         self._own()
+        if type(engine) is not str or engine not in ("copy", "sm"):
+            raise ContractError("engine", "'copy' (cuMemcpyPeerAsync) or 'sm' (a copy kernel)", repr(engine))
         for name, value in (("src", src), ("dst", dst)):
             # Each buffer is checked against its own (open) context; the stream must be one of theirs.
             owner = getattr(value, "_context", None)
@@ -297,10 +317,20 @@ class Stream:
             raise ContractError("stream", f"a stream of the context of src ({src._context!r}) or dst "
                                 f"({dst._context!r})", f"a stream of {self._context!r}")
         n = _check_range(src, dst, count, src_offset, dst_offset)
+        if engine == "sm":
+            # The kernel runs in this stream's context: the other buffer must be reachable from it.
+            for name, value in (("src", src), ("dst", dst)):
+                check_device_buffer(name, value, self._context)
         if n:
             item = src._info.itemsize
-            _cuda.call("cuMemcpyPeerAsync", dst._ptr + int(dst_offset) * item, dst._context._cu,
-                       src._ptr + int(src_offset) * item, src._context._cu, n * item, self._cu)
+            dst_ptr, src_ptr = dst._ptr + int(dst_offset) * item, src._ptr + int(src_offset) * item
+            if engine == "sm":
+                from ..compile._peer_copy import sm_copy
+
+                sm_copy(self, dst_ptr, src_ptr, n * item)
+            else:
+                _cuda.call("cuMemcpyPeerAsync", dst_ptr, dst._context._cu, src_ptr, src._context._cu, n * item,
+                           self._cu)
 
     def memset(self, buffer: DeviceBuffer[Any], byte: int, *, offset: int = 0, count: int | None = None) -> None:
         """Set every byte of ``count`` elements (from ``offset``, in elements) to ``byte`` (``cuMemsetD8Async``)."""
