@@ -398,6 +398,17 @@ def _peer_copies(contexts: list[Any], streams: list[Any], pools: list[Any], time
         t = torch_us.get(nbytes)
         if t is not None:
             rows[-1].ratio = t / us
+        half = nbytes // 2
+
+        def split(i: int, src: Any = src, dst: Any = dst, half: int = half, nbytes: int = nbytes) -> None:
+            # Two copy engines at once: GPU 0's pushes the first half, GPU 1's pulls the second.
+            streams[0].copy_peer(src, dst, half)
+            streams[1].copy_peer(src, dst, nbytes - half, src_offset=half, dst_offset=half)
+
+        us = timer.median(split, plan["copy_calls"], plan["repeats"], spin=False)
+        rows.append(Row("a", "mircuda copy_peer x2 engines", "GPU0->GPU1", nbytes, 0, us,
+                        nbytes / (us * 1e-6) / 1e9, ratio=t / us if t is not None else None,
+                        note="engine='copy': half on a GPU0 stream (push), half on a GPU1 stream (pull)"))
         if peers:
             # engine='sm': push (GPU 0's SMs write GPU 1's memory) and pull (GPU 1's SMs read GPU 0's).
             for stream, path, how in ((streams[0], "mircuda copy_peer sm push", "kernel on GPU0 writes GPU1"),
