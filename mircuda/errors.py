@@ -85,11 +85,17 @@ class LinkError(CompileError):
         source_name: the linked program's name.
         unresolved: the symbols the log reports as undefined, in log order, each once (e.g.
             ``("twice",)`` for a ``__device__`` function declared ``extern`` but defined nowhere).
+        duplicates: the symbols more than one unit defines, each once (e.g. ``("twice",)`` for a
+            ``__device__`` function defined in two files).
+        message: the first line of ``str(error)`` without the source and arch (one line, naming the
+            symbols first), for a command line's one-line error.
     """
 
     def __init__(self, message: str, log: str, arch: str, source_name: str,
-                 unresolved: tuple[str, ...] = ()) -> None:
+                 unresolved: tuple[str, ...] = (), duplicates: tuple[str, ...] = ()) -> None:
         self.unresolved = tuple(unresolved)
+        self.duplicates = tuple(duplicates)
+        self.message = message
         super().__init__(message, log, arch, source_name)
 
 

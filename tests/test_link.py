@@ -4,6 +4,7 @@ them, the compilers cache the link, and the compile CLI links with -rdc. No GPU 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -86,7 +87,9 @@ def test_an_unresolved_extern_is_a_link_error_naming_it() -> None:
     error = info.value
     assert isinstance(error, mc.CompileError)
     assert error.unresolved == ("never_defined",)
-    assert "undefined: 'never_defined'" in str(error) and "never_defined" in error.log
+    assert str(error).startswith("unresolved symbol 'never_defined' (nvJitLink failed with ERROR_INTERNAL")
+    assert error.message.startswith("unresolved symbol 'never_defined'") and "\n" not in error.message
+    assert error.duplicates == () and "never_defined" in error.log
     assert "broken.cu" in error.log and error.arch == "sm_90" and error.source_name == "lib+broken"
 
 
@@ -95,6 +98,11 @@ def test_the_error_log_parser_reads_each_undefined_symbol_once() -> None:
            "error   : Undefined reference to 'a' in 'y.cu'\nERROR 9: complete")
     assert _link.unresolved_symbols(log) == ("a", "b")
     assert _link.unresolved_symbols("") == ()
+    lto = "ptxas fatal   : Unresolved extern function 'f'\nptxas fatal   : Unresolved extern variable 'v'\n"
+    assert _link.unresolved_symbols(lto) == ("f", "v")  # ptxas' lines, forwarded by nvJitLink with LTO
+    twice = ("error   : Multiple definition of 'g' in 'b.cu', first defined in 'a.cu'\n"
+             "a2.cu: link error: error: Linking globals named 'h': symbol multiply defined!\n")
+    assert _link.duplicate_symbols(twice) == ("g", "h") and _link.unresolved_symbols(twice) == ()
 
 
 def test_a_unit_nvrtc_rejects_is_a_compile_error_naming_the_unit() -> None:
@@ -200,6 +208,56 @@ def test_without_nvjitlink_the_link_says_how_to_install_it(monkeypatch) -> None:
         mc.link_program(mc.cuda_link([LIB, APP]), "sm_90")
 
 
+TWICE = mc.cuda_kernel('extern "C" __device__ int scale_of(int i) { return i; }', "lib2.cu")
+
+
+@pytest.mark.parametrize("lto", [False, True])
+def test_a_symbol_two_units_define_is_a_link_error_naming_it(lto, capfd) -> None:
+    # nvJitLink 13.x links two CUBINs defining scale_of, returns success and prints its error to fd 2.
+    with pytest.raises(mc.LinkError) as info:
+        mc.link_program(mc.cuda_link([LIB, TWICE, APP], "twice", lto=lto), "sm_90")
+    assert info.value.duplicates == ("scale_of",) and info.value.unresolved == ()
+    assert info.value.message.startswith("symbol 'scale_of' defined more than once")
+    if not lto:  # refused before nvJitLink runs, from the CUBINs' symbol tables
+        assert "'scale_of' in 'lib.cu', 'lib2.cu'" in info.value.message
+    assert capfd.readouterr().err == ""
+
+
+def test_the_compilers_refuse_a_symbol_defined_twice_too(tmp_path) -> None:
+    compiler = mc.OfflineCompiler("sm_90", mc.CompilerConfig(cache_directory=str(tmp_path)))
+    with pytest.raises(mc.LinkError) as info:
+        compiler.compile(mc.cuda_link([LIB, TWICE, APP]))
+    assert info.value.duplicates == ("scale_of",)
+
+
+def test_an_unresolved_extern_with_lto_is_named_too() -> None:
+    with pytest.raises(mc.LinkError) as info:
+        mc.link_program(mc.cuda_link([LIB, MISSING], "lib+broken", lto=True), "sm_90")
+    assert info.value.unresolved == ("never_defined",)
+    assert info.value.message.startswith("unresolved symbol 'never_defined' (nvJitLink failed with ")
+
+
+def test_global_definitions_leave_out_weak_and_undefined_symbols_and_non_elf_images() -> None:
+    from mircuda.compile._elf_symbols import global_definitions
+
+    unit = mc.cuda_kernel('template <class T> __device__ T f(T x) { return x; }\n'
+                          '__device__ int g(int x) { return f(x); }\n__device__ int v = 3;\n'
+                          'extern __device__ int u;\n__global__ void k(int* p) { *p = g(*p) + v + u; }', "w.cu")
+    program = mc.compile_program(unit, "sm_90", mc.CompileOptions(relocatable_device_code=True))
+    assert sorted(global_definitions(program.image)) == ["_Z1gi", "_Z1kPi", "v"]  # not f<int> (weak), not u
+    assert global_definitions(b"//PTX\n.version 8.0\n") == () and global_definitions(program.image[:80]) == ()
+
+
+@pytest.mark.parametrize("call", [
+    lambda: mc.compile_program(LIB, "sm_90", include_paths=["/nonexistent"]),
+    lambda: mc.link_program(mc.cuda_link([LIB, APP]), "sm_90", include_paths=["/nonexistent"]),
+])
+def test_an_include_path_that_is_not_a_directory_is_refused_as_by_the_compilers(call) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        call()
+    assert info.value.argument == "include_paths[0]" and "an existing directory" in str(info.value)
+
+
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "mircuda", "compile", *args], cwd=cwd, capture_output=True,
                           text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
@@ -217,6 +275,16 @@ def test_the_cli_links_several_files_with_rdc(tmp_path) -> None:
     failed = _cli("-rdc", "lib.cu", "broken.cu", "--arch", "sm_90", "-o", "bad.cubin", cwd=tmp_path)
     assert failed.returncode == 2 and "LinkError" in failed.stderr and "'never_defined'" in failed.stderr
     assert not (tmp_path / "bad.cubin").exists()
+    assert failed.stderr.count("\n") == 1, failed.stderr  # one line; the log only with MIRCUDA_DEBUG=1
+    assert re.match(r"error: LinkError: FILE \S*lib\.cu \+ \S*broken\.cu: unresolved symbol 'never_defined'", failed.stderr)
+    (tmp_path / "lib2.cu").write_text(TWICE.text)
+    twice = _cli("-rdc", "lib.cu", "lib2.cu", "app.cu", "--arch", "sm_90", "-o", "twice.cubin", cwd=tmp_path)
+    assert twice.returncode == 2 and twice.stderr.count("\n") == 1, twice.stderr
+    assert re.match(r"error: LinkError: FILE \S*lib\.cu \+ \S*lib2\.cu \+ \S*app\.cu: symbol 'scale_of' defined "
+                    r"more than once", twice.stderr)
+    assert not (tmp_path / "twice.cubin").exists()
+    both = _cli("-dlto", "lib.cu", "app.cu", "--arch", "sm_90", "-o", "y.cubin", cwd=tmp_path)
+    assert both.returncode == 2 and "-dlto: expected -rdc as well" in both.stderr
     plain = _cli("lib.cu", "app.cu", "--arch", "sm_90", "-o", "x.cubin", cwd=tmp_path)
     assert plain.returncode == 2 and "FILE: expected one file, or several with -rdc" in plain.stderr
     ptx = _cli("-rdc", "lib.cu", "app.cu", "--arch", "compute_90", "--ptx", "-o", "x.ptx", cwd=tmp_path)
@@ -227,3 +295,15 @@ def test_the_cli_links_several_files_with_rdc(tmp_path) -> None:
     assert cubin_sm(image) == 120 and "apply" in elf_symbols(image) and "scale_of" not in elf_symbols(image)
     alone = _cli("-dlto", "lib.cu", "--arch", "sm_90", "-o", "y.cubin", cwd=tmp_path)
     assert alone.returncode == 2 and "-dlto: expected -rdc as well" in alone.stderr
+
+
+def test_mircuda_debug_shows_nvjitlinks_log_of_a_failed_link(tmp_path) -> None:
+    (tmp_path / "lib.cu").write_text(LIB.text)
+    (tmp_path / "broken.cu").write_text(MISSING.text)
+    out = subprocess.run([sys.executable, "-m", "mircuda", "compile", "-rdc", "lib.cu", "broken.cu", "--arch", "sm_90",
+                          "-o", "bad.cubin"], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "MIRCUDA_DEBUG": "1"})
+    assert out.returncode == 2 and "Traceback" in out.stderr
+    assert re.search(r"Undefined reference to 'never_defined' in '\S*broken\.cu'", out.stderr)
+    assert re.match(r"error: LinkError: FILE \S*lib\.cu \+ \S*broken\.cu: unresolved", out.stderr.rstrip().splitlines()[-1])
+    assert "MIRCUDA_DEBUG=1 prints" not in out.stderr

@@ -53,7 +53,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Compile FILE with NVRTC for --arch, which need not be present on this machine, and write "
                     "the CUBIN (default) or PTX to -o (- for standard output). Several --arch make one fatbin "
                     "(with nvFatbin: pip install nvidia-nvfatbin). With -rdc, each FILE is compiled as relocatable "
-                    "device code and nvJitLink links them into one CUBIN (pip install nvidia-nvjitlink). Quoted "
+                    "device code and nvJitLink (the nvidia-nvjitlink wheel, a dependency) links them into one CUBIN. Quoted "
                     "includes search FILE's directory, then each -I root in order; nothing is taken from "
                     "environment variables.")
     p.add_argument("file", nargs="+", metavar="FILE",
@@ -132,12 +132,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from ..compile._link import nvjitlink_module
 
     files: list[str] = args.file
-    if len(files) > 1 and not args.rdc:
-        raise ContractError("FILE", "one file, or several with -rdc (relocatable device code linked into one "
-                            "CUBIN)", f"{len(files)} files")
     if args.lto and not args.rdc:
         raise ContractError("-dlto", "-rdc as well (link-time optimization links relocatable device code)",
                             "-dlto alone")
+    if len(files) > 1 and not args.rdc:
+        raise ContractError("FILE", "one file, or several with -rdc (relocatable device code linked into one "
+                            "CUBIN)", f"{len(files)} files")
     if args.rdc and args.output == "ptx":
         raise ContractError("-rdc", "CUBIN output (nvJitLink links relocatable CUBINs)", "--ptx")
     if len(files) > 1 and args.name_expressions:

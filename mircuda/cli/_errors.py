@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..errors import ContractError
+from ..errors import ContractError, LinkError
 
 RESULTS_HELP = ("where to write the results (default: %(default)s; a relative path is relative to the working "
                 "directory, so run from a checkout's root this is its benchmarks/results/; the default's "
@@ -39,6 +39,12 @@ def cli_message(exc: BaseException, flags: Mapping[str, str] = {}, phrases: Mapp
         text = str(exc)
         if flag is not None and text.startswith(head):
             text = f"{flag}: expected {exc.expected}, received {exc.received}{text[len(head):]}"
+    elif isinstance(exc, LinkError):
+        # str(exc) carries nvJitLink's whole log on the following lines: the traceback MIRCUDA_DEBUG=1
+        # prints shows it; the line names the inputs (flags["sources"]) and the symbols.
+        inputs = f"{flags['sources']} {exc.source_name}" if "sources" in flags else exc.source_name
+        log = "; MIRCUDA_DEBUG=1 prints nvJitLink's log" if exc.log and not debug() else ""
+        text = f"{inputs}: {exc.message} (arch {exc.arch}{log})"
     elif isinstance(exc, OSError) and exc.strerror:
         text = exc.strerror + (f": {exc.filename!r}" if exc.filename else "")
     else:

@@ -12,7 +12,8 @@ caches key the result by every input's digest, the options, the target, NVRTC's 
 versions and every header each unit can include. :func:`link_program` is the uncached equivalent.
 
 nvJitLink ships as the ``nvidia-nvjitlink`` wheel (``cuda.bindings.nvjitlink`` loads
-``libnvJitLink.so``); without it, linking refuses with the install command.
+``libnvJitLink.so``), which mircuda's dependency ``numba-cuda[cu13]`` installs; without it, linking
+refuses with the install command.
 """
 
 from __future__ import annotations
@@ -28,19 +29,21 @@ from typing import Any
 
 from .._caller import warn_at_caller
 from ..errors import CompileWarning, ContractError, LinkError, UnsupportedPlatform
+from ._config import CompilerConfig
+from ._elf_symbols import global_definitions
 from ._nvrtc import CompiledProgram, NvrtcOutput, nvrtc_compile, nvrtc_version, validate_arch
 from ._options import CompileOptions
 from ._resources import is_ptxas_report_line
 from ._source import CudaSource
 
-__all__ = ["LinkInput", "LinkedSource", "cuda_link", "link_program", "nvjitlink_module", "nvjitlink_version",
-           "unresolved_symbols"]
+__all__ = ["LinkInput", "LinkedSource", "cuda_link", "duplicate_symbols", "link_program", "nvjitlink_module",
+           "nvjitlink_version", "unresolved_symbols"]
 
 LinkInput = CudaSource | CompiledProgram
 """One translation unit of a link: CUDA C, or a program compiled for the link's target (a relocatable
 CUBIN from ``CompileOptions(relocatable_device_code=True)``, or PTX)."""
 
-_DIGEST_FORMAT = "mircuda-link/1"
+_DIGEST_FORMAT = "mircuda-link/2"  # 2: links of a symbol defined twice, once cached, are refused
 
 
 def nvjitlink_module() -> Any:
@@ -191,16 +194,33 @@ def cuda_link(sources: Sequence[LinkInput], name: str | None = None, *, lto: boo
     return LinkedSource(sources, _caller_name(1) if name is None else name, lto)  # type: ignore[arg-type]
 
 
-_UNDEFINED = re.compile(r"Undefined reference to '([^']+)'")
+# nvJitLink's own error (no LTO); ptxas' (LTO: nvJitLink runs ptxas on the optimized program and
+# forwards its log) for a function or a variable.
+_UNDEFINED = re.compile(r"Undefined reference to '([^']+)'|Unresolved extern (?:function|variable) '([^']+)'")
+# nvJitLink's error for a strong symbol of two CUBINs (13.x returns success and prints it to stderr
+# instead; link_program refuses such a link first), NVVM's (LTO) for two LTO-IR units.
+_DUPLICATE = re.compile(r"Multiple definition of '([^']+)'|Linking globals named '([^']+)': symbol multiply defined")
+
+
+def _names(pattern: re.Pattern[str], log: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(next(g for g in m.groups() if g) for m in pattern.finditer(log)))
 
 
 def unresolved_symbols(log: str) -> tuple[str, ...]:
     """The symbols an nvJitLink error log reports as undefined, in log order, each once.
 
     nvJitLink 12.x and 13.x write one ``error   : Undefined reference to '<symbol>' in '<unit>'``
-    line per reference.
+    line per reference; with LTO, ptxas (run by nvJitLink) writes ``ptxas fatal   : Unresolved
+    extern function '<symbol>'`` (or ``variable``).
     """
-    return tuple(dict.fromkeys(_UNDEFINED.findall(log)))
+    return _names(_UNDEFINED, log)
+
+
+def duplicate_symbols(log: str) -> tuple[str, ...]:
+    """The symbols an nvJitLink error log reports as defined more than once, in log order, each once
+    (``Multiple definition of '<symbol>'``; with LTO, NVVM's ``Linking globals named '<symbol>':
+    symbol multiply defined!``)."""
+    return _names(_DUPLICATE, log)
 
 
 def link_program(source: LinkedSource, arch: str, options: CompileOptions | None = None,
@@ -216,7 +236,8 @@ def link_program(source: LinkedSource, arch: str, options: CompileOptions | None
         options: applied to every CUDA C unit (standard, macros, fast math, registers, debug, ptxas
             report...); ``max_registers``, ``line_info`` and ``device_debug`` also go to nvJitLink
             (which compiles PTX inputs). Output must be ``"cubin"``.
-        include_paths: include roots for the CUDA C units, as for :func:`compile_program`.
+        include_paths: include roots for the CUDA C units, as for :func:`compile_program`; each
+            must be an existing directory.
 
     Returns:
         A CUBIN program: ``log`` holds each unit's NVRTC log and nvJitLink's info log, and with
@@ -228,8 +249,9 @@ def link_program(source: LinkedSource, arch: str, options: CompileOptions | None
         ContractError: bad ``source``, ``arch``, ``options`` or ``include_paths``, PTX output asked
             for, or a program input for another target.
         CompileError: NVRTC rejected a unit (named in the error).
-        LinkError: nvJitLink rejected the link; ``.log`` is its error log and ``.unresolved`` the
-            symbols it could not resolve.
+        LinkError: a symbol defined by two units (``.duplicates``; found in the CUBINs' symbol
+            tables before nvJitLink runs, or in its log), or nvJitLink rejected the link: ``.log`` is
+            its error log and ``.unresolved`` the symbols it could not resolve.
         UnsupportedPlatform: nvJitLink is not installed, or (with ``lto``) older than NVRTC.
     """
     if not isinstance(source, LinkedSource):
@@ -243,6 +265,7 @@ def link_program(source: LinkedSource, arch: str, options: CompileOptions | None
     validate_arch(arch, "cubin")
     if isinstance(include_paths, (str, bytes)) or not all(isinstance(p, str) and "\0" not in p for p in include_paths):
         raise ContractError("include_paths", "a sequence of directory paths (str)", repr(include_paths))
+    CompilerConfig(include_paths=tuple(include_paths))  # each an existing directory, as the compilers require
     for i, unit in enumerate(source.inputs):
         if isinstance(unit, CompiledProgram) and unit.arch != arch:
             raise ContractError(f"sources[{i}]", f"a program compiled for {arch}, the link's target",
@@ -272,9 +295,29 @@ def link_program(source: LinkedSource, arch: str, options: CompileOptions | None
             objects.append((f"{source.name}[{i}]", unit.output, unit.image))
             logs.append(unit.log)
             symbols += unit.symbols
+    _refuse_duplicates(objects, arch, source.name)
     image, info = _link(nvjitlink, objects, arch, options, source.name, source.lto)
     log = "\n".join(text for text in (*logs, info) if text)
     return CompiledProgram(arch, "cubin", image, log, nvrtc_version(), symbols=tuple(symbols))
+
+
+def _refuse_duplicates(objects: list[tuple[str, str, bytes]], arch: str, name: str) -> None:
+    """A global symbol two CUBIN units define is refused here: nvJitLink 13.x would link it (keeping
+    one definition), return success and print its error to the process's stderr."""
+    where: dict[str, list[str]] = {}
+    for unit_name, kind, image in objects:
+        if kind == "cubin":
+            for symbol in dict.fromkeys(global_definitions(image)):
+                where.setdefault(symbol, []).append(unit_name)
+    duplicates = {symbol: units for symbol, units in where.items() if len(units) > 1}
+    if duplicates:
+        places = "; ".join(f"{symbol!r} in {', '.join(map(repr, units))}" for symbol, units in duplicates.items())
+        raise LinkError(f"{_symbols_message('defined more than once', tuple(duplicates))} ({places})", "", arch,
+                        name, duplicates=tuple(duplicates))
+
+
+def _symbols_message(what: str, symbols: tuple[str, ...]) -> str:
+    return f"symbol{'s' if len(symbols) > 1 else ''} {', '.join(map(repr, symbols))} {what}"
 
 
 # NVRTC's math flags -> nvJitLink's, which take effect in a link-time optimized program.
@@ -319,9 +362,14 @@ def _link(nvjitlink: Any, objects: list[tuple[str, str, bytes]], arch: str, opti
             nvjitlink.complete(handle)
         except nvjitlink.nvJitLinkError as exc:
             log = _log(nvjitlink.get_error_log_size, nvjitlink.get_error_log, handle)
-            missing = unresolved_symbols(log)
-            what = f"; undefined: {', '.join(map(repr, missing))}" if missing else ""
-            raise LinkError(f"nvJitLink failed with {_error_name(exc)}{what}", log, arch, name, missing) from None
+            missing, twice = unresolved_symbols(log), duplicate_symbols(log)
+            # The symbols first: nvJitLink's status for an undefined reference is ERROR_INTERNAL (no
+            # LTO) or ERROR_PTX_COMPILE (LTO), which says nothing of the cause.
+            what = [f"unresolved {_symbols_message('', missing).strip()}"] if missing else []
+            what += [_symbols_message("defined more than once", twice)] if twice else []
+            status = f"nvJitLink failed with {_error_name(exc)}"
+            message = f"{'; '.join(what)} ({status})" if what else status
+            raise LinkError(message, log, arch, name, missing, twice) from None
         size = nvjitlink.get_linked_cubin_size(handle)
         buffer = bytearray(size)
         nvjitlink.get_linked_cubin(handle, buffer)

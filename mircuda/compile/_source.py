@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 
 from .._caller import warn_at_caller
 from ..errors import CompileWarning, ContractError
+from ._config import CompilerConfig
 from ._nvrtc import CompiledProgram, nvrtc_compile, nvrtc_version, validate_arch
 from ._options import CompileOptions
 from ._resources import is_ptxas_report_line
@@ -121,7 +122,7 @@ def compile_program(source: CudaSource, arch: str, options: CompileOptions | Non
         arch: ``sm_<N>`` (CUBIN or PTX), ``sm_<N>a`` (arch-specific, N >= 90), ``sm_<N>f`` (family,
             N >= 100), or ``compute_<N>[a|f]`` (PTX only); N among :func:`supported_archs`.
         options: :class:`CompileOptions` (default: C++17, CUBIN).
-        include_paths: include roots (directories), searched in order before the toolkit headers
+        include_paths: include roots (existing directories), searched in order before the toolkit headers
             (cudart and CCCL, always on the include path). Quoted includes search the including
             file's directory first (for the main source: the directory of ``source.name``, the
             working directory when the name has none).
@@ -130,7 +131,8 @@ def compile_program(source: CudaSource, arch: str, options: CompileOptions | Non
     issued as a :class:`~mircuda.errors.CompileWarning`.
 
     Raises:
-        ContractError: bad ``source``, ``arch``, ``options`` or ``include_paths``.
+        ContractError: bad ``source``, ``arch``, ``options`` or ``include_paths`` (an entry that is not
+            an existing directory is refused as ``include_paths[i]``, as by :class:`CompilerConfig`).
         CompileError: NVRTC rejected the source; ``.log`` holds its program log.
     """
     if not isinstance(source, CudaSource):
@@ -141,6 +143,7 @@ def compile_program(source: CudaSource, arch: str, options: CompileOptions | Non
     validate_arch(arch, options.output)
     if isinstance(include_paths, (str, bytes)) or not all(isinstance(p, str) and "\0" not in p for p in include_paths):
         raise ContractError("include_paths", "a sequence of directory paths (str)", repr(include_paths))
+    CompilerConfig(include_paths=tuple(include_paths))  # each an existing directory, as the compilers require
     image, log, lowered = nvrtc_compile(source.text, source.name, arch, options, output=options.output,
                                         include_paths=include_paths, name_expressions=source.name_expressions)
     # ptxas' -v report is information the caller asked for (CompiledProgram.resource_usage), not a warning.
