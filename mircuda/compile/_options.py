@@ -40,7 +40,9 @@ class CompileOptions:
 
     Attributes:
         std: C++ standard, one of ``c++03``..``c++20`` (NVRTC ``--std``).
-        defines: macros, ``{"NAME": value}``; ``None`` defines the name without a value.
+        defines: macros: give ``{"NAME": value}`` (value a str, an int or ``None``, which defines
+            the name without a value) or ``(name, value)`` pairs; the field holds them as a tuple of
+            ``(name, text or None)`` pairs sorted by name (``{"N": 4}`` becomes ``(("N", "4"),)``).
         fast_math: ``--use_fast_math``.
         line_info: ``--generate-line-info`` (for Nsight Compute source views).
         max_registers: ``--maxrregcount``; ``None`` lets the compiler choose.
