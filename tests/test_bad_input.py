@@ -113,8 +113,11 @@ def test_include_paths_are_directories_never_flags(paths) -> None:
         mc.compile_program(mc.cuda_kernel('extern "C" __global__ void k() {}'), "sm_90", None, paths)
 
 
-def test_an_include_path_cannot_smuggle_a_flag() -> None:
-    # Each path becomes --include-path=<path>: a "flag" is only a strange directory name.
+def test_an_include_path_cannot_smuggle_a_flag(tmp_path, monkeypatch) -> None:
+    # Each path becomes --include-path=<path>: a "flag" is only a strange directory name (which must
+    # exist: compile_program refuses a missing include root, as CompilerConfig does).
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "--gpu-architecture=sm_80").mkdir()
     prog = mc.compile_program(mc.cuda_kernel('extern "C" __global__ void k() {}'), "sm_90", None,
                               ("--gpu-architecture=sm_80",))
     assert prog.arch == "sm_90" and cubin_sm(prog.image) == 90  # what NVRTC built, not the echo
