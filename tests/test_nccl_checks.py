@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import weakref
 from types import SimpleNamespace
 from typing import Any
 
@@ -383,7 +384,7 @@ def test_close_all_releases_windows_before_the_communicators(srec: SymmetricReco
 def test_abort_frees_the_memory_without_deregistering(srec: SymmetricRecorder) -> None:
     ctx = fake_context(0, 0x100)
     comm = fake_comm(ctx)
-    comm._finalizer = _communicator.weakref.finalize(comm, srec._record("comm_abort"), comm._comm)
+    comm._finalizer = weakref.finalize(comm, srec._record("comm_abort"), comm._comm)
     buf = comm.allocate_symmetric(mc.f16, fake_stream(ctx), 2)
     srec.calls.clear()
     comm.abort()
