@@ -333,7 +333,7 @@ def test_allocate_registers_a_symmetric_window_and_free_releases_it_in_order(sre
     buf = comm.allocate_symmetric(mc.bf16, s, 4096)
     assert isinstance(buf, nccl.SymmetricBuffer) and isinstance(buf, mc.DeviceBuffer)
     assert (len(buf), buf.nbytes, buf.handle, buf.dtype.name) == (4096, 8192, 0x10000, "bfloat16")
-    assert buf.context is ctx and buf.stream is s and buf.communicator is comm
+    assert buf.context is ctx and buf.stream is s and buf.communicator is comm and buf.registered
     assert srec.calls == [("mem_alloc", 8192), ("comm_window_register", comm._comm, 0x10000, 8192, 1)]
     srec.calls.clear()
     comm.all_reduce(s, buf, buf)  # taken like any buffer
@@ -364,6 +364,7 @@ def test_registrations_of_one_process_are_issued_at_the_end_of_one_group(srec: S
         kept.append(c0.allocate_symmetric(mc.f32, s0, 16))
         c0.all_reduce(s0, b0, fake_buffer(gpu0, mc.f32, 1))
     assert [c[0] for c in srec.calls] == ["mem_alloc"]  # the block's registration was dropped with it
+    assert not kept[0].registered
     kept[0].free(s0)  # not a window: only the memory to free
     assert [c[0] for c in srec.calls] == ["mem_alloc", "cuCtxSynchronize", "mem_free"]
 

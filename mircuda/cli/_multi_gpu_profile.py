@@ -578,7 +578,9 @@ def _graph_all_reduce(comms: list[Any], streams: list[Any], pools: list[Any], ti
             us = timer.median(replay, max(1, plan["calls"] // 4), plan["repeats"]) / GRAPH_OPS
             note = f"{GRAPH_OPS} per graph, one graph per device; goal <= 10 µs"
             if symmetric:
-                note += "; ncclMemAlloc buffers in NCCL_WIN_COLL_SYMMETRIC windows, NVLS off"
+                windows = all(b.registered for pair in bufs for b in pair)
+                note += ("; ncclMemAlloc buffers in NCCL_WIN_COLL_SYMMETRIC windows, NVLS off" if windows else
+                         "; NCCL registered no symmetric window (no symmetric support): the ordinary kernels ran")
             rows.append(Row("b", path, "all_reduce", nbytes, 0, us, bus_bandwidth("all_reduce", nbytes, us, 2),
                             note=note))
         finally:

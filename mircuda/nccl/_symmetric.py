@@ -64,6 +64,16 @@ class SymmetricBuffer(BorrowedDeviceBuffer):
         self._live()
         return self._owner.communicator  # type: ignore[attr-defined]
 
+    @property
+    def registered(self) -> bool:
+        """Whether NCCL holds a window for this buffer: False before the end of the group that
+        registers it, and where the communicator has no symmetric support (NCCL then registers
+        nothing: ranks without direct CUDA P2P between them, several nodes, ``NCCL_WIN_ENABLE=0`` or
+        ``NCCL_CUMEM_ENABLE=0``); collectives on it still work, without the symmetric kernels."""
+        self._live()
+        window = getattr(self._owner, "window", None)
+        return window is not None and bool(window)
+
     def free(self, stream: Stream) -> None:
         """Wait for the device, deregister the window and free the memory (``cuCtxSynchronize``,
         ``ncclCommWindowDeregister``, ``ncclMemFree``). ``stream`` is checked only (this memory is not

@@ -224,6 +224,8 @@ def test_symmetric_all_reduce_between_two_devices_exact_eager_and_in_graphs(rank
             np.testing.assert_array_equal(got.astype(np.float64), want)
         for g in graphs:
             g.close()
+        # NCCL registered every window (H200s over NVLink: direct P2P, one node, cuMem on).
+        assert all(b.registered for b in send + recv)
     finally:
         for bufs in (send, recv):
             for s, b in zip(ranks.streams, bufs):
