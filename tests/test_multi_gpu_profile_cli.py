@@ -69,7 +69,9 @@ def test_goals_report_each_target_as_measured() -> None:
             Row("b", "mircuda.nccl", "all_gather", 1 << 20, 0, 30.0, 17.5, 0.9),
             Row("b", "mircuda.nccl in graphs", "all_reduce", 8 << 10, 0, 7.5, 1.1),
             Row("b", "mircuda.nccl in graphs", "all_reduce", 64 << 10, 0, 11.0, 6.0),
+            Row("b", "mircuda.nccl in graphs, symmetric", "all_reduce", 8 << 10, 0, 3.3, 2.5),
             Row("c", "2 devices TP (graph/device)", "llama3-8b 4 proj", 436_207_616, 1, 70.0, 6231.5, 1.68),
+            Row("c", "2 devices TP symmetric", "llama3-8b 4 proj", 436_207_616, 1, 65.0, 6710.9, 1.81),
             Row("c", "2 devices TP NCCL_PROTO=LL128", "llama3-8b 4 proj", 436_207_616, 1, 80.0, 5452.6, 1.47),
             Row("c", "2 devices GEMVs only", "llama3-8b 4 proj", 436_207_616, 1, 56.0, 7789.4, 2.1),
             Row("c", "2 devices TP (graph/device)", "llama3-8b 4 proj", 436_207_616, 2048, 900.0, 484.7, 1.9)]
@@ -78,12 +80,14 @@ def test_goals_report_each_target_as_measured() -> None:
                         "mircuda Stream.copy_peer 396; mircuda copy_peer sm pull 383")
     assert goals[1] == "collectives vs torch.distributed busbw: 1/2 >= 1.0x; worst 0.90x (all_gather 1 MiB)"
     assert goals[2] == "all-reduce in graphs 8-64 KiB: 8 KiB 7.5 µs, 64 KiB 11.0 µs; goal <= 10 µs: 1/2 met"
-    assert goals[3] == "Llama-3-8B projections M=1: 1.68x one device, goal >= 1.6x: met"
-    assert goals[4] == "Llama-3-8B projections M=1 (NCCL_PROTO=LL128): 1.47x one device, goal >= 1.6x: NOT met"
-    assert goals[5] == ("Llama-3-8B projections M=1, GEMVs only (no all-reduce): 56.0 µs, 2.10x one device "
+    assert goals[3] == "all-reduce in graphs, symmetric 8-64 KiB: 8 KiB 3.3 µs; goal <= 10 µs: 1/1 met"
+    assert goals[4] == "Llama-3-8B projections M=1: 1.68x one device, goal >= 1.6x: met"
+    assert goals[5] == "Llama-3-8B projections M=1 (symmetric): 1.81x one device, goal >= 1.6x: met"
+    assert goals[6] == "Llama-3-8B projections M=1 (NCCL_PROTO=LL128): 1.47x one device, goal >= 1.6x: NOT met"
+    assert goals[7] == ("Llama-3-8B projections M=1, GEMVs only (no all-reduce): 56.0 µs, 2.10x one device "
                         "(the floor of the TP rows)")
-    assert goals[6] == "Llama-3-8B projections M=2048: 1.90x one device"
-    assert len(goals) == 7
+    assert goals[8] == "Llama-3-8B projections M=2048: 1.90x one device"
+    assert len(goals) == 9
 
 
 def test_tp_nccl_variants_parse_and_refuse_by_name() -> None:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import weakref
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,7 +23,7 @@ try:
     import mircuda.nccl as nccl
 except ImportError as exc:  # NcclNotFound: nccl4py (the [nccl] extra) is not installed
     pytest.skip(str(exc), allow_module_level=True)
-from mircuda.nccl import _communicator
+from mircuda.nccl import _communicator, _symmetric
 
 
 def test_import_without_nccl4py_names_the_extra() -> None:
@@ -284,3 +285,147 @@ def test_constructor_and_init_all_refuse_bad_arguments() -> None:
     with pytest.raises(mc.ContractError, match=r"argument 'contexts\[0\]'"):
         nccl.Communicator.init_all([0])  # type: ignore[list-item]
 
+
+# -- symmetric memory (ncclMemAlloc + NCCL_WIN_COLL_SYMMETRIC windows) ---------------------------
+
+class SymmetricRecorder(Recorder):
+    """Also stands in for ncclMemAlloc (returns 0x10000, 0x20000, ...), ncclMemFree and the window calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.next_ptr = 0x10000
+        self.mem_free = self._record("mem_free")
+        self.comm_window_deregister = self._record("comm_window_deregister")
+
+    def mem_alloc(self, nbytes: int) -> int:
+        ptr, self.next_ptr = self.next_ptr, self.next_ptr + 0x10000
+        self.calls.append(("mem_alloc", nbytes))
+        return ptr
+
+    def comm_window_register(self, comm: Any, ptr: int, nbytes: int, flags: int) -> str:
+        self.calls.append(("comm_window_register", comm, ptr, nbytes, flags))
+        return f"window@{ptr:#x}"  # truthy, like a filled ncclWindow_t
+
+
+@pytest.fixture()
+def srec(monkeypatch: pytest.MonkeyPatch) -> SymmetricRecorder:
+    recorder = SymmetricRecorder()
+    monkeypatch.setattr(_communicator, "bindings", recorder)
+    monkeypatch.setattr(_symmetric, "bindings", recorder)
+    monkeypatch.setattr(_cuda, "make_current", lambda handle, force=False: None)
+    monkeypatch.setattr(_cuda, "forget_current", lambda: None)
+    real_call = _cuda.call
+
+    def call(name: str, *args: Any) -> Any:
+        if name == "cuCtxSynchronize":
+            recorder.calls.append(("cuCtxSynchronize",))
+            return None
+        return real_call(name, *args)  # pragma: no cover - nothing else reaches the driver here
+
+    monkeypatch.setattr(_cuda, "call", call)
+    monkeypatch.setattr(_pool, "_ACCESS", {})
+    return recorder
+
+
+def test_allocate_registers_a_symmetric_window_and_free_releases_it_in_order(srec: SymmetricRecorder) -> None:
+    ctx = fake_context(0, 0x100)
+    comm, s = fake_comm(ctx), fake_stream(ctx)
+    buf = comm.allocate_symmetric(mc.bf16, s, 4096)
+    assert isinstance(buf, nccl.SymmetricBuffer) and isinstance(buf, mc.DeviceBuffer)
+    assert (len(buf), buf.nbytes, buf.handle, buf.dtype.name) == (4096, 8192, 0x10000, "bfloat16")
+    assert buf.context is ctx and buf.stream is s and buf.communicator is comm and buf.registered
+    assert srec.calls == [("mem_alloc", 8192), ("comm_window_register", comm._comm, 0x10000, 8192, 1)]
+    srec.calls.clear()
+    comm.all_reduce(s, buf, buf)  # taken like any buffer
+    assert srec.calls == [("all_reduce", 0x10000, 0x10000, 4096, 9, 0, comm._comm, 0x50)]
+    srec.calls.clear()
+    buf.free(s)
+    assert srec.calls == [("cuCtxSynchronize",), ("comm_window_deregister", comm._comm, "window@0x10000"),
+                         ("mem_free", 0x10000)]
+    assert buf.freed and comm._symmetric == {}
+    with pytest.raises(mc.UseAfterFree):
+        buf.free(s)
+    with pytest.raises(mc.UseAfterFree):
+        comm.all_reduce(s, buf, buf)
+
+
+def test_registrations_of_one_process_are_issued_at_the_end_of_one_group(srec: SymmetricRecorder) -> None:
+    gpu0, gpu1 = fake_context(0, 0x100), fake_context(1, 0x200)
+    c0, c1 = fake_comm(gpu0, 0), fake_comm(gpu1, 1)
+    s0, s1 = fake_stream(gpu0), fake_stream(gpu1, 0x60)
+    b0, b1 = nccl.allocate_symmetric_all([c0, c1], mc.f32, [s0, s1], 16)
+    assert [c[0] for c in srec.calls] == ["mem_alloc", "mem_alloc", "group_start", "comm_window_register",
+                                         "comm_window_register", "group_end"]
+    assert srec.calls[3][1:] == (c0._comm, 0x10000, 64, 1) and srec.calls[4][1:] == (c1._comm, 0x20000, 64, 1)
+    assert b0.context is gpu0 and b1.context is gpu1
+    srec.calls.clear()
+    kept: list[Any] = []
+    with pytest.raises(mc.ContractError, match="argument 'recv'"), nccl.group():
+        kept.append(c0.allocate_symmetric(mc.f32, s0, 16))
+        c0.all_reduce(s0, b0, fake_buffer(gpu0, mc.f32, 1))
+    assert [c[0] for c in srec.calls] == ["mem_alloc"]  # the block's registration was dropped with it
+    assert not kept[0].registered
+    kept[0].free(s0)  # not a window: only the memory to free
+    assert [c[0] for c in srec.calls] == ["mem_alloc", "cuCtxSynchronize", "mem_free"]
+
+
+def test_close_all_releases_windows_before_the_communicators(srec: SymmetricRecorder) -> None:
+    gpu0, gpu1 = fake_context(0, 0x100), fake_context(1, 0x200)
+    c0, c1 = fake_comm(gpu0, 0), fake_comm(gpu1, 1)
+    b0, b1 = nccl.allocate_symmetric_all([c0, c1], mc.bf16, [fake_stream(gpu0), fake_stream(gpu1)], 8)
+    srec.calls.clear()
+    nccl.close_all([c0, c1])
+    names = [c[0] for c in srec.calls]
+    assert names == ["cuCtxSynchronize", "comm_window_deregister", "mem_free",
+                     "cuCtxSynchronize", "comm_window_deregister", "mem_free",
+                     "group_start", "comm_finalize", "comm_finalize", "group_end", "comm_destroy", "comm_destroy"]
+    assert b0.freed and b1.freed
+
+
+def test_abort_frees_the_memory_without_deregistering(srec: SymmetricRecorder) -> None:
+    ctx = fake_context(0, 0x100)
+    comm = fake_comm(ctx)
+    comm._finalizer = weakref.finalize(comm, srec._record("comm_abort"), comm._comm)
+    buf = comm.allocate_symmetric(mc.f16, fake_stream(ctx), 2)
+    srec.calls.clear()
+    comm.abort()
+    assert [c[0] for c in srec.calls] == ["comm_abort", "cuCtxSynchronize", "mem_free"]
+    assert buf.freed
+
+
+def test_bad_arguments_are_refused_before_anything_is_allocated(srec: SymmetricRecorder) -> None:
+    ctx = fake_context(0, 0x100)
+    comm, s = fake_comm(ctx), fake_stream(ctx)
+    for count in (0, -1, 2.0, "8", True):
+        with pytest.raises(mc.ContractError, match=r"argument 'count'.*a positive int.*ncclMemAlloc"):
+            comm.allocate_symmetric(mc.bf16, s, count)
+    with pytest.raises(mc.ContractError, match=r"argument 'stream'.*a mircuda Stream"):
+        comm.allocate_symmetric(mc.bf16, None, 8)
+    with pytest.raises(mc.ContractError, match=r"argument 'stream'"):
+        comm.allocate_symmetric(mc.bf16, fake_stream(fake_context(1, 0x200)), 8)
+    with pytest.raises(mc.ContractError):
+        comm.allocate_symmetric("not a dtype", s, 8)
+    with pytest.raises(mc.ContractError, match=r"argument 'streams'.*2 Streams"):
+        nccl.allocate_symmetric_all([comm, comm], mc.bf16, [s], 8)
+    with pytest.raises(mc.ContractError, match=r"argument 'communicators\[0\]'"):
+        nccl.allocate_symmetric_all(["comm"], mc.bf16, [s], 8)  # type: ignore[list-item]
+    comm._closed = True
+    with pytest.raises(mc.ClosedResourceError, match="allocate_symmetric"):
+        comm.allocate_symmetric(mc.bf16, s, 8)
+    assert srec.calls == []
+
+
+def test_free_refuses_another_contexts_stream_and_a_buffer_held_by_a_graph(srec: SymmetricRecorder) -> None:
+    ctx = fake_context(0, 0x100)
+    comm, s = fake_comm(ctx), fake_stream(ctx)
+    buf = comm.allocate_symmetric(mc.bf16, s, 8)
+    srec.calls.clear()
+    with pytest.raises(mc.ContractError, match="argument 'stream'"):
+        buf.free(fake_stream(fake_context(1, 0x200)))
+    buf._holds = 1
+    with pytest.raises(mc.ContractError, match="held by 1 live graph"):
+        buf.free(s)
+    assert srec.calls == [] and not buf.freed
+    buf._holds = 0
+    buf.free(s)
+    assert [c[0] for c in srec.calls] == ["cuCtxSynchronize", "comm_window_deregister", "mem_free"]

@@ -77,3 +77,25 @@ def test_capture_each_refuses_bad_streams_before_capturing() -> None:
         capture_each([s, s], None, lambda i, r: None)
     with pytest.raises(mc.ContractError, match="argument 'enqueue'"):
         capture_each([s], None, None)  # type: ignore[arg-type]
+
+
+def test_row_parallel_symmetric_option_and_its_y_checks() -> None:
+    comm = fake_comm(2)
+    with pytest.raises(mc.ContractError, match="argument 'symmetric'.*a bool.*received 1"):
+        RowParallelLinear([comm], [None], mc.DenseMatmulSpec(1, 8, 8), symmetric=1)  # type: ignore[arg-type, list-item]
+    layer = object.__new__(RowParallelLinear)  # the y resolution alone: no plans are needed for it
+    own, other = object(), object()
+    layer._plans, layer._closed, layer._symmetric, layer._outputs = [None], False, True, [own]  # type: ignore[list-item]
+    assert layer._y(None) == [own] and layer._y([own]) == [own]
+    with pytest.raises(mc.ContractError, match=r"argument 'y\[0\]'.*None or the layer's outputs\[i\].*received object"):
+        layer._y([other])  # type: ignore[list-item]
+    with pytest.raises(mc.ContractError, match="argument 'y'.*a sequence of 1 DeviceBuffers"):
+        layer._y([own, own])  # type: ignore[list-item]
+    layer._symmetric, layer._outputs = False, []
+    with pytest.raises(mc.ContractError, match="argument 'y'.*received None.*only for a layer made with symmetric=True"):
+        layer._y(None)
+    assert layer._y([other]) == [other]  # type: ignore[list-item]
+    layer._closed = True
+    with pytest.raises(mc.ClosedResourceError, match="RowParallelLinear was closed"):
+        layer._y(None)
+    assert RowParallelLinear.symmetric.fget(layer) is False  # type: ignore[attr-defined]

@@ -11,7 +11,10 @@
     (nccl-tests' PERFORMANCE.md): all-reduce ``busbw = S / t * 2 (n - 1) / n`` with S the buffer's
     bytes; all-gather ``busbw = S / t * (n - 1) / n`` with S the gathered (output) bytes. Then small
     all-reduces (8-64 KiB, the tensor-parallel decode case) inside one CUDA graph per device
-    (``capture_each``; 16 per graph), device µs each.
+    (``capture_each``; 16 per graph), device µs each; then the same with the buffers in NCCL symmetric
+    windows ("in graphs, symmetric": ``Communicator.allocate_symmetric``, ``ncclMemAlloc`` memory
+    registered with ``NCCL_WIN_COLL_SYMMETRIC``, for NCCL's symmetric NVLink load/store kernels; NVLS
+    stays off). A size that fails there is recorded by name and the other sizes are measured.
 (c) The four projections of a Llama-3-8B decoder layer (bf16: QKV 6144x4096, O 4096x4096, gate+up
     28672x4096, down 4096x14336) at each M: one device (the four DenseMatmulPlans in one graph) vs
     tensor parallel over both (column-parallel QKV and gate+up, row-parallel O and down with their
@@ -19,7 +22,10 @@
     projection is checked against the one-device result. At M <= 16 two more kinds of rows: the TP
     layer again with communicators created under NCCL variables (``--tp-nccl``, default NCCL_PROTO=LL
     and NCCL_PROTO=LL128: the protocol of the two small all-reduces), and the per-device graphs without
-    their all-reduces ("GEMVs only": the floor; the TP row minus it is what the all-reduces cost).
+    their all-reduces ("GEMVs only": the floor; the TP row minus it is what the all-reduces cost), and
+    "2 devices TP symmetric": the row-parallel layers made with ``symmetric=True`` (their outputs in
+    NCCL symmetric windows, all-reduced in place). A failing row is recorded by name, the others are
+    measured.
 
 Ratios are reported, never asserted. NVLink multicast stays off (``NCCL_NVLS_ENABLE=0`` and torch's
 and NVSHMEM's switches, set unless already set, in this process and the spawned ones)."""
@@ -322,6 +328,8 @@ def multi_gpu_profile(args: Any) -> int:
                                                                    failures, torch_result))
             _part("b: collectives in graphs", failures,
                   lambda: _graph_collectives(comms, streams, pools, timer, plan, rows, failures))
+            _part("b: collectives in graphs, symmetric", failures,
+                  lambda: _graph_collectives(comms, streams, pools, timer, plan, rows, failures, symmetric=True))
             print("tensor-parallel Llama-3-8B projections ...", flush=True)
             _part("c: tensor-parallel projections", failures,
                   lambda: _llama(mc, contexts, streams, pools, comms, timer, ms, plan, rows, notes, failures,
@@ -508,13 +516,46 @@ def _collectives(nccl: Any, comms: list[Any], streams: list[Any], pools: list[An
 
 
 def _graph_collectives(comms: list[Any], streams: list[Any], pools: list[Any], timer: DeviceTimer,
-                       plan: dict[str, int], rows: list[Row], failures: list[str]) -> None:
+                       plan: dict[str, int], rows: list[Row], failures: list[str], symmetric: bool = False) -> None:
+    """All-reduces of 8-64 KiB in one graph per device. With ``symmetric`` the buffers are NCCL
+    symmetric windows (``Communicator.allocate_symmetric``: NCCL's symmetric LSA kernels, NVLink
+    multicast off); a failing size is recorded by name and the other sizes are still measured."""
     import mircuda as mc
+
+    path = "mircuda.nccl in graphs, symmetric" if symmetric else "mircuda.nccl in graphs"
+    for nbytes in GRAPH_SIZES:
+        if not symmetric:
+            _graph_all_reduce(comms, streams, pools, timer, plan, rows, failures, nbytes, path, symmetric)
+            continue
+        try:
+            _graph_all_reduce(comms, streams, pools, timer, plan, rows, failures, nbytes, path, symmetric)
+        except mc.MircudaError as exc:  # this size's row is missing; the other sizes are measured
+            failures.append(f"b: {path} {_size(nbytes)}: {type(exc).__name__}: {exc}"[:600])
+
+
+def _graph_all_reduce(comms: list[Any], streams: list[Any], pools: list[Any], timer: DeviceTimer,
+                      plan: dict[str, int], rows: list[Row], failures: list[str], nbytes: int, path: str,
+                      symmetric: bool) -> None:
+    import mircuda as mc
+    import mircuda.nccl as nccl
     from mircuda.parallel import capture_each
 
-    for nbytes in GRAPH_SIZES:
-        count = nbytes // 2
-        bufs = [[streams[r].upload(pools[r], np.full(count, r + 1, mc.bf16)) for _ in range(2)] for r in range(2)]
+    count = nbytes // 2
+    bufs: list[list[Any]] = [[], []]
+    try:
+        if symmetric:
+            pairs = [nccl.allocate_symmetric_all(comms, mc.bf16, streams, count) for _ in range(2)]
+            for r in range(2):
+                bufs[r] = [pairs[0][r], pairs[1][r]]
+                init = streams[r].upload(pools[r], np.full(count, r + 1, mc.bf16))
+                for b in bufs[r]:
+                    streams[r].copy_device_range(init, 0, b, 0, count)
+                init.free(streams[r])
+            with nccl.group():  # eager once: NCCL connects the windows outside the capture
+                for r in range(2):
+                    comms[r].all_reduce(streams[r], bufs[r][0], bufs[r][1])
+        else:
+            bufs = [[streams[r].upload(pools[r], np.full(count, r + 1, mc.bf16)) for _ in range(2)] for r in range(2)]
 
         def enqueue(r: int, res: Any) -> None:
             src, dst = res[r]
@@ -522,21 +563,35 @@ def _graph_collectives(comms: list[Any], streams: list[Any], pools: list[Any], t
                 comms[r].all_reduce(streams[r], src, dst)
 
         graphs = capture_each(streams, bufs, enqueue)
-        for r in range(2):
-            graphs[r].launch(streams[r])
-        for r in range(2):
-            if not np.all(streams[r].download(bufs[r][1]) == 3):
-                failures.append(f"all_reduce in a graph ({_size(nbytes)}): wrong values on device {r}")
+        try:
+            for r in range(2):
+                streams[r].memset(bufs[r][1], 0)
+                graphs[r].launch(streams[r])
+            for r in range(2):
+                if not np.all(streams[r].download(bufs[r][1]) == 3):
+                    failures.append(f"all_reduce in a graph ({path}, {_size(nbytes)}): wrong values on device {r}")
 
-        def replay(i: int, graphs: list[Any] = graphs) -> None:
-            graphs[0].launch(streams[0])
-            graphs[1].launch(streams[1])
+            def replay(i: int, graphs: list[Any] = graphs) -> None:
+                graphs[0].launch(streams[0])
+                graphs[1].launch(streams[1])
 
-        us = timer.median(replay, max(1, plan["calls"] // 4), plan["repeats"]) / GRAPH_OPS
-        rows.append(Row("b", "mircuda.nccl in graphs", "all_reduce", nbytes, 0, us, bus_bandwidth("all_reduce", nbytes,
-                        us, 2), note=f"{GRAPH_OPS} per graph, one graph per device; goal <= 10 µs"))
-        for gr in graphs:
-            gr.close()
+            us = timer.median(replay, max(1, plan["calls"] // 4), plan["repeats"]) / GRAPH_OPS
+            note = f"{GRAPH_OPS} per graph, one graph per device; goal <= 10 µs"
+            if symmetric:
+                windows = all(b.registered for pair in bufs for b in pair)
+                note += ("; ncclMemAlloc buffers in NCCL_WIN_COLL_SYMMETRIC windows, NVLS off" if windows else
+                         "; NCCL registered no symmetric window (no symmetric support): the ordinary kernels ran")
+            rows.append(Row("b", path, "all_reduce", nbytes, 0, us, bus_bandwidth("all_reduce", nbytes, us, 2),
+                            note=note))
+        finally:
+            for gr in graphs:
+                gr.close()
+    finally:
+        for r in range(2):
+            streams[r].synchronize()
+            for b in bufs[r]:
+                if not b.freed:
+                    b.free(streams[r])
 
 
 def _llama(mc: Any, contexts: list[Any], streams: list[Any], pools: list[Any], comms: list[Any], timer: DeviceTimer,
@@ -614,16 +669,18 @@ def _llama_rows(mc: Any, contexts: list[Any], streams: list[Any], pools: list[An
                         weight_bytes / (us1 * 1e-6) / 1e9, note=", ".join(p.kernel_name for p in plans)))
         # Two devices: column-parallel QKV and gate+up, row-parallel O and down (+ all-reduce); then the
         # NCCL variants (M <= 16) and the GEMVs alone (the floor: what the all-reduces add is the rest).
-        runs: list[tuple[str, Any, tuple[tuple[str, str], ...], bool]] = [("2 devices TP (graph/device)", comms, (), True)]
+        runs: list[tuple[str, Any, tuple[tuple[str, str], ...], bool, bool]] = [
+            ("2 devices TP (graph/device)", comms, (), True, False)]
         if m <= 16:
-            runs += [("2 devices TP " + " ".join(f"{k}={v}" for k, v in settings), vcomms, settings, True)
+            runs.append(("2 devices TP symmetric", comms, (), True, True))
+            runs += [("2 devices TP " + " ".join(f"{k}={v}" for k, v in settings), vcomms, settings, True, False)
                      for settings, vcomms in variants]
-            runs.append(("2 devices GEMVs only", comms, (), False))
-        for path, run_comms, settings, reduce in runs:
+            runs.append(("2 devices GEMVs only", comms, (), False, False))
+        for path, run_comms, settings, reduce, symmetric in runs:
             try:
                 with _NcclEnvironment(settings):
                     us2, errors, described = _tp_layer(mc, run_comms, streams, pools, lib, m, inputs, weights, want,
-                                                       timer, plan, reduce)
+                                                       timer, plan, reduce, symmetric)
             except mc.MircudaError as exc:  # this row is missing; the other rows (and M values) are measured
                 failures.append(f"c: {path} M={m}: {type(exc).__name__}: {exc}"[:600])
                 continue
@@ -631,7 +688,9 @@ def _llama_rows(mc: Any, contexts: list[Any], streams: list[Any], pools: list[An
                 notes.append(f"M={m}, device 0's shard plans: " + " | ".join(described))
             for name, err in errors.items():
                 failures.append(f"tensor-parallel {name} M={m} ({path}): relative error {err:.2e} against one device")
-            note = ("column QKV, gate+up; row O, down + all-reduce; goal >= 1.6x at M <= 16" if not settings and reduce
+            note = ("row O, down: outputs in NCCL symmetric windows (ncclMemAlloc, NCCL_WIN_COLL_SYMMETRIC; NVLS "
+                    "off), all-reduced in place" if symmetric
+                    else "column QKV, gate+up; row O, down + all-reduce; goal >= 1.6x at M <= 16" if not settings and reduce
                     else "NCCL variables set while its communicators were created and connected" if reduce
                     else "the TP graphs without their 2 all-reduces: the floor of the TP rows")
             rows.append(Row("c", path, "llama3-8b 4 proj", weight_bytes, m, us2, weight_bytes / (us2 * 1e-6) / 1e9,
@@ -645,10 +704,12 @@ def _llama_rows(mc: Any, contexts: list[Any], streams: list[Any], pools: list[An
 
 def _tp_layer(mc: Any, comms: list[Any], streams: list[Any], pools: list[Any], lib: Any, m: int,
               inputs: dict[str, Any], weights: dict[str, Any], want: dict[str, Any], timer: DeviceTimer,
-              plan: dict[str, int], reduce: bool) -> tuple[float, dict[str, float], list[str]]:
+              plan: dict[str, int], reduce: bool, symmetric: bool = False) -> tuple[float, dict[str, float], list[str]]:
     """The four projections over both devices, one graph per device: µs per layer, and the relative
     error of each projection against one device where it exceeds CHECK_LIMIT. Without ``reduce`` the
     graphs hold the per-device GEMVs only (row-parallel outputs are then partial sums: not checked).
+    With ``symmetric`` the row-parallel layers keep their outputs in NCCL symmetric windows
+    (``RowParallelLinear(symmetric=True)``).
     Also each projection's device-0 plan, described."""
     from mircuda.parallel import ColumnParallelLinear, RowParallelLinear, capture_each, row_parallel_shards
 
@@ -662,10 +723,11 @@ def _tp_layer(mc: Any, comms: list[Any], streams: list[Any], pools: list[Any], l
                 xs = [streams[r].upload(pools[r], inputs[name]) for r in range(2)]
                 ys = [pools[r].allocate(mc.bf16, streams[r], m * n // 2) for r in range(2)]
             else:
-                layers[name] = RowParallelLinear(comms, streams, spec, library=lib)
+                layers[name] = RowParallelLinear(comms, streams, spec, library=lib, symmetric=symmetric)
                 parts = row_parallel_shards(inputs[name], 2)
                 xs = [streams[r].upload(pools[r], parts[r]) for r in range(2)]
-                ys = [pools[r].allocate(mc.bf16, streams[r], m * n) for r in range(2)]
+                ys = (layers[name].outputs if symmetric else
+                      [pools[r].allocate(mc.bf16, streams[r], m * n) for r in range(2)])
             tp_bufs[name] = (xs, ys)
         if reduce:
             for name, *_ in LLAMA_PROJECTIONS:  # eager once: NCCL connects outside the capture
@@ -734,10 +796,12 @@ def _goals(rows: list[Row]) -> list[str]:
         met = sum((r.ratio or 0.0) >= 1.0 for r in vs)
         out.append(f"collectives vs torch.distributed busbw: {met}/{len(vs)} >= 1.0x; worst {worst.ratio:.2f}x "
                    f"({worst.op} {_size(worst.bytes)})")
-    graphs = [r for r in rows if r.path == "mircuda.nccl in graphs"]
-    if graphs:
-        out.append("all-reduce in graphs 8-64 KiB: " + ", ".join(f"{_size(r.bytes)} {r.us:.1f} µs" for r in graphs)
-                   + f"; goal <= 10 µs: {sum(r.us <= 10 for r in graphs)}/{len(graphs)} met")
+    for path, label in (("mircuda.nccl in graphs", ""), ("mircuda.nccl in graphs, symmetric", ", symmetric")):
+        graphs = [r for r in rows if r.path == path]
+        if graphs:
+            out.append(f"all-reduce in graphs{label} 8-64 KiB: "
+                       + ", ".join(f"{_size(r.bytes)} {r.us:.1f} µs" for r in graphs)
+                       + f"; goal <= 10 µs: {sum(r.us <= 10 for r in graphs)}/{len(graphs)} met")
     for r in rows:
         if r.part == "c" and r.ratio is not None and r.path.startswith("2 devices TP"):
             variant = r.path.removeprefix("2 devices TP").strip()

@@ -8,11 +8,15 @@ multicast stays off: see :mod:`mircuda.nccl._library`), and raises :class:`~mirc
 - :meth:`Communicator.init_all`: one rank per device of this process; drive them inside :func:`group`.
 - ``all_reduce``, ``all_gather``, ``reduce_scatter``, ``broadcast``, ``send``/``recv`` on a Stream.
 - :func:`close_all` closes communicators of one process together.
+- :meth:`Communicator.allocate_symmetric` / :func:`allocate_symmetric_all`: :class:`SymmetricBuffer` s
+  (``ncclMemAlloc`` memory registered as symmetric windows) for NCCL's low-latency symmetric kernels
+  over NVLink load/store (without multicast; see :mod:`mircuda.nccl._symmetric`).
 """
 
 from ..errors import NcclError, NcclNotFound
 from ._library import nccl_version, unique_id
-from ._communicator import REDUCTIONS, Communicator, close_all, group, nccl_type
+from ._communicator import REDUCTIONS, Communicator, allocate_symmetric_all, close_all, group, nccl_type
+from ._symmetric import SymmetricBuffer
 
-__all__ = ["Communicator", "NcclError", "NcclNotFound", "REDUCTIONS", "close_all", "group", "nccl_type",
-           "nccl_version", "unique_id"]
+__all__ = ["Communicator", "NcclError", "NcclNotFound", "REDUCTIONS", "SymmetricBuffer", "allocate_symmetric_all",
+           "close_all", "group", "nccl_type", "nccl_version", "unique_id"]

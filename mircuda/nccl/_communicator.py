@@ -13,11 +13,13 @@ from ..errors import ClosedResourceError, ContractError
 from ..memory import DeviceBuffer, check_device_buffer
 from ..runtime import Stream
 from ._library import UNIQUE_ID_BYTES, bindings, checked
+from ._symmetric import SymmetricBuffer, allocate_symmetric
 
 if TYPE_CHECKING:
     from ..runtime import Context
+    from ._symmetric import _Memory
 
-__all__ = ["Communicator", "REDUCTIONS", "close_all", "group", "nccl_type"]
+__all__ = ["Communicator", "REDUCTIONS", "allocate_symmetric_all", "close_all", "group", "nccl_type"]
 
 # ncclDataType_t (nccl.h) by mircuda dtype name. Types NCCL lacks move as bytes (ncclUint8) in the
 # collectives that only copy; the reductions refuse them.
@@ -154,6 +156,7 @@ class Communicator:
     _size: int
     _closed: bool
     _finalizer: weakref.finalize[..., Communicator]
+    _symmetric: dict[int, _Memory]  # live symmetric windows, released before the communicator goes
 
     def __init__(self, rank: int, size: int, unique_id: bytes, context: Context) -> None:
         from ..runtime import Context
@@ -179,6 +182,7 @@ class Communicator:
         self._rank = rank
         self._size = size
         self._closed = False
+        self._symmetric = {}
         # A communicator dropped without close() is aborted (ncclCommAbort: local, never waits for
         # the other ranks as ncclCommDestroy may).
         self._finalizer = weakref.finalize(self, _abort, comm, context)
@@ -440,6 +444,30 @@ class Communicator:
         comm, bp, h = self._comm, b._ptr, stream._handle
         _issue(call, bindings.recv, bp, n * per, dtype, peer, comm, h)
 
+    # -- symmetric memory ---------------------------------------------------------------------
+    def allocate_symmetric(self, dtype: Any, stream: Stream, count: int) -> SymmetricBuffer:
+        """``count`` elements of ``dtype`` (contents undefined) from ``ncclMemAlloc`` on this rank's
+        device, registered as a symmetric window of this communicator (``ncclCommWindowRegister``
+        with ``NCCL_WIN_COLL_SYMMETRIC``, NCCL >= 2.27): a :class:`~mircuda.nccl.SymmetricBuffer`
+        that kernels and plans use like any DeviceBuffer and that lets NCCL run its symmetric
+        (NVLink load/store) kernels when every buffer of a collective is such a window on every rank.
+        See :mod:`mircuda.nccl._symmetric` for NVLink multicast (off) and lifetimes.
+
+        Registration is collective: every rank allocates, in the same order and with the same
+        ``count`` and dtype. Ranks of one process (:meth:`init_all`) must allocate inside one
+        :func:`group` (the registrations are issued at its end, where NCCL fills the windows; the
+        buffer's memory exists at once) or use :func:`allocate_symmetric_all`. Outside a group the
+        call waits for the other ranks. The memory is ready at once (``ncclMemAlloc`` is not
+        stream-ordered); ``stream`` is the buffer's stream (for exports, like a borrowed buffer's).
+
+        Raises:
+            ContractError: a bad dtype, ``count`` (a positive int) or ``stream`` (another context's,
+                closed). ClosedResourceError: the communicator was closed.
+            NcclError: ``ncclMemAlloc`` or ``ncclCommWindowRegister`` failed (inside a group: at its
+                end; the buffer then is not a window, collectives on it still work).
+        """
+        return allocate_symmetric(self, dtype, stream, count, _issue)
+
     # -- lifetime ---------------------------------------------------------------------------
     def close(self) -> None:
         """Finish and destroy this rank (``ncclCommFinalize``, then ``ncclCommDestroy``). Collective:
@@ -459,6 +487,11 @@ class Communicator:
             return
         self._closed = True
         self._finalizer()
+        # NCCL's abort dropped the windows with the communicator: only the memory is left to free.
+        try:
+            _release_symmetric([self], deregister=False)
+        except Exception:
+            pass  # an abort never raises: the memory goes with the context at worst
 
     def __enter__(self) -> Communicator:
         return self
@@ -474,7 +507,10 @@ class Communicator:
 def close_all(communicators: Sequence[Communicator]) -> None:
     """Close several communicators of this process together: their ``ncclCommFinalize`` calls in one
     NCCL group (so that one thread can finish ranks that wait for each other), then
-    ``ncclCommDestroy`` on each. Closed ones are skipped.
+    ``ncclCommDestroy`` on each. Closed ones are skipped. Their
+    symmetric buffers (:meth:`Communicator.allocate_symmetric`) still alive are released first
+    (window deregistered, then ``ncclMemFree``: a window must go before its communicator) and read as
+    freed afterwards.
 
     Raises:
         ContractError: something else than Communicators.
@@ -487,6 +523,11 @@ def close_all(communicators: Sequence[Communicator]) -> None:
     live = [c for c in comms if not c._closed]
     if not live:
         return
+    first: BaseException | None = None
+    try:
+        _release_symmetric(live, deregister=True)  # windows go before their communicators
+    except BaseException as exc:  # close all the same, then report it
+        first = exc
     for c in live:
         c._closed = True
         c._finalizer.detach()
@@ -499,7 +540,6 @@ def close_all(communicators: Sequence[Communicator]) -> None:
         finally:
             checked("ncclGroupEnd", bindings.group_end)
     finally:
-        first: BaseException | None = None
         for c in live:
             try:
                 checked("ncclCommDestroy", bindings.comm_destroy, c._comm)
@@ -507,6 +547,52 @@ def close_all(communicators: Sequence[Communicator]) -> None:
                 first = first or exc
         if first is not None:
             raise first
+
+
+def allocate_symmetric_all(communicators: Sequence[Communicator], dtype: Any, streams: Sequence[Stream],
+                           count: int) -> list[SymmetricBuffer]:
+    """One :meth:`Communicator.allocate_symmetric` per communicator of this process (all of
+    :meth:`Communicator.init_all`), registered together in one :func:`group`, as NCCL requires when
+    one thread registers for several ranks. ``streams[i]`` is a stream of ``communicators[i]``'s
+    context.
+
+    Raises:
+        ContractError: sequences of different lengths or the wrong types, and as
+            ``allocate_symmetric``. NcclError: NCCL failed (every buffer made is released then).
+    """
+    comms = list(communicators)
+    if not comms or isinstance(streams, (str, bytes)) or not isinstance(streams, Sequence) or len(streams) != len(comms):
+        raise ContractError("streams", f"{len(comms)} Streams, one per communicator", repr(streams)[:80])
+    for i, c in enumerate(comms):
+        if not isinstance(c, Communicator):
+            raise ContractError(f"communicators[{i}]", "a Communicator", type(c).__name__)
+    made: list[SymmetricBuffer] = []
+    try:
+        with group():
+            for c, s in zip(comms, streams):
+                made.append(c.allocate_symmetric(dtype, s, count))
+    except BaseException:
+        for b in made:
+            owner = b._owner
+            if owner is not None:
+                try:
+                    owner.release()  # type: ignore[attr-defined]
+                except Exception:
+                    pass  # the first error is the one to report
+        raise
+    return made
+
+
+def _release_symmetric(communicators: Sequence[Communicator], deregister: bool) -> None:
+    first: BaseException | None = None
+    for c in communicators:
+        for memory in list(c._symmetric.values()):
+            try:
+                memory.release(deregister=deregister)
+            except BaseException as exc:  # release the others all the same
+                first = first or exc
+    if first is not None:
+        raise first
 
 
 @_cuda.finalizer

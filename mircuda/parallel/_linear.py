@@ -11,8 +11,8 @@ import numpy as np
 from ..dtypes import bf16
 from ..errors import ClosedResourceError, ContractError
 from ..matmul import DenseMatmulPlan, DenseMatmulSpec
-from ..memory import check_device_buffer
-from ..nccl import Communicator, group
+from ..memory import check_device_buffer, describe_argument
+from ..nccl import Communicator, SymmetricBuffer, allocate_symmetric_all, group
 from ._capture import capture_each
 
 if TYPE_CHECKING:
@@ -310,49 +310,119 @@ class RowParallelLinear(_Parallel):
     The partial sums are rounded to the input type before they are added (as in Megatron-LM), so Y
     differs from one device's FP32-accumulated product by about one rounding of each partial sum.
 
+    With ``symmetric=True`` the layer allocates, once, one ``[M, N]`` output per local rank from
+    NCCL's symmetric memory (:meth:`Communicator.allocate_symmetric`: ``ncclMemAlloc`` registered as
+    an ``NCCL_WIN_COLL_SYMMETRIC`` window; collective, so every rank of every process makes the layer
+    with the same spec): the partial product is written there and all-reduced in place, which lets
+    NCCL (>= 2.27) run its low-latency symmetric all-reduce over NVLink load/store (no multicast: see
+    :mod:`mircuda.nccl._symmetric`). Y is then read from :attr:`outputs`; ``execute`` takes
+    ``y=None`` (or ``outputs`` itself) and allocates nothing.
+
     Args:
         communicators, streams, input, kernel, library: as for :class:`ColumnParallelLinear`.
         spec: the whole layer's ``DenseMatmulSpec(m, n, k)``; ``k`` a multiple of ``size``.
+        symmetric: whether to keep the outputs in symmetric NCCL windows (see above).
 
     Raises:
-        as :class:`ColumnParallelLinear` (``k`` not divisible).
+        as :class:`ColumnParallelLinear` (``k`` not divisible); ContractError: ``symmetric`` not a bool;
+        NcclError: the symmetric allocation or window registration failed (nothing is kept then).
     """
 
+    _outputs: list[SymmetricBuffer]
+    _symmetric: bool
+
     def __init__(self, communicators: Sequence[Communicator], streams: Sequence[Stream], spec: DenseMatmulSpec,
-                 input: Any = bf16, *, kernel: str | None = None, library: CutlassLibrary | None = None) -> None:
+                 input: Any = bf16, *, kernel: str | None = None, library: CutlassLibrary | None = None,
+                 symmetric: bool = False) -> None:
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
+        if type(symmetric) is not bool:
+            raise ContractError("symmetric", "a bool", repr(symmetric))
         size = _size_of(communicators)
         if spec.k % size:
             raise ContractError("spec", f"k divisible by the {size} ranks", f"k = {spec.k}")
+        self._outputs = []
+        self._symmetric = symmetric
         self._setup(communicators, streams, spec, DenseMatmulSpec(spec.m, spec.n, spec.k // size), input,
                     library, kernel)
+        if symmetric:
+            try:
+                self._outputs = allocate_symmetric_all(self._comms, self._plans[0].operands[2].info.scalar_type,
+                                                       self._streams, spec.m * spec.n)
+            except BaseException:
+                for p in self._plans:
+                    p.close()
+                self._closed = True
+                raise
 
-    def execute(self, x: Buffers, w: Buffers, y: Buffers) -> None:
+    @property
+    def symmetric(self) -> bool:
+        """Whether the outputs live in symmetric NCCL windows (``symmetric=True``)."""
+        return self._symmetric
+
+    @property
+    def outputs(self) -> list[SymmetricBuffer]:
+        """With ``symmetric=True``: per local rank, the ``[M, N]`` output (Y after :meth:`execute`), a
+        :class:`~mircuda.nccl.SymmetricBuffer` the layer owns; ``[]`` otherwise (and after close)."""
+        return list(self._outputs)
+
+    def _y(self, y: Buffers | None) -> list[DeviceBuffer[Any]]:
+        if self._closed:
+            raise ClosedResourceError(f"the {type(self).__name__} was closed")
+        if not self._symmetric:
+            if y is None:
+                raise ContractError("y", "a sequence of DeviceBuffers (one per local rank)", "None",
+                                    "y may be None only for a layer made with symmetric=True")
+            return self._operands("y", y)
+        if y is None:
+            return list(self._outputs)
+        ys = self._operands("y", y)
+        for i, (given, own) in enumerate(zip(ys, self._outputs)):
+            if given is not own:
+                raise ContractError(f"y[{i}]", "None or the layer's outputs[i] (symmetric=True: Y is written "
+                                    "into the layer's symmetric buffers)", describe_argument(given))
+        return ys
+
+    def execute(self, x: Buffers, w: Buffers, y: Buffers | None = None) -> None:
         """Enqueue every local rank's partial product ``y[i] = x[i] . w[i]^T`` and the all-reduce
         (sum, in place in ``y[i]``; one NCCL group); allocates and synchronizes nothing.
 
         Args:
             x: per local rank, its input shard ``[M, K/size]``. w: per local rank, ``[N, K/size]``.
-            y: per local rank, ``[M, N]``: Y on every rank afterwards.
+            y: per local rank, ``[M, N]``: Y on every rank afterwards. With ``symmetric=True``: None
+                (or :attr:`outputs`), Y is then in :attr:`outputs`.
 
         Raises:
-            ContractError: a sequence of the wrong length or a bad buffer; nothing is enqueued then.
+            ContractError: a sequence of the wrong length or a bad buffer; ``y`` None without
+                ``symmetric=True``, or other buffers than :attr:`outputs` with it; nothing is enqueued then.
         """
-        self._run(self._operands("x", x), self._operands("w", w), self._operands("y", y), None)
+        self._run(self._operands("x", x), self._operands("w", w), self._y(y), None)
 
-    def enqueue_rank(self, i: int, x: Buffers, w: Buffers, y: Buffers) -> None:
+    def enqueue_rank(self, i: int, x: Buffers, w: Buffers, y: Buffers | None = None) -> None:
         """Enqueue local rank ``i``'s partial product and all-reduce only, on ``streams[i]``, outside any
-        NCCL group (as :meth:`ColumnParallelLinear.enqueue_rank`)."""
-        x, w, y = self._operands("x", x), self._operands("w", w), self._operands("y", y)
+        NCCL group (as :meth:`ColumnParallelLinear.enqueue_rank`); ``y`` as for :meth:`execute`."""
+        x, w, ys = self._operands("x", x), self._operands("w", w), self._y(y)
         i = self._index(i)
-        self._precheck_rank(i, x, w, y)
-        self._enqueue(i, x, w, y, None)
-        self._communicate(i, y, None)
+        self._precheck_rank(i, x, w, ys)
+        self._enqueue(i, x, w, ys, None)
+        self._communicate(i, ys, None)
 
-    def capture(self, x: Buffers, w: Buffers, y: Buffers) -> list[Graph[Any]]:
-        """As :meth:`ColumnParallelLinear.capture`: once eagerly, then one graph per local rank."""
-        return self._capture(self._operands("x", x), self._operands("w", w), self._operands("y", y), None)
+    def capture(self, x: Buffers, w: Buffers, y: Buffers | None = None) -> list[Graph[Any]]:
+        """As :meth:`ColumnParallelLinear.capture`: once eagerly, then one graph per local rank; ``y``
+        as for :meth:`execute`."""
+        return self._capture(self._operands("x", x), self._operands("w", w), self._y(y), None)
+
+    def close(self) -> None:
+        """Close the per-rank plans and release the symmetric outputs (``symmetric=True``; those a live
+        graph still holds are released when the last such graph goes, or when their communicator is
+        closed). Not the communicators or streams, which the caller owns. Idempotent."""
+        outputs, self._outputs = self._outputs, []
+        try:
+            for buf, stream in zip(outputs, self._streams):
+                if not buf.freed and not buf._holds:
+                    buf.free(stream)
+        finally:
+            super().close()
 
     def _enqueue(self, i: int, x: Buffers, w: Buffers, y: Buffers, extra: Any) -> None:
         self._plans[i].execute(self._streams[i], x[i], w[i], y[i])

@@ -181,6 +181,61 @@ def test_all_reduce_in_one_graph_per_device(ranks: Ranks, rng) -> None:
         g.close()
 
 
+def _fill(ranks: Ranks, buffers: list[Any], arrays: list[np.ndarray]) -> None:
+    """Write host arrays into existing buffers (upload to the pool, then a device copy)."""
+    for s, p, b, a in zip(ranks.streams, ranks.pools, buffers, arrays):
+        tmp = s.upload(p, a)
+        s.copy_device_range(tmp, 0, b, 0, len(a))
+        tmp.free(s)
+
+
+@pytest.mark.parametrize("n", [4096, 32 * 1024 + 3])  # 8 KiB of bf16 (the decode case), and an odd 64 KiB
+def test_symmetric_all_reduce_between_two_devices_exact_eager_and_in_graphs(ranks: Ranks, rng, n: int) -> None:
+    from mircuda.parallel import capture_each
+
+    send = nccl.allocate_symmetric_all(ranks.comms, mc.bf16, ranks.streams, n)
+    recv = nccl.allocate_symmetric_all(ranks.comms, mc.bf16, ranks.streams, n)
+    try:
+        assert all(isinstance(b, nccl.SymmetricBuffer) and len(b) == n for b in send + recv)
+        assert [b.communicator for b in send] == ranks.comms and [b.context for b in send] == ranks.contexts
+        inputs = _values(rng, mc.bf16, n)
+        want = inputs[0].astype(np.float64) + inputs[1].astype(np.float64)
+        _fill(ranks, send, inputs)
+        with nccl.group():  # out of place, both buffers windows
+            for r in range(2):
+                ranks.comms[r].all_reduce(ranks.streams[r], send[r], recv[r])
+        for got in ranks.download(recv):
+            np.testing.assert_array_equal(got.astype(np.float64), want)
+        with nccl.group():  # in place
+            for r in range(2):
+                ranks.comms[r].all_reduce(ranks.streams[r], send[r], send[r])
+        for got in ranks.download(send):
+            np.testing.assert_array_equal(got.astype(np.float64), want)
+        _fill(ranks, send, inputs)
+        for s, b in zip(ranks.streams, recv):
+            s.memset(b, 0)
+        graphs = capture_each(ranks.streams, (send, recv),
+                              lambda r, res: ranks.comms[r].all_reduce(ranks.streams[r], res[0][r], res[1][r]))
+        assert all(np.all(g == 0) for g in ranks.download(recv))  # capturing ran nothing
+        for _ in range(3):
+            for r in range(2):
+                graphs[r].launch(ranks.streams[r])
+        for got in ranks.download(recv):
+            np.testing.assert_array_equal(got.astype(np.float64), want)
+        for g in graphs:
+            g.close()
+        # NCCL registered every window (H200s over NVLink: direct P2P, one node, cuMem on).
+        assert all(b.registered for b in send + recv)
+    finally:
+        for bufs in (send, recv):
+            for s, b in zip(ranks.streams, bufs):
+                if not b.freed:
+                    b.free(s)
+    assert all(b.freed for b in send + recv)
+    with pytest.raises(mc.UseAfterFree):
+        ranks.comms[0].all_reduce(ranks.streams[0], send[0], send[0])
+
+
 # -- two devices, two processes -----------------------------------------------------------------
 
 def test_two_processes_join_through_a_unique_id(driver: mc.Driver) -> None:

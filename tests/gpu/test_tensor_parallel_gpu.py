@@ -116,6 +116,50 @@ def test_row_parallel_equals_one_device(ranks: Ranks, rng, m: int) -> None:
     assert rel(got[0], single) < BOUND
 
 
+@pytest.mark.parametrize("m", [1, 16])
+def test_row_parallel_symmetric_equals_one_device_eager_and_in_graphs(ranks: Ranks, rng, m: int) -> None:
+    n, k = 1024, 2048
+    x, w = operands(rng, m, n, k)
+    want64 = x.astype(np.float64) @ w.astype(np.float64).T
+    single = one_gpu(ranks, x, w)
+    xs = ranks.upload(row_parallel_shards(x, 2))
+    ws = ranks.upload(row_parallel_shards(w, 2))
+    with RowParallelLinear(ranks.comms, ranks.streams, mc.DenseMatmulSpec(m, n, k)) as plain:
+        ys = ranks.empty(m * n)
+        plain.execute(xs, ws, ys)
+        reference = [y.reshape(m, n) for y in ranks.download(ys)]
+    layer = RowParallelLinear(ranks.comms, ranks.streams, mc.DenseMatmulSpec(m, n, k), symmetric=True)
+    try:
+        outs = layer.outputs
+        assert layer.symmetric and all(isinstance(o, nccl.SymmetricBuffer) and len(o) == m * n for o in outs)
+        layer.execute(xs, ws)
+        got = [y.reshape(m, n) for y in ranks.download(outs)]
+        np.testing.assert_array_equal(got[0], got[1])
+        # The same partial sums as the pool-buffer layer, added by another NCCL kernel: equal up to
+        # the last bf16 rounding (2**-8 relative) of each sum.
+        np.testing.assert_allclose(got[0], reference[0], rtol=2**-7, atol=0)
+        assert rel(got[0], want64) < BOUND
+        assert rel(got[0], single) < BOUND
+        graphs = layer.capture(xs, ws)  # once eagerly, then one graph per device
+        for s, o in zip(ranks.streams, outs):
+            s.memset(o, 0xFF)  # NaN: only the replays write Y
+        for _ in range(2):
+            for r in range(2):
+                graphs[r].launch(ranks.streams[r])
+        replayed = [y.reshape(m, n) for y in ranks.download(outs)]
+        np.testing.assert_array_equal(replayed[0], replayed[1])
+        np.testing.assert_allclose(replayed[0], reference[0], rtol=2**-7, atol=0)
+        for g in graphs:
+            g.close()
+        with pytest.raises(mc.ContractError, match=r"argument 'y\[0\]'.*outputs"):
+            layer.execute(xs, ws, ys)
+    finally:
+        for s in ranks.streams:
+            s.synchronize()
+        layer.close()
+    assert all(o.freed for o in outs) and layer.outputs == []
+
+
 def test_a_column_then_row_chain_in_one_graph_per_device(ranks: Ranks, rng) -> None:
     """An MLP's up (column-parallel) and down (row-parallel) projections: the column outputs are the
     row layer's input shards, no communication between them; captured once per device, replayed."""
