@@ -14,13 +14,14 @@ from mircuda.cli import _fp8_profile as fp
 from mircuda.cli import main
 
 
-@pytest.mark.parametrize("text, shapes", [("4096x4096", ((4096, 4096),)), ("14336x4096, 6144X4096,", ((14336, 4096),
+@pytest.mark.parametrize("text, shapes", [("4096x4096", ((4096, 4096),)), ("14336x4096, 6144X4096", ((14336, 4096),
                                                                                                       (6144, 4096)))])
 def test_shapes_parse_as_n_by_k(text, shapes) -> None:
     assert fp.shape_values(text) == shapes
 
 
-@pytest.mark.parametrize("text", ["", "4096", "4096x", "0x4096", "4096x4096x2", "ax4096", "-1x8"])
+@pytest.mark.parametrize("text", ["", "4096", "4096x", "0x4096", "4096x4096x2", "ax4096", "-1x8", "4096x4096,",
+                                  "4096x4096,,4096x4096"])
 def test_bad_shapes_are_refused_by_value(text) -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="NxK"):
         fp.shape_values(text)
@@ -219,7 +220,8 @@ def test_sweep_candidates_parse_with_their_knobs() -> None:
     assert _parser().parse_args(["fp8-profile"]).sweep is None
 
 
-@pytest.mark.parametrize("text, named", [("", "at least one"), ("simt", "'simt'"), ("mma:rows=8", "rows one of 16, 32"),
+@pytest.mark.parametrize("text, named", [("", "at least one"), ("mma,", "empty item"), ("mma,,gemv", "empty item"),
+                                         ("mma:rows=16,mma:rows=16", "distinct"), ("simt", "'simt'"), ("mma:rows=8", "rows one of 16, 32"),
                                          ("gemv:rows=16", "rows one of 1, 2, 4, 8"), ("mma:warps=3", "warps"),
                                          ("mma:trigger=now", "trigger"), ("mma:tiles=2", "'tiles=2'"),
                                          ("mma:rows=16:rows=32", "once each"), ("mma:rows=x", "rows"),

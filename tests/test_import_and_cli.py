@@ -88,8 +88,9 @@ def test_cli_profile_without_a_gpu_fails_cleanly() -> None:
     assert out.returncode == 2 and "error:" in out.stderr and "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("value, ok", [("1,16,2048", (1, 16, 2048)), ("8,", (8,)), ("0", None), ("abc", None),
-                                       ("", None), ("-4", None)])
+@pytest.mark.parametrize("value, ok", [("1,16,2048", (1, 16, 2048)), (" 8, 16", (8, 16)), ("8,", None),
+                                       ("1,,2", None), (",1", None), ("0", None), ("abc", None), ("", None),
+                                       ("-4", None)])
 def test_matmul_profile_m_values_are_positive_ints(value, ok) -> None:
     import argparse
 

@@ -45,6 +45,53 @@ def test_import_without_nccl4py_names_the_extra() -> None:
     assert out.stdout.startswith("NcclNotFound") and "mircuda[nccl]" in out.stdout
 
 
+def _import_in_a_child(prelude: str) -> subprocess.CompletedProcess[str]:
+    """Import mircuda.nccl in a fresh process after ``prelude``; prints the error's kind and text (or
+    raises SystemExit("imported")) and then NCCL_NVLS_ENABLE as the failed import left it."""
+    code = textwrap.dedent(prelude) + textwrap.dedent("""
+        import os
+        os.environ.pop("NCCL_NVLS_ENABLE", None)
+        try:
+            import mircuda.nccl
+        except ImportError as exc:
+            import mircuda
+            assert isinstance(exc, mircuda.MircudaError), type(exc)
+            print(type(exc).__name__, exc)
+        else:
+            raise SystemExit("imported")
+        print("NCCL_NVLS_ENABLE", os.environ.get("NCCL_NVLS_ENABLE"))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "NCCL_NVLS_ENABLE"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_import_without_the_nccl_library_names_the_wheel() -> None:
+    # nccl4py present, libnccl.so.2 absent: cuda.pathfinder (nccl4py's loader) finds nothing.
+    out = _import_in_a_child("""
+        from cuda import pathfinder
+
+        def load_nvidia_dynamic_lib(name):
+            raise pathfinder.DynamicLibNotFoundError(f"Failure finding lib{name}.so")
+
+        pathfinder.load_nvidia_dynamic_lib = load_nvidia_dynamic_lib
+    """)
+    assert out.returncode == 0, out.stderr + out.stdout
+    first, last = out.stdout.splitlines()
+    assert first.startswith("NcclNotFound") and "nvidia-nccl-cu13" in first and "mircuda[nccl]" in first
+    assert "DynamicLibNotFoundError" in first  # pathfinder's reason is kept in the message
+    assert last == "NCCL_NVLS_ENABLE None"  # a failed import leaves the environment alone
+
+
+def test_a_failed_import_leaves_the_environment_alone() -> None:
+    out = _import_in_a_child("""
+        import sys
+        sys.modules["nccl"] = None
+        sys.modules["nccl.bindings"] = None
+    """)
+    assert out.returncode == 0, out.stderr + out.stdout
+    assert out.stdout.startswith("NcclNotFound") and out.stdout.splitlines()[-1] == "NCCL_NVLS_ENABLE None"
+
+
 def test_import_keeps_nvlink_multicast_off_unless_set() -> None:
     code = "import os; os.environ.pop('NCCL_NVLS_ENABLE', None); import mircuda.nccl; print(os.environ['NCCL_NVLS_ENABLE'])"
     env = {k: v for k, v in os.environ.items() if k != "NCCL_NVLS_ENABLE"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from ..errors import MircudaError
 from ._errors import cli_message, debug
@@ -27,13 +27,26 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
+class _CommandParser(_Parser):
+    """A command's parser: an argument it does not know is refused under its own prog (argparse's
+    subparsers action hands the leftovers up to the top parser, whose message would name
+    ``python -m mircuda`` instead of the command)."""
+
+    def parse_known_args(  # type: ignore[override]  # typeshed overloads on the namespace type
+            self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def _parser() -> argparse.ArgumentParser:
     from . import (_build_cutlass, _compile, _cutlass_check, _decoder_layer_profile, _dense_vector_profile,
                    _fp4_profile, _fp8_profile, _graph_profile, _inspect, _matmul_profile, _multi_gpu_profile,
                    _profile)
 
     parser = _Parser(prog="python -m mircuda", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
     # The order of `--help`'s command list.
     for command in (_inspect, _profile, _graph_profile, _compile, _dense_vector_profile, _matmul_profile,
                     _decoder_layer_profile, _fp8_profile, _fp4_profile, _multi_gpu_profile, _build_cutlass,

@@ -34,6 +34,7 @@ import numpy as np
 
 from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP, check_results_file
+from ._values import device_ordinal
 
 __all__ = ["GOAL_TBPS", "LAYER", "LayerRow", "decoder_layer_profile", "goal_lines", "layer_bytes", "register", "table"]
 
@@ -434,7 +435,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("decoder-layer-profile",
                        help="a Llama-3-8B layer's four projections as one graph on cold weights vs cuBLAS in a "
                             "torch CUDA graph (GPU)")
-    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--device", type=device_ordinal, default=0)
     p.add_argument("--dtype", default="bf16", help="weights and activations: bf16 or f16 (default bf16)")
     p.add_argument("--m", type=m_values, default=",".join(map(str, DEFAULT_M)),
                    help="comma-separated M values (tokens; default 1,8,16)")

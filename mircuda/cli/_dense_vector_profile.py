@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import RESULTS_HELP, check_results_file
+from ._values import comma_items, device_ordinal
 from ._matmul_bench import Row, Types, check_vector, row, session, upload
 from ._vector_sweep import sweep_rows
 
@@ -112,16 +113,12 @@ def shape_values(text: str) -> tuple[tuple[int, int], ...]:
     import argparse
 
     out = []
-    for entry in (e.strip().lower() for e in text.split(",")):
-        if not entry:
-            continue
-        parts = entry.split("x")
+    for entry in comma_items(text, "NxK"):
+        parts = entry.lower().split("x")
         if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
             raise argparse.ArgumentTypeError(f"expected comma-separated NxK of positive ints, received {entry!r} in "
                                              f"{text!r}")
         out.append((int(parts[0]), int(parts[1])))
-    if not out:
-        raise argparse.ArgumentTypeError(f"expected at least one NxK, received {text!r}")
     return tuple(out)
 
 
@@ -156,7 +153,7 @@ def check_profile_arguments(args: Any) -> None:
 
 
 def add_vector_arguments(p: Any) -> None:
-    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--device", type=device_ordinal, default=0)
     p.add_argument("--dtypes", default="bf16,f16,bf16->f32",
                    help="comma-separated input[->output] pairs (default: bf16,f16,bf16->f32)")
     p.add_argument("--calls", type=int, default=50, help="back-to-back calls per timed repeat")

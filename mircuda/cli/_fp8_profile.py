@@ -26,9 +26,10 @@ import numpy as np
 
 from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP
+from ._values import comma_items, device_ordinal, positive_int
 
-__all__ = ["COLUMNS", "FP8_M", "FP8_SHAPES", "SWEEP_KERNELS", "Candidate", "Fp8Row", "fp8_profile", "register",
-           "shape_values", "sweep_best", "sweep_values", "table"]
+__all__ = ["COLUMNS", "FP8_M", "FP8_SHAPES", "SWEEP_KERNELS", "Candidate", "Fp8Row", "fp8_profile", "fp8_shape_values",
+           "register", "shape_values", "sweep_best", "sweep_values", "table"]
 
 FP8_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))
 """(N, K) of the weights: Llama-3-8B-like projections (hidden 4096, MLP 14336, fused QKV 6144)."""
@@ -82,20 +83,33 @@ def shape_values(text: str) -> tuple[tuple[int, int], ...]:
     """``--shapes``: comma-separated ``NxK`` pairs of positive ints, e.g. ``4096x4096,14336x4096``.
 
     Raises:
-        argparse.ArgumentTypeError: naming the pair that is not ``NxK``.
+        argparse.ArgumentTypeError: naming the pair that is not ``NxK``, or an empty item.
     """
     out = []
-    for item in (v.strip() for v in text.split(",")):
-        if not item:
-            continue
+    for item in comma_items(text, "NxK pair"):
         parts = item.lower().split("x")
         if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
             raise argparse.ArgumentTypeError(f"expected comma-separated NxK pairs of positive ints, received {item!r} "
                                              f"in {text!r}")
         out.append((int(parts[0]), int(parts[1])))
-    if not out:
-        raise argparse.ArgumentTypeError(f"expected at least one NxK pair, received {text!r}")
     return tuple(out)
+
+
+def fp8_shape_values(text: str) -> tuple[tuple[int, int], ...]:
+    """fp8-profile's ``--shapes``: :func:`shape_values` with K a multiple of 16, the rule of every blockwise
+    FP8 plan (``mircuda.matmul._fp8.FP8_K_MULTIPLE``: 16-byte rows of E4M3 codes).
+
+    Raises:
+        argparse.ArgumentTypeError: naming the pair whose K breaks the rule.
+    """
+    from ..matmul._fp8 import FP8_K_MULTIPLE
+
+    shapes = shape_values(text)
+    for n, k in shapes:
+        if k % FP8_K_MULTIPLE:
+            raise argparse.ArgumentTypeError(f"expected NxK pairs with K a multiple of {FP8_K_MULTIPLE} (16-byte rows "
+                                             f"of E4M3 codes), received {n}x{k} in {text!r}")
+    return shapes
 
 
 SWEEP_KERNELS = {"gemv": ("blockwise_fp8_gemv", (1, 2, 4, 8)), "mma": ("blockwise_fp8_mma", (16, 32))}
@@ -139,16 +153,16 @@ def sweep_values(text: str) -> tuple[Candidate, ...]:
     is the plan's default.
 
     Raises:
-        argparse.ArgumentTypeError: naming the candidate and what is wrong with it.
+        argparse.ArgumentTypeError: naming the candidate and what is wrong with it (an empty candidate, ``mma,``,
+            and the same candidate twice are refused too).
     """
-    out = []
-    for item in (v.strip() for v in text.split(",")):
-        if not item:
-            continue
+    out: list[Candidate] = []
+    for item in comma_items(text, "candidate"):
         kernel, *pairs = item.split(":")
         if kernel not in SWEEP_KERNELS:
-            raise argparse.ArgumentTypeError(f"expected candidates kernel[:rows=R][:warps=W][:trigger=early|late] "
-                                             f"with kernel gemv or mma, received {item!r}")
+            raise argparse.ArgumentTypeError(f"expected candidates kernel[:rows=R][:warps=W][:trigger=early|late]"
+                                             f"[:decode=hardware|integer] with kernel gemv or mma (decode: mma only), "
+                                             f"received {item!r}")
         knobs: dict[str, Any] = {}
         for pair in pairs:
             key, _, value = pair.partition("=")
@@ -163,9 +177,10 @@ def sweep_values(text: str) -> tuple[Candidate, ...]:
                 raise argparse.ArgumentTypeError(f"expected {key} one of {', '.join(map(str, allowed[key]))} for "
                                                  f"{kernel} in {item!r}, received {value!r}")
             knobs[key] = parsed
-        out.append(Candidate(kernel, knobs.get("rows"), knobs.get("warps"), knobs.get("trigger"), knobs.get("decode")))
-    if not out:
-        raise argparse.ArgumentTypeError(f"expected at least one candidate, received {text!r}")
+        candidate = Candidate(kernel, knobs.get("rows"), knobs.get("warps"), knobs.get("trigger"), knobs.get("decode"))
+        if candidate in out:  # the same configuration twice would be measured twice and reported as two rows
+            raise argparse.ArgumentTypeError(f"expected distinct candidates, received {item!r} twice in {text!r}")
+        out.append(candidate)
     return tuple(out)
 
 
@@ -507,12 +522,12 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("fp8-profile", help="BlockwiseFp8Plan vs torch._scaled_mm (rowwise, blockwise) over M and "
                                            "Llama-like (N, K) on cold weights (GPU; torch optional)")
-    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--device", type=device_ordinal, default=0)
     p.add_argument("--m", type=m_values, default=",".join(map(str, FP8_M)), help="comma-separated M values")
-    p.add_argument("--shapes", type=shape_values, default=",".join(f"{n}x{k}" for n, k in FP8_SHAPES),
-                   help="comma-separated NxK weight shapes (default: the four Llama-like ones)")
-    p.add_argument("--calls", type=int, default=20, help="back-to-back calls per timed repeat")
-    p.add_argument("--repeats", type=int, default=7, help="timed repeats (the median is reported)")
+    p.add_argument("--shapes", type=fp8_shape_values, default=",".join(f"{n}x{k}" for n, k in FP8_SHAPES),
+                   help="comma-separated NxK weight shapes, K a multiple of 16 (default: the four Llama-like ones)")
+    p.add_argument("--calls", type=positive_int, default=20, help="back-to-back calls per timed repeat")
+    p.add_argument("--repeats", type=positive_int, default=7, help="timed repeats (the median is reported)")
     p.add_argument("--sweep", type=sweep_values, default=None,
                    help="decode configurations measured beside the defaults for every M <= 16: comma-separated "
                         "kernel[:rows=R][:warps=W][:trigger=early|late], kernel gemv (CUDA cores, rows 1, 2, 4, 8) "

@@ -36,6 +36,7 @@ from typing import Any
 
 from ..timing import Column, ResultTable, host_us_per_call
 from ._errors import RESULTS_HELP, check_results_file
+from ._values import device_ordinal
 from ._graph_paths import BindingsPath, CuPyPath, LibraryPath, MircudaPath, TorchPath, spin_on_handle
 
 __all__ = ["COLUMNS", "cmd_graph_profile", "register", "table"]
@@ -48,7 +49,7 @@ def register(sub: Any) -> None:
     """Add ``graph-profile`` to the CLI's subparsers."""
     p = sub.add_parser("graph-profile", help="N kernels launched directly vs replayed as one CUDA graph: "
                        "host and device µs, beside torch and CuPy graphs")
-    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--device", type=device_ordinal, default=0)
     p.add_argument("--sizes", default="1,10,100", help="comma-separated kernel counts N (default 1,10,100)")
     p.add_argument("--calls", type=int, default=200, help="kernels or replays per host-timed batch")
     p.add_argument("--batches", type=int, default=20, help="host-timed batches per round")
@@ -83,7 +84,7 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
     import mircuda as mc
 
     try:
-        sizes = [int(s) for s in str(args.sizes).split(",") if s.strip()]
+        sizes = [int(s) for s in str(args.sizes).split(",")]  # an empty item (1,,2) is refused, not skipped
     except ValueError:
         sizes = []
     if not sizes or min(sizes) < 1:

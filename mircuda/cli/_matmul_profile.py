@@ -9,6 +9,7 @@ import numpy as np
 
 from ._dense_vector_profile import check_profile_arguments
 from ._errors import RESULTS_HELP
+from ._values import comma_items, device_ordinal
 from ._matmul_bench import Row, Types, relative_error, row, session, upload
 
 __all__ = ["MATMUL_M", "MATMUL_SHAPES", "m_values", "matmul_profile", "register"]
@@ -112,26 +113,23 @@ def _goals(rows: list[Row]) -> list[str]:
 
 
 def m_values(text: str) -> tuple[int, ...]:
-    """``--m``: comma-separated positive ints, e.g. ``1,16,2048``.
+    """``--m`` (of every profile that takes one): comma-separated positive ints, e.g. ``1,16,2048``.
 
     Raises:
-        argparse.ArgumentTypeError: naming the value that is not a positive int.
+        argparse.ArgumentTypeError: naming the value that is not a positive int, or an empty item (``1,,2``).
     """
     import argparse
 
     values = []
-    for v in (v.strip() for v in text.split(",")):
-        if v and (not v.isdigit() or int(v) < 1):
+    for v in comma_items(text, "positive int"):
+        if not v.isdigit() or int(v) < 1:
             raise argparse.ArgumentTypeError(f"expected comma-separated positive ints, received {v!r} in {text!r}")
-        if v:
-            values.append(int(v))
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected at least one positive int, received {text!r}")
+        values.append(int(v))
     return tuple(values)
 
 
 def add_matmul_arguments(p: Any) -> None:
-    p.add_argument("--device", type=int, default=0)
+    p.add_argument("--device", type=device_ordinal, default=0)
     p.add_argument("--dtypes", default="bf16,f16,bf16->f32",
                    help="comma-separated input[->output] pairs (default: bf16,f16,bf16->f32)")
     p.add_argument("--m", type=m_values, default=",".join(map(str, MATMUL_M)),

@@ -47,6 +47,7 @@ import numpy as np
 
 from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP
+from ._values import positive_seconds
 from ._multi_gpu_torch import MULTICAST_OFF
 
 __all__ = ["DEFAULT_TP_NCCL", "LLAMA_PROJECTIONS", "Row", "TP_NCCL_SETTINGS", "bus_bandwidth", "multi_gpu_profile",
@@ -830,7 +831,7 @@ def register(sub: Any) -> None:
                         f"under these variables: {', '.join(TP_NCCL_SETTINGS)}; repeat for several (default: "
                         f"{' and '.join(DEFAULT_TP_NCCL)}; --tp-nccl none: no variant)")
     p.add_argument("--no-torch", action="store_true", help="measure mircuda only")
-    p.add_argument("--torch-timeout", type=float, default=240.0, help="seconds to wait for the torch processes")
+    p.add_argument("--torch-timeout", type=positive_seconds, default=240.0, help="seconds to wait for the torch processes")
     p.add_argument("--json", default="benchmarks/results/multi_gpu_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=multi_gpu_profile, json_default=p.get_default("json"),
                    flags={"calls": "--calls", "repeats": "--repeats"})

@@ -1,8 +1,9 @@
 """NCCL collectives on mircuda streams and device buffers, through NVIDIA's nccl4py (the ``[nccl]`` extra).
 
-Importing this package sets ``NCCL_NVLS_ENABLE=0`` unless the environment already sets it (NVLink
-multicast stays off: see :mod:`mircuda.nccl._library`), and raises :class:`~mircuda.errors.NcclNotFound`
-(a MircudaError and an ImportError, naming the extra) where nccl4py is not installed.
+Importing this package raises :class:`~mircuda.errors.NcclNotFound` (a MircudaError and an ImportError,
+naming the extra) where nccl4py or the NCCL library (``nvidia-nccl-cu13``) cannot be loaded; once it
+can, it sets ``NCCL_NVLS_ENABLE=0`` unless the environment already sets it (NVLink multicast stays off:
+see :mod:`mircuda.nccl._library`).
 
 - :func:`unique_id` and ``Communicator(rank, size, unique_id, context)``: one rank per process.
 - :meth:`Communicator.init_all`: one rank per device of this process; drive them inside :func:`group`.

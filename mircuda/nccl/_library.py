@@ -5,10 +5,15 @@ mircuda calls the bindings' raw-pointer entry points (``all_reduce(sendbuff, rec
 op, comm, stream)`` ...) rather than nccl4py's ``Communicator`` methods, which resolve every buffer
 through DLPack / the CUDA Array Interface on each call: mircuda has already checked its own buffers.
 
-NVLink multicast (NVLS) is kept off: ``NCCL_NVLS_ENABLE`` defaults to ``0`` at import, before NCCL
-reads its environment (at its first call). On the shared H200 hosts mircuda is tested on, multicast
-objects (``cuMulticastCreate``, which NVLS builds on) have left GPUs out of service for a day or
-more; NCCL's ring and tree algorithms over NVLink do not need it. A value the caller set is kept.
+nccl4py loads ``libnccl.so.2`` lazily, at the first call, through ``cuda.pathfinder``; this module loads it
+the same way at import, so that nccl4py installed without the NCCL library (``nvidia-nccl-cu13``) is an
+import-time :class:`~mircuda.errors.NcclNotFound` rather than pathfinder's error at the first call.
+
+NVLink multicast (NVLS) is kept off: ``NCCL_NVLS_ENABLE`` defaults to ``0`` once the import succeeded,
+before NCCL reads its environment (at its first call; no communicator exists before the import ends).
+On the shared H200 hosts mircuda is tested on, multicast objects (``cuMulticastCreate``, which NVLS
+builds on) have left GPUs out of service for a day or more; NCCL's ring and tree algorithms over
+NVLink do not need it. A value the caller set is kept.
 """
 
 from __future__ import annotations
@@ -20,14 +25,34 @@ from typing import Any
 from .. import _cuda
 from ..errors import NcclError, NcclNotFound
 
-os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+_INSTALL = ("install the extra, pip install 'mircuda[nccl]' (nccl4py, with nvidia-nccl-cu13), or nccl4py and "
+            "nvidia-nccl-cu13 from a wheelhouse")
 
 try:
     from nccl.bindings import nccl as bindings  # nccl4py (the [nccl] extra)
 except ImportError as exc:
-    raise NcclNotFound(
-        "mircuda.nccl needs nccl4py and the NCCL library: install the extra, pip install 'mircuda[nccl]' "
-        f"(nccl4py, with nvidia-nccl-cu13), or nccl4py from a wheelhouse ({exc})") from exc
+    raise NcclNotFound(f"mircuda.nccl needs nccl4py and the NCCL library: {_INSTALL} ({exc})") from exc
+
+
+def _load_nccl() -> None:
+    """Load ``libnccl.so.2`` as nccl4py does at its first call (``cuda.pathfinder``, which caches the
+    handle, so nccl4py then finds it loaded).
+
+    Raises:
+        NcclNotFound: pathfinder found no NCCL library (or could not load it), naming the extra.
+    """
+    from cuda.pathfinder import (DynamicLibNotAvailableError, DynamicLibNotFoundError, DynamicLibUnknownError,
+                                 load_nvidia_dynamic_lib)
+
+    try:
+        load_nvidia_dynamic_lib("nccl")
+    except (DynamicLibNotFoundError, DynamicLibNotAvailableError, DynamicLibUnknownError, OSError) as exc:
+        raise NcclNotFound(f"mircuda.nccl found nccl4py but not the NCCL library (libnccl.so.2): {_INSTALL} "
+                           f"({type(exc).__name__}: {exc})") from exc
+
+
+_load_nccl()
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # only once the import can succeed: see the module's text
 
 __all__ = ["UNIQUE_ID_BYTES", "bindings", "checked", "nccl_version", "unique_id"]
 

@@ -12,13 +12,13 @@ from ..dtypes import bf16
 from ..errors import ClosedResourceError, ContractError
 from ..matmul import DenseMatmulPlan, DenseMatmulSpec
 from ..memory import check_device_buffer, describe_argument
-from ..nccl import Communicator, SymmetricBuffer, allocate_symmetric_all, group
 from ._capture import capture_each
 
 if TYPE_CHECKING:
     from ..graph import Graph
     from ..matmul import CutlassLibrary
     from ..memory import DeviceBuffer
+    from ..nccl import Communicator, SymmetricBuffer
     from ..runtime import Stream
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "column_parallel_shards", "row_parallel_shards"]
@@ -68,6 +68,7 @@ class _Parallel:
 
     def _setup(self, communicators: Sequence[Communicator], streams: Sequence[Stream], spec: DenseMatmulSpec,
                shard: DenseMatmulSpec, input: Any, library: CutlassLibrary | None, kernel: str | None) -> None:
+        from ..nccl import Communicator
         from ..runtime import Stream
 
         if isinstance(communicators, (str, bytes)) or not isinstance(communicators, Sequence) or not communicators:
@@ -162,6 +163,8 @@ class _Parallel:
         self._precheck(x, w, y)
         for i in range(len(self._plans)):
             self._enqueue(i, x, w, y, extra)
+        from ..nccl import group
+
         with group():  # one thread drives every local rank: NCCL's group rule
             for i in range(len(self._plans)):
                 self._communicate(i, y, extra)
@@ -210,6 +213,7 @@ class ColumnParallelLinear(_Parallel):
 
     Raises:
         ContractError: bad communicators, streams (count, context), spec (``n`` not divisible).
+        NcclNotFound: nccl4py or the NCCL library is not installed (the ``[nccl]`` extra).
         ClosedResourceError: a communicator was closed. CutlassNotFound and the rest of
             DenseMatmulPlan's errors, for the per-rank ``[M, N/size, K]`` plans.
     """
@@ -346,6 +350,8 @@ class RowParallelLinear(_Parallel):
         self._setup(communicators, streams, spec, DenseMatmulSpec(spec.m, spec.n, spec.k // size), input,
                     library, kernel)
         if symmetric:
+            from ..nccl import allocate_symmetric_all
+
             try:
                 self._outputs = allocate_symmetric_all(self._comms, self._plans[0].operands[2].info.scalar_type,
                                                        self._streams, spec.m * spec.n)
@@ -433,6 +439,11 @@ class RowParallelLinear(_Parallel):
 
 
 def _size_of(communicators: Any) -> int:
+    """The ranks' count, checked first by both layers: the one place that imports mircuda.nccl (NcclNotFound,
+    naming the ``[nccl]`` extra, without nccl4py or the NCCL library), so that the shard helpers and
+    this module import without it."""
+    from ..nccl import Communicator
+
     if isinstance(communicators, Sequence) and communicators and isinstance(communicators[0], Communicator):
         return communicators[0].size
     raise ContractError("communicators", "a non-empty sequence of Communicators (this process's ranks)",
