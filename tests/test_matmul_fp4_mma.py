@@ -108,10 +108,7 @@ def tiled_offset(row: int, kb: int, katoms: int) -> int:
 
 def scale_byte(scales: np.ndarray, row: int, kb: int, k: int, layout: str, rows: int) -> int:
     kblocks = k // 16
-    if layout == "linear":
-        at = row * kblocks + kb
-    else:
-        at = tiled_offset(row, kb, (kblocks + 3) // 4)
+    at = row * kblocks + kb if layout == "linear" else tiled_offset(row, kb, (kblocks + 3) // 4)
     assert 0 <= kb < kblocks and 0 <= row < rows and 0 <= at < scales.size, "out-of-bounds scale read"
     return int(scales.reshape(-1)[at])
 
@@ -141,7 +138,6 @@ def emulate(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray, m: int
         for warp in range(warps):
             for step in range(warp, steps, warps):
                 for j in range(n8):
-                    amat = np.zeros((16, 16))
                     # per mma jm: A [16 rows, 16 k], B [16 k, 8 cols]
                     for jm in range(e // 4):
                         amat = np.zeros((16, 16))
