@@ -400,7 +400,9 @@ class _ShapeBench:
         elif m <= DECODE_MAX_M or self.lib is not None:
             plan = mc.BlockScaledFp4Plan(s.context, stream, mc.DenseMatmulSpec(m, n, k), activation=self.activation,
                                          library=self.lib)
-            kw["fp4_path"] = plan.path
+            # "gemv <kernel>" on the decode path: which NVRTC kernel (CUDA or tensor cores) was measured
+            kernel = getattr(plan, "gemv_kernel", None)
+            kw["fp4_path"] = plan.path if kernel is None else f"{plan.path} {kernel}"
         else:
             return None
         made.append(plan)

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vector_source", "fp4_gemv_options",
            "ACTIVATIONS", "GEMV_MAX_M", "FP4_SYMBOL", "fp4_executor", "fp4_operands", "has_e2m1_cvt",
-           "portable_executor", "fp4_target", "fp4_compiler"]
+           "portable_executor", "fp4_target", "fp4_compiler", "FP4_MMA_SYMBOL", "FP4_KERNELS", "fp4_mma_source",
+           "fp4_mma_options"]
 
 ACTIVATIONS = ("fp4", "bf16")
 """``activation=``: ``"fp4"`` (NVFP4 activations with their own scales and global scale) or ``"bf16"``
@@ -43,6 +44,12 @@ GEMV_MAX_M = 16
 """Largest M the NVRTC kernel takes (``MIRCUDA_FP4_M``); BlockScaledFp4Plan runs larger M on the
 portable decode + dense path."""
 FP4_SYMBOL = "fp4_matvec_bf16"
+FP4_MMA_SYMBOL = "fp4_mma_bf16"
+"""The tensor-core decode kernel (``cuda_src/fp4_mma_gemv.cu``): BlockScaledFp4Plan's default for
+2 <= M <= 16 with NVFP4 activations."""
+FP4_KERNELS = (FP4_SYMBOL, FP4_MMA_SYMBOL)
+"""The NVRTC kernels ``BlockScaledFp4Plan(kernel=...)`` takes for M <= 16: the CUDA-core kernel of
+``cuda_src/fp4_vector.cu`` and the tensor-core one of ``cuda_src/fp4_mma_gemv.cu`` (NVFP4 activations only)."""
 THREADS = 256
 
 
@@ -50,6 +57,19 @@ THREADS = 256
 def fp4_vector_source() -> CudaSource:
     """``cuda_src/fp4_vector.cu`` with its headers inlined."""
     return package_source("fp4_vector.cu")
+
+
+@functools.lru_cache(maxsize=1)
+def fp4_mma_source() -> CudaSource:
+    """``cuda_src/fp4_mma_gemv.cu`` with its headers inlined."""
+    return package_source("fp4_mma_gemv.cu")
+
+
+def fp4_mma_options(m: int, layout: str, wide: bool) -> CompileOptions:
+    """The NVRTC options of ``fp4_mma_bf16`` for ``m`` (1..16) activation rows, the scale layout and the
+    load width (``wide``: 16-byte weight loads, K % 32 == 0)."""
+    return CompileOptions(defines={"MIRCUDA_FP4_M": m, "MIRCUDA_FP4_TILED": int(layout == "tiled"),
+                                   "MIRCUDA_FP4_WIDE": int(wide)})
 
 
 def fp4_gemv_options(m: int, rows: int, layout: str, wide: bool, activation: str) -> CompileOptions:
@@ -134,35 +154,50 @@ def fp4_operands(names: tuple[str, str, str, str, str], m: int, n: int, k: int, 
 
 
 class Fp4Gemv:
-    """The NVRTC kernel of ``cuda_src/fp4_vector.cu`` compiled for one M (1..16), N x K, activation type
-    and scale layout, with its launch (the plans check operands first).
+    """An NVRTC kernel compiled for one M (1..16), N x K, activation type and scale layout, with its launch
+    (the plans check operands first): ``symbol`` :data:`FP4_SYMBOL` (``cuda_src/fp4_vector.cu``, CUDA
+    cores, 4 or 8 weight rows per block) or :data:`FP4_MMA_SYMBOL` (``cuda_src/fp4_mma_gemv.cu``, tensor
+    cores, 16 weight rows per block, NVFP4 activations only). Both take the same parameters.
 
     Raises:
-        ContractError: ``warps`` is not None, 1, 2, 4 or 8.
+        ContractError: ``warps`` is not None, 1, 2, 4 or 8; ``symbol`` is the tensor-core kernel and
+            ``activation`` is not ``"fp4"``.
         CompileError: NVRTC rejected the kernel (a bug).
     """
 
     def __init__(self, context: Context, m: int, n: int, k: int, activation: str, layout: str, compiler: Compiler,
-                 warps: int | None = None) -> None:
+                 warps: int | None = None, symbol: str = FP4_SYMBOL) -> None:
         if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
             raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
+        if symbol == FP4_MMA_SYMBOL and activation != "fp4":
+            raise ContractError("activation", f"'fp4' (kernel {FP4_MMA_SYMBOL} takes NVFP4 activations only)",
+                                repr(activation))
         self.m, self.n, self.k = m, n, k
+        self.symbol = symbol
         self.activation, self.layout = activation, layout
-        self.rows = 8 if m == 1 else 4
         self.wide = k % 32 == 0
         self.elements = 32 if self.wide else 16
-        self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation)
-        contract = cuda_export(FP4_SYMBOL, y=InOut[DeviceBuffer[bf16]], w=In[DeviceBuffer[u8]],
+        if symbol == FP4_MMA_SYMBOL:
+            self.rows = 16
+            self.options = fp4_mma_options(m, layout, self.wide)
+            source = fp4_mma_source()
+            chunk = 4 * self.elements
+        else:
+            self.rows = 8 if m == 1 else 4
+            self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation)
+            source = fp4_vector_source()
+            chunk = 32 * self.elements
+        contract = cuda_export(symbol, y=InOut[DeviceBuffer[bf16]], w=In[DeviceBuffer[u8]],
                                sw=In[DeviceBuffer[e4m3]],
                                x=In[DeviceBuffer[u8 if activation == "fp4" else bf16]],  # type: ignore[misc]  # a run-time element type
                                sx=u64, global_a=u64, global_b=u64, alpha=f32, n=i32, k=i32)
         self.arch = compiler.arch
-        self.kernel: TypedKernel = compiler.compile(fp4_vector_source(), self.options).kernel(contract)
+        self.kernel: TypedKernel = compiler.compile(source, self.options).kernel(contract)
         info = context.device_info()
         if warps is None:
             warps = choose_vector_warps(n, k, info.multiprocessor_count,
                                         lambda w: blocks_per_sm(context, self.kernel, w), rows=self.rows,
-                                        chunk=32 * self.elements)
+                                        chunk=chunk)
         self.warps = warps
         self.config = LaunchConfig((-(-n // self.rows),), (32 * warps,),
                                    programmatic_stream_serialization=info.supports_programmatic_launch)
@@ -185,6 +220,16 @@ class Fp4Gemv:
                   f"an exact software E2M1 decode (bit operations into FP16; target {self.arch}: "
                   "cvt.rn.f16x2.e2m1x2 needs a family-specific Blackwell target, sm_100f/sm_120f/sm_1xxa, which "
                   "the default compiler takes on cc 12.x)")
+        if self.symbol == FP4_MMA_SYMBOL:
+            return (f"kernel {FP4_MMA_SYMBOL} (NVRTC, -D MIRCUDA_FP4_M={self.m}"
+                    f"{' -D MIRCUDA_FP4_TILED=1' if self.layout == 'tiled' else ''} -D MIRCUDA_FP4_WIDE={int(self.wide)}), "
+                    f"{self.config.grid[0]} blocks of 16 weight rows x {self.warps} warp(s) splitting K, NVFP4 "
+                    f"activations (E2M1 x UE4M3); E2M1 decoded to FP16 by {decode} and multiplied by its UE4M3 scale "
+                    "in FP16 (exact), then tensor cores: mma.sync m16n8k16 FP16 x FP16 -> FP32 (weights the 16-row "
+                    f"A operand, {-(-self.m // 8)} n8 tile(s) of activation rows, rows past M zero), "
+                    f"{'16' if self.wide else '8'}-byte streamed weight loads ({self.elements} E2M1 per lane), the "
+                    "next step's loads in flight"
+                    + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else ""))
         return (f"kernel {FP4_SYMBOL} (NVRTC, -D MIRCUDA_FP4_M={self.m} -D MIRCUDA_FP4_ROWS={self.rows}"
                 f"{' -D MIRCUDA_FP4_TILED=1' if self.layout == 'tiled' else ''}), {self.config.grid[0]} blocks of "
                 f"{self.rows} weight rows x {self.warps} warp(s) splitting K, {act}, "
@@ -389,9 +434,12 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
 
     Paths (:attr:`path`; ``describe()`` names the one chosen and why):
 
-    - ``"gemv"``, ``M <= 16`` (decode): the NVRTC kernel of ``cuda_src/fp4_vector.cu`` compiled for this M,
-      streaming each weight once (any cc >= 8.0; no CUTLASS needed; on cc 12.x compiled for sm_12Yf, so
-      E2M1 pairs decode with ``cvt.rn.f16x2.e2m1x2``);
+    - ``"gemv"``, ``M <= 16`` (decode): an NVRTC kernel compiled for this M, streaming each weight once (any
+      cc >= 8.0; no CUTLASS needed; on cc 12.x compiled for sm_12Yf, so E2M1 pairs decode with
+      ``cvt.rn.f16x2.e2m1x2``): for 2 <= M <= 16 with NVFP4 activations ``fp4_mma_bf16``
+      (``cuda_src/fp4_mma_gemv.cu``: E2M1 x UE4M3 decoded exactly to FP16 in registers, ``mma.sync``
+      m16n8k16 FP16 -> FP32 on the tensor cores), otherwise (M = 1, BF16 activations, or
+      ``kernel="fp4_matvec_bf16"``) ``fp4_matvec_bf16`` (``cuda_src/fp4_vector.cu``, CUDA cores);
     - ``"cutlass"``, ``M > 16`` on cc 12.x (RTX 50, GB10): the library's block-scaled NVFP4 kernels
       (CUTLASS ``OpClassBlockScaledTensorOp``, PTX ``mma.sync.aligned.kind::mxf4nvf4.block_scale.scale_vec::4X
       .m16n8k64 ... .ue4m3``, SASS ``OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X``; sm_120f, 128x128x128 tiles):
@@ -412,7 +460,9 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             :class:`BlockScaledFp4VectorPlan` (the dense plan of the portable path gets ``compiler`` as
             given, or the shared one).
         library: the CUTLASS library for M > 16 (default: :func:`load_library`).
-        kernel: None (choose as above) or the name of one of the library's block-scaled NVFP4 kernels
+        kernel: None (choose as above), one of the NVRTC kernels :data:`FP4_KERNELS` for M <= 16
+            (``"fp4_matvec_bf16"``: CUDA cores; ``"fp4_mma_bf16"``: tensor cores, NVFP4 activations only), or
+            the name of one of the library's block-scaled NVFP4 kernels
             (``CutlassLibrary.block_scaled_kernels``), which then runs any M.
 
     Raises:
@@ -454,6 +504,15 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
         info = context.device_info()
         cc = info.compute_capability
         not_cutlass = ""
+        nvrtc = kernel if kernel in FP4_KERNELS else None
+        if nvrtc is not None:
+            if m > GEMV_MAX_M:
+                raise ContractError("kernel", f"a kernel that can run M={m} (the NVRTC kernels take M <= {GEMV_MAX_M})",
+                                    repr(kernel))
+            if nvrtc == FP4_MMA_SYMBOL and activation != "fp4":
+                raise ContractError("kernel", f"{FP4_SYMBOL!r} or None with activation='bf16' ({FP4_MMA_SYMBOL} takes "
+                                    "NVFP4 activations only)", repr(kernel))
+            kernel = None
         if kernel is not None or (m > GEMV_MAX_M and cc[0] == 12):
             from ._library import load_library
 
@@ -471,11 +530,22 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                 return
             library = lib
         if m <= GEMV_MAX_M:
-            self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler)
+            symbol = nvrtc if nvrtc is not None else FP4_MMA_SYMBOL if m >= 2 and activation == "fp4" else FP4_SYMBOL
+            self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler, symbol=symbol)
             self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide)
-            self._reason = (f"M = {m} <= {GEMV_MAX_M}: decode; the {n}x{k} FP4 weights dominate the bytes, so one "
-                            "NVRTC kernel streams each once and multiplies it by all M activation rows on the CUDA "
-                            "cores")
+            head = (f"M = {m} <= {GEMV_MAX_M}: decode; the {n}x{k} FP4 weights dominate the bytes, so one NVRTC kernel "
+                    "streams each once and multiplies it by all M activation rows")
+            if nvrtc is not None:
+                self._reason = f"{head} (kernel={nvrtc!r} was asked for)"
+            elif symbol == FP4_MMA_SYMBOL:
+                self._reason = (f"{head} on the tensor cores (2 <= M <= 16 with NVFP4 activations: the decoded, "
+                                f"scaled FP16 operands feed mma.sync; kernel={FP4_SYMBOL!r} selects the CUDA-core "
+                                "kernel)")
+            elif m == 1:
+                self._reason = f"{head} on the CUDA cores (M = 1: the vector kernel)"
+            else:
+                self._reason = (f"{head} on the CUDA cores (BF16 activations: {FP4_MMA_SYMBOL}, the tensor-core "
+                                "kernel, takes NVFP4 activations only)")
             self._finalizer = weakref.finalize(self, _nothing_to_release)
             return
         from ._dense import DenseMatmulPlan
@@ -525,6 +595,11 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
         self._buffers.clear()
         if self._dense is not None:
             self._dense.close()
+
+    @property
+    def gemv_kernel(self) -> str | None:
+        """The NVRTC kernel of the ``"gemv"`` path (:data:`FP4_KERNELS`), None on the others."""
+        return self._gemv.symbol if self._gemv is not None else None
 
     @property
     def path(self) -> str:

@@ -39,7 +39,8 @@ def test_a_small_profile_passes_its_own_checks(context, tmp_path: Path, activati
         runs = r["m"] <= 16 or cutlass
         assert (r["fp4_us"] is not None) == runs and (r["bf16_us"] is not None) == runs, r
         if r["m"] <= 16:
-            assert r["fp4_path"] == ("vector" if r["m"] == 1 else "gemv")
+            assert r["fp4_path"] == ("vector" if r["m"] == 1 else
+                                     f"gemv {'fp4_mma_bf16' if activation == 'fp4' else 'fp4_matvec_bf16'}")
         else:
             assert (r["fp4_path"] != "") == runs
         assert (r["dense_f32_us"] is not None) == (r["fp4_path"] == "decode+dense")

@@ -99,12 +99,26 @@ def test_the_vector_plan_matches_float64(context, stream, pool, rng, n, k, activ
         bx.free(stream)
 
 
+MATRIX_KERNELS = [None, "fp4_matvec_bf16", "fp4_mma_bf16"]
+"""BlockScaledFp4Plan(kernel=...) for M <= 16: the default (fp4_mma_bf16 for 2 <= M <= 16 with NVFP4
+activations, else fp4_matvec_bf16) and each NVRTC kernel forced."""
+
+
+@pytest.mark.parametrize("kernel", MATRIX_KERNELS, ids=str)
 @pytest.mark.parametrize("m", [2, 3, 8, 16])
 @pytest.mark.parametrize("layout", ["linear", "tiled"])
 @pytest.mark.parametrize("activation", ["fp4", "bf16"])
-@pytest.mark.parametrize("n, k", [(4096, 4096), (37, 1040), (131, 80)], ids=str)
-def test_the_matrix_plan_decode_kernel_matches_float64(context, stream, pool, rng, m, n, k, activation, layout) -> None:
-    run_matrix(context, stream, pool, rng, m, n, k, activation, layout, expect_path="gemv")
+@pytest.mark.parametrize("n, k", [(4096, 4096), (37, 1040), (131, 80), (33, 160), (4097, 96)], ids=str)
+def test_the_matrix_plan_decode_kernel_matches_float64(context, stream, pool, rng, m, n, k, activation, layout,
+                                                       kernel) -> None:
+    """K = 1040 and 80: multiples of 16, not 32 (8-byte loads); 160 and 96: of 32, not 64 (16-byte loads)."""
+    if kernel == "fp4_mma_bf16" and activation == "bf16":
+        with pytest.raises(mc.ContractError) as info:
+            mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), activation=activation,
+                                  scale_layout=layout, kernel=kernel)
+        assert info.value.argument == "kernel"
+        return
+    run_matrix(context, stream, pool, rng, m, n, k, activation, layout, expect_path="gemv", kernel=kernel)
 
 
 @pytest.mark.parametrize("m", [17, 64, 130])
@@ -122,14 +136,23 @@ def test_the_portable_path_matches_float64(context, stream, pool, rng, m, n, k, 
     run_matrix(context, stream, pool, rng, m, n, k, activation, layout, expect_path="decode+dense")
 
 
-def run_matrix(context, stream, pool, rng, m, n, k, activation, layout, expect_path) -> None:
+def expected_kernel(m: int, activation: str, kernel: str | None) -> str:
+    if kernel is not None:
+        return kernel
+    return "fp4_mma_bf16" if m >= 2 and activation == "fp4" else "fp4_matvec_bf16"
+
+
+def run_matrix(context, stream, pool, rng, m, n, k, activation, layout, expect_path, kernel=None) -> None:
     b = Operand(context, stream, pool, bf16_data(rng, n, k), layout)
     a_host = bf16_data(rng, m, k)
     alpha = float(rng.uniform(0.5, 2.0))
     d = poisoned(context, stream, pool, m * n)
     plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), activation=activation,
-                                 scale_layout=layout)
+                                 scale_layout=layout, kernel=kernel)
     assert plan.path == expect_path, plan.describe()
+    if expect_path == "gemv":
+        want_kernel = expected_kernel(m, activation, kernel)
+        assert plan.gemv_kernel == want_kernel and f"kernel {want_kernel}" in plan.describe()
     if activation == "fp4":
         a = Operand(context, stream, pool, a_host, layout)
         plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d, global_a=a.global_buf,
@@ -217,8 +240,9 @@ def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool,
     x.free(stream)
 
 
-@pytest.mark.parametrize("m", [1, 4, 64])
-def test_plans_run_from_numba_njit(context, stream, pool, rng, m) -> None:
+@pytest.mark.parametrize("m, kernel", [(1, None), (4, None), (4, "fp4_matvec_bf16"), (16, None), (64, None)],
+                         ids=str)
+def test_plans_run_from_numba_njit(context, stream, pool, rng, m, kernel) -> None:
     numba = pytest.importorskip("numba")
     n, k = 1000, 1040
     if m > 16:
@@ -229,7 +253,9 @@ def test_plans_run_from_numba_njit(context, stream, pool, rng, m) -> None:
     b = Operand(context, stream, pool, bf16_data(rng, n, k), "linear")
     a = Operand(context, stream, pool, bf16_data(rng, m, k), "linear")
     plan: Any = (mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k)) if m == 1 else
-                 mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k)))
+                 mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), kernel=kernel))
+    if 1 < m <= 16:
+        assert plan.gemv_kernel == expected_kernel(m, "fp4", kernel)
     outs = [poisoned(context, stream, pool, m * n) for _ in range(2)]
     execute = plan.numba_execute
 
@@ -256,8 +282,9 @@ def test_plans_run_from_numba_njit(context, stream, pool, rng, m) -> None:
     b.free(stream)
 
 
-@pytest.mark.parametrize("m", [1, 8, 64])
-def test_a_captured_graph_reads_the_global_scales_when_it_runs(context, stream, pool, rng, m) -> None:
+@pytest.mark.parametrize("m, kernel", [(1, None), (8, None), (8, "fp4_matvec_bf16"), (3, None), (64, None)],
+                         ids=str)
+def test_a_captured_graph_reads_the_global_scales_when_it_runs(context, stream, pool, rng, m, kernel) -> None:
     n, k = 520, 2064
     if m > 16:
         try:
@@ -272,7 +299,10 @@ def test_a_captured_graph_reads_the_global_scales_when_it_runs(context, stream, 
         run = lambda _: plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d,  # noqa: E731
                                      global_x=a.global_buf, global_w=b.global_buf, alpha=0.5)
     else:
-        plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), scale_layout="tiled")
+        plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), scale_layout="tiled",
+                                     kernel=kernel)
+        if m <= 16:
+            assert plan.gemv_kernel == expected_kernel(m, "fp4", kernel)
         run = lambda _: plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d,  # noqa: E731
                                      global_a=a.global_buf, global_b=b.global_buf, alpha=0.5)
     graph = stream.capture((a.codes, a.scale_buf, b.codes, b.scale_buf, d, a.global_buf, b.global_buf), run)

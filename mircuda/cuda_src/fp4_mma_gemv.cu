@@ -1,0 +1,267 @@
+// BlockScaledFp4Plan's tensor-core decode kernel for 2 <= M <= 16 with NVFP4 activations:
+//   D[M, N] = alpha_eff * sum_k (qa[m,k] sa[m,k/16]) (qb[n,k] sb[n,k/16])   (FP32 accumulation, BF16 out)
+// with the operands and parameters of fp4_vector.cu's fp4_matvec_bf16 (weights B [N, K/2] bytes of E2M1
+// pairs, element 2i in the low nibble; activations A [M, K/2] likewise; UE4M3 scales per 16 K-elements
+// in the linear or the tiled layout of fp4_common.cuh; alpha_eff = alpha * (*global_a) * (*global_b),
+// read when the kernel runs), so the plans' launches, njit executor and graph node updates are shared.
+// Any cc >= 8.0 (mma.sync.m16n8k16 with FP16 operands: PTX ISA 7.0, sm_80+). BF16 activations are not
+// handled here (the plan keeps fp4_matvec_bf16 for them).
+//
+// Exact operands: an E2M1 code decodes (fp4_common.cuh) to its value times 2^-14 in FP16 and is then
+// multiplied (HMUL2) by its UE4M3 scale converted to FP16. The product q * s * 2^-14 is exact in FP16:
+// q * s is a multiple of 2^-10 (q of 0.5, s of 2^-9) with at most 6 significant bits and below 2688, so
+// q * s * 2^-14 is a multiple of 2^-24 (FP16's subnormal step) below 0.17. The tensor cores multiply
+// these FP16 values exactly into FP32 and accumulate in FP32; the sum carries 2^-28, undone (exactly,
+// a power of two) with alpha at the end. Scaling the operands (instead of each 16-K MMA's sum) leaves
+// the lanes free to read contiguous columns.
+//
+// mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (PTX ISA "Matrix fragments for mma.m16n8k16",
+// lane = 4 g + t): A {a0, a1, a2, a3} = (row g, k 2t..2t+1), (row g + 8, k 2t..), (row g, k 2t+8..2t+9),
+// (row g + 8, k 2t+8..); B {b0, b1} = (k 2t..2t+1, col g), (k 2t+8.., col g); C {c0..c3} = (row g, col
+// 2t), (row g, col 2t+1), (row g + 8, col 2t), (row g + 8, col 2t+1); the lower k of a pair in the low
+// half. The 16 weight rows are A, the activation rows B (one n8 tile for M <= 8, two for M <= 16; rows
+// past M are zero registers, never loaded). Lane (g, t) owns E contiguous columns [c + E t, c + E t + E)
+// of a warp step of 4 E columns (E = 32 when K % 32 == 0: 16-byte loads, else 16: 8-byte loads), in
+// weight rows g and g + 8 and activation row g (+ 8). MMA j of the step takes the lane's code bytes 2j
+// (as k 2t, 2t+1) and 2j + 1 (as k 2t+8, 2t+9) of weights and activations alike, so every k meets the
+// same column of both; over the four t the 16 k are 16 distinct columns, over j all 4 E.
+//
+// Work split: block b owns weight rows [16 b, 16 b + 16) (rows past N read row N - 1, never stored);
+// its warps split K by steps: warp w takes steps w, w + warps, ...; the next step's loads are issued
+// before the current one is consumed (register double buffering). Weights are read once (L1 bypassed);
+// activations and scales stay cached. The warps' sums meet in shared memory; warp 0 stores. On cc >= 9.0
+// programmatic dependent launch: nothing the previous kernel may write is read before griddepcontrol.wait.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#ifndef MIRCUDA_FP4_M
+#error "compile with -D MIRCUDA_FP4_M=<rows of A, 1..16>"
+#endif
+#ifndef MIRCUDA_FP4_TILED
+#define MIRCUDA_FP4_TILED 0
+#endif
+#ifndef MIRCUDA_FP4_WIDE
+#define MIRCUDA_FP4_WIDE 1
+#endif
+#define MIRCUDA_PDL_TRIGGER_LATE 1
+#include "decode_common.cuh"
+#include "fp4_common.cuh"
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "fp4_mma_bf16 needs compute capability >= 8.0 (mma.sync.m16n8k16 with FP16 operands)"
+#endif
+
+namespace {
+
+constexpr int kM = MIRCUDA_FP4_M;
+static_assert(kM >= 1 && kM <= 16, "MIRCUDA_FP4_M must be in 1..16");
+constexpr int kN8 = (kM + 7) / 8;                // n8 tiles of activation rows
+constexpr int kE = MIRCUDA_FP4_WIDE ? 32 : 16;   // columns per lane per step
+constexpr int kWords = kE / 8;                   // 32-bit words of codes per row per lane
+constexpr int kGroups = kE / 16;                 // 16-K scale groups per lane per step
+constexpr int kMmas = kE / 4;                    // mmas per n8 tile per step
+constexpr int kChunk = 4 * kE;                   // columns per warp step
+constexpr int kMaxWarps = 8;
+
+__device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[kWords]) {
+#if MIRCUDA_FP4_WIDE
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "l"(p));
+#else
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v[0]), "=r"(v[1]) : "l"(p));
+#endif
+}
+
+__device__ __forceinline__ long long scale_offset(long long row, int kb, int kblocks, int katoms) {
+#if MIRCUDA_FP4_TILED
+    (void)kblocks;
+    return fp4::tiled_offset(row, kb, katoms);
+#else
+    (void)katoms;
+    return fp4::linear_offset(row, kb, kblocks);
+#endif
+}
+
+// A UE4M3 byte as an FP16 pair (both halves; UE4M3 values are exact in FP16).
+__device__ __forceinline__ unsigned scale_half2(unsigned u) {
+    const __half h = __float2half_rn(fp4::ue4m3_to_float(u));
+    const unsigned s = __half_as_ushort(h);
+    return s | (s << 16);
+}
+
+__device__ __forceinline__ unsigned hmul2(unsigned a, unsigned b) {
+    __half2 x = *reinterpret_cast<__half2*>(&a);
+    const __half2 y = *reinterpret_cast<__half2*>(&b);
+    x = __hmul2(x, y);
+    return *reinterpret_cast<unsigned*>(&x);
+}
+
+// Code byte i (0 .. 4 kWords - 1) of a lane's codes, decoded and scaled: (q s 2^-14) for elements 2i, 2i+1.
+__device__ __forceinline__ unsigned operand(const unsigned (&codes)[kWords], int i, unsigned scale) {
+    return hmul2(fp4::e2m1x2_to_half2_scaled(codes[i >> 2] >> (8 * (i & 3))), scale);
+}
+
+__device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                    unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// One warp step's operands for one lane: codes and scales (FP16 pairs; zero past K or M).
+struct Stage {
+    unsigned w[2][kWords];
+    unsigned x[kN8][kWords];
+    unsigned sw[2][kGroups];
+    unsigned sx[kN8][kGroups];
+};
+
+struct Operands {
+    const unsigned char* w;
+    const unsigned char* sw;
+    const unsigned char* x;
+    const unsigned char* sx;
+    long long wrow[2];   // weight rows g and g + 8 (clamped to N - 1)
+    int xrow[kN8];       // activation rows g + 8 j
+    int t, k, kblocks, katoms;
+};
+
+__device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int step) {
+    const int col = step * kChunk + kE * op.t;
+    const bool in = col < op.k;  // K % kE == 0: the lane's kE columns are all inside K or all outside
+    const int kb = col >> 4;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        if (in) {
+            load_codes(op.w + op.wrow[r] * (op.k / 2) + col / 2, st.w[r]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < kWords; ++i) st.w[r][i] = 0u;
+        }
+#pragma unroll
+        for (int q = 0; q < kGroups; ++q)
+            st.sw[r][q] = in ? scale_half2(__ldg(op.sw + scale_offset(op.wrow[r], kb + q, op.kblocks, op.katoms))) : 0u;
+    }
+#pragma unroll
+    for (int j = 0; j < kN8; ++j) {
+        const int m = op.xrow[j];
+        const bool live = in && m < kM;
+#pragma unroll
+        for (int h = 0; h < kWords / 2; ++h) {
+            uint2 v = make_uint2(0u, 0u);
+            if (live) v = __ldg(reinterpret_cast<const uint2*>(op.x + (long long)m * (op.k / 2) + col / 2) + h);
+            st.x[j][2 * h] = v.x;
+            st.x[j][2 * h + 1] = v.y;
+        }
+#pragma unroll
+        for (int q = 0; q < kGroups; ++q)
+            st.sx[j][q] = live ? scale_half2(__ldg(op.sx + scale_offset(m, kb + q, op.kblocks, op.katoms))) : 0u;
+    }
+}
+
+__device__ __forceinline__ void consume(float (&acc)[kN8][4], const Stage& st) {
+#pragma unroll
+    for (int jm = 0; jm < kMmas; ++jm) {
+        const int q = jm / 4;  // the 16-K group of the lane's codes 4 jm .. 4 jm + 3
+        const unsigned a0 = operand(st.w[0], 2 * jm, st.sw[0][q]);
+        const unsigned a1 = operand(st.w[1], 2 * jm, st.sw[1][q]);
+        const unsigned a2 = operand(st.w[0], 2 * jm + 1, st.sw[0][q]);
+        const unsigned a3 = operand(st.w[1], 2 * jm + 1, st.sw[1][q]);
+#pragma unroll
+        for (int j = 0; j < kN8; ++j) {
+            const unsigned b0 = operand(st.x[j], 2 * jm, st.sx[j][q]);
+            const unsigned b1 = operand(st.x[j], 2 * jm + 1, st.sx[j][q]);
+            mma(acc[j], a0, a1, a2, a3, b0, b1);
+        }
+    }
+}
+
+__device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
+                                        const unsigned char* __restrict__ sw, const unsigned char* __restrict__ x,
+                                        const unsigned char* __restrict__ sx, const float* global_a,
+                                        const float* global_b, float alpha, int n, int k) {
+    const int warps = blockDim.x >> 5;
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int g = lane >> 2;
+    const long long row0 = (long long)blockIdx.x * 16;
+
+    Operands op;
+    op.w = w;
+    op.sw = sw;
+    op.x = x;
+    op.sx = sx;
+    op.t = lane & 3;
+    op.k = k;
+    op.kblocks = k >> 4;
+    op.katoms = (op.kblocks + 3) >> 2;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long row = row0 + g + 8 * r;
+        op.wrow[r] = row < n ? row : (long long)n - 1;
+    }
+#pragma unroll
+    for (int j = 0; j < kN8; ++j) op.xrow[j] = g + 8 * j;
+
+    decode::pdl_wait();
+    float acc[kN8][4];
+#pragma unroll
+    for (int j = 0; j < kN8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+
+    const int steps = (k + kChunk - 1) / kChunk;
+    int step = warp;
+    if (step < steps) {  // warp-uniform: every lane runs every mma
+        Stage cur;
+        load_stage(cur, op, step);
+        for (;;) {
+            const int next = step + warps;
+            const bool more = next < steps;
+            Stage nst;
+            if (more) load_stage(nst, op, next);
+            consume(acc, cur);
+            step = next;
+            if (!more) break;
+            cur = nst;
+        }
+    }
+
+    decode::pdl_trigger_late();
+    if (warps > 1) {
+        __shared__ float partial[kMaxWarps][kN8][4][32];
+#pragma unroll
+        for (int j = 0; j < kN8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) partial[warp][j][e][lane] = acc[j][e];
+        __syncthreads();
+        if (warp != 0) return;
+        for (int v = 1; v < warps; ++v)
+#pragma unroll
+            for (int j = 0; j < kN8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[j][e] += partial[v][j][e][lane];
+    }
+    // 2^28 undoes the decode's 2^-14 on both operands (exact).
+    float scale = alpha * (fp4::decode_bias() * fp4::decode_bias());
+    if (global_a != nullptr) scale *= *global_a;
+    if (global_b != nullptr) scale *= *global_b;
+#pragma unroll
+    for (int j = 0; j < kN8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int m = 8 * j + 2 * op.t + (e & 1);
+            const long long row = row0 + g + 8 * (e >> 1);
+            if (m < kM && row < n) decode::store_out(y + (long long)m * n + row, scale * acc[j][e]);
+        }
+}
+
+}  // namespace
+
+// Same parameters as fp4_matvec_bf16 (x is packed E2M1 here).
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+    fp4_mma_bf16(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
+                 const unsigned char* __restrict__ sw, const void* __restrict__ x,
+                 const unsigned char* __restrict__ sx, const float* global_a, const float* global_b, float alpha,
+                 int n, int k) {
+    fp4_mma(y, w, sw, reinterpret_cast<const unsigned char*>(x), sx, global_a, global_b, alpha, n, k);
+}

@@ -1,0 +1,190 @@
+"""The tensor-core NVFP4 decode kernel (``cuda_src/fp4_mma_gemv.cu``, ``fp4_mma_bf16``) without a GPU: it
+compiles with NVRTC for sm_80, sm_90 and sm_120f for every M, both scale layouts and both load widths;
+its PTX issues ``mma.sync.aligned.m16n8k16`` FP16 -> FP32 and streams the weights past L1 after
+``griddepcontrol.wait``; its SASS (when cuobjdump is found) holds ``HMMA.16816.F32`` and no local
+memory; and a numpy emulation of the kernel's lane -> column mapping, its FP16 decode-and-scale and the
+PTX ISA's m16n8k16 fragment layouts reproduces the float64 product of the dequantized operands (odd N,
+K a multiple of 16 but not of 32 or 64, M past 8, tiled and linear scales), reading nothing out of
+bounds. The plan's choice of kernel is checked by the GPU tests (``tests/gpu/test_matmul_fp4_gpu.py``)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+import mircuda as mc
+from mircuda.matmul._fp4 import FP4_KERNELS, FP4_MMA_SYMBOL, FP4_SYMBOL, fp4_mma_options, fp4_mma_source
+from mircuda.matmul._fp4_reference import dequantize, quantize, ue4m3_decode
+
+MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+
+
+def ptx(arch: str, m: int, layout: str = "linear", wide: bool = True) -> str:
+    options = fp4_mma_options(m, layout, wide)
+    text = mc.compile_program(fp4_mma_source(), arch, mc.CompileOptions(defines=dict(options.defines),
+                                                                           output="ptx")).image.decode()
+    # The module's one entry, to the end (cuda_fp16.h's inline asm puts braces at line starts).
+    return text[text.index(f".entry {FP4_MMA_SYMBOL}"):]
+
+
+def test_the_plan_names_both_nvrtc_kernels() -> None:
+    assert FP4_KERNELS == (FP4_SYMBOL, FP4_MMA_SYMBOL) == ("fp4_matvec_bf16", "fp4_mma_bf16")
+
+
+# -- compilation ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("wide", [True, False])
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 9, 16])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])
+def test_the_kernel_compiles_for_every_m_layout_width_and_target(arch, m, layout, wide) -> None:
+    prog = mc.compile_program(fp4_mma_source(), arch, fp4_mma_options(m, layout, wide))
+    assert prog.image[:4] == b"\x7fELF" and FP4_MMA_SYMBOL.encode() in prog.image
+
+
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90", "compute_120f"])
+@pytest.mark.parametrize("m, wide", [(2, True), (9, True), (16, False), (8, False)])
+def test_the_products_run_on_fp16_mma_and_the_weights_stream_past_l1(arch, m, wide) -> None:
+    body = ptx(arch, m, wide=wide)
+    n8 = -(-m // 8)
+    # One consume per loop iteration: E / 4 mmas per n8 tile (E = 32 or 16 columns per lane).
+    assert body.count(MMA_PTX) == (8 if wide else 4) * n8
+    load = "ld.global.nc.L1::no_allocate." + ("v4.u32" if wide else "v2.u32")
+    assert body.count(load) == 2 * 2  # rows g and g + 8; the first step and the next one
+    assert "mul.rn.f16x2" in body or "mul.f16x2" in body  # the UE4M3 scale applied in FP16
+
+
+def test_on_hopper_and_later_the_kernel_waits_for_the_previous_grid_before_reading_its_operands() -> None:
+    body = ptx("compute_90", 16)
+    wait = body.index("griddepcontrol.wait")
+    assert all(body.find(op) > wait for op in ("ld.global", "st.global"))
+    assert body.index("griddepcontrol.launch_dependents") > body.rindex("ld.global.nc.L1::no_allocate")
+
+
+def test_without_m_the_kernel_refuses_to_compile_by_name() -> None:
+    with pytest.raises(mc.CompileError, match="MIRCUDA_FP4_M"):
+        mc.compile_program(fp4_mma_source(), "sm_90", mc.CompileOptions(defines={}))
+    with pytest.raises(mc.CompileError, match="1..16"):
+        mc.compile_program(fp4_mma_source(), "sm_90", mc.CompileOptions(defines={"MIRCUDA_FP4_M": 17}))
+
+
+def test_the_source_inlines_the_shared_headers() -> None:
+    text = fp4_mma_source().text
+    assert '#include "fp4_common.cuh"' not in text and text.count("namespace fp4 {") == 1
+
+
+# -- SASS ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120"])
+@pytest.mark.parametrize("m, wide", [(2, True), (16, True), (16, False)])
+def test_the_sass_holds_hmma_and_no_local_memory(tmp_path, arch, m, wide) -> None:
+    from tests.test_matmul_fp8_mma import cuobjdump
+
+    tool, env = cuobjdump()
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(mc.compile_program(fp4_mma_source(), arch, fp4_mma_options(m, "linear", wide)).image)
+    out = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, env=env, check=False)
+    if out.returncode or "Function" not in out.stdout:
+        pytest.skip(f"cuobjdump -sass failed (nvdisasm missing?): {out.stderr.strip()[:200]}")
+    sass = out.stdout
+    assert "HMMA.16816.F32" in sass, f"no HMMA.16816.F32 in the {arch} SASS"
+    assert not re.search(r"\b(?:STL|LDL)\b", sass), "the kernel spills to local memory"
+    assert "HMUL2" in sass
+
+
+# -- numpy emulation of the kernel ---------------------------------------------------------------
+def decode_pair(byte: int) -> tuple[np.float16, np.float16]:
+    """fp4_common.cuh's software decode of one byte: (low nibble, high nibble) as FP16 bits, x 2^-14."""
+    lo = ((byte & 0x8) << 12) | ((byte & 0x7) << 9)
+    hi = ((byte & 0x80) << 8) | ((byte & 0x70) << 5)
+    return np.array([lo, hi], np.uint16).view(np.float16)
+
+
+def tiled_offset(row: int, kb: int, katoms: int) -> int:
+    atom = (row >> 7) * katoms + (kb >> 2)
+    return atom * 512 + (row & 31) * 16 + ((row >> 5) & 3) * 4 + (kb & 3)
+
+
+def scale_byte(scales: np.ndarray, row: int, kb: int, k: int, layout: str, rows: int) -> int:
+    kblocks = k // 16
+    at = row * kblocks + kb if layout == "linear" else tiled_offset(row, kb, (kblocks + 3) // 4)
+    assert 0 <= kb < kblocks and 0 <= row < rows and 0 <= at < scales.size, "out-of-bounds scale read"
+    return int(scales.reshape(-1)[at])
+
+
+def scaled(byte: int, scale: int) -> np.ndarray:
+    """operand(): the decoded pair times its UE4M3 scale in FP16; asserts the product is exact."""
+    s16 = np.float16(ue4m3_decode(np.array([scale], np.uint8))[0])
+    assert float(s16) == float(ue4m3_decode(np.array([scale], np.uint8))[0])
+    pair = decode_pair(byte)
+    out = (pair * s16).astype(np.float16)
+    assert all(float(out[i]) == float(pair[i]) * float(s16) for i in range(2)), "inexact FP16 scaling"
+    return out
+
+
+def emulate(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray, m: int, n: int, k: int, layout: str,
+            warps: int, alpha: float) -> np.ndarray:
+    """fp4_mma_bf16's arithmetic (before the BF16 rounding), lane by lane, with exact (float64) mma sums."""
+    wide = k % 32 == 0
+    e = 32 if wide else 16
+    chunk = 4 * e
+    n8 = -(-m // 8)
+    steps = -(-k // chunk)
+    out = np.full((m, n), np.nan)
+    for blk in range(-(-n // 16)):
+        row0 = 16 * blk
+        acc = np.zeros((n8, 16, 8))  # [n8 tile, weight row, activation column]; summed over the warps
+        for warp in range(warps):
+            for step in range(warp, steps, warps):
+                for j in range(n8):
+                    # per mma jm: A [16 rows, 16 k], B [16 k, 8 cols]
+                    for jm in range(e // 4):
+                        amat = np.zeros((16, 16))
+                        bmat = np.zeros((16, 8))
+                        for lane in range(32):
+                            g, t = lane >> 2, lane & 3
+                            col = step * chunk + e * t
+                            if col >= k:
+                                continue  # zeros
+                            kb = col // 16 + jm // 4
+                            for r in range(2):
+                                row = min(row0 + g + 8 * r, n - 1)
+                                codes = b[row, col // 2: col // 2 + e // 2]
+                                assert codes.size == e // 2
+                                s = scale_byte(sb, row, kb, k, layout, n)
+                                amat[g + 8 * r, 2 * t: 2 * t + 2] = scaled(int(codes[2 * jm]), s)
+                                amat[g + 8 * r, 2 * t + 8: 2 * t + 10] = scaled(int(codes[2 * jm + 1]), s)
+                            mrow = g + 8 * j
+                            if mrow < m:
+                                codes = a[mrow, col // 2: col // 2 + e // 2]
+                                s = scale_byte(sa, mrow, kb, k, layout, m)
+                                bmat[2 * t: 2 * t + 2, g] = scaled(int(codes[2 * jm]), s)
+                                bmat[2 * t + 8: 2 * t + 10, g] = scaled(int(codes[2 * jm + 1]), s)
+                        acc[j] += amat @ bmat
+        # the C fragment: lane (g, t) holds (row g (+8), col 2t (+1)); warp 0 stores
+        for lane in range(32):
+            g, t = lane >> 2, lane & 3
+            for j in range(n8):
+                for el in range(4):
+                    mm = 8 * j + 2 * t + (el & 1)
+                    row = row0 + g + 8 * (el >> 1)
+                    if mm < m and row < n:
+                        out[mm, row] = alpha * 2.0 ** 28 * acc[j, g + 8 * (el >> 1), 2 * t + (el & 1)]
+    return out
+
+
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("m, n, k, warps", [(3, 19, 48, 1), (9, 21, 160, 2), (2, 17, 80, 4), (16, 33, 96, 1)])
+def test_the_emulated_kernel_matches_the_float64_product_of_the_dequantized_operands(m, n, k, warps,
+                                                                                     layout) -> None:
+    rng = np.random.default_rng(m * 1000 + n * 10 + k)
+    xa = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.01, 100, (m, 1)).astype(np.float32)
+    xb = rng.standard_normal((n, k)).astype(np.float32) * rng.uniform(1e-4, 10, (n, 1)).astype(np.float32)
+    xb[0, :16] = 0  # an all-zero block
+    a, sa, _ = quantize(xa, layout=layout)
+    b, sb, _ = quantize(xb, layout=layout)
+    ref = dequantize(a, sa, m, k, layout) @ dequantize(b, sb, n, k, layout).T
+    got = emulate(a, sa, b, sb, m, n, k, layout, warps, 0.75)
+    assert not np.isnan(got).any()  # every output written once
+    np.testing.assert_allclose(got, 0.75 * ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
