@@ -383,7 +383,10 @@ class _ShapeBench:
                     close()
             for buf in temps:
                 buf.free(stream)
+        epilogue = kw.pop("fp4_epilogue", None)
         plans = [p for p in (kw.get("fp4_path"), kw.get("bf16_path")) if p]
+        if epilogue:
+            plans[0] += f" (epilogue={epilogue})"
         return fp4_row(m, n, k, self.activation, **kw, note=", ".join(plans))
 
     def _fp4(self, m: int, packed: np.ndarray, scales: np.ndarray, a16: Any, d: Any, sample: list[int],
@@ -403,6 +406,8 @@ class _ShapeBench:
             # "gemv <kernel>" on the decode path: which NVRTC kernel (CUDA or tensor cores) was measured
             kernel = getattr(plan, "gemv_kernel", None)
             kw["fp4_path"] = plan.path if kernel is None else f"{plan.path} {kernel}"
+            if getattr(plan, "epilogue", None):  # the portable path's scaling, named in the row's note
+                kw["fp4_epilogue"] = plan.epilogue
         else:
             return None
         made.append(plan)
