@@ -190,6 +190,41 @@ def test_round_to_odd_then_nearest_even_is_one_rounding_on_random_products() -> 
     assert (got == round_bf16(exact[::97])).all()
 
 
+def kernel_run(packed: np.ndarray, scales: np.ndarray, rows: int, k: int, layout: str,
+               alpha_eff: float | None = None) -> np.ndarray:
+    """``decode::run`` over every flat word: code word w, scale of 16-element block w / 2 at the layout's
+    offset (tiled: row = block / (K/16) in 32-bit arithmetic, then ``fp4::tiled_offset``), output uint4 w;
+    the BF16 bits ``[rows, K]``."""
+    words = np.ascontiguousarray(packed).view(np.uint32).ravel()
+    block = np.arange(words.size, dtype=np.uint64) >> np.uint64(1)
+    kblocks = k // 16
+    if layout == "tiled":
+        row = (block.astype(np.uint32) // np.uint32(kblocks)).astype(np.int64)
+        kb = block.astype(np.int64) - row * kblocks
+        katoms = (kblocks + 3) >> 2
+        offset = ((row >> 7) * katoms + (kb >> 2)) * 512 + (row & 31) * 16 + ((row >> 5) & 3) * 4 + (kb & 3)
+    else:
+        offset = block.astype(np.int64)
+    s = ref.ue4m3_decode(scales.ravel()[offset])
+    f = E2M1_MAGNITUDES[None, :] * s[:, None]
+    entries = bf16_bits(f if alpha_eff is None else product_to_odd(f, np.float32(alpha_eff)))
+    return kernel_decode_word(words, kernel_table(entries)).reshape(rows, k)
+
+
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("rows, k", [(1, 16), (17, 1040), (130, 96), (257, 4112)], ids=str)
+def test_the_decode_kernels_flat_indexing_matches_the_reference_dequantization(rows, k, layout) -> None:
+    rng = np.random.default_rng(rows + k)
+    x = (rng.standard_normal((rows, k)) * np.exp(rng.uniform(-3, 3, (rows, 1)))).astype(ml_dtypes.bfloat16)
+    packed, scales, _ = ref.quantize(x, layout=layout)
+    value = ref.dequantize(packed, scales, rows, k, layout)
+    got = kernel_run(packed, scales, rows, k, layout)
+    assert (got == bf16_bits(value)).all()
+    alpha = np.float32(-0.0123456)
+    got = kernel_run(packed, scales, rows, k, layout, alpha_eff=float(alpha))
+    assert (got == round_bf16(value * np.float64(alpha))).all()
+
+
 def test_ue4m3_encoding_is_round_to_nearest_even_and_satfinite() -> None:
     v = np.array([0.0, 1.0, 448.0, 460.0, 1e6, 2.0**-9, 2.0**-11, 1.0625, 1.1875], np.float32)
     codes = ref.ue4m3_encode(v)
