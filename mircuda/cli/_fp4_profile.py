@@ -137,7 +137,8 @@ COLUMNS = (Column("n", "N", 6), Column("k", "K", 6), Column("m", "M", 5),
            Column("note", "", 0, "<", sep="  "))
 """fp4-profile's columns: µs per call of each path (FP4: BlockScaledFp4VectorPlan at M = 1, else
 BlockScaledFp4Plan; BF16: DenseVectorPlan at M = 1, else DenseMatmulPlan; FP8 likewise; "dense f32": the
-portable FP4 path's dense BF16 -> FP32 step alone, so FP4 µs minus it is the decode and scaling), the FP4 rate
+portable FP4 path's dense BF16 -> FP32 step alone: epilogue="exact"'s, so FP4 µs minus it is the decode and
+scaling; with the default epilogue="folded", named in the note, the dense step is the BF16 column's), the FP4 rate
 (weights' TB/s for M <= 16, TFLOP/s above), BF16 TFLOP/s, FP4/BF16 time, FP4/BF16 TFLOP/s, and the goals."""
 
 
