@@ -265,6 +265,7 @@ def _fp4_plan(wrong_global: bool = False):  # type: ignore[no-untyped-def]
             self.m, self.n, self.k = getattr(spec, "m", 1), spec.n, spec.k
             self.activation = activation
             self.path = "gemv" if self.m <= 16 else "decode+dense"
+            self.epilogue = "folded" if self.path == "decode+dense" else None
 
         def run(self, a, sa, b, sb, d, ga, gb, alpha) -> None:  # type: ignore[no-untyped-def]
             m, n, k = self.m, self.n, self.k
@@ -334,6 +335,7 @@ def test_the_bench_wires_every_plan_to_its_operands_and_reference(monkeypatch, a
         assert r.fp4_us == r.bf16_us == r.fp8_us == 10.0 and r.cublas_us is None and r.activation == activation
         assert r.fp4_path == ("vector" if r.m == 1 else "gemv" if r.m <= 16 else "decode+dense")
         assert (r.dense_f32_us is not None) == (r.m > 16)
+        assert ("decode+dense (epilogue=folded)" in r.note) is (r.m > 16)  # the portable path's scaling named
     if wrong:  # a product without global_b is caught on every FP4 row, and only there
         assert len(failures) == len(rows) and all(f.startswith("FP4 ") for f in failures)
     else:

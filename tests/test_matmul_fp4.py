@@ -73,6 +73,158 @@ def test_the_kernels_ue4m3_decode_reads_the_bits_as_fp16_exactly() -> None:
     assert (ref.ue4m3_decode(codes.astype(np.uint8)) == via_half).all()
 
 
+# -- the portable path's decode kernels (fp4_layout.cu), emulated in numpy -----------------------------
+E2M1_MAGNITUDES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], np.float32)
+FINITE_SCALES = np.arange(0x7F, dtype=np.uint8)
+"""Every finite UE4M3 byte, 0 included (0x7f is E4M3's NaN; the kernels read it as 480)."""
+
+
+def byte_perm(x: np.ndarray, y: np.ndarray, s: Any) -> np.ndarray:
+    """CUDA's ``__byte_perm`` (PRMT, default mode) for selector nibbles below 8: byte n of the result is
+    byte ``(s >> 4n) & 7`` of the 8 bytes ``y:x``."""
+    s = np.asarray(s, np.uint64)
+    assert not (s & 0x8888).any(), "a selector nibble with its sign-mode bit set"
+    xy = (np.asarray(y, np.uint64) << np.uint64(32)) | np.asarray(x, np.uint64)
+    out = np.zeros(np.broadcast(xy, s).shape, np.uint64)
+    for n in range(4):
+        sel = (s >> np.uint64(4 * n)) & np.uint64(7)
+        out |= ((xy >> (np.uint64(8) * sel)) & np.uint64(0xFF)) << np.uint64(8 * n)
+    return out.astype(np.uint32)
+
+
+def bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 -> BF16 bits, round to nearest even (``cvt.rn.bf16x2.f32``)."""
+    return np.asarray(values, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16).astype(np.uint32)
+
+
+def kernel_table(entries: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``decode::make_table`` of the BF16 bits ``entries[..., 8]``: (lo0, lo1, hi0, hi1)."""
+    p = [entries[..., 2 * j] | (entries[..., 2 * j + 1] << 16) for j in range(4)]
+    return (byte_perm(p[0], p[1], 0x6420), byte_perm(p[2], p[3], 0x6420), byte_perm(p[0], p[1], 0x7531),
+            byte_perm(p[2], p[3], 0x7531))
+
+
+def kernel_decode_word(w: np.ndarray, table: tuple[np.ndarray, ...]) -> np.ndarray:
+    """``decode::decode_word``: a 32-bit code word and a table -> the eight BF16 bits, elements in order."""
+    lo0, lo1, hi0, hi1 = table
+    w = np.asarray(w, np.uint32)
+    magnitude = w & np.uint32(0x77777777)
+    sign_even = (w << np.uint32(4)) & np.uint32(0x80808080)
+    sign_odd = w & np.uint32(0x80808080)
+    l0, h0 = byte_perm(lo0, lo1, magnitude & 0xFFFF), byte_perm(hi0, hi1, magnitude & 0xFFFF)
+    l1, h1 = byte_perm(lo0, lo1, magnitude >> 16), byte_perm(hi0, hi1, magnitude >> 16)
+    pairs = [byte_perm(l0, h0, 0x5140) ^ (byte_perm(sign_even, sign_odd, 0x4400) & 0x80008000),
+             byte_perm(l0, h0, 0x7362) ^ (byte_perm(sign_even, sign_odd, 0x5511) & 0x80008000),
+             byte_perm(l1, h1, 0x5140) ^ (byte_perm(sign_even, sign_odd, 0x6622) & 0x80008000),
+             byte_perm(l1, h1, 0x7362) ^ (byte_perm(sign_even, sign_odd, 0x7733) & 0x80008000)]
+    return np.stack([half for p in pairs for half in (p & 0xFFFF, p >> 16)], axis=-1)
+
+
+def product_to_odd(f: np.ndarray, a: np.float32) -> np.ndarray:
+    """``decode::product_to_odd``: ``__fmul_rz`` then the last bit set when the residual is non-zero (the
+    exact product of two float32 with at most 30 significant bits in all is a float64)."""
+    exact = f.astype(np.float64) * np.float64(a)
+    r = exact.astype(np.float32)
+    r = np.where(np.abs(r.astype(np.float64)) > np.abs(exact), np.nextafter(r, np.float32(0)), r)
+    odd = (r.astype(np.float64) != exact) & np.isfinite(r)
+    return np.where(odd, (r.view(np.uint32) | 1).view(np.float32), r)
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    """Round-to-nearest-even of float64 values to BF16 (8 significant bits) in one rounding, as bits
+    (normal range only)."""
+    m, e = np.frexp(x)
+    value = np.ldexp(np.rint(m * 256.0), e - 8)
+    return bf16_bits(value.astype(np.float32))  # exact: value has 8 significant bits
+
+
+def code_words() -> tuple[np.ndarray, np.ndarray]:
+    """256 code words whose byte j is (b + j) mod 256: every code byte in every position; and their
+    eight codes, element 2i in the low nibble of byte i."""
+    b = np.arange(256, dtype=np.uint32)
+    words = b | ((b + 1) % 256) << 8 | ((b + 2) % 256) << 16 | ((b + 3) % 256) << 24
+    codes = np.stack([(words >> (4 * i)) & 0xF for i in range(8)], axis=-1)
+    return words, codes
+
+
+def test_the_exact_decode_gives_q_times_s_in_bf16_for_every_code_and_scale() -> None:
+    words, codes = code_words()
+    s = ref.ue4m3_decode(FINITE_SCALES)
+    entries = bf16_bits(E2M1_MAGNITUDES[None, :] * s[:, None])  # decode::exact_table
+    got = kernel_decode_word(words[None, :], tuple(t[:, None] for t in kernel_table(entries)))
+    want = bf16_bits(ref.e2m1_decode(codes)[None, :, :].astype(np.float64) * s[:, None, None])
+    exact = ref.e2m1_decode(codes)[None].astype(np.float64) * s[:, None, None]
+    assert (bf16_bits(exact).astype(np.float64) == want).all()  # q * s is a BF16 value: no rounding
+    assert got.shape == (127, 256, 8)
+    assert (got == want).all()
+    assert (got[:, codes == 8] == 0x8000).all()  # -0 stays negative zero
+
+
+TWICE_ROUNDED = float(np.uint32(0x3FEC4444).view(np.float32))
+"""An alpha_eff (1.8458333) for which the plain FP32 product then BF16 rounds twice, off by one BF16 ulp
+for (q, s) = (1.5, 2^-7 * 1.25) (found by search): the test below tells one rounding from two."""
+
+
+@pytest.mark.parametrize("alpha", [1.0, -1.0, 0.375, 2.0**-40, 3.0e5, -7.123456e-3, 0.1, -123.456789,
+                                   TWICE_ROUNDED, -TWICE_ROUNDED])
+def test_the_scaled_decode_rounds_q_s_alpha_once_to_bf16_for_every_code_and_scale(alpha) -> None:
+    a = np.float32(alpha)
+    words, codes = code_words()
+    s = ref.ue4m3_decode(FINITE_SCALES)
+    f = E2M1_MAGNITUDES[None, :] * s[:, None]  # exact in float32
+    entries = bf16_bits(product_to_odd(f, a))  # decode::scaled_table (both halves)
+    got = kernel_decode_word(words[None, :], tuple(t[:, None] for t in kernel_table(entries)))
+    exact = ref.e2m1_decode(codes)[None].astype(np.float64) * s[:, None, None].astype(np.float64) * np.float64(a)
+    assert (got == round_bf16(exact)).all()
+    if abs(alpha) == TWICE_ROUNDED:  # the FP32 product rounded to nearest, then to BF16, differs there
+        naive = bf16_bits((f * a).astype(np.float32))
+        assert (naive != round_bf16(f.astype(np.float64) * np.float64(a))).sum() >= 1
+
+
+def test_round_to_odd_then_nearest_even_is_one_rounding_on_random_products() -> None:
+    rng = np.random.default_rng(7)
+    f = (rng.integers(1, 64, 200_000) * 2.0 ** rng.integers(-20, 20, 200_000)).astype(np.float32)  # 6 bits
+    a = rng.standard_normal(200_000).astype(np.float32) * np.float32(2.0**10)
+    exact = f.astype(np.float64) * a.astype(np.float64)
+    got = np.array([bf16_bits(product_to_odd(f[i:i + 1], a[i]))[0] for i in range(0, 200_000, 97)])
+    assert (got == round_bf16(exact[::97])).all()
+
+
+def kernel_run(packed: np.ndarray, scales: np.ndarray, rows: int, k: int, layout: str,
+               alpha_eff: float | None = None) -> np.ndarray:
+    """``decode::run`` over every flat word: code word w, scale of 16-element block w / 2 at the layout's
+    offset (tiled: row = block / (K/16) in 32-bit arithmetic, then ``fp4::tiled_offset``), output uint4 w;
+    the BF16 bits ``[rows, K]``."""
+    words = np.ascontiguousarray(packed).view(np.uint32).ravel()
+    block = np.arange(words.size, dtype=np.uint64) >> np.uint64(1)
+    kblocks = k // 16
+    if layout == "tiled":
+        row = (block.astype(np.uint32) // np.uint32(kblocks)).astype(np.int64)
+        kb = block.astype(np.int64) - row * kblocks
+        katoms = (kblocks + 3) >> 2
+        offset = ((row >> 7) * katoms + (kb >> 2)) * 512 + (row & 31) * 16 + ((row >> 5) & 3) * 4 + (kb & 3)
+    else:
+        offset = block.astype(np.int64)
+    s = ref.ue4m3_decode(scales.ravel()[offset])
+    f = E2M1_MAGNITUDES[None, :] * s[:, None]
+    entries = bf16_bits(f if alpha_eff is None else product_to_odd(f, np.float32(alpha_eff)))
+    return kernel_decode_word(words, kernel_table(entries)).reshape(rows, k)
+
+
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("rows, k", [(1, 16), (17, 1040), (130, 96), (257, 4112)], ids=str)
+def test_the_decode_kernels_flat_indexing_matches_the_reference_dequantization(rows, k, layout) -> None:
+    rng = np.random.default_rng(rows + k)
+    x = (rng.standard_normal((rows, k)) * np.exp(rng.uniform(-3, 3, (rows, 1)))).astype(ml_dtypes.bfloat16)
+    packed, scales, _ = ref.quantize(x, layout=layout)
+    value = ref.dequantize(packed, scales, rows, k, layout)
+    got = kernel_run(packed, scales, rows, k, layout)
+    assert (got == bf16_bits(value)).all()
+    alpha = np.float32(-0.0123456)
+    got = kernel_run(packed, scales, rows, k, layout, alpha_eff=float(alpha))
+    assert (got == round_bf16(value * np.float64(alpha))).all()
+
+
 def test_ue4m3_encoding_is_round_to_nearest_even_and_satfinite() -> None:
     v = np.array([0.0, 1.0, 448.0, 460.0, 1e6, 2.0**-9, 2.0**-11, 1.0625, 1.1875], np.float32)
     codes = ref.ue4m3_encode(v)
@@ -230,7 +382,7 @@ def test_the_vector_kernel_streams_16_byte_weight_loads_past_l1_after_the_grid_d
 def test_the_quantizer_and_layout_kernels_compile(arch, layout) -> None:
     for source, symbols in ((fp4_quantize_source(), ("fp4_amax_reset", "fp4_amax_bf16", "fp4_quantize_bf16")),
                             (fp4_layout_source(), ("fp4_scales_linear_to_tiled", "fp4_scales_tiled_to_linear",
-                                                   "fp4_decode_bf16", "fp4_scale_output"))):
+                                                   "fp4_decode_bf16", "fp4_decode_scaled_bf16", "fp4_scale_output"))):
         image = mc.compile_program(source, arch, layout_options(layout)).image
         assert all(s.encode() in image for s in symbols)
 
@@ -365,44 +517,92 @@ def test_the_executor_packs_the_kernel_parameters_like_c_and_refuses_before_laun
     assert len(seen) == 1
 
 
-def test_the_portable_executor_decodes_multiplies_and_scales_in_order() -> None:
+@pytest.mark.parametrize("epilogue, activation", [("exact", "fp4"), ("folded", "fp4"), ("folded", "bf16")])
+def test_the_portable_executor_decodes_multiplies_and_scales_in_order(epilogue, activation) -> None:
     numba = pytest.importorskip("numba")
     from types import SimpleNamespace
 
-    from mircuda.matmul._fp4 import BlockScaledFp4Plan, portable_executor
+    from mircuda.matmul._fp4 import BlockScaledFp4Plan, decode_config, portable_executor
 
     proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64, ctypes.c_uint64,
                              ctypes.c_uint64)
-    launches: list[tuple[int, int, bytes]] = []
-    layouts = {0xD0: [8, 8, 8, 4, 4], 0x5C: [8, 8, 8, 8, 4, 8]}
+    launches: list[tuple[int, int, int, bytes]] = []
+    layouts = {0xD0: [8, 8, 8, 4, 4], 0xD5: [8, 8, 8, 8, 8, 4, 4, 4], 0x5C: [8, 8, 8, 8, 4, 8]}
 
     def fake_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
         sizes = layouts[f]
         pointers = (ctypes.c_uint64 * len(sizes)).from_address(params)
-        launches.append((f, gx, b"".join(ctypes.string_at(p, sizes[i]) for i, p in enumerate(pointers))))
+        launches.append((f, gx, bx, b"".join(ctypes.string_at(p, sizes[i]) for i, p in enumerate(pointers))))
         return 0
+
+    m, n, k = 32, 64, 80
+    folded, fp4 = epilogue == "folded", activation == "fp4"
+    want_a = 0xA16 if fp4 else 0x1000
+    want_c = 0x3000 if folded else 0xC32
 
     @numba.njit
     def dense(stream, a, b, c, alpha, beta):
-        return 0 if a == 0xA16 and b == 0xB16 and c == 0xC32 and alpha == 1.0 and beta == 0.0 else 77
+        return 0 if a == want_a and b == 0xB16 and c == want_c and alpha == 1.0 and beta == 0.0 else 77
 
-    m, n, k = 32, 64, 80
     plan: Any = object.__new__(BlockScaledFp4Plan)
     plan._stream = fake_stream(FakeContext(), 0x55)
     plan._spec = mc.DenseMatmulSpec(m, n, k)
     plan._dense = SimpleNamespace(numba_execute=dense)
-    plan._decode, plan._scale = SimpleNamespace(handle=0xD0), SimpleNamespace(handle=0x5C)
-    plan._decode_b = mc.LaunchConfig.for_elements(n * k // 8, 256)
-    plan._decode_a = mc.LaunchConfig.for_elements(m * k // 8, 256)
+    plan._decode = SimpleNamespace(handle=0xD0)
+    plan._scaled = SimpleNamespace(handle=0xD5) if folded else None
+    plan._scale = None if folded else SimpleNamespace(handle=0x5C)
+    plan._decode_b, plan._decode_a = decode_config(n, k), decode_config(m, k)
     plan._scale_config = mc.LaunchConfig((8,), (256,))
-    plan._b16, plan._a16, plan._c32 = (SimpleNamespace(handle=h) for h in (0xB16, 0xA16, 0xC32))
+    plan._b16 = SimpleNamespace(handle=0xB16)
+    plan._a16 = SimpleNamespace(handle=0xA16) if fp4 else None
+    plan._c32 = None if folded else SimpleNamespace(handle=0xC32)
     entry = proto(fake_launch)
-    execute = portable_executor(plan, (4, 1, 4, 1, 2), launch_function=entry)
+    execute = portable_executor(plan, (4, 1, 4, 1, 16 if folded else 2), launch_function=entry)
     assert execute(0x55, 0x1000, 0x1100, 0x2000, 0x2100, 0x3000, 0x4000, 0x4004, 0.5) == 0
-    assert [(f, g) for f, g, _ in launches] == [(0xD0, 3), (0xD0, 2), (0x5C, 8)]
-    assert launches[0][2] == struct.pack("<QQQii", 0xB16, 0x2000, 0x2100, n, k)
-    assert launches[1][2] == struct.pack("<QQQii", 0xA16, 0x1000, 0x1100, m, k)
-    assert launches[2][2] == struct.pack("<QQQQfq", 0x3000, 0xC32, 0x4000, 0x4004, 0.5, m * n)  # alpha at 32, count at 40
+    grid_b, grid_a = -(-(n * k // 8) // 1024), -(-(m * k // 8) // 1024)
+    assert (plan._decode_b.grid[0], plan._decode_a.grid[0]) == (grid_b, grid_a) == (1, 1)
+    decode_b = (0xD0, grid_b, 256, struct.pack("<QQQii", 0xB16, 0x2000, 0x2100, n, k))
+    if not folded:
+        assert launches == [decode_b, (0xD0, grid_a, 256, struct.pack("<QQQii", 0xA16, 0x1000, 0x1100, m, k)),
+                            (0x5C, 8, 256, struct.pack("<QQQQfq", 0x3000, 0xC32, 0x4000, 0x4004, 0.5, m * n))]
+    elif fp4:  # B exact, A scaled (alpha at 40, rows at 44, k at 48), then the dense plan writes D
+        assert launches == [decode_b, (0xD5, grid_a, 256, struct.pack("<QQQQQfii", 0xA16, 0x1000, 0x1100, 0x4000,
+                                                                      0x4004, 0.5, m, k))]
+    else:  # B scaled, BF16 A straight to the dense plan
+        assert launches == [(0xD5, grid_b, 256, struct.pack("<QQQQQfii", 0xB16, 0x2000, 0x2100, 0x4000, 0x4004, 0.5,
+                                                            n, k))]
+    count = len(launches)
     assert execute(0x56, 0x1000, 0x1100, 0x2000, 0x2100, 0x3000, 0, 0, 1.0) == INVALID_HANDLE
     assert execute(0x55, 0x1002, 0x1100, 0x2000, 0x2100, 0x3000, 0, 0, 1.0) == INVALID_VALUE
-    assert len(launches) == 3
+    if folded:  # D goes to the dense kernel: its 16-byte alignment
+        assert execute(0x55, 0x1000, 0x1100, 0x2000, 0x2100, 0x3008, 0, 0, 1.0) == INVALID_VALUE
+    assert len(launches) == count
+
+
+@pytest.mark.parametrize("value", ["Folded", None, 1, "fused"])
+def test_the_epilogue_is_checked(value) -> None:
+    from mircuda.matmul._fp4 import check_epilogue
+
+    with pytest.raises(mc.ContractError) as info:
+        check_epilogue(value)
+    assert info.value.argument == "epilogue"
+    assert check_epilogue("folded") == "folded" and check_epilogue("exact") == "exact"
+
+
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+def test_the_decode_kernels_store_16_bytes_coalesced_and_round_in_fp32_only_when_scaled(layout) -> None:
+    options = mc.CompileOptions(defines=dict(layout_options(layout).defines), output="ptx")
+    text = mc.compile_program(fp4_layout_source(), "compute_90", options).image.decode()
+
+    def body(name: str) -> str:
+        start = text.index(f".entry {name}(")
+        return text[start:text.index("\n}", start)]
+
+    for name in ("fp4_decode_bf16", "fp4_decode_scaled_bf16"):
+        b = body(name)
+        assert b.count("st.global.v4.u32") == 4 and b.count("ld.global.nc.u32") == 4  # four words per thread
+        assert b.count("prmt.b32") >= 4 * 16  # the lookups: 16 PRMT per word
+        assert ("div.u32" in b or "rem.u32" in b) is (layout == "tiled") and "div.s64" not in b
+    exact, scaled = body("fp4_decode_bf16"), body("fp4_decode_scaled_bf16")
+    assert "mul.rz.f32" not in exact and "shfl.sync" not in exact
+    assert "mul.rz.f32" in scaled and "fma.rn.f32" in scaled and "shfl.sync.bfly.b32" in scaled

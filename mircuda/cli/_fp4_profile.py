@@ -137,7 +137,8 @@ COLUMNS = (Column("n", "N", 6), Column("k", "K", 6), Column("m", "M", 5),
            Column("note", "", 0, "<", sep="  "))
 """fp4-profile's columns: µs per call of each path (FP4: BlockScaledFp4VectorPlan at M = 1, else
 BlockScaledFp4Plan; BF16: DenseVectorPlan at M = 1, else DenseMatmulPlan; FP8 likewise; "dense f32": the
-portable FP4 path's dense BF16 -> FP32 step alone, so FP4 µs minus it is the decode and scaling), the FP4 rate
+portable FP4 path's dense BF16 -> FP32 step alone: epilogue="exact"'s, so FP4 µs minus it is the decode and
+scaling; with the default epilogue="folded", named in the note, the dense step is the BF16 column's), the FP4 rate
 (weights' TB/s for M <= 16, TFLOP/s above), BF16 TFLOP/s, FP4/BF16 time, FP4/BF16 TFLOP/s, and the goals."""
 
 
@@ -383,7 +384,10 @@ class _ShapeBench:
                     close()
             for buf in temps:
                 buf.free(stream)
+        epilogue = kw.pop("fp4_epilogue", None)
         plans = [p for p in (kw.get("fp4_path"), kw.get("bf16_path")) if p]
+        if epilogue:
+            plans[0] += f" (epilogue={epilogue})"
         return fp4_row(m, n, k, self.activation, **kw, note=", ".join(plans))
 
     def _fp4(self, m: int, packed: np.ndarray, scales: np.ndarray, a16: Any, d: Any, sample: list[int],
@@ -403,6 +407,8 @@ class _ShapeBench:
             # "gemv <kernel>" on the decode path: which NVRTC kernel (CUDA or tensor cores) was measured
             kernel = getattr(plan, "gemv_kernel", None)
             kw["fp4_path"] = plan.path if kernel is None else f"{plan.path} {kernel}"
+            if getattr(plan, "epilogue", None):  # the portable path's scaling, named in the row's note
+                kw["fp4_epilogue"] = plan.epilogue
         else:
             return None
         made.append(plan)

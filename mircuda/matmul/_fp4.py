@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vector_source", "fp4_gemv_options",
            "ACTIVATIONS", "GEMV_MAX_M", "FP4_SYMBOL", "fp4_executor", "fp4_operands", "has_e2m1_cvt",
            "portable_executor", "fp4_target", "fp4_compiler", "FP4_MMA_SYMBOL", "FP4_KERNELS", "fp4_mma_source",
-           "fp4_mma_options"]
+           "fp4_mma_options", "EPILOGUES", "check_epilogue", "DECODE_THREADS", "DECODE_WORDS", "decode_config"]
 
 ACTIVATIONS = ("fp4", "bf16")
 """``activation=``: ``"fp4"`` (NVFP4 activations with their own scales and global scale) or ``"bf16"``
@@ -51,6 +51,14 @@ FP4_KERNELS = (FP4_SYMBOL, FP4_MMA_SYMBOL)
 """The NVRTC kernels ``BlockScaledFp4Plan(kernel=...)`` takes for M <= 16: the CUDA-core kernel of
 ``cuda_src/fp4_vector.cu`` and the tensor-core one of ``cuda_src/fp4_mma_gemv.cu`` (NVFP4 activations only)."""
 THREADS = 256
+EPILOGUES = ("folded", "exact")
+"""``BlockScaledFp4Plan(epilogue=...)`` on the portable ``"decode+dense"`` path: ``"folded"`` (alpha *
+global_a * global_b folded into one operand's decode, one BF16 rounding per element of that operand; the
+dense plan writes BF16 D directly) or ``"exact"`` (the dense plan writes FP32 C into a kept workspace and
+``fp4_scale_output`` writes ``BF16(alpha * global_a * global_b * C)``: one rounding, at the output)."""
+DECODE_THREADS, DECODE_WORDS = 256, 4
+"""``fp4_decode_bf16`` / ``fp4_decode_scaled_bf16`` (``cuda_src/fp4_layout.cu``, ``decode::kThreads`` and
+``kWords``): threads per block and 32-bit code words (8 elements each) per thread."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -111,6 +119,23 @@ def fp4_compiler(compiler: Any, context: Context) -> Compiler:
     if found is None:
         found = _FP4_COMPILERS.setdefault(context, Compiler(context, arch=target))
     return found
+
+
+def check_epilogue(value: Any) -> str:
+    """``value`` must be one of :data:`EPILOGUES`.
+
+    Raises:
+        ContractError: naming ``epilogue``.
+    """
+    if not isinstance(value, str) or value not in EPILOGUES:
+        raise ContractError("epilogue", "'folded' or 'exact' (the portable path's scaling)", repr(value))
+    return value
+
+
+def decode_config(rows: int, k: int) -> LaunchConfig:
+    """The launch of the decode kernels over a ``[rows, K]`` operand: one thread per :data:`DECODE_WORDS`
+    code words, :data:`DECODE_THREADS` per block."""
+    return LaunchConfig.for_elements(-(-(rows * k // 8) // DECODE_WORDS), DECODE_THREADS)
 
 
 def check_activation(value: Any) -> str:
@@ -450,16 +475,32 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
       scale is given, and read by the epilogue. Otherwise the portable path runs and ``describe()`` says
       which condition failed;
     - ``"decode+dense"``, ``M > 16``, portable (every device; the H200 has no FP4 tensor-core instruction):
-      E2M1 x UE4M3 are decoded exactly to BF16 (``fp4_decode_bf16``: a 2-bit by 4-bit significand product
-      fits BF16) into workspaces kept by the plan, the dense BF16 plan (:class:`DenseMatmulPlan`, CUTLASS,
-      BF16 -> FP32) multiplies them, and ``fp4_scale_output`` writes ``BF16(alpha * global_a * global_b *
-      C)``. Workspace: ``2 (M K + N K) + 4 M N`` bytes (no A copy for BF16 activations).
+      the NVFP4 operands are decoded to BF16 (``cuda_src/fp4_layout.cu``; memory-bound: table lookups per
+      code, 16-byte coalesced stores) into workspaces kept by the plan, and the dense BF16 plan
+      (:class:`DenseMatmulPlan`, CUTLASS) multiplies them. B is decoded at every ``execute`` (the weights
+      may change between calls). ``epilogue`` chooses where ``alpha_eff = (alpha * global_a) * global_b``
+      (FP32, read on the device when the work runs, so graphs follow the global scales) is applied:
+
+      * ``"folded"`` (default): into one operand's decode, ``fp4_decode_scaled_bf16``: A's when it is
+        NVFP4, B's when ``activation="bf16"``; that operand becomes ``RN_bf16(q * s * alpha_eff)``, one
+        round-to-nearest-even to BF16 of the exact product per element (relative error <= 2^-8; the
+        other NVFP4 operand is decoded exactly, ``fp4_decode_bf16``: ``q * s`` is a BF16 value), and the
+        dense plan (BF16 x BF16 -> BF16, alpha 1) writes D directly. Against the exact product this adds
+        at most ``2^-8 * |alpha_eff| * sum_k |a_k b_k|`` to an output before its final rounding.
+        Workspace ``2 (M K + N K)`` bytes (``2 N K`` with BF16 activations); D must meet the dense
+        kernel's alignment (16 bytes for the tensor-core kernels, :attr:`operands`).
+      * ``"exact"``: both operands decoded exactly, the dense plan writes FP32 C into a kept workspace
+        and ``fp4_scale_output`` writes ``BF16(alpha_eff * C)`` (one rounding, at the output; an extra
+        pass over ``4 M N + 2 M N`` bytes). Workspace ``2 (M K + N K) + 4 M N`` bytes (no A copy for BF16
+        activations).
 
     Args:
         context, stream, spec (``DenseMatmulSpec``, K % 16 == 0), activation, scale_layout, compiler: as
             :class:`BlockScaledFp4VectorPlan` (the dense plan of the portable path gets ``compiler`` as
             given, or the shared one).
         library: the CUTLASS library for M > 16 (default: :func:`load_library`).
+        epilogue: ``"folded"`` or ``"exact"`` (:data:`EPILOGUES`): the portable path's scaling, see above;
+            the other paths apply alpha_eff to the FP32 sums in their epilogue and ignore it.
         kernel: None (choose as above), one of the NVRTC kernels :data:`FP4_KERNELS` for M <= 16
             (``"fp4_matvec_bf16"``: CUDA cores; ``"fp4_mma_bf16"``: tensor cores, NVFP4 activations only), or
             the name of one of the library's block-scaled NVFP4 kernels
@@ -467,7 +508,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
 
     Raises:
         ContractError: bad arguments (named); a forced ``kernel`` that is not in the library or cannot run
-            this plan (the reason named). UnsupportedPlatform: cc below 8.0.
+            this plan (the reason named); on the portable path with tiled scales, ``rows * K / 16 >= 2^32``
+            for an operand (``spec``). UnsupportedPlatform: cc below 8.0.
         CutlassNotFound: M > 16 (or a forced kernel) and the CUTLASS library is not built (the message
             gives the command).
         CutlassError: the library refused a forced kernel's plan.
@@ -476,12 +518,13 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
 
     def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, *, activation: str = "fp4",
                  scale_layout: str = "linear", compiler: Compiler | None = None,
-                 library: CutlassLibrary | None = None, kernel: str | None = None) -> None:
+                 library: CutlassLibrary | None = None, kernel: str | None = None, epilogue: str = "folded") -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
         check_fp4_k(spec.k, "spec.k")
         self._activation = check_activation(activation)
+        self._epilogue = check_epilogue(epilogue)
         self._layout = check_layout("scale_layout", scale_layout)
         if kernel is not None and not isinstance(kernel, str):
             raise ContractError("kernel", "None or the name of a block-scaled NVFP4 kernel of the library", repr(kernel))
@@ -500,6 +543,10 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
         self._dense: Any = None
         self._cutlass: CutlassFp4 | None = None
         self._buffers: list[DeviceBuffer[Any]] = []
+        self._a16: DeviceBuffer[Any] | None = None
+        self._c32: DeviceBuffer[Any] | None = None
+        self._scaled: TypedKernel | None = None
+        self._scale: TypedKernel | None = None
         m, n, k = spec.m, spec.n, spec.k
         info = context.device_info()
         cc = info.compute_capability
@@ -550,41 +597,61 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             return
         from ._dense import DenseMatmulPlan
 
+        folded = epilogue == "folded"
+        if scale_layout == "tiled" and max(m, n) * (k // BLOCK) >= 2**32:
+            raise ContractError("spec", "rows * K/16 < 2^32 for each operand (the tiled decode's 32-bit index)",
+                                f"{max(m, n)} * {k // BLOCK}")
         # Raises CutlassNotFound (with the build command) when the library is missing.
-        self._dense = DenseMatmulPlan(context, stream, DenseMatmulSpec(m, n, k), input=bf16, output=f32,
-                                      library=library, compiler=dense_compiler)
+        self._dense = DenseMatmulPlan(context, stream, DenseMatmulSpec(m, n, k), input=bf16,
+                                      output=bf16 if folded else f32, library=library, compiler=dense_compiler)
         try:
             pool = context.default_memory_pool()
             self._b16 = pool.allocate(bf16, stream, n * k)
             self._buffers.append(self._b16)
-            self._a16 = pool.allocate(bf16, stream, m * k) if activation == "fp4" else None
-            if self._a16 is not None:
+            if activation == "fp4":
+                self._a16 = pool.allocate(bf16, stream, m * k)
                 self._buffers.append(self._a16)
-            self._c32 = pool.allocate(f32, stream, m * n)
-            self._buffers.append(self._c32)
+            if not folded:
+                self._c32 = pool.allocate(f32, stream, m * n)
+                self._buffers.append(self._c32)
             module = compiler.compile(fp4_layout_source(), layout_options(scale_layout))
             self._decode = module.kernel(cuda_export("fp4_decode_bf16", out=Out[DeviceBuffer[bf16]],
                                                      q=In[DeviceBuffer[u8]], scales=In[DeviceBuffer[e4m3]],
                                                      rows=i32, k=i32))
-            self._scale = module.kernel(cuda_export("fp4_scale_output", d=Out[DeviceBuffer[bf16]],
-                                                    c=In[DeviceBuffer[f32]], global_a=u64, global_b=u64, alpha=f32,
-                                                    count=i64))
+            if folded:
+                self._scaled = module.kernel(cuda_export(
+                    "fp4_decode_scaled_bf16", out=Out[DeviceBuffer[bf16]], q=In[DeviceBuffer[u8]],
+                    scales=In[DeviceBuffer[e4m3]], global_a=u64, global_b=u64, alpha=f32, rows=i32, k=i32))
+            else:
+                self._scale = module.kernel(cuda_export("fp4_scale_output", d=Out[DeviceBuffer[bf16]],
+                                                        c=In[DeviceBuffer[f32]], global_a=u64, global_b=u64,
+                                                        alpha=f32, count=i64))
         except BaseException:
             self._release()
             raise
-        self._decode_b = LaunchConfig.for_elements(n * k // 8, THREADS)
-        self._decode_a = LaunchConfig.for_elements(m * k // 8, THREADS)
+        self._decode_b = decode_config(n, k)
+        self._decode_a = decode_config(m, k)
         self._scale_config = LaunchConfig((min(-(-(m * n) // THREADS), 8192),), (THREADS,))
-        self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, wide=False)
-        # The decode reads whole 32-bit words of codes: 4-byte alignment suffices for A and B.
-        self._operands = tuple(o if o.name not in ("a", "b") or o.info.name != "u8" else
-                               Operand(o.name, o.info, o.count, o.shape, 4, "fp4_decode_bf16: 4-byte code loads")
-                               for o in self._operands)
+        operands = fp4_operands(self._names, m, n, k, activation, scale_layout, wide=False)
+        # The decode reads whole 32-bit words of codes: 4-byte alignment suffices for A and B. Folded, the
+        # dense plan reads BF16 A and writes D itself: its kernel's alignments.
+        dense_a, _, dense_d = self._dense.operands
+        fixed = []
+        for o in operands:
+            if o.name in ("a", "b") and o.info.name == "u8":
+                o = Operand(o.name, o.info, o.count, o.shape, 4, "fp4_decode_bf16: 4-byte code loads")
+            elif o.name == "a" and dense_a.alignment > o.alignment:
+                o = Operand(o.name, o.info, o.count, o.shape, dense_a.alignment, dense_a.reason)
+            elif o.name == "d" and folded:
+                o = Operand(o.name, o.info, o.count, o.shape, dense_d.alignment,
+                            f"written by the dense plan: {dense_d.reason}")
+            fixed.append(o)
+        self._operands = tuple(fixed)
         why_portable = ("no FP4 tensor-core instruction on this device (the SM120 block-scaled kernels need cc 12.x)"
                         if not not_cutlass else f"the SM120 block-scaled kernels cannot run it: {not_cutlass}")
         self._reason = (f"M = {m} > {GEMV_MAX_M} on {info.arch}: the portable path ({why_portable}); NVFP4 is "
-                        "decoded exactly to BF16 in kept workspaces and the dense BF16 tensor-core plan multiplies "
-                        f"them ({self._dense.describe()})")
+                        "decoded to BF16 in kept workspaces and the dense BF16 tensor-core plan multiplies them "
+                        f"({self._dense.describe()})")
         self._finalizer = weakref.finalize(self, _free_all, list(self._buffers), context, stream)
         self._finalizer.atexit = False
 
@@ -608,6 +675,12 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
         return "gemv" if self._gemv is not None else "cutlass" if self._cutlass is not None else "decode+dense"
 
     @property
+    def epilogue(self) -> str | None:
+        """The portable path's scaling, ``"folded"`` or ``"exact"`` (:data:`EPILOGUES`); None on the
+        ``"gemv"`` and ``"cutlass"`` paths (their kernels scale the FP32 sums)."""
+        return self._epilogue if self._dense is not None else None
+
+    @property
     def kernel(self) -> KernelInfo | None:
         """The library's block-scaled kernel on the ``"cutlass"`` path (None on the others)."""
         return self._cutlass.kernel if self._cutlass is not None else None
@@ -626,9 +699,22 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             return Description(f"{head}{self._gemv.describe()}. Why: {self._reason}.")
         if self._cutlass is not None:
             return Description(f"{head}{self._cutlass.describe()}. Why: {self._reason}.")
-        return Description(f"{head}fp4_decode_bf16 (NVRTC) of {'A and ' if self._a16 is not None else ''}B into "
-                f"{self.workspace_bytes} bytes of kept workspace, then the dense plan (BF16 x BF16 -> FP32), then "
-                f"fp4_scale_output (alpha * global_a * global_b, BF16). Why: {self._reason}.")
+        decode = (f"{DECODE_THREADS} threads x {DECODE_WORDS} code words each, table lookups (PRMT) per code, "
+                  "16-byte coalesced stores")
+        if self._scaled is not None:
+            fold = "A" if self._a16 is not None else "B"
+            exact = "B by fp4_decode_bf16 (exact: q * s is a BF16 value), " if fold == "A" else ""
+            return Description(
+                f"{head}epilogue='folded': {exact}{fold} by fp4_decode_scaled_bf16 with alpha_eff = alpha * global_a "
+                f"* global_b (FP32, read on the device) folded in: RN_bf16(q * s * alpha_eff), one BF16 rounding "
+                f"per {fold} element (relative error <= 2^-8; round-to-odd FP32 product, so a single rounding of "
+                f"the exact product); NVRTC decode: {decode}; into {self.workspace_bytes} bytes of kept workspace, "
+                f"then the dense plan (BF16 x BF16 -> BF16, alpha 1) writes D. Why: {self._reason}.")
+        return Description(
+            f"{head}epilogue='exact': fp4_decode_bf16 (NVRTC: {decode}) of {'A and ' if self._a16 is not None else ''}"
+            f"B, exactly, into {self.workspace_bytes} bytes of kept workspace (FP32 C included), then the dense "
+            "plan (BF16 x BF16 -> FP32), then fp4_scale_output (alpha * global_a * global_b * C, one BF16 rounding "
+            f"per output). Why: {self._reason}.")
 
     def execute(self, stream: Stream, a: DeviceBuffer[Any], a_scales: DeviceBuffer[Any] | None,
                 b: DeviceBuffer[Any], b_scales: DeviceBuffer[Any], d: DeviceBuffer[Any], *,
@@ -651,11 +737,21 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             self._gemv.launch(stream, a, psa, b, b_scales, d, ga, gb, fa)
             return
         s = self._spec
+        if self._scaled is not None:  # epilogue="folded"
+            if self._a16 is None:  # BF16 activations: alpha_eff goes into B
+                self._scaled.launch(stream, self._decode_b, self._b16, b, b_scales, ga, gb, fa, s.n, s.k)
+                self._dense.execute(stream, a, self._b16, d, 1.0, 0.0)
+                return
+            self._decode.launch(stream, self._decode_b, self._b16, b, b_scales, s.n, s.k)
+            self._scaled.launch(stream, self._decode_a, self._a16, a, a_scales, ga, gb, fa, s.m, s.k)
+            self._dense.execute(stream, self._a16, self._b16, d, 1.0, 0.0)
+            return
         self._decode.launch(stream, self._decode_b, self._b16, b, b_scales, s.n, s.k)
         a16 = a
         if self._a16 is not None:
             self._decode.launch(stream, self._decode_a, self._a16, a, a_scales, s.m, s.k)
             a16 = self._a16
+        assert self._c32 is not None and self._scale is not None  # epilogue="exact"
         self._dense.execute(stream, a16, self._b16, self._c32, 1.0, 0.0)
         self._scale.launch(stream, self._scale_config, d, self._c32, ga, gb, fa, s.m * s.n)
 
@@ -665,8 +761,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
         alpha) -> int`` over raw handles. M <= 16: :func:`fp4_executor` (a ``CUresult``: 0, 400 another
         stream, 1 misaligned). The CUTLASS path: :func:`~mircuda.matmul._fp4_cutlass.block_scaled_executor`
         (the library's status: 0, 1 another stream, 2 misaligned; or fp4_alpha_product's ``CUresult``).
-        The portable path: the decode launches, the dense plan's ``numba_execute`` and the output scaling
-        in sequence; it returns the first non-zero status (a ``CUresult``, or the CUTLASS library's status
+        The portable path: the decode launches, the dense plan's ``numba_execute`` and (``epilogue="exact"``)
+        the output scaling in sequence; it returns the first non-zero status (a ``CUresult``, or the CUTLASS library's status
         from the dense step) and stops there. Lengths and captures are not checked on this path."""
         if self._numba is None:
             aligns = tuple(o.alignment for o in self._operands)
@@ -696,7 +792,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
     def __repr__(self) -> str:
         s = self._spec
         return (f"BlockScaledFp4Plan(m={s.m}, n={s.n}, k={s.k}, activation={self._activation!r}, "
-                f"scale_layout={self._layout!r}, path={self.path!r})")
+                f"scale_layout={self._layout!r}, path={self.path!r}, epilogue={self.epilogue!r})")
 
 
 def _cutlass_fp4_choice(lib: CutlassLibrary, kernel: str | None, cc: tuple[int, int], multiprocessors: int, m: int,
@@ -733,10 +829,15 @@ def _cutlass_fp4_choice(lib: CutlassLibrary, kernel: str | None, cc: tuple[int, 
 
 
 def portable_executor(plan: BlockScaledFp4Plan, alignments: tuple[int, ...], launch_function: Any = None) -> Any:
-    """The portable path of :attr:`BlockScaledFp4Plan.numba_execute`: ``fp4_decode_bf16`` of B (and A),
-    the dense plan's ``numba_execute``, ``fp4_scale_output``, each a ``cuLaunchKernel`` with its own
-    parameter block (decode: ``(out, q, scales, i32 rows, i32 k)`` at 0, 8, 16, 24, 28; scale:
-    ``(d, c, global_a, global_b, f32 alpha, i64 count)`` at 0, 8, 16, 24, 32, 40)."""
+    """The portable path of :attr:`BlockScaledFp4Plan.numba_execute`, each kernel a ``cuLaunchKernel`` with
+    its own parameter block, in :meth:`BlockScaledFp4Plan.execute`'s order: ``epilogue="folded"``:
+    ``fp4_decode_bf16`` of B and ``fp4_decode_scaled_bf16`` of A (NVFP4 activations) or
+    ``fp4_decode_scaled_bf16`` of B (BF16 activations), then the dense plan's ``numba_execute`` writing
+    D; ``epilogue="exact"``: ``fp4_decode_bf16`` of B (and A), the dense plan into the FP32 workspace,
+    ``fp4_scale_output``. Parameter blocks (C ABI offsets): decode ``(out, q, scales, i32 rows, i32 k)`` at
+    0, 8, 16, 24, 28; scaled decode ``(out, q, scales, global_a, global_b, f32 alpha, i32 rows, i32 k)`` at
+    0, 8, 16, 24, 32, 40, 44, 48; scale ``(d, c, global_a, global_b, f32 alpha, i64 count)`` at 0, 8, 16,
+    24, 32, 40."""
     import numba
     import numpy as np
 
@@ -749,11 +850,14 @@ def portable_executor(plan: BlockScaledFp4Plan, alignments: tuple[int, ...], lau
     dense = plan._dense.numba_execute
     s = plan._spec
     m, n, k = s.m, s.n, s.k
-    decode, scale = plan._decode.handle, plan._scale.handle
+    folded = plan._scaled is not None
+    decode = plan._decode.handle
+    scaled = plan._scaled.handle if plan._scaled is not None else 0
+    scale = plan._scale.handle if plan._scale is not None else 0
     grid_b, grid_a, grid_s = plan._decode_b.grid[0], plan._decode_a.grid[0], plan._scale_config.grid[0]
     b16 = U(plan._b16.handle)
     a16 = U(plan._a16.handle) if plan._a16 is not None else U(0)
-    c32 = U(plan._c32.handle)
+    c32 = U(plan._c32.handle) if plan._c32 is not None else U(0)
     fp4_a = plan._a16 is not None
 
     @numba.njit(cache=False)
@@ -768,7 +872,23 @@ def portable_executor(plan: BlockScaledFp4Plan, alignments: tuple[int, ...], lau
         pointers = np.empty(5, np.uint64)
         pointers[0], pointers[1], pointers[2] = base, base + U(8), base + U(16)
         pointers[3], pointers[4] = base + U(24), base + U(28)
-        return launch(decode, grid, 1, 1, THREADS, 1, 1, 0, U(stream), U(pointers.ctypes.data), 0)
+        return launch(decode, grid, 1, 1, DECODE_THREADS, 1, 1, 0, U(stream), U(pointers.ctypes.data), 0)
+
+    @numba.njit(cache=False)
+    def scaled_launch(stream: Any, out: Any, q: Any, scales: Any, ga: Any, gb: Any, alpha: float, rows: int,
+                      grid: int) -> int:
+        values = np.zeros(7, np.uint64)
+        values[0], values[1], values[2], values[3], values[4] = out, q, scales, ga, gb
+        values.view(np.float32)[10] = alpha
+        ints = values.view(np.int32)
+        ints[11] = rows
+        ints[12] = k
+        base = U(values.ctypes.data)
+        pointers = np.empty(8, np.uint64)
+        for i in range(5):
+            pointers[i] = base + U(8 * i)
+        pointers[5], pointers[6], pointers[7] = base + U(40), base + U(44), base + U(48)
+        return launch(scaled, grid, 1, 1, DECODE_THREADS, 1, 1, 0, U(stream), U(pointers.ctypes.data), 0)
 
     @numba.njit(cache=False)
     def execute(stream: int, a: int, a_scales: int, b: int, b_scales: int, d: int, global_a: int, global_b: int,
@@ -778,6 +898,19 @@ def portable_executor(plan: BlockScaledFp4Plan, alignments: tuple[int, ...], lau
         pa, psa, pb, psb, pd, pga, pgb = U(a), U(a_scales), U(b), U(b_scales), U(d), U(global_a), U(global_b)
         if pa & ma or psa & msa or pb & mb or psb & msb or pd & md or (pga | pgb) & U(3):
             return INVALID_VALUE
+        if folded:
+            if fp4_a:
+                status = decode_launch(stream, b16, pb, psb, n, grid_b)
+                if status != 0:
+                    return status
+                status = scaled_launch(stream, a16, pa, psa, pga, pgb, alpha, m, grid_a)
+                if status != 0:
+                    return status
+                return dense(stream, a16, b16, pd, 1.0, 0.0)
+            status = scaled_launch(stream, b16, pb, psb, pga, pgb, alpha, n, grid_b)
+            if status != 0:
+                return status
+            return dense(stream, pa, b16, pd, 1.0, 0.0)
         status = decode_launch(stream, b16, pb, psb, n, grid_b)
         if status != 0:
             return status

@@ -44,6 +44,7 @@ def test_a_small_profile_passes_its_own_checks(context, tmp_path: Path, activati
         else:
             assert (r["fp4_path"] != "") == runs
         assert (r["dense_f32_us"] is not None) == (r["fp4_path"] == "decode+dense")
+        assert ("decode+dense (epilogue=folded)" in r["note"]) == (r["fp4_path"] == "decode+dense")
         if (cc >= (8, 9) and r["m"] <= 16) or (cc == (9, 0) and runs):  # SM90 FP8 CUTLASS takes K % 128 != 0
             assert r["fp8_us"] is not None, r
         if torch_cuda:

@@ -14,7 +14,7 @@ import pytest
 
 import mircuda as mc
 from helpers import download, upload
-from matmul_helpers import assert_close
+from matmul_helpers import ACCUMULATION, UNIT_ROUNDOFF, assert_close
 from mircuda.matmul import _fp4_reference as ref
 
 GUARD = 64
@@ -58,6 +58,52 @@ class Operand:
 
 def reference(a64: np.ndarray, b64: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
     return scale * (a64 @ b64.T), abs(scale) * (np.abs(a64) @ np.abs(b64).T)
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    """float64 -> the nearest BF16 value (ties to even; 8 significant bits) in one rounding, as float64."""
+    m, e = np.frexp(x)
+    return np.ldexp(np.rint(m * 256.0), e - 8)
+
+
+def alpha_eff(alpha: float, *globals_: float | None) -> float:
+    """The kernels' FP32 ``(alpha * global_a) * global_b`` (absent globals skipped)."""
+    scale = np.float32(alpha)
+    for g in globals_:
+        if g is not None:
+            scale = np.float32(scale * np.float32(g))
+    return float(scale)
+
+
+def assert_close_plan(plan: Any, got: np.ndarray, a64: np.ndarray, b64: np.ndarray, alpha: float,
+                      global_a: float | None, global_b: float | None) -> None:
+    """``got`` (BF16 [M, N]) against float64 ``alpha * global_a * global_b * a64 . b64^T`` of the
+    dequantized operands.
+
+    Every path but the portable one with ``epilogue="folded"``: :func:`assert_close` (FP32 accumulation,
+    one BF16 rounding at the output). Folded, one operand (A when NVFP4, else B) enters the dense plan as
+    ``x_k' = RN_bf16(x_k * alpha_eff) = x_k alpha_eff (1 + d_k)`` with ``|d_k| <= u = 2^-8`` (one
+    round-to-nearest to BF16's 8 significant bits), so the sum the dense plan rounds is
+    ``sum_k alpha_eff a_k b_k (1 + d_k)``: it differs from the exact one by at most
+    ``u * |alpha_eff| * sum_k |a_k b_k| = u * magnitude``, and its FP32 accumulation error is at most
+    ``ACCUMULATION * (1 + u) * magnitude`` (the products grew by at most 1 + u). So the bound is
+    ``2 u |want| + (ACCUMULATION (1 + u) + u) * magnitude`` (the 2 u |want| also covers alpha_eff's two
+    FP32 roundings, 2^-23 relative). Then, tighter: against the float64 product of the folded operand
+    rounded as the kernel rounds it (one RN to BF16 of the exact product), the ordinary bound."""
+    scale = alpha * (global_a if global_a is not None else 1.0) * (global_b if global_b is not None else 1.0)
+    want, mag = reference(a64, b64, scale)
+    if getattr(plan, "epilogue", None) != "folded":
+        assert_close(got, want, mag, "bf16")
+        return
+    u = UNIT_ROUNDOFF["bf16"]
+    assert_close(got, want, mag * (ACCUMULATION * (1 + u) + u) / ACCUMULATION, "bf16")
+    fold = alpha_eff(alpha, global_a, global_b)
+    if plan.activation == "fp4":
+        a64 = round_bf16(a64 * fold)
+    else:
+        b64 = round_bf16(b64 * fold)
+    want, mag = reference(a64, b64, 1.0)
+    assert_close(got, want, mag, "bf16")
 
 
 VECTOR_SHAPES = [(4096, 4096), (37, 1040), (1, 48), (13, 80), (4097, 4112), (300, 96), (1000, 2064)]
@@ -136,20 +182,50 @@ def test_the_portable_path_matches_float64(context, stream, pool, rng, m, n, k, 
     run_matrix(context, stream, pool, rng, m, n, k, activation, layout, expect_path="decode+dense")
 
 
+def portable_or_skip(context, k: int, activation: str, layout: str) -> None:
+    """Skips where the CUTLASS library is missing or the SM120 block-scaled kernels take the plan."""
+    try:
+        lib = mc.matmul.load_library()
+    except mc.CutlassNotFound as exc:
+        pytest.skip(str(exc))
+    cc = context.device_info().compute_capability
+    if (activation, layout) == ("fp4", "tiled") and k % 32 == 0 and any(x.runs_on(cc) for x in lib.block_scaled_kernels):
+        pytest.skip("runs the SM120 CUTLASS path here (tests/gpu/test_matmul_fp4_cutlass_gpu.py)")
+
+
+@pytest.mark.parametrize("epilogue", ["folded", "exact"])
+@pytest.mark.parametrize("m", [17, 33, 200])
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("activation", ["fp4", "bf16"])
+@pytest.mark.parametrize("n, k", [(37, 1040), (1001, 96), (255, 4112), (4099, 4096)], ids=str)
+def test_the_portable_path_epilogues_match_float64(context, stream, pool, rng, m, n, k, activation, layout,
+                                                   epilogue) -> None:
+    """Odd N; K = 1040 and 4112 multiples of 16 but not of 32, 96 of 32 not of 64 (several decode blocks
+    per row, partial last decode block, tiled scale padding)."""
+    portable_or_skip(context, k, activation, layout)
+    run_matrix(context, stream, pool, rng, m, n, k, activation, layout, expect_path="decode+dense",
+               epilogue=epilogue)
+
+
 def expected_kernel(m: int, activation: str, kernel: str | None) -> str:
     if kernel is not None:
         return kernel
     return "fp4_mma_bf16" if m >= 2 and activation == "fp4" else "fp4_matvec_bf16"
 
 
-def run_matrix(context, stream, pool, rng, m, n, k, activation, layout, expect_path, kernel=None) -> None:
+def run_matrix(context, stream, pool, rng, m, n, k, activation, layout, expect_path, kernel=None,
+               epilogue=None) -> None:
     b = Operand(context, stream, pool, bf16_data(rng, n, k), layout)
     a_host = bf16_data(rng, m, k)
     alpha = float(rng.uniform(0.5, 2.0))
     d = poisoned(context, stream, pool, m * n)
+    knobs = {} if epilogue is None else {"epilogue": epilogue}
     plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), activation=activation,
-                                 scale_layout=layout, kernel=kernel)
+                                 scale_layout=layout, kernel=kernel, **knobs)
     assert plan.path == expect_path, plan.describe()
+    if expect_path == "decode+dense":
+        assert plan.epilogue == (epilogue or "folded") and f"epilogue='{plan.epilogue}'" in plan.describe()
+        assert (plan._c32 is None) is (plan.epilogue == "folded")
     if expect_path == "gemv":
         want_kernel = expected_kernel(m, activation, kernel)
         assert plan.gemv_kernel == want_kernel and f"kernel {want_kernel}" in plan.describe()
@@ -157,14 +233,13 @@ def run_matrix(context, stream, pool, rng, m, n, k, activation, layout, expect_p
         a = Operand(context, stream, pool, a_host, layout)
         plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d, global_a=a.global_buf,
                      global_b=b.global_buf, alpha=alpha)
-        a64, scale = a.value, alpha * float(a.global_) * float(b.global_)
+        a64, ga = a.value, float(a.global_)
     else:
         ba = upload(context, stream, pool, a_host.ravel())
         plan.execute(stream, ba, None, b.codes, b.scale_buf, d, global_b=b.global_buf, alpha=alpha)
-        a64, scale = a_host.astype(np.float64), alpha * float(b.global_)
+        a64, ga = a_host.astype(np.float64), None
     got = check_guard(download(context, stream, d), m * n).reshape(m, n)
-    want, mag = reference(a64, b.value, scale)
-    assert_close(got, want, mag, "bf16")
+    assert_close_plan(plan, got, a64, b.value, alpha, ga, float(b.global_))
     assert ("DenseMatmulPlan" in plan.describe()) is (expect_path == "decode+dense")
     plan.close()
     b.free(stream)
@@ -240,9 +315,10 @@ def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool,
     x.free(stream)
 
 
-@pytest.mark.parametrize("m, kernel", [(1, None), (4, None), (4, "fp4_matvec_bf16"), (16, None), (64, None)],
+@pytest.mark.parametrize("m, kernel, epilogue", [(1, None, None), (4, None, None), (4, "fp4_matvec_bf16", None),
+                                                 (16, None, None), (64, None, "folded"), (64, None, "exact")],
                          ids=str)
-def test_plans_run_from_numba_njit(context, stream, pool, rng, m, kernel) -> None:
+def test_plans_run_from_numba_njit(context, stream, pool, rng, m, kernel, epilogue) -> None:
     numba = pytest.importorskip("numba")
     n, k = 1000, 1040
     if m > 16:
@@ -252,8 +328,9 @@ def test_plans_run_from_numba_njit(context, stream, pool, rng, m, kernel) -> Non
             pytest.skip(str(exc))
     b = Operand(context, stream, pool, bf16_data(rng, n, k), "linear")
     a = Operand(context, stream, pool, bf16_data(rng, m, k), "linear")
+    knobs = {} if epilogue is None else {"epilogue": epilogue}
     plan: Any = (mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k)) if m == 1 else
-                 mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), kernel=kernel))
+                 mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), kernel=kernel, **knobs))
     if 1 < m <= 16:
         assert plan.gemv_kernel == expected_kernel(m, "fp4", kernel)
     outs = [poisoned(context, stream, pool, m * n) for _ in range(2)]
@@ -272,8 +349,7 @@ def test_plans_run_from_numba_njit(context, stream, pool, rng, m, kernel) -> Non
     assert execute(stream.handle + 1, a.codes.handle, 0, b.codes.handle, 0, outs[0].handle, 0, 0, 1.0) != 0
     for i, out in enumerate(outs):
         got = check_guard(download(context, stream, out), m * n).reshape(m, n)
-        want, mag = reference(a.value, b.value, (1.0 + i) * float(a.global_) * float(b.global_))
-        assert_close(got, want, mag, "bf16")
+        assert_close_plan(plan, got, a.value, b.value, 1.0 + i, float(a.global_), float(b.global_))
     if m > 1:
         plan.close()
     for buf in outs:
@@ -312,11 +388,59 @@ def test_a_captured_graph_reads_the_global_scales_when_it_runs(context, stream, 
         stream.copy_to_device(staging, a.global_buf)
         graph.launch(stream)
         got = check_guard(download(context, stream, d), m * n).reshape(m, n)
-        want, mag = reference(a.value, b.value, 0.5 * float(np.float32(ga)) * float(b.global_))
-        assert_close(got, want, mag, "bf16")
+        assert_close_plan(plan, got, a.value, b.value, 0.5, float(np.float32(ga)), float(b.global_))
     graph.close()
     if m > 1:
         plan.close()
     d.free(stream)
     a.free(stream)
     b.free(stream)
+
+
+@pytest.mark.parametrize("epilogue", ["folded", "exact"])
+@pytest.mark.parametrize("activation", ["fp4", "bf16"])
+def test_a_captured_portable_plan_follows_the_global_scales(context, stream, pool, rng, activation, epilogue) -> None:
+    """M = 33, odd N, linear scales: between replays global_b (and global_a for NVFP4 activations) change in
+    device memory; folded, they reach the operand decode (fp4_decode_scaled_bf16 reads them when it runs)."""
+    m, n, k = 33, 131, 1040
+    portable_or_skip(context, k, activation, "linear")
+    b = Operand(context, stream, pool, bf16_data(rng, n, k), "linear")
+    a_host = bf16_data(rng, m, k)
+    a = Operand(context, stream, pool, a_host, "linear") if activation == "fp4" else None
+    ba = upload(context, stream, pool, a_host.ravel()) if a is None else None
+    d = poisoned(context, stream, pool, m * n)
+    plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), activation=activation,
+                                 epilogue=epilogue)
+    assert plan.path == "decode+dense" and plan.epilogue == epilogue
+    if a is not None:
+        graph = stream.capture((a.codes, a.scale_buf, b.codes, b.scale_buf, d, a.global_buf, b.global_buf),
+                               lambda _: plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d,
+                                                      global_a=a.global_buf, global_b=b.global_buf, alpha=0.75))
+    else:
+        graph = stream.capture((ba, b.codes, b.scale_buf, d, b.global_buf),
+                               lambda _: plan.execute(stream, ba, None, b.codes, b.scale_buf, d,
+                                                      global_b=b.global_buf, alpha=0.75))
+    staging = context.allocate_pinned(mc.f32, 1)
+    for factor_a, factor_b in ((1.0, 1.0), (3.0, 0.1), (0.37, 5.0)):
+        gb = float(np.float32(float(b.global_) * factor_b))
+        staging.write_prefix(np.array([gb], np.float32))
+        stream.copy_to_device(staging, b.global_buf)
+        ga = None
+        if a is not None:
+            ga = float(np.float32(float(a.global_) * factor_a))
+            stream.synchronize()
+            staging.write_prefix(np.array([ga], np.float32))
+            stream.copy_to_device(staging, a.global_buf)
+        stream.synchronize()
+        graph.launch(stream)
+        got = check_guard(download(context, stream, d), m * n).reshape(m, n)
+        a64 = a.value if a is not None else a_host.astype(np.float64)
+        assert_close_plan(plan, got, a64, b.value, 0.75, ga, gb)
+    graph.close()
+    plan.close()
+    d.free(stream)
+    b.free(stream)
+    if a is not None:
+        a.free(stream)
+    else:
+        ba.free(stream)
