@@ -1,0 +1,152 @@
+"""The grouped NVFP4 plans without a GPU: specs and their checks, the tile-shape rule, the exports, the
+construction checks that need no device, and the portable kernels (``cuda_src/fp4_grouped.cu``) compiled
+by NVRTC for sm_80, sm_90 and sm_120f for every m-tile size, both split modes, both bank-scale layouts,
+one and two operand sets and the indexed variant; their PTX runs FP16 ``mma.sync.m16n8k16``, streams the
+weights past L1, builds the tile list with a self-resetting ticket, and decodes E2M1 through one seam.
+Numerics, graphs, the error flag and numba_execute are checked on the GPU (``tests/gpu/test_moe_gpu.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import mircuda as mc
+from mircuda.matmul._moe_kernels import (GROUPED_SYMBOL, ROWS_PER_TILE, SETUP_SYMBOL, choose_rows_per_tile,
+                                         grouped_options, grouped_source, tile_shape, workspace_ints)
+
+MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+
+
+def options(mt: int = 16, *, n: int = 768, k: int = 2048, groups: int = 64, bank: int = 64, capacity: int = 512,
+            fixed: int = 0, tiled: bool = True, sets: int = 1) -> mc.CompileOptions:
+    return grouped_options(n=n, k=k, groups=groups, bank_size=bank, capacity=capacity, rows_per_tile=mt,
+                           fixed_rows=fixed, tiled=tiled, sets=sets)
+
+
+def ptx(arch: str, opts: mc.CompileOptions) -> str:
+    return mc.compile_program(grouped_source(), arch, mc.CompileOptions(defines=dict(opts.defines),
+                                                                           output="ptx")).image.decode()
+
+
+def entry(text: str, symbol: str) -> str:
+    start = text.index(f".entry {symbol}")
+    nxt = text.find(".entry ", start + 1)
+    return text[start:] if nxt < 0 else text[start:nxt]
+
+
+# -- specs -----------------------------------------------------------------------------------------
+def test_specs_are_frozen_and_check_their_dimensions() -> None:
+    s = mc.VariableGroupedFp4Spec(768, 2048, 4096, 128, 128)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.n = 1  # type: ignore[misc]
+    assert s.flops(10) == 2 * 10 * 768 * 2048
+    i = mc.IndexedGroupedFp4Spec(256, 512, 4, 20, 6)
+    assert (i.capacity, i.groups, i.flops) == (80, 20, 2 * 80 * 256 * 512)
+    for bad, name in (((768, 2040, 16, 2, 2), "k"), ((0, 2048, 16, 2, 2), "n"), ((768, 2048, True, 2, 2), "capacity"),
+                      ((768, 2048, 16, 0, 2), "groups"), ((768, 2048, 16, 2, 1.5), "bank_size")):
+        with pytest.raises(mc.ContractError) as info:
+            mc.VariableGroupedFp4Spec(*bad)
+        assert info.value.argument == name
+    with pytest.raises(mc.ContractError) as info:
+        mc.IndexedGroupedFp4Spec(256, 512, 2**16, 2**16, 4)
+    assert info.value.argument == "rows"
+
+
+def test_the_plans_and_specs_are_exported() -> None:
+    for name in ("VariableGroupedFp4Plan", "IndexedGroupedFp4Plan", "PairedVariableGroupedFp4Plan",
+                 "VariableGroupedFp4Spec", "IndexedGroupedFp4Spec", "GroupedFp4Operands"):
+        assert name in mc.__all__ and getattr(mc, name) is getattr(mc.matmul, name)
+    assert (mc.matmul.ERROR_MATRIX_INDEX, mc.matmul.ERROR_ROWS) == (1, 2)
+
+
+@pytest.mark.parametrize("cls", ["VariableGroupedFp4Plan", "IndexedGroupedFp4Plan", "PairedVariableGroupedFp4Plan"])
+def test_construction_refuses_a_wrong_spec_or_context_by_name(cls) -> None:
+    plan = getattr(mc, cls)
+    with pytest.raises(mc.ContractError) as info:
+        plan(object(), object(), mc.DenseMatmulSpec(1, 16, 16))
+    assert info.value.argument == "spec"
+    spec = (mc.IndexedGroupedFp4Spec(16, 16, 1, 2, 2) if cls.startswith("Indexed") else
+            mc.VariableGroupedFp4Spec(16, 16, 4, 2, 2))
+    with pytest.raises(mc.ContractError) as info:
+        plan(object(), object(), spec)
+    assert info.value.argument == "context"
+
+
+# -- tile shape ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("rows, want", [(1, 8), (8, 8), (9, 16), (16, 16), (17, 32), (33, 64), (1000, 64)])
+def test_the_tile_holds_the_expected_rows_of_a_group(rows, want) -> None:
+    assert choose_rows_per_tile(rows) == want
+
+
+def test_the_grid_covers_every_m_tile_of_non_overlapping_groups() -> None:
+    # 1 token, top-8 of 128 experts: at most 8 non-empty groups of one row.
+    s = tile_shape(n=768, capacity=8, groups=128, rows_per_tile=8, fixed_rows=0, sets=1)
+    assert (s.tiles, s.weight_blocks, s.split_k) == (8, 48, True)
+    # 4096 tokens top-2 of 8: ceil(8192 / 64) + 8 m-tiles at most; split N: 128 weight rows per block.
+    s = tile_shape(n=14336, capacity=8192, groups=8, rows_per_tile=64, fixed_rows=0, sets=2)
+    assert (s.tiles, s.weight_blocks, s.split_k, s.sets) == (136, 112, False, 2)
+    # Indexed: P ceil(R / MT) exactly.
+    assert tile_shape(n=100, capacity=200, groups=20, rows_per_tile=8, fixed_rows=10, sets=1).tiles == 40
+    assert workspace_ints(5) == 22
+
+
+def test_each_group_of_counts_fits_the_slots() -> None:
+    """Non-overlapping groups within the capacity never need more m-tiles than the grid has slots (the
+    bound the grid is built from), for every tile size: exhaustive over small cases."""
+    import itertools
+
+    for mt in ROWS_PER_TILE:
+        for capacity in (1, 3, 8, 17, 64, 65):
+            for groups in (1, 2, 5):
+                slots = tile_shape(n=16, capacity=capacity, groups=groups, rows_per_tile=mt, fixed_rows=0,
+                                   sets=1).tiles
+                for counts in itertools.product(range(0, capacity + 1, max(1, capacity // 4)), repeat=groups):
+                    if sum(counts) <= capacity:
+                        assert sum(-(-c // mt) for c in counts) <= slots
+
+
+# -- NVRTC -----------------------------------------------------------------------------------------
+CONFIGS = [dict(mt=8), dict(mt=16, tiled=False), dict(mt=32, sets=2), dict(mt=64, k=1040), dict(mt=16, fixed=5),
+           dict(mt=64, sets=2, tiled=False, k=96, n=259, groups=3, bank=2, capacity=50)]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])
+def test_the_kernels_compile_for_every_tile_layout_and_target(arch, config) -> None:
+    cfg = dict(config)
+    prog = mc.compile_program(grouped_source(), arch, options(cfg.pop("mt"), **cfg))
+    assert prog.image[:4] == b"\x7fELF"
+    assert SETUP_SYMBOL.encode() in prog.image and GROUPED_SYMBOL.encode() in prog.image
+
+
+@pytest.mark.parametrize("mt, k", [(8, 2048), (16, 2048), (32, 1040), (64, 4096)])
+def test_the_grouped_kernel_runs_fp16_mma_and_streams_weights_past_l1(mt, k) -> None:
+    body = entry(ptx("compute_90", options(mt, k=k)), GROUPED_SYMBOL)
+    wide = k % 32 == 0
+    assert body.count(MMA_PTX) == (8 if wide else 4) * (mt // 8)  # one consume: E / 4 mmas per n8 tile
+    assert body.count("ld.global.nc.L1::no_allocate." + ("v4.u32" if wide else "v2.u32")) == 4
+    assert ("bar.sync" in body) == (mt <= 16)  # split K meets in shared memory; split N does not
+
+
+def test_the_setup_kernel_builds_the_tile_list_with_a_self_resetting_ticket() -> None:
+    body = entry(ptx("compute_90", options(16)), SETUP_SYMBOL)
+    assert "atom.global.inc.u32" in body and "atom.global.or.b32" in body and "membar.gl" in body
+    assert "ld.global.cg" in body  # the last block reads the others' counts from L2
+
+
+def test_the_e2m1_decode_goes_through_one_local_seam() -> None:
+    text = grouped_source().text
+    body = text[text.index("namespace {"):]
+    assert body.count("fp4::e2m1x2_to_half2_scaled(") == 1 and "decode_pair(" in body
+    assert "cvt.rn.f16x2.e2m1x2" in entry(ptx("compute_120f", options(16)), GROUPED_SYMBOL)
+    assert "cvt.rn.f16x2.e2m1x2" not in entry(ptx("compute_90", options(16)), GROUPED_SYMBOL)
+
+
+def test_without_its_shape_the_source_refuses_to_compile_by_name() -> None:
+    with pytest.raises(mc.CompileError, match="MIRCUDA_MOE_N"):
+        mc.compile_program(grouped_source(), "sm_90", mc.CompileOptions(defines={}))
+    bad = dict(options(16).defines)
+    bad["MIRCUDA_MOE_MT"] = 24
+    with pytest.raises(mc.CompileError, match="8, 16, 32 or 64"):
+        mc.compile_program(grouped_source(), "sm_90", mc.CompileOptions(defines=bad))
