@@ -19,9 +19,9 @@ MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 
 
 def options(mt: int = 16, *, n: int = 768, k: int = 2048, groups: int = 64, bank: int = 64, capacity: int = 512,
-            fixed: int = 0, tiled: bool = True, sets: int = 1) -> mc.CompileOptions:
+            fixed: int = 0, tiled: bool = True, sets: int = 1, variant: str | None = None) -> mc.CompileOptions:
     return grouped_options(n=n, k=k, groups=groups, bank_size=bank, capacity=capacity, rows_per_tile=mt,
-                           fixed_rows=fixed, tiled=tiled, sets=sets)
+                           fixed_rows=fixed, tiled=tiled, sets=sets, variant=variant)
 
 
 def ptx(arch: str, opts: mc.CompileOptions) -> str:
@@ -82,10 +82,12 @@ def test_the_tile_holds_the_expected_rows_of_a_group(rows, want) -> None:
 def test_the_grid_covers_every_m_tile_of_non_overlapping_groups() -> None:
     # 1 token, top-8 of 128 experts: at most 8 non-empty groups of one row.
     s = tile_shape(n=768, capacity=8, groups=128, rows_per_tile=8, fixed_rows=0, sets=1)
-    assert (s.tiles, s.weight_blocks, s.split_k) == (8, 48, True)
-    # 4096 tokens top-2 of 8: ceil(8192 / 64) + 8 m-tiles at most; split N: 128 weight rows per block.
+    assert (s.tiles, s.weight_blocks, s.variant) == (8, 48, "split_k")
+    # 4096 tokens top-2 of 8: ceil(8192 / 64) + 8 m-tiles at most; staged: 256 weight rows per block.
     s = tile_shape(n=14336, capacity=8192, groups=8, rows_per_tile=64, fixed_rows=0, sets=2)
-    assert (s.tiles, s.weight_blocks, s.split_k, s.sets) == (136, 112, False, 2)
+    assert (s.tiles, s.weight_blocks, s.variant, s.sets) == (136, 56, "staged", 2)
+    s = tile_shape(n=14336, capacity=8192, groups=8, rows_per_tile=64, fixed_rows=0, sets=1, variant="split_n")
+    assert (s.weight_blocks, s.variant) == (112, "split_n")
     # Indexed: P ceil(R / MT) exactly.
     assert tile_shape(n=100, capacity=200, groups=20, rows_per_tile=8, fixed_rows=10, sets=1).tiles == 40
     assert workspace_ints(5) == 22
@@ -108,7 +110,8 @@ def test_each_group_of_counts_fits_the_slots() -> None:
 
 # -- NVRTC -----------------------------------------------------------------------------------------
 CONFIGS = [dict(mt=8), dict(mt=16, tiled=False), dict(mt=32, sets=2), dict(mt=64, k=1040), dict(mt=16, fixed=5),
-           dict(mt=64, sets=2, tiled=False, k=96, n=259, groups=3, bank=2, capacity=50)]
+           dict(mt=64, sets=2, tiled=False, k=96, n=259, groups=3, bank=2, capacity=50),
+           dict(mt=64, variant="split_n"), dict(mt=16, variant="staged", k=1040), dict(mt=32, variant="split_k")]
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=str)
@@ -120,13 +123,53 @@ def test_the_kernels_compile_for_every_tile_layout_and_target(arch, config) -> N
     assert SETUP_SYMBOL.encode() in prog.image and GROUPED_SYMBOL.encode() in prog.image
 
 
-@pytest.mark.parametrize("mt, k", [(8, 2048), (16, 2048), (32, 1040), (64, 4096)])
-def test_the_grouped_kernel_runs_fp16_mma_and_streams_weights_past_l1(mt, k) -> None:
-    body = entry(ptx("compute_90", options(mt, k=k)), GROUPED_SYMBOL)
+@pytest.mark.parametrize("mt, k, variant", [(8, 2048, "split_k"), (16, 2048, "split_k"), (32, 1040, "split_n"),
+                                            (64, 4096, "split_n"), (32, 1040, "staged"), (64, 4096, "staged")])
+def test_the_grouped_kernel_runs_fp16_mma_and_streams_weights_past_l1(mt, k, variant) -> None:
+    body = entry(ptx("compute_90", options(mt, k=k, variant=variant)), GROUPED_SYMBOL)
     wide = k % 32 == 0
-    assert body.count(MMA_PTX) == (8 if wide else 4) * (mt // 8)  # one consume: E / 4 mmas per n8 tile
-    assert body.count("ld.global.nc.L1::no_allocate." + ("v4.u32" if wide else "v2.u32")) == 4
-    assert ("bar.sync" in body) == (mt <= 16)  # split K meets in shared memory; split N does not
+    fragments = 2 if variant == "staged" else 1  # staged: two 16-row weight fragments per warp
+    # one consume per K step: E / 4 mmas per n8 tile and fragment
+    assert body.count(MMA_PTX) == (8 if wide else 4) * (mt // 8) * fragments
+    # rows g and g + 8 of each fragment, for the first step and the next one
+    assert body.count("ld.global.nc.L1::no_allocate." + ("v4.u32" if wide else "v2.u32")) == 4 * fragments
+    assert ("bar.sync" in body) == (variant != "split_n")  # split N needs no block-wide synchronization
+    if variant == "staged":
+        assert "ld.shared.v2.u32" in body and "st.shared.v2.u32" in body
+
+
+@pytest.mark.parametrize("e", [16, 32])
+def test_the_staged_layout_hands_each_lane_its_columns_without_bank_conflicts(e) -> None:
+    """The shared-memory layout of the staged variant (fp4_grouped.cu's staged_index and consume_staged):
+    every (row, column) of a K step is written by exactly one decode unit, each lane's B fragment reads the
+    columns its weight bytes 2 jm, 2 jm + 1 hold (E t + 4 jm .. + 3, fp4_mma_gemv.cu's k order), and the
+    16 lanes of each half-warp start their 8-byte loads at 16 distinct even banks."""
+    mt = 64
+    chunk, chunk_halves = 4 * e, e + 4
+    row_halves = 4 * chunk_halves
+
+    def staged_index(m: int, c: int) -> int:
+        return m * row_halves + (c // e) * chunk_halves + c % e
+
+    written: dict[int, tuple[int, int]] = {}
+    for u in range(mt * chunk // 16):  # stage_activations: unit -> row, 16 columns, 8-byte stores of 4 halves
+        m, c0 = u // (chunk // 16), (u % (chunk // 16)) * 16
+        base = staged_index(m, c0)
+        assert (2 * base) % 8 == 0
+        for i in range(16):
+            assert base + i not in written
+            written[base + i] = (m, c0 + i)
+    assert len(written) == mt * chunk
+    for j in range(mt // 8):
+        for jm in range(e // 4):
+            banks = {}
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                start = (8 * j + g) * row_halves + t * chunk_halves + 4 * jm
+                assert [written[start + i] for i in range(4)] == [(8 * j + g, e * t + 4 * jm + i) for i in range(4)]
+                banks.setdefault(lane // 16, []).append((2 * start // 4) % 32)
+            for half in banks.values():
+                assert len(set(half)) == 16 and all(b % 2 == 0 for b in half)
 
 
 def test_the_setup_kernel_builds_the_tile_list_with_a_self_resetting_ticket() -> None:

@@ -14,14 +14,21 @@
 //   (a self-resetting atomicInc ticket, so graph replays need no memset) writes the tile list: prefix[g] =
 //   the m-tiles (MIRCUDA_MOE_MT rows each) of groups before g, prefix[G] their total.
 // - fp4_grouped_bf16 (grid: x walks the m-tiles, persistent; y the weight-row blocks; z the operand set):
-//   a block finds its m-tile's group by binary search in prefix, then multiplies that group's rows by 16
-//   (split K) or 16 x warps (split N) rows of its matrix. Weights are the 16-row A operand of
-//   mma.sync.m16n8k16 (FP16 x FP16 -> FP32), activation rows the n8 columns (rows past the group's count
-//   are zero registers, never loaded); the E2M1 x UE4M3 decode is exact in FP16 (fp4_mma_gemv.cu's
-//   argument: q s 2^-14 is a multiple of 2^-24 below 0.17), the 2^-28 undone with alpha at the end.
-//   Split K (MIRCUDA_MOE_SPLIT_K=1, decode: few rows per group): the block's warps take the K steps of 16
-//   weight rows in turn and meet in shared memory. Split N (=0, many rows): each warp owns 16 weight rows
-//   and the whole K, the warps of a block share the activation rows through L1.
+//   a block finds its m-tile's group by binary search in prefix, then multiplies that group's rows by a
+//   block of weight rows of its matrix. Weights are the 16-row A operand of mma.sync.m16n8k16 (FP16 x FP16
+//   -> FP32), activation rows the n8 columns (rows past the group's count are zeros, never loaded); the
+//   E2M1 x UE4M3 decode is exact in FP16 (fp4_mma_gemv.cu's argument: q s 2^-14 is a multiple of 2^-24
+//   below 0.17), the 2^-28 undone with alpha at the end. Three variants (MIRCUDA_MOE_MODE):
+//   1 split K (decode: few rows per group): 16 weight rows per block, the block's warps take the K steps
+//     in turn and meet in shared memory; every lane decodes its weights and activations in registers;
+//   0 split N: each warp owns 16 weight rows and the whole K, decoding both operands in registers (the
+//     warps share the activation codes through L1);
+//   2 staged (many rows per group): each warp owns 32 weight rows (two A fragments, so every B fragment
+//     feeds two mmas), all warps walk K together; per K step the block decodes the m-tile's activation
+//     chunk ONCE into shared memory (FP16, scale applied; double-buffered, one __syncthreads per step) and
+//     the warps read their B fragments from there with one conflict-free 8-byte load each (rows padded
+//     so the 16 lanes of a half-warp hit 32 distinct banks). Weights stream from global into registers,
+//     the next step's loads in flight.
 // Rows no group covers are never written. Every index is bounded: no out-of-bounds access for any routing.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -40,8 +47,8 @@
 #ifndef MIRCUDA_MOE_TILED
 #define MIRCUDA_MOE_TILED 0
 #endif
-#ifndef MIRCUDA_MOE_SPLIT_K
-#define MIRCUDA_MOE_SPLIT_K 1
+#ifndef MIRCUDA_MOE_MODE
+#define MIRCUDA_MOE_MODE 1
 #endif
 #ifndef MIRCUDA_MOE_SETS
 #define MIRCUDA_MOE_SETS 1
@@ -64,6 +71,9 @@ constexpr int kSets = MIRCUDA_MOE_SETS;
 static_assert(kK % 16 == 0, "K must be a multiple of 16 (one UE4M3 scale per 16 K-elements)");
 static_assert(kMT == 8 || kMT == 16 || kMT == 32 || kMT == 64, "MIRCUDA_MOE_MT must be 8, 16, 32 or 64");
 static_assert(kSets == 1 || kSets == 2, "MIRCUDA_MOE_SETS must be 1 or 2");
+constexpr int kMode = MIRCUDA_MOE_MODE;
+static_assert(kMode >= 0 && kMode <= 2, "MIRCUDA_MOE_MODE must be 0 (split N), 1 (split K) or 2 (staged)");
+static_assert(kMode != 2 || kMT >= 16, "the staged variant takes m-tiles of 16, 32 or 64 rows");
 static_assert(kG >= 1 && kBank >= 1 && kCapacity >= 1, "G, E and the capacity must be positive");
 
 constexpr int kN8 = kMT / 8;                      // n8 tiles of activation rows
@@ -136,13 +146,6 @@ __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, uns
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-struct Stage {
-    unsigned w[2][kWords];
-    unsigned x[kN8][kWords];
-    unsigned sw[2][kGroups];
-    unsigned sx[kN8][kGroups];
-};
-
 // One warp's view of a tile: 16 weight rows of matrix e, up to kMT activation rows from `row0`.
 struct Tile {
     const unsigned char* w;   // the matrix's codes
@@ -154,6 +157,14 @@ struct Tile {
     int rows;                 // activation rows of the tile (1 .. kMT)
     int t;                    // lane & 3
     int g;                    // lane >> 2
+};
+
+#if MIRCUDA_MOE_MODE != 2
+struct Stage {
+    unsigned w[2][kWords];
+    unsigned x[kN8][kWords];
+    unsigned sw[2][kGroups];
+    unsigned sx[kN8][kGroups];
 };
 
 __device__ __forceinline__ void load_stage(Stage& st, const Tile& tl, int step) {
@@ -227,6 +238,8 @@ __device__ __forceinline__ void run_steps(float (&acc)[kN8][4], const Tile& tl, 
     }
 }
 
+#endif  // MIRCUDA_MOE_MODE != 2
+
 __device__ __forceinline__ void store_tile(__nv_bfloat16* d, const float (&acc)[kN8][4], const Tile& tl,
                                            long long nrow0, float scale) {
 #pragma unroll
@@ -250,6 +263,100 @@ __device__ __forceinline__ int find_group(const int* prefix, int tile) {
 }
 
 __device__ __forceinline__ float global_value(const float* p, int i) { return p != nullptr ? p[i] : 1.0f; }
+
+#if MIRCUDA_MOE_MODE == 2
+// -- the staged variant (MIRCUDA_MOE_MODE 2) ------------------------------------------------------------
+// Shared memory holds one K step (kChunk columns) of the m-tile's kMT activation rows, decoded: column
+// c = E t + e (the lane-t chunk of fp4_mma's mapping) of row m at half index m kRowHalves + t kChunkHalves
+// + e. A lane (g, t) reads, for mma jm of n8 tile j, the 4 halves at row 8 j + g, e = 4 jm .. 4 jm + 3:
+// b0 = columns E t + 4 jm, +1 (k 2t, 2t+1) and b1 = +2, +3 (k 2t+8, 2t+9), the columns its weight bytes
+// 2 jm and 2 jm + 1 hold. Padding: a lane chunk is 2E + 8 bytes, a row 4 (2E + 8): in a half-warp
+// (g 0..3, t 0..3) the 8-byte loads start at banks (g (2E+8) + t (2E+8) / 4 + 2 jm) mod 32, all distinct
+// and even for E = 32 (t: 0, 18, 4, 22; g: 0, 8, 16, 24) and E = 16 (t: 0, 10, 20, 30; g: 0, 8, 16, 24).
+constexpr int kChunkHalves = kE + 4;
+constexpr int kRowHalves = 4 * kChunkHalves;
+constexpr int kStageHalves = kMT * kRowHalves;
+constexpr int kUnitsPerRow = kChunk / 16;       // 16-column scale blocks per row per step
+constexpr int kUnits = kMT * kUnitsPerRow;       // decode units per step (one 8-byte code load each)
+
+// Half index in a stage of (row m, column c of the step).
+__device__ __forceinline__ int staged_index(int m, int c) { return m * kRowHalves + (c / kE) * kChunkHalves + c % kE; }
+
+// Decode step `step` of the tile's activation rows into `buf` (every thread of the block takes part).
+__device__ __forceinline__ void stage_activations(__half* buf, const Tile& tl, int step) {
+    for (int u = threadIdx.x; u < kUnits; u += kWarps * 32) {
+        const int m = u / kUnitsPerRow;
+        const int c0 = (u % kUnitsPerRow) * 16;
+        const int col = step * kChunk + c0;
+        uint2 v = make_uint2(0u, 0u);
+        unsigned sc = 0u;
+        if (m < tl.rows && col < kK) {  // K % 16 == 0: the 16 columns are all inside K or all outside
+            const long long row = tl.xrow0 + m;
+            v = __ldg(reinterpret_cast<const uint2*>(tl.x + row * (kK / 2) + col / 2));
+            sc = scale_half2(__ldg(tl.sx + fp4::linear_offset(row, col >> 4, kKBlocks)));
+        }
+        uint2* out = reinterpret_cast<uint2*>(buf + staged_index(m, c0));  // 8-byte aligned: 2E + 8 and 2 c0 are
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {  // 4 codes (2 bytes) -> 4 halves per 8-byte store
+            const unsigned w = h < 2 ? v.x : v.y;
+            const int shift = 16 * (h & 1);
+            const unsigned lo = hmul2(decode_pair(w >> shift), sc);
+            const unsigned hi = hmul2(decode_pair(w >> (shift + 8)), sc);
+            out[h] = make_uint2(lo, hi);
+        }
+    }
+}
+
+struct WeightStage {
+    unsigned w[2][2][kWords];   // [fragment][row g, g + 8][words]
+    unsigned sw[2][2][kGroups];
+};
+
+// Weight rows of the warp: fragment f, half r -> row nrow0 + 16 f + g + 8 r (clamped to N - 1).
+__device__ __forceinline__ void load_weights(WeightStage& st, const unsigned char* w, const unsigned char* sw,
+                                             const long long (&rows)[2][2], int t, int step) {
+    const int col = step * kChunk + kE * t;
+    const bool in = col < kK;
+    const int kb = col >> 4;
+#pragma unroll
+    for (int f = 0; f < 2; ++f)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            if (in) {
+                load_codes(w + rows[f][r] * (kK / 2) + col / 2, st.w[f][r]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < kWords; ++i) st.w[f][r][i] = 0u;
+            }
+#pragma unroll
+            for (int q = 0; q < kGroups; ++q)
+                st.sw[f][r][q] = in ? scale_half2(__ldg(sw + weight_scale_offset(rows[f][r], kb + q))) : 0u;
+        }
+}
+
+__device__ __forceinline__ void consume_staged(float (&acc)[2][kN8][4], const WeightStage& st, const __half* buf,
+                                               int g, int t) {
+#pragma unroll
+    for (int jm = 0; jm < kMmas; ++jm) {
+        const int q = jm / 4;
+        unsigned a[2][4];
+#pragma unroll
+        for (int f = 0; f < 2; ++f) {
+            a[f][0] = operand(st.w[f][0], 2 * jm, st.sw[f][0][q]);
+            a[f][1] = operand(st.w[f][1], 2 * jm, st.sw[f][1][q]);
+            a[f][2] = operand(st.w[f][0], 2 * jm + 1, st.sw[f][0][q]);
+            a[f][3] = operand(st.w[f][1], 2 * jm + 1, st.sw[f][1][q]);
+        }
+#pragma unroll
+        for (int j = 0; j < kN8; ++j) {
+            const uint2 b = *reinterpret_cast<const uint2*>(buf + (8 * j + g) * kRowHalves + t * kChunkHalves + 4 * jm);
+#pragma unroll
+            for (int f = 0; f < 2; ++f) mma(acc[f][j], a[f][0], a[f][1], a[f][2], a[f][3], b.x, b.y);
+        }
+    }
+}
+
+#endif  // MIRCUDA_MOE_MODE == 2
 
 }  // namespace
 
@@ -328,11 +435,22 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32)
     const unsigned char* sb = set ? sb2 : sb1;
     __nv_bfloat16* d = set ? d2 : d1;
     const int total = ws[kPrefix + kG];
-#if MIRCUDA_MOE_SPLIT_K
+#if MIRCUDA_MOE_MODE == 1
     const long long nrow0 = (long long)blockIdx.y * 16;
     __shared__ float partial[kWarps][kN8][4][32];
-#else
+#elif MIRCUDA_MOE_MODE == 0
     const long long nrow0 = ((long long)blockIdx.y * kWarps + warp) * 16;
+#else
+    const long long nrow0 = ((long long)blockIdx.y * kWarps + warp) * 32;
+    __shared__ __align__(16) __half stage[2][kStageHalves];
+    long long wrows[2][2];
+#pragma unroll
+    for (int f = 0; f < 2; ++f)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const long long row = nrow0 + 16 * f + (lane >> 2) + 8 * r;
+            wrows[f][r] = row < kN ? row : (long long)kN - 1;
+        }
 #endif
     Tile tl;
     tl.x = a;
@@ -355,8 +473,8 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32)
         tl.w = b + (long long)e * kMatrixBytes;
         tl.sw = sb + (long long)e * kMatrixScaleBytes;
         const float scale = alpha_per_matrix[set * kBank + e] * bias;
+#if MIRCUDA_MOE_MODE == 1
         float acc[kN8][4];
-#if MIRCUDA_MOE_SPLIT_K
         run_steps(acc, tl, warp, kWarps);
 #pragma unroll
         for (int j = 0; j < kN8; ++j)
@@ -372,11 +490,36 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32)
             store_tile(d, acc, tl, nrow0, scale);
         }
         __syncthreads();  // partial is reused by the next tile
-#else
+#elif MIRCUDA_MOE_MODE == 0
         if (nrow0 < kN) {  // warp-uniform; no block-wide synchronization on this path
+            float acc[kN8][4];
             run_steps(acc, tl, 0, 1);
             store_tile(d, acc, tl, nrow0, scale);
         }
+#else
+        float acc[2][kN8][4];
+#pragma unroll
+        for (int f = 0; f < 2; ++f)
+#pragma unroll
+            for (int j = 0; j < kN8; ++j) acc[f][j][0] = acc[f][j][1] = acc[f][j][2] = acc[f][j][3] = 0.f;
+        // Warps past N (blockDim covers 256 rows) still decode and synchronize; their stores are skipped.
+        WeightStage cur;
+        load_weights(cur, tl.w, tl.sw, wrows, tl.t, 0);
+        stage_activations(stage[0], tl, 0);
+        __syncthreads();
+        for (int step = 0; step < kSteps; ++step) {
+            const bool more = step + 1 < kSteps;  // block-uniform
+            WeightStage nst;
+            if (more) {
+                load_weights(nst, tl.w, tl.sw, wrows, tl.t, step + 1);
+                stage_activations(stage[(step + 1) & 1], tl, step + 1);  // read two steps ago: free since the sync
+            }
+            consume_staged(acc, cur, stage[step & 1], tl.g, tl.t);
+            __syncthreads();
+            if (more) cur = nst;
+        }
+#pragma unroll
+        for (int f = 0; f < 2; ++f) store_tile(d, acc[f], tl, nrow0 + 16 * f, scale);
 #endif
     }
 }

@@ -40,8 +40,8 @@ from ..memory import DeviceBuffer
 from ._fp4 import _device_checks, fp4_compiler, has_e2m1_cvt
 from ._fp4_layout import address, check_layout
 from ._fp4_reference import BLOCK, scale_bytes
-from ._moe_kernels import (MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, WARPS, GroupedKernels, choose_rows_per_tile,
-                           grouped_executor, grouped_options, tile_shape, workspace_ints)
+from ._moe_kernels import (BLOCK_ROWS, MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, VARIANTS, WARPS, GroupedKernels,
+                           choose_rows_per_tile, grouped_executor, grouped_options, tile_shape, workspace_ints)
 from ._moe_spec import GroupedFp4Operands, IndexedGroupedFp4Spec, VariableGroupedFp4Spec
 from ._spec import Operand, PlanBase, check_operand, check_scalar, plan_stream
 
@@ -106,12 +106,16 @@ class _GroupedFp4PlanBase(PlanBase):
 
     def _build(self, context: Context, stream: Stream, *, n: int, k: int, capacity: int, groups: int, bank: int,
                fixed_rows: int, sets: int, scale_layout: Any, compiler: Compiler | None, rows_per_tile: Any,
-               library: CutlassLibrary | None) -> None:
+               variant: Any, library: CutlassLibrary | None) -> None:
         plan_stream(stream, context)
         self._layout = check_layout("scale_layout", scale_layout)
         if rows_per_tile is not None and (type(rows_per_tile) is not int or rows_per_tile not in ROWS_PER_TILE):
             raise ContractError("rows_per_tile", f"None or one of {ROWS_PER_TILE} (activation rows per m-tile)",
                                 repr(rows_per_tile))
+        if variant is not None and (not isinstance(variant, str) or variant not in VARIANTS):
+            raise ContractError("variant", f"None or one of {', '.join(map(repr, VARIANTS))}", repr(variant))
+        if variant == "staged" and rows_per_tile == 8:
+            raise ContractError("rows_per_tile", "16, 32 or 64 with variant='staged'", repr(rows_per_tile))
         if capacity >= 2**31:
             raise ContractError("capacity", "below 2**31 (routing is int32 on the device)", repr(capacity))
         compiler = fp4_compiler(compiler, context)
@@ -126,12 +130,16 @@ class _GroupedFp4PlanBase(PlanBase):
         self._buffers: list[DeviceBuffer[Any]] = []
         expected = fixed_rows if fixed_rows else -(-capacity // groups)
         mt = rows_per_tile if rows_per_tile is not None else choose_rows_per_tile(expected)
-        shape = tile_shape(n=n, capacity=capacity, groups=groups, rows_per_tile=mt, fixed_rows=fixed_rows, sets=sets)
+        if variant == "staged" and mt == 8:
+            mt = 16
+        shape = tile_shape(n=n, capacity=capacity, groups=groups, rows_per_tile=mt, fixed_rows=fixed_rows, sets=sets,
+                           variant=variant)
         if shape.weight_blocks > MAX_WEIGHT_BLOCKS:
-            raise ContractError("n", f"at most {MAX_WEIGHT_BLOCKS * (16 if shape.split_k else 16 * WARPS)} (grid.y "
-                                f"of the grouped kernel: {MAX_WEIGHT_BLOCKS})", repr(n))
+            raise ContractError("n", f"at most {MAX_WEIGHT_BLOCKS * BLOCK_ROWS[shape.variant]} (grid.y of the grouped "
+                                f"kernel: {MAX_WEIGHT_BLOCKS})", repr(n))
         options = grouped_options(n=n, k=k, groups=groups, bank_size=bank, capacity=capacity, rows_per_tile=mt,
-                                  fixed_rows=fixed_rows, tiled=self._layout == "tiled", sets=sets)
+                                  fixed_rows=fixed_rows, tiled=self._layout == "tiled", sets=sets,
+                                  variant=shape.variant)
         self._kernels = GroupedKernels(compiler, options, shape, groups, bank)
         self._why_portable = self._try_cutlass(library)
         try:
@@ -200,6 +208,12 @@ class _GroupedFp4PlanBase(PlanBase):
         return self._kernels.shape.rows_per_tile
 
     @property
+    def variant(self) -> str:
+        """The portable kernel's variant: ``"split_k"``, ``"split_n"`` or ``"staged"``
+        (:data:`~mircuda.matmul._moe_kernels.VARIANTS`)."""
+        return self._kernels.shape.variant
+
+    @property
     def error_flag(self) -> DeviceBuffer[Any]:
         """The kept device int32 error flag: bits OR-ed by every execute (:data:`ERROR_MATRIX_INDEX`,
         :data:`ERROR_ROWS`) until :meth:`read_error_flag` resets it (or the caller zeroes it on the device,
@@ -247,10 +261,13 @@ class _GroupedFp4PlanBase(PlanBase):
                                f"({self._cutlass.describe() if hasattr(self._cutlass, 'describe') else 'sm_120f'}).")
         decode = ("cvt.rn.f16x2.e2m1x2" if has_e2m1_cvt(self._kernels.arch) else
                   f"an exact software E2M1 decode (target {self._kernels.arch})")
-        split = (f"the block's {WARPS} warps split K over 16 weight rows (decode: each weight read once per m-tile)"
-                 if shape.split_k else
-                 f"each of the block's {WARPS} warps owns 16 weight rows and all of K (the warps share the activation "
-                 "rows through L1)")
+        split = {"split_k": f"variant split_k: the block's {WARPS} warps split K over 16 weight rows (decode: each "
+                            "weight read once per m-tile)",
+                 "split_n": f"variant split_n: each of the block's {WARPS} warps owns 16 weight rows and all of K, both "
+                            "operands decoded in registers",
+                 "staged": f"variant staged: each of the block's {WARPS} warps owns 32 weight rows (two A fragments per "
+                           "B fragment); per K step the block decodes the m-tile's activations once into shared memory "
+                           "(double-buffered, conflict-free 8-byte B loads)"}[shape.variant]
         return Description(
             f"{head}{setup}, then fp4_grouped_bf16 (NVRTC, portable, any cc >= 8.0): grid ({shape.tiles} m-tile slots "
             f"walked persistently, {shape.weight_blocks} weight-row blocks, {shape.sets} set(s)), m-tiles of "
@@ -348,20 +365,22 @@ class VariableGroupedFp4Plan(_GroupedFp4PlanBase):
         scale_layout: the bank scales' layout, ``"tiled"`` (default; the SM120 path's) or ``"linear"``.
         compiler: the NVRTC Compiler (default: :func:`~mircuda.matmul._fp4.fp4_compiler`).
         rows_per_tile: None (the smallest of 8, 16, 32, 64 holding ``ceil(capacity / groups)``) or one of them.
+        variant: None (``"split_k"`` for m-tiles of <= 16 rows, else ``"staged"``), ``"split_k"``, ``"split_n"``
+            or ``"staged"`` (m-tiles of >= 16 rows): the portable kernel's work split (``describe()`` says it).
         library: the CUTLASS library tried on cc 12.x (default: :func:`load_library`).
 """ + _DOC_COMMON)
 
     _kind = "VariableGroupedFp4Plan"
 
     def __init__(self, context: Context, stream: Stream, spec: VariableGroupedFp4Spec, *, scale_layout: str = "tiled",
-                 compiler: Compiler | None = None, rows_per_tile: int | None = None,
+                 compiler: Compiler | None = None, rows_per_tile: int | None = None, variant: str | None = None,
                  library: CutlassLibrary | None = None) -> None:
         if not isinstance(spec, VariableGroupedFp4Spec):
             raise ContractError("spec", "a VariableGroupedFp4Spec(n, k, capacity, groups, bank_size)", repr(spec))
         self._spec = spec
         self._build(context, stream, n=spec.n, k=spec.k, capacity=spec.capacity, groups=spec.groups,
                     bank=spec.bank_size, fixed_rows=0, sets=1, scale_layout=scale_layout, compiler=compiler,
-                    rows_per_tile=rows_per_tile, library=library)
+                    rows_per_tile=rows_per_tile, variant=variant, library=library)
 
     def execute(self, stream: Stream, a: DeviceBuffer[Any], a_scales: DeviceBuffer[Any], b_bank: DeviceBuffer[Any],
                 b_scales: DeviceBuffer[Any], d: DeviceBuffer[Any], row_counts: DeviceBuffer[Any],
@@ -411,14 +430,14 @@ class IndexedGroupedFp4Plan(_GroupedFp4PlanBase):
     _kind = "IndexedGroupedFp4Plan"
 
     def __init__(self, context: Context, stream: Stream, spec: IndexedGroupedFp4Spec, *, scale_layout: str = "tiled",
-                 compiler: Compiler | None = None, rows_per_tile: int | None = None,
+                 compiler: Compiler | None = None, rows_per_tile: int | None = None, variant: str | None = None,
                  library: CutlassLibrary | None = None) -> None:
         if not isinstance(spec, IndexedGroupedFp4Spec):
             raise ContractError("spec", "an IndexedGroupedFp4Spec(n, k, rows, products, bank_size)", repr(spec))
         self._spec = spec
         self._build(context, stream, n=spec.n, k=spec.k, capacity=spec.capacity, groups=spec.products,
                     bank=spec.bank_size, fixed_rows=spec.rows, sets=1, scale_layout=scale_layout, compiler=compiler,
-                    rows_per_tile=rows_per_tile, library=library)
+                    rows_per_tile=rows_per_tile, variant=variant, library=library)
         if self._cutlass is not None:
             # The CUTLASS wrapper takes row_counts/offsets arrays: keep them, written once (R, p R).
             self._fixed_routing = _fixed_routing(self, spec)
@@ -469,14 +488,14 @@ class PairedVariableGroupedFp4Plan(_GroupedFp4PlanBase):
     _kind = "PairedVariableGroupedFp4Plan"
 
     def __init__(self, context: Context, stream: Stream, spec: VariableGroupedFp4Spec, *, scale_layout: str = "tiled",
-                 compiler: Compiler | None = None, rows_per_tile: int | None = None,
+                 compiler: Compiler | None = None, rows_per_tile: int | None = None, variant: str | None = None,
                  library: CutlassLibrary | None = None) -> None:
         if not isinstance(spec, VariableGroupedFp4Spec):
             raise ContractError("spec", "a VariableGroupedFp4Spec(n, k, capacity, groups, bank_size)", repr(spec))
         self._spec = spec
         self._build(context, stream, n=spec.n, k=spec.k, capacity=spec.capacity, groups=spec.groups,
                     bank=spec.bank_size, fixed_rows=0, sets=2, scale_layout=scale_layout, compiler=compiler,
-                    rows_per_tile=rows_per_tile, library=library)
+                    rows_per_tile=rows_per_tile, variant=variant, library=library)
 
     def execute(self, stream: Stream, first: GroupedFp4Operands, second: GroupedFp4Operands,
                 row_counts: DeviceBuffer[Any], offsets: DeviceBuffer[Any], matrix_indices: DeviceBuffer[Any]) -> None:

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from ..launch import TypedKernel
     from ..runtime import Stream
 
-__all__ = ["SETUP_SYMBOL", "GROUPED_SYMBOL", "ROWS_PER_TILE", "WARPS", "grouped_source", "grouped_options",
-           "choose_rows_per_tile", "GroupedKernels", "workspace_ints", "grouped_executor"]
+__all__ = ["SETUP_SYMBOL", "GROUPED_SYMBOL", "ROWS_PER_TILE", "WARPS", "VARIANTS", "grouped_source", "grouped_options",
+           "choose_rows_per_tile", "choose_variant", "GroupedKernels", "workspace_ints", "grouped_executor"]
 
 SETUP_SYMBOL = "fp4_grouped_setup"
 GROUPED_SYMBOL = "fp4_grouped_bf16"
@@ -29,8 +29,14 @@ WARPS = 8
 SETUP_THREADS = 256
 SPLIT_K_MAX_ROWS = 16
 """Tiles of at most this many rows split K over the block's warps (decode: the weights dominate, each read
-once); larger tiles give each warp its own 16 weight rows and the whole K (the warps share the activations
-through L1)."""
+once per m-tile); larger tiles run the staged variant (the activation chunk decoded once per block into
+shared memory, each warp 32 weight rows)."""
+VARIANTS = {"split_n": 0, "split_k": 1, "staged": 2}
+"""The grouped kernel's variants (``MIRCUDA_MOE_MODE``): ``"split_k"`` 16 weight rows per block, the warps
+split K; ``"split_n"`` 16 weight rows per warp, both operands decoded in registers; ``"staged"`` 32 weight
+rows per warp, activations decoded once per block into shared memory (m-tiles of 16 rows or more)."""
+BLOCK_ROWS = {"split_n": 16 * WARPS, "split_k": 16, "staged": 32 * WARPS}
+"""Weight rows per block of each variant."""
 MAX_WEIGHT_BLOCKS = 65535
 """CUDA's grid.y limit: the weight-row blocks of one matrix."""
 
@@ -47,13 +53,20 @@ def choose_rows_per_tile(rows_per_group: int) -> int:
     return next((t for t in ROWS_PER_TILE if t >= rows_per_group), ROWS_PER_TILE[-1])
 
 
+def choose_variant(rows_per_tile: int) -> str:
+    """``"split_k"`` for m-tiles of at most :data:`SPLIT_K_MAX_ROWS` rows (decode), else ``"staged"``."""
+    return "split_k" if rows_per_tile <= SPLIT_K_MAX_ROWS else "staged"
+
+
 def grouped_options(*, n: int, k: int, groups: int, bank_size: int, capacity: int, rows_per_tile: int,
-                    fixed_rows: int, tiled: bool, sets: int) -> CompileOptions:
-    """The NVRTC defines of ``fp4_grouped.cu`` for one plan (its shapes are compile-time constants)."""
+                    fixed_rows: int, tiled: bool, sets: int, variant: str | None = None) -> CompileOptions:
+    """The NVRTC defines of ``fp4_grouped.cu`` for one plan (its shapes are compile-time constants);
+    ``variant`` None: :func:`choose_variant`."""
+    variant = choose_variant(rows_per_tile) if variant is None else variant
     return CompileOptions(defines={
         "MIRCUDA_MOE_N": n, "MIRCUDA_MOE_K": k, "MIRCUDA_MOE_G": groups, "MIRCUDA_MOE_E": bank_size,
         "MIRCUDA_MOE_CAPACITY": capacity, "MIRCUDA_MOE_MT": rows_per_tile, "MIRCUDA_MOE_FIXED_ROWS": fixed_rows,
-        "MIRCUDA_MOE_TILED": int(tiled), "MIRCUDA_MOE_SPLIT_K": int(rows_per_tile <= SPLIT_K_MAX_ROWS),
+        "MIRCUDA_MOE_TILED": int(tiled), "MIRCUDA_MOE_MODE": VARIANTS[variant],
         "MIRCUDA_MOE_SETS": sets})
 
 
@@ -72,21 +85,21 @@ class TileShape:
     """The portable kernel's geometry for one plan."""
 
     rows_per_tile: int
-    split_k: bool
+    variant: str
     tiles: int          # grid.x: m-tile slots (persistent: a block walks tiles x, x + grid.x, ...)
     weight_blocks: int  # grid.y
     sets: int           # grid.z
 
 
-def tile_shape(*, n: int, capacity: int, groups: int, rows_per_tile: int, fixed_rows: int, sets: int) -> TileShape:
+def tile_shape(*, n: int, capacity: int, groups: int, rows_per_tile: int, fixed_rows: int, sets: int,
+               variant: str | None = None) -> TileShape:
     """Grid of the grouped kernel. With groups that do not overlap (the documented use), the m-tiles
     number at most ``min(ceil(capacity / MT) + G, capacity)`` (indexed: ``P ceil(R / MT)``): one block per
     m-tile slot; overlapping groups are still all computed (the blocks walk the list)."""
     tiles = (groups * -(-fixed_rows // rows_per_tile) if fixed_rows else
              min(-(-capacity // rows_per_tile) + groups, capacity))
-    split_k = rows_per_tile <= SPLIT_K_MAX_ROWS
-    rows = 16 if split_k else 16 * WARPS
-    return TileShape(rows_per_tile, split_k, max(tiles, 1), -(-n // rows), sets)
+    variant = choose_variant(rows_per_tile) if variant is None else variant
+    return TileShape(rows_per_tile, variant, max(tiles, 1), -(-n // BLOCK_ROWS[variant]), sets)
 
 
 class GroupedKernels:

@@ -105,7 +105,8 @@ def check_output(got: np.ndarray, want: np.ndarray, mag: np.ndarray, covered: np
         assert_close(got[covered], want[covered], mag[covered], "bf16")
 
 
-def run_variable(context, stream, pool, rng, *, experts, topk, tokens, n, k, layout, rows_per_tile=None) -> None:
+def run_variable(context, stream, pool, rng, *, experts, topk, tokens, n, k, layout, rows_per_tile=None,
+                 variant=None) -> None:
     capacity = tokens * topk + TAIL
     counts, offsets, indices = topk_routing(rng, tokens, experts, topk)
     bank = Bank(context, stream, pool, rng, experts, n, k, layout)
@@ -114,8 +115,11 @@ def run_variable(context, stream, pool, rng, *, experts, topk, tokens, n, k, lay
     d = poisoned(context, stream, pool, capacity * n)
     alpha = float(rng.uniform(0.5, 2.0))
     spec = mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts)
-    with mc.VariableGroupedFp4Plan(context, stream, spec, scale_layout=layout, rows_per_tile=rows_per_tile) as plan:
+    with mc.VariableGroupedFp4Plan(context, stream, spec, scale_layout=layout, rows_per_tile=rows_per_tile,
+                                   variant=variant) as plan:
         assert plan.path == "portable" or context.device_info().compute_capability[0] == 12
+        if variant is not None:
+            assert plan.variant == variant and f"variant {variant}" in plan.describe()
         plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
                      global_b=bank.global_buf, alpha=alpha)
         got = download(context, stream, d)
@@ -139,14 +143,19 @@ def test_the_variable_plan_matches_float64_on_topk_routings(context, stream, poo
     run_variable(context, stream, pool, rng, experts=experts, topk=topk, tokens=tokens, n=n, k=k, layout="tiled")
 
 
-@pytest.mark.parametrize("rows_per_tile", [8, 16, 32, 64])
+TILES = [(8, "split_k"), (16, "split_k"), (32, "split_k"), (64, "split_k"), (8, "split_n"), (16, "split_n"),
+         (64, "split_n"), (16, "staged"), (32, "staged"), (64, "staged")]
+
+
+@pytest.mark.parametrize("rows_per_tile, variant", TILES, ids=str)
 @pytest.mark.parametrize("layout", ["linear", "tiled"])
-@pytest.mark.parametrize("n, k", [(259, 1040), (768, 96)], ids=str)
-def test_every_tile_size_both_layouts_odd_n_and_narrow_k(context, stream, pool, rng, n, k, layout,
-                                                         rows_per_tile) -> None:
-    """K = 1040: a multiple of 16, not of 32 (8-byte loads); 96: of 32, not of 64 (16-byte loads)."""
+@pytest.mark.parametrize("n, k", [(259, 1040), (768, 96), (300, 4096)], ids=str)
+def test_every_tile_size_and_variant_both_layouts_odd_n_and_narrow_k(context, stream, pool, rng, n, k, layout,
+                                                                     rows_per_tile, variant) -> None:
+    """K = 1040: a multiple of 16, not of 32 (8-byte loads, a K tail in the last step); 96: of 32, not of 64
+    (16-byte loads, one partial step); N = 259 and 300: blocks with rows past N (staged: whole warps)."""
     run_variable(context, stream, pool, rng, experts=8, topk=2, tokens=37, n=n, k=k, layout=layout,
-                 rows_per_tile=rows_per_tile)
+                 rows_per_tile=rows_per_tile, variant=variant)
 
 
 @pytest.mark.parametrize("rows, products, bank_size", [(1, 20, 6), (5, 20, 6), (16, 9, 4), (40, 7, 3)], ids=str)
@@ -247,9 +256,9 @@ def test_graph_replays_follow_routing_and_global_scales_rewritten_on_the_device(
     act.free(stream)
 
 
-@pytest.mark.parametrize("rows_per_tile", [8, 64])
+@pytest.mark.parametrize("rows_per_tile, variant", [(8, "split_k"), (64, "staged"), (32, "split_n")], ids=str)
 def test_invalid_routing_sets_the_error_flag_and_the_other_groups_stay_correct(context, stream, pool, rng,
-                                                                               rows_per_tile) -> None:
+                                                                               rows_per_tile, variant) -> None:
     experts, n, k, capacity = 4, 256, 512, 64
     bank = Bank(context, stream, pool, rng, experts, n, k, "tiled")
     act = Activations(context, stream, pool, rng, capacity, k)
@@ -261,7 +270,7 @@ def test_invalid_routing_sets_the_error_flag_and_the_other_groups_stay_correct(c
         ([0, 0, 64, 0], [0, 0, 0, 0], [0, 0, 3, 0], 0),
     ]
     plan = mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(n, k, capacity, 4, experts),
-                                     rows_per_tile=rows_per_tile)
+                                     rows_per_tile=rows_per_tile, variant=variant)
     routing = [pool.allocate(mc.i32, stream, 4) for _ in range(3)]
     alphas = (act.global_ * bank.global_).astype(np.float64)
     for counts, offsets, indices, bits in cases:
