@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 import mircuda as mc
+from mircuda.matmul import _fp4_reference as fp4_ref
 from mircuda.matmul._moe_kernels import (GROUPED_SYMBOL, ROWS_PER_TILE, SETUP_SYMBOL, choose_rows_per_tile,
                                          grouped_options, grouped_source, tile_shape, workspace_ints)
 
@@ -193,3 +195,106 @@ def test_without_its_shape_the_source_refuses_to_compile_by_name() -> None:
     bad["MIRCUDA_MOE_MT"] = 24
     with pytest.raises(mc.CompileError, match="8, 16, 32 or 64"):
         mc.compile_program(grouped_source(), "sm_90", mc.CompileOptions(defines=bad))
+
+
+# -- numpy emulation of the setup and grouped kernels ----------------------------------------------
+def emulate_grouped(a, sa, bank, sbank, counts, offsets, indices, *, n: int, k: int, capacity: int, bank_size: int,
+                    mt: int, variant: str, layout: str, alphas) -> tuple[np.ndarray, int]:
+    """fp4_grouped_setup and fp4_grouped_bf16 lane by lane (exact float64 mma sums, before the BF16
+    rounding): the validation and error bits, the tile list (prefix sums, binary search), the persistent
+    walk, the weight rows of each variant, the staged shared-memory layout, the stores; asserts every
+    read is in bounds and every output is written at most once. Returns (output [capacity, N] with NaN
+    where nothing was written, error bits)."""
+    from tests.test_matmul_fp4_mma import scale_byte, scaled
+
+    e_cols = 32 if k % 32 == 0 else 16
+    chunk, steps, n8 = 4 * e_cols, -(-k // (4 * e_cols)), mt // 8
+    per_scale = fp4_ref.scale_bytes(n, k, layout)
+    # setup
+    bits, table = 0, []
+    for c, o, idx in zip(counts, offsets, indices):
+        b = (1 if not 0 <= idx < bank_size else 0) | (2 if c < 0 or o < 0 or o + c > capacity else 0)
+        bits |= b
+        table.append((0, 0, 0) if b else (int(c), int(o), int(idx)))
+    prefix = [0]
+    for c, _, _ in table:
+        prefix.append(prefix[-1] + -(-c // mt))
+    shape = tile_shape(n=n, capacity=capacity, groups=len(counts), rows_per_tile=mt, fixed_rows=0, sets=1,
+                       variant=variant)
+    out = np.full((capacity, n), np.nan)
+
+    def weight_pair(e, row, col, jm):
+        row = min(row, n - 1)
+        codes = bank[e].reshape(n, k // 2)[row, col // 2: col // 2 + e_cols // 2]
+        s = scale_byte(sbank[e * per_scale:(e + 1) * per_scale], row, col // 16 + jm // 4, k, layout, n)
+        return scaled(int(codes[2 * jm]), s), scaled(int(codes[2 * jm + 1]), s)
+
+    def act_pair(row, col, jm):  # 2 halves at col + 4 jm and col + 4 jm + 2 (one lane's bytes 2 jm, 2 jm + 1)
+        assert 0 <= row < capacity
+        codes = a[row, col // 2: col // 2 + e_cols // 2]
+        s = scale_byte(sa, row, col // 16 + jm // 4, k, "linear", capacity)
+        return scaled(int(codes[2 * jm]), s), scaled(int(codes[2 * jm + 1]), s)
+
+    for x in range(shape.tiles):
+        for tile in range(x, prefix[-1], shape.tiles):
+            g = max(i for i in range(len(table)) if prefix[i] <= tile)  # find_group
+            local = tile - prefix[g]
+            c, o, e = table[g]
+            rows, xrow0 = min(mt, c - local * mt), o + local * mt
+            assert rows >= 1
+            for y in range(shape.weight_blocks):
+                frags = ([16 * y] if variant == "split_k" else
+                         [(y * 8 + w) * 16 for w in range(8)] if variant == "split_n" else
+                         [(y * 8 + w) * 32 + 16 * f for w in range(8) for f in range(2)])
+                for nrow0 in frags:
+                    acc = np.zeros((n8, 16, 8))
+                    for step in range(steps):
+                        for jm in range(e_cols // 4):
+                            amat, bmats = np.zeros((16, 16)), np.zeros((n8, 16, 8))
+                            for lane in range(32):
+                                gg, t = lane >> 2, lane & 3
+                                col = step * chunk + e_cols * t
+                                if col >= k:
+                                    continue
+                                for r in range(2):
+                                    lo, hi = weight_pair(e, nrow0 + gg + 8 * r, col, jm)
+                                    amat[gg + 8 * r, 2 * t: 2 * t + 2], amat[gg + 8 * r, 2 * t + 8: 2 * t + 10] = lo, hi
+                                for j in range(n8):
+                                    m = gg + 8 * j
+                                    if m < rows:
+                                        lo, hi = act_pair(xrow0 + m, col, jm)
+                                        bmats[j, 2 * t: 2 * t + 2, gg], bmats[j, 2 * t + 8: 2 * t + 10, gg] = lo, hi
+                            for j in range(n8):
+                                acc[j] += amat @ bmats[j]
+                    for lane in range(32):
+                        gg, t = lane >> 2, lane & 3
+                        for j in range(n8):
+                            for el in range(4):
+                                m, row = 8 * j + 2 * t + (el & 1), nrow0 + gg + 8 * (el >> 1)
+                                if m < rows and row < n:
+                                    assert np.isnan(out[xrow0 + m, row]), "an output written twice"
+                                    out[xrow0 + m, row] = alphas[e] * 2.0**28 * acc[j, gg + 8 * (el >> 1), 2 * t + (el & 1)]
+    return out, bits
+
+
+@pytest.mark.parametrize("variant, mt", [("split_k", 8), ("split_k", 16), ("split_n", 8), ("staged", 16)])
+@pytest.mark.parametrize("n, k, layout", [(24, 80, "tiled"), (19, 96, "linear")])
+def test_the_emulated_grouped_kernel_matches_float64_for_valid_and_invalid_groups(variant, mt, n, k, layout) -> None:
+    rng = np.random.default_rng(n * 100 + k + mt)
+    bank_size, capacity = 3, 30
+    quantized = [fp4_ref.quantize(rng.standard_normal((n, k)).astype(np.float32), layout=layout)
+                 for _ in range(bank_size)]
+    bank = [q[0] for q in quantized]
+    sbank = np.concatenate([q[1].ravel() for q in quantized])
+    a, sa, _ = fp4_ref.quantize(rng.standard_normal((capacity, k)).astype(np.float32), layout="linear")
+    # groups: 9 rows, empty, 17 rows (two m-tiles of 16, three of 8), a bad index, rows past the capacity
+    counts, offsets, indices = [9, 0, 17, 2, 3], [0, 9, 9, 26, 28], [2, 1, 0, 3, 1]
+    alphas = [0.5, 2.0, 0.75]
+    got, bits = emulate_grouped(a, sa, bank, sbank, counts, offsets, indices, n=n, k=k, capacity=capacity,
+                                bank_size=bank_size, mt=mt, variant=variant, layout=layout, alphas=alphas)
+    assert bits == 3
+    a64 = fp4_ref.dequantize(a, sa, capacity, k, "linear")
+    for c, o, e in ((9, 0, 2), (17, 9, 0)):
+        want = alphas[e] * a64[o:o + c] @ fp4_ref.dequantize(bank[e], quantized[e][1], n, k, layout).T
+        np.testing.assert_allclose(got[o:o + c], want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+    assert np.isnan(got[26:]).all()  # the invalid groups' rows are never written
