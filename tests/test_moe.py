@@ -298,3 +298,36 @@ def test_the_emulated_grouped_kernel_matches_float64_for_valid_and_invalid_group
         want = alphas[e] * a64[o:o + c] @ fp4_ref.dequantize(bank[e], quantized[e][1], n, k, layout).T
         np.testing.assert_allclose(got[o:o + c], want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
     assert np.isnan(got[26:]).all()  # the invalid groups' rows are never written
+
+
+# -- ptxas and SASS --------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])
+@pytest.mark.parametrize("mt, k, variant", [(8, 2048, "split_k"), (16, 1040, "split_k"), (64, 4096, "split_n"),
+                                            (32, 2048, "staged"), (64, 4096, "staged"), (64, 1040, "staged")])
+def test_ptxas_keeps_every_variant_in_registers_with_the_shared_memory_it_plans(arch, mt, k, variant) -> None:
+    opts = options(mt, k=k, variant=variant)
+    prog = mc.compile_program(grouped_source(), arch, mc.CompileOptions(defines=dict(opts.defines), ptxas_verbose=True))
+    usage = prog.resource_usage()
+    grouped, setup = usage[GROUPED_SYMBOL], usage[SETUP_SYMBOL]
+    for kernel in (grouped, setup):
+        assert kernel.spill_store_bytes == kernel.spill_load_bytes == kernel.stack_frame_bytes == 0, kernel
+    e = 32 if k % 32 == 0 else 16
+    want = {"split_k": 8 * (mt // 8) * 4 * 32 * 4, "split_n": 0, "staged": 2 * mt * 4 * (2 * e + 8)}[variant]
+    assert grouped.shared_bytes == want
+    assert grouped.registers <= 255 and setup.shared_bytes >= 8 * 4
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
+@pytest.mark.parametrize("variant, mt", [("split_k", 16), ("staged", 64)])
+def test_the_sass_holds_hmma(tmp_path, arch, variant, mt) -> None:
+    import subprocess
+
+    from tests.test_matmul_fp8_mma import cuobjdump
+
+    tool, env = cuobjdump()
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(mc.compile_program(grouped_source(), arch, options(mt, variant=variant)).image)
+    out = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, env=env, check=False)
+    if out.returncode or "Function" not in out.stdout:
+        pytest.skip(f"cuobjdump -sass failed (nvdisasm missing?): {out.stderr.strip()[:200]}")
+    assert "HMMA.16816.F32" in out.stdout
