@@ -331,3 +331,14 @@ def test_the_sass_holds_hmma(tmp_path, arch, variant, mt) -> None:
     if out.returncode or "Function" not in out.stdout:
         pytest.skip(f"cuobjdump -sass failed (nvdisasm missing?): {out.stderr.strip()[:200]}")
     assert "HMMA.16816.F32" in out.stdout
+
+
+@pytest.mark.parametrize("variant, mt", [("split_k", 8), ("split_n", 32), ("staged", 64)])
+def test_on_hopper_and_later_both_kernels_wait_for_the_previous_grid_before_touching_memory(variant, mt) -> None:
+    text = ptx("compute_90", options(mt, variant=variant))
+    for symbol in (SETUP_SYMBOL, GROUPED_SYMBOL):
+        body = entry(text, symbol)
+        wait = body.index("griddepcontrol.wait")
+        assert all(body.find(op) > wait for op in ("ld.global", "st.global", "atom.global") if op in body)
+        assert "griddepcontrol.launch_dependents" in body
+    assert "griddepcontrol" not in ptx("compute_80", options(mt, variant=variant))

@@ -264,6 +264,15 @@ __device__ __forceinline__ int find_group(const int* prefix, int tile) {
 
 __device__ __forceinline__ float global_value(const float* p, int i) { return p != nullptr ? p[i] : 1.0f; }
 
+// Programmatic dependent launch (cc >= 9.0, when the plan launches with it; a no-op otherwise): lets the
+// stream's next kernel start launching. Safe anywhere: that kernel reads and writes nothing before its
+// griddepcontrol.wait, which waits for this whole grid to finish and its writes to be visible.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
 #if MIRCUDA_MOE_MODE == 2
 // -- the staged variant (MIRCUDA_MOE_MODE 2) ------------------------------------------------------------
 // Shared memory holds one K step (kChunk columns) of the m-tile's kMT activation rows, decoded: column
@@ -366,6 +375,10 @@ extern "C" __global__ void __launch_bounds__(256)
                       const int* __restrict__ row_counts, const int* __restrict__ offsets,
                       const int* __restrict__ matrix_indices, const float* global_a1, const float* global_b1,
                       double alpha1, const float* global_a2, const float* global_b2, double alpha2) {
+    // Nothing is read or written before the previous kernel of the stream (which may still read the
+    // workspace, e.g. the previous execute's grouped kernel) has finished.
+    decode::pdl_wait();
+    pdl_launch_dependents();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < kBank) {
         alpha_per_matrix[i] = (float)alpha1 * global_value(global_a1, 0) * global_value(global_b1, i);
@@ -434,6 +447,7 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32)
     const unsigned char* b = set ? b2 : b1;
     const unsigned char* sb = set ? sb2 : sb1;
     __nv_bfloat16* d = set ? d2 : d1;
+    decode::pdl_wait();  // the setup kernel's tile list and alphas
     const int total = ws[kPrefix + kG];
 #if MIRCUDA_MOE_MODE == 1
     const long long nrow0 = (long long)blockIdx.y * 16;
@@ -522,4 +536,5 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32)
         for (int f = 0; f < 2; ++f) store_tile(d, acc[f], tl, nrow0 + 16 * f, scale);
 #endif
     }
+    pdl_launch_dependents();
 }

@@ -140,7 +140,8 @@ class _GroupedFp4PlanBase(PlanBase):
         options = grouped_options(n=n, k=k, groups=groups, bank_size=bank, capacity=capacity, rows_per_tile=mt,
                                   fixed_rows=fixed_rows, tiled=self._layout == "tiled", sets=sets,
                                   variant=shape.variant)
-        self._kernels = GroupedKernels(compiler, options, shape, groups, bank)
+        self._kernels = GroupedKernels(compiler, options, shape, groups, bank,
+                                       pdl=context.device_info().supports_programmatic_launch)
         self._why_portable = self._try_cutlass(library)
         try:
             pool = context.default_memory_pool()
@@ -273,7 +274,9 @@ class _GroupedFp4PlanBase(PlanBase):
             f"walked persistently, {shape.weight_blocks} weight-row blocks, {shape.sets} set(s)), m-tiles of "
             f"{shape.rows_per_tile} activation rows; {split}; E2M1 x UE4M3 decoded exactly to FP16 ({decode}, times "
             "the UE4M3 scale in FP16) and multiplied by mma.sync m16n8k16 FP16 x FP16 -> FP32 (weights the 16-row A "
-            f"operand, activation rows the n8 columns), BF16 out. Why portable: {self._why_portable}.")
+            f"operand, activation rows the n8 columns), BF16 out"
+            + ("; programmatic dependent launch (the grouped kernel's launch overlaps the setup)" if self._kernels.pdl
+               else "") + f". Why portable: {self._why_portable}.")
 
     # -- execution ---------------------------------------------------------------------------------
     def _check_set(self, ops: tuple[Operand, ...], names: tuple[str, str], a: Any, sa: Any, b: Any, sb: Any, d: Any,

@@ -106,7 +106,10 @@ class GroupedKernels:
     """The setup and grouped kernels compiled for one plan, with their launch configurations."""
 
     def __init__(self, compiler: Compiler, options: CompileOptions, shape: TileShape, groups: int,
-                 bank_size: int) -> None:
+                 bank_size: int, pdl: bool = False) -> None:
+        """``pdl``: launch both kernels with programmatic stream serialization (cc >= 9.0): each waits
+        (``griddepcontrol.wait``) before touching memory, so the grouped kernel's launch overlaps the setup
+        kernel's run."""
         module = compiler.compile(grouped_source(), options)
         self.arch = compiler.arch
         self.options = options
@@ -115,8 +118,11 @@ class GroupedKernels:
             SETUP_SYMBOL, **{name: (f64 if name.startswith("alpha") and name != "alpha_per_matrix" else u64)
                              for name in SETUP_PARAMS}))
         self.grouped: TypedKernel = module.kernel(cuda_export(GROUPED_SYMBOL, **{name: u64 for name in GROUPED_PARAMS}))
-        self.setup_config = LaunchConfig((-(-max(groups, bank_size) // SETUP_THREADS),), (SETUP_THREADS,))
-        self.grouped_config = LaunchConfig((shape.tiles, shape.weight_blocks, shape.sets), (32 * WARPS,))
+        self.pdl = pdl
+        self.setup_config = LaunchConfig((-(-max(groups, bank_size) // SETUP_THREADS),), (SETUP_THREADS,),
+                                         programmatic_stream_serialization=pdl)
+        self.grouped_config = LaunchConfig((shape.tiles, shape.weight_blocks, shape.sets), (32 * WARPS,),
+                                           programmatic_stream_serialization=pdl)
 
     def launch(self, stream: Stream, setup_args: tuple[Any, ...], grouped_args: tuple[Any, ...]) -> None:
         self.setup.launch(stream, self.setup_config, *setup_args)
@@ -134,7 +140,8 @@ def grouped_executor(kernels: GroupedKernels, kept: tuple[int, int, int], masks:
     ``kept`` is ``(workspace, error flag, alpha_per_matrix)``; ``masks`` the alignment masks of ``(a, sa,
     b, sb, d)`` (the routing and global scales: 4 bytes). Returns ``INVALID_HANDLE`` (400) for a stream
     that is not ``stream`` and ``INVALID_VALUE`` (1) for a misaligned address, launching nothing; lengths
-    are not checked here. The second set's addresses are 0 for a single-set plan."""
+    are not checked here. The second set's addresses are 0 for a single-set plan. The launches are plain
+    ones (no programmatic dependent launch: the kernels are correct either way)."""
     import numba
     import numpy as np
 
