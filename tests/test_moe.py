@@ -15,7 +15,8 @@ import pytest
 import mircuda as mc
 from mircuda.matmul import _fp4_reference as fp4_ref
 from mircuda.matmul._moe_kernels import (GROUPED_SYMBOL, ROWS_PER_TILE, SETUP_SYMBOL, choose_rows_per_tile,
-                                         grouped_options, grouped_source, tile_shape, workspace_ints)
+                                         default_rows_per_tile, grouped_options, grouped_source, tile_shape,
+                                         workspace_ints)
 
 MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 
@@ -79,6 +80,17 @@ def test_construction_refuses_a_wrong_spec_or_context_by_name(cls) -> None:
 @pytest.mark.parametrize("rows, want", [(1, 8), (8, 8), (9, 16), (16, 16), (17, 32), (33, 64), (1000, 64)])
 def test_the_tile_holds_the_expected_rows_of_a_group(rows, want) -> None:
     assert choose_rows_per_tile(rows) == want
+
+
+@pytest.mark.parametrize("capacity, groups, fixed, want", [
+    (2, 8, 0, 8),          # Mixtral, 1 token top-2: every row fits one tile
+    (32, 8, 0, 16),        # Mixtral, 16 tokens: 4 rows per expert on average, room for 16
+    (128, 128, 0, 8),      # fine-grained, 16 tokens top-8: 1 row on average
+    (2048, 128, 0, 64),    # fine-grained, 256 tokens: the staged variant
+    (8192, 8, 0, 64),
+    (80, 20, 4, 8), (320, 20, 16, 16), (340, 10, 34, 64)])  # indexed: exactly R rows
+def test_the_default_tile_leaves_room_for_uneven_routing(capacity, groups, fixed, want) -> None:
+    assert default_rows_per_tile(capacity, groups, fixed) == want
 
 
 def test_the_grid_covers_every_m_tile_of_non_overlapping_groups() -> None:

@@ -41,7 +41,7 @@ from ._fp4 import _device_checks, fp4_compiler, has_e2m1_cvt
 from ._fp4_layout import address, check_layout
 from ._fp4_reference import BLOCK, scale_bytes
 from ._moe_kernels import (BLOCK_ROWS, MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, VARIANTS, WARPS, GroupedKernels,
-                           choose_rows_per_tile, grouped_executor, grouped_options, tile_shape, workspace_ints)
+                           default_rows_per_tile, grouped_executor, grouped_options, tile_shape, workspace_ints)
 from ._moe_spec import GroupedFp4Operands, IndexedGroupedFp4Spec, VariableGroupedFp4Spec
 from ._spec import Operand, PlanBase, check_operand, check_scalar, plan_stream
 
@@ -128,8 +128,7 @@ class _GroupedFp4PlanBase(PlanBase):
         self._numba: Any = None
         self._cutlass: Any = None
         self._buffers: list[DeviceBuffer[Any]] = []
-        expected = fixed_rows if fixed_rows else -(-capacity // groups)
-        mt = rows_per_tile if rows_per_tile is not None else choose_rows_per_tile(expected)
+        mt = rows_per_tile if rows_per_tile is not None else default_rows_per_tile(capacity, groups, fixed_rows)
         if variant == "staged" and mt == 8:
             mt = 16
         shape = tile_shape(n=n, capacity=capacity, groups=groups, rows_per_tile=mt, fixed_rows=fixed_rows, sets=sets,
@@ -367,7 +366,8 @@ class VariableGroupedFp4Plan(_GroupedFp4PlanBase):
         spec: ``VariableGroupedFp4Spec(n, k, capacity, groups, bank_size)``.
         scale_layout: the bank scales' layout, ``"tiled"`` (default; the SM120 path's) or ``"linear"``.
         compiler: the NVRTC Compiler (default: :func:`~mircuda.matmul._fp4.fp4_compiler`).
-        rows_per_tile: None (the smallest of 8, 16, 32, 64 holding ``ceil(capacity / groups)``) or one of them.
+        rows_per_tile: None (the smallest of 8, 16, 32, 64 holding ``min(capacity, 4 ceil(capacity / groups))``,
+            room for uneven routing: a group's weights are read once per m-tile) or one of them.
         variant: None (``"split_k"`` for m-tiles of <= 16 rows, else ``"staged"``), ``"split_k"``, ``"split_n"``
             or ``"staged"`` (m-tiles of >= 16 rows): the portable kernel's work split (``describe()`` says it).
         library: the CUTLASS library tried on cc 12.x (default: :func:`load_library`).

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..runtime import Stream
 
 __all__ = ["SETUP_SYMBOL", "GROUPED_SYMBOL", "ROWS_PER_TILE", "WARPS", "VARIANTS", "grouped_source", "grouped_options",
-           "choose_rows_per_tile", "choose_variant", "GroupedKernels", "workspace_ints", "grouped_executor"]
+           "choose_rows_per_tile", "default_rows_per_tile", "choose_variant", "GroupedKernels", "workspace_ints", "grouped_executor"]
 
 SETUP_SYMBOL = "fp4_grouped_setup"
 GROUPED_SYMBOL = "fp4_grouped_bf16"
@@ -56,6 +56,13 @@ def choose_rows_per_tile(rows_per_group: int) -> int:
 def choose_variant(rows_per_tile: int) -> str:
     """``"split_k"`` for m-tiles of at most :data:`SPLIT_K_MAX_ROWS` rows (decode), else ``"staged"``."""
     return "split_k" if rows_per_tile <= SPLIT_K_MAX_ROWS else "staged"
+
+
+def default_rows_per_tile(capacity: int, groups: int, fixed_rows: int = 0) -> int:
+    """The plans' default m-tile: :func:`choose_rows_per_tile` of R (the indexed plan: every group has R
+    rows), else of ``min(capacity, 4 ceil(capacity / groups))``: routing is uneven, and a group's weights
+    are read once per m-tile, so the tile leaves room for 4x the mean rows per group."""
+    return choose_rows_per_tile(fixed_rows if fixed_rows else min(capacity, 4 * -(-capacity // groups)))
 
 
 def grouped_options(*, n: int, k: int, groups: int, bank_size: int, capacity: int, rows_per_tile: int,
