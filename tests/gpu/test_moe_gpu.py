@@ -88,7 +88,7 @@ def expected(a64: np.ndarray, bank64: np.ndarray, counts, offsets, indices, alph
     want = np.full((capacity, n), np.nan)
     mag = np.zeros((capacity, n))
     covered = np.zeros(capacity, bool)
-    for c, o, e in zip(counts, offsets, indices):
+    for c, o, e in ((int(c), int(o), int(e)) for c, o, e in zip(counts, offsets, indices)):  # no int32 wrap
         if c <= 0 or o < 0 or o + c > capacity or not 0 <= e < len(bank64):
             continue
         rows = slice(o, o + c)
