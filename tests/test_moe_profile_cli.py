@@ -34,6 +34,7 @@ def test_the_command_is_listed_and_its_defaults_are_the_issue_grid(capsys) -> No
 def test_quick_is_a_smaller_grid_and_each_flag_still_wins() -> None:
     assert mp.grid(parse("--quick")) == (("mixtral", "fine"), (1, 16, 4096), 10, 5)
     assert mp.grid(parse("--quick", "--tokens", "7", "--layers", "fine", "--repeats", "3")) == (("fine",), (7,), 10, 3)
+    assert parse().variant is None and parse("--variant", "split_n").variant == "split_n"
 
 
 @pytest.mark.parametrize("flags, head", [(["--calls", "0"], "--calls: expected a positive integer, received 0"),
@@ -45,7 +46,8 @@ def test_bad_values_are_refused_by_flag_before_the_driver(flags, head, capsys) -
     assert err.startswith(f"error: ContractError: {head}") and len(err.splitlines()) == 1
 
 
-@pytest.mark.parametrize("argv", [["--tokens", "0"], ["--tokens", "x"], ["--layers", ""], ["--layers", "fine,,"]])
+@pytest.mark.parametrize("argv", [["--tokens", "0"], ["--tokens", "x"], ["--layers", ""], ["--layers", "fine,,"],
+                                  ["--variant", "tiled"]])
 def test_bad_flags_exit_2_with_one_line(argv, capsys) -> None:
     with pytest.raises(SystemExit) as info:
         main(["moe-profile", *argv])

@@ -160,7 +160,7 @@ class _LayerBench:
     (linear scales) for the loop, BF16 banks for torch; :meth:`__call__` measures one token count."""
 
     def __init__(self, s: Any, name: str, lib: Any, calls: int, repeats: int, notes: list[str],
-                 failures: list[str]) -> None:
+                 failures: list[str], variant: str | None = None) -> None:
         import mircuda as mc
 
         from ..matmul import fp4_scales_to_tiled
@@ -168,7 +168,7 @@ class _LayerBench:
         from ._fp4_profile import random_fp4
 
         self.s, self.name, self.lib, self.calls, self.repeats = s, name, lib, calls, repeats
-        self.notes, self.failures = notes, failures
+        self.notes, self.failures, self.variant = notes, failures, variant
         self.e, self.n, self.k, self.topk = LAYERS[name]
         e, n, k = self.e, self.n, self.k
         stream, pool = s.stream, s.pool
@@ -265,7 +265,8 @@ class _LayerBench:
             rc, of = keep(stream.upload(pool, counts)), keep(stream.upload(pool, offsets))
             mi = keep(stream.upload(pool, np.arange(e, dtype=np.int32)))
             try:
-                plan = mc.VariableGroupedFp4Plan(s.context, stream, mc.VariableGroupedFp4Spec(n, k, rows, e, e))
+                plan = mc.VariableGroupedFp4Plan(s.context, stream, mc.VariableGroupedFp4Spec(n, k, rows, e, e),
+                                                 variant=self.variant)
                 made.append(plan)
                 stream.memset(d, 0xFF)
                 plan.execute(stream, a, sa, self.bank[0][0], self.bank[0][1], d, rc, of, mi)
@@ -282,7 +283,7 @@ class _LayerBench:
                     plan.execute(stream, a, sa, w, sw, d, rc, of, mi)
 
                 kw["grouped_us"] = float(s.timer.median(grouped, self.calls, self.repeats))
-                kw["note"] = f"grouped: {plan.path}, {plan.rows_per_tile}-row tiles"
+                kw["note"] = f"grouped: {plan.path} {plan.variant}, {plan.rows_per_tile}-row tiles"
             except mc.MircudaError as exc:
                 self.failures.append(f"grouped {self.name} {tokens}: {type(exc).__name__}: {exc}"[:300])
             kw["loop_us"] = self._loop(tokens, counts, offsets, a_packed, a_scales, d, made, keep)
@@ -379,7 +380,7 @@ def moe_profile(args: Any) -> int:
         except mc.CutlassNotFound as exc:
             notes.append(f"no CUTLASS library: the loop runs only where every expert has <= 16 rows ({exc})"[:300])
         for name in layers:
-            bench = _LayerBench(s, name, lib, calls, repeats, notes, failures)
+            bench = _LayerBench(s, name, lib, calls, repeats, notes, failures, args.variant)
             try:
                 rows.extend(bench(t) for t in tokens)
             finally:
@@ -395,6 +396,7 @@ def moe_profile(args: Any) -> int:
                             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                             "method": "back-to-back calls behind a spin kernel, events, median; weight banks >= 8x L2",
                             "layers": {k: LAYERS[k] for k in layers}, "calls": calls, "repeats": repeats,
+                            "variant": args.variant,
                             "notes": notes, "goals": lines, "failures": failures, "rows": [asdict(r) for r in rows]})
     for f in failures:
         print(f"FAILED: {f}", file=sys.stderr)
@@ -424,5 +426,7 @@ def register(sub: Any) -> None:
                         "(each overridden by its flag)")
     p.add_argument("--calls", type=int, default=None, help="back-to-back calls per timed repeat (default 20)")
     p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median is reported (default 7)")
+    p.add_argument("--variant", choices=("split_k", "split_n", "staged"), default=None,
+                   help="force the portable grouped kernel's variant (default: the plan's choice per token count)")
     p.add_argument("--json", default="benchmarks/results/moe_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=moe_profile, json_default=p.get_default("json"))
