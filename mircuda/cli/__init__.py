@@ -42,14 +42,14 @@ class _CommandParser(_Parser):
 
 def _parser() -> argparse.ArgumentParser:
     from . import (_build_cutlass, _compile, _cutlass_check, _decoder_layer_profile, _dense_vector_profile,
-                   _fp4_profile, _fp8_profile, _graph_profile, _inspect, _matmul_profile, _multi_gpu_profile,
-                   _profile)
+                   _fp4_profile, _fp8_profile, _graph_profile, _inspect, _matmul_profile, _moe_profile,
+                   _multi_gpu_profile, _profile)
 
     parser = _Parser(prog="python -m mircuda", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
     # The order of `--help`'s command list.
     for command in (_inspect, _profile, _graph_profile, _compile, _dense_vector_profile, _matmul_profile,
-                    _decoder_layer_profile, _fp8_profile, _fp4_profile, _multi_gpu_profile, _build_cutlass,
+                    _decoder_layer_profile, _fp8_profile, _fp4_profile, _moe_profile, _multi_gpu_profile, _build_cutlass,
                     _cutlass_check):
         command.register(sub)
     return parser

@@ -19,6 +19,10 @@ scales, BF16 activations, K % 32 != 0) decode into a kept BF16 workspace and the
 (bit for bit) ``fp4_quantize_reference``, ``fp4_dequantize_reference``, ``fp4_global_scale``,
 ``fp4_scale_shape``, ``fp4_scales_to_tiled``, ``fp4_scales_to_linear``, ``pack_e2m1``, ``unpack_e2m1``
 (the functions of ``_fp4_reference`` under names that say NVFP4).
+
+Grouped NVFP4 for mixture-of-experts (device-resident routing, graph-replayable): ``VariableGroupedFp4Plan``,
+``IndexedGroupedFp4Plan``, ``PairedVariableGroupedFp4Plan`` with ``VariableGroupedFp4Spec``,
+``IndexedGroupedFp4Spec``, ``GroupedFp4Operands`` and the error flag bits ``ERROR_MATRIX_INDEX``, ``ERROR_ROWS``.
 """
 
 from ._build import CutlassNotFound
@@ -33,6 +37,9 @@ from ._fp4_reference import scale_shape as fp4_scale_shape
 from ._fp4_reference import scales_to_linear as fp4_scales_to_linear
 from ._fp4_reference import scales_to_tiled as fp4_scales_to_tiled
 from ._fp8 import BlockwiseFp8Plan, BlockwiseFp8Unavailable, BlockwiseFp8VectorPlan
+from ._moe import (ERROR_MATRIX_INDEX, ERROR_ROWS, IndexedGroupedFp4Plan, PairedVariableGroupedFp4Plan,
+                   VariableGroupedFp4Plan)
+from ._moe_spec import GroupedFp4Operands, IndexedGroupedFp4Spec, VariableGroupedFp4Spec
 from ._library import CutlassError, CutlassLibrary, KernelInfo, load_library
 from ._quantize import (BlockwiseFp8Quantizer, activation_scale_shape, dequantize_reference,
                         quantize_activations_reference, quantize_reference, quantize_weights_reference,
@@ -48,3 +55,5 @@ __all__ = ["BlockwiseFp8Plan", "BlockwiseFp8Quantizer", "BlockwiseFp8Unavailable
 __all__ += ["BlockScaledFp4Plan", "BlockScaledFp4VectorPlan", "Fp4Quantizer", "Fp4ScaleConverter",
             "fp4_dequantize_reference", "fp4_global_scale", "fp4_quantize_reference", "fp4_scale_shape",
             "fp4_scales_to_linear", "fp4_scales_to_tiled", "pack_e2m1", "unpack_e2m1"]
+__all__ += ["VariableGroupedFp4Plan", "IndexedGroupedFp4Plan", "PairedVariableGroupedFp4Plan", "GroupedFp4Operands",
+            "VariableGroupedFp4Spec", "IndexedGroupedFp4Spec", "ERROR_MATRIX_INDEX", "ERROR_ROWS"]

@@ -1,0 +1,540 @@
+// The grouped NVFP4 plans' portable path (mircuda/matmul/_moe.py; any cc >= 8.0): for every group g of
+// the device-resident routing (row_counts[g], offsets[g], matrix_indices[g]),
+//   D[r, n] = alpha_per_matrix[e] * sum_k (qa[r,k] sa[r,k/16]) (qb_e[n,k] sb_e[n,k/16]),   e = matrix_indices[g],
+// for the rows r in [offsets[g], offsets[g] + row_counts[g]) (FP32 accumulation, BF16 out). Operands are
+// NVFP4 as fp4_common.cuh describes them: A [capacity, K/2] bytes of E2M1 pairs with LINEAR UE4M3 scales
+// [capacity, K/16]; the bank [E, N, K/2] (matrix e at byte e N K/2) with its scales per matrix in the
+// linear ([N, K/16]) or the tiled layout (N padded to 128, K/16 to 4), matrices back to back.
+//
+// Two kernels, launched in this order on the plan's stream:
+// - fp4_grouped_setup (ceil(max(G, E) / 256) blocks): validates each group (matrix index in [0, E) else
+//   error bit 1; count >= 0, offset >= 0 and offset + count <= capacity else bit 2; an invalid group is
+//   made empty and its bits OR-ed into *error), writes the group table, computes alpha_per_matrix[s E + e]
+//   = alpha_s * (*global_a_s) * global_b_s[e] for each operand set s, and the last block to finish
+//   (a self-resetting atomicInc ticket, so graph replays need no memset) writes the tile list: prefix[g] =
+//   the m-tiles (MIRCUDA_MOE_MT rows each) of groups before g, prefix[G] their total.
+// - fp4_grouped_bf16 (grid: x walks the m-tiles, persistent; y the weight-row blocks; z the operand set):
+//   a block finds its m-tile's group by binary search in prefix, then multiplies that group's rows by a
+//   block of weight rows of its matrix. Weights are the 16-row A operand of mma.sync.m16n8k16 (FP16 x FP16
+//   -> FP32), activation rows the n8 columns (rows past the group's count are zeros, never loaded); the
+//   E2M1 x UE4M3 decode is exact in FP16 (fp4_mma_gemv.cu's argument: q s 2^-14 is a multiple of 2^-24
+//   below 0.17), the 2^-28 undone with alpha at the end. Three variants (MIRCUDA_MOE_MODE):
+//   1 split K (decode: few rows per group): 16 weight rows per block, the block's warps take the K steps
+//     in turn and meet in shared memory; every lane decodes its weights and activations in registers;
+//   0 split N: each warp owns 16 weight rows and the whole K, decoding both operands in registers (the
+//     warps share the activation codes through L1);
+//   2 staged (many rows per group): each warp owns 32 weight rows (two A fragments, so every B fragment
+//     feeds two mmas), all warps walk K together; per K step the block decodes the m-tile's activation
+//     chunk ONCE into shared memory (FP16, scale applied; double-buffered, one __syncthreads per step) and
+//     the warps read their B fragments from there with one conflict-free 8-byte load each (rows padded
+//     so the 16 lanes of a half-warp hit 32 distinct banks). Weights stream from global into registers,
+//     the next step's loads in flight.
+// Rows no group covers are never written. Every index is bounded: no out-of-bounds access for any routing.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#define MIRCUDA_PDL_TRIGGER_LATE 1
+#include "decode_common.cuh"
+#include "fp4_common.cuh"
+
+#if !defined(MIRCUDA_MOE_N) || !defined(MIRCUDA_MOE_K) || !defined(MIRCUDA_MOE_G) || !defined(MIRCUDA_MOE_E) || \
+    !defined(MIRCUDA_MOE_CAPACITY) || !defined(MIRCUDA_MOE_MT)
+#error "compile with -D MIRCUDA_MOE_N, _K, _G, _E, _CAPACITY and _MT (mircuda.matmul._moe.grouped_options)"
+#endif
+#ifndef MIRCUDA_MOE_FIXED_ROWS
+#define MIRCUDA_MOE_FIXED_ROWS 0
+#endif
+#ifndef MIRCUDA_MOE_TILED
+#define MIRCUDA_MOE_TILED 0
+#endif
+#ifndef MIRCUDA_MOE_MODE
+#define MIRCUDA_MOE_MODE 1
+#endif
+#ifndef MIRCUDA_MOE_SETS
+#define MIRCUDA_MOE_SETS 1
+#endif
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "fp4_grouped_bf16 needs compute capability >= 8.0 (mma.sync.m16n8k16 with FP16 operands)"
+#endif
+
+namespace {
+
+constexpr int kN = MIRCUDA_MOE_N;
+constexpr int kK = MIRCUDA_MOE_K;
+constexpr int kG = MIRCUDA_MOE_G;
+constexpr int kBank = MIRCUDA_MOE_E;
+constexpr long long kCapacity = MIRCUDA_MOE_CAPACITY;
+constexpr int kMT = MIRCUDA_MOE_MT;            // activation rows per m-tile
+constexpr int kFixed = MIRCUDA_MOE_FIXED_ROWS;  // > 0: the indexed plan (row_counts = R, offsets = p R)
+constexpr int kSets = MIRCUDA_MOE_SETS;
+static_assert(kK % 16 == 0, "K must be a multiple of 16 (one UE4M3 scale per 16 K-elements)");
+static_assert(kMT == 8 || kMT == 16 || kMT == 32 || kMT == 64, "MIRCUDA_MOE_MT must be 8, 16, 32 or 64");
+static_assert(kSets == 1 || kSets == 2, "MIRCUDA_MOE_SETS must be 1 or 2");
+constexpr int kMode = MIRCUDA_MOE_MODE;
+static_assert(kMode >= 0 && kMode <= 2, "MIRCUDA_MOE_MODE must be 0 (split N), 1 (split K) or 2 (staged)");
+static_assert(kMode != 2 || kMT >= 16, "the staged variant takes m-tiles of 16, 32 or 64 rows");
+static_assert(kG >= 1 && kBank >= 1 && kCapacity >= 1, "G, E and the capacity must be positive");
+
+constexpr int kN8 = kMT / 8;                      // n8 tiles of activation rows
+constexpr bool kWide = kK % 32 == 0;
+constexpr int kE = kWide ? 32 : 16;               // columns per lane per step
+constexpr int kWords = kE / 8;                    // 32-bit words of codes per row per lane
+constexpr int kGroups = kE / 16;                  // 16-K scale groups per lane per step
+constexpr int kMmas = kE / 4;                     // mmas per n8 tile per step
+constexpr int kChunk = 4 * kE;                    // columns per warp step
+constexpr int kSteps = (kK + kChunk - 1) / kChunk;
+constexpr int kKBlocks = kK / 16;
+constexpr int kWarps = 8;
+constexpr long long kMatrixBytes = (long long)kN * (kK / 2);
+#if MIRCUDA_MOE_TILED
+constexpr int kKAtoms = (kKBlocks + 3) / 4;
+constexpr long long kMatrixScaleBytes = (long long)((kN + 127) / 128) * 128 * kKAtoms * 4;
+#else
+constexpr long long kMatrixScaleBytes = (long long)kN * kKBlocks;
+#endif
+
+// The group table in the workspace (int32): prefix [G + 1] | count [G] | offset [G] | matrix [G] | ticket.
+constexpr int kPrefix = 0;
+constexpr int kCount = kG + 1;
+constexpr int kOffset = 2 * kG + 1;
+constexpr int kMatrix = 3 * kG + 1;
+constexpr int kTicket = 4 * kG + 1;
+
+// The one place the E2M1 decode is called (fp4_common.cuh may make it cheaper; this stays the seam).
+__device__ __forceinline__ unsigned decode_pair(unsigned byte) { return fp4::e2m1x2_to_half2_scaled(byte); }
+
+__device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[kWords]) {
+    if constexpr (kWide) {
+        asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "l"(p));
+    } else {
+        asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v[0]), "=r"(v[1]) : "l"(p));
+    }
+}
+
+__device__ __forceinline__ long long weight_scale_offset(long long row, int kb) {
+#if MIRCUDA_MOE_TILED
+    return fp4::tiled_offset(row, kb, kKAtoms);
+#else
+    return fp4::linear_offset(row, kb, kKBlocks);
+#endif
+}
+
+__device__ __forceinline__ unsigned scale_half2(unsigned u) {
+    const __half h = __float2half_rn(fp4::ue4m3_to_float(u));
+    const unsigned s = __half_as_ushort(h);
+    return s | (s << 16);
+}
+
+__device__ __forceinline__ unsigned hmul2(unsigned a, unsigned b) {
+    __half2 x = *reinterpret_cast<__half2*>(&a);
+    const __half2 y = *reinterpret_cast<__half2*>(&b);
+    x = __hmul2(x, y);
+    return *reinterpret_cast<unsigned*>(&x);
+}
+
+__device__ __forceinline__ unsigned operand(const unsigned (&codes)[kWords], int i, unsigned scale) {
+    return hmul2(decode_pair(codes[i >> 2] >> (8 * (i & 3))), scale);
+}
+
+__device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                    unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// One warp's view of a tile: 16 weight rows of matrix e, up to kMT activation rows from `row0`.
+struct Tile {
+    const unsigned char* w;   // the matrix's codes
+    const unsigned char* sw;  // the matrix's scales
+    const unsigned char* x;   // A
+    const unsigned char* sx;  // A's linear scales
+    long long wrow[2];        // weight rows g and g + 8 (clamped to N - 1)
+    long long xrow0;          // the tile's first activation row
+    int rows;                 // activation rows of the tile (1 .. kMT)
+    int t;                    // lane & 3
+    int g;                    // lane >> 2
+};
+
+#if MIRCUDA_MOE_MODE != 2
+struct Stage {
+    unsigned w[2][kWords];
+    unsigned x[kN8][kWords];
+    unsigned sw[2][kGroups];
+    unsigned sx[kN8][kGroups];
+};
+
+__device__ __forceinline__ void load_stage(Stage& st, const Tile& tl, int step) {
+    const int col = step * kChunk + kE * tl.t;
+    const bool in = col < kK;  // K % kE == 0: the lane's columns are all inside K or all outside
+    const int kb = col >> 4;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        if (in) {
+            load_codes(tl.w + tl.wrow[r] * (kK / 2) + col / 2, st.w[r]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < kWords; ++i) st.w[r][i] = 0u;
+        }
+#pragma unroll
+        for (int q = 0; q < kGroups; ++q)
+            st.sw[r][q] = in ? scale_half2(__ldg(tl.sw + weight_scale_offset(tl.wrow[r], kb + q))) : 0u;
+    }
+#pragma unroll
+    for (int j = 0; j < kN8; ++j) {
+        const int m = tl.g + 8 * j;
+        const bool live = in && m < tl.rows;
+        const long long row = tl.xrow0 + m;
+#pragma unroll
+        for (int h = 0; h < kWords / 2; ++h) {
+            uint2 v = make_uint2(0u, 0u);
+            if (live) v = __ldg(reinterpret_cast<const uint2*>(tl.x + row * (kK / 2) + col / 2) + h);
+            st.x[j][2 * h] = v.x;
+            st.x[j][2 * h + 1] = v.y;
+        }
+#pragma unroll
+        for (int q = 0; q < kGroups; ++q)
+            st.sx[j][q] = live ? scale_half2(__ldg(tl.sx + fp4::linear_offset(row, kb + q, kKBlocks))) : 0u;
+    }
+}
+
+__device__ __forceinline__ void consume(float (&acc)[kN8][4], const Stage& st) {
+#pragma unroll
+    for (int jm = 0; jm < kMmas; ++jm) {
+        const int q = jm / 4;
+        const unsigned a0 = operand(st.w[0], 2 * jm, st.sw[0][q]);
+        const unsigned a1 = operand(st.w[1], 2 * jm, st.sw[1][q]);
+        const unsigned a2 = operand(st.w[0], 2 * jm + 1, st.sw[0][q]);
+        const unsigned a3 = operand(st.w[1], 2 * jm + 1, st.sw[1][q]);
+#pragma unroll
+        for (int j = 0; j < kN8; ++j) {
+            const unsigned b0 = operand(st.x[j], 2 * jm, st.sx[j][q]);
+            const unsigned b1 = operand(st.x[j], 2 * jm + 1, st.sx[j][q]);
+            mma(acc[j], a0, a1, a2, a3, b0, b1);
+        }
+    }
+}
+
+// The warp's K steps first, first + stride, ... with the next step's loads in flight.
+__device__ __forceinline__ void run_steps(float (&acc)[kN8][4], const Tile& tl, int first, int stride) {
+#pragma unroll
+    for (int j = 0; j < kN8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    int step = first;
+    if (step >= kSteps) return;  // warp-uniform
+    Stage cur;
+    load_stage(cur, tl, step);
+    for (;;) {
+        const int next = step + stride;
+        const bool more = next < kSteps;
+        Stage nst;
+        if (more) load_stage(nst, tl, next);
+        consume(acc, cur);
+        step = next;
+        if (!more) break;
+        cur = nst;
+    }
+}
+
+#endif  // MIRCUDA_MOE_MODE != 2
+
+__device__ __forceinline__ void store_tile(__nv_bfloat16* d, const float (&acc)[kN8][4], const Tile& tl,
+                                           long long nrow0, float scale) {
+#pragma unroll
+    for (int j = 0; j < kN8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int m = 8 * j + 2 * tl.t + (e & 1);
+            const long long n = nrow0 + tl.g + 8 * (e >> 1);
+            if (m < tl.rows && n < kN) decode::store_out(d + (tl.xrow0 + m) * kN + n, scale * acc[j][e]);
+        }
+}
+
+// The group of m-tile `tile`: the last g with prefix[g] <= tile (prefix is non-decreasing, prefix[0] = 0).
+__device__ __forceinline__ int find_group(const int* prefix, int tile) {
+    int lo = 0, hi = kG - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (prefix[mid] <= tile) lo = mid; else hi = mid - 1;
+    }
+    return lo;
+}
+
+__device__ __forceinline__ float global_value(const float* p, int i) { return p != nullptr ? p[i] : 1.0f; }
+
+// Programmatic dependent launch (cc >= 9.0, when the plan launches with it; a no-op otherwise): lets the
+// stream's next kernel start launching. Safe anywhere: that kernel reads and writes nothing before its
+// griddepcontrol.wait, which waits for this whole grid to finish and its writes to be visible.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+#if MIRCUDA_MOE_MODE == 2
+// -- the staged variant (MIRCUDA_MOE_MODE 2) ------------------------------------------------------------
+// Shared memory holds one K step (kChunk columns) of the m-tile's kMT activation rows, decoded: column
+// c = E t + e (the lane-t chunk of fp4_mma's mapping) of row m at half index m kRowHalves + t kChunkHalves
+// + e. A lane (g, t) reads, for mma jm of n8 tile j, the 4 halves at row 8 j + g, e = 4 jm .. 4 jm + 3:
+// b0 = columns E t + 4 jm, +1 (k 2t, 2t+1) and b1 = +2, +3 (k 2t+8, 2t+9), the columns its weight bytes
+// 2 jm and 2 jm + 1 hold. Padding: a lane chunk is 2E + 8 bytes, a row 4 (2E + 8): in a half-warp
+// (g 0..3, t 0..3) the 8-byte loads start at banks (g (2E+8) + t (2E+8) / 4 + 2 jm) mod 32, all distinct
+// and even for E = 32 (t: 0, 18, 4, 22; g: 0, 8, 16, 24) and E = 16 (t: 0, 10, 20, 30; g: 0, 8, 16, 24).
+constexpr int kChunkHalves = kE + 4;
+constexpr int kRowHalves = 4 * kChunkHalves;
+constexpr int kStageHalves = kMT * kRowHalves;
+constexpr int kUnitsPerRow = kChunk / 16;       // 16-column scale blocks per row per step
+constexpr int kUnits = kMT * kUnitsPerRow;       // decode units per step (one 8-byte code load each)
+
+// Half index in a stage of (row m, column c of the step).
+__device__ __forceinline__ int staged_index(int m, int c) { return m * kRowHalves + (c / kE) * kChunkHalves + c % kE; }
+
+// Decode step `step` of the tile's activation rows into `buf` (every thread of the block takes part).
+__device__ __forceinline__ void stage_activations(__half* buf, const Tile& tl, int step) {
+    for (int u = threadIdx.x; u < kUnits; u += kWarps * 32) {
+        const int m = u / kUnitsPerRow;
+        const int c0 = (u % kUnitsPerRow) * 16;
+        const int col = step * kChunk + c0;
+        uint2 v = make_uint2(0u, 0u);
+        unsigned sc = 0u;
+        if (m < tl.rows && col < kK) {  // K % 16 == 0: the 16 columns are all inside K or all outside
+            const long long row = tl.xrow0 + m;
+            v = __ldg(reinterpret_cast<const uint2*>(tl.x + row * (kK / 2) + col / 2));
+            sc = scale_half2(__ldg(tl.sx + fp4::linear_offset(row, col >> 4, kKBlocks)));
+        }
+        uint2* out = reinterpret_cast<uint2*>(buf + staged_index(m, c0));  // 8-byte aligned: 2E + 8 and 2 c0 are
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {  // 4 codes (2 bytes) -> 4 halves per 8-byte store
+            const unsigned w = h < 2 ? v.x : v.y;
+            const int shift = 16 * (h & 1);
+            const unsigned lo = hmul2(decode_pair(w >> shift), sc);
+            const unsigned hi = hmul2(decode_pair(w >> (shift + 8)), sc);
+            out[h] = make_uint2(lo, hi);
+        }
+    }
+}
+
+struct WeightStage {
+    unsigned w[2][2][kWords];   // [fragment][row g, g + 8][words]
+    unsigned sw[2][2][kGroups];
+};
+
+// Weight rows of the warp: fragment f, half r -> row nrow0 + 16 f + g + 8 r (clamped to N - 1).
+__device__ __forceinline__ void load_weights(WeightStage& st, const unsigned char* w, const unsigned char* sw,
+                                             const long long (&rows)[2][2], int t, int step) {
+    const int col = step * kChunk + kE * t;
+    const bool in = col < kK;
+    const int kb = col >> 4;
+#pragma unroll
+    for (int f = 0; f < 2; ++f)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            if (in) {
+                load_codes(w + rows[f][r] * (kK / 2) + col / 2, st.w[f][r]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < kWords; ++i) st.w[f][r][i] = 0u;
+            }
+#pragma unroll
+            for (int q = 0; q < kGroups; ++q)
+                st.sw[f][r][q] = in ? scale_half2(__ldg(sw + weight_scale_offset(rows[f][r], kb + q))) : 0u;
+        }
+}
+
+__device__ __forceinline__ void consume_staged(float (&acc)[2][kN8][4], const WeightStage& st, const __half* buf,
+                                               int g, int t) {
+#pragma unroll
+    for (int jm = 0; jm < kMmas; ++jm) {
+        const int q = jm / 4;
+        unsigned a[2][4];
+#pragma unroll
+        for (int f = 0; f < 2; ++f) {
+            a[f][0] = operand(st.w[f][0], 2 * jm, st.sw[f][0][q]);
+            a[f][1] = operand(st.w[f][1], 2 * jm, st.sw[f][1][q]);
+            a[f][2] = operand(st.w[f][0], 2 * jm + 1, st.sw[f][0][q]);
+            a[f][3] = operand(st.w[f][1], 2 * jm + 1, st.sw[f][1][q]);
+        }
+#pragma unroll
+        for (int j = 0; j < kN8; ++j) {
+            const uint2 b = *reinterpret_cast<const uint2*>(buf + (8 * j + g) * kRowHalves + t * kChunkHalves + 4 * jm);
+#pragma unroll
+            for (int f = 0; f < 2; ++f) mma(acc[f][j], a[f][0], a[f][1], a[f][2], a[f][3], b.x, b.y);
+        }
+    }
+}
+
+#endif  // MIRCUDA_MOE_MODE == 2
+
+}  // namespace
+
+// Parameters: 8 bytes each (pointers as addresses, alphas as double, rounded once to FP32 by the plan).
+extern "C" __global__ void __launch_bounds__(256)
+    fp4_grouped_setup(int* __restrict__ ws, int* __restrict__ error, float* __restrict__ alpha_per_matrix,
+                      const int* __restrict__ row_counts, const int* __restrict__ offsets,
+                      const int* __restrict__ matrix_indices, const float* global_a1, const float* global_b1,
+                      double alpha1, const float* global_a2, const float* global_b2, double alpha2) {
+    // Nothing is read or written before the previous kernel of the stream (which may still read the
+    // workspace, e.g. the previous execute's grouped kernel) has finished.
+    decode::pdl_wait();
+    pdl_launch_dependents();
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < kBank) {
+        alpha_per_matrix[i] = (float)alpha1 * global_value(global_a1, 0) * global_value(global_b1, i);
+        if (kSets == 2)
+            alpha_per_matrix[kBank + i] = (float)alpha2 * global_value(global_a2, 0) * global_value(global_b2, i);
+    }
+    if (i < kG) {
+        const int idx = matrix_indices[i];
+        const long long count = kFixed > 0 ? (long long)kFixed : (long long)row_counts[i];
+        const long long offset = kFixed > 0 ? (long long)i * kFixed : (long long)offsets[i];
+        int bits = 0;
+        if (idx < 0 || idx >= kBank) bits |= 1;
+        if (count < 0 || offset < 0 || offset + count > kCapacity) bits |= 2;
+        if (bits) atomicOr(error, bits);
+        const bool ok = bits == 0;
+        ws[kCount + i] = ok ? (int)count : 0;
+        ws[kOffset + i] = ok ? (int)offset : 0;
+        ws[kMatrix + i] = ok ? idx : 0;
+    }
+    // The last block to arrive builds the tile list (threadFenceReduction's pattern: fence, then ticket).
+    __shared__ bool last;
+    __shared__ int warp_sums[8];
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0)
+        last = atomicInc(reinterpret_cast<unsigned*>(ws + kTicket), gridDim.x - 1) == gridDim.x - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int running = 0;
+    for (int base = 0; base < kG; base += blockDim.x) {
+        const int g = base + threadIdx.x;
+        const int tiles = g < kG ? (__ldcg(ws + kCount + g) + kMT - 1) / kMT : 0;
+        int incl = tiles;
+#pragma unroll
+        for (int s = 1; s < 32; s <<= 1) {
+            const int v = __shfl_up_sync(0xffffffffu, incl, s);
+            if (lane >= s) incl += v;
+        }
+        if (lane == 31) warp_sums[warp] = incl;
+        __syncthreads();
+        int before = running;
+        for (int w = 0; w < warp; ++w) before += warp_sums[w];
+        if (g < kG) ws[kPrefix + g] = before + incl - tiles;
+        int total = 0;
+        for (int w = 0; w < (int)(blockDim.x >> 5); ++w) total += warp_sums[w];
+        running += total;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) ws[kPrefix + kG] = running;
+}
+
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    fp4_grouped_bf16(const int* __restrict__ ws, const float* __restrict__ alpha_per_matrix,
+                     const unsigned char* __restrict__ a1, const unsigned char* __restrict__ sa1,
+                     const unsigned char* __restrict__ b1, const unsigned char* __restrict__ sb1,
+                     __nv_bfloat16* __restrict__ d1, const unsigned char* __restrict__ a2,
+                     const unsigned char* __restrict__ sa2, const unsigned char* __restrict__ b2,
+                     const unsigned char* __restrict__ sb2, __nv_bfloat16* __restrict__ d2) {
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int set = kSets == 2 ? (int)blockIdx.z : 0;
+    const unsigned char* a = set ? a2 : a1;
+    const unsigned char* sa = set ? sa2 : sa1;
+    const unsigned char* b = set ? b2 : b1;
+    const unsigned char* sb = set ? sb2 : sb1;
+    __nv_bfloat16* d = set ? d2 : d1;
+    decode::pdl_wait();  // the setup kernel's tile list and alphas
+    const int total = ws[kPrefix + kG];
+#if MIRCUDA_MOE_MODE == 1
+    const long long nrow0 = (long long)blockIdx.y * 16;
+    __shared__ float partial[kWarps][kN8][4][32];
+#elif MIRCUDA_MOE_MODE == 0
+    const long long nrow0 = ((long long)blockIdx.y * kWarps + warp) * 16;
+#else
+    const long long nrow0 = ((long long)blockIdx.y * kWarps + warp) * 32;
+    __shared__ __align__(16) __half stage[2][kStageHalves];
+    long long wrows[2][2];
+#pragma unroll
+    for (int f = 0; f < 2; ++f)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const long long row = nrow0 + 16 * f + (lane >> 2) + 8 * r;
+            wrows[f][r] = row < kN ? row : (long long)kN - 1;
+        }
+#endif
+    Tile tl;
+    tl.x = a;
+    tl.sx = sa;
+    tl.t = lane & 3;
+    tl.g = lane >> 2;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const long long row = nrow0 + tl.g + 8 * r;
+        tl.wrow[r] = row < kN ? row : (long long)kN - 1;
+    }
+    const float bias = fp4::decode_bias() * fp4::decode_bias();  // 2^28 undoes 2^-14 on both operands
+    for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {  // block-uniform
+        const int g = find_group(ws + kPrefix, tile);
+        const int local = tile - ws[kPrefix + g];
+        const int count = ws[kCount + g];
+        const int e = ws[kMatrix + g];
+        tl.rows = min(kMT, count - local * kMT);
+        tl.xrow0 = (long long)ws[kOffset + g] + (long long)local * kMT;
+        tl.w = b + (long long)e * kMatrixBytes;
+        tl.sw = sb + (long long)e * kMatrixScaleBytes;
+        const float scale = alpha_per_matrix[set * kBank + e] * bias;
+#if MIRCUDA_MOE_MODE == 1
+        float acc[kN8][4];
+        run_steps(acc, tl, warp, kWarps);
+#pragma unroll
+        for (int j = 0; j < kN8; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) partial[warp][j][q][lane] = acc[j][q];
+        __syncthreads();
+        if (warp == 0) {
+            for (int v = 1; v < kWarps; ++v)
+#pragma unroll
+                for (int j = 0; j < kN8; ++j)
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) acc[j][q] += partial[v][j][q][lane];
+            store_tile(d, acc, tl, nrow0, scale);
+        }
+        __syncthreads();  // partial is reused by the next tile
+#elif MIRCUDA_MOE_MODE == 0
+        if (nrow0 < kN) {  // warp-uniform; no block-wide synchronization on this path
+            float acc[kN8][4];
+            run_steps(acc, tl, 0, 1);
+            store_tile(d, acc, tl, nrow0, scale);
+        }
+#else
+        float acc[2][kN8][4];
+#pragma unroll
+        for (int f = 0; f < 2; ++f)
+#pragma unroll
+            for (int j = 0; j < kN8; ++j) acc[f][j][0] = acc[f][j][1] = acc[f][j][2] = acc[f][j][3] = 0.f;
+        // Warps past N (blockDim covers 256 rows) still decode and synchronize; their stores are skipped.
+        WeightStage cur;
+        load_weights(cur, tl.w, tl.sw, wrows, tl.t, 0);
+        stage_activations(stage[0], tl, 0);
+        __syncthreads();
+        for (int step = 0; step < kSteps; ++step) {
+            const bool more = step + 1 < kSteps;  // block-uniform
+            WeightStage nst;
+            if (more) {
+                load_weights(nst, tl.w, tl.sw, wrows, tl.t, step + 1);
+                stage_activations(stage[(step + 1) & 1], tl, step + 1);  // read two steps ago: free since the sync
+            }
+            consume_staged(acc, cur, stage[step & 1], tl.g, tl.t);
+            __syncthreads();
+            if (more) cur = nst;
+        }
+#pragma unroll
+        for (int f = 0; f < 2; ++f) store_tile(d, acc[f], tl, nrow0 + 16 * f, scale);
+#endif
+    }
+    pdl_launch_dependents();
+}

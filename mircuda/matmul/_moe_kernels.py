@@ -1,0 +1,207 @@
+"""The grouped NVFP4 plans' portable kernels (``cuda_src/fp4_grouped.cu``): compile options, the tile
+shape rule, launches and the ``@numba.njit`` executor. The plans (:mod:`mircuda.matmul._moe`) check
+operands first; nothing here allocates on the execute path."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..compile import Compiler, CompileOptions, CudaSource
+from ..dtypes import f64, u64
+from ..launch import LaunchConfig, cuda_export
+from ._vector import INVALID_HANDLE, INVALID_VALUE, package_source
+
+if TYPE_CHECKING:
+    from ..launch import TypedKernel
+    from ..runtime import Stream
+
+__all__ = ["SETUP_SYMBOL", "GROUPED_SYMBOL", "ROWS_PER_TILE", "WARPS", "VARIANTS", "grouped_source", "grouped_options",
+           "choose_rows_per_tile", "default_rows_per_tile", "choose_variant", "GroupedKernels", "workspace_ints", "grouped_executor"]
+
+SETUP_SYMBOL = "fp4_grouped_setup"
+GROUPED_SYMBOL = "fp4_grouped_bf16"
+ROWS_PER_TILE = (8, 16, 32, 64)
+"""Activation rows per m-tile the kernel compiles for (``MIRCUDA_MOE_MT``): one or more n8 columns of
+``mma.sync.m16n8k16`` each."""
+WARPS = 8
+SETUP_THREADS = 256
+SPLIT_K_MAX_ROWS = 16
+"""Tiles of at most this many rows split K over the block's warps (decode: the weights dominate, each read
+once per m-tile); larger tiles run the staged variant (the activation chunk decoded once per block into
+shared memory, each warp 32 weight rows)."""
+VARIANTS = {"split_n": 0, "split_k": 1, "staged": 2}
+"""The grouped kernel's variants (``MIRCUDA_MOE_MODE``): ``"split_k"`` 16 weight rows per block, the warps
+split K; ``"split_n"`` 16 weight rows per warp, both operands decoded in registers; ``"staged"`` 32 weight
+rows per warp, activations decoded once per block into shared memory (m-tiles of 16 rows or more)."""
+BLOCK_ROWS = {"split_n": 16 * WARPS, "split_k": 16, "staged": 32 * WARPS}
+"""Weight rows per block of each variant."""
+MAX_WEIGHT_BLOCKS = 65535
+"""CUDA's grid.y limit: the weight-row blocks of one matrix."""
+
+
+@functools.lru_cache(maxsize=1)
+def grouped_source() -> CudaSource:
+    """``cuda_src/fp4_grouped.cu`` with its headers inlined."""
+    return package_source("fp4_grouped.cu")
+
+
+def choose_rows_per_tile(rows_per_group: int) -> int:
+    """The smallest of :data:`ROWS_PER_TILE` holding ``rows_per_group`` (the expected rows of a group:
+    ``ceil(capacity / groups)``, or R for the indexed plan), 64 above that."""
+    return next((t for t in ROWS_PER_TILE if t >= rows_per_group), ROWS_PER_TILE[-1])
+
+
+def choose_variant(rows_per_tile: int) -> str:
+    """``"split_k"`` for m-tiles of at most :data:`SPLIT_K_MAX_ROWS` rows (decode), else ``"staged"``."""
+    return "split_k" if rows_per_tile <= SPLIT_K_MAX_ROWS else "staged"
+
+
+def default_rows_per_tile(capacity: int, groups: int, fixed_rows: int = 0) -> int:
+    """The plans' default m-tile: :func:`choose_rows_per_tile` of R (the indexed plan: every group has R
+    rows), else of ``min(capacity, 4 ceil(capacity / groups))``: routing is uneven, and a group's weights
+    are read once per m-tile, so the tile leaves room for 4x the mean rows per group."""
+    return choose_rows_per_tile(fixed_rows if fixed_rows else min(capacity, 4 * -(-capacity // groups)))
+
+
+def grouped_options(*, n: int, k: int, groups: int, bank_size: int, capacity: int, rows_per_tile: int,
+                    fixed_rows: int, tiled: bool, sets: int, variant: str | None = None) -> CompileOptions:
+    """The NVRTC defines of ``fp4_grouped.cu`` for one plan (its shapes are compile-time constants);
+    ``variant`` None: :func:`choose_variant`."""
+    variant = choose_variant(rows_per_tile) if variant is None else variant
+    return CompileOptions(defines={
+        "MIRCUDA_MOE_N": n, "MIRCUDA_MOE_K": k, "MIRCUDA_MOE_G": groups, "MIRCUDA_MOE_E": bank_size,
+        "MIRCUDA_MOE_CAPACITY": capacity, "MIRCUDA_MOE_MT": rows_per_tile, "MIRCUDA_MOE_FIXED_ROWS": fixed_rows,
+        "MIRCUDA_MOE_TILED": int(tiled), "MIRCUDA_MOE_MODE": VARIANTS[variant],
+        "MIRCUDA_MOE_SETS": sets})
+
+
+def workspace_ints(groups: int) -> int:
+    """int32 elements of the group table: prefix [G + 1], count, offset, matrix [G] each, the ticket."""
+    return 4 * groups + 2
+
+
+SETUP_PARAMS = ("ws", "error", "alpha_per_matrix", "row_counts", "offsets", "matrix_indices", "global_a1",
+                "global_b1", "alpha1", "global_a2", "global_b2", "alpha2")
+GROUPED_PARAMS = ("ws", "alpha_per_matrix", "a1", "sa1", "b1", "sb1", "d1", "a2", "sa2", "b2", "sb2", "d2")
+
+
+@dataclass(frozen=True)
+class TileShape:
+    """The portable kernel's geometry for one plan."""
+
+    rows_per_tile: int
+    variant: str
+    tiles: int          # grid.x: m-tile slots (persistent: a block walks tiles x, x + grid.x, ...)
+    weight_blocks: int  # grid.y
+    sets: int           # grid.z
+
+
+def tile_shape(*, n: int, capacity: int, groups: int, rows_per_tile: int, fixed_rows: int, sets: int,
+               variant: str | None = None) -> TileShape:
+    """Grid of the grouped kernel. With groups that do not overlap (the documented use), the m-tiles
+    number at most ``min(ceil(capacity / MT) + G, capacity)`` (indexed: ``P ceil(R / MT)``): one block per
+    m-tile slot; overlapping groups are still all computed (the blocks walk the list)."""
+    tiles = (groups * -(-fixed_rows // rows_per_tile) if fixed_rows else
+             min(-(-capacity // rows_per_tile) + groups, capacity))
+    variant = choose_variant(rows_per_tile) if variant is None else variant
+    return TileShape(rows_per_tile, variant, max(tiles, 1), -(-n // BLOCK_ROWS[variant]), sets)
+
+
+class GroupedKernels:
+    """The setup and grouped kernels compiled for one plan, with their launch configurations."""
+
+    def __init__(self, compiler: Compiler, options: CompileOptions, shape: TileShape, groups: int,
+                 bank_size: int, pdl: bool = False) -> None:
+        """``pdl``: launch both kernels with programmatic stream serialization (cc >= 9.0): each waits
+        (``griddepcontrol.wait``) before touching memory, so the grouped kernel's launch overlaps the setup
+        kernel's run."""
+        module = compiler.compile(grouped_source(), options)
+        self.arch = compiler.arch
+        self.options = options
+        self.shape = shape
+        self.setup: TypedKernel = module.kernel(cuda_export(
+            SETUP_SYMBOL, **{name: (f64 if name.startswith("alpha") and name != "alpha_per_matrix" else u64)
+                             for name in SETUP_PARAMS}))
+        self.grouped: TypedKernel = module.kernel(cuda_export(GROUPED_SYMBOL, **{name: u64 for name in GROUPED_PARAMS}))
+        self.pdl = pdl
+        self.setup_config = LaunchConfig((-(-max(groups, bank_size) // SETUP_THREADS),), (SETUP_THREADS,),
+                                         programmatic_stream_serialization=pdl)
+        self.grouped_config = LaunchConfig((shape.tiles, shape.weight_blocks, shape.sets), (32 * WARPS,),
+                                           programmatic_stream_serialization=pdl)
+
+    def launch(self, stream: Stream, setup_args: tuple[Any, ...], grouped_args: tuple[Any, ...]) -> None:
+        self.setup.launch(stream, self.setup_config, *setup_args)
+        self.grouped.launch(stream, self.grouped_config, *grouped_args)
+
+
+def grouped_executor(kernels: GroupedKernels, kept: tuple[int, int, int], masks: tuple[int, ...],
+                     launch_function: Any = None, *, stream: int) -> Any:
+    """An ``@numba.njit`` function ``execute(stream, row_counts, offsets, matrix_indices, a1, sa1, b1, sb1,
+    d1, global_a1, global_b1, alpha1, a2, sa2, b2, sb2, d2, global_a2, global_b2, alpha2) -> CUresult``
+    launching the setup and the grouped kernel through ``cuLaunchKernel``
+    (:func:`mircuda.numba_ext.driver_function`, or ``launch_function`` with its prototype). Every parameter
+    of both kernels is 8 bytes (addresses, alphas as double): C ABI offsets 0, 8, ..., 88.
+
+    ``kept`` is ``(workspace, error flag, alpha_per_matrix)``; ``masks`` the alignment masks of ``(a, sa,
+    b, sb, d)`` (the routing and global scales: 4 bytes). Returns ``INVALID_HANDLE`` (400) for a stream
+    that is not ``stream`` and ``INVALID_VALUE`` (1) for a misaligned address, launching nothing; lengths
+    are not checked here. The second set's addresses are 0 for a single-set plan. The launches are plain
+    ones (no programmatic dependent launch: the kernels are correct either way)."""
+    import numba
+    import numpy as np
+
+    from ..numba_ext import driver_function
+
+    launch = driver_function("cuLaunchKernel") if launch_function is None else launch_function
+    U = numba.uint64
+    bound = U(stream)
+    ws, err, apm = (U(x) for x in kept)
+    ma, msa, mb, msb, md = (U(x) for x in masks)
+    setup, grouped = kernels.setup.handle, kernels.grouped.handle
+    sgrid = kernels.setup_config.grid[0]
+    gx, gy, gz = kernels.grouped_config.grid
+    sthreads, gthreads = kernels.setup_config.block[0], kernels.grouped_config.block[0]
+    two = kernels.shape.sets == 2
+    four = U(3)
+
+    @numba.njit(cache=False)
+    def execute(stream: int, row_counts: int, offsets: int, matrix_indices: int, a1: int, sa1: int, b1: int,
+                sb1: int, d1: int, global_a1: int, global_b1: int, alpha1: float, a2: int, sa2: int, b2: int,
+                sb2: int, d2: int, global_a2: int, global_b2: int, alpha2: float) -> int:
+        if U(stream) != bound:
+            return INVALID_HANDLE
+        if (U(row_counts) | U(offsets) | U(matrix_indices) | U(global_a1) | U(global_b1)) & four:
+            return INVALID_VALUE
+        if U(a1) & ma or U(sa1) & msa or U(b1) & mb or U(sb1) & msb or U(d1) & md:
+            return INVALID_VALUE
+        if two and (U(a2) & ma or U(sa2) & msa or U(b2) & mb or U(sb2) & msb or U(d2) & md
+                    or (U(global_a2) | U(global_b2)) & four):
+            return INVALID_VALUE
+        values = np.zeros(12, np.uint64)
+        values[0], values[1], values[2] = ws, err, apm
+        values[3], values[4], values[5] = U(row_counts), U(offsets), U(matrix_indices)
+        values[6], values[7], values[9], values[10] = U(global_a1), U(global_b1), U(global_a2), U(global_b2)
+        floats = values.view(np.float64)
+        floats[8] = alpha1
+        floats[11] = alpha2
+        base = U(values.ctypes.data)
+        pointers = np.empty(12, np.uint64)
+        for i in range(12):
+            pointers[i] = base + U(8 * i)
+        status = launch(setup, sgrid, 1, 1, sthreads, 1, 1, 0, U(stream), U(pointers.ctypes.data), 0)
+        if status != 0:
+            return status
+        gvalues = np.zeros(12, np.uint64)
+        gvalues[0], gvalues[1] = ws, apm
+        gvalues[2], gvalues[3], gvalues[4], gvalues[5], gvalues[6] = U(a1), U(sa1), U(b1), U(sb1), U(d1)
+        if two:
+            gvalues[7], gvalues[8], gvalues[9], gvalues[10], gvalues[11] = U(a2), U(sa2), U(b2), U(sb2), U(d2)
+        gbase = U(gvalues.ctypes.data)
+        gpointers = np.empty(12, np.uint64)
+        for i in range(12):
+            gpointers[i] = gbase + U(8 * i)
+        return launch(grouped, gx, gy, gz, gthreads, 1, 1, 0, U(stream), U(gpointers.ctypes.data), 0)
+
+    return execute

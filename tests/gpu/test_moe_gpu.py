@@ -1,0 +1,372 @@
+"""Grouped NVFP4 plans on the GPU (issue 15): VariableGroupedFp4Plan, IndexedGroupedFp4Plan and
+PairedVariableGroupedFp4Plan against a float64 reference of the dequantized operands. Random routings
+(8 experts top-2, 64 experts top-8; 1, 7, 16, 256, 4096 tokens) with empty groups, every m-tile size,
+both bank-scale layouts, K a multiple of 16 but not of 32; repeated indices and P > E; two operand sets
+with different scales and alphas; graph replays with the routing and global scales rewritten on the
+device between them; poisoned rows no group covers left untouched; invalid routing -> error flag bits,
+the other groups still correct; numba_execute from @njit; the operand checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import mircuda as mc
+from helpers import download, upload
+from matmul_helpers import assert_close
+from mircuda.matmul import _fp4_reference as ref
+
+E4M3 = ml_dtypes.float8_e4m3fn
+BF16 = ml_dtypes.bfloat16
+TAIL = 5
+"""Rows past the routed ones in every test's capacity: no group covers them, they must stay poisoned."""
+
+
+def data(rng: np.random.Generator, rows: int, k: int) -> np.ndarray:
+    return (rng.standard_normal((rows, k)) * np.exp(rng.uniform(-2, 2, (rows, 1)))).astype(BF16)
+
+
+class Bank:
+    """E quantized weight matrices [N, K]: codes [E, N, K/2], scales per matrix back to back, global [E]."""
+
+    def __init__(self, context, stream, pool, rng, e: int, n: int, k: int, layout: str) -> None:
+        packed, scales, values, globals_ = [], [], [], []
+        for _ in range(e):
+            p, s, g = ref.quantize(data(rng, n, k), layout=layout)
+            packed.append(p.ravel())
+            scales.append(s.ravel())
+            values.append(ref.dequantize(p, s, n, k, layout))
+            globals_.append(g)
+        self.value = np.stack(values)  # [E, N, K] float64, without the global scales
+        self.global_ = np.array(globals_, np.float32)
+        self.codes = upload(context, stream, pool, np.concatenate(packed))
+        self.scales = upload(context, stream, pool, np.concatenate(scales).view(E4M3))
+        self.global_buf = upload(context, stream, pool, self.global_)
+
+    def free(self, stream) -> None:
+        for b in (self.codes, self.scales, self.global_buf):
+            b.free(stream)
+
+
+class Activations:
+    """[capacity, K] quantized with linear scales and one global scale."""
+
+    def __init__(self, context, stream, pool, rng, capacity: int, k: int) -> None:
+        p, s, g = ref.quantize(data(rng, capacity, k), layout="linear")
+        self.value = ref.dequantize(p, s, capacity, k, "linear")
+        self.global_ = g
+        self.codes = upload(context, stream, pool, p.ravel())
+        self.scales = upload(context, stream, pool, s.ravel().view(E4M3))
+        self.global_buf = upload(context, stream, pool, np.array([g], np.float32))
+
+    def free(self, stream) -> None:
+        for b in (self.codes, self.scales, self.global_buf):
+            b.free(stream)
+
+
+def topk_routing(rng: np.random.Generator, tokens: int, experts: int, topk: int) -> tuple[np.ndarray, ...]:
+    """Each token picks ``topk`` distinct experts; the rows are sorted by expert: groups = experts,
+    ``(row_counts, offsets, matrix_indices)`` int32, compact offsets."""
+    choice = np.argsort(rng.random((tokens, experts)), axis=1)[:, :topk]
+    counts = np.bincount(choice.ravel(), minlength=experts).astype(np.int32)
+    offsets = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int32)
+    # groups in a shuffled order of experts: the matrix index is not the group index
+    order = rng.permutation(experts)
+    return counts[order], offsets[order], order.astype(np.int32)
+
+
+def poisoned(context, stream, pool, count: int) -> mc.DeviceBuffer:
+    return upload(context, stream, pool, np.full(count, np.nan, np.float32).astype(BF16))
+
+
+def expected(a64: np.ndarray, bank64: np.ndarray, counts, offsets, indices, alphas: np.ndarray,
+             capacity: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(want, magnitude, covered) [capacity, N]: each valid group's rows, NaN elsewhere."""
+    want = np.full((capacity, n), np.nan)
+    mag = np.zeros((capacity, n))
+    covered = np.zeros(capacity, bool)
+    for c, o, e in ((int(c), int(o), int(e)) for c, o, e in zip(counts, offsets, indices)):  # no int32 wrap
+        if c <= 0 or o < 0 or o + c > capacity or not 0 <= e < len(bank64):
+            continue
+        rows = slice(o, o + c)
+        want[rows] = alphas[e] * (a64[rows] @ bank64[e].T)
+        mag[rows] = abs(alphas[e]) * (np.abs(a64[rows]) @ np.abs(bank64[e]).T)
+        covered[rows] = True
+    return want, mag, covered
+
+
+def check_output(got: np.ndarray, want: np.ndarray, mag: np.ndarray, covered: np.ndarray) -> None:
+    got = got.reshape(want.shape)
+    assert np.isnan(got[~covered].astype(np.float32)).all(), "a row no group covers was written"
+    if covered.any():
+        assert_close(got[covered], want[covered], mag[covered], "bf16")
+
+
+def run_variable(context, stream, pool, rng, *, experts, topk, tokens, n, k, layout, rows_per_tile=None,
+                 variant=None) -> None:
+    capacity = tokens * topk + TAIL
+    counts, offsets, indices = topk_routing(rng, tokens, experts, topk)
+    bank = Bank(context, stream, pool, rng, experts, n, k, layout)
+    act = Activations(context, stream, pool, rng, capacity, k)
+    routing = [upload(context, stream, pool, x) for x in (counts, offsets, indices)]
+    d = poisoned(context, stream, pool, capacity * n)
+    alpha = float(rng.uniform(0.5, 2.0))
+    spec = mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts)
+    with mc.VariableGroupedFp4Plan(context, stream, spec, scale_layout=layout, rows_per_tile=rows_per_tile,
+                                   variant=variant) as plan:
+        assert plan.path == "portable" or context.device_info().compute_capability[0] == 12
+        if variant is not None:
+            assert plan.variant == variant and f"variant {variant}" in plan.describe()
+        plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
+                     global_b=bank.global_buf, alpha=alpha)
+        got = download(context, stream, d)
+        assert plan.read_error_flag() == 0
+        apm = download(context, stream, plan.alpha_per_matrix)
+        alphas = np.float32(alpha) * act.global_ * bank.global_
+        np.testing.assert_array_equal(apm, alphas.astype(np.float32))
+    want, mag, covered = expected(act.value, bank.value, counts, offsets, indices, alphas.astype(np.float64),
+                                  capacity, n)
+    check_output(got, want, mag, covered)
+    for b in (*routing, d):
+        b.free(stream)
+    bank.free(stream)
+    act.free(stream)
+
+
+@pytest.mark.parametrize("tokens", [1, 7, 16, 256, 4096])
+@pytest.mark.parametrize("experts, topk, n, k", [(8, 2, 512, 2048), (64, 8, 256, 512)], ids=str)
+def test_the_variable_plan_matches_float64_on_topk_routings(context, stream, pool, rng, experts, topk, n, k,
+                                                            tokens) -> None:
+    run_variable(context, stream, pool, rng, experts=experts, topk=topk, tokens=tokens, n=n, k=k, layout="tiled")
+
+
+TILES = [(8, "split_k"), (16, "split_k"), (32, "split_k"), (64, "split_k"), (8, "split_n"), (16, "split_n"),
+         (64, "split_n"), (16, "staged"), (32, "staged"), (64, "staged")]
+
+
+@pytest.mark.parametrize("rows_per_tile, variant", TILES, ids=str)
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("n, k", [(259, 1040), (768, 96), (300, 4096)], ids=str)
+def test_every_tile_size_and_variant_both_layouts_odd_n_and_narrow_k(context, stream, pool, rng, n, k, layout,
+                                                                     rows_per_tile, variant) -> None:
+    """K = 1040: a multiple of 16, not of 32 (8-byte loads, a K tail in the last step); 96: of 32, not of 64
+    (16-byte loads, one partial step); N = 259 and 300: blocks with rows past N (staged: whole warps)."""
+    run_variable(context, stream, pool, rng, experts=8, topk=2, tokens=37, n=n, k=k, layout=layout,
+                 rows_per_tile=rows_per_tile, variant=variant)
+
+
+@pytest.mark.parametrize("rows, products, bank_size", [(1, 20, 6), (5, 20, 6), (16, 9, 4), (40, 7, 3)], ids=str)
+def test_the_indexed_plan_takes_repeated_indices_and_more_products_than_matrices(context, stream, pool, rng, rows,
+                                                                                 products, bank_size) -> None:
+    n, k = 320, 1024
+    capacity = rows * products
+    bank = Bank(context, stream, pool, rng, bank_size, n, k, "tiled")
+    act = Activations(context, stream, pool, rng, capacity, k)
+    idx = rng.integers(0, bank_size, products).astype(np.int32)
+    idx[1] = idx[0]  # a repeat for certain
+    indices = upload(context, stream, pool, idx)
+    d = poisoned(context, stream, pool, capacity * n)
+    spec = mc.IndexedGroupedFp4Spec(n, k, rows, products, bank_size)
+    with mc.IndexedGroupedFp4Plan(context, stream, spec) as plan:
+        plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, indices, global_a=act.global_buf,
+                     global_b=bank.global_buf, alpha=0.75)
+        got = download(context, stream, d)
+        assert plan.read_error_flag() == 0
+    alphas = (np.float32(0.75) * act.global_ * bank.global_).astype(np.float64)
+    counts = np.full(products, rows)
+    want, mag, covered = expected(act.value, bank.value, counts, np.arange(products) * rows, idx, alphas, capacity, n)
+    assert covered.all()
+    check_output(got, want, mag, covered)
+    for b in (indices, d):
+        b.free(stream)
+    bank.free(stream)
+    act.free(stream)
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 300])
+def test_the_paired_plan_runs_two_banks_with_their_own_scales_and_alphas(context, stream, pool, rng, tokens) -> None:
+    experts, topk, n, k = 8, 2, 384, 512
+    capacity = tokens * topk + TAIL
+    counts, offsets, indices = topk_routing(rng, tokens, experts, topk)
+    routing = [upload(context, stream, pool, x) for x in (counts, offsets, indices)]
+    banks = [Bank(context, stream, pool, rng, experts, n, k, "tiled") for _ in range(2)]
+    acts = [Activations(context, stream, pool, rng, capacity, k) for _ in range(2)]
+    ds = [poisoned(context, stream, pool, capacity * n) for _ in range(2)]
+    alphas = (0.5, 3.0)
+    sets = [mc.GroupedFp4Operands(acts[i].codes, acts[i].scales, banks[i].codes, banks[i].scales, ds[i],
+                                  global_a=acts[i].global_buf, global_b=banks[i].global_buf, alpha=alphas[i])
+            for i in range(2)]
+    spec = mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts)
+    with mc.PairedVariableGroupedFp4Plan(context, stream, spec) as plan:
+        plan.execute(stream, sets[0], sets[1], *routing)
+        gots = [download(context, stream, d) for d in ds]
+        assert plan.read_error_flag() == 0
+    for i in range(2):
+        al = (np.float32(alphas[i]) * acts[i].global_ * banks[i].global_).astype(np.float64)
+        want, mag, covered = expected(acts[i].value, banks[i].value, counts, offsets, indices, al, capacity, n)
+        check_output(gots[i], want, mag, covered)
+    for b in (*routing, *ds):
+        b.free(stream)
+    for x in (*banks, *acts):
+        x.free(stream)
+
+
+def write(context, stream, buf: mc.DeviceBuffer, values: np.ndarray) -> None:
+    """A stream-ordered host -> device copy (cuMemcpyHtoDAsync from pinned memory), then a sync."""
+    kinds = {np.dtype(np.int32): mc.i32, np.dtype(np.float32): mc.f32, np.dtype(BF16): mc.bf16}
+    staging = context.allocate_pinned(kinds[values.dtype], len(values))
+    staging.write_prefix(values)
+    stream.copy_to_device(staging, buf)
+    stream.synchronize()
+
+
+def test_graph_replays_follow_routing_and_global_scales_rewritten_on_the_device(context, stream, pool, rng) -> None:
+    experts, topk, tokens, n, k = 8, 2, 24, 256, 512
+    capacity = tokens * topk + TAIL
+    bank = Bank(context, stream, pool, rng, experts, n, k, "tiled")
+    act = Activations(context, stream, pool, rng, capacity, k)
+    first = topk_routing(rng, tokens, experts, topk)
+    routing = [upload(context, stream, pool, x) for x in first]
+    d = poisoned(context, stream, pool, capacity * n)
+    plan = mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts))
+    graph = stream.capture((act, bank, routing, d, plan), lambda _: plan.execute(
+        stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
+        global_b=bank.global_buf, alpha=1.0))
+    for replay in range(3):
+        counts, offsets, indices = first if replay == 0 else topk_routing(rng, tokens - 3 * replay, experts, topk)
+        for buf, values in zip(routing, (counts, offsets, indices)):
+            write(context, stream, buf, values)
+        ga = np.float32(act.global_ * (1 + replay))
+        write(context, stream, act.global_buf, np.array([ga], np.float32))
+        write(context, stream, d, np.full(capacity * n, np.nan, np.float32).astype(BF16))  # re-poison
+        graph.launch(stream)
+        got = download(context, stream, d)
+        alphas = (ga * bank.global_).astype(np.float64)
+        want, mag, covered = expected(act.value, bank.value, counts, offsets, indices, alphas, capacity, n)
+        check_output(got, want, mag, covered)
+    assert plan.read_error_flag() == 0
+    graph.close()
+    plan.close()
+    for b in (*routing, d):
+        b.free(stream)
+    bank.free(stream)
+    act.free(stream)
+
+
+@pytest.mark.parametrize("rows_per_tile, variant", [(8, "split_k"), (64, "staged"), (32, "split_n")], ids=str)
+def test_invalid_routing_sets_the_error_flag_and_the_other_groups_stay_correct(context, stream, pool, rng,
+                                                                               rows_per_tile, variant) -> None:
+    experts, n, k, capacity = 4, 256, 512, 64
+    bank = Bank(context, stream, pool, rng, experts, n, k, "tiled")
+    act = Activations(context, stream, pool, rng, capacity, k)
+    cases = [  # (counts, offsets, indices, bits)
+        ([8, 8, 8, 8], [0, 8, 16, 24], [0, 1, 2, 3], 0),
+        ([8, 8, 8, 8], [0, 8, 16, 24], [0, 4, 2, -1], mc.matmul.ERROR_MATRIX_INDEX),
+        ([8, -3, 8, 8], [0, 8, 60, 24], [0, 1, 2, 3], mc.matmul.ERROR_ROWS),
+        ([8, 2**30, 8, 8], [-1, 8, 16, 2**31 - 4], [0, 1, 7, 3], mc.matmul.ERROR_ROWS | mc.matmul.ERROR_MATRIX_INDEX),
+        ([0, 0, 64, 0], [0, 0, 0, 0], [0, 0, 3, 0], 0),
+    ]
+    plan = mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(n, k, capacity, 4, experts),
+                                     rows_per_tile=rows_per_tile, variant=variant)
+    routing = [pool.allocate(mc.i32, stream, 4) for _ in range(3)]
+    alphas = (act.global_ * bank.global_).astype(np.float64)
+    for counts, offsets, indices, bits in cases:
+        host = [np.array(x, np.int32) for x in (counts, offsets, indices)]
+        for buf, values in zip(routing, host):
+            write(context, stream, buf, values)
+        d = poisoned(context, stream, pool, capacity * n)
+        plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
+                     global_b=bank.global_buf)
+        got = download(context, stream, d)
+        assert plan.read_error_flag() == bits
+        assert plan.read_error_flag() == 0  # reset by the first read
+        want, mag, covered = expected(act.value, bank.value, *host, alphas, capacity, n)
+        check_output(got, want, mag, covered)
+        d.free(stream)
+    plan.close()
+    for b in routing:
+        b.free(stream)
+    bank.free(stream)
+    act.free(stream)
+
+
+def test_the_plans_run_from_numba_njit(context, stream, pool, rng) -> None:
+    numba = pytest.importorskip("numba")
+    experts, topk, tokens, n, k = 8, 2, 10, 256, 1040
+    capacity = tokens * topk + TAIL
+    counts, offsets, indices = topk_routing(rng, tokens, experts, topk)
+    routing = [upload(context, stream, pool, x) for x in (counts, offsets, indices)]
+    banks = [Bank(context, stream, pool, rng, experts, n, k, "tiled") for _ in range(2)]
+    act = Activations(context, stream, pool, rng, capacity, k)
+    spec = mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts)
+    variable = mc.VariableGroupedFp4Plan(context, stream, spec)
+    paired = mc.PairedVariableGroupedFp4Plan(context, stream, spec)
+    ds = [poisoned(context, stream, pool, capacity * n) for _ in range(3)]
+    run_v, run_p = variable.numba_execute, paired.numba_execute
+    h = [r.handle for r in routing]
+
+    @numba.njit
+    def both(s, a, sa, b1, sb1, b2, sb2, d0, d1, d2, rc, of, mi, ga, gb1, gb2):
+        status = run_v(s, a, sa, b1, sb1, d0, rc, of, mi, ga, gb1, 2.0)
+        status |= run_p(s, rc, of, mi, a, sa, b1, sb1, d1, ga, gb1, 1.0, a, sa, b2, sb2, d2, ga, gb2, 0.5)
+        return status
+
+    assert both(stream.handle, act.codes.handle, act.scales.handle, banks[0].codes.handle, banks[0].scales.handle,
+                banks[1].codes.handle, banks[1].scales.handle, ds[0].handle, ds[1].handle, ds[2].handle, *h,
+                act.global_buf.handle, banks[0].global_buf.handle, banks[1].global_buf.handle) == 0
+    assert run_v(stream.handle + 1, act.codes.handle, act.scales.handle, banks[0].codes.handle, 0, ds[0].handle,
+                 *h, 0, 0, 1.0) == 400
+    assert run_v(stream.handle, act.codes.handle + 1, act.scales.handle, banks[0].codes.handle, 0, ds[0].handle,
+                 *h, 0, 0, 1.0) == 1
+    for d, bank, alpha in ((ds[0], banks[0], 2.0), (ds[1], banks[0], 1.0), (ds[2], banks[1], 0.5)):
+        got = download(context, stream, d)
+        al = (np.float32(alpha) * act.global_ * bank.global_).astype(np.float64)
+        check_output(got, *expected(act.value, bank.value, counts, offsets, indices, al, capacity, n))
+    assert variable.read_error_flag() == 0
+    variable.close()
+    paired.close()
+    for b in (*routing, *ds):
+        b.free(stream)
+    for x in (*banks, act):
+        x.free(stream)
+
+
+def test_bad_operands_are_refused_before_anything_is_enqueued(context, stream, pool, rng) -> None:
+    experts, n, k, capacity = 4, 128, 256, 16
+    bank = Bank(context, stream, pool, rng, experts, n, k, "tiled")
+    act = Activations(context, stream, pool, rng, capacity, k)
+    routing = [upload(context, stream, pool, np.array(x, np.int32)) for x in ([4, 4, 4, 4], [0, 4, 8, 12], [0, 1, 2, 3])]
+    d = poisoned(context, stream, pool, capacity * n)
+    plan = mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(n, k, capacity, 4, experts))
+    good: dict[str, Any] = dict(a=act.codes, a_scales=act.scales, b_bank=bank.codes, b_scales=bank.scales, d=d,
+                                row_counts=routing[0], offsets=routing[1], matrix_indices=routing[2])
+    short_bank = pool.allocate(mc.u8, stream, experts * n * k // 2 - 16)
+    wrong_type = pool.allocate(mc.f32, stream, capacity)
+    short_gb = pool.allocate(mc.f32, stream, experts - 1)
+    for name, value in (("b_bank", short_bank), ("row_counts", wrong_type), ("d", act.codes)):
+        with pytest.raises(mc.ContractError) as info:
+            plan.execute(stream, **{**good, name: value})
+        assert info.value.argument == name
+    with pytest.raises(mc.ContractError) as info:
+        plan.execute(stream, **good, global_b=short_gb)
+    assert info.value.argument == "global_b"
+    other = context.create_stream()
+    with pytest.raises(mc.ContractError) as info:
+        plan.execute(other, **good)
+    assert info.value.argument == "stream"
+    other.close()
+    assert np.isnan(download(context, stream, d).astype(np.float32)).all(), "a refused execute wrote"
+    text = plan.describe()
+    assert "fp4_grouped_setup" in text and ("fp4_grouped_bf16" in text or plan.path == "cutlass")
+    if context.device_info().compute_capability == (9, 0):
+        assert plan.path == "portable" and "software E2M1 decode" in text
+    plan.close()
+    with pytest.raises(mc.ClosedResourceError):
+        plan.execute(stream, **good)
+    for b in (short_bank, wrong_type, short_gb, *routing, d):
+        b.free(stream)
+    bank.free(stream)
+    act.free(stream)

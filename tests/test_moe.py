@@ -1,0 +1,356 @@
+"""The grouped NVFP4 plans without a GPU: specs and their checks, the tile-shape rule, the exports, the
+construction checks that need no device, and the portable kernels (``cuda_src/fp4_grouped.cu``) compiled
+by NVRTC for sm_80, sm_90 and sm_120f for every m-tile size, both split modes, both bank-scale layouts,
+one and two operand sets and the indexed variant; their PTX runs FP16 ``mma.sync.m16n8k16``, streams the
+weights past L1, builds the tile list with a self-resetting ticket, and decodes E2M1 through one seam.
+Numerics, graphs, the error flag and numba_execute are checked on the GPU (``tests/gpu/test_moe_gpu.py``)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import mircuda as mc
+from mircuda.matmul import _fp4_reference as fp4_ref
+from mircuda.matmul._moe_kernels import (GROUPED_SYMBOL, ROWS_PER_TILE, SETUP_SYMBOL, choose_rows_per_tile,
+                                         default_rows_per_tile, grouped_options, grouped_source, tile_shape,
+                                         workspace_ints)
+
+MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+
+
+def options(mt: int = 16, *, n: int = 768, k: int = 2048, groups: int = 64, bank: int = 64, capacity: int = 512,
+            fixed: int = 0, tiled: bool = True, sets: int = 1, variant: str | None = None) -> mc.CompileOptions:
+    return grouped_options(n=n, k=k, groups=groups, bank_size=bank, capacity=capacity, rows_per_tile=mt,
+                           fixed_rows=fixed, tiled=tiled, sets=sets, variant=variant)
+
+
+def ptx(arch: str, opts: mc.CompileOptions) -> str:
+    return mc.compile_program(grouped_source(), arch, mc.CompileOptions(defines=dict(opts.defines),
+                                                                           output="ptx")).image.decode()
+
+
+def entry(text: str, symbol: str) -> str:
+    start = text.index(f".entry {symbol}")
+    nxt = text.find(".entry ", start + 1)
+    return text[start:] if nxt < 0 else text[start:nxt]
+
+
+# -- specs -----------------------------------------------------------------------------------------
+def test_specs_are_frozen_and_check_their_dimensions() -> None:
+    s = mc.VariableGroupedFp4Spec(768, 2048, 4096, 128, 128)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.n = 1  # type: ignore[misc]
+    assert s.flops(10) == 2 * 10 * 768 * 2048
+    i = mc.IndexedGroupedFp4Spec(256, 512, 4, 20, 6)
+    assert (i.capacity, i.groups, i.flops) == (80, 20, 2 * 80 * 256 * 512)
+    for bad, name in (((768, 2040, 16, 2, 2), "k"), ((0, 2048, 16, 2, 2), "n"), ((768, 2048, True, 2, 2), "capacity"),
+                      ((768, 2048, 16, 0, 2), "groups"), ((768, 2048, 16, 2, 1.5), "bank_size")):
+        with pytest.raises(mc.ContractError) as info:
+            mc.VariableGroupedFp4Spec(*bad)
+        assert info.value.argument == name
+    with pytest.raises(mc.ContractError) as info:
+        mc.IndexedGroupedFp4Spec(256, 512, 2**16, 2**16, 4)
+    assert info.value.argument == "rows"
+
+
+def test_the_plans_and_specs_are_exported() -> None:
+    for name in ("VariableGroupedFp4Plan", "IndexedGroupedFp4Plan", "PairedVariableGroupedFp4Plan",
+                 "VariableGroupedFp4Spec", "IndexedGroupedFp4Spec", "GroupedFp4Operands"):
+        assert name in mc.__all__ and getattr(mc, name) is getattr(mc.matmul, name)
+    assert (mc.matmul.ERROR_MATRIX_INDEX, mc.matmul.ERROR_ROWS) == (1, 2)
+
+
+@pytest.mark.parametrize("cls", ["VariableGroupedFp4Plan", "IndexedGroupedFp4Plan", "PairedVariableGroupedFp4Plan"])
+def test_construction_refuses_a_wrong_spec_or_context_by_name(cls) -> None:
+    plan = getattr(mc, cls)
+    with pytest.raises(mc.ContractError) as info:
+        plan(object(), object(), mc.DenseMatmulSpec(1, 16, 16))
+    assert info.value.argument == "spec"
+    spec = (mc.IndexedGroupedFp4Spec(16, 16, 1, 2, 2) if cls.startswith("Indexed") else
+            mc.VariableGroupedFp4Spec(16, 16, 4, 2, 2))
+    with pytest.raises(mc.ContractError) as info:
+        plan(object(), object(), spec)
+    assert info.value.argument == "context"
+
+
+# -- tile shape ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("rows, want", [(1, 8), (8, 8), (9, 16), (16, 16), (17, 32), (33, 64), (1000, 64)])
+def test_the_tile_holds_the_expected_rows_of_a_group(rows, want) -> None:
+    assert choose_rows_per_tile(rows) == want
+
+
+@pytest.mark.parametrize("capacity, groups, fixed, want", [
+    (2, 8, 0, 8),          # Mixtral, 1 token top-2: every row fits one tile
+    (32, 8, 0, 16),        # Mixtral, 16 tokens: 4 rows per expert on average, room for 16
+    (128, 128, 0, 8),      # fine-grained, 16 tokens top-8: 1 row on average
+    (2048, 128, 0, 64),    # fine-grained, 256 tokens: the staged variant
+    (8192, 8, 0, 64),
+    (80, 20, 4, 8), (320, 20, 16, 16), (340, 10, 34, 64)])  # indexed: exactly R rows
+def test_the_default_tile_leaves_room_for_uneven_routing(capacity, groups, fixed, want) -> None:
+    assert default_rows_per_tile(capacity, groups, fixed) == want
+
+
+def test_the_grid_covers_every_m_tile_of_non_overlapping_groups() -> None:
+    # 1 token, top-8 of 128 experts: at most 8 non-empty groups of one row.
+    s = tile_shape(n=768, capacity=8, groups=128, rows_per_tile=8, fixed_rows=0, sets=1)
+    assert (s.tiles, s.weight_blocks, s.variant) == (8, 48, "split_k")
+    # 4096 tokens top-2 of 8: ceil(8192 / 64) + 8 m-tiles at most; staged: 256 weight rows per block.
+    s = tile_shape(n=14336, capacity=8192, groups=8, rows_per_tile=64, fixed_rows=0, sets=2)
+    assert (s.tiles, s.weight_blocks, s.variant, s.sets) == (136, 56, "staged", 2)
+    s = tile_shape(n=14336, capacity=8192, groups=8, rows_per_tile=64, fixed_rows=0, sets=1, variant="split_n")
+    assert (s.weight_blocks, s.variant) == (112, "split_n")
+    # Indexed: P ceil(R / MT) exactly.
+    assert tile_shape(n=100, capacity=200, groups=20, rows_per_tile=8, fixed_rows=10, sets=1).tiles == 40
+    assert workspace_ints(5) == 22
+
+
+def test_each_group_of_counts_fits_the_slots() -> None:
+    """Non-overlapping groups within the capacity never need more m-tiles than the grid has slots (the
+    bound the grid is built from), for every tile size: exhaustive over small cases."""
+    import itertools
+
+    for mt in ROWS_PER_TILE:
+        for capacity in (1, 3, 8, 17, 64, 65):
+            for groups in (1, 2, 5):
+                slots = tile_shape(n=16, capacity=capacity, groups=groups, rows_per_tile=mt, fixed_rows=0,
+                                   sets=1).tiles
+                for counts in itertools.product(range(0, capacity + 1, max(1, capacity // 4)), repeat=groups):
+                    if sum(counts) <= capacity:
+                        assert sum(-(-c // mt) for c in counts) <= slots
+
+
+# -- NVRTC -----------------------------------------------------------------------------------------
+CONFIGS = [dict(mt=8), dict(mt=16, tiled=False), dict(mt=32, sets=2), dict(mt=64, k=1040), dict(mt=16, fixed=5),
+           dict(mt=64, sets=2, tiled=False, k=96, n=259, groups=3, bank=2, capacity=50),
+           dict(mt=64, variant="split_n"), dict(mt=16, variant="staged", k=1040), dict(mt=32, variant="split_k")]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])
+def test_the_kernels_compile_for_every_tile_layout_and_target(arch, config) -> None:
+    cfg = dict(config)
+    prog = mc.compile_program(grouped_source(), arch, options(cfg.pop("mt"), **cfg))
+    assert prog.image[:4] == b"\x7fELF"
+    assert SETUP_SYMBOL.encode() in prog.image and GROUPED_SYMBOL.encode() in prog.image
+
+
+@pytest.mark.parametrize("mt, k, variant", [(8, 2048, "split_k"), (16, 2048, "split_k"), (32, 1040, "split_n"),
+                                            (64, 4096, "split_n"), (32, 1040, "staged"), (64, 4096, "staged")])
+def test_the_grouped_kernel_runs_fp16_mma_and_streams_weights_past_l1(mt, k, variant) -> None:
+    body = entry(ptx("compute_90", options(mt, k=k, variant=variant)), GROUPED_SYMBOL)
+    wide = k % 32 == 0
+    fragments = 2 if variant == "staged" else 1  # staged: two 16-row weight fragments per warp
+    # one consume per K step: E / 4 mmas per n8 tile and fragment
+    assert body.count(MMA_PTX) == (8 if wide else 4) * (mt // 8) * fragments
+    # rows g and g + 8 of each fragment, for the first step and the next one
+    assert body.count("ld.global.nc.L1::no_allocate." + ("v4.u32" if wide else "v2.u32")) == 4 * fragments
+    assert ("bar.sync" in body) == (variant != "split_n")  # split N needs no block-wide synchronization
+    if variant == "staged":
+        assert "ld.shared.v2.u32" in body and "st.shared.v2.u32" in body
+
+
+@pytest.mark.parametrize("e", [16, 32])
+def test_the_staged_layout_hands_each_lane_its_columns_without_bank_conflicts(e) -> None:
+    """The shared-memory layout of the staged variant (fp4_grouped.cu's staged_index and consume_staged):
+    every (row, column) of a K step is written by exactly one decode unit, each lane's B fragment reads the
+    columns its weight bytes 2 jm, 2 jm + 1 hold (E t + 4 jm .. + 3, fp4_mma_gemv.cu's k order), and the
+    16 lanes of each half-warp start their 8-byte loads at 16 distinct even banks."""
+    mt = 64
+    chunk, chunk_halves = 4 * e, e + 4
+    row_halves = 4 * chunk_halves
+
+    def staged_index(m: int, c: int) -> int:
+        return m * row_halves + (c // e) * chunk_halves + c % e
+
+    written: dict[int, tuple[int, int]] = {}
+    for u in range(mt * chunk // 16):  # stage_activations: unit -> row, 16 columns, 8-byte stores of 4 halves
+        m, c0 = u // (chunk // 16), (u % (chunk // 16)) * 16
+        base = staged_index(m, c0)
+        assert (2 * base) % 8 == 0
+        for i in range(16):
+            assert base + i not in written
+            written[base + i] = (m, c0 + i)
+    assert len(written) == mt * chunk
+    for j in range(mt // 8):
+        for jm in range(e // 4):
+            banks = {}
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                start = (8 * j + g) * row_halves + t * chunk_halves + 4 * jm
+                assert [written[start + i] for i in range(4)] == [(8 * j + g, e * t + 4 * jm + i) for i in range(4)]
+                banks.setdefault(lane // 16, []).append((2 * start // 4) % 32)
+            for half in banks.values():
+                assert len(set(half)) == 16 and all(b % 2 == 0 for b in half)
+
+
+def test_the_setup_kernel_builds_the_tile_list_with_a_self_resetting_ticket() -> None:
+    body = entry(ptx("compute_90", options(16)), SETUP_SYMBOL)
+    assert "atom.global.inc.u32" in body and "atom.global.or.b32" in body and "membar.gl" in body
+    assert "ld.global.cg" in body  # the last block reads the others' counts from L2
+
+
+def test_the_e2m1_decode_goes_through_one_local_seam() -> None:
+    text = grouped_source().text
+    body = text[text.index("namespace {"):]
+    assert body.count("fp4::e2m1x2_to_half2_scaled(") == 1 and "decode_pair(" in body
+    assert "cvt.rn.f16x2.e2m1x2" in entry(ptx("compute_120f", options(16)), GROUPED_SYMBOL)
+    assert "cvt.rn.f16x2.e2m1x2" not in entry(ptx("compute_90", options(16)), GROUPED_SYMBOL)
+
+
+def test_without_its_shape_the_source_refuses_to_compile_by_name() -> None:
+    with pytest.raises(mc.CompileError, match="MIRCUDA_MOE_N"):
+        mc.compile_program(grouped_source(), "sm_90", mc.CompileOptions(defines={}))
+    bad = dict(options(16).defines)
+    bad["MIRCUDA_MOE_MT"] = 24
+    with pytest.raises(mc.CompileError, match="8, 16, 32 or 64"):
+        mc.compile_program(grouped_source(), "sm_90", mc.CompileOptions(defines=bad))
+
+
+# -- numpy emulation of the setup and grouped kernels ----------------------------------------------
+def emulate_grouped(a, sa, bank, sbank, counts, offsets, indices, *, n: int, k: int, capacity: int, bank_size: int,
+                    mt: int, variant: str, layout: str, alphas) -> tuple[np.ndarray, int]:
+    """fp4_grouped_setup and fp4_grouped_bf16 lane by lane (exact float64 mma sums, before the BF16
+    rounding): the validation and error bits, the tile list (prefix sums, binary search), the persistent
+    walk, the weight rows of each variant, the staged shared-memory layout, the stores; asserts every
+    read is in bounds and every output is written at most once. Returns (output [capacity, N] with NaN
+    where nothing was written, error bits)."""
+    from tests.test_matmul_fp4_mma import scale_byte, scaled
+
+    e_cols = 32 if k % 32 == 0 else 16
+    chunk, steps, n8 = 4 * e_cols, -(-k // (4 * e_cols)), mt // 8
+    per_scale = fp4_ref.scale_bytes(n, k, layout)
+    # setup
+    bits, table = 0, []
+    for c, o, idx in zip(counts, offsets, indices):
+        b = (1 if not 0 <= idx < bank_size else 0) | (2 if c < 0 or o < 0 or o + c > capacity else 0)
+        bits |= b
+        table.append((0, 0, 0) if b else (int(c), int(o), int(idx)))
+    prefix = [0]
+    for c, _, _ in table:
+        prefix.append(prefix[-1] + -(-c // mt))
+    shape = tile_shape(n=n, capacity=capacity, groups=len(counts), rows_per_tile=mt, fixed_rows=0, sets=1,
+                       variant=variant)
+    out = np.full((capacity, n), np.nan)
+
+    def weight_pair(e, row, col, jm):
+        row = min(row, n - 1)
+        codes = bank[e].reshape(n, k // 2)[row, col // 2: col // 2 + e_cols // 2]
+        s = scale_byte(sbank[e * per_scale:(e + 1) * per_scale], row, col // 16 + jm // 4, k, layout, n)
+        return scaled(int(codes[2 * jm]), s), scaled(int(codes[2 * jm + 1]), s)
+
+    def act_pair(row, col, jm):  # 2 halves at col + 4 jm and col + 4 jm + 2 (one lane's bytes 2 jm, 2 jm + 1)
+        assert 0 <= row < capacity
+        codes = a[row, col // 2: col // 2 + e_cols // 2]
+        s = scale_byte(sa, row, col // 16 + jm // 4, k, "linear", capacity)
+        return scaled(int(codes[2 * jm]), s), scaled(int(codes[2 * jm + 1]), s)
+
+    for x in range(shape.tiles):
+        for tile in range(x, prefix[-1], shape.tiles):
+            g = max(i for i in range(len(table)) if prefix[i] <= tile)  # find_group
+            local = tile - prefix[g]
+            c, o, e = table[g]
+            rows, xrow0 = min(mt, c - local * mt), o + local * mt
+            assert rows >= 1
+            for y in range(shape.weight_blocks):
+                frags = ([16 * y] if variant == "split_k" else
+                         [(y * 8 + w) * 16 for w in range(8)] if variant == "split_n" else
+                         [(y * 8 + w) * 32 + 16 * f for w in range(8) for f in range(2)])
+                for nrow0 in frags:
+                    acc = np.zeros((n8, 16, 8))
+                    for step in range(steps):
+                        for jm in range(e_cols // 4):
+                            amat, bmats = np.zeros((16, 16)), np.zeros((n8, 16, 8))
+                            for lane in range(32):
+                                gg, t = lane >> 2, lane & 3
+                                col = step * chunk + e_cols * t
+                                if col >= k:
+                                    continue
+                                for r in range(2):
+                                    lo, hi = weight_pair(e, nrow0 + gg + 8 * r, col, jm)
+                                    amat[gg + 8 * r, 2 * t: 2 * t + 2], amat[gg + 8 * r, 2 * t + 8: 2 * t + 10] = lo, hi
+                                for j in range(n8):
+                                    m = gg + 8 * j
+                                    if m < rows:
+                                        lo, hi = act_pair(xrow0 + m, col, jm)
+                                        bmats[j, 2 * t: 2 * t + 2, gg], bmats[j, 2 * t + 8: 2 * t + 10, gg] = lo, hi
+                            for j in range(n8):
+                                acc[j] += amat @ bmats[j]
+                    for lane in range(32):
+                        gg, t = lane >> 2, lane & 3
+                        for j in range(n8):
+                            for el in range(4):
+                                m, row = 8 * j + 2 * t + (el & 1), nrow0 + gg + 8 * (el >> 1)
+                                if m < rows and row < n:
+                                    assert np.isnan(out[xrow0 + m, row]), "an output written twice"
+                                    out[xrow0 + m, row] = alphas[e] * 2.0**28 * acc[j, gg + 8 * (el >> 1), 2 * t + (el & 1)]
+    return out, bits
+
+
+@pytest.mark.parametrize("variant, mt", [("split_k", 8), ("split_k", 16), ("split_n", 8), ("staged", 16)])
+@pytest.mark.parametrize("n, k, layout", [(24, 80, "tiled"), (19, 96, "linear")])
+def test_the_emulated_grouped_kernel_matches_float64_for_valid_and_invalid_groups(variant, mt, n, k, layout) -> None:
+    rng = np.random.default_rng(n * 100 + k + mt)
+    bank_size, capacity = 3, 30
+    quantized = [fp4_ref.quantize(rng.standard_normal((n, k)).astype(np.float32), layout=layout)
+                 for _ in range(bank_size)]
+    bank = [q[0] for q in quantized]
+    sbank = np.concatenate([q[1].ravel() for q in quantized])
+    a, sa, _ = fp4_ref.quantize(rng.standard_normal((capacity, k)).astype(np.float32), layout="linear")
+    # groups: 9 rows, empty, 17 rows (two m-tiles of 16, three of 8), a bad index, rows past the capacity
+    counts, offsets, indices = [9, 0, 17, 2, 3], [0, 9, 9, 26, 28], [2, 1, 0, 3, 1]
+    alphas = [0.5, 2.0, 0.75]
+    got, bits = emulate_grouped(a, sa, bank, sbank, counts, offsets, indices, n=n, k=k, capacity=capacity,
+                                bank_size=bank_size, mt=mt, variant=variant, layout=layout, alphas=alphas)
+    assert bits == 3
+    a64 = fp4_ref.dequantize(a, sa, capacity, k, "linear")
+    for c, o, e in ((9, 0, 2), (17, 9, 0)):
+        want = alphas[e] * a64[o:o + c] @ fp4_ref.dequantize(bank[e], quantized[e][1], n, k, layout).T
+        np.testing.assert_allclose(got[o:o + c], want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+    assert np.isnan(got[26:]).all()  # the invalid groups' rows are never written
+
+
+# -- ptxas and SASS --------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])
+@pytest.mark.parametrize("mt, k, variant", [(8, 2048, "split_k"), (16, 1040, "split_k"), (64, 4096, "split_n"),
+                                            (32, 2048, "staged"), (64, 4096, "staged"), (64, 1040, "staged")])
+def test_ptxas_keeps_every_variant_in_registers_with_the_shared_memory_it_plans(arch, mt, k, variant) -> None:
+    opts = options(mt, k=k, variant=variant)
+    prog = mc.compile_program(grouped_source(), arch, mc.CompileOptions(defines=dict(opts.defines), ptxas_verbose=True))
+    usage = prog.resource_usage()
+    grouped, setup = usage[GROUPED_SYMBOL], usage[SETUP_SYMBOL]
+    for kernel in (grouped, setup):
+        assert kernel.spill_store_bytes == kernel.spill_load_bytes == kernel.stack_frame_bytes == 0, kernel
+    e = 32 if k % 32 == 0 else 16
+    want = {"split_k": 8 * (mt // 8) * 4 * 32 * 4, "split_n": 0, "staged": 2 * mt * 4 * (2 * e + 8)}[variant]
+    assert grouped.shared_bytes == want
+    assert grouped.registers <= 255 and setup.shared_bytes >= 8 * 4
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
+@pytest.mark.parametrize("variant, mt", [("split_k", 16), ("staged", 64)])
+def test_the_sass_holds_hmma(tmp_path, arch, variant, mt) -> None:
+    import subprocess
+
+    from tests.test_matmul_fp8_mma import cuobjdump
+
+    tool, env = cuobjdump()
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(mc.compile_program(grouped_source(), arch, options(mt, variant=variant)).image)
+    out = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, env=env, check=False)
+    if out.returncode or "Function" not in out.stdout:
+        pytest.skip(f"cuobjdump -sass failed (nvdisasm missing?): {out.stderr.strip()[:200]}")
+    assert "HMMA.16816.F32" in out.stdout
+
+
+@pytest.mark.parametrize("variant, mt", [("split_k", 8), ("split_n", 32), ("staged", 64)])
+def test_on_hopper_and_later_both_kernels_wait_for_the_previous_grid_before_touching_memory(variant, mt) -> None:
+    text = ptx("compute_90", options(mt, variant=variant))
+    for symbol in (SETUP_SYMBOL, GROUPED_SYMBOL):
+        body = entry(text, symbol)
+        wait = body.index("griddepcontrol.wait")
+        assert all(body.find(op) > wait for op in ("ld.global", "st.global", "atom.global") if op in body)
+        assert "griddepcontrol.launch_dependents" in body
+    assert "griddepcontrol" not in ptx("compute_80", options(mt, variant=variant))

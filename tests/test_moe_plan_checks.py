@@ -1,0 +1,226 @@
+"""The grouped NVFP4 plans' execute path without a GPU: stand-ins for the context, stream, buffers and the
+two kernels (the plans' own checks and launches run unchanged). Valid operands enqueue the setup kernel and
+the grouped kernel once each with the addresses, routing, global scales and alphas in the kernels'
+parameter order; every bad operand is refused by name before anything is enqueued; the paired and indexed
+plans name their own arguments; the @numba.njit executor packs both parameter blocks like C and refuses
+another stream or a misaligned address before launching."""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import weakref
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import mircuda as mc
+from mircuda.dtypes import dtype_info
+from mircuda.matmul._moe import (IndexedGroupedFp4Plan, PairedVariableGroupedFp4Plan, VariableGroupedFp4Plan,
+                                 _set_operands)
+from mircuda.matmul._moe_kernels import grouped_executor, tile_shape
+from mircuda.matmul._vector import INVALID_HANDLE, INVALID_VALUE
+from test_matmul_plan_checks import FakeContext, fake_buffer, fake_stream
+
+WS, ERR, APM = 0xA0_0000, 0xA1_0000, 0xA2_0000
+
+
+class KernelSpy:
+    def __init__(self, name: str, calls: list[tuple[Any, ...]]) -> None:
+        self.name, self.calls, self.handle = name, calls, hash(name) & 0xFFFF
+
+    def launch(self, stream: Any, config: Any, *args: Any) -> None:
+        self.calls.append((self.name, *args))
+
+
+class Stand:
+    """A plan of ``cls`` around kernel spies, with valid operands for every argument."""
+
+    def __init__(self, cls: type, *, n: int = 96, k: int = 160, capacity: int = 40, groups: int = 5, bank: int = 3,
+                 fixed: int = 0, layout: str = "tiled") -> None:
+        self.ctx = FakeContext()
+        self.stream = fake_stream(self.ctx, 0x5000)
+        self.calls: list[tuple[Any, ...]] = []
+        sets = 2 if cls is PairedVariableGroupedFp4Plan else 1
+        plan: Any = object.__new__(cls)
+        plan._spec = (mc.IndexedGroupedFp4Spec(n, k, fixed, groups, bank) if fixed else
+                      mc.VariableGroupedFp4Spec(n, k, capacity, groups, bank))
+        capacity = plan._spec.capacity
+        plan._context, plan._stream = self.ctx, self.stream
+        plan._in, plan._out = dtype_info(mc.u8), dtype_info(mc.bf16)
+        plan._layout = layout
+        plan._n, plan._k, plan._capacity, plan._groups, plan._bank = n, k, capacity, groups, bank
+        plan._fixed, plan._sets, plan._closed, plan._numba, plan._cutlass = fixed, sets, False, None, None
+        plan._ws = fake_buffer(self.ctx, mc.i32, 4 * groups + 2, WS)
+        plan._error = fake_buffer(self.ctx, mc.i32, 1, ERR)
+        plan._alpha = fake_buffer(self.ctx, mc.f32, sets * bank, APM)
+        plan._buffers = [plan._ws, plan._error, plan._alpha]
+        shape = tile_shape(n=n, capacity=capacity, groups=groups, rows_per_tile=16, fixed_rows=fixed, sets=sets)
+        plan._kernels = SimpleNamespace(setup=KernelSpy("setup", self.calls), grouped=KernelSpy("grouped", self.calls),
+                                        setup_config=mc.LaunchConfig(1, 256),
+                                        grouped_config=mc.LaunchConfig((shape.tiles, shape.weight_blocks, sets), 256),
+                                        shape=shape, arch="sm_90", pdl=False)
+        plan._why_portable = "cc 9.0 has no FP4 tensor-core instruction"
+        plan._finalizer = weakref.finalize(plan, lambda: None)
+        plan._set_ops = tuple(_set_operands(s, n, k, capacity, bank, layout) for s in (("",) if sets == 1 else ("1", "2")))
+        plan._operands = tuple(op for ops in plan._set_ops for op in ops)
+        plan._masks = tuple(op.alignment - 1 for op in plan._set_ops[0])
+        self.plan = plan
+        self.sets = []
+        for s, ops in enumerate(plan._set_ops):
+            bufs = {op.name.rstrip("12"): fake_buffer(self.ctx, op.info.scalar_type, op.count, 0x100_0000 * (5 * s + j + 1))
+                    for j, op in enumerate(ops)}
+            bufs["global_a"] = fake_buffer(self.ctx, mc.f32, 1, 0x90_0000 + 0x1000 * s)
+            bufs["global_b"] = fake_buffer(self.ctx, mc.f32, bank, 0x91_0000 + 0x1000 * s)
+            self.sets.append(bufs)
+        self.routing = {name: fake_buffer(self.ctx, mc.i32, groups, 0x80_0000 + 0x1000 * j)
+                        for j, name in enumerate(("row_counts", "offsets", "matrix_indices"))}
+
+    def run(self, **over: Any) -> None:
+        p, s0 = self.plan, self.sets[0]
+        stream = over.pop("stream", self.stream)
+        if isinstance(p, PairedVariableGroupedFp4Plan):
+            ops = [mc.GroupedFp4Operands(s["a"], s["a_scales"], s["b_bank"], s["b_scales"], s["d"], s["global_a"],
+                                         s["global_b"], alpha) for s, alpha in zip(self.sets, (0.5, 2.0))]
+            first = over.pop("first", ops[0])
+            second = over.pop("second", ops[1])
+            r = {**self.routing, **over}
+            p.execute(stream, first, second, r["row_counts"], r["offsets"], r["matrix_indices"])
+            return
+        args = {**{k: s0[k] for k in ("a", "a_scales", "b_bank", "b_scales", "d")}, **over}
+        kw = {"global_a": over.get("global_a", s0["global_a"]), "global_b": over.get("global_b", s0["global_b"]),
+              "alpha": over.get("alpha", 1.5)}
+        ops = [args[k] for k in ("a", "a_scales", "b_bank", "b_scales", "d")]
+        if isinstance(p, IndexedGroupedFp4Plan):
+            p.execute(stream, *ops, over.get("indices", self.routing["matrix_indices"]), **kw)
+        else:
+            r = {k: over.get(k, v) for k, v in self.routing.items()}
+            p.execute(stream, *ops, r["row_counts"], r["offsets"], r["matrix_indices"], **kw)
+
+
+def test_valid_operands_enqueue_setup_then_grouped_with_every_address_in_order() -> None:
+    st = Stand(VariableGroupedFp4Plan)
+    st.run()
+    s, r = st.sets[0], st.routing
+    h = {k: v.handle for k, v in s.items()}
+    assert st.calls == [
+        ("setup", WS, ERR, APM, r["row_counts"].handle, r["offsets"].handle, r["matrix_indices"].handle,
+         h["global_a"], h["global_b"], 1.5, 0, 0, 1.0),
+        ("grouped", WS, APM, h["a"], h["a_scales"], h["b_bank"], h["b_scales"], h["d"], 0, 0, 0, 0, 0)]
+
+
+def test_absent_global_scales_are_null_addresses() -> None:
+    st = Stand(VariableGroupedFp4Plan)
+    st.run(global_a=None, global_b=None, alpha=2.0)
+    assert st.calls[0][7:10] == (0, 0, 2.0)
+
+
+@pytest.mark.parametrize("name, make, match", [
+    ("a", lambda c: fake_buffer(c, mc.u8, 40 * 80 - 1, 0x300_0000), "at least 3200"),
+    ("a", lambda c: fake_buffer(c, mc.u8, 40 * 80, 0x300_0004), "aligned to 8"),
+    ("a_scales", lambda c: fake_buffer(c, mc.u8, 40 * 10, 0x300_0000), "e4m3"),
+    ("b_bank", lambda c: fake_buffer(c, mc.u8, 3 * 96 * 80, 0x300_0008), "aligned to 16"),
+    ("b_scales", lambda c: fake_buffer(c, mc.e4m3, 3 * 128 * 12 - 1, 0x300_0000), "at least 4608"),
+    ("d", lambda c: fake_buffer(c, mc.f32, 40 * 96, 0x300_0000), "bf16"),
+    ("row_counts", lambda c: fake_buffer(c, mc.i32, 4, 0x300_0000), "at least 5"),
+    ("offsets", lambda c: fake_buffer(c, mc.u32, 5, 0x300_0000), "i32"),
+    ("matrix_indices", lambda c: 0x300_0000, "DeviceBuffer"),
+    ("global_a", lambda c: fake_buffer(c, mc.f32, 1, 0x300_0002), "aligned to 4"),
+    ("global_b", lambda c: fake_buffer(c, mc.f32, 2, 0x300_0000), "at least 3"),
+])
+def test_a_bad_operand_is_refused_by_name_before_anything_is_enqueued(name, make, match) -> None:
+    st = Stand(VariableGroupedFp4Plan)
+    with pytest.raises(mc.ContractError, match=match) as info:
+        st.run(**{name: make(st.ctx)})
+    assert info.value.argument == name and st.calls == []
+
+
+def test_a_bad_alpha_another_stream_and_a_closed_plan_are_refused() -> None:
+    st = Stand(VariableGroupedFp4Plan)
+    with pytest.raises(mc.ContractError) as info:
+        st.run(alpha=float("1e40"))
+    assert info.value.argument == "alpha"
+    with pytest.raises(mc.ContractError) as info:
+        st.run(stream=fake_stream(st.ctx, 0x6000))
+    assert info.value.argument == "stream" and st.calls == []
+    st.plan.close()
+    with pytest.raises(mc.ClosedResourceError):
+        st.run()
+    assert st.calls == []
+
+
+def test_linear_bank_scales_take_n_k_over_16_bytes_per_matrix() -> None:
+    st = Stand(VariableGroupedFp4Plan, layout="linear")
+    assert st.plan.operands[3].count == 3 * 96 * 10
+    st.run()
+    assert len(st.calls) == 2
+
+
+def test_the_indexed_plan_takes_indices_and_no_row_arrays() -> None:
+    st = Stand(IndexedGroupedFp4Plan, fixed=4, groups=7)
+    st.run()
+    assert st.calls[0][4:7] == (0, 0, st.routing["matrix_indices"].handle)
+    assert st.plan.operands[0].count == 7 * 4 * 80  # capacity P R rows of K/2 bytes
+    with pytest.raises(mc.ContractError) as info:
+        st.run(indices=fake_buffer(st.ctx, mc.i32, 6, 0x300_0000))
+    assert info.value.argument == "indices" and len(st.calls) == 2
+
+
+def test_the_paired_plan_names_each_sets_arguments_and_launches_both_sets_once() -> None:
+    st = Stand(PairedVariableGroupedFp4Plan)
+    st.run()
+    s1, s2 = ({k: v.handle for k, v in s.items()} for s in st.sets)
+    setup, grouped = st.calls
+    assert setup[7:] == (s1["global_a"], s1["global_b"], 0.5, s2["global_a"], s2["global_b"], 2.0)
+    assert grouped[3:] == tuple(s[k] for s in (s1, s2) for k in ("a", "a_scales", "b_bank", "b_scales", "d"))
+    bad = mc.GroupedFp4Operands(st.sets[1]["a"], st.sets[1]["a_scales"], st.sets[1]["b_bank"],
+                                fake_buffer(st.ctx, mc.e4m3, 7, 0x300_0000), st.sets[1]["d"])
+    with pytest.raises(mc.ContractError) as info:
+        st.run(second=bad)
+    assert info.value.argument == "b_scales2"
+    with pytest.raises(mc.ContractError) as info:
+        st.run(first=(1, 2, 3))
+    assert info.value.argument == "first" and len(st.calls) == 2
+
+
+def test_describe_names_the_kernels_the_variant_and_why() -> None:
+    st = Stand(VariableGroupedFp4Plan)
+    st.ctx.device_info = lambda: SimpleNamespace(arch="sm_90")  # type: ignore[attr-defined]
+    text = st.plan.describe()
+    assert "fp4_grouped_setup" in text and "fp4_grouped_bf16" in text and "variant split_k" in text
+    assert "software E2M1 decode" in text and "cc 9.0 has no FP4 tensor-core instruction" in text
+    assert repr(Stand(IndexedGroupedFp4Plan, fixed=4).plan).startswith("IndexedGroupedFp4Plan(n=96, k=160, rows=4")
+
+
+def test_the_executor_packs_both_parameter_blocks_like_c_and_refuses_before_launching() -> None:
+    pytest.importorskip("numba")
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64, ctypes.c_uint64,
+                             ctypes.c_uint64)
+    seen: list[tuple[Any, ...]] = []
+
+    def fake_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        pointers = (ctypes.c_uint64 * 12).from_address(params)
+        seen.append((f, (gx, gy, gz), bx, stream, b"".join(ctypes.string_at(p, 8) for p in pointers)))
+        return 0
+
+    st = Stand(PairedVariableGroupedFp4Plan)
+    kernels = st.plan._kernels
+    execute = grouped_executor(kernels, (WS, ERR, APM), (7, 0, 15, 0, 1), launch_function=proto(fake_launch),
+                               stream=0x55)
+    args = (0x8000, 0x8100, 0x8200, 0x1000, 0x1101, 0x2000, 0x3001, 0x4002, 0x5004, 0x5104, 0.5,
+            0x1008, 0x1201, 0x2010, 0x3003, 0x4006, 0x6004, 0x6104, 2.0)
+    assert execute(0x55, *args) == 0
+    setup, grouped = seen
+    assert setup[:4] == (kernels.setup.handle, (1, 1, 1), 256, 0x55)
+    assert setup[4] == struct.pack("<QQQQQQQQdQQd", WS, ERR, APM, 0x8000, 0x8100, 0x8200, 0x5004, 0x5104, 0.5,
+                                   0x6004, 0x6104, 2.0)
+    assert grouped[:4] == (kernels.grouped.handle, kernels.grouped_config.grid, 256, 0x55)
+    assert grouped[4] == struct.pack("<12Q", WS, APM, 0x1000, 0x1101, 0x2000, 0x3001, 0x4002, 0x1008, 0x1201,
+                                     0x2010, 0x3003, 0x4006)
+    assert execute(0x56, *args) == INVALID_HANDLE
+    for i, bad in ((3, 0x1004), (5, 0x2008), (7, 0x4003), (0, 0x8002), (15, 0x4007), (17, 0x6006)):
+        wrong = list(args)
+        wrong[i] = bad
+        assert execute(0x55, *wrong) == INVALID_VALUE, i
+    assert len(seen) == 2

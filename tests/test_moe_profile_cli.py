@@ -1,0 +1,97 @@
+"""``python -m mircuda moe-profile`` without a GPU: its flags and refusals, the routing it draws, the rows'
+arithmetic and goals, and the table. The lead runs it on the H200."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gpu_probe import gpu_unavailable_reason
+
+from mircuda.cli import _moe_profile as mp
+from mircuda.cli import _parser, main
+
+
+def parse(*argv: str):  # type: ignore[no-untyped-def]
+    return _parser().parse_args(["moe-profile", *argv])
+
+
+def test_the_command_is_listed_and_its_defaults_are_the_issue_grid(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0 and "    moe-profile " in capsys.readouterr().out
+    args = parse()
+    assert args.func is mp.moe_profile and args.json == "benchmarks/results/moe_profile.json"
+    assert mp.grid(args) == (("mixtral", "fine"), (1, 16, 256, 4096), 20, 7)
+    assert mp.LAYERS == {"mixtral": (8, 14336, 4096, 2), "fine": (128, 768, 2048, 8)}
+
+
+def test_quick_is_a_smaller_grid_and_each_flag_still_wins() -> None:
+    assert mp.grid(parse("--quick")) == (("mixtral", "fine"), (1, 16, 4096), 10, 5)
+    assert mp.grid(parse("--quick", "--tokens", "7", "--layers", "fine", "--repeats", "3")) == (("fine",), (7,), 10, 3)
+    assert parse().variant is None and parse("--variant", "split_n").variant == "split_n"
+
+
+@pytest.mark.parametrize("flags, head", [(["--calls", "0"], "--calls: expected a positive integer, received 0"),
+                                         (["--repeats", "-1"], "--repeats: expected a positive integer, received -1"),
+                                         (["--layers", "mixtral,dense"], "--layers: expected comma-separated names")])
+def test_bad_values_are_refused_by_flag_before_the_driver(flags, head, capsys) -> None:
+    assert main(["moe-profile", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: ContractError: {head}") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv", [["--tokens", "0"], ["--tokens", "x"], ["--layers", ""], ["--layers", "fine,,"],
+                                  ["--variant", "tiled"]])
+def test_bad_flags_exit_2_with_one_line(argv, capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["moe-profile", *argv])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "usage" not in err
+    assert err.startswith("error: python -m mircuda moe-profile: argument --") and len(err.splitlines()) == 1
+
+
+def test_json_in_a_missing_directory_is_refused_first(tmp_path: Path, capsys) -> None:
+    assert main(["moe-profile", "--json", str(tmp_path / "missing" / "x.json")]) == 2
+    assert capsys.readouterr().err.startswith("error: ContractError: --json: expected a file path")
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a usable driver")
+def test_without_a_gpu_it_fails_cleanly() -> None:
+    out = subprocess.run([sys.executable, "-m", "mircuda", "moe-profile", "--tokens", "1", "--layers", "fine"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "error:" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("tokens, experts, topk", [(1, 8, 2), (7, 128, 8), (4096, 8, 2)])
+def test_the_routing_gives_each_token_topk_distinct_experts_sorted_by_expert(tokens, experts, topk) -> None:
+    counts, offsets = mp.routing(np.random.default_rng(3), tokens, experts, topk)
+    assert counts.dtype == offsets.dtype == np.int32 and counts.shape == (experts,)
+    assert counts.sum() == tokens * topk and counts.max() <= tokens
+    np.testing.assert_array_equal(offsets, np.concatenate([[0], np.cumsum(counts)[:-1]]))
+
+
+def test_rates_ratios_and_goals() -> None:
+    r = mp.moe_row("mixtral", 1, 8, 14336, 4096, 2, 2, grouped_us=25.0, loop_us=60.0)
+    assert mp.expert_bytes(14336, 4096) == 14336 * 2048 + 14336 * 256
+    assert r.grouped_tbps == pytest.approx(2 * mp.expert_bytes(14336, 4096) / 25e-6 / 1e12)
+    assert r.loop_ratio == pytest.approx(2.4) and r.met is True and r.goal == ">= 2.5 TB/s, loop/grouped >= 2"
+    slow = mp.moe_row("mixtral", 16, 8, 14336, 4096, 2, 8, grouped_us=200.0, loop_us=300.0)
+    assert slow.met is False
+    big = mp.moe_row("fine", 4096, 128, 768, 2048, 8, 128, grouped_us=900.0, torch_us=810.0)
+    assert big.torch_ratio == pytest.approx(0.9) and (big.goal, big.met) == ("TFLOP/s >= 0.8x torch", True)
+    assert big.grouped_tflops == pytest.approx(2 * 4096 * 8 * 768 * 2048 / 900e-6 / 1e12)
+    assert mp.moe_row("fine", 256, 128, 768, 2048, 8, 128, grouped_us=50.0, torch_us=40.0).goal is None
+    assert mp.moe_row("fine", 4096, 128, 768, 2048, 8, 128, grouped_us=None, torch_us=40.0).goal is None
+    lines = mp.goals([r, slow, big])
+    assert lines[0].startswith("mixtral 1 tokens: >= 2.5 TB/s") and lines[0].endswith("loop/grouped 2.40)")
+    assert "NOT met" in lines[1] and lines[2] == "fine 4096 tokens: TFLOP/s >= 0.8x torch: met (ratio 0.90)"
+    t = mp.table([r, slow, big], "title")
+    assert len(t) == 3 and t.column("verdict")[2] == "TFLOP/s >= 0.8x torch: met"
+    assert str(t).splitlines()[0] == "title"
+    json.dumps([dataclasses.asdict(x) for x in (r, slow, big)])
