@@ -7,13 +7,15 @@
 // Any cc >= 8.0 (mma.sync.m16n8k16 with FP16 operands: PTX ISA 7.0, sm_80+). BF16 activations are not
 // handled here (the plan keeps fp4_matvec_bf16 for them).
 //
-// Exact operands: an E2M1 code decodes (fp4_common.cuh) to its value times 2^-14 in FP16 and is then
-// multiplied (HMUL2) by its UE4M3 scale converted to FP16. The product q * s * 2^-14 is exact in FP16:
-// q * s is a multiple of 2^-10 (q of 0.5, s of 2^-9) with at most 6 significant bits and below 2688, so
-// q * s * 2^-14 is a multiple of 2^-24 (FP16's subnormal step) below 0.17. The tensor cores multiply
-// these FP16 values exactly into FP32 and accumulate in FP32; the sum carries 2^-28, undone (exactly,
-// a power of two) with alpha at the end. Scaling the operands (instead of each 16-K MMA's sum) leaves
-// the lanes free to read contiguous columns.
+// Exact operands: a word of eight E2M1 codes decodes (fp4::decode_word, variant MIRCUDA_FP4_DECODE of
+// fp4_common.cuh: 0 bytes, 1 pairs, 2 e4m3, 3 table) to four FP16 pairs, value times 2^-L (L = 14, 14,
+// 6, 0), and each pair is multiplied (HMUL2) by its UE4M3 scale converted to FP16. The product
+// q * s * 2^-L is exact in FP16: q * s is a multiple of 2^-10 (q of 0.5, s of 2^-9) with at most 6
+// significant bits and below 2688, so q * s * 2^-L is a multiple of 2^-24 (FP16's subnormal step) at
+// most 2688 (< 65504) for every L in 0..14. The tensor cores multiply these FP16 values exactly into
+// FP32 and accumulate in FP32; the sum carries 2^-2L, undone (exactly, a power of two) with alpha at the
+// end. Scaling the operands (instead of each 16-K MMA's sum) leaves the lanes free to read contiguous
+// columns.
 //
 // mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (PTX ISA "Matrix fragments for mma.m16n8k16",
 // lane = 4 g + t): A {a0, a1, a2, a3} = (row g, k 2t..2t+1), (row g + 8, k 2t..), (row g, k 2t+8..2t+9),
@@ -22,9 +24,10 @@
 // half. The 16 weight rows are A, the activation rows B (one n8 tile for M <= 8, two for M <= 16; rows
 // past M are zero registers, never loaded). Lane (g, t) owns E contiguous columns [c + E t, c + E t + E)
 // of a warp step of 4 E columns (E = 32 when K % 32 == 0: 16-byte loads, else 16: 8-byte loads), in
-// weight rows g and g + 8 and activation row g (+ 8). MMA j of the step takes the lane's code bytes 2j
-// (as k 2t, 2t+1) and 2j + 1 (as k 2t+8, 2t+9) of weights and activations alike, so every k meets the
-// same column of both; over the four t the 16 k are 16 distinct columns, over j all 4 E.
+// weight rows g and g + 8 and activation row g (+ 8). MMA j of the step takes the lane's decoded half2
+// slots 2j (as k 2t, 2t+1) and 2j + 1 (as k 2t+8, 2t+9) of weights and activations alike (the same
+// decoder, so the same two columns per slot), so every k meets the same column of both; over the four t
+// the 16 k are 16 distinct columns, over j all 4 E.
 //
 // Work split: block b owns weight rows [16 b, 16 b + 16) (rows past N read row N - 1, never stored);
 // its warps split K by steps: warp w takes steps w, w + warps, ...; the next step's loads are issued
@@ -96,9 +99,18 @@ __device__ __forceinline__ unsigned hmul2(unsigned a, unsigned b) {
     return *reinterpret_cast<unsigned*>(&x);
 }
 
-// Code byte i (0 .. 4 kWords - 1) of a lane's codes, decoded and scaled: (q s 2^-14) for elements 2i, 2i+1.
-__device__ __forceinline__ unsigned operand(const unsigned (&codes)[kWords], int i, unsigned scale) {
-    return hmul2(fp4::e2m1x2_to_half2_scaled(codes[i >> 2] >> (8 * (i & 3))), scale);
+// A lane's codes of one row, decoded (fp4::decode_word: value * 2^-L in the decoder's element order) and
+// multiplied by their UE4M3 scales: half2 slot 4 w + i covers two of word w's eight columns, slots
+// [8 q, 8 q + 8) the 16-K group q.
+__device__ __forceinline__ void operands(const unsigned (&codes)[kWords], const unsigned (&scale)[kGroups],
+                                         unsigned (&out)[4 * kWords]) {
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+        unsigned h[4];
+        fp4::decode_word(codes[w], h);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) out[4 * w + i] = hmul2(h[i], scale[w / 2]);
+    }
 }
 
 __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
@@ -161,19 +173,18 @@ __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int st
 }
 
 __device__ __forceinline__ void consume(float (&acc)[kN8][4], const Stage& st) {
+    unsigned a[2][4 * kWords];
+    operands(st.w[0], st.sw[0], a[0]);
+    operands(st.w[1], st.sw[1], a[1]);
 #pragma unroll
-    for (int jm = 0; jm < kMmas; ++jm) {
-        const int q = jm / 4;  // the 16-K group of the lane's codes 4 jm .. 4 jm + 3
-        const unsigned a0 = operand(st.w[0], 2 * jm, st.sw[0][q]);
-        const unsigned a1 = operand(st.w[1], 2 * jm, st.sw[1][q]);
-        const unsigned a2 = operand(st.w[0], 2 * jm + 1, st.sw[0][q]);
-        const unsigned a3 = operand(st.w[1], 2 * jm + 1, st.sw[1][q]);
+    for (int j = 0; j < kN8; ++j) {
+        unsigned b[4 * kWords];
+        operands(st.x[j], st.sx[j], b);
+        // MMA jm takes slots 2 jm (as k 2t, 2t+1) and 2 jm + 1 (k 2t+8, 2t+9) of both operands: every k
+        // meets the same column of the weights and the activations, whatever the decoder's order.
 #pragma unroll
-        for (int j = 0; j < kN8; ++j) {
-            const unsigned b0 = operand(st.x[j], 2 * jm, st.sx[j][q]);
-            const unsigned b1 = operand(st.x[j], 2 * jm + 1, st.sx[j][q]);
-            mma(acc[j], a0, a1, a2, a3, b0, b1);
-        }
+        for (int jm = 0; jm < kMmas; ++jm)
+            mma(acc[j], a[0][2 * jm], a[1][2 * jm], a[0][2 * jm + 1], a[1][2 * jm + 1], b[2 * jm], b[2 * jm + 1]);
     }
 }
 
@@ -204,6 +215,7 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
 #pragma unroll
     for (int j = 0; j < kN8; ++j) op.xrow[j] = g + 8 * j;
 
+    fp4::decode_table_fill();  // the table variant's shared table (no global reads: before the wait)
     decode::pdl_wait();
     float acc[kN8][4];
 #pragma unroll
@@ -241,8 +253,8 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[j][e] += partial[v][j][e][lane];
     }
-    // 2^28 undoes the decode's 2^-14 on both operands (exact).
-    float scale = alpha * (fp4::decode_bias() * fp4::decode_bias());
+    // 2^2L undoes the decoder's 2^-L on both operands (exact).
+    float scale = alpha * (fp4::decode_unbias() * fp4::decode_unbias());
     if (global_a != nullptr) scale *= *global_a;
     if (global_b != nullptr) scale *= *global_b;
 #pragma unroll
