@@ -362,11 +362,11 @@ def test_a_path_that_raises_is_a_failure_and_the_others_are_still_measured(monke
 
 # -- --sweep ------------------------------------------------------------------------------------------------
 def test_sweep_candidates_parse_with_their_knobs() -> None:
-    got = fp.sweep_values("vector, vector:decode=e4m3:rows=4:warps=8:sum=fp32,mma:decode=table:warps=2,mma")
+    got = fp.sweep_values("vector, vector:decode=e4m3:rows=4:warps=8:sum=fp32,mma:decode=table:rows=32:warps=2,mma")
     assert got == (fp.Fp4Candidate("vector"), fp.Fp4Candidate("vector", "e4m3", 4, 8, "fp32"),
-                   fp.Fp4Candidate("mma", "table", None, 2), fp.Fp4Candidate("mma"))
-    assert [c.label for c in got] == ["vector", "vector:decode=e4m3:rows=4:warps=8:sum=fp32", "mma:decode=table:warps=2",
-                                      "mma"]
+                   fp.Fp4Candidate("mma", "table", 32, 2), fp.Fp4Candidate("mma"))
+    assert [c.label for c in got] == ["vector", "vector:decode=e4m3:rows=4:warps=8:sum=fp32",
+                                      "mma:decode=table:rows=32:warps=2", "mma"]
     assert got[1].knobs() == {"kernel": "fp4_matvec_bf16", "decode": "e4m3", "rows": 4, "warps": 8,
                               "block_sum": "fp32"}
     assert got[3].knobs() == {"kernel": "fp4_mma_bf16", "decode": None, "rows": None, "warps": None,
@@ -378,13 +378,14 @@ def test_sweep_candidates_parse_with_their_knobs() -> None:
 def test_sweep_all_is_every_decoder_with_each_kernel_s_knobs() -> None:
     from mircuda.matmul._fp4 import DECODES
 
-    assert fp.sweep_values("all") == fp.SWEEP_ALL and len(fp.SWEEP_ALL) == 28 == len(set(fp.SWEEP_ALL))
+    assert fp.sweep_values("all") == fp.SWEEP_ALL and len(fp.SWEEP_ALL) == 24 == len(set(fp.SWEEP_ALL))
     assert fp.SWEEP_DECODES == DECODES
     assert {c.decode for c in fp.SWEEP_ALL} == set(DECODES) and {c.kernel for c in fp.SWEEP_ALL} == {"vector", "mma"}
-    assert all(c.rows is None and c.block_sum is None for c in fp.SWEEP_ALL if c.kernel == "mma")
+    assert all(c.rows in (16, 32) and c.block_sum is None for c in fp.SWEEP_ALL if c.kernel == "mma")
+    assert all(c.rows in (4, 8) and c.block_sum in ("fp16", "fp32") for c in fp.SWEEP_ALL if c.kernel == "vector")
 
 
-@pytest.mark.parametrize("text, named", [("gemv", "'gemv'"), ("mma:rows=8", "'rows=8'"), ("mma:sum=fp16", "'sum=fp16'"),
+@pytest.mark.parametrize("text, named", [("gemv", "'gemv'"), ("mma:rows=8", "'8'"), ("mma:sum=fp16", "'sum=fp16'"),
                                          ("vector:decode=nibbles", "'nibbles'"), ("vector:rows=16", "'16'"),
                                          ("vector:warps=3", "'3'"), ("vector:rows=4:rows=8", "'rows=8'"),
                                          ("mma,mma", "twice"), ("vector,,mma", "candidate")])

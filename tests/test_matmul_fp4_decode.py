@@ -220,8 +220,9 @@ def test_both_kernels_compile_with_every_decoder(arch, decode) -> None:
                                                  (1, 8, "tiled", True, "fp4", "fp32"), (2, 4, "linear", False, "bf16", "fp32")]:
         prog = mc.compile_program(fp4_vector_source(), arch, fp4_gemv_options(m, rows, layout, wide, act, decode, block_sum))
         assert FP4_SYMBOL.encode() in prog.image
-    for m, layout, wide in [(1, "linear", True), (9, "tiled", False), (16, "linear", True)]:
-        prog = mc.compile_program(fp4_mma_source(), arch, fp4_mma_options(m, layout, wide, decode))
+    for m, layout, wide, rows in [(1, "linear", True, 16), (9, "tiled", False, 32), (16, "linear", True, 32),
+                                  (4, "tiled", True, 16)]:
+        prog = mc.compile_program(fp4_mma_source(), arch, fp4_mma_options(m, layout, wide, decode, rows))
         assert FP4_MMA_SYMBOL.encode() in prog.image
 
 
@@ -268,9 +269,12 @@ def test_the_fp16_path_converts_once_per_block_not_per_weight(decode) -> None:
 
 
 @pytest.mark.parametrize("decode", DECODES)
-def test_the_mma_kernel_keeps_hmma_and_no_local_memory_with_every_decoder(decode) -> None:
-    ops = opcodes(sass(fp4_mma_source(), fp4_mma_options(8, "linear", True, decode)))
+@pytest.mark.parametrize("m, rows", [(8, 16), (16, 32)])
+def test_the_mma_kernel_keeps_hmma_and_no_local_memory_with_every_decoder(decode, m, rows) -> None:
+    ops = opcodes(sass(fp4_mma_source(), fp4_mma_options(m, "linear", True, decode, rows)))
     assert "HMMA.16816.F32" in ops and not any(op.startswith(("LDL", "STL")) for op in ops)
+    # the UE4M3 scales reach FP16 by bit operations and an HMUL2, never a conversion instruction
+    assert not any(op.startswith(("F2F.", "F2FP.F16.F32")) for op in ops)
 
 
 # -- knobs ---------------------------------------------------------------------------------------------
@@ -283,7 +287,7 @@ def test_the_default_decoder_follows_the_target() -> None:
 @pytest.mark.parametrize("kwargs, argument", [
     ({"decode": "nibbles"}, "decode"), ({"decode": 1}, "decode"), ({"rows": 16}, "rows"), ({"rows": 8.0}, "rows"),
     ({"block_sum": "bf16"}, "block_sum"), ({"activation": "bf16", "block_sum": "fp16"}, "block_sum"),
-    ({"symbol": FP4_MMA_SYMBOL, "rows": 8}, "rows"), ({"symbol": FP4_MMA_SYMBOL, "block_sum": "fp32"}, "block_sum"),
+    ({"symbol": FP4_MMA_SYMBOL, "rows": 8}, "rows"), ({"rows": 32}, "rows"), ({"symbol": FP4_MMA_SYMBOL, "block_sum": "fp32"}, "block_sum"),
     ({"warps": 3}, "warps"), ({"arch": "sm_80", "decode": "e4m3"}, "decode"),
 ])
 def test_bad_knobs_are_refused_by_name(kwargs, argument) -> None:
@@ -300,3 +304,4 @@ def test_good_knobs_pass_and_the_decoder_defaults() -> None:
     for block_sum in BLOCK_SUMS:
         assert check_gemv_knobs("sm_80", FP4_SYMBOL, "fp4", "table", 4, block_sum, 8) == ("table", 4, block_sum)
     assert check_gemv_knobs("sm_90", FP4_MMA_SYMBOL, "fp4", "pairs", None, None, 2) == ("pairs", None, None)
+    assert check_gemv_knobs("sm_90", FP4_MMA_SYMBOL, "fp4", None, 32, None, None) == ("e4m3", 32, None)

@@ -99,7 +99,7 @@ SWEEP_DECODES = ("bytes", "pairs", "e4m3", "table")
 """The decoders of ``cuda_src/fp4_common.cuh`` (``mircuda.matmul._fp4.DECODES``)."""
 SWEEP_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
     "vector": {"decode": SWEEP_DECODES, "rows": (4, 8), "warps": (1, 2, 4, 8), "sum": ("fp16", "fp32")},
-    "mma": {"decode": SWEEP_DECODES, "warps": (1, 2, 4, 8)},
+    "mma": {"decode": SWEEP_DECODES, "rows": (16, 32), "warps": (1, 2, 4, 8)},
 }
 """The knobs each sweep kernel takes and their values (``sum``: the plans' ``block_sum``)."""
 
@@ -130,16 +130,17 @@ class Fp4Candidate:
 
 
 SWEEP_ALL = (tuple(Fp4Candidate("vector", d, r, None, b) for d in SWEEP_DECODES for r in (4, 8) for b in ("fp16", "fp32"))
-             + tuple(Fp4Candidate("mma", d, None, w) for d in SWEEP_DECODES for w in (None, 4, 8)))
-"""``--sweep all``: every decoder with the vector kernel's rows and block sums (warps: the plan's choice),
-and with the tensor-core kernel at the plan's warps, 4 and 8: 28 candidates."""
+             + tuple(Fp4Candidate("mma", d, r) for d in SWEEP_DECODES for r in (16, 32)))
+"""``--sweep all``: every decoder with each kernel's rows per block and the vector kernel's block sums (warps:
+the plans' choice; name them in explicit candidates): 24 candidates."""
 
 
 def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
     """``--sweep``: ``all`` (:data:`SWEEP_ALL`) or comma-separated candidates
     ``kernel[:decode=D][:rows=R][:warps=W][:sum=fp16|fp32]`` with ``kernel`` ``vector`` or ``mma``
-    (``rows`` and ``sum`` for ``vector`` only), e.g. ``vector:decode=e4m3,vector:decode=pairs:sum=fp32,
-    mma:decode=table:warps=4``; a knob left out is the plan's default.
+    (``rows`` 4 or 8 for ``vector``, 16 or 32 for ``mma``; ``sum`` for ``vector`` only), e.g.
+    ``vector:decode=e4m3,vector:decode=pairs:sum=fp32,mma:decode=table:rows=32:warps=4``; a knob left out is
+    the plan's default.
 
     Raises:
         argparse.ArgumentTypeError: naming the candidate and what is wrong with it (an empty candidate and the
@@ -796,8 +797,8 @@ def register(sub: Any) -> None:
     p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median is reported (default 7)")
     p.add_argument("--sweep", type=sweep_values, default=None,
                    help="for M <= 16 also measure these decode-kernel configurations: 'all' or comma-separated "
-                        "kernel[:decode=bytes|pairs|e4m3|table][:rows=4|8][:warps=1|2|4|8][:sum=fp16|fp32] with kernel "
-                        "vector or mma (rows, sum: vector only)")
+                        "kernel[:decode=bytes|pairs|e4m3|table][:rows=R][:warps=1|2|4|8][:sum=fp16|fp32] with kernel "
+                        "vector (rows 4|8) or mma (rows 16|32; no sum)")
     p.add_argument("--json", default="benchmarks/results/fp4_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=fp4_profile, json_default=p.get_default("json"))
 

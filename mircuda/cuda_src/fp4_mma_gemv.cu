@@ -29,7 +29,9 @@
 // decoder, so the same two columns per slot), so every k meets the same column of both; over the four t
 // the 16 k are 16 distinct columns, over j all 4 E.
 //
-// Work split: block b owns weight rows [16 b, 16 b + 16) (rows past N read row N - 1, never stored);
+// Work split: block b owns the 16 T weight rows [16 T b, 16 T b + 16 T), T = MIRCUDA_FP4_TILES (1 or 2:
+// each warp runs the mmas of T 16-row tiles per step, so the activations it decodes serve T tiles; rows
+// past N read row N - 1, never stored);
 // its warps split K by steps: warp w takes steps w, w + warps, ...; the next step's loads are issued
 // before the current one is consumed (register double buffering). Weights are read once (L1 bypassed);
 // activations and scales stay cached. The warps' sums meet in shared memory; warp 0 stores. On cc >= 9.0
@@ -45,6 +47,9 @@
 #endif
 #ifndef MIRCUDA_FP4_WIDE
 #define MIRCUDA_FP4_WIDE 1
+#endif
+#ifndef MIRCUDA_FP4_TILES
+#define MIRCUDA_FP4_TILES 1
 #endif
 #define MIRCUDA_PDL_TRIGGER_LATE 1
 #include "decode_common.cuh"
@@ -65,6 +70,8 @@ constexpr int kGroups = kE / 16;                 // 16-K scale groups per lane p
 constexpr int kMmas = kE / 4;                    // mmas per n8 tile per step
 constexpr int kChunk = 4 * kE;                   // columns per warp step
 constexpr int kMaxWarps = 8;
+constexpr int kTiles = MIRCUDA_FP4_TILES;        // 16-row weight tiles per block (and per warp)
+static_assert(kTiles == 1 || kTiles == 2, "MIRCUDA_FP4_TILES must be 1 or 2");
 
 __device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[kWords]) {
 #if MIRCUDA_FP4_WIDE
@@ -85,18 +92,21 @@ __device__ __forceinline__ long long scale_offset(long long row, int kb, int kbl
 #endif
 }
 
-// A UE4M3 byte as an FP16 pair (both halves; UE4M3 values are exact in FP16).
-__device__ __forceinline__ unsigned scale_half2(unsigned u) {
-    const __half h = __float2half_rn(fp4::ue4m3_to_float(u));
-    const unsigned s = __half_as_ushort(h);
-    return s | (s << 16);
-}
-
 __device__ __forceinline__ unsigned hmul2(unsigned a, unsigned b) {
     __half2 x = *reinterpret_cast<__half2*>(&a);
     const __half2 y = *reinterpret_cast<__half2*>(&b);
     x = __hmul2(x, y);
     return *reinterpret_cast<unsigned*>(&x);
+}
+
+// A UE4M3 byte as an FP16 pair (both halves; UE4M3 values are exact in FP16) without a conversion
+// instruction: its bits (sign dropped) shifted into FP16's exponent and mantissa fields are its value
+// times 2^-8 (normal: 2^(e-15) (1 + m/8) for E4M3's 2^(e-7) (1 + m/8); subnormal m 2^-17 for m 2^-9, an
+// FP16 subnormal), and the HMUL2 by 2^8 (0x5C00) is exact. 0x7f (E4M3's NaN) gives 480, as
+// fp4::ue4m3_to_float; the quantizers never write it.
+__device__ __forceinline__ unsigned scale_half2(unsigned u) {
+    const unsigned b = (u << 7) & 0x3F80u;
+    return hmul2(b | (b << 16), 0x5C005C00u);
 }
 
 // A lane's codes of one row, decoded (fp4::decode_word: value * 2^-L in the decoder's element order) and
@@ -123,9 +133,9 @@ __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, uns
 
 // One warp step's operands for one lane: codes and scales (FP16 pairs; zero past K or M).
 struct Stage {
-    unsigned w[2][kWords];
+    unsigned w[2 * kTiles][kWords];  // rows g, g + 8 of tile 0, then of tile 1
     unsigned x[kN8][kWords];
-    unsigned sw[2][kGroups];
+    unsigned sw[2 * kTiles][kGroups];
     unsigned sx[kN8][kGroups];
 };
 
@@ -134,7 +144,7 @@ struct Operands {
     const unsigned char* sw;
     const unsigned char* x;
     const unsigned char* sx;
-    long long wrow[2];   // weight rows g and g + 8 (clamped to N - 1)
+    long long wrow[2 * kTiles];  // weight rows 16 tile + g and 16 tile + g + 8 (clamped to N - 1)
     int xrow[kN8];       // activation rows g + 8 j
     int t, k, kblocks, katoms;
 };
@@ -144,7 +154,7 @@ __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int st
     const bool in = col < op.k;  // K % kE == 0: the lane's kE columns are all inside K or all outside
     const int kb = col >> 4;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 2 * kTiles; ++r) {
         if (in) {
             load_codes(op.w + op.wrow[r] * (op.k / 2) + col / 2, st.w[r]);
         } else {
@@ -172,19 +182,24 @@ __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int st
     }
 }
 
-__device__ __forceinline__ void consume(float (&acc)[kN8][4], const Stage& st) {
-    unsigned a[2][4 * kWords];
-    operands(st.w[0], st.sw[0], a[0]);
-    operands(st.w[1], st.sw[1], a[1]);
+__device__ __forceinline__ void consume(float (&acc)[kTiles][kN8][4], const Stage& st) {
+    // The activations are decoded once per step for all kTiles weight tiles.
+    unsigned b[kN8][4 * kWords];
 #pragma unroll
-    for (int j = 0; j < kN8; ++j) {
-        unsigned b[4 * kWords];
-        operands(st.x[j], st.sx[j], b);
+    for (int j = 0; j < kN8; ++j) operands(st.x[j], st.sx[j], b[j]);
+#pragma unroll
+    for (int tt = 0; tt < kTiles; ++tt) {
+        unsigned a[2][4 * kWords];
+        operands(st.w[2 * tt], st.sw[2 * tt], a[0]);
+        operands(st.w[2 * tt + 1], st.sw[2 * tt + 1], a[1]);
         // MMA jm takes slots 2 jm (as k 2t, 2t+1) and 2 jm + 1 (k 2t+8, 2t+9) of both operands: every k
         // meets the same column of the weights and the activations, whatever the decoder's order.
 #pragma unroll
-        for (int jm = 0; jm < kMmas; ++jm)
-            mma(acc[j], a[0][2 * jm], a[1][2 * jm], a[0][2 * jm + 1], a[1][2 * jm + 1], b[2 * jm], b[2 * jm + 1]);
+        for (int j = 0; j < kN8; ++j)
+#pragma unroll
+            for (int jm = 0; jm < kMmas; ++jm)
+                mma(acc[tt][j], a[0][2 * jm], a[1][2 * jm], a[0][2 * jm + 1], a[1][2 * jm + 1], b[j][2 * jm],
+                    b[j][2 * jm + 1]);
     }
 }
 
@@ -196,7 +211,7 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
-    const long long row0 = (long long)blockIdx.x * 16;
+    const long long row0 = (long long)blockIdx.x * (16 * kTiles);
 
     Operands op;
     op.w = w;
@@ -208,8 +223,8 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
     op.kblocks = k >> 4;
     op.katoms = (op.kblocks + 3) >> 2;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const long long row = row0 + g + 8 * r;
+    for (int r = 0; r < 2 * kTiles; ++r) {
+        const long long row = row0 + 8 * r + g;  // r = 2 tile + half: 16 tile + 8 half + g
         op.wrow[r] = row < n ? row : (long long)n - 1;
     }
 #pragma unroll
@@ -217,9 +232,11 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
 
     fp4::decode_table_fill();  // the table variant's shared table (no global reads: before the wait)
     decode::pdl_wait();
-    float acc[kN8][4];
+    float acc[kTiles][kN8][4];
 #pragma unroll
-    for (int j = 0; j < kN8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    for (int tt = 0; tt < kTiles; ++tt)
+#pragma unroll
+        for (int j = 0; j < kN8; ++j) acc[tt][j][0] = acc[tt][j][1] = acc[tt][j][2] = acc[tt][j][3] = 0.f;
 
     const int steps = (k + kChunk - 1) / kChunk;
     int step = warp;
@@ -240,31 +257,39 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
 
     decode::pdl_trigger_late();
     if (warps > 1) {
+        // One tile at a time through the same shared array (the table variant already holds 32 KiB).
         __shared__ float partial[kMaxWarps][kN8][4][32];
 #pragma unroll
-        for (int j = 0; j < kN8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) partial[warp][j][e][lane] = acc[j][e];
-        __syncthreads();
-        if (warp != 0) return;
-        for (int v = 1; v < warps; ++v)
+        for (int tt = 0; tt < kTiles; ++tt) {
+            if (tt > 0) __syncthreads();  // warp 0 has read the previous tile's sums
 #pragma unroll
             for (int j = 0; j < kN8; ++j)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[j][e] += partial[v][j][e][lane];
+                for (int e = 0; e < 4; ++e) partial[warp][j][e][lane] = acc[tt][j][e];
+            __syncthreads();
+            if (warp == 0)
+                for (int v = 1; v < warps; ++v)
+#pragma unroll
+                    for (int j = 0; j < kN8; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) acc[tt][j][e] += partial[v][j][e][lane];
+        }
+        if (warp != 0) return;
     }
     // 2^2L undoes the decoder's 2^-L on both operands (exact).
     float scale = alpha * (fp4::decode_unbias() * fp4::decode_unbias());
     if (global_a != nullptr) scale *= *global_a;
     if (global_b != nullptr) scale *= *global_b;
 #pragma unroll
-    for (int j = 0; j < kN8; ++j)
+    for (int tt = 0; tt < kTiles; ++tt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int m = 8 * j + 2 * op.t + (e & 1);
-            const long long row = row0 + g + 8 * (e >> 1);
-            if (m < kM && row < n) decode::store_out(y + (long long)m * n + row, scale * acc[j][e]);
-        }
+        for (int j = 0; j < kN8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int m = 8 * j + 2 * op.t + (e & 1);
+                const long long row = row0 + 16 * tt + g + 8 * (e >> 1);
+                if (m < kM && row < n) decode::store_out(y + (long long)m * n + row, scale * acc[tt][j][e]);
+            }
 }
 
 }  // namespace

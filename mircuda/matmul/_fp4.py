@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vector_source", "fp4_gemv_options",
            "ACTIVATIONS", "GEMV_MAX_M", "FP4_SYMBOL", "fp4_executor", "fp4_operands", "has_e2m1_cvt",
            "portable_executor", "fp4_target", "fp4_compiler", "FP4_MMA_SYMBOL", "FP4_KERNELS", "fp4_mma_source",
-           "fp4_mma_options", "DECODES", "BLOCK_SUMS", "default_decode", "check_gemv_knobs"]
+           "fp4_mma_options", "DECODES", "BLOCK_SUMS", "default_decode", "check_gemv_knobs", "VECTOR_ROWS", "MMA_ROWS"]
 
 ACTIVATIONS = ("fp4", "bf16")
 """``activation=``: ``"fp4"`` (NVFP4 activations with their own scales and global scale) or ``"bf16"``
@@ -62,6 +62,9 @@ BLOCK_SUMS = ("fp16", "fp32")
 HFMA2 (``"fp16"``, NVFP4 activations only) or per product in FP32 (``"fp32"``)."""
 VECTOR_ROWS = (4, 8)
 """Weight rows per block that ``fp4_matvec_bf16`` takes (``MIRCUDA_FP4_ROWS``)."""
+MMA_ROWS = (16, 32)
+"""Weight rows per block that ``fp4_mma_bf16`` takes: 16-row tiles per warp (``MIRCUDA_FP4_TILES`` 1 or 2; two
+tiles share each decoded activation fragment)."""
 
 
 def _arch_number(arch: str) -> int:
@@ -86,7 +89,7 @@ def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows:
 
     Raises:
         ContractError: ``decode`` not in :data:`DECODES` (or ``"e4m3"`` for a target below sm_89), ``rows``
-            not in :data:`VECTOR_ROWS` or given for ``fp4_mma_bf16`` (16 rows per block), ``block_sum`` not in
+            not in :data:`VECTOR_ROWS` (``fp4_matvec_bf16``) or :data:`MMA_ROWS` (``fp4_mma_bf16``), ``block_sum`` not in
             :data:`BLOCK_SUMS`, ``"fp16"`` with BF16 activations or given for ``fp4_mma_bf16``, ``warps`` not
             None, 1, 2, 4 or 8.
     """
@@ -100,10 +103,10 @@ def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows:
         raise ContractError("decode", f"a decoder other than 'e4m3' for target {arch} (cvt.rn.f16x2.e4m3x2 needs "
                             "sm_89 or later)", repr(decode))
     if rows is not None:
-        if symbol == FP4_MMA_SYMBOL:
-            raise ContractError("rows", f"None for kernel {FP4_MMA_SYMBOL} (16 weight rows per block)", repr(rows))
-        if type(rows) is not int or rows not in VECTOR_ROWS:
-            raise ContractError("rows", f"None or one of {VECTOR_ROWS} (weight rows per block)", repr(rows))
+        allowed = MMA_ROWS if symbol == FP4_MMA_SYMBOL else VECTOR_ROWS
+        if type(rows) is not int or rows not in allowed:
+            raise ContractError("rows", f"None or one of {allowed} (weight rows per block of kernel {symbol})",
+                                repr(rows))
     if block_sum is not None:
         if symbol == FP4_MMA_SYMBOL:
             raise ContractError("block_sum", f"None for kernel {FP4_MMA_SYMBOL} (tensor cores, FP32 accumulation)",
@@ -128,11 +131,13 @@ def fp4_mma_source() -> CudaSource:
     return package_source("fp4_mma_gemv.cu")
 
 
-def fp4_mma_options(m: int, layout: str, wide: bool, decode: str = "bytes") -> CompileOptions:
+def fp4_mma_options(m: int, layout: str, wide: bool, decode: str = "bytes", rows: int = 16) -> CompileOptions:
     """The NVRTC options of ``fp4_mma_bf16`` for ``m`` (1..16) activation rows, the scale layout, the
-    load width (``wide``: 16-byte weight loads, K % 32 == 0) and the decoder (:data:`DECODES`)."""
+    load width (``wide``: 16-byte weight loads, K % 32 == 0), the decoder (:data:`DECODES`) and the weight
+    rows per block (:data:`MMA_ROWS`)."""
     return CompileOptions(defines={"MIRCUDA_FP4_M": m, "MIRCUDA_FP4_TILED": int(layout == "tiled"),
-                                   "MIRCUDA_FP4_WIDE": int(wide), "MIRCUDA_FP4_DECODE": DECODES.index(decode)})
+                                   "MIRCUDA_FP4_WIDE": int(wide), "MIRCUDA_FP4_DECODE": DECODES.index(decode),
+                                   "MIRCUDA_FP4_TILES": rows // 16})
 
 
 def fp4_gemv_options(m: int, rows: int, layout: str, wide: bool, activation: str, decode: str = "bytes",
@@ -224,7 +229,7 @@ class Fp4Gemv:
     """An NVRTC kernel compiled for one M (1..16), N x K, activation type and scale layout, with its launch
     (the plans check operands first): ``symbol`` :data:`FP4_SYMBOL` (``cuda_src/fp4_vector.cu``, CUDA
     cores, 4 or 8 weight rows per block) or :data:`FP4_MMA_SYMBOL` (``cuda_src/fp4_mma_gemv.cu``, tensor
-    cores, 16 weight rows per block, NVFP4 activations only). Both take the same parameters.
+    cores, 16 or 32 weight rows per block, NVFP4 activations only). Both take the same parameters.
 
     Raises:
         ContractError: ``warps`` is not None, 1, 2, 4 or 8; ``symbol`` is the tensor-core kernel and
@@ -250,9 +255,9 @@ class Fp4Gemv:
         self.elements = 32 if self.wide else 16
         self.decode = decode
         if symbol == FP4_MMA_SYMBOL:
-            self.rows = 16
+            self.rows = rows if rows is not None else 16
             self.block_sum = "fp32"
-            self.options = fp4_mma_options(m, layout, self.wide, decode)
+            self.options = fp4_mma_options(m, layout, self.wide, decode, self.rows)
             source = fp4_mma_source()
             chunk = 4 * self.elements
         else:
@@ -303,8 +308,8 @@ class Fp4Gemv:
         if self.symbol == FP4_MMA_SYMBOL:
             return (f"kernel {FP4_MMA_SYMBOL} (NVRTC, -D MIRCUDA_FP4_M={self.m}"
                     f"{' -D MIRCUDA_FP4_TILED=1' if self.layout == 'tiled' else ''} -D MIRCUDA_FP4_WIDE={int(self.wide)} "
-                    f"-D MIRCUDA_FP4_DECODE={DECODES.index(self.decode)}), "
-                    f"{self.config.grid[0]} blocks of 16 weight rows x {self.warps} warp(s) splitting K, NVFP4 "
+                    f"-D MIRCUDA_FP4_DECODE={DECODES.index(self.decode)} -D MIRCUDA_FP4_TILES={self.rows // 16}), "
+                    f"{self.config.grid[0]} blocks of {self.rows} weight rows x {self.warps} warp(s) splitting K, NVFP4 "
                     f"activations (E2M1 x UE4M3); E2M1 decoded to FP16 by {decode} and multiplied by its UE4M3 scale "
                     "in FP16 (exact), then tensor cores: mma.sync m16n8k16 FP16 x FP16 -> FP32 (weights the 16-row "
                     f"A operand, {-(-self.m // 8)} n8 tile(s) of activation rows, rows past M zero), "
@@ -452,7 +457,8 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         kernel: tuning knob: None or :data:`FP4_SYMBOL` (the CUDA-core kernel, the default) or
             :data:`FP4_MMA_SYMBOL` (the tensor-core kernel run with M = 1; NVFP4 activations only).
         decode: tuning knob: one of :data:`DECODES` (None: :func:`default_decode` of the compile target).
-        rows: tuning knob: weight rows per block of :data:`FP4_SYMBOL`, one of :data:`VECTOR_ROWS` (None: 8).
+        rows: tuning knob: weight rows per block, one of :data:`VECTOR_ROWS` for :data:`FP4_SYMBOL` (None: 8)
+            or of :data:`MMA_ROWS` for :data:`FP4_MMA_SYMBOL` (None: 16).
         block_sum: tuning knob of :data:`FP4_SYMBOL`: ``"fp16"`` (exact HFMA2 block sums; the default with
             NVFP4 activations) or ``"fp32"`` (the only one with BF16 activations).
 
@@ -566,7 +572,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             the name of one of the library's block-scaled NVFP4 kernels
             (``CutlassLibrary.block_scaled_kernels``), which then runs any M.
         decode, rows, warps, block_sum: tuning knobs of the NVRTC kernels (M <= 16; as
-            :class:`BlockScaledFp4VectorPlan`: ``rows`` and ``block_sum`` for ``fp4_matvec_bf16`` only; None:
+            :class:`BlockScaledFp4VectorPlan`: ``block_sum`` for ``fp4_matvec_bf16`` only; None:
             the defaults); refused (ContractError) on the other paths.
 
     Raises:

@@ -427,22 +427,28 @@ def run_vector(context, stream, pool, rng, n, k, activation, layout, **knobs) ->
     (x.free(stream) if activation == "fp4" else bx.free(stream))
 
 
+@pytest.mark.parametrize("rows", ["default", "other"])
 @pytest.mark.parametrize("kernel", ["fp4_mma_bf16", "fp4_matvec_bf16"])
 @pytest.mark.parametrize("decode", DECODES)
 @pytest.mark.parametrize("m", [2, 9, 16])
 @pytest.mark.parametrize("layout", ["linear", "tiled"])
 @pytest.mark.parametrize("n, k", [(37, 1040), (4097, 96), (131, 80), (4096, 4096)], ids=str)
 def test_the_matrix_decode_kernels_match_float64_with_every_decoder(context, stream, pool, rng, m, n, k, layout,
-                                                                    decode, kernel) -> None:
+                                                                    decode, kernel, rows) -> None:
+    """rows "other": 32 weight rows per block (two 16-row tiles per warp) for fp4_mma_bf16, 8 for
+    fp4_matvec_bf16 (its default at M > 1 is 4)."""
     skip_unless_decoder_runs(context, decode)
+    block_rows = None if rows == "default" else 32 if kernel == "fp4_mma_bf16" else 8
     activations = ("fp4",) if kernel == "fp4_mma_bf16" else ("fp4", "bf16")
     for activation in activations:
         b = Operand(context, stream, pool, bf16_data(rng, n, k), layout)
         a_host = bf16_data(rng, m, k)
         d = poisoned(context, stream, pool, m * n)
         plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), activation=activation,
-                                     scale_layout=layout, kernel=kernel, decode=decode, warps=2)
+                                     scale_layout=layout, kernel=kernel, decode=decode, warps=2, rows=block_rows)
         assert plan.gemv_kernel == kernel and f"decode={decode!r}" in plan.describe()
+        if block_rows is not None:
+            assert f"blocks of {block_rows} weight rows" in plan.describe()
         if activation == "fp4":
             a = Operand(context, stream, pool, a_host, layout)
             plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d, global_a=a.global_buf,
