@@ -362,15 +362,16 @@ def test_a_path_that_raises_is_a_failure_and_the_others_are_still_measured(monke
 
 # -- --sweep ------------------------------------------------------------------------------------------------
 def test_sweep_candidates_parse_with_their_knobs() -> None:
-    got = fp.sweep_values("vector, vector:decode=e4m3:rows=4:warps=8:sum=fp32,mma:decode=table:rows=32:warps=2,mma")
-    assert got == (fp.Fp4Candidate("vector"), fp.Fp4Candidate("vector", "e4m3", 4, 8, "fp32"),
+    got = fp.sweep_values("vector, vector:decode=e4m3:rows=4:warps=8:sum=fp32:stages=3,mma:decode=table:rows=32:warps=2,"
+                          "mma")
+    assert got == (fp.Fp4Candidate("vector"), fp.Fp4Candidate("vector", "e4m3", 4, 8, "fp32", 3),
                    fp.Fp4Candidate("mma", "table", 32, 2), fp.Fp4Candidate("mma"))
-    assert [c.label for c in got] == ["vector", "vector:decode=e4m3:rows=4:warps=8:sum=fp32",
+    assert [c.label for c in got] == ["vector", "vector:decode=e4m3:rows=4:warps=8:sum=fp32:stages=3",
                                       "mma:decode=table:rows=32:warps=2", "mma"]
     assert got[1].knobs() == {"kernel": "fp4_matvec_bf16", "decode": "e4m3", "rows": 4, "warps": 8,
-                              "block_sum": "fp32"}
+                              "block_sum": "fp32", "stages": 3}
     assert got[3].knobs() == {"kernel": "fp4_mma_bf16", "decode": None, "rows": None, "warps": None,
-                              "block_sum": None}
+                              "block_sum": None, "stages": None}
     assert parse("--sweep", "mma:decode=pairs").sweep == (fp.Fp4Candidate("mma", "pairs"),)
     assert parse().sweep is None
 
@@ -378,16 +379,17 @@ def test_sweep_candidates_parse_with_their_knobs() -> None:
 def test_sweep_all_is_every_decoder_with_each_kernel_s_knobs() -> None:
     from mircuda.matmul._fp4 import DECODES
 
-    assert fp.sweep_values("all") == fp.SWEEP_ALL and len(fp.SWEEP_ALL) == 24 == len(set(fp.SWEEP_ALL))
+    assert fp.sweep_values("all") == fp.SWEEP_ALL and len(fp.SWEEP_ALL) == 32 == len(set(fp.SWEEP_ALL))
+    assert {c.stages for c in fp.SWEEP_ALL} == {None, 3, 4}
     assert fp.SWEEP_DECODES == DECODES
     assert {c.decode for c in fp.SWEEP_ALL} == set(DECODES) and {c.kernel for c in fp.SWEEP_ALL} == {"vector", "mma"}
     assert all(c.rows in (16, 32) and c.block_sum is None for c in fp.SWEEP_ALL if c.kernel == "mma")
-    assert all(c.rows in (4, 8) and c.block_sum in ("fp16", "fp32") for c in fp.SWEEP_ALL if c.kernel == "vector")
+    assert all(c.rows in (4, 8) for c in fp.SWEEP_ALL if c.kernel == "vector")
 
 
 @pytest.mark.parametrize("text, named", [("gemv", "'gemv'"), ("mma:rows=8", "'8'"), ("mma:sum=fp16", "'sum=fp16'"),
                                          ("vector:decode=nibbles", "'nibbles'"), ("vector:rows=16", "'16'"),
-                                         ("vector:warps=3", "'3'"), ("vector:rows=4:rows=8", "'rows=8'"),
+                                         ("vector:warps=3", "'3'"), ("mma:stages=5", "'5'"), ("vector:rows=4:rows=8", "'rows=8'"),
                                          ("mma,mma", "twice"), ("vector,,mma", "candidate")])
 def test_bad_sweep_candidates_are_refused_by_name(text, named) -> None:
     import argparse
@@ -469,7 +471,7 @@ def test_the_sweep_measures_each_candidate_at_m_up_to_16_on_the_same_operands(mo
         assert len(notes) == 2 and all("mma:decode=pairs:warps=4" in n and "left out" in n for n in notes)
     assert all(r.us == 10.0 for r in swept)
     assert seen[0] == (1, {"kernel": "fp4_matvec_bf16", "decode": "e4m3", "rows": None, "warps": None,
-                           "block_sum": None})
+                           "block_sum": None, "stages": None})
     if wrong:  # the broken candidate is caught on each M it ran, and only it
         assert failures and all(f.startswith("sweep vector:decode=e4m3 M=") for f in failures)
         assert len(failures) == 2

@@ -216,13 +216,15 @@ def test_both_kernels_compile_with_every_decoder(arch, decode) -> None:
         with pytest.raises(mc.CompileError, match="8.9"):
             mc.compile_program(fp4_vector_source(), arch, fp4_gemv_options(1, 8, "linear", True, "fp4", decode, "fp16"))
         return
-    for m, rows, layout, wide, act, block_sum in [(1, 8, "linear", True, "fp4", "fp16"), (3, 4, "tiled", False, "fp4", "fp16"),
-                                                 (1, 8, "tiled", True, "fp4", "fp32"), (2, 4, "linear", False, "bf16", "fp32")]:
-        prog = mc.compile_program(fp4_vector_source(), arch, fp4_gemv_options(m, rows, layout, wide, act, decode, block_sum))
+    for m, rows, layout, wide, act, block_sum, stages in [
+            (1, 8, "linear", True, "fp4", "fp16", 2), (3, 4, "tiled", False, "fp4", "fp16", 3),
+            (1, 8, "tiled", True, "fp4", "fp32", 4), (2, 4, "linear", False, "bf16", "fp32", 2)]:
+        prog = mc.compile_program(fp4_vector_source(), arch,
+                                  fp4_gemv_options(m, rows, layout, wide, act, decode, block_sum, stages))
         assert FP4_SYMBOL.encode() in prog.image
-    for m, layout, wide, rows in [(1, "linear", True, 16), (9, "tiled", False, 32), (16, "linear", True, 32),
-                                  (4, "tiled", True, 16)]:
-        prog = mc.compile_program(fp4_mma_source(), arch, fp4_mma_options(m, layout, wide, decode, rows))
+    for m, layout, wide, rows, stages in [(1, "linear", True, 16, 2), (9, "tiled", False, 32, 3),
+                                          (16, "linear", True, 32, 4), (4, "tiled", True, 16, 4)]:
+        prog = mc.compile_program(fp4_mma_source(), arch, fp4_mma_options(m, layout, wide, decode, rows, stages))
         assert FP4_MMA_SYMBOL.encode() in prog.image
 
 
@@ -254,14 +256,16 @@ def opcodes(text: str) -> list[str]:
 
 @pytest.mark.parametrize("decode", DECODES)
 def test_the_fp16_path_converts_once_per_block_not_per_weight(decode) -> None:
-    """M = 1, 8 rows, 16-byte loads: one loop step is 8 rows x 32 weights per lane = 256 weights."""
+    """M = 1, 8 rows, 16-byte loads: a step is 8 rows x 32 weights per lane (two 16-element blocks per row)."""
     half = opcodes(sass(fp4_vector_source(), fp4_gemv_options(1, 8, "linear", True, "fp4", decode, "fp16")))
     full = opcodes(sass(fp4_vector_source(), fp4_gemv_options(1, 8, "linear", True, "fp4", decode, "fp32")))
     assert not any(op.startswith(("F2F.", "LDL", "STL")) for op in half + full)
     assert sum(op.startswith("HFMA2") for op in half) >= 8 * 8 * 2  # 8 per row and 16-element block
-    # FP16 -> FP32 conversions (HADD2.F32): a few per row and block in the FP16 path (the block sum and its
-    # scale), two per weight pair in the FP32 path.
-    assert sum(op == "HADD2.F32" for op in half) < 256 // 4 < sum(op == "HADD2.F32" for op in full)
+    # FP16 -> FP32 conversions (HADD2.F32): a few per row and 16-element block in the FP16 path (the block
+    # sum and its scale: 3 for 8 HFMA2), two per weight pair in the FP32 path (16 per block).
+    converts = sum(op == "HADD2.F32" for op in half)
+    assert converts * 4 < sum(op == "HADD2.F32" for op in full)
+    assert converts < sum(op.startswith("HFMA2") for op in half) // 2
     if decode == "e4m3":
         assert "F2FP.F16.E4M3.UNPACK_B" in half
     if decode == "table":
@@ -269,9 +273,9 @@ def test_the_fp16_path_converts_once_per_block_not_per_weight(decode) -> None:
 
 
 @pytest.mark.parametrize("decode", DECODES)
-@pytest.mark.parametrize("m, rows", [(8, 16), (16, 32)])
-def test_the_mma_kernel_keeps_hmma_and_no_local_memory_with_every_decoder(decode, m, rows) -> None:
-    ops = opcodes(sass(fp4_mma_source(), fp4_mma_options(m, "linear", True, decode, rows)))
+@pytest.mark.parametrize("m, rows, stages", [(8, 16, 2), (16, 32, 4), (1, 16, 4)])
+def test_the_mma_kernel_keeps_hmma_and_no_local_memory_with_every_decoder(decode, m, rows, stages) -> None:
+    ops = opcodes(sass(fp4_mma_source(), fp4_mma_options(m, "linear", True, decode, rows, stages)))
     assert "HMMA.16816.F32" in ops and not any(op.startswith(("LDL", "STL")) for op in ops)
     # the UE4M3 scales reach FP16 by bit operations and an HMUL2, never a conversion instruction
     assert not any(op.startswith(("F2F.", "F2FP.F16.F32")) for op in ops)
@@ -288,14 +292,15 @@ def test_the_default_decoder_follows_the_target() -> None:
     ({"decode": "nibbles"}, "decode"), ({"decode": 1}, "decode"), ({"rows": 16}, "rows"), ({"rows": 8.0}, "rows"),
     ({"block_sum": "bf16"}, "block_sum"), ({"activation": "bf16", "block_sum": "fp16"}, "block_sum"),
     ({"symbol": FP4_MMA_SYMBOL, "rows": 8}, "rows"), ({"rows": 32}, "rows"), ({"symbol": FP4_MMA_SYMBOL, "block_sum": "fp32"}, "block_sum"),
-    ({"warps": 3}, "warps"), ({"arch": "sm_80", "decode": "e4m3"}, "decode"),
+    ({"warps": 3}, "warps"), ({"arch": "sm_80", "decode": "e4m3"}, "decode"), ({"stages": 1}, "stages"),
+    ({"stages": 5}, "stages"), ({"stages": 2.0}, "stages"),
 ])
 def test_bad_knobs_are_refused_by_name(kwargs, argument) -> None:
     args = {"arch": "sm_90", "symbol": FP4_SYMBOL, "activation": "fp4", "decode": None, "rows": None,
-            "block_sum": None, "warps": None, **kwargs}
+            "block_sum": None, "warps": None, "stages": None, **kwargs}
     with pytest.raises(mc.ContractError) as info:
         check_gemv_knobs(args["arch"], args["symbol"], args["activation"], args["decode"], args["rows"],
-                         args["block_sum"], args["warps"])
+                         args["block_sum"], args["warps"], args["stages"])
     assert info.value.argument == argument
 
 

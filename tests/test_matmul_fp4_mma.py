@@ -51,10 +51,11 @@ def test_the_kernel_compiles_for_every_m_layout_width_and_target(arch, m, layout
 def test_the_products_run_on_fp16_mma_and_the_weights_stream_past_l1(arch, m, wide) -> None:
     body = ptx(arch, m, wide=wide)
     n8 = -(-m // 8)
-    # One consume per loop iteration: E / 4 mmas per n8 tile (E = 32 or 16 columns per lane).
-    assert body.count(MMA_PTX) == (8 if wide else 4) * n8
+    # The loop over the 2-step register ring (the default MIRCUDA_FP4_STAGES) is unrolled: one consume per
+    # ring slot, E / 4 mmas per n8 tile each (E = 32 or 16 columns per lane).
+    assert body.count(MMA_PTX) == 2 * (8 if wide else 4) * n8
     load = "ld.global.nc.L1::no_allocate." + ("v4.u32" if wide else "v2.u32")
-    assert body.count(load) == 2 * 2  # rows g and g + 8; the first step and the next one
+    assert body.count(load) == 2 * 3  # rows g and g + 8; the first step, then one load per ring slot
     assert "mul.rn.f16x2" in body or "mul.f16x2" in body  # the UE4M3 scale applied in FP16
 
 

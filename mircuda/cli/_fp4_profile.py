@@ -98,8 +98,9 @@ tensor-core one (``cuda_src/fp4_mma_gemv.cu``; NVFP4 activations only; at M = 1 
 SWEEP_DECODES = ("bytes", "pairs", "e4m3", "table")
 """The decoders of ``cuda_src/fp4_common.cuh`` (``mircuda.matmul._fp4.DECODES``)."""
 SWEEP_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
-    "vector": {"decode": SWEEP_DECODES, "rows": (4, 8), "warps": (1, 2, 4, 8), "sum": ("fp16", "fp32")},
-    "mma": {"decode": SWEEP_DECODES, "rows": (16, 32), "warps": (1, 2, 4, 8)},
+    "vector": {"decode": SWEEP_DECODES, "rows": (4, 8), "warps": (1, 2, 4, 8), "sum": ("fp16", "fp32"),
+               "stages": (2, 3, 4)},
+    "mma": {"decode": SWEEP_DECODES, "rows": (16, 32), "warps": (1, 2, 4, 8), "stages": (2, 3, 4)},
 }
 """The knobs each sweep kernel takes and their values (``sum``: the plans' ``block_sum``)."""
 
@@ -114,30 +115,35 @@ class Fp4Candidate:
     rows: int | None = None
     warps: int | None = None
     block_sum: str | None = None
+    stages: int | None = None
 
     @property
     def label(self) -> str:
-        """``kernel[:decode=D][:rows=R][:warps=W][:sum=S]``, as ``--sweep`` spells it."""
+        """``kernel[:decode=D][:rows=R][:warps=W][:sum=S][:stages=P]``, as ``--sweep`` spells it."""
         parts = [self.kernel] + [f"{key}={value}" for key, value in (("decode", self.decode), ("rows", self.rows),
-                                                                     ("warps", self.warps), ("sum", self.block_sum))
+                                                                     ("warps", self.warps), ("sum", self.block_sum),
+                                                                     ("stages", self.stages))
                                  if value is not None]
         return ":".join(parts)
 
     def knobs(self) -> dict[str, Any]:
         """The plans' keyword arguments (BlockScaledFp4VectorPlan and BlockScaledFp4Plan take the same)."""
         return {"kernel": SWEEP_KERNELS[self.kernel], "decode": self.decode, "rows": self.rows, "warps": self.warps,
-                "block_sum": self.block_sum}
+                "block_sum": self.block_sum, "stages": self.stages}
 
 
 SWEEP_ALL = (tuple(Fp4Candidate("vector", d, r, None, b) for d in SWEEP_DECODES for r in (4, 8) for b in ("fp16", "fp32"))
-             + tuple(Fp4Candidate("mma", d, r) for d in SWEEP_DECODES for r in (16, 32)))
-"""``--sweep all``: every decoder with each kernel's rows per block and the vector kernel's block sums (warps:
-the plans' choice; name them in explicit candidates): 24 candidates."""
+             + tuple(Fp4Candidate("mma", d, r) for d in SWEEP_DECODES for r in (16, 32))
+             + tuple(Fp4Candidate("vector", "e4m3", r, None, None, p) for r in (4, 8) for p in (3, 4))
+             + tuple(Fp4Candidate("mma", "e4m3", r, None, None, p) for r in (16, 32) for p in (3, 4)))
+"""``--sweep all``: every decoder with each kernel's rows per block and the vector kernel's block sums, and
+deeper load rings (stages 3, 4) with the e4m3 decoder (warps: the plans' choice; name them in explicit
+candidates): 32 candidates."""
 
 
 def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
     """``--sweep``: ``all`` (:data:`SWEEP_ALL`) or comma-separated candidates
-    ``kernel[:decode=D][:rows=R][:warps=W][:sum=fp16|fp32]`` with ``kernel`` ``vector`` or ``mma``
+    ``kernel[:decode=D][:rows=R][:warps=W][:sum=fp16|fp32][:stages=2|3|4]`` with ``kernel`` ``vector`` or ``mma``
     (``rows`` 4 or 8 for ``vector``, 16 or 32 for ``mma``; ``sum`` for ``vector`` only), e.g.
     ``vector:decode=e4m3,vector:decode=pairs:sum=fp32,mma:decode=table:rows=32:warps=4``; a knob left out is
     the plan's default.
@@ -153,7 +159,7 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
         kernel, *pairs = item.split(":")
         if kernel not in SWEEP_KERNELS:
             raise argparse.ArgumentTypeError(f"expected 'all' or candidates kernel[:decode=D][:rows=R][:warps=W]"
-                                             f"[:sum=fp16|fp32] with kernel vector or mma, received {item!r}")
+                                             f"[:sum=fp16|fp32][:stages=S] with kernel vector or mma, received {item!r}")
         allowed = SWEEP_KNOBS[kernel]
         knobs: dict[str, Any] = {}
         for pair in pairs:
@@ -166,7 +172,8 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
                 raise argparse.ArgumentTypeError(f"expected {key} one of {', '.join(map(str, allowed[key]))} for "
                                                  f"{kernel} in {item!r}, received {value!r}")
             knobs[key] = parsed
-        candidate = Fp4Candidate(kernel, knobs.get("decode"), knobs.get("rows"), knobs.get("warps"), knobs.get("sum"))
+        candidate = Fp4Candidate(kernel, knobs.get("decode"), knobs.get("rows"), knobs.get("warps"), knobs.get("sum"),
+                                 knobs.get("stages"))
         if candidate in out:
             raise argparse.ArgumentTypeError(f"expected distinct candidates, received {item!r} twice in {text!r}")
         out.append(candidate)
@@ -698,7 +705,7 @@ def _configuration(plan: Any) -> str:
     engine = getattr(plan, "_engine", None) or getattr(plan, "_gemv", None)
     if engine is None:
         return ""
-    out = f"{engine.symbol} decode={engine.decode} rows={engine.rows} warps={engine.warps}"
+    out = f"{engine.symbol} decode={engine.decode} rows={engine.rows} warps={engine.warps} stages={engine.stages}"
     return out + (f" sum={engine.block_sum}" if engine.symbol == SWEEP_KERNELS["vector"] else "")
 
 
@@ -797,8 +804,8 @@ def register(sub: Any) -> None:
     p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median is reported (default 7)")
     p.add_argument("--sweep", type=sweep_values, default=None,
                    help="for M <= 16 also measure these decode-kernel configurations: 'all' or comma-separated "
-                        "kernel[:decode=bytes|pairs|e4m3|table][:rows=R][:warps=1|2|4|8][:sum=fp16|fp32] with kernel "
-                        "vector (rows 4|8) or mma (rows 16|32; no sum)")
+                        "kernel[:decode=bytes|pairs|e4m3|table][:rows=R][:warps=1|2|4|8][:sum=fp16|fp32][:stages=2|3|4] "
+                        "with kernel vector (rows 4|8) or mma (rows 16|32; no sum)")
     p.add_argument("--json", default="benchmarks/results/fp4_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=fp4_profile, json_default=p.get_default("json"))
 

@@ -32,8 +32,9 @@
 // Work split: block b owns the 16 T weight rows [16 T b, 16 T b + 16 T), T = MIRCUDA_FP4_TILES (1 or 2:
 // each warp runs the mmas of T 16-row tiles per step, so the activations it decodes serve T tiles; rows
 // past N read row N - 1, never stored);
-// its warps split K by steps: warp w takes steps w, w + warps, ...; the next step's loads are issued
-// before the current one is consumed (register double buffering). Weights are read once (L1 bypassed);
+// its warps split K by steps: warp w takes steps w, w + warps, ...; the loads of the step S - 1 ahead are
+// issued before the current one is consumed (a register ring of S = MIRCUDA_FP4_STAGES steps, 2..4; 2 is
+// double buffering). Weights are read once (L1 bypassed);
 // activations and scales stay cached. The warps' sums meet in shared memory; warp 0 stores. On cc >= 9.0
 // programmatic dependent launch: nothing the previous kernel may write is read before griddepcontrol.wait.
 #include <cuda_bf16.h>
@@ -50,6 +51,9 @@
 #endif
 #ifndef MIRCUDA_FP4_TILES
 #define MIRCUDA_FP4_TILES 1
+#endif
+#ifndef MIRCUDA_FP4_STAGES
+#define MIRCUDA_FP4_STAGES 2
 #endif
 #define MIRCUDA_PDL_TRIGGER_LATE 1
 #include "decode_common.cuh"
@@ -72,6 +76,8 @@ constexpr int kChunk = 4 * kE;                   // columns per warp step
 constexpr int kMaxWarps = 8;
 constexpr int kTiles = MIRCUDA_FP4_TILES;        // 16-row weight tiles per block (and per warp)
 static_assert(kTiles == 1 || kTiles == 2, "MIRCUDA_FP4_TILES must be 1 or 2");
+constexpr int kStages = MIRCUDA_FP4_STAGES;      // warp steps of loads held in registers (ring)
+static_assert(kStages >= 2 && kStages <= 4, "MIRCUDA_FP4_STAGES must be 2, 3 or 4");
 
 __device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[kWords]) {
 #if MIRCUDA_FP4_WIDE
@@ -112,8 +118,11 @@ __device__ __forceinline__ unsigned scale_half2(unsigned u) {
 // A lane's codes of one row, decoded (fp4::decode_word: value * 2^-L in the decoder's element order) and
 // multiplied by their UE4M3 scales: half2 slot 4 w + i covers two of word w's eight columns, slots
 // [8 q, 8 q + 8) the 16-K group q.
-__device__ __forceinline__ void operands(const unsigned (&codes)[kWords], const unsigned (&scale)[kGroups],
+__device__ __forceinline__ void operands(const unsigned (&codes)[kWords], const unsigned (&raw)[kGroups],
                                          unsigned (&out)[4 * kWords]) {
+    unsigned scale[kGroups];
+#pragma unroll
+    for (int q = 0; q < kGroups; ++q) scale[q] = scale_half2(raw[q]);
 #pragma unroll
     for (int w = 0; w < kWords; ++w) {
         unsigned h[4];
@@ -131,7 +140,8 @@ __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, uns
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// One warp step's operands for one lane: codes and scales (FP16 pairs; zero past K or M).
+// One warp step's operands for one lane: codes and UE4M3 scale bytes (zero past K or M; converted to FP16
+// pairs when consumed, so that nothing waits for a load before its step is due).
 struct Stage {
     unsigned w[2 * kTiles][kWords];  // rows g, g + 8 of tile 0, then of tile 1
     unsigned x[kN8][kWords];
@@ -163,7 +173,7 @@ __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int st
         }
 #pragma unroll
         for (int q = 0; q < kGroups; ++q)
-            st.sw[r][q] = in ? scale_half2(__ldg(op.sw + scale_offset(op.wrow[r], kb + q, op.kblocks, op.katoms))) : 0u;
+            st.sw[r][q] = in ? __ldg(op.sw + scale_offset(op.wrow[r], kb + q, op.kblocks, op.katoms)) : 0u;
     }
 #pragma unroll
     for (int j = 0; j < kN8; ++j) {
@@ -178,7 +188,7 @@ __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int st
         }
 #pragma unroll
         for (int q = 0; q < kGroups; ++q)
-            st.sx[j][q] = live ? scale_half2(__ldg(op.sx + scale_offset(m, kb + q, op.kblocks, op.katoms))) : 0u;
+            st.sx[j][q] = live ? __ldg(op.sx + scale_offset(m, kb + q, op.kblocks, op.katoms)) : 0u;
     }
 }
 
@@ -238,20 +248,23 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
 #pragma unroll
         for (int j = 0; j < kN8; ++j) acc[tt][j][0] = acc[tt][j][1] = acc[tt][j][2] = acc[tt][j][3] = 0.f;
 
+    // A register ring of kStages warp steps: the step kStages - 1 ahead is loaded before the current one
+    // is consumed (2 stages: double buffering). Steps are warp-uniform: every lane runs every mma.
     const int steps = (k + kChunk - 1) / kChunk;
     int step = warp;
-    if (step < steps) {  // warp-uniform: every lane runs every mma
-        Stage cur;
-        load_stage(cur, op, step);
-        for (;;) {
-            const int next = step + warps;
-            const bool more = next < steps;
-            Stage nst;
-            if (more) load_stage(nst, op, next);
-            consume(acc, cur);
-            step = next;
-            if (!more) break;
-            cur = nst;
+    Stage ring[kStages];
+#pragma unroll
+    for (int d = 0; d + 1 < kStages; ++d)
+        if (step + d * warps < steps) load_stage(ring[d], op, step + d * warps);
+    while (step < steps) {
+#pragma unroll
+        for (int d = 0; d < kStages; ++d) {
+            if (step < steps) {
+                const int ahead = step + (kStages - 1) * warps;
+                if (ahead < steps) load_stage(ring[(d + kStages - 1) % kStages], op, ahead);
+                consume(acc, ring[d]);
+                step += warps;
+            }
         }
     }
 

@@ -10,7 +10,8 @@
 // 4 or 8), MIRCUDA_FP4_TILED (scales in the tiled layout of fp4_common.cuh, else linear), MIRCUDA_FP4_WIDE
 // (1: each lane loads 16 bytes = 32 weights per row per step, needs K % 32 == 0; 0: 8 bytes = 16 weights,
 // any K % 16 == 0), MIRCUDA_FP4_DECODE (the E2M1 word decoder of fp4_common.cuh: 0 bytes, 1 pairs, 2 e4m3,
-// 3 table), MIRCUDA_FP4_HALF_SUM (1, NVFP4 activations only: each 16-element block's products summed in
+// 3 table), MIRCUDA_FP4_STAGES (2..4: steps of weight loads in a register ring, kStages - 1 of them in
+// flight while a step computes), MIRCUDA_FP4_HALF_SUM (1, NVFP4 activations only: each 16-element block's products summed in
 // FP16 by HFMA2, see below; 0: FP32 per product).
 //
 // Work split: block b owns weight rows [R b, R b + R); its warps split K in chunks of 32 lanes x E
@@ -55,6 +56,9 @@
 #ifndef MIRCUDA_FP4_ACT_BF16
 #define MIRCUDA_FP4_ACT_BF16 0
 #endif
+#ifndef MIRCUDA_FP4_STAGES
+#define MIRCUDA_FP4_STAGES 2
+#endif
 #ifndef MIRCUDA_FP4_HALF_SUM
 #define MIRCUDA_FP4_HALF_SUM 1
 #endif
@@ -76,6 +80,8 @@ constexpr int kBlocks = MIRCUDA_FP4_WIDE ? 2 : 1;  // 16-element blocks per lane
 constexpr int kElems = 16 * kBlocks;
 static_assert(kM >= 1 && kM <= 16, "MIRCUDA_FP4_M must be in 1..16");
 static_assert(kRows == 4 || kRows == 8, "MIRCUDA_FP4_ROWS must be 4 or 8");
+constexpr int kStages = MIRCUDA_FP4_STAGES;  // steps of weight loads held in registers (ring)
+static_assert(kStages >= 2 && kStages <= 4, "MIRCUDA_FP4_STAGES must be 2, 3 or 4");
 
 // Weight codes are read once: not kept in L1.
 __device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[2 * kBlocks]) {
@@ -174,6 +180,68 @@ __device__ __forceinline__ float scale_unbiased(unsigned u) {
     return __half2float(__ushort_as_half((unsigned short)((u & 0x7fu) << 7))) * (256.0f * (float)(1u << fp4::kDecodeLog2));
 }
 
+// One step of a lane: its kElems columns from `col` of the R weight rows (codes, scale bytes sraw) times the
+// M activation rows, accumulated into acc.
+__device__ __forceinline__ void consume(float (&acc)[kM][kRows], const unsigned (&codes)[kRows][2 * kBlocks],
+                                       const unsigned (&sraw)[kRows], const void* __restrict__ x,
+                                       const unsigned char* __restrict__ sx, int col, int k, int kblocks, int katoms) {
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b) {
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+#if MIRCUDA_FP4_ACT_BF16
+            const float xs = 1.0f;
+#else
+            const float xs = fp4::ue4m3_to_float(__ldg(sx + scale_offset(m, (col >> 4) + b, kblocks, katoms)));
+#endif
+#if MIRCUDA_FP4_FP16_PATH
+            __half2 xh[8];
+            activation_half2(x, m, col + 16 * b, k, xh);
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+                __half2 s2 = __float2half2_rn(0.f);
+#pragma unroll
+                for (int word = 0; word < 2; ++word) {
+                    unsigned h[4];
+                    fp4::decode_word(codes[r][2 * b + word], h);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)
+                        s2 = __hfma2(*reinterpret_cast<const __half2*>(&h[i]), xh[4 * word + i], s2);
+                }
+                const float2 f = __half22float2(s2);
+                const float ws = scale_unbiased((sraw[r] >> (8 * b)) & 0xffu);
+                acc[m][r] = fmaf(f.x + f.y, ws * xs, acc[m][r]);
+            }
+#else
+            float xf[16];
+            activation_block(x, m, col + 16 * b, k, xf);
+#if !MIRCUDA_FP4_ACT_BF16
+            const float xsu = xs * fp4::decode_unbias();
+#else
+            const float xsu = xs;
+#endif
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+                float p = 0.f;
+#pragma unroll
+                for (int word = 0; word < 2; ++word) {
+                    unsigned h[4];
+                    fp4::decode_word(codes[r][2 * b + word], h);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const float2 f = fp4::half2_to_float2(h[i]);
+                        p = fmaf(f.x, xf[8 * word + fp4::word_element(i, 0)], p);
+                        p = fmaf(f.y, xf[8 * word + fp4::word_element(i, 1)], p);
+                    }
+                }
+                const float ws = scale_unbiased((sraw[r] >> (8 * b)) & 0xffu);
+                acc[m][r] = fmaf(p, ws * xsu, acc[m][r]);
+            }
+#endif
+        }
+    }
+}
+
 __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
                                            const unsigned char* __restrict__ sw, const void* __restrict__ x,
                                            const unsigned char* __restrict__ sx, const float* global_a,
@@ -199,82 +267,27 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
         for (int r = 0; r < kRows; ++r) acc[m][r] = 0.f;
 
     // K % kElems == 0 (the plan picks the variant): a lane's kElems columns lie all inside K or all
-    // past it. Register double buffering: the next step's weight codes and scales are loaded before
-    // the current step is consumed, so 2 R loads per lane are in flight (as in dense_vector.cu).
+    // past it. Register ring of kStages steps: the step kStages - 1 ahead is loaded before the current one
+    // is consumed, so (kStages - 1) R weight loads per lane are in flight while it computes (2 stages:
+    // double buffering as in dense_vector.cu). The ring is indexed at compile time (the loop over it is
+    // unrolled), so it stays in registers.
     const int stride = warps * chunk;
     int col = warp * chunk + lane * kElems;
-    if (col < k) {
-        unsigned codes[kRows][2 * kBlocks];
-        unsigned sraw[kRows];
-        load_step(w, sw, rows, col, k, kblocks, katoms, codes, sraw);
-        for (;;) {
-            const int next = col + stride;
-            const bool more = next < k;
-            unsigned ncodes[kRows][2 * kBlocks];
-            unsigned nraw[kRows];
-            if (more) load_step(w, sw, rows, next, k, kblocks, katoms, ncodes, nraw);
+    unsigned codes[kStages][kRows][2 * kBlocks];
+    unsigned sraw[kStages][kRows];
 #pragma unroll
-            for (int b = 0; b < kBlocks; ++b) {
+    for (int d = 0; d + 1 < kStages; ++d)
+        if (col + d * stride < k) load_step(w, sw, rows, col + d * stride, k, kblocks, katoms, codes[d], sraw[d]);
+    while (col < k) {
 #pragma unroll
-                for (int m = 0; m < kM; ++m) {
-#if MIRCUDA_FP4_ACT_BF16
-                    const float xs = 1.0f;
-#else
-                    const float xs = fp4::ue4m3_to_float(__ldg(sx + scale_offset(m, (col >> 4) + b, kblocks, katoms)));
-#endif
-#if MIRCUDA_FP4_FP16_PATH
-                    __half2 xh[8];
-                    activation_half2(x, m, col + 16 * b, k, xh);
-#pragma unroll
-                    for (int r = 0; r < kRows; ++r) {
-                        __half2 s2 = __float2half2_rn(0.f);
-#pragma unroll
-                        for (int word = 0; word < 2; ++word) {
-                            unsigned h[4];
-                            fp4::decode_word(codes[r][2 * b + word], h);
-#pragma unroll
-                            for (int i = 0; i < 4; ++i)
-                                s2 = __hfma2(*reinterpret_cast<const __half2*>(&h[i]), xh[4 * word + i], s2);
-                        }
-                        const float2 f = __half22float2(s2);
-                        const float ws = scale_unbiased((sraw[r] >> (8 * b)) & 0xffu);
-                        acc[m][r] = fmaf(f.x + f.y, ws * xs, acc[m][r]);
-                    }
-#else
-                    float xf[16];
-                    activation_block(x, m, col + 16 * b, k, xf);
-#if !MIRCUDA_FP4_ACT_BF16
-                    const float xsu = xs * fp4::decode_unbias();
-#else
-                    const float xsu = xs;
-#endif
-#pragma unroll
-                    for (int r = 0; r < kRows; ++r) {
-                        float p = 0.f;
-#pragma unroll
-                        for (int word = 0; word < 2; ++word) {
-                            unsigned h[4];
-                            fp4::decode_word(codes[r][2 * b + word], h);
-#pragma unroll
-                            for (int i = 0; i < 4; ++i) {
-                                const float2 f = fp4::half2_to_float2(h[i]);
-                                p = fmaf(f.x, xf[8 * word + fp4::word_element(i, 0)], p);
-                                p = fmaf(f.y, xf[8 * word + fp4::word_element(i, 1)], p);
-                            }
-                        }
-                        const float ws = scale_unbiased((sraw[r] >> (8 * b)) & 0xffu);
-                        acc[m][r] = fmaf(p, ws * xsu, acc[m][r]);
-                    }
-#endif
-                }
-            }
-            col = next;
-            if (!more) break;
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) {
-                sraw[r] = nraw[r];
-#pragma unroll
-                for (int i = 0; i < 2 * kBlocks; ++i) codes[r][i] = ncodes[r][i];
+        for (int d = 0; d < kStages; ++d) {
+            if (col < k) {
+                const int ahead = col + (kStages - 1) * stride;
+                if (ahead < k)
+                    load_step(w, sw, rows, ahead, k, kblocks, katoms, codes[(d + kStages - 1) % kStages],
+                              sraw[(d + kStages - 1) % kStages]);
+                consume(acc, codes[d], sraw[d], x, sx, col, k, kblocks, katoms);
+                col += stride;
             }
         }
     }

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vector_source", "fp4_gemv_options",
            "ACTIVATIONS", "GEMV_MAX_M", "FP4_SYMBOL", "fp4_executor", "fp4_operands", "has_e2m1_cvt",
            "portable_executor", "fp4_target", "fp4_compiler", "FP4_MMA_SYMBOL", "FP4_KERNELS", "fp4_mma_source",
-           "fp4_mma_options", "DECODES", "BLOCK_SUMS", "default_decode", "check_gemv_knobs", "VECTOR_ROWS", "MMA_ROWS"]
+           "fp4_mma_options", "DECODES", "BLOCK_SUMS", "default_decode", "check_gemv_knobs", "VECTOR_ROWS", "MMA_ROWS", "STAGES"]
 
 ACTIVATIONS = ("fp4", "bf16")
 """``activation=``: ``"fp4"`` (NVFP4 activations with their own scales and global scale) or ``"bf16"``
@@ -62,6 +62,9 @@ BLOCK_SUMS = ("fp16", "fp32")
 HFMA2 (``"fp16"``, NVFP4 activations only) or per product in FP32 (``"fp32"``)."""
 VECTOR_ROWS = (4, 8)
 """Weight rows per block that ``fp4_matvec_bf16`` takes (``MIRCUDA_FP4_ROWS``)."""
+STAGES = (2, 3, 4)
+"""``stages=``: warp steps of weight loads the NVRTC kernels keep in a register ring (``MIRCUDA_FP4_STAGES``;
+``stages - 1`` in flight while a step computes; 2 is double buffering, the default)."""
 MMA_ROWS = (16, 32)
 """Weight rows per block that ``fp4_mma_bf16`` takes: 16-row tiles per warp (``MIRCUDA_FP4_TILES`` 1 or 2; two
 tiles share each decoded activation fragment)."""
@@ -83,7 +86,7 @@ def default_decode(arch: str) -> str:
 
 
 def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows: Any, block_sum: Any,
-                     warps: Any) -> tuple[str, int | None, str | None]:
+                     warps: Any, stages: Any = None) -> tuple[str, int | None, str | None]:
     """Checks the NVRTC kernels' tuning knobs; returns ``(decode, rows, block_sum)`` with the decode
     defaulted (rows and block_sum stay None for the kernel's default).
 
@@ -91,8 +94,10 @@ def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows:
         ContractError: ``decode`` not in :data:`DECODES` (or ``"e4m3"`` for a target below sm_89), ``rows``
             not in :data:`VECTOR_ROWS` (``fp4_matvec_bf16``) or :data:`MMA_ROWS` (``fp4_mma_bf16``), ``block_sum`` not in
             :data:`BLOCK_SUMS`, ``"fp16"`` with BF16 activations or given for ``fp4_mma_bf16``, ``warps`` not
-            None, 1, 2, 4 or 8.
+            None, 1, 2, 4 or 8, ``stages`` not None or in :data:`STAGES`.
     """
+    if stages is not None and (type(stages) is not int or stages not in STAGES):
+        raise ContractError("stages", f"None or one of {STAGES} (steps of loads in the register ring)", repr(stages))
     if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
         raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
     if decode is None:
@@ -131,23 +136,24 @@ def fp4_mma_source() -> CudaSource:
     return package_source("fp4_mma_gemv.cu")
 
 
-def fp4_mma_options(m: int, layout: str, wide: bool, decode: str = "bytes", rows: int = 16) -> CompileOptions:
+def fp4_mma_options(m: int, layout: str, wide: bool, decode: str = "bytes", rows: int = 16,
+                    stages: int = 2) -> CompileOptions:
     """The NVRTC options of ``fp4_mma_bf16`` for ``m`` (1..16) activation rows, the scale layout, the
     load width (``wide``: 16-byte weight loads, K % 32 == 0), the decoder (:data:`DECODES`) and the weight
     rows per block (:data:`MMA_ROWS`)."""
     return CompileOptions(defines={"MIRCUDA_FP4_M": m, "MIRCUDA_FP4_TILED": int(layout == "tiled"),
                                    "MIRCUDA_FP4_WIDE": int(wide), "MIRCUDA_FP4_DECODE": DECODES.index(decode),
-                                   "MIRCUDA_FP4_TILES": rows // 16})
+                                   "MIRCUDA_FP4_TILES": rows // 16, "MIRCUDA_FP4_STAGES": stages})
 
 
 def fp4_gemv_options(m: int, rows: int, layout: str, wide: bool, activation: str, decode: str = "bytes",
-                     block_sum: str = "fp32") -> CompileOptions:
+                     block_sum: str = "fp32", stages: int = 2) -> CompileOptions:
     """The NVRTC options of ``fp4_matvec_bf16`` (see ``cuda_src/fp4_vector.cu``)."""
     return CompileOptions(defines={"MIRCUDA_FP4_M": m, "MIRCUDA_FP4_ROWS": rows,
                                    "MIRCUDA_FP4_TILED": int(layout == "tiled"), "MIRCUDA_FP4_WIDE": int(wide),
                                    "MIRCUDA_FP4_ACT_BF16": int(activation == "bf16"),
                                    "MIRCUDA_FP4_DECODE": DECODES.index(decode),
-                                   "MIRCUDA_FP4_HALF_SUM": int(block_sum == "fp16")})
+                                   "MIRCUDA_FP4_HALF_SUM": int(block_sum == "fp16"), "MIRCUDA_FP4_STAGES": stages})
 
 
 def fp4_target(compute_capability: tuple[int, int]) -> str | None:
@@ -239,12 +245,14 @@ class Fp4Gemv:
 
     def __init__(self, context: Context, m: int, n: int, k: int, activation: str, layout: str, compiler: Compiler,
                  warps: int | None = None, symbol: str = FP4_SYMBOL, *, decode: str | None = None,
-                 rows: int | None = None, block_sum: str | None = None) -> None:
+                 rows: int | None = None, block_sum: str | None = None, stages: int | None = None) -> None:
         if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
             raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
         if symbol not in FP4_KERNELS:
             raise ContractError("kernel", f"one of {FP4_KERNELS}", repr(symbol))
-        decode, rows, block_sum = check_gemv_knobs(compiler.arch, symbol, activation, decode, rows, block_sum, warps)
+        decode, rows, block_sum = check_gemv_knobs(compiler.arch, symbol, activation, decode, rows, block_sum, warps,
+                                                   stages)
+        self.stages = stages if stages is not None else 2
         if symbol == FP4_MMA_SYMBOL and activation != "fp4":
             raise ContractError("activation", f"'fp4' (kernel {FP4_MMA_SYMBOL} takes NVFP4 activations only)",
                                 repr(activation))
@@ -257,13 +265,14 @@ class Fp4Gemv:
         if symbol == FP4_MMA_SYMBOL:
             self.rows = rows if rows is not None else 16
             self.block_sum = "fp32"
-            self.options = fp4_mma_options(m, layout, self.wide, decode, self.rows)
+            self.options = fp4_mma_options(m, layout, self.wide, decode, self.rows, self.stages)
             source = fp4_mma_source()
             chunk = 4 * self.elements
         else:
             self.rows = rows if rows is not None else 8 if m == 1 else 4
             self.block_sum = block_sum if block_sum is not None else "fp16" if activation == "fp4" else "fp32"
-            self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation, decode, self.block_sum)
+            self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation, decode, self.block_sum,
+                                            self.stages)
             source = fp4_vector_source()
             chunk = 32 * self.elements
         contract = cuda_export(symbol, y=InOut[DeviceBuffer[bf16]], w=In[DeviceBuffer[u8]],
@@ -308,7 +317,7 @@ class Fp4Gemv:
         if self.symbol == FP4_MMA_SYMBOL:
             return (f"kernel {FP4_MMA_SYMBOL} (NVRTC, -D MIRCUDA_FP4_M={self.m}"
                     f"{' -D MIRCUDA_FP4_TILED=1' if self.layout == 'tiled' else ''} -D MIRCUDA_FP4_WIDE={int(self.wide)} "
-                    f"-D MIRCUDA_FP4_DECODE={DECODES.index(self.decode)} -D MIRCUDA_FP4_TILES={self.rows // 16}), "
+                    f"-D MIRCUDA_FP4_DECODE={DECODES.index(self.decode)} -D MIRCUDA_FP4_TILES={self.rows // 16} -D MIRCUDA_FP4_STAGES={self.stages}), "
                     f"{self.config.grid[0]} blocks of {self.rows} weight rows x {self.warps} warp(s) splitting K, NVFP4 "
                     f"activations (E2M1 x UE4M3); E2M1 decoded to FP16 by {decode} and multiplied by its UE4M3 scale "
                     "in FP16 (exact), then tensor cores: mma.sync m16n8k16 FP16 x FP16 -> FP32 (weights the 16-row "
@@ -320,7 +329,8 @@ class Fp4Gemv:
                   "per block" if self.block_sum == "fp16" else "block_sum='fp32': products in FP32")
         return (f"kernel {FP4_SYMBOL} (NVRTC, -D MIRCUDA_FP4_M={self.m} -D MIRCUDA_FP4_ROWS={self.rows}"
                 f"{' -D MIRCUDA_FP4_TILED=1' if self.layout == 'tiled' else ''} -D MIRCUDA_FP4_DECODE="
-                f"{DECODES.index(self.decode)} -D MIRCUDA_FP4_HALF_SUM={int(self.block_sum == 'fp16')}), "
+                f"{DECODES.index(self.decode)} -D MIRCUDA_FP4_HALF_SUM={int(self.block_sum == 'fp16')} "
+                f"-D MIRCUDA_FP4_STAGES={self.stages}), "
                 f"{self.config.grid[0]} blocks of "
                 f"{self.rows} weight rows x {self.warps} warp(s) splitting K, {act}, "
                 f"{'16' if self.wide else '8'}-byte streamed weight loads ({self.elements} E2M1 per lane"
@@ -461,6 +471,7 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
             or of :data:`MMA_ROWS` for :data:`FP4_MMA_SYMBOL` (None: 16).
         block_sum: tuning knob of :data:`FP4_SYMBOL`: ``"fp16"`` (exact HFMA2 block sums; the default with
             NVFP4 activations) or ``"fp32"`` (the only one with BF16 activations).
+        stages: tuning knob: one of :data:`STAGES` (None: 2), steps of weight loads in the register ring.
 
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16), activation, layout, warps,
@@ -472,7 +483,7 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
     def __init__(self, context: Context, stream: Stream, spec: DenseVectorSpec, *, activation: str = "fp4",
                  scale_layout: str = "linear", compiler: Compiler | None = None, warps: int | None = None,
                  kernel: str | None = None, decode: str | None = None, rows: int | None = None,
-                 block_sum: str | None = None) -> None:
+                 block_sum: str | None = None, stages: int | None = None) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
@@ -492,7 +503,7 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         self._in, self._out = dtype_info(u8), dtype_info(bf16)
         self._engine = Fp4Gemv(context, 1, spec.n, spec.k, activation, scale_layout, compiler, warps,
                                kernel if kernel is not None else FP4_SYMBOL, decode=decode, rows=rows,
-                               block_sum=block_sum)
+                               block_sum=block_sum, stages=stages)
         self._names = ("x", "x_scales", "w", "w_scales", "y")
         self._operands = fp4_operands(self._names, 1, spec.n, spec.k, activation, scale_layout, self._engine.wide)
         self._numba: Any = None
@@ -571,7 +582,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             (``"fp4_matvec_bf16"``: CUDA cores; ``"fp4_mma_bf16"``: tensor cores, NVFP4 activations only), or
             the name of one of the library's block-scaled NVFP4 kernels
             (``CutlassLibrary.block_scaled_kernels``), which then runs any M.
-        decode, rows, warps, block_sum: tuning knobs of the NVRTC kernels (M <= 16; as
+        decode, rows, warps, block_sum, stages: tuning knobs of the NVRTC kernels (M <= 16; as
             :class:`BlockScaledFp4VectorPlan`: ``block_sum`` for ``fp4_matvec_bf16`` only; None:
             the defaults); refused (ContractError) on the other paths.
 
@@ -587,7 +598,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
     def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, *, activation: str = "fp4",
                  scale_layout: str = "linear", compiler: Compiler | None = None,
                  library: CutlassLibrary | None = None, kernel: str | None = None, decode: str | None = None,
-                 rows: int | None = None, warps: int | None = None, block_sum: str | None = None) -> None:
+                 rows: int | None = None, warps: int | None = None, block_sum: str | None = None,
+                 stages: int | None = None) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
@@ -624,7 +636,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                 raise ContractError("kernel", f"{FP4_SYMBOL!r} or None with activation='bf16' ({FP4_MMA_SYMBOL} takes "
                                     "NVFP4 activations only)", repr(kernel))
             kernel = None
-        knobs = {"decode": decode, "rows": rows, "warps": warps, "block_sum": block_sum}
+        knobs = {"decode": decode, "rows": rows, "warps": warps, "block_sum": block_sum, "stages": stages}
         if m > GEMV_MAX_M or (kernel is not None and nvrtc is None):
             for name, value in knobs.items():
                 if value is not None:
@@ -649,7 +661,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
         if m <= GEMV_MAX_M:
             symbol = nvrtc if nvrtc is not None else FP4_MMA_SYMBOL if m >= 2 and activation == "fp4" else FP4_SYMBOL
             self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler, warps, symbol, decode=decode,
-                                 rows=rows, block_sum=block_sum)
+                                 rows=rows, block_sum=block_sum, stages=stages)
             self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide)
             head = (f"M = {m} <= {GEMV_MAX_M}: decode; the {n}x{k} FP4 weights dominate the bytes, so one NVRTC kernel "
                     "streams each once and multiplies it by all M activation rows")

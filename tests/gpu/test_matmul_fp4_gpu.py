@@ -388,15 +388,19 @@ def test_the_vector_plan_matches_float64_with_every_decoder(context, stream, poo
         run_vector(context, stream, pool, rng, n, k, activation, layout, decode=decode, block_sum=block_sum)
 
 
+@pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("rows", [4, 8])
 @pytest.mark.parametrize("decode", DECODES)
-@pytest.mark.parametrize("n, k", [(37, 1040), (4097, 4112), (4096, 4096)], ids=str)
-def test_the_vector_plan_matches_float64_with_every_row_count_and_the_mma_kernel(context, stream, pool, rng, n, k,
-                                                                                 decode, rows) -> None:
+@pytest.mark.parametrize("n, k", [(37, 1040), (4097, 4112), (4096, 4096), (300, 14336)], ids=str)
+def test_the_vector_plan_matches_float64_with_every_row_count_stage_count_and_the_mma_kernel(
+        context, stream, pool, rng, n, k, decode, rows, stages) -> None:
+    """Warps 1 and 8 too: the ring's steps per warp run from many (K = 14336, one warp) to fewer than the ring."""
     skip_unless_decoder_runs(context, decode)
-    run_vector(context, stream, pool, rng, n, k, "fp4", "tiled", decode=decode, rows=rows)
-    if rows == 8:  # M = 1 on the tensor-core kernel
-        run_vector(context, stream, pool, rng, n, k, "fp4", "linear", decode=decode, kernel="fp4_mma_bf16")
+    run_vector(context, stream, pool, rng, n, k, "fp4", "tiled", decode=decode, rows=rows, stages=stages, warps=1)
+    run_vector(context, stream, pool, rng, n, k, "fp4", "linear", decode=decode, rows=rows, stages=stages, warps=8)
+    # M = 1 on the tensor-core kernel (16 or 32 rows per block)
+    run_vector(context, stream, pool, rng, n, k, "fp4", "linear", decode=decode, kernel="fp4_mma_bf16",
+               rows=4 * rows, stages=stages)
 
 
 def run_vector(context, stream, pool, rng, n, k, activation, layout, **knobs) -> None:
@@ -410,6 +414,10 @@ def run_vector(context, stream, pool, rng, n, k, activation, layout, **knobs) ->
     assert f"kernel {knobs.get('kernel', 'fp4_matvec_bf16')}" in text and f"decode={knobs['decode']!r}" in text
     if "block_sum" in knobs:
         assert f"block_sum={knobs['block_sum']!r}" in text
+    if "stages" in knobs:
+        assert f"-D MIRCUDA_FP4_STAGES={knobs['stages']}" in text
+    if "warps" in knobs:
+        assert f"x {knobs['warps']} warp(s)" in text
     if activation == "fp4":
         x = Operand(context, stream, pool, x_host, layout)
         plan.execute(stream, x.codes, x.scale_buf, w.codes, w.scale_buf, y, global_x=x.global_buf,
@@ -427,14 +435,14 @@ def run_vector(context, stream, pool, rng, n, k, activation, layout, **knobs) ->
     (x.free(stream) if activation == "fp4" else bx.free(stream))
 
 
-@pytest.mark.parametrize("rows", ["default", "other"])
+@pytest.mark.parametrize("rows, stages", [("default", None), ("other", 3), ("default", 4)])
 @pytest.mark.parametrize("kernel", ["fp4_mma_bf16", "fp4_matvec_bf16"])
 @pytest.mark.parametrize("decode", DECODES)
 @pytest.mark.parametrize("m", [2, 9, 16])
 @pytest.mark.parametrize("layout", ["linear", "tiled"])
 @pytest.mark.parametrize("n, k", [(37, 1040), (4097, 96), (131, 80), (4096, 4096)], ids=str)
 def test_the_matrix_decode_kernels_match_float64_with_every_decoder(context, stream, pool, rng, m, n, k, layout,
-                                                                    decode, kernel, rows) -> None:
+                                                                    decode, kernel, rows, stages) -> None:
     """rows "other": 32 weight rows per block (two 16-row tiles per warp) for fp4_mma_bf16, 8 for
     fp4_matvec_bf16 (its default at M > 1 is 4)."""
     skip_unless_decoder_runs(context, decode)
@@ -445,7 +453,8 @@ def test_the_matrix_decode_kernels_match_float64_with_every_decoder(context, str
         a_host = bf16_data(rng, m, k)
         d = poisoned(context, stream, pool, m * n)
         plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), activation=activation,
-                                     scale_layout=layout, kernel=kernel, decode=decode, warps=2, rows=block_rows)
+                                     scale_layout=layout, kernel=kernel, decode=decode, warps=2, rows=block_rows,
+                                     stages=stages)
         assert plan.gemv_kernel == kernel and f"decode={decode!r}" in plan.describe()
         if block_rows is not None:
             assert f"blocks of {block_rows} weight rows" in plan.describe()
@@ -479,6 +488,8 @@ def test_the_plans_refuse_knobs_they_cannot_use_by_name(context, stream) -> None
         (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 64), block_sum="fp16",
                                        kernel="fp4_mma_bf16"), "block_sum"),
         (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 64), warps=5), "warps"),
+        (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 64), stages=1), "stages"),
+        (lambda: mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 64), stages=8), "stages"),
     ]
     for make, argument in cases:
         with pytest.raises(mc.ContractError) as info:
