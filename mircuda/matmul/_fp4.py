@@ -454,8 +454,11 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
     Decoding: ``cvt.rn.f16x2.e2m1x2`` (SASS ``F2FP.F16.E2M1.UNPACK_B``) where the compile target is a
     family-specific Blackwell one (sm_100f, sm_120f, sm_1xxa: PTX ISA 8.6/8.8; on cc 12.x the default
     compiler targets sm_12Yf, :func:`fp4_compiler`), elsewhere (sm_80, sm_90 (H200), a plain-target
-    compiler passed in) an exact software decode; within each 16-element block the products and their sum are exact in FP32, scaled
-    once by ``sx * sw``. Any N; K a multiple of 16 (16-byte weight loads when K % 32 == 0, else 8-byte).
+    compiler passed in) an exact software decode, one of :data:`DECODES` (``cuda_src/fp4_common.cuh``; default
+    :func:`default_decode`: on the H200 bit operations to E4M3 bytes and ``cvt.rn.f16x2.e4m3x2``). With NVFP4
+    activations each 16-element block's products are summed exactly in FP16 by HFMA2 (no per-weight conversion;
+    the proof is in ``cuda_src/fp4_vector.cu``), otherwise in FP32; each block sum is scaled once by
+    ``sx * sw`` and accumulated in FP32. Any N; K a multiple of 16 (16-byte weight loads when K % 32 == 0, else 8-byte).
 
     Args:
         context, stream: the plan's context and the stream it is bound to (execute takes no other).
