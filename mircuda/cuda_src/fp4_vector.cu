@@ -11,8 +11,8 @@
 // (1: each lane loads 16 bytes = 32 weights per row per step, needs K % 32 == 0; 0: 8 bytes = 16 weights,
 // any K % 16 == 0), MIRCUDA_FP4_DECODE (the E2M1 word decoder of fp4_common.cuh: 0 bytes, 1 pairs, 2 e4m3,
 // 3 table), MIRCUDA_FP4_STAGES (2..4: steps of weight loads in a register ring, kStages - 1 of them in
-// flight while a step computes), MIRCUDA_FP4_HALF_SUM (1, NVFP4 activations only: each 16-element block's products summed in
-// FP16 by HFMA2, see below; 0: FP32 per product).
+// flight while a step computes), MIRCUDA_FP4_HALF_SUM (1, NVFP4 activations only: each 16-element
+// block's products summed in FP16 by HFMA2, see below; 0: FP32 per product).
 //
 // Work split: block b owns weight rows [R b, R b + R); its warps split K in chunks of 32 lanes x E
 // elements (E = 32 or 16), warp w taking chunks w, w + warps, ...; each lane streams its E weights of the
@@ -35,8 +35,9 @@
 // magnitude <= 288 * 2^-L < 2^(11 - (L+2)): an integer below 2^11 times 2^-(L+2), which FP16 (11-bit
 // significand, subnormal step 2^-24 <= 2^-(L+2) for L <= 22, largest 65504 > 288) holds exactly, so every
 // HFMA2 rounds nothing. The block's half2 is converted to FP32 once per 16 elements, its halves added
-// (exact in FP32), then scaled as above. Rows past N read row
-// N - 1 (never stored). On cc >= 9.0 the kernel supports programmatic dependent launch: nothing the
+// (exact in FP32), then scaled as above.
+//
+// Rows past N read row N - 1 (never stored). On cc >= 9.0 the kernel supports programmatic dependent launch: nothing the
 // previous kernel of the stream may write is read before griddepcontrol.wait.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -367,8 +367,8 @@ def test_every_decoder_decodes_every_word_on_the_device_as_the_numpy_emulation(c
     bw.free(stream)
 
 
-KNOB_SHAPES = [(4096, 4096), (37, 1040), (4097, 4112), (300, 96), (13, 80)]
-"""(N, K): odd N; 1040, 4112, 80 multiples of 16 not 32 (8-byte loads); 96 of 32 not 64."""
+KNOB_SHAPES = [(4096, 4096), (37, 1040), (301, 96)]
+"""(N, K): odd N; 1040 a multiple of 16 not 32 (8-byte loads); 96 of 32 not 64 (16-byte loads)."""
 
 
 @pytest.mark.parametrize("block_sum", ["fp16", "fp32"])
@@ -388,10 +388,10 @@ def test_the_vector_plan_matches_float64_with_every_decoder(context, stream, poo
         run_vector(context, stream, pool, rng, n, k, activation, layout, decode=decode, block_sum=block_sum)
 
 
-@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("stages", [3, 4])
 @pytest.mark.parametrize("rows", [4, 8])
 @pytest.mark.parametrize("decode", DECODES)
-@pytest.mark.parametrize("n, k", [(37, 1040), (4097, 4112), (4096, 4096), (300, 14336)], ids=str)
+@pytest.mark.parametrize("n, k", [(37, 1040), (300, 14336)], ids=str)
 def test_the_vector_plan_matches_float64_with_every_row_count_stage_count_and_the_mma_kernel(
         context, stream, pool, rng, n, k, decode, rows, stages) -> None:
     """Warps 1 and 8 too: the ring's steps per warp run from many (K = 14336, one warp) to fewer than the ring."""
@@ -435,12 +435,12 @@ def run_vector(context, stream, pool, rng, n, k, activation, layout, **knobs) ->
     (x.free(stream) if activation == "fp4" else bx.free(stream))
 
 
-@pytest.mark.parametrize("rows, stages", [("default", None), ("other", 3), ("default", 4)])
+@pytest.mark.parametrize("rows, stages", [("default", None), ("other", 3)])
 @pytest.mark.parametrize("kernel", ["fp4_mma_bf16", "fp4_matvec_bf16"])
 @pytest.mark.parametrize("decode", DECODES)
-@pytest.mark.parametrize("m", [2, 9, 16])
+@pytest.mark.parametrize("m", [3, 16])
 @pytest.mark.parametrize("layout", ["linear", "tiled"])
-@pytest.mark.parametrize("n, k", [(37, 1040), (4097, 96), (131, 80), (4096, 4096)], ids=str)
+@pytest.mark.parametrize("n, k", [(37, 1040), (4097, 96)], ids=str)
 def test_the_matrix_decode_kernels_match_float64_with_every_decoder(context, stream, pool, rng, m, n, k, layout,
                                                                     decode, kernel, rows, stages) -> None:
     """rows "other": 32 weight rows per block (two 16-row tiles per warp) for fp4_mma_bf16, 8 for
