@@ -306,11 +306,12 @@ class Fp4Gemv:
         act = "NVFP4 activations (E2M1 x UE4M3)" if self.activation == "fp4" else "BF16 activations"
         decode = (f"decode={self.decode!r}: " + (
             "cvt.rn.f16x2.e2m1x2" if self.decode == "bytes" and has_e2m1_cvt(self.arch) else
-            "an exact software E2M1 decode byte by byte (bit operations into FP16)" if self.decode == "bytes" else
-            "nibbles (i, i+4) of each 32-bit word into FP16 pairs (two shifts and two LOP3 per pair)"
-            if self.decode == "pairs" else
-            "bit operations to E4M3 bytes, then cvt.rn.f16x2.e4m3x2" if self.decode == "e4m3" else
-            "a bank-replicated shared-memory table byte -> FP16 pair (32 KiB per block)")
+            "an exact software E2M1 decode: " + (
+                "byte by byte (bit operations into FP16)" if self.decode == "bytes" else
+                "nibbles (i, i+4) of each 32-bit word into FP16 pairs (two shifts and two LOP3 per pair)"
+                if self.decode == "pairs" else
+                "bit operations to E4M3 bytes, then cvt.rn.f16x2.e4m3x2" if self.decode == "e4m3" else
+                "a bank-replicated shared-memory table byte -> FP16 pair (32 KiB per block)"))
             + ("" if has_e2m1_cvt(self.arch) else
                f"; target {self.arch}: cvt.rn.f16x2.e2m1x2 needs a family-specific Blackwell target, "
                "sm_100f/sm_120f/sm_1xxa, which the default compiler takes on cc 12.x"))
