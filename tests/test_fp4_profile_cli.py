@@ -360,3 +360,122 @@ def test_a_path_that_raises_is_a_failure_and_the_others_are_still_measured(monke
     assert rows[0].fp4_us == 10.0 and rows[1].fp4_us is None and rows[1].bf16_us == rows[1].fp8_us == 10.0
     assert failures == ["fp4_us M=4 256x512: ContractError: argument 'spec': expected something else, received this"]
     assert all(b.freed for b in s.pool.buffers)
+
+
+# -- --sweep ------------------------------------------------------------------------------------------------
+def test_sweep_candidates_parse_with_their_knobs() -> None:
+    got = fp.sweep_values("vector, vector:decode=e4m3:rows=4:warps=8:sum=fp32:stages=3,mma:decode=table:rows=32:warps=2,"
+                          "mma")
+    assert got == (fp.Fp4Candidate("vector"), fp.Fp4Candidate("vector", "e4m3", 4, 8, "fp32", 3),
+                   fp.Fp4Candidate("mma", "table", 32, 2), fp.Fp4Candidate("mma"))
+    assert [c.label for c in got] == ["vector", "vector:decode=e4m3:rows=4:warps=8:sum=fp32:stages=3",
+                                      "mma:decode=table:rows=32:warps=2", "mma"]
+    assert got[1].knobs() == {"kernel": "fp4_matvec_bf16", "decode": "e4m3", "rows": 4, "warps": 8,
+                              "block_sum": "fp32", "stages": 3}
+    assert got[3].knobs() == {"kernel": "fp4_mma_bf16", "decode": None, "rows": None, "warps": None,
+                              "block_sum": None, "stages": None}
+    assert parse("--sweep", "mma:decode=pairs").sweep == (fp.Fp4Candidate("mma", "pairs"),)
+    assert parse().sweep is None
+
+
+def test_sweep_all_is_every_decoder_with_each_kernel_s_knobs() -> None:
+    from mircuda.matmul._fp4 import DECODES
+
+    assert fp.sweep_values("all") == fp.SWEEP_ALL and len(fp.SWEEP_ALL) == 32 == len(set(fp.SWEEP_ALL))
+    assert {c.stages for c in fp.SWEEP_ALL} == {None, 3, 4}
+    assert fp.SWEEP_DECODES == DECODES
+    assert {c.decode for c in fp.SWEEP_ALL} == set(DECODES) and {c.kernel for c in fp.SWEEP_ALL} == {"vector", "mma"}
+    assert all(c.rows in (16, 32) and c.block_sum is None for c in fp.SWEEP_ALL if c.kernel == "mma")
+    assert all(c.rows in (4, 8) for c in fp.SWEEP_ALL if c.kernel == "vector")
+
+
+@pytest.mark.parametrize("text, named", [("gemv", "'gemv'"), ("mma:rows=8", "'8'"), ("mma:sum=fp16", "'sum=fp16'"),
+                                         ("vector:decode=nibbles", "'nibbles'"), ("vector:rows=16", "'16'"),
+                                         ("vector:warps=3", "'3'"), ("mma:stages=5", "'5'"), ("vector:rows=4:rows=8", "'rows=8'"),
+                                         ("mma,mma", "twice"), ("vector,,mma", "candidate")])
+def test_bad_sweep_candidates_are_refused_by_name(text, named) -> None:
+    import argparse
+
+    with pytest.raises(argparse.ArgumentTypeError) as info:
+        fp.sweep_values(text)
+    assert named in str(info.value)
+
+
+def test_bad_sweep_flag_exits_2_with_one_line(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["fp4-profile", "--sweep", "vector:decode=x"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.startswith("error: python -m mircuda fp4-profile: argument --sweep")
+
+
+def test_sweep_rows_compare_with_the_default_plan_and_name_the_fastest() -> None:
+    rows = [fp.sweep_row(1, 4096, 4096, "vector:decode=e4m3", 4.0, None),
+            fp.sweep_row(1, 4096, 4096, "mma:decode=pairs", 5.0, None),
+            fp.sweep_row(8, 4096, 4096, "mma", 9.0, None)]
+    default = [fp.fp4_row(1, 4096, 4096, fp4_us=8.0), fp.fp4_row(8, 4096, 4096, fp4_us=None)]
+    got = fp.sweep_rows(rows, default)
+    assert got[0].default_us == 8.0 and got[0].vs_default == 0.5 and got[2].vs_default is None
+    assert got[0].tbps == pytest.approx(fp.weight_bytes(4096, 4096) / 4e-6 / 1e12)
+    assert fp.sweep_best(got) == [
+        f"fastest M=1 4096x4096: vector:decode=e4m3 4.00 µs ({got[0].tbps:.2f} TB/s); default plan: 8.00 µs",
+        f"fastest M=8 4096x4096: mma 9.00 µs ({got[2].tbps:.2f} TB/s); default plan: not measured"]
+    t = fp.sweep_table(got, "title")
+    assert len(t) == 3 and str(t).splitlines()[0] == "title"
+    json.dumps([dataclasses.asdict(r) for r in got])
+
+
+@pytest.mark.parametrize("activation", ["fp4", "bf16"])
+@pytest.mark.parametrize("wrong", [False, True])
+def test_the_sweep_measures_each_candidate_at_m_up_to_16_on_the_same_operands(monkeypatch, activation,
+                                                                              wrong) -> None:
+    vector, matrix = _fp4_plan()
+    bad_vector, bad_matrix = _fp4_plan(wrong_global=True)
+    seen: list[tuple[int, dict]] = []
+
+    def knobbed(base, broken):  # type: ignore[no-untyped-def]
+        class Knobbed(base):  # type: ignore[misc, valid-type]
+            """Takes the sweep's knobs; refuses the tensor-core kernel with BF16 activations, as the plans do;
+            with ``wrong``, the e4m3 decoder forgets global_b."""
+
+            def __init__(self, context, stream, spec, *, activation="fp4", library=None, **knobs) -> None:  # type: ignore[no-untyped-def]
+                if knobs.get("kernel") == "fp4_mma_bf16" and activation == "bf16":
+                    raise ContractError("kernel", "fp4_matvec_bf16 with BF16 activations", "fp4_mma_bf16")
+                super().__init__(context, stream, spec, activation=activation, library=library)
+                self.knobs = knobs
+                if knobs:
+                    seen.append((self.m, knobs))
+
+            def run(self, *args) -> None:  # type: ignore[no-untyped-def]
+                (broken if wrong and self.knobs.get("decode") == "e4m3" else base).run(self, *args)
+
+        return Knobbed
+
+    for name, value in (("BlockScaledFp4VectorPlan", knobbed(vector, bad_vector)),
+                        ("BlockScaledFp4Plan", knobbed(matrix, bad_matrix)),
+                        ("DenseVectorPlan", _Dense), ("DenseMatmulPlan", _Dense), ("BlockwiseFp8VectorPlan", _Fp8),
+                        ("BlockwiseFp8Plan", _Fp8)):
+        monkeypatch.setattr(mc, name, value)
+    s = _Session()
+    notes: list[str] = []
+    failures: list[str] = []
+    swept: list[fp.SweepRow] = []
+    sweep = fp.sweep_values("vector:decode=e4m3,mma:decode=pairs:warps=4")
+    rows = fp.collect(((256, 512),), (1, 4, 20), lambda n, k: fp._ShapeBench(
+        s, n, k, activation, "library", 1, 1, True, notes, failures, sweep, swept))
+    assert len(rows) == 3 and all(b.freed for b in s.pool.buffers)
+    measured = [(r.m, r.candidate) for r in swept]
+    if activation == "fp4":
+        assert measured == [(1, "vector:decode=e4m3"), (1, "mma:decode=pairs:warps=4"), (4, "vector:decode=e4m3"),
+                            (4, "mma:decode=pairs:warps=4")]  # not at M = 20
+        assert notes == []
+    else:  # the tensor-core kernel is refused with BF16 activations: noted, not a failure
+        assert measured == [(1, "vector:decode=e4m3"), (4, "vector:decode=e4m3")]
+        assert len(notes) == 2 and all("mma:decode=pairs:warps=4" in n and "left out" in n for n in notes)
+    assert all(r.us == 10.0 for r in swept)
+    assert seen[0] == (1, {"kernel": "fp4_matvec_bf16", "decode": "e4m3", "rows": None, "warps": None,
+                           "block_sum": None, "stages": None})
+    if wrong:  # the broken candidate is caught on each M it ran, and only it
+        assert failures and all(f.startswith("sweep vector:decode=e4m3 M=") for f in failures)
+        assert len(failures) == 2
+    else:
+        assert failures == []

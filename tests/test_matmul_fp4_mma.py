@@ -17,7 +17,9 @@ import pytest
 
 import mircuda as mc
 from mircuda.matmul._fp4 import FP4_KERNELS, FP4_MMA_SYMBOL, FP4_SYMBOL, fp4_mma_options, fp4_mma_source
+from mircuda.matmul._fp4 import DECODES
 from mircuda.matmul._fp4_reference import dequantize, quantize, ue4m3_decode
+from tests.test_matmul_fp4_decode import DECODE_LOG2, decode_word
 
 MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 
@@ -49,10 +51,11 @@ def test_the_kernel_compiles_for_every_m_layout_width_and_target(arch, m, layout
 def test_the_products_run_on_fp16_mma_and_the_weights_stream_past_l1(arch, m, wide) -> None:
     body = ptx(arch, m, wide=wide)
     n8 = -(-m // 8)
-    # One consume per loop iteration: E / 4 mmas per n8 tile (E = 32 or 16 columns per lane).
-    assert body.count(MMA_PTX) == (8 if wide else 4) * n8
+    # The loop over the 2-step register ring (the default MIRCUDA_FP4_STAGES) is unrolled: one consume per
+    # ring slot, E / 4 mmas per n8 tile each (E = 32 or 16 columns per lane).
+    assert body.count(MMA_PTX) == 2 * (8 if wide else 4) * n8
     load = "ld.global.nc.L1::no_allocate." + ("v4.u32" if wide else "v2.u32")
-    assert body.count(load) == 2 * 2  # rows g and g + 8; the first step and the next one
+    assert body.count(load) == 2 * 3  # rows g and g + 8; the first step, then one load per ring slot
     assert "mul.rn.f16x2" in body or "mul.f16x2" in body  # the UE4M3 scale applied in FP16
 
 
@@ -113,18 +116,28 @@ def scale_byte(scales: np.ndarray, row: int, kb: int, k: int, layout: str, rows:
     return int(scales.reshape(-1)[at])
 
 
-def scaled(byte: int, scale: int) -> np.ndarray:
-    """operand(): the decoded pair times its UE4M3 scale in FP16; asserts the product is exact."""
+def decoded_slot(codes: np.ndarray, slot: int, decode: str) -> np.ndarray:
+    """Half2 slot 4 w + i of a lane's code bytes as the kernel's decoder gives it (FP16, value x 2^-L)."""
+    if decode == "bytes":
+        return decode_pair(int(codes[slot]))
+    word = int(np.frombuffer(codes[4 * (slot // 4): 4 * (slot // 4) + 4].tobytes(), "<u4")[0])
+    pair = decode_word(decode, np.array([word], np.uint32))[0, slot % 4]
+    return np.array([pair & 0xFFFF, pair >> 16], np.uint16).view(np.float16)
+
+
+def scaled(codes: np.ndarray, slot: int, scale: int, decode: str = "bytes") -> np.ndarray:
+    """operands(): the decoded pair of half2 slot ``slot`` times its UE4M3 scale in FP16; asserts the
+    product is exact."""
     s16 = np.float16(ue4m3_decode(np.array([scale], np.uint8))[0])
     assert float(s16) == float(ue4m3_decode(np.array([scale], np.uint8))[0])
-    pair = decode_pair(byte)
+    pair = decoded_slot(codes, slot, decode)
     out = (pair * s16).astype(np.float16)
     assert all(float(out[i]) == float(pair[i]) * float(s16) for i in range(2)), "inexact FP16 scaling"
     return out
 
 
 def emulate(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray, m: int, n: int, k: int, layout: str,
-            warps: int, alpha: float) -> np.ndarray:
+            warps: int, alpha: float, decode: str = "bytes") -> np.ndarray:
     """fp4_mma_bf16's arithmetic (before the BF16 rounding), lane by lane, with exact (float64) mma sums."""
     wide = k % 32 == 0
     e = 32 if wide else 16
@@ -153,14 +166,14 @@ def emulate(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray, m: int
                                 codes = b[row, col // 2: col // 2 + e // 2]
                                 assert codes.size == e // 2
                                 s = scale_byte(sb, row, kb, k, layout, n)
-                                amat[g + 8 * r, 2 * t: 2 * t + 2] = scaled(int(codes[2 * jm]), s)
-                                amat[g + 8 * r, 2 * t + 8: 2 * t + 10] = scaled(int(codes[2 * jm + 1]), s)
+                                amat[g + 8 * r, 2 * t: 2 * t + 2] = scaled(codes, 2 * jm, s, decode)
+                                amat[g + 8 * r, 2 * t + 8: 2 * t + 10] = scaled(codes, 2 * jm + 1, s, decode)
                             mrow = g + 8 * j
                             if mrow < m:
                                 codes = a[mrow, col // 2: col // 2 + e // 2]
                                 s = scale_byte(sa, mrow, kb, k, layout, m)
-                                bmat[2 * t: 2 * t + 2, g] = scaled(int(codes[2 * jm]), s)
-                                bmat[2 * t + 8: 2 * t + 10, g] = scaled(int(codes[2 * jm + 1]), s)
+                                bmat[2 * t: 2 * t + 2, g] = scaled(codes, 2 * jm, s, decode)
+                                bmat[2 * t + 8: 2 * t + 10, g] = scaled(codes, 2 * jm + 1, s, decode)
                         acc[j] += amat @ bmat
         # the C fragment: lane (g, t) holds (row g (+8), col 2t (+1)); warp 0 stores
         for lane in range(32):
@@ -170,14 +183,15 @@ def emulate(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray, m: int
                     mm = 8 * j + 2 * t + (el & 1)
                     row = row0 + g + 8 * (el >> 1)
                     if mm < m and row < n:
-                        out[mm, row] = alpha * 2.0 ** 28 * acc[j, g + 8 * (el >> 1), 2 * t + (el & 1)]
+                        out[mm, row] = alpha * 2.0 ** (2 * DECODE_LOG2[decode]) * acc[j, g + 8 * (el >> 1), 2 * t + (el & 1)]
     return out
 
 
+@pytest.mark.parametrize("decode", DECODES)
 @pytest.mark.parametrize("layout", ["linear", "tiled"])
 @pytest.mark.parametrize("m, n, k, warps", [(3, 19, 48, 1), (9, 21, 160, 2), (2, 17, 80, 4), (16, 33, 96, 1)])
-def test_the_emulated_kernel_matches_the_float64_product_of_the_dequantized_operands(m, n, k, warps,
-                                                                                     layout) -> None:
+def test_the_emulated_kernel_matches_the_float64_product_of_the_dequantized_operands(m, n, k, warps, layout,
+                                                                                     decode) -> None:
     rng = np.random.default_rng(m * 1000 + n * 10 + k)
     xa = rng.standard_normal((m, k)).astype(np.float32) * rng.uniform(0.01, 100, (m, 1)).astype(np.float32)
     xb = rng.standard_normal((n, k)).astype(np.float32) * rng.uniform(1e-4, 10, (n, 1)).astype(np.float32)
@@ -185,6 +199,6 @@ def test_the_emulated_kernel_matches_the_float64_product_of_the_dequantized_oper
     a, sa, _ = quantize(xa, layout=layout)
     b, sb, _ = quantize(xb, layout=layout)
     ref = dequantize(a, sa, m, k, layout) @ dequantize(b, sb, n, k, layout).T
-    got = emulate(a, sa, b, sb, m, n, k, layout, warps, 0.75)
+    got = emulate(a, sa, b, sb, m, n, k, layout, warps, 0.75, decode)
     assert not np.isnan(got).any()  # every output written once
     np.testing.assert_allclose(got, 0.75 * ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())

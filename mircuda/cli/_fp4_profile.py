@@ -15,10 +15,16 @@ weights rotated over banks of at least 8x the L2 (:func:`~mircuda.timing.bank_co
 are shown as pass/miss and never asserted: M = 1 vector time limits, FP4/BF16 time <= 0.5 at M <= 16,
 FP4 TFLOP/s >= 0.8x BF16's at M >= 2048 on the portable path. Torch and the FP8 plans are optional:
 without them their columns stay empty and the notes say why.
+
+``--sweep`` adds, for every M <= 16, one measurement per candidate configuration of the NVRTC decode
+kernels (kernel, E2M1 decoder, rows per block, warps, FP16 or FP32 block sums; see :func:`sweep_values`),
+on the same banks and operands as the default plan, checked the same way; a second table lists them with
+their time relative to the default plan's, and the JSON keeps them under ``"sweep"``.
 """
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -28,10 +34,11 @@ import numpy as np
 from ..errors import ContractError
 from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP
-from ._values import device_ordinal
+from ._values import comma_items, device_ordinal
 
 __all__ = ["COLUMNS", "FP4_M", "FP4_SHAPES", "Fp4Row", "QUICK", "bf16_to_f64", "collect", "dequantize_bf16", "fp4_profile",
-           "fp4_row", "goals", "grid", "register", "table"]
+           "fp4_row", "goals", "grid", "register", "table", "Fp4Candidate", "SweepRow", "sweep_values", "sweep_rows",
+           "sweep_table", "sweep_best", "SWEEP_KERNELS", "SWEEP_ALL"]
 
 FP4_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))
 """(N, K) of the weights: Llama-3-8B-like projections (hidden 4096, MLP 14336, fused QKV 6144)."""
@@ -82,6 +89,148 @@ class Fp4Row:
     ratio_goal: str | None = None
     ratio_met: bool | None = None
     note: str = ""
+
+
+# -- --sweep ---------------------------------------------------------------------------------------------
+SWEEP_KERNELS = {"vector": "fp4_matvec_bf16", "mma": "fp4_mma_bf16"}
+"""``--sweep``'s kernel names: ``vector`` the CUDA-core kernel (``cuda_src/fp4_vector.cu``), ``mma`` the
+tensor-core one (``cuda_src/fp4_mma_gemv.cu``; NVFP4 activations only; at M = 1 too)."""
+SWEEP_DECODES = ("bytes", "pairs", "e4m3", "table")
+"""The decoders of ``cuda_src/fp4_common.cuh`` (``mircuda.matmul._fp4.DECODES``)."""
+SWEEP_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
+    "vector": {"decode": SWEEP_DECODES, "rows": (4, 8), "warps": (1, 2, 4, 8), "sum": ("fp16", "fp32"),
+               "stages": (2, 3, 4)},
+    "mma": {"decode": SWEEP_DECODES, "rows": (16, 32), "warps": (1, 2, 4, 8), "stages": (2, 3, 4)},
+}
+"""The knobs each sweep kernel takes and their values (``sum``: the plans' ``block_sum``)."""
+
+
+@dataclass(frozen=True)
+class Fp4Candidate:
+    """One decode configuration of ``--sweep``: ``kernel`` (a key of :data:`SWEEP_KERNELS`) and the plans'
+    knobs (None: the plan's default)."""
+
+    kernel: str
+    decode: str | None = None
+    rows: int | None = None
+    warps: int | None = None
+    block_sum: str | None = None
+    stages: int | None = None
+
+    @property
+    def label(self) -> str:
+        """``kernel[:decode=D][:rows=R][:warps=W][:sum=S][:stages=P]``, as ``--sweep`` spells it."""
+        parts = [self.kernel] + [f"{key}={value}" for key, value in (("decode", self.decode), ("rows", self.rows),
+                                                                     ("warps", self.warps), ("sum", self.block_sum),
+                                                                     ("stages", self.stages))
+                                 if value is not None]
+        return ":".join(parts)
+
+    def knobs(self) -> dict[str, Any]:
+        """The plans' keyword arguments (BlockScaledFp4VectorPlan and BlockScaledFp4Plan take the same)."""
+        return {"kernel": SWEEP_KERNELS[self.kernel], "decode": self.decode, "rows": self.rows, "warps": self.warps,
+                "block_sum": self.block_sum, "stages": self.stages}
+
+
+SWEEP_ALL = (tuple(Fp4Candidate("vector", d, r, None, b) for d in SWEEP_DECODES for r in (4, 8) for b in ("fp16", "fp32"))
+             + tuple(Fp4Candidate("mma", d, r) for d in SWEEP_DECODES for r in (16, 32))
+             + tuple(Fp4Candidate("vector", "e4m3", r, None, None, p) for r in (4, 8) for p in (3, 4))
+             + tuple(Fp4Candidate("mma", "e4m3", r, None, None, p) for r in (16, 32) for p in (3, 4)))
+"""``--sweep all``: every decoder with each kernel's rows per block and the vector kernel's block sums, and
+deeper load rings (stages 3, 4) with the e4m3 decoder (warps: the plans' choice; name them in explicit
+candidates): 32 candidates."""
+
+
+def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
+    """``--sweep``: ``all`` (:data:`SWEEP_ALL`) or comma-separated candidates
+    ``kernel[:decode=D][:rows=R][:warps=W][:sum=fp16|fp32][:stages=2|3|4]`` with ``kernel`` ``vector`` or ``mma``
+    (``rows`` 4 or 8 for ``vector``, 16 or 32 for ``mma``; ``sum`` for ``vector`` only), e.g.
+    ``vector:decode=e4m3,vector:decode=pairs:sum=fp32,mma:decode=table:rows=32:warps=4``; a knob left out is
+    the plan's default.
+
+    Raises:
+        argparse.ArgumentTypeError: naming the candidate and what is wrong with it (an empty candidate and the
+            same candidate twice are refused too).
+    """
+    if text.strip() == "all":
+        return SWEEP_ALL
+    out: list[Fp4Candidate] = []
+    for item in comma_items(text, "candidate"):
+        kernel, *pairs = item.split(":")
+        if kernel not in SWEEP_KERNELS:
+            raise argparse.ArgumentTypeError(f"expected 'all' or candidates kernel[:decode=D][:rows=R][:warps=W]"
+                                             f"[:sum=fp16|fp32][:stages=S] with kernel vector or mma, received {item!r}")
+        allowed = SWEEP_KNOBS[kernel]
+        knobs: dict[str, Any] = {}
+        for pair in pairs:
+            key, _, value = pair.partition("=")
+            if key not in allowed or key in knobs:
+                raise argparse.ArgumentTypeError(f"expected {'=, '.join(allowed)}= once each for {kernel} in "
+                                                 f"{item!r}, received {pair!r}")
+            parsed: Any = int(value) if value.isdigit() else value
+            if parsed not in allowed[key]:
+                raise argparse.ArgumentTypeError(f"expected {key} one of {', '.join(map(str, allowed[key]))} for "
+                                                 f"{kernel} in {item!r}, received {value!r}")
+            knobs[key] = parsed
+        candidate = Fp4Candidate(kernel, knobs.get("decode"), knobs.get("rows"), knobs.get("warps"), knobs.get("sum"),
+                                 knobs.get("stages"))
+        if candidate in out:
+            raise argparse.ArgumentTypeError(f"expected distinct candidates, received {item!r} twice in {text!r}")
+        out.append(candidate)
+    return tuple(out)
+
+
+@dataclass
+class SweepRow:
+    """One candidate at one (M, N, K): µs per call (median), the weights' TB/s, the default plan's µs and the
+    ratio (candidate / default), and what ran (the plan's decode kernel description, shortened)."""
+
+    m: int
+    n: int
+    k: int
+    candidate: str
+    us: float
+    tbps: float
+    default_us: float | None = None
+    vs_default: float | None = None
+    ran: str = ""
+
+
+def sweep_row(m: int, n: int, k: int, candidate: str, us: float, default_us: float | None, ran: str = "") -> SweepRow:
+    return SweepRow(m, n, k, candidate, us, weight_bytes(n, k) / (us * 1e-6) / 1e12, default_us,
+                    None if default_us is None else us / default_us, ran)
+
+
+SWEEP_COLUMNS = (Column("n", "N", 6), Column("k", "K", 6), Column("m", "M", 4),
+                 Column("candidate", "candidate", 38, "<", sep="  "), Column("us", "µs", 8, format="{:.2f}"),
+                 Column("tbps", "TB/s", 6, format="{:.2f}"), Column("default_us", "default", 8, format="{:.2f}"),
+                 Column("vs_default", "/default", 8, format="{:.2f}"), Column("ran", "", 0, "<", sep="  "))
+
+
+def sweep_table(rows: Iterable[SweepRow], title: str = "") -> ResultTable:
+    return ResultTable(SWEEP_COLUMNS, [asdict(r) for r in rows], title=title, indent="  ")
+
+
+def sweep_best(rows: list[SweepRow]) -> list[str]:
+    """Per (M, N, K): the fastest candidate, its µs and TB/s, and the default plan's µs."""
+    out = []
+    for key in sorted({(r.m, r.n, r.k) for r in rows}):
+        mine = [r for r in rows if (r.m, r.n, r.k) == key]
+        best = min(mine, key=lambda r: r.us)
+        default = "not measured" if best.default_us is None else f"{best.default_us:.2f} µs"
+        out.append(f"fastest M={key[0]} {key[1]}x{key[2]}: {best.candidate} {best.us:.2f} µs ({best.tbps:.2f} TB/s); "
+                   f"default plan: {default}")
+    return out
+
+
+def sweep_rows(rows: list[SweepRow], fp4: list[Fp4Row]) -> list[SweepRow]:
+    """``rows`` with the default plan's µs of the same (M, N, K) from ``fp4`` filled in."""
+    default = {(r.m, r.n, r.k): r.fp4_us for r in fp4}
+    out = []
+    for r in rows:
+        d = default.get((r.m, r.n, r.k))
+        out.append(sweep_row(r.m, r.n, r.k, r.candidate, r.us, d, r.ran))
+    return out
 
 
 def weight_bytes(n: int, k: int) -> int:
@@ -284,13 +433,15 @@ class _ShapeBench:
     BF16 banks, the float64 references; :meth:`__call__` measures one M. :meth:`close` frees it all."""
 
     def __init__(self, s: Any, n: int, k: int, activation: str, lib: Any, calls: int, repeats: int,
-                 fp8: bool, notes: list[str], failures: list[str]) -> None:
+                 fp8: bool, notes: list[str], failures: list[str], sweep: tuple[Fp4Candidate, ...] = (),
+                 swept: list[SweepRow] | None = None) -> None:
         import mircuda as mc
 
         from ..timing import bank_count
 
         self.s, self.n, self.k, self.activation, self.lib = s, n, k, activation, lib
         self.calls, self.repeats, self.fp8, self.notes, self.failures = calls, repeats, fp8, notes, failures
+        self.sweep, self.swept = sweep, swept if swept is not None else []
         self.buffers: list[Any] = []
         stream, pool, l2 = s.stream, s.pool, s.info.l2_cache_bytes
         packed, scales = random_fp4(s.rng, n, k)
@@ -377,6 +528,9 @@ class _ShapeBench:
                     kw[column] = measure()
                 except mc.MircudaError as exc:
                     self.failures.append(f"{column} M={m} {n}x{k}: {type(exc).__name__}: {exc}"[:300])
+            if m <= DECODE_MAX_M:
+                for candidate in self.sweep:
+                    self._sweep(candidate, m, packed, scales, a16, d, sample, want, temps)
         finally:
             for plan in made:
                 close = getattr(plan, "close", None)
@@ -390,13 +544,63 @@ class _ShapeBench:
             plans[0] += f" (epilogue={epilogue})"
         return fp4_row(m, n, k, self.activation, **kw, note=", ".join(plans))
 
+    def _sweep(self, candidate: Fp4Candidate, m: int, packed: np.ndarray, scales: np.ndarray, a16: Any, d: Any,
+               sample: list[int], want: np.ndarray, temps: list[Any]) -> None:
+        """One ``--sweep`` candidate at this M <= 16, measured like the default plan; a candidate the plans
+        refuse here (e.g. ``mma`` or ``sum=fp16`` with BF16 activations, ``e4m3`` below cc 8.9) is noted."""
+        import mircuda as mc
+
+        s, n, k, stream = self.s, self.n, self.k, self.s.stream
+        what = f"sweep {candidate.label} M={m} {n}x{k}"
+        try:
+            if m == 1:
+                plan: Any = mc.BlockScaledFp4VectorPlan(s.context, stream, mc.DenseVectorSpec(n, k),
+                                                        activation=self.activation, **candidate.knobs())
+            else:
+                plan = mc.BlockScaledFp4Plan(s.context, stream, mc.DenseMatmulSpec(m, n, k),
+                                             activation=self.activation, **candidate.knobs())
+        except mc.ContractError as exc:
+            note = f"{what} left out: {exc}"[:300]
+            self.notes.append(note)
+            return
+        except mc.MircudaError as exc:
+            self.failures.append(f"{what}: {type(exc).__name__}: {exc}"[:300])
+            return
+        try:
+            us = self._fp4_run(plan, m, packed, scales, a16, d, sample, want, temps, what)
+            self.swept.append(sweep_row(m, n, k, candidate.label, us, None, _configuration(plan)))
+        except mc.MircudaError as exc:
+            self.failures.append(f"{what}: {type(exc).__name__}: {exc}"[:300])
+        finally:
+            close = getattr(plan, "close", None)
+            if close is not None:
+                close()
+
+    def _fp4_run(self, plan: Any, m: int, packed: np.ndarray, scales: np.ndarray, a16: Any, d: Any,
+                 sample: list[int], want: np.ndarray, temps: list[Any], what: str) -> float:
+        """Time ``plan`` (an FP4 plan for this M) on the NVFP4 banks, checked against ``want``."""
+        import mircuda as mc
+
+        stream, pool = self.s.stream, self.s.pool
+        if self.activation == "fp4":
+            a4, sa4 = stream.upload(pool, packed.ravel()), stream.upload(pool, scales.ravel().view(mc.e4m3))
+            temps += [a4, sa4]
+            scaled, extra = GLOBAL_A * GLOBAL_B * want, {"global_a": self.ga, "global_b": self.gb}
+        else:
+            a4, sa4, scaled, extra = a16, None, GLOBAL_B * want, {"global_b": self.gb}
+        if m == 1:  # the vector plan's names: x, w
+            extra = {{"global_a": "global_x", "global_b": "global_w"}[key]: v for key, v in extra.items()}
+        w4, sw4 = self.w4
+        return self._run(what, m, _enqueue(plan.execute, stream, a4, sa4, w4, sw4, d, extra), d, self.n, sample,
+                         scaled)
+
     def _fp4(self, m: int, packed: np.ndarray, scales: np.ndarray, a16: Any, d: Any, sample: list[int],
              want: np.ndarray, made: list[Any], temps: list[Any], kw: dict[str, Any]) -> float | None:
         """BlockScaledFp4VectorPlan (M = 1) or BlockScaledFp4Plan on the NVFP4 banks (``kw["fp4_path"]`` set);
         ``None`` where M > 16 has no library."""
         import mircuda as mc
 
-        s, n, k, stream, pool = self.s, self.n, self.k, self.s.stream, self.s.pool
+        s, n, k, stream = self.s, self.n, self.k, self.s.stream
         if m == 1:
             plan: Any = mc.BlockScaledFp4VectorPlan(s.context, stream, mc.DenseVectorSpec(n, k),
                                                     activation=self.activation)
@@ -412,17 +616,7 @@ class _ShapeBench:
         else:
             return None
         made.append(plan)
-        if self.activation == "fp4":
-            a4, sa4 = stream.upload(pool, packed.ravel()), stream.upload(pool, scales.ravel().view(mc.e4m3))
-            temps += [a4, sa4]
-            scaled, extra = GLOBAL_A * GLOBAL_B * want, {"global_a": self.ga, "global_b": self.gb}
-        else:
-            a4, sa4, scaled, extra = a16, None, GLOBAL_B * want, {"global_b": self.gb}
-        if m == 1:  # the vector plan's names: x, w
-            extra = {{"global_a": "global_x", "global_b": "global_w"}[key]: v for key, v in extra.items()}
-        w4, sw4 = self.w4
-        return self._run(f"FP4 {type(plan).__name__}", m, _enqueue(plan.execute, stream, a4, sa4, w4, sw4, d, extra),
-                         d, n, sample, scaled)
+        return self._fp4_run(plan, m, packed, scales, a16, d, sample, want, temps, f"FP4 {type(plan).__name__}")
 
     def _bf16(self, m: int, a16: Any, d: Any, sample: list[int], want: np.ndarray, made: list[Any],
               kw: dict[str, Any]) -> float | None:
@@ -512,6 +706,15 @@ class _ShapeBench:
         self.buffers.clear()
 
 
+def _configuration(plan: Any) -> str:
+    """What a sweep candidate ran: the NVRTC kernel and its decoder, rows, warps (and block sums)."""
+    engine = getattr(plan, "_engine", None) or getattr(plan, "_gemv", None)
+    if engine is None:
+        return ""
+    out = f"{engine.symbol} decode={engine.decode} rows={engine.rows} warps={engine.warps} stages={engine.stages}"
+    return out + (f" sum={engine.block_sum}" if engine.symbol == SWEEP_KERNELS["vector"] else "")
+
+
 def _enqueue(execute: Callable[..., object], stream: Any, *operands: Any) -> Callable[[int], object]:
     """``enqueue(i)``: ``execute(stream, ...)`` with every list of banks in ``operands`` taken at bank
     ``i % banks`` and a trailing dict passed as keywords (banks of one shape all have the same count)."""
@@ -555,22 +758,31 @@ def fp4_profile(args: Any) -> int:
         fp8 = info.compute_capability >= (8, 9)
         if not fp8:
             notes.append(f"no FP8 column: the FP8 plans need compute capability >= 8.9 ({info.arch})")
+        sweep = tuple(getattr(args, "sweep", None) or ())
+        swept: list[SweepRow] = []
         rows = collect(shapes, ms, lambda n, k: _ShapeBench(s, n, k, args.activation, lib, calls, repeats, fp8,
-                                                            notes, failures))
+                                                            notes, failures, sweep, swept))
     title = (f"fp4-profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs, L2 "
              f"{info.l2_cache_bytes >> 20} MiB): NVFP4 B x {args.activation} A -> BF16 beside BF16, cuBLAS and FP8; "
              f"cold weights, median of {repeats} x {calls} back-to-back calls; FP4 rate: weights' TB/s for M <= "
              f"{DECODE_MAX_M}, TFLOP/s above")
     print(table(rows, title))
+    swept = sweep_rows(swept, rows)
+    best = sweep_best(swept)
+    if swept:
+        print(sweep_table(swept, f"fp4-profile --sweep: {len(sweep)} candidate(s) at M <= {DECODE_MAX_M}, the same "
+                                 "operands and timing; /default = candidate µs / default plan µs"))
     lines = goals(rows)
-    for line in [f"goal: {g}" for g in lines] + [f"note: {n}" for n in notes]:
+    for line in [f"goal: {g}" for g in lines] + [f"sweep: {b}" for b in best] + [f"note: {n}" for n in notes]:
         print(f"  {line}")
     _write_json(args.json, {"benchmark": "fp4-profile", "device": info.name, "arch": info.arch,
                             "activation": args.activation, "library": str(lib.path) if lib is not None else None,
                             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                             "method": "back-to-back calls behind a spin kernel, events, median; weight banks >= 8x L2",
                             "calls": calls, "repeats": repeats, "notes": notes, "goals": lines,
-                            "failures": failures, "rows": [asdict(r) for r in rows]})
+                            "failures": failures, "rows": [asdict(r) for r in rows],
+                            "sweep_candidates": [c.label for c in sweep], "sweep_best": best,
+                            "sweep": [asdict(r) for r in swept]})
     for f in failures:
         print(f"FAILED: {f}", file=sys.stderr)
     print("fp4-profile: " + ("FAILED" if failures else "all checks passed"))
@@ -596,6 +808,10 @@ def register(sub: Any) -> None:
                         f"{QUICK[2]} calls x {QUICK[3]} repeats (each overridden by its flag)")
     p.add_argument("--calls", type=int, default=None, help="back-to-back calls per timed repeat (default 20)")
     p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median is reported (default 7)")
+    p.add_argument("--sweep", type=sweep_values, default=None,
+                   help="for M <= 16 also measure these decode-kernel configurations: 'all' or comma-separated "
+                        "kernel[:decode=bytes|pairs|e4m3|table][:rows=R][:warps=1|2|4|8][:sum=fp16|fp32][:stages=2|3|4] "
+                        "with kernel vector (rows 4|8) or mma (rows 16|32; no sum)")
     p.add_argument("--json", default="benchmarks/results/fp4_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=fp4_profile, json_default=p.get_default("json"))
 

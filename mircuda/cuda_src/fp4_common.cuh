@@ -48,6 +48,112 @@ __device__ __forceinline__ void decode8(unsigned w, unsigned (&h)[4]) {
     for (int i = 0; i < 4; ++i) h[i] = e2m1x2_to_half2_scaled(w >> (8 * i));
 }
 
+// ---- Word decoders for the decode kernels (fp4_vector.cu, fp4_mma_gemv.cu) ----------------------------
+// decode_word() turns a 32-bit word of eight E2M1 codes (element j in bits 4j..4j+3) into four half2 h[0..3]
+// holding value * 2^-kDecodeLog2 exactly, in the ORDER of the chosen variant: half i holds elements
+// word_element(i, 0) (low half) and word_element(i, 1) (high half). A dot product only needs both of its
+// operands decoded (or indexed) the same way, so the kernels pair the halves with the matching activation
+// elements. MIRCUDA_FP4_DECODE picks the variant (one compile-time choice per kernel, so one GPU run can
+// compare them; fp4-profile --sweep does):
+//   0 bytes: decode8() above, byte by byte, natural order (the cvt.rn.f16x2.e2m1x2 path where it exists),
+//            about 6 integer operations per byte; x 2^-14.
+//   1 pairs: half i = (element i, element i + 4): FP16 bits ((w << (9 - 4i)) & 0x0E000E00) |
+//            ((w << (12 - 4i)) & 0x80008000): both nibbles move with one shift, no per-byte extraction;
+//            2 shifts + 2 LOP3 per two values (one shift for i = 3); x 2^-14 (the E2M1 magnitude bits read
+//            as FP16 exponent bits 0..1 and mantissa bit 9, as decode8 does).
+//   2 e4m3:  E2M1 -> E4M3 bytes with bit operations (4 values per 32-bit result: the magnitude to bits 2..4,
+//            the sign to bit 7 of each byte: E4M3's 2^(e-7)(1 + m/2) and subnormal 0.5m * 2^-6, exactly
+//            value * 2^-6), then cvt.rn.f16x2.e4m3x2 (PTX ISA 7.8, sm_89+: SASS F2FP.F16.E4M3.UNPACK_B
+//            on sm_90) per two values; 7 integer operations per word. Half 0 = (0, 2), 1 = (4, 6),
+//            2 = (1, 3), 3 = (5, 7); x 2^-6. Needs cc >= 8.9.
+//   3 table: a shared-memory table byte -> half2 of the exact FP16 values (x 1), replicated once per bank
+//            (32 copies of 256 words = 32 KiB: lane l reads copy l, so a warp's lookups never conflict):
+//            byte offset (((w >> 8j) & 0xff) << 7) | (lane << 2), one shift and one LOP3 per two values,
+//            then one LDS. Natural order. The kernel fills it once per block (decode_table_fill).
+#define MIRCUDA_FP4_DECODE_BYTES 0
+#define MIRCUDA_FP4_DECODE_PAIRS 1
+#define MIRCUDA_FP4_DECODE_E4M3 2
+#define MIRCUDA_FP4_DECODE_TABLE 3
+#ifndef MIRCUDA_FP4_DECODE
+#define MIRCUDA_FP4_DECODE MIRCUDA_FP4_DECODE_BYTES
+#endif
+#if MIRCUDA_FP4_DECODE < 0 || MIRCUDA_FP4_DECODE > 3
+#error "MIRCUDA_FP4_DECODE must be 0 (bytes), 1 (pairs), 2 (e4m3) or 3 (table)"
+#endif
+#if MIRCUDA_FP4_DECODE == MIRCUDA_FP4_DECODE_E4M3 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+#error "MIRCUDA_FP4_DECODE=2 (e4m3) needs compute capability >= 8.9 (cvt.rn.f16x2.e4m3x2)"
+#endif
+
+constexpr int kDecodeLog2 = MIRCUDA_FP4_DECODE == MIRCUDA_FP4_DECODE_E4M3 ? 6
+                            : MIRCUDA_FP4_DECODE == MIRCUDA_FP4_DECODE_TABLE ? 0 : 14;
+
+// 2^kDecodeLog2 as a float (undoes the decode's factor; a power of two: exact).
+__device__ __forceinline__ float decode_unbias() { return (float)(1u << kDecodeLog2); }
+
+// The element (0..7 of the word) in half i's low (hi = 0) or high (hi = 1) half.
+__host__ __device__ constexpr int word_element(int i, int hi) {
+    return MIRCUDA_FP4_DECODE == MIRCUDA_FP4_DECODE_PAIRS  ? i + 4 * hi
+           : MIRCUDA_FP4_DECODE == MIRCUDA_FP4_DECODE_E4M3 ? 4 * (i & 1) + (i >> 1) + 2 * hi
+                                                            : 2 * i + hi;
+}
+
+#if MIRCUDA_FP4_DECODE == MIRCUDA_FP4_DECODE_TABLE
+constexpr int kTableWords = 256 * 32;
+// Byte b's copy for lane l at word b * 32 + l (bank l).
+__shared__ unsigned decode_table[kTableWords];
+
+// The exact FP16 bits of an E2M1 code (sign, then 0, 0.5, 1, 1.5, 2, 3, 4, 6 by magnitude).
+__device__ __forceinline__ unsigned e2m1_to_half_bits(unsigned c) {
+    const unsigned mag = c & 7u;
+    const unsigned high = mag == 0u ? 0u : mag == 1u ? 0x38u : 0x3Cu + 2u * (mag - 2u);
+    return ((c & 8u) << 12) | (high << 8);
+}
+
+// Every thread of the block calls this once before any decode_word(); it ends with __syncthreads().
+// It reads nothing from global memory, so the kernels run it before griddepcontrol.wait.
+__device__ __forceinline__ void decode_table_fill() {
+    for (int i = threadIdx.x; i < kTableWords; i += blockDim.x) {
+        const unsigned b = (unsigned)i >> 5;
+        decode_table[i] = e2m1_to_half_bits(b & 15u) | (e2m1_to_half_bits(b >> 4) << 16);
+    }
+    __syncthreads();
+}
+#else
+__device__ __forceinline__ void decode_table_fill() {}
+#endif
+
+#if MIRCUDA_FP4_DECODE == MIRCUDA_FP4_DECODE_E4M3
+// Two E4M3 bytes (the low and the high 16 bits of v) -> two half2 (exact: E4M3 values are FP16 values).
+__device__ __forceinline__ void e4m3x4_to_half2x2(unsigned v, unsigned& lo, unsigned& hi) {
+    asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
+        : "=r"(lo), "=r"(hi) : "r"(v));
+}
+#endif
+
+// Eight E2M1 codes -> four half2 in word_element() order, each value times 2^-kDecodeLog2 (exact).
+__device__ __forceinline__ void decode_word(unsigned w, unsigned (&h)[4]) {
+#if MIRCUDA_FP4_DECODE == MIRCUDA_FP4_DECODE_PAIRS
+    h[0] = ((w << 9) & 0x0E000E00u) | ((w << 12) & 0x80008000u);
+    h[1] = ((w << 5) & 0x0E000E00u) | ((w << 8) & 0x80008000u);
+    h[2] = ((w << 1) & 0x0E000E00u) | ((w << 4) & 0x80008000u);
+    h[3] = ((w >> 3) & 0x0E000E00u) | (w & 0x80008000u);
+#elif MIRCUDA_FP4_DECODE == MIRCUDA_FP4_DECODE_E4M3
+    const unsigned even = ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u);  // elements 0, 2, 4, 6
+    const unsigned odd = ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);        // elements 1, 3, 5, 7
+    e4m3x4_to_half2x2(even, h[0], h[1]);
+    e4m3x4_to_half2x2(odd, h[2], h[3]);
+#elif MIRCUDA_FP4_DECODE == MIRCUDA_FP4_DECODE_TABLE
+    const char* base = reinterpret_cast<const char*>(decode_table);
+    const unsigned lane4 = (threadIdx.x & 31u) << 2;
+    h[0] = *reinterpret_cast<const unsigned*>(base + (((w << 7) & 0x7F80u) | lane4));
+    h[1] = *reinterpret_cast<const unsigned*>(base + (((w >> 1) & 0x7F80u) | lane4));
+    h[2] = *reinterpret_cast<const unsigned*>(base + (((w >> 9) & 0x7F80u) | lane4));
+    h[3] = *reinterpret_cast<const unsigned*>(base + (((w >> 17) & 0x7F80u) | lane4));
+#else
+    decode8(w, h);
+#endif
+}
+
 __device__ __forceinline__ float2 half2_to_float2(unsigned u) {
     __half2 h;
     *reinterpret_cast<unsigned*>(&h) = u;

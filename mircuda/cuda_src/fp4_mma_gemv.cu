@@ -7,13 +7,15 @@
 // Any cc >= 8.0 (mma.sync.m16n8k16 with FP16 operands: PTX ISA 7.0, sm_80+). BF16 activations are not
 // handled here (the plan keeps fp4_matvec_bf16 for them).
 //
-// Exact operands: an E2M1 code decodes (fp4_common.cuh) to its value times 2^-14 in FP16 and is then
-// multiplied (HMUL2) by its UE4M3 scale converted to FP16. The product q * s * 2^-14 is exact in FP16:
-// q * s is a multiple of 2^-10 (q of 0.5, s of 2^-9) with at most 6 significant bits and below 2688, so
-// q * s * 2^-14 is a multiple of 2^-24 (FP16's subnormal step) below 0.17. The tensor cores multiply
-// these FP16 values exactly into FP32 and accumulate in FP32; the sum carries 2^-28, undone (exactly,
-// a power of two) with alpha at the end. Scaling the operands (instead of each 16-K MMA's sum) leaves
-// the lanes free to read contiguous columns.
+// Exact operands: a word of eight E2M1 codes decodes (fp4::decode_word, variant MIRCUDA_FP4_DECODE of
+// fp4_common.cuh: 0 bytes, 1 pairs, 2 e4m3, 3 table) to four FP16 pairs, value times 2^-L (L = 14, 14,
+// 6, 0), and each pair is multiplied (HMUL2) by its UE4M3 scale converted to FP16. The product
+// q * s * 2^-L is exact in FP16: q * s is a multiple of 2^-10 (q of 0.5, s of 2^-9) with at most 6
+// significant bits and below 2688, so q * s * 2^-L is a multiple of 2^-24 (FP16's subnormal step) at
+// most 2688 (< 65504) for every L in 0..14. The tensor cores multiply these FP16 values exactly into
+// FP32 and accumulate in FP32; the sum carries 2^-2L, undone (exactly, a power of two) with alpha at the
+// end. Scaling the operands (instead of each 16-K MMA's sum) leaves the lanes free to read contiguous
+// columns.
 //
 // mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (PTX ISA "Matrix fragments for mma.m16n8k16",
 // lane = 4 g + t): A {a0, a1, a2, a3} = (row g, k 2t..2t+1), (row g + 8, k 2t..), (row g, k 2t+8..2t+9),
@@ -22,13 +24,17 @@
 // half. The 16 weight rows are A, the activation rows B (one n8 tile for M <= 8, two for M <= 16; rows
 // past M are zero registers, never loaded). Lane (g, t) owns E contiguous columns [c + E t, c + E t + E)
 // of a warp step of 4 E columns (E = 32 when K % 32 == 0: 16-byte loads, else 16: 8-byte loads), in
-// weight rows g and g + 8 and activation row g (+ 8). MMA j of the step takes the lane's code bytes 2j
-// (as k 2t, 2t+1) and 2j + 1 (as k 2t+8, 2t+9) of weights and activations alike, so every k meets the
-// same column of both; over the four t the 16 k are 16 distinct columns, over j all 4 E.
+// weight rows g and g + 8 and activation row g (+ 8). MMA j of the step takes the lane's decoded half2
+// slots 2j (as k 2t, 2t+1) and 2j + 1 (as k 2t+8, 2t+9) of weights and activations alike (the same
+// decoder, so the same two columns per slot), so every k meets the same column of both; over the four t
+// the 16 k are 16 distinct columns, over j all 4 E.
 //
-// Work split: block b owns weight rows [16 b, 16 b + 16) (rows past N read row N - 1, never stored);
-// its warps split K by steps: warp w takes steps w, w + warps, ...; the next step's loads are issued
-// before the current one is consumed (register double buffering). Weights are read once (L1 bypassed);
+// Work split: block b owns the 16 T weight rows [16 T b, 16 T b + 16 T), T = MIRCUDA_FP4_TILES (1 or 2:
+// each warp runs the mmas of T 16-row tiles per step, so the activations it decodes serve T tiles; rows
+// past N read row N - 1, never stored);
+// its warps split K by steps: warp w takes steps w, w + warps, ...; the loads of the step S - 1 ahead are
+// issued before the current one is consumed (a register ring of S = MIRCUDA_FP4_STAGES steps, 2..4; 2 is
+// double buffering). Weights are read once (L1 bypassed);
 // activations and scales stay cached. The warps' sums meet in shared memory; warp 0 stores. On cc >= 9.0
 // programmatic dependent launch: nothing the previous kernel may write is read before griddepcontrol.wait.
 #include <cuda_bf16.h>
@@ -42,6 +48,12 @@
 #endif
 #ifndef MIRCUDA_FP4_WIDE
 #define MIRCUDA_FP4_WIDE 1
+#endif
+#ifndef MIRCUDA_FP4_TILES
+#define MIRCUDA_FP4_TILES 1
+#endif
+#ifndef MIRCUDA_FP4_STAGES
+#define MIRCUDA_FP4_STAGES 2
 #endif
 #define MIRCUDA_PDL_TRIGGER_LATE 1
 #include "decode_common.cuh"
@@ -62,6 +74,10 @@ constexpr int kGroups = kE / 16;                 // 16-K scale groups per lane p
 constexpr int kMmas = kE / 4;                    // mmas per n8 tile per step
 constexpr int kChunk = 4 * kE;                   // columns per warp step
 constexpr int kMaxWarps = 8;
+constexpr int kTiles = MIRCUDA_FP4_TILES;        // 16-row weight tiles per block (and per warp)
+static_assert(kTiles == 1 || kTiles == 2, "MIRCUDA_FP4_TILES must be 1 or 2");
+constexpr int kStages = MIRCUDA_FP4_STAGES;      // warp steps of loads held in registers (ring)
+static_assert(kStages >= 2 && kStages <= 4, "MIRCUDA_FP4_STAGES must be 2, 3 or 4");
 
 __device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[kWords]) {
 #if MIRCUDA_FP4_WIDE
@@ -82,13 +98,6 @@ __device__ __forceinline__ long long scale_offset(long long row, int kb, int kbl
 #endif
 }
 
-// A UE4M3 byte as an FP16 pair (both halves; UE4M3 values are exact in FP16).
-__device__ __forceinline__ unsigned scale_half2(unsigned u) {
-    const __half h = __float2half_rn(fp4::ue4m3_to_float(u));
-    const unsigned s = __half_as_ushort(h);
-    return s | (s << 16);
-}
-
 __device__ __forceinline__ unsigned hmul2(unsigned a, unsigned b) {
     __half2 x = *reinterpret_cast<__half2*>(&a);
     const __half2 y = *reinterpret_cast<__half2*>(&b);
@@ -96,9 +105,31 @@ __device__ __forceinline__ unsigned hmul2(unsigned a, unsigned b) {
     return *reinterpret_cast<unsigned*>(&x);
 }
 
-// Code byte i (0 .. 4 kWords - 1) of a lane's codes, decoded and scaled: (q s 2^-14) for elements 2i, 2i+1.
-__device__ __forceinline__ unsigned operand(const unsigned (&codes)[kWords], int i, unsigned scale) {
-    return hmul2(fp4::e2m1x2_to_half2_scaled(codes[i >> 2] >> (8 * (i & 3))), scale);
+// A UE4M3 byte as an FP16 pair (both halves; UE4M3 values are exact in FP16) without a conversion
+// instruction: its bits (sign dropped) shifted into FP16's exponent and mantissa fields are its value
+// times 2^-8 (normal: 2^(e-15) (1 + m/8) for E4M3's 2^(e-7) (1 + m/8); subnormal m 2^-17 for m 2^-9, an
+// FP16 subnormal), and the HMUL2 by 2^8 (0x5C00) is exact. 0x7f (E4M3's NaN) gives 480, as
+// fp4::ue4m3_to_float; the quantizers never write it.
+__device__ __forceinline__ unsigned scale_half2(unsigned u) {
+    const unsigned b = (u << 7) & 0x3F80u;
+    return hmul2(b | (b << 16), 0x5C005C00u);
+}
+
+// A lane's codes of one row, decoded (fp4::decode_word: value * 2^-L in the decoder's element order) and
+// multiplied by their UE4M3 scales: half2 slot 4 w + i covers two of word w's eight columns, slots
+// [8 q, 8 q + 8) the 16-K group q.
+__device__ __forceinline__ void operands(const unsigned (&codes)[kWords], const unsigned (&raw)[kGroups],
+                                         unsigned (&out)[4 * kWords]) {
+    unsigned scale[kGroups];
+#pragma unroll
+    for (int q = 0; q < kGroups; ++q) scale[q] = scale_half2(raw[q]);
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+        unsigned h[4];
+        fp4::decode_word(codes[w], h);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) out[4 * w + i] = hmul2(h[i], scale[w / 2]);
+    }
 }
 
 __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
@@ -109,11 +140,12 @@ __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, uns
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// One warp step's operands for one lane: codes and scales (FP16 pairs; zero past K or M).
+// One warp step's operands for one lane: codes and UE4M3 scale bytes (zero past K or M; converted to FP16
+// pairs when consumed, so that nothing waits for a load before its step is due).
 struct Stage {
-    unsigned w[2][kWords];
+    unsigned w[2 * kTiles][kWords];  // rows g, g + 8 of tile 0, then of tile 1
     unsigned x[kN8][kWords];
-    unsigned sw[2][kGroups];
+    unsigned sw[2 * kTiles][kGroups];
     unsigned sx[kN8][kGroups];
 };
 
@@ -122,7 +154,7 @@ struct Operands {
     const unsigned char* sw;
     const unsigned char* x;
     const unsigned char* sx;
-    long long wrow[2];   // weight rows g and g + 8 (clamped to N - 1)
+    long long wrow[2 * kTiles];  // weight rows 16 tile + g and 16 tile + g + 8 (clamped to N - 1)
     int xrow[kN8];       // activation rows g + 8 j
     int t, k, kblocks, katoms;
 };
@@ -132,7 +164,7 @@ __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int st
     const bool in = col < op.k;  // K % kE == 0: the lane's kE columns are all inside K or all outside
     const int kb = col >> 4;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < 2 * kTiles; ++r) {
         if (in) {
             load_codes(op.w + op.wrow[r] * (op.k / 2) + col / 2, st.w[r]);
         } else {
@@ -141,7 +173,7 @@ __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int st
         }
 #pragma unroll
         for (int q = 0; q < kGroups; ++q)
-            st.sw[r][q] = in ? scale_half2(__ldg(op.sw + scale_offset(op.wrow[r], kb + q, op.kblocks, op.katoms))) : 0u;
+            st.sw[r][q] = in ? __ldg(op.sw + scale_offset(op.wrow[r], kb + q, op.kblocks, op.katoms)) : 0u;
     }
 #pragma unroll
     for (int j = 0; j < kN8; ++j) {
@@ -156,24 +188,28 @@ __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int st
         }
 #pragma unroll
         for (int q = 0; q < kGroups; ++q)
-            st.sx[j][q] = live ? scale_half2(__ldg(op.sx + scale_offset(m, kb + q, op.kblocks, op.katoms))) : 0u;
+            st.sx[j][q] = live ? __ldg(op.sx + scale_offset(m, kb + q, op.kblocks, op.katoms)) : 0u;
     }
 }
 
-__device__ __forceinline__ void consume(float (&acc)[kN8][4], const Stage& st) {
+__device__ __forceinline__ void consume(float (&acc)[kTiles][kN8][4], const Stage& st) {
+    // The activations are decoded once per step for all kTiles weight tiles.
+    unsigned b[kN8][4 * kWords];
 #pragma unroll
-    for (int jm = 0; jm < kMmas; ++jm) {
-        const int q = jm / 4;  // the 16-K group of the lane's codes 4 jm .. 4 jm + 3
-        const unsigned a0 = operand(st.w[0], 2 * jm, st.sw[0][q]);
-        const unsigned a1 = operand(st.w[1], 2 * jm, st.sw[1][q]);
-        const unsigned a2 = operand(st.w[0], 2 * jm + 1, st.sw[0][q]);
-        const unsigned a3 = operand(st.w[1], 2 * jm + 1, st.sw[1][q]);
+    for (int j = 0; j < kN8; ++j) operands(st.x[j], st.sx[j], b[j]);
 #pragma unroll
-        for (int j = 0; j < kN8; ++j) {
-            const unsigned b0 = operand(st.x[j], 2 * jm, st.sx[j][q]);
-            const unsigned b1 = operand(st.x[j], 2 * jm + 1, st.sx[j][q]);
-            mma(acc[j], a0, a1, a2, a3, b0, b1);
-        }
+    for (int tt = 0; tt < kTiles; ++tt) {
+        unsigned a[2][4 * kWords];
+        operands(st.w[2 * tt], st.sw[2 * tt], a[0]);
+        operands(st.w[2 * tt + 1], st.sw[2 * tt + 1], a[1]);
+        // MMA jm takes slots 2 jm (as k 2t, 2t+1) and 2 jm + 1 (k 2t+8, 2t+9) of both operands: every k
+        // meets the same column of the weights and the activations, whatever the decoder's order.
+#pragma unroll
+        for (int j = 0; j < kN8; ++j)
+#pragma unroll
+            for (int jm = 0; jm < kMmas; ++jm)
+                mma(acc[tt][j], a[0][2 * jm], a[1][2 * jm], a[0][2 * jm + 1], a[1][2 * jm + 1], b[j][2 * jm],
+                    b[j][2 * jm + 1]);
     }
 }
 
@@ -185,7 +221,7 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
-    const long long row0 = (long long)blockIdx.x * 16;
+    const long long row0 = (long long)blockIdx.x * (16 * kTiles);
 
     Operands op;
     op.w = w;
@@ -197,62 +233,76 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
     op.kblocks = k >> 4;
     op.katoms = (op.kblocks + 3) >> 2;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const long long row = row0 + g + 8 * r;
+    for (int r = 0; r < 2 * kTiles; ++r) {
+        const long long row = row0 + 8 * r + g;  // r = 2 tile + half: 16 tile + 8 half + g
         op.wrow[r] = row < n ? row : (long long)n - 1;
     }
 #pragma unroll
     for (int j = 0; j < kN8; ++j) op.xrow[j] = g + 8 * j;
 
+    fp4::decode_table_fill();  // the table variant's shared table (no global reads: before the wait)
     decode::pdl_wait();
-    float acc[kN8][4];
+    float acc[kTiles][kN8][4];
 #pragma unroll
-    for (int j = 0; j < kN8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    for (int tt = 0; tt < kTiles; ++tt)
+#pragma unroll
+        for (int j = 0; j < kN8; ++j) acc[tt][j][0] = acc[tt][j][1] = acc[tt][j][2] = acc[tt][j][3] = 0.f;
 
+    // A register ring of kStages warp steps: the step kStages - 1 ahead is loaded before the current one
+    // is consumed (2 stages: double buffering). Steps are warp-uniform: every lane runs every mma.
     const int steps = (k + kChunk - 1) / kChunk;
     int step = warp;
-    if (step < steps) {  // warp-uniform: every lane runs every mma
-        Stage cur;
-        load_stage(cur, op, step);
-        for (;;) {
-            const int next = step + warps;
-            const bool more = next < steps;
-            Stage nst;
-            if (more) load_stage(nst, op, next);
-            consume(acc, cur);
-            step = next;
-            if (!more) break;
-            cur = nst;
+    Stage ring[kStages];
+#pragma unroll
+    for (int d = 0; d + 1 < kStages; ++d)
+        if (step + d * warps < steps) load_stage(ring[d], op, step + d * warps);
+    while (step < steps) {
+#pragma unroll
+        for (int d = 0; d < kStages; ++d) {
+            if (step < steps) {
+                const int ahead = step + (kStages - 1) * warps;
+                if (ahead < steps) load_stage(ring[(d + kStages - 1) % kStages], op, ahead);
+                consume(acc, ring[d]);
+                step += warps;
+            }
         }
     }
 
     decode::pdl_trigger_late();
     if (warps > 1) {
+        // One tile at a time through the same shared array (the table variant already holds 32 KiB).
         __shared__ float partial[kMaxWarps][kN8][4][32];
 #pragma unroll
-        for (int j = 0; j < kN8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) partial[warp][j][e][lane] = acc[j][e];
-        __syncthreads();
-        if (warp != 0) return;
-        for (int v = 1; v < warps; ++v)
+        for (int tt = 0; tt < kTiles; ++tt) {
+            if (tt > 0) __syncthreads();  // warp 0 has read the previous tile's sums
 #pragma unroll
             for (int j = 0; j < kN8; ++j)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[j][e] += partial[v][j][e][lane];
+                for (int e = 0; e < 4; ++e) partial[warp][j][e][lane] = acc[tt][j][e];
+            __syncthreads();
+            if (warp == 0)
+                for (int v = 1; v < warps; ++v)
+#pragma unroll
+                    for (int j = 0; j < kN8; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) acc[tt][j][e] += partial[v][j][e][lane];
+        }
+        if (warp != 0) return;
     }
-    // 2^28 undoes the decode's 2^-14 on both operands (exact).
-    float scale = alpha * (fp4::decode_bias() * fp4::decode_bias());
+    // 2^2L undoes the decoder's 2^-L on both operands (exact).
+    float scale = alpha * (fp4::decode_unbias() * fp4::decode_unbias());
     if (global_a != nullptr) scale *= *global_a;
     if (global_b != nullptr) scale *= *global_b;
 #pragma unroll
-    for (int j = 0; j < kN8; ++j)
+    for (int tt = 0; tt < kTiles; ++tt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int m = 8 * j + 2 * op.t + (e & 1);
-            const long long row = row0 + g + 8 * (e >> 1);
-            if (m < kM && row < n) decode::store_out(y + (long long)m * n + row, scale * acc[j][e]);
-        }
+        for (int j = 0; j < kN8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int m = 8 * j + 2 * op.t + (e & 1);
+                const long long row = row0 + 16 * tt + g + 8 * (e >> 1);
+                if (m < kM && row < n) decode::store_out(y + (long long)m * n + row, scale * acc[tt][j][e]);
+            }
 }
 
 }  // namespace

@@ -9,15 +9,35 @@
 // Compile-time parameters: MIRCUDA_FP4_M (rows of A, 1..16), MIRCUDA_FP4_ROWS (weight rows per block:
 // 4 or 8), MIRCUDA_FP4_TILED (scales in the tiled layout of fp4_common.cuh, else linear), MIRCUDA_FP4_WIDE
 // (1: each lane loads 16 bytes = 32 weights per row per step, needs K % 32 == 0; 0: 8 bytes = 16 weights,
-// any K % 16 == 0).
+// any K % 16 == 0), MIRCUDA_FP4_DECODE (the E2M1 word decoder of fp4_common.cuh: 0 bytes, 1 pairs, 2 e4m3,
+// 3 table), MIRCUDA_FP4_STAGES (2..4: steps of weight loads in a register ring, kStages - 1 of them in
+// flight while a step computes), MIRCUDA_FP4_HALF_SUM (1, NVFP4 activations only: each 16-element
+// block's products summed in FP16 by HFMA2, see below; 0: FP32 per product).
 //
 // Work split: block b owns weight rows [R b, R b + R); its warps split K in chunks of 32 lanes x E
 // elements (E = 32 or 16), warp w taking chunks w, w + warps, ...; each lane streams its E weights of the
-// R rows (one 16- or 8-byte load per row, past L1), decodes them to FP16 pairs, and multiplies them with
-// the M activation rows in FP32. Within one 16-element block the products q_a q_b (times 2^-28) are exact
-// in FP32 and so are their sums (multiples of 2^-30 below 2^-18); each block's sum is scaled by
-// sa * sb (an exact product of two UE4M3 values) and accumulated with one rounding. Rows past N read row
-// N - 1 (never stored). On cc >= 9.0 the kernel supports programmatic dependent launch: nothing the
+// R rows (one 16- or 8-byte load per row, past L1), decodes them to FP16 pairs (value * 2^-L, L =
+// fp4::kDecodeLog2 of the decoder: 14, 6 or 0) in the decoder's element order, and multiplies them with
+// the same elements of the M activation rows. Each block's sum is scaled by sa * sb * 2^L (an exact
+// product of two UE4M3 values and a power of two) and accumulated in FP32 with one rounding.
+//
+// FP32 path (BF16 activations, or MIRCUDA_FP4_HALF_SUM=0): every weight pair is converted to FP32 and
+// multiplied there; the activations are read as FP32 at the decoder's element positions (a compile-time
+// register index: the element order costs nothing). Products of FP4 operands (q_a q_b 2^-2L) are exact in
+// FP32 and so are their sums over a block (at most 36 * 16 * 2^-2L, multiples of 2^-2L-2: 13 bits).
+//
+// FP16 path (NVFP4 activations, MIRCUDA_FP4_HALF_SUM=1, the default): no per-weight conversion. The
+// activation pairs are decoded by the same decoder and multiplied by 2^L (HMUL2, exact: they become their
+// plain E2M1 values 0 .. 6, FP16 values), once per lane and step for all R rows; the weight pairs stay
+// value * 2^-L and meet them in HFMA2. Exactness: each product q_a q_b 2^-L is a multiple of 2^-(L+2)
+// (q_a, q_b multiples of 0.5) of magnitude <= 36 * 2^-L; each half of the half2 accumulator sums the 8
+// products of its positions in one 16-element block, so every partial sum is a multiple of 2^-(L+2) of
+// magnitude <= 288 * 2^-L < 2^(11 - (L+2)): an integer below 2^11 times 2^-(L+2), which FP16 (11-bit
+// significand, subnormal step 2^-24 <= 2^-(L+2) for L <= 22, largest 65504 > 288) holds exactly, so every
+// HFMA2 rounds nothing. The block's half2 is converted to FP32 once per 16 elements, its halves added
+// (exact in FP32), then scaled as above.
+//
+// Rows past N read row N - 1 (never stored). On cc >= 9.0 the kernel supports programmatic dependent launch: nothing the
 // previous kernel of the stream may write is read before griddepcontrol.wait.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -37,6 +57,17 @@
 #ifndef MIRCUDA_FP4_ACT_BF16
 #define MIRCUDA_FP4_ACT_BF16 0
 #endif
+#ifndef MIRCUDA_FP4_STAGES
+#define MIRCUDA_FP4_STAGES 2
+#endif
+#ifndef MIRCUDA_FP4_HALF_SUM
+#define MIRCUDA_FP4_HALF_SUM 1
+#endif
+#if MIRCUDA_FP4_HALF_SUM && !MIRCUDA_FP4_ACT_BF16
+#define MIRCUDA_FP4_FP16_PATH 1
+#else
+#define MIRCUDA_FP4_FP16_PATH 0
+#endif
 #define MIRCUDA_PDL_TRIGGER_LATE 1
 #include "decode_common.cuh"
 #include "fp4_common.cuh"
@@ -50,6 +81,8 @@ constexpr int kBlocks = MIRCUDA_FP4_WIDE ? 2 : 1;  // 16-element blocks per lane
 constexpr int kElems = 16 * kBlocks;
 static_assert(kM >= 1 && kM <= 16, "MIRCUDA_FP4_M must be in 1..16");
 static_assert(kRows == 4 || kRows == 8, "MIRCUDA_FP4_ROWS must be 4 or 8");
+constexpr int kStages = MIRCUDA_FP4_STAGES;  // steps of weight loads held in registers (ring)
+static_assert(kStages >= 2 && kStages <= 4, "MIRCUDA_FP4_STAGES must be 2, 3 or 4");
 
 // Weight codes are read once: not kept in L1.
 __device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[2 * kBlocks]) {
@@ -89,7 +122,10 @@ __device__ __forceinline__ void load_step(const unsigned char* __restrict__ w, c
     }
 }
 
-// One 16-element block of activation row m, as 16 floats (FP4: times 2^-14).
+#if !MIRCUDA_FP4_FP16_PATH
+// One 16-element block of activation row m for the FP32 path, as 16 floats in natural element order
+// (FP4: times 2^-L). The FP4 codes are decoded with the weights' decoder, whose order is undone here by
+// compile-time indices.
 __device__ __forceinline__ void activation_block(const void* x, long long m, int col, int k, float (&xf)[16]) {
 #if MIRCUDA_FP4_ACT_BF16
     const uint4* p = reinterpret_cast<const uint4*>(reinterpret_cast<const unsigned short*>(x) + m * k + col);
@@ -109,15 +145,102 @@ __device__ __forceinline__ void activation_block(const void* x, long long m, int
 #pragma unroll
     for (int w = 0; w < 2; ++w) {
         unsigned h[4];
-        fp4::decode8(u[w], h);
+        fp4::decode_word(u[w], h);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const float2 f = fp4::half2_to_float2(h[i]);
-            xf[8 * w + 2 * i] = f.x;
-            xf[8 * w + 2 * i + 1] = f.y;
+            xf[8 * w + fp4::word_element(i, 0)] = f.x;
+            xf[8 * w + fp4::word_element(i, 1)] = f.y;
         }
     }
 #endif
+}
+
+#else
+// One 16-element block of FP4 activation row m for the FP16 path: 8 half2 in the decoder's order (word w,
+// half i at 4 w + i), plain E2M1 values (the decoder's 2^-L undone by an exact HMUL2).
+__device__ __forceinline__ void activation_half2(const void* x, long long m, int col, int k, __half2 (&xh)[8]) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned char*>(x) + m * (k / 2) + col / 2));
+    const unsigned u[2] = {v.x, v.y};
+    const __half2 unbias = __float2half2_rn(fp4::decode_unbias());
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+        unsigned h[4];
+        fp4::decode_word(u[w], h);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            __half2 t = *reinterpret_cast<const __half2*>(&h[i]);
+            xh[4 * w + i] = fp4::kDecodeLog2 == 0 ? t : __hmul2(t, unbias);
+        }
+    }
+}
+#endif
+
+// A UE4M3 scale byte times 2^L (the decoder's factor undone; exact).
+__device__ __forceinline__ float scale_unbiased(unsigned u) {
+    return __half2float(__ushort_as_half((unsigned short)((u & 0x7fu) << 7))) * (256.0f * (float)(1u << fp4::kDecodeLog2));
+}
+
+// One step of a lane: its kElems columns from `col` of the R weight rows (codes, scale bytes sraw) times the
+// M activation rows, accumulated into acc.
+__device__ __forceinline__ void consume(float (&acc)[kM][kRows], const unsigned (&codes)[kRows][2 * kBlocks],
+                                       const unsigned (&sraw)[kRows], const void* __restrict__ x,
+                                       const unsigned char* __restrict__ sx, int col, int k, int kblocks, int katoms) {
+#pragma unroll
+    for (int b = 0; b < kBlocks; ++b) {
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+#if MIRCUDA_FP4_ACT_BF16
+            const float xs = 1.0f;
+#else
+            const float xs = fp4::ue4m3_to_float(__ldg(sx + scale_offset(m, (col >> 4) + b, kblocks, katoms)));
+#endif
+#if MIRCUDA_FP4_FP16_PATH
+            __half2 xh[8];
+            activation_half2(x, m, col + 16 * b, k, xh);
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+                __half2 s2 = __float2half2_rn(0.f);
+#pragma unroll
+                for (int word = 0; word < 2; ++word) {
+                    unsigned h[4];
+                    fp4::decode_word(codes[r][2 * b + word], h);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)
+                        s2 = __hfma2(*reinterpret_cast<const __half2*>(&h[i]), xh[4 * word + i], s2);
+                }
+                const float2 f = __half22float2(s2);
+                const float ws = scale_unbiased((sraw[r] >> (8 * b)) & 0xffu);
+                acc[m][r] = fmaf(f.x + f.y, ws * xs, acc[m][r]);
+            }
+#else
+            float xf[16];
+            activation_block(x, m, col + 16 * b, k, xf);
+#if !MIRCUDA_FP4_ACT_BF16
+            const float xsu = xs * fp4::decode_unbias();
+#else
+            const float xsu = xs;
+#endif
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+                float p = 0.f;
+#pragma unroll
+                for (int word = 0; word < 2; ++word) {
+                    unsigned h[4];
+                    fp4::decode_word(codes[r][2 * b + word], h);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const float2 f = fp4::half2_to_float2(h[i]);
+                        p = fmaf(f.x, xf[8 * word + fp4::word_element(i, 0)], p);
+                        p = fmaf(f.y, xf[8 * word + fp4::word_element(i, 1)], p);
+                    }
+                }
+                const float ws = scale_unbiased((sraw[r] >> (8 * b)) & 0xffu);
+                acc[m][r] = fmaf(p, ws * xsu, acc[m][r]);
+            }
+#endif
+        }
+    }
 }
 
 __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
@@ -136,6 +259,7 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
 #pragma unroll
     for (int r = 0; r < kRows; ++r) rows[r] = row0 + r < n ? row0 + r : (long long)n - 1;
 
+    fp4::decode_table_fill();  // the table variant's shared table (no global reads: before the wait)
     decode::pdl_wait();
     float acc[kM][kRows];
 #pragma unroll
@@ -144,58 +268,27 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
         for (int r = 0; r < kRows; ++r) acc[m][r] = 0.f;
 
     // K % kElems == 0 (the plan picks the variant): a lane's kElems columns lie all inside K or all
-    // past it. Register double buffering: the next step's weight codes and scales are loaded before
-    // the current step is consumed, so 2 R loads per lane are in flight (as in dense_vector.cu).
+    // past it. Register ring of kStages steps: the step kStages - 1 ahead is loaded before the current one
+    // is consumed, so (kStages - 1) R weight loads per lane are in flight while it computes (2 stages:
+    // double buffering as in dense_vector.cu). The ring is indexed at compile time (the loop over it is
+    // unrolled), so it stays in registers.
     const int stride = warps * chunk;
     int col = warp * chunk + lane * kElems;
-    if (col < k) {
-        unsigned codes[kRows][2 * kBlocks];
-        unsigned sraw[kRows];
-        load_step(w, sw, rows, col, k, kblocks, katoms, codes, sraw);
-        for (;;) {
-            const int next = col + stride;
-            const bool more = next < k;
-            unsigned ncodes[kRows][2 * kBlocks];
-            unsigned nraw[kRows];
-            if (more) load_step(w, sw, rows, next, k, kblocks, katoms, ncodes, nraw);
+    unsigned codes[kStages][kRows][2 * kBlocks];
+    unsigned sraw[kStages][kRows];
 #pragma unroll
-            for (int b = 0; b < kBlocks; ++b) {
+    for (int d = 0; d + 1 < kStages; ++d)
+        if (col + d * stride < k) load_step(w, sw, rows, col + d * stride, k, kblocks, katoms, codes[d], sraw[d]);
+    while (col < k) {
 #pragma unroll
-                for (int m = 0; m < kM; ++m) {
-                    float xf[16];
-                    activation_block(x, m, col + 16 * b, k, xf);
-#if MIRCUDA_FP4_ACT_BF16
-                    const float xs = 1.0f;
-#else
-                    const float xs = fp4::ue4m3_to_float(__ldg(sx + scale_offset(m, (col >> 4) + b, kblocks, katoms))) *
-                                     fp4::decode_bias();
-#endif
-#pragma unroll
-                    for (int r = 0; r < kRows; ++r) {
-                        float p = 0.f;
-#pragma unroll
-                        for (int word = 0; word < 2; ++word) {
-                            unsigned h[4];
-                            fp4::decode8(codes[r][2 * b + word], h);
-#pragma unroll
-                            for (int i = 0; i < 4; ++i) {
-                                const float2 f = fp4::half2_to_float2(h[i]);
-                                p = fmaf(f.x, xf[8 * word + 2 * i], p);
-                                p = fmaf(f.y, xf[8 * word + 2 * i + 1], p);
-                            }
-                        }
-                        const float ws = fp4::ue4m3_to_float((sraw[r] >> (8 * b)) & 0xffu) * fp4::decode_bias();
-                        acc[m][r] = fmaf(p, ws * xs, acc[m][r]);
-                    }
-                }
-            }
-            col = next;
-            if (!more) break;
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) {
-                sraw[r] = nraw[r];
-#pragma unroll
-                for (int i = 0; i < 2 * kBlocks; ++i) codes[r][i] = ncodes[r][i];
+        for (int d = 0; d < kStages; ++d) {
+            if (col < k) {
+                const int ahead = col + (kStages - 1) * stride;
+                if (ahead < k)
+                    load_step(w, sw, rows, ahead, k, kblocks, katoms, codes[(d + kStages - 1) % kStages],
+                              sraw[(d + kStages - 1) % kStages]);
+                consume(acc, codes[d], sraw[d], x, sx, col, k, kblocks, katoms);
+                col += stride;
             }
         }
     }

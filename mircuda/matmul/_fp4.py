@@ -35,7 +35,8 @@ if TYPE_CHECKING:
 __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vector_source", "fp4_gemv_options",
            "ACTIVATIONS", "GEMV_MAX_M", "FP4_SYMBOL", "fp4_executor", "fp4_operands", "has_e2m1_cvt",
            "portable_executor", "fp4_target", "fp4_compiler", "FP4_MMA_SYMBOL", "FP4_KERNELS", "fp4_mma_source",
-           "fp4_mma_options", "EPILOGUES", "check_epilogue", "DECODE_THREADS", "DECODE_WORDS", "decode_config"]
+           "fp4_mma_options", "EPILOGUES", "check_epilogue", "DECODE_THREADS", "DECODE_WORDS", "decode_config",
+           "DECODES", "BLOCK_SUMS", "default_decode", "check_gemv_knobs", "VECTOR_ROWS", "MMA_ROWS", "STAGES"]
 
 ACTIVATIONS = ("fp4", "bf16")
 """``activation=``: ``"fp4"`` (NVFP4 activations with their own scales and global scale) or ``"bf16"``
@@ -59,6 +60,77 @@ dense plan writes BF16 D directly) or ``"exact"`` (the dense plan writes FP32 C 
 DECODE_THREADS, DECODE_WORDS = 256, 4
 """``fp4_decode_bf16`` / ``fp4_decode_scaled_bf16`` (``cuda_src/fp4_layout.cu``, ``decode::kThreads`` and
 ``kWords``): threads per block and 32-bit code words (8 elements each) per thread."""
+DECODES = ("bytes", "pairs", "e4m3", "table")
+"""``decode=``: the E2M1 word decoders of ``cuda_src/fp4_common.cuh`` (``MIRCUDA_FP4_DECODE`` 0..3):
+``"bytes"`` byte by byte in natural order (``cvt.rn.f16x2.e2m1x2`` on the family-specific Blackwell
+targets), ``"pairs"`` nibbles (i, i + 4) of a word with one shift each, ``"e4m3"`` bit operations to E4M3
+bytes then ``cvt.rn.f16x2.e4m3x2`` (cc >= 8.9), ``"table"`` a bank-replicated shared-memory table (32 KiB
+per block)."""
+BLOCK_SUMS = ("fp16", "fp32")
+"""``block_sum=`` (kernel ``fp4_matvec_bf16``): each 16-element block's products summed exactly in FP16 by
+HFMA2 (``"fp16"``, NVFP4 activations only) or per product in FP32 (``"fp32"``)."""
+VECTOR_ROWS = (4, 8)
+"""Weight rows per block that ``fp4_matvec_bf16`` takes (``MIRCUDA_FP4_ROWS``)."""
+STAGES = (2, 3, 4)
+"""``stages=``: warp steps of weight loads the NVRTC kernels keep in a register ring (``MIRCUDA_FP4_STAGES``;
+``stages - 1`` in flight while a step computes; 2 is double buffering, the default)."""
+MMA_ROWS = (16, 32)
+"""Weight rows per block that ``fp4_mma_bf16`` takes: 16-row tiles per warp (``MIRCUDA_FP4_TILES`` 1 or 2; two
+tiles share each decoded activation fragment)."""
+
+
+def _arch_number(arch: str) -> int:
+    digits = arch.split("_")[-1].rstrip("af")
+    return int(digits) if digits.isdigit() else 0
+
+
+def default_decode(arch: str) -> str:
+    """The decoder the plans compile for NVRTC target ``arch`` unless ``decode=`` says: ``"bytes"`` where
+    ``cvt.rn.f16x2.e2m1x2`` exists (:func:`has_e2m1_cvt`), ``"e4m3"`` on other cc >= 8.9 targets (sm_90:
+    the H200; the conversion unit decodes two values per instruction after 7 integer operations per 8
+    values), ``"pairs"`` below (no E4M3 conversion before sm_89). To be confirmed by ``fp4-profile --sweep``."""
+    if has_e2m1_cvt(arch):
+        return "bytes"
+    return "e4m3" if _arch_number(arch) >= 89 else "pairs"
+
+
+def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows: Any, block_sum: Any,
+                     warps: Any, stages: Any = None) -> tuple[str, int | None, str | None]:
+    """Checks the NVRTC kernels' tuning knobs; returns ``(decode, rows, block_sum)`` with the decode
+    defaulted (rows and block_sum stay None for the kernel's default).
+
+    Raises:
+        ContractError: ``decode`` not in :data:`DECODES` (or ``"e4m3"`` for a target below sm_89), ``rows``
+            not in :data:`VECTOR_ROWS` (``fp4_matvec_bf16``) or :data:`MMA_ROWS` (``fp4_mma_bf16``), ``block_sum`` not in
+            :data:`BLOCK_SUMS`, ``"fp16"`` with BF16 activations or given for ``fp4_mma_bf16``, ``warps`` not
+            None, 1, 2, 4 or 8, ``stages`` not None or in :data:`STAGES`.
+    """
+    if stages is not None and (type(stages) is not int or stages not in STAGES):
+        raise ContractError("stages", f"None or one of {STAGES} (steps of loads in the register ring)", repr(stages))
+    if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
+        raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
+    if decode is None:
+        decode = default_decode(arch)
+    elif not isinstance(decode, str) or decode not in DECODES:
+        raise ContractError("decode", f"None or one of {', '.join(map(repr, DECODES))}", repr(decode))
+    if decode == "e4m3" and _arch_number(arch) < 89:
+        raise ContractError("decode", f"a decoder other than 'e4m3' for target {arch} (cvt.rn.f16x2.e4m3x2 needs "
+                            "sm_89 or later)", repr(decode))
+    if rows is not None:
+        allowed = MMA_ROWS if symbol == FP4_MMA_SYMBOL else VECTOR_ROWS
+        if type(rows) is not int or rows not in allowed:
+            raise ContractError("rows", f"None or one of {allowed} (weight rows per block of kernel {symbol})",
+                                repr(rows))
+    if block_sum is not None:
+        if symbol == FP4_MMA_SYMBOL:
+            raise ContractError("block_sum", f"None for kernel {FP4_MMA_SYMBOL} (tensor cores, FP32 accumulation)",
+                                repr(block_sum))
+        if not isinstance(block_sum, str) or block_sum not in BLOCK_SUMS:
+            raise ContractError("block_sum", "None, 'fp16' or 'fp32'", repr(block_sum))
+        if block_sum == "fp16" and activation != "fp4":
+            raise ContractError("block_sum", "None or 'fp32' with activation='bf16' (FP16 block sums need FP4 "
+                                "activations)", repr(block_sum))
+    return decode, rows, block_sum
 
 
 @functools.lru_cache(maxsize=1)
@@ -73,17 +145,24 @@ def fp4_mma_source() -> CudaSource:
     return package_source("fp4_mma_gemv.cu")
 
 
-def fp4_mma_options(m: int, layout: str, wide: bool) -> CompileOptions:
-    """The NVRTC options of ``fp4_mma_bf16`` for ``m`` (1..16) activation rows, the scale layout and the
-    load width (``wide``: 16-byte weight loads, K % 32 == 0)."""
+def fp4_mma_options(m: int, layout: str, wide: bool, decode: str = "bytes", rows: int = 16,
+                    stages: int = 2) -> CompileOptions:
+    """The NVRTC options of ``fp4_mma_bf16`` for ``m`` (1..16) activation rows, the scale layout, the
+    load width (``wide``: 16-byte weight loads, K % 32 == 0), the decoder (:data:`DECODES`) and the weight
+    rows per block (:data:`MMA_ROWS`)."""
     return CompileOptions(defines={"MIRCUDA_FP4_M": m, "MIRCUDA_FP4_TILED": int(layout == "tiled"),
-                                   "MIRCUDA_FP4_WIDE": int(wide)})
+                                   "MIRCUDA_FP4_WIDE": int(wide), "MIRCUDA_FP4_DECODE": DECODES.index(decode),
+                                   "MIRCUDA_FP4_TILES": rows // 16, "MIRCUDA_FP4_STAGES": stages})
 
 
-def fp4_gemv_options(m: int, rows: int, layout: str, wide: bool, activation: str) -> CompileOptions:
+def fp4_gemv_options(m: int, rows: int, layout: str, wide: bool, activation: str, decode: str = "bytes",
+                     block_sum: str = "fp32", stages: int = 2) -> CompileOptions:
+    """The NVRTC options of ``fp4_matvec_bf16`` (see ``cuda_src/fp4_vector.cu``)."""
     return CompileOptions(defines={"MIRCUDA_FP4_M": m, "MIRCUDA_FP4_ROWS": rows,
                                    "MIRCUDA_FP4_TILED": int(layout == "tiled"), "MIRCUDA_FP4_WIDE": int(wide),
-                                   "MIRCUDA_FP4_ACT_BF16": int(activation == "bf16")})
+                                   "MIRCUDA_FP4_ACT_BF16": int(activation == "bf16"),
+                                   "MIRCUDA_FP4_DECODE": DECODES.index(decode),
+                                   "MIRCUDA_FP4_HALF_SUM": int(block_sum == "fp16"), "MIRCUDA_FP4_STAGES": stages})
 
 
 def fp4_target(compute_capability: tuple[int, int]) -> str | None:
@@ -182,7 +261,7 @@ class Fp4Gemv:
     """An NVRTC kernel compiled for one M (1..16), N x K, activation type and scale layout, with its launch
     (the plans check operands first): ``symbol`` :data:`FP4_SYMBOL` (``cuda_src/fp4_vector.cu``, CUDA
     cores, 4 or 8 weight rows per block) or :data:`FP4_MMA_SYMBOL` (``cuda_src/fp4_mma_gemv.cu``, tensor
-    cores, 16 weight rows per block, NVFP4 activations only). Both take the same parameters.
+    cores, 16 or 32 weight rows per block, NVFP4 activations only). Both take the same parameters.
 
     Raises:
         ContractError: ``warps`` is not None, 1, 2, 4 or 8; ``symbol`` is the tensor-core kernel and
@@ -191,9 +270,15 @@ class Fp4Gemv:
     """
 
     def __init__(self, context: Context, m: int, n: int, k: int, activation: str, layout: str, compiler: Compiler,
-                 warps: int | None = None, symbol: str = FP4_SYMBOL) -> None:
+                 warps: int | None = None, symbol: str = FP4_SYMBOL, *, decode: str | None = None,
+                 rows: int | None = None, block_sum: str | None = None, stages: int | None = None) -> None:
         if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
             raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
+        if symbol not in FP4_KERNELS:
+            raise ContractError("kernel", f"one of {FP4_KERNELS}", repr(symbol))
+        decode, rows, block_sum = check_gemv_knobs(compiler.arch, symbol, activation, decode, rows, block_sum, warps,
+                                                   stages)
+        self.stages = stages if stages is not None else 2
         if symbol == FP4_MMA_SYMBOL and activation != "fp4":
             raise ContractError("activation", f"'fp4' (kernel {FP4_MMA_SYMBOL} takes NVFP4 activations only)",
                                 repr(activation))
@@ -202,14 +287,18 @@ class Fp4Gemv:
         self.activation, self.layout = activation, layout
         self.wide = k % 32 == 0
         self.elements = 32 if self.wide else 16
+        self.decode = decode
         if symbol == FP4_MMA_SYMBOL:
-            self.rows = 16
-            self.options = fp4_mma_options(m, layout, self.wide)
+            self.rows = rows if rows is not None else 16
+            self.block_sum = "fp32"
+            self.options = fp4_mma_options(m, layout, self.wide, decode, self.rows, self.stages)
             source = fp4_mma_source()
             chunk = 4 * self.elements
         else:
-            self.rows = 8 if m == 1 else 4
-            self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation)
+            self.rows = rows if rows is not None else 8 if m == 1 else 4
+            self.block_sum = block_sum if block_sum is not None else "fp16" if activation == "fp4" else "fp32"
+            self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation, decode, self.block_sum,
+                                            self.stages)
             source = fp4_vector_source()
             chunk = 32 * self.elements
         contract = cuda_export(symbol, y=InOut[DeviceBuffer[bf16]], w=In[DeviceBuffer[u8]],
@@ -241,25 +330,39 @@ class Fp4Gemv:
 
     def describe(self) -> str:
         act = "NVFP4 activations (E2M1 x UE4M3)" if self.activation == "fp4" else "BF16 activations"
-        decode = ("cvt.rn.f16x2.e2m1x2" if has_e2m1_cvt(self.arch) else
-                  f"an exact software E2M1 decode (bit operations into FP16; target {self.arch}: "
-                  "cvt.rn.f16x2.e2m1x2 needs a family-specific Blackwell target, sm_100f/sm_120f/sm_1xxa, which "
-                  "the default compiler takes on cc 12.x)")
+        decode = (f"decode={self.decode!r}: " + (
+            "cvt.rn.f16x2.e2m1x2" if self.decode == "bytes" and has_e2m1_cvt(self.arch) else
+            "an exact software E2M1 decode: " + (
+                "byte by byte (bit operations into FP16)" if self.decode == "bytes" else
+                "nibbles (i, i+4) of each 32-bit word into FP16 pairs (two shifts and two LOP3 per pair)"
+                if self.decode == "pairs" else
+                "bit operations to E4M3 bytes, then cvt.rn.f16x2.e4m3x2" if self.decode == "e4m3" else
+                "a bank-replicated shared-memory table byte -> FP16 pair (32 KiB per block)"))
+            + ("" if has_e2m1_cvt(self.arch) else
+               f"; target {self.arch}: cvt.rn.f16x2.e2m1x2 needs a family-specific Blackwell target, "
+               "sm_100f/sm_120f/sm_1xxa, which the default compiler takes on cc 12.x"))
         if self.symbol == FP4_MMA_SYMBOL:
             return (f"kernel {FP4_MMA_SYMBOL} (NVRTC, -D MIRCUDA_FP4_M={self.m}"
-                    f"{' -D MIRCUDA_FP4_TILED=1' if self.layout == 'tiled' else ''} -D MIRCUDA_FP4_WIDE={int(self.wide)}), "
-                    f"{self.config.grid[0]} blocks of 16 weight rows x {self.warps} warp(s) splitting K, NVFP4 "
+                    f"{' -D MIRCUDA_FP4_TILED=1' if self.layout == 'tiled' else ''} -D MIRCUDA_FP4_WIDE={int(self.wide)} "
+                    f"-D MIRCUDA_FP4_DECODE={DECODES.index(self.decode)} -D MIRCUDA_FP4_TILES={self.rows // 16} -D MIRCUDA_FP4_STAGES={self.stages}), "
+                    f"{self.config.grid[0]} blocks of {self.rows} weight rows x {self.warps} warp(s) splitting K, NVFP4 "
                     f"activations (E2M1 x UE4M3); E2M1 decoded to FP16 by {decode} and multiplied by its UE4M3 scale "
                     "in FP16 (exact), then tensor cores: mma.sync m16n8k16 FP16 x FP16 -> FP32 (weights the 16-row "
                     f"A operand, {-(-self.m // 8)} n8 tile(s) of activation rows, rows past M zero), "
                     f"{'16' if self.wide else '8'}-byte streamed weight loads ({self.elements} E2M1 per lane), the "
                     "next step's loads in flight"
                     + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else ""))
+        summed = ("block_sum='fp16': each 16-element block summed exactly in FP16 by HFMA2, converted once "
+                  "per block" if self.block_sum == "fp16" else "block_sum='fp32': products in FP32")
         return (f"kernel {FP4_SYMBOL} (NVRTC, -D MIRCUDA_FP4_M={self.m} -D MIRCUDA_FP4_ROWS={self.rows}"
-                f"{' -D MIRCUDA_FP4_TILED=1' if self.layout == 'tiled' else ''}), {self.config.grid[0]} blocks of "
+                f"{' -D MIRCUDA_FP4_TILED=1' if self.layout == 'tiled' else ''} -D MIRCUDA_FP4_DECODE="
+                f"{DECODES.index(self.decode)} -D MIRCUDA_FP4_HALF_SUM={int(self.block_sum == 'fp16')} "
+                f"-D MIRCUDA_FP4_STAGES={self.stages}), "
+                f"{self.config.grid[0]} blocks of "
                 f"{self.rows} weight rows x {self.warps} warp(s) splitting K, {act}, "
                 f"{'16' if self.wide else '8'}-byte streamed weight loads ({self.elements} E2M1 per lane"
-                f"{'' if self.wide else ': K % 32 != 0'}), {decode}, UE4M3 scales per 16, FP32 accumulation"
+                f"{'' if self.wide else ': K % 32 != 0'}), {decode}, {summed}, UE4M3 scales per 16, FP32 "
+                "accumulation across blocks"
                 + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else ""))
 
 
@@ -378,8 +481,11 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
     Decoding: ``cvt.rn.f16x2.e2m1x2`` (SASS ``F2FP.F16.E2M1.UNPACK_B``) where the compile target is a
     family-specific Blackwell one (sm_100f, sm_120f, sm_1xxa: PTX ISA 8.6/8.8; on cc 12.x the default
     compiler targets sm_12Yf, :func:`fp4_compiler`), elsewhere (sm_80, sm_90 (H200), a plain-target
-    compiler passed in) an exact software decode; within each 16-element block the products and their sum are exact in FP32, scaled
-    once by ``sx * sw``. Any N; K a multiple of 16 (16-byte weight loads when K % 32 == 0, else 8-byte).
+    compiler passed in) an exact software decode, one of :data:`DECODES` (``cuda_src/fp4_common.cuh``; default
+    :func:`default_decode`: on the H200 bit operations to E4M3 bytes and ``cvt.rn.f16x2.e4m3x2``). With NVFP4
+    activations each 16-element block's products are summed exactly in FP16 by HFMA2 (no per-weight conversion;
+    the proof is in ``cuda_src/fp4_vector.cu``), otherwise in FP32; each block sum is scaled once by
+    ``sx * sw`` and accumulated in FP32. Any N; K a multiple of 16 (16-byte weight loads when K % 32 == 0, else 8-byte).
 
     Args:
         context, stream: the plan's context and the stream it is bound to (execute takes no other).
@@ -388,16 +494,26 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         compiler: the Compiler (default: :func:`fp4_compiler`: on cc 12.x one per context targeting
             sm_12Yf, where the cvt decode exists; elsewhere the one shared per context). warps: warps per
             block splitting K.
+        kernel: tuning knob: None or :data:`FP4_SYMBOL` (the CUDA-core kernel, the default) or
+            :data:`FP4_MMA_SYMBOL` (the tensor-core kernel run with M = 1; NVFP4 activations only).
+        decode: tuning knob: one of :data:`DECODES` (None: :func:`default_decode` of the compile target).
+        rows: tuning knob: weight rows per block, one of :data:`VECTOR_ROWS` for :data:`FP4_SYMBOL` (None: 8)
+            or of :data:`MMA_ROWS` for :data:`FP4_MMA_SYMBOL` (None: 16).
+        block_sum: tuning knob of :data:`FP4_SYMBOL`: ``"fp16"`` (exact HFMA2 block sums; the default with
+            NVFP4 activations) or ``"fp32"`` (the only one with BF16 activations).
+        stages: tuning knob: one of :data:`STAGES` (None: 2), steps of weight loads in the register ring.
 
     Raises:
-        ContractError: bad context, stream, spec (K not a multiple of 16), activation, layout, warps or
-            compiler.
+        ContractError: bad context, stream, spec (K not a multiple of 16), activation, layout, warps,
+            compiler or knob (see :func:`check_gemv_knobs`).
         UnsupportedPlatform: compute capability below 8.0.
         CompileError: NVRTC rejected the kernel (a bug).
     """
 
     def __init__(self, context: Context, stream: Stream, spec: DenseVectorSpec, *, activation: str = "fp4",
-                 scale_layout: str = "linear", compiler: Compiler | None = None, warps: int | None = None) -> None:
+                 scale_layout: str = "linear", compiler: Compiler | None = None, warps: int | None = None,
+                 kernel: str | None = None, decode: str | None = None, rows: int | None = None,
+                 block_sum: str | None = None, stages: int | None = None) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
@@ -406,11 +522,18 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         self._layout = check_layout("scale_layout", scale_layout)
         if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
             raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
+        if kernel is not None and (not isinstance(kernel, str) or kernel not in FP4_KERNELS):
+            raise ContractError("kernel", f"None or one of {FP4_KERNELS}", repr(kernel))
+        if kernel == FP4_MMA_SYMBOL and activation != "fp4":
+            raise ContractError("kernel", f"None or {FP4_SYMBOL!r} with activation='bf16' ({FP4_MMA_SYMBOL} takes "
+                                "NVFP4 activations only)", repr(kernel))
         compiler = fp4_compiler(compiler, context)
         _device_checks(context, "BlockScaledFp4VectorPlan")
         self._context, self._stream, self._spec = context, stream, spec
         self._in, self._out = dtype_info(u8), dtype_info(bf16)
-        self._engine = Fp4Gemv(context, 1, spec.n, spec.k, activation, scale_layout, compiler, warps)
+        self._engine = Fp4Gemv(context, 1, spec.n, spec.k, activation, scale_layout, compiler, warps,
+                               kernel if kernel is not None else FP4_SYMBOL, decode=decode, rows=rows,
+                               block_sum=block_sum, stages=stages)
         self._names = ("x", "x_scales", "w", "w_scales", "y")
         self._operands = fp4_operands(self._names, 1, spec.n, spec.k, activation, scale_layout, self._engine.wide)
         self._numba: Any = None
@@ -505,6 +628,9 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             (``"fp4_matvec_bf16"``: CUDA cores; ``"fp4_mma_bf16"``: tensor cores, NVFP4 activations only), or
             the name of one of the library's block-scaled NVFP4 kernels
             (``CutlassLibrary.block_scaled_kernels``), which then runs any M.
+        decode, rows, warps, block_sum, stages: tuning knobs of the NVRTC kernels (M <= 16; as
+            :class:`BlockScaledFp4VectorPlan`: ``block_sum`` for ``fp4_matvec_bf16`` only; None:
+            the defaults); refused (ContractError) on the other paths.
 
     Raises:
         ContractError: bad arguments (named); a forced ``kernel`` that is not in the library or cannot run
@@ -518,7 +644,9 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
 
     def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, *, activation: str = "fp4",
                  scale_layout: str = "linear", compiler: Compiler | None = None,
-                 library: CutlassLibrary | None = None, kernel: str | None = None, epilogue: str = "folded") -> None:
+                 library: CutlassLibrary | None = None, kernel: str | None = None, epilogue: str = "folded",
+                 decode: str | None = None, rows: int | None = None, warps: int | None = None,
+                 block_sum: str | None = None, stages: int | None = None) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
@@ -560,6 +688,12 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                 raise ContractError("kernel", f"{FP4_SYMBOL!r} or None with activation='bf16' ({FP4_MMA_SYMBOL} takes "
                                     "NVFP4 activations only)", repr(kernel))
             kernel = None
+        knobs = {"decode": decode, "rows": rows, "warps": warps, "block_sum": block_sum, "stages": stages}
+        if m > GEMV_MAX_M or (kernel is not None and nvrtc is None):
+            for name, value in knobs.items():
+                if value is not None:
+                    raise ContractError(name, f"None: the knob tunes the NVRTC kernels {FP4_KERNELS} of M <= "
+                                        f"{GEMV_MAX_M} (M = {m}, kernel={kernel!r})", repr(value))
         if kernel is not None or (m > GEMV_MAX_M and cc[0] == 12):
             from ._library import load_library
 
@@ -578,7 +712,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             library = lib
         if m <= GEMV_MAX_M:
             symbol = nvrtc if nvrtc is not None else FP4_MMA_SYMBOL if m >= 2 and activation == "fp4" else FP4_SYMBOL
-            self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler, symbol=symbol)
+            self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler, warps, symbol, decode=decode,
+                                 rows=rows, block_sum=block_sum, stages=stages)
             self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide)
             head = (f"M = {m} <= {GEMV_MAX_M}: decode; the {n}x{k} FP4 weights dominate the bytes, so one NVRTC kernel "
                     "streams each once and multiplies it by all M activation rows")

@@ -16,6 +16,7 @@ import mircuda as mc
 from helpers import download, upload
 from matmul_helpers import ACCUMULATION, UNIT_ROUNDOFF, assert_close
 from mircuda.matmul import _fp4_reference as ref
+from mircuda.matmul._fp4 import DECODES, default_decode
 
 GUARD = 64
 """Elements past the output that the kernels must leave untouched (poisoned before, compared after)."""
@@ -136,7 +137,7 @@ def test_the_vector_plan_matches_float64(context, stream, pool, rng, n, k, activ
     text = plan.describe()
     assert "fp4_matvec_bf16" in text and ("16-byte" if k % 32 == 0 else "8-byte") in text
     if context.device_info().compute_capability == (9, 0):
-        assert "software E2M1 decode" in text
+        assert f"decode={default_decode('sm_90')!r}" in text and "cvt.rn.f16x2.e2m1x2 needs" in text
     w.free(stream)
     y.free(stream)
     if activation == "fp4":
@@ -444,3 +445,177 @@ def test_a_captured_portable_plan_follows_the_global_scales(context, stream, poo
         a.free(stream)
     else:
         ba.free(stream)
+
+
+# -- the decoders of fp4_common.cuh (MIRCUDA_FP4_DECODE) and the kernels' knobs ---------------------------
+PROBE = """
+extern "C" __global__ void fp4_decode_probe(unsigned* out, const unsigned* words, int n) {
+    fp4::decode_table_fill();  // block-wide, before any lookup
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        unsigned h[4];
+        fp4::decode_word(words[i], h);
+        for (int j = 0; j < 4; ++j) out[4 * i + j] = h[j];
+    }
+}
+"""
+
+
+def skip_unless_decoder_runs(context, decode: str) -> None:
+    if decode == "e4m3" and context.device_info().compute_capability < (8, 9):
+        pytest.skip("cvt.rn.f16x2.e4m3x2 needs cc >= 8.9")
+
+
+@pytest.mark.parametrize("decode", DECODES)
+def test_every_decoder_decodes_every_word_on_the_device_as_the_numpy_emulation(context, stream, pool, decode) -> None:
+    """fp4::decode_word compiled by NVRTC for this device (the e4m3 decoder's cvt and the table's shared
+    memory run here, not in the emulation), checked against tests/test_matmul_fp4_decode.py's emulation,
+    which is itself checked against the E2M1 values."""
+    from importlib import resources
+
+    from tests.test_matmul_fp4_decode import all_words, decode_word
+
+    skip_unless_decoder_runs(context, decode)
+    header = resources.files("mircuda").joinpath("cuda_src/fp4_common.cuh").read_text()
+    source = mc.CudaSource(header + PROBE, "fp4_decode_probe.cu")
+    kernel = mc.Compiler(context).compile(source, mc.CompileOptions(
+        defines={"MIRCUDA_FP4_DECODE": DECODES.index(decode)})).kernel(mc.cuda_export(
+            "fp4_decode_probe", out=mc.Out[mc.DeviceBuffer[mc.u32]], words=mc.In[mc.DeviceBuffer[mc.u32]], n=mc.i32))
+    words = all_words()
+    bw = upload(context, stream, pool, words)
+    out = upload(context, stream, pool, np.full(4 * words.size, 0xDEADBEEF, np.uint32))
+    kernel.launch(stream, mc.LaunchConfig((-(-words.size // 256),), (256,)), out, bw, words.size)
+    got = download(context, stream, out).reshape(-1, 4)
+    assert np.array_equal(got, decode_word(decode, words))
+    out.free(stream)
+    bw.free(stream)
+
+
+KNOB_SHAPES = [(4096, 4096), (37, 1040), (301, 96)]
+"""(N, K): odd N; 1040 a multiple of 16 not 32 (8-byte loads); 96 of 32 not 64 (16-byte loads)."""
+
+
+@pytest.mark.parametrize("block_sum", ["fp16", "fp32"])
+@pytest.mark.parametrize("decode", DECODES)
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("n, k", KNOB_SHAPES, ids=str)
+def test_the_vector_plan_matches_float64_with_every_decoder(context, stream, pool, rng, n, k, layout, decode,
+                                                            block_sum) -> None:
+    skip_unless_decoder_runs(context, decode)
+    for activation in ("fp4", "bf16"):
+        if activation == "bf16" and block_sum == "fp16":
+            with pytest.raises(mc.ContractError) as info:
+                mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k), activation=activation,
+                                            scale_layout=layout, decode=decode, block_sum=block_sum)
+            assert info.value.argument == "block_sum"
+            continue
+        run_vector(context, stream, pool, rng, n, k, activation, layout, decode=decode, block_sum=block_sum)
+
+
+@pytest.mark.parametrize("stages", [3, 4])
+@pytest.mark.parametrize("rows", [4, 8])
+@pytest.mark.parametrize("decode", DECODES)
+@pytest.mark.parametrize("n, k", [(37, 1040), (300, 14336)], ids=str)
+def test_the_vector_plan_matches_float64_with_every_row_count_stage_count_and_the_mma_kernel(
+        context, stream, pool, rng, n, k, decode, rows, stages) -> None:
+    """Warps 1 and 8 too: the ring's steps per warp run from many (K = 14336, one warp) to fewer than the ring."""
+    skip_unless_decoder_runs(context, decode)
+    run_vector(context, stream, pool, rng, n, k, "fp4", "tiled", decode=decode, rows=rows, stages=stages, warps=1)
+    run_vector(context, stream, pool, rng, n, k, "fp4", "linear", decode=decode, rows=rows, stages=stages, warps=8)
+    # M = 1 on the tensor-core kernel (16 or 32 rows per block)
+    run_vector(context, stream, pool, rng, n, k, "fp4", "linear", decode=decode, kernel="fp4_mma_bf16",
+               rows=4 * rows, stages=stages)
+
+
+def run_vector(context, stream, pool, rng, n, k, activation, layout, **knobs) -> None:
+    w = Operand(context, stream, pool, bf16_data(rng, n, k), layout)
+    x_host = bf16_data(rng, 1, k)
+    alpha = float(rng.uniform(0.5, 2.0))
+    y = poisoned(context, stream, pool, n)
+    plan = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k), activation=activation,
+                                       scale_layout=layout, **knobs)
+    text = plan.describe()
+    assert f"kernel {knobs.get('kernel', 'fp4_matvec_bf16')}" in text and f"decode={knobs['decode']!r}" in text
+    if "block_sum" in knobs:
+        assert f"block_sum={knobs['block_sum']!r}" in text
+    if "stages" in knobs:
+        assert f"-D MIRCUDA_FP4_STAGES={knobs['stages']}" in text
+    if "warps" in knobs:
+        assert f"x {knobs['warps']} warp(s)" in text
+    if activation == "fp4":
+        x = Operand(context, stream, pool, x_host, layout)
+        plan.execute(stream, x.codes, x.scale_buf, w.codes, w.scale_buf, y, global_x=x.global_buf,
+                     global_w=w.global_buf, alpha=alpha)
+        x64, scale = x.value, alpha * float(x.global_) * float(w.global_)
+    else:
+        bx = upload(context, stream, pool, x_host.ravel())
+        plan.execute(stream, bx, None, w.codes, w.scale_buf, y, global_w=w.global_buf, alpha=alpha)
+        x64, scale = x_host.astype(np.float64), alpha * float(w.global_)
+    got = check_guard(download(context, stream, y), n)
+    want, mag = reference(x64, w.value, scale)
+    assert_close(got, want[0], mag[0], "bf16")
+    w.free(stream)
+    y.free(stream)
+    (x.free(stream) if activation == "fp4" else bx.free(stream))
+
+
+@pytest.mark.parametrize("rows, stages", [("default", None), ("other", 3)])
+@pytest.mark.parametrize("kernel", ["fp4_mma_bf16", "fp4_matvec_bf16"])
+@pytest.mark.parametrize("decode", DECODES)
+@pytest.mark.parametrize("m", [3, 16])
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("n, k", [(37, 1040), (4097, 96)], ids=str)
+def test_the_matrix_decode_kernels_match_float64_with_every_decoder(context, stream, pool, rng, m, n, k, layout,
+                                                                    decode, kernel, rows, stages) -> None:
+    """rows "other": 32 weight rows per block (two 16-row tiles per warp) for fp4_mma_bf16, 8 for
+    fp4_matvec_bf16 (its default at M > 1 is 4)."""
+    skip_unless_decoder_runs(context, decode)
+    block_rows = None if rows == "default" else 32 if kernel == "fp4_mma_bf16" else 8
+    activations = ("fp4",) if kernel == "fp4_mma_bf16" else ("fp4", "bf16")
+    for activation in activations:
+        b = Operand(context, stream, pool, bf16_data(rng, n, k), layout)
+        a_host = bf16_data(rng, m, k)
+        d = poisoned(context, stream, pool, m * n)
+        plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), activation=activation,
+                                     scale_layout=layout, kernel=kernel, decode=decode, warps=2, rows=block_rows,
+                                     stages=stages)
+        assert plan.gemv_kernel == kernel and f"decode={decode!r}" in plan.describe()
+        if block_rows is not None:
+            assert f"blocks of {block_rows} weight rows" in plan.describe()
+        if activation == "fp4":
+            a = Operand(context, stream, pool, a_host, layout)
+            plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d, global_a=a.global_buf,
+                         global_b=b.global_buf, alpha=0.75)
+            a64, scale = a.value, 0.75 * float(a.global_) * float(b.global_)
+        else:
+            ba = upload(context, stream, pool, a_host.ravel())
+            plan.execute(stream, ba, None, b.codes, b.scale_buf, d, global_b=b.global_buf, alpha=0.75)
+            a64, scale = a_host.astype(np.float64), 0.75 * float(b.global_)
+        got = check_guard(download(context, stream, d), m * n).reshape(m, n)
+        want, mag = reference(a64, b.value, scale)
+        assert_close(got, want, mag, "bf16")
+        plan.close()
+        b.free(stream)
+        d.free(stream)
+        (a.free(stream) if activation == "fp4" else ba.free(stream))
+
+
+def test_the_plans_refuse_knobs_they_cannot_use_by_name(context, stream) -> None:
+    cases = [
+        (lambda: mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 64), activation="bf16",
+                                             kernel="fp4_mma_bf16"), "kernel"),
+        (lambda: mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 64), kernel="gemv"), "kernel"),
+        (lambda: mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 64), decode="nibbles"), "decode"),
+        (lambda: mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 64), kernel="fp4_mma_bf16",
+                                             rows=8), "rows"),
+        (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(64, 64, 64), decode="pairs"), "decode"),
+        (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 64), block_sum="fp16",
+                                       kernel="fp4_mma_bf16"), "block_sum"),
+        (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 64), warps=5), "warps"),
+        (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 64), stages=1), "stages"),
+        (lambda: mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 64), stages=8), "stages"),
+    ]
+    for make, argument in cases:
+        with pytest.raises(mc.ContractError) as info:
+            make()
+        assert info.value.argument == argument
