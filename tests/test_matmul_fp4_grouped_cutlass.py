@@ -50,12 +50,16 @@ def test_the_header_defines_the_grouped_codes_entry_points_and_operand_struct() 
     for fn in (*_library.GROUPED_SYMBOLS, *_library.BLOCK_SCALED_SYMBOLS, "mircuda_cutlass_scaled_plan_create",
                "mircuda_cutlass_plan_create"):
         assert f"int {fn}(" in text  # the older entry points stay
-    struct = re.search(r"typedef struct \{(.*?)\} mircuda_cutlass_grouped_operands;", text, re.S)
+    struct = re.search(r"typedef struct \{([^{}]*)\} mircuda_cutlass_grouped_operands;", text)
     assert struct is not None
     fields = re.findall(r"\*\s*(\w+);", struct.group(1))
     assert tuple(fields) == _library.GROUPED_OPERAND_FIELDS
     assert [name for name, _ in _library.GroupedOperands._fields_] == list(fields)
     assert ctypes.sizeof(_library.GroupedOperands) == 6 * ctypes.sizeof(ctypes.c_void_p)
+    tables = re.search(r"typedef struct \{([^{}]*)\} mircuda_cutlass_grouped_tables;", text)
+    assert tables is not None
+    assert tuple(re.findall(r"\*(\w+);", tables.group(1))) == _library.GROUPED_TABLE_FIELDS
+    assert [name for name, _ in _library.GroupedTables._fields_] == list(_library.GROUPED_TABLE_FIELDS)
 
 
 def test_the_grouped_family_group_parses() -> None:
@@ -176,6 +180,33 @@ def test_the_grouped_c_entry_points_refuse_before_any_device_call() -> None:
     assert not out.value
 
 
+def test_the_grouped_setup_entry_point_refuses_before_any_device_call() -> None:
+    lib = _grouped_library()
+    c = lib._lib
+    ops = (_library.GroupedOperands * 2)()
+    for i in range(2):
+        for j, name in enumerate(_library.GROUPED_OPERAND_FIELDS):
+            setattr(ops[i], name, 0x1000 * (j + 1))
+    tables = _library.GroupedTables(*[0x10000 * (j + 1) for j in range(len(_library.GROUPED_TABLE_FIELDS))])
+    ok = (None, 256, 256, 64, 8, 8, 1, 0x100, 0x200, 0x300, ops, 0x400, ctypes.byref(tables))
+    for position, bad in ((1, 0), (2, -32), (3, 0), (4, 0), (5, 0), (6, 0), (6, 3), (7, None), (8, None), (9, None),
+                          (11, None)):
+        args = list(ok)
+        args[position] = bad
+        assert c.mircuda_cutlass_grouped_setup(*args) == 1, (position, bad)
+    assert c.mircuda_cutlass_grouped_setup(*ok[:1], 260, *ok[2:]) == 2  # N % 8
+    assert c.mircuda_cutlass_grouped_setup(*ok[:2], 272, *ok[3:]) == 2  # K % 32
+    for field in _library.GROUPED_TABLE_FIELDS:  # a null table
+        broken = _library.GroupedTables.from_buffer_copy(tables)
+        setattr(broken, field, None)
+        assert c.mircuda_cutlass_grouped_setup(*ok[:12], ctypes.byref(broken)) == 1, field
+    misaligned = _library.GroupedTables.from_buffer_copy(tables)
+    misaligned.sfa_tiled = 0x10008
+    assert c.mircuda_cutlass_grouped_setup(*ok[:12], ctypes.byref(misaligned)) == 1
+    ops[0].d = None  # a null operand
+    assert c.mircuda_cutlass_grouped_setup(*ok) == 1
+
+
 def test_the_grouped_kernels_issue_the_block_scaled_mma() -> None:
     lib = _grouped_library()
     if _sass.find_cuobjdump() is None:
@@ -270,6 +301,19 @@ def test_execute_grouped_refuses_bad_operand_sets_before_calling_the_library() -
         with pytest.raises(mc.ContractError) as info:
             lib.execute_grouped(0x1, 0x2, 0x10, 0x20, 0x30, operands, 0x40)
         assert info.value.argument == argument, operands
+
+
+def test_grouped_setup_refuses_malformed_tables_before_calling_the_library() -> None:
+    lib = object.__new__(_library.CutlassLibrary)
+    lib.has_grouped = True
+    good = (0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000)
+    for tables in ([1] * 9, "x" * 10, [1] * 9 + [-1], [1] * 9 + [2.0]):
+        with pytest.raises(mc.ContractError) as info:
+            lib.grouped_setup(0, 64, 64, 8, 2, 2, 0x10, 0x20, 0x30, [good], 0x40, tables)
+        assert info.value.argument == "tables"
+    with pytest.raises(mc.ContractError) as info:
+        lib.grouped_setup(0, 64, 64, 8, 2, 2, 0x10, 0x20, 0x30, [good[:4]], 0x40, [1] * 10)
+    assert info.value.argument == "operands[0]"
 
 
 def test_the_grouped_c_layer_reads_the_operand_sets_it_is_given() -> None:

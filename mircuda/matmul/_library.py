@@ -16,7 +16,7 @@ from ._build import LIBRARY_NAME, find_library
 
 __all__ = ["ABI_VERSION", "KernelInfo", "CutlassLibrary", "CutlassError", "load_library", "FAMILIES", "DTYPES",
            "KINDS", "SCALE_MAJORS", "BLOCK_SCALED_SYMBOLS", "GROUPED_SYMBOLS", "COMPATIBLE_ABI_VERSIONS",
-           "GroupedOperands"]
+           "GroupedOperands", "GroupedTables", "GROUPED_TABLE_FIELDS"]
 
 ABI_VERSION = 3
 """``MIRCUDA_CUTLASS_ABI_VERSION`` this module speaks (2: kernel kinds and the blockwise-scaled FP8 kernels;
@@ -49,7 +49,8 @@ scales."""
 BLOCK_SCALED_SYMBOLS = ("mircuda_cutlass_block_scaled_plan_create", "mircuda_cutlass_block_scaled_plan_execute")
 """The entry points of the block-scaled (NVFP4) kernels. A library built before them (ABI 2 as well) lacks
 them: it loads, with :attr:`CutlassLibrary.block_scaled_kernels` empty."""
-GROUPED_SYMBOLS = ("mircuda_cutlass_grouped_plan_create", "mircuda_cutlass_grouped_plan_execute")
+GROUPED_SYMBOLS = ("mircuda_cutlass_grouped_plan_create", "mircuda_cutlass_grouped_plan_execute",
+                   "mircuda_cutlass_grouped_setup")
 """The entry points of the grouped block-scaled (NVFP4) kernels (ABI 3). A library without them loads, with
 :attr:`CutlassLibrary.grouped_kernels` empty."""
 GROUPED_OPERAND_FIELDS = ("a", "sfa_linear", "b_bank", "sfb_bank_tiled", "d", "alpha_per_matrix")
@@ -63,6 +64,19 @@ class GroupedOperands(ctypes.Structure):
     """``mircuda_cutlass_grouped_operands``: one operand set of a grouped plan (device addresses)."""
 
     _fields_ = [(name, ctypes.c_void_p) for name in GROUPED_OPERAND_FIELDS]
+
+
+GROUPED_TABLE_FIELDS = ("rows", "a", "b", "sfa", "sfb", "d", "alpha", "slot_begin", "slot_end", "sfa_tiled")
+"""The fields of ``mircuda_cutlass_grouped_tables`` in order (device arrays the grouped setup writes)."""
+
+
+class GroupedTables(ctypes.Structure):
+    """``mircuda_cutlass_grouped_tables``: where :meth:`CutlassLibrary.grouped_setup` writes (device
+    addresses): ``rows`` int32 ``[S]``; ``a, b, sfa, sfb, d, alpha`` 8-byte addresses ``[S]`` (S = sets *
+    groups, problem ``s * groups + g``); ``slot_begin, slot_end`` int32 ``[groups]``; ``sfa_tiled`` bytes
+    ``[sets, slot_rows, ceil(K/64) * 4]`` (16-byte aligned)."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in GROUPED_TABLE_FIELDS]
 
 
 def status_error(status: int, call: str, detail: str = "", cuda_error: int = 0) -> CutlassError:
@@ -237,6 +251,9 @@ class CutlassLibrary:
             lib.mircuda_cutlass_grouped_plan_execute.restype = c_int
             lib.mircuda_cutlass_grouped_plan_execute.argtypes = [vp, vp, vp, vp, vp, ctypes.POINTER(GroupedOperands),
                                                                 vp]
+            lib.mircuda_cutlass_grouped_setup.restype = c_int
+            lib.mircuda_cutlass_grouped_setup.argtypes = ([vp] + [c_int] * 6 + [vp, vp, vp, ctypes.POINTER(GroupedOperands),
+                                                          vp, ctypes.POINTER(GroupedTables)])
         v = lib.mircuda_cutlass_cutlass_version()
         self.cutlass_version = f"{v // 10000}.{v // 100 % 100}.{v % 100}"
         table = tuple(self._info(i) for i in range(lib.mircuda_cutlass_kernel_count()))
@@ -413,6 +430,39 @@ class CutlassLibrary:
             CutlassError: INVALID_ARGUMENT (a plan of another kind, a null address),
                 NOT_IMPLEMENTABLE (a misaligned address), CUDA_ERROR, ...
         """
+        array = self._grouped_operands(operands)
+        self._check(self._lib.mircuda_cutlass_grouped_plan_execute(
+            plan, stream or None, row_counts or None, offsets or None, matrix_indices or None, array,
+            error_flag or None), "grouped_plan_execute")
+
+    def grouped_setup(self, stream: int, n: int, k: int, capacity: int, groups: int, bank_size: int,
+                      row_counts: int, offsets: int, matrix_indices: int, operands: Sequence[Sequence[int]],
+                      error_flag: int, tables: Sequence[int]) -> None:
+        """Enqueue the grouped plans' device setup alone on ``stream`` (``mircuda_cutlass_grouped_setup``: the
+        routing checks ORing ``error_flag``, the per-problem rows and pointers, the slots and the repacked
+        activation scales) into ``tables`` (device addresses in :data:`GROUPED_TABLE_FIELDS` order). It runs
+        on every GPU the library has code for (the GEMM needs cc 12.x): what tests the setup on the H200.
+        ``operands``: 1 or 2 sets, as :meth:`execute_grouped` takes them.
+
+        Raises:
+            ContractError: ``operands`` or ``tables`` malformed (before the library is called).
+            CutlassError: INVALID_ARGUMENT (a size, a null address), NOT_IMPLEMENTABLE (N % 8, K % 32),
+                CUDA_ERROR (a launch failed), or the library lacks the entry point (INVALID_ARGUMENT).
+        """
+        array = self._grouped_operands(operands)
+        if (isinstance(tables, (str, bytes)) or not isinstance(tables, Sequence)
+                or len(tables) != len(GROUPED_TABLE_FIELDS) or any(type(v) is not int or v < 0 for v in tables)):
+            raise ContractError("tables", f"{len(GROUPED_TABLE_FIELDS)} device addresses "
+                                f"({', '.join(GROUPED_TABLE_FIELDS)})", repr(tables))
+        if not self.has_grouped:
+            raise status_error(1, "mircuda_cutlass_grouped_setup", f"{self.path} lacks the grouped entry points")
+        t = GroupedTables(*[v or None for v in tables])
+        self._check(self._lib.mircuda_cutlass_grouped_setup(
+            stream or None, n, k, capacity, groups, bank_size, len(array), row_counts or None, offsets or None,
+            matrix_indices or None, array, error_flag or None, ctypes.byref(t)), "grouped_setup")
+
+    @staticmethod
+    def _grouped_operands(operands: Sequence[Sequence[int]]) -> ctypes.Array[GroupedOperands]:
         if isinstance(operands, (str, bytes)) or not isinstance(operands, Sequence) or not operands:
             raise ContractError("operands", "a non-empty sequence of (a, sfa, b_bank, sfb_bank, d, alpha) tuples",
                                 repr(operands))
@@ -424,9 +474,7 @@ class CutlassLibrary:
                                     f"({', '.join(GROUPED_OPERAND_FIELDS)})", repr(entry))
             for name, value in zip(GROUPED_OPERAND_FIELDS, entry):
                 setattr(array[i], name, value or None)
-        self._check(self._lib.mircuda_cutlass_grouped_plan_execute(
-            plan, stream or None, row_counts or None, offsets or None, matrix_indices or None, array,
-            error_flag or None), "grouped_plan_execute")
+        return array
 
     def workspace_bytes(self, plan: int) -> int:
         out = ctypes.c_size_t()

@@ -115,6 +115,23 @@ typedef struct {
   void *d;
   const float *alpha_per_matrix; /* device FP32 [bank_size] */
 } mircuda_cutlass_grouped_operands;
+
+/* The per-problem tables the grouped setup writes (device arrays; S = sets * groups problems, problem
+ * s * groups + g is group g of set s). See mircuda_cutlass_grouped_setup. */
+typedef struct {
+  int *rows;                /* [S] rows of the problem: row_counts[g], or 0 for a skipped group */
+  const void **a;           /* [S] a + offsets[g] * K/2 (a for a skipped group) */
+  const void **b;           /* [S] b_bank + e * N * K/2 */
+  const void **sfa;         /* [S] the group's slot in sfa_tiled (the set's first slot when rows == 0) */
+  const void **sfb;         /* [S] sfb_bank_tiled + e * ceil(N/128)*128 * ceil(K/64)*4 */
+  void **d;                 /* [S] d + offsets[g] * N * 2 */
+  const float **alpha;      /* [S] alpha_per_matrix + e (e = matrix_indices[g], 0 for a skipped group) */
+  int *slot_begin;          /* [groups] first row of the group's slot: an exclusive prefix sum of ceil(rows/128)*128 */
+  int *slot_end;            /* [groups] slot_begin + ceil(rows/128)*128, slot_begin for a skipped or empty group */
+  unsigned char *sfa_tiled; /* [sets][slot_rows][ceil(K/64)*4], 16-byte aligned: each group's activation scales in
+                               the SF_TILED layout at its slot (rows past rows[g], scales past K/16 zero); slot_rows =
+                               ceil(capacity/128)*128 + 128 * min(groups, capacity) */
+} mircuda_cutlass_grouped_tables;
 typedef struct mircuda_cutlass_plan mircuda_cutlass_plan;
 
 typedef struct mircuda_cutlass_kernel_info {
@@ -205,6 +222,17 @@ int mircuda_cutlass_grouped_plan_create(int index, int n, int k, int capacity, i
 int mircuda_cutlass_grouped_plan_execute(mircuda_cutlass_plan *plan, mircuda_cutlass_stream stream,
                                          const int *row_counts, const int *offsets, const int *matrix_indices,
                                          const mircuda_cutlass_grouped_operands *operands, int *error_flag);
+
+/* The device setup of mircuda_cutlass_grouped_plan_execute alone, into caller-owned tables: on stream, one
+ * block checks the routing (ORs 1 / 2 into error_flag as above) and writes rows, pointers and slots; then one
+ * block per 128-row chunk of each set's slots repacks the linear activation scales into sfa_tiled. No GEMM:
+ * it runs on every GPU the library has code for (all archs of the build), so the setup is verified where
+ * the sm_120f grouped GEMM cannot run. INVALID_ARGUMENT for a non-positive size, sets not 1 or 2, a NULL
+ * pointer or a misaligned sfa_tiled; NOT_IMPLEMENTABLE for N % 8, K % 32 or 2^31 slot rows. */
+int mircuda_cutlass_grouped_setup(mircuda_cutlass_stream stream, int n, int k, int capacity, int groups, int bank_size,
+                                  int sets, const int *row_counts, const int *offsets, const int *matrix_indices,
+                                  const mircuda_cutlass_grouped_operands *operands, int *error_flag,
+                                  const mircuda_cutlass_grouped_tables *tables);
 
 #ifdef __cplusplus
 }

@@ -11,16 +11,17 @@
 // e * ceil(N/128)*128 * ceil(K/64)*4 of the scale bank, D_s BF16 [capacity, N] row-major, alpha_s an FP32
 // device array [bank_size] read when the kernel runs.
 //
-// Every execute first runs two small kernels of this file on the stream (so a captured graph follows
-// routing rewritten on the device between replays; the host reads nothing):
-//   grouped_setup (one block): checks each group (a matrix index outside [0, bank_size) ORs 1 into the
-//     error flag; a negative count or offset, or offset + count over capacity ORs 2) and treats an invalid
-//     group as empty; assigns each group a slot of ceil(m/128)*128 rows in the scale workspace (an
-//     exclusive prefix sum); writes the CUTLASS kernel's per-group problem shapes (m, N, K), pointers,
-//     strides, scale-factor layouts and alpha pointers (alpha_s + e) for all sets * G groups.
-//   grouped_repack_sfa (one block per 128-row chunk of the slots, per set): copies each group's linear
-//     activation scales into its slot in the tiled layout (the layout the kernel's TMA reads; rows past
-//     m and scales past K/16 are zero).
+// Every execute first runs small kernels on the stream (so a captured graph follows routing rewritten on
+// the device between replays; the host reads nothing):
+//   grouped_setup and grouped_repack_sfa (grouped_setup.cu, compiled for every arch of the build):
+//     check each group (a matrix index outside [0, bank_size) ORs 1 into the error flag; a negative count
+//     or offset, or offset + count over capacity ORs 2) and treat an invalid group as empty; assign each
+//     group a slot of ceil(m/128)*128 rows in the scale workspace (an exclusive prefix sum); write the
+//     per-problem rows, pointers and alpha pointers (alpha_s + e) for all sets * G problems; copy each
+//     group's linear activation scales into its slot in the tiled layout (the layout the kernel's TMA
+//     reads; rows past m and scales past K/16 are zero).
+//   grouped_layouts (this file): the CUTLASS kernel's problem shapes (m, N, K), strides and scale-factor
+//     layouts per problem, from the rows.
 // then the CUTLASS kernel (persistent: one CTA per SM, CUTLASS's group tile scheduler walks the groups'
 // tiles reading the device problem shapes; an empty group has no tiles; the TMA descriptors are rewritten
 // on the device per group).
@@ -34,27 +35,14 @@
 
 #include "block_scaled.cuh"
 #include "cutlass/gemm/group_array_problem_shape.hpp"
+#include "grouped_setup.hpp"
 
 namespace mircuda {
 namespace grouped {
 
 using namespace cute;
 
-constexpr int kSetupThreads = 1024;   // grouped_setup: one block walks the groups 1024 at a time
-constexpr int kRepackThreads = 256;
-constexpr int kSlotRows = 128;        // the tiled layout's atom rows: each group's scales start at a multiple
-
-// The 64-bit slot geometry of a plan (rows of one set's scale workspace, bytes of one scale row).
-struct SlotGeometry {
-  long long slot_rows;
-  long long row_bytes;  // ceil(K/64) * 4: K/16 scales padded to whole 4-scale atoms
-};
-
-inline SlotGeometry slot_geometry(int capacity, int groups, int k) {
-  const long long chunks = (static_cast<long long>(capacity) + kSlotRows - 1) / kSlotRows;
-  const long long extra = groups < capacity ? groups : capacity;
-  return {(chunks + extra) * kSlotRows, (static_cast<long long>(k) + 63) / 64 * 4};
-}
+constexpr int kLayoutThreads = 256;
 
 template <class MainloopSchedule>
 struct Config {
@@ -99,162 +87,31 @@ struct Config {
   using LayoutSFB = typename Mainloop::InternalLayoutSFB;
 };
 
-// The device arrays of a plan, all inside the caller's workspace (S = sets * groups entries each).
+// The typed per-problem arrays of the CUTLASS kernel (S = sets * groups entries each), in the workspace.
 template <class Cfg>
-struct Tables {
+struct Typed {
   typename Cfg::Shape3* shapes;
-  const typename Cfg::ElementA** a;
-  const typename Cfg::ElementB** b;
-  const typename Cfg::ElementSF** sfa;
-  const typename Cfg::ElementSF** sfb;
-  typename Cfg::ElementD** d;
-  const float** alpha;
   typename Cfg::StrideA* stride_a;
   typename Cfg::StrideB* stride_b;
   typename Cfg::StrideD* stride_d;
   typename Cfg::LayoutSFA* layout_sfa;
   typename Cfg::LayoutSFB* layout_sfb;
-  int* slot_begin;  // [groups] first row of the group's slot (an exclusive prefix sum, skipped groups included)
-  int* slot_end;    // [groups] slot_begin + ceil(m/128)*128, or slot_begin when the group is skipped
-  uint8_t* sfa_tiled;  // [sets][slot_rows][row_bytes]
 };
 
-struct SetupParams {
-  const int* row_counts;
-  const int* offsets;
-  const int* matrix_indices;
-  int* error_flag;
-  int groups, sets, n, k, capacity, bank_size;
-  long long slot_rows, row_bytes;
-  mircuda_cutlass_grouped_operands operands[2];
-};
-
-// Inclusive sum of v over the block (blockDim.x a multiple of 32, at most 1024); scratch: 32 entries.
-__device__ inline long long block_inclusive_sum(long long v, long long* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int d = 1; d < 32; d <<= 1) {
-    const long long u = __shfl_up_sync(0xffffffffu, v, d);
-    if (lane >= d) v += u;
-  }
-  if (lane == 31) scratch[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    const int warps = blockDim.x >> 5;
-    long long w = lane < warps ? scratch[lane] : 0;
-    for (int d = 1; d < 32; d <<= 1) {
-      const long long u = __shfl_up_sync(0xffffffffu, w, d);
-      if (lane >= d) w += u;
-    }
-    scratch[lane] = w;
-  }
-  __syncthreads();
-  if (warp > 0) v += scratch[warp - 1];
-  __syncthreads();  // scratch is reused by the next call
-  return v;
-}
-
+// One thread per problem: its shape (rows, N, K), packed strides and the tiled scale layouts of its rows.
 template <class Cfg>
-__global__ void __launch_bounds__(kSetupThreads) grouped_setup(SetupParams p, Tables<Cfg> t) {
-  __shared__ long long scratch[32];
-  __shared__ long long carry;
-  if (threadIdx.x == 0) carry = 0;
-  __syncthreads();
-  const int G = p.groups;
-  for (int base = 0; base < G; base += blockDim.x) {
-    const int g = base + static_cast<int>(threadIdx.x);
-    int m = 0, offset = 0, e = 0, error = 0;
-    if (g < G) {
-      m = p.row_counts[g];
-      offset = p.offsets[g];
-      e = p.matrix_indices[g];
-      if (e < 0 || e >= p.bank_size) error |= 1;
-      if (m < 0 || offset < 0 || static_cast<long long>(offset) + m > p.capacity) error |= 2;
-      if (error) m = 0;
-    }
-    const long long padded = (static_cast<long long>(m) + kSlotRows - 1) / kSlotRows * kSlotRows;
-    const long long end = carry + block_inclusive_sum(padded, scratch);
-    const long long begin = end - padded;
-    if (g < G) {
-      if (end > p.slot_rows) {  // only overlapping row ranges get here (see the top of this file)
-        error |= 2;
-        m = 0;
-      }
-      if (error) atomicOr(p.error_flag, error);
-      const bool live = m > 0;
-      // Skipped groups keep begin (the prefix stays monotone for grouped_repack_sfa's search), never past
-      // slot_rows.
-      const long long b = begin < p.slot_rows ? begin : p.slot_rows;
-      t.slot_begin[g] = static_cast<int>(b);
-      t.slot_end[g] = static_cast<int>(live ? end : b);
-      if (error) {
-        offset = 0;
-        e = 0;
-      }
-      const int k = p.k, n = p.n;
-      const long long a_row = k / 2, b_matrix = static_cast<long long>(n) * (k / 2);
-      const long long sfb_matrix = (static_cast<long long>(n) + 127) / 128 * 128 * p.row_bytes;
-      for (int s = 0; s < p.sets; ++s) {
-        const mircuda_cutlass_grouped_operands& op = p.operands[s];
-        const int i = s * G + g;
-        t.shapes[i] = typename Cfg::Shape3{m, n, k};
-        t.a[i] = reinterpret_cast<const typename Cfg::ElementA*>(static_cast<const uint8_t*>(op.a) + offset * a_row);
-        t.b[i] = reinterpret_cast<const typename Cfg::ElementB*>(static_cast<const uint8_t*>(op.b_bank) + e * b_matrix);
-        t.sfa[i] = reinterpret_cast<const typename Cfg::ElementSF*>(
-            t.sfa_tiled + (s * p.slot_rows + (live ? begin : 0)) * p.row_bytes);
-        t.sfb[i] = reinterpret_cast<const typename Cfg::ElementSF*>(
-            static_cast<const uint8_t*>(op.sfb_bank_tiled) + e * sfb_matrix);
-        t.d[i] = reinterpret_cast<typename Cfg::ElementD*>(static_cast<uint8_t*>(op.d) +
-                                                           static_cast<long long>(offset) * n * 2);
-        t.alpha[i] = op.alpha_per_matrix + e;
-        const int rows = m > 0 ? m : 1;  // an empty group's layouts are never used; keep them well-formed
-        t.stride_a[i] = cutlass::make_cute_packed_stride(typename Cfg::StrideA{}, cute::make_shape(rows, k, 1));
-        t.stride_b[i] = cutlass::make_cute_packed_stride(typename Cfg::StrideB{}, cute::make_shape(n, k, 1));
-        t.stride_d[i] = cutlass::make_cute_packed_stride(typename Cfg::StrideD{}, cute::make_shape(rows, n, 1));
-        t.layout_sfa[i] = Cfg::ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(rows, n, k, 1));
-        t.layout_sfb[i] = Cfg::ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(rows, n, k, 1));
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x == blockDim.x - 1) carry = end;
-    __syncthreads();
-  }
-}
-
-// Block (x, set): the x-th 128-row chunk of the set's slots. Finds the group whose slot holds it (the last
-// group with slot_begin <= row: slot_begin is non-decreasing), then writes the chunk's 128 rows x row_bytes
-// tiled bytes: 512-byte atoms of 128 rows x 4 scales, K-fastest; in an atom row 32 r1 + r0, scale j at byte
-// 16 r0 + 4 r1 + j (cutlass/detail/sm100_blockscaled_layout.hpp; mircuda's "tiled" layout).
-template <class Cfg>
-__global__ void __launch_bounds__(kRepackThreads) grouped_repack_sfa(SetupParams p, Tables<Cfg> t) {
-  const long long row0 = static_cast<long long>(blockIdx.x) * kSlotRows;
-  int lo = 0, hi = p.groups;  // first group with slot_begin > row0
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (t.slot_begin[mid] <= row0) lo = mid + 1; else hi = mid;
-  }
-  const int g = lo - 1;
-  if (g < 0 || row0 >= t.slot_end[g]) return;
-  const int s = blockIdx.y;
-  const int m = p.row_counts[g];  // valid: the group has a slot
-  const long long first = static_cast<long long>(p.offsets[g]) + (row0 - t.slot_begin[g]);  // source row of row0
-  const int rows = static_cast<int>(m - (row0 - t.slot_begin[g]));  // rows of the group from row0 on
-  const int scales = p.k / 16;
-  const uint8_t* src = static_cast<const uint8_t*>(p.operands[s].sfa_linear);
-  uint32_t* dst = reinterpret_cast<uint32_t*>(t.sfa_tiled + (s * p.slot_rows + row0) * p.row_bytes);
-  const int words = static_cast<int>(kSlotRows * p.row_bytes / 4);  // 4 scales of one row per word
-  for (int w = threadIdx.x; w < words; w += blockDim.x) {
-    const int atom = w / 128, within = w % 128;  // 128 words per 512-byte atom
-    const int r0 = within / 4, r1 = within % 4;
-    const int r = 32 * r1 + r0, col = 4 * atom;
-    uint32_t word = 0;
-    if (r < rows) {
-      const uint8_t* row = src + (first + r) * scales;
-      for (int j = 0; j < 4; ++j) {
-        if (col + j < scales) word |= static_cast<uint32_t>(row[col + j]) << (8 * j);
-      }
-    }
-    dst[w] = word;
-  }
+__global__ void __launch_bounds__(kLayoutThreads) grouped_layouts(const int* rows_of, int problems, int n, int k,
+                                                                   Typed<Cfg> t) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= problems) return;
+  const int m = rows_of[i];
+  const int rows = m > 0 ? m : 1;  // an empty problem has no tiles: its layouts are never used; keep them well-formed
+  t.shapes[i] = typename Cfg::Shape3{m, n, k};
+  t.stride_a[i] = cutlass::make_cute_packed_stride(typename Cfg::StrideA{}, cute::make_shape(rows, k, 1));
+  t.stride_b[i] = cutlass::make_cute_packed_stride(typename Cfg::StrideB{}, cute::make_shape(n, k, 1));
+  t.stride_d[i] = cutlass::make_cute_packed_stride(typename Cfg::StrideD{}, cute::make_shape(rows, n, 1));
+  t.layout_sfa[i] = Cfg::ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(rows, n, k, 1));
+  t.layout_sfb[i] = Cfg::ScaleConfig::tile_atom_to_shape_SFB(cute::make_shape(rows, n, k, 1));
 }
 
 template <class Cfg>
@@ -270,29 +127,30 @@ class Runner final : public mircuda::Runner {
   // The workspace: CUTLASS's (tensor maps per SM), then the tables, then the tiled activation scales.
   int layout() {
     const size_t entries = static_cast<size_t>(sets_) * groups_;
-    size_t at = round(cutlass_bytes_ = Gemm::get_workspace_size(arguments(placeholder_tables())));
+    size_t at = round(Gemm::get_workspace_size(arguments(placeholder())));
     auto place = [&](size_t bytes) {
       const size_t here = at;
       at = round(at + bytes);
       return here;
     };
-    offsets_.shapes = place(entries * sizeof(typename Cfg::Shape3));
+    offsets_.rows = place(entries * sizeof(int));
     offsets_.a = place(entries * sizeof(void*));
     offsets_.b = place(entries * sizeof(void*));
     offsets_.sfa = place(entries * sizeof(void*));
     offsets_.sfb = place(entries * sizeof(void*));
     offsets_.d = place(entries * sizeof(void*));
     offsets_.alpha = place(entries * sizeof(void*));
+    offsets_.slot_begin = place(static_cast<size_t>(groups_) * sizeof(int));
+    offsets_.slot_end = place(static_cast<size_t>(groups_) * sizeof(int));
+    offsets_.shapes = place(entries * sizeof(typename Cfg::Shape3));
     offsets_.stride_a = place(entries * sizeof(typename Cfg::StrideA));
     offsets_.stride_b = place(entries * sizeof(typename Cfg::StrideB));
     offsets_.stride_d = place(entries * sizeof(typename Cfg::StrideD));
     offsets_.layout_sfa = place(entries * sizeof(typename Cfg::LayoutSFA));
     offsets_.layout_sfb = place(entries * sizeof(typename Cfg::LayoutSFB));
-    offsets_.slot_begin = place(static_cast<size_t>(groups_) * sizeof(int));
-    offsets_.slot_end = place(static_cast<size_t>(groups_) * sizeof(int));
     offsets_.sfa_tiled = place(static_cast<size_t>(sets_) * geometry_.slot_rows * geometry_.row_bytes);
     total_ = at;
-    return Gemm::can_implement(arguments(placeholder_tables())) == cutlass::Status::kSuccess
+    return Gemm::can_implement(arguments(placeholder())) == cutlass::Status::kSuccess
                ? MIRCUDA_CUTLASS_OK
                : MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
   }
@@ -301,25 +159,26 @@ class Runner final : public mircuda::Runner {
 
   int set_workspace(void* workspace, size_t) override {
     auto* base = static_cast<uint8_t*>(workspace);
-    tables_ = Tables<Cfg>{
-        reinterpret_cast<typename Cfg::Shape3*>(base + offsets_.shapes),
-        reinterpret_cast<const typename Cfg::ElementA**>(base + offsets_.a),
-        reinterpret_cast<const typename Cfg::ElementB**>(base + offsets_.b),
-        reinterpret_cast<const typename Cfg::ElementSF**>(base + offsets_.sfa),
-        reinterpret_cast<const typename Cfg::ElementSF**>(base + offsets_.sfb),
-        reinterpret_cast<typename Cfg::ElementD**>(base + offsets_.d),
+    plain_ = mircuda_cutlass_grouped_tables{
+        reinterpret_cast<int*>(base + offsets_.rows),
+        reinterpret_cast<const void**>(base + offsets_.a),
+        reinterpret_cast<const void**>(base + offsets_.b),
+        reinterpret_cast<const void**>(base + offsets_.sfa),
+        reinterpret_cast<const void**>(base + offsets_.sfb),
+        reinterpret_cast<void**>(base + offsets_.d),
         reinterpret_cast<const float**>(base + offsets_.alpha),
-        reinterpret_cast<typename Cfg::StrideA*>(base + offsets_.stride_a),
-        reinterpret_cast<typename Cfg::StrideB*>(base + offsets_.stride_b),
-        reinterpret_cast<typename Cfg::StrideD*>(base + offsets_.stride_d),
-        reinterpret_cast<typename Cfg::LayoutSFA*>(base + offsets_.layout_sfa),
-        reinterpret_cast<typename Cfg::LayoutSFB*>(base + offsets_.layout_sfb),
         reinterpret_cast<int*>(base + offsets_.slot_begin),
         reinterpret_cast<int*>(base + offsets_.slot_end),
         base + offsets_.sfa_tiled};
-    cutlass_workspace_ = workspace;
-    return Gemm::can_implement(arguments(tables_)) == cutlass::Status::kSuccess ? MIRCUDA_CUTLASS_OK
-                                                                                : MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
+    typed_ = Typed<Cfg>{reinterpret_cast<typename Cfg::Shape3*>(base + offsets_.shapes),
+                        reinterpret_cast<typename Cfg::StrideA*>(base + offsets_.stride_a),
+                        reinterpret_cast<typename Cfg::StrideB*>(base + offsets_.stride_b),
+                        reinterpret_cast<typename Cfg::StrideD*>(base + offsets_.stride_d),
+                        reinterpret_cast<typename Cfg::LayoutSFA*>(base + offsets_.layout_sfa),
+                        reinterpret_cast<typename Cfg::LayoutSFB*>(base + offsets_.layout_sfb)};
+    workspace_ = workspace;
+    return Gemm::can_implement(arguments(tables())) == cutlass::Status::kSuccess ? MIRCUDA_CUTLASS_OK
+                                                                                 : MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
   }
 
   int execute_grouped(cudaStream_t stream, const int* row_counts, const int* offsets, const int* matrix_indices,
@@ -338,77 +197,81 @@ class Runner final : public mircuda::Runner {
     p.slot_rows = geometry_.slot_rows;
     p.row_bytes = geometry_.row_bytes;
     for (int s = 0; s < sets_; ++s) p.operands[s] = operands[s];
-    grouped_setup<Cfg><<<1, kSetupThreads, 0, stream>>>(p, tables_);
-    cudaError_t error = cudaGetLastError();
-    if (error != cudaSuccess) {
-      set_cuda_error(error);
-      return MIRCUDA_CUTLASS_CUDA_ERROR;
-    }
-    const dim3 chunks(static_cast<unsigned>(geometry_.slot_rows / kSlotRows), static_cast<unsigned>(sets_));
-    grouped_repack_sfa<Cfg><<<chunks, kRepackThreads, 0, stream>>>(p, tables_);
-    error = cudaGetLastError();
+    int status = launch_setup(stream, p, plain_);
+    if (status != MIRCUDA_CUTLASS_OK) return status;
+    const int problems = sets_ * groups_;
+    grouped_layouts<Cfg><<<(problems + kLayoutThreads - 1) / kLayoutThreads, kLayoutThreads, 0, stream>>>(
+        plain_.rows, problems, n_, k_, typed_);
+    const cudaError_t error = cudaGetLastError();
     if (error != cudaSuccess) {
       set_cuda_error(error);
       return MIRCUDA_CUTLASS_CUDA_ERROR;
     }
     // initialize() builds the kernel parameters (host side; the tables' addresses never change); nothing is
     // allocated or synchronized.
-    cutlass::Status status = gemm_.initialize(arguments(tables_), cutlass_workspace_, stream);
-    if (status != cutlass::Status::kSuccess) return status_from_cutlass(static_cast<int>(status));
-    status = gemm_.run(stream);
-    if (status != cutlass::Status::kSuccess) return status_from_cutlass(static_cast<int>(status));
+    cutlass::Status done = gemm_.initialize(arguments(tables()), workspace_, stream);
+    if (done != cutlass::Status::kSuccess) return status_from_cutlass(static_cast<int>(done));
+    done = gemm_.run(stream);
+    if (done != cutlass::Status::kSuccess) return status_from_cutlass(static_cast<int>(done));
     return MIRCUDA_CUTLASS_OK;
   }
 
  private:
   struct Offsets {
-    size_t shapes, a, b, sfa, sfb, d, alpha, stride_a, stride_b, stride_d, layout_sfa, layout_sfb, slot_begin,
-        slot_end, sfa_tiled;
+    size_t rows, a, b, sfa, sfb, d, alpha, slot_begin, slot_end, shapes, stride_a, stride_b, stride_d, layout_sfa,
+        layout_sfb, sfa_tiled;
+  };
+  // What the CUTLASS arguments point at.
+  struct Pointers {
+    typename Cfg::Shape3* shapes;
+    const void* const* a;
+    const void* const* b;
+    const void* const* sfa;
+    const void* const* sfb;
+    void* const* d;
+    const float* const* alpha;
+    Typed<Cfg> typed;
   };
 
   static size_t round(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
   // Addresses that are never dereferenced (can-implement and the workspace size read no device memory).
-  static Tables<Cfg> placeholder_tables() {
-    Tables<Cfg> t{};
+  static Pointers placeholder() {
     auto* p = reinterpret_cast<uint8_t*>(uintptr_t{1} << 20);
-    t.shapes = reinterpret_cast<typename Cfg::Shape3*>(p);
-    t.a = reinterpret_cast<const typename Cfg::ElementA**>(p);
-    t.b = reinterpret_cast<const typename Cfg::ElementB**>(p);
-    t.sfa = reinterpret_cast<const typename Cfg::ElementSF**>(p);
-    t.sfb = reinterpret_cast<const typename Cfg::ElementSF**>(p);
-    t.d = reinterpret_cast<typename Cfg::ElementD**>(p);
-    t.alpha = reinterpret_cast<const float**>(p);
-    t.stride_a = reinterpret_cast<typename Cfg::StrideA*>(p);
-    t.stride_b = reinterpret_cast<typename Cfg::StrideB*>(p);
-    t.stride_d = reinterpret_cast<typename Cfg::StrideD*>(p);
-    t.layout_sfa = reinterpret_cast<typename Cfg::LayoutSFA*>(p);
-    t.layout_sfb = reinterpret_cast<typename Cfg::LayoutSFB*>(p);
-    return t;
+    Typed<Cfg> typed{reinterpret_cast<typename Cfg::Shape3*>(p), reinterpret_cast<typename Cfg::StrideA*>(p),
+                     reinterpret_cast<typename Cfg::StrideB*>(p), reinterpret_cast<typename Cfg::StrideD*>(p),
+                     reinterpret_cast<typename Cfg::LayoutSFA*>(p), reinterpret_cast<typename Cfg::LayoutSFB*>(p)};
+    auto* q = reinterpret_cast<void* const*>(p);
+    return {typed.shapes, q, q, q, q, q, reinterpret_cast<const float* const*>(p), typed};
   }
 
-  typename Gemm::Arguments arguments(const Tables<Cfg>& t) const {
+  Pointers tables() const {
+    return {typed_.shapes, plain_.a, plain_.b, plain_.sfa, plain_.sfb, plain_.d, plain_.alpha, typed_};
+  }
+
+  typename Gemm::Arguments arguments(const Pointers& t) const {
     typename Gemm::Arguments args{};
     args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
     args.problem_shape = {sets_ * groups_, t.shapes, nullptr};  // device shapes only
-    args.mainloop.ptr_A = t.a;
-    args.mainloop.dA = t.stride_a;
-    args.mainloop.ptr_B = t.b;
-    args.mainloop.dB = t.stride_b;
-    args.mainloop.ptr_SFA = t.sfa;
-    args.mainloop.layout_SFA = t.layout_sfa;
-    args.mainloop.ptr_SFB = t.sfb;
-    args.mainloop.layout_SFB = t.layout_sfb;
+    // The setup writes plain addresses; the kernel reads them as its element pointers (same representation).
+    args.mainloop.ptr_A = reinterpret_cast<const typename Cfg::ElementA**>(const_cast<const void**>(t.a));
+    args.mainloop.dA = t.typed.stride_a;
+    args.mainloop.ptr_B = reinterpret_cast<const typename Cfg::ElementB**>(const_cast<const void**>(t.b));
+    args.mainloop.dB = t.typed.stride_b;
+    args.mainloop.ptr_SFA = reinterpret_cast<const typename Cfg::ElementSF**>(const_cast<const void**>(t.sfa));
+    args.mainloop.layout_SFA = t.typed.layout_sfa;
+    args.mainloop.ptr_SFB = reinterpret_cast<const typename Cfg::ElementSF**>(const_cast<const void**>(t.sfb));
+    args.mainloop.layout_SFB = t.typed.layout_sfb;
     args.epilogue.ptr_C = nullptr;
     args.epilogue.dC = nullptr;
-    args.epilogue.ptr_D = t.d;
-    args.epilogue.dD = t.stride_d;
+    args.epilogue.ptr_D = reinterpret_cast<typename Cfg::ElementD**>(const_cast<void**>(t.d));
+    args.epilogue.dD = t.typed.stride_d;
     auto& fusion = args.epilogue.thread;
     fusion.alpha = 1.f;
     fusion.beta = 0.f;
     fusion.alpha_ptr = nullptr;
     fusion.beta_ptr = nullptr;
-    fusion.alpha_ptr_array = t.alpha;  // one FP32 per group, read when the kernel runs
+    fusion.alpha_ptr_array = t.alpha;  // one FP32 per problem, read when the kernel runs
     fusion.beta_ptr_array = nullptr;
     fusion.dAlpha = {_0{}, _0{}, 1};
     fusion.dBeta = {_0{}, _0{}, 0};
@@ -420,9 +283,10 @@ class Runner final : public mircuda::Runner {
   cutlass::KernelHardwareInfo hw_;
   SlotGeometry geometry_;
   Offsets offsets_{};
-  size_t cutlass_bytes_ = 0, total_ = 0;
-  Tables<Cfg> tables_{};
-  void* cutlass_workspace_ = nullptr;
+  size_t total_ = 0;
+  mircuda_cutlass_grouped_tables plain_{};
+  Typed<Cfg> typed_{};
+  void* workspace_ = nullptr;
   Gemm gemm_;
 };
 
