@@ -16,7 +16,8 @@ from ._build import LIBRARY_NAME, find_library
 
 __all__ = ["ABI_VERSION", "KernelInfo", "CutlassLibrary", "CutlassError", "load_library", "FAMILIES", "DTYPES",
            "KINDS", "SCALE_MAJORS", "BLOCK_SCALED_SYMBOLS", "GROUPED_SYMBOLS", "COMPATIBLE_ABI_VERSIONS",
-           "GroupedOperands", "GroupedTables", "GROUPED_TABLE_FIELDS"]
+           "GroupedOperands", "GroupedTables", "GROUPED_TABLE_FIELDS", "GROUPED_DENSE_SYMBOLS", "GroupedDenseOperands",
+           "GROUPED_DENSE_OPERAND_FIELDS", "GROUPED_DENSE_OPERAND_ALIGNMENT"]
 
 ABI_VERSION = 3
 """``MIRCUDA_CUTLASS_ABI_VERSION`` this module speaks (2: kernel kinds and the blockwise-scaled FP8 kernels;
@@ -36,11 +37,13 @@ nibble); ``"ue4m3"``: E4M3 scale bytes with the sign clear (NVFP4's block scales
 FAMILIES = {0: "simt", 1: "sm90_cooperative", 2: "sm90_pingpong", 3: "sm90_swapped", 4: "sm80_tensorop",
             5: "sm90_blockwise_cooperative", 6: "sm90_blockwise_pingpong", 7: "sm120_blockwise",
             8: "sm120_nvfp4_cooperative", 9: "sm120_nvfp4_pingpong", 10: "sm120_nvfp4_grouped_cooperative",
-            11: "sm120_nvfp4_grouped_pingpong"}
-KINDS = {0: "dense", 1: "blockwise_scaled", 2: "block_scaled", 3: "grouped_block_scaled"}
+            11: "sm120_nvfp4_grouped_pingpong", 12: "sm90_grouped_cooperative", 13: "sm90_grouped_pingpong"}
+KINDS = {0: "dense", 1: "blockwise_scaled", 2: "block_scaled", 3: "grouped_block_scaled", 4: "grouped_dense"}
 """``MIRCUDA_CUTLASS_KIND_*``: which plan entry points a kernel takes (``"block_scaled"``: the NVFP4 kernels,
 :meth:`CutlassLibrary.create_block_scaled_plan`; ``"grouped_block_scaled"``: the grouped NVFP4 kernels with
-device-resident routing, :meth:`CutlassLibrary.create_grouped_plan`)."""
+device-resident routing, :meth:`CutlassLibrary.create_grouped_plan`; ``"grouped_dense"``: the grouped BF16
+kernels of SM90 with device-resident routing, :meth:`CutlassLibrary.create_grouped_plan` and
+:meth:`CutlassLibrary.execute_grouped_dense`)."""
 SCALE_MAJORS = {0: "", 1: "k", 2: "mn", 3: "tiled"}
 """``MIRCUDA_CUTLASS_K_MAJOR`` (``"k"``: ``[rows, ceil(K/scale_k)]`` row-major), ``_MN_MAJOR`` (``"mn"``:
 ``[ceil(K/scale_k), rows]`` row-major), ``_SF_TILED`` (``"tiled"``: CUTLASS's SM1xx block-scaled layout,
@@ -58,6 +61,23 @@ GROUPED_OPERAND_FIELDS = ("a", "sfa_linear", "b_bank", "sfb_bank_tiled", "d", "a
 GROUPED_OPERAND_ALIGNMENT = (16, 1, 16, 16, 16, 4)
 """The byte alignment each of :data:`GROUPED_OPERAND_FIELDS` needs (TMA's 16-byte granules for the codes,
 the bank's tiled scales and D; ``sfa_linear`` is read byte by byte by the repack kernel; alpha is FP32)."""
+
+
+GROUPED_DENSE_SYMBOLS = ("mircuda_cutlass_grouped_plan_create", "mircuda_cutlass_grouped_dense_plan_execute")
+"""The entry points of the grouped BF16 kernels (SM90; an addition to ABI 3 without a version change: the kernel
+info struct and every other entry point are unchanged, and a module that does not know kind 4 ignores those
+kernels). A library without them loads, with :attr:`CutlassLibrary.grouped_dense_kernels` empty."""
+GROUPED_DENSE_OPERAND_FIELDS = ("a", "b_bank", "d", "alpha_per_matrix")
+"""The fields of ``mircuda_cutlass_grouped_dense_operands`` in order (BF16 ``[capacity, K]``, ``[E, N, K]``,
+``[capacity, N]``, each 16-byte aligned: TMA granules; FP32 ``[E]``, 4-byte aligned)."""
+GROUPED_DENSE_OPERAND_ALIGNMENT = (16, 16, 16, 4)
+"""The byte alignment each of :data:`GROUPED_DENSE_OPERAND_FIELDS` needs."""
+
+
+class GroupedDenseOperands(ctypes.Structure):
+    """``mircuda_cutlass_grouped_dense_operands``: one operand set of a grouped BF16 plan (device addresses)."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in GROUPED_DENSE_OPERAND_FIELDS]
 
 
 class GroupedOperands(ctypes.Structure):
@@ -254,6 +274,14 @@ class CutlassLibrary:
             lib.mircuda_cutlass_grouped_setup.restype = c_int
             lib.mircuda_cutlass_grouped_setup.argtypes = ([vp] + [c_int] * 6 + [vp, vp, vp, ctypes.POINTER(GroupedOperands),
                                                           vp, ctypes.POINTER(GroupedTables)])
+        self.has_grouped_dense = abi >= 3 and all(hasattr(lib, name) for name in GROUPED_DENSE_SYMBOLS)
+        """Whether the library exports the grouped BF16 entry points (:data:`GROUPED_DENSE_SYMBOLS`)."""
+        if self.has_grouped_dense:
+            lib.mircuda_cutlass_grouped_plan_create.restype = c_int
+            lib.mircuda_cutlass_grouped_plan_create.argtypes = [c_int] * 7 + [ctypes.POINTER(vp)]
+            lib.mircuda_cutlass_grouped_dense_plan_execute.restype = c_int
+            lib.mircuda_cutlass_grouped_dense_plan_execute.argtypes = [vp, vp, vp, vp, vp,
+                                                                      ctypes.POINTER(GroupedDenseOperands), vp]
         v = lib.mircuda_cutlass_cutlass_version()
         self.cutlass_version = f"{v // 10000}.{v // 100 % 100}.{v % 100}"
         table = tuple(self._info(i) for i in range(lib.mircuda_cutlass_kernel_count()))
@@ -269,6 +297,16 @@ class CutlassLibrary:
                                 else ())
         """The grouped block-scaled NVFP4 kernels (device-routed groups of NVFP4 x NVFP4 -> BF16, linear
         activation scales, tiled bank scales; sm_120f); empty for a library built without them."""
+        self.grouped_dense_kernels = (tuple(k for k in table if k.kind == "grouped_dense")
+                                      if self.has_grouped_dense else ())
+        """The grouped BF16 kernels (device-routed groups of BF16 x BF16 -> BF16, sm_90a); empty for a library
+        built without them."""
+        self.grouped_dense_execute_address = (
+            ctypes.cast(lib.mircuda_cutlass_grouped_dense_plan_execute, ctypes.c_void_p).value or 0
+            if self.has_grouped_dense else 0)
+        """The address of ``mircuda_cutlass_grouped_dense_plan_execute`` (0 when the library lacks it): ``int
+        (void *plan, void *stream, const int *row_counts, const int *offsets, const int *matrix_indices, const
+        mircuda_cutlass_grouped_dense_operands *operands, int *error_flag)``."""
         self.execute_address = ctypes.cast(lib.mircuda_cutlass_plan_execute, ctypes.c_void_p).value or 0
         """The address of ``mircuda_cutlass_plan_execute`` (for callers outside Python, e.g. ``@njit``)."""
         self.scaled_execute_address = ctypes.cast(lib.mircuda_cutlass_scaled_plan_execute, ctypes.c_void_p).value or 0
@@ -398,9 +436,10 @@ class CutlassLibrary:
             CutlassError: NOT_IMPLEMENTABLE (CUTLASS's can-implement, a scale workspace past 2^31 rows),
                 WRONG_ARCH (the device is not cc 12.x), ...
         """
-        if kernel.kind != "grouped_block_scaled" or not self.has_grouped:
-            raise ContractError("kernel", "a grouped block-scaled NVFP4 kernel (CutlassLibrary.grouped_kernels)",
-                                f"{kernel.name} ({kernel.kind})")
+        if not ((kernel.kind == "grouped_block_scaled" and self.has_grouped)
+                or (kernel.kind == "grouped_dense" and self.has_grouped_dense)):
+            raise ContractError("kernel", "a grouped kernel (CutlassLibrary.grouped_kernels or "
+                                "grouped_dense_kernels)", f"{kernel.name} ({kernel.kind})")
         for name, value in (("n", n), ("k", k), ("capacity", capacity), ("groups", groups), ("bank_size", bank_size)):
             if type(value) is not int or not 1 <= value < 2**31:
                 raise ContractError(name, "a positive int below 2^31", repr(value))
@@ -434,6 +473,38 @@ class CutlassLibrary:
         self._check(self._lib.mircuda_cutlass_grouped_plan_execute(
             plan, stream or None, row_counts or None, offsets or None, matrix_indices or None, array,
             error_flag or None), "grouped_plan_execute")
+
+    def execute_grouped_dense(self, plan: int, stream: int, row_counts: int, offsets: int, matrix_indices: int,
+                              operands: Sequence[Sequence[int]], error_flag: int) -> None:
+        """Enqueue a grouped BF16 plan (made by :meth:`create_grouped_plan` from a kernel of
+        :attr:`grouped_dense_kernels`) on ``stream``: the setup kernel (routing checks ORing ``error_flag``,
+        per-problem shapes, pointers and strides), then the grouped GEMM. ``operands``: one ``(a, b_bank, d)``
+        per operand set (:data:`GROUPED_DENSE_OPERAND_FIELDS`: ``(a, b_bank, d, alpha_per_matrix)``), exactly as
+        many as the plan has sets.
+        Allocates and synchronizes nothing; reads no routing on the host.
+
+        Raises:
+            ContractError: ``operands`` is not a non-empty sequence of 4-tuples of non-negative ints.
+            CutlassError: INVALID_ARGUMENT (a plan of another kind, a null address, the library lacks the
+                entry point), NOT_IMPLEMENTABLE (a misaligned address), CUDA_ERROR, ...
+        """
+        if isinstance(operands, (str, bytes)) or not isinstance(operands, Sequence) or not operands:
+            raise ContractError("operands", "a non-empty sequence of (a, b_bank, d, alpha_per_matrix) tuples",
+                                repr(operands))
+        array = (GroupedDenseOperands * len(operands))()
+        for i, entry in enumerate(operands):
+            if (not isinstance(entry, Sequence) or len(entry) != len(GROUPED_DENSE_OPERAND_FIELDS)
+                    or any(type(v) is not int or v < 0 for v in entry)):
+                raise ContractError(f"operands[{i}]", "a tuple of 4 device addresses (a, b_bank, d, alpha_per_matrix)",
+                                    repr(entry))
+            for name, value in zip(GROUPED_DENSE_OPERAND_FIELDS, entry):
+                setattr(array[i], name, value or None)
+        if not self.has_grouped_dense:
+            raise status_error(1, "mircuda_cutlass_grouped_dense_plan_execute",
+                               f"{self.path} lacks the grouped BF16 entry points")
+        self._check(self._lib.mircuda_cutlass_grouped_dense_plan_execute(
+            plan, stream or None, row_counts or None, offsets or None, matrix_indices or None, array,
+            error_flag or None), "grouped_dense_plan_execute")
 
     def grouped_setup(self, stream: int, n: int, k: int, capacity: int, groups: int, bank_size: int,
                       row_counts: int, offsets: int, matrix_indices: int, operands: Sequence[Sequence[int]],

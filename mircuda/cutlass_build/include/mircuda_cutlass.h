@@ -38,6 +38,15 @@
  * 128 * min(G, capacity) rows per set, enough unless groups' row ranges overlap; a group whose slot would not
  * fit is skipped and ORs 2 as well.
  *
+ * GROUPED_DENSE (grouped BF16 with device-resident routing, SM90; present when the library exports
+ * mircuda_cutlass_grouped_dense_plan_execute): as GROUPED_BLOCK_SCALED with BF16 operands and no scales:
+ * set s: A BF16 [capacity, K] row-major, a bank of bank_size matrices B[e] BF16 [N, K] row-major back to back
+ * (B[e] at element e*N*K), D BF16 [capacity, N] row-major, alpha a device FP32 array [bank_size]; for each
+ * valid group g
+ *   D[o + i, n] = RN_bf16(alpha[e] * sum_k A[o + i, k] B[e][n, k]),  0 <= i < m   (FP32 accumulation)
+ * with the same routing checks, error bits and skipped groups. Plans are created by mircuda_cutlass_grouped_plan_create
+ * (workspace: CUTLASS's and the per-problem tables).
+ *
  * A plan is used by one thread at a time (execute writes its kernel parameters).
  *
  * Life of a plan: mircuda_cutlass_plan_create (checks can-implement) -> mircuda_cutlass_plan_workspace_bytes
@@ -79,6 +88,8 @@ extern "C" {
 #define MIRCUDA_CUTLASS_KIND_BLOCKWISE_SCALED 1 /* mircuda_cutlass_scaled_plan_create / _scaled_plan_execute */
 #define MIRCUDA_CUTLASS_KIND_BLOCK_SCALED 2     /* mircuda_cutlass_block_scaled_plan_create / _execute (NVFP4) */
 #define MIRCUDA_CUTLASS_KIND_GROUPED_BLOCK_SCALED 3 /* mircuda_cutlass_grouped_plan_create / _execute (grouped NVFP4) */
+#define MIRCUDA_CUTLASS_KIND_GROUPED_DENSE 4 /* mircuda_cutlass_grouped_plan_create / mircuda_cutlass_grouped_dense_plan_execute
+                                                (grouped BF16, SM90; see GROUPED_DENSE below) */
 
 /* Majorness of a scale-factor tensor (kernel_info.sfa_major, sfb_major). */
 #define MIRCUDA_CUTLASS_NO_SCALES 0
@@ -102,6 +113,9 @@ extern "C" {
 #define MIRCUDA_CUTLASS_SM120_NVFP4_GROUPED_COOPERATIVE 10 /* grouped NVFP4, pointer-array TMA + mma.sync block_scale,
                                                               cooperative, device-only problem shapes */
 #define MIRCUDA_CUTLASS_SM120_NVFP4_GROUPED_PINGPONG 11    /* grouped NVFP4, as above, ping-pong */
+#define MIRCUDA_CUTLASS_SM90_GROUPED_COOPERATIVE 12 /* grouped BF16, pointer-array TMA + WGMMA cooperative, device-only
+                                                       problem shapes */
+#define MIRCUDA_CUTLASS_SM90_GROUPED_PINGPONG 13    /* grouped BF16, as above, ping-pong */
 
 typedef struct CUstream_st *mircuda_cutlass_stream; /* a CUstream / cudaStream_t */
 
@@ -133,6 +147,15 @@ typedef struct {
                                ceil(capacity/128)*128 + 128 * min(groups, capacity) */
 } mircuda_cutlass_grouped_tables;
 typedef struct mircuda_cutlass_plan mircuda_cutlass_plan;
+
+/* One operand set of a GROUPED_DENSE plan (device addresses): a BF16 [capacity, K], b_bank BF16 [bank_size, N, K],
+ * d BF16 [capacity, N] (16-byte aligned); alpha_per_matrix FP32 [bank_size] (4-byte aligned). */
+typedef struct {
+  const void *a;
+  const void *b_bank;
+  void *d;
+  const float *alpha_per_matrix;
+} mircuda_cutlass_grouped_dense_operands;
 
 typedef struct mircuda_cutlass_kernel_info {
   const char *name;   /* e.g. "sm90_coop_128x256x64_c2x1_bf16_bf16" */
@@ -204,7 +227,7 @@ int mircuda_cutlass_block_scaled_plan_execute(mircuda_cutlass_plan *plan, mircud
                                               const void *a, const void *b, const void *sfa, const void *sfb, void *d,
                                               const float *alpha_device, float alpha);
 
-/* Create a plan of GROUPED_BLOCK_SCALED kernel `index` for N, K, a row capacity, `groups` groups, a bank of
+/* Create a plan of GROUPED_BLOCK_SCALED (or GROUPED_DENSE) kernel `index` for N, K, a row capacity, `groups` groups, a bank of
  * `bank_size` matrices and `sets` (1 or 2) operand sets on the current device. NOT_IMPLEMENTABLE when N or K
  * break the kernel's n/k_multiple (8, 32) or the scale workspace would pass 2^31 rows; INVALID_ARGUMENT for
  * a kernel of another kind, a non-positive size or sets not 1 or 2. Workspace (needed: device tables and
@@ -222,6 +245,16 @@ int mircuda_cutlass_grouped_plan_create(int index, int n, int k, int capacity, i
 int mircuda_cutlass_grouped_plan_execute(mircuda_cutlass_plan *plan, mircuda_cutlass_stream stream,
                                          const int *row_counts, const int *offsets, const int *matrix_indices,
                                          const mircuda_cutlass_grouped_operands *operands, int *error_flag);
+
+/* Enqueue a GROUPED_DENSE plan (created by mircuda_cutlass_grouped_plan_create) on stream: a setup kernel (one
+ * thread per problem: checks the routing, ORs the error flag, writes the problem shapes M_g x N x K, pointers,
+ * alpha pointers alpha_per_matrix + matrix_indices[g] and strides), then the CUTLASS pointer-array grouped kernel over sets * groups problems with device-only problem
+ * shapes. Arguments as mircuda_cutlass_grouped_plan_execute; operands: a host array of the plan's `sets` entries.
+ * INVALID_ARGUMENT for a plan of another kind or a NULL pointer; NOT_IMPLEMENTABLE for a misaligned operand.
+ * Allocates and synchronizes nothing. */
+int mircuda_cutlass_grouped_dense_plan_execute(mircuda_cutlass_plan *plan, mircuda_cutlass_stream stream,
+                                               const int *row_counts, const int *offsets, const int *matrix_indices,
+                                               const mircuda_cutlass_grouped_dense_operands *operands, int *error_flag);
 
 /* The device setup of mircuda_cutlass_grouped_plan_execute alone, into caller-owned tables: on stream, one
  * block checks the routing (ORs 1 / 2 into error_flag as above) and writes rows, pointers and slots; then one

@@ -117,14 +117,16 @@ static int create_plan(int kind, int index, int m, int n, int k, int splits, mir
   return MIRCUDA_CUTLASS_OK;
 }
 
-// Creates a plan of a grouped kernel (MIRCUDA_CUTLASS_KIND_GROUPED_BLOCK_SCALED).
+// Creates a plan of a grouped kernel (MIRCUDA_CUTLASS_KIND_GROUPED_BLOCK_SCALED or _GROUPED_DENSE).
 static int create_grouped_plan(int index, int n, int k, int capacity, int groups, int bank_size, int sets,
                                mircuda_cutlass_plan** out) {
   const auto& all = sorted();
   if (out == nullptr || index < 0 || index >= static_cast<int>(all.size())) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
   *out = nullptr;
   const KernelEntry& entry = all[index];
-  if (entry.info.kind != MIRCUDA_CUTLASS_KIND_GROUPED_BLOCK_SCALED || entry.grouped_factory == nullptr) {
+  if ((entry.info.kind != MIRCUDA_CUTLASS_KIND_GROUPED_BLOCK_SCALED &&
+       entry.info.kind != MIRCUDA_CUTLASS_KIND_GROUPED_DENSE) ||
+      entry.grouped_factory == nullptr) {
     return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
   }
   if (n < 1 || k < 1 || capacity < 1 || groups < 1 || bank_size < 1 || (sets != 1 && sets != 2)) {
@@ -139,7 +141,7 @@ static int create_grouped_plan(int index, int n, int k, int capacity, int groups
     return status;
   }
   auto* plan = new (std::nothrow)
-      mircuda_cutlass_plan{runner, runner->workspace_bytes(), false, MIRCUDA_CUTLASS_KIND_GROUPED_BLOCK_SCALED, sets};
+      mircuda_cutlass_plan{runner, runner->workspace_bytes(), false, entry.info.kind, sets};
   if (plan == nullptr) {
     delete runner;
     return MIRCUDA_CUTLASS_INTERNAL_ERROR;
@@ -273,6 +275,35 @@ int mircuda_cutlass_grouped_plan_execute(mircuda_cutlass_plan* plan, mircuda_cut
   if (!plan->workspace_set) return MIRCUDA_CUTLASS_NO_WORKSPACE;
   return plan->runner->execute_grouped(reinterpret_cast<cudaStream_t>(stream), row_counts, offsets, matrix_indices,
                                        operands, error_flag);
+}
+
+int mircuda_cutlass_grouped_dense_plan_execute(mircuda_cutlass_plan* plan, mircuda_cutlass_stream stream,
+                                               const int* row_counts, const int* offsets, const int* matrix_indices,
+                                               const mircuda_cutlass_grouped_dense_operands* operands,
+                                               int* error_flag) {
+  if (plan == nullptr || row_counts == nullptr || offsets == nullptr || matrix_indices == nullptr ||
+      operands == nullptr || error_flag == nullptr) {
+    return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  }
+  if (plan->kind != MIRCUDA_CUTLASS_KIND_GROUPED_DENSE) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  auto misaligned = [](const void* p, uintptr_t to) { return (reinterpret_cast<uintptr_t>(p) % to) != 0; };
+  for (int s = 0; s < plan->sets; ++s) {
+    const mircuda_cutlass_grouped_dense_operands& op = operands[s];
+    if (op.a == nullptr || op.b_bank == nullptr || op.d == nullptr || op.alpha_per_matrix == nullptr) {
+      return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+    }
+    if (misaligned(op.a, 16) || misaligned(op.b_bank, 16) || misaligned(op.d, 16) ||
+        misaligned(op.alpha_per_matrix, 4)) {
+      return MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
+    }
+  }
+  if (misaligned(row_counts, 4) || misaligned(offsets, 4) || misaligned(matrix_indices, 4) ||
+      misaligned(error_flag, 4)) {
+    return MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
+  }
+  if (!plan->workspace_set) return MIRCUDA_CUTLASS_NO_WORKSPACE;
+  return plan->runner->execute_grouped_dense(reinterpret_cast<cudaStream_t>(stream), row_counts, offsets,
+                                             matrix_indices, operands, error_flag);
 }
 
 int mircuda_cutlass_plan_destroy(mircuda_cutlass_plan* plan) {

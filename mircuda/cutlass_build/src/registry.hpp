@@ -34,11 +34,16 @@ struct Runner {
                               const mircuda_cutlass_grouped_operands*, int*) {
     return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
   }
+  virtual int execute_grouped_dense(cudaStream_t, const int*, const int*, const int*,
+                                    const mircuda_cutlass_grouped_dense_operands*, int*) {
+    return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  }
 };
 
 // Creates a runner for (m, n, k, splits) on the current device, or returns a status.
 using Factory = int (*)(int m, int n, int k, int splits, Runner** out);
-// Creates a runner of a grouped kernel (MIRCUDA_CUTLASS_KIND_GROUPED_BLOCK_SCALED), or returns a status.
+// Creates a runner of a grouped kernel (MIRCUDA_CUTLASS_KIND_GROUPED_BLOCK_SCALED or _GROUPED_DENSE), or returns a
+// status.
 using GroupedFactory = int (*)(int n, int k, int capacity, int groups, int bank_size, int sets, Runner** out);
 
 // A kernel: its info and the factory of its kind (factory for the single-problem kinds, grouped_factory for
