@@ -109,11 +109,11 @@ def test_the_default_build_holds_the_grouped_families_with_120f_only(tmp_path) -
     _needs_build_tools()
     out = _configure(tmp_path / "both", ("90a", "120f"), ())
     assert out.returncode == 0, out.stdout + out.stderr
-    names = {p.name for p in (tmp_path / "both" / "build" / "gen").glob("*grouped*.cu")}
+    names = {p.name for p in (tmp_path / "both" / "build" / "gen").glob("*nvfp4_grouped*.cu")}
     assert names == {"sm120_nvfp4_grouped_coop_e2m1_bf16.cu", "sm120_nvfp4_grouped_pingpong_e2m1_bf16.cu"}
     out = _configure(tmp_path / "hopper", ("90a",), ())
     assert out.returncode == 0, out.stdout + out.stderr
-    assert not list((tmp_path / "hopper" / "build" / "gen").glob("*grouped*.cu"))
+    assert not list((tmp_path / "hopper" / "build" / "gen").glob("*nvfp4_grouped*.cu"))
     out = _configure(tmp_path / "refused", ("90a",), ("SM120_NVFP4_GROUPED_COOP",))
     assert out.returncode != 0 and "SM120_NVFP4_GROUPED_COOP is compiled for 120f" in out.stdout + out.stderr
 
