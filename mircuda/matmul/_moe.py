@@ -116,9 +116,9 @@ class _GroupedFp4PlanBase(PlanBase):
     def _build(self, context: Context, stream: Stream, *, n: int, k: int, capacity: int, groups: int, bank: int,
                fixed_rows: int, sets: int, scale_layout: Any, compiler: Compiler | None, rows_per_tile: Any,
                variant: Any, library: CutlassLibrary | None, path: Any = None) -> None:
-        plan_stream(stream, context)
         if path is not None and (not isinstance(path, str) or path not in PATHS):
             raise ContractError("path", f"None (choose) or one of {', '.join(map(repr, PATHS))}", repr(path))
+        plan_stream(stream, context)
         self._layout = check_layout("scale_layout", scale_layout)
         if rows_per_tile is not None and (type(rows_per_tile) is not int or rows_per_tile not in ROWS_PER_TILE):
             raise ContractError("rows_per_tile", f"None or one of {ROWS_PER_TILE} (activation rows per m-tile)",

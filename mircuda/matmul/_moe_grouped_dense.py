@@ -304,7 +304,10 @@ def _release(lib: CutlassLibrary, handle: int, context: Any, buffers: list[Any],
                 buf.free(stream)
 
 
-def _executor(engine: DecodeGroupedFp4) -> Any:
+def _executor(engine: Any, launch_function: Any = None) -> Any:
+    """The engine's njit executor (:meth:`DecodeGroupedFp4.numba_executor`). ``engine``: a DecodeGroupedFp4 (or
+    any object with its attributes); ``launch_function``: what it launches the decodes with (default the
+    driver's ``cuLaunchKernel``; tests give a ctypes stand-in with its prototype)."""
     import ctypes
 
     import numba
@@ -312,7 +315,7 @@ def _executor(engine: DecodeGroupedFp4) -> Any:
 
     from ..numba_ext import c_function, driver_function
 
-    launch = driver_function("cuLaunchKernel")
+    launch = driver_function("cuLaunchKernel") if launch_function is None else launch_function
     u = ctypes.c_uint64
     fn = c_function(engine.library.grouped_dense_execute_address, ctypes.c_int, u, u, u, u, u, u, u)
     U = numba.uint64
