@@ -260,6 +260,11 @@ def test_the_automatic_choice_takes_decode_grouped_from_the_row_threshold_on(mon
     plan = Stand(VariableGroupedFp4Plan, capacity=64 * 5).plan
     _choose(plan, None, monkeypatch, cutlass=True)
     assert plan.path == "cutlass"
+    # the portable kernel's knobs keep the automatic choice portable
+    plan = Stand(VariableGroupedFp4Plan, capacity=64 * 5).plan
+    monkeypatch.setattr(plan, "_try_cutlass", lambda library: "cc 9.0")
+    assert "rows_per_tile or variant" in plan._choose_path(None, None, None, portable_knobs=True)
+    assert plan.path == "portable"
     # no engine: portable, with both reasons
     plan = Stand(VariableGroupedFp4Plan, capacity=64 * 5).plan
     why = _choose(plan, None, monkeypatch, dense=False)

@@ -153,7 +153,8 @@ class _GroupedFp4PlanBase(PlanBase):
                                   variant=shape.variant)
         self._kernels = GroupedKernels(compiler, options, shape, groups, bank,
                                        pdl=context.device_info().supports_programmatic_launch)
-        self._why_portable = self._choose_path(path, library, compiler)
+        self._why_portable = self._choose_path(path, library, compiler,
+                                               portable_knobs=rows_per_tile is not None or variant is not None)
         try:
             pool = context.default_memory_pool()
             self._ws = pool.allocate_zeroed(i32, stream, workspace_ints(groups))
@@ -172,9 +173,11 @@ class _GroupedFp4PlanBase(PlanBase):
         self._operands = tuple(op for ops in self._set_ops for op in ops)
         self._masks = tuple(op.alignment - 1 for op in self._set_ops[0])
 
-    def _choose_path(self, path: str | None, library: CutlassLibrary | None, compiler: Compiler) -> str:
+    def _choose_path(self, path: str | None, library: CutlassLibrary | None, compiler: Compiler, *,
+                     portable_knobs: bool = False) -> str:
         """Make the engine of ``path`` (None: the automatic choice, see :data:`PATHS`); return why the portable
-        path runs ("" when another one does).
+        path runs ("" when another one does). ``portable_knobs``: rows_per_tile or variant was given (the
+        portable kernel's knobs), which keeps the automatic choice off decode_grouped.
 
         Raises:
             ContractError: a path was asked for that cannot run here (the reason in the message).
@@ -189,6 +192,8 @@ class _GroupedFp4PlanBase(PlanBase):
         from ._moe_grouped_dense import DECODE_GROUPED_MIN_ROWS
 
         rows = self._fixed or self._capacity / self._groups
+        if path is None and portable_knobs:
+            return f"{why}; decode_grouped: not chosen, rows_per_tile or variant (the portable kernel's) was given"
         if path is None and rows < DECODE_GROUPED_MIN_ROWS:
             return (f"{why}; decode_grouped: {rows:g} rows per group on average < {DECODE_GROUPED_MIN_ROWS} (the "
                     "bank's decode would outweigh the GEMM)")
@@ -448,9 +453,9 @@ class VariableGroupedFp4Plan(_GroupedFp4PlanBase):
             or ``"staged"`` (m-tiles of >= 16 rows): the portable kernel's work split (``describe()`` says it).
         library: the CUTLASS library tried on cc 12.x (SM120 grouped kernels) and cc 9.0 (the decode_grouped
             path's grouped BF16 kernels) (default: :func:`load_library`).
-        path: None (choose, see :data:`PATHS`) or one of ``"cutlass"``, ``"decode_grouped"``, ``"portable"`` to
-            force (ContractError, with the reason, when it cannot run here); :attr:`path` and ``describe()`` say
-            which runs and why.
+        path: None (choose, see :data:`PATHS`; a given rows_per_tile or variant keeps the choice off
+            decode_grouped) or one of ``"cutlass"``, ``"decode_grouped"``, ``"portable"`` to force (ContractError,
+            with the reason, when it cannot run here); :attr:`path` and ``describe()`` say which runs and why.
 """ + _DOC_COMMON)
 
     _kind = "VariableGroupedFp4Plan"
