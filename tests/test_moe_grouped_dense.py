@@ -313,6 +313,8 @@ def test_the_plans_enqueue_the_setup_then_the_engine_with_both_sets(monkeypatch)
     assert first[:5] == tuple(s0[n]._ptr for n in ("a", "a_scales", "b_bank", "b_scales", "d"))
     assert second[:5] == tuple(s1[n]._ptr for n in ("a", "a_scales", "b_bank", "b_scales", "d"))
     assert st.plan.path == "decode_grouped" and "path decode_grouped" in str(st.plan.describe())
+    engine.kernel = _kernel()  # type: ignore[attr-defined]
+    assert st.plan.cutlass_kernel == "sm90_grouped_coop_256x128x64_c2x1_bf16_bf16"
     assert st.plan.workspace_bytes == sum(b.nbytes for b in st.plan._buffers) + 1000
 
 

@@ -271,6 +271,12 @@ class _GroupedFp4PlanBase(PlanBase):
         return "decode_grouped" if self._dense is not None else "portable"
 
     @property
+    def cutlass_kernel(self) -> str:
+        """The name of the CUTLASS kernel the cutlass or decode_grouped path runs ("" on the portable path)."""
+        engine = self._cutlass if self._cutlass is not None else self._dense
+        return str(engine.kernel.name) if engine is not None else ""
+
+    @property
     def rows_per_tile(self) -> int:
         """Activation rows per m-tile of the portable kernel."""
         return self._kernels.shape.rows_per_tile

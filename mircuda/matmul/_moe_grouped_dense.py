@@ -56,12 +56,11 @@ __all__ = ["DecodeGroupedFp4", "choose_dense_kernel", "decode_grouped_why_not", 
 
 DECODE_GROUPED_MIN_ROWS = 64
 """The automatic choice takes the decode+grouped path when the mean rows per group (``capacity / groups``, or
-the indexed plan's fixed R) is at least this. Below it a group fills less than half of the grouped kernel's
-128-row tile and the bank's decode (all E matrices, every execute) outweighs the GEMM it feeds, while the
-portable kernel reads each routed weight once per 16-64-row m-tile without writing a BF16 copy. A rule from
-the kernels' structure (tile height, the decode's bytes: 2.5 bytes per weight element against the GEMM's 2 M
-flops per element); the H200 figures of ``moe-profile`` (mixtral 4096 tokens: 1024 rows per group) are where
-it is to be checked."""
+the indexed plan's fixed R) is at least this. An estimate, per weight element and per group of M rows: the
+bank's decode costs about 2.5 bytes (0.5 read, 2 written) at the decode's 3.7 TB/s on the H200, 0.68 ns, plus
+2 M flops at the grouped BF16 kernel's ~700 TFLOP/s; the portable kernel costs 2 M flops at its ~115 TFLOP/s
+(``moe-profile``, mixtral 4096 tokens). They break even near M = 47; 64 leaves a margin (a partly filled
+128-row tile). To be checked against ``moe-profile`` on the H200 (the note column names the path)."""
 COOPERATIVE_MIN_ROWS = 256
 """The cooperative kernel (256-row tiles) is chosen when the mean rows per group reaches this; below it the
 ping-pong kernel (128-row tiles: less padding per group)."""
