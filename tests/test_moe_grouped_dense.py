@@ -465,3 +465,21 @@ def test_the_engine_executor_decodes_and_calls_the_library_like_execute() -> Non
     assert execute(0x55, 0x100, 0x200, 0x300, 0x400, *GOOD, *two[:5], 0) == _moe_grouped_dense.INVALID_ARGUMENT
     assert launches == [] and library_calls == []
     assert struct.calcsize("<4Q") == 32  # the operand array the library reads: 4 addresses per set
+
+
+def test_the_sm120_adaptor_passes_the_error_flag_fifth_and_as_many_sets_as_the_wrapper_takes() -> None:
+    numba = pytest.importorskip("numba")
+    from mircuda.matmul._moe import _sm120_adaptor
+
+    @numba.njit
+    def one(stream, rc, of, mi, err, a, sa, b, sb, d, apm):  # type: ignore[no-untyped-def]
+        return stream + 2 * rc + 3 * of + 5 * mi + 7 * err + 11 * a + 13 * sa + 17 * b + 19 * sb + 23 * d + 29 * apm
+
+    @numba.njit
+    def two(stream, rc, of, mi, err, a, sa, b, sb, d, apm, a2, sa2, b2, sb2, d2, apm2):  # type: ignore[no-untyped-def]
+        return (one(stream, rc, of, mi, err, a, sa, b, sb, d, apm)
+                + 31 * a2 + 37 * sa2 + 41 * b2 + 43 * sb2 + 47 * d2 + 53 * apm2)
+
+    args = tuple(range(1, 18))
+    assert _sm120_adaptor(one, 1)(*args) == one(*args[:11])
+    assert _sm120_adaptor(two, 2)(*args) == two(*args)

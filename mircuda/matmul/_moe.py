@@ -432,7 +432,10 @@ _DOC_COMMON = """
     alpha_per_matrix and builds the tile list (prefix sums of m-tiles over groups); the grouped kernel's
     blocks walk that list: E2M1 x UE4M3 decoded exactly to FP16 in registers, ``mma.sync`` m16n8k16 FP16 ->
     FP32, BF16 out. On cc 12.x with a CUTLASS library holding the grouped block-scaled kind (and tiled scales)
-    the SM120 grouped kernels run instead (``._fp4_grouped_cutlass``); ``describe()`` says which and why.
+    the SM120 grouped kernels run instead (``._fp4_grouped_cutlass``); on cc 9.0 with a library holding the
+    grouped BF16 kernels and many rows per group (:data:`PATHS`), the decode_grouped path (``._moe_grouped_dense``:
+    the operands decoded exactly to BF16 in kept workspaces, then one CUTLASS grouped BF16 GEMM with
+    alpha_per_matrix in its epilogue); ``describe()`` says which and why.
     ``execute`` enqueues only (no allocation, no synchronization, no host read of the routing) and checks
     every operand first; the plan keeps a device int32 error flag (:attr:`error_flag`,
     :meth:`read_error_flag`) and alpha_per_matrix.
