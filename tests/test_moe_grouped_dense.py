@@ -29,13 +29,13 @@ from test_matmul_plan_checks import FakeContext, fake_stream
 from test_moe_plan_checks import Stand
 
 HEADER = _build.project_dir() / "include" / "mircuda_cutlass.h"
-DENSE_NAMES = {"sm90_grouped_coop_256x128x64_c2x1_bf16_bf16": "sm90_grouped_cooperative",
-               "sm90_grouped_pingpong_128x128x64_c2x1_bf16_bf16": "sm90_grouped_pingpong"}
+DENSE_NAMES = {"sm90_grouped_coop_128x256x64_c1x1_bf16_bf16": "sm90_grouped_cooperative",
+               "sm90_grouped_pingpong_128x128x64_c1x1_bf16_bf16": "sm90_grouped_pingpong"}
 
 
 def _kernel(family: str = "sm90_grouped_cooperative", **changes: Any) -> _library.KernelInfo:
     name = next(n for n, f in DENSE_NAMES.items() if f == family)
-    base = _library.KernelInfo(3, name, family, "bf16", "bf16", (256, 128, 64), (2, 1), 0, 16, False, (90,),
+    base = _library.KernelInfo(3, name, family, "bf16", "bf16", (128, 256, 64), (1, 1), 0, 16, False, (90,),
                                "cutlass", "grouped_dense", (1, 8, 8), "", (0, 0, 0), ("", ""))
     return dataclasses.replace(base, **changes)
 
@@ -135,9 +135,9 @@ def test_a_built_library_lists_the_grouped_dense_kernels_with_their_metadata() -
     for k in lib.grouped_dense_kernels:
         assert (k.input, k.output, k.kind, k.origin, k.multiples) == ("bf16", "bf16", "grouped_dense", "cutlass",
                                                                       (1, 8, 8))
-        assert k.archs == (90,) and k.runs_on((9, 0)) and not k.runs_on((12, 0)) and k.cluster == (2, 1)
+        assert k.archs == (90,) and k.runs_on((9, 0)) and not k.runs_on((12, 0)) and k.cluster == (1, 1)
         assert (k.scale_type, k.scale_major) == ("", ("", ""))
-    assert {k.tile for k in lib.grouped_dense_kernels} == {(256, 128, 64), (128, 128, 64)}
+    assert {k.tile for k in lib.grouped_dense_kernels} == {(128, 256, 64), (128, 128, 64)}
     others = (*lib.kernels, *lib.scaled_kernels, *lib.block_scaled_kernels, *lib.grouped_kernels)
     assert all(k.kind != "grouped_dense" for k in others)
 
@@ -314,7 +314,7 @@ def test_the_plans_enqueue_the_setup_then_the_engine_with_both_sets(monkeypatch)
     assert second[:5] == tuple(s1[n]._ptr for n in ("a", "a_scales", "b_bank", "b_scales", "d"))
     assert st.plan.path == "decode_grouped" and "path decode_grouped" in str(st.plan.describe())
     engine.kernel = _kernel()  # type: ignore[attr-defined]
-    assert st.plan.cutlass_kernel == "sm90_grouped_coop_256x128x64_c2x1_bf16_bf16"
+    assert st.plan.cutlass_kernel == "sm90_grouped_coop_128x256x64_c1x1_bf16_bf16"
     assert st.plan.workspace_bytes == sum(b.nbytes for b in st.plan._buffers) + 1000
 
 

@@ -62,8 +62,10 @@ bank's decode costs about 2.5 bytes (0.5 read, 2 written) at the decode's 3.7 TB
 (``moe-profile``, mixtral 4096 tokens). They break even near M = 47; 64 leaves a margin (a partly filled
 128-row tile). To be checked against ``moe-profile`` on the H200 (the note column names the path)."""
 COOPERATIVE_MIN_ROWS = 256
-"""The cooperative kernel (256-row tiles) is chosen when the mean rows per group reaches this; below it the
-ping-pong kernel (128-row tiles: less padding per group)."""
+"""The cooperative kernel (128x256 tiles, both consumer warp groups on one tile) is chosen when the mean rows per
+group reaches this; below it the ping-pong kernel (128x128 tiles: twice the tiles to spread over the SMs when
+the groups are small, one tile's epilogue under the other's MMAs). A rule from the schedules' structure, to be
+checked on the H200."""
 INVALID_ARGUMENT = 1
 """The library's ``MIRCUDA_CUTLASS_INVALID_ARGUMENT``: what the executor returns for another stream or a null
 address."""

@@ -13,24 +13,26 @@ namespace {
 // No `using namespace cute` here (see grouped_block_scaled_instance.cuh: the host stub names KernelConfig).
 namespace gd = mircuda::grouped_dense;
 
+// No clusters (1x1): a group's row count is arbitrary, so clusters along M would idle at every group's last
+// tiles, and along N they would round N = 768 (fine-grained experts) up to whole cluster pairs of 256-column
+// tiles; TMA multicast is given up for that.
 #if defined(MIRCUDA_SM90_GROUPED_COOP)
-// Many rows per group: 256x128x64 tiles, two consumer warp groups on one tile, 2x1 clusters (B multicast
-// along M), the cooperative configuration of CUTLASS example 57.
+// Many rows per group: 128x256x64 tiles, two consumer warp groups (64 rows each) on one tile.
 using KernelConfig = gd::Config<cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
                                 cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
-                                cute::Shape<cute::_256, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>>;
+                                cute::Shape<cute::_128, cute::_256, cute::_64>, cute::Shape<cute::_1, cute::_1, cute::_1>>;
 constexpr int kFamily = MIRCUDA_CUTLASS_SM90_GROUPED_COOPERATIVE;
-constexpr int kTile[3] = {256, 128, 64};
-#define MIRCUDA_NAME "sm90_grouped_coop_256x128x64_c2x1_bf16_bf16"
+constexpr int kTile[3] = {128, 256, 64};
+#define MIRCUDA_NAME "sm90_grouped_coop_128x256x64_c1x1_bf16_bf16"
 #elif defined(MIRCUDA_SM90_GROUPED_PINGPONG)
-// Fewer rows per group: 128x128x64 tiles, two consumer warp groups alternating tiles (one's epilogue under
-// the other's MMAs), 2x1 clusters.
+// Fewer rows per group: 128x128x64 tiles (twice the tiles to spread over the SMs), two consumer warp groups
+// alternating tiles (one's epilogue under the other's MMAs).
 using KernelConfig = gd::Config<cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong,
                                 cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
-                                cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_2, cute::_1, cute::_1>>;
+                                cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_1, cute::_1, cute::_1>>;
 constexpr int kFamily = MIRCUDA_CUTLASS_SM90_GROUPED_PINGPONG;
 constexpr int kTile[3] = {128, 128, 64};
-#define MIRCUDA_NAME "sm90_grouped_pingpong_128x128x64_c2x1_bf16_bf16"
+#define MIRCUDA_NAME "sm90_grouped_pingpong_128x128x64_c1x1_bf16_bf16"
 #else
 #error "no grouped BF16 kernel family defined"
 #endif
@@ -49,7 +51,7 @@ mircuda_cutlass_kernel_info make_info() {
   info.tile_m = kTile[0];
   info.tile_n = kTile[1];
   info.tile_k = kTile[2];
-  info.cluster_m = 2;
+  info.cluster_m = 1;
   info.cluster_n = 1;
   info.stages = 0;  // chosen by the collective builder
   info.alignment_bytes = 16;
