@@ -59,7 +59,8 @@ block-scaled kernels (cc 12.x), ``"decode_grouped"`` NVFP4 decoded exactly to BF
 CUTLASS kernel (cc 9.0; :mod:`._moe_grouped_dense`), ``"portable"`` ``fp4_grouped_bf16`` (any cc >= 8.0). The
 automatic choice: cutlass where it runs, else decode_grouped where it runs and the mean rows per group
 (capacity / groups; R for the indexed plan) reach
-:data:`~mircuda.matmul._moe_grouped_dense.DECODE_GROUPED_MIN_ROWS`, else portable."""
+:data:`~mircuda.matmul._moe_grouped_dense.DECODE_GROUPED_MIN_ROWS`, else portable. decode_grouped keeps BF16 copies
+of the bank(s) and activations on the device: ``sets * (E N K + capacity K) * 2`` bytes (``workspace_bytes``)."""
 
 ERROR_MATRIX_INDEX = 1
 """Error flag bit: a group's matrix index is outside ``[0, bank_size)`` (the group is skipped)."""
@@ -165,6 +166,8 @@ class _GroupedFp4PlanBase(PlanBase):
             self._buffers.append(self._alpha)
         except BaseException:
             self._free_now()
+            if self._dense is not None:
+                self._dense.close()
             raise
         self._finalizer = weakref.finalize(self, _free_all, list(self._buffers), context, stream)
         self._finalizer.atexit = False
