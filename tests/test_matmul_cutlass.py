@@ -226,7 +226,7 @@ def test_cmake_configures_one_translation_unit_per_kernel(tmp_path) -> None:
     out = _configure(tmp_path, ("90a", "120f"))
     assert out.returncode == 0, out.stdout + out.stderr
     gen = sorted(p.name for p in (tmp_path / "build" / "gen").glob("*.cu")
-                 if "_fp8_" not in p.name and "_nvfp4_" not in p.name)
+                 if "_fp8_" not in p.name and "_nvfp4_" not in p.name and "_grouped_" not in p.name)
     families = {"sm90_coop", "sm90_pingpong", "sm90_swap", "sm80_decode", "sm80_wide", "sm80_bulk", "simt"}
     assert len(gen) == len(families) * 4
     assert {g.rsplit("_", 2)[0] for g in gen} == families
@@ -235,7 +235,12 @@ def test_cmake_configures_one_translation_unit_per_kernel(tmp_path) -> None:
     assert fp8 == {"sm90_fp8_coop_e4m3_bf16.cu", "sm90_fp8_pingpong_e4m3_bf16.cu", "sm120_fp8_e4m3_bf16.cu"}
     # one TU per block-scaled NVFP4 family (sm_120f only): tests/test_matmul_fp4_cutlass.py
     fp4 = {p.name for p in (tmp_path / "build" / "gen").glob("*_nvfp4_*.cu")}
-    assert fp4 == {"sm120_nvfp4_coop_e2m1_bf16.cu", "sm120_nvfp4_pingpong_e2m1_bf16.cu"}
+    assert fp4 == {"sm120_nvfp4_coop_e2m1_bf16.cu", "sm120_nvfp4_pingpong_e2m1_bf16.cu",
+                   # grouped (device-routed) NVFP4: tests/test_matmul_fp4_grouped_cutlass.py
+                   "sm120_nvfp4_grouped_coop_e2m1_bf16.cu", "sm120_nvfp4_grouped_pingpong_e2m1_bf16.cu"}
+    # one TU per grouped BF16 family (sm_90a only): tests/test_moe_grouped_dense.py
+    dense = {p.name for p in (tmp_path / "build" / "gen").glob("sm90_grouped_*.cu")}
+    assert dense == {"sm90_grouped_coop_bf16_bf16.cu", "sm90_grouped_pingpong_bf16_bf16.cu"}
     ninja = (tmp_path / "build" / "build.ninja").read_text()
     assert "arch=compute_90a,code=sm_90a" in ninja and "arch=compute_120f,code=sm_120f" in ninja
     assert "code=sm_90 " not in ninja and "code=sm_120 " not in ninja
@@ -249,7 +254,7 @@ def test_cmake_builds_only_the_sm120_kernels_for_120f(tmp_path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     gen = {p.name.rsplit("_", 2)[0] for p in (tmp_path / "build" / "gen").glob("*.cu")}
     assert gen == {"sm80_decode", "sm80_wide", "sm80_bulk", "simt", "sm120_fp8", "sm120_nvfp4_coop",
-                   "sm120_nvfp4_pingpong"}
+                   "sm120_nvfp4_pingpong", "sm120_nvfp4_grouped_coop", "sm120_nvfp4_grouped_pingpong"}
 
 
 def test_cmake_refuses_stub_targets_too(tmp_path) -> None:

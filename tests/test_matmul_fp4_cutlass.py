@@ -37,7 +37,7 @@ def _kernel(**changes) -> _library.KernelInfo:  # type: ignore[no-untyped-def]
 
 def test_the_header_defines_the_block_scaled_codes_and_entry_points() -> None:
     text = HEADER.read_text()
-    assert "#define MIRCUDA_CUTLASS_ABI_VERSION 2" in text and _library.ABI_VERSION == 2
+    assert "#define MIRCUDA_CUTLASS_ABI_VERSION 3" in text and _library.ABI_VERSION == 3  # 3: grouped NVFP4 kernels
     assert "#define MIRCUDA_CUTLASS_E2M1 5" in text and _library.DTYPES[5] == "e2m1"
     assert "#define MIRCUDA_CUTLASS_UE4M3 6" in text and _library.DTYPES[6] == "ue4m3"
     assert "#define MIRCUDA_CUTLASS_KIND_BLOCK_SCALED 2" in text and _library.KINDS[2] == "block_scaled"

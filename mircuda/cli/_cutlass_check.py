@@ -7,7 +7,8 @@ dense kernel for the tensor-core instructions it is meant to use and of every FP
 sm_90a) for the FP8 tensor-core MMA, naming the opcode found; every NVFP4 path of BlockScaledFp4Plan that
 runs here (the NVRTC kernel for M <= 16, the portable decode + dense path, and on cc 12.x each of the
 library's block-scaled NVFP4 kernels) against a float64 product of the dequantized operands, the SASS of
-the library's NVFP4 kernels (``OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X``) and the E2M1 decode of the NVRTC
+the library's NVFP4 kernels, single and grouped (``OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X``) and the E2M1
+decode of the NVRTC
 FP4 kernel compiled offline for sm_120f (``F2FP.F16.E2M1.UNPACK_B``) and sm_90 (software)."""
 
 from __future__ import annotations
@@ -370,13 +371,13 @@ def _fp4_check(context: Any, stream: Any, pool: Any, lib: Any, rng: np.random.Ge
 
 
 def _fp4_sass(lib: Any, failures: list[str]) -> dict[str, Any]:
-    """The SASS check of the library's NVFP4 kernels (when it holds them) and of the NVRTC FP4 kernel's
-    E2M1 decode for sm_120f (cvt) and sm_90 (software), compiled offline."""
+    """The SASS check of the library's NVFP4 kernels, single and grouped (when it holds them), and of the
+    NVRTC FP4 kernel's E2M1 decode for sm_120f (cvt) and sm_90 (software), compiled offline."""
     from dataclasses import asdict as as_dict
 
     from ..matmul._fp4_sass import block_scaled_fp4_sass_check, nvrtc_decode_check
 
-    out: dict[str, Any] = {"library": None, "nvrtc": []}
+    out: dict[str, Any] = {"library": None, "grouped": _fp4_grouped_sass(lib, failures), "nvrtc": []}
     if getattr(lib, "block_scaled_kernels", ()):
         report = block_scaled_fp4_sass_check(Path(lib.path))
         print("NVFP4 SASS of the sm_120f kernels:")
@@ -400,6 +401,30 @@ def _fp4_sass(lib: Any, failures: list[str]) -> dict[str, Any]:
             failures.append(f"NVFP4 NVRTC decode of {arch}")
         out["nvrtc"].append(as_dict(r))
     return out
+
+
+def _fp4_grouped_sass(lib: Any, failures: list[str]) -> dict[str, Any] | None:
+    """The SASS check of the library's grouped NVFP4 kernels (None when it holds none)."""
+    from dataclasses import asdict as as_dict
+
+    from ..matmul._fp4_sass import grouped_block_scaled_fp4_sass_check
+
+    if not getattr(lib, "grouped_kernels", ()):
+        print("NVFP4 grouped SASS: the library holds no grouped NVFP4 kernels (built without 120f or before them)")
+        return None
+    report = grouped_block_scaled_fp4_sass_check(Path(lib.path))
+    print("NVFP4 grouped SASS of the sm_120f kernels:")
+    if report.error:
+        print(f"  FAIL {report.error}")
+    for f in report.functions:
+        print(f"  {'ok  ' if f.ok else 'FAIL'} {', '.join(f.opcodes) or 'no block-scaled MMA'} x{f.mma_count} "
+              f"missing {f.missing or '-'} unexpected {f.unexpected or '-'}  {f.name[:60]}")
+    if report.ok and len(report.functions) != len(lib.grouped_kernels):
+        print(f"  FAIL {len(report.functions)} grouped GEMM functions for {len(lib.grouped_kernels)} grouped kernels")
+        failures.append("NVFP4 grouped SASS check of sm_120f")
+    elif not report.ok:
+        failures.append("NVFP4 grouped SASS check of sm_120f")
+    return {"arch": report.arch, "error": report.error, "functions": [as_dict(f) for f in report.functions]}
 
 
 def cutlass_check(args: Any) -> int:

@@ -41,15 +41,19 @@ instruction used without targeting appropriate compute capability')."""
 
 
 FAMILIES = ("SM90_COOP", "SM90_PINGPONG", "SM90_SWAP", "SM80_DECODE", "SM80_WIDE", "SM80_BULK", "SIMT",
-            "SM90_FP8_COOP", "SM90_FP8_PINGPONG", "SM120_FP8", "SM120_NVFP4_COOP", "SM120_NVFP4_PINGPONG")
+            "SM90_FP8_COOP", "SM90_FP8_PINGPONG", "SM120_FP8", "SM120_NVFP4_COOP", "SM120_NVFP4_PINGPONG",
+            "SM120_NVFP4_GROUPED_COOP", "SM120_NVFP4_GROUPED_PINGPONG", "SM90_GROUPED_COOP", "SM90_GROUPED_PINGPONG")
 """The CMake project's kernel families (``MIRCUDA_FAMILIES``): one translation unit per family and element
 type pair, or one per family for the blockwise FP8 ones (E4M3 -> BF16; SM90_* for 90a, SM120_FP8 for
-120f) and the block-scaled NVFP4 ones (NVFP4 x NVFP4 -> BF16, 120f only); the others for every arch of
-the build."""
+120f) and the block-scaled NVFP4 ones (NVFP4 x NVFP4 -> BF16, single and grouped, 120f only); the others
+for every arch of the build."""
 FAMILY_GROUPS = {"FP8": ("SM90_FP8_COOP", "SM90_FP8_PINGPONG", "SM120_FP8"),
-                 "FP4": ("SM120_NVFP4_COOP", "SM120_NVFP4_PINGPONG")}
+                 "FP4": ("SM120_NVFP4_COOP", "SM120_NVFP4_PINGPONG"),
+                 "FP4_GROUPED": ("SM120_NVFP4_GROUPED_COOP", "SM120_NVFP4_GROUPED_PINGPONG"),
+                 "GROUPED_DENSE": ("SM90_GROUPED_COOP", "SM90_GROUPED_PINGPONG")}
 """Names that stand for several families: ``FP8`` is the blockwise FP8 families of the build's archs,
-``FP4`` the block-scaled NVFP4 families (sm_120f)."""
+``FP4`` the block-scaled NVFP4 families (sm_120f), ``FP4_GROUPED`` the grouped block-scaled NVFP4 ones
+(sm_120f), ``GROUPED_DENSE`` the grouped BF16 ones (SM90_GROUPED_*, sm_90a: the MoE decode+grouped path)."""
 
 
 def parse_families(text: str) -> tuple[str, ...]:

@@ -5,11 +5,13 @@
   which ``cuobjdump -sass`` (nvdisasm 13.2) prints ``OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X`` for the CUDA
   13.0 build, and load its tiles with TMA (``UTMALDG``); no 16-bit ``HMMA`` (the operands are never
   widened).
+- The library's grouped block-scaled NVFP4 kernels (sm_120f, CUTLASS's pointer-array grouped mainloop
+  ``MainloopSm120ArrayTmaWarpSpecializedBlockScaled``): the same MMA opcode, TMA loads and no ``HMMA``.
 - The NVRTC FP4 kernels (``cuda_src/fp4_vector.cu``): compiled for a family-specific SM12x target
   (``sm_120f``) they decode E2M1 pairs with ``cvt.rn.f16x2.e2m1x2`` (SASS ``F2FP.F16.E2M1.UNPACK_B``);
   for any other target (``sm_90``, plain ``sm_120``) with the software decode (no such instruction).
 
-``cutlass-check`` reports both beside the dense and FP8 kernels' checks.
+``cutlass-check`` reports all three beside the dense and FP8 kernels' checks.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from __future__ import annotations
 import re
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._sass import disassemble, find_cuobjdump, sass_functions
 
 __all__ = ["FP4_SASS", "FP4_SASS_AVOID", "FP4_CVT_PTX", "FP4_CVT_SASS", "Fp4SassFunction", "Fp4SassReport",
-           "block_scaled_fp4_sass_check", "is_block_scaled_fp4_function", "omma_opcodes", "nvrtc_decode_check",
+           "block_scaled_fp4_sass_check", "is_block_scaled_fp4_function", "omma_opcodes",
+           "grouped_block_scaled_fp4_sass_check", "is_grouped_block_scaled_fp4_function", "nvrtc_decode_check",
            "NvrtcDecodeReport"]
 
 FP4_SASS = ("OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X", "UTMALDG")
@@ -48,6 +52,14 @@ def is_block_scaled_fp4_function(mangled: str) -> bool:
     ``MainloopSm120TmaWarpSpecializedBlockScaled`` and its element type ``float_e2m1_t``."""
     return ("GemmUniversal" in mangled and "MainloopSm120TmaWarpSpecializedBlockScaled" in mangled
             and "float_e2m1_t" in mangled)
+
+
+def is_grouped_block_scaled_fp4_function(mangled: str) -> bool:
+    """Whether a mangled kernel name is a CUTLASS 3.x SM120 grouped (pointer-array) block-scaled E2M1 GEMM:
+    its mainloop policy is ``MainloopSm120ArrayTmaWarpSpecializedBlockScaled``, its problem shape a
+    ``GroupProblemShape`` and its element type ``float_e2m1_t``."""
+    return ("GemmUniversal" in mangled and "MainloopSm120ArrayTmaWarpSpecializedBlockScaled" in mangled
+            and "GroupProblemShape" in mangled and "float_e2m1_t" in mangled)
 
 
 @dataclass
@@ -76,20 +88,32 @@ def block_scaled_fp4_sass_check(library: Path) -> Fp4SassReport:
     """Disassemble ``library``'s sm_120f code with ``cuobjdump -sass`` and check every block-scaled NVFP4
     kernel for :data:`FP4_SASS` (and none of :data:`FP4_SASS_AVOID`). The report's ``error`` says when
     cuobjdump is missing, fails, or finds no such kernel."""
+    return _sass_check(library, is_block_scaled_fp4_function, "block-scaled NVFP4 kernels")
+
+
+def grouped_block_scaled_fp4_sass_check(library: Path) -> Fp4SassReport:
+    """As :func:`block_scaled_fp4_sass_check` for the grouped block-scaled NVFP4 kernels
+    (:func:`is_grouped_block_scaled_fp4_function`): each must hold :data:`FP4_SASS` and none of
+    :data:`FP4_SASS_AVOID`; ``error`` when the library has none of them (built without the
+    ``SM120_NVFP4_GROUPED_*`` families, or before them)."""
+    return _sass_check(library, is_grouped_block_scaled_fp4_function, "grouped block-scaled NVFP4 kernels")
+
+
+def _sass_check(library: Path, wanted: Callable[[str], bool], what: str) -> Fp4SassReport:
     arch = "sm_120f"
     sass, error = disassemble(library, arch)
     if error:
         return Fp4SassReport(arch, [], error)
     functions = []
     for name, body in sass_functions(sass):
-        if not is_block_scaled_fp4_function(name):
+        if not wanted(name):
             continue
         missing = [op for op in FP4_SASS if op not in body]
         unexpected = [op for op in FP4_SASS_AVOID if op in body]
         functions.append(Fp4SassFunction(name[:160], not missing and not unexpected, missing, unexpected,
                                          body.count(FP4_SASS[0]), omma_opcodes(body)))
     if not functions:
-        return Fp4SassReport(arch, [], f"no block-scaled NVFP4 kernels in the {arch} code of {library.name}")
+        return Fp4SassReport(arch, [], f"no {what} in the {arch} code of {library.name}")
     return Fp4SassReport(arch, functions)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,10 +15,17 @@ from ..errors import ContractError, CutlassError, CutlassNotFound
 from ._build import LIBRARY_NAME, find_library
 
 __all__ = ["ABI_VERSION", "KernelInfo", "CutlassLibrary", "CutlassError", "load_library", "FAMILIES", "DTYPES",
-           "KINDS", "SCALE_MAJORS", "BLOCK_SCALED_SYMBOLS"]
+           "KINDS", "SCALE_MAJORS", "BLOCK_SCALED_SYMBOLS", "GROUPED_SYMBOLS", "COMPATIBLE_ABI_VERSIONS",
+           "GroupedOperands", "GroupedTables", "GROUPED_TABLE_FIELDS", "GROUPED_DENSE_SYMBOLS", "GroupedDenseOperands",
+           "GROUPED_DENSE_OPERAND_FIELDS", "GROUPED_DENSE_OPERAND_ALIGNMENT"]
 
-ABI_VERSION = 2
-"""``MIRCUDA_CUTLASS_ABI_VERSION`` this module speaks (2: kernel kinds and the blockwise-scaled FP8 kernels)."""
+ABI_VERSION = 3
+"""``MIRCUDA_CUTLASS_ABI_VERSION`` this module speaks (2: kernel kinds and the blockwise-scaled FP8 kernels;
+3: the grouped block-scaled NVFP4 kernels, ``mircuda_cutlass_grouped_plan_*``)."""
+COMPATIBLE_ABI_VERSIONS = (2, 3)
+"""The library ABI versions this module loads. ABI 3 only added entry points, kinds and families (the kernel
+info struct and every ABI 2 entry point are unchanged), so an ABI 2 library loads with
+:attr:`CutlassLibrary.grouped_kernels` empty."""
 
 STATUS = {0: "OK", 1: "INVALID_ARGUMENT", 2: "NOT_IMPLEMENTABLE", 3: "WRONG_ARCH", 4: "CUDA_ERROR",
           5: "INTERNAL_ERROR", 6: "NO_WORKSPACE"}
@@ -28,10 +36,14 @@ DTYPES = {1: "bf16", 2: "f16", 3: "f32", 4: "e4m3", 5: "e2m1", 6: "ue4m3"}
 nibble); ``"ue4m3"``: E4M3 scale bytes with the sign clear (NVFP4's block scales)."""
 FAMILIES = {0: "simt", 1: "sm90_cooperative", 2: "sm90_pingpong", 3: "sm90_swapped", 4: "sm80_tensorop",
             5: "sm90_blockwise_cooperative", 6: "sm90_blockwise_pingpong", 7: "sm120_blockwise",
-            8: "sm120_nvfp4_cooperative", 9: "sm120_nvfp4_pingpong"}
-KINDS = {0: "dense", 1: "blockwise_scaled", 2: "block_scaled"}
+            8: "sm120_nvfp4_cooperative", 9: "sm120_nvfp4_pingpong", 10: "sm120_nvfp4_grouped_cooperative",
+            11: "sm120_nvfp4_grouped_pingpong", 12: "sm90_grouped_cooperative", 13: "sm90_grouped_pingpong"}
+KINDS = {0: "dense", 1: "blockwise_scaled", 2: "block_scaled", 3: "grouped_block_scaled", 4: "grouped_dense"}
 """``MIRCUDA_CUTLASS_KIND_*``: which plan entry points a kernel takes (``"block_scaled"``: the NVFP4 kernels,
-:meth:`CutlassLibrary.create_block_scaled_plan`)."""
+:meth:`CutlassLibrary.create_block_scaled_plan`; ``"grouped_block_scaled"``: the grouped NVFP4 kernels with
+device-resident routing, :meth:`CutlassLibrary.create_grouped_plan`; ``"grouped_dense"``: the grouped BF16
+kernels of SM90 with device-resident routing, :meth:`CutlassLibrary.create_grouped_plan` and
+:meth:`CutlassLibrary.execute_grouped_dense`)."""
 SCALE_MAJORS = {0: "", 1: "k", 2: "mn", 3: "tiled"}
 """``MIRCUDA_CUTLASS_K_MAJOR`` (``"k"``: ``[rows, ceil(K/scale_k)]`` row-major), ``_MN_MAJOR`` (``"mn"``:
 ``[ceil(K/scale_k), rows]`` row-major), ``_SF_TILED`` (``"tiled"``: CUTLASS's SM1xx block-scaled layout,
@@ -40,6 +52,51 @@ scales."""
 BLOCK_SCALED_SYMBOLS = ("mircuda_cutlass_block_scaled_plan_create", "mircuda_cutlass_block_scaled_plan_execute")
 """The entry points of the block-scaled (NVFP4) kernels. A library built before them (ABI 2 as well) lacks
 them: it loads, with :attr:`CutlassLibrary.block_scaled_kernels` empty."""
+GROUPED_SYMBOLS = ("mircuda_cutlass_grouped_plan_create", "mircuda_cutlass_grouped_plan_execute",
+                   "mircuda_cutlass_grouped_setup")
+"""The entry points of the grouped block-scaled (NVFP4) kernels (ABI 3). A library without them loads, with
+:attr:`CutlassLibrary.grouped_kernels` empty."""
+GROUPED_OPERAND_FIELDS = ("a", "sfa_linear", "b_bank", "sfb_bank_tiled", "d", "alpha_per_matrix")
+"""The fields of ``mircuda_cutlass_grouped_operands`` in order: one operand set of a grouped plan."""
+GROUPED_OPERAND_ALIGNMENT = (16, 1, 16, 16, 16, 4)
+"""The byte alignment each of :data:`GROUPED_OPERAND_FIELDS` needs (TMA's 16-byte granules for the codes,
+the bank's tiled scales and D; ``sfa_linear`` is read byte by byte by the repack kernel; alpha is FP32)."""
+
+
+GROUPED_DENSE_SYMBOLS = ("mircuda_cutlass_grouped_plan_create", "mircuda_cutlass_grouped_dense_plan_execute")
+"""The entry points of the grouped BF16 kernels (SM90; an addition to ABI 3 without a version change: the kernel
+info struct and every other entry point are unchanged, and a module that does not know kind 4 ignores those
+kernels). A library without them loads, with :attr:`CutlassLibrary.grouped_dense_kernels` empty."""
+GROUPED_DENSE_OPERAND_FIELDS = ("a", "b_bank", "d", "alpha_per_matrix")
+"""The fields of ``mircuda_cutlass_grouped_dense_operands`` in order (BF16 ``[capacity, K]``, ``[E, N, K]``,
+``[capacity, N]``, each 16-byte aligned: TMA granules; FP32 ``[E]``, 4-byte aligned)."""
+GROUPED_DENSE_OPERAND_ALIGNMENT = (16, 16, 16, 4)
+"""The byte alignment each of :data:`GROUPED_DENSE_OPERAND_FIELDS` needs."""
+
+
+class GroupedDenseOperands(ctypes.Structure):
+    """``mircuda_cutlass_grouped_dense_operands``: one operand set of a grouped BF16 plan (device addresses)."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in GROUPED_DENSE_OPERAND_FIELDS]
+
+
+class GroupedOperands(ctypes.Structure):
+    """``mircuda_cutlass_grouped_operands``: one operand set of a grouped plan (device addresses)."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in GROUPED_OPERAND_FIELDS]
+
+
+GROUPED_TABLE_FIELDS = ("rows", "a", "b", "sfa", "sfb", "d", "alpha", "slot_begin", "slot_end", "sfa_tiled")
+"""The fields of ``mircuda_cutlass_grouped_tables`` in order (device arrays the grouped setup writes)."""
+
+
+class GroupedTables(ctypes.Structure):
+    """``mircuda_cutlass_grouped_tables``: where :meth:`CutlassLibrary.grouped_setup` writes (device
+    addresses): ``rows`` int32 ``[S]``; ``a, b, sfa, sfb, d, alpha`` 8-byte addresses ``[S]`` (S = sets *
+    groups, problem ``s * groups + g``); ``slot_begin, slot_end`` int32 ``[groups]``; ``sfa_tiled`` bytes
+    ``[sets, slot_rows, ceil(K/64) * 4]`` (16-byte aligned)."""
+
+    _fields_ = [(name, ctypes.c_void_p) for name in GROUPED_TABLE_FIELDS]
 
 
 def status_error(status: int, call: str, detail: str = "", cuda_error: int = 0) -> CutlassError:
@@ -80,14 +137,17 @@ class KernelInfo:
         alignment_bytes: K and N in bytes and the operand addresses must be multiples of it.
         split_k: whether the kernel takes split-K slices.
         (family also ``"sm120_nvfp4_cooperative"``, ``"sm120_nvfp4_pingpong"``: the block-scaled NVFP4
-        kernels, input ``"e2m1"``.)
+        kernels, input ``"e2m1"``; ``"sm120_nvfp4_grouped_cooperative"``, ``"sm120_nvfp4_grouped_pingpong"``:
+        the grouped ones.)
         archs: SASS targets compiled in (90 for sm_90a, 120 for sm_120f); empty for NVRTC kernels.
         origin: ``"cutlass"`` (a kernel of the library) or ``"nvrtc"`` (a CUDA C kernel of
             ``cuda_src/`` that NVRTC compiles for the device at plan construction, any cc >= 8.0).
         kind: ``"dense"`` (:meth:`CutlassLibrary.create_plan`, :meth:`CutlassLibrary.execute`) or
             ``"blockwise_scaled"`` (:meth:`CutlassLibrary.create_scaled_plan`,
             :meth:`CutlassLibrary.execute_scaled`) or ``"block_scaled"`` (NVFP4:
-            :meth:`CutlassLibrary.create_block_scaled_plan`, :meth:`CutlassLibrary.execute_block_scaled`).
+            :meth:`CutlassLibrary.create_block_scaled_plan`, :meth:`CutlassLibrary.execute_block_scaled`)
+            or ``"grouped_block_scaled"`` (grouped NVFP4: :meth:`CutlassLibrary.create_grouped_plan`,
+            :meth:`CutlassLibrary.execute_grouped`).
         multiples: (M, N, K) must be multiples of these (operand alignment and, for the sm120 blockwise
             kernel, whole 128-blocks of N and K); (1, 1, 1) for the NVRTC kernels' entries.
         scale_type: element type of the scale factors (``"f32"``; ``"ue4m3"`` for NVFP4); ``""`` for dense
@@ -97,7 +157,8 @@ class KernelInfo:
             ``(1, 1, 16)`` for the NVFP4 kernels, ``(0, 0, 0)`` for dense kernels.
         scale_major: majorness of (SFA, SFB): ``"k"`` means ``[rows, ceil(K/scale_k)]`` row-major
             (``SFA[m, kb]`` at ``m * ceil(K/128) + kb``, ``SFB[nb, kb]`` at ``nb * ceil(K/128) + kb``);
-            ``"tiled"`` is CUTLASS's SM1xx block-scaled layout (:data:`SCALE_MAJORS`).
+            ``"tiled"`` is CUTLASS's SM1xx block-scaled layout (:data:`SCALE_MAJORS`). The grouped NVFP4
+            kernels take ``("k", "tiled")``: linear activation scales ``[capacity, K/16]``, a tiled bank.
     """
 
     index: int
@@ -127,16 +188,17 @@ class KernelInfo:
         Raises:
             ContractError: the kernel takes no scales (``kind == "dense"``).
         """
-        if self.kind not in ("blockwise_scaled", "block_scaled"):
+        if self.kind not in ("blockwise_scaled", "block_scaled", "grouped_block_scaled"):
             raise ContractError("kernel", "a blockwise-scaled or block-scaled kernel", f"{self.name} ({self.kind})")
-        if self.scale_major == ("tiled", "tiled"):
-            kb = -(-k // (4 * self.scale_block[2])) * 4
-            return (-(-m // 128) * 128, kb), (-(-n // 128) * 128, kb)
         sm, sn, sk = self.scale_block
-        rows_a, rows_b, kb = -(-m // sm), -(-n // sn), -(-k // sk)
-        sfa = (rows_a, kb) if self.scale_major[0] == "k" else (kb, rows_a)
-        sfb = (rows_b, kb) if self.scale_major[1] == "k" else (kb, rows_b)
-        return sfa, sfb
+
+        def shape(rows: int, block: int, major: str) -> tuple[int, int]:
+            if major == "tiled":
+                return -(-rows // 128) * 128, -(-k // (4 * sk)) * 4
+            blocks, kb = -(-rows // block), -(-k // sk)
+            return (blocks, kb) if major == "k" else (kb, blocks)
+
+        return shape(m, sm, self.scale_major[0]), shape(n, sn, self.scale_major[1])
 
     def refusal(self, m: int, n: int, k: int) -> str:
         """Why the kernel cannot take (M, N, K) by its table's constraints (``""`` when it can; CUTLASS's
@@ -195,9 +257,31 @@ class CutlassLibrary:
             lib.mircuda_cutlass_block_scaled_plan_execute.restype = c_int
             lib.mircuda_cutlass_block_scaled_plan_execute.argtypes = [vp, vp, vp, vp, vp, vp, vp, vp, ctypes.c_float]
         abi = lib.mircuda_cutlass_abi_version()
-        if abi != ABI_VERSION:
-            raise CutlassNotFound(f"{path} speaks ABI {abi}, this mircuda speaks {ABI_VERSION}: rebuild it "
-                                  "(python -m mircuda build-cutlass)")
+        if abi not in COMPATIBLE_ABI_VERSIONS:
+            raise CutlassNotFound(f"{path} speaks ABI {abi}, this mircuda speaks {ABI_VERSION} (and loads "
+                                  f"{', '.join(map(str, COMPATIBLE_ABI_VERSIONS))}): rebuild it (python -m mircuda "
+                                  "build-cutlass)")
+        self.abi_version = abi
+        """The library's ``MIRCUDA_CUTLASS_ABI_VERSION`` (one of :data:`COMPATIBLE_ABI_VERSIONS`)."""
+        self.has_grouped = abi >= 3 and all(hasattr(lib, name) for name in GROUPED_SYMBOLS)
+        """Whether the library exports the grouped block-scaled entry points (:data:`GROUPED_SYMBOLS`, ABI 3)."""
+        if self.has_grouped:
+            lib.mircuda_cutlass_grouped_plan_create.restype = c_int
+            lib.mircuda_cutlass_grouped_plan_create.argtypes = [c_int] * 7 + [ctypes.POINTER(vp)]
+            lib.mircuda_cutlass_grouped_plan_execute.restype = c_int
+            lib.mircuda_cutlass_grouped_plan_execute.argtypes = [vp, vp, vp, vp, vp, ctypes.POINTER(GroupedOperands),
+                                                                vp]
+            lib.mircuda_cutlass_grouped_setup.restype = c_int
+            lib.mircuda_cutlass_grouped_setup.argtypes = ([vp] + [c_int] * 6 + [vp, vp, vp, ctypes.POINTER(GroupedOperands),
+                                                          vp, ctypes.POINTER(GroupedTables)])
+        self.has_grouped_dense = abi >= 3 and all(hasattr(lib, name) for name in GROUPED_DENSE_SYMBOLS)
+        """Whether the library exports the grouped BF16 entry points (:data:`GROUPED_DENSE_SYMBOLS`)."""
+        if self.has_grouped_dense:
+            lib.mircuda_cutlass_grouped_plan_create.restype = c_int
+            lib.mircuda_cutlass_grouped_plan_create.argtypes = [c_int] * 7 + [ctypes.POINTER(vp)]
+            lib.mircuda_cutlass_grouped_dense_plan_execute.restype = c_int
+            lib.mircuda_cutlass_grouped_dense_plan_execute.argtypes = [vp, vp, vp, vp, vp,
+                                                                      ctypes.POINTER(GroupedDenseOperands), vp]
         v = lib.mircuda_cutlass_cutlass_version()
         self.cutlass_version = f"{v // 10000}.{v // 100 % 100}.{v % 100}"
         table = tuple(self._info(i) for i in range(lib.mircuda_cutlass_kernel_count()))
@@ -209,6 +293,20 @@ class CutlassLibrary:
                                      else ())
         """The block-scaled NVFP4 kernels (NVFP4 x NVFP4 -> BF16, tiled UE4M3 scales per 16; sm_120f); empty
         for a library built without them (or before them)."""
+        self.grouped_kernels = (tuple(k for k in table if k.kind == "grouped_block_scaled") if self.has_grouped
+                                else ())
+        """The grouped block-scaled NVFP4 kernels (device-routed groups of NVFP4 x NVFP4 -> BF16, linear
+        activation scales, tiled bank scales; sm_120f); empty for a library built without them."""
+        self.grouped_dense_kernels = (tuple(k for k in table if k.kind == "grouped_dense")
+                                      if self.has_grouped_dense else ())
+        """The grouped BF16 kernels (device-routed groups of BF16 x BF16 -> BF16, sm_90a); empty for a library
+        built without them."""
+        self.grouped_dense_execute_address = (
+            ctypes.cast(lib.mircuda_cutlass_grouped_dense_plan_execute, ctypes.c_void_p).value or 0
+            if self.has_grouped_dense else 0)
+        """The address of ``mircuda_cutlass_grouped_dense_plan_execute`` (0 when the library lacks it): ``int
+        (void *plan, void *stream, const int *row_counts, const int *offsets, const int *matrix_indices, const
+        mircuda_cutlass_grouped_dense_operands *operands, int *error_flag)``."""
         self.execute_address = ctypes.cast(lib.mircuda_cutlass_plan_execute, ctypes.c_void_p).value or 0
         """The address of ``mircuda_cutlass_plan_execute`` (for callers outside Python, e.g. ``@njit``)."""
         self.scaled_execute_address = ctypes.cast(lib.mircuda_cutlass_scaled_plan_execute, ctypes.c_void_p).value or 0
@@ -218,6 +316,12 @@ class CutlassLibrary:
         self.block_scaled_execute_address = (
             ctypes.cast(lib.mircuda_cutlass_block_scaled_plan_execute, ctypes.c_void_p).value or 0
             if self.has_block_scaled else 0)
+        self.grouped_execute_address = (
+            ctypes.cast(lib.mircuda_cutlass_grouped_plan_execute, ctypes.c_void_p).value or 0
+            if self.has_grouped else 0)
+        """The address of ``mircuda_cutlass_grouped_plan_execute`` (0 when the library lacks it): ``int (void
+        *plan, void *stream, const int *row_counts, const int *offsets, const int *matrix_indices, const
+        mircuda_cutlass_grouped_operands *operands, int *error_flag)``."""
         """The address of ``mircuda_cutlass_block_scaled_plan_execute`` (0 when the library lacks it): ``int
         (void *plan, void *stream, const void *a, const void *b, const void *sfa, const void *sfb, void *d,
         const float *alpha_device, float alpha)``."""
@@ -317,6 +421,131 @@ class CutlassLibrary:
         self._check(self._lib.mircuda_cutlass_block_scaled_plan_execute(
             plan, stream or None, a or None, b or None, sfa or None, sfb or None, d or None, alpha_device or None,
             alpha), "block_scaled_plan_execute")
+
+    def create_grouped_plan(self, kernel: KernelInfo, n: int, k: int, capacity: int, groups: int, bank_size: int,
+                            sets: int) -> int:
+        """Create a plan of a grouped block-scaled NVFP4 kernel on the current context's device for N, K, a
+        row capacity, ``groups`` groups, a bank of ``bank_size`` matrices and ``sets`` (1 or 2) operand sets;
+        return its handle. It needs a workspace (:meth:`workspace_bytes`, :meth:`set_workspace`: device
+        tables and the activation scales repacked per group); :meth:`destroy` is the dense plans'.
+
+        Raises:
+            ContractError: ``kernel`` is not a grouped kernel of this library, a size is not a positive int,
+                ``sets`` is not 1 or 2, or (N, K) break the kernel's multiples (named before the library is
+                called).
+            CutlassError: NOT_IMPLEMENTABLE (CUTLASS's can-implement, a scale workspace past 2^31 rows),
+                WRONG_ARCH (the device is not cc 12.x), ...
+        """
+        if not ((kernel.kind == "grouped_block_scaled" and self.has_grouped)
+                or (kernel.kind == "grouped_dense" and self.has_grouped_dense)):
+            raise ContractError("kernel", "a grouped kernel (CutlassLibrary.grouped_kernels or "
+                                "grouped_dense_kernels)", f"{kernel.name} ({kernel.kind})")
+        for name, value in (("n", n), ("k", k), ("capacity", capacity), ("groups", groups), ("bank_size", bank_size)):
+            if type(value) is not int or not 1 <= value < 2**31:
+                raise ContractError(name, "a positive int below 2^31", repr(value))
+        if type(sets) is not int or sets not in (1, 2):
+            raise ContractError("sets", "1 or 2 operand sets", repr(sets))
+        why = kernel.refusal(1, n, k)
+        if why:
+            raise ContractError("shape", f"(N, K) that {kernel.name} takes: multiples of {kernel.multiples[1:]}",
+                                f"({n}, {k})", why)
+        handle = ctypes.c_void_p()
+        self._check(self._lib.mircuda_cutlass_grouped_plan_create(kernel.index, n, k, capacity, groups, bank_size,
+                                                                  sets, ctypes.byref(handle)),
+                    "grouped_plan_create", f"kernel {kernel.name}, N={n} K={k} capacity={capacity} groups={groups} "
+                    f"bank_size={bank_size} sets={sets}")
+        return int(handle.value or 0)
+
+    def execute_grouped(self, plan: int, stream: int, row_counts: int, offsets: int, matrix_indices: int,
+                        operands: Sequence[Sequence[int]], error_flag: int) -> None:
+        """Enqueue a grouped plan on ``stream``: the setup kernels, then the grouped GEMM (device addresses;
+        ``operands``: one ``(a, sfa_linear, b_bank, sfb_bank_tiled, d, alpha_per_matrix)`` per operand set,
+        :data:`GROUPED_OPERAND_FIELDS`; the library reads as many entries as the plan has sets: give exactly
+        that many, as :class:`~mircuda.matmul._fp4_grouped_cutlass.CutlassGroupedFp4` does). Allocates and
+        synchronizes nothing; reads no routing on the host.
+
+        Raises:
+            ContractError: ``operands`` is not a sequence of 6-tuples of non-negative ints.
+            CutlassError: INVALID_ARGUMENT (a plan of another kind, a null address),
+                NOT_IMPLEMENTABLE (a misaligned address), CUDA_ERROR, ...
+        """
+        array = self._grouped_operands(operands)
+        self._check(self._lib.mircuda_cutlass_grouped_plan_execute(
+            plan, stream or None, row_counts or None, offsets or None, matrix_indices or None, array,
+            error_flag or None), "grouped_plan_execute")
+
+    def execute_grouped_dense(self, plan: int, stream: int, row_counts: int, offsets: int, matrix_indices: int,
+                              operands: Sequence[Sequence[int]], error_flag: int) -> None:
+        """Enqueue a grouped BF16 plan (made by :meth:`create_grouped_plan` from a kernel of
+        :attr:`grouped_dense_kernels`) on ``stream``: the setup kernel (routing checks ORing ``error_flag``,
+        per-problem shapes, pointers and strides), then the grouped GEMM. ``operands``: one ``(a, b_bank, d)``
+        per operand set (:data:`GROUPED_DENSE_OPERAND_FIELDS`: ``(a, b_bank, d, alpha_per_matrix)``), exactly as
+        many as the plan has sets.
+        Allocates and synchronizes nothing; reads no routing on the host.
+
+        Raises:
+            ContractError: ``operands`` is not a non-empty sequence of 4-tuples of non-negative ints.
+            CutlassError: INVALID_ARGUMENT (a plan of another kind, a null address, the library lacks the
+                entry point), NOT_IMPLEMENTABLE (a misaligned address), CUDA_ERROR, ...
+        """
+        if isinstance(operands, (str, bytes)) or not isinstance(operands, Sequence) or not operands:
+            raise ContractError("operands", "a non-empty sequence of (a, b_bank, d, alpha_per_matrix) tuples",
+                                repr(operands))
+        array = (GroupedDenseOperands * len(operands))()
+        for i, entry in enumerate(operands):
+            if (not isinstance(entry, Sequence) or len(entry) != len(GROUPED_DENSE_OPERAND_FIELDS)
+                    or any(type(v) is not int or v < 0 for v in entry)):
+                raise ContractError(f"operands[{i}]", "a tuple of 4 device addresses (a, b_bank, d, alpha_per_matrix)",
+                                    repr(entry))
+            for name, value in zip(GROUPED_DENSE_OPERAND_FIELDS, entry):
+                setattr(array[i], name, value or None)
+        if not self.has_grouped_dense:
+            raise status_error(1, "mircuda_cutlass_grouped_dense_plan_execute",
+                               f"{self.path} lacks the grouped BF16 entry points")
+        self._check(self._lib.mircuda_cutlass_grouped_dense_plan_execute(
+            plan, stream or None, row_counts or None, offsets or None, matrix_indices or None, array,
+            error_flag or None), "grouped_dense_plan_execute")
+
+    def grouped_setup(self, stream: int, n: int, k: int, capacity: int, groups: int, bank_size: int,
+                      row_counts: int, offsets: int, matrix_indices: int, operands: Sequence[Sequence[int]],
+                      error_flag: int, tables: Sequence[int]) -> None:
+        """Enqueue the grouped plans' device setup alone on ``stream`` (``mircuda_cutlass_grouped_setup``: the
+        routing checks ORing ``error_flag``, the per-problem rows and pointers, the slots and the repacked
+        activation scales) into ``tables`` (device addresses in :data:`GROUPED_TABLE_FIELDS` order). It runs
+        on every GPU the library has code for (the GEMM needs cc 12.x): what tests the setup on the H200.
+        ``operands``: 1 or 2 sets, as :meth:`execute_grouped` takes them.
+
+        Raises:
+            ContractError: ``operands`` or ``tables`` malformed (before the library is called).
+            CutlassError: INVALID_ARGUMENT (a size, a null address), NOT_IMPLEMENTABLE (N % 8, K % 32),
+                CUDA_ERROR (a launch failed), or the library lacks the entry point (INVALID_ARGUMENT).
+        """
+        array = self._grouped_operands(operands)
+        if (isinstance(tables, (str, bytes)) or not isinstance(tables, Sequence)
+                or len(tables) != len(GROUPED_TABLE_FIELDS) or any(type(v) is not int or v < 0 for v in tables)):
+            raise ContractError("tables", f"{len(GROUPED_TABLE_FIELDS)} device addresses "
+                                f"({', '.join(GROUPED_TABLE_FIELDS)})", repr(tables))
+        if not self.has_grouped:
+            raise status_error(1, "mircuda_cutlass_grouped_setup", f"{self.path} lacks the grouped entry points")
+        t = GroupedTables(*[v or None for v in tables])
+        self._check(self._lib.mircuda_cutlass_grouped_setup(
+            stream or None, n, k, capacity, groups, bank_size, len(array), row_counts or None, offsets or None,
+            matrix_indices or None, array, error_flag or None, ctypes.byref(t)), "grouped_setup")
+
+    @staticmethod
+    def _grouped_operands(operands: Sequence[Sequence[int]]) -> ctypes.Array[GroupedOperands]:
+        if isinstance(operands, (str, bytes)) or not isinstance(operands, Sequence) or not operands:
+            raise ContractError("operands", "a non-empty sequence of (a, sfa, b_bank, sfb_bank, d, alpha) tuples",
+                                repr(operands))
+        array = (GroupedOperands * len(operands))()
+        for i, entry in enumerate(operands):
+            if (not isinstance(entry, Sequence) or len(entry) != len(GROUPED_OPERAND_FIELDS)
+                    or any(type(v) is not int or v < 0 for v in entry)):
+                raise ContractError(f"operands[{i}]", f"a tuple of {len(GROUPED_OPERAND_FIELDS)} device addresses "
+                                    f"({', '.join(GROUPED_OPERAND_FIELDS)})", repr(entry))
+            for name, value in zip(GROUPED_OPERAND_FIELDS, entry):
+                setattr(array[i], name, value or None)
+        return array
 
     def workspace_bytes(self, plan: int) -> int:
         out = ctypes.c_size_t()

@@ -51,7 +51,16 @@ if TYPE_CHECKING:
     from ._library import CutlassLibrary
 
 __all__ = ["VariableGroupedFp4Plan", "IndexedGroupedFp4Plan", "PairedVariableGroupedFp4Plan", "ERROR_MATRIX_INDEX",
-           "ERROR_ROWS", "GroupedFp4Operands", "VariableGroupedFp4Spec", "IndexedGroupedFp4Spec"]
+           "ERROR_ROWS", "GroupedFp4Operands", "VariableGroupedFp4Spec", "IndexedGroupedFp4Spec", "PATHS"]
+
+PATHS = ("cutlass", "decode_grouped", "portable")
+"""The grouped plans' execution paths (the ``path=`` argument; None chooses): ``"cutlass"`` the SM120 grouped
+block-scaled kernels (cc 12.x), ``"decode_grouped"`` NVFP4 decoded exactly to BF16, then the SM90 grouped BF16
+CUTLASS kernel (cc 9.0; :mod:`._moe_grouped_dense`), ``"portable"`` ``fp4_grouped_bf16`` (any cc >= 8.0). The
+automatic choice: cutlass where it runs, else decode_grouped where it runs and the mean rows per group
+(capacity / groups; R for the indexed plan) reach
+:data:`~mircuda.matmul._moe_grouped_dense.DECODE_GROUPED_MIN_ROWS`, else portable. decode_grouped keeps BF16 copies
+of the bank(s) and activations on the device: ``sets * (E N K + capacity K) * 2`` bytes (``workspace_bytes``)."""
 
 ERROR_MATRIX_INDEX = 1
 """Error flag bit: a group's matrix index is outside ``[0, bank_size)`` (the group is skipped)."""
@@ -103,10 +112,13 @@ class _GroupedFp4PlanBase(PlanBase):
     workspace, error flag and alpha_per_matrix, the checks, describe and close."""
 
     _kind: str
+    _dense: Any = None  # the decode_grouped engine (DecodeGroupedFp4) when that path runs
 
     def _build(self, context: Context, stream: Stream, *, n: int, k: int, capacity: int, groups: int, bank: int,
                fixed_rows: int, sets: int, scale_layout: Any, compiler: Compiler | None, rows_per_tile: Any,
-               variant: Any, library: CutlassLibrary | None) -> None:
+               variant: Any, library: CutlassLibrary | None, path: Any = None) -> None:
+        if path is not None and (not isinstance(path, str) or path not in PATHS):
+            raise ContractError("path", f"None (choose) or one of {', '.join(map(repr, PATHS))}", repr(path))
         plan_stream(stream, context)
         self._layout = check_layout("scale_layout", scale_layout)
         if rows_per_tile is not None and (type(rows_per_tile) is not int or rows_per_tile not in ROWS_PER_TILE):
@@ -127,6 +139,7 @@ class _GroupedFp4PlanBase(PlanBase):
         self._closed = False
         self._numba: Any = None
         self._cutlass: Any = None
+        self._dense = None
         self._buffers: list[DeviceBuffer[Any]] = []
         mt = rows_per_tile if rows_per_tile is not None else default_rows_per_tile(capacity, groups, fixed_rows)
         if variant == "staged" and mt == 8:
@@ -141,7 +154,8 @@ class _GroupedFp4PlanBase(PlanBase):
                                   variant=shape.variant)
         self._kernels = GroupedKernels(compiler, options, shape, groups, bank,
                                        pdl=context.device_info().supports_programmatic_launch)
-        self._why_portable = self._try_cutlass(library)
+        self._why_portable = self._choose_path(path, library, compiler,
+                                               portable_knobs=rows_per_tile is not None or variant is not None)
         try:
             pool = context.default_memory_pool()
             self._ws = pool.allocate_zeroed(i32, stream, workspace_ints(groups))
@@ -152,6 +166,8 @@ class _GroupedFp4PlanBase(PlanBase):
             self._buffers.append(self._alpha)
         except BaseException:
             self._free_now()
+            if self._dense is not None:
+                self._dense.close()
             raise
         self._finalizer = weakref.finalize(self, _free_all, list(self._buffers), context, stream)
         self._finalizer.atexit = False
@@ -159,6 +175,58 @@ class _GroupedFp4PlanBase(PlanBase):
                               for suffix in (("",) if sets == 1 else ("1", "2")))
         self._operands = tuple(op for ops in self._set_ops for op in ops)
         self._masks = tuple(op.alignment - 1 for op in self._set_ops[0])
+
+    def _choose_path(self, path: str | None, library: CutlassLibrary | None, compiler: Compiler, *,
+                     portable_knobs: bool = False) -> str:
+        """Make the engine of ``path`` (None: the automatic choice, see :data:`PATHS`); return why the portable
+        path runs ("" when another one does). ``portable_knobs``: rows_per_tile or variant was given (the
+        portable kernel's knobs), which keeps the automatic choice off decode_grouped.
+
+        Raises:
+            ContractError: a path was asked for that cannot run here (the reason in the message).
+        """
+        if path == "portable":
+            return "path='portable' was asked for"
+        why = "path='decode_grouped' was asked for" if path == "decode_grouped" else self._try_cutlass(library)
+        if path == "cutlass" and self._cutlass is None:
+            raise ContractError("path", "a path that can run here", "'cutlass'", why)
+        if self._cutlass is not None:
+            return ""
+        from ._moe_grouped_dense import DECODE_GROUPED_MIN_ROWS
+
+        rows = self._fixed or self._capacity / self._groups
+        if path is None and portable_knobs:
+            return f"{why}; decode_grouped: not chosen, rows_per_tile or variant (the portable kernel's) was given"
+        if path is None and rows < DECODE_GROUPED_MIN_ROWS:
+            return (f"{why}; decode_grouped: {rows:g} rows per group on average < {DECODE_GROUPED_MIN_ROWS} (the "
+                    "bank's decode would outweigh the GEMM)")
+        dense_why = self._try_decode_grouped(library, compiler, rows)
+        if path == "decode_grouped" and self._dense is None:
+            raise ContractError("path", "a path that can run here", "'decode_grouped'", dense_why)
+        return "" if self._dense is not None else f"{why}; decode_grouped: {dense_why}"
+
+    def _try_decode_grouped(self, library: CutlassLibrary | None, compiler: Compiler, rows: float) -> str:
+        """Make the SM90 decode+grouped engine where it can run; return why not otherwise."""
+        from ._library import load_library
+        from ._moe_grouped_dense import DecodeGroupedFp4, decode_grouped_why_not
+
+        cc = self._context.device_info().compute_capability
+        try:
+            lib = library if library is not None else load_library()
+        except _CUTLASS_ERRORS as exc:
+            return f"no CUTLASS library ({type(exc).__name__}: {exc})"
+        why = decode_grouped_why_not(lib, (cc[0], cc[1]), self._n, self._k)
+        if why:
+            return why
+        try:
+            self._dense = DecodeGroupedFp4(self._context, lib, n=self._n, k=self._k, capacity=self._capacity,
+                                           groups=self._groups, bank_size=self._bank, sets=self._sets,
+                                           scale_layout=self._layout, stream=self._stream, compiler=compiler,
+                                           rows_per_group=rows)
+        except _CUTLASS_ERRORS as exc:
+            self._dense = None
+            return f"the grouped BF16 CUTLASS plan is not available ({type(exc).__name__}: {exc})"
+        return ""
 
     def _try_cutlass(self, library: CutlassLibrary | None) -> str:
         """Make the SM120 CUTLASS grouped plan where it can run; return why the portable path runs
@@ -199,8 +267,17 @@ class _GroupedFp4PlanBase(PlanBase):
 
     @property
     def path(self) -> str:
-        """``"cutlass"`` (SM120 grouped block-scaled kernels) or ``"portable"`` (``fp4_grouped_bf16``)."""
-        return "cutlass" if self._cutlass is not None else "portable"
+        """``"cutlass"`` (SM120 grouped block-scaled kernels), ``"decode_grouped"`` (BF16 decode + the SM90
+        grouped BF16 kernel) or ``"portable"`` (``fp4_grouped_bf16``); see :data:`PATHS`."""
+        if self._cutlass is not None:
+            return "cutlass"
+        return "decode_grouped" if self._dense is not None else "portable"
+
+    @property
+    def cutlass_kernel(self) -> str:
+        """The name of the CUTLASS kernel the cutlass or decode_grouped path runs ("" on the portable path)."""
+        engine = self._cutlass if self._cutlass is not None else self._dense
+        return str(engine.kernel.name) if engine is not None else ""
 
     @property
     def rows_per_tile(self) -> int:
@@ -229,6 +306,7 @@ class _GroupedFp4PlanBase(PlanBase):
     @property
     def workspace_bytes(self) -> int:
         extra = self._cutlass.workspace_bytes if self._cutlass is not None else 0
+        extra += self._dense.workspace_bytes if self._dense is not None else 0
         return sum(b.nbytes for b in self._buffers) + extra
 
     def read_error_flag(self, *, reset: bool = True) -> int:
@@ -259,6 +337,8 @@ class _GroupedFp4PlanBase(PlanBase):
         if self._cutlass is not None:
             return Description(f"{head}{setup}, then the SM120 CUTLASS grouped block-scaled kernels "
                                f"({self._cutlass.describe() if hasattr(self._cutlass, 'describe') else 'sm_120f'}).")
+        if self._dense is not None:
+            return Description(f"{head}path decode_grouped: {setup}, then {self._dense.describe()}.")
         decode = ("cvt.rn.f16x2.e2m1x2" if has_e2m1_cvt(self._kernels.arch) else
                   f"an exact software E2M1 decode (target {self._kernels.arch})")
         split = {"split_k": f"variant split_k: the block's {WARPS} warps split K over 16 weight rows (decode: each "
@@ -308,6 +388,12 @@ class _GroupedFp4PlanBase(PlanBase):
                 ops.append((a2, sa2, b2, sb2, d2, apm + 4 * self._bank))
             self._cutlass.execute(stream, row_counts=rc, offsets=of, matrix_indices=mi, operands=ops, error_flag=err)
             return
+        if self._dense is not None:
+            ops = [(a1, sa1, b1, sb1, d1, apm)]
+            if second is not None:
+                ops.append((a2, sa2, b2, sb2, d2, apm + 4 * self._bank))
+            self._dense.execute(stream, row_counts=rc, offsets=of, matrix_indices=mi, operands=ops, error_flag=err)
+            return
         k.grouped.launch(stream, k.grouped_config, ws, apm, a1, sa1, b1, sb1, d1, a2, sa2, b2, sb2, d2)
 
     def _executor(self) -> Any:
@@ -315,9 +401,11 @@ class _GroupedFp4PlanBase(PlanBase):
         the portable path; on the CUTLASS path the setup kernel's launch followed by the wrapper's
         executor."""
         kept = (self._ws._ptr, self._error._ptr, self._alpha._ptr)
+        if self._dense is not None:
+            return _cutlass_executor(self, kept, self._dense.numba_executor())
         if self._cutlass is None:
             return grouped_executor(self._kernels, kept, self._masks, stream=self._stream.handle)
-        return _cutlass_executor(self, kept)
+        return _cutlass_executor(self, kept, _sm120_adaptor(self._cutlass.numba_executor(), self._sets))
 
     def _enter_execute(self, stream: Any) -> None:
         if self._closed:
@@ -331,6 +419,8 @@ class _GroupedFp4PlanBase(PlanBase):
         self._finalizer()
         if self._cutlass is not None:
             self._cutlass.close()
+        if self._dense is not None:
+            self._dense.close()
 
     def __enter__(self) -> Any:
         return self
@@ -345,7 +435,10 @@ _DOC_COMMON = """
     alpha_per_matrix and builds the tile list (prefix sums of m-tiles over groups); the grouped kernel's
     blocks walk that list: E2M1 x UE4M3 decoded exactly to FP16 in registers, ``mma.sync`` m16n8k16 FP16 ->
     FP32, BF16 out. On cc 12.x with a CUTLASS library holding the grouped block-scaled kind (and tiled scales)
-    the SM120 grouped kernels run instead (``._fp4_grouped_cutlass``); ``describe()`` says which and why.
+    the SM120 grouped kernels run instead (``._fp4_grouped_cutlass``); on cc 9.0 with a library holding the
+    grouped BF16 kernels and many rows per group (:data:`PATHS`), the decode_grouped path (``._moe_grouped_dense``:
+    the operands decoded exactly to BF16 in kept workspaces, then one CUTLASS grouped BF16 GEMM with
+    alpha_per_matrix in its epilogue); ``describe()`` says which and why.
     ``execute`` enqueues only (no allocation, no synchronization, no host read of the routing) and checks
     every operand first; the plan keeps a device int32 error flag (:attr:`error_flag`,
     :meth:`read_error_flag`) and alpha_per_matrix.
@@ -370,20 +463,24 @@ class VariableGroupedFp4Plan(_GroupedFp4PlanBase):
             room for uneven routing: a group's weights are read once per m-tile) or one of them.
         variant: None (``"split_k"`` for m-tiles of <= 16 rows, else ``"staged"``), ``"split_k"``, ``"split_n"``
             or ``"staged"`` (m-tiles of >= 16 rows): the portable kernel's work split (``describe()`` says it).
-        library: the CUTLASS library tried on cc 12.x (default: :func:`load_library`).
+        library: the CUTLASS library tried on cc 12.x (SM120 grouped kernels) and cc 9.0 (the decode_grouped
+            path's grouped BF16 kernels) (default: :func:`load_library`).
+        path: None (choose, see :data:`PATHS`; a given rows_per_tile or variant keeps the choice off
+            decode_grouped) or one of ``"cutlass"``, ``"decode_grouped"``, ``"portable"`` to force (ContractError,
+            with the reason, when it cannot run here); :attr:`path` and ``describe()`` say which runs and why.
 """ + _DOC_COMMON)
 
     _kind = "VariableGroupedFp4Plan"
 
     def __init__(self, context: Context, stream: Stream, spec: VariableGroupedFp4Spec, *, scale_layout: str = "tiled",
                  compiler: Compiler | None = None, rows_per_tile: int | None = None, variant: str | None = None,
-                 library: CutlassLibrary | None = None) -> None:
+                 library: CutlassLibrary | None = None, path: str | None = None) -> None:
         if not isinstance(spec, VariableGroupedFp4Spec):
             raise ContractError("spec", "a VariableGroupedFp4Spec(n, k, capacity, groups, bank_size)", repr(spec))
         self._spec = spec
         self._build(context, stream, n=spec.n, k=spec.k, capacity=spec.capacity, groups=spec.groups,
                     bank=spec.bank_size, fixed_rows=0, sets=1, scale_layout=scale_layout, compiler=compiler,
-                    rows_per_tile=rows_per_tile, variant=variant, library=library)
+                    rows_per_tile=rows_per_tile, variant=variant, library=library, path=path)
 
     def execute(self, stream: Stream, a: DeviceBuffer[Any], a_scales: DeviceBuffer[Any], b_bank: DeviceBuffer[Any],
                 b_scales: DeviceBuffer[Any], d: DeviceBuffer[Any], row_counts: DeviceBuffer[Any],
@@ -434,15 +531,15 @@ class IndexedGroupedFp4Plan(_GroupedFp4PlanBase):
 
     def __init__(self, context: Context, stream: Stream, spec: IndexedGroupedFp4Spec, *, scale_layout: str = "tiled",
                  compiler: Compiler | None = None, rows_per_tile: int | None = None, variant: str | None = None,
-                 library: CutlassLibrary | None = None) -> None:
+                 library: CutlassLibrary | None = None, path: str | None = None) -> None:
         if not isinstance(spec, IndexedGroupedFp4Spec):
             raise ContractError("spec", "an IndexedGroupedFp4Spec(n, k, rows, products, bank_size)", repr(spec))
         self._spec = spec
         self._build(context, stream, n=spec.n, k=spec.k, capacity=spec.capacity, groups=spec.products,
                     bank=spec.bank_size, fixed_rows=spec.rows, sets=1, scale_layout=scale_layout, compiler=compiler,
-                    rows_per_tile=rows_per_tile, variant=variant, library=library)
-        if self._cutlass is not None:
-            # The CUTLASS wrapper takes row_counts/offsets arrays: keep them, written once (R, p R).
+                    rows_per_tile=rows_per_tile, variant=variant, library=library, path=path)
+        if self._cutlass is not None or self._dense is not None:
+            # The CUTLASS wrappers take row_counts/offsets arrays: keep them, written once (R, p R).
             self._fixed_routing = _fixed_routing(self, spec)
 
     def execute(self, stream: Stream, a: DeviceBuffer[Any], a_scales: DeviceBuffer[Any], b_bank: DeviceBuffer[Any],
@@ -458,7 +555,7 @@ class IndexedGroupedFp4Plan(_GroupedFp4PlanBase):
         _, _, mi = self._check_routing(None, None, indices, ("row_counts", "offsets", "indices"))
         first = self._check_set(self._set_ops[0], ("global_a", "global_b"), a, a_scales, b_bank, b_scales, d,
                                 global_a, global_b, alpha)
-        rc, of = ((self._fixed_routing[0]._ptr, self._fixed_routing[1]._ptr) if self._cutlass is not None else (0, 0))
+        rc, of = ((self._fixed_routing[0]._ptr, self._fixed_routing[1]._ptr) if self.path != "portable" else (0, 0))
         self._enqueue(stream, (rc, of, mi), first, None)
 
     @property
@@ -466,7 +563,7 @@ class IndexedGroupedFp4Plan(_GroupedFp4PlanBase):
         """An ``@numba.njit`` function ``execute(stream, a, a_scales, b_bank, b_scales, d, indices, global_a,
         global_b, alpha) -> int`` (statuses as :attr:`VariableGroupedFp4Plan.numba_execute`)."""
         if self._numba is None:
-            rc, of = ((self._fixed_routing[0]._ptr, self._fixed_routing[1]._ptr) if self._cutlass is not None
+            rc, of = ((self._fixed_routing[0]._ptr, self._fixed_routing[1]._ptr) if self.path != "portable"
                       else (0, 0))
             self._numba = _indexed_numba(self._executor(), rc, of)
         return self._numba
@@ -492,13 +589,13 @@ class PairedVariableGroupedFp4Plan(_GroupedFp4PlanBase):
 
     def __init__(self, context: Context, stream: Stream, spec: VariableGroupedFp4Spec, *, scale_layout: str = "tiled",
                  compiler: Compiler | None = None, rows_per_tile: int | None = None, variant: str | None = None,
-                 library: CutlassLibrary | None = None) -> None:
+                 library: CutlassLibrary | None = None, path: str | None = None) -> None:
         if not isinstance(spec, VariableGroupedFp4Spec):
             raise ContractError("spec", "a VariableGroupedFp4Spec(n, k, capacity, groups, bank_size)", repr(spec))
         self._spec = spec
         self._build(context, stream, n=spec.n, k=spec.k, capacity=spec.capacity, groups=spec.groups,
                     bank=spec.bank_size, fixed_rows=0, sets=2, scale_layout=scale_layout, compiler=compiler,
-                    rows_per_tile=rows_per_tile, variant=variant, library=library)
+                    rows_per_tile=rows_per_tile, variant=variant, library=library, path=path)
 
     def execute(self, stream: Stream, first: GroupedFp4Operands, second: GroupedFp4Operands,
                 row_counts: DeviceBuffer[Any], offsets: DeviceBuffer[Any], matrix_indices: DeviceBuffer[Any]) -> None:
@@ -572,11 +669,31 @@ def _fixed_routing(plan: IndexedGroupedFp4Plan, spec: IndexedGroupedFp4Spec) -> 
     return counts, offs
 
 
-def _cutlass_executor(plan: _GroupedFp4PlanBase, kept: tuple[int, int, int]) -> Any:
-    """The CUTLASS path's njit launcher: the setup kernel (validation, error flag, alpha_per_matrix) through
-    ``cuLaunchKernel``, then the wrapper's executor, called as ``(stream, row_counts, offsets,
-    matrix_indices, a1, sa1, b1, sb1, d1, alpha_per_matrix1, a2, sa2, b2, sb2, d2, alpha_per_matrix2,
-    error_flag) -> int`` (the contract's operand order; the second set 0 for one set)."""
+def _sm120_adaptor(grouped: Any, sets: int) -> Any:
+    """The SM120 wrapper's executor (``execute_one`` / ``execute_two`` of
+    :func:`~mircuda.matmul._fp4_grouped_cutlass.grouped_executor`: error flag fifth, one or two sets) called
+    as the decode_grouped engine's executor is: ``(stream, row_counts, offsets, matrix_indices, error_flag,
+    a1, sa1, b1, sb1, d1, apm1, a2, sa2, b2, sb2, d2, apm2)``."""
+    import numba
+
+    two = sets == 2
+
+    @numba.njit(cache=False)
+    def call(stream: int, rc: int, of: int, mi: int, err: int, a1: int, sa1: int, b1: int, sb1: int, d1: int,
+             apm1: int, a2: int, sa2: int, b2: int, sb2: int, d2: int, apm2: int) -> int:
+        if two:
+            return grouped(stream, rc, of, mi, err, a1, sa1, b1, sb1, d1, apm1, a2, sa2, b2, sb2, d2, apm2)
+        return grouped(stream, rc, of, mi, err, a1, sa1, b1, sb1, d1, apm1)
+
+    return call
+
+
+def _cutlass_executor(plan: _GroupedFp4PlanBase, kept: tuple[int, int, int], grouped: Any) -> Any:
+    """The CUTLASS paths' njit launcher: the setup kernel (validation, error flag, alpha_per_matrix) through
+    ``cuLaunchKernel``, then ``grouped`` (the SM120 wrapper's executor through :func:`_sm120_adaptor`, or the
+    decode_grouped engine's), called as ``(stream, row_counts, offsets, matrix_indices, error_flag, a1, sa1,
+    b1, sb1, d1, alpha_per_matrix1, a2, sa2, b2, sb2, d2, alpha_per_matrix2) -> int`` (the second set 0 for
+    one set)."""
     import numba
     import numpy as np
 
@@ -590,7 +707,6 @@ def _cutlass_executor(plan: _GroupedFp4PlanBase, kept: tuple[int, int, int]) -> 
     apm2 = apm + U(4 * plan._bank)
     setup = plan._kernels.setup.handle
     sgrid, sthreads = plan._kernels.setup_config.grid[0], plan._kernels.setup_config.block[0]
-    grouped = plan._cutlass.numba_executor()
     two = plan._sets == 2
 
     @numba.njit(cache=False)
@@ -613,9 +729,9 @@ def _cutlass_executor(plan: _GroupedFp4PlanBase, kept: tuple[int, int, int]) -> 
         status = launch(setup, sgrid, 1, 1, sthreads, 1, 1, 0, U(stream), U(pointers.ctypes.data), 0)
         if status != 0:
             return status
-        return grouped(stream, row_counts, offsets, matrix_indices, a1, sa1, b1, sb1, d1, apm, a2 if two else 0,
+        return grouped(stream, row_counts, offsets, matrix_indices, err, a1, sa1, b1, sb1, d1, apm, a2 if two else 0,
                        sa2 if two else 0, b2 if two else 0, sb2 if two else 0, d2 if two else 0,
-                       apm2 if two else U(0), err)
+                       apm2 if two else U(0))
 
     return execute
 

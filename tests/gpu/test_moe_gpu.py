@@ -106,7 +106,7 @@ def check_output(got: np.ndarray, want: np.ndarray, mag: np.ndarray, covered: np
 
 
 def run_variable(context, stream, pool, rng, *, experts, topk, tokens, n, k, layout, rows_per_tile=None,
-                 variant=None) -> None:
+                 variant=None, path=None) -> None:
     capacity = tokens * topk + TAIL
     counts, offsets, indices = topk_routing(rng, tokens, experts, topk)
     bank = Bank(context, stream, pool, rng, experts, n, k, layout)
@@ -116,8 +116,10 @@ def run_variable(context, stream, pool, rng, *, experts, topk, tokens, n, k, lay
     alpha = float(rng.uniform(0.5, 2.0))
     spec = mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts)
     with mc.VariableGroupedFp4Plan(context, stream, spec, scale_layout=layout, rows_per_tile=rows_per_tile,
-                                   variant=variant) as plan:
-        assert plan.path == "portable" or context.device_info().compute_capability[0] == 12
+                                   variant=variant, path=path) as plan:
+        assert plan.path != "cutlass" or context.device_info().compute_capability[0] == 12
+        if path is not None:
+            assert plan.path == path and f"path {path}" in plan.describe()
         if variant is not None:
             assert plan.variant == variant and f"variant {variant}" in plan.describe()
         plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
@@ -370,3 +372,225 @@ def test_bad_operands_are_refused_before_anything_is_enqueued(context, stream, p
         b.free(stream)
     bank.free(stream)
     act.free(stream)
+
+
+# -- the decode_grouped path (SM90: BF16 decode + the grouped BF16 CUTLASS kernel) ----------------------------
+
+def needs_decode_grouped(context) -> None:
+    """Skip unless the decode_grouped path runs here: cc 9.0 and a CUTLASS library with the grouped BF16 kernels
+    (``python -m mircuda build-cutlass --arch 90a``, or MIRCUDA_CUTLASS_LIBRARY)."""
+    from mircuda.matmul._library import load_library
+    from mircuda.matmul._moe_grouped_dense import decode_grouped_why_not
+
+    cc = context.device_info().compute_capability
+    try:
+        lib = load_library()
+    except mc.CutlassNotFound as exc:
+        pytest.skip(str(exc))
+    why = decode_grouped_why_not(lib, (cc[0], cc[1]), 256, 512)
+    if why:
+        pytest.skip(why)
+
+
+@pytest.mark.parametrize("experts, topk, tokens, n, k, layout", [
+    (8, 2, 4096, 512, 2048, "tiled"),    # 1024 rows per group: cooperative; whole tiled bank in one decode
+    (8, 2, 1, 264, 512, "tiled"),        # six empty groups; N % 128 != 0: the bank decoded matrix by matrix
+    (8, 2, 7, 256, 96, "linear"),        # K = 96: three K blocks of 32
+    (64, 8, 256, 256, 512, "linear"),    # 32 rows per group: ping-pong; forced below the automatic threshold
+], ids=str)
+def test_the_decode_grouped_path_matches_float64(context, stream, pool, rng, experts, topk, tokens, n, k,
+                                                 layout) -> None:
+    needs_decode_grouped(context)
+    run_variable(context, stream, pool, rng, experts=experts, topk=topk, tokens=tokens, n=n, k=k, layout=layout,
+                 path="decode_grouped")
+
+
+def test_the_automatic_choice_takes_decode_grouped_for_many_rows_per_group(context, stream, pool) -> None:
+    needs_decode_grouped(context)
+    from mircuda.matmul._moe_grouped_dense import DECODE_GROUPED_MIN_ROWS
+
+    many = mc.VariableGroupedFp4Spec(256, 512, 8 * DECODE_GROUPED_MIN_ROWS, 8, 8)
+    few = mc.VariableGroupedFp4Spec(256, 512, 8 * DECODE_GROUPED_MIN_ROWS - 1, 8, 8)
+    with mc.VariableGroupedFp4Plan(context, stream, many) as plan:
+        assert plan.path == "decode_grouped" and "sm90_grouped_" in plan.describe()
+    with mc.VariableGroupedFp4Plan(context, stream, few) as plan:
+        assert plan.path == "portable" and f"< {DECODE_GROUPED_MIN_ROWS}" in plan.describe()
+    with mc.VariableGroupedFp4Plan(context, stream, many, variant="staged") as plan:
+        assert plan.path == "portable"
+    with mc.VariableGroupedFp4Plan(context, stream, many, path="portable") as plan:
+        assert plan.path == "portable"
+    with pytest.raises(mc.ContractError) as info:
+        mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(256, 528, 64, 1, 1),
+                                  path="decode_grouped")  # K % 32 != 0
+    assert info.value.argument == "path"
+
+
+@pytest.mark.parametrize("rows, products, bank_size", [(64, 9, 4), (100, 7, 3)], ids=str)
+def test_the_indexed_plan_on_decode_grouped_takes_repeated_indices(context, stream, pool, rng, rows, products,
+                                                                    bank_size) -> None:
+    needs_decode_grouped(context)
+    n, k = 256, 512
+    capacity = rows * products
+    bank = Bank(context, stream, pool, rng, bank_size, n, k, "tiled")
+    act = Activations(context, stream, pool, rng, capacity, k)
+    indices = rng.integers(0, bank_size, products).astype(np.int32)
+    indices[1] = indices[0]  # repeated
+    idx = upload(context, stream, pool, indices)
+    d = poisoned(context, stream, pool, capacity * n)
+    with mc.IndexedGroupedFp4Plan(context, stream, mc.IndexedGroupedFp4Spec(n, k, rows, products, bank_size)) as plan:
+        assert plan.path == "decode_grouped"  # R >= 64 rows per product: the automatic choice
+        plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, idx, global_a=act.global_buf,
+                     global_b=bank.global_buf, alpha=0.75)
+        got = download(context, stream, d)
+        assert plan.read_error_flag() == 0
+    alphas = (np.float32(0.75) * act.global_ * bank.global_).astype(np.float64)
+    counts = np.full(products, rows, np.int32)
+    offsets = (np.arange(products) * rows).astype(np.int32)
+    check_output(got, *expected(act.value, bank.value, counts, offsets, indices, alphas, capacity, n))
+    for b in (idx, d):
+        b.free(stream)
+    bank.free(stream)
+    act.free(stream)
+
+
+def test_the_paired_plan_on_decode_grouped_runs_both_banks_in_one_grouped_launch(context, stream, pool, rng) -> None:
+    needs_decode_grouped(context)
+    experts, topk, tokens, n, k = 8, 2, 300, 384, 512
+    capacity = tokens * topk + TAIL
+    counts, offsets, indices = topk_routing(rng, tokens, experts, topk)
+    routing = [upload(context, stream, pool, x) for x in (counts, offsets, indices)]
+    banks = [Bank(context, stream, pool, rng, experts, n, k, "tiled") for _ in range(2)]
+    acts = [Activations(context, stream, pool, rng, capacity, k) for _ in range(2)]
+    ds = [poisoned(context, stream, pool, capacity * n) for _ in range(2)]
+    alphas = (0.5, 3.0)
+    sets = [mc.GroupedFp4Operands(acts[i].codes, acts[i].scales, banks[i].codes, banks[i].scales, ds[i],
+                                  global_a=acts[i].global_buf, global_b=banks[i].global_buf, alpha=alphas[i])
+            for i in range(2)]
+    spec = mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts)
+    with mc.PairedVariableGroupedFp4Plan(context, stream, spec, path="decode_grouped") as plan:
+        assert "2 x 8 groups in one launch" in plan.describe()
+        plan.execute(stream, sets[0], sets[1], *routing)
+        gots = [download(context, stream, d) for d in ds]
+        assert plan.read_error_flag() == 0
+    for i in range(2):
+        al = (np.float32(alphas[i]) * acts[i].global_ * banks[i].global_).astype(np.float64)
+        check_output(gots[i], *expected(acts[i].value, banks[i].value, counts, offsets, indices, al, capacity, n))
+    for b in (*routing, *ds):
+        b.free(stream)
+    for x in (*banks, *acts):
+        x.free(stream)
+
+
+def test_decode_grouped_graph_replays_follow_routing_rewritten_on_the_device(context, stream, pool, rng) -> None:
+    needs_decode_grouped(context)
+    experts, topk, tokens, n, k = 8, 2, 300, 256, 512
+    capacity = tokens * topk + TAIL
+    bank = Bank(context, stream, pool, rng, experts, n, k, "tiled")
+    act = Activations(context, stream, pool, rng, capacity, k)
+    first = topk_routing(rng, tokens, experts, topk)
+    routing = [upload(context, stream, pool, x) for x in first]
+    d = poisoned(context, stream, pool, capacity * n)
+    plan = mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts),
+                                     path="decode_grouped")
+    graph = stream.capture((act, bank, routing, d, plan), lambda _: plan.execute(
+        stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
+        global_b=bank.global_buf, alpha=1.0))
+    for replay in range(4):
+        if replay == 0:
+            counts, offsets, indices = first
+        elif replay == 3:  # everything in one group, the others empty
+            counts = np.zeros(experts, np.int32)
+            counts[2] = tokens * topk
+            offsets, indices = np.zeros(experts, np.int32), np.arange(experts, dtype=np.int32)
+        else:
+            counts, offsets, indices = topk_routing(rng, tokens - 50 * replay, experts, topk)
+        for buf, values in zip(routing, (counts, offsets, indices)):
+            write(context, stream, buf, values)
+        ga = np.float32(act.global_ * (1 + replay))
+        write(context, stream, act.global_buf, np.array([ga], np.float32))
+        write(context, stream, d, np.full(capacity * n, np.nan, np.float32).astype(BF16))  # re-poison
+        graph.launch(stream)
+        got = download(context, stream, d)
+        alphas = (ga * bank.global_).astype(np.float64)
+        check_output(got, *expected(act.value, bank.value, counts, offsets, indices, alphas, capacity, n))
+    assert plan.read_error_flag() == 0
+    graph.close()
+    plan.close()
+    for b in (*routing, d):
+        b.free(stream)
+    bank.free(stream)
+    act.free(stream)
+
+
+def test_decode_grouped_invalid_routing_sets_the_error_flag_and_the_other_groups_stay_correct(
+        context, stream, pool, rng) -> None:
+    needs_decode_grouped(context)
+    experts, n, k, capacity = 4, 256, 512, 256
+    bank = Bank(context, stream, pool, rng, experts, n, k, "tiled")
+    act = Activations(context, stream, pool, rng, capacity, k)
+    cases = [  # (counts, offsets, indices, bits)
+        ([64, 64, 64, 64], [0, 64, 128, 192], [0, 1, 2, 3], 0),
+        ([64, 64, 64, 64], [0, 64, 128, 192], [0, 4, 2, -1], mc.matmul.ERROR_MATRIX_INDEX),
+        ([64, -3, 64, 64], [0, 64, 250, 192], [0, 1, 2, 3], mc.matmul.ERROR_ROWS),
+        ([64, 2**30, 8, 8], [-1, 8, 16, 2**31 - 4], [0, 1, 7, 3], mc.matmul.ERROR_ROWS | mc.matmul.ERROR_MATRIX_INDEX),
+        ([0, 0, 256, 0], [0, 0, 0, 0], [0, 0, 3, 0], 0),
+    ]
+    plan = mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(n, k, capacity, 4, experts),
+                                     path="decode_grouped")
+    routing = [pool.allocate(mc.i32, stream, 4) for _ in range(3)]
+    alphas = (act.global_ * bank.global_).astype(np.float64)
+    for counts, offsets, indices, bits in cases:
+        host = [np.array(x, np.int32) for x in (counts, offsets, indices)]
+        for buf, values in zip(routing, host):
+            write(context, stream, buf, values)
+        d = poisoned(context, stream, pool, capacity * n)
+        plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
+                     global_b=bank.global_buf)
+        got = download(context, stream, d)
+        assert plan.read_error_flag() == bits
+        assert plan.read_error_flag() == 0
+        check_output(got, *expected(act.value, bank.value, *host, alphas, capacity, n))
+        d.free(stream)
+    plan.close()
+    for b in routing:
+        b.free(stream)
+    bank.free(stream)
+    act.free(stream)
+
+
+def test_decode_grouped_plans_run_from_numba_njit(context, stream, pool, rng) -> None:
+    numba = pytest.importorskip("numba")
+    needs_decode_grouped(context)
+    experts, topk, tokens, n, k = 8, 2, 200, 264, 512  # N % 128 != 0: matrix-by-matrix decode in the executor
+    capacity = tokens * topk + TAIL
+    counts, offsets, indices = topk_routing(rng, tokens, experts, topk)
+    routing = [upload(context, stream, pool, x) for x in (counts, offsets, indices)]
+    banks = [Bank(context, stream, pool, rng, experts, n, k, "tiled") for _ in range(2)]
+    act = Activations(context, stream, pool, rng, capacity, k)
+    spec = mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts)
+    variable = mc.VariableGroupedFp4Plan(context, stream, spec, path="decode_grouped")
+    paired = mc.PairedVariableGroupedFp4Plan(context, stream, spec, path="decode_grouped")
+    ds = [poisoned(context, stream, pool, capacity * n) for _ in range(3)]
+    run_v, run_p = variable.numba_execute, paired.numba_execute
+    h = [r.handle for r in routing]
+
+    @numba.njit
+    def both(s, a, sa, b1, sb1, b2, sb2, d0, d1, d2, rc, of, mi, ga, gb1, gb2):
+        status = run_v(s, a, sa, b1, sb1, d0, rc, of, mi, ga, gb1, 2.0)
+        status |= run_p(s, rc, of, mi, a, sa, b1, sb1, d1, ga, gb1, 1.0, a, sa, b2, sb2, d2, ga, gb2, 0.5)
+        return status
+
+    assert both(stream.handle, act.codes.handle, act.scales.handle, banks[0].codes.handle, banks[0].scales.handle,
+                banks[1].codes.handle, banks[1].scales.handle, ds[0].handle, ds[1].handle, ds[2].handle, *h,
+                act.global_buf.handle, banks[0].global_buf.handle, banks[1].global_buf.handle) == 0
+    for d, bank, alpha in ((ds[0], banks[0], 2.0), (ds[1], banks[0], 1.0), (ds[2], banks[1], 0.5)):
+        got = download(context, stream, d)
+        al = (np.float32(alpha) * act.global_ * bank.global_).astype(np.float64)
+        check_output(got, *expected(act.value, bank.value, counts, offsets, indices, al, capacity, n))
+    assert variable.read_error_flag() == 0 and paired.read_error_flag() == 0
+    variable.close()
+    paired.close()
+    for b in (*routing, *ds):
+        b.free(stream)
+    for x in (*banks, act):
+        x.free(stream)

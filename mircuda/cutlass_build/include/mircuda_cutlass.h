@@ -22,6 +22,31 @@
  *   D[m,n] = alpha * sum_k (A[m,k] SFA[m,k/16]) (B[n,k] SFB[n,k/16])
  * with alpha read from device memory when a pointer is given (graphs follow its current value).
  *
+ * GROUPED_BLOCK_SCALED (grouped NVFP4 with device-resident routing, SM12x; ABI 3, present when the library
+ * exports mircuda_cutlass_grouped_plan_create): G groups (fixed per plan) over one or two operand sets
+ * sharing the routing. Set s: A NVFP4 [capacity, K] row-major (packed as above) with LINEAR UE4M3 scales
+ * SFA [capacity, K/16] (row r of A has scale row r, MIRCUDA_CUTLASS_K_MAJOR); a bank of bank_size matrices
+ * B[e] NVFP4 [N, K] row-major back to back (B[e] at byte e*N*K/2) with SF_TILED scales back to back (B[e]'s
+ * at byte e * ceil(N/128)*128 * ceil(K/64)*4); D BF16 [capacity, N] row-major; alpha a device FP32 array
+ * [bank_size]. Routing, device int32 [G]: row_counts, offsets, matrix_indices. For each valid group g, with
+ * m = row_counts[g], o = offsets[g], e = matrix_indices[g]:
+ *   D[o + i, n] = alpha[e] * sum_k (A[o + i, k] SFA[o + i, k/16]) (B[e][n, k] SFB[e][n, k/16]),  0 <= i < m
+ * (FP32 accumulation, read when the kernel runs). A group with e outside [0, bank_size) ORs 1 into the device
+ * int32 error flag, one with m < 0, o < 0 or o + m > capacity ORs 2; such a group is skipped (as if empty).
+ * Rows of D that no group covers are never written. The plan's workspace holds each set's activation scales
+ * repacked per group into the tiled layout (slots of 128-row multiples): capacity rounded up to 128 plus
+ * 128 * min(G, capacity) rows per set, enough unless groups' row ranges overlap; a group whose slot would not
+ * fit is skipped and ORs 2 as well.
+ *
+ * GROUPED_DENSE (grouped BF16 with device-resident routing, SM90; present when the library exports
+ * mircuda_cutlass_grouped_dense_plan_execute): as GROUPED_BLOCK_SCALED with BF16 operands and no scales:
+ * set s: A BF16 [capacity, K] row-major, a bank of bank_size matrices B[e] BF16 [N, K] row-major back to back
+ * (B[e] at element e*N*K), D BF16 [capacity, N] row-major, alpha a device FP32 array [bank_size]; for each
+ * valid group g
+ *   D[o + i, n] = RN_bf16(alpha[e] * sum_k A[o + i, k] B[e][n, k]),  0 <= i < m   (FP32 accumulation)
+ * with the same routing checks, error bits and skipped groups. Plans are created by mircuda_cutlass_grouped_plan_create
+ * (workspace: CUTLASS's and the per-problem tables).
+ *
  * A plan is used by one thread at a time (execute writes its kernel parameters).
  *
  * Life of a plan: mircuda_cutlass_plan_create (checks can-implement) -> mircuda_cutlass_plan_workspace_bytes
@@ -38,7 +63,8 @@
 extern "C" {
 #endif
 
-#define MIRCUDA_CUTLASS_ABI_VERSION 2 /* 2: kernel kinds, blockwise-scaled FP8 kernels, constraints in the info */
+#define MIRCUDA_CUTLASS_ABI_VERSION 3 /* 2: kernel kinds, blockwise-scaled FP8 kernels, constraints in the info;
+                                       3: grouped block-scaled NVFP4 kernels (mircuda_cutlass_grouped_plan_*) */
 
 /* Status codes. */
 #define MIRCUDA_CUTLASS_OK 0
@@ -61,6 +87,9 @@ extern "C" {
 #define MIRCUDA_CUTLASS_KIND_DENSE 0            /* mircuda_cutlass_plan_create / _plan_execute */
 #define MIRCUDA_CUTLASS_KIND_BLOCKWISE_SCALED 1 /* mircuda_cutlass_scaled_plan_create / _scaled_plan_execute */
 #define MIRCUDA_CUTLASS_KIND_BLOCK_SCALED 2     /* mircuda_cutlass_block_scaled_plan_create / _execute (NVFP4) */
+#define MIRCUDA_CUTLASS_KIND_GROUPED_BLOCK_SCALED 3 /* mircuda_cutlass_grouped_plan_create / _execute (grouped NVFP4) */
+#define MIRCUDA_CUTLASS_KIND_GROUPED_DENSE 4 /* mircuda_cutlass_grouped_plan_create / mircuda_cutlass_grouped_dense_plan_execute
+                                                (grouped BF16, SM90; see GROUPED_DENSE below) */
 
 /* Majorness of a scale-factor tensor (kernel_info.sfa_major, sfb_major). */
 #define MIRCUDA_CUTLASS_NO_SCALES 0
@@ -81,9 +110,52 @@ extern "C" {
 #define MIRCUDA_CUTLASS_SM120_BLOCKWISE 7            /* FP8 blockwise-scaled TMA + mma.sync (SM12x family) */
 #define MIRCUDA_CUTLASS_SM120_NVFP4_COOPERATIVE 8    /* NVFP4 block-scaled TMA + mma.sync block_scale, cooperative */
 #define MIRCUDA_CUTLASS_SM120_NVFP4_PINGPONG 9       /* NVFP4 block-scaled TMA + mma.sync block_scale, ping-pong */
+#define MIRCUDA_CUTLASS_SM120_NVFP4_GROUPED_COOPERATIVE 10 /* grouped NVFP4, pointer-array TMA + mma.sync block_scale,
+                                                              cooperative, device-only problem shapes */
+#define MIRCUDA_CUTLASS_SM120_NVFP4_GROUPED_PINGPONG 11    /* grouped NVFP4, as above, ping-pong */
+#define MIRCUDA_CUTLASS_SM90_GROUPED_COOPERATIVE 12 /* grouped BF16, pointer-array TMA + WGMMA cooperative, device-only
+                                                       problem shapes */
+#define MIRCUDA_CUTLASS_SM90_GROUPED_PINGPONG 13    /* grouped BF16, as above, ping-pong */
 
 typedef struct CUstream_st *mircuda_cutlass_stream; /* a CUstream / cudaStream_t */
+
+/* One operand set of a grouped plan (device addresses; see GROUPED_BLOCK_SCALED above). a, b_bank,
+ * sfb_bank_tiled, d: 16-byte aligned; sfa_linear: any; alpha_per_matrix: 4-byte aligned. */
+typedef struct {
+  const void *a;
+  const void *sfa_linear;
+  const void *b_bank;
+  const void *sfb_bank_tiled;
+  void *d;
+  const float *alpha_per_matrix; /* device FP32 [bank_size] */
+} mircuda_cutlass_grouped_operands;
+
+/* The per-problem tables the grouped setup writes (device arrays; S = sets * groups problems, problem
+ * s * groups + g is group g of set s). See mircuda_cutlass_grouped_setup. */
+typedef struct {
+  int *rows;                /* [S] rows of the problem: row_counts[g], or 0 for a skipped group */
+  const void **a;           /* [S] a + offsets[g] * K/2 (a for a skipped group) */
+  const void **b;           /* [S] b_bank + e * N * K/2 */
+  const void **sfa;         /* [S] the group's slot in sfa_tiled (the set's first slot when rows == 0) */
+  const void **sfb;         /* [S] sfb_bank_tiled + e * ceil(N/128)*128 * ceil(K/64)*4 */
+  void **d;                 /* [S] d + offsets[g] * N * 2 */
+  const float **alpha;      /* [S] alpha_per_matrix + e (e = matrix_indices[g], 0 for a skipped group) */
+  int *slot_begin;          /* [groups] first row of the group's slot: an exclusive prefix sum of ceil(rows/128)*128 */
+  int *slot_end;            /* [groups] slot_begin + ceil(rows/128)*128, slot_begin for a skipped or empty group */
+  unsigned char *sfa_tiled; /* [sets][slot_rows][ceil(K/64)*4], 16-byte aligned: each group's activation scales in
+                               the SF_TILED layout at its slot (rows past rows[g], scales past K/16 zero); slot_rows =
+                               ceil(capacity/128)*128 + 128 * min(groups, capacity) */
+} mircuda_cutlass_grouped_tables;
 typedef struct mircuda_cutlass_plan mircuda_cutlass_plan;
+
+/* One operand set of a GROUPED_DENSE plan (device addresses): a BF16 [capacity, K], b_bank BF16 [bank_size, N, K],
+ * d BF16 [capacity, N] (16-byte aligned); alpha_per_matrix FP32 [bank_size] (4-byte aligned). */
+typedef struct {
+  const void *a;
+  const void *b_bank;
+  void *d;
+  const float *alpha_per_matrix;
+} mircuda_cutlass_grouped_dense_operands;
 
 typedef struct mircuda_cutlass_kernel_info {
   const char *name;   /* e.g. "sm90_coop_128x256x64_c2x1_bf16_bf16" */
@@ -154,6 +226,46 @@ int mircuda_cutlass_block_scaled_plan_create(int index, int m, int n, int k, mir
 int mircuda_cutlass_block_scaled_plan_execute(mircuda_cutlass_plan *plan, mircuda_cutlass_stream stream,
                                               const void *a, const void *b, const void *sfa, const void *sfb, void *d,
                                               const float *alpha_device, float alpha);
+
+/* Create a plan of GROUPED_BLOCK_SCALED (or GROUPED_DENSE) kernel `index` for N, K, a row capacity, `groups` groups, a bank of
+ * `bank_size` matrices and `sets` (1 or 2) operand sets on the current device. NOT_IMPLEMENTABLE when N or K
+ * break the kernel's n/k_multiple (8, 32) or the scale workspace would pass 2^31 rows; INVALID_ARGUMENT for
+ * a kernel of another kind, a non-positive size or sets not 1 or 2. Workspace (needed: device tables and
+ * the repacked activation scales), set_workspace and destroy are the dense plans'. */
+int mircuda_cutlass_grouped_plan_create(int index, int n, int k, int capacity, int groups, int bank_size, int sets,
+                                        mircuda_cutlass_plan **out);
+/* Enqueue on stream: a setup kernel (checks the routing, ORs the error flag, writes the per-group problem
+ * shapes M_g x N x K, pointers, strides, scale layouts and alpha pointers alpha_per_matrix + matrix_indices[g],
+ * repacks the activation scales), then the CUTLASS pointer-array grouped kernel over sets * groups problems
+ * with device-only problem shapes. The host reads no routing: a captured graph follows routing rewritten on
+ * the device. row_counts, offsets, matrix_indices: device int32 [groups]; operands: a host array of `sets`
+ * entries (read during the call); error_flag: a device int32 the setup kernel ORs into (never cleared here).
+ * INVALID_ARGUMENT for a plan of another kind or a NULL pointer; NOT_IMPLEMENTABLE for a misaligned operand.
+ * Allocates and synchronizes nothing. */
+int mircuda_cutlass_grouped_plan_execute(mircuda_cutlass_plan *plan, mircuda_cutlass_stream stream,
+                                         const int *row_counts, const int *offsets, const int *matrix_indices,
+                                         const mircuda_cutlass_grouped_operands *operands, int *error_flag);
+
+/* Enqueue a GROUPED_DENSE plan (created by mircuda_cutlass_grouped_plan_create) on stream: a setup kernel (one
+ * thread per problem: checks the routing, ORs the error flag, writes the problem shapes M_g x N x K, pointers,
+ * alpha pointers alpha_per_matrix + matrix_indices[g] and strides), then the CUTLASS pointer-array grouped kernel over sets * groups problems with device-only problem
+ * shapes. Arguments as mircuda_cutlass_grouped_plan_execute; operands: a host array of the plan's `sets` entries.
+ * INVALID_ARGUMENT for a plan of another kind or a NULL pointer; NOT_IMPLEMENTABLE for a misaligned operand.
+ * Allocates and synchronizes nothing. */
+int mircuda_cutlass_grouped_dense_plan_execute(mircuda_cutlass_plan *plan, mircuda_cutlass_stream stream,
+                                               const int *row_counts, const int *offsets, const int *matrix_indices,
+                                               const mircuda_cutlass_grouped_dense_operands *operands, int *error_flag);
+
+/* The device setup of mircuda_cutlass_grouped_plan_execute alone, into caller-owned tables: on stream, one
+ * block checks the routing (ORs 1 / 2 into error_flag as above) and writes rows, pointers and slots; then one
+ * block per 128-row chunk of each set's slots repacks the linear activation scales into sfa_tiled. No GEMM:
+ * it runs on every GPU the library has code for (all archs of the build), so the setup is verified where
+ * the sm_120f grouped GEMM cannot run. INVALID_ARGUMENT for a non-positive size, sets not 1 or 2, a NULL
+ * pointer or a misaligned sfa_tiled; NOT_IMPLEMENTABLE for N % 8, K % 32 or 2^31 slot rows. */
+int mircuda_cutlass_grouped_setup(mircuda_cutlass_stream stream, int n, int k, int capacity, int groups, int bank_size,
+                                  int sets, const int *row_counts, const int *offsets, const int *matrix_indices,
+                                  const mircuda_cutlass_grouped_operands *operands, int *error_flag,
+                                  const mircuda_cutlass_grouped_tables *tables);
 
 #ifdef __cplusplus
 }

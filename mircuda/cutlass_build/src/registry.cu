@@ -1,5 +1,6 @@
 // The C ABI of libmircuda_cutlass.so over the kernel registry.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -14,6 +15,7 @@ struct mircuda_cutlass_plan {
   size_t workspace_bytes;
   bool workspace_set;
   int kind;  // the kernel's MIRCUDA_CUTLASS_KIND_*: which execute entry point it takes
+  int sets;  // grouped plans: operand sets per execute (1 or 2); 1 for the others
 };
 
 namespace mircuda {
@@ -97,7 +99,7 @@ static int create_plan(int kind, int index, int m, int n, int k, int splits, mir
     delete runner;
     return status;
   }
-  auto* plan = new (std::nothrow) mircuda_cutlass_plan{runner, runner->workspace_bytes(), false, kind};
+  auto* plan = new (std::nothrow) mircuda_cutlass_plan{runner, runner->workspace_bytes(), false, kind, 1};
   if (plan == nullptr) {
     delete runner;
     return MIRCUDA_CUTLASS_INTERNAL_ERROR;
@@ -112,6 +114,39 @@ static int create_plan(int kind, int index, int m, int n, int k, int splits, mir
     plan->workspace_set = true;
   }
   *out = plan;
+  return MIRCUDA_CUTLASS_OK;
+}
+
+// Creates a plan of a grouped kernel (MIRCUDA_CUTLASS_KIND_GROUPED_BLOCK_SCALED or _GROUPED_DENSE).
+static int create_grouped_plan(int index, int n, int k, int capacity, int groups, int bank_size, int sets,
+                               mircuda_cutlass_plan** out) {
+  const auto& all = sorted();
+  if (out == nullptr || index < 0 || index >= static_cast<int>(all.size())) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  *out = nullptr;
+  const KernelEntry& entry = all[index];
+  if ((entry.info.kind != MIRCUDA_CUTLASS_KIND_GROUPED_BLOCK_SCALED &&
+       entry.info.kind != MIRCUDA_CUTLASS_KIND_GROUPED_DENSE) ||
+      entry.grouped_factory == nullptr) {
+    return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  }
+  if (n < 1 || k < 1 || capacity < 1 || groups < 1 || bank_size < 1 || (sets != 1 && sets != 2)) {
+    return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  }
+  if (n % entry.info.n_multiple || k % entry.info.k_multiple) return MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
+  if (!compiled_for_current_device(entry.info)) return MIRCUDA_CUTLASS_WRONG_ARCH;
+  Runner* runner = nullptr;
+  int status = entry.grouped_factory(n, k, capacity, groups, bank_size, sets, &runner);
+  if (status != MIRCUDA_CUTLASS_OK) {
+    delete runner;
+    return status;
+  }
+  auto* plan = new (std::nothrow)
+      mircuda_cutlass_plan{runner, runner->workspace_bytes(), false, entry.info.kind, sets};
+  if (plan == nullptr) {
+    delete runner;
+    return MIRCUDA_CUTLASS_INTERNAL_ERROR;
+  }
+  *out = plan;  // the workspace is never empty (device tables): set_workspace comes next
   return MIRCUDA_CUTLASS_OK;
 }
 
@@ -161,6 +196,11 @@ int mircuda_cutlass_block_scaled_plan_create(int index, int m, int n, int k, mir
   return mircuda::create_plan(MIRCUDA_CUTLASS_KIND_BLOCK_SCALED, index, m, n, k, 1, out);
 }
 
+int mircuda_cutlass_grouped_plan_create(int index, int n, int k, int capacity, int groups, int bank_size, int sets,
+                                        mircuda_cutlass_plan** out) {
+  return mircuda::create_grouped_plan(index, n, k, capacity, groups, bank_size, sets, out);
+}
+
 int mircuda_cutlass_plan_workspace_bytes(const mircuda_cutlass_plan* plan, size_t* out) {
   if (plan == nullptr || out == nullptr) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
   *out = plan->workspace_bytes;
@@ -206,6 +246,64 @@ int mircuda_cutlass_block_scaled_plan_execute(mircuda_cutlass_plan* plan, mircud
   if (!plan->workspace_set) return MIRCUDA_CUTLASS_NO_WORKSPACE;
   return plan->runner->execute_block_scaled(reinterpret_cast<cudaStream_t>(stream), a, b, sfa, sfb, d, alpha_device,
                                             alpha);
+}
+
+int mircuda_cutlass_grouped_plan_execute(mircuda_cutlass_plan* plan, mircuda_cutlass_stream stream,
+                                         const int* row_counts, const int* offsets, const int* matrix_indices,
+                                         const mircuda_cutlass_grouped_operands* operands, int* error_flag) {
+  if (plan == nullptr || row_counts == nullptr || offsets == nullptr || matrix_indices == nullptr ||
+      operands == nullptr || error_flag == nullptr) {
+    return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  }
+  if (plan->kind != MIRCUDA_CUTLASS_KIND_GROUPED_BLOCK_SCALED) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  auto misaligned = [](const void* p, uintptr_t to) { return (reinterpret_cast<uintptr_t>(p) % to) != 0; };
+  for (int s = 0; s < plan->sets; ++s) {
+    const mircuda_cutlass_grouped_operands& op = operands[s];
+    if (op.a == nullptr || op.sfa_linear == nullptr || op.b_bank == nullptr || op.sfb_bank_tiled == nullptr ||
+        op.d == nullptr || op.alpha_per_matrix == nullptr) {
+      return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+    }
+    if (misaligned(op.a, 16) || misaligned(op.b_bank, 16) || misaligned(op.sfb_bank_tiled, 16) ||
+        misaligned(op.d, 16) || misaligned(op.alpha_per_matrix, 4)) {
+      return MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
+    }
+  }
+  if (misaligned(row_counts, 4) || misaligned(offsets, 4) || misaligned(matrix_indices, 4) ||
+      misaligned(error_flag, 4)) {
+    return MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
+  }
+  if (!plan->workspace_set) return MIRCUDA_CUTLASS_NO_WORKSPACE;
+  return plan->runner->execute_grouped(reinterpret_cast<cudaStream_t>(stream), row_counts, offsets, matrix_indices,
+                                       operands, error_flag);
+}
+
+int mircuda_cutlass_grouped_dense_plan_execute(mircuda_cutlass_plan* plan, mircuda_cutlass_stream stream,
+                                               const int* row_counts, const int* offsets, const int* matrix_indices,
+                                               const mircuda_cutlass_grouped_dense_operands* operands,
+                                               int* error_flag) {
+  if (plan == nullptr || row_counts == nullptr || offsets == nullptr || matrix_indices == nullptr ||
+      operands == nullptr || error_flag == nullptr) {
+    return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  }
+  if (plan->kind != MIRCUDA_CUTLASS_KIND_GROUPED_DENSE) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  auto misaligned = [](const void* p, uintptr_t to) { return (reinterpret_cast<uintptr_t>(p) % to) != 0; };
+  for (int s = 0; s < plan->sets; ++s) {
+    const mircuda_cutlass_grouped_dense_operands& op = operands[s];
+    if (op.a == nullptr || op.b_bank == nullptr || op.d == nullptr || op.alpha_per_matrix == nullptr) {
+      return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+    }
+    if (misaligned(op.a, 16) || misaligned(op.b_bank, 16) || misaligned(op.d, 16) ||
+        misaligned(op.alpha_per_matrix, 4)) {
+      return MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
+    }
+  }
+  if (misaligned(row_counts, 4) || misaligned(offsets, 4) || misaligned(matrix_indices, 4) ||
+      misaligned(error_flag, 4)) {
+    return MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
+  }
+  if (!plan->workspace_set) return MIRCUDA_CUTLASS_NO_WORKSPACE;
+  return plan->runner->execute_grouped_dense(reinterpret_cast<cudaStream_t>(stream), row_counts, offsets,
+                                             matrix_indices, operands, error_flag);
 }
 
 int mircuda_cutlass_plan_destroy(mircuda_cutlass_plan* plan) {
