@@ -384,7 +384,8 @@ class _LayerBench:
                     plan.execute(stream, a, sa, w, sw, d, rc, of, mi)
 
                 kw["grouped_us"] = float(s.timer.median(grouped, self.calls, self.repeats))
-                kw["note"] = f"grouped: {plan.path} {plan.variant}, {plan.rows_per_tile}-row tiles"
+                kw["note"] = (f"grouped: {plan.path} {plan.variant}, {plan.rows_per_tile}-row tiles"
+                              + (f", {plan.tuning.label()}" if plan.path == "portable" else ""))
             except mc.MircudaError as exc:
                 self.failures.append(f"grouped {self.name} {tokens}: {type(exc).__name__}: {exc}"[:300])
             kw["loop_us"] = self._loop(tokens, counts, offsets, a_packed, a_scales, d, made, keep)
