@@ -517,3 +517,9 @@ def test_the_tuned_grid_covers_n_with_16_or_32_row_blocks_of_4_to_16_warps() -> 
         shape = tile_shape(n=300, capacity=40, groups=8, rows_per_tile=8, fixed_rows=0, sets=1, variant="split_k",
                            tuning=DecodeTuning("e4m3", 3, warps, frags))
         assert shape.weight_blocks == -(-300 // (16 * frags)) and shape.warps == warps
+
+
+@pytest.mark.parametrize("groups, ballots", [(8, True), (128, True), (129, False)])
+def test_the_tile_group_comes_from_ballots_over_registers_up_to_128_groups(groups, ballots) -> None:
+    body = entry(ptx("compute_90", options(8, groups=groups, bank=groups)), GROUPED_SYMBOL)
+    assert ("vote.sync.ballot.b32" in body) == ballots

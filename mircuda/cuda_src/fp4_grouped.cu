@@ -14,13 +14,16 @@
 //   (a self-resetting atomicInc ticket, so graph replays need no memset) writes the tile list: prefix[g] =
 //   the m-tiles (MIRCUDA_MOE_MT rows each) of groups before g, prefix[G] their total.
 // - fp4_grouped_bf16 (grid: x walks the m-tiles, persistent; y the weight-row blocks; z the operand set):
-//   a block finds its m-tile's group by binary search in prefix, then multiplies that group's rows by a
+//   a block finds its m-tile's group in prefix (ballots over prefix held in registers for G <= 128, else a
+//   binary search), then multiplies that group's rows by a
 //   block of weight rows of its matrix. Weights are the 16-row A operand of mma.sync.m16n8k16 (FP16 x FP16
 //   -> FP32), activation rows the n8 columns (rows past the group's count are zeros, never loaded); the
 //   E2M1 x UE4M3 decode is exact in FP16 (fp4_mma_gemv.cu's argument: q s 2^-14 is a multiple of 2^-24
 //   below 0.17), the 2^-28 undone with alpha at the end. Three variants (MIRCUDA_MOE_MODE):
-//   1 split K (decode: few rows per group): 16 weight rows per block, the block's warps take the K steps
-//     in turn and meet in shared memory; every lane decodes its weights and activations in registers;
+//   1 split K (decode: few rows per group): 16 or 32 weight rows per block (MIRCUDA_MOE_FRAGS 1 or 2), the
+//     block's 4, 8 or 16 warps (MIRCUDA_MOE_WARPS) take the K steps in turn through a register ring of 2-4
+//     load stages (MIRCUDA_MOE_STAGES) and meet in shared memory; every lane decodes its weights and
+//     activations in registers (MIRCUDA_MOE_DECODE below); at most 128 registers (__launch_bounds__);
 //   0 split N: each warp owns 16 weight rows and the whole K, decoding both operands in registers (the
 //     warps share the activation codes through L1);
 //   2 staged (many rows per group): each warp owns 32 weight rows (two A fragments, so every B fragment
@@ -365,6 +368,18 @@ __device__ __forceinline__ int find_group(const int* prefix, int tile) {
     return lo;
 }
 
+// For up to 128 groups each lane keeps prefix[lane + 32 i] in registers (loaded once, together with the
+// total, before the tile loop), and a tile's group is the count of prefix entries <= tile, less one: a few
+// ballots instead of log2(G) dependent L2 round trips on the way to the first weight load.
+constexpr int kScan = kG <= 128 ? (kG + 31) / 32 : 0;
+
+__device__ __forceinline__ int find_group_scan(const int (&pre)[kScan > 0 ? kScan : 1], int tile) {
+    int count = 0;
+#pragma unroll
+    for (int i = 0; i < kScan; ++i) count += __popc(__ballot_sync(0xffffffffu, pre[i] <= tile));
+    return count - 1;  // prefix[0] = 0 <= tile: count >= 1
+}
+
 __device__ __forceinline__ float global_value(const float* p, int i) { return p != nullptr ? p[i] : 1.0f; }
 
 // Programmatic dependent launch (cc >= 9.0, when the plan launches with it; a no-op otherwise): lets the
@@ -582,8 +597,11 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     // Everything above reads no memory; from here on the setup kernel's tile list and alphas are needed.
     decode::pdl_wait();
     const int total = ws[kPrefix + kG];
+    int pre[kScan > 0 ? kScan : 1];
+#pragma unroll
+    for (int i = 0; i < kScan; ++i) pre[i] = lane + 32 * i < kG ? ws[kPrefix + lane + 32 * i] : 0x7fffffff;
     for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {  // block-uniform
-        const int g = find_group(ws + kPrefix, tile);
+        const int g = kScan > 0 ? find_group_scan(pre, tile) : find_group(ws + kPrefix, tile);
         const int local = tile - ws[kPrefix + g];
         const int count = ws[kCount + g];
         const int e = ws[kMatrix + g];

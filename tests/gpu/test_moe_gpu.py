@@ -139,9 +139,10 @@ def run_variable(context, stream, pool, rng, *, experts, topk, tokens, n, k, lay
 
 
 @pytest.mark.parametrize("tokens", [1, 7, 16, 256, 4096])
-@pytest.mark.parametrize("experts, topk, n, k", [(8, 2, 512, 2048), (64, 8, 256, 512)], ids=str)
+@pytest.mark.parametrize("experts, topk, n, k", [(8, 2, 512, 2048), (64, 8, 256, 512), (160, 4, 128, 256)], ids=str)
 def test_the_variable_plan_matches_float64_on_topk_routings(context, stream, pool, rng, experts, topk, n, k,
                                                             tokens) -> None:
+    """160 groups: the grouped kernel finds a tile's group by binary search (ballots up to 128 groups)."""
     run_variable(context, stream, pool, rng, experts=experts, topk=topk, tokens=tokens, n=n, k=k, layout="tiled")
 
 
