@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..compile import Compiler, CompileOptions, CudaSource
 from ..dtypes import f64, u64
+from ..errors import ContractError
 from ..launch import LaunchConfig, cuda_export
 from ._vector import INVALID_HANDLE, INVALID_VALUE, package_source
 
@@ -89,8 +90,6 @@ def default_tuning(arch: str, variant: str) -> DecodeTuning:
 def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
     """``tuning`` checked against ``variant`` and the NVRTC target ``arch``; raises ContractError naming
     the field."""
-    from ..errors import ContractError
-
     if not isinstance(tuning, DecodeTuning):
         raise ContractError("tuning", "None or a DecodeTuning", repr(tuning))
     if tuning.decode not in DECODES:
