@@ -14,17 +14,18 @@ import pytest
 
 import mircuda as mc
 from mircuda.matmul import _fp4_reference as fp4_ref
-from mircuda.matmul._moe_kernels import (GROUPED_SYMBOL, ROWS_PER_TILE, SETUP_SYMBOL, choose_rows_per_tile,
-                                         default_rows_per_tile, grouped_options, grouped_source, tile_shape,
-                                         workspace_ints)
+from mircuda.matmul._moe_kernels import (GROUPED_SYMBOL, ROWS_PER_TILE, SETUP_SYMBOL, DecodeTuning,
+                                         choose_rows_per_tile, default_rows_per_tile, default_tuning,
+                                         grouped_options, grouped_source, tile_shape, workspace_ints)
 
 MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
 
 
 def options(mt: int = 16, *, n: int = 768, k: int = 2048, groups: int = 64, bank: int = 64, capacity: int = 512,
-            fixed: int = 0, tiled: bool = True, sets: int = 1, variant: str | None = None) -> mc.CompileOptions:
+            fixed: int = 0, tiled: bool = True, sets: int = 1, variant: str | None = None,
+            tuning: DecodeTuning | None = None) -> mc.CompileOptions:
     return grouped_options(n=n, k=k, groups=groups, bank_size=bank, capacity=capacity, rows_per_tile=mt,
-                           fixed_rows=fixed, tiled=tiled, sets=sets, variant=variant)
+                           fixed_rows=fixed, tiled=tiled, sets=sets, variant=variant, tuning=tuning)
 
 
 def ptx(arch: str, opts: mc.CompileOptions) -> str:
@@ -137,19 +138,27 @@ def test_the_kernels_compile_for_every_tile_layout_and_target(arch, config) -> N
     assert SETUP_SYMBOL.encode() in prog.image and GROUPED_SYMBOL.encode() in prog.image
 
 
-@pytest.mark.parametrize("mt, k, variant", [(8, 2048, "split_k"), (16, 2048, "split_k"), (32, 1040, "split_n"),
-                                            (64, 4096, "split_n"), (32, 1040, "staged"), (64, 4096, "staged")])
-def test_the_grouped_kernel_runs_fp16_mma_and_streams_weights_past_l1(mt, k, variant) -> None:
-    body = entry(ptx("compute_90", options(mt, k=k, variant=variant)), GROUPED_SYMBOL)
+@pytest.mark.parametrize("mt, k, variant, tuning", [
+    (8, 2048, "split_k", None), (16, 2048, "split_k", None), (32, 1040, "split_n", None), (64, 4096, "split_n", None),
+    (32, 1040, "staged", None), (64, 4096, "staged", None), (8, 4096, "split_k", DecodeTuning("e4m3", 3)),
+    (16, 4096, "split_k", DecodeTuning("e4m3", 4, 4)), (8, 2048, "split_k", DecodeTuning("pairs", 2, 16, 2)),
+    (8, 1040, "split_k", DecodeTuning("e4m3", 3, 8, 2))], ids=str)
+def test_the_grouped_kernel_runs_fp16_mma_and_streams_weights_past_l1(mt, k, variant, tuning) -> None:
+    body = entry(ptx("compute_90", options(mt, k=k, variant=variant, tuning=tuning)), GROUPED_SYMBOL)
     wide = k % 32 == 0
-    fragments = 2 if variant == "staged" else 1  # staged: two 16-row weight fragments per warp
-    # one consume per K step: E / 4 mmas per n8 tile and fragment
-    assert body.count(MMA_PTX) == (8 if wide else 4) * (mt // 8) * fragments
-    # rows g and g + 8 of each fragment, for the first step and the next one
-    assert body.count("ld.global.nc.L1::no_allocate." + ("v4.u32" if wide else "v2.u32")) == 4 * fragments
+    stages = 2 if tuning is None else tuning.stages
+    frags = 2 if variant == "staged" else 1 if tuning is None else tuning.frags  # 16-row weight fragments
+    copies = 1 if variant == "staged" else stages  # the ring's slots are unrolled: one consume per slot
+    # per consume E / 4 mmas per n8 tile and fragment
+    assert body.count(MMA_PTX) == (8 if wide else 4) * (mt // 8) * frags * copies
+    # rows g and g + 8 of each fragment: staged the first step and the next one; the ring its prologue
+    # (one load per slot) and one refill per slot
+    assert body.count("ld.global.nc.L1::no_allocate." + ("v4.u32" if wide else "v2.u32")) == 2 * frags * 2 * copies
     assert ("bar.sync" in body) == (variant != "split_n")  # split N needs no block-wide synchronization
     if variant == "staged":
         assert "ld.shared.v2.u32" in body and "st.shared.v2.u32" in body
+    decode = "bytes" if tuning is None else tuning.decode
+    assert (body.count("cvt.rn.f16x2.e4m3x2") > 0) == (decode == "e4m3")
 
 
 @pytest.mark.parametrize("e", [16, 32])
@@ -195,9 +204,22 @@ def test_the_setup_kernel_builds_the_tile_list_with_a_self_resetting_ticket() ->
 def test_the_e2m1_decode_goes_through_one_local_seam() -> None:
     text = grouped_source().text
     body = text[text.index("namespace {"):]
-    assert body.count("fp4::e2m1x2_to_half2_scaled(") == 1 and "decode_pair(" in body
+    assert body.count("fp4::e2m1x2_to_half2_scaled(") == 1 and "decode_half(" in body
+    assert "decode_pair(" not in body and "ue4m3_to_float" not in body  # scales by bit operations
     assert "cvt.rn.f16x2.e2m1x2" in entry(ptx("compute_120f", options(16)), GROUPED_SYMBOL)
     assert "cvt.rn.f16x2.e2m1x2" not in entry(ptx("compute_90", options(16)), GROUPED_SYMBOL)
+    for decode in ("pairs", "e4m3"):
+        tuned = entry(ptx("compute_120f", options(16, tuning=DecodeTuning(decode, 3))), GROUPED_SYMBOL)
+        assert "cvt.rn.f16x2.e2m1x2" not in tuned and ("cvt.rn.f16x2.e4m3x2" in tuned) == (decode == "e4m3")
+
+
+def test_the_e4m3_decode_is_refused_below_cc_8_9_by_name() -> None:
+    with pytest.raises(mc.CompileError, match="needs compute capability >= 8.9"):
+        mc.compile_program(grouped_source(), "sm_80", options(8, tuning=DecodeTuning("e4m3", 3)))
+    assert default_tuning("sm_80", "split_k") == DecodeTuning("pairs", 3)
+    assert default_tuning("sm_90", "split_k") == DecodeTuning("e4m3", 3)
+    assert default_tuning("sm_120f", "split_k") == DecodeTuning("e4m3", 2)
+    assert default_tuning("sm_90", "staged") == DecodeTuning("e4m3", 2)
 
 
 def test_without_its_shape_the_source_refuses_to_compile_by_name() -> None:
@@ -209,9 +231,82 @@ def test_without_its_shape_the_source_refuses_to_compile_by_name() -> None:
         mc.compile_program(grouped_source(), "sm_90", mc.CompileOptions(defines=bad))
 
 
+# -- the decoders of fp4_grouped.cu (decode_half, scale_half2), bit for bit in numpy --------------------
+def e2m1_value(code: int) -> float:
+    return float(fp4_ref.e2m1_decode(np.array([code], np.uint8))[0])
+
+
+def ue4m3_value(byte: int) -> float:
+    return 480.0 if byte & 0x7F == 0x7F else float(fp4_ref.ue4m3_decode(np.array([byte & 0x7F], np.uint8))[0])
+
+
+def word_element(decode: str, i: int, hi: int) -> int:
+    """The element (0..7 of a word) in half2 i's low (hi 0) or high half: fp4_grouped.cu's header."""
+    return i + 4 * hi if decode == "pairs" else 4 * (i & 1) + (i >> 1) + 2 * hi if decode == "e4m3" else 2 * i + hi
+
+
+def decode_half_bits(decode: str, w: int, i: int) -> tuple[int, str]:
+    """decode_half(w, i) as integer operations: (32 bits, what they hold: 'f16x2' or 'e4m3x2' in the low 16)."""
+    m = 0xFFFFFFFF
+    if decode == "pairs":
+        mag, sign = ((w << (9 - 4 * i)) & m, (w << (12 - 4 * i)) & m) if i < 3 else (w >> 3, w)
+        return (mag & 0x0E000E00) | (sign & 0x80008000), "f16x2"
+    if decode == "e4m3":
+        v = (((w << 2) & 0x1C1C1C1C) | ((w << 4) & 0x80808080)) if i < 2 else (((w >> 2) & 0x1C1C1C1C) | (w & 0x80808080))
+        return (v >> (16 * (i & 1))) & 0xFFFF, "e4m3x2"
+    b = (w >> (8 * i)) & 0xFF
+    return ((b & 0x8) << 12) | ((b & 0x7) << 9) | ((b & 0x80) << 24) | ((b & 0x70) << 21), "f16x2"
+
+
+def half2_values(bits: int, kind: str) -> list[float]:
+    if kind == "e4m3x2":  # cvt.rn.f16x2.e4m3x2: the low byte to the low half (E4M3 values are FP16 values)
+        import ml_dtypes
+
+        return [float(np.array([(bits >> (8 * h)) & 0xFF], np.uint8).view(ml_dtypes.float8_e4m3fn)[0]) for h in (0, 1)]
+    return [float(np.array([(bits >> (16 * h)) & 0xFFFF], np.uint16).view(np.float16)[0]) for h in (0, 1)]
+
+
+@pytest.mark.parametrize("decode, log2", [("bytes", 14), ("pairs", 14), ("e4m3", 6)])
+def test_every_decoder_gives_each_byte_at_every_position_exactly_in_its_order(decode, log2) -> None:
+    rng = np.random.default_rng(7)
+    for pos in range(4):
+        for byte in range(256):
+            fill = [int(x) for x in rng.integers(0, 256, 4)]
+            fill[pos] = byte
+            w = sum(b << (8 * j) for j, b in enumerate(fill))
+            elements = [(w >> (4 * j)) & 15 for j in range(8)]
+            seen = []
+            for i in range(4):
+                got = half2_values(*decode_half_bits(decode, w, i))
+                for hi in (0, 1):
+                    el = word_element(decode, i, hi)
+                    seen.append(el)
+                    want = e2m1_value(elements[el]) / 2.0**log2
+                    assert got[hi] == want and np.signbit(got[hi]) == bool(elements[el] & 8), (decode, hex(w), i, hi)
+            assert sorted(seen) == list(range(8))  # every element once
+
+
+@pytest.mark.parametrize("decode", ["bytes", "pairs", "e4m3"])
+def test_the_scale_bits_times_every_code_are_exact_fp16_operands(decode) -> None:
+    """scale_half2: (u & 0x7f) << 7 read as FP16 is the UE4M3 scale x 2^-8 (sign dropped, subnormals too);
+    the e4m3 route multiplies its x 2^-6 codes by it, the others by it x 256 (an exact HMUL2): every
+    operand is q s 2^-14, exact in FP16 (numpy's float16 product rounds the exact float32 product once)."""
+    for u in range(256):
+        bits = ((u & 0x7F) << 7) & 0xFFFF
+        s16 = np.array([bits], np.uint16).view(np.float16)[0]
+        assert float(s16) == ue4m3_value(u) / 256.0
+        factor = s16 if decode == "e4m3" else np.float16(float(s16) * 256.0)
+        assert float(factor) == ue4m3_value(u) / (1.0 if decode != "e4m3" else 256.0)
+        for code in range(16):
+            dec = np.float16(e2m1_value(code) / 2.0 ** (6 if decode == "e4m3" else 14))
+            got = float(np.float16(dec * factor))
+            assert got == e2m1_value(code) * ue4m3_value(u) / 2.0**14, (decode, u, code)
+
+
 # -- numpy emulation of the setup and grouped kernels ----------------------------------------------
 def emulate_grouped(a, sa, bank, sbank, counts, offsets, indices, *, n: int, k: int, capacity: int, bank_size: int,
-                    mt: int, variant: str, layout: str, alphas) -> tuple[np.ndarray, int]:
+                    mt: int, variant: str, layout: str, alphas, decode: str = "bytes",
+                    frags: int = 1) -> tuple[np.ndarray, int]:
     """fp4_grouped_setup and fp4_grouped_bf16 lane by lane (exact float64 mma sums, before the BF16
     rounding): the validation and error bits, the tile list (prefix sums, binary search), the persistent
     walk, the weight rows of each variant, the staged shared-memory layout, the stores; asserts every
@@ -231,21 +326,31 @@ def emulate_grouped(a, sa, bank, sbank, counts, offsets, indices, *, n: int, k: 
     prefix = [0]
     for c, _, _ in table:
         prefix.append(prefix[-1] + -(-c // mt))
+    tuning = DecodeTuning(decode, 2, 8, frags) if variant == "split_k" else None
     shape = tile_shape(n=n, capacity=capacity, groups=len(counts), rows_per_tile=mt, fixed_rows=0, sets=1,
-                       variant=variant)
+                       variant=variant, tuning=tuning)
     out = np.full((capacity, n), np.nan)
+
+    def half2(codes, p, s):  # operand(codes, p, scale): half2 p = half p % 4 of word p / 4, decode's order
+        if decode == "bytes":
+            return scaled(codes, p, s)
+        els = [8 * (p >> 2) + word_element(decode, p & 3, hi) for hi in (0, 1)]
+        vals = [e2m1_value((int(codes[el // 2]) >> (4 * (el & 1))) & 15) * ue4m3_value(s) / 2.0**14 for el in els]
+        half = np.array(vals, np.float16)
+        assert [float(h) for h in half] == vals, "inexact FP16 operand"
+        return half
 
     def weight_pair(e, row, col, jm):
         row = min(row, n - 1)
         codes = bank[e].reshape(n, k // 2)[row, col // 2: col // 2 + e_cols // 2]
         s = scale_byte(sbank[e * per_scale:(e + 1) * per_scale], row, col // 16 + jm // 4, k, layout, n)
-        return scaled(int(codes[2 * jm]), s), scaled(int(codes[2 * jm + 1]), s)
+        return half2(codes, 2 * jm, s), half2(codes, 2 * jm + 1, s)
 
-    def act_pair(row, col, jm):  # 2 halves at col + 4 jm and col + 4 jm + 2 (one lane's bytes 2 jm, 2 jm + 1)
+    def act_pair(row, col, jm):  # half2 2 jm (k 2t, 2t+1 of mma jm) and 2 jm + 1 (k 2t+8, 2t+9)
         assert 0 <= row < capacity
         codes = a[row, col // 2: col // 2 + e_cols // 2]
         s = scale_byte(sa, row, col // 16 + jm // 4, k, "linear", capacity)
-        return scaled(int(codes[2 * jm]), s), scaled(int(codes[2 * jm + 1]), s)
+        return half2(codes, 2 * jm, s), half2(codes, 2 * jm + 1, s)
 
     for x in range(shape.tiles):
         for tile in range(x, prefix[-1], shape.tiles):
@@ -255,10 +360,10 @@ def emulate_grouped(a, sa, bank, sbank, counts, offsets, indices, *, n: int, k: 
             rows, xrow0 = min(mt, c - local * mt), o + local * mt
             assert rows >= 1
             for y in range(shape.weight_blocks):
-                frags = ([16 * y] if variant == "split_k" else
+                rows16 = ([16 * (y * frags + f) for f in range(frags)] if variant == "split_k" else
                          [(y * 8 + w) * 16 for w in range(8)] if variant == "split_n" else
                          [(y * 8 + w) * 32 + 16 * f for w in range(8) for f in range(2)])
-                for nrow0 in frags:
+                for nrow0 in rows16:
                     acc = np.zeros((n8, 16, 8))
                     for step in range(steps):
                         for jm in range(e_cols // 4):
@@ -289,9 +394,12 @@ def emulate_grouped(a, sa, bank, sbank, counts, offsets, indices, *, n: int, k: 
     return out, bits
 
 
-@pytest.mark.parametrize("variant, mt", [("split_k", 8), ("split_k", 16), ("split_n", 8), ("staged", 16)])
+@pytest.mark.parametrize("variant, mt, decode, frags", [
+    ("split_k", 8, "bytes", 1), ("split_k", 16, "bytes", 1), ("split_n", 8, "bytes", 1), ("staged", 16, "bytes", 1),
+    ("split_k", 8, "e4m3", 2), ("split_k", 16, "pairs", 1)])
 @pytest.mark.parametrize("n, k, layout", [(24, 80, "tiled"), (19, 96, "linear")])
-def test_the_emulated_grouped_kernel_matches_float64_for_valid_and_invalid_groups(variant, mt, n, k, layout) -> None:
+def test_the_emulated_grouped_kernel_matches_float64_for_valid_and_invalid_groups(variant, mt, decode, frags, n, k,
+                                                                                 layout) -> None:
     rng = np.random.default_rng(n * 100 + k + mt)
     bank_size, capacity = 3, 30
     quantized = [fp4_ref.quantize(rng.standard_normal((n, k)).astype(np.float32), layout=layout)
@@ -303,7 +411,8 @@ def test_the_emulated_grouped_kernel_matches_float64_for_valid_and_invalid_group
     counts, offsets, indices = [9, 0, 17, 2, 3], [0, 9, 9, 26, 28], [2, 1, 0, 3, 1]
     alphas = [0.5, 2.0, 0.75]
     got, bits = emulate_grouped(a, sa, bank, sbank, counts, offsets, indices, n=n, k=k, capacity=capacity,
-                                bank_size=bank_size, mt=mt, variant=variant, layout=layout, alphas=alphas)
+                                bank_size=bank_size, mt=mt, variant=variant, layout=layout, alphas=alphas,
+                                decode=decode, frags=frags)
     assert bits == 3
     a64 = fp4_ref.dequantize(a, sa, capacity, k, "linear")
     for c, o, e in ((9, 0, 2), (17, 9, 0)):
@@ -324,9 +433,41 @@ def test_ptxas_keeps_every_variant_in_registers_with_the_shared_memory_it_plans(
     for kernel in (grouped, setup):
         assert kernel.spill_store_bytes == kernel.spill_load_bytes == kernel.stack_frame_bytes == 0, kernel
     e = 32 if k % 32 == 0 else 16
-    want = {"split_k": 8 * (mt // 8) * 4 * 32 * 4, "split_n": 0, "staged": 2 * mt * 4 * (2 * e + 8)}[variant]
+    want = {"split_k": 7 * (mt // 8) * 4 * 32 * 4, "split_n": 0, "staged": 2 * mt * 4 * (2 * e + 8)}[variant]
     assert grouped.shared_bytes == want
     assert grouped.registers <= 255 and setup.shared_bytes >= 8 * 4
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])
+@pytest.mark.parametrize("mt, k, groups", [(8, 4096, 8), (16, 4096, 8), (8, 2048, 128), (16, 2048, 128),
+                                           (16, 1040, 300)])
+def test_the_default_split_k_fits_128_registers_without_spills(arch, mt, k, groups) -> None:
+    """At most 128 registers (__launch_bounds__(256, 2): 16 warps per SM, each with its ring of loads), with
+    the ballot scan's prefix registers (G <= 128) or the binary search (G = 300)."""
+    tuning = default_tuning(arch, "split_k")
+    opts = options(mt, k=k, variant="split_k", tuning=tuning, groups=groups, bank=groups)
+    prog = mc.compile_program(grouped_source(), arch, mc.CompileOptions(defines=dict(opts.defines), ptxas_verbose=True))
+    grouped = prog.resource_usage()[GROUPED_SYMBOL]
+    assert grouped.spill_store_bytes == grouped.spill_load_bytes == grouped.stack_frame_bytes == 0, grouped
+    assert grouped.registers <= 128 and grouped.shared_bytes == 7 * (mt // 8) * 4 * 32 * 4
+
+
+@pytest.mark.parametrize("mt", [8, 16])
+def test_every_sweep_candidate_compiles_within_its_register_budget(mt) -> None:
+    """moe-profile --sweep all on sm_90 (the H200): each candidate within 2048 / (32 warps) / blocks-per-SM
+    registers; at 8-row tiles all without spills, at 16-row tiles those of 16-row blocks and <= 3 stages
+    (4 stages there spill a few bytes at 128 registers: a sweep candidate, never the default)."""
+    from mircuda.cli._moe_profile import parse_candidates
+
+    for cand in parse_candidates("all"):
+        tuning = cand.resolve(default_tuning("sm_90", "split_k"))
+        opts = options(mt, k=4096, variant="split_k", tuning=tuning)
+        prog = mc.compile_program(grouped_source(), "sm_90",
+                                  mc.CompileOptions(defines=dict(opts.defines), ptxas_verbose=True))
+        grouped = prog.resource_usage()[GROUPED_SYMBOL]
+        assert grouped.registers <= 65536 // 512, (cand.text, grouped)
+        if mt == 8 or (tuning.frags == 1 and tuning.stages <= 3):
+            assert grouped.spill_store_bytes == grouped.stack_frame_bytes == 0, (cand.text, grouped)
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_120"])
@@ -354,3 +495,34 @@ def test_on_hopper_and_later_both_kernels_wait_for_the_previous_grid_before_touc
         assert all(body.find(op) > wait for op in ("ld.global", "st.global", "atom.global") if op in body)
         assert "griddepcontrol.launch_dependents" in body
     assert "griddepcontrol" not in ptx("compute_80", options(mt, variant=variant))
+
+
+@pytest.mark.parametrize("tuning, variant, arch, field", [
+    (DecodeTuning("fp8"), "split_k", "sm_90", "tuning.decode"),
+    (DecodeTuning("e4m3"), "split_k", "sm_80", "tuning.decode"),
+    (DecodeTuning("pairs", 5), "split_k", "sm_90", "tuning.stages"),
+    (DecodeTuning("pairs", 2, 6), "split_k", "sm_90", "tuning.warps"),
+    (DecodeTuning("pairs", 2, 8, 3), "split_k", "sm_90", "tuning.frags"),
+    (DecodeTuning("pairs", 2, 4), "staged", "sm_90", "tuning.warps"),
+    (DecodeTuning("pairs", 2, 8, 2), "split_n", "sm_90", "tuning.frags"),
+    ("e4m3", "split_k", "sm_90", "tuning")], ids=str)
+def test_bad_tuning_is_refused_by_field(tuning, variant, arch, field) -> None:
+    from mircuda.matmul._moe_kernels import check_tuning
+
+    with pytest.raises(mc.ContractError) as info:
+        check_tuning(tuning, variant, arch)
+    assert info.value.argument == field
+    assert check_tuning(DecodeTuning("pairs", 4, 16, 2), "split_k", "sm_80") == DecodeTuning("pairs", 4, 16, 2)
+
+
+def test_the_tuned_grid_covers_n_with_16_or_32_row_blocks_of_4_to_16_warps() -> None:
+    for frags, warps in ((1, 4), (2, 16)):
+        shape = tile_shape(n=300, capacity=40, groups=8, rows_per_tile=8, fixed_rows=0, sets=1, variant="split_k",
+                           tuning=DecodeTuning("e4m3", 3, warps, frags))
+        assert shape.weight_blocks == -(-300 // (16 * frags)) and shape.warps == warps
+
+
+@pytest.mark.parametrize("groups, ballots", [(8, True), (128, True), (129, False)])
+def test_the_tile_group_comes_from_ballots_over_registers_up_to_128_groups(groups, ballots) -> None:
+    body = entry(ptx("compute_90", options(8, groups=groups, bank=groups)), GROUPED_SYMBOL)
+    assert ("vote.sync.ballot.b32" in body) == ballots

@@ -19,7 +19,7 @@ import mircuda as mc
 from mircuda.dtypes import dtype_info
 from mircuda.matmul._moe import (IndexedGroupedFp4Plan, PairedVariableGroupedFp4Plan, VariableGroupedFp4Plan,
                                  _set_operands)
-from mircuda.matmul._moe_kernels import grouped_executor, tile_shape
+from mircuda.matmul._moe_kernels import default_tuning, grouped_executor, tile_shape
 from mircuda.matmul._vector import INVALID_HANDLE, INVALID_VALUE
 from test_matmul_plan_checks import FakeContext, fake_buffer, fake_stream
 
@@ -62,6 +62,7 @@ class Stand:
                                         grouped_config=mc.LaunchConfig((shape.tiles, shape.weight_blocks, sets), 256),
                                         shape=shape, arch="sm_90", pdl=False)
         plan._why_portable = "cc 9.0 has no FP4 tensor-core instruction"
+        plan._tuning = default_tuning("sm_90", shape.variant)
         plan._finalizer = weakref.finalize(plan, lambda: None)
         plan._set_ops = tuple(_set_operands(s, n, k, capacity, bank, layout) for s in (("",) if sets == 1 else ("1", "2")))
         plan._operands = tuple(op for ops in plan._set_ops for op in ops)
@@ -190,6 +191,7 @@ def test_describe_names_the_kernels_the_variant_and_why() -> None:
     text = st.plan.describe()
     assert "fp4_grouped_setup" in text and "fp4_grouped_bf16" in text and "variant split_k" in text
     assert "software E2M1 decode" in text and "cc 9.0 has no FP4 tensor-core instruction" in text
+    assert "e4m3" in text and "a ring of 3 load stages" in text and "8 warps split K over 16 weight rows" in text
     assert repr(Stand(IndexedGroupedFp4Plan, fixed=4).plan).startswith("IndexedGroupedFp4Plan(n=96, k=160, rows=4")
 
 

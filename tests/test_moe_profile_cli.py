@@ -39,7 +39,11 @@ def test_quick_is_a_smaller_grid_and_each_flag_still_wins() -> None:
 
 @pytest.mark.parametrize("flags, head", [(["--calls", "0"], "--calls: expected a positive integer, received 0"),
                                          (["--repeats", "-1"], "--repeats: expected a positive integer, received -1"),
-                                         (["--layers", "mixtral,dense"], "--layers: expected comma-separated names")])
+                                         (["--layers", "mixtral,dense"], "--layers: expected comma-separated names"),
+                                         (["--sweep", "fp8:s2"], "--sweep: expected a decode of bytes, pairs, e4m3"),
+                                         (["--sweep", "e4m3:s5"], "--sweep: expected fields sN"),
+                                         (["--sweep", "pairs:w8:w4"], "--sweep: expected fields sN"),
+                                         (["--sweep", ","], "--sweep: expected 'all' or")])
 def test_bad_values_are_refused_by_flag_before_the_driver(flags, head, capsys) -> None:
     assert main(["moe-profile", *flags]) == 2
     err = capsys.readouterr().err
@@ -95,3 +99,28 @@ def test_rates_ratios_and_goals() -> None:
     assert len(t) == 3 and t.column("verdict")[2] == "TFLOP/s >= 0.8x torch: met"
     assert str(t).splitlines()[0] == "title"
     json.dumps([dataclasses.asdict(x) for x in (r, slow, big)])
+
+
+def test_sweep_candidates_resolve_over_the_default_and_all_is_the_documented_list() -> None:
+    from mircuda.matmul._moe_kernels import DecodeTuning
+
+    assert parse().sweep is None and parse("--sweep", "all").sweep == "all"
+    default = DecodeTuning("e4m3", 3)
+    got = mp.parse_candidates("pairs, e4m3:s4:w16:r32,default:s2")
+    assert [c.resolve(default) for c in got] == [DecodeTuning("pairs", 3), DecodeTuning("e4m3", 4, 16, 2),
+                                                 DecodeTuning("e4m3", 2)]
+    everything = mp.parse_candidates("all")
+    assert tuple(c.text for c in everything) == mp.SWEEP_ALL
+    assert [c.resolve(default).label() for c in everything] == list(mp.SWEEP_ALL)  # every field spelled out
+    assert len(set(mp.SWEEP_ALL)) == len(mp.SWEEP_ALL)
+
+
+def test_sweep_rows_give_rates_the_ratio_to_the_default_and_the_fastest() -> None:
+    measured = [("default", "e4m3:s3:w8:r16", 30.0), ("pairs", "pairs:s3:w8:r16", 40.0),
+                ("e4m3:s4", "e4m3:s4:w8:r16", 25.0), ("bytes", "bytes:s3:w8:r16", None)]
+    rows = mp.sweep_rows("mixtral", 1, 14336, 4096, 2, measured, "e4m3:s3:w8:r16")
+    assert [r.vs_default for r in rows] == [1.0, 0.75, 1.2, None]
+    assert rows[0].note == "default" and rows[2].note == "fastest" and rows[3].us is None and rows[3].tbps is None
+    assert rows[2].tbps == pytest.approx(2 * mp.expert_bytes(14336, 4096) / 25e-6 / 1e12)
+    text = str(mp.sweep_table(rows, "sweep"))
+    assert "e4m3:s4:w8:r16" in text and "fastest" in text and "default/µs" in text

@@ -34,7 +34,8 @@ from ._errors import RESULTS_HELP
 from ._values import device_ordinal
 
 __all__ = ["LAYERS", "TOKENS", "QUICK", "MoeRow", "moe_row", "routing", "goals", "table", "grid", "register",
-           "moe_profile", "expert_bytes"]
+           "moe_profile", "expert_bytes", "SWEEP_ALL", "Candidate", "parse_candidates", "SweepRow", "sweep_rows",
+           "sweep_table"]
 
 LAYERS = {"mixtral": (8, 14336, 4096, 2), "fine": (128, 768, 2048, 8)}
 """name -> (experts, N, K, top-k)."""
@@ -149,6 +150,106 @@ def grid(args: Any) -> tuple[tuple[str, ...], tuple[int, ...], int, int]:
         if value < 1:
             raise ContractError(flag, "a positive integer", str(value))
     return layers, tuple(tokens), calls, repeats
+
+
+SWEEP_ALL = ("e4m3:s2:w8:r16", "e4m3:s3:w8:r16", "e4m3:s4:w8:r16", "e4m3:s2:w8:r32", "e4m3:s3:w8:r32",
+             "e4m3:s3:w4:r16", "e4m3:s4:w4:r16", "e4m3:s3:w16:r16", "e4m3:s2:w4:r32", "pairs:s2:w8:r16",
+             "pairs:s3:w8:r16", "bytes:s2:w8:r16", "bytes:s3:w8:r16")
+"""``--sweep all``: the split_k decode candidates one H200 run compares (bytes:s2:w8:r16 is the kernel
+before the decode knobs)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One ``--sweep`` candidate: ``decode[:s<stages>][:w<warps>][:r<rows per block>]``; a field left out
+    takes the plan's default (:func:`~mircuda.matmul._moe_kernels.default_tuning`)."""
+
+    text: str
+    decode: str | None = None
+    stages: int | None = None
+    warps: int | None = None
+    frags: int | None = None
+
+    def resolve(self, default: Any) -> Any:
+        """The :class:`~mircuda.matmul._moe_kernels.DecodeTuning` of this candidate over ``default``."""
+        import dataclasses
+
+        fields = {k: v for k, v in (("decode", self.decode), ("stages", self.stages), ("warps", self.warps),
+                                    ("frags", self.frags)) if v is not None}
+        return dataclasses.replace(default, **fields)
+
+
+def parse_candidates(text: str) -> tuple[Candidate, ...]:
+    """``--sweep``'s value: ``all`` (:data:`SWEEP_ALL`) or comma-separated candidates
+    ``decode[:sN][:wN][:rN]`` (decode ``bytes``, ``pairs``, ``e4m3`` or ``default``; stages 2-4, warps 4, 8
+    or 16, rows per block 16 or 32).
+
+    Raises:
+        ContractError: ``--sweep`` naming an unknown field or value.
+    """
+    from ..matmul._moe_kernels import DECODES, FRAGS, STAGES, TUNED_WARPS
+
+    items = SWEEP_ALL if text.strip() == "all" else tuple(t.strip() for t in text.split(",") if t.strip())
+    if not items:
+        raise ContractError("--sweep", "'all' or comma-separated decode[:sN][:wN][:rN]", repr(text))
+    out = []
+    for item in items:
+        head, *rest = item.split(":")
+        if head not in (*DECODES, "default"):
+            raise ContractError("--sweep", f"a decode of {', '.join((*DECODES, 'default'))} first", repr(item))
+        values: dict[str, int] = {}
+        for part in rest:
+            key, num = part[:1], part[1:]
+            allowed = {"s": ("stages", STAGES), "w": ("warps", TUNED_WARPS),
+                       "r": ("frags", tuple(16 * f for f in FRAGS))}.get(key)
+            if allowed is None or not num.isdigit() or int(num) not in allowed[1] or allowed[0] in values:
+                raise ContractError("--sweep", "fields sN (stages 2-4), wN (warps 4, 8, 16), rN (rows 16, 32), each "
+                                    "once", repr(item))
+            values[allowed[0]] = int(num) // 16 if key == "r" else int(num)
+        out.append(Candidate(item, None if head == "default" else head, values.get("stages"), values.get("warps"),
+                             values.get("frags")))
+    return tuple(out)
+
+
+@dataclass
+class SweepRow:
+    """One sweep candidate on one layer and token count."""
+
+    layer: str
+    tokens: int
+    candidate: str
+    tuning: str
+    us: float | None = None
+    tbps: float | None = None
+    vs_default: float | None = None
+    note: str = ""
+
+
+def sweep_rows(layer: str, tokens: int, n: int, k: int, routed: int, measured: list[tuple[str, str, float | None]],
+               default_label: str) -> list[SweepRow]:
+    """Rows of one shape from ``(candidate, tuning label, µs or None)``: TB/s over the routed experts'
+    bytes, ``vs_default`` = the default plan's µs / the candidate's (> 1: faster), the fastest marked."""
+    base = next((us for _, label, us in measured if label == default_label and us is not None), None)
+    rows = [SweepRow(layer, tokens, cand, label, us,
+                     None if us is None else routed * expert_bytes(n, k) / (us * 1e-6) / 1e12,
+                     None if us is None or base is None else base / us,
+                     "default" if label == default_label else "") for cand, label, us in measured]
+    timed = [r for r in rows if r.us is not None]
+    if timed:
+        best = min(timed, key=lambda r: r.us if r.us is not None else float("inf"))
+        best.note = (best.note + ", " if best.note else "") + "fastest"
+    return rows
+
+
+SWEEP_COLUMNS = (Column("layer", "layer", 8, "<"), Column("tokens", "tokens", 6),
+                 Column("candidate", "candidate", 16, "<", sep="  "), Column("tuning", "tuning", 16, "<", sep="  "),
+                 Column("us", "µs", 9, format="{:.2f}"), Column("tbps", "TB/s", 6, format="{:.2f}"),
+                 Column("vs_default", "default/µs", 10, format="{:.2f}"), Column("note", "", 0, "<", sep="  "))
+
+
+def sweep_table(rows: Iterable[SweepRow], title: str = "") -> ResultTable:
+    """The sweep's table: each candidate's µs and TB/s side by side, and the ratio to the default plan."""
+    return ResultTable(SWEEP_COLUMNS, [asdict(r) for r in rows], title=title, indent="  ")
 
 
 def _relative(got: np.ndarray, want: np.ndarray) -> float:
@@ -284,7 +385,8 @@ class _LayerBench:
 
                 kw["grouped_us"] = float(s.timer.median(grouped, self.calls, self.repeats))
                 kw["note"] = (f"grouped: decode_grouped, {plan.cutlass_kernel}" if plan.path == "decode_grouped"
-                              else f"grouped: {plan.path} {plan.variant}, {plan.rows_per_tile}-row tiles")
+                              else f"grouped: {plan.path} {plan.variant}, {plan.rows_per_tile}-row tiles"
+                              + (f", {plan.tuning.label()}" if plan.path == "portable" else ""))
             except mc.MircudaError as exc:
                 self.failures.append(f"grouped {self.name} {tokens}: {type(exc).__name__}: {exc}"[:300])
             kw["loop_us"] = self._loop(tokens, counts, offsets, a_packed, a_scales, d, made, keep)
@@ -295,6 +397,65 @@ class _LayerBench:
             for buf in temps:
                 buf.free(stream)
         return moe_row(self.name, tokens, e, n, k, topk, routed, **kw)
+
+    def sweep(self, tokens: int, candidates: tuple[Candidate, ...]) -> list[SweepRow]:
+        """Every candidate (split_k) and the default plan on one routing and the same operands, each checked
+        on three sampled rows against float64 and timed alike."""
+        import mircuda as mc
+
+        from ..matmul._moe_kernels import default_tuning
+        from ._fp4_profile import random_fp4
+
+        s, e, n, k, topk = self.s, self.e, self.n, self.k, self.topk
+        stream, pool = s.stream, s.pool
+        counts, offsets = routing(s.rng, tokens, e, topk)
+        rows = tokens * topk
+        routed = int((counts > 0).sum())
+        a_packed, a_scales = random_fp4(s.rng, rows, k)
+        sample = sorted({0, rows // 2, rows - 1})
+        want = self._sample(counts, offsets, a_packed, a_scales, sample)
+        temps = [stream.upload(pool, a_packed.ravel()), stream.upload(pool, a_scales.ravel().view(mc.e4m3)),
+                 pool.allocate(mc.bf16, stream, rows * n), stream.upload(pool, counts), stream.upload(pool, offsets),
+                 stream.upload(pool, np.arange(e, dtype=np.int32))]
+        a, sa, d, rc, of, mi = temps
+        spec = mc.VariableGroupedFp4Spec(n, k, rows, e, e)
+        measured: list[tuple[str, str, float | None]] = []
+        default_label = ""
+        try:
+            for cand in (Candidate("default"), *candidates):
+                label = cand.text
+                try:
+                    if cand.text == "default" and cand.decode is None and cand.stages is None:
+                        plan = mc.VariableGroupedFp4Plan(s.context, stream, spec)
+                        default_label = plan.tuning.label() if plan.variant == "split_k" else plan.variant
+                        label = default_label
+                    else:
+                        tuning = cand.resolve(default_tuning(s.context.device_info().arch, "split_k"))
+                        label = tuning.label()
+                        plan = mc.VariableGroupedFp4Plan(s.context, stream, spec, variant="split_k", tuning=tuning)
+                except mc.MircudaError as exc:
+                    self.failures.append(f"sweep {self.name} {tokens} {cand.text}: {type(exc).__name__}: {exc}"[:300])
+                    measured.append((cand.text, label, None))
+                    continue
+                try:
+                    stream.memset(d, 0xFF)
+                    plan.execute(stream, a, sa, self.bank[0][0], self.bank[0][1], d, rc, of, mi)
+                    err = _relative(self._rows(d, sample), want)
+                    if not err <= CHECK_LIMIT or plan.read_error_flag():
+                        self.failures.append(f"sweep {self.name} {tokens} {cand.text}: relative error {err:.2e}")
+                        measured.append((cand.text, label, None))
+                        continue
+                    def run(i: int, plan: Any = plan, banks: Any = self.bank) -> None:
+                        w, sw = banks[i % len(banks)]
+                        plan.execute(stream, a, sa, w, sw, d, rc, of, mi)
+
+                    measured.append((cand.text, label, float(s.timer.median(run, self.calls, self.repeats))))
+                finally:
+                    plan.close()
+        finally:
+            for buf in temps:
+                buf.free(stream)
+        return sweep_rows(self.name, tokens, n, k, routed, measured, default_label)
 
     def _loop(self, tokens: int, counts: np.ndarray, offsets: np.ndarray, a_packed: np.ndarray, a_scales: np.ndarray,
               d: Any, made: list[Any], keep: Any) -> float | None:
@@ -366,11 +527,13 @@ def moe_profile(args: Any) -> int:
     from ._matmul_bench import _write_json, session
 
     layers, tokens, calls, repeats = grid(args)  # before the driver: bad flags are said without a GPU too
+    candidates = parse_candidates(args.sweep) if getattr(args, "sweep", None) else ()
     check_results_file(args.json, getattr(args, "json_default", None))
     driver = mc.Driver.initialize()
     notes: list[str] = []
     failures: list[str] = []
     rows: list[MoeRow] = []
+    swept: list[SweepRow] = []
     with session(driver, args.device) as s:
         info = s.info
         if s.torch_ is None:
@@ -383,13 +546,24 @@ def moe_profile(args: Any) -> int:
         for name in layers:
             bench = _LayerBench(s, name, lib, calls, repeats, notes, failures, args.variant)
             try:
-                rows.extend(bench(t) for t in tokens)
+                if candidates:  # the sweep replaces the main table: one GPU run compares the decode knobs
+                    for t in tokens:
+                        if t <= DECODE_TOKENS:
+                            swept.extend(bench.sweep(t, candidates))
+                        else:
+                            notes.append(f"sweep: {name} {t} tokens skipped (split_k candidates: <= {DECODE_TOKENS})")
+                else:
+                    rows.extend(bench(t) for t in tokens)
             finally:
                 bench.close()
     title = (f"moe-profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs): VariableGroupedFp4Plan "
              f"(NVFP4 x NVFP4 -> BF16) beside a per-expert BlockScaledFp4Plan loop and torch._grouped_mm (BF16); "
              f"cold weights, median of {repeats} x {calls} back-to-back calls")
-    print(table(rows, title))
+    if candidates:
+        print(sweep_table(swept, f"moe-profile --sweep on {info.name} ({info.arch}): VariableGroupedFp4Plan split_k "
+                                 f"decode candidates; cold weights, median of {repeats} x {calls} back-to-back calls"))
+    else:
+        print(table(rows, title))
     lines = goals(rows)
     for line in [f"goal: {g}" for g in lines] + [f"note: {n}" for n in notes]:
         print(f"  {line}")
@@ -397,7 +571,7 @@ def moe_profile(args: Any) -> int:
                             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                             "method": "back-to-back calls behind a spin kernel, events, median; weight banks >= 8x L2",
                             "layers": {k: LAYERS[k] for k in layers}, "calls": calls, "repeats": repeats,
-                            "variant": args.variant,
+                            "variant": args.variant, "sweep": [asdict(r) for r in swept],
                             "notes": notes, "goals": lines, "failures": failures, "rows": [asdict(r) for r in rows]})
     for f in failures:
         print(f"FAILED: {f}", file=sys.stderr)
@@ -429,5 +603,9 @@ def register(sub: Any) -> None:
     p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median is reported (default 7)")
     p.add_argument("--variant", choices=("split_k", "split_n", "staged"), default=None,
                    help="force the portable grouped kernel's variant (default: the plan's choice per token count)")
+    p.add_argument("--sweep", default=None,
+                   help="compare split_k decode knobs instead of the main table (tokens <= 16): 'all' or "
+                        "comma-separated decode[:sN][:wN][:rN] (decode bytes/pairs/e4m3/default, stages 2-4, warps "
+                        "4/8/16, weight rows per block 16/32), each beside the default plan with µs and TB/s")
     p.add_argument("--json", default="benchmarks/results/moe_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=moe_profile, json_default=p.get_default("json"))

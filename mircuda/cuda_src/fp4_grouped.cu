@@ -14,13 +14,16 @@
 //   (a self-resetting atomicInc ticket, so graph replays need no memset) writes the tile list: prefix[g] =
 //   the m-tiles (MIRCUDA_MOE_MT rows each) of groups before g, prefix[G] their total.
 // - fp4_grouped_bf16 (grid: x walks the m-tiles, persistent; y the weight-row blocks; z the operand set):
-//   a block finds its m-tile's group by binary search in prefix, then multiplies that group's rows by a
+//   a block finds its m-tile's group in prefix (ballots over prefix held in registers for G <= 128, else a
+//   binary search), then multiplies that group's rows by a
 //   block of weight rows of its matrix. Weights are the 16-row A operand of mma.sync.m16n8k16 (FP16 x FP16
 //   -> FP32), activation rows the n8 columns (rows past the group's count are zeros, never loaded); the
 //   E2M1 x UE4M3 decode is exact in FP16 (fp4_mma_gemv.cu's argument: q s 2^-14 is a multiple of 2^-24
 //   below 0.17), the 2^-28 undone with alpha at the end. Three variants (MIRCUDA_MOE_MODE):
-//   1 split K (decode: few rows per group): 16 weight rows per block, the block's warps take the K steps
-//     in turn and meet in shared memory; every lane decodes its weights and activations in registers;
+//   1 split K (decode: few rows per group): 16 or 32 weight rows per block (MIRCUDA_MOE_FRAGS 1 or 2), the
+//     block's 4, 8 or 16 warps (MIRCUDA_MOE_WARPS) take the K steps in turn through a register ring of 2-4
+//     load stages (MIRCUDA_MOE_STAGES) and meet in shared memory; every lane decodes its weights and
+//     activations in registers (MIRCUDA_MOE_DECODE below); at most 128 registers (__launch_bounds__);
 //   0 split N: each warp owns 16 weight rows and the whole K, decoding both operands in registers (the
 //     warps share the activation codes through L1);
 //   2 staged (many rows per group): each warp owns 32 weight rows (two A fragments, so every B fragment
@@ -85,7 +88,15 @@ constexpr int kMmas = kE / 4;                     // mmas per n8 tile per step
 constexpr int kChunk = 4 * kE;                    // columns per warp step
 constexpr int kSteps = (kK + kChunk - 1) / kChunk;
 constexpr int kKBlocks = kK / 16;
-constexpr int kWarps = 8;
+#ifndef MIRCUDA_MOE_WARPS
+#define MIRCUDA_MOE_WARPS 8
+#endif
+constexpr int kWarps = MIRCUDA_MOE_WARPS;  // per block; 4, 8 or 16 for split_k, 8 for the others
+static_assert(kWarps == 4 || kWarps == 8 || kWarps == 16, "MIRCUDA_MOE_WARPS must be 4, 8 or 16");
+static_assert(kMode == 1 || kWarps == 8, "MIRCUDA_MOE_WARPS applies to split_k only");
+// split_k keeps at most 128 registers per thread (2048 / kWarps / 32 / 4 blocks: 16 warps per SM with
+// 64K registers) so that enough warps, each with its ring of loads, keep bytes in flight.
+constexpr int kMinBlocks = kMode == 1 ? 512 / (kWarps * 32) : 1;
 constexpr long long kMatrixBytes = (long long)kN * (kK / 2);
 #if MIRCUDA_MOE_TILED
 constexpr int kKAtoms = (kKBlocks + 3) / 4;
@@ -101,8 +112,60 @@ constexpr int kOffset = 2 * kG + 1;
 constexpr int kMatrix = 3 * kG + 1;
 constexpr int kTicket = 4 * kG + 1;
 
-// The one place the E2M1 decode is called (fp4_common.cuh may make it cheaper; this stays the seam).
-__device__ __forceinline__ unsigned decode_pair(unsigned byte) { return fp4::e2m1x2_to_half2_scaled(byte); }
+// -- the E2M1 decode (MIRCUDA_MOE_DECODE) ------------------------------------------------------------
+// decode_half(w, i) turns the 32-bit word w of eight E2M1 codes (element j in bits 4j..4j+3) into its i-th
+// half2 (i = 0..3) holding value * 2^-kDecodeLog2 exactly; half i holds elements word_element(i, 0) (low)
+// and word_element(i, 1) (high). Both mma operands of a dot product go through the same decode, so any
+// fixed order of the eight elements gives the same sum; the staged variant writes its shared-memory
+// activations in that order too. Variants (one compile-time choice, so one GPU run can compare them):
+//   0 bytes: fp4::e2m1x2_to_half2_scaled per byte (cvt.rn.f16x2.e2m1x2 on the sm_1x0f/a targets, else the
+//            software decode), natural order; x 2^-14.
+//   1 pairs: half i = (element i, element i + 4): FP16 bits ((w << (9 - 4i)) & 0x0E000E00) |
+//            ((w << (12 - 4i)) & 0x80008000): the E2M1 magnitude bits land on FP16's exponent bits 0..1 and
+//            mantissa bit 9, the sign on bit 15, for two elements with one shift each; x 2^-14.
+//   2 e4m3:  the word to E4M3 bytes with bit operations (even elements ((w << 2) & 0x1C1C1C1C) |
+//            ((w << 4) & 0x80808080), odd ones ((w >> 2) & 0x1C1C1C1C) | (w & 0x80808080): E2M1's
+//            2^(e-1)(1 + m/2) and 0.5m become E4M3's 2^(e-7)(1 + m/2) and (4m) 2^-9, value x 2^-6 exactly),
+//            then the hardware cvt.rn.f16x2.e4m3x2 (PTX ISA 7.8, cc >= 8.9) per two elements; half 0 =
+//            (0, 2), 1 = (4, 6), 2 = (1, 3), 3 = (5, 7); x 2^-6.
+// The UE4M3 scale goes to FP16 with bit operations: (u & 0x7f) << 7 read as FP16 is scale x 2^-8 exactly
+// (E4M3's exponent field on FP16's low exponent bits, subnormals included). The e4m3 route multiplies by
+// that (x 2^-6 x 2^-8), the others by it times 2^8 (an exact HMUL2 by 256: scale <= 480): the operand is
+// q s 2^-14 for every variant, a multiple of 2^-24 below 0.17, exact in FP16 (fp4_mma_gemv.cu's argument),
+// and the 2^-28 of a product is undone with alpha at the end.
+#ifndef MIRCUDA_MOE_DECODE
+#define MIRCUDA_MOE_DECODE 0
+#endif
+static_assert(MIRCUDA_MOE_DECODE >= 0 && MIRCUDA_MOE_DECODE <= 2,
+              "MIRCUDA_MOE_DECODE must be 0 (bytes), 1 (pairs) or 2 (e4m3)");
+#if MIRCUDA_MOE_DECODE == 2 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+#error "MIRCUDA_MOE_DECODE=2 (e4m3) needs compute capability >= 8.9 (cvt.rn.f16x2.e4m3x2)"
+#endif
+constexpr int kDecode = MIRCUDA_MOE_DECODE;
+
+__device__ __forceinline__ unsigned e4m3x2_to_half2(unsigned v, int hi) {
+    unsigned h;
+    if (hi)
+        asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, h;\n\t}" : "=r"(h) : "r"(v));
+    else
+        asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\t}" : "=r"(h) : "r"(v));
+    return h;
+}
+
+// Half2 i (0..3, a compile-time constant at every call) of word w, x 2^-14 (bytes, pairs) or 2^-6 (e4m3).
+__device__ __forceinline__ unsigned decode_half(unsigned w, int i) {
+    if constexpr (kDecode == 1) {
+        const unsigned mag = i < 3 ? (w << (9 - 4 * i)) : (w >> 3);
+        const unsigned sign = i < 3 ? (w << (12 - 4 * i)) : w;
+        return (mag & 0x0E000E00u) | (sign & 0x80008000u);
+    } else if constexpr (kDecode == 2) {
+        const unsigned v = i < 2 ? ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u)
+                                 : ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);
+        return e4m3x2_to_half2(v, i & 1);
+    } else {
+        return fp4::e2m1x2_to_half2_scaled(w >> (8 * i));
+    }
+}
 
 __device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[kWords]) {
     if constexpr (kWide) {
@@ -121,12 +184,6 @@ __device__ __forceinline__ long long weight_scale_offset(long long row, int kb) 
 #endif
 }
 
-__device__ __forceinline__ unsigned scale_half2(unsigned u) {
-    const __half h = __float2half_rn(fp4::ue4m3_to_float(u));
-    const unsigned s = __half_as_ushort(h);
-    return s | (s << 16);
-}
-
 __device__ __forceinline__ unsigned hmul2(unsigned a, unsigned b) {
     __half2 x = *reinterpret_cast<__half2*>(&a);
     const __half2 y = *reinterpret_cast<__half2*>(&b);
@@ -134,8 +191,16 @@ __device__ __forceinline__ unsigned hmul2(unsigned a, unsigned b) {
     return *reinterpret_cast<unsigned*>(&x);
 }
 
+// A raw UE4M3 byte -> the half2 the decoded codes are multiplied by (scale x 2^-8 for e4m3, else x 1).
+__device__ __forceinline__ unsigned scale_half2(unsigned u) {
+    const unsigned s = (u & 0x7fu) << 7;
+    const unsigned bits = s | (s << 16);
+    return kDecode == 2 ? bits : hmul2(bits, 0x5C005C00u);  // 0x5C00: FP16 256
+}
+
+// Half2 i of a lane's codes (word i / 4, half i % 4) times its scale.
 __device__ __forceinline__ unsigned operand(const unsigned (&codes)[kWords], int i, unsigned scale) {
-    return hmul2(decode_pair(codes[i >> 2] >> (8 * (i & 3))), scale);
+    return hmul2(decode_half(codes[i >> 2], i & 3), scale);
 }
 
 __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
@@ -146,13 +211,28 @@ __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, uns
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// One warp's view of a tile: 16 weight rows of matrix e, up to kMT activation rows from `row0`.
+// Weight-row fragments per warp: split_k takes MIRCUDA_MOE_FRAGS (1 or 2) 16-row A fragments per block,
+// every B fragment feeding all of them; split_n and staged fix theirs (1 and 2).
+#ifndef MIRCUDA_MOE_FRAGS
+#define MIRCUDA_MOE_FRAGS 1
+#endif
+constexpr int kFrags = kMode == 2 ? 2 : kMode == 0 ? 1 : MIRCUDA_MOE_FRAGS;
+static_assert(kFrags == 1 || kFrags == 2, "MIRCUDA_MOE_FRAGS must be 1 or 2");
+static_assert(kMode == 1 || MIRCUDA_MOE_FRAGS == 1, "MIRCUDA_MOE_FRAGS applies to split_k only");
+// Register ring of load stages (split_k, split_n): stages - 1 K steps of loads in flight while one computes.
+#ifndef MIRCUDA_MOE_STAGES
+#define MIRCUDA_MOE_STAGES 2
+#endif
+constexpr int kStages = MIRCUDA_MOE_STAGES;
+static_assert(kStages >= 2 && kStages <= 4, "MIRCUDA_MOE_STAGES must be 2, 3 or 4");
+
+// One warp's view of a tile: 16 kFrags weight rows of matrix e, up to kMT activation rows from `row0`.
 struct Tile {
     const unsigned char* w;   // the matrix's codes
     const unsigned char* sw;  // the matrix's scales
     const unsigned char* x;   // A
     const unsigned char* sx;  // A's linear scales
-    long long wrow[2];        // weight rows g and g + 8 (clamped to N - 1)
+    long long wrow[kFrags][2];  // weight rows 16 f + g and 16 f + g + 8 (clamped to N - 1)
     long long xrow0;          // the tile's first activation row
     int rows;                 // activation rows of the tile (1 .. kMT)
     int t;                    // lane & 3
@@ -160,10 +240,12 @@ struct Tile {
 };
 
 #if MIRCUDA_MOE_MODE != 2
+// One K step of a lane's operands: codes, and the scale BYTES (converted when consumed, so no instruction
+// waits on a load before the step that uses it).
 struct Stage {
-    unsigned w[2][kWords];
+    unsigned w[kFrags][2][kWords];
     unsigned x[kN8][kWords];
-    unsigned sw[2][kGroups];
+    unsigned sw[kFrags][2][kGroups];
     unsigned sx[kN8][kGroups];
 };
 
@@ -172,17 +254,19 @@ __device__ __forceinline__ void load_stage(Stage& st, const Tile& tl, int step) 
     const bool in = col < kK;  // K % kE == 0: the lane's columns are all inside K or all outside
     const int kb = col >> 4;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        if (in) {
-            load_codes(tl.w + tl.wrow[r] * (kK / 2) + col / 2, st.w[r]);
-        } else {
+    for (int f = 0; f < kFrags; ++f)
 #pragma unroll
-            for (int i = 0; i < kWords; ++i) st.w[r][i] = 0u;
+        for (int r = 0; r < 2; ++r) {
+            if (in) {
+                load_codes(tl.w + tl.wrow[f][r] * (kK / 2) + col / 2, st.w[f][r]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < kWords; ++i) st.w[f][r][i] = 0u;
+            }
+#pragma unroll
+            for (int q = 0; q < kGroups; ++q)
+                st.sw[f][r][q] = in ? (unsigned)__ldg(tl.sw + weight_scale_offset(tl.wrow[f][r], kb + q)) : 0u;
         }
-#pragma unroll
-        for (int q = 0; q < kGroups; ++q)
-            st.sw[r][q] = in ? scale_half2(__ldg(tl.sw + weight_scale_offset(tl.wrow[r], kb + q))) : 0u;
-    }
 #pragma unroll
     for (int j = 0; j < kN8; ++j) {
         const int m = tl.g + 8 * j;
@@ -197,44 +281,66 @@ __device__ __forceinline__ void load_stage(Stage& st, const Tile& tl, int step) 
         }
 #pragma unroll
         for (int q = 0; q < kGroups; ++q)
-            st.sx[j][q] = live ? scale_half2(__ldg(tl.sx + fp4::linear_offset(row, kb + q, kKBlocks))) : 0u;
+            st.sx[j][q] = live ? (unsigned)__ldg(tl.sx + fp4::linear_offset(row, kb + q, kKBlocks)) : 0u;
     }
 }
 
-__device__ __forceinline__ void consume(float (&acc)[kN8][4], const Stage& st) {
+__device__ __forceinline__ void consume(float (&acc)[kFrags][kN8][4], const Stage& st) {
+    static_assert(kMmas == 4 * kGroups, "4 mmas (16 K-elements) per scale group");
 #pragma unroll
-    for (int jm = 0; jm < kMmas; ++jm) {
-        const int q = jm / 4;
-        const unsigned a0 = operand(st.w[0], 2 * jm, st.sw[0][q]);
-        const unsigned a1 = operand(st.w[1], 2 * jm, st.sw[1][q]);
-        const unsigned a2 = operand(st.w[0], 2 * jm + 1, st.sw[0][q]);
-        const unsigned a3 = operand(st.w[1], 2 * jm + 1, st.sw[1][q]);
+    for (int q = 0; q < kGroups; ++q) {
+        unsigned sw[kFrags][2], sx[kN8];
 #pragma unroll
-        for (int j = 0; j < kN8; ++j) {
-            const unsigned b0 = operand(st.x[j], 2 * jm, st.sx[j][q]);
-            const unsigned b1 = operand(st.x[j], 2 * jm + 1, st.sx[j][q]);
-            mma(acc[j], a0, a1, a2, a3, b0, b1);
+        for (int f = 0; f < kFrags; ++f) {
+            sw[f][0] = scale_half2(st.sw[f][0][q]);
+            sw[f][1] = scale_half2(st.sw[f][1][q]);
+        }
+#pragma unroll
+        for (int j = 0; j < kN8; ++j) sx[j] = scale_half2(st.sx[j][q]);
+#pragma unroll
+        for (int jm = 4 * q; jm < 4 * q + 4; ++jm) {
+            unsigned a[kFrags][4];
+#pragma unroll
+            for (int f = 0; f < kFrags; ++f) {
+                a[f][0] = operand(st.w[f][0], 2 * jm, sw[f][0]);
+                a[f][1] = operand(st.w[f][1], 2 * jm, sw[f][1]);
+                a[f][2] = operand(st.w[f][0], 2 * jm + 1, sw[f][0]);
+                a[f][3] = operand(st.w[f][1], 2 * jm + 1, sw[f][1]);
+            }
+#pragma unroll
+            for (int j = 0; j < kN8; ++j) {
+                const unsigned b0 = operand(st.x[j], 2 * jm, sx[j]);
+                const unsigned b1 = operand(st.x[j], 2 * jm + 1, sx[j]);
+#pragma unroll
+                for (int f = 0; f < kFrags; ++f) mma(acc[f][j], a[f][0], a[f][1], a[f][2], a[f][3], b0, b1);
+            }
         }
     }
 }
 
-// The warp's K steps first, first + stride, ... with the next step's loads in flight.
-__device__ __forceinline__ void run_steps(float (&acc)[kN8][4], const Tile& tl, int first, int stride) {
+// The warp's K steps first, first + stride, ... through a ring of kStages register stages: the loads of
+// the next kStages - 1 steps are in flight while one step computes; a slot is refilled right after it is
+// consumed. Every ring index is a compile-time constant (the inner loop is unrolled), so the ring lives in
+// registers.
+__device__ __forceinline__ void run_steps(float (&acc)[kFrags][kN8][4], const Tile& tl, int first, int stride) {
 #pragma unroll
-    for (int j = 0; j < kN8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    int step = first;
-    if (step >= kSteps) return;  // warp-uniform
-    Stage cur;
-    load_stage(cur, tl, step);
-    for (;;) {
-        const int next = step + stride;
-        const bool more = next < kSteps;
-        Stage nst;
-        if (more) load_stage(nst, tl, next);
-        consume(acc, cur);
-        step = next;
-        if (!more) break;
-        cur = nst;
+    for (int f = 0; f < kFrags; ++f)
+#pragma unroll
+        for (int j = 0; j < kN8; ++j) acc[f][j][0] = acc[f][j][1] = acc[f][j][2] = acc[f][j][3] = 0.f;
+    const int n = first < kSteps ? (kSteps - first + stride - 1) / stride : 0;  // warp-uniform
+    Stage ring[kStages];
+#pragma unroll
+    for (int s = 0; s < kStages; ++s)
+        if (s < n) load_stage(ring[s], tl, first + s * stride);
+    for (int base = 0; base < n; base += kStages) {
+#pragma unroll
+        for (int s = 0; s < kStages; ++s) {
+            const int i = base + s;
+            if (i < n) {
+                consume(acc, ring[s]);
+                if (i + kStages < n) load_stage(ring[s], tl, first + (i + kStages) * stride);
+            }
+        }
     }
 }
 
@@ -260,6 +366,18 @@ __device__ __forceinline__ int find_group(const int* prefix, int tile) {
         if (prefix[mid] <= tile) lo = mid; else hi = mid - 1;
     }
     return lo;
+}
+
+// For up to 128 groups each lane keeps prefix[lane + 32 i] in registers (loaded once, together with the
+// total, before the tile loop), and a tile's group is the count of prefix entries <= tile, less one: a few
+// ballots instead of log2(G) dependent L2 round trips on the way to the first weight load.
+constexpr int kScan = kG <= 128 ? (kG + 31) / 32 : 0;
+
+__device__ __forceinline__ int find_group_scan(const int (&pre)[kScan > 0 ? kScan : 1], int tile) {
+    int count = 0;
+#pragma unroll
+    for (int i = 0; i < kScan; ++i) count += __popc(__ballot_sync(0xffffffffu, pre[i] <= tile));
+    return count - 1;  // prefix[0] = 0 <= tile: count >= 1
 }
 
 __device__ __forceinline__ float global_value(const float* p, int i) { return p != nullptr ? p[i] : 1.0f; }
@@ -306,11 +424,10 @@ __device__ __forceinline__ void stage_activations(__half* buf, const Tile& tl, i
         }
         uint2* out = reinterpret_cast<uint2*>(buf + staged_index(m, c0));  // 8-byte aligned: 2E + 8 and 2 c0 are
 #pragma unroll
-        for (int h = 0; h < 4; ++h) {  // 4 codes (2 bytes) -> 4 halves per 8-byte store
+        for (int h = 0; h < 4; ++h) {  // half2 2h and 2h + 1 of the 16 columns (word h / 2) per 8-byte store
             const unsigned w = h < 2 ? v.x : v.y;
-            const int shift = 16 * (h & 1);
-            const unsigned lo = hmul2(decode_pair(w >> shift), sc);
-            const unsigned hi = hmul2(decode_pair(w >> (shift + 8)), sc);
+            const unsigned lo = hmul2(decode_half(w, (2 * h) & 3), sc);
+            const unsigned hi = hmul2(decode_half(w, (2 * h + 1) & 3), sc);
             out[h] = make_uint2(lo, hi);
         }
     }
@@ -432,7 +549,7 @@ extern "C" __global__ void __launch_bounds__(256)
     if (threadIdx.x == 0) ws[kPrefix + kG] = running;
 }
 
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
+extern "C" __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     fp4_grouped_bf16(const int* __restrict__ ws, const float* __restrict__ alpha_per_matrix,
                      const unsigned char* __restrict__ a1, const unsigned char* __restrict__ sa1,
                      const unsigned char* __restrict__ b1, const unsigned char* __restrict__ sb1,
@@ -447,11 +564,9 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32)
     const unsigned char* b = set ? b2 : b1;
     const unsigned char* sb = set ? sb2 : sb1;
     __nv_bfloat16* d = set ? d2 : d1;
-    decode::pdl_wait();  // the setup kernel's tile list and alphas
-    const int total = ws[kPrefix + kG];
 #if MIRCUDA_MOE_MODE == 1
-    const long long nrow0 = (long long)blockIdx.y * 16;
-    __shared__ float partial[kWarps][kN8][4][32];
+    const long long nrow0 = (long long)blockIdx.y * 16 * kFrags;
+    __shared__ float partial[kWarps - 1][kFrags][kN8][4][32];
 #elif MIRCUDA_MOE_MODE == 0
     const long long nrow0 = ((long long)blockIdx.y * kWarps + warp) * 16;
 #else
@@ -472,13 +587,21 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32)
     tl.t = lane & 3;
     tl.g = lane >> 2;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const long long row = nrow0 + tl.g + 8 * r;
-        tl.wrow[r] = row < kN ? row : (long long)kN - 1;
-    }
+    for (int f = 0; f < kFrags; ++f)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const long long row = nrow0 + 16 * f + tl.g + 8 * r;
+            tl.wrow[f][r] = row < kN ? row : (long long)kN - 1;
+        }
     const float bias = fp4::decode_bias() * fp4::decode_bias();  // 2^28 undoes 2^-14 on both operands
+    // Everything above reads no memory; from here on the setup kernel's tile list and alphas are needed.
+    decode::pdl_wait();
+    const int total = ws[kPrefix + kG];
+    int pre[kScan > 0 ? kScan : 1];
+#pragma unroll
+    for (int i = 0; i < kScan; ++i) pre[i] = lane + 32 * i < kG ? ws[kPrefix + lane + 32 * i] : 0x7fffffff;
     for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {  // block-uniform
-        const int g = find_group(ws + kPrefix, tile);
+        const int g = kScan > 0 ? find_group_scan(pre, tile) : find_group(ws + kPrefix, tile);
         const int local = tile - ws[kPrefix + g];
         const int count = ws[kCount + g];
         const int e = ws[kMatrix + g];
@@ -488,27 +611,33 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32)
         tl.sw = sb + (long long)e * kMatrixScaleBytes;
         const float scale = alpha_per_matrix[set * kBank + e] * bias;
 #if MIRCUDA_MOE_MODE == 1
-        float acc[kN8][4];
+        float acc[kFrags][kN8][4];
         run_steps(acc, tl, warp, kWarps);
+        if (warp > 0)
 #pragma unroll
-        for (int j = 0; j < kN8; ++j)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) partial[warp][j][q][lane] = acc[j][q];
-        __syncthreads();
-        if (warp == 0) {
-            for (int v = 1; v < kWarps; ++v)
+            for (int f = 0; f < kFrags; ++f)
 #pragma unroll
                 for (int j = 0; j < kN8; ++j)
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) acc[j][q] += partial[v][j][q][lane];
-            store_tile(d, acc, tl, nrow0, scale);
+                    for (int q = 0; q < 4; ++q) partial[warp - 1][f][j][q][lane] = acc[f][j][q];
+        __syncthreads();
+        if (warp == 0) {
+            for (int v = 0; v < kWarps - 1; ++v)
+#pragma unroll
+                for (int f = 0; f < kFrags; ++f)
+#pragma unroll
+                    for (int j = 0; j < kN8; ++j)
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) acc[f][j][q] += partial[v][f][j][q][lane];
+#pragma unroll
+            for (int f = 0; f < kFrags; ++f) store_tile(d, acc[f], tl, nrow0 + 16 * f, scale);
         }
         __syncthreads();  // partial is reused by the next tile
 #elif MIRCUDA_MOE_MODE == 0
         if (nrow0 < kN) {  // warp-uniform; no block-wide synchronization on this path
-            float acc[kN8][4];
+            float acc[1][kN8][4];
             run_steps(acc, tl, 0, 1);
-            store_tile(d, acc, tl, nrow0, scale);
+            store_tile(d, acc[0], tl, nrow0, scale);
         }
 #else
         float acc[2][kN8][4];

@@ -40,8 +40,9 @@ from ..memory import DeviceBuffer
 from ._fp4 import _device_checks, fp4_compiler, has_e2m1_cvt
 from ._fp4_layout import address, check_layout
 from ._fp4_reference import BLOCK, scale_bytes
-from ._moe_kernels import (BLOCK_ROWS, MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, VARIANTS, WARPS, GroupedKernels,
-                           default_rows_per_tile, grouped_executor, grouped_options, tile_shape, workspace_ints)
+from ._moe_kernels import (BLOCK_ROWS, MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, VARIANTS, WARPS, DecodeTuning,
+                           GroupedKernels, check_tuning, default_tuning,
+                           choose_variant, default_rows_per_tile, grouped_executor, grouped_options, tile_shape, workspace_ints)
 from ._moe_spec import GroupedFp4Operands, IndexedGroupedFp4Spec, VariableGroupedFp4Spec
 from ._spec import Operand, PlanBase, check_operand, check_scalar, plan_stream
 
@@ -104,6 +105,11 @@ def _global_b(name: str, buf: Any, bank: int, context: Context) -> int:
                                  "FP32 loads"), buf, context)
 
 
+def _resolve_tuning(tuning: Any, variant: str, arch: str) -> DecodeTuning:
+    """The plan's decode knobs: ``tuning`` checked, or the target's default (:func:`default_tuning`)."""
+    return default_tuning(arch, variant) if tuning is None else check_tuning(tuning, variant, arch)
+
+
 _CUTLASS_ERRORS = (ImportError, CutlassNotFound, CutlassError, ContractError, AttributeError)
 
 
@@ -116,7 +122,7 @@ class _GroupedFp4PlanBase(PlanBase):
 
     def _build(self, context: Context, stream: Stream, *, n: int, k: int, capacity: int, groups: int, bank: int,
                fixed_rows: int, sets: int, scale_layout: Any, compiler: Compiler | None, rows_per_tile: Any,
-               variant: Any, library: CutlassLibrary | None, path: Any = None) -> None:
+               variant: Any, library: CutlassLibrary | None, path: Any = None, tuning: Any = None) -> None:
         if path is not None and (not isinstance(path, str) or path not in PATHS):
             raise ContractError("path", f"None (choose) or one of {', '.join(map(repr, PATHS))}", repr(path))
         plan_stream(stream, context)
@@ -144,18 +150,22 @@ class _GroupedFp4PlanBase(PlanBase):
         mt = rows_per_tile if rows_per_tile is not None else default_rows_per_tile(capacity, groups, fixed_rows)
         if variant == "staged" and mt == 8:
             mt = 16
+        knobs_given = rows_per_tile is not None or variant is not None or tuning is not None
+        tuning = _resolve_tuning(tuning, choose_variant(mt) if variant is None else variant, compiler.arch)
         shape = tile_shape(n=n, capacity=capacity, groups=groups, rows_per_tile=mt, fixed_rows=fixed_rows, sets=sets,
-                           variant=variant)
+                           variant=variant, tuning=tuning)
         if shape.weight_blocks > MAX_WEIGHT_BLOCKS:
-            raise ContractError("n", f"at most {MAX_WEIGHT_BLOCKS * BLOCK_ROWS[shape.variant]} (grid.y of the grouped "
+            most = MAX_WEIGHT_BLOCKS * BLOCK_ROWS[shape.variant] * tuning.frags
+            raise ContractError("n", f"at most {most} (grid.y of the grouped "
                                 f"kernel: {MAX_WEIGHT_BLOCKS})", repr(n))
         options = grouped_options(n=n, k=k, groups=groups, bank_size=bank, capacity=capacity, rows_per_tile=mt,
                                   fixed_rows=fixed_rows, tiled=self._layout == "tiled", sets=sets,
-                                  variant=shape.variant)
+                                  variant=shape.variant, tuning=tuning)
+        self._tuning = tuning
         self._kernels = GroupedKernels(compiler, options, shape, groups, bank,
                                        pdl=context.device_info().supports_programmatic_launch)
         self._why_portable = self._choose_path(path, library, compiler,
-                                               portable_knobs=rows_per_tile is not None or variant is not None)
+                                               portable_knobs=knobs_given)
         try:
             pool = context.default_memory_pool()
             self._ws = pool.allocate_zeroed(i32, stream, workspace_ints(groups))
@@ -179,7 +189,7 @@ class _GroupedFp4PlanBase(PlanBase):
     def _choose_path(self, path: str | None, library: CutlassLibrary | None, compiler: Compiler, *,
                      portable_knobs: bool = False) -> str:
         """Make the engine of ``path`` (None: the automatic choice, see :data:`PATHS`); return why the portable
-        path runs ("" when another one does). ``portable_knobs``: rows_per_tile or variant was given (the
+        path runs ("" when another one does). ``portable_knobs``: rows_per_tile, variant or tuning was given (the
         portable kernel's knobs), which keeps the automatic choice off decode_grouped.
 
         Raises:
@@ -285,6 +295,11 @@ class _GroupedFp4PlanBase(PlanBase):
         return self._kernels.shape.rows_per_tile
 
     @property
+    def tuning(self) -> DecodeTuning:
+        """The portable kernel's decode knobs (:class:`~mircuda.matmul._moe_kernels.DecodeTuning`)."""
+        return self._tuning
+
+    @property
     def variant(self) -> str:
         """The portable kernel's variant: ``"split_k"``, ``"split_n"`` or ``"staged"``
         (:data:`~mircuda.matmul._moe_kernels.VARIANTS`)."""
@@ -339,10 +354,11 @@ class _GroupedFp4PlanBase(PlanBase):
                                f"({self._cutlass.describe() if hasattr(self._cutlass, 'describe') else 'sm_120f'}).")
         if self._dense is not None:
             return Description(f"{head}path decode_grouped: {setup}, then {self._dense.describe()}.")
-        decode = ("cvt.rn.f16x2.e2m1x2" if has_e2m1_cvt(self._kernels.arch) else
-                  f"an exact software E2M1 decode (target {self._kernels.arch})")
-        split = {"split_k": f"variant split_k: the block's {WARPS} warps split K over 16 weight rows (decode: each "
-                            "weight read once per m-tile)",
+        t = self._tuning
+        decode = ("cvt.rn.f16x2.e2m1x2" if t.decode == "bytes" and has_e2m1_cvt(self._kernels.arch) else
+                  f"an exact software E2M1 decode: {t.decode} (target {self._kernels.arch})")
+        split = {"split_k": f"variant split_k: the block's {t.warps} warps split K over {16 * t.frags} weight rows "
+                            f"(decode: each weight read once per m-tile), a ring of {t.stages} load stages",
                  "split_n": f"variant split_n: each of the block's {WARPS} warps owns 16 weight rows and all of K, both "
                             "operands decoded in registers",
                  "staged": f"variant staged: each of the block's {WARPS} warps owns 32 weight rows (two A fragments per "
@@ -468,19 +484,23 @@ class VariableGroupedFp4Plan(_GroupedFp4PlanBase):
         path: None (choose, see :data:`PATHS`; a given rows_per_tile or variant keeps the choice off
             decode_grouped) or one of ``"cutlass"``, ``"decode_grouped"``, ``"portable"`` to force (ContractError,
             with the reason, when it cannot run here); :attr:`path` and ``describe()`` say which runs and why.
+        tuning: None (:func:`~mircuda.matmul._moe_kernels.default_tuning` of the target) or a
+            :class:`~mircuda.matmul._moe_kernels.DecodeTuning` (decode, stages, warps, frags) of the portable
+            kernel; ContractError names a field that does not fit the variant or the target.
 """ + _DOC_COMMON)
 
     _kind = "VariableGroupedFp4Plan"
 
     def __init__(self, context: Context, stream: Stream, spec: VariableGroupedFp4Spec, *, scale_layout: str = "tiled",
                  compiler: Compiler | None = None, rows_per_tile: int | None = None, variant: str | None = None,
-                 library: CutlassLibrary | None = None, path: str | None = None) -> None:
+                 library: CutlassLibrary | None = None, path: str | None = None,
+                 tuning: DecodeTuning | None = None) -> None:
         if not isinstance(spec, VariableGroupedFp4Spec):
             raise ContractError("spec", "a VariableGroupedFp4Spec(n, k, capacity, groups, bank_size)", repr(spec))
         self._spec = spec
         self._build(context, stream, n=spec.n, k=spec.k, capacity=spec.capacity, groups=spec.groups,
                     bank=spec.bank_size, fixed_rows=0, sets=1, scale_layout=scale_layout, compiler=compiler,
-                    rows_per_tile=rows_per_tile, variant=variant, library=library, path=path)
+                    rows_per_tile=rows_per_tile, variant=variant, library=library, path=path, tuning=tuning)
 
     def execute(self, stream: Stream, a: DeviceBuffer[Any], a_scales: DeviceBuffer[Any], b_bank: DeviceBuffer[Any],
                 b_scales: DeviceBuffer[Any], d: DeviceBuffer[Any], row_counts: DeviceBuffer[Any],
@@ -531,13 +551,14 @@ class IndexedGroupedFp4Plan(_GroupedFp4PlanBase):
 
     def __init__(self, context: Context, stream: Stream, spec: IndexedGroupedFp4Spec, *, scale_layout: str = "tiled",
                  compiler: Compiler | None = None, rows_per_tile: int | None = None, variant: str | None = None,
-                 library: CutlassLibrary | None = None, path: str | None = None) -> None:
+                 library: CutlassLibrary | None = None, path: str | None = None,
+                 tuning: DecodeTuning | None = None) -> None:
         if not isinstance(spec, IndexedGroupedFp4Spec):
             raise ContractError("spec", "an IndexedGroupedFp4Spec(n, k, rows, products, bank_size)", repr(spec))
         self._spec = spec
         self._build(context, stream, n=spec.n, k=spec.k, capacity=spec.capacity, groups=spec.products,
                     bank=spec.bank_size, fixed_rows=spec.rows, sets=1, scale_layout=scale_layout, compiler=compiler,
-                    rows_per_tile=rows_per_tile, variant=variant, library=library, path=path)
+                    rows_per_tile=rows_per_tile, variant=variant, library=library, path=path, tuning=tuning)
         if self._cutlass is not None or self._dense is not None:
             # The CUTLASS wrappers take row_counts/offsets arrays: keep them, written once (R, p R).
             self._fixed_routing = _fixed_routing(self, spec)
@@ -589,13 +610,14 @@ class PairedVariableGroupedFp4Plan(_GroupedFp4PlanBase):
 
     def __init__(self, context: Context, stream: Stream, spec: VariableGroupedFp4Spec, *, scale_layout: str = "tiled",
                  compiler: Compiler | None = None, rows_per_tile: int | None = None, variant: str | None = None,
-                 library: CutlassLibrary | None = None, path: str | None = None) -> None:
+                 library: CutlassLibrary | None = None, path: str | None = None,
+                 tuning: DecodeTuning | None = None) -> None:
         if not isinstance(spec, VariableGroupedFp4Spec):
             raise ContractError("spec", "a VariableGroupedFp4Spec(n, k, capacity, groups, bank_size)", repr(spec))
         self._spec = spec
         self._build(context, stream, n=spec.n, k=spec.k, capacity=spec.capacity, groups=spec.groups,
                     bank=spec.bank_size, fixed_rows=0, sets=2, scale_layout=scale_layout, compiler=compiler,
-                    rows_per_tile=rows_per_tile, variant=variant, library=library, path=path)
+                    rows_per_tile=rows_per_tile, variant=variant, library=library, path=path, tuning=tuning)
 
     def execute(self, stream: Stream, first: GroupedFp4Operands, second: GroupedFp4Operands,
                 row_counts: DeviceBuffer[Any], offsets: DeviceBuffer[Any], matrix_indices: DeviceBuffer[Any]) -> None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..compile import Compiler, CompileOptions, CudaSource
 from ..dtypes import f64, u64
+from ..errors import ContractError
 from ..launch import LaunchConfig, cuda_export
 from ._vector import INVALID_HANDLE, INVALID_VALUE, package_source
 
@@ -17,7 +18,8 @@ if TYPE_CHECKING:
     from ..launch import TypedKernel
     from ..runtime import Stream
 
-__all__ = ["SETUP_SYMBOL", "GROUPED_SYMBOL", "ROWS_PER_TILE", "WARPS", "VARIANTS", "grouped_source", "grouped_options",
+__all__ = ["DECODES", "DecodeTuning", "default_tuning", "check_tuning",
+           "SETUP_SYMBOL", "GROUPED_SYMBOL", "ROWS_PER_TILE", "WARPS", "VARIANTS", "grouped_source", "grouped_options",
            "choose_rows_per_tile", "default_rows_per_tile", "choose_variant", "GroupedKernels", "workspace_ints", "grouped_executor"]
 
 SETUP_SYMBOL = "fp4_grouped_setup"
@@ -39,6 +41,72 @@ BLOCK_ROWS = {"split_n": 16 * WARPS, "split_k": 16, "staged": 32 * WARPS}
 """Weight rows per block of each variant."""
 MAX_WEIGHT_BLOCKS = 65535
 """CUDA's grid.y limit: the weight-row blocks of one matrix."""
+DECODES = {"bytes": 0, "pairs": 1, "e4m3": 2}
+"""The E2M1 decoders of ``fp4_grouped.cu`` (``MIRCUDA_MOE_DECODE``; the file's header gives each formula):
+``"bytes"`` byte by byte (cvt.rn.f16x2.e2m1x2 on the sm_1x0f/a targets), ``"pairs"`` two elements per
+shift, ``"e4m3"`` bit operations to E4M3 bytes then the hardware cvt.rn.f16x2.e4m3x2 (cc >= 8.9)."""
+STAGES = (2, 3, 4)
+TUNED_WARPS = (4, 8, 16)
+FRAGS = (1, 2)
+
+
+@dataclass(frozen=True)
+class DecodeTuning:
+    """Knobs of the portable grouped kernel's decode path (one compile-time choice each, so one GPU run can
+    compare them: ``moe-profile --sweep``).
+
+    decode: one of :data:`DECODES`. stages: 2, 3 or 4 K steps of loads in the register ring (split_k,
+    split_n). warps: 4, 8 or 16 warps per block (split_k; the other variants take 8). frags: 1 or 2
+    16-row weight fragments per block (split_k: 16 or 32 weight rows per block, every activation fragment
+    feeding both)."""
+
+    decode: str
+    stages: int = 2
+    warps: int = WARPS
+    frags: int = 1
+
+    def label(self) -> str:
+        """``decode:s<stages>:w<warps>:r<rows per block>`` (the sweep's candidate name)."""
+        return f"{self.decode}:s{self.stages}:w{self.warps}:r{16 * self.frags}"
+
+
+def _arch_number(arch: str) -> int:
+    """``"sm_90"`` -> 90, ``"sm_120f"`` -> 120."""
+    return int("".join(ch for ch in arch.removeprefix("sm_").removeprefix("compute_") if ch.isdigit()))
+
+
+def default_tuning(arch: str, variant: str) -> DecodeTuning:
+    """The expected best decode path for the NVRTC target ``arch`` (e.g. ``"sm_90"``): the e4m3 route where
+    cvt.rn.f16x2.e4m3x2 exists (cc >= 8.9; on sm_120f too, where the bytes decoder's cvt.rn.f16x2.e2m1x2
+    and its 2^-14 HMUL2 spill at 3 stages), else ``"pairs"``; split_k with 3 stages (2 on cc 12.x, where
+    ptxas spills 16-row m-tiles at 3 and the CUTLASS grouped kernels normally run) and 8 warps of 16 rows
+    (at most 128 registers, no spills: ``tests/test_moe.py``); the other variants 2 stages (their
+    register budget)."""
+    number = _arch_number(arch)
+    decode = "e4m3" if number >= 89 else "pairs"
+    return DecodeTuning(decode, 3 if variant == "split_k" and number < 120 else 2)
+
+
+def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
+    """``tuning`` checked against ``variant`` and the NVRTC target ``arch``; raises ContractError naming
+    the field."""
+    if not isinstance(tuning, DecodeTuning):
+        raise ContractError("tuning", "None or a DecodeTuning", repr(tuning))
+    if tuning.decode not in DECODES:
+        raise ContractError("tuning.decode", f"one of {', '.join(map(repr, DECODES))}", repr(tuning.decode))
+    if tuning.decode == "e4m3" and _arch_number(arch) < 89:
+        raise ContractError("tuning.decode", "'bytes' or 'pairs' below compute capability 8.9 (cvt.rn.f16x2.e4m3x2)",
+                            f"'e4m3' for target {arch}")
+    if type(tuning.stages) is not int or tuning.stages not in STAGES:
+        raise ContractError("tuning.stages", f"one of {STAGES}", repr(tuning.stages))
+    for name, allowed in (("warps", TUNED_WARPS), ("frags", FRAGS)):
+        value = getattr(tuning, name)
+        if type(value) is not int or value not in allowed:
+            raise ContractError(f"tuning.{name}", f"one of {allowed}", repr(value))
+        if variant != "split_k" and value != getattr(DecodeTuning("bytes"), name):
+            raise ContractError(f"tuning.{name}", f"{getattr(DecodeTuning('bytes'), name)} with variant {variant!r} "
+                                "(split_k only)", repr(value))
+    return tuning
 
 
 @functools.lru_cache(maxsize=1)
@@ -66,11 +134,16 @@ def default_rows_per_tile(capacity: int, groups: int, fixed_rows: int = 0) -> in
 
 
 def grouped_options(*, n: int, k: int, groups: int, bank_size: int, capacity: int, rows_per_tile: int,
-                    fixed_rows: int, tiled: bool, sets: int, variant: str | None = None) -> CompileOptions:
+                    fixed_rows: int, tiled: bool, sets: int, variant: str | None = None,
+                    tuning: DecodeTuning | None = None) -> CompileOptions:
     """The NVRTC defines of ``fp4_grouped.cu`` for one plan (its shapes are compile-time constants);
-    ``variant`` None: :func:`choose_variant`."""
+    ``variant`` None: :func:`choose_variant`; ``tuning`` None: the kernel's own defaults (the bytes decode,
+    2 stages, 8 warps, 16-row blocks)."""
     variant = choose_variant(rows_per_tile) if variant is None else variant
-    return CompileOptions(defines={
+    tuned = {} if tuning is None else {
+        "MIRCUDA_MOE_DECODE": DECODES[tuning.decode], "MIRCUDA_MOE_STAGES": tuning.stages,
+        "MIRCUDA_MOE_WARPS": tuning.warps, "MIRCUDA_MOE_FRAGS": tuning.frags}
+    return CompileOptions(defines={**tuned,
         "MIRCUDA_MOE_N": n, "MIRCUDA_MOE_K": k, "MIRCUDA_MOE_G": groups, "MIRCUDA_MOE_E": bank_size,
         "MIRCUDA_MOE_CAPACITY": capacity, "MIRCUDA_MOE_MT": rows_per_tile, "MIRCUDA_MOE_FIXED_ROWS": fixed_rows,
         "MIRCUDA_MOE_TILED": int(tiled), "MIRCUDA_MOE_MODE": VARIANTS[variant],
@@ -96,17 +169,19 @@ class TileShape:
     tiles: int          # grid.x: m-tile slots (persistent: a block walks tiles x, x + grid.x, ...)
     weight_blocks: int  # grid.y
     sets: int           # grid.z
+    warps: int = WARPS  # per block
 
 
 def tile_shape(*, n: int, capacity: int, groups: int, rows_per_tile: int, fixed_rows: int, sets: int,
-               variant: str | None = None) -> TileShape:
+               variant: str | None = None, tuning: DecodeTuning | None = None) -> TileShape:
     """Grid of the grouped kernel. With groups that do not overlap (the documented use), the m-tiles
     number at most ``min(ceil(capacity / MT) + G, capacity)`` (indexed: ``P ceil(R / MT)``): one block per
     m-tile slot; overlapping groups are still all computed (the blocks walk the list)."""
     tiles = (groups * -(-fixed_rows // rows_per_tile) if fixed_rows else
              min(-(-capacity // rows_per_tile) + groups, capacity))
     variant = choose_variant(rows_per_tile) if variant is None else variant
-    return TileShape(rows_per_tile, variant, max(tiles, 1), -(-n // BLOCK_ROWS[variant]), sets)
+    warps, frags = (WARPS, 1) if tuning is None else (tuning.warps, tuning.frags)
+    return TileShape(rows_per_tile, variant, max(tiles, 1), -(-n // (BLOCK_ROWS[variant] * frags)), sets, warps)
 
 
 class GroupedKernels:
@@ -128,7 +203,7 @@ class GroupedKernels:
         self.pdl = pdl
         self.setup_config = LaunchConfig((-(-max(groups, bank_size) // SETUP_THREADS),), (SETUP_THREADS,),
                                          programmatic_stream_serialization=pdl)
-        self.grouped_config = LaunchConfig((shape.tiles, shape.weight_blocks, shape.sets), (32 * WARPS,),
+        self.grouped_config = LaunchConfig((shape.tiles, shape.weight_blocks, shape.sets), (32 * shape.warps,),
                                            programmatic_stream_serialization=pdl)
 
     def launch(self, stream: Stream, setup_args: tuple[Any, ...], grouped_args: tuple[Any, ...]) -> None:

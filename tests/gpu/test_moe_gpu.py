@@ -106,7 +106,7 @@ def check_output(got: np.ndarray, want: np.ndarray, mag: np.ndarray, covered: np
 
 
 def run_variable(context, stream, pool, rng, *, experts, topk, tokens, n, k, layout, rows_per_tile=None,
-                 variant=None, path=None) -> None:
+                 variant=None, path=None, tuning=None) -> None:
     capacity = tokens * topk + TAIL
     counts, offsets, indices = topk_routing(rng, tokens, experts, topk)
     bank = Bank(context, stream, pool, rng, experts, n, k, layout)
@@ -116,12 +116,14 @@ def run_variable(context, stream, pool, rng, *, experts, topk, tokens, n, k, lay
     alpha = float(rng.uniform(0.5, 2.0))
     spec = mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts)
     with mc.VariableGroupedFp4Plan(context, stream, spec, scale_layout=layout, rows_per_tile=rows_per_tile,
-                                   variant=variant, path=path) as plan:
+                                   variant=variant, path=path, tuning=tuning) as plan:
         assert plan.path != "cutlass" or context.device_info().compute_capability[0] == 12
         if path is not None:
             assert plan.path == path and f"path {path}" in plan.describe()
         if variant is not None:
             assert plan.variant == variant and f"variant {variant}" in plan.describe()
+        if tuning is not None:
+            assert plan.tuning == tuning
         plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
                      global_b=bank.global_buf, alpha=alpha)
         got = download(context, stream, d)
@@ -139,9 +141,10 @@ def run_variable(context, stream, pool, rng, *, experts, topk, tokens, n, k, lay
 
 
 @pytest.mark.parametrize("tokens", [1, 7, 16, 256, 4096])
-@pytest.mark.parametrize("experts, topk, n, k", [(8, 2, 512, 2048), (64, 8, 256, 512)], ids=str)
+@pytest.mark.parametrize("experts, topk, n, k", [(8, 2, 512, 2048), (64, 8, 256, 512), (160, 4, 128, 256)], ids=str)
 def test_the_variable_plan_matches_float64_on_topk_routings(context, stream, pool, rng, experts, topk, n, k,
                                                             tokens) -> None:
+    """160 groups: the grouped kernel finds a tile's group by binary search (ballots up to 128 groups)."""
     run_variable(context, stream, pool, rng, experts=experts, topk=topk, tokens=tokens, n=n, k=k, layout="tiled")
 
 
@@ -158,6 +161,50 @@ def test_every_tile_size_and_variant_both_layouts_odd_n_and_narrow_k(context, st
     (16-byte loads, one partial step); N = 259 and 300: blocks with rows past N (staged: whole warps)."""
     run_variable(context, stream, pool, rng, experts=8, topk=2, tokens=37, n=n, k=k, layout=layout,
                  rows_per_tile=rows_per_tile, variant=variant)
+
+
+def _tunings() -> list[Any]:
+    """The split_k decode knobs (fp4_grouped.cu: MIRCUDA_MOE_DECODE, _STAGES, _WARPS, _FRAGS): every decoder
+    with each ring depth, and the warp / 32-row variants (moe-profile --sweep's candidates)."""
+    from mircuda.matmul._moe_kernels import DecodeTuning
+
+    out = [DecodeTuning(d, s) for d in ("bytes", "pairs", "e4m3") for s in (2, 3, 4)]
+    out += [DecodeTuning("e4m3", 3, w, f) for w in (4, 8, 16) for f in (1, 2)]
+    return out + [DecodeTuning("pairs", 2, 4, 2), DecodeTuning("bytes", 4, 16, 2)]
+
+
+@pytest.mark.parametrize("tuning", _tunings(), ids=lambda t: t.label())
+@pytest.mark.parametrize("rows_per_tile, n, k, tokens", [(8, 259, 1040, 3), (16, 300, 4096, 7), (8, 768, 96, 1)],
+                         ids=str)
+def test_every_split_k_decode_knob_matches_float64(context, stream, pool, rng, tuning, rows_per_tile, n, k,
+                                                   tokens) -> None:
+    """Decode (bytes / pairs / e4m3), ring stages, warps and 16/32-row blocks: K = 1040 (a K tail, 8-byte
+    loads), 4096 (every warp several steps: the ring wraps), 96 (fewer steps than warps); N = 259 / 300:
+    blocks with rows past N; both scale layouts over the cases."""
+    if tuning.decode == "e4m3" and context.device_info().compute_capability < (8, 9):
+        pytest.skip("cvt.rn.f16x2.e4m3x2 needs cc >= 8.9")
+    run_variable(context, stream, pool, rng, experts=8, topk=2, tokens=tokens, n=n, k=k,
+                 layout="linear" if k == 1040 else "tiled", rows_per_tile=rows_per_tile, variant="split_k",
+                 tuning=tuning)
+
+
+def test_the_default_tuning_is_the_targets_and_bad_knobs_are_refused_by_name(context, stream) -> None:
+    from mircuda.matmul._moe_kernels import DecodeTuning, default_tuning
+
+    spec = mc.VariableGroupedFp4Spec(256, 512, 16, 8, 8)
+    with mc.VariableGroupedFp4Plan(context, stream, spec, variant="split_k") as plan:
+        if plan.path == "portable":
+            assert plan.tuning == default_tuning(plan._kernels.arch, "split_k")
+            assert f"a ring of {plan.tuning.stages} load stages" in plan.describe()
+    for bad, field in ((DecodeTuning("fp8"), "tuning.decode"), (DecodeTuning("pairs", 5), "tuning.stages"),
+                       (DecodeTuning("pairs", 2, 6), "tuning.warps"), (DecodeTuning("pairs", 2, 8, 3), "tuning.frags"),
+                       ("e4m3", "tuning")):
+        with pytest.raises(mc.ContractError) as info:
+            mc.VariableGroupedFp4Plan(context, stream, spec, variant="split_k", tuning=bad)
+        assert info.value.argument == field
+    with pytest.raises(mc.ContractError) as info:
+        mc.VariableGroupedFp4Plan(context, stream, spec, variant="staged", tuning=DecodeTuning("pairs", 2, 4))
+    assert info.value.argument == "tuning.warps"
 
 
 @pytest.mark.parametrize("rows, products, bank_size", [(1, 20, 6), (5, 20, 6), (16, 9, 4), (40, 7, 3)], ids=str)
