@@ -217,7 +217,7 @@ def test_the_e4m3_decode_is_refused_below_cc_8_9_by_name() -> None:
     with pytest.raises(mc.CompileError, match="needs compute capability >= 8.9"):
         mc.compile_program(grouped_source(), "sm_80", options(8, tuning=DecodeTuning("e4m3", 3)))
     assert default_tuning("sm_80", "split_k") == DecodeTuning("pairs", 3)
-    assert default_tuning("sm_90", "split_k") == DecodeTuning("e4m3", 3)
+    assert default_tuning("sm_90", "split_k") == DecodeTuning("e4m3", 2, 4, 2)
     assert default_tuning("sm_120f", "split_k") == DecodeTuning("e4m3", 2)
     assert default_tuning("sm_90", "staged") == DecodeTuning("e4m3", 2)
 
@@ -449,7 +449,8 @@ def test_the_default_split_k_fits_128_registers_without_spills(arch, mt, k, grou
     prog = mc.compile_program(grouped_source(), arch, mc.CompileOptions(defines=dict(opts.defines), ptxas_verbose=True))
     grouped = prog.resource_usage()[GROUPED_SYMBOL]
     assert grouped.spill_store_bytes == grouped.spill_load_bytes == grouped.stack_frame_bytes == 0, grouped
-    assert grouped.registers <= 128 and grouped.shared_bytes == 7 * (mt // 8) * 4 * 32 * 4
+    # the block's warps but one hand their partial sums over: (warps - 1) x frags x n8 fragments of 512 bytes
+    assert grouped.registers <= 128 and grouped.shared_bytes == (tuning.warps - 1) * tuning.frags * (mt // 8) * 512
 
 
 @pytest.mark.parametrize("mt", [8, 16])

@@ -191,7 +191,7 @@ def test_describe_names_the_kernels_the_variant_and_why() -> None:
     text = st.plan.describe()
     assert "fp4_grouped_setup" in text and "fp4_grouped_bf16" in text and "variant split_k" in text
     assert "software E2M1 decode" in text and "cc 9.0 has no FP4 tensor-core instruction" in text
-    assert "e4m3" in text and "a ring of 3 load stages" in text and "8 warps split K over 16 weight rows" in text
+    assert "e4m3" in text and "a ring of 2 load stages" in text and "4 warps split K over 32 weight rows" in text
     assert repr(Stand(IndexedGroupedFp4Plan, fixed=4).plan).startswith("IndexedGroupedFp4Plan(n=96, k=160, rows=4")
 
 

@@ -278,7 +278,10 @@ class Fp4Gemv:
             raise ContractError("kernel", f"one of {FP4_KERNELS}", repr(symbol))
         decode, rows, block_sum = check_gemv_knobs(compiler.arch, symbol, activation, decode, rows, block_sum, warps,
                                                    stages)
-        self.stages = stages if stages is not None else 2
+        # M = 1 on fp4_matvec_bf16: three stages of loads (fp4-profile --sweep all on the H200, 2026-12-01:
+        # rows 4 x stages 3 was the fastest over the three Llama shapes, 6.0 / 13.9 / 13.5 µs against 6.1 /
+        # 14.0 / 14.3 for rows 8 x stages 2); elsewhere double buffering.
+        self.stages = stages if stages is not None else 3 if (m == 1 and symbol == FP4_SYMBOL) else 2
         if symbol == FP4_MMA_SYMBOL and activation != "fp4":
             raise ContractError("activation", f"'fp4' (kernel {FP4_MMA_SYMBOL} takes NVFP4 activations only)",
                                 repr(activation))
@@ -295,7 +298,7 @@ class Fp4Gemv:
             source = fp4_mma_source()
             chunk = 4 * self.elements
         else:
-            self.rows = rows if rows is not None else 8 if m == 1 else 4
+            self.rows = rows if rows is not None else 4
             self.block_sum = block_sum if block_sum is not None else "fp16" if activation == "fp4" else "fp32"
             self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation, decode, self.block_sum,
                                             self.stages)
