@@ -226,3 +226,26 @@ def test_the_executor_packs_both_parameter_blocks_like_c_and_refuses_before_laun
         wrong[i] = bad
         assert execute(0x55, *wrong) == INVALID_VALUE, i
     assert len(seen) == 2
+
+
+def test_numpy_integer_sizes_are_stored_as_python_ints_so_size_products_do_not_wrap() -> None:
+    """A fresh user's review (2026-12-01): np.int32 sizes were kept, so capacity and the operands' lengths
+    wrapped to 0 and the length checks let an 8-byte buffer through."""
+    import numpy as np
+
+    spec = mc.VariableGroupedFp4Spec(np.int32(4096), np.int32(4096), np.int32(2**20), 8, 8)
+    assert type(spec.capacity) is int and spec.capacity * spec.k // 2 == 2**31
+    with pytest.raises(mc.ContractError) as info:
+        mc.IndexedGroupedFp4Spec(256, 256, np.int32(65536), np.int32(65536), 4)
+    assert info.value.argument == "rows"
+    dense = mc.DenseMatmulSpec(np.int32(65536), np.int32(65536), 16)
+    assert type(dense.m) is int and dense.flops == 2 * 65536 * 65536 * 16
+
+
+def test_a_library_that_is_not_a_cutlass_library_is_refused_by_name() -> None:
+    """Review 2026-12-01: library='x' passed every check (and on cc 12.x fell back to the portable path)."""
+    plan = object.__new__(mc.VariableGroupedFp4Plan)
+    with pytest.raises(mc.ContractError) as info:
+        plan._build(None, None, n=64, k=64, capacity=8, groups=2, bank=2, fixed_rows=0, sets=1, scale_layout="tiled",
+                    compiler=None, rows_per_tile=None, variant=None, library="x")
+    assert info.value.argument == "library"

@@ -125,6 +125,9 @@ class _GroupedFp4PlanBase(PlanBase):
                variant: Any, library: CutlassLibrary | None, path: Any = None, tuning: Any = None) -> None:
         if path is not None and (not isinstance(path, str) or path not in PATHS):
             raise ContractError("path", f"None (choose) or one of {', '.join(map(repr, PATHS))}", repr(path))
+        from ._dense import _check_library
+
+        _check_library(library)  # a wrong library must not be silently replaced by the portable path
         plan_stream(stream, context)
         self._layout = check_layout("scale_layout", scale_layout)
         if rows_per_tile is not None and (type(rows_per_tile) is not int or rows_per_tile not in ROWS_PER_TILE):

@@ -38,7 +38,8 @@ class VariableGroupedFp4Spec:
 
     def __post_init__(self) -> None:
         for name in ("n", "k", "capacity", "groups", "bank_size"):
-            _dim(name, getattr(self, name))
+            # stored as a Python int: numpy integers would wrap in the size products the checks rely on
+            object.__setattr__(self, name, _dim(name, getattr(self, name)))
         check_fp4_k(self.k, "k")
 
     def flops(self, rows: int) -> int:
@@ -65,7 +66,8 @@ class IndexedGroupedFp4Spec:
 
     def __post_init__(self) -> None:
         for name in ("n", "k", "rows", "products", "bank_size"):
-            _dim(name, getattr(self, name))
+            # stored as a Python int: numpy integers would wrap in the size products the checks rely on
+            object.__setattr__(self, name, _dim(name, getattr(self, name)))
         check_fp4_k(self.k, "k")
         if self.rows * self.products >= _DIM_LIMIT:
             raise ContractError("rows", f"rows * products below {_DIM_LIMIT}", f"{self.rows} * {self.products}")

@@ -54,7 +54,8 @@ class DenseMatmulSpec:
 
     def __post_init__(self) -> None:
         for name in ("m", "n", "k"):
-            _dim(name, getattr(self, name))
+            # stored as a Python int: numpy integers would wrap in the size products the checks rely on
+            object.__setattr__(self, name, _dim(name, getattr(self, name)))
 
     @property
     def flops(self) -> int:
@@ -75,7 +76,8 @@ class DenseVectorSpec:
 
     def __post_init__(self) -> None:
         for name in ("n", "k"):
-            _dim(name, getattr(self, name))
+            # stored as a Python int: numpy integers would wrap in the size products the checks rely on
+            object.__setattr__(self, name, _dim(name, getattr(self, name)))
 
     @property
     def flops(self) -> int:
