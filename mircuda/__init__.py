@@ -21,7 +21,7 @@ from .matmul import CutlassError, CutlassNotFound, DenseMatmulPlan, DenseMatmulS
 from .matmul import BlockwiseFp8Plan, BlockwiseFp8Quantizer, BlockwiseFp8Unavailable, BlockwiseFp8VectorPlan
 from .matmul import BlockScaledFp4Plan, BlockScaledFp4VectorPlan, Fp4Quantizer, Fp4ScaleConverter
 from .matmul import (GroupedFp4Operands, IndexedGroupedFp4Plan, IndexedGroupedFp4Spec, PairedVariableGroupedFp4Plan,
-                     VariableGroupedFp4Plan, VariableGroupedFp4Spec)
+                     VariableGroupedFp4Plan, VariableGroupedFp4Spec, DecodeTuning)
 from .memory import DeviceBuffer, MemoryPool, PinnedBuffer
 from .memory import ArrayView, BorrowedDeviceBuffer, as_array_view, from_cuda_array_interface, from_dlpack
 from .runtime import Context, Device, DeviceInfo, Driver, Event, ProfilerRange, Stream
@@ -42,7 +42,7 @@ __all__ += ["BlockwiseFp8Plan", "BlockwiseFp8Quantizer", "BlockwiseFp8Unavailabl
 __all__ += ["CompilerConfig", "OfflineCompiler", "cuda_kernel_file", "cuda_kernel_files"]
 __all__ += ["BlockScaledFp4Plan", "BlockScaledFp4VectorPlan", "Fp4Quantizer", "Fp4ScaleConverter"]
 __all__ += ["GroupedFp4Operands", "IndexedGroupedFp4Plan", "IndexedGroupedFp4Spec", "PairedVariableGroupedFp4Plan",
-            "VariableGroupedFp4Plan", "VariableGroupedFp4Spec"]
+            "VariableGroupedFp4Plan", "VariableGroupedFp4Spec", "DecodeTuning"]
 __all__ += ["StructType", "struct"]
 __all__ += ["LinkError", "LinkedSource", "cuda_link", "link_program"]
 

@@ -39,6 +39,7 @@ from ._fp4_reference import scales_to_tiled as fp4_scales_to_tiled
 from ._fp8 import BlockwiseFp8Plan, BlockwiseFp8Unavailable, BlockwiseFp8VectorPlan
 from ._moe import (ERROR_MATRIX_INDEX, ERROR_ROWS, IndexedGroupedFp4Plan, PairedVariableGroupedFp4Plan,
                    VariableGroupedFp4Plan)
+from ._moe_kernels import DecodeTuning
 from ._moe_spec import GroupedFp4Operands, IndexedGroupedFp4Spec, VariableGroupedFp4Spec
 from ._library import CutlassError, CutlassLibrary, KernelInfo, load_library
 from ._quantize import (BlockwiseFp8Quantizer, activation_scale_shape, dequantize_reference,
@@ -56,4 +57,4 @@ __all__ += ["BlockScaledFp4Plan", "BlockScaledFp4VectorPlan", "Fp4Quantizer", "F
             "fp4_dequantize_reference", "fp4_global_scale", "fp4_quantize_reference", "fp4_scale_shape",
             "fp4_scales_to_linear", "fp4_scales_to_tiled", "pack_e2m1", "unpack_e2m1"]
 __all__ += ["VariableGroupedFp4Plan", "IndexedGroupedFp4Plan", "PairedVariableGroupedFp4Plan", "GroupedFp4Operands",
-            "VariableGroupedFp4Spec", "IndexedGroupedFp4Spec", "ERROR_MATRIX_INDEX", "ERROR_ROWS"]
+            "VariableGroupedFp4Spec", "IndexedGroupedFp4Spec", "ERROR_MATRIX_INDEX", "ERROR_ROWS", "DecodeTuning"]
