@@ -249,3 +249,29 @@ def test_a_library_that_is_not_a_cutlass_library_is_refused_by_name() -> None:
         plan._build(None, None, n=64, k=64, capacity=8, groups=2, bank=2, fixed_rows=0, sets=1, scale_layout="tiled",
                     compiler=None, rows_per_tile=None, variant=None, library="x")
     assert info.value.argument == "library"
+
+
+def test_rows_per_tile_takes_numpy_integers_as_the_specs_do() -> None:
+    """Review 2026-12-01: rows_per_tile=np.int64(16) was refused while every spec size takes numpy ints; a
+    value outside the list is still refused by name."""
+    import numpy as np
+
+    plan = object.__new__(mc.VariableGroupedFp4Plan)
+    with pytest.raises(mc.ContractError) as info:
+        plan._build(None, None, n=64, k=64, capacity=8, groups=2, bank=2, fixed_rows=0, sets=1, scale_layout="tiled",
+                    compiler=None, rows_per_tile=np.int64(24), variant=None, library=None)
+    assert info.value.argument == "rows_per_tile"
+    with pytest.raises(Exception) as later:  # past the knob checks: the (absent) stream is the next thing refused
+        plan._build(None, None, n=64, k=64, capacity=8, groups=2, bank=2, fixed_rows=0, sets=1, scale_layout="tiled",
+                    compiler=None, rows_per_tile=np.int64(16), variant=None, library=None)
+    assert getattr(later.value, "argument", None) != "rows_per_tile"
+
+
+@pytest.mark.parametrize("alpha", [float("nan"), float("inf"), -float("inf")])
+def test_a_non_finite_alpha_is_refused_by_name(alpha) -> None:
+    from mircuda.matmul._spec import check_scalar
+
+    with pytest.raises(mc.ContractError) as info:
+        check_scalar("alpha", alpha)
+    assert info.value.argument == "alpha"
+    assert check_scalar("alpha", 0.75) == 0.75

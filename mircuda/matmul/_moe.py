@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _cuda
 from .._repr import Description
 from ..dtypes import bf16, dtype_info, e4m3, f32, i32, u8
+from ..dtypes import is_integer_value
 from ..errors import ClosedResourceError, ContractError, CutlassError, CutlassNotFound
 from ..memory import DeviceBuffer
 from ._fp4 import _device_checks, fp4_compiler, has_e2m1_cvt
@@ -128,15 +129,16 @@ class _GroupedFp4PlanBase(PlanBase):
         from ._dense import _check_library
 
         _check_library(library)  # a wrong library must not be silently replaced by the portable path
-        plan_stream(stream, context)
         self._layout = check_layout("scale_layout", scale_layout)
-        if rows_per_tile is not None and (type(rows_per_tile) is not int or rows_per_tile not in ROWS_PER_TILE):
+        if rows_per_tile is not None and (not is_integer_value(rows_per_tile) or rows_per_tile not in ROWS_PER_TILE):
             raise ContractError("rows_per_tile", f"None or one of {ROWS_PER_TILE} (activation rows per m-tile)",
                                 repr(rows_per_tile))
+        rows_per_tile = None if rows_per_tile is None else int(rows_per_tile)  # numpy integers as the specs take them
         if variant is not None and (not isinstance(variant, str) or variant not in VARIANTS):
             raise ContractError("variant", f"None or one of {', '.join(map(repr, VARIANTS))}", repr(variant))
         if variant == "staged" and rows_per_tile == 8:
             raise ContractError("rows_per_tile", "16, 32 or 64 with variant='staged'", repr(rows_per_tile))
+        plan_stream(stream, context)
         if capacity >= 2**31:
             raise ContractError("capacity", "below 2**31 (routing is int32 on the device)", repr(capacity))
         compiler = fp4_compiler(compiler, context)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -199,7 +201,10 @@ def check_scalar(name: str, value: Any) -> float:
     conv = _SCALARS.get(name)
     if conv is None:
         conv = _SCALARS[name] = scalar_converter(Param(name, "scalar", dtype_info(np.float32)))
-    return float(conv(value))
+    out = float(conv(value))
+    if not math.isfinite(out):  # a NaN or infinite alpha/beta only ever gives a NaN or infinite D
+        raise ContractError(name, "a finite real number", repr(value))
+    return out
 
 
 _SCALARS: dict[str, Any] = {}
