@@ -43,7 +43,10 @@ def test_quick_is_a_smaller_grid_and_each_flag_still_wins() -> None:
                                          (["--sweep", "fp8:s2"], "--sweep: expected a decode of bytes, pairs, e4m3"),
                                          (["--sweep", "e4m3:s5"], "--sweep: expected fields sN"),
                                          (["--sweep", "pairs:w8:w4"], "--sweep: expected fields sN"),
-                                         (["--sweep", ","], "--sweep: expected 'all' or")])
+                                         (["--sweep", ","], "--sweep: expected 'all' or"),
+                                         (["--tokens", "3000000000"], "--tokens: expected tokens per step up to 65536"),
+                                         (["--tokens", "1,1"], "--tokens: expected distinct token counts"),
+                                         (["--layers", "fine,fine"], "--layers: expected distinct layer names")])
 def test_bad_values_are_refused_by_flag_before_the_driver(flags, head, capsys) -> None:
     assert main(["moe-profile", *flags]) == 2
     err = capsys.readouterr().err

@@ -136,7 +136,8 @@ def grid(args: Any) -> tuple[tuple[str, ...], tuple[int, ...], int, int]:
     """(layers, tokens, calls, repeats) of the command line.
 
     Raises:
-        ContractError: ``--calls`` / ``--repeats`` below 1 or ``--layers`` naming an unknown layer.
+        ContractError: ``--calls`` / ``--repeats`` below 1, ``--layers`` naming an unknown layer or one twice,
+            ``--tokens`` above :data:`MAX_TOKENS` or repeated.
     """
     tokens_q, calls_q, repeats_q = QUICK
     layers = tuple(args.layers) if args.layers is not None else tuple(LAYERS)
@@ -149,7 +150,20 @@ def grid(args: Any) -> tuple[tuple[str, ...], tuple[int, ...], int, int]:
     for flag, value in (("--calls", calls), ("--repeats", repeats)):
         if value < 1:
             raise ContractError(flag, "a positive integer", str(value))
+    for value in tokens:
+        if value > MAX_TOKENS:
+            raise ContractError("--tokens", f"tokens per step up to {MAX_TOKENS} (the host draws a tokens x experts "
+                                "routing array; rows = tokens x top-k must stay int32)", str(value))
+    if len(set(tokens)) != len(tokens):
+        raise ContractError("--tokens", "distinct token counts", ",".join(map(str, tokens)))
+    if len(set(layers)) != len(layers):
+        raise ContractError("--layers", "distinct layer names", ",".join(layers))
     return layers, tuple(tokens), calls, repeats
+
+
+MAX_TOKENS = 65536
+"""``--tokens`` limit: the 128-expert layer's host routing draw is tokens x 128 float64 (64 MiB here) and its
+capacity tokens x 8 rows."""
 
 
 SWEEP_ALL = ("e4m3:s2:w8:r16", "e4m3:s3:w8:r16", "e4m3:s4:w8:r16", "e4m3:s2:w8:r32", "e4m3:s3:w8:r32",
