@@ -15,11 +15,6 @@ if TYPE_CHECKING:
 __all__ = ["VariableGroupedFp4Spec", "IndexedGroupedFp4Spec", "GroupedFp4Operands"]
 
 
-def _rows_limit(name: str, value: int) -> None:
-    if value >= 2**31:
-        raise ContractError(name, "below 2**31 (routing is int32 on the device)", repr(value))
-
-
 @dataclass(frozen=True)
 class VariableGroupedFp4Spec:
     """The shape of a variable grouped NVFP4 product: ``groups`` groups of device-chosen row counts (0
@@ -27,7 +22,8 @@ class VariableGroupedFp4Spec:
     weight matrices ``[N, K]``.
 
     Raises:
-        ContractError: a dimension is not a positive int below 2**31; K is not a multiple of 16.
+        ContractError: a dimension is not a positive int below 2**31 - 2**16 (``_spec._DIM_LIMIT``); K is
+            not a multiple of 16.
     """
 
     n: int
@@ -54,8 +50,8 @@ class IndexedGroupedFp4Spec:
     ``products`` may exceed ``bank_size``).
 
     Raises:
-        ContractError: a dimension is not a positive int below 2**31; K is not a multiple of 16; P R is
-            2**31 or more.
+        ContractError: a dimension is not a positive int below 2**31 - 2**16 (``_spec._DIM_LIMIT``); K is
+            not a multiple of 16; P R is 2**31 - 2**16 or more.
     """
 
     n: int
