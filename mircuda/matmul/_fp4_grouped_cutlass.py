@@ -26,7 +26,8 @@ from ..dtypes import u8
 from ..errors import ClosedResourceError, ContractError, UnsupportedPlatform
 from ..memory import DeviceBuffer
 from ._dense import _destroy
-from ._library import GROUPED_OPERAND_ALIGNMENT, GROUPED_OPERAND_FIELDS, CutlassLibrary, KernelInfo
+from ._library import (GROUPED_OPERAND_ALIGNMENT, GROUPED_OPERAND_FIELDS, CutlassLibrary, KernelInfo, pick_family,
+                       positive_size)
 from ._spec import plan_stream
 
 if TYPE_CHECKING:
@@ -59,19 +60,11 @@ def choose_grouped_kernel(kernels: Sequence[KernelInfo], multiprocessors: int, c
     from the schedules' structure, as for the single NVFP4 plan; not measured (no SM120 GPU here)."""
     tiles = -(-capacity // 128) * -(-n // 128)
     want = "sm120_nvfp4_grouped_pingpong" if tiles >= 2 * multiprocessors else "sm120_nvfp4_grouped_cooperative"
-    by_family = {k.family: k for k in kernels}
-    chosen = by_family.get(want) or kernels[0]
+    chosen, missing = pick_family(kernels, want)
     why = (f"up to {tiles} output tiles of 128 x 128 {'>=' if tiles >= 2 * multiprocessors else '<'} 2 x "
            f"{multiprocessors} SMs: {'ping-pong' if want.endswith('pingpong') else 'cooperative'}")
-    if chosen.family != want:
-        why += f" wanted, the library has only {chosen.name}"
-    return chosen, why
+    return chosen, why + missing
 
-
-def _positive(name: str, value: Any) -> int:
-    if type(value) is not int or not 1 <= value < 2**31:
-        raise ContractError(name, "a positive int below 2^31", repr(value))
-    return value
 
 
 class CutlassGroupedFp4:
@@ -106,7 +99,7 @@ class CutlassGroupedFp4:
         if not isinstance(library, CutlassLibrary):
             raise ContractError("library", "a mircuda CutlassLibrary (mircuda.matmul.load_library())",
                                 type(library).__name__)
-        sizes = {name: _positive(name, value) for name, value in
+        sizes = {name: positive_size(name, value) for name, value in
                  (("n", n), ("k", k), ("capacity", capacity), ("groups", groups), ("bank_size", bank_size))}
         if type(sets) is not int or sets not in (1, 2):
             raise ContractError("sets", "1 or 2 operand sets", repr(sets))

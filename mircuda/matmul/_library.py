@@ -9,6 +9,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # CutlassError is re-exported here, where it was defined before it moved to mircuda.errors.
 from ..errors import ContractError, CutlassError, CutlassNotFound
@@ -17,7 +18,7 @@ from ._build import LIBRARY_NAME, find_library
 __all__ = ["ABI_VERSION", "KernelInfo", "CutlassLibrary", "CutlassError", "load_library", "FAMILIES", "DTYPES",
            "KINDS", "SCALE_MAJORS", "BLOCK_SCALED_SYMBOLS", "GROUPED_SYMBOLS", "COMPATIBLE_ABI_VERSIONS",
            "GroupedOperands", "GroupedTables", "GROUPED_TABLE_FIELDS", "GROUPED_DENSE_SYMBOLS", "GroupedDenseOperands",
-           "GROUPED_DENSE_OPERAND_FIELDS", "GROUPED_DENSE_OPERAND_ALIGNMENT"]
+           "GROUPED_DENSE_OPERAND_FIELDS", "GROUPED_DENSE_OPERAND_ALIGNMENT", "pick_family", "positive_size"]
 
 ABI_VERSION = 3
 """``MIRCUDA_CUTLASS_ABI_VERSION`` this module speaks (2: kernel kinds and the blockwise-scaled FP8 kernels;
@@ -592,3 +593,21 @@ def load_library(path: str | Path | None = None) -> CutlassLibrary:
         if lib is None:
             lib = _loaded[key] = CutlassLibrary(resolved, origin)
         return lib
+
+
+def pick_family(kernels: Sequence[KernelInfo], want: str) -> tuple[KernelInfo, str]:
+    """The kernel of family ``want`` among ``kernels`` (non-empty), else the first; and "" or the note
+    saying the wanted family is missing from the library (the grouped engines' kernel choice)."""
+    chosen = {k.family: k for k in kernels}.get(want) or kernels[0]
+    return chosen, "" if chosen.family == want else f" wanted, the library has only {chosen.name}"
+
+
+def positive_size(name: str, value: Any) -> int:
+    """A size the C entry points take as int: a Python int in [1, 2^31).
+
+    Raises:
+        ContractError: naming ``name``.
+    """
+    if type(value) is not int or not 1 <= value < 2**31:
+        raise ContractError(name, "a positive int below 2^31", repr(value))
+    return value

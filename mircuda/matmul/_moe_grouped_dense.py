@@ -44,7 +44,7 @@ from ._dense import _destroy
 from ._fp4 import DECODE_THREADS, decode_config
 from ._fp4_layout import fp4_layout_source, layout_options
 from ._fp4_reference import scale_bytes
-from ._library import CutlassLibrary, KernelInfo
+from ._library import CutlassLibrary, KernelInfo, pick_family, positive_size
 from ._spec import plan_stream
 
 if TYPE_CHECKING:
@@ -95,19 +95,11 @@ def choose_dense_kernel(kernels: Sequence[KernelInfo], rows_per_group: float) ->
     """The grouped BF16 kernel among ``kernels`` (runnable, non-empty) for a mean of ``rows_per_group`` rows per
     group, and why: cooperative (256-row tiles) from :data:`COOPERATIVE_MIN_ROWS` rows on, else ping-pong."""
     want = "sm90_grouped_cooperative" if rows_per_group >= COOPERATIVE_MIN_ROWS else "sm90_grouped_pingpong"
-    by_family = {x.family: x for x in kernels}
-    chosen = by_family.get(want) or kernels[0]
+    chosen, missing = pick_family(kernels, want)
     why = (f"{rows_per_group:g} rows per group on average {'>=' if want.endswith('cooperative') else '<'} "
            f"{COOPERATIVE_MIN_ROWS}: {'cooperative' if want.endswith('cooperative') else 'ping-pong'}")
-    if chosen.family != want:
-        why += f" wanted, the library has only {chosen.name}"
-    return chosen, why
+    return chosen, why + missing
 
-
-def _positive(name: str, value: Any) -> int:
-    if type(value) is not int or not 1 <= value < 2**31:
-        raise ContractError(name, "a positive int below 2^31", repr(value))
-    return value
 
 
 class DecodeGroupedFp4:
@@ -137,7 +129,7 @@ class DecodeGroupedFp4:
             raise ContractError("library", "a mircuda CutlassLibrary (mircuda.matmul.load_library())",
                                 type(library).__name__)
         for name, value in (("n", n), ("k", k), ("capacity", capacity), ("groups", groups), ("bank_size", bank_size)):
-            _positive(name, value)
+            positive_size(name, value)
         if type(sets) is not int or sets not in (1, 2):
             raise ContractError("sets", "1 or 2 operand sets", repr(sets))
         if scale_layout not in ("tiled", "linear"):
