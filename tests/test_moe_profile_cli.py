@@ -44,6 +44,11 @@ def test_quick_is_a_smaller_grid_and_each_flag_still_wins() -> None:
                                          (["--sweep", "e4m3:s5"], "--sweep: expected fields sN"),
                                          (["--sweep", "pairs:w8:w4"], "--sweep: expected fields sN"),
                                          (["--sweep", ","], "--sweep: expected 'all' or"),
+                                         (["--sweep", "e4m3:m3"], "--sweep: expected fields sN"),
+                                         (["--sweep", "e4m3:m1:w16"], "--sweep: expected fields sN"),
+                                         (["--sweep", "e4m3:m1:r16"], "--sweep: expected fields sN"),
+                                         (["--sweep", "e4m3:w1"], "--sweep: expected fields sN"),
+                                         (["--sweep", "e4m3:m1:m2"], "--sweep: expected fields sN"),
                                          (["--tokens", "3000000000"], "--tokens: expected tokens per step up to 65536"),
                                          (["--tokens", "1,1"], "--tokens: expected distinct token counts"),
                                          (["--layers", "fine,fine"], "--layers: expected distinct layer names")])
@@ -127,3 +132,16 @@ def test_sweep_rows_give_rates_the_ratio_to_the_default_and_the_fastest() -> Non
     assert rows[2].tbps == pytest.approx(2 * mp.expert_bytes(14336, 4096) / 25e-6 / 1e12)
     text = str(mp.sweep_table(rows, "sweep"))
     assert "e4m3:s4:w8:r16" in text and "fastest" in text and "default/µs" in text
+
+
+def test_vector_candidates_name_their_tile_rows_and_vector_is_the_documented_list() -> None:
+    from mircuda.matmul._moe_kernels import DecodeTuning, default_tuning
+
+    got = mp.parse_candidates("e4m3:m1, pairs:s4:w2:r8:m4")
+    assert [(c.variant, c.rows_per_tile) for c in got] == [("vector", 1), ("vector", 4)]
+    assert got[1].resolve(default_tuning("sm_90", "vector")) == DecodeTuning("pairs", 4, 2, 2)
+    assert got[0].resolve(default_tuning("sm_90", "vector")) == DecodeTuning("e4m3", 2, 0, 1)  # warps: occupancy
+    assert mp.parse_candidates("e4m3:s3")[0].variant == "split_k"
+    named = mp.parse_candidates("vector")
+    assert tuple(c.text for c in named) == mp.SWEEP_VECTOR and all(c.variant == "vector" for c in named)
+    assert parse("--variant", "vector").variant == "vector"

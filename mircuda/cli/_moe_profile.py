@@ -175,14 +175,22 @@ before the decode knobs)."""
 
 @dataclass(frozen=True)
 class Candidate:
-    """One ``--sweep`` candidate: ``decode[:s<stages>][:w<warps>][:r<rows per block>]``; a field left out
-    takes the plan's default (:func:`~mircuda.matmul._moe_kernels.default_tuning`)."""
+    """One ``--sweep`` candidate: ``decode[:s<stages>][:w<warps>][:r<rows per block>][:m<rows per tile>]``; a
+    field left out takes the plan's default (:func:`~mircuda.matmul._moe_kernels.default_tuning`). With
+    ``m`` the ``"vector"`` variant runs (tiles of 1, 2, 4 or 8 activation rows; 1-8 warps, 4 or 8 weight
+    rows per block), else split_k."""
 
     text: str
     decode: str | None = None
     stages: int | None = None
     warps: int | None = None
     frags: int | None = None
+    rows_per_tile: int | None = None
+
+    @property
+    def variant(self) -> str:
+        """``"vector"`` when the candidate names its tile rows (``m``), else ``"split_k"``."""
+        return "split_k" if self.rows_per_tile is None else "vector"
 
     def resolve(self, default: Any) -> Any:
         """The :class:`~mircuda.matmul._moe_kernels.DecodeTuning` of this candidate over ``default``."""
@@ -193,36 +201,61 @@ class Candidate:
         return dataclasses.replace(default, **fields)
 
 
+SWEEP_VECTOR = ("e4m3:m1", "e4m3:m2", "e4m3:m4", "e4m3:m1:r8", "e4m3:s3:m1", "e4m3:s4:m1", "e4m3:m1:w1",
+                "e4m3:m1:w2", "e4m3:m1:w4", "pairs:m1", "bytes:m1")
+"""``--sweep vector``: the ``"vector"`` variant's candidates (tile rows, stages, warps, rows per block,
+decoder)."""
+
+
 def parse_candidates(text: str) -> tuple[Candidate, ...]:
-    """``--sweep``'s value: ``all`` (:data:`SWEEP_ALL`) or comma-separated candidates
-    ``decode[:sN][:wN][:rN]`` (decode ``bytes``, ``pairs``, ``e4m3`` or ``default``; stages 2-4, warps 4, 8
-    or 16, rows per block 16 or 32).
+    """``--sweep``'s value: ``all`` (:data:`SWEEP_ALL`), ``vector`` (:data:`SWEEP_VECTOR`) or comma-separated
+    candidates ``decode[:sN][:wN][:rN][:mN]`` (decode ``bytes``, ``pairs``, ``e4m3`` or ``default``; stages
+    2-4; split_k: warps 4, 8 or 16, rows per block 16 or 32; with ``mN`` (the vector variant, N = 1, 2, 4
+    or 8 rows per tile): warps 1, 2, 4 or 8, rows per block 4 or 8).
 
     Raises:
         ContractError: ``--sweep`` naming an unknown field or value.
     """
-    from ..matmul._moe_kernels import DECODES, FRAGS, STAGES, TUNED_WARPS
+    from ..matmul._moe_kernels import DECODES, FRAGS, STAGES, TUNED_WARPS, VECTOR_ROWS_PER_TILE, VECTOR_WARPS
 
-    items = SWEEP_ALL if text.strip() == "all" else tuple(t.strip() for t in text.split(",") if t.strip())
+    form = "'all' or 'vector' (named lists) or comma-separated decode[:sN][:wN][:rN][:mN]"
+    named = {"all": SWEEP_ALL, "vector": SWEEP_VECTOR}
+    items = named.get(text.strip()) or tuple(t.strip() for t in text.split(",") if t.strip())
     if not items:
-        raise ContractError("--sweep", "'all' or comma-separated decode[:sN][:wN][:rN]", repr(text))
+        raise ContractError("--sweep", form, repr(text))
     out = []
     for item in items:
         head, *rest = item.split(":")
         if head not in (*DECODES, "default"):
             raise ContractError("--sweep", f"a decode of {', '.join((*DECODES, 'default'))} first", repr(item))
-        values: dict[str, int] = {}
+        raw: dict[str, int] = {}
         for part in rest:
             key, num = part[:1], part[1:]
-            allowed = {"s": ("stages", STAGES), "w": ("warps", TUNED_WARPS),
-                       "r": ("frags", tuple(16 * f for f in FRAGS))}.get(key)
-            if allowed is None or not num.isdigit() or int(num) not in allowed[1] or allowed[0] in values:
-                raise ContractError("--sweep", "fields sN (stages 2-4), wN (warps 4, 8, 16), rN (rows 16, 32), each "
-                                    "once", repr(item))
-            values[allowed[0]] = int(num) // 16 if key == "r" else int(num)
-        out.append(Candidate(item, None if head == "default" else head, values.get("stages"), values.get("warps"),
-                             values.get("frags")))
+            if key not in "swrm" or not key or not num.isdigit() or key in raw:
+                raise ContractError("--sweep", "fields sN, wN, rN, mN, each once", repr(item))
+            raw[key] = int(num)
+        vector = "m" in raw
+        allowed = {"s": STAGES, "m": VECTOR_ROWS_PER_TILE, "w": VECTOR_WARPS if vector else TUNED_WARPS,
+                   "r": tuple((4 if vector else 16) * f for f in FRAGS)}
+        for key, value in raw.items():
+            if value not in allowed[key]:
+                raise ContractError("--sweep", "fields sN (stages 2-4), mN (vector rows per tile 1, 2, 4, 8); split_k: wN "
+                                    "(warps 4, 8, 16), rN (rows 16, 32); vector: wN (1, 2, 4, 8), rN (4, 8)", repr(item))
+        frags = None if "r" not in raw else raw["r"] // (4 if vector else 16)
+        out.append(Candidate(item, None if head == "default" else head, raw.get("s"), raw.get("w"), frags,
+                             raw.get("m")))
     return tuple(out)
+
+
+def plan_label(plan: Any) -> str:
+    """A grouped plan's kernel in one word: ``split_k`` and ``vector`` with their tuning label (vector: rows
+    per tile ``m`` and 4 or 8 weight rows per block), the other variants or paths by name."""
+    if plan.path != "portable":
+        return str(plan.path)
+    t = plan.tuning
+    if plan.variant == "vector":
+        return f"vector:{t.decode}:s{t.stages}:w{t.warps}:r{4 * t.frags}:m{plan.rows_per_tile}"
+    return t.label() if plan.variant == "split_k" else str(plan.variant)
 
 
 @dataclass
@@ -400,7 +433,7 @@ class _LayerBench:
                 kw["grouped_us"] = float(s.timer.median(grouped, self.calls, self.repeats))
                 kw["note"] = (f"grouped: decode_grouped, {plan.cutlass_kernel}" if plan.path == "decode_grouped"
                               else f"grouped: {plan.path} {plan.variant}, {plan.rows_per_tile}-row tiles"
-                              + (f", {plan.tuning.label()}" if plan.path == "portable" else ""))
+                              + (f", {plan_label(plan)}" if plan.path == "portable" else ""))
             except mc.MircudaError as exc:
                 self.failures.append(f"grouped {self.name} {tokens}: {type(exc).__name__}: {exc}"[:300])
             kw["loop_us"] = self._loop(tokens, counts, offsets, a_packed, a_scales, d, made, keep)
@@ -441,12 +474,13 @@ class _LayerBench:
                 try:
                     if cand.text == "default" and cand.decode is None and cand.stages is None:
                         plan = mc.VariableGroupedFp4Plan(s.context, stream, spec)
-                        default_label = plan.tuning.label() if plan.variant == "split_k" else plan.variant
+                        default_label = plan_label(plan)
                         label = default_label
                     else:
-                        tuning = cand.resolve(default_tuning(s.context.device_info().arch, "split_k"))
-                        label = tuning.label()
-                        plan = mc.VariableGroupedFp4Plan(s.context, stream, spec, variant="split_k", tuning=tuning)
+                        tuning = cand.resolve(default_tuning(s.context.device_info().arch, cand.variant))
+                        plan = mc.VariableGroupedFp4Plan(s.context, stream, spec, variant=cand.variant, tuning=tuning,
+                                                         rows_per_tile=cand.rows_per_tile)
+                        label = plan_label(plan)
                 except mc.MircudaError as exc:
                     self.failures.append(f"sweep {self.name} {tokens} {cand.text}: {type(exc).__name__}: {exc}"[:300])
                     measured.append((cand.text, label, None))
@@ -615,11 +649,13 @@ def register(sub: Any) -> None:
                         "(each overridden by its flag)")
     p.add_argument("--calls", type=int, default=None, help="back-to-back calls per timed repeat (default 20)")
     p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median is reported (default 7)")
-    p.add_argument("--variant", choices=("split_k", "split_n", "staged"), default=None,
+    p.add_argument("--variant", choices=("split_k", "split_n", "staged", "vector"), default=None,
                    help="force the portable grouped kernel's variant (default: the plan's choice per token count)")
     p.add_argument("--sweep", default=None,
-                   help="compare split_k decode knobs instead of the main table (tokens <= 16): 'all' or "
-                        "comma-separated decode[:sN][:wN][:rN] (decode bytes/pairs/e4m3/default, stages 2-4, warps "
-                        "4/8/16, weight rows per block 16/32), each beside the default plan with µs and TB/s")
+                   help="compare decode knobs instead of the main table (tokens <= 16): 'all' (split_k), "
+                        "'vector' or comma-separated decode[:sN][:wN][:rN][:mN] (decode bytes/pairs/e4m3/default, "
+                        "stages 2-4; split_k: warps 4/8/16, weight rows per block 16/32; mN: the vector variant with "
+                        "N = 1/2/4/8 rows per tile, warps 1/2/4/8, rows per block 4/8), each beside the default plan "
+                        "with µs and TB/s")
     p.add_argument("--json", default="benchmarks/results/moe_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=moe_profile, json_default=p.get_default("json"))

@@ -51,6 +51,12 @@
 #ifndef MIRCUDA_FP4_TILED
 #define MIRCUDA_FP4_TILED 0
 #endif
+#ifndef MIRCUDA_FP4_ACT_TILED
+#define MIRCUDA_FP4_ACT_TILED MIRCUDA_FP4_TILED
+#endif
+#ifndef MIRCUDA_FP4_GROUPED
+#define MIRCUDA_FP4_GROUPED 0
+#endif
 #ifndef MIRCUDA_FP4_WIDE
 #define MIRCUDA_FP4_WIDE 1
 #endif
@@ -103,6 +109,19 @@ __device__ __forceinline__ long long scale_offset(long long row, int kb, int kbl
     return fp4::linear_offset(row, kb, kblocks);
 #endif
 }
+
+#if !MIRCUDA_FP4_ACT_BF16
+// The activations' scales: the weights' layout, except in the grouped kernel (linear activation scales).
+__device__ __forceinline__ long long act_scale_offset(long long row, int kb, int kblocks, int katoms) {
+#if MIRCUDA_FP4_ACT_TILED
+    (void)kblocks;
+    return fp4::tiled_offset(row, kb, katoms);
+#else
+    (void)katoms;
+    return fp4::linear_offset(row, kb, kblocks);
+#endif
+}
+#endif
 
 // One step of a lane: the codes of its kElems columns from `col` in each of the R weight rows, and
 // their kBlocks scale bytes per row (one byte, or two adjacent ones read as a 16-bit word: with K % 32
@@ -182,18 +201,21 @@ __device__ __forceinline__ float scale_unbiased(unsigned u) {
 }
 
 // One step of a lane: its kElems columns from `col` of the R weight rows (codes, scale bytes sraw) times the
-// M activation rows, accumulated into acc.
+// M activation rows, accumulated into acc. Rows m >= mrows (the grouped kernel's last tile of a group)
+// read row mrows - 1 again; their sums are never stored.
 __device__ __forceinline__ void consume(float (&acc)[kM][kRows], const unsigned (&codes)[kRows][2 * kBlocks],
                                        const unsigned (&sraw)[kRows], const void* __restrict__ x,
-                                       const unsigned char* __restrict__ sx, int col, int k, int kblocks, int katoms) {
+                                       const unsigned char* __restrict__ sx, int col, int k, int kblocks, int katoms,
+                                       int mrows) {
 #pragma unroll
     for (int b = 0; b < kBlocks; ++b) {
 #pragma unroll
-        for (int m = 0; m < kM; ++m) {
+        for (int m0 = 0; m0 < kM; ++m0) {
+            const int m = kM == 1 ? 0 : m0 < mrows ? m0 : mrows - 1;
 #if MIRCUDA_FP4_ACT_BF16
             const float xs = 1.0f;
 #else
-            const float xs = fp4::ue4m3_to_float(__ldg(sx + scale_offset(m, (col >> 4) + b, kblocks, katoms)));
+            const float xs = fp4::ue4m3_to_float(__ldg(sx + act_scale_offset(m, (col >> 4) + b, kblocks, katoms)));
 #endif
 #if MIRCUDA_FP4_FP16_PATH
             __half2 xh[8];
@@ -211,7 +233,7 @@ __device__ __forceinline__ void consume(float (&acc)[kM][kRows], const unsigned 
                 }
                 const float2 f = __half22float2(s2);
                 const float ws = scale_unbiased((sraw[r] >> (8 * b)) & 0xffu);
-                acc[m][r] = fmaf(f.x + f.y, ws * xs, acc[m][r]);
+                acc[m0][r] = fmaf(f.x + f.y, ws * xs, acc[m0][r]);
             }
 #else
             float xf[16];
@@ -236,7 +258,7 @@ __device__ __forceinline__ void consume(float (&acc)[kM][kRows], const unsigned 
                     }
                 }
                 const float ws = scale_unbiased((sraw[r] >> (8 * b)) & 0xffu);
-                acc[m][r] = fmaf(p, ws * xsu, acc[m][r]);
+                acc[m0][r] = fmaf(p, ws * xsu, acc[m0][r]);
             }
 #endif
         }
@@ -246,7 +268,7 @@ __device__ __forceinline__ void consume(float (&acc)[kM][kRows], const unsigned 
 __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
                                            const unsigned char* __restrict__ sw, const void* __restrict__ x,
                                            const unsigned char* __restrict__ sx, const float* global_a,
-                                           const float* global_b, float alpha, int n, int k) {
+                                           const float* global_b, float alpha, int n, int k, int mrows = kM) {
     const int warps = blockDim.x >> 5;
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
@@ -287,7 +309,7 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
                 if (ahead < k)
                     load_step(w, sw, rows, ahead, k, kblocks, katoms, codes[(d + kStages - 1) % kStages],
                               sraw[(d + kStages - 1) % kStages]);
-                consume(acc, codes[d], sraw[d], x, sx, col, k, kblocks, katoms);
+                consume(acc, codes[d], sraw[d], x, sx, col, k, kblocks, katoms, mrows);
                 col += stride;
             }
         }
@@ -317,12 +339,72 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
         for (int j = 1; j < warps; ++j) s += partial[j][i];
         const int m = i / kRows, r = i % kRows;
         const long long row = row0 + r;
-        if (row < n) decode::store_out(y + (long long)m * n + row, scale * s);
+        if (row < n && m < mrows) decode::store_out(y + (long long)m * n + row, scale * s);
     }
 }
 
 }  // namespace
 
+#if MIRCUDA_FP4_GROUPED
+// The grouped NVFP4 plans' decode kernel (variant "vector" of mircuda.matmul._moe; MIRCUDA_FP4_GROUPED = 1
+// with the MIRCUDA_MOE_* defines of fp4_grouped_table.cuh, MIRCUDA_MOE_MT = MIRCUDA_FP4_M, NVFP4
+// activations with linear scales: MIRCUDA_FP4_ACT_TILED 0). The setup kernel of fp4_grouped_table.cuh runs
+// first and lists the tiles: each group's rows in tiles of kM. Grid: x the weight-row blocks (kRows rows
+// each), y the tile slots (a block past the list's total returns), z the operand set. Block (x, t, s)
+// multiplies tile t's rows (at most kM, consecutive from the group's offset) by weight rows [kRows x,
+// kRows x + kRows) of the group's matrix with fp4_matvec (the M <= 16 CUDA-core path above: each weight
+// is decoded once for the kM rows), scaled by alpha_per_matrix[s E + e]. Rows no group covers are never
+// written; every index comes from the validated table.
+#include "fp4_grouped_table.cuh"
+
+static_assert(kMT == kM, "MIRCUDA_MOE_MT must equal MIRCUDA_FP4_M (rows per tile)");
+static_assert(MIRCUDA_FP4_ACT_TILED == 0 && MIRCUDA_FP4_ACT_BF16 == 0,
+              "the grouped plans' activations are NVFP4 with linear scales");
+static_assert(MIRCUDA_FP4_WIDE == 0 || kK % 32 == 0, "MIRCUDA_FP4_WIDE needs K % 32 == 0");
+
+namespace {
+constexpr long long kMatrixBytes = (long long)kN * (kK / 2);
+#if MIRCUDA_FP4_TILED
+constexpr long long kMatrixScaleBytes = (long long)((kN + 127) / 128) * 128 * ((kK / 16 + 3) / 4) * 4;
+#else
+constexpr long long kMatrixScaleBytes = (long long)kN * (kK / 16);
+#endif
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+    fp4_grouped_bf16(const int* __restrict__ ws, const float* __restrict__ alpha_per_matrix,
+                     const unsigned char* __restrict__ a1, const unsigned char* __restrict__ sa1,
+                     const unsigned char* __restrict__ b1, const unsigned char* __restrict__ sb1,
+                     __nv_bfloat16* __restrict__ d1, const unsigned char* __restrict__ a2,
+                     const unsigned char* __restrict__ sa2, const unsigned char* __restrict__ b2,
+                     const unsigned char* __restrict__ sb2, __nv_bfloat16* __restrict__ d2) {
+    // The table is the setup kernel's output: nothing is read before it has finished.
+    decode::pdl_wait();
+    const int tile = blockIdx.y;
+    // The total and (up to 128 groups) the prefix entries are loaded together: one L2 round trip before
+    // the group is known, not log2(G) dependent ones.
+    const int lane = threadIdx.x & 31;
+    int pre[kScan > 0 ? kScan : 1];
+#pragma unroll
+    for (int i = 0; i < kScan; ++i) pre[i] = lane + 32 * i < kG ? ws[kPrefix + lane + 32 * i] : 0x7fffffff;
+    if (tile >= ws[kPrefix + kG]) return;  // block-uniform
+    const int g = kScan > 0 ? find_group_scan(pre, tile) : find_group(ws + kPrefix, tile);
+    const int local = tile - ws[kPrefix + g];
+    const int rows = min(kM, ws[kCount + g] - local * kM);
+    const long long xrow0 = (long long)ws[kOffset + g] + (long long)local * kM;
+    const int e = ws[kMatrix + g];
+    const int set = kSets == 2 ? (int)blockIdx.z : 0;
+    const unsigned char* a = set ? a2 : a1;
+    const unsigned char* sa = set ? sa2 : sa1;
+    const unsigned char* b = set ? b2 : b1;
+    const unsigned char* sb = set ? sb2 : sb1;
+    __nv_bfloat16* d = set ? d2 : d1;
+    fp4_matvec(d + xrow0 * kN, b + (long long)e * kMatrixBytes, sb + (long long)e * kMatrixScaleBytes,
+               a + xrow0 * (kK / 2), sa + xrow0 * (kK / 16), nullptr, alpha_per_matrix + set * kBank + e, 1.0f,
+               kN, kK, rows);
+}
+
+#else
 extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
     fp4_matvec_bf16(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
                     const unsigned char* __restrict__ sw, const void* __restrict__ x,
@@ -330,3 +412,4 @@ extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
                     int n, int k) {
     fp4_matvec(y, w, sw, x, sx, global_a, global_b, alpha, n, k);
 }
+#endif  // MIRCUDA_FP4_GROUPED

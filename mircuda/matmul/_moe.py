@@ -29,6 +29,7 @@ Operands (the shared contract ``moe_interface.md``):
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -41,9 +42,9 @@ from ..memory import DeviceBuffer
 from ._fp4 import _device_checks, fp4_compiler, has_e2m1_cvt
 from ._fp4_layout import address, check_layout
 from ._fp4_reference import BLOCK, scale_bytes
-from ._moe_kernels import (BLOCK_ROWS, MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, VARIANTS, WARPS, DecodeTuning,
-                           GroupedKernels, check_tuning, default_tuning,
-                           choose_variant, default_rows_per_tile, grouped_executor, grouped_options, tile_shape, workspace_ints)
+from ._moe_kernels import (BLOCK_ROWS, MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, VARIANTS, VECTOR_MAX_MEAN_ROWS,
+                           VECTOR_ROWS_PER_TILE, WARPS, DecodeTuning, GroupedKernels, check_tuning, default_tuning,
+                           choose_variant, default_rows_per_tile, default_vector_rows, grouped_executor, grouped_options, tile_shape, workspace_ints)
 from ._moe_spec import GroupedFp4Operands, IndexedGroupedFp4Spec, VariableGroupedFp4Spec
 from ._spec import Operand, PlanBase, check_operand, check_scalar, plan_stream
 
@@ -130,12 +131,18 @@ class _GroupedFp4PlanBase(PlanBase):
 
         _check_library(library)  # a wrong library must not be silently replaced by the portable path
         self._layout = check_layout("scale_layout", scale_layout)
-        if rows_per_tile is not None and (not is_integer_value(rows_per_tile) or rows_per_tile not in ROWS_PER_TILE):
-            raise ContractError("rows_per_tile", f"None or one of {ROWS_PER_TILE} (activation rows per m-tile)",
-                                repr(rows_per_tile))
-        rows_per_tile = None if rows_per_tile is None else int(rows_per_tile)  # numpy integers as the specs take them
         if variant is not None and (not isinstance(variant, str) or variant not in VARIANTS):
             raise ContractError("variant", f"None or one of {', '.join(map(repr, VARIANTS))}", repr(variant))
+        if variant is None and rows_per_tile is not None and rows_per_tile in VECTOR_ROWS_PER_TILE[:-1]:
+            variant = "vector"  # 1, 2 or 4 rows per tile: only the vector variant has them
+        if variant == "vector":
+            tiles_allowed, what = VECTOR_ROWS_PER_TILE, "activation rows per tile with variant='vector'"
+        else:
+            tiles_allowed, what = ROWS_PER_TILE, (f"activation rows per m-tile; {VECTOR_ROWS_PER_TILE} with variant "
+                                                  "'vector'")
+        if rows_per_tile is not None and (not is_integer_value(rows_per_tile) or rows_per_tile not in tiles_allowed):
+            raise ContractError("rows_per_tile", f"None or one of {tiles_allowed} ({what})", repr(rows_per_tile))
+        rows_per_tile = None if rows_per_tile is None else int(rows_per_tile)  # numpy integers as the specs take them
         if variant == "staged" and rows_per_tile == 8:
             raise ContractError("rows_per_tile", "16, 32 or 64 with variant='staged'", repr(rows_per_tile))
         plan_stream(stream, context)
@@ -152,23 +159,33 @@ class _GroupedFp4PlanBase(PlanBase):
         self._cutlass: Any = None
         self._dense = None
         self._buffers: list[DeviceBuffer[Any]] = []
-        mt = rows_per_tile if rows_per_tile is not None else default_rows_per_tile(capacity, groups, fixed_rows)
+        knobs_given = rows_per_tile is not None or variant is not None or tuning is not None
+        mean_rows = fixed_rows or capacity / groups
+        if variant is None and rows_per_tile is None and mean_rows <= VECTOR_MAX_MEAN_ROWS:
+            variant = "vector"  # decode: a row or two per group (see VECTOR_MAX_MEAN_ROWS)
+        if variant == "vector":
+            mt = rows_per_tile if rows_per_tile is not None else default_vector_rows(capacity, groups, fixed_rows)
+        else:
+            mt = rows_per_tile if rows_per_tile is not None else default_rows_per_tile(capacity, groups, fixed_rows)
         if variant == "staged" and mt == 8:
             mt = 16
-        knobs_given = rows_per_tile is not None or variant is not None or tuning is not None
         tuning = _resolve_tuning(tuning, choose_variant(mt) if variant is None else variant, compiler.arch)
         shape = tile_shape(n=n, capacity=capacity, groups=groups, rows_per_tile=mt, fixed_rows=fixed_rows, sets=sets,
                            variant=variant, tuning=tuning)
-        if shape.weight_blocks > MAX_WEIGHT_BLOCKS:
+        if shape.variant == "vector" and shape.tiles > MAX_WEIGHT_BLOCKS:
+            raise ContractError("capacity", f"at most {MAX_WEIGHT_BLOCKS} tiles of {mt} rows with variant 'vector' "
+                                f"(grid.y), here {shape.tiles}", repr(capacity))
+        if shape.variant != "vector" and shape.weight_blocks > MAX_WEIGHT_BLOCKS:
             most = MAX_WEIGHT_BLOCKS * BLOCK_ROWS[shape.variant] * tuning.frags
             raise ContractError("n", f"at most {most} (grid.y of the grouped "
                                 f"kernel: {MAX_WEIGHT_BLOCKS})", repr(n))
         options = grouped_options(n=n, k=k, groups=groups, bank_size=bank, capacity=capacity, rows_per_tile=mt,
                                   fixed_rows=fixed_rows, tiled=self._layout == "tiled", sets=sets,
                                   variant=shape.variant, tuning=tuning)
-        self._tuning = tuning
         self._kernels = GroupedKernels(compiler, options, shape, groups, bank,
-                                       pdl=context.device_info().supports_programmatic_launch)
+                                       pdl=context.device_info().supports_programmatic_launch, capacity=capacity, k=k)
+        # The vector variant's warps come from the occupancy rule unless tuning gave them.
+        self._tuning = dataclasses.replace(tuning, warps=self._kernels.shape.warps)
         self._why_portable = self._choose_path(path, library, compiler,
                                                portable_knobs=knobs_given)
         try:
@@ -296,7 +313,7 @@ class _GroupedFp4PlanBase(PlanBase):
 
     @property
     def rows_per_tile(self) -> int:
-        """Activation rows per m-tile of the portable kernel."""
+        """Activation rows per m-tile (per tile with variant ``"vector"``) of the portable kernel."""
         return self._kernels.shape.rows_per_tile
 
     @property
@@ -306,7 +323,7 @@ class _GroupedFp4PlanBase(PlanBase):
 
     @property
     def variant(self) -> str:
-        """The portable kernel's variant: ``"split_k"``, ``"split_n"`` or ``"staged"``
+        """The portable kernel's variant: ``"split_k"``, ``"split_n"``, ``"staged"`` or ``"vector"``
         (:data:`~mircuda.matmul._moe_kernels.VARIANTS`)."""
         return self._kernels.shape.variant
 
@@ -362,6 +379,15 @@ class _GroupedFp4PlanBase(PlanBase):
         t = self._tuning
         decode = ("cvt.rn.f16x2.e2m1x2" if t.decode == "bytes" and has_e2m1_cvt(self._kernels.arch) else
                   f"an exact software E2M1 decode: {t.decode} (target {self._kernels.arch})")
+        pdl = "; programmatic dependent launch (the grouped kernel's launch overlaps the setup)" if self._kernels.pdl else ""
+        if shape.variant == "vector":
+            return Description(
+                f"{head}{setup}, then fp4_grouped_bf16 (NVRTC fp4_vector.cu, portable, any cc >= 8.0, no tensor "
+                f"cores): grid ({shape.weight_blocks} weight-row blocks of {BLOCK_ROWS['vector'] * t.frags} rows, "
+                f"{shape.tiles} tile slots of {shape.rows_per_tile} activation row(s), {shape.sets} set(s)); variant "
+                f"vector: the block's {t.warps} warp(s) split K, a ring of {t.stages} load stages; each weight is "
+                f"decoded once ({decode}) and meets the tile's rows in HFMA2 (each 16-element block summed exactly "
+                "in FP16), scaled by the UE4M3 scales in FP32, BF16 out" + pdl + f". Why portable: {self._why_portable}.")
         split = {"split_k": f"variant split_k: the block's {t.warps} warps split K over {16 * t.frags} weight rows "
                             f"(decode: each weight read once per m-tile), a ring of {t.stages} load stages",
                  "split_n": f"variant split_n: each of the block's {WARPS} warps owns 16 weight rows and all of K, both "
@@ -375,8 +401,7 @@ class _GroupedFp4PlanBase(PlanBase):
             f"{shape.rows_per_tile} activation rows; {split}; E2M1 x UE4M3 decoded exactly to FP16 ({decode}, times "
             "the UE4M3 scale in FP16) and multiplied by mma.sync m16n8k16 FP16 x FP16 -> FP32 (weights the 16-row A "
             f"operand, activation rows the n8 columns), BF16 out"
-            + ("; programmatic dependent launch (the grouped kernel's launch overlaps the setup)" if self._kernels.pdl
-               else "") + f". Why portable: {self._why_portable}.")
+            + pdl + f". Why portable: {self._why_portable}.")
 
     # -- execution ---------------------------------------------------------------------------------
     def _check_set(self, ops: tuple[Operand, ...], names: tuple[str, str], a: Any, sa: Any, b: Any, sb: Any, d: Any,
@@ -455,7 +480,9 @@ _DOC_COMMON = """
     spanning ``ceil(max(G, E) / 256)`` blocks validates the routing, sets the error flag, computes
     alpha_per_matrix and builds the tile list (prefix sums of m-tiles over groups); the grouped kernel's
     blocks walk that list: E2M1 x UE4M3 decoded exactly to FP16 in registers, ``mma.sync`` m16n8k16 FP16 ->
-    FP32, BF16 out. On cc 12.x with a CUTLASS library holding the grouped block-scaled kind (and tiled scales)
+    FP32, BF16 out (variant ``"vector"``, chosen for decode steps of about one row per group: the CUDA-core
+    kernel of ``cuda_src/fp4_vector.cu`` per tile of 1-8 rows, each weight decoded once for the tile's rows).
+    On cc 12.x with a CUTLASS library holding the grouped block-scaled kind (and tiled scales)
     the SM120 grouped kernels run instead (``._fp4_grouped_cutlass``); on cc 9.0 with a library holding the
     grouped BF16 kernels and many rows per group (:data:`PATHS`), the decode_grouped path (``._moe_grouped_dense``:
     the operands decoded exactly to BF16 in kept workspaces, then one CUTLASS grouped BF16 GEMM with
@@ -481,9 +508,13 @@ class VariableGroupedFp4Plan(_GroupedFp4PlanBase):
         scale_layout: the bank scales' layout, ``"tiled"`` (default; the SM120 path's) or ``"linear"``.
         compiler: the NVRTC Compiler (default: :func:`~mircuda.matmul._fp4.fp4_compiler`).
         rows_per_tile: None (the smallest of 8, 16, 32, 64 holding ``min(capacity, 4 ceil(capacity / groups))``,
-            room for uneven routing: a group's weights are read once per m-tile) or one of them.
-        variant: None (``"split_k"`` for m-tiles of <= 16 rows, else ``"staged"``), ``"split_k"``, ``"split_n"``
-            or ``"staged"`` (m-tiles of >= 16 rows): the portable kernel's work split (``describe()`` says it).
+            room for uneven routing: a group's weights are read once per m-tile; variant ``"vector"``: the
+            smallest of 1, 2, 4, 8 holding ``ceil(capacity / groups)``) or one of them (1, 2, 4 or 8 with
+            variant ``"vector"``; 1, 2 or 4 without a variant choose it).
+        variant: None (``"vector"`` for at most one row per group on average (``capacity / groups <= 1``, and
+            rows_per_tile not given), else ``"split_k"`` for m-tiles of <= 16 rows, else ``"staged"``),
+            ``"split_k"``, ``"split_n"``, ``"staged"`` (m-tiles of >= 16 rows) or ``"vector"`` (CUDA cores, no
+            tensor cores; ``cuda_src/fp4_vector.cu``): the portable kernel's work split (``describe()`` says it).
         library: the CUTLASS library tried on cc 12.x (SM120 grouped kernels) and cc 9.0 (the decode_grouped
             path's grouped BF16 kernels) (default: :func:`load_library`).
         path: None (choose, see :data:`PATHS`; a given rows_per_tile or variant keeps the choice off

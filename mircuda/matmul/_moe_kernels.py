@@ -1,9 +1,12 @@
-"""The grouped NVFP4 plans' portable kernels (``cuda_src/fp4_grouped.cu``): compile options, the tile
-shape rule, launches and the ``@numba.njit`` executor. The plans (:mod:`mircuda.matmul._moe`) check
+"""The grouped NVFP4 plans' portable kernels (``cuda_src/fp4_grouped.cu``, and ``cuda_src/fp4_vector.cu``
+compiled with ``MIRCUDA_FP4_GROUPED`` for the ``"vector"`` variant; both with the setup kernel of
+``cuda_src/fp4_grouped_table.cuh``): compile options, the tile shape rule, launches and the
+``@numba.njit`` executor. The plans (:mod:`mircuda.matmul._moe`) check
 operands first; nothing here allocates on the execute path."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,29 +21,42 @@ if TYPE_CHECKING:
     from ..launch import TypedKernel
     from ..runtime import Stream
 
-__all__ = ["DECODES", "DecodeTuning", "default_tuning", "check_tuning",
-           "SETUP_SYMBOL", "GROUPED_SYMBOL", "ROWS_PER_TILE", "WARPS", "VARIANTS", "grouped_source", "grouped_options",
-           "choose_rows_per_tile", "default_rows_per_tile", "choose_variant", "GroupedKernels", "workspace_ints", "grouped_executor"]
+__all__ = ["DECODES", "DecodeTuning", "default_tuning", "check_tuning", "SETUP_SYMBOL", "GROUPED_SYMBOL",
+           "ROWS_PER_TILE", "VECTOR_ROWS_PER_TILE", "WARPS", "VARIANTS", "grouped_source", "vector_source",
+           "grouped_options", "choose_rows_per_tile", "default_rows_per_tile", "default_vector_rows", "choose_variant",
+           "GroupedKernels", "vector_warps", "workspace_ints", "grouped_executor"]
 
 SETUP_SYMBOL = "fp4_grouped_setup"
 GROUPED_SYMBOL = "fp4_grouped_bf16"
 ROWS_PER_TILE = (8, 16, 32, 64)
-"""Activation rows per m-tile the kernel compiles for (``MIRCUDA_MOE_MT``): one or more n8 columns of
+"""Activation rows per m-tile the mma kernel compiles for (``MIRCUDA_MOE_MT``): one or more n8 columns of
 ``mma.sync.m16n8k16`` each."""
+VECTOR_ROWS_PER_TILE = (1, 2, 4, 8)
+"""Activation rows per tile of the ``"vector"`` variant (``MIRCUDA_FP4_M`` = ``MIRCUDA_MOE_MT``): each
+decoded weight meets that many rows in FP16 (the CUDA-core path of ``BlockScaledFp4VectorPlan``)."""
+VECTOR_MAX_MEAN_ROWS = 1.0
+"""The automatic choice runs the ``"vector"`` variant when a group has at most this many rows on average
+(``capacity / G``, or R): decode steps, where a group's weights are read for one or two rows."""
 WARPS = 8
 SETUP_THREADS = 256
 SPLIT_K_MAX_ROWS = 16
 """Tiles of at most this many rows split K over the block's warps (decode: the weights dominate, each read
 once per m-tile); larger tiles run the staged variant (the activation chunk decoded once per block into
 shared memory, each warp 32 weight rows)."""
-VARIANTS = {"split_n": 0, "split_k": 1, "staged": 2}
+VARIANTS = {"split_n": 0, "split_k": 1, "staged": 2, "vector": 3}
 """The grouped kernel's variants (``MIRCUDA_MOE_MODE``): ``"split_k"`` 16 weight rows per block, the warps
 split K; ``"split_n"`` 16 weight rows per warp, both operands decoded in registers; ``"staged"`` 32 weight
-rows per warp, activations decoded once per block into shared memory (m-tiles of 16 rows or more)."""
-BLOCK_ROWS = {"split_n": 16 * WARPS, "split_k": 16, "staged": 32 * WARPS}
+rows per warp, activations decoded once per block into shared memory (m-tiles of 16 rows or more);
+``"vector"`` (``fp4_vector.cu``, no tensor cores) 4 or 8 weight rows per block, the warps split K, tiles of
+1-8 rows: each weight is decoded once and multiplied with the tile's rows by HFMA2, exact FP16 sums per
+16-element block (decode steps with a row or two per group)."""
+BLOCK_ROWS = {"split_n": 16 * WARPS, "split_k": 16, "staged": 32 * WARPS, "vector": 4}
 """Weight rows per block of each variant."""
 MAX_WEIGHT_BLOCKS = 65535
-"""CUDA's grid.y limit: the weight-row blocks of one matrix."""
+"""CUDA's grid.y limit: the weight-row blocks of one matrix (the mma variants), the tile slots
+(``"vector"``)."""
+VECTOR_WARPS = (1, 2, 4, 8)
+"""Warps per block of the ``"vector"`` variant (``fp4_vector.cu``'s ``kMaxWarps`` is 8)."""
 DECODES = {"bytes": 0, "pairs": 1, "e4m3": 2}
 """The E2M1 decoders of ``fp4_grouped.cu`` (``MIRCUDA_MOE_DECODE``; the file's header gives each formula):
 ``"bytes"`` byte by byte (cvt.rn.f16x2.e2m1x2 on the sm_1x0f/a targets), ``"pairs"`` two elements per
@@ -56,9 +72,9 @@ class DecodeTuning:
     compare them: ``moe-profile --sweep``).
 
     decode: one of :data:`DECODES`. stages: 2, 3 or 4 K steps of loads in the register ring (split_k,
-    split_n). warps: 4, 8 or 16 warps per block (split_k; the other variants take 8). frags: 1 or 2
-    16-row weight fragments per block (split_k: 16 or 32 weight rows per block, every activation fragment
-    feeding both)."""
+    split_n, vector). warps: 4, 8 or 16 warps per block (split_k; vector: 1, 2, 4 or 8, or 0 for the
+    occupancy rule's count; the other variants take 8). frags: 1 or 2 16-row weight fragments per block (split_k: 16
+    or 32 weight rows per block, every activation fragment feeding both; vector: 4 or 8 weight rows)."""
 
     decode: str
     stages: int = 2
@@ -84,6 +100,12 @@ def default_tuning(arch: str, variant: str) -> DecodeTuning:
     register budget)."""
     number = _arch_number(arch)
     decode = "e4m3" if number >= 89 else "pairs"
+    if variant == "vector":
+        # moe-profile --sweep vector on the H200 (2026-12-01, benchmarks/results/moe_sweep_vector.json): 2 stages
+        # x 4 weight rows x 1-row tiles was the fastest in all four decode cases (mixtral 1 token 27.8 µs
+        # against 31.5 for 3 stages, fine 1 / 16 tokens 8.6 / 44.8 against 8.9 / 50.1); the warps come from
+        # the occupancy rule (vector_warps), which took 1 there (2 and 4 were slower).
+        return DecodeTuning(decode, 2, 0, 1)
     if variant == "split_k" and 89 <= number < 120:
         # moe-profile --sweep all on the H200 (2026-12-01): 2 stages x 4 warps x 32-row blocks was the fastest
         # in 3 of 4 decode cases (mixtral 1 / 16 tokens 39.0 / 172.3 µs against 42.8 / 220.2 for 3 x 8 x 16
@@ -104,11 +126,13 @@ def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
                             f"'e4m3' for target {arch}")
     if type(tuning.stages) is not int or tuning.stages not in STAGES:
         raise ContractError("tuning.stages", f"one of {STAGES}", repr(tuning.stages))
-    for name, allowed in (("warps", TUNED_WARPS), ("frags", FRAGS)):
+    # vector: warps 0 leaves them to the occupancy rule (vector_warps), as its default tuning does
+    for name, allowed in (("warps", (0, *VECTOR_WARPS) if variant == "vector" else TUNED_WARPS), ("frags", FRAGS)):
         value = getattr(tuning, name)
         if type(value) is not int or value not in allowed:
-            raise ContractError(f"tuning.{name}", f"one of {allowed}", repr(value))
-        if variant != "split_k" and value != getattr(DecodeTuning("bytes"), name):
+            raise ContractError(f"tuning.{name}", f"one of {allowed}" + (" with variant 'vector'" if
+                                variant == "vector" else ""), repr(value))
+        if variant not in ("split_k", "vector") and value != getattr(DecodeTuning("bytes"), name):
             raise ContractError(f"tuning.{name}", f"{getattr(DecodeTuning('bytes'), name)} with variant {variant!r} "
                                 "(split_k only)", repr(value))
     return tuning
@@ -126,6 +150,13 @@ def choose_rows_per_tile(rows_per_group: int) -> int:
     return next((t for t in ROWS_PER_TILE if t >= rows_per_group), ROWS_PER_TILE[-1])
 
 
+def vector_source() -> CudaSource:
+    """``cuda_src/fp4_vector.cu`` with its headers inlined (the ``"vector"`` variant's module)."""
+    from ._fp4 import fp4_vector_source
+
+    return fp4_vector_source()
+
+
 def choose_variant(rows_per_tile: int) -> str:
     """``"split_k"`` for m-tiles of at most :data:`SPLIT_K_MAX_ROWS` rows (decode), else ``"staged"``."""
     return "split_k" if rows_per_tile <= SPLIT_K_MAX_ROWS else "staged"
@@ -138,6 +169,14 @@ def default_rows_per_tile(capacity: int, groups: int, fixed_rows: int = 0) -> in
     return choose_rows_per_tile(fixed_rows if fixed_rows else min(capacity, 4 * -(-capacity // groups)))
 
 
+def default_vector_rows(capacity: int, groups: int, fixed_rows: int = 0) -> int:
+    """The ``"vector"`` variant's default tile: the smallest of :data:`VECTOR_ROWS_PER_TILE` holding R (the
+    indexed plan) or ``ceil(capacity / groups)`` (8 above that): a group's usual rows meet each decoded
+    weight in one tile."""
+    rows = fixed_rows if fixed_rows else -(-capacity // groups)
+    return next((t for t in VECTOR_ROWS_PER_TILE if t >= rows), VECTOR_ROWS_PER_TILE[-1])
+
+
 def grouped_options(*, n: int, k: int, groups: int, bank_size: int, capacity: int, rows_per_tile: int,
                     fixed_rows: int, tiled: bool, sets: int, variant: str | None = None,
                     tuning: DecodeTuning | None = None) -> CompileOptions:
@@ -145,14 +184,20 @@ def grouped_options(*, n: int, k: int, groups: int, bank_size: int, capacity: in
     ``variant`` None: :func:`choose_variant`; ``tuning`` None: the kernel's own defaults (the bytes decode,
     2 stages, 8 warps, 16-row blocks)."""
     variant = choose_variant(rows_per_tile) if variant is None else variant
+    moe = {"MIRCUDA_MOE_N": n, "MIRCUDA_MOE_K": k, "MIRCUDA_MOE_G": groups, "MIRCUDA_MOE_E": bank_size,
+           "MIRCUDA_MOE_CAPACITY": capacity, "MIRCUDA_MOE_MT": rows_per_tile, "MIRCUDA_MOE_FIXED_ROWS": fixed_rows,
+           "MIRCUDA_MOE_TILED": int(tiled), "MIRCUDA_MOE_SETS": sets}
+    if variant == "vector":
+        vt = DecodeTuning("bytes", 2, 0, 1) if tuning is None else tuning
+        return CompileOptions(defines={**moe,
+            "MIRCUDA_FP4_GROUPED": 1, "MIRCUDA_FP4_M": rows_per_tile, "MIRCUDA_FP4_ROWS": BLOCK_ROWS["vector"] * vt.frags,
+            "MIRCUDA_FP4_TILED": int(tiled), "MIRCUDA_FP4_ACT_TILED": 0, "MIRCUDA_FP4_WIDE": int(k % 32 == 0),
+            "MIRCUDA_FP4_ACT_BF16": 0, "MIRCUDA_FP4_DECODE": DECODES[vt.decode], "MIRCUDA_FP4_HALF_SUM": 1,
+            "MIRCUDA_FP4_STAGES": vt.stages})
     tuned = {} if tuning is None else {
         "MIRCUDA_MOE_DECODE": DECODES[tuning.decode], "MIRCUDA_MOE_STAGES": tuning.stages,
         "MIRCUDA_MOE_WARPS": tuning.warps, "MIRCUDA_MOE_FRAGS": tuning.frags}
-    return CompileOptions(defines={**tuned,
-        "MIRCUDA_MOE_N": n, "MIRCUDA_MOE_K": k, "MIRCUDA_MOE_G": groups, "MIRCUDA_MOE_E": bank_size,
-        "MIRCUDA_MOE_CAPACITY": capacity, "MIRCUDA_MOE_MT": rows_per_tile, "MIRCUDA_MOE_FIXED_ROWS": fixed_rows,
-        "MIRCUDA_MOE_TILED": int(tiled), "MIRCUDA_MOE_MODE": VARIANTS[variant],
-        "MIRCUDA_MOE_SETS": sets})
+    return CompileOptions(defines={**tuned, **moe, "MIRCUDA_MOE_MODE": VARIANTS[variant]})
 
 
 def workspace_ints(groups: int) -> int:
@@ -189,15 +234,30 @@ def tile_shape(*, n: int, capacity: int, groups: int, rows_per_tile: int, fixed_
     return TileShape(rows_per_tile, variant, max(tiles, 1), -(-n // (BLOCK_ROWS[variant] * frags)), sets, warps)
 
 
+def vector_warps(shape: TileShape, capacity: int, groups: int, k: int, multiprocessors: int,
+                 blocks_per_sm: Any) -> int:
+    """The ``"vector"`` variant's warps per block when not given: :func:`~mircuda.matmul._vector.choose_vector_warps`
+    (the single FP4 GEMV's occupancy rule) over the weight-row blocks of the tiles a routing is expected to
+    fill: ``min(ceil(capacity / MT), G)`` (every row in its own group, at most G groups)."""
+    from ._vector import choose_vector_warps
+
+    expected = max(1, min(-(-capacity // shape.rows_per_tile), groups))
+    # choose_vector_warps counts blocks as ceil(N / rows): pass the blocks themselves with rows = 1.
+    return choose_vector_warps(shape.weight_blocks * expected, k, multiprocessors, blocks_per_sm, rows=1,
+                               chunk=32 * (32 if k % 32 == 0 else 16))
+
+
 class GroupedKernels:
     """The setup and grouped kernels compiled for one plan, with their launch configurations."""
 
     def __init__(self, compiler: Compiler, options: CompileOptions, shape: TileShape, groups: int,
-                 bank_size: int, pdl: bool = False) -> None:
+                 bank_size: int, pdl: bool = False, *, capacity: int = 0, k: int = 0) -> None:
         """``pdl``: launch both kernels with programmatic stream serialization (cc >= 9.0): each waits
         (``griddepcontrol.wait``) before touching memory, so the grouped kernel's launch overlaps the setup
-        kernel's run."""
-        module = compiler.compile(grouped_source(), options)
+        kernel's run. The ``"vector"`` variant with ``shape.warps == 0`` takes :func:`vector_warps`'s count
+        (``capacity`` and ``k`` feed it)."""
+        vector = shape.variant == "vector"
+        module = compiler.compile(vector_source() if vector else grouped_source(), options)
         self.arch = compiler.arch
         self.options = options
         self.shape = shape
@@ -206,10 +266,20 @@ class GroupedKernels:
                              for name in SETUP_PARAMS}))
         self.grouped: TypedKernel = module.kernel(cuda_export(GROUPED_SYMBOL, **{name: u64 for name in GROUPED_PARAMS}))
         self.pdl = pdl
+        if vector and shape.warps == 0:
+            from ._vector import blocks_per_sm
+
+            context = compiler.context
+            warps = vector_warps(shape, capacity, groups, k, context.device_info().multiprocessor_count,
+                                 lambda w: blocks_per_sm(context, self.grouped, w))
+            shape = dataclasses.replace(shape, warps=warps)
+            self.shape = shape
         self.setup_config = LaunchConfig((-(-max(groups, bank_size) // SETUP_THREADS),), (SETUP_THREADS,),
                                          programmatic_stream_serialization=pdl)
-        self.grouped_config = LaunchConfig((shape.tiles, shape.weight_blocks, shape.sets), (32 * shape.warps,),
-                                           programmatic_stream_serialization=pdl)
+        # The vector kernel takes the weight-row blocks on x (up to 2^31 - 1) and one tile per y.
+        grid = ((shape.weight_blocks, shape.tiles, shape.sets) if vector else
+                (shape.tiles, shape.weight_blocks, shape.sets))
+        self.grouped_config = LaunchConfig(grid, (32 * shape.warps,), programmatic_stream_serialization=pdl)
 
     def launch(self, stream: Stream, setup_args: tuple[Any, ...], grouped_args: tuple[Any, ...]) -> None:
         self.setup.launch(stream, self.setup_config, *setup_args)

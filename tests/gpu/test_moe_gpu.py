@@ -149,7 +149,8 @@ def test_the_variable_plan_matches_float64_on_topk_routings(context, stream, poo
 
 
 TILES = [(8, "split_k"), (16, "split_k"), (32, "split_k"), (64, "split_k"), (8, "split_n"), (16, "split_n"),
-         (64, "split_n"), (16, "staged"), (32, "staged"), (64, "staged")]
+         (64, "split_n"), (16, "staged"), (32, "staged"), (64, "staged"), (1, "vector"), (2, "vector"), (4, "vector"),
+         (8, "vector")]
 
 
 @pytest.mark.parametrize("rows_per_tile, variant", TILES, ids=str)
@@ -188,6 +189,53 @@ def test_every_split_k_decode_knob_matches_float64(context, stream, pool, rng, t
                  tuning=tuning)
 
 
+def _vector_tunings() -> list[Any]:
+    """The vector variant's knobs (fp4_vector.cu: MIRCUDA_FP4_DECODE, _STAGES, the warps splitting K, 4 or 8
+    weight rows per block)."""
+    from mircuda.matmul._moe_kernels import DecodeTuning
+
+    return [DecodeTuning(d, s, w, f) for d, s, w, f in (("bytes", 2, 1, 1), ("pairs", 3, 2, 2), ("e4m3", 4, 8, 1),
+                                                         ("e4m3", 3, 4, 2), ("bytes", 4, 8, 2))]
+
+
+@pytest.mark.parametrize("tuning", _vector_tunings(), ids=lambda t: t.label())
+@pytest.mark.parametrize("rows_per_tile, n, k, tokens", [(1, 259, 1040, 3), (2, 300, 4096, 7), (8, 768, 96, 1)],
+                         ids=str)
+def test_every_vector_knob_matches_float64(context, stream, pool, rng, tuning, rows_per_tile, n, k, tokens) -> None:
+    """K = 1040: 8-byte loads (K % 32 != 0); 4096: the ring wraps many times; 96: fewer chunks than warps;
+    N = 259 / 300: a last block with rows past N; tiles of 1, 2 and 8 rows over groups of 0-3 rows."""
+    if tuning.decode == "e4m3" and context.device_info().compute_capability < (8, 9):
+        pytest.skip("cvt.rn.f16x2.e4m3x2 needs cc >= 8.9")
+    run_variable(context, stream, pool, rng, experts=8, topk=2, tokens=tokens, n=n, k=k,
+                 layout="linear" if k == 1040 else "tiled", rows_per_tile=rows_per_tile, variant="vector",
+                 tuning=tuning)
+
+
+def test_the_automatic_choice_takes_the_vector_variant_for_a_row_or_less_per_group(context, stream) -> None:
+    """capacity / groups <= 1 (a decode step): the CUDA-core vector kernel, its warps from the occupancy rule;
+    above: the mma variants. rows_per_tile 1, 2 or 4 alone choose it too."""
+    from mircuda.matmul._moe_kernels import VECTOR_WARPS
+
+    for capacity, want in ((8, "vector"), (2, "vector"), (9, "split_k")):
+        with mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(256, 512, capacity, 8, 8),
+                                       path="portable") as plan:
+            assert plan.variant == want
+            if want == "vector":
+                assert plan.rows_per_tile == 1 and plan.tuning.warps in VECTOR_WARPS
+                assert "variant vector" in plan.describe() and "no tensor cores" in plan.describe()
+    with mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(256, 512, 64, 8, 8),
+                                   rows_per_tile=4) as plan:
+        assert (plan.variant, plan.rows_per_tile) == ("vector", 4)
+    with mc.IndexedGroupedFp4Plan(context, stream, mc.IndexedGroupedFp4Spec(256, 512, 1, 6, 4)) as plan:
+        assert plan.variant == "vector"
+    for kw, field in (({"variant": "vector", "rows_per_tile": 16}, "rows_per_tile"),
+                      ({"variant": "split_k", "rows_per_tile": 2}, "rows_per_tile"),
+                      ({"rows_per_tile": 3}, "rows_per_tile")):
+        with pytest.raises(mc.ContractError) as info:
+            mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(256, 512, 16, 8, 8), **kw)
+        assert info.value.argument == field
+
+
 def test_the_default_tuning_is_the_targets_and_bad_knobs_are_refused_by_name(context, stream) -> None:
     from mircuda.matmul._moe_kernels import DecodeTuning, default_tuning
 
@@ -205,11 +253,16 @@ def test_the_default_tuning_is_the_targets_and_bad_knobs_are_refused_by_name(con
     with pytest.raises(mc.ContractError) as info:
         mc.VariableGroupedFp4Plan(context, stream, spec, variant="staged", tuning=DecodeTuning("pairs", 2, 4))
     assert info.value.argument == "tuning.warps"
+    for bad, field in ((DecodeTuning("pairs", 2, 16), "tuning.warps"), (DecodeTuning("pairs", 2, 2, 4), "tuning.frags")):
+        with pytest.raises(mc.ContractError) as info:
+            mc.VariableGroupedFp4Plan(context, stream, spec, variant="vector", tuning=bad)
+        assert info.value.argument == field
 
 
+@pytest.mark.parametrize("variant", [None, "vector"])
 @pytest.mark.parametrize("rows, products, bank_size", [(1, 20, 6), (5, 20, 6), (16, 9, 4), (40, 7, 3)], ids=str)
 def test_the_indexed_plan_takes_repeated_indices_and_more_products_than_matrices(context, stream, pool, rng, rows,
-                                                                                 products, bank_size) -> None:
+                                                                                 products, bank_size, variant) -> None:
     n, k = 320, 1024
     capacity = rows * products
     bank = Bank(context, stream, pool, rng, bank_size, n, k, "tiled")
@@ -219,7 +272,8 @@ def test_the_indexed_plan_takes_repeated_indices_and_more_products_than_matrices
     indices = upload(context, stream, pool, idx)
     d = poisoned(context, stream, pool, capacity * n)
     spec = mc.IndexedGroupedFp4Spec(n, k, rows, products, bank_size)
-    with mc.IndexedGroupedFp4Plan(context, stream, spec) as plan:
+    with mc.IndexedGroupedFp4Plan(context, stream, spec, variant=variant) as plan:
+        assert variant is None or plan.variant == variant
         plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, indices, global_a=act.global_buf,
                      global_b=bank.global_buf, alpha=0.75)
         got = download(context, stream, d)
@@ -236,7 +290,9 @@ def test_the_indexed_plan_takes_repeated_indices_and_more_products_than_matrices
 
 
 @pytest.mark.parametrize("tokens", [1, 16, 300])
-def test_the_paired_plan_runs_two_banks_with_their_own_scales_and_alphas(context, stream, pool, rng, tokens) -> None:
+@pytest.mark.parametrize("variant", [None, "vector"])
+def test_the_paired_plan_runs_two_banks_with_their_own_scales_and_alphas(context, stream, pool, rng, tokens,
+                                                                         variant) -> None:
     experts, topk, n, k = 8, 2, 384, 512
     capacity = tokens * topk + TAIL
     counts, offsets, indices = topk_routing(rng, tokens, experts, topk)
@@ -249,7 +305,8 @@ def test_the_paired_plan_runs_two_banks_with_their_own_scales_and_alphas(context
                                   global_a=acts[i].global_buf, global_b=banks[i].global_buf, alpha=alphas[i])
             for i in range(2)]
     spec = mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts)
-    with mc.PairedVariableGroupedFp4Plan(context, stream, spec) as plan:
+    with mc.PairedVariableGroupedFp4Plan(context, stream, spec, variant=variant) as plan:
+        assert variant is None or plan.variant == variant
         plan.execute(stream, sets[0], sets[1], *routing)
         gots = [download(context, stream, d) for d in ds]
         assert plan.read_error_flag() == 0
@@ -272,7 +329,9 @@ def write(context, stream, buf: mc.DeviceBuffer, values: np.ndarray) -> None:
     stream.synchronize()
 
 
-def test_graph_replays_follow_routing_and_global_scales_rewritten_on_the_device(context, stream, pool, rng) -> None:
+@pytest.mark.parametrize("variant", [None, "vector"])
+def test_graph_replays_follow_routing_and_global_scales_rewritten_on_the_device(context, stream, pool, rng,
+                                                                                variant) -> None:
     experts, topk, tokens, n, k = 8, 2, 24, 256, 512
     capacity = tokens * topk + TAIL
     bank = Bank(context, stream, pool, rng, experts, n, k, "tiled")
@@ -280,7 +339,8 @@ def test_graph_replays_follow_routing_and_global_scales_rewritten_on_the_device(
     first = topk_routing(rng, tokens, experts, topk)
     routing = [upload(context, stream, pool, x) for x in first]
     d = poisoned(context, stream, pool, capacity * n)
-    plan = mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts))
+    plan = mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts),
+                                     variant=variant)
     graph = stream.capture((act, bank, routing, d, plan), lambda _: plan.execute(
         stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
         global_b=bank.global_buf, alpha=1.0))
@@ -305,7 +365,8 @@ def test_graph_replays_follow_routing_and_global_scales_rewritten_on_the_device(
     act.free(stream)
 
 
-@pytest.mark.parametrize("rows_per_tile, variant", [(8, "split_k"), (64, "staged"), (32, "split_n")], ids=str)
+@pytest.mark.parametrize("rows_per_tile, variant", [(8, "split_k"), (64, "staged"), (32, "split_n"), (1, "vector"),
+                                                   (4, "vector")], ids=str)
 def test_invalid_routing_sets_the_error_flag_and_the_other_groups_stay_correct(context, stream, pool, rng,
                                                                                rows_per_tile, variant) -> None:
     experts, n, k, capacity = 4, 256, 512, 64
@@ -342,7 +403,8 @@ def test_invalid_routing_sets_the_error_flag_and_the_other_groups_stay_correct(c
     act.free(stream)
 
 
-def test_the_plans_run_from_numba_njit(context, stream, pool, rng) -> None:
+@pytest.mark.parametrize("variant", [None, "vector"])
+def test_the_plans_run_from_numba_njit(context, stream, pool, rng, variant) -> None:
     numba = pytest.importorskip("numba")
     experts, topk, tokens, n, k = 8, 2, 10, 256, 1040
     capacity = tokens * topk + TAIL
@@ -351,8 +413,8 @@ def test_the_plans_run_from_numba_njit(context, stream, pool, rng) -> None:
     banks = [Bank(context, stream, pool, rng, experts, n, k, "tiled") for _ in range(2)]
     act = Activations(context, stream, pool, rng, capacity, k)
     spec = mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts)
-    variable = mc.VariableGroupedFp4Plan(context, stream, spec)
-    paired = mc.PairedVariableGroupedFp4Plan(context, stream, spec)
+    variable = mc.VariableGroupedFp4Plan(context, stream, spec, variant=variant)
+    paired = mc.PairedVariableGroupedFp4Plan(context, stream, spec, variant=variant)
     ds = [poisoned(context, stream, pool, capacity * n) for _ in range(3)]
     run_v, run_p = variable.numba_execute, paired.numba_execute
     h = [r.handle for r in routing]

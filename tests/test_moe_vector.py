@@ -1,0 +1,118 @@
+"""The grouped NVFP4 plans' ``"vector"`` variant without a GPU: ``cuda_src/fp4_vector.cu`` compiled with
+``MIRCUDA_FP4_GROUPED`` (and the setup kernel of ``cuda_src/fp4_grouped_table.cuh``) by NVRTC for sm_80,
+sm_90 and sm_120f; its tile rule, grid, knob checks, registers, and the PTX facts the plan relies on.
+Numerics, graphs, the error flag and numba_execute are checked on the GPU (``tests/gpu/test_moe_gpu.py``)."""
+
+from __future__ import annotations
+
+import pytest
+
+import mircuda as mc
+from mircuda.matmul._moe_kernels import (GROUPED_SYMBOL, SETUP_SYMBOL, VECTOR_ROWS_PER_TILE, DecodeTuning,
+                                         check_tuning, default_tuning, default_vector_rows, grouped_options,
+                                         tile_shape, vector_source)
+
+
+def options(mt: int = 1, *, n: int = 768, k: int = 2048, groups: int = 64, bank: int = 64, capacity: int = 64,
+            fixed: int = 0, tiled: bool = True, sets: int = 1,
+            tuning: DecodeTuning | None = None) -> mc.CompileOptions:
+    tuning = DecodeTuning("e4m3", 3, 0, 1) if tuning is None else tuning
+    return grouped_options(n=n, k=k, groups=groups, bank_size=bank, capacity=capacity, rows_per_tile=mt,
+                           fixed_rows=fixed, tiled=tiled, sets=sets, variant="vector", tuning=tuning)
+
+
+def ptx(arch: str, opts: mc.CompileOptions) -> str:
+    return mc.compile_program(vector_source(), arch, mc.CompileOptions(defines=dict(opts.defines),
+                                                                          output="ptx")).image.decode()
+
+
+def entry(text: str, symbol: str) -> str:
+    start = text.index(f".entry {symbol}")
+    nxt = text.find(".entry ", start + 1)
+    return text[start:] if nxt < 0 else text[start:nxt]
+
+
+@pytest.mark.parametrize("capacity, groups, fixed, want", [
+    (2, 8, 0, 1), (8, 128, 0, 1), (128, 128, 0, 1), (9, 8, 0, 2), (30, 8, 0, 4), (64, 8, 0, 8), (4096, 8, 0, 8),
+    (20, 20, 1, 1), (60, 20, 3, 4), (200, 20, 10, 8)])
+def test_the_vector_tile_holds_a_groups_usual_rows(capacity, groups, fixed, want) -> None:
+    assert default_vector_rows(capacity, groups, fixed) == want
+
+
+def test_the_vector_grid_puts_weight_blocks_on_x_and_covers_every_tile() -> None:
+    """4 or 8 weight rows per block (frags 1 or 2); tile slots min(ceil(capacity / MT) + G, capacity)."""
+    for frags in (1, 2):
+        shape = tile_shape(n=14336, capacity=2, groups=8, rows_per_tile=1, fixed_rows=0, sets=1, variant="vector",
+                           tuning=DecodeTuning("e4m3", 3, 0, frags))
+        assert (shape.variant, shape.weight_blocks, shape.tiles) == ("vector", 14336 // (4 * frags), 2)
+    assert tile_shape(n=300, capacity=37, groups=8, rows_per_tile=4, fixed_rows=0, sets=2, variant="vector",
+                      tuning=DecodeTuning("e4m3", 3, 0, 1)).tiles == 10 + 8
+
+
+CONFIGS = [dict(mt=1), dict(mt=2, tiled=False), dict(mt=4, sets=2), dict(mt=8, k=1040), dict(mt=1, fixed=3),
+           dict(mt=1, groups=300, bank=300, k=96, n=259)]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=str)
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])
+def test_the_vector_kernels_compile_for_every_tile_layout_and_target(arch, config) -> None:
+    cfg = dict(config)
+    tuning = DecodeTuning("pairs" if arch == "sm_80" else "e4m3", 3, 0, 1)
+    prog = mc.compile_program(vector_source(), arch, options(cfg.pop("mt"), tuning=tuning, **cfg))
+    assert prog.image[:4] == b"\x7fELF"
+    assert SETUP_SYMBOL.encode() in prog.image and GROUPED_SYMBOL.encode() in prog.image
+    assert b"fp4_matvec_bf16" not in prog.image  # the single plan's kernel is left out of the grouped module
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_120f"])
+@pytest.mark.parametrize("mt", VECTOR_ROWS_PER_TILE)
+def test_the_default_vector_kernel_keeps_its_ring_in_registers(arch, mt) -> None:
+    tuning = default_tuning(arch, "vector")
+    opts = options(mt, k=4096, tuning=tuning)
+    prog = mc.compile_program(vector_source(), arch, mc.CompileOptions(defines=dict(opts.defines),
+                                                                       ptxas_verbose=True))
+    usage = prog.resource_usage()
+    for kernel in (usage[GROUPED_SYMBOL], usage[SETUP_SYMBOL]):
+        assert kernel.spill_store_bytes == kernel.spill_load_bytes == kernel.stack_frame_bytes == 0, kernel
+        assert kernel.registers <= 255
+
+
+@pytest.mark.parametrize("mt, k", [(1, 4096), (4, 1040)])
+def test_the_vector_kernel_streams_weights_past_l1_and_sums_blocks_in_fp16(mt, k) -> None:
+    body = entry(ptx("compute_90", options(mt, k=k)), GROUPED_SYMBOL)
+    wide = k % 32 == 0
+    assert "ld.global.nc.L1::no_allocate." + ("v4.u32" if wide else "v2.u32") in body
+    assert "fma.rn.f16x2" in body and "cvt.rn.f16x2.e4m3x2" in body
+    assert "mma.sync" not in body
+
+
+def test_on_hopper_and_later_both_vector_kernels_wait_for_the_previous_grid_before_touching_memory() -> None:
+    text = ptx("compute_90", options(2))
+    for symbol in (SETUP_SYMBOL, GROUPED_SYMBOL):
+        body = entry(text, symbol)
+        wait = body.index("griddepcontrol.wait")
+        assert all(body.find(op) > wait for op in ("ld.global", "st.global", "atom.global") if op in body)
+        assert "griddepcontrol.launch_dependents" in body
+    assert "griddepcontrol" not in ptx("compute_80", options(2, tuning=DecodeTuning("pairs", 3, 0, 1)))
+
+
+@pytest.mark.parametrize("groups, ballots", [(8, True), (128, True), (129, False)])
+def test_the_vector_tile_group_comes_from_ballots_up_to_128_groups(groups, ballots) -> None:
+    body = entry(ptx("compute_90", options(1, groups=groups, bank=groups)), GROUPED_SYMBOL)
+    assert ("vote.sync.ballot.b32" in body) == ballots
+
+
+@pytest.mark.parametrize("tuning, field", [
+    (DecodeTuning("pairs", 2, 16), "tuning.warps"), (DecodeTuning("pairs", 2, 3), "tuning.warps"), (DecodeTuning("pairs", 2, 2, 3), "tuning.frags"),
+    (DecodeTuning("pairs", 1, 2), "tuning.stages"), (DecodeTuning("table", 2, 2), "tuning.decode")], ids=str)
+def test_bad_vector_tuning_is_refused_by_field(tuning, field) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        check_tuning(tuning, "vector", "sm_90")
+    assert info.value.argument == field
+    for warps in (0, 1, 2, 4, 8):  # 0: the occupancy rule's count
+        assert check_tuning(DecodeTuning("e4m3", 4, warps, 2), "vector", "sm_90").warps == warps
+
+
+def test_the_default_vector_tuning_leaves_the_warps_to_the_occupancy_rule() -> None:
+    for arch, decode in (("sm_90", "e4m3"), ("sm_80", "pairs"), ("sm_120f", "e4m3")):
+        assert default_tuning(arch, "vector") == DecodeTuning(decode, 2, 0, 1)
