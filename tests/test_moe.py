@@ -203,8 +203,9 @@ def test_the_setup_kernel_builds_the_tile_list_with_a_self_resetting_ticket() ->
 
 def test_the_e2m1_decode_goes_through_one_local_seam() -> None:
     text = grouped_source().text
-    body = text[text.index("namespace {"):]
-    assert body.count("fp4::e2m1x2_to_half2_scaled(") == 1 and "decode_half(" in body
+    body = text[text.index("constexpr int kDecode = MIRCUDA_MOE_DECODE;"):]  # the file's own code, headers above
+    assert body.count("fp4::decode_half(") == 1  # fp4_common.cuh's decoders, one half2 at a time
+    assert "0x1C1C1C1C" not in body and "0x0E000E00" not in body  # no decoder of its own
     assert "decode_pair(" not in body and "ue4m3_to_float" not in body  # scales by bit operations
     assert "cvt.rn.f16x2.e2m1x2" in entry(ptx("compute_120f", options(16)), GROUPED_SYMBOL)
     assert "cvt.rn.f16x2.e2m1x2" not in entry(ptx("compute_90", options(16)), GROUPED_SYMBOL)

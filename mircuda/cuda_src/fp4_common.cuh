@@ -154,6 +154,32 @@ __device__ __forceinline__ void decode_word(unsigned w, unsigned (&h)[4]) {
 #endif
 }
 
+// Half2 i (0..3, a compile-time constant at every call) of decode_word(w, h): the same value, factor and
+// order, computed alone (e4m3: one cvt, not decode_word's pair of them, which a caller taking the halves one
+// at a time would run twice: fp4_grouped.cu's mma operands). The table variant reads decode_word's.
+__device__ __forceinline__ unsigned decode_half(unsigned w, int i) {
+#if MIRCUDA_FP4_DECODE == MIRCUDA_FP4_DECODE_PAIRS
+    const unsigned mag = i < 3 ? (w << (9 - 4 * i)) : (w >> 3);
+    const unsigned sign = i < 3 ? (w << (12 - 4 * i)) : w;
+    return (mag & 0x0E000E00u) | (sign & 0x80008000u);
+#elif MIRCUDA_FP4_DECODE == MIRCUDA_FP4_DECODE_E4M3
+    const unsigned v = i < 2 ? ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u)   // elements 0, 2, 4, 6
+                             : ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);        // elements 1, 3, 5, 7
+    unsigned h;
+    if (i & 1)
+        asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, h;\n\t}" : "=r"(h) : "r"(v));
+    else
+        asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\t}" : "=r"(h) : "r"(v));
+    return h;
+#elif MIRCUDA_FP4_DECODE == MIRCUDA_FP4_DECODE_TABLE
+    unsigned h[4];
+    decode_word(w, h);
+    return h[i];
+#else
+    return e2m1x2_to_half2_scaled(w >> (8 * i));
+#endif
+}
+
 __device__ __forceinline__ float2 half2_to_float2(unsigned u) {
     __half2 h;
     *reinterpret_cast<unsigned*>(&h) = u;

@@ -34,6 +34,14 @@
 #include <cuda_fp16.h>
 
 #define MIRCUDA_PDL_TRIGGER_LATE 1
+#ifndef MIRCUDA_MOE_DECODE
+#define MIRCUDA_MOE_DECODE 0
+#endif
+#if MIRCUDA_MOE_DECODE < 0 || MIRCUDA_MOE_DECODE > 2
+#error "MIRCUDA_MOE_DECODE must be 0 (bytes), 1 (pairs) or 2 (e4m3)"
+#endif
+// The E2M1 decoder is fp4_common.cuh's decode_word (its numbering: 0 bytes, 1 pairs, 2 e4m3).
+#define MIRCUDA_FP4_DECODE MIRCUDA_MOE_DECODE
 #include "decode_common.cuh"
 #include "fp4_common.cuh"
 
@@ -115,39 +123,11 @@ constexpr long long kMatrixScaleBytes = (long long)kN * kKBlocks;
 // that (x 2^-6 x 2^-8), the others by it times 2^8 (an exact HMUL2 by 256: scale <= 480): the operand is
 // q s 2^-14 for every variant, a multiple of 2^-24 below 0.17, exact in FP16 (fp4_mma_gemv.cu's argument),
 // and the 2^-28 of a product is undone with alpha at the end.
-#ifndef MIRCUDA_MOE_DECODE
-#define MIRCUDA_MOE_DECODE 0
-#endif
-static_assert(MIRCUDA_MOE_DECODE >= 0 && MIRCUDA_MOE_DECODE <= 2,
-              "MIRCUDA_MOE_DECODE must be 0 (bytes), 1 (pairs) or 2 (e4m3)");
-#if MIRCUDA_MOE_DECODE == 2 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
-#error "MIRCUDA_MOE_DECODE=2 (e4m3) needs compute capability >= 8.9 (cvt.rn.f16x2.e4m3x2)"
-#endif
 constexpr int kDecode = MIRCUDA_MOE_DECODE;
+static_assert(fp4::kDecodeLog2 == (kDecode == 2 ? 6 : 14), "the scale handling below assumes 2^-6 or 2^-14");
 
-__device__ __forceinline__ unsigned e4m3x2_to_half2(unsigned v, int hi) {
-    unsigned h;
-    if (hi)
-        asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, h;\n\t}" : "=r"(h) : "r"(v));
-    else
-        asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\t}" : "=r"(h) : "r"(v));
-    return h;
-}
-
-// Half2 i (0..3, a compile-time constant at every call) of word w, x 2^-14 (bytes, pairs) or 2^-6 (e4m3).
-__device__ __forceinline__ unsigned decode_half(unsigned w, int i) {
-    if constexpr (kDecode == 1) {
-        const unsigned mag = i < 3 ? (w << (9 - 4 * i)) : (w >> 3);
-        const unsigned sign = i < 3 ? (w << (12 - 4 * i)) : w;
-        return (mag & 0x0E000E00u) | (sign & 0x80008000u);
-    } else if constexpr (kDecode == 2) {
-        const unsigned v = i < 2 ? ((w << 2) & 0x1C1C1C1Cu) | ((w << 4) & 0x80808080u)
-                                 : ((w >> 2) & 0x1C1C1C1Cu) | (w & 0x80808080u);
-        return e4m3x2_to_half2(v, i & 1);
-    } else {
-        return fp4::e2m1x2_to_half2_scaled(w >> (8 * i));
-    }
-}
+// Half2 i (0..3, a compile-time constant at every call) of word w (fp4_common.cuh: decode_word's half i).
+__device__ __forceinline__ unsigned decode_half(unsigned w, int i) { return fp4::decode_half(w, i); }
 
 __device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[kWords]) {
     if constexpr (kWide) {

@@ -449,12 +449,19 @@ def test_a_captured_portable_plan_follows_the_global_scales(context, stream, poo
 
 # -- the decoders of fp4_common.cuh (MIRCUDA_FP4_DECODE) and the kernels' knobs ---------------------------
 PROBE = """
-extern "C" __global__ void fp4_decode_probe(unsigned* out, const unsigned* words, int n) {
+extern "C" __global__ void fp4_decode_probe(unsigned* out, const unsigned* words, int n, int halves) {
     fp4::decode_table_fill();  // block-wide, before any lookup
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         unsigned h[4];
-        fp4::decode_word(words[i], h);
+        if (halves) {  // fp4::decode_half, one half2 at a time (the grouped mma kernel's form)
+            h[0] = fp4::decode_half(words[i], 0);
+            h[1] = fp4::decode_half(words[i], 1);
+            h[2] = fp4::decode_half(words[i], 2);
+            h[3] = fp4::decode_half(words[i], 3);
+        } else {
+            fp4::decode_word(words[i], h);
+        }
         for (int j = 0; j < 4; ++j) out[4 * i + j] = h[j];
     }
 }
@@ -466,11 +473,13 @@ def skip_unless_decoder_runs(context, decode: str) -> None:
         pytest.skip("cvt.rn.f16x2.e4m3x2 needs cc >= 8.9")
 
 
+@pytest.mark.parametrize("halves", [False, True], ids=["decode_word", "decode_half"])
 @pytest.mark.parametrize("decode", DECODES)
-def test_every_decoder_decodes_every_word_on_the_device_as_the_numpy_emulation(context, stream, pool, decode) -> None:
-    """fp4::decode_word compiled by NVRTC for this device (the e4m3 decoder's cvt and the table's shared
-    memory run here, not in the emulation), checked against tests/test_matmul_fp4_decode.py's emulation,
-    which is itself checked against the E2M1 values."""
+def test_every_decoder_decodes_every_word_on_the_device_as_the_numpy_emulation(context, stream, pool, decode,
+                                                                              halves) -> None:
+    """fp4::decode_word (and fp4::decode_half, its halves one at a time) compiled by NVRTC for this device (the
+    e4m3 decoder's cvt and the table's shared memory run here, not in the emulation), checked against
+    tests/test_matmul_fp4_decode.py's emulation, which is itself checked against the E2M1 values."""
     from importlib import resources
 
     from tests.test_matmul_fp4_decode import all_words, decode_word
@@ -480,11 +489,12 @@ def test_every_decoder_decodes_every_word_on_the_device_as_the_numpy_emulation(c
     source = mc.CudaSource(header + PROBE, "fp4_decode_probe.cu")
     kernel = mc.Compiler(context).compile(source, mc.CompileOptions(
         defines={"MIRCUDA_FP4_DECODE": DECODES.index(decode)})).kernel(mc.cuda_export(
-            "fp4_decode_probe", out=mc.Out[mc.DeviceBuffer[mc.u32]], words=mc.In[mc.DeviceBuffer[mc.u32]], n=mc.i32))
+            "fp4_decode_probe", out=mc.Out[mc.DeviceBuffer[mc.u32]], words=mc.In[mc.DeviceBuffer[mc.u32]], n=mc.i32,
+            halves=mc.i32))
     words = all_words()
     bw = upload(context, stream, pool, words)
     out = upload(context, stream, pool, np.full(4 * words.size, 0xDEADBEEF, np.uint32))
-    kernel.launch(stream, mc.LaunchConfig((-(-words.size // 256),), (256,)), out, bw, words.size)
+    kernel.launch(stream, mc.LaunchConfig((-(-words.size // 256),), (256,)), out, bw, words.size, int(halves))
     got = download(context, stream, out).reshape(-1, 4)
     assert np.array_equal(got, decode_word(decode, words))
     out.free(stream)
