@@ -275,3 +275,51 @@ def test_a_non_finite_alpha_is_refused_by_name(alpha) -> None:
         check_scalar("alpha", alpha)
     assert info.value.argument == "alpha"
     assert check_scalar("alpha", 0.75) == 0.75
+
+
+# -- outputs that overlap what the kernels read ----------------------------------------------------------
+def test_an_output_overlapping_an_input_is_refused_with_both_byte_ranges() -> None:
+    st = Stand(VariableGroupedFp4Plan)
+    a = st.sets[0]["a"]
+    inside_a = fake_buffer(st.ctx, mc.bf16, 40 * 96, a.handle + 64)
+    with pytest.raises(mc.ContractError, match=r"d at \[0x[0-9a-f]+, 0x[0-9a-f]+\) overlapping a at") as info:
+        st.run(d=inside_a)
+    assert info.value.argument == "d" and st.calls == []
+    counts = st.routing["row_counts"]
+    over_counts = fake_buffer(st.ctx, mc.bf16, 40 * 96, counts.handle - 40 * 96 * 2 + 4)  # its last 4 bytes
+    with pytest.raises(mc.ContractError, match="overlapping row_counts at") as info:
+        st.run(d=over_counts)
+    assert info.value.argument == "d" and st.calls == []
+    touching = fake_buffer(st.ctx, mc.bf16, 40 * 96, counts.handle - 40 * 96 * 2)  # ends where row_counts starts
+    st.run(d=touching)
+    assert [c[0] for c in st.calls] == ["setup", "grouped"]
+
+
+def test_the_paired_plans_outputs_must_not_overlap_each_other_or_the_other_sets_inputs() -> None:
+    st = Stand(PairedVariableGroupedFp4Plan)
+    s0, s1 = st.sets
+
+    def operands(s: dict[str, Any], d: Any) -> mc.GroupedFp4Operands:
+        return mc.GroupedFp4Operands(s["a"], s["a_scales"], s["b_bank"], s["b_scales"], d)
+
+    with pytest.raises(mc.ContractError, match="overlapping d1 at") as info:
+        st.run(second=operands(s1, s0["d"]))
+    assert info.value.argument == "d2" and st.calls == []
+    with pytest.raises(mc.ContractError, match="overlapping b_bank2 at") as info:
+        st.run(first=operands(s0, fake_buffer(st.ctx, mc.bf16, 40 * 96, s1["b_bank"].handle)))
+    assert info.value.argument == "d1" and st.calls == []
+
+
+def test_the_indexed_plans_output_must_not_overlap_its_indices() -> None:
+    st = Stand(IndexedGroupedFp4Plan, fixed=8)
+    idx = st.routing["matrix_indices"]
+    with pytest.raises(mc.ContractError, match="overlapping indices at") as info:
+        st.run(d=fake_buffer(st.ctx, mc.bf16, 40 * 96, idx.handle))
+    assert info.value.argument == "d" and st.calls == []
+
+
+@pytest.mark.parametrize("k, vector, alignment", [(256, True, 2), (256, False, 1), (272, True, 1)])
+def test_the_vector_kernel_reads_bank_scales_as_16_bit_words_when_k_is_a_multiple_of_32(k, vector,
+                                                                                      alignment) -> None:
+    sb = _set_operands("", 64, k, 8, 2, "linear", vector)[3]
+    assert sb.name == "b_scales" and sb.alignment == alignment

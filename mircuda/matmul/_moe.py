@@ -46,7 +46,7 @@ from ._moe_kernels import (BLOCK_ROWS, MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, VARIANT
                            VECTOR_ROWS_PER_TILE, WARPS, DecodeTuning, GroupedKernels, check_tuning, default_tuning,
                            choose_variant, default_rows_per_tile, default_vector_rows, grouped_executor, grouped_options, tile_shape, workspace_ints)
 from ._moe_spec import GroupedFp4Operands, IndexedGroupedFp4Spec, VariableGroupedFp4Spec
-from ._spec import Operand, PlanBase, check_operand, check_scalar, plan_stream
+from ._spec import Operand, PlanBase, check_disjoint, check_operand, check_scalar, plan_stream
 
 if TYPE_CHECKING:
     from ..compile import Compiler
@@ -77,9 +77,13 @@ def matrix_scale_bytes(n: int, k: int, layout: str) -> int:
     return scale_bytes(n, k, layout)
 
 
-def _set_operands(suffix: str, n: int, k: int, capacity: int, bank: int, layout: str) -> tuple[Operand, ...]:
+def _set_operands(suffix: str, n: int, k: int, capacity: int, bank: int, layout: str,
+                  vector: bool = False) -> tuple[Operand, ...]:
+    """One operand set's checks. ``vector``: the vector variant's kernel runs, which reads the bank scales of
+    two adjacent 16-element blocks as one 16-bit word when K % 32 == 0 (fp4_vector.cu's load_step)."""
     wide = k % 32 == 0
     kernel = "fp4_grouped_bf16"
+    sb_align, sb_why = (2, f"kernel {kernel} (variant vector): 16-bit scale loads") if vector and wide else (1, "byte loads")
     per = matrix_scale_bytes(n, k, layout)
     shape_sb = (f"[E, N, K/16] = [{bank}, {n}, {k // BLOCK}] linear UE4M3" if layout == "linear" else
                 f"{bank} matrices of tiled UE4M3 scales of [{n}, {k}], {per} bytes each (N padded to 128, K/16 to 4)")
@@ -90,7 +94,7 @@ def _set_operands(suffix: str, n: int, k: int, capacity: int, bank: int, layout:
                 f"[capacity, K/16] = [{capacity}, {k // BLOCK}] linear UE4M3", 1, "byte loads"),
         Operand("b_bank" + suffix, dtype_info(u8), bank * n * k // 2, f"[E, N, K/2] = [{bank}, {n}, {k // 2}] packed E2M1",
                 16 if wide else 8, f"kernel {kernel}: {'16' if wide else '8'}-byte weight loads"),
-        Operand("b_scales" + suffix, dtype_info(e4m3), bank * per, shape_sb, 1, "byte loads"),
+        Operand("b_scales" + suffix, dtype_info(e4m3), bank * per, shape_sb, sb_align, sb_why),
         Operand("d" + suffix, dtype_info(bf16), capacity * n, f"[capacity, N] = [{capacity}, {n}] BF16", 2,
                 f"kernel {kernel}: BF16 stores"),
     )
@@ -203,7 +207,8 @@ class _GroupedFp4PlanBase(PlanBase):
             raise
         self._finalizer = weakref.finalize(self, _free_all, list(self._buffers), context, stream)
         self._finalizer.atexit = False
-        self._set_ops = tuple(_set_operands(suffix, n, k, capacity, bank, self._layout)
+        vector = self._cutlass is None and self._dense is None and self._kernels.shape.variant == "vector"
+        self._set_ops = tuple(_set_operands(suffix, n, k, capacity, bank, self._layout, vector)
                               for suffix in (("",) if sets == 1 else ("1", "2")))
         self._operands = tuple(op for ops in self._set_ops for op in ops)
         self._masks = tuple(op.alignment - 1 for op in self._set_ops[0])
@@ -419,6 +424,17 @@ class _GroupedFp4PlanBase(PlanBase):
         mi = check_operand(_routing_operand(names[2], self._groups), matrix_indices, ctx)
         return rc, of, mi
 
+    def _check_outputs(self, sets: list[tuple[Any, ...]], routing: tuple[int, int, int],
+                       names: tuple[str, str, str] = ("row_counts", "offsets", "matrix_indices")) -> None:
+        """Each set's D against every operand the kernels read (both sets' A, scales, bank, bank scales, the
+        routing) and the other set's D: :func:`~mircuda.matmul._spec.check_disjoint`."""
+        reads = [(_routing_operand(name, self._groups), ptr) for name, ptr in zip(names, routing)]
+        for ops, ptrs in zip(self._set_ops, sets):
+            reads.extend(zip(ops[:4], ptrs[:4]))
+        for i, (ops, ptrs) in enumerate(zip(self._set_ops, sets)):
+            others = reads + [(o[4], p[4]) for o, p in zip(self._set_ops[:i], sets[:i])]
+            check_disjoint(ops[4], ptrs[4], others)
+
     def _enqueue(self, stream: Stream, routing: tuple[int, int, int], first: tuple[Any, ...],
                  second: tuple[Any, ...] | None) -> None:
         rc, of, mi = routing
@@ -548,12 +564,14 @@ class VariableGroupedFp4Plan(_GroupedFp4PlanBase):
 
         Raises:
             ContractError: another stream; a bad buffer (type, dtype, context, length, alignment); a bad
-                alpha. UseAfterFree, ClosedResourceError, CudaError.
+                alpha; ``d`` overlapping an operand the kernels read (named, with both byte ranges).
+                UseAfterFree, ClosedResourceError, CudaError.
         """
         self._enter_execute(stream)
         routing = self._check_routing(row_counts, offsets, matrix_indices)
         first = self._check_set(self._set_ops[0], ("global_a", "global_b"), a, a_scales, b_bank, b_scales, d,
                                 global_a, global_b, alpha)
+        self._check_outputs([first], routing)
         self._enqueue(stream, routing, first, None)
 
     @property
@@ -612,6 +630,7 @@ class IndexedGroupedFp4Plan(_GroupedFp4PlanBase):
         _, _, mi = self._check_routing(None, None, indices, ("row_counts", "offsets", "indices"))
         first = self._check_set(self._set_ops[0], ("global_a", "global_b"), a, a_scales, b_bank, b_scales, d,
                                 global_a, global_b, alpha)
+        self._check_outputs([first], (0, 0, mi), ("row_counts", "offsets", "indices"))
         rc, of = ((self._fixed_routing[0]._ptr, self._fixed_routing[1]._ptr) if self.path != "portable" else (0, 0))
         self._enqueue(stream, (rc, of, mi), first, None)
 
@@ -671,6 +690,7 @@ class PairedVariableGroupedFp4Plan(_GroupedFp4PlanBase):
         sets = [self._check_set(self._set_ops[i], (f"global_a{i + 1}", f"global_b{i + 1}"), o.a, o.a_scales, o.b_bank,
                                 o.b_scales, o.d, o.global_a, o.global_b, o.alpha)
                 for i, o in enumerate((first, second))]
+        self._check_outputs(sets, routing)
         self._enqueue(stream, routing, sets[0], sets[1])
 
     @property

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..runtime import Context, Stream
 
 __all__ = ["DenseMatmulSpec", "DenseVectorSpec", "EngineViews", "Operand", "PlanBase", "resolve_dtypes", "check_operand",
-           "check_stream", "check_scalar", "refuse_stream", "check_capture_origin", "BOUND_STREAM_HINT"]
+           "check_disjoint", "check_stream", "check_scalar", "refuse_stream", "check_capture_origin", "BOUND_STREAM_HINT"]
 
 INPUT_DTYPES = ("bf16", "f16")
 """Input element types of the dense plans (FP32 accumulation in every kernel)."""
@@ -155,6 +155,24 @@ def check_operand(op: Operand, buf: Any, context: Context) -> int:
     if ptr & op.mask:
         raise ContractError(op.name, f"an address aligned to {op.alignment} bytes ({op.reason})", hex(ptr))
     return ptr
+
+
+def check_disjoint(out: Operand, out_ptr: int, others: Iterable[tuple[Operand, int]]) -> None:
+    """Refuse an output whose bytes a kernel writes, ``[out_ptr, out_ptr + out.count * itemsize)``, overlap
+    the bytes another operand is read or written at (``(op, address)``; address 0: absent): the kernel
+    would read what it is writing, or two products would write the same bytes, a race with no defined
+    result.
+
+    Raises:
+        ContractError: naming ``out.name``, with both byte ranges.
+    """
+    end = out_ptr + out.count * out.info.itemsize
+    for op, ptr in others:
+        op_end = ptr + op.count * op.info.itemsize
+        if ptr and ptr < end and out_ptr < op_end:
+            raise ContractError(out.name, f"an output that does not overlap {op.name} (the kernels would race on "
+                                "the shared bytes)", f"{out.name} at [{out_ptr:#x}, {end:#x}) overlapping {op.name} "
+                                f"at [{ptr:#x}, {op_end:#x})")
 
 
 BOUND_STREAM_HINT = ("a plan is bound to the stream it was made with: its workspace and launch state are not "

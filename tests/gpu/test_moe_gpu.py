@@ -483,6 +483,85 @@ def test_bad_operands_are_refused_before_anything_is_enqueued(context, stream, p
     act.free(stream)
 
 
+class RawView:
+    """Another library's flat device array (``__cuda_array_interface__`` v3) at a chosen address: how a user
+    hands mircuda a view that overlaps or misaligns another buffer."""
+
+    def __init__(self, ptr: int, count: int, typestr: str) -> None:
+        self.__cuda_array_interface__ = {"shape": (count,), "typestr": typestr, "data": (ptr, False), "version": 3,
+                                         "strides": None, "stream": None}
+
+
+@pytest.mark.parametrize("variant", [None, "vector"])
+def test_an_output_overlapping_an_input_or_the_other_output_is_refused_by_name(context, stream, pool, rng,
+                                                                               variant) -> None:
+    """D written over the activations it reads (a u8 view of D's bytes as A), over the routing (an int32 view),
+    and the paired plan's D2 on D1's bytes: races with no defined result, refused with both byte ranges."""
+    experts, n, k, capacity = 4, 128, 256, 16
+    bank = Bank(context, stream, pool, rng, experts, n, k, "tiled")
+    act = Activations(context, stream, pool, rng, capacity, k)
+    routing = [upload(context, stream, pool, np.array(x, np.int32)) for x in ([4, 4, 4, 4], [0, 4, 8, 12], [0, 1, 2, 3])]
+    d = poisoned(context, stream, pool, capacity * n)
+    a_over_d = mc.from_cuda_array_interface(RawView(d.handle, capacity * k // 2, "|u1"), context, stream)
+    counts_over_d = mc.from_cuda_array_interface(RawView(d.handle + 64, 4, "<i4"), context, stream)
+    spec = mc.VariableGroupedFp4Spec(n, k, capacity, 4, experts)
+    good: dict[str, Any] = dict(a=act.codes, a_scales=act.scales, b_bank=bank.codes, b_scales=bank.scales, d=d,
+                                row_counts=routing[0], offsets=routing[1], matrix_indices=routing[2])
+    with mc.VariableGroupedFp4Plan(context, stream, spec, variant=variant) as plan:
+        for name, value in (("a", a_over_d), ("row_counts", counts_over_d)):
+            with pytest.raises(mc.ContractError) as info:
+                plan.execute(stream, **{**good, name: value})
+            assert info.value.argument == "d" and f"overlapping {name} at" in str(info.value)
+    d2 = poisoned(context, stream, pool, capacity * n)
+    with mc.PairedVariableGroupedFp4Plan(context, stream, spec, variant=variant) as paired:
+        sets = [mc.GroupedFp4Operands(act.codes, act.scales, bank.codes, bank.scales, out) for out in (d, d)]
+        with pytest.raises(mc.ContractError) as info:
+            paired.execute(stream, sets[0], sets[1], *routing)
+        assert info.value.argument == "d2" and "overlapping d1 at" in str(info.value)
+        sets[1] = mc.GroupedFp4Operands(act.codes, act.scales, bank.codes, bank.scales, d2)
+        paired.execute(stream, sets[0], sets[1], *routing)  # disjoint outputs run
+        assert paired.read_error_flag() == 0
+    assert not np.isnan(download(context, stream, d2).astype(np.float32)).any()
+    for b in (*routing, d, d2):
+        b.free(stream)
+    bank.free(stream)
+    act.free(stream)
+
+
+def test_the_vector_variant_needs_2_byte_aligned_bank_scales_when_k_is_a_multiple_of_32(context, stream, pool,
+                                                                                       rng) -> None:
+    """fp4_vector.cu reads two adjacent blocks' scale bytes as one 16-bit word (K % 32 == 0): an odd address
+    is refused by name; the mma variants read bytes and take it."""
+    experts, n, k, capacity = 2, 64, 256, 4
+    bank = Bank(context, stream, pool, rng, experts, n, k, "linear")
+    act = Activations(context, stream, pool, rng, capacity, k)
+    routing = [upload(context, stream, pool, np.array(x, np.int32)) for x in ([2, 2], [0, 2], [0, 1])]
+    per = len(bank.scales)
+    shifted = pool.allocate(mc.e4m3, stream, per + 1)
+    stream.copy_device_range(bank.scales, 0, shifted, 1, per)
+    odd = mc.from_cuda_array_interface(RawView(shifted.handle + 1, per, "|V1"), context, stream, dtype=mc.e4m3)
+    spec = mc.VariableGroupedFp4Spec(n, k, capacity, 2, experts)
+    results = []
+    for variant in ("vector", "split_k"):
+        d = poisoned(context, stream, pool, capacity * n)
+        with mc.VariableGroupedFp4Plan(context, stream, spec, variant=variant, scale_layout="linear") as plan:
+            args = (act.codes, act.scales, bank.codes, odd, d, *routing)
+            if variant == "vector":
+                with pytest.raises(mc.ContractError) as info:
+                    plan.execute(stream, *args)
+                assert info.value.argument == "b_scales" and "16-bit scale loads" in str(info.value)
+                plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing)
+            else:
+                plan.execute(stream, *args)
+            results.append(download(context, stream, d))
+        d.free(stream)
+    np.testing.assert_allclose(results[0].astype(np.float32), results[1].astype(np.float32), rtol=1e-2, atol=1e-2)
+    for b in (*routing, shifted):
+        b.free(stream)
+    bank.free(stream)
+    act.free(stream)
+
+
 # -- the decode_grouped path (SM90: BF16 decode + the grouped BF16 CUTLASS kernel) ----------------------------
 
 def needs_decode_grouped(context) -> None:
