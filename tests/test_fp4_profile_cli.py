@@ -378,6 +378,13 @@ def test_sweep_candidates_parse_with_their_knobs() -> None:
     assert parse().sweep is None
 
 
+def test_the_prefetch_knob_is_a_vector_candidate_field() -> None:
+    on, off = fp.sweep_values("vector:decode=e4m3:prefetch=1,vector:decode=e4m3:prefetch=0")
+    assert (on.prefetch, off.prefetch) == (True, False)
+    assert on.label == "vector:decode=e4m3:prefetch=1" and on.knobs()["prefetch"] is True
+    assert "prefetch" not in fp.sweep_values("mma")[0].knobs()
+
+
 def test_sweep_all_is_every_decoder_with_each_kernel_s_knobs() -> None:
     from mircuda.matmul._fp4 import DECODES
 
@@ -392,7 +399,8 @@ def test_sweep_all_is_every_decoder_with_each_kernel_s_knobs() -> None:
 @pytest.mark.parametrize("text, named", [("gemv", "'gemv'"), ("mma:rows=8", "'8'"), ("mma:sum=fp16", "'sum=fp16'"),
                                          ("vector:decode=nibbles", "'nibbles'"), ("vector:rows=16", "'16'"),
                                          ("vector:warps=3", "'3'"), ("mma:stages=5", "'5'"), ("vector:rows=4:rows=8", "'rows=8'"),
-                                         ("mma,mma", "twice"), ("vector,,mma", "candidate")])
+                                         ("mma,mma", "twice"), ("vector,,mma", "candidate"),
+                                         ("vector:prefetch=2", "'2'"), ("mma:prefetch=1", "'prefetch=1'")])
 def test_bad_sweep_candidates_are_refused_by_name(text, named) -> None:
     import argparse
 

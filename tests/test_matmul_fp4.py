@@ -606,3 +606,33 @@ def test_the_decode_kernels_store_16_bytes_coalesced_and_round_in_fp32_only_when
     exact, scaled = body("fp4_decode_bf16"), body("fp4_decode_scaled_bf16")
     assert "mul.rz.f32" not in exact and "shfl.sync" not in exact
     assert "mul.rz.f32" in scaled and "fma.rn.f32" in scaled and "shfl.sync.bfly.b32" in scaled
+
+
+# -- the L2 prefetch of fp4_matvec_bf16 (prefetch=True) ------------------------------------------------------
+@pytest.mark.parametrize("wide", [True, False])
+@pytest.mark.parametrize("rows, stages", [(4, 3), (8, 2)])
+def test_the_prefetch_asks_l2_for_the_ring_prologue_before_waiting_for_the_previous_grid(wide, rows, stages) -> None:
+    from mircuda.matmul._fp4 import fp4_gemv_options, fp4_vector_source
+
+    def body(arch: str, prefetch: bool) -> str:
+        opts = fp4_gemv_options(1, rows, "tiled", wide, "fp4", "pairs", "fp16", stages, prefetch)
+        text = mc.compile_program(fp4_vector_source(), arch, mc.CompileOptions(defines=dict(opts.defines),
+                                                                               output="ptx")).image.decode()
+        return text[text.index(".entry fp4_matvec_bf16"):]
+
+    on = body("compute_90", True)
+    assert "prefetch.global.L2" in on and on.index("prefetch.global.L2") < on.index("griddepcontrol.wait")
+    assert on.index("griddepcontrol.wait") < on.index("ld.global.nc")  # every real load after the wait
+    assert "prefetch.global.L2" not in body("compute_90", False)
+    assert "prefetch.global.L2" not in body("compute_80", True)  # no programmatic dependent launch below 9.0
+
+
+def test_the_prefetch_knob_takes_none_or_a_bool_and_only_for_the_cuda_core_kernel() -> None:
+    from mircuda.matmul._fp4 import FP4_MMA_SYMBOL, FP4_SYMBOL, check_prefetch
+
+    assert check_prefetch(None, FP4_SYMBOL) is False and check_prefetch(True, FP4_SYMBOL) is True
+    assert check_prefetch(False, FP4_MMA_SYMBOL) is False
+    for bad, symbol in ((1, FP4_SYMBOL), ("on", FP4_SYMBOL), (True, FP4_MMA_SYMBOL)):
+        with pytest.raises(mc.ContractError) as info:
+            check_prefetch(bad, symbol)
+        assert info.value.argument == "prefetch"

@@ -99,10 +99,11 @@ SWEEP_DECODES = ("bytes", "pairs", "e4m3", "table")
 """The decoders of ``cuda_src/fp4_common.cuh`` (``mircuda.matmul._fp4.DECODES``)."""
 SWEEP_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
     "vector": {"decode": SWEEP_DECODES, "rows": (4, 8), "warps": (1, 2, 4, 8), "sum": ("fp16", "fp32"),
-               "stages": (2, 3, 4)},
+               "stages": (2, 3, 4), "prefetch": (0, 1)},
     "mma": {"decode": SWEEP_DECODES, "rows": (16, 32), "warps": (1, 2, 4, 8), "stages": (2, 3, 4)},
 }
-"""The knobs each sweep kernel takes and their values (``sum``: the plans' ``block_sum``)."""
+"""The knobs each sweep kernel takes and their values (``sum``: the plans' ``block_sum``; ``prefetch``: 0 or 1
+for the plans' ``prefetch`` False / True)."""
 
 
 @dataclass(frozen=True)
@@ -116,20 +117,26 @@ class Fp4Candidate:
     warps: int | None = None
     block_sum: str | None = None
     stages: int | None = None
+    prefetch: bool | None = None
 
     @property
     def label(self) -> str:
-        """``kernel[:decode=D][:rows=R][:warps=W][:sum=S][:stages=P]``, as ``--sweep`` spells it."""
+        """``kernel[:decode=D][:rows=R][:warps=W][:sum=S][:stages=P][:prefetch=0|1]``, as ``--sweep`` spells it."""
         parts = [self.kernel] + [f"{key}={value}" for key, value in (("decode", self.decode), ("rows", self.rows),
                                                                      ("warps", self.warps), ("sum", self.block_sum),
-                                                                     ("stages", self.stages))
+                                                                     ("stages", self.stages),
+                                                                     ("prefetch", None if self.prefetch is None
+                                                                      else int(self.prefetch)))
                                  if value is not None]
         return ":".join(parts)
 
     def knobs(self) -> dict[str, Any]:
         """The plans' keyword arguments (BlockScaledFp4VectorPlan and BlockScaledFp4Plan take the same)."""
-        return {"kernel": SWEEP_KERNELS[self.kernel], "decode": self.decode, "rows": self.rows, "warps": self.warps,
-                "block_sum": self.block_sum, "stages": self.stages}
+        knobs = {"kernel": SWEEP_KERNELS[self.kernel], "decode": self.decode, "rows": self.rows, "warps": self.warps,
+                 "block_sum": self.block_sum, "stages": self.stages}
+        if self.prefetch is not None:  # only the vector kernel has the knob
+            knobs["prefetch"] = self.prefetch
+        return knobs
 
 
 SWEEP_ALL = (tuple(Fp4Candidate("vector", d, r, None, b) for d in SWEEP_DECODES for r in (4, 8) for b in ("fp16", "fp32"))
@@ -143,8 +150,9 @@ candidates): 32 candidates."""
 
 def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
     """``--sweep``: ``all`` (:data:`SWEEP_ALL`) or comma-separated candidates
-    ``kernel[:decode=D][:rows=R][:warps=W][:sum=fp16|fp32][:stages=2|3|4]`` with ``kernel`` ``vector`` or ``mma``
-    (``rows`` 4 or 8 for ``vector``, 16 or 32 for ``mma``; ``sum`` for ``vector`` only), e.g.
+    ``kernel[:decode=D][:rows=R][:warps=W][:sum=fp16|fp32][:stages=2|3|4][:prefetch=0|1]`` with ``kernel``
+    ``vector`` or ``mma`` (``rows`` 4 or 8 for ``vector``, 16 or 32 for ``mma``; ``sum`` and ``prefetch`` for
+    ``vector`` only), e.g.
     ``vector:decode=e4m3,vector:decode=pairs:sum=fp32,mma:decode=table:rows=32:warps=4``; a knob left out is
     the plan's default.
 
@@ -173,7 +181,7 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
                                                  f"{kernel} in {item!r}, received {value!r}")
             knobs[key] = parsed
         candidate = Fp4Candidate(kernel, knobs.get("decode"), knobs.get("rows"), knobs.get("warps"), knobs.get("sum"),
-                                 knobs.get("stages"))
+                                 knobs.get("stages"), None if "prefetch" not in knobs else bool(knobs["prefetch"]))
         if candidate in out:
             raise argparse.ArgumentTypeError(f"expected distinct candidates, received {item!r} twice in {text!r}")
         out.append(candidate)
@@ -810,8 +818,8 @@ def register(sub: Any) -> None:
     p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median is reported (default 7)")
     p.add_argument("--sweep", type=sweep_values, default=None,
                    help="for M <= 16 also measure these decode-kernel configurations: 'all' or comma-separated "
-                        "kernel[:decode=bytes|pairs|e4m3|table][:rows=R][:warps=1|2|4|8][:sum=fp16|fp32][:stages=2|3|4] "
-                        "with kernel vector (rows 4|8) or mma (rows 16|32; no sum)")
+                        "kernel[:decode=bytes|pairs|e4m3|table][:rows=R][:warps=1|2|4|8][:sum=fp16|fp32][:stages=2|3|4]"
+                        "[:prefetch=0|1] with kernel vector (rows 4|8) or mma (rows 16|32; no sum, no prefetch)")
     p.add_argument("--json", default="benchmarks/results/fp4_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=fp4_profile, json_default=p.get_default("json"))
 

@@ -12,7 +12,9 @@
 // any K % 16 == 0), MIRCUDA_FP4_DECODE (the E2M1 word decoder of fp4_common.cuh: 0 bytes, 1 pairs, 2 e4m3,
 // 3 table), MIRCUDA_FP4_STAGES (2..4: steps of weight loads in a register ring, kStages - 1 of them in
 // flight while a step computes), MIRCUDA_FP4_HALF_SUM (1, NVFP4 activations only: each 16-element
-// block's products summed in FP16 by HFMA2, see below; 0: FP32 per product).
+// block's products summed in FP16 by HFMA2, see below; 0: FP32 per product), MIRCUDA_FP4_PREFETCH (1: before
+// griddepcontrol.wait, L2 prefetches of each warp's first kStages - 1 steps of weight lines and its first
+// scale lines, as dense_vector.cu and fp8_vector.cu do; 0: none).
 //
 // Work split: block b owns weight rows [R b, R b + R); its warps split K in chunks of 32 lanes x E
 // elements (E = 32 or 16), warp w taking chunks w, w + warps, ...; each lane streams its E weights of the
@@ -56,6 +58,9 @@
 #endif
 #ifndef MIRCUDA_FP4_GROUPED
 #define MIRCUDA_FP4_GROUPED 0
+#endif
+#ifndef MIRCUDA_FP4_PREFETCH
+#define MIRCUDA_FP4_PREFETCH 0
 #endif
 #ifndef MIRCUDA_FP4_WIDE
 #define MIRCUDA_FP4_WIDE 1
@@ -282,6 +287,28 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
     for (int r = 0; r < kRows; ++r) rows[r] = row0 + r < n ? row0 + r : (long long)n - 1;
 
     fp4::decode_table_fill();  // the table variant's shared table (no global reads: before the wait)
+#if MIRCUDA_FP4_PREFETCH && !MIRCUDA_FP4_GROUPED && __CUDA_ARCH__ >= 900
+    {
+        // Programmatic dependent launch: the weights and their scales are never written by the previous
+        // kernel of the stream, and an L2 prefetch is coherent anyway (L2 is the point of coherence), so
+        // the lines of this warp's ring prologue are requested before griddepcontrol.wait and arrive
+        // while that kernel finishes. Lane -> (row (lane / 4) mod R, 128-byte line lane % 4 of a step's
+        // chunk of that row); with R = 4 the upper half-warp takes the next step. (The row is computed,
+        // not indexed from rows[]: a run-time index would put rows[] in local memory.)
+        const int rr = (lane >> 2) % kRows;
+        const long long r = row0 + rr < n ? row0 + rr : (long long)n - 1;
+        const int ahead = kRows == 4 ? lane >> 4 : 0;
+        const int line = (lane & 3) * 128;  // bytes into the step's chunk of the row (32 kElems / 2 bytes)
+        for (int d = ahead; d + 1 < kStages; d += kRows == 4 ? 2 : 1) {
+            const int c0 = warp * 32 * kElems + d * (int)(blockDim.x >> 5) * 32 * kElems;  // the step's first column
+            if (c0 < k && line < 16 * kElems && c0 / 2 + line < k / 2)
+                decode::prefetch_l2(reinterpret_cast<const unsigned short*>(w + r * (k / 2) + c0 / 2 + line));
+        }
+        if ((lane & 3) == 0 && warp * 32 * kElems < k)
+            decode::prefetch_l2(reinterpret_cast<const unsigned short*>(
+                sw + scale_offset(r, (warp * 32 * kElems) >> 4, k >> 4, ((k >> 4) + 3) >> 2)));
+    }
+#endif
     decode::pdl_wait();
     float acc[kM][kRows];
 #pragma unroll

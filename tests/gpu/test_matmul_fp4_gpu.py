@@ -537,6 +537,34 @@ def test_the_vector_plan_matches_float64_with_every_row_count_stage_count_and_th
                rows=4 * rows, stages=stages)
 
 
+@pytest.mark.parametrize("warps", [1, 2, 8])
+@pytest.mark.parametrize("rows, stages", [(4, 2), (4, 3), (8, 4)], ids=str)
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("n, k", [(37, 1040), (301, 96), (4096, 4096), (300, 14336)], ids=str)
+def test_the_vector_plan_with_the_l2_prefetch_matches_float64(context, stream, pool, rng, n, k, layout, rows, stages,
+                                                              warps) -> None:
+    """prefetch=True: L2 prefetches of each warp's ring prologue and first scale line before
+    griddepcontrol.wait (8-byte and 16-byte loads, 4 and 8 rows, fewer steps than the ring, both layouts)."""
+    decode = "e4m3" if context.device_info().compute_capability >= (8, 9) else "pairs"
+    run_vector(context, stream, pool, rng, n, k, "fp4", layout, decode=decode, rows=rows, stages=stages, warps=warps,
+               prefetch=True)
+    run_vector(context, stream, pool, rng, n, k, "bf16", layout, decode=decode, rows=rows, stages=stages, warps=warps,
+               prefetch=True, block_sum="fp32")
+
+
+def test_the_prefetch_knob_is_the_cuda_core_kernels_and_takes_booleans(context, stream) -> None:
+    for kw in ({"prefetch": 1}, {"prefetch": "yes"}, {"prefetch": True, "kernel": "fp4_mma_bf16"}):
+        with pytest.raises(mc.ContractError) as info:
+            mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 256), **kw)
+        assert info.value.argument == "prefetch"
+    with pytest.raises(mc.ContractError) as info:  # M = 4 runs the tensor-core kernel by default
+        mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 256), prefetch=True)
+    assert info.value.argument == "prefetch"
+    with mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 256), kernel="fp4_matvec_bf16",
+                               prefetch=True) as plan:
+        assert "L2 prefetch" in plan.describe()
+
+
 def run_vector(context, stream, pool, rng, n, k, activation, layout, **knobs) -> None:
     w = Operand(context, stream, pool, bf16_data(rng, n, k), layout)
     x_host = bf16_data(rng, 1, k)
@@ -552,6 +580,7 @@ def run_vector(context, stream, pool, rng, n, k, activation, layout, **knobs) ->
         assert f"-D MIRCUDA_FP4_STAGES={knobs['stages']}" in text
     if "warps" in knobs:
         assert f"x {knobs['warps']} warp(s)" in text
+    assert ("L2 prefetch" in text) == bool(knobs.get("prefetch"))
     if activation == "fp4":
         x = Operand(context, stream, pool, x_host, layout)
         plan.execute(stream, x.codes, x.scale_buf, w.codes, w.scale_buf, y, global_x=x.global_buf,
