@@ -383,6 +383,9 @@ def test_the_prefetch_knob_is_a_vector_candidate_field() -> None:
     assert (on.prefetch, off.prefetch) == (True, False)
     assert on.label == "vector:decode=e4m3:prefetch=1" and on.knobs()["prefetch"] is True
     assert "prefetch" not in fp.sweep_values("mma")[0].knobs()
+    both = fp.sweep_values("vector:stages=2:prefetch=1:persistent=1")[0]
+    assert both.label == "vector:stages=2:prefetch=1:persistent=1"
+    assert (both.knobs()["prefetch"], both.knobs()["persistent"]) == (True, True)
 
 
 def test_sweep_all_is_every_decoder_with_each_kernel_s_knobs() -> None:
@@ -400,7 +403,8 @@ def test_sweep_all_is_every_decoder_with_each_kernel_s_knobs() -> None:
                                          ("vector:decode=nibbles", "'nibbles'"), ("vector:rows=16", "'16'"),
                                          ("vector:warps=3", "'3'"), ("mma:stages=5", "'5'"), ("vector:rows=4:rows=8", "'rows=8'"),
                                          ("mma,mma", "twice"), ("vector,,mma", "candidate"),
-                                         ("vector:prefetch=2", "'2'"), ("mma:prefetch=1", "'prefetch=1'")])
+                                         ("vector:prefetch=2", "'2'"), ("mma:prefetch=1", "'prefetch=1'"),
+                                         ("mma:persistent=1", "'persistent=1'"), ("vector:persistent=on", "'on'")])
 def test_bad_sweep_candidates_are_refused_by_name(text, named) -> None:
     import argparse
 

@@ -627,12 +627,35 @@ def test_the_prefetch_asks_l2_for_the_ring_prologue_before_waiting_for_the_previ
     assert "prefetch.global.L2" not in body("compute_80", True)  # no programmatic dependent launch below 9.0
 
 
-def test_the_prefetch_knob_takes_none_or_a_bool_and_only_for_the_cuda_core_kernel() -> None:
-    from mircuda.matmul._fp4 import FP4_MMA_SYMBOL, FP4_SYMBOL, check_prefetch
+@pytest.mark.parametrize("name", ["prefetch", "persistent"])
+def test_the_flag_knobs_take_none_or_a_bool_and_only_for_the_cuda_core_kernel(name) -> None:
+    from mircuda.matmul._fp4 import FP4_MMA_SYMBOL, FP4_SYMBOL, check_flag
 
-    assert check_prefetch(None, FP4_SYMBOL) is False and check_prefetch(True, FP4_SYMBOL) is True
-    assert check_prefetch(False, FP4_MMA_SYMBOL) is False
+    assert check_flag(name, None, FP4_SYMBOL) is False and check_flag(name, True, FP4_SYMBOL) is True
+    assert check_flag(name, False, FP4_MMA_SYMBOL) is False
     for bad, symbol in ((1, FP4_SYMBOL), ("on", FP4_SYMBOL), (True, FP4_MMA_SYMBOL)):
         with pytest.raises(mc.ContractError) as info:
-            check_prefetch(bad, symbol)
-        assert info.value.argument == "prefetch"
+            check_flag(name, bad, symbol)
+        assert info.value.argument == name
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])
+@pytest.mark.parametrize("m, rows, stages", [(1, 4, 3), (1, 8, 2), (16, 4, 2)])
+def test_the_persistent_kernel_compiles_without_spills_for_every_target(arch, m, rows, stages) -> None:
+    from mircuda.matmul._fp4 import fp4_gemv_options, fp4_vector_source
+
+    decode = "pairs" if arch == "sm_80" else "e4m3"
+    opts = fp4_gemv_options(m, rows, "tiled", True, "fp4", decode, "fp16", stages, True, True)
+    prog = mc.compile_program(fp4_vector_source(), arch, mc.CompileOptions(defines=dict(opts.defines),
+                                                                           ptxas_verbose=True))
+    usage = prog.resource_usage()[FP4_SYMBOL]
+    assert usage.spill_store_bytes == usage.spill_load_bytes == usage.stack_frame_bytes == 0, usage
+
+
+def test_the_persistent_grid_is_the_single_plans_only() -> None:
+    from mircuda.matmul._fp4 import fp4_vector_source
+
+    defines = {"MIRCUDA_FP4_PERSISTENT": 1, "MIRCUDA_FP4_GROUPED": 1, "MIRCUDA_MOE_N": 64, "MIRCUDA_MOE_K": 256,
+               "MIRCUDA_MOE_G": 2, "MIRCUDA_MOE_E": 2, "MIRCUDA_MOE_CAPACITY": 4, "MIRCUDA_MOE_MT": 1}
+    with pytest.raises(mc.CompileError, match="MIRCUDA_FP4_PERSISTENT is the single plans"):
+        mc.compile_program(fp4_vector_source(), "sm_90", mc.CompileOptions(defines=defines))

@@ -99,11 +99,11 @@ SWEEP_DECODES = ("bytes", "pairs", "e4m3", "table")
 """The decoders of ``cuda_src/fp4_common.cuh`` (``mircuda.matmul._fp4.DECODES``)."""
 SWEEP_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
     "vector": {"decode": SWEEP_DECODES, "rows": (4, 8), "warps": (1, 2, 4, 8), "sum": ("fp16", "fp32"),
-               "stages": (2, 3, 4), "prefetch": (0, 1)},
+               "stages": (2, 3, 4), "prefetch": (0, 1), "persistent": (0, 1)},
     "mma": {"decode": SWEEP_DECODES, "rows": (16, 32), "warps": (1, 2, 4, 8), "stages": (2, 3, 4)},
 }
-"""The knobs each sweep kernel takes and their values (``sum``: the plans' ``block_sum``; ``prefetch``: 0 or 1
-for the plans' ``prefetch`` False / True)."""
+"""The knobs each sweep kernel takes and their values (``sum``: the plans' ``block_sum``; ``prefetch`` and
+``persistent``: 0 or 1 for the plans' knobs False / True)."""
 
 
 @dataclass(frozen=True)
@@ -118,15 +118,19 @@ class Fp4Candidate:
     block_sum: str | None = None
     stages: int | None = None
     prefetch: bool | None = None
+    persistent: bool | None = None
 
     @property
     def label(self) -> str:
-        """``kernel[:decode=D][:rows=R][:warps=W][:sum=S][:stages=P][:prefetch=0|1]``, as ``--sweep`` spells it."""
+        """``kernel[:decode=D][:rows=R][:warps=W][:sum=S][:stages=P][:prefetch=0|1][:persistent=0|1]``, as
+        ``--sweep`` spells it."""
         parts = [self.kernel] + [f"{key}={value}" for key, value in (("decode", self.decode), ("rows", self.rows),
                                                                      ("warps", self.warps), ("sum", self.block_sum),
                                                                      ("stages", self.stages),
                                                                      ("prefetch", None if self.prefetch is None
-                                                                      else int(self.prefetch)))
+                                                                      else int(self.prefetch)),
+                                                                     ("persistent", None if self.persistent is None
+                                                                      else int(self.persistent)))
                                  if value is not None]
         return ":".join(parts)
 
@@ -134,8 +138,9 @@ class Fp4Candidate:
         """The plans' keyword arguments (BlockScaledFp4VectorPlan and BlockScaledFp4Plan take the same)."""
         knobs = {"kernel": SWEEP_KERNELS[self.kernel], "decode": self.decode, "rows": self.rows, "warps": self.warps,
                  "block_sum": self.block_sum, "stages": self.stages}
-        if self.prefetch is not None:  # only the vector kernel has the knob
-            knobs["prefetch"] = self.prefetch
+        for name in ("prefetch", "persistent"):  # only the vector kernel has these knobs
+            if getattr(self, name) is not None:
+                knobs[name] = getattr(self, name)
         return knobs
 
 
@@ -150,9 +155,9 @@ candidates): 32 candidates."""
 
 def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
     """``--sweep``: ``all`` (:data:`SWEEP_ALL`) or comma-separated candidates
-    ``kernel[:decode=D][:rows=R][:warps=W][:sum=fp16|fp32][:stages=2|3|4][:prefetch=0|1]`` with ``kernel``
-    ``vector`` or ``mma`` (``rows`` 4 or 8 for ``vector``, 16 or 32 for ``mma``; ``sum`` and ``prefetch`` for
-    ``vector`` only), e.g.
+    ``kernel[:decode=D][:rows=R][:warps=W][:sum=fp16|fp32][:stages=2|3|4][:prefetch=0|1][:persistent=0|1]``
+    with ``kernel`` ``vector`` or ``mma`` (``rows`` 4 or 8 for ``vector``, 16 or 32 for ``mma``; ``sum``,
+    ``prefetch`` and ``persistent`` for ``vector`` only), e.g.
     ``vector:decode=e4m3,vector:decode=pairs:sum=fp32,mma:decode=table:rows=32:warps=4``; a knob left out is
     the plan's default.
 
@@ -181,7 +186,8 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
                                                  f"{kernel} in {item!r}, received {value!r}")
             knobs[key] = parsed
         candidate = Fp4Candidate(kernel, knobs.get("decode"), knobs.get("rows"), knobs.get("warps"), knobs.get("sum"),
-                                 knobs.get("stages"), None if "prefetch" not in knobs else bool(knobs["prefetch"]))
+                                 knobs.get("stages"), None if "prefetch" not in knobs else bool(knobs["prefetch"]),
+                                 None if "persistent" not in knobs else bool(knobs["persistent"]))
         if candidate in out:
             raise argparse.ArgumentTypeError(f"expected distinct candidates, received {item!r} twice in {text!r}")
         out.append(candidate)
@@ -819,7 +825,8 @@ def register(sub: Any) -> None:
     p.add_argument("--sweep", type=sweep_values, default=None,
                    help="for M <= 16 also measure these decode-kernel configurations: 'all' or comma-separated "
                         "kernel[:decode=bytes|pairs|e4m3|table][:rows=R][:warps=1|2|4|8][:sum=fp16|fp32][:stages=2|3|4]"
-                        "[:prefetch=0|1] with kernel vector (rows 4|8) or mma (rows 16|32; no sum, no prefetch)")
+                        "[:prefetch=0|1][:persistent=0|1] with kernel vector (rows 4|8) or mma (rows 16|32; no sum, "
+                        "prefetch or persistent)")
     p.add_argument("--json", default="benchmarks/results/fp4_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=fp4_profile, json_default=p.get_default("json"))
 

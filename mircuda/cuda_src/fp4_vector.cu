@@ -14,7 +14,10 @@
 // flight while a step computes), MIRCUDA_FP4_HALF_SUM (1, NVFP4 activations only: each 16-element
 // block's products summed in FP16 by HFMA2, see below; 0: FP32 per product), MIRCUDA_FP4_PREFETCH (1: before
 // griddepcontrol.wait, L2 prefetches of each warp's first kStages - 1 steps of weight lines and its first
-// scale lines, as dense_vector.cu and fp8_vector.cu do; 0: none).
+// scale lines, as dense_vector.cu and fp8_vector.cu do; 0: none), MIRCUDA_FP4_PERSISTENT (1: a grid of at most
+// one wave whose blocks walk the row blocks b, b + gridDim.x, ...; each warp's register ring runs on from one
+// row block into the next, so its loads stay in flight across row blocks (no ring prologue or drain per
+// block, no tail wave); 0: one block per row block).
 //
 // Work split: block b owns weight rows [R b, R b + R); its warps split K in chunks of 32 lanes x E
 // elements (E = 32 or 16), warp w taking chunks w, w + warps, ...; each lane streams its E weights of the
@@ -61,6 +64,12 @@
 #endif
 #ifndef MIRCUDA_FP4_PREFETCH
 #define MIRCUDA_FP4_PREFETCH 0
+#endif
+#ifndef MIRCUDA_FP4_PERSISTENT
+#define MIRCUDA_FP4_PERSISTENT 0
+#endif
+#if MIRCUDA_FP4_PERSISTENT && MIRCUDA_FP4_GROUPED
+#error "MIRCUDA_FP4_PERSISTENT is the single plans' (fp4_matvec_bf16); the grouped kernel walks its tile list"
 #endif
 #ifndef MIRCUDA_FP4_WIDE
 #define MIRCUDA_FP4_WIDE 1
@@ -270,6 +279,35 @@ __device__ __forceinline__ void consume(float (&acc)[kM][kRows], const unsigned 
     }
 }
 
+// Before griddepcontrol.wait (MIRCUDA_FP4_PREFETCH, cc >= 9.0): L2 prefetches of the warp's ring prologue
+// (its first kStages - 1 steps of the block's rows from row0) and of its first scale line.
+__device__ __forceinline__ void prefetch_prologue(const unsigned char* __restrict__ w, const unsigned char* __restrict__ sw,
+                                                  int n, int k, long long row0, int warp, int lane) {
+#if MIRCUDA_FP4_PREFETCH && !MIRCUDA_FP4_GROUPED && __CUDA_ARCH__ >= 900
+    // Programmatic dependent launch: the weights and their scales are never written by the previous
+    // kernel of the stream, and an L2 prefetch is coherent anyway (L2 is the point of coherence), so
+    // the lines of this warp's ring prologue are requested before griddepcontrol.wait and arrive
+    // while that kernel finishes. Lane -> (row (lane / 4) mod R, 128-byte line lane % 4 of a step's
+    // chunk of that row); with R = 4 the upper half-warp takes the next step. (The row is computed,
+    // not indexed from rows[]: a run-time index would put rows[] in local memory.)
+    const int rr = (lane >> 2) % kRows;
+    const long long r = row0 + rr < n ? row0 + rr : (long long)n - 1;
+    const int ahead = kRows == 4 ? lane >> 4 : 0;
+    const int line = (lane & 3) * 128;  // bytes into the step's chunk of the row (32 kElems / 2 bytes)
+    for (int d = ahead; d + 1 < kStages; d += kRows == 4 ? 2 : 1) {
+        const int c0 = warp * 32 * kElems + d * (int)(blockDim.x >> 5) * 32 * kElems;  // the step's first column
+        if (c0 < k && line < 16 * kElems && c0 / 2 + line < k / 2)
+            decode::prefetch_l2(reinterpret_cast<const unsigned short*>(w + r * (k / 2) + c0 / 2 + line));
+    }
+    if ((lane & 3) == 0 && warp * 32 * kElems < k)
+        decode::prefetch_l2(reinterpret_cast<const unsigned short*>(
+            sw + scale_offset(r, (warp * 32 * kElems) >> 4, k >> 4, ((k >> 4) + 3) >> 2)));
+#else
+    (void)w, (void)sw, (void)n, (void)k, (void)row0, (void)warp, (void)lane;
+#endif
+}
+
+#if !MIRCUDA_FP4_PERSISTENT
 __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
                                            const unsigned char* __restrict__ sw, const void* __restrict__ x,
                                            const unsigned char* __restrict__ sx, const float* global_a,
@@ -287,28 +325,7 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
     for (int r = 0; r < kRows; ++r) rows[r] = row0 + r < n ? row0 + r : (long long)n - 1;
 
     fp4::decode_table_fill();  // the table variant's shared table (no global reads: before the wait)
-#if MIRCUDA_FP4_PREFETCH && !MIRCUDA_FP4_GROUPED && __CUDA_ARCH__ >= 900
-    {
-        // Programmatic dependent launch: the weights and their scales are never written by the previous
-        // kernel of the stream, and an L2 prefetch is coherent anyway (L2 is the point of coherence), so
-        // the lines of this warp's ring prologue are requested before griddepcontrol.wait and arrive
-        // while that kernel finishes. Lane -> (row (lane / 4) mod R, 128-byte line lane % 4 of a step's
-        // chunk of that row); with R = 4 the upper half-warp takes the next step. (The row is computed,
-        // not indexed from rows[]: a run-time index would put rows[] in local memory.)
-        const int rr = (lane >> 2) % kRows;
-        const long long r = row0 + rr < n ? row0 + rr : (long long)n - 1;
-        const int ahead = kRows == 4 ? lane >> 4 : 0;
-        const int line = (lane & 3) * 128;  // bytes into the step's chunk of the row (32 kElems / 2 bytes)
-        for (int d = ahead; d + 1 < kStages; d += kRows == 4 ? 2 : 1) {
-            const int c0 = warp * 32 * kElems + d * (int)(blockDim.x >> 5) * 32 * kElems;  // the step's first column
-            if (c0 < k && line < 16 * kElems && c0 / 2 + line < k / 2)
-                decode::prefetch_l2(reinterpret_cast<const unsigned short*>(w + r * (k / 2) + c0 / 2 + line));
-        }
-        if ((lane & 3) == 0 && warp * 32 * kElems < k)
-            decode::prefetch_l2(reinterpret_cast<const unsigned short*>(
-                sw + scale_offset(r, (warp * 32 * kElems) >> 4, k >> 4, ((k >> 4) + 3) >> 2)));
-    }
-#endif
+    prefetch_prologue(w, sw, n, k, row0, warp, lane);
     decode::pdl_wait();
     float acc[kM][kRows];
 #pragma unroll
@@ -369,6 +386,118 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
         if (row < n && m < mrows) decode::store_out(y + (long long)m * n + row, scale * s);
     }
 }
+
+#endif  // !MIRCUDA_FP4_PERSISTENT
+
+#if MIRCUDA_FP4_PERSISTENT
+// The persistent form of fp4_matvec (MIRCUDA_FP4_PERSISTENT): block b takes row blocks b, b + gridDim.x, ...
+// Every warp of the block walks the same number of steps per row block, S = ceil(K / stride) (a lane whose
+// columns lie past K loads and adds nothing), so the block meets at every row block's end: butterfly over
+// the lanes, the warps' partial sums through shared memory, one __syncthreads before and one after. Step t
+// of the warp is (row block t / S, K step t % S); the ring holds steps t .. t + kStages - 2 in flight, also
+// across a row-block boundary.
+__device__ __forceinline__ void fp4_matvec_persistent(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
+                                                      const unsigned char* __restrict__ sw, const void* __restrict__ x,
+                                                      const unsigned char* __restrict__ sx, const float* global_a,
+                                                      const float* global_b, float alpha, int n, int k) {
+    const int warps = blockDim.x >> 5;
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int kblocks = k >> 4;
+    const int katoms = (kblocks + 3) >> 2;
+    const int chunk = 32 * kElems;
+    const int stride = warps * chunk;
+    const int lane_col = warp * chunk + lane * kElems;
+    const int S = (k + stride - 1) / stride;                      // steps per row block, every warp
+    const long long row_blocks = ((long long)n + kRows - 1) / kRows;
+    const long long mine = blockIdx.x < row_blocks ? (row_blocks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+    const long long T = mine * S;                                 // this warp's steps, all row blocks
+
+    fp4::decode_table_fill();
+    prefetch_prologue(w, sw, n, k, (long long)blockIdx.x * kRows, warp, lane);
+    decode::pdl_wait();
+    float scale = alpha;
+    if (global_a != nullptr) scale *= *global_a;
+    if (global_b != nullptr) scale *= *global_b;
+
+    // The load cursor: step tl = (row block jl, K step sl) and the rows of jl.
+    long long jl = 0;
+    int sl = 0;
+    long long lrows[kRows];
+    auto set_rows = [&](long long j) {
+        const long long row0 = ((long long)blockIdx.x + j * gridDim.x) * kRows;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) lrows[r] = row0 + r < n ? row0 + r : (long long)n - 1;
+    };
+    set_rows(0);
+    unsigned codes[kStages][kRows][2 * kBlocks];
+    unsigned sraw[kStages][kRows];
+    auto load_next = [&](unsigned (&c)[kRows][2 * kBlocks], unsigned (&sr)[kRows]) {
+        const int col = lane_col + sl * stride;
+        if (col < k) load_step(w, sw, lrows, col, k, kblocks, katoms, c, sr);
+        if (++sl == S) {
+            sl = 0;
+            ++jl;
+            set_rows(jl);
+        }
+    };
+#pragma unroll
+    for (int d = 0; d + 1 < kStages; ++d)
+        if (d < T) load_next(codes[d], sraw[d]);
+
+    __shared__ float partial[kMaxWarps][kM * kRows];
+    float acc[kM][kRows];
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[m][r] = 0.f;
+    long long jc = 0;  // the consume cursor: row block jc, K step sc
+    int sc = 0;
+    for (long long t0 = 0; t0 < T; t0 += kStages) {
+#pragma unroll
+        for (int d = 0; d < kStages; ++d) {
+            if (t0 + d < T) {  // warp-uniform and block-uniform (every warp has the same T)
+                if (t0 + d + kStages - 1 < T)
+                    load_next(codes[(d + kStages - 1) % kStages], sraw[(d + kStages - 1) % kStages]);
+                const int col = lane_col + sc * stride;
+                if (col < k) consume(acc, codes[d], sraw[d], x, sx, col, k, kblocks, katoms, kM);
+                if (++sc == S) {  // the row block's last step: reduce, store, start the next one
+                    sc = 0;
+#pragma unroll
+                    for (int m = 0; m < kM; ++m)
+#pragma unroll
+                        for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+                            for (int off = 16; off > 0; off >>= 1)
+                                acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], off);
+                        }
+                    if (lane == 0) {
+#pragma unroll
+                        for (int m = 0; m < kM; ++m)
+#pragma unroll
+                            for (int r = 0; r < kRows; ++r) partial[warp][m * kRows + r] = acc[m][r];
+                    }
+#pragma unroll
+                    for (int m = 0; m < kM; ++m)
+#pragma unroll
+                        for (int r = 0; r < kRows; ++r) acc[m][r] = 0.f;
+                    __syncthreads();
+                    const long long row0 = ((long long)blockIdx.x + jc * gridDim.x) * kRows;
+                    for (int i = threadIdx.x; i < kM * kRows; i += blockDim.x) {
+                        float sum = partial[0][i];
+                        for (int v = 1; v < warps; ++v) sum += partial[v][i];
+                        const int m = i / kRows, r = i % kRows;
+                        if (row0 + r < n) decode::store_out(y + (long long)m * n + row0 + r, scale * sum);
+                    }
+                    __syncthreads();  // partial is reused by the next row block
+                    ++jc;
+                }
+            }
+        }
+    }
+    decode::pdl_trigger_late();
+}
+#endif
 
 }  // namespace
 
@@ -437,6 +566,10 @@ extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
                     const unsigned char* __restrict__ sw, const void* __restrict__ x,
                     const unsigned char* __restrict__ sx, const float* global_a, const float* global_b, float alpha,
                     int n, int k) {
+#if MIRCUDA_FP4_PERSISTENT
+    fp4_matvec_persistent(y, w, sw, x, sx, global_a, global_b, alpha, n, k);
+#else
     fp4_matvec(y, w, sw, x, sx, global_a, global_b, alpha, n, k);
+#endif
 }
 #endif  // MIRCUDA_FP4_GROUPED

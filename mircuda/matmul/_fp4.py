@@ -94,20 +94,26 @@ def default_decode(arch: str) -> str:
     return "e4m3" if _arch_number(arch) >= 89 else "pairs"
 
 
-def check_prefetch(prefetch: Any, symbol: str) -> bool:
-    """``prefetch=``: None (False) or a bool; True only for ``fp4_matvec_bf16`` (``MIRCUDA_FP4_PREFETCH``).
+FLAG_KNOBS = {"prefetch": ("MIRCUDA_FP4_PREFETCH", "the L2 prefetch"),
+              "persistent": ("MIRCUDA_FP4_PERSISTENT", "the persistent grid")}
+"""The on/off knobs of ``fp4_matvec_bf16`` (its define and what it turns on)."""
+
+
+def check_flag(name: str, value: Any, symbol: str) -> bool:
+    """An on/off knob of :data:`FLAG_KNOBS` (``prefetch=``, ``persistent=``): None (False) or a bool; True
+    only for ``fp4_matvec_bf16``.
 
     Raises:
-        ContractError: not None or a bool, or True for another kernel.
+        ContractError: naming the knob: not None or a bool, or True for another kernel.
     """
-    if prefetch is None:
+    if value is None:
         return False
-    if not isinstance(prefetch, bool):
-        raise ContractError("prefetch", "None, True or False", repr(prefetch))
-    if prefetch and symbol != FP4_SYMBOL:
-        raise ContractError("prefetch", f"None or False for kernel {symbol} (the L2 prefetch is {FP4_SYMBOL}'s)",
-                            repr(prefetch))
-    return prefetch
+    if not isinstance(value, bool):
+        raise ContractError(name, "None, True or False", repr(value))
+    if value and symbol != FP4_SYMBOL:
+        raise ContractError(name, f"None or False for kernel {symbol} ({FLAG_KNOBS[name][1]} is {FP4_SYMBOL}'s)",
+                            repr(value))
+    return value
 
 
 def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows: Any, block_sum: Any,
@@ -172,14 +178,15 @@ def fp4_mma_options(m: int, layout: str, wide: bool, decode: str = "bytes", rows
 
 
 def fp4_gemv_options(m: int, rows: int, layout: str, wide: bool, activation: str, decode: str = "bytes",
-                     block_sum: str = "fp32", stages: int = 2, prefetch: bool = False) -> CompileOptions:
+                     block_sum: str = "fp32", stages: int = 2, prefetch: bool = False,
+                     persistent: bool = False) -> CompileOptions:
     """The NVRTC options of ``fp4_matvec_bf16`` (see ``cuda_src/fp4_vector.cu``)."""
     return CompileOptions(defines={"MIRCUDA_FP4_M": m, "MIRCUDA_FP4_ROWS": rows,
                                    "MIRCUDA_FP4_TILED": int(layout == "tiled"), "MIRCUDA_FP4_WIDE": int(wide),
                                    "MIRCUDA_FP4_ACT_BF16": int(activation == "bf16"),
                                    "MIRCUDA_FP4_DECODE": DECODES.index(decode),
                                    "MIRCUDA_FP4_HALF_SUM": int(block_sum == "fp16"), "MIRCUDA_FP4_STAGES": stages,
-                                   "MIRCUDA_FP4_PREFETCH": int(prefetch)})
+                                   "MIRCUDA_FP4_PREFETCH": int(prefetch), "MIRCUDA_FP4_PERSISTENT": int(persistent)})
 
 
 def fp4_target(compute_capability: tuple[int, int]) -> str | None:
@@ -289,10 +296,11 @@ class Fp4Gemv:
     def __init__(self, context: Context, m: int, n: int, k: int, activation: str, layout: str, compiler: Compiler,
                  warps: int | None = None, symbol: str = FP4_SYMBOL, *, decode: str | None = None,
                  rows: int | None = None, block_sum: str | None = None, stages: int | None = None,
-                 prefetch: bool | None = None) -> None:
+                 prefetch: bool | None = None, persistent: bool | None = None) -> None:
         if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
             raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
-        self.prefetch = check_prefetch(prefetch, symbol)
+        self.prefetch = check_flag("prefetch", prefetch, symbol)
+        self.persistent = check_flag("persistent", persistent, symbol)
         if symbol not in FP4_KERNELS:
             raise ContractError("kernel", f"one of {FP4_KERNELS}", repr(symbol))
         decode, rows, block_sum = check_gemv_knobs(compiler.arch, symbol, activation, decode, rows, block_sum, warps,
@@ -320,7 +328,7 @@ class Fp4Gemv:
             self.rows = rows if rows is not None else 4
             self.block_sum = block_sum if block_sum is not None else "fp16" if activation == "fp4" else "fp32"
             self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation, decode, self.block_sum,
-                                            self.stages, self.prefetch)
+                                            self.stages, self.prefetch, self.persistent)
             source = fp4_vector_source()
             chunk = 32 * self.elements
         contract = cuda_export(symbol, y=InOut[DeviceBuffer[bf16]], w=In[DeviceBuffer[u8]],
@@ -335,7 +343,10 @@ class Fp4Gemv:
                                         lambda w: blocks_per_sm(context, self.kernel, w), rows=self.rows,
                                         chunk=chunk)
         self.warps = warps
-        self.config = LaunchConfig((-(-n // self.rows),), (32 * warps,),
+        blocks = -(-n // self.rows)
+        if self.persistent:  # at most one wave; the blocks walk the row blocks
+            blocks = min(blocks, info.multiprocessor_count * max(1, blocks_per_sm(context, self.kernel, warps)))
+        self.config = LaunchConfig((blocks,), (32 * warps,),
                                    programmatic_stream_serialization=info.supports_programmatic_launch)
         self.config.check(info, self.kernel.attributes.max_threads_per_block)
         self._launch = self.kernel.launch
@@ -379,8 +390,9 @@ class Fp4Gemv:
         return (f"kernel {FP4_SYMBOL} (NVRTC, -D MIRCUDA_FP4_M={self.m} -D MIRCUDA_FP4_ROWS={self.rows}"
                 f"{' -D MIRCUDA_FP4_TILED=1' if self.layout == 'tiled' else ''} -D MIRCUDA_FP4_DECODE="
                 f"{DECODES.index(self.decode)} -D MIRCUDA_FP4_HALF_SUM={int(self.block_sum == 'fp16')} "
-                f"-D MIRCUDA_FP4_STAGES={self.stages}{' -D MIRCUDA_FP4_PREFETCH=1' if self.prefetch else ''}), "
-                f"{self.config.grid[0]} blocks of "
+                f"-D MIRCUDA_FP4_STAGES={self.stages}{' -D MIRCUDA_FP4_PREFETCH=1' if self.prefetch else ''}"
+                f"{' -D MIRCUDA_FP4_PERSISTENT=1' if self.persistent else ''}), "
+                f"{self.config.grid[0]} {'persistent blocks (one wave) walking row blocks' if self.persistent else 'blocks'} of "
                 f"{self.rows} weight rows x {self.warps} warp(s) splitting K, {act}, "
                 f"{'16' if self.wide else '8'}-byte streamed weight loads ({self.elements} E2M1 per lane"
                 f"{'' if self.wide else ': K % 32 != 0'}), {decode}, {summed}, UE4M3 scales per 16, FP32 "
@@ -529,10 +541,12 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         prefetch: tuning knob of :data:`FP4_SYMBOL`: True requests each warp's first weight and scale lines
             in L2 before ``griddepcontrol.wait`` (cc >= 9.0: they arrive while the previous kernel of the
             stream finishes); None or False: no prefetch.
+        persistent: tuning knob of :data:`FP4_SYMBOL`: True launches at most one wave of blocks that walk the
+            row blocks, each warp's load ring running on across them; None or False: one block per row block.
 
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16), activation, layout, warps,
-            compiler or knob (see :func:`check_gemv_knobs`, :func:`check_prefetch`).
+            compiler or knob (see :func:`check_gemv_knobs`, :func:`check_flag`).
         UnsupportedPlatform: compute capability below 8.0.
         CompileError: NVRTC rejected the kernel (a bug).
     """
@@ -540,7 +554,8 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
     def __init__(self, context: Context, stream: Stream, spec: DenseVectorSpec, *, activation: str = "fp4",
                  scale_layout: str = "linear", compiler: Compiler | None = None, warps: int | None = None,
                  kernel: str | None = None, decode: str | None = None, rows: int | None = None,
-                 block_sum: str | None = None, stages: int | None = None, prefetch: bool | None = None) -> None:
+                 block_sum: str | None = None, stages: int | None = None, prefetch: bool | None = None,
+                 persistent: bool | None = None) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
@@ -560,7 +575,7 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         self._in, self._out = dtype_info(u8), dtype_info(bf16)
         self._engine = Fp4Gemv(context, 1, spec.n, spec.k, activation, scale_layout, compiler, warps,
                                kernel if kernel is not None else FP4_SYMBOL, decode=decode, rows=rows,
-                               block_sum=block_sum, stages=stages, prefetch=prefetch)
+                               block_sum=block_sum, stages=stages, prefetch=prefetch, persistent=persistent)
         self._names = ("x", "x_scales", "w", "w_scales", "y")
         self._operands = fp4_operands(self._names, 1, spec.n, spec.k, activation, scale_layout, self._engine.wide)
         self._numba: Any = None
@@ -655,8 +670,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             (``"fp4_matvec_bf16"``: CUDA cores; ``"fp4_mma_bf16"``: tensor cores, NVFP4 activations only), or
             the name of one of the library's block-scaled NVFP4 kernels
             (``CutlassLibrary.block_scaled_kernels``), which then runs any M.
-        decode, rows, warps, block_sum, stages, prefetch: tuning knobs of the NVRTC kernels (M <= 16; as
-            :class:`BlockScaledFp4VectorPlan`: ``block_sum`` and ``prefetch`` for ``fp4_matvec_bf16`` only;
+        decode, rows, warps, block_sum, stages, prefetch, persistent: tuning knobs of the NVRTC kernels (M <= 16;
+            as :class:`BlockScaledFp4VectorPlan`: ``block_sum``, ``prefetch``, ``persistent`` for ``fp4_matvec_bf16`` only;
             None: the defaults); refused (ContractError) on the other paths.
 
     Raises:
@@ -673,7 +688,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                  scale_layout: str = "linear", compiler: Compiler | None = None,
                  library: CutlassLibrary | None = None, kernel: str | None = None, epilogue: str = "folded",
                  decode: str | None = None, rows: int | None = None, warps: int | None = None,
-                 block_sum: str | None = None, stages: int | None = None, prefetch: bool | None = None) -> None:
+                 block_sum: str | None = None, stages: int | None = None, prefetch: bool | None = None,
+                 persistent: bool | None = None) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
@@ -716,7 +732,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                                     "NVFP4 activations only)", repr(kernel))
             kernel = None
         knobs = {"decode": decode, "rows": rows, "warps": warps, "block_sum": block_sum, "stages": stages,
-                 "prefetch": prefetch}
+                 "prefetch": prefetch, "persistent": persistent}
         if m > GEMV_MAX_M or (kernel is not None and nvrtc is None):
             for name, value in knobs.items():
                 if value is not None:
@@ -741,7 +757,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
         if m <= GEMV_MAX_M:
             symbol = nvrtc if nvrtc is not None else FP4_MMA_SYMBOL if m >= 2 and activation == "fp4" else FP4_SYMBOL
             self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler, warps, symbol, decode=decode,
-                                 rows=rows, block_sum=block_sum, stages=stages, prefetch=prefetch)
+                                 rows=rows, block_sum=block_sum, stages=stages, prefetch=prefetch,
+                                 persistent=persistent)
             self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide)
             head = (f"M = {m} <= {GEMV_MAX_M}: decode; the {n}x{k} FP4 weights dominate the bytes, so one NVRTC kernel "
                     "streams each once and multiplies it by all M activation rows")

@@ -537,32 +537,56 @@ def test_the_vector_plan_matches_float64_with_every_row_count_stage_count_and_th
                rows=4 * rows, stages=stages)
 
 
+@pytest.mark.parametrize("prefetch, persistent", [(True, False), (False, True), (True, True)], ids=str)
 @pytest.mark.parametrize("warps", [1, 2, 8])
 @pytest.mark.parametrize("rows, stages", [(4, 2), (4, 3), (8, 4)], ids=str)
 @pytest.mark.parametrize("layout", ["linear", "tiled"])
-@pytest.mark.parametrize("n, k", [(37, 1040), (301, 96), (4096, 4096), (300, 14336)], ids=str)
-def test_the_vector_plan_with_the_l2_prefetch_matches_float64(context, stream, pool, rng, n, k, layout, rows, stages,
-                                                              warps) -> None:
+@pytest.mark.parametrize("n, k", [(37, 1040), (301, 96), (4096, 4096), (300, 14336), (40000, 256)], ids=str)
+def test_the_vector_plan_with_the_l2_prefetch_or_the_persistent_grid_matches_float64(
+        context, stream, pool, rng, n, k, layout, rows, stages, warps, prefetch, persistent) -> None:
     """prefetch=True: L2 prefetches of each warp's ring prologue and first scale line before
-    griddepcontrol.wait (8-byte and 16-byte loads, 4 and 8 rows, fewer steps than the ring, both layouts)."""
+    griddepcontrol.wait; persistent=True: one wave of blocks walking the row blocks, the ring crossing them
+    (N = 40000: many row blocks per block; N = 37: fewer row blocks than SMs); 8- and 16-byte loads, 4 and 8
+    rows, fewer steps than the ring, both layouts, NVFP4 and BF16 activations."""
     decode = "e4m3" if context.device_info().compute_capability >= (8, 9) else "pairs"
-    run_vector(context, stream, pool, rng, n, k, "fp4", layout, decode=decode, rows=rows, stages=stages, warps=warps,
-               prefetch=True)
-    run_vector(context, stream, pool, rng, n, k, "bf16", layout, decode=decode, rows=rows, stages=stages, warps=warps,
-               prefetch=True, block_sum="fp32")
+    knobs = dict(decode=decode, rows=rows, stages=stages, warps=warps, prefetch=prefetch, persistent=persistent)
+    run_vector(context, stream, pool, rng, n, k, "fp4", layout, **knobs)
+    run_vector(context, stream, pool, rng, n, k, "bf16", layout, block_sum="fp32", **knobs)
 
 
-def test_the_prefetch_knob_is_the_cuda_core_kernels_and_takes_booleans(context, stream) -> None:
-    for kw in ({"prefetch": 1}, {"prefetch": "yes"}, {"prefetch": True, "kernel": "fp4_mma_bf16"}):
+@pytest.mark.parametrize("name", ["prefetch", "persistent"])
+def test_the_flag_knobs_are_the_cuda_core_kernels_and_take_booleans(context, stream, name) -> None:
+    for kw in ({name: 1}, {name: "yes"}, {name: True, "kernel": "fp4_mma_bf16"}):
         with pytest.raises(mc.ContractError) as info:
             mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 256), **kw)
-        assert info.value.argument == "prefetch"
+        assert info.value.argument == name
     with pytest.raises(mc.ContractError) as info:  # M = 4 runs the tensor-core kernel by default
-        mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 256), prefetch=True)
-    assert info.value.argument == "prefetch"
+        mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 256), **{name: True})
+    assert info.value.argument == name
     with mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 256), kernel="fp4_matvec_bf16",
-                               prefetch=True) as plan:
-        assert "L2 prefetch" in plan.describe()
+                               **{name: True}) as plan:
+        assert ("L2 prefetch" if name == "prefetch" else "persistent blocks (one wave)") in plan.describe()
+
+
+@pytest.mark.parametrize("m", [2, 5, 16])
+def test_the_persistent_grid_runs_m_up_to_16_and_stays_within_one_wave(context, stream, pool, rng, m) -> None:
+    n, k = 40000, 512  # 10000 row blocks: more than one wave of any block size, so each block walks several
+    b = Operand(context, stream, pool, bf16_data(rng, n, k), "linear")
+    a = Operand(context, stream, pool, bf16_data(rng, m, k), "linear")
+    d = poisoned(context, stream, pool, m * n)
+    with mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), kernel="fp4_matvec_bf16",
+                               persistent=True) as plan:
+        info = context.device_info()
+        grid = plan._gemv.config.grid[0]
+        assert grid <= info.multiprocessor_count * 32 and grid < -(-n // plan._gemv.rows)
+        plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d, global_a=a.global_buf,
+                     global_b=b.global_buf, alpha=0.5)
+    got = check_guard(download(context, stream, d), m * n).reshape(m, n)
+    want, mag = reference(a.value, b.value, 0.5 * float(a.global_) * float(b.global_))
+    assert_close(got, want, mag, "bf16")
+    for x in (a, b):
+        x.free(stream)
+    d.free(stream)
 
 
 def run_vector(context, stream, pool, rng, n, k, activation, layout, **knobs) -> None:
@@ -581,6 +605,7 @@ def run_vector(context, stream, pool, rng, n, k, activation, layout, **knobs) ->
     if "warps" in knobs:
         assert f"x {knobs['warps']} warp(s)" in text
     assert ("L2 prefetch" in text) == bool(knobs.get("prefetch"))
+    assert ("persistent blocks" in text) == bool(knobs.get("persistent"))
     if activation == "fp4":
         x = Operand(context, stream, pool, x_host, layout)
         plan.execute(stream, x.codes, x.scale_buf, w.codes, w.scale_buf, y, global_x=x.global_buf,
