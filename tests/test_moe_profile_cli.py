@@ -49,6 +49,8 @@ def test_quick_is_a_smaller_grid_and_each_flag_still_wins() -> None:
                                          (["--sweep", "e4m3:m1:r16"], "--sweep: expected fields sN"),
                                          (["--sweep", "e4m3:w1"], "--sweep: expected fields sN"),
                                          (["--sweep", "e4m3:m1:m2"], "--sweep: expected fields sN"),
+                                         (["--sweep", "e4m3:p1"], "--sweep: expected fields sN"),
+                                         (["--sweep", "e4m3:m1:p2"], "--sweep: expected fields sN"),
                                          (["--tokens", "3000000000"], "--tokens: expected tokens per step up to 65536"),
                                          (["--tokens", "1,1"], "--tokens: expected distinct token counts"),
                                          (["--layers", "fine,fine"], "--layers: expected distinct layer names")])
@@ -145,3 +147,5 @@ def test_vector_candidates_name_their_tile_rows_and_vector_is_the_documented_lis
     named = mp.parse_candidates("vector")
     assert tuple(c.text for c in named) == mp.SWEEP_VECTOR and all(c.variant == "vector" for c in named)
     assert parse("--variant", "vector").variant == "vector"
+    (walk,) = mp.parse_candidates("e4m3:m2:p1")
+    assert walk.resolve(default_tuning("sm_90", "vector")) == DecodeTuning("e4m3", 2, 0, 1, True)

@@ -116,3 +116,28 @@ def test_bad_vector_tuning_is_refused_by_field(tuning, field) -> None:
 def test_the_default_vector_tuning_leaves_the_warps_to_the_occupancy_rule() -> None:
     for arch, decode in (("sm_90", "e4m3"), ("sm_80", "pairs"), ("sm_120f", "e4m3")):
         assert default_tuning(arch, "vector") == DecodeTuning(decode, 2, 0, 1)
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_120f"])
+@pytest.mark.parametrize("mt", [1, 4])
+def test_the_persistent_vector_kernel_walks_weight_blocks_without_spills(arch, mt) -> None:
+    opts = options(mt, k=4096, tuning=DecodeTuning("e4m3", 2, 0, 1, True))
+    assert dict(opts.defines)["MIRCUDA_FP4_PERSISTENT"] == "1"
+    prog = mc.compile_program(vector_source(), arch, mc.CompileOptions(defines=dict(opts.defines),
+                                                                       ptxas_verbose=True))
+    usage = prog.resource_usage()[GROUPED_SYMBOL]
+    assert usage.spill_store_bytes == usage.spill_load_bytes == usage.stack_frame_bytes == 0, usage
+    body = entry(ptx("compute_90", opts), GROUPED_SYMBOL)
+    assert "bar.sync" in body  # the warps meet at every weight-row block's end
+
+
+def test_only_the_vector_variant_takes_the_persistent_grid() -> None:
+    for variant in ("split_k", "staged", "split_n"):
+        with pytest.raises(mc.ContractError) as info:
+            check_tuning(DecodeTuning("e4m3", 2, 8, 1, True), variant, "sm_90")
+        assert info.value.argument == "tuning.persistent"
+    with pytest.raises(mc.ContractError) as info:
+        check_tuning(DecodeTuning("e4m3", 2, 0, 1, 1), "vector", "sm_90")  # type: ignore[arg-type]
+    assert info.value.argument == "tuning.persistent"
+    assert check_tuning(DecodeTuning("e4m3", 2, 0, 1, True), "vector", "sm_90").persistent
+    assert DecodeTuning("e4m3", 2, 0, 1, True).label() == "e4m3:s2:w0:r16:persistent"

@@ -186,6 +186,7 @@ class Candidate:
     warps: int | None = None
     frags: int | None = None
     rows_per_tile: int | None = None
+    persistent: bool | None = None
 
     @property
     def variant(self) -> str:
@@ -197,21 +198,21 @@ class Candidate:
         import dataclasses
 
         fields = {k: v for k, v in (("decode", self.decode), ("stages", self.stages), ("warps", self.warps),
-                                    ("frags", self.frags)) if v is not None}
+                                    ("frags", self.frags), ("persistent", self.persistent)) if v is not None}
         return dataclasses.replace(default, **fields)
 
 
 SWEEP_VECTOR = ("e4m3:m1", "e4m3:m2", "e4m3:m4", "e4m3:m1:r8", "e4m3:s3:m1", "e4m3:s4:m1", "e4m3:m1:w1",
-                "e4m3:m1:w2", "e4m3:m1:w4", "pairs:m1", "bytes:m1")
+                "e4m3:m1:w2", "e4m3:m1:w4", "pairs:m1", "bytes:m1", "e4m3:m1:p1", "e4m3:s3:m1:p1", "e4m3:m2:p1")
 """``--sweep vector``: the ``"vector"`` variant's candidates (tile rows, stages, warps, rows per block,
-decoder)."""
+decoder, the persistent grid ``p1``)."""
 
 
 def parse_candidates(text: str) -> tuple[Candidate, ...]:
     """``--sweep``'s value: ``all`` (:data:`SWEEP_ALL`), ``vector`` (:data:`SWEEP_VECTOR`) or comma-separated
-    candidates ``decode[:sN][:wN][:rN][:mN]`` (decode ``bytes``, ``pairs``, ``e4m3`` or ``default``; stages
-    2-4; split_k: warps 4, 8 or 16, rows per block 16 or 32; with ``mN`` (the vector variant, N = 1, 2, 4
-    or 8 rows per tile): warps 1, 2, 4 or 8, rows per block 4 or 8).
+    candidates ``decode[:sN][:wN][:rN][:mN][:pN]`` (decode ``bytes``, ``pairs``, ``e4m3`` or ``default``;
+    stages 2-4; split_k: warps 4, 8 or 16, rows per block 16 or 32; with ``mN`` (the vector variant, N = 1,
+    2, 4 or 8 rows per tile): warps 1, 2, 4 or 8, rows per block 4 or 8, ``p1`` the persistent grid).
 
     Raises:
         ContractError: ``--sweep`` naming an unknown field or value.
@@ -231,19 +232,20 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
         raw: dict[str, int] = {}
         for part in rest:
             key, num = part[:1], part[1:]
-            if key not in "swrm" or not key or not num.isdigit() or key in raw:
-                raise ContractError("--sweep", "fields sN, wN, rN, mN, each once", repr(item))
+            if key not in "swrmp" or not key or not num.isdigit() or key in raw:
+                raise ContractError("--sweep", "fields sN, wN, rN, mN, pN, each once", repr(item))
             raw[key] = int(num)
         vector = "m" in raw
         allowed = {"s": STAGES, "m": VECTOR_ROWS_PER_TILE, "w": VECTOR_WARPS if vector else TUNED_WARPS,
-                   "r": tuple((4 if vector else 16) * f for f in FRAGS)}
+                   "r": tuple((4 if vector else 16) * f for f in FRAGS), "p": (0, 1) if vector else ()}
         for key, value in raw.items():
             if value not in allowed[key]:
                 raise ContractError("--sweep", "fields sN (stages 2-4), mN (vector rows per tile 1, 2, 4, 8); split_k: wN "
-                                    "(warps 4, 8, 16), rN (rows 16, 32); vector: wN (1, 2, 4, 8), rN (4, 8)", repr(item))
+                                    "(warps 4, 8, 16), rN (rows 16, 32); vector: wN (1, 2, 4, 8), rN (4, 8), pN "
+                                    "(persistent 0, 1)", repr(item))
         frags = None if "r" not in raw else raw["r"] // (4 if vector else 16)
         out.append(Candidate(item, None if head == "default" else head, raw.get("s"), raw.get("w"), frags,
-                             raw.get("m")))
+                             raw.get("m"), None if "p" not in raw else bool(raw["p"])))
     return tuple(out)
 
 
@@ -254,7 +256,8 @@ def plan_label(plan: Any) -> str:
         return str(plan.path)
     t = plan.tuning
     if plan.variant == "vector":
-        return f"vector:{t.decode}:s{t.stages}:w{t.warps}:r{4 * t.frags}:m{plan.rows_per_tile}"
+        return (f"vector:{t.decode}:s{t.stages}:w{t.warps}:r{4 * t.frags}:m{plan.rows_per_tile}"
+                + (":persistent" if t.persistent else ""))
     return t.label() if plan.variant == "split_k" else str(plan.variant)
 
 

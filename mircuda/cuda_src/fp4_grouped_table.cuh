@@ -12,6 +12,17 @@
 // its tile's group with find_group (or find_group_scan) and reads the group's validated count, offset
 // and matrix from the table, never the caller's routing.
 
+#if !defined(MIRCUDA_MOE_N) || !defined(MIRCUDA_MOE_K) || !defined(MIRCUDA_MOE_G) || !defined(MIRCUDA_MOE_E) || \
+    !defined(MIRCUDA_MOE_CAPACITY) || !defined(MIRCUDA_MOE_MT)
+#error "compile with -D MIRCUDA_MOE_N, _K, _G, _E, _CAPACITY and _MT (mircuda.matmul._moe.grouped_options)"
+#endif
+#ifndef MIRCUDA_MOE_FIXED_ROWS
+#define MIRCUDA_MOE_FIXED_ROWS 0
+#endif
+#ifndef MIRCUDA_MOE_SETS
+#define MIRCUDA_MOE_SETS 1
+#endif
+
 namespace {
 
 constexpr int kN = MIRCUDA_MOE_N;

@@ -68,9 +68,6 @@
 #ifndef MIRCUDA_FP4_PERSISTENT
 #define MIRCUDA_FP4_PERSISTENT 0
 #endif
-#if MIRCUDA_FP4_PERSISTENT && MIRCUDA_FP4_GROUPED
-#error "MIRCUDA_FP4_PERSISTENT is the single plans' (fp4_matvec_bf16); the grouped kernel walks its tile list"
-#endif
 #ifndef MIRCUDA_FP4_WIDE
 #define MIRCUDA_FP4_WIDE 1
 #endif
@@ -399,7 +396,8 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
 __device__ __forceinline__ void fp4_matvec_persistent(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
                                                       const unsigned char* __restrict__ sw, const void* __restrict__ x,
                                                       const unsigned char* __restrict__ sx, const float* global_a,
-                                                      const float* global_b, float alpha, int n, int k) {
+                                                      const float* global_b, float alpha, int n, int k,
+                                                      int mrows = kM) {
     const int warps = blockDim.x >> 5;
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
@@ -460,7 +458,7 @@ __device__ __forceinline__ void fp4_matvec_persistent(__nv_bfloat16* __restrict_
                 if (t0 + d + kStages - 1 < T)
                     load_next(codes[(d + kStages - 1) % kStages], sraw[(d + kStages - 1) % kStages]);
                 const int col = lane_col + sc * stride;
-                if (col < k) consume(acc, codes[d], sraw[d], x, sx, col, k, kblocks, katoms, kM);
+                if (col < k) consume(acc, codes[d], sraw[d], x, sx, col, k, kblocks, katoms, mrows);
                 if (++sc == S) {  // the row block's last step: reduce, store, start the next one
                     sc = 0;
 #pragma unroll
@@ -487,7 +485,7 @@ __device__ __forceinline__ void fp4_matvec_persistent(__nv_bfloat16* __restrict_
                         float sum = partial[0][i];
                         for (int v = 1; v < warps; ++v) sum += partial[v][i];
                         const int m = i / kRows, r = i % kRows;
-                        if (row0 + r < n) decode::store_out(y + (long long)m * n + row0 + r, scale * sum);
+                        if (row0 + r < n && m < mrows) decode::store_out(y + (long long)m * n + row0 + r, scale * sum);
                     }
                     __syncthreads();  // partial is reused by the next row block
                     ++jc;
@@ -555,9 +553,16 @@ extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
     const unsigned char* b = set ? b2 : b1;
     const unsigned char* sb = set ? sb2 : sb1;
     __nv_bfloat16* d = set ? d2 : d1;
+#if MIRCUDA_FP4_PERSISTENT
+    // blockIdx.x walks the weight-row blocks x, x + gridDim.x, ... of this tile
+    fp4_matvec_persistent(d + xrow0 * kN, b + (long long)e * kMatrixBytes, sb + (long long)e * kMatrixScaleBytes,
+                          a + xrow0 * (kK / 2), sa + xrow0 * (kK / 16), nullptr, alpha_per_matrix + set * kBank + e,
+                          1.0f, kN, kK, rows);
+#else
     fp4_matvec(d + xrow0 * kN, b + (long long)e * kMatrixBytes, sb + (long long)e * kMatrixScaleBytes,
                a + xrow0 * (kK / 2), sa + xrow0 * (kK / 16), nullptr, alpha_per_matrix + set * kBank + e, 1.0f,
                kN, kK, rows);
+#endif
 }
 
 #else

@@ -187,7 +187,8 @@ class _GroupedFp4PlanBase(PlanBase):
                                   fixed_rows=fixed_rows, tiled=self._layout == "tiled", sets=sets,
                                   variant=shape.variant, tuning=tuning)
         self._kernels = GroupedKernels(compiler, options, shape, groups, bank,
-                                       pdl=context.device_info().supports_programmatic_launch, capacity=capacity, k=k)
+                                       pdl=context.device_info().supports_programmatic_launch, capacity=capacity, k=k,
+                                       persistent=tuning.persistent)
         # The vector variant's warps come from the occupancy rule unless tuning gave them.
         self._tuning = dataclasses.replace(tuning, warps=self._kernels.shape.warps)
         self._why_portable = self._choose_path(path, library, compiler,
@@ -390,7 +391,9 @@ class _GroupedFp4PlanBase(PlanBase):
                 f"{head}{setup}, then fp4_grouped_bf16 (NVRTC fp4_vector.cu, portable, any cc >= 8.0, no tensor "
                 f"cores): grid ({shape.weight_blocks} weight-row blocks of {BLOCK_ROWS['vector'] * t.frags} rows, "
                 f"{shape.tiles} tile slots of {shape.rows_per_tile} activation row(s), {shape.sets} set(s)); variant "
-                f"vector: the block's {t.warps} warp(s) split K, a ring of {t.stages} load stages; each weight is "
+                f"vector: the block's {t.warps} warp(s) split K, a ring of {t.stages} load stages"
+                + (f" (persistent: {self._kernels.grouped_config.grid[0]} blocks per tile slot walk the weight-row "
+                   "blocks, the ring running on across them)" if t.persistent else "") + "; each weight is "
                 f"decoded once ({decode}) and meets the tile's rows in HFMA2 (each 16-element block summed exactly "
                 "in FP16), scaled by the UE4M3 scales in FP32, BF16 out" + pdl + f". Why portable: {self._why_portable}.")
         split = {"split_k": f"variant split_k: the block's {t.warps} warps split K over {16 * t.frags} weight rows "

@@ -74,16 +74,20 @@ class DecodeTuning:
     decode: one of :data:`DECODES`. stages: 2, 3 or 4 K steps of loads in the register ring (split_k,
     split_n, vector). warps: 4, 8 or 16 warps per block (split_k; vector: 1, 2, 4 or 8, or 0 for the
     occupancy rule's count; the other variants take 8). frags: 1 or 2 16-row weight fragments per block (split_k: 16
-    or 32 weight rows per block, every activation fragment feeding both; vector: 4 or 8 weight rows)."""
+    or 32 weight rows per block, every activation fragment feeding both; vector: 4 or 8 weight rows).
+    persistent: vector only: at most one wave of blocks over the tile slots, each walking weight-row blocks
+    x, x + gridDim.x, ... with its load ring running on across them (fp4_vector.cu's MIRCUDA_FP4_PERSISTENT)."""
 
     decode: str
     stages: int = 2
     warps: int = WARPS
     frags: int = 1
+    persistent: bool = False
 
     def label(self) -> str:
-        """``decode:s<stages>:w<warps>:r<rows per block>`` (the sweep's candidate name)."""
-        return f"{self.decode}:s{self.stages}:w{self.warps}:r{16 * self.frags}"
+        """``decode:s<stages>:w<warps>:r<rows per block>[:persistent]`` (the sweep's candidate name)."""
+        return f"{self.decode}:s{self.stages}:w{self.warps}:r{16 * self.frags}" + (":persistent" if self.persistent
+                                                                                  else "")
 
 
 def _arch_number(arch: str) -> int:
@@ -126,6 +130,9 @@ def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
                             f"'e4m3' for target {arch}")
     if type(tuning.stages) is not int or tuning.stages not in STAGES:
         raise ContractError("tuning.stages", f"one of {STAGES}", repr(tuning.stages))
+    if not isinstance(tuning.persistent, bool) or (tuning.persistent and variant != "vector"):
+        raise ContractError("tuning.persistent", "False, or True with variant 'vector'",
+                            f"{tuning.persistent!r} with variant {variant!r}")
     # vector: warps 0 leaves them to the occupancy rule (vector_warps), as its default tuning does
     for name, allowed in (("warps", (0, *VECTOR_WARPS) if variant == "vector" else TUNED_WARPS), ("frags", FRAGS)):
         value = getattr(tuning, name)
@@ -193,7 +200,7 @@ def grouped_options(*, n: int, k: int, groups: int, bank_size: int, capacity: in
             "MIRCUDA_FP4_GROUPED": 1, "MIRCUDA_FP4_M": rows_per_tile, "MIRCUDA_FP4_ROWS": BLOCK_ROWS["vector"] * vt.frags,
             "MIRCUDA_FP4_TILED": int(tiled), "MIRCUDA_FP4_ACT_TILED": 0, "MIRCUDA_FP4_WIDE": int(k % 32 == 0),
             "MIRCUDA_FP4_ACT_BF16": 0, "MIRCUDA_FP4_DECODE": DECODES[vt.decode], "MIRCUDA_FP4_HALF_SUM": 1,
-            "MIRCUDA_FP4_STAGES": vt.stages})
+            "MIRCUDA_FP4_STAGES": vt.stages, "MIRCUDA_FP4_PERSISTENT": int(vt.persistent)})
     tuned = {} if tuning is None else {
         "MIRCUDA_MOE_DECODE": DECODES[tuning.decode], "MIRCUDA_MOE_STAGES": tuning.stages,
         "MIRCUDA_MOE_WARPS": tuning.warps, "MIRCUDA_MOE_FRAGS": tuning.frags}
@@ -251,7 +258,8 @@ class GroupedKernels:
     """The setup and grouped kernels compiled for one plan, with their launch configurations."""
 
     def __init__(self, compiler: Compiler, options: CompileOptions, shape: TileShape, groups: int,
-                 bank_size: int, pdl: bool = False, *, capacity: int = 0, k: int = 0) -> None:
+                 bank_size: int, pdl: bool = False, *, capacity: int = 0, k: int = 0,
+                 persistent: bool = False) -> None:
         """``pdl``: launch both kernels with programmatic stream serialization (cc >= 9.0): each waits
         (``griddepcontrol.wait``) before touching memory, so the grouped kernel's launch overlaps the setup
         kernel's run. The ``"vector"`` variant with ``shape.warps == 0`` takes :func:`vector_warps`'s count
@@ -276,9 +284,17 @@ class GroupedKernels:
             self.shape = shape
         self.setup_config = LaunchConfig((-(-max(groups, bank_size) // SETUP_THREADS),), (SETUP_THREADS,),
                                          programmatic_stream_serialization=pdl)
-        # The vector kernel takes the weight-row blocks on x (up to 2^31 - 1) and one tile per y.
-        grid = ((shape.weight_blocks, shape.tiles, shape.sets) if vector else
-                (shape.tiles, shape.weight_blocks, shape.sets))
+        # The vector kernel takes the weight-row blocks on x (up to 2^31 - 1) and one tile per y; persistent,
+        # one wave over the tiles a routing is expected to fill, each block walking weight-row blocks.
+        x = shape.weight_blocks
+        if vector and persistent:
+            from ._vector import blocks_per_sm
+
+            context = compiler.context
+            expected = max(1, min(shape.tiles, -(-capacity // shape.rows_per_tile), groups))
+            wave = context.device_info().multiprocessor_count * max(1, blocks_per_sm(context, self.grouped, shape.warps))
+            x = min(x, max(1, wave // expected))
+        grid = (x, shape.tiles, shape.sets) if vector else (shape.tiles, shape.weight_blocks, shape.sets)
         self.grouped_config = LaunchConfig(grid, (32 * shape.warps,), programmatic_stream_serialization=pdl)
 
     def launch(self, stream: Stream, setup_args: tuple[Any, ...], grouped_args: tuple[Any, ...]) -> None:

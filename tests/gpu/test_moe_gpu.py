@@ -8,6 +8,7 @@ the other groups still correct; numba_execute from @njit; the operand checks."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import ml_dtypes
@@ -123,7 +124,7 @@ def run_variable(context, stream, pool, rng, *, experts, topk, tokens, n, k, lay
         if variant is not None:
             assert plan.variant == variant and f"variant {variant}" in plan.describe()
         if tuning is not None:
-            assert plan.tuning == tuning
+            assert plan.tuning == (tuning if tuning.warps else dataclasses.replace(tuning, warps=plan.tuning.warps))
         plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
                      global_b=bank.global_buf, alpha=alpha)
         got = download(context, stream, d)
@@ -194,8 +195,9 @@ def _vector_tunings() -> list[Any]:
     weight rows per block)."""
     from mircuda.matmul._moe_kernels import DecodeTuning
 
-    return [DecodeTuning(d, s, w, f) for d, s, w, f in (("bytes", 2, 1, 1), ("pairs", 3, 2, 2), ("e4m3", 4, 8, 1),
-                                                         ("e4m3", 3, 4, 2), ("bytes", 4, 8, 2))]
+    return [DecodeTuning(d, s, w, f, p) for d, s, w, f, p in (
+        ("bytes", 2, 1, 1, False), ("pairs", 3, 2, 2, False), ("e4m3", 4, 8, 1, False), ("e4m3", 3, 4, 2, False),
+        ("bytes", 4, 8, 2, False), ("e4m3", 2, 0, 1, True), ("pairs", 3, 2, 2, True), ("e4m3", 2, 8, 1, True))]
 
 
 @pytest.mark.parametrize("tuning", _vector_tunings(), ids=lambda t: t.label())
