@@ -226,7 +226,9 @@ def test_sweep_candidates_parse_with_their_knobs() -> None:
                                          ("mma:trigger=now", "trigger"), ("mma:tiles=2", "'tiles=2'"),
                                          ("mma:rows=16:rows=32", "once each"), ("mma:rows=x", "rows"),
                                          ("gemv:decode=integer", "'decode=integer'"),
-                                         ("mma:decode=fast", "decode one of hardware, integer")])
+                                         ("mma:decode=fast", "decode one of hardware, integer"),
+                                         ("mma:persistent=1", "'persistent=1'"),
+                                         ("gemv:persistent=2", "persistent one of 0, 1")])
 def test_bad_sweep_candidates_are_refused_by_name(text, named) -> None:
     with pytest.raises(argparse.ArgumentTypeError) as info:
         fp.sweep_values(text)
@@ -278,3 +280,10 @@ def test_sweep_plans_leave_out_what_a_plan_refuses_and_report_other_errors() -> 
     assert len(failures) == 1 and "mma:warps=8" in failures[0] and "CompileError" in failures[0]
     fp._sweep_plans(fake, None, None, candidates[:1], 1, 4096, 4096, notes, failures)
     assert made[-1][0] == "vector"
+
+
+def test_the_persistent_grid_is_a_gemv_candidate_field() -> None:
+    walk, plain = fp.sweep_values("gemv:rows=8:persistent=1,gemv:rows=8:persistent=0")
+    assert (walk.persistent, plain.persistent) == (True, False)
+    assert walk.label == "gemv:rows=8:persistent=1" and walk.knobs()["persistent"] is True
+    assert "persistent" not in fp.sweep_values("mma")[0].knobs()

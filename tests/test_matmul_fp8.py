@@ -561,3 +561,29 @@ def test_the_plans_are_exported() -> None:
         assert name in mc.__all__ and getattr(mc, name) is getattr(mc.matmul, name)
     assert mc.matmul.quantize_weights_reference is _quantize.quantize_weights_reference
     assert FP8_GEMV_MAX_M == 16
+
+
+# -- the persistent grid (persistent=True, MIRCUDA_FP8_PERSISTENT) -----------------------------------------
+@pytest.mark.parametrize("arch", ["sm_89", "sm_90", "sm_120f"])
+@pytest.mark.parametrize("m, rows", [(1, 8), (1, 1), (4, 8), (16, 2)])
+def test_the_persistent_kernel_compiles_without_spills(arch, m, rows) -> None:
+    from mircuda.matmul._fp8 import fp8_gemv_options, fp8_vector_source
+
+    opts = fp8_gemv_options(m, rows, persistent=True)
+    assert dict(opts.defines)["MIRCUDA_FP8_PERSISTENT"] == "1"
+    prog = mc.compile_program(fp8_vector_source(), arch, mc.CompileOptions(defines=dict(opts.defines),
+                                                                           ptxas_verbose=True))
+    usage = prog.resource_usage()["blockwise_fp8_gemv"]
+    assert usage.spill_store_bytes == usage.spill_load_bytes == usage.stack_frame_bytes == 0, usage
+
+
+def test_the_persistent_knob_takes_none_or_a_bool_for_the_cuda_core_kernel() -> None:
+    from mircuda.matmul._fp8 import SYMBOL, check_persistent
+    from mircuda.matmul._fp8_mma import FP8_MMA_SYMBOL
+
+    assert check_persistent(None, SYMBOL) is False and check_persistent(True, SYMBOL) is True
+    assert check_persistent(False, FP8_MMA_SYMBOL) is False
+    for bad, kernel in ((1, SYMBOL), ("yes", SYMBOL), (True, FP8_MMA_SYMBOL)):
+        with pytest.raises(mc.ContractError) as info:
+            check_persistent(bad, kernel)
+        assert info.value.argument == "persistent"

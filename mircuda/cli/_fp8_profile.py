@@ -123,32 +123,40 @@ SWEEP_PREFIX = "sweep "
 @dataclass(frozen=True)
 class Candidate:
     """One decode configuration of ``--sweep``: ``kernel`` (a key of :data:`SWEEP_KERNELS`) and the
-    plans' knobs ``rows``, ``warps``, ``pdl_trigger`` and ``decode`` (None: the plan's default)."""
+    plans' knobs ``rows``, ``warps``, ``pdl_trigger``, ``decode`` and ``persistent`` (None: the plan's
+    default)."""
 
     kernel: str
     rows: int | None = None
     warps: int | None = None
     pdl_trigger: str | None = None
     decode: str | None = None
+    persistent: bool | None = None
 
     @property
     def label(self) -> str:
-        """``kernel[:rows=R][:warps=W][:trigger=T][:decode=D]``, as ``--sweep`` spells it."""
+        """``kernel[:rows=R][:warps=W][:trigger=T][:decode=D][:persistent=0|1]``, as ``--sweep`` spells it."""
         parts = [self.kernel] + [f"{key}={value}" for key, value in (("rows", self.rows), ("warps", self.warps),
                                                                      ("trigger", self.pdl_trigger),
-                                                                     ("decode", self.decode))
+                                                                     ("decode", self.decode),
+                                                                     ("persistent", None if self.persistent is None
+                                                                      else int(self.persistent)))
                                  if value is not None]
         return ":".join(parts)
 
     def knobs(self) -> dict[str, Any]:
         """The plans' keyword arguments for this configuration."""
-        return {"kernel": SWEEP_KERNELS[self.kernel][0], "rows": self.rows, "warps": self.warps,
-                "pdl_trigger": self.pdl_trigger, "decode": self.decode}
+        knobs = {"kernel": SWEEP_KERNELS[self.kernel][0], "rows": self.rows, "warps": self.warps,
+                 "pdl_trigger": self.pdl_trigger, "decode": self.decode}
+        if self.persistent is not None:  # gemv only
+            knobs["persistent"] = self.persistent
+        return knobs
 
 
 def sweep_values(text: str) -> tuple[Candidate, ...]:
     """``--sweep``: comma-separated candidates ``kernel[:rows=R][:warps=W][:trigger=early|late]`` (and for
-    ``mma`` ``[:decode=hardware|integer]``) with ``kernel`` ``gemv`` or ``mma`` (:data:`SWEEP_KERNELS`),
+    ``mma`` ``[:decode=hardware|integer]``, for ``gemv`` ``[:persistent=0|1]``) with ``kernel`` ``gemv`` or
+    ``mma`` (:data:`SWEEP_KERNELS`),
     e.g. ``mma,mma:rows=32,mma:warps=4:trigger=early,mma:decode=integer,gemv:rows=4``; a knob left out
     is the plan's default.
 
@@ -169,6 +177,8 @@ def sweep_values(text: str) -> tuple[Candidate, ...]:
             allowed = {"rows": SWEEP_KERNELS[kernel][1], "warps": (1, 2, 4, 8), "trigger": ("early", "late")}
             if kernel == "mma":
                 allowed["decode"] = ("hardware", "integer")
+            else:
+                allowed["persistent"] = (0, 1)
             if key not in allowed or key in knobs:
                 raise argparse.ArgumentTypeError(f"expected {'=, '.join(allowed)}= once each in {item!r}, "
                                                  f"received {pair!r}")
@@ -177,7 +187,8 @@ def sweep_values(text: str) -> tuple[Candidate, ...]:
                 raise argparse.ArgumentTypeError(f"expected {key} one of {', '.join(map(str, allowed[key]))} for "
                                                  f"{kernel} in {item!r}, received {value!r}")
             knobs[key] = parsed
-        candidate = Candidate(kernel, knobs.get("rows"), knobs.get("warps"), knobs.get("trigger"), knobs.get("decode"))
+        candidate = Candidate(kernel, knobs.get("rows"), knobs.get("warps"), knobs.get("trigger"), knobs.get("decode"),
+                              None if "persistent" not in knobs else bool(knobs["persistent"]))
         if candidate in out:  # the same configuration twice would be measured twice and reported as two rows
             raise argparse.ArgumentTypeError(f"expected distinct candidates, received {item!r} twice in {text!r}")
         out.append(candidate)
@@ -400,7 +411,8 @@ def _configuration(plan: Any) -> str:
         return kernel
     trigger = engine.pdl_trigger or "late"
     decode = f" decode={engine.decode}" if getattr(engine, "decode", None) else ""
-    return f"{kernel} rows={engine.rows} warps={engine.warps} trigger={trigger}{decode}"
+    walk = f" persistent grid={engine.config.grid[0]}" if getattr(engine, "persistent", False) else ""
+    return f"{kernel} rows={engine.rows} warps={engine.warps} trigger={trigger}{decode}{walk}"
 
 
 def _sweep_plans(mc: Any, context: Any, stream: Any, candidates: Any, m: int, n: int, k: int, notes: list[str],
@@ -531,8 +543,8 @@ def register(sub: Any) -> None:
     p.add_argument("--sweep", type=sweep_values, default=None,
                    help="decode configurations measured beside the defaults for every M <= 16: comma-separated "
                         "kernel[:rows=R][:warps=W][:trigger=early|late], kernel gemv (CUDA cores, rows 1, 2, 4, 8) "
-                        "or mma (tensor cores, rows 16, 32; also :decode=hardware|integer), e.g. "
-                        "mma,mma:rows=32,mma:decode=integer,gemv:rows=4:warps=2")
+                        "or mma (tensor cores, rows 16, 32; also :decode=hardware|integer); gemv also "
+                        ":persistent=0|1, e.g. mma,mma:rows=32,mma:decode=integer,gemv:rows=4:warps=2:persistent=1")
     p.add_argument("--json", default="benchmarks/results/fp8_profile.json",
                    help=RESULTS_HELP)
     p.set_defaults(func=fp8_profile, json_default=p.get_default("json"))

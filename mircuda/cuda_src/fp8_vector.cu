@@ -24,6 +24,9 @@
 // and scales stay cached.
 // On cc >= 9.0 the kernel supports programmatic dependent launch (see the prologue). Rows past N read
 // row N - 1 (in bounds, never stored).
+// -D MIRCUDA_FP8_PERSISTENT=1: the persistent form (fp8_gemv_persistent): a grid of at most one wave whose
+// blocks walk the row blocks b, b + gridDim.x, ..., each warp's double buffer running on from one row block
+// into the next (no per-block prologue or drain, no tail wave).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -32,6 +35,9 @@
 #endif
 #ifndef MIRCUDA_FP8_ROWS
 #define MIRCUDA_FP8_ROWS 8
+#endif
+#ifndef MIRCUDA_FP8_PERSISTENT
+#define MIRCUDA_FP8_PERSISTENT 0
 #endif
 // The dense vector kernel measured the late trigger faster for grids of many 8-row blocks (H200,
 // 2026-11-29; see dense_vector.cu); this kernel's grids are of that kind. Not yet measured for FP8.
@@ -73,6 +79,7 @@ __device__ __forceinline__ float2 e4m3x2(unsigned short codes) {
     return __half22float2(pair);
 }
 
+#if !MIRCUDA_FP8_PERSISTENT
 __device__ __forceinline__ void fp8_gemv(__nv_bfloat16* d, const __nv_bfloat16* c, const unsigned char* __restrict__ a,
                                          const float* __restrict__ sa, const unsigned char* __restrict__ b,
                                          const float* __restrict__ sb, float alpha, float beta, int n, int k) {
@@ -231,6 +238,163 @@ __device__ __forceinline__ void fp8_gemv(__nv_bfloat16* d, const __nv_bfloat16* 
     }
 }
 
+#else
+// The persistent form. Every warp of a block walks the same S = ceil(K / (warps x 512)) chunk slots per row
+// block (a lane whose 16 columns lie past K loads and adds nothing), so the block meets at each row block's
+// end: the lanes' butterfly, the warps' sums through shared memory (one __syncthreads before, one after),
+// warp 0 stores. Step t of a warp is (row block t / S, chunk slot t % S); the next step's operands are
+// loaded before the current one is consumed, also across a row-block boundary.
+__device__ __forceinline__ void fp8_gemv_persistent(__nv_bfloat16* d, const __nv_bfloat16* c,
+                                                    const unsigned char* __restrict__ a, const float* __restrict__ sa,
+                                                    const unsigned char* __restrict__ b, const float* __restrict__ sb,
+                                                    float alpha, float beta, int n, int k) {
+    const int warps = blockDim.x >> 5;
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int kblocks = (k + kBlockK - 1) / kBlockK;
+    const int S = (k + warps * kChunk - 1) / (warps * kChunk);
+    const long long row_blocks = ((long long)n + kRows - 1) / kRows;
+    const long long mine_blocks = blockIdx.x < row_blocks ? (row_blocks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+    const long long T = mine_blocks * S;
+#if __CUDA_ARCH__ >= 900
+    {
+        // As fp8_gemv: L2 prefetches of this warp's first two chunks of its first row block before
+        // griddepcontrol.wait (weights are never written by the previous kernel; L2 is coherent).
+        const long long row0 = (long long)blockIdx.x * kRows;
+        const int rr = (lane >> 2) % kRows;
+        const long long r = row0 + rr < n ? row0 + rr : (long long)n - 1;
+        for (int i = 0; i < 2; ++i) {
+            const int ch = warp + i * warps;
+            if (mine_blocks > 0 && (ch + 1) * kChunk <= k)
+                decode::prefetch_l2(reinterpret_cast<const unsigned short*>(b + r * (long long)k + ch * kChunk +
+                                                                            (lane & 3) * 128));
+        }
+        decode::pdl_trigger_early();
+        decode::pdl_wait();
+    }
+#endif
+    struct Chunk {
+        uint4 w[kRows];
+        uint4 x[kM];
+        float sa[kM];
+        float sb;
+    };
+    // The load cursor: row block jl, chunk slot sl, and that row block's rows and scale row.
+    long long jl = 0;
+    int sl = 0;
+    const unsigned char* rows[kRows];
+    const float* sbrow = sb;
+    auto set_rows = [&](long long j) {
+        const long long row0 = ((long long)blockIdx.x + j * gridDim.x) * kRows;
+        sbrow = sb + (row0 / kBlockK) * (long long)kblocks;  // kRows divides 128: one scale row per row block
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            const long long row = row0 + r < n ? row0 + r : (long long)n - 1;
+            rows[r] = b + row * (long long)k;
+        }
+    };
+    set_rows(0);
+    auto load_next = [&](Chunk& st) {
+        const int col = (warp + sl * warps) * kChunk + lane * 16;
+        if (col < k) {
+            const int kb = col / kBlockK;
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) st.w[r] = load_weights(rows[r] + col);
+            st.sb = __ldg(sbrow + kb);
+#pragma unroll
+            for (int m = 0; m < kM; ++m) {
+                st.x[m] = __ldg(reinterpret_cast<const uint4*>(a + (long long)m * k + col));
+                st.sa[m] = __ldg(sa + (long long)m * kblocks + kb);
+            }
+        }
+        if (++sl == S) {
+            sl = 0;
+            ++jl;
+            set_rows(jl);
+        }
+    };
+    float acc[kRows][kM];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int m = 0; m < kM; ++m) acc[r][m] = 0.f;
+    auto consume = [&](const Chunk& st) {
+        float part[kRows][kM];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+            for (int m = 0; m < kM; ++m) part[r][m] = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            float2 wf[kRows];
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+                const unsigned word = i < 2 ? st.w[r].x : i < 4 ? st.w[r].y : i < 6 ? st.w[r].z : st.w[r].w;
+                wf[r] = e4m3x2((unsigned short)(i & 1 ? word >> 16 : word & 0xffffu));
+            }
+#pragma unroll
+            for (int m = 0; m < kM; ++m) {
+                const unsigned word = i < 2 ? st.x[m].x : i < 4 ? st.x[m].y : i < 6 ? st.x[m].z : st.x[m].w;
+                const float2 xf = e4m3x2((unsigned short)(i & 1 ? word >> 16 : word & 0xffffu));
+#pragma unroll
+                for (int r = 0; r < kRows; ++r) {
+                    part[r][m] = fmaf(wf[r].x, xf.x, part[r][m]);
+                    part[r][m] = fmaf(wf[r].y, xf.y, part[r][m]);
+                }
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+            const float scale = st.sa[m] * st.sb;
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) acc[r][m] = fmaf(part[r][m], scale, acc[r][m]);
+        }
+    };
+    __shared__ float partial[kMaxWarps][32];
+    long long jc = 0;  // the consume cursor
+    int sc = 0;
+    Chunk cur;
+    if (T > 0) load_next(cur);
+    for (long long t = 0; t < T; ++t) {  // block-uniform: every warp has the same T
+        Chunk nst;
+        if (t + 1 < T) load_next(nst);
+        if ((warp + sc * warps) * kChunk + lane * 16 < k) consume(cur);
+        if (++sc == S) {  // the row block's last chunk slot: reduce, store, start the next row block
+            sc = 0;
+            float mine = 0.f;
+#pragma unroll
+            for (int r = 0; r < kRows; ++r)
+#pragma unroll
+                for (int m = 0; m < kM; ++m) {
+                    float v = acc[r][m];
+#pragma unroll
+                    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+                    mine = lane == r * kM + m ? v : mine;
+                    acc[r][m] = 0.f;
+                }
+            if (warps > 1) {
+                partial[warp][lane] = mine;
+                __syncthreads();
+                for (int i = 1; i < warps; ++i) mine += partial[i][lane];
+            }
+            const long long row0 = ((long long)blockIdx.x + jc * gridDim.x) * kRows;
+            const int r = lane / kM, m = lane % kM;
+            const long long row = row0 + r;
+            if (warp == 0 && lane < kRows * kM && row < n) {
+                const long long at = (long long)m * n + row;
+                float v = alpha * mine;
+                if (beta != 0.f) v = fmaf(beta, __bfloat162float(c[at]), v);  // beta == 0: C is never read
+                d[at] = __float2bfloat16_rn(v);
+            }
+            if (warps > 1) __syncthreads();  // partial is reused by the next row block
+            ++jc;
+        }
+        cur = nst;
+    }
+    decode::pdl_trigger_late();
+}
+#endif  // MIRCUDA_FP8_PERSISTENT
+
 }  // namespace
 
 // d and c may be the same buffer (no __restrict__ on them): each output is read before it is written,
@@ -239,5 +403,9 @@ extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
     blockwise_fp8_gemv(__nv_bfloat16* d, const __nv_bfloat16* c, const unsigned char* __restrict__ a,
                        const float* __restrict__ sa, const unsigned char* __restrict__ b,
                        const float* __restrict__ sb, float alpha, float beta, int n, int k) {
+#if MIRCUDA_FP8_PERSISTENT
+    fp8_gemv_persistent(d, c, a, sa, b, sb, alpha, beta, n, k);
+#else
     fp8_gemv(d, c, a, sa, b, sb, alpha, beta, n, k);
+#endif
 }

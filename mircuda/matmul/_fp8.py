@@ -107,10 +107,28 @@ def fp8_gemv_rows(m: int) -> int:
     raise ContractError("m", f"1..{FP8_GEMV_MAX_M}", repr(m))
 
 
-def fp8_gemv_options(m: int, rows: int, pdl_trigger: str | None = None) -> CompileOptions:
+def fp8_gemv_options(m: int, rows: int, pdl_trigger: str | None = None, persistent: bool = False) -> CompileOptions:
     """The NVRTC options of the module for ``m`` rows of A and ``rows`` weight rows per block (and, when
-    given, the programmatic-dependent-launch trigger ``"early"`` or ``"late"``; default late)."""
-    return CompileOptions(defines={"MIRCUDA_FP8_M": m, "MIRCUDA_FP8_ROWS": rows, **pdl_defines(pdl_trigger)})
+    given, the programmatic-dependent-launch trigger ``"early"`` or ``"late"``; default late; ``persistent``:
+    the kernel's persistent form, ``MIRCUDA_FP8_PERSISTENT``)."""
+    return CompileOptions(defines={"MIRCUDA_FP8_M": m, "MIRCUDA_FP8_ROWS": rows, **pdl_defines(pdl_trigger),
+                                   **({"MIRCUDA_FP8_PERSISTENT": 1} if persistent else {})})
+
+
+def check_persistent(persistent: Any, kernel: str) -> bool:
+    """``persistent=``: None (False) or a bool; True only for ``blockwise_fp8_gemv``.
+
+    Raises:
+        ContractError: naming ``persistent``.
+    """
+    if persistent is None:
+        return False
+    if not isinstance(persistent, bool):
+        raise ContractError("persistent", "None, True or False", repr(persistent))
+    if persistent and kernel != SYMBOL:
+        raise ContractError("persistent", f"None or False for kernel {kernel} (the persistent grid is {SYMBOL}'s)",
+                            repr(persistent))
+    return persistent
 
 
 def _check_spec_k(k: int) -> None:
@@ -160,7 +178,8 @@ class Fp8Gemv:
 
     def __init__(self, context: Context, m: int, n: int, k: int, compiler: Compiler, *,
                  warps: int | None = None, rows: int | None = None, pdl_trigger: str | None = None,
-                 decode: str | None = None) -> None:
+                 decode: str | None = None, persistent: bool | None = None) -> None:
+        self.persistent = check_persistent(persistent, SYMBOL)
         if type(m) is not int or not 1 <= m <= FP8_GEMV_MAX_M:
             raise ContractError("m", f"1..{FP8_GEMV_MAX_M}", repr(m))
         if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
@@ -178,15 +197,19 @@ class Fp8Gemv:
                                a=In[DeviceBuffer[e4m3]], sa=In[DeviceBuffer[f32]], b=In[DeviceBuffer[e4m3]],
                                sb=In[DeviceBuffer[f32]], alpha=f32, beta=f32, n=i32, k=i32)
         self.kernel: TypedKernel = compiler.compile(fp8_vector_source(),
-                                                   fp8_gemv_options(m, self.rows, pdl_trigger)).kernel(contract)
+                                                   fp8_gemv_options(m, self.rows, pdl_trigger,
+                                                                    self.persistent)).kernel(contract)
         info = context.device_info()
         if warps is None:
             warps = choose_vector_warps(n, k, info.multiprocessor_count,
                                         lambda w: blocks_per_sm(context, self.kernel, w), rows=self.rows,
                                         chunk=FP8_CHUNK)
         self.warps = warps
+        blocks = -(-n // self.rows)
+        if self.persistent:  # at most one wave; the blocks walk the row blocks
+            blocks = min(blocks, info.multiprocessor_count * max(1, blocks_per_sm(context, self.kernel, warps)))
         # On cc >= 9.0 the next kernel's ramp overlaps this one's tail (see cuda_src/fp8_vector.cu).
-        self.config = LaunchConfig((-(-n // self.rows),), (32 * warps,),
+        self.config = LaunchConfig((blocks,), (32 * warps,),
                                    programmatic_stream_serialization=info.supports_programmatic_launch)
         self.config.check(info, self.kernel.attributes.max_threads_per_block)
         self.launch = self.kernel.launch
@@ -198,8 +221,10 @@ class Fp8Gemv:
                                  stream=stream)
 
     def describe(self) -> str:
-        return (f"kernel {SYMBOL} (NVRTC, -D MIRCUDA_FP8_M={self.m} -D MIRCUDA_FP8_ROWS={self.rows}): "
-                f"{self.config.grid[0]} blocks of {self.rows} weight rows x {self.warps} warp(s) splitting K in "
+        return (f"kernel {SYMBOL} (NVRTC, -D MIRCUDA_FP8_M={self.m} -D MIRCUDA_FP8_ROWS={self.rows}"
+                f"{' -D MIRCUDA_FP8_PERSISTENT=1' if self.persistent else ''}): {self.config.grid[0]} "
+                f"{'persistent blocks (one wave) walking row blocks' if self.persistent else 'blocks'} of "
+                f"{self.rows} weight rows x {self.warps} warp(s) splitting K in "
                 f"{FP8_CHUNK}-column chunks; 16-byte streamed weight loads (L1 bypassed, 128-byte L2 lines); E4M3 "
                 "pairs decoded by cvt.rn.f16x2.e4m3x2, FP32 accumulation, one multiply by sa * sb per lane and "
                 "128-K block"
@@ -268,12 +293,15 @@ class _Fp8PlanBase(EngineViews, PlanBase):
     _numba: Any
 
     def _setup(self, context: Context, stream: Stream, m: int, n: int, k: int, compiler: Any, warps: Any,
-               kernel: str = SYMBOL, rows: Any = None, pdl_trigger: Any = None, decode: Any = None) -> None:
+               kernel: str = SYMBOL, rows: Any = None, pdl_trigger: Any = None, decode: Any = None,
+               persistent: Any = None) -> None:
         self._context, self._stream = context, stream
         self._m, self._n, self._k = m, n, k
+        check_persistent(persistent, kernel)
         engine: Any = Fp8MmaGemv if kernel == FP8_MMA_SYMBOL else Fp8Gemv
+        extra = {"persistent": persistent} if kernel != FP8_MMA_SYMBOL and persistent is not None else {}
         self._engine = engine(context, m, n, k, plan_compiler(compiler, context), warps=warps, rows=rows,
-                              pdl_trigger=pdl_trigger, decode=decode)
+                              pdl_trigger=pdl_trigger, decode=decode, **extra)
         self._launch, self._config = self._engine.launch, self._engine.config
         self._in, self._out = dtype_info(e4m3), dtype_info(bf16)
         self._operands = fp8_operands(m, n, k, kernel)
@@ -347,21 +375,24 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
         pdl_trigger: where programmatic dependent launch lets the next kernel start on cc >= 9.0:
             ``"early"`` or ``"late"`` (default: late).
         decode: ``blockwise_fp8_mma`` only: ``"hardware"`` (default) or ``"integer"`` (see
-            :data:`~mircuda.matmul._fp8_mma.DECODES`). ``rows``, ``warps``, ``pdl_trigger`` and ``decode``
-            are the tuning knobs that ``fp8-profile --sweep`` measures.
+            :data:`~mircuda.matmul._fp8_mma.DECODES`).
+        persistent: ``blockwise_fp8_gemv`` only: True launches at most one wave of blocks that walk the row
+            blocks, each warp's double buffer running on across them (``MIRCUDA_FP8_PERSISTENT``); None or
+            False: one block per row block. ``rows``, ``warps``, ``pdl_trigger``, ``decode`` and
+            ``persistent`` are the tuning knobs that ``fp8-profile --sweep`` measures.
 
     The plan allocates nothing (it keeps no workspace); ``execute`` allocates and synchronizes nothing.
 
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16, named ``spec``), ``compiler``,
-            ``kernel``, ``rows``, ``warps``, ``pdl_trigger`` or ``decode``.
+            ``kernel``, ``rows``, ``warps``, ``pdl_trigger``, ``decode`` or ``persistent``.
         UnsupportedPlatform: compute capability below 8.9.
         CompileError: NVRTC rejected the kernel (a bug; the log is attached).
     """
 
     def __init__(self, context: Context, stream: Stream, spec: DenseVectorSpec, *, compiler: Compiler | None = None,
                  warps: int | None = None, kernel: str | None = None, rows: int | None = None,
-                 pdl_trigger: str | None = None, decode: str | None = None) -> None:
+                 pdl_trigger: str | None = None, decode: str | None = None, persistent: bool | None = None) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
@@ -374,7 +405,7 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
         from ._select import FP8_M1_KERNEL
 
         self._setup(context, stream, 1, spec.n, spec.k, compiler, warps, kernel or FP8_M1_KERNEL, rows, pdl_trigger,
-                    decode)
+                    decode, persistent)
 
     @property
     def kernel_name(self) -> str:
@@ -458,6 +489,8 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
             kernel start under programmatic dependent launch (cc >= 9.0); None for CUTLASS.
         decode: ``blockwise_fp8_mma`` only: ``"hardware"`` (default) or ``"integer"`` (see
             :data:`~mircuda.matmul._fp8_mma.DECODES`); None for CUTLASS.
+        persistent: ``blockwise_fp8_gemv`` only: the persistent grid (as :class:`BlockwiseFp8VectorPlan`);
+            None for CUTLASS.
 
     Streams: the plan is bound to ``stream`` (its workspace and the library's launch parameters belong
     to one execution at a time); ``execute`` refuses another stream, and the plan's while it is forked
@@ -465,7 +498,7 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
 
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16, named ``spec``), ``kernel``,
-            ``library``, ``compiler``, ``warps``, ``rows``, ``pdl_trigger`` or ``decode``.
+            ``library``, ``compiler``, ``warps``, ``rows``, ``pdl_trigger``, ``decode`` or ``persistent``.
         BlockwiseFp8Unavailable: no kernel for the shape on this device (M > 16 on a device other than
             cc 9.x / 12.x, a library without the FP8 kernels for it, or N, K outside the kernel's
             multiples).
@@ -479,7 +512,7 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
     def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, *, kernel: str | None = None,
                  library: CutlassLibrary | None = None, compiler: Compiler | None = None,
                  warps: int | None = None, rows: int | None = None, pdl_trigger: str | None = None,
-                 decode: str | None = None) -> None:
+                 decode: str | None = None, persistent: bool | None = None) -> None:
         from ._library import CutlassLibrary as _Library
         from ._library import load_library
         from ._select import FP8_GEMV_NAME, FP8_MMA_NAME, FP8_NVRTC_MAX_M, select_fp8_kernel
@@ -515,9 +548,10 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
         self._cutlass: CutlassFp8 | None = None
         if self._selection.kernel.origin == "nvrtc":
             self._setup(context, stream, spec.m, spec.n, spec.k, compiler, warps, self._selection.kernel.name, rows,
-                        pdl_trigger, decode)
+                        pdl_trigger, decode, persistent)
             return
-        for name, value in (("warps", warps), ("rows", rows), ("pdl_trigger", pdl_trigger), ("decode", decode)):
+        for name, value in (("warps", warps), ("rows", rows), ("pdl_trigger", pdl_trigger), ("decode", decode),
+                            ("persistent", persistent)):
             if value is not None:
                 raise ContractError(name, f"None: {self._selection.kernel.name} (CUTLASS) runs M = {spec.m}",
                                     repr(value))

@@ -89,9 +89,11 @@ def assert_close_decode(context, plan, got, want, mag) -> None:  # type: ignore[
 
 
 def run(context, stream, pool, rng, m, n, k, alpha=1.0, beta=0.0, *, vector=False, warps=None, separate_c=True,
-        kernel=None, rows=None, pdl_trigger=None, decode=None):  # type: ignore[no-untyped-def]
+        kernel=None, rows=None, pdl_trigger=None, decode=None, persistent=None):  # type: ignore[no-untyped-def]
     ops = Operands(context, stream, pool, rng, m, n, k)
     knobs = {"warps": warps, "kernel": kernel, "rows": rows, "pdl_trigger": pdl_trigger, "decode": decode}
+    if persistent is not None:
+        knobs["persistent"] = persistent
     if vector:
         plan: Any = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(n, k), **knobs)
     else:
@@ -178,6 +180,29 @@ def test_the_vector_plan_matches_float64_for_every_rows_and_trigger(context, str
     plan = run(context, stream, pool, rng, 1, n, k, 1.0, vector=True, rows=rows, pdl_trigger=pdl_trigger,
                kernel="blockwise_fp8_gemv")
     assert plan.rows == rows and plan.kernel_name == "blockwise_fp8_gemv"
+
+
+@pytest.mark.parametrize("warps", [None, 1, 4])
+@pytest.mark.parametrize("m, rows", [(1, 8), (1, 1), (3, 4), (16, 2)], ids=str)
+@pytest.mark.parametrize("n, k", [(40000, 512), (4096, 4096), (129, 4112), (37, 304), (1, 16)], ids=str)
+def test_the_persistent_grid_matches_float64(context, stream, pool, rng, n, k, m, rows, warps) -> None:
+    """persistent=True: one wave of blocks walking the row blocks (N = 40000: several per block; N = 1: fewer
+    row blocks than blocks), K with a partial 512-column chunk (4112, 304) and fewer chunks than warps."""
+    plan = run(context, stream, pool, rng, m, n, k, 1.5, 0.5 if m > 1 else 0.0, vector=m == 1, rows=rows,
+               warps=warps, kernel="blockwise_fp8_gemv", persistent=True)
+    info = context.device_info()
+    assert plan.launch_config.grid[0] <= min(-(-n // rows), info.multiprocessor_count * 32)
+    assert "persistent blocks (one wave)" in plan.describe()
+
+
+def test_the_persistent_knob_is_the_cuda_core_kernels(context, stream) -> None:
+    for kw in ({"persistent": 1}, {"persistent": True, "kernel": "blockwise_fp8_mma"}):
+        with pytest.raises(mc.ContractError) as info:
+            mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(256, 256), **kw)
+        assert info.value.argument == "persistent"
+    with pytest.raises(mc.ContractError) as info:  # M = 4 runs the tensor-core kernel by default
+        mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(4, 256, 256), persistent=True)
+    assert info.value.argument == "persistent"
 
 
 @pytest.mark.parametrize("separate_c", [True, False], ids=["c", "in-place"])
