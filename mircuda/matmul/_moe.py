@@ -133,7 +133,7 @@ class _GroupedFp4PlanBase(PlanBase):
         self._layout = check_layout("scale_layout", scale_layout)
         if variant is not None and (not isinstance(variant, str) or variant not in VARIANTS):
             raise ContractError("variant", f"None or one of {', '.join(map(repr, VARIANTS))}", repr(variant))
-        if variant is None and rows_per_tile is not None and rows_per_tile in VECTOR_ROWS_PER_TILE[:-1]:
+        if variant is None and is_integer_value(rows_per_tile) and rows_per_tile in VECTOR_ROWS_PER_TILE[:-1]:
             variant = "vector"  # 1, 2 or 4 rows per tile: only the vector variant has them
         if variant == "vector":
             tiles_allowed, what = VECTOR_ROWS_PER_TILE, "activation rows per tile with variant='vector'"
@@ -172,9 +172,6 @@ class _GroupedFp4PlanBase(PlanBase):
         tuning = _resolve_tuning(tuning, choose_variant(mt) if variant is None else variant, compiler.arch)
         shape = tile_shape(n=n, capacity=capacity, groups=groups, rows_per_tile=mt, fixed_rows=fixed_rows, sets=sets,
                            variant=variant, tuning=tuning)
-        if shape.variant == "vector" and shape.tiles > MAX_WEIGHT_BLOCKS:
-            raise ContractError("capacity", f"at most {MAX_WEIGHT_BLOCKS} tiles of {mt} rows with variant 'vector' "
-                                f"(grid.y), here {shape.tiles}", repr(capacity))
         if shape.variant != "vector" and shape.weight_blocks > MAX_WEIGHT_BLOCKS:
             most = MAX_WEIGHT_BLOCKS * BLOCK_ROWS[shape.variant] * tuning.frags
             raise ContractError("n", f"at most {most} (grid.y of the grouped "
@@ -384,8 +381,8 @@ class _GroupedFp4PlanBase(PlanBase):
             return Description(
                 f"{head}{setup}, then fp4_grouped_bf16 (NVRTC fp4_vector.cu, portable, any cc >= 8.0, no tensor "
                 f"cores): grid ({shape.weight_blocks} weight-row blocks of {BLOCK_ROWS['vector'] * t.frags} rows, "
-                f"{shape.tiles} tile slots of {shape.rows_per_tile} activation row(s), {shape.sets} set(s)); variant "
-                f"vector: the block's {t.warps} warp(s) split K, a ring of {t.stages} load stages; each weight is "
+                f"{shape.tiles} tile slots of {shape.rows_per_tile} activation row(s) walked persistently, "
+                f"{shape.sets} set(s)); variant vector: the block's {t.warps} warp(s) split K, a ring of {t.stages} load stages; each weight is "
                 f"decoded once ({decode}) and meets the tile's rows in HFMA2 (each 16-element block summed exactly "
                 "in FP16), scaled by the UE4M3 scales in FP32, BF16 out" + pdl + f". Why portable: {self._why_portable}.")
         split = {"split_k": f"variant split_k: the block's {t.warps} warps split K over {16 * t.frags} weight rows "
