@@ -69,7 +69,8 @@ ERROR_MATRIX_INDEX = 1
 """Error flag bit: a group's matrix index is outside ``[0, bank_size)`` (the group is skipped)."""
 ERROR_ROWS = 2
 """Error flag bit: a group's count is negative, its offset negative, or offset + count over the capacity
-(the group is skipped)."""
+(the group is skipped); or, on the portable path, the groups' m-tiles add up to 2**31 - 1 or more (only
+overlapping row ranges get there; nothing is computed)."""
 
 
 def matrix_scale_bytes(n: int, k: int, layout: str) -> int:
@@ -77,7 +78,11 @@ def matrix_scale_bytes(n: int, k: int, layout: str) -> int:
     return scale_bytes(n, k, layout)
 
 
-def _set_operands(suffix: str, n: int, k: int, capacity: int, bank: int, layout: str) -> tuple[Operand, ...]:
+def _set_operands(suffix: str, n: int, k: int, capacity: int, bank: int, layout: str,
+                  scale_pairs: bool = False) -> tuple[Operand, ...]:
+    """One operand set's checks. ``scale_pairs``: the kernel reads the bank scales two adjacent bytes at a time
+    (the ``"vector"`` variant with K % 32 == 0: fp4_vector.cu's 16-bit loads), so b_scales needs 2-byte
+    alignment."""
     wide = k % 32 == 0
     kernel = "fp4_grouped_bf16"
     per = matrix_scale_bytes(n, k, layout)
@@ -90,7 +95,9 @@ def _set_operands(suffix: str, n: int, k: int, capacity: int, bank: int, layout:
                 f"[capacity, K/16] = [{capacity}, {k // BLOCK}] linear UE4M3", 1, "byte loads"),
         Operand("b_bank" + suffix, dtype_info(u8), bank * n * k // 2, f"[E, N, K/2] = [{bank}, {n}, {k // 2}] packed E2M1",
                 16 if wide else 8, f"kernel {kernel}: {'16' if wide else '8'}-byte weight loads"),
-        Operand("b_scales" + suffix, dtype_info(e4m3), bank * per, shape_sb, 1, "byte loads"),
+        Operand("b_scales" + suffix, dtype_info(e4m3), bank * per, shape_sb, 2 if scale_pairs else 1,
+                f"kernel {kernel} (variant vector): 16-bit loads of two adjacent scales (K % 32 == 0)" if scale_pairs
+                else "byte loads"),
         Operand("d" + suffix, dtype_info(bf16), capacity * n, f"[capacity, N] = [{capacity}, {n}] BF16", 2,
                 f"kernel {kernel}: BF16 stores"),
     )
@@ -200,7 +207,8 @@ class _GroupedFp4PlanBase(PlanBase):
             raise
         self._finalizer = weakref.finalize(self, _free_all, list(self._buffers), context, stream)
         self._finalizer.atexit = False
-        self._set_ops = tuple(_set_operands(suffix, n, k, capacity, bank, self._layout)
+        pairs = self.path == "portable" and shape.variant == "vector" and k % 32 == 0
+        self._set_ops = tuple(_set_operands(suffix, n, k, capacity, bank, self._layout, pairs)
                               for suffix in (("",) if sets == 1 else ("1", "2")))
         self._operands = tuple(op for ops in self._set_ops for op in ops)
         self._masks = tuple(op.alignment - 1 for op in self._set_ops[0])
