@@ -51,6 +51,10 @@ def test_quick_is_a_smaller_grid_and_each_flag_still_wins() -> None:
                                          (["--sweep", "e4m3:m1:m2"], "--sweep: expected fields sN"),
                                          (["--sweep", "e4m3:p1"], "--sweep: expected fields sN"),
                                          (["--sweep", "e4m3:m1:p2"], "--sweep: expected fields sN"),
+                                         (["--sweep", "e4m3:s\u00b2"], "--sweep: expected fields sN"),
+                                         (["--sweep", "e4m3:m\u0661"], "--sweep: expected fields sN"),
+                                         (["--sweep", "e4m3:s" + "9" * 5000], "--sweep: expected fields sN"),
+                                         (["--sweep", ""], "--sweep: expected 'all' or"),
                                          (["--tokens", "3000000000"], "--tokens: expected tokens per step up to 65536"),
                                          (["--tokens", "1,1"], "--tokens: expected distinct token counts"),
                                          (["--layers", "fine,fine"], "--layers: expected distinct layer names")])

@@ -5,6 +5,7 @@ Numerics, graphs, the error flag and numba_execute are checked on the GPU (``tes
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import mircuda as mc
@@ -47,6 +48,29 @@ def test_the_vector_grid_puts_weight_blocks_on_x_and_covers_every_tile() -> None
         assert (shape.variant, shape.weight_blocks, shape.tiles) == ("vector", 14336 // (4 * frags), 2)
     assert tile_shape(n=300, capacity=37, groups=8, rows_per_tile=4, fixed_rows=0, sets=2, variant="vector",
                       tuning=DecodeTuning("e4m3", 3, 0, 1)).tiles == 10 + 8
+
+
+def test_the_vector_grid_holds_at_most_65535_tile_slots_and_the_blocks_walk_the_rest() -> None:
+    """grid.y takes at most 65535 tile slots: 100000 products of one row (the indexed plan) get 65535 slots,
+    and the kernel reads gridDim.y to walk the tiles past them (and those of overlapping row ranges)."""
+    tuning = DecodeTuning("e4m3", 2, 0, 1)
+    shape = tile_shape(n=256, capacity=100000, groups=100000, rows_per_tile=1, fixed_rows=1, sets=1,
+                       variant="vector", tuning=tuning)
+    assert shape.tiles == 65535
+    assert tile_shape(n=256, capacity=65535, groups=8, rows_per_tile=1, fixed_rows=0, sets=1, variant="vector",
+                      tuning=tuning).tiles == 65535
+    body = entry(ptx("compute_90", options(1)), GROUPED_SYMBOL)
+    assert "%nctaid.y" in body
+
+
+@pytest.mark.parametrize("rows_per_tile", [np.array([1, 2]), np.array([1]), True, 1.0, "1", np.int64(3)], ids=repr)
+def test_a_rows_per_tile_that_is_not_an_integer_is_refused_by_name_before_anything_else(rows_per_tile) -> None:
+    """Checked before the context: no GPU needed. An array of two values once raised numpy's ValueError
+    ('truth value ... ambiguous') from the automatic variant choice instead of a ContractError."""
+    with pytest.raises(mc.ContractError) as info:
+        mc.VariableGroupedFp4Plan(None, None, mc.VariableGroupedFp4Spec(256, 512, 8, 8, 8),  # type: ignore[arg-type]
+                                  rows_per_tile=rows_per_tile)
+    assert info.value.argument == "rows_per_tile"
 
 
 CONFIGS = [dict(mt=1), dict(mt=2, tiled=False), dict(mt=4, sets=2), dict(mt=8, k=1040), dict(mt=1, fixed=3),

@@ -232,7 +232,9 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
         raw: dict[str, int] = {}
         for part in rest:
             key, num = part[:1], part[1:]
-            if key not in "swrmp" or not key or not num.isdigit() or key in raw:
+            # ASCII digits, at most two: str.isdigit() also takes '²' (which int() refuses) and int() refuses
+            # more than 4300 digits; no field's value has more than two.
+            if key not in "swrmp" or not key or not (num.isascii() and num.isdigit()) or len(num) > 2 or key in raw:
                 raise ContractError("--sweep", "fields sN, wN, rN, mN, pN, each once", repr(item))
             raw[key] = int(num)
         vector = "m" in raw
@@ -449,8 +451,8 @@ class _LayerBench:
         return moe_row(self.name, tokens, e, n, k, topk, routed, **kw)
 
     def sweep(self, tokens: int, candidates: tuple[Candidate, ...]) -> list[SweepRow]:
-        """Every candidate (split_k) and the default plan on one routing and the same operands, each checked
-        on three sampled rows against float64 and timed alike."""
+        """Every candidate (split_k, or vector with mN) and the default plan on one routing and the same
+        operands, each checked on three sampled rows against float64 and timed alike."""
         import mircuda as mc
 
         from ..matmul._moe_kernels import default_tuning
@@ -578,7 +580,7 @@ def moe_profile(args: Any) -> int:
     from ._matmul_bench import _write_json, session
 
     layers, tokens, calls, repeats = grid(args)  # before the driver: bad flags are said without a GPU too
-    candidates = parse_candidates(args.sweep) if getattr(args, "sweep", None) else ()
+    candidates = parse_candidates(args.sweep) if getattr(args, "sweep", None) is not None else ()  # '' is refused
     check_results_file(args.json, getattr(args, "json_default", None))
     driver = mc.Driver.initialize()
     notes: list[str] = []
@@ -602,7 +604,7 @@ def moe_profile(args: Any) -> int:
                         if t <= DECODE_TOKENS:
                             swept.extend(bench.sweep(t, candidates))
                         else:
-                            notes.append(f"sweep: {name} {t} tokens skipped (split_k candidates: <= {DECODE_TOKENS})")
+                            notes.append(f"sweep: {name} {t} tokens skipped (decode candidates: <= {DECODE_TOKENS})")
                 else:
                     rows.extend(bench(t) for t in tokens)
             finally:
@@ -611,7 +613,7 @@ def moe_profile(args: Any) -> int:
              f"(NVFP4 x NVFP4 -> BF16) beside a per-expert BlockScaledFp4Plan loop and torch._grouped_mm (BF16); "
              f"cold weights, median of {repeats} x {calls} back-to-back calls")
     if candidates:
-        print(sweep_table(swept, f"moe-profile --sweep on {info.name} ({info.arch}): VariableGroupedFp4Plan split_k "
+        print(sweep_table(swept, f"moe-profile --sweep on {info.name} ({info.arch}): VariableGroupedFp4Plan "
                                  f"decode candidates; cold weights, median of {repeats} x {calls} back-to-back calls"))
     else:
         print(table(rows, title))

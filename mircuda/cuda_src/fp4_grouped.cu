@@ -466,7 +466,8 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     int pre[kScan > 0 ? kScan : 1];
 #pragma unroll
     for (int i = 0; i < kScan; ++i) pre[i] = lane + 32 * i < kG ? ws[kPrefix + lane + 32 * i] : 0x7fffffff;
-    for (int tile = blockIdx.x; tile < total; tile += gridDim.x) {  // block-uniform
+    for (long long t = blockIdx.x; t < total; t += gridDim.x) {  // block-uniform; 64-bit: t + gridDim.x never wraps
+        const int tile = (int)t;
         const int g = kScan > 0 ? find_group_scan(pre, tile) : find_group(ws + kPrefix, tile);
         const int local = tile - ws[kPrefix + g];
         const int count = ws[kCount + g];

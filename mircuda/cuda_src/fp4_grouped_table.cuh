@@ -8,7 +8,9 @@
 // and its bits OR-ed into *error), writes the group table, computes alpha_per_matrix[s E + e] = alpha_s *
 // (*global_a_s) * global_b_s[e] for each operand set s, and the last block to finish (a self-resetting
 // atomicInc ticket, so graph replays need no memset) writes the tile list: prefix[g] = the tiles
-// (MIRCUDA_MOE_MT rows each) of the groups before g, prefix[G] their total. A grouped kernel's block finds
+// (MIRCUDA_MOE_MT rows each) of the groups before g, prefix[G] their total (summed in 64 bits: a total of
+// 2^31 - 1 tiles or more, which only overlapping row ranges reach, sets bit 2 and makes the total 0, so
+// nothing is computed). A grouped kernel's block finds
 // its tile's group with find_group (or find_group_scan) and reads the group's validated count, offset
 // and matrix from the table, never the caller's routing.
 
@@ -43,6 +45,9 @@ constexpr int kCount = kG + 1;
 constexpr int kOffset = 2 * kG + 1;
 constexpr int kMatrix = 3 * kG + 1;
 constexpr int kTicket = 4 * kG + 1;
+// A tile list holds fewer m-tiles than this (prefix[G] fits int32); the grouped kernels walk it with 64-bit
+// tile indices, so tile + gridDim never wraps.
+constexpr long long kTileLimit = 0x7fffffffLL;
 
 // The group of m-tile `tile`: the last g with prefix[g] <= tile (prefix is non-decreasing, prefix[0] = 0).
 __device__ __forceinline__ int find_group(const int* prefix, int tile) {
@@ -110,7 +115,7 @@ extern "C" __global__ void __launch_bounds__(256)
     }
     // The last block to arrive builds the tile list (threadFenceReduction's pattern: fence, then ticket).
     __shared__ bool last;
-    __shared__ int warp_sums[8];
+    __shared__ long long warp_sums[8];
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0)
@@ -119,25 +124,32 @@ extern "C" __global__ void __launch_bounds__(256)
     if (!last) return;
     __threadfence();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int running = 0;
+    // 64-bit sums: overlapping row ranges (not an error bit of their own) can add up to 2^31 m-tiles or
+    // more, which int32 would wrap into a non-monotonic list (a tile's group and row then garbage).
+    long long running = 0;
     for (int base = 0; base < kG; base += blockDim.x) {
         const int g = base + threadIdx.x;
         const int tiles = g < kG ? (__ldcg(ws + kCount + g) + kMT - 1) / kMT : 0;
-        int incl = tiles;
+        long long incl = tiles;
 #pragma unroll
         for (int s = 1; s < 32; s <<= 1) {
-            const int v = __shfl_up_sync(0xffffffffu, incl, s);
+            const long long v = __shfl_up_sync(0xffffffffu, incl, s);
             if (lane >= s) incl += v;
         }
         if (lane == 31) warp_sums[warp] = incl;
         __syncthreads();
-        int before = running;
+        long long before = running;
         for (int w = 0; w < warp; ++w) before += warp_sums[w];
-        if (g < kG) ws[kPrefix + g] = before + incl - tiles;
-        int total = 0;
+        if (g < kG) ws[kPrefix + g] = (int)min(before + incl - tiles, (long long)kTileLimit);
+        long long total = 0;
         for (int w = 0; w < (int)(blockDim.x >> 5); ++w) total += warp_sums[w];
         running += total;
         __syncthreads();
     }
-    if (threadIdx.x == 0) ws[kPrefix + kG] = running;
+    // A list of kTileLimit m-tiles or more (only overlapping row ranges reach it) is refused whole: bit 2,
+    // total 0, so the grouped kernel computes nothing and reads nothing past the routing's rows.
+    if (threadIdx.x == 0) {
+        if (running >= kTileLimit) atomicOr(error, 2);
+        ws[kPrefix + kG] = running < kTileLimit ? (int)running : 0;
+    }
 }

@@ -504,8 +504,8 @@ __device__ __forceinline__ void fp4_matvec_persistent(__nv_bfloat16* __restrict_
 // with the MIRCUDA_MOE_* defines of fp4_grouped_table.cuh, MIRCUDA_MOE_MT = MIRCUDA_FP4_M, NVFP4
 // activations with linear scales: MIRCUDA_FP4_ACT_TILED 0). The setup kernel of fp4_grouped_table.cuh runs
 // first and lists the tiles: each group's rows in tiles of kM. Grid: x the weight-row blocks (kRows rows
-// each), y the tile slots (a block past the list's total returns), z the operand set. Block (x, t, s)
-// multiplies tile t's rows (at most kM, consecutive from the group's offset) by weight rows [kRows x,
+// each), y the tile slots (block y takes tiles y, y + grid.y, ... of the list), z the operand set. Block
+// (x, y, s) multiplies tile t's rows (at most kM, consecutive from the group's offset) by weight rows [kRows x,
 // kRows x + kRows) of the group's matrix with fp4_matvec (the M <= 16 CUDA-core path above: each weight
 // is decoded once for the kM rows), scaled by alpha_per_matrix[s E + e]. Rows no group covers are never
 // written; every index comes from the validated table.
@@ -534,35 +534,41 @@ extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
                      const unsigned char* __restrict__ sb2, __nv_bfloat16* __restrict__ d2) {
     // The table is the setup kernel's output: nothing is read before it has finished.
     decode::pdl_wait();
-    const int tile = blockIdx.y;
     // The total and (up to 128 groups) the prefix entries are loaded together: one L2 round trip before
     // the group is known, not log2(G) dependent ones.
     const int lane = threadIdx.x & 31;
+    const int total = ws[kPrefix + kG];
     int pre[kScan > 0 ? kScan : 1];
 #pragma unroll
     for (int i = 0; i < kScan; ++i) pre[i] = lane + 32 * i < kG ? ws[kPrefix + lane + 32 * i] : 0x7fffffff;
-    if (tile >= ws[kPrefix + kG]) return;  // block-uniform
-    const int g = kScan > 0 ? find_group_scan(pre, tile) : find_group(ws + kPrefix, tile);
-    const int local = tile - ws[kPrefix + g];
-    const int rows = min(kM, ws[kCount + g] - local * kM);
-    const long long xrow0 = (long long)ws[kOffset + g] + (long long)local * kM;
-    const int e = ws[kMatrix + g];
     const int set = kSets == 2 ? (int)blockIdx.z : 0;
     const unsigned char* a = set ? a2 : a1;
     const unsigned char* sa = set ? sa2 : sa1;
     const unsigned char* b = set ? b2 : b1;
     const unsigned char* sb = set ? sb2 : sb1;
     __nv_bfloat16* d = set ? d2 : d1;
+    // One tile per y slot for every routing of disjoint ranges; overlapping ranges (or more tiles than
+    // grid.y's 65535) make the blocks walk the list, as fp4_grouped.cu's do (64-bit: tile + gridDim.y
+    // never wraps).
+    for (long long t = blockIdx.y; t < total; t += gridDim.y) {  // block-uniform
+        const int tile = (int)t;
+        const int g = kScan > 0 ? find_group_scan(pre, tile) : find_group(ws + kPrefix, tile);
+        const int local = tile - ws[kPrefix + g];
+        const int rows = min(kM, ws[kCount + g] - local * kM);
+        const long long xrow0 = (long long)ws[kOffset + g] + (long long)local * kM;
+        const int e = ws[kMatrix + g];
 #if MIRCUDA_FP4_PERSISTENT
-    // blockIdx.x walks the weight-row blocks x, x + gridDim.x, ... of this tile
-    fp4_matvec_persistent(d + xrow0 * kN, b + (long long)e * kMatrixBytes, sb + (long long)e * kMatrixScaleBytes,
-                          a + xrow0 * (kK / 2), sa + xrow0 * (kK / 16), nullptr, alpha_per_matrix + set * kBank + e,
-                          1.0f, kN, kK, rows);
+        // blockIdx.x walks the weight-row blocks x, x + gridDim.x, ... of this tile
+        fp4_matvec_persistent(d + xrow0 * kN, b + (long long)e * kMatrixBytes, sb + (long long)e * kMatrixScaleBytes,
+                              a + xrow0 * (kK / 2), sa + xrow0 * (kK / 16), nullptr,
+                              alpha_per_matrix + set * kBank + e, 1.0f, kN, kK, rows);
 #else
-    fp4_matvec(d + xrow0 * kN, b + (long long)e * kMatrixBytes, sb + (long long)e * kMatrixScaleBytes,
-               a + xrow0 * (kK / 2), sa + xrow0 * (kK / 16), nullptr, alpha_per_matrix + set * kBank + e, 1.0f,
-               kN, kK, rows);
+        fp4_matvec(d + xrow0 * kN, b + (long long)e * kMatrixBytes, sb + (long long)e * kMatrixScaleBytes,
+                   a + xrow0 * (kK / 2), sa + xrow0 * (kK / 16), nullptr, alpha_per_matrix + set * kBank + e, 1.0f,
+                   kN, kK, rows);
 #endif
+        if (t + gridDim.y < total) __syncthreads();  // the shared partial sums are reused
+    }
 }
 
 #else

@@ -69,7 +69,8 @@ ERROR_MATRIX_INDEX = 1
 """Error flag bit: a group's matrix index is outside ``[0, bank_size)`` (the group is skipped)."""
 ERROR_ROWS = 2
 """Error flag bit: a group's count is negative, its offset negative, or offset + count over the capacity
-(the group is skipped)."""
+(the group is skipped); or, on the portable path, the groups' m-tiles add up to 2**31 - 1 or more (only
+overlapping row ranges get there; nothing is computed)."""
 
 
 def matrix_scale_bytes(n: int, k: int, layout: str) -> int:
@@ -78,12 +79,12 @@ def matrix_scale_bytes(n: int, k: int, layout: str) -> int:
 
 
 def _set_operands(suffix: str, n: int, k: int, capacity: int, bank: int, layout: str,
-                  vector: bool = False) -> tuple[Operand, ...]:
-    """One operand set's checks. ``vector``: the vector variant's kernel runs, which reads the bank scales of
-    two adjacent 16-element blocks as one 16-bit word when K % 32 == 0 (fp4_vector.cu's load_step)."""
+                  scale_pairs: bool = False) -> tuple[Operand, ...]:
+    """One operand set's checks. ``scale_pairs``: the kernel reads the bank scales two adjacent bytes at a time
+    (the ``"vector"`` variant with K % 32 == 0: fp4_vector.cu's 16-bit loads), so b_scales needs 2-byte
+    alignment."""
     wide = k % 32 == 0
     kernel = "fp4_grouped_bf16"
-    sb_align, sb_why = (2, f"kernel {kernel} (variant vector): 16-bit scale loads") if vector and wide else (1, "byte loads")
     per = matrix_scale_bytes(n, k, layout)
     shape_sb = (f"[E, N, K/16] = [{bank}, {n}, {k // BLOCK}] linear UE4M3" if layout == "linear" else
                 f"{bank} matrices of tiled UE4M3 scales of [{n}, {k}], {per} bytes each (N padded to 128, K/16 to 4)")
@@ -94,7 +95,9 @@ def _set_operands(suffix: str, n: int, k: int, capacity: int, bank: int, layout:
                 f"[capacity, K/16] = [{capacity}, {k // BLOCK}] linear UE4M3", 1, "byte loads"),
         Operand("b_bank" + suffix, dtype_info(u8), bank * n * k // 2, f"[E, N, K/2] = [{bank}, {n}, {k // 2}] packed E2M1",
                 16 if wide else 8, f"kernel {kernel}: {'16' if wide else '8'}-byte weight loads"),
-        Operand("b_scales" + suffix, dtype_info(e4m3), bank * per, shape_sb, sb_align, sb_why),
+        Operand("b_scales" + suffix, dtype_info(e4m3), bank * per, shape_sb, 2 if scale_pairs else 1,
+                f"kernel {kernel} (variant vector): 16-bit loads of two adjacent scales (K % 32 == 0)" if scale_pairs
+                else "byte loads"),
         Operand("d" + suffix, dtype_info(bf16), capacity * n, f"[capacity, N] = [{capacity}, {n}] BF16", 2,
                 f"kernel {kernel}: BF16 stores"),
     )
@@ -137,7 +140,7 @@ class _GroupedFp4PlanBase(PlanBase):
         self._layout = check_layout("scale_layout", scale_layout)
         if variant is not None and (not isinstance(variant, str) or variant not in VARIANTS):
             raise ContractError("variant", f"None or one of {', '.join(map(repr, VARIANTS))}", repr(variant))
-        if variant is None and rows_per_tile is not None and rows_per_tile in VECTOR_ROWS_PER_TILE[:-1]:
+        if variant is None and is_integer_value(rows_per_tile) and rows_per_tile in VECTOR_ROWS_PER_TILE[:-1]:
             variant = "vector"  # 1, 2 or 4 rows per tile: only the vector variant has them
         if variant == "vector":
             tiles_allowed, what = VECTOR_ROWS_PER_TILE, "activation rows per tile with variant='vector'"
@@ -176,9 +179,6 @@ class _GroupedFp4PlanBase(PlanBase):
         tuning = _resolve_tuning(tuning, choose_variant(mt) if variant is None else variant, compiler.arch)
         shape = tile_shape(n=n, capacity=capacity, groups=groups, rows_per_tile=mt, fixed_rows=fixed_rows, sets=sets,
                            variant=variant, tuning=tuning)
-        if shape.variant == "vector" and shape.tiles > MAX_WEIGHT_BLOCKS:
-            raise ContractError("capacity", f"at most {MAX_WEIGHT_BLOCKS} tiles of {mt} rows with variant 'vector' "
-                                f"(grid.y), here {shape.tiles}", repr(capacity))
         if shape.variant != "vector" and shape.weight_blocks > MAX_WEIGHT_BLOCKS:
             most = MAX_WEIGHT_BLOCKS * BLOCK_ROWS[shape.variant] * tuning.frags
             raise ContractError("n", f"at most {most} (grid.y of the grouped "
@@ -208,8 +208,8 @@ class _GroupedFp4PlanBase(PlanBase):
             raise
         self._finalizer = weakref.finalize(self, _free_all, list(self._buffers), context, stream)
         self._finalizer.atexit = False
-        vector = self._cutlass is None and self._dense is None and self._kernels.shape.variant == "vector"
-        self._set_ops = tuple(_set_operands(suffix, n, k, capacity, bank, self._layout, vector)
+        pairs = self.path == "portable" and shape.variant == "vector" and k % 32 == 0
+        self._set_ops = tuple(_set_operands(suffix, n, k, capacity, bank, self._layout, pairs)
                               for suffix in (("",) if sets == 1 else ("1", "2")))
         self._operands = tuple(op for ops in self._set_ops for op in ops)
         self._masks = tuple(op.alignment - 1 for op in self._set_ops[0])
@@ -390,8 +390,9 @@ class _GroupedFp4PlanBase(PlanBase):
             return Description(
                 f"{head}{setup}, then fp4_grouped_bf16 (NVRTC fp4_vector.cu, portable, any cc >= 8.0, no tensor "
                 f"cores): grid ({shape.weight_blocks} weight-row blocks of {BLOCK_ROWS['vector'] * t.frags} rows, "
-                f"{shape.tiles} tile slots of {shape.rows_per_tile} activation row(s), {shape.sets} set(s)); variant "
-                f"vector: the block's {t.warps} warp(s) split K, a ring of {t.stages} load stages"
+                f"{shape.tiles} tile slots of {shape.rows_per_tile} activation row(s) walked persistently, "
+                f"{shape.sets} set(s)); variant vector: the block's {t.warps} warp(s) split K, a ring of {t.stages} "
+                "load stages"
                 + (f" (persistent: {self._kernels.grouped_config.grid[0]} blocks per tile slot walk the weight-row "
                    "blocks, the ring running on across them)" if t.persistent else "") + "; each weight is "
                 f"decoded once ({decode}) and meets the tile's rows in HFMA2 (each 16-element block summed exactly "

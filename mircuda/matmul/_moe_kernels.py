@@ -53,8 +53,8 @@ rows per warp, activations decoded once per block into shared memory (m-tiles of
 BLOCK_ROWS = {"split_n": 16 * WARPS, "split_k": 16, "staged": 32 * WARPS, "vector": 4}
 """Weight rows per block of each variant."""
 MAX_WEIGHT_BLOCKS = 65535
-"""CUDA's grid.y limit: the weight-row blocks of one matrix (the mma variants), the tile slots
-(``"vector"``)."""
+"""CUDA's grid.y limit: the weight-row blocks of one matrix (the mma variants), the most tile slots
+(``"vector"``, whose blocks walk the tiles past them)."""
 VECTOR_WARPS = (1, 2, 4, 8)
 """Warps per block of the ``"vector"`` variant (``fp4_vector.cu``'s ``kMaxWarps`` is 8)."""
 DECODES = {"bytes": 0, "pairs": 1, "e4m3": 2}
@@ -223,8 +223,8 @@ class TileShape:
 
     rows_per_tile: int
     variant: str
-    tiles: int          # grid.x: m-tile slots (persistent: a block walks tiles x, x + grid.x, ...)
-    weight_blocks: int  # grid.y
+    tiles: int          # grid.x ("vector": grid.y): m-tile slots (persistent: a block walks tiles x, x + grid.x, ...)
+    weight_blocks: int  # grid.y ("vector": grid.x)
     sets: int           # grid.z
     warps: int = WARPS  # per block
 
@@ -233,10 +233,13 @@ def tile_shape(*, n: int, capacity: int, groups: int, rows_per_tile: int, fixed_
                variant: str | None = None, tuning: DecodeTuning | None = None) -> TileShape:
     """Grid of the grouped kernel. With groups that do not overlap (the documented use), the m-tiles
     number at most ``min(ceil(capacity / MT) + G, capacity)`` (indexed: ``P ceil(R / MT)``): one block per
-    m-tile slot; overlapping groups are still all computed (the blocks walk the list)."""
+    m-tile slot (``"vector"``: at most :data:`MAX_WEIGHT_BLOCKS` slots, grid.y); overlapping groups, and
+    tiles past the slots, are still all computed (the blocks walk the list)."""
     tiles = (groups * -(-fixed_rows // rows_per_tile) if fixed_rows else
              min(-(-capacity // rows_per_tile) + groups, capacity))
     variant = choose_variant(rows_per_tile) if variant is None else variant
+    if variant == "vector":
+        tiles = min(tiles, MAX_WEIGHT_BLOCKS)
     warps, frags = (WARPS, 1) if tuning is None else (tuning.warps, tuning.frags)
     return TileShape(rows_per_tile, variant, max(tiles, 1), -(-n // (BLOCK_ROWS[variant] * frags)), sets, warps)
 
