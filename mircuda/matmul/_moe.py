@@ -168,7 +168,7 @@ class _GroupedFp4PlanBase(PlanBase):
         self._buffers: list[DeviceBuffer[Any]] = []
         knobs_given = rows_per_tile is not None or variant is not None or tuning is not None
         mean_rows = fixed_rows or capacity / groups
-        if variant is None and rows_per_tile is None and mean_rows <= VECTOR_MAX_MEAN_ROWS:
+        if variant is None and rows_per_tile is None and tuning is None and mean_rows <= VECTOR_MAX_MEAN_ROWS:
             variant = "vector"  # decode: a row or two per group (see VECTOR_MAX_MEAN_ROWS)
         if variant == "vector":
             mt = rows_per_tile if rows_per_tile is not None else default_vector_rows(capacity, groups, fixed_rows)
@@ -532,9 +532,10 @@ class VariableGroupedFp4Plan(_GroupedFp4PlanBase):
             smallest of 1, 2, 4, 8 holding ``ceil(capacity / groups)``) or one of them (1, 2, 4 or 8 with
             variant ``"vector"``; 1, 2 or 4 without a variant choose it).
         variant: None (``"vector"`` for at most one row per group on average (``capacity / groups <= 1``, and
-            rows_per_tile not given), else ``"split_k"`` for m-tiles of <= 16 rows, else ``"staged"``),
-            ``"split_k"``, ``"split_n"``, ``"staged"`` (m-tiles of >= 16 rows) or ``"vector"`` (CUDA cores, no
-            tensor cores; ``cuda_src/fp4_vector.cu``): the portable kernel's work split (``describe()`` says it).
+            neither rows_per_tile nor tuning given: a given tuning keeps the split_k default), else
+            ``"split_k"`` for m-tiles of <= 16 rows, else ``"staged"``), ``"split_k"``, ``"split_n"``,
+            ``"staged"`` (m-tiles of >= 16 rows) or ``"vector"`` (CUDA cores, no tensor cores;
+            ``cuda_src/fp4_vector.cu``): the portable kernel's work split (``describe()`` says it).
         library: the CUTLASS library tried on cc 12.x (SM120 grouped kernels) and cc 9.0 (the decode_grouped
             path's grouped BF16 kernels) (default: :func:`load_library`).
         path: None (choose, see :data:`PATHS`; a given rows_per_tile or variant keeps the choice off

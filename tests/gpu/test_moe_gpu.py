@@ -230,6 +230,12 @@ def test_the_automatic_choice_takes_the_vector_variant_for_a_row_or_less_per_gro
         assert (plan.variant, plan.rows_per_tile) == ("vector", 4)
     with mc.IndexedGroupedFp4Plan(context, stream, mc.IndexedGroupedFp4Spec(256, 512, 1, 6, 4)) as plan:
         assert plan.variant == "vector"
+    from mircuda.matmul._moe_kernels import DecodeTuning
+
+    split_k_knobs = DecodeTuning("e4m3", 3, 16, 2)  # a tuning given without a variant keeps the split_k default
+    with mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(256, 512, 8, 8, 8),
+                                   tuning=split_k_knobs) as plan:
+        assert plan.variant == "split_k" and plan.tuning == split_k_knobs
     for kw, field in (({"variant": "vector", "rows_per_tile": 16}, "rows_per_tile"),
                       ({"variant": "split_k", "rows_per_tile": 2}, "rows_per_tile"),
                       ({"rows_per_tile": 3}, "rows_per_tile")):
