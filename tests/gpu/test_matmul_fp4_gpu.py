@@ -538,10 +538,10 @@ def test_the_vector_plan_matches_float64_with_every_row_count_stage_count_and_th
 
 
 @pytest.mark.parametrize("prefetch, persistent", [(True, False), (False, True), (True, True)], ids=str)
-@pytest.mark.parametrize("warps", [1, 2, 8])
+@pytest.mark.parametrize("warps", [1, 8])
 @pytest.mark.parametrize("rows, stages", [(4, 2), (4, 3), (8, 4)], ids=str)
 @pytest.mark.parametrize("layout", ["linear", "tiled"])
-@pytest.mark.parametrize("n, k", [(37, 1040), (301, 96), (4096, 4096), (300, 14336), (40000, 256)], ids=str)
+@pytest.mark.parametrize("n, k", [(37, 1040), (301, 96), (300, 14336), (40000, 256)], ids=str)
 def test_the_vector_plan_with_the_l2_prefetch_or_the_persistent_grid_matches_float64(
         context, stream, pool, rng, n, k, layout, rows, stages, warps, prefetch, persistent) -> None:
     """prefetch=True: L2 prefetches of each warp's ring prologue and first scale line before
