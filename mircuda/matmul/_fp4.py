@@ -540,9 +540,12 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         stages: tuning knob: one of :data:`STAGES` (None: 2), steps of weight loads in the register ring.
         prefetch: tuning knob of :data:`FP4_SYMBOL`: True requests each warp's first weight and scale lines
             in L2 before ``griddepcontrol.wait`` (cc >= 9.0: they arrive while the previous kernel of the
-            stream finishes); None or False: no prefetch.
+            stream finishes); None or False: no prefetch. Measured on the H200 (2026-12-01,
+            ``benchmarks/results/fp4_sweep_persistent.json``): 4096x4096 5.88 µs against 6.03, 14336x4096
+            15.48 against 13.81, so it stays off by default.
         persistent: tuning knob of :data:`FP4_SYMBOL`: True launches at most one wave of blocks that walk the
             row blocks, each warp's load ring running on across them; None or False: one block per row block.
+            Measured slower on the H200 at every M = 1 shape (1.09-1.38x the default's time, same file).
 
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16), activation, layout, warps,

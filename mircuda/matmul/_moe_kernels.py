@@ -76,7 +76,9 @@ class DecodeTuning:
     occupancy rule's count; the other variants take 8). frags: 1 or 2 16-row weight fragments per block (split_k: 16
     or 32 weight rows per block, every activation fragment feeding both; vector: 4 or 8 weight rows).
     persistent: vector only: at most one wave of blocks over the tile slots, each walking weight-row blocks
-    x, x + gridDim.x, ... with its load ring running on across them (fp4_vector.cu's MIRCUDA_FP4_PERSISTENT)."""
+    x, x + gridDim.x, ... with its load ring running on across them (fp4_vector.cu's MIRCUDA_FP4_PERSISTENT);
+    measured 1.07-1.19x slower than the default in the four decode cases of ``moe-profile`` on the H200
+    (``benchmarks/results/moe_sweep_persistent.json``, 2026-12-01), so it stays off by default."""
 
     decode: str
     stages: int = 2
