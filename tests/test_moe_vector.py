@@ -12,6 +12,7 @@ import mircuda as mc
 from mircuda.matmul._moe_kernels import (GROUPED_SYMBOL, SETUP_SYMBOL, VECTOR_ROWS_PER_TILE, DecodeTuning,
                                          check_tuning, default_tuning, default_vector_rows, grouped_options,
                                          tile_shape, vector_source)
+from test_moe import entry
 
 
 def options(mt: int = 1, *, n: int = 768, k: int = 2048, groups: int = 64, bank: int = 64, capacity: int = 64,
@@ -25,12 +26,6 @@ def options(mt: int = 1, *, n: int = 768, k: int = 2048, groups: int = 64, bank:
 def ptx(arch: str, opts: mc.CompileOptions) -> str:
     return mc.compile_program(vector_source(), arch, mc.CompileOptions(defines=dict(opts.defines),
                                                                           output="ptx")).image.decode()
-
-
-def entry(text: str, symbol: str) -> str:
-    start = text.index(f".entry {symbol}")
-    nxt = text.find(".entry ", start + 1)
-    return text[start:] if nxt < 0 else text[start:nxt]
 
 
 @pytest.mark.parametrize("capacity, groups, fixed, want", [

@@ -228,4 +228,12 @@ __device__ __forceinline__ long long tiled_offset(long long row, int kb, int kat
     return atom * 512 + (row & 31) * 16 + ((row >> 5) & 3) * 4 + (kb & 3);
 }
 
+// The byte of scale block kb of row `row` in the tiled layout (katoms = ceil(K / 64)) or the linear one
+// (kblocks = K / 16), chosen at compile time.
+template <bool Tiled>
+__device__ __forceinline__ long long scale_offset(long long row, int kb, int kblocks, int katoms) {
+    if constexpr (Tiled) return tiled_offset(row, kb, katoms);
+    else return linear_offset(row, kb, kblocks);
+}
+
 }  // namespace fp4

@@ -45,21 +45,8 @@
 #include "decode_common.cuh"
 #include "fp4_common.cuh"
 
-#if !defined(MIRCUDA_MOE_N) || !defined(MIRCUDA_MOE_K) || !defined(MIRCUDA_MOE_G) || !defined(MIRCUDA_MOE_E) || \
-    !defined(MIRCUDA_MOE_CAPACITY) || !defined(MIRCUDA_MOE_MT)
-#error "compile with -D MIRCUDA_MOE_N, _K, _G, _E, _CAPACITY and _MT (mircuda.matmul._moe.grouped_options)"
-#endif
-#ifndef MIRCUDA_MOE_FIXED_ROWS
-#define MIRCUDA_MOE_FIXED_ROWS 0
-#endif
-#ifndef MIRCUDA_MOE_TILED
-#define MIRCUDA_MOE_TILED 0
-#endif
 #ifndef MIRCUDA_MOE_MODE
 #define MIRCUDA_MOE_MODE 1
-#endif
-#ifndef MIRCUDA_MOE_SETS
-#define MIRCUDA_MOE_SETS 1
 #endif
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -84,7 +71,6 @@ constexpr int kGroups = kE / 16;                  // 16-K scale groups per lane 
 constexpr int kMmas = kE / 4;                     // mmas per n8 tile per step
 constexpr int kChunk = 4 * kE;                    // columns per warp step
 constexpr int kSteps = (kK + kChunk - 1) / kChunk;
-constexpr int kKBlocks = kK / 16;
 #ifndef MIRCUDA_MOE_WARPS
 #define MIRCUDA_MOE_WARPS 8
 #endif
@@ -94,13 +80,6 @@ static_assert(kMode == 1 || kWarps == 8, "MIRCUDA_MOE_WARPS applies to split_k o
 // split_k keeps at most 128 registers per thread (2048 / kWarps / 32 / 4 blocks: 16 warps per SM with
 // 64K registers) so that enough warps, each with its ring of loads, keep bytes in flight.
 constexpr int kMinBlocks = kMode == 1 ? 512 / (kWarps * 32) : 1;
-constexpr long long kMatrixBytes = (long long)kN * (kK / 2);
-#if MIRCUDA_MOE_TILED
-constexpr int kKAtoms = (kKBlocks + 3) / 4;
-constexpr long long kMatrixScaleBytes = (long long)((kN + 127) / 128) * 128 * kKAtoms * 4;
-#else
-constexpr long long kMatrixScaleBytes = (long long)kN * kKBlocks;
-#endif
 
 // -- the E2M1 decode (MIRCUDA_MOE_DECODE) ------------------------------------------------------------
 // decode_half(w, i) turns the 32-bit word w of eight E2M1 codes (element j in bits 4j..4j+3) into its i-th

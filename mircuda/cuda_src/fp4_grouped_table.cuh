@@ -24,6 +24,9 @@
 #ifndef MIRCUDA_MOE_SETS
 #define MIRCUDA_MOE_SETS 1
 #endif
+#ifndef MIRCUDA_MOE_TILED
+#define MIRCUDA_MOE_TILED 0
+#endif
 
 namespace {
 
@@ -35,6 +38,15 @@ constexpr long long kCapacity = MIRCUDA_MOE_CAPACITY;
 constexpr int kMT = MIRCUDA_MOE_MT;            // activation rows per m-tile
 constexpr int kFixed = MIRCUDA_MOE_FIXED_ROWS;  // > 0: the indexed plan (row_counts = R, offsets = p R)
 constexpr int kSets = MIRCUDA_MOE_SETS;
+// The bank's geometry (not every includer uses every one of them).
+[[maybe_unused]] constexpr int kKBlocks = kK / 16;           // UE4M3 scales per row
+[[maybe_unused]] constexpr int kKAtoms = (kKBlocks + 3) / 4;   // 4-byte scale atoms per row of the tiled layout
+[[maybe_unused]] constexpr long long kMatrixBytes = (long long)kN * (kK / 2);  // one bank matrix's codes
+#if MIRCUDA_MOE_TILED
+[[maybe_unused]] constexpr long long kMatrixScaleBytes = (long long)((kN + 127) / 128) * 128 * kKAtoms * 4;
+#else
+[[maybe_unused]] constexpr long long kMatrixScaleBytes = (long long)kN * kKBlocks;
+#endif
 static_assert(kMT >= 1, "MIRCUDA_MOE_MT must be positive");
 static_assert(kSets == 1 || kSets == 2, "MIRCUDA_MOE_SETS must be 1 or 2");
 static_assert(kG >= 1 && kBank >= 1 && kCapacity >= 1, "G, E and the capacity must be positive");

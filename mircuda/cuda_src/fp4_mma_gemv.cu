@@ -89,13 +89,7 @@ __device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)
 }
 
 __device__ __forceinline__ long long scale_offset(long long row, int kb, int kblocks, int katoms) {
-#if MIRCUDA_FP4_TILED
-    (void)kblocks;
-    return fp4::tiled_offset(row, kb, katoms);
-#else
-    (void)katoms;
-    return fp4::linear_offset(row, kb, kblocks);
-#endif
+    return fp4::scale_offset<MIRCUDA_FP4_TILED != 0>(row, kb, kblocks, katoms);
 }
 
 __device__ __forceinline__ unsigned hmul2(unsigned a, unsigned b) {

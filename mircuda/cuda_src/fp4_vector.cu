@@ -112,25 +112,13 @@ __device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)
 }
 
 __device__ __forceinline__ long long scale_offset(long long row, int kb, int kblocks, int katoms) {
-#if MIRCUDA_FP4_TILED
-    (void)kblocks;
-    return fp4::tiled_offset(row, kb, katoms);
-#else
-    (void)katoms;
-    return fp4::linear_offset(row, kb, kblocks);
-#endif
+    return fp4::scale_offset<MIRCUDA_FP4_TILED != 0>(row, kb, kblocks, katoms);
 }
 
 #if !MIRCUDA_FP4_ACT_BF16
 // The activations' scales: the weights' layout, except in the grouped kernel (linear activation scales).
 __device__ __forceinline__ long long act_scale_offset(long long row, int kb, int kblocks, int katoms) {
-#if MIRCUDA_FP4_ACT_TILED
-    (void)kblocks;
-    return fp4::tiled_offset(row, kb, katoms);
-#else
-    (void)katoms;
-    return fp4::linear_offset(row, kb, kblocks);
-#endif
+    return fp4::scale_offset<MIRCUDA_FP4_ACT_TILED != 0>(row, kb, kblocks, katoms);
 }
 #endif
 
@@ -515,15 +503,6 @@ static_assert(kMT == kM, "MIRCUDA_MOE_MT must equal MIRCUDA_FP4_M (rows per tile
 static_assert(MIRCUDA_FP4_ACT_TILED == 0 && MIRCUDA_FP4_ACT_BF16 == 0,
               "the grouped plans' activations are NVFP4 with linear scales");
 static_assert(MIRCUDA_FP4_WIDE == 0 || kK % 32 == 0, "MIRCUDA_FP4_WIDE needs K % 32 == 0");
-
-namespace {
-constexpr long long kMatrixBytes = (long long)kN * (kK / 2);
-#if MIRCUDA_FP4_TILED
-constexpr long long kMatrixScaleBytes = (long long)((kN + 127) / 128) * 128 * ((kK / 16 + 3) / 4) * 4;
-#else
-constexpr long long kMatrixScaleBytes = (long long)kN * (kK / 16);
-#endif
-}  // namespace
 
 extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
     fp4_grouped_bf16(const int* __restrict__ ws, const float* __restrict__ alpha_per_matrix,

@@ -378,8 +378,8 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
             :data:`~mircuda.matmul._fp8_mma.DECODES`).
         persistent: ``blockwise_fp8_gemv`` only: True launches at most one wave of blocks that walk the row
             blocks, each warp's double buffer running on across them (``MIRCUDA_FP8_PERSISTENT``); None or
-            False: one block per row block. Measured slower on the H200 at M = 1 (1.06-1.25x the default's time,
-            ``benchmarks/results/fp8_sweep_persistent.json``, 2026-12-01), so it stays off by default.
+            False: one block per row block. Measured on the H200 at M = 1: 0.99-1.25x the default's time,
+            faster nowhere (``benchmarks/results/fp8_sweep_persistent.json``, 2026-12-01), so off by default.
             ``rows``, ``warps``, ``pdl_trigger``, ``decode`` and ``persistent`` are the tuning knobs that
             ``fp8-profile --sweep`` measures.
 

@@ -77,7 +77,8 @@ class DecodeTuning:
     or 32 weight rows per block, every activation fragment feeding both; vector: 4 or 8 weight rows).
     persistent: vector only: at most one wave of blocks over the tile slots, each walking weight-row blocks
     x, x + gridDim.x, ... with its load ring running on across them (fp4_vector.cu's MIRCUDA_FP4_PERSISTENT);
-    measured 1.07-1.19x slower than the default in the four decode cases of ``moe-profile`` on the H200
+    measured slower in all four decode cases of ``moe-profile`` on the H200: 1.07-1.25x the time of the
+    non-persistent vector kernel with the same 1-row tiles, 1.08-2.48x the default plan's
     (``benchmarks/results/moe_sweep_persistent.json``, 2026-12-01), so it stays off by default."""
 
     decode: str
@@ -108,9 +109,11 @@ def default_tuning(arch: str, variant: str) -> DecodeTuning:
     decode = "e4m3" if number >= 89 else "pairs"
     if variant == "vector":
         # moe-profile --sweep vector on the H200 (2026-12-01, benchmarks/results/moe_sweep_vector.json): 2 stages
-        # x 4 weight rows x 1-row tiles was the fastest in all four decode cases (mixtral 1 token 27.8 µs
-        # against 31.5 for 3 stages, fine 1 / 16 tokens 8.6 / 44.8 against 8.9 / 50.1); the warps come from
-        # the occupancy rule (vector_warps), which took 1 there (2 and 4 were slower).
+        # x 4 weight rows x 1-row tiles was the fastest vector candidate where the plan chooses the vector
+        # variant (mixtral 1 token 27.8 µs against 31.5 for 3 stages, fine 1 / 16 tokens 8.6 / 44.8 against
+        # 8.9 / 50.1; at mixtral 16 tokens, where split_k runs, 2- and 4-row tiles were faster but still
+        # far slower than split_k); the warps come from the occupancy rule (vector_warps), which took 1
+        # there (2 and 4 were slower).
         return DecodeTuning(decode, 2, 0, 1)
     if variant == "split_k" and 89 <= number < 120:
         # moe-profile --sweep all on the H200 (2026-12-01): 2 stages x 4 warps x 32-row blocks was the fastest
