@@ -380,7 +380,8 @@ def test_sweep_candidates_parse_with_their_knobs() -> None:
 
 def test_the_prefetch_knob_is_a_vector_candidate_field() -> None:
     on, off = fp.sweep_values("vector:decode=e4m3:prefetch=1,vector:decode=e4m3:prefetch=0")
-    assert (on.prefetch, off.prefetch) == (True, False)
+    assert (on.prefetch, off.prefetch) == (True, None)  # prefetch=0 is the default: left out
+    assert off == fp.sweep_values("vector:decode=e4m3")[0]
     assert on.label == "vector:decode=e4m3:prefetch=1" and on.knobs()["prefetch"] is True
     assert "prefetch" not in fp.sweep_values("mma")[0].knobs()
     both = fp.sweep_values("vector:stages=2:prefetch=1:persistent=1")[0]
@@ -404,7 +405,10 @@ def test_sweep_all_is_every_decoder_with_each_kernel_s_knobs() -> None:
                                          ("vector:warps=3", "'3'"), ("mma:stages=5", "'5'"), ("vector:rows=4:rows=8", "'rows=8'"),
                                          ("mma,mma", "twice"), ("vector,,mma", "candidate"),
                                          ("vector:prefetch=2", "'2'"), ("mma:prefetch=1", "'prefetch=1'"),
-                                         ("mma:persistent=1", "'persistent=1'"), ("vector:persistent=on", "'on'")])
+                                         ("mma:persistent=1", "'persistent=1'"), ("vector:persistent=on", "'on'"),
+                                         ("vector:prefetch=0,vector", "twice"), ("vector:rows=\u0664", "'\u0664'"),
+                                         ("vector:prefetch=\uff11", "'\uff11'"), ("vector:rows=\u00b2", "'\u00b2'"),
+                                         ("vector:warps=08", "'08'"), ("vector:rows=" + "9" * 5000, "received '999")])
 def test_bad_sweep_candidates_are_refused_by_name(text, named) -> None:
     import argparse
 

@@ -228,7 +228,10 @@ def test_sweep_candidates_parse_with_their_knobs() -> None:
                                          ("gemv:decode=integer", "'decode=integer'"),
                                          ("mma:decode=fast", "decode one of hardware, integer"),
                                          ("mma:persistent=1", "'persistent=1'"),
-                                         ("gemv:persistent=2", "persistent one of 0, 1")])
+                                         ("gemv:persistent=2", "persistent one of 0, 1"),
+                                         ("gemv:persistent=0,gemv", "distinct"), ("gemv:rows=\u0664", "rows one of"),
+                                         ("gemv:rows=\u00b2", "rows one of"), ("gemv:rows=08", "rows one of"),
+                                         ("gemv:rows=" + "9" * 5000, "rows one of")])
 def test_bad_sweep_candidates_are_refused_by_name(text, named) -> None:
     with pytest.raises(argparse.ArgumentTypeError) as info:
         fp.sweep_values(text)
@@ -284,6 +287,7 @@ def test_sweep_plans_leave_out_what_a_plan_refuses_and_report_other_errors() -> 
 
 def test_the_persistent_grid_is_a_gemv_candidate_field() -> None:
     walk, plain = fp.sweep_values("gemv:rows=8:persistent=1,gemv:rows=8:persistent=0")
-    assert (walk.persistent, plain.persistent) == (True, False)
+    assert (walk.persistent, plain.persistent) == (True, None)  # persistent=0 is the default: left out
+    assert plain == fp.sweep_values("gemv:rows=8")[0]
     assert walk.label == "gemv:rows=8:persistent=1" and walk.knobs()["persistent"] is True
     assert "persistent" not in fp.sweep_values("mma")[0].knobs()

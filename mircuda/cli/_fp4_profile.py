@@ -180,14 +180,18 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
             if key not in allowed or key in knobs:
                 raise argparse.ArgumentTypeError(f"expected {'=, '.join(allowed)}= once each for {kernel} in "
                                                  f"{item!r}, received {pair!r}")
-            parsed: Any = int(value) if value.isdigit() else value
+            # ASCII digits, at most two: str.isdigit() also takes '²' and other scripts' digits, and int()
+            # refuses more than 4300 digits; no knob's value has more than two.
+            numeric = value.isascii() and value.isdigit() and len(value) <= 2 and (value == "0" or value[0] != "0")
+            parsed: Any = int(value) if numeric else value
             if parsed not in allowed[key]:
                 raise argparse.ArgumentTypeError(f"expected {key} one of {', '.join(map(str, allowed[key]))} for "
-                                                 f"{kernel} in {item!r}, received {value!r}")
+                                                 f"{kernel} in {item[:60]!r}, received {value[:20]!r}")
             knobs[key] = parsed
+        # prefetch=0 / persistent=0 are the plans' defaults: the same configuration as leaving them out
         candidate = Fp4Candidate(kernel, knobs.get("decode"), knobs.get("rows"), knobs.get("warps"), knobs.get("sum"),
-                                 knobs.get("stages"), None if "prefetch" not in knobs else bool(knobs["prefetch"]),
-                                 None if "persistent" not in knobs else bool(knobs["persistent"]))
+                                 knobs.get("stages"), True if knobs.get("prefetch") else None,
+                                 True if knobs.get("persistent") else None)
         if candidate in out:
             raise argparse.ArgumentTypeError(f"expected distinct candidates, received {item!r} twice in {text!r}")
         out.append(candidate)

@@ -182,13 +182,17 @@ def sweep_values(text: str) -> tuple[Candidate, ...]:
             if key not in allowed or key in knobs:
                 raise argparse.ArgumentTypeError(f"expected {'=, '.join(allowed)}= once each in {item!r}, "
                                                  f"received {pair!r}")
-            parsed: Any = int(value) if key != "trigger" and value.isdigit() else value
+            # ASCII digits, at most two: str.isdigit() also takes '²' and other scripts' digits, and int()
+            # refuses more than 4300 digits; no knob's value has more than two.
+            numeric = value.isascii() and value.isdigit() and len(value) <= 2 and (value == "0" or value[0] != "0")
+            parsed: Any = int(value) if key != "trigger" and numeric else value
             if parsed not in allowed[key]:
                 raise argparse.ArgumentTypeError(f"expected {key} one of {', '.join(map(str, allowed[key]))} for "
-                                                 f"{kernel} in {item!r}, received {value!r}")
+                                                 f"{kernel} in {item[:60]!r}, received {value[:20]!r}")
             knobs[key] = parsed
+        # persistent=0 is the plans' default: the same configuration as leaving it out
         candidate = Candidate(kernel, knobs.get("rows"), knobs.get("warps"), knobs.get("trigger"), knobs.get("decode"),
-                              None if "persistent" not in knobs else bool(knobs["persistent"]))
+                              True if knobs.get("persistent") else None)
         if candidate in out:  # the same configuration twice would be measured twice and reported as two rows
             raise argparse.ArgumentTypeError(f"expected distinct candidates, received {item!r} twice in {text!r}")
         out.append(candidate)

@@ -215,15 +215,18 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
     2, 4 or 8 rows per tile): warps 1, 2, 4 or 8, rows per block 4 or 8, ``p1`` the persistent grid).
 
     Raises:
-        ContractError: ``--sweep`` naming an unknown field or value.
+        ContractError: ``--sweep`` naming an unknown field or value, an empty item, or the same candidate twice
+            (``p0`` is the same as no ``p``; ``default`` is always measured first).
     """
+    import dataclasses
+
     from ..matmul._moe_kernels import DECODES, FRAGS, STAGES, TUNED_WARPS, VECTOR_ROWS_PER_TILE, VECTOR_WARPS
 
-    form = "'all' or 'vector' (named lists) or comma-separated decode[:sN][:wN][:rN][:mN]"
+    form = "'all' or 'vector' (named lists) or comma-separated decode[:sN][:wN][:rN][:mN][:pN]"
     named = {"all": SWEEP_ALL, "vector": SWEEP_VECTOR}
-    items = named.get(text.strip()) or tuple(t.strip() for t in text.split(",") if t.strip())
-    if not items:
-        raise ContractError("--sweep", form, repr(text))
+    items = named.get(text.strip()) or tuple(t.strip() for t in text.split(","))
+    if not text.strip() or any(not t for t in items):
+        raise ContractError("--sweep", form + " without an empty item", repr(text[:80]))
     out = []
     for item in items:
         head, *rest = item.split(":")
@@ -234,8 +237,9 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
             key, num = part[:1], part[1:]
             # ASCII digits, at most two: str.isdigit() also takes '²' (which int() refuses) and int() refuses
             # more than 4300 digits; no field's value has more than two.
-            if key not in "swrmp" or not key or not (num.isascii() and num.isdigit()) or len(num) > 2 or key in raw:
-                raise ContractError("--sweep", "fields sN, wN, rN, mN, pN, each once", repr(item))
+            if (key not in "swrmp" or not key or not (num.isascii() and num.isdigit()) or len(num) > 2
+                    or (num[:1] == "0" and num != "0") or key in raw):
+                raise ContractError("--sweep", "fields sN, wN, rN, mN, pN, each once", repr(item[:60]))
             raw[key] = int(num)
         vector = "m" in raw
         allowed = {"s": STAGES, "m": VECTOR_ROWS_PER_TILE, "w": VECTOR_WARPS if vector else TUNED_WARPS,
@@ -246,8 +250,13 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
                                     "(warps 4, 8, 16), rN (rows 16, 32); vector: wN (1, 2, 4, 8), rN (4, 8), pN "
                                     "(persistent 0, 1)", repr(item))
         frags = None if "r" not in raw else raw["r"] // (4 if vector else 16)
-        out.append(Candidate(item, None if head == "default" else head, raw.get("s"), raw.get("w"), frags,
-                             raw.get("m"), None if "p" not in raw else bool(raw["p"])))
+        cand = Candidate(item, None if head == "default" else head, raw.get("s"), raw.get("w"), frags,
+                         raw.get("m"), True if raw.get("p") else None)  # p0: the default, as no p
+        if (cand.text == "default" and not rest) or any(dataclasses.replace(c, text="") == dataclasses.replace(cand, text="")
+                                                       for c in out):
+            raise ContractError("--sweep", "distinct candidates (the default plan is always measured first)",
+                                repr(item[:60]))
+        out.append(cand)
     return tuple(out)
 
 
@@ -581,6 +590,10 @@ def moe_profile(args: Any) -> int:
 
     layers, tokens, calls, repeats = grid(args)  # before the driver: bad flags are said without a GPU too
     candidates = parse_candidates(args.sweep) if getattr(args, "sweep", None) is not None else ()  # '' is refused
+    if candidates and getattr(args, "variant", None) is not None:
+        # the sweep's candidates name their variant (split_k, or vector with mN); --variant is the main table's
+        raise ContractError("--variant", "no --variant with --sweep (each candidate names its variant: mN is "
+                            "the vector variant, else split_k)", repr(args.variant))
     check_results_file(args.json, getattr(args, "json_default", None))
     driver = mc.Driver.initialize()
     notes: list[str] = []
