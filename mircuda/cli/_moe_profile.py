@@ -227,7 +227,7 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
     items = named.get(text.strip()) or tuple(t.strip() for t in text.split(","))
     if not text.strip() or any(not t for t in items):
         raise ContractError("--sweep", form + " without an empty item", repr(text[:80]))
-    out = []
+    out: list[Candidate] = []
     for item in items:
         head, *rest = item.split(":")
         if head not in (*DECODES, "default"):
