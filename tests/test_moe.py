@@ -140,8 +140,8 @@ def test_the_kernels_compile_for_every_tile_layout_and_target(arch, config) -> N
 
 @pytest.mark.parametrize("mt, k, variant, tuning", [
     (8, 2048, "split_k", None), (16, 2048, "split_k", None), (32, 1040, "split_n", None), (64, 4096, "split_n", None),
-    (32, 1040, "staged", None), (64, 4096, "staged", None), (8, 4096, "split_k", DecodeTuning("e4m3", 3)),
-    (16, 4096, "split_k", DecodeTuning("e4m3", 4, 4)), (8, 2048, "split_k", DecodeTuning("pairs", 2, 16, 2)),
+    (32, 1040, "staged", None), (64, 4096, "staged", None), (8, 4096, "split_k", DecodeTuning("e4m3", 3, 8, 1)),
+    (16, 4096, "split_k", DecodeTuning("e4m3", 4, 4, 1)), (8, 2048, "split_k", DecodeTuning("pairs", 2, 16, 2)),
     (8, 1040, "split_k", DecodeTuning("e4m3", 3, 8, 2))], ids=str)
 def test_the_grouped_kernel_runs_fp16_mma_and_streams_weights_past_l1(mt, k, variant, tuning) -> None:
     body = entry(ptx("compute_90", options(mt, k=k, variant=variant, tuning=tuning)), GROUPED_SYMBOL)
@@ -217,10 +217,10 @@ def test_the_e2m1_decode_goes_through_one_local_seam() -> None:
 def test_the_e4m3_decode_is_refused_below_cc_8_9_by_name() -> None:
     with pytest.raises(mc.CompileError, match="needs compute capability >= 8.9"):
         mc.compile_program(grouped_source(), "sm_80", options(8, tuning=DecodeTuning("e4m3", 3)))
-    assert default_tuning("sm_80", "split_k") == DecodeTuning("pairs", 3)
+    assert default_tuning("sm_80", "split_k") == DecodeTuning("pairs", 3, 8, 1)
     assert default_tuning("sm_90", "split_k") == DecodeTuning("e4m3", 2, 4, 2)
-    assert default_tuning("sm_120f", "split_k") == DecodeTuning("e4m3", 2)
-    assert default_tuning("sm_90", "staged") == DecodeTuning("e4m3", 2)
+    assert default_tuning("sm_120f", "split_k") == DecodeTuning("e4m3", 2, 8, 1)
+    assert default_tuning("sm_90", "staged") == DecodeTuning("e4m3", 2, 8, 1)
 
 
 def test_without_its_shape_the_source_refuses_to_compile_by_name() -> None:
@@ -507,6 +507,10 @@ def test_on_hopper_and_later_both_kernels_wait_for_the_previous_grid_before_touc
     (DecodeTuning("pairs", 2, 8, 3), "split_k", "sm_90", "tuning.frags"),
     (DecodeTuning("pairs", 2, 4), "staged", "sm_90", "tuning.warps"),
     (DecodeTuning("pairs", 2, 8, 2), "split_n", "sm_90", "tuning.frags"),
+    (DecodeTuning("pairs", 3, 8, 1), "staged", "sm_90", "tuning.stages"),
+    (DecodeTuning(["e4m3"], 2, 8, 1), "split_k", "sm_90", "tuning.decode"),  # type: ignore[arg-type]
+    (DecodeTuning("e4m3", 2.0, 8, 1), "split_k", "sm_90", "tuning.stages"),  # type: ignore[arg-type]
+    (DecodeTuning("e4m3", 2, True, 1), "split_k", "sm_90", "tuning.warps"),
     ("e4m3", "split_k", "sm_90", "tuning")], ids=str)
 def test_bad_tuning_is_refused_by_field(tuning, variant, arch, field) -> None:
     from mircuda.matmul._moe_kernels import check_tuning
@@ -528,3 +532,21 @@ def test_the_tuned_grid_covers_n_with_16_or_32_row_blocks_of_4_to_16_warps() -> 
 def test_the_tile_group_comes_from_ballots_over_registers_up_to_128_groups(groups, ballots) -> None:
     body = entry(ptx("compute_90", options(8, groups=groups, bank=groups)), GROUPED_SYMBOL)
     assert ("vote.sync.ballot.b32" in body) == ballots
+
+
+def test_a_tuning_takes_numpy_integers_and_its_none_fields_come_from_the_targets_default() -> None:
+    import numpy as np
+
+    from mircuda.matmul._moe_kernels import check_tuning, resolve_tuning
+
+    got = check_tuning(DecodeTuning("e4m3", np.int64(3), np.int32(16), np.uint8(2), np.False_), "split_k", "sm_90")
+    assert got == DecodeTuning("e4m3", 3, 16, 2, False)
+    assert all(type(v) is int for v in (got.stages, got.warps, got.frags)) and type(got.persistent) is bool
+    assert resolve_tuning(None, "split_k", "sm_90") == default_tuning("sm_90", "split_k")
+    assert resolve_tuning(DecodeTuning("pairs"), "split_k", "sm_90") == DecodeTuning("pairs", 2, 4, 2)
+    assert resolve_tuning(DecodeTuning("pairs", warps=16), "split_k", "sm_80") == DecodeTuning("pairs", 3, 16, 1)
+    # the vector variant's own defaults: the occupancy rule's warps (0), 4-row blocks, 2 stages
+    assert resolve_tuning(DecodeTuning("e4m3", persistent=True), "vector", "sm_90") == DecodeTuning("e4m3", 2, 0, 1, True)
+    with pytest.raises(mc.ContractError) as info:
+        resolve_tuning("e4m3", "split_k", "sm_90")
+    assert info.value.argument == "tuning"

@@ -331,3 +331,20 @@ def test_the_indexed_plans_output_must_not_overlap_its_indices() -> None:
     with pytest.raises(mc.ContractError, match="overlapping indices at") as info:
         st.run(d=fake_buffer(st.ctx, mc.bf16, 40 * 96, idx.handle))
     assert info.value.argument == "d" and st.calls == []
+
+
+def test_an_output_over_the_global_scales_is_refused() -> None:
+    """The setup kernel reads global_a and global_b on every execute: D written over them would feed the next
+    execute (or replay) BF16 bytes as FP32 scales."""
+    st = Stand(VariableGroupedFp4Plan)
+    gb = st.sets[0]["global_b"]
+    with pytest.raises(mc.ContractError, match="overlapping global_b at") as info:
+        st.run(d=fake_buffer(st.ctx, mc.bf16, 40 * 96, gb.handle - 2))
+    assert info.value.argument == "d" and st.calls == []
+    paired = Stand(PairedVariableGroupedFp4Plan)
+    s0, s1 = paired.sets
+    over = fake_buffer(paired.ctx, mc.bf16, 40 * 96, s1["global_a"].handle)
+    with pytest.raises(mc.ContractError, match="overlapping global_a2 at") as info:
+        paired.run(first=mc.GroupedFp4Operands(s0["a"], s0["a_scales"], s0["b_bank"], s0["b_scales"], over,
+                                               s0["global_a"], s0["global_b"]))
+    assert info.value.argument == "d1" and paired.calls == []

@@ -159,4 +159,5 @@ def test_only_the_vector_variant_takes_the_persistent_grid() -> None:
         check_tuning(DecodeTuning("e4m3", 2, 0, 1, 1), "vector", "sm_90")  # type: ignore[arg-type]
     assert info.value.argument == "tuning.persistent"
     assert check_tuning(DecodeTuning("e4m3", 2, 0, 1, True), "vector", "sm_90").persistent
-    assert DecodeTuning("e4m3", 2, 0, 1, True).label() == "e4m3:s2:w0:r16:persistent"
+    assert DecodeTuning("e4m3", 2, 0, 1, True).label("vector") == "e4m3:s2:w0:r4:persistent"
+    assert DecodeTuning("e4m3", 2, 4, 2).label() == "e4m3:s2:w4:r32"  # split_k: 16 rows per frag

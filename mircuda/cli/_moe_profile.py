@@ -267,8 +267,9 @@ def plan_label(plan: Any) -> str:
         return str(plan.path)
     t = plan.tuning
     if plan.variant == "vector":
-        return (f"vector:{t.decode}:s{t.stages}:w{t.warps}:r{4 * t.frags}:m{plan.rows_per_tile}"
-                + (":persistent" if t.persistent else ""))
+        label = t.label("vector")
+        head, tail = (label[:-len(":persistent")], ":persistent") if t.persistent else (label, "")
+        return f"vector:{head}:m{plan.rows_per_tile}{tail}"
     return t.label() if plan.variant == "split_k" else str(plan.variant)
 
 

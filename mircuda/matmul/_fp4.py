@@ -399,7 +399,8 @@ class Fp4Gemv:
                 "accumulation across blocks"
                 + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else "")
                 + ("; L2 prefetch of each warp's first weight and scale lines before griddepcontrol.wait"
-                   if self.prefetch else ""))
+                   + ("" if _arch_number(self.arch) >= 90 else f" (none on {self.arch}: no programmatic dependent "
+                      "launch below cc 9.0)") if self.prefetch else ""))
 
 
 def has_e2m1_cvt(arch: str) -> bool:

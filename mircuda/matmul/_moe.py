@@ -43,7 +43,7 @@ from ._fp4 import _device_checks, fp4_compiler, has_e2m1_cvt
 from ._fp4_layout import address, check_layout
 from ._fp4_reference import BLOCK, scale_bytes
 from ._moe_kernels import (BLOCK_ROWS, MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, VARIANTS, VECTOR_MAX_MEAN_ROWS,
-                           VECTOR_ROWS_PER_TILE, WARPS, DecodeTuning, GroupedKernels, check_tuning, default_tuning,
+                           VECTOR_ROWS_PER_TILE, WARPS, DecodeTuning, GroupedKernels, resolve_tuning,
                            choose_variant, default_rows_per_tile, default_vector_rows, grouped_executor, grouped_options, tile_shape, workspace_ints)
 from ._moe_spec import GroupedFp4Operands, IndexedGroupedFp4Spec, VariableGroupedFp4Spec
 from ._spec import Operand, PlanBase, check_disjoint, check_operand, check_scalar, plan_stream
@@ -115,8 +115,9 @@ def _global_b(name: str, buf: Any, bank: int, context: Context) -> int:
 
 
 def _resolve_tuning(tuning: Any, variant: str, arch: str) -> DecodeTuning:
-    """The plan's decode knobs: ``tuning`` checked, or the target's default (:func:`default_tuning`)."""
-    return default_tuning(arch, variant) if tuning is None else check_tuning(tuning, variant, arch)
+    """The plan's decode knobs: ``tuning`` with its None fields from the target's default, checked, or the
+    default itself (:func:`~mircuda.matmul._moe_kernels.resolve_tuning`)."""
+    return resolve_tuning(tuning, variant, arch)
 
 
 _CUTLASS_ERRORS = (ImportError, CutlassNotFound, CutlassError, ContractError, AttributeError)
@@ -430,11 +431,16 @@ class _GroupedFp4PlanBase(PlanBase):
 
     def _check_outputs(self, sets: list[tuple[Any, ...]], routing: tuple[int, int, int],
                        names: tuple[str, str, str] = ("row_counts", "offsets", "matrix_indices")) -> None:
-        """Each set's D against every operand the kernels read (both sets' A, scales, bank, bank scales, the
-        routing) and the other set's D: :func:`~mircuda.matmul._spec.check_disjoint`."""
+        """Each set's D against every operand the kernels read (both sets' A, scales, bank, bank scales, global
+        scales, the routing) and the other set's D: :func:`~mircuda.matmul._spec.check_disjoint`."""
         reads = [(_routing_operand(name, self._groups), ptr) for name, ptr in zip(names, routing)]
+        f32_info = dtype_info(f32)
         for ops, ptrs in zip(self._set_ops, sets):
+            suffix = ops[0].name[1:]  # "" or the set's number
             reads.extend(zip(ops[:4], ptrs[:4]))
+            reads.append((Operand("global_a" + suffix, f32_info, 1, "[1] FP32", 4, "FP32 loads"), ptrs[5]))
+            reads.append((Operand("global_b" + suffix, f32_info, self._bank, f"[E] = [{self._bank}] FP32", 4,
+                                  "FP32 loads"), ptrs[6]))
         for i, (ops, ptrs) in enumerate(zip(self._set_ops, sets)):
             others = reads + [(o[4], p[4]) for o, p in zip(self._set_ops[:i], sets[:i])]
             check_disjoint(ops[4], ptrs[4], others)
@@ -512,8 +518,8 @@ _DOC_COMMON = """
     :meth:`read_error_flag`) and alpha_per_matrix.
 
     Raises (construction):
-        ContractError: a bad context, stream, spec, scale_layout, rows_per_tile or compiler; N too large for
-            the grid. UnsupportedPlatform: cc below 8.0. CompileError: NVRTC rejected the kernels (a bug).
+        ContractError: a bad context, stream, spec, scale_layout, rows_per_tile, variant, tuning, path,
+            library or compiler (named); N too large for the grid. UnsupportedPlatform: cc below 8.0. CompileError: NVRTC rejected the kernels (a bug).
 """
 
 
@@ -541,9 +547,10 @@ class VariableGroupedFp4Plan(_GroupedFp4PlanBase):
         path: None (choose, see :data:`PATHS`; a given rows_per_tile or variant keeps the choice off
             decode_grouped) or one of ``"cutlass"``, ``"decode_grouped"``, ``"portable"`` to force (ContractError,
             with the reason, when it cannot run here); :attr:`path` and ``describe()`` say which runs and why.
-        tuning: None (:func:`~mircuda.matmul._moe_kernels.default_tuning` of the target) or a
-            :class:`~mircuda.matmul._moe_kernels.DecodeTuning` (decode, stages, warps, frags) of the portable
-            kernel; ContractError names a field that does not fit the variant or the target.
+        tuning: None (:func:`~mircuda.matmul._moe_kernels.default_tuning` of the target and variant) or a
+            :class:`~mircuda.matmul._moe_kernels.DecodeTuning` (decode, stages, warps, frags, persistent) of the
+            portable kernel, its None fields taken from that default; ContractError names a field that does
+            not fit the variant or the target.
 """ + _DOC_COMMON)
 
     _kind = "VariableGroupedFp4Plan"

@@ -11,8 +11,10 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..compile import Compiler, CompileOptions, CudaSource
-from ..dtypes import f64, u64
+from ..dtypes import f64, is_integer_value, u64
 from ..errors import ContractError
 from ..launch import LaunchConfig, cuda_export
 from ._vector import INVALID_HANDLE, INVALID_VALUE, package_source
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DECODES", "DecodeTuning", "default_tuning", "check_tuning", "SETUP_SYMBOL", "GROUPED_SYMBOL",
            "ROWS_PER_TILE", "VECTOR_ROWS_PER_TILE", "WARPS", "VARIANTS", "grouped_source", "vector_source",
-           "grouped_options", "choose_rows_per_tile", "default_rows_per_tile", "default_vector_rows", "choose_variant",
+           "grouped_options", "choose_rows_per_tile", "default_rows_per_tile", "default_vector_rows", "resolve_tuning", "choose_variant",
            "GroupedKernels", "vector_warps", "workspace_ints", "grouped_executor"]
 
 SETUP_SYMBOL = "fp4_grouped_setup"
@@ -71,10 +73,12 @@ class DecodeTuning:
     """Knobs of the portable grouped kernel's decode path (one compile-time choice each, so one GPU run can
     compare them: ``moe-profile --sweep``).
 
-    decode: one of :data:`DECODES`. stages: 2, 3 or 4 K steps of loads in the register ring (split_k,
-    split_n, vector). warps: 4, 8 or 16 warps per block (split_k; vector: 1, 2, 4 or 8, or 0 for the
-    occupancy rule's count; the other variants take 8). frags: 1 or 2 16-row weight fragments per block (split_k: 16
-    or 32 weight rows per block, every activation fragment feeding both; vector: 4 or 8 weight rows).
+    Every field but ``decode`` left None takes the target's default for the plan's variant
+    (:func:`default_tuning`); integers may be numpy integers. decode: one of :data:`DECODES`. stages: 2, 3 or
+    4 K steps of loads in the register ring (split_k, split_n, vector; staged has no ring and takes 2).
+    warps: 4, 8 or 16 warps per block (split_k; vector: 1, 2, 4 or 8, or 0 for the occupancy rule's count;
+    the other variants take 8). frags: 1 or 2 weight-row groups per block (split_k: 16 or 32 weight rows,
+    every activation fragment feeding both; vector: 4 or 8 weight rows; the other variants take 1).
     persistent: vector only: at most one wave of blocks over the tile slots, each walking weight-row blocks
     x, x + gridDim.x, ... with its load ring running on across them (fp4_vector.cu's MIRCUDA_FP4_PERSISTENT);
     measured slower in all four decode cases of ``moe-profile`` on the H200: 1.07-1.25x the time of the
@@ -82,15 +86,16 @@ class DecodeTuning:
     (``benchmarks/results/moe_sweep_persistent.json``, 2026-12-01), so it stays off by default."""
 
     decode: str
-    stages: int = 2
-    warps: int = WARPS
-    frags: int = 1
+    stages: int | None = None
+    warps: int | None = None
+    frags: int | None = None
     persistent: bool = False
 
-    def label(self) -> str:
-        """``decode:s<stages>:w<warps>:r<rows per block>[:persistent]`` (the sweep's candidate name)."""
-        return f"{self.decode}:s{self.stages}:w{self.warps}:r{16 * self.frags}" + (":persistent" if self.persistent
-                                                                                  else "")
+    def label(self, variant: str = "split_k") -> str:
+        """``decode:s<stages>:w<warps>:r<weight rows per block>[:persistent]`` (the sweep's candidate name; rows
+        per block 16 ``frags`` for the mma variants, 4 ``frags`` for ``"vector"``)."""
+        rows = None if self.frags is None else (4 if variant == "vector" else 16) * self.frags
+        return f"{self.decode}:s{self.stages}:w{self.warps}:r{rows}" + (":persistent" if self.persistent else "")
 
 
 def _arch_number(arch: str) -> int:
@@ -120,34 +125,63 @@ def default_tuning(arch: str, variant: str) -> DecodeTuning:
         # in 3 of 4 decode cases (mixtral 1 / 16 tokens 39.0 / 172.3 µs against 42.8 / 220.2 for 3 x 8 x 16
         # rows; fine 16 tokens 44.8 against 54.4) and 3% slower in the fourth (fine, 1 token).
         return DecodeTuning(decode, 2, 4, 2)
-    return DecodeTuning(decode, 3 if variant == "split_k" and number < 120 else 2)
+    return DecodeTuning(decode, 3 if variant == "split_k" and number < 120 else 2, WARPS, 1)
+
+
+def resolve_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
+    """The plan's decode knobs: :func:`default_tuning` when ``tuning`` is None, else ``tuning`` with its None
+    fields taken from it, checked (:func:`check_tuning`)."""
+    default = default_tuning(arch, variant)
+    if tuning is None:
+        return default
+    if not isinstance(tuning, DecodeTuning):
+        raise ContractError("tuning", "None or a DecodeTuning", repr(tuning))
+    filled = dataclasses.replace(
+        tuning, stages=default.stages if tuning.stages is None else tuning.stages,
+        warps=default.warps if tuning.warps is None else tuning.warps,
+        frags=default.frags if tuning.frags is None else tuning.frags)
+    return check_tuning(filled, variant, arch)
+
+
+FIXED_KNOBS = {"split_n": {"warps": WARPS, "frags": 1}, "staged": {"warps": WARPS, "frags": 1, "stages": 2}}
+"""The knobs the mma variants other than split_k do not take: their one value."""
 
 
 def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
-    """``tuning`` checked against ``variant`` and the NVRTC target ``arch``; raises ContractError naming
-    the field."""
+    """``tuning`` (every field given) checked against ``variant`` and the NVRTC target ``arch``; returns it
+    with numpy integers and booleans as Python ones.
+
+    Raises:
+        ContractError: naming the field (``tuning.decode``, ``tuning.stages``...).
+    """
     if not isinstance(tuning, DecodeTuning):
         raise ContractError("tuning", "None or a DecodeTuning", repr(tuning))
-    if tuning.decode not in DECODES:
+    if not isinstance(tuning.decode, str) or tuning.decode not in DECODES:
         raise ContractError("tuning.decode", f"one of {', '.join(map(repr, DECODES))}", repr(tuning.decode))
     if tuning.decode == "e4m3" and _arch_number(arch) < 89:
         raise ContractError("tuning.decode", "'bytes' or 'pairs' below compute capability 8.9 (cvt.rn.f16x2.e4m3x2)",
                             f"'e4m3' for target {arch}")
-    if type(tuning.stages) is not int or tuning.stages not in STAGES:
-        raise ContractError("tuning.stages", f"one of {STAGES}", repr(tuning.stages))
-    if not isinstance(tuning.persistent, bool) or (tuning.persistent and variant != "vector"):
+    persistent = tuning.persistent
+    if isinstance(persistent, np.bool_):
+        persistent = bool(persistent)
+    if not isinstance(persistent, bool) or (persistent and variant != "vector"):
         raise ContractError("tuning.persistent", "False, or True with variant 'vector'",
                             f"{tuning.persistent!r} with variant {variant!r}")
     # vector: warps 0 leaves them to the occupancy rule (vector_warps), as its default tuning does
-    for name, allowed in (("warps", (0, *VECTOR_WARPS) if variant == "vector" else TUNED_WARPS), ("frags", FRAGS)):
+    values = {}
+    for name, allowed in (("stages", STAGES), ("warps", (0, *VECTOR_WARPS) if variant == "vector" else TUNED_WARPS),
+                          ("frags", FRAGS)):
         value = getattr(tuning, name)
-        if type(value) is not int or value not in allowed:
-            raise ContractError(f"tuning.{name}", f"one of {allowed}" + (" with variant 'vector'" if
+        if not is_integer_value(value) or value not in allowed:
+            raise ContractError(f"tuning.{name}", f"an integer, one of {allowed}" + (" with variant 'vector'" if
                                 variant == "vector" else ""), repr(value))
-        if variant not in ("split_k", "vector") and value != getattr(DecodeTuning("bytes"), name):
-            raise ContractError(f"tuning.{name}", f"{getattr(DecodeTuning('bytes'), name)} with variant {variant!r} "
-                                "(split_k only)", repr(value))
-    return tuning
+        fixed = FIXED_KNOBS.get(variant, {}).get(name)
+        if fixed is not None and value != fixed:
+            raise ContractError(f"tuning.{name}", f"{fixed} with variant {variant!r} (the variant has no such knob)",
+                                repr(value))
+        values[name] = int(value)
+    return dataclasses.replace(tuning, stages=values["stages"], warps=values["warps"], frags=values["frags"],
+                               persistent=persistent)
 
 
 @functools.lru_cache(maxsize=1)
@@ -201,14 +235,15 @@ def grouped_options(*, n: int, k: int, groups: int, bank_size: int, capacity: in
            "MIRCUDA_MOE_TILED": int(tiled), "MIRCUDA_MOE_SETS": sets}
     if variant == "vector":
         vt = DecodeTuning("bytes", 2, 0, 1) if tuning is None else tuning
+        vt_frags = vt.frags or 1  # None: the kernel's own defaults (1 frag, 2 stages)
         return CompileOptions(defines={**moe,
-            "MIRCUDA_FP4_GROUPED": 1, "MIRCUDA_FP4_M": rows_per_tile, "MIRCUDA_FP4_ROWS": BLOCK_ROWS["vector"] * vt.frags,
+            "MIRCUDA_FP4_GROUPED": 1, "MIRCUDA_FP4_M": rows_per_tile, "MIRCUDA_FP4_ROWS": BLOCK_ROWS["vector"] * vt_frags,
             "MIRCUDA_FP4_TILED": int(tiled), "MIRCUDA_FP4_ACT_TILED": 0, "MIRCUDA_FP4_WIDE": int(k % 32 == 0),
             "MIRCUDA_FP4_ACT_BF16": 0, "MIRCUDA_FP4_DECODE": DECODES[vt.decode], "MIRCUDA_FP4_HALF_SUM": 1,
-            "MIRCUDA_FP4_STAGES": vt.stages, "MIRCUDA_FP4_PERSISTENT": int(vt.persistent)})
-    tuned = {} if tuning is None else {
-        "MIRCUDA_MOE_DECODE": DECODES[tuning.decode], "MIRCUDA_MOE_STAGES": tuning.stages,
-        "MIRCUDA_MOE_WARPS": tuning.warps, "MIRCUDA_MOE_FRAGS": tuning.frags}
+            "MIRCUDA_FP4_STAGES": vt.stages or 2, "MIRCUDA_FP4_PERSISTENT": int(vt.persistent)})
+    tuned = {} if tuning is None else {  # a None field: the kernel's own default (2 stages, 8 warps, 1 frag)
+        "MIRCUDA_MOE_DECODE": DECODES[tuning.decode], "MIRCUDA_MOE_STAGES": tuning.stages or 2,
+        "MIRCUDA_MOE_WARPS": tuning.warps or WARPS, "MIRCUDA_MOE_FRAGS": tuning.frags or 1}
     return CompileOptions(defines={**tuned, **moe, "MIRCUDA_MOE_MODE": VARIANTS[variant]})
 
 
@@ -245,7 +280,8 @@ def tile_shape(*, n: int, capacity: int, groups: int, rows_per_tile: int, fixed_
     variant = choose_variant(rows_per_tile) if variant is None else variant
     if variant == "vector":
         tiles = min(tiles, MAX_WEIGHT_BLOCKS)
-    warps, frags = (WARPS, 1) if tuning is None else (tuning.warps, tuning.frags)
+    warps, frags = (WARPS, 1) if tuning is None else (tuning.warps if tuning.warps is not None else WARPS,
+                                                      tuning.frags or 1)
     return TileShape(rows_per_tile, variant, max(tiles, 1), -(-n // (BLOCK_ROWS[variant] * frags)), sets, warps)
 
 

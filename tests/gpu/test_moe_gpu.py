@@ -170,7 +170,7 @@ def _tunings() -> list[Any]:
     with each ring depth, and the warp / 32-row variants (moe-profile --sweep's candidates)."""
     from mircuda.matmul._moe_kernels import DecodeTuning
 
-    out = [DecodeTuning(d, s) for d in ("bytes", "pairs", "e4m3") for s in (2, 3, 4)]
+    out = [DecodeTuning(d, s, 8, 1) for d in ("bytes", "pairs", "e4m3") for s in (2, 3, 4)]
     out += [DecodeTuning("e4m3", 3, w, f) for w in (4, 8, 16) for f in (1, 2)]
     return out + [DecodeTuning("pairs", 2, 4, 2), DecodeTuning("bytes", 4, 16, 2)]
 
