@@ -587,3 +587,14 @@ def test_the_persistent_knob_takes_none_or_a_bool_for_the_cuda_core_kernel() -> 
         with pytest.raises(mc.ContractError) as info:
             check_persistent(bad, kernel)
         assert info.value.argument == "persistent"
+
+
+def test_numpy_integer_knobs_reach_the_engine_as_ints(monkeypatch) -> None:
+    import numpy as np
+
+    context, stream = stand_ins(monkeypatch)
+    plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(4, 256, 512), kernel="blockwise_fp8_gemv",
+                               rows=np.int64(2), warps=np.int32(2))
+    assert (plan.rows, plan.warps) == (2, 2) and type(plan._engine.rows) is int and type(plan._engine.warps) is int
+    vector = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(256, 512), rows=np.uint8(4))
+    assert type(vector._engine.rows) is int and vector.rows == 4

@@ -348,3 +348,14 @@ def test_an_output_over_the_global_scales_is_refused() -> None:
         paired.run(first=mc.GroupedFp4Operands(s0["a"], s0["a_scales"], s0["b_bank"], s0["b_scales"], over,
                                                s0["global_a"], s0["global_b"]))
     assert info.value.argument == "d1" and paired.calls == []
+
+
+def test_int_knob_turns_numpy_integers_into_ints_and_leaves_the_rest_to_the_knobs_check() -> None:
+    import numpy as np
+
+    from mircuda.matmul._spec import int_knob
+
+    for value in (np.int64(4), np.uint8(4), np.int32(4)):
+        assert int_knob(value) == 4 and type(int_knob(value)) is int
+    for value in (None, 4, True, np.True_, 4.0, "4", [4]):
+        assert int_knob(value) is value

@@ -22,7 +22,8 @@ from ..memory import DeviceBuffer
 from ._dense import _nothing_to_release
 from ._fp4_layout import address, check_fp4_k, check_layout, fp4_layout_source, layout_options
 from ._fp4_reference import BLOCK, scale_bytes
-from ._spec import DenseMatmulSpec, DenseVectorSpec, EngineViews, Operand, PlanBase, check_operand, check_scalar, plan_stream
+from ._spec import (DenseMatmulSpec, DenseVectorSpec, EngineViews, Operand, PlanBase, check_operand, check_scalar,
+                    int_knob, plan_stream)
 from ._vector import (INVALID_HANDLE, INVALID_VALUE, blocks_per_sm, choose_vector_warps, package_source, plan_compiler,
                       shared_compiler)
 
@@ -561,6 +562,7 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
                  block_sum: str | None = None, stages: int | None = None, prefetch: bool | None = None,
                  persistent: bool | None = None) -> None:
         plan_stream(stream, context)
+        warps, rows, stages = (int_knob(warps), int_knob(rows), int_knob(stages))  # numpy integers as ints
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
         check_fp4_k(spec.k, "spec.k")
@@ -695,6 +697,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                  block_sum: str | None = None, stages: int | None = None, prefetch: bool | None = None,
                  persistent: bool | None = None) -> None:
         plan_stream(stream, context)
+        warps, rows, stages = (int_knob(warps), int_knob(rows), int_knob(stages))  # numpy integers as ints
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
         check_fp4_k(spec.k, "spec.k")

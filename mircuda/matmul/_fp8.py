@@ -34,6 +34,7 @@ from ._spec import (
     PlanBase,
     check_operand,
     check_scalar,
+    int_knob,
     plan_stream,
 )
 from ._vector import (
@@ -396,6 +397,7 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
                  warps: int | None = None, kernel: str | None = None, rows: int | None = None,
                  pdl_trigger: str | None = None, decode: str | None = None, persistent: bool | None = None) -> None:
         plan_stream(stream, context)
+        warps, rows = (int_knob(warps), int_knob(rows))  # numpy integers as ints
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
         if kernel is not None and kernel not in (SYMBOL, FP8_MMA_SYMBOL):
@@ -520,6 +522,7 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
         from ._select import FP8_GEMV_NAME, FP8_MMA_NAME, FP8_NVRTC_MAX_M, select_fp8_kernel
 
         plan_stream(stream, context)
+        warps, rows = (int_knob(warps), int_knob(rows))  # numpy integers as ints
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
         if kernel is not None and not isinstance(kernel, str):

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..runtime import Context, Stream
 
 __all__ = ["DenseMatmulSpec", "DenseVectorSpec", "EngineViews", "Operand", "PlanBase", "resolve_dtypes", "check_operand",
-           "check_disjoint", "check_stream", "check_scalar", "refuse_stream", "check_capture_origin", "BOUND_STREAM_HINT"]
+           "check_disjoint", "int_knob", "check_stream", "check_scalar", "refuse_stream", "check_capture_origin", "BOUND_STREAM_HINT"]
 
 INPUT_DTYPES = ("bf16", "f16")
 """Input element types of the dense plans (FP32 accumulation in every kernel)."""
@@ -155,6 +155,12 @@ def check_operand(op: Operand, buf: Any, context: Context) -> int:
     if ptr & op.mask:
         raise ContractError(op.name, f"an address aligned to {op.alignment} bytes ({op.reason})", hex(ptr))
     return ptr
+
+
+def int_knob(value: Any) -> Any:
+    """A tuning knob's integer as a Python int when it is a numpy integer (:func:`mircuda.dtypes.is_integer_value`,
+    the one rule for integer arguments); anything else unchanged, for the knob's own check to name."""
+    return int(value) if is_integer_value(value) and not isinstance(value, int) else value
 
 
 def check_disjoint(out: Operand, out_ptr: int, others: Iterable[tuple[Operand, int]]) -> None:
