@@ -161,3 +161,21 @@ def test_only_the_vector_variant_takes_the_persistent_grid() -> None:
     assert check_tuning(DecodeTuning("e4m3", 2, 0, 1, True), "vector", "sm_90").persistent
     assert DecodeTuning("e4m3", 2, 0, 1, True).label("vector") == "e4m3:s2:w0:r4:persistent"
     assert DecodeTuning("e4m3", 2, 4, 2).label() == "e4m3:s2:w4:r32"  # split_k: 16 rows per frag
+
+
+def test_the_occupancy_rule_counts_the_expected_tiles_of_every_operand_set() -> None:
+    """vector_warps: blocks = weight-row blocks x min(ceil(capacity / MT), G) x sets; more blocks, fewer warps.
+    768 rows in 4-row blocks (192) x 8 one-row tiles = 1536 blocks fit one wave of 2-warp blocks at 16 per
+    SM on 132 SMs (2112); the paired plan's 3072 do not, so it keeps 1 warp."""
+    from mircuda.matmul._moe_kernels import vector_warps
+
+    def shape(sets: int):
+        return tile_shape(n=768, capacity=8, groups=128, rows_per_tile=1, fixed_rows=0, sets=sets, variant="vector",
+                          tuning=DecodeTuning("e4m3", 2, 0, 1))
+
+    def occupancy(warps: int) -> int:
+        return 16 if warps <= 2 else 8
+
+    k = 16384  # long enough for every warp count to read two 1024-column chunks
+    assert vector_warps(shape(1), 8, 128, k, 132, occupancy) == 2
+    assert vector_warps(shape(2), 8, 128, k, 132, occupancy) == 1

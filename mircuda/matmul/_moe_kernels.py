@@ -289,10 +289,11 @@ def vector_warps(shape: TileShape, capacity: int, groups: int, k: int, multiproc
                  blocks_per_sm: Any) -> int:
     """The ``"vector"`` variant's warps per block when not given: :func:`~mircuda.matmul._vector.choose_vector_warps`
     (the single FP4 GEMV's occupancy rule) over the weight-row blocks of the tiles a routing is expected to
-    fill: ``min(ceil(capacity / MT), G)`` (every row in its own group, at most G groups)."""
+    fill, ``min(ceil(capacity / MT), G)`` (every row in its own group, at most G groups), in every operand set
+    (the paired plan's grid.z doubles the blocks)."""
     from ._vector import choose_vector_warps
 
-    expected = max(1, min(-(-capacity // shape.rows_per_tile), groups))
+    expected = max(1, min(-(-capacity // shape.rows_per_tile), groups)) * shape.sets
     # choose_vector_warps counts blocks as ceil(N / rows): pass the blocks themselves with rows = 1.
     return choose_vector_warps(shape.weight_blocks * expected, k, multiprocessors, blocks_per_sm, rows=1,
                                chunk=32 * (32 if k % 32 == 0 else 16))
