@@ -79,6 +79,65 @@ __device__ __forceinline__ float2 e4m3x2(unsigned short codes) {
     return __half22float2(pair);
 }
 
+// One chunk's operands for a lane: the 16 columns from `col` (inside K) of the weight rows and the
+// activation rows, the weight scale and the activation scales of their 128-K block. Both forms load the next
+// chunk's before this one is consumed (activations and scales too: an L1 miss of the activations or scales
+// at the start of a chunk would otherwise wait in front of its arithmetic).
+struct Chunk {
+    uint4 w[kRows];
+    uint4 x[kM];
+    float sa[kM];
+    float sb;
+};
+
+__device__ __forceinline__ void load_chunk(Chunk& st, const unsigned char* const (&rows)[kRows], const float* sbrow,
+                                           const unsigned char* __restrict__ a, const float* __restrict__ sa,
+                                           int col, int k, int kblocks) {
+    const int kb = col / kBlockK;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) st.w[r] = load_weights(rows[r] + col);
+    st.sb = __ldg(sbrow + kb);
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+        st.x[m] = __ldg(reinterpret_cast<const uint4*>(a + (long long)m * k + col));
+        st.sa[m] = __ldg(sa + (long long)m * kblocks + kb);
+    }
+}
+
+// The chunk's 16-element dot products in FP32, then one multiply by sa * sb per row pair into acc.
+__device__ __forceinline__ void consume_chunk(float (&acc)[kRows][kM], const Chunk& st) {
+    float part[kRows][kM];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int m = 0; m < kM; ++m) part[r][m] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {  // the eight E4M3 pairs of the 16 bytes
+        float2 wf[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            const unsigned word = i < 2 ? st.w[r].x : i < 4 ? st.w[r].y : i < 6 ? st.w[r].z : st.w[r].w;
+            wf[r] = e4m3x2((unsigned short)(i & 1 ? word >> 16 : word & 0xffffu));
+        }
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+            const unsigned word = i < 2 ? st.x[m].x : i < 4 ? st.x[m].y : i < 6 ? st.x[m].z : st.x[m].w;
+            const float2 xf = e4m3x2((unsigned short)(i & 1 ? word >> 16 : word & 0xffffu));
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+                part[r][m] = fmaf(wf[r].x, xf.x, part[r][m]);
+                part[r][m] = fmaf(wf[r].y, xf.y, part[r][m]);
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+        const float scale = st.sa[m] * st.sb;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[r][m] = fmaf(part[r][m], scale, acc[r][m]);
+    }
+}
+
 #if !MIRCUDA_FP8_PERSISTENT
 __device__ __forceinline__ void fp8_gemv(__nv_bfloat16* d, const __nv_bfloat16* c, const unsigned char* __restrict__ a,
                                          const float* __restrict__ sa, const unsigned char* __restrict__ b,
@@ -126,59 +185,8 @@ __device__ __forceinline__ void fp8_gemv(__nv_bfloat16* d, const __nv_bfloat16* 
 #pragma unroll
         for (int m = 0; m < kM; ++m) acc[r][m] = 0.f;
 
-    // One chunk's operands for this lane: the 16 columns from `col` (inside K) of the weight rows and
-    // the activation rows, the weight scale and the activation scales of their 128-K block. The next
-    // chunk's are loaded before this one is consumed (activations and scales too: an L1 miss of the
-    // activations or scales at the start of a chunk would otherwise wait in front of its arithmetic).
-    struct Chunk {
-        uint4 w[kRows];
-        uint4 x[kM];
-        float sa[kM];
-        float sb;
-    };
-    auto load = [&](Chunk& st, int col) {
-        const int kb = col / kBlockK;
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) st.w[r] = load_weights(rows[r] + col);
-        st.sb = __ldg(sbrow + kb);
-#pragma unroll
-        for (int m = 0; m < kM; ++m) {
-            st.x[m] = __ldg(reinterpret_cast<const uint4*>(a + (long long)m * k + col));
-            st.sa[m] = __ldg(sa + (long long)m * kblocks + kb);
-        }
-    };
-    auto consume = [&](const Chunk& st) {
-        float part[kRows][kM];
-#pragma unroll
-        for (int r = 0; r < kRows; ++r)
-#pragma unroll
-            for (int m = 0; m < kM; ++m) part[r][m] = 0.f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {  // the eight E4M3 pairs of the 16 bytes
-            float2 wf[kRows];
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) {
-                const unsigned word = i < 2 ? st.w[r].x : i < 4 ? st.w[r].y : i < 6 ? st.w[r].z : st.w[r].w;
-                wf[r] = e4m3x2((unsigned short)(i & 1 ? word >> 16 : word & 0xffffu));
-            }
-#pragma unroll
-            for (int m = 0; m < kM; ++m) {
-                const unsigned word = i < 2 ? st.x[m].x : i < 4 ? st.x[m].y : i < 6 ? st.x[m].z : st.x[m].w;
-                const float2 xf = e4m3x2((unsigned short)(i & 1 ? word >> 16 : word & 0xffffu));
-#pragma unroll
-                for (int r = 0; r < kRows; ++r) {
-                    part[r][m] = fmaf(wf[r].x, xf.x, part[r][m]);
-                    part[r][m] = fmaf(wf[r].y, xf.y, part[r][m]);
-                }
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < kM; ++m) {
-            const float scale = st.sa[m] * st.sb;
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) acc[r][m] = fmaf(part[r][m], scale, acc[r][m]);
-        }
-    };
+    auto load = [&](Chunk& st, int col) { load_chunk(st, rows, sbrow, a, sa, col, k, kblocks); };
+    auto consume = [&](const Chunk& st) { consume_chunk(acc, st); };
 
     int ch = warp;
     if (ch < full) {
@@ -273,12 +281,6 @@ __device__ __forceinline__ void fp8_gemv_persistent(__nv_bfloat16* d, const __nv
         decode::pdl_wait();
     }
 #endif
-    struct Chunk {
-        uint4 w[kRows];
-        uint4 x[kM];
-        float sa[kM];
-        float sb;
-    };
     // The load cursor: row block jl, chunk slot sl, and that row block's rows and scale row.
     long long jl = 0;
     int sl = 0;
@@ -296,17 +298,7 @@ __device__ __forceinline__ void fp8_gemv_persistent(__nv_bfloat16* d, const __nv
     set_rows(0);
     auto load_next = [&](Chunk& st) {
         const int col = (warp + sl * warps) * kChunk + lane * 16;
-        if (col < k) {
-            const int kb = col / kBlockK;
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) st.w[r] = load_weights(rows[r] + col);
-            st.sb = __ldg(sbrow + kb);
-#pragma unroll
-            for (int m = 0; m < kM; ++m) {
-                st.x[m] = __ldg(reinterpret_cast<const uint4*>(a + (long long)m * k + col));
-                st.sa[m] = __ldg(sa + (long long)m * kblocks + kb);
-            }
-        }
+        if (col < k) load_chunk(st, rows, sbrow, a, sa, col, k, kblocks);
         if (++sl == S) {
             sl = 0;
             ++jl;
@@ -318,38 +310,6 @@ __device__ __forceinline__ void fp8_gemv_persistent(__nv_bfloat16* d, const __nv
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
         for (int m = 0; m < kM; ++m) acc[r][m] = 0.f;
-    auto consume = [&](const Chunk& st) {
-        float part[kRows][kM];
-#pragma unroll
-        for (int r = 0; r < kRows; ++r)
-#pragma unroll
-            for (int m = 0; m < kM; ++m) part[r][m] = 0.f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            float2 wf[kRows];
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) {
-                const unsigned word = i < 2 ? st.w[r].x : i < 4 ? st.w[r].y : i < 6 ? st.w[r].z : st.w[r].w;
-                wf[r] = e4m3x2((unsigned short)(i & 1 ? word >> 16 : word & 0xffffu));
-            }
-#pragma unroll
-            for (int m = 0; m < kM; ++m) {
-                const unsigned word = i < 2 ? st.x[m].x : i < 4 ? st.x[m].y : i < 6 ? st.x[m].z : st.x[m].w;
-                const float2 xf = e4m3x2((unsigned short)(i & 1 ? word >> 16 : word & 0xffffu));
-#pragma unroll
-                for (int r = 0; r < kRows; ++r) {
-                    part[r][m] = fmaf(wf[r].x, xf.x, part[r][m]);
-                    part[r][m] = fmaf(wf[r].y, xf.y, part[r][m]);
-                }
-            }
-        }
-#pragma unroll
-        for (int m = 0; m < kM; ++m) {
-            const float scale = st.sa[m] * st.sb;
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) acc[r][m] = fmaf(part[r][m], scale, acc[r][m]);
-        }
-    };
     __shared__ float partial[kMaxWarps][32];
     long long jc = 0;  // the consume cursor
     int sc = 0;
@@ -358,7 +318,7 @@ __device__ __forceinline__ void fp8_gemv_persistent(__nv_bfloat16* d, const __nv
     for (long long t = 0; t < T; ++t) {  // block-uniform: every warp has the same T
         Chunk nst;
         if (t + 1 < T) load_next(nst);
-        if ((warp + sc * warps) * kChunk + lane * 16 < k) consume(cur);
+        if ((warp + sc * warps) * kChunk + lane * 16 < k) consume_chunk(acc, cur);
         if (++sc == S) {  // the row block's last chunk slot: reduce, store, start the next row block
             sc = 0;
             float mine = 0.f;
