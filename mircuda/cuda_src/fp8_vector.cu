@@ -138,6 +138,21 @@ __device__ __forceinline__ void consume_chunk(float (&acc)[kRows][kM], const Chu
     }
 }
 
+// The sums over the lanes: output i = r * kM + m is returned to lane i.
+__device__ __forceinline__ float lane_sums(const float (&acc)[kRows][kM], int lane) {
+    float mine = 0.f;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+            float v = acc[r][m];
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+            mine = lane == r * kM + m ? v : mine;
+        }
+    return mine;
+}
+
 #if !MIRCUDA_FP8_PERSISTENT
 __device__ __forceinline__ void fp8_gemv(__nv_bfloat16* d, const __nv_bfloat16* c, const unsigned char* __restrict__ a,
                                          const float* __restrict__ sa, const unsigned char* __restrict__ b,
@@ -216,17 +231,7 @@ __device__ __forceinline__ void fp8_gemv(__nv_bfloat16* d, const __nv_bfloat16* 
         }
     }
 
-    // Sum over the lanes; output i = r * kM + m is kept by lane i.
-    float mine = 0.f;
-#pragma unroll
-    for (int r = 0; r < kRows; ++r)
-#pragma unroll
-        for (int m = 0; m < kM; ++m) {
-            float v = acc[r][m];
-#pragma unroll
-            for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-            mine = lane == r * kM + m ? v : mine;
-        }
+    float mine = lane_sums(acc, lane);  // output i = r * kM + m is kept by lane i
 
     decode::pdl_trigger_late();
     if (warps > 1) {
@@ -321,17 +326,11 @@ __device__ __forceinline__ void fp8_gemv_persistent(__nv_bfloat16* d, const __nv
         if ((warp + sc * warps) * kChunk + lane * 16 < k) consume_chunk(acc, cur);
         if (++sc == S) {  // the row block's last chunk slot: reduce, store, start the next row block
             sc = 0;
-            float mine = 0.f;
+            float mine = lane_sums(acc, lane);
 #pragma unroll
             for (int r = 0; r < kRows; ++r)
 #pragma unroll
-                for (int m = 0; m < kM; ++m) {
-                    float v = acc[r][m];
-#pragma unroll
-                    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-                    mine = lane == r * kM + m ? v : mine;
-                    acc[r][m] = 0.f;
-                }
+                for (int m = 0; m < kM; ++m) acc[r][m] = 0.f;
             if (warps > 1) {
                 partial[warp][lane] = mine;
                 __syncthreads();
