@@ -402,17 +402,21 @@ class _LayerBench:
         tmp.free(stream)
         return host.astype(np.float64).reshape(len(rows), n)
 
+    def _draw(self, tokens: int) -> tuple[np.ndarray, np.ndarray, int, int, np.ndarray, np.ndarray]:
+        """One step's routing and NVFP4 activations: (counts, offsets, rows, experts routed to, codes, scales)."""
+        from ._fp4_profile import random_fp4
+
+        counts, offsets = routing(self.s.rng, tokens, self.e, self.topk)
+        rows = tokens * self.topk
+        a_packed, a_scales = random_fp4(self.s.rng, rows, self.k)
+        return counts, offsets, rows, int((counts > 0).sum()), a_packed, a_scales
+
     def __call__(self, tokens: int) -> MoeRow:
         import mircuda as mc
 
-        from ._fp4_profile import random_fp4
-
         s, e, n, k, topk = self.s, self.e, self.n, self.k, self.topk
         stream, pool = s.stream, s.pool
-        counts, offsets = routing(s.rng, tokens, e, topk)
-        rows = tokens * topk
-        routed = int((counts > 0).sum())
-        a_packed, a_scales = random_fp4(s.rng, rows, k)
+        counts, offsets, rows, routed, a_packed, a_scales = self._draw(tokens)
         temps: list[Any] = []
         made: list[Any] = []
         kw: dict[str, Any] = {}
@@ -466,14 +470,10 @@ class _LayerBench:
         import mircuda as mc
 
         from ..matmul._moe_kernels import default_tuning
-        from ._fp4_profile import random_fp4
 
-        s, e, n, k, topk = self.s, self.e, self.n, self.k, self.topk
+        s, e, n, k = self.s, self.e, self.n, self.k
         stream, pool = s.stream, s.pool
-        counts, offsets = routing(s.rng, tokens, e, topk)
-        rows = tokens * topk
-        routed = int((counts > 0).sum())
-        a_packed, a_scales = random_fp4(s.rng, rows, k)
+        counts, offsets, rows, routed, a_packed, a_scales = self._draw(tokens)
         sample = sorted({0, rows // 2, rows - 1})
         want = self._sample(counts, offsets, a_packed, a_scales, sample)
         temps = [stream.upload(pool, a_packed.ravel()), stream.upload(pool, a_scales.ravel().view(mc.e4m3)),

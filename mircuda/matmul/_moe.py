@@ -454,17 +454,12 @@ class _GroupedFp4PlanBase(PlanBase):
         ws, err, apm = self._ws._ptr, self._error._ptr, self._alpha._ptr
         k = self._kernels
         k.setup.launch(stream, k.setup_config, ws, err, apm, rc, of, mi, ga1, gb1, al1, ga2, gb2, al2)
-        if self._cutlass is not None:
+        engine = self._cutlass if self._cutlass is not None else self._dense  # the SM120 or decode_grouped path
+        if engine is not None:
             ops = [(a1, sa1, b1, sb1, d1, apm)]
             if second is not None:
                 ops.append((a2, sa2, b2, sb2, d2, apm + 4 * self._bank))
-            self._cutlass.execute(stream, row_counts=rc, offsets=of, matrix_indices=mi, operands=ops, error_flag=err)
-            return
-        if self._dense is not None:
-            ops = [(a1, sa1, b1, sb1, d1, apm)]
-            if second is not None:
-                ops.append((a2, sa2, b2, sb2, d2, apm + 4 * self._bank))
-            self._dense.execute(stream, row_counts=rc, offsets=of, matrix_indices=mi, operands=ops, error_flag=err)
+            engine.execute(stream, row_counts=rc, offsets=of, matrix_indices=mi, operands=ops, error_flag=err)
             return
         k.grouped.launch(stream, k.grouped_config, ws, apm, a1, sa1, b1, sb1, d1, a2, sa2, b2, sb2, d2)
 
