@@ -53,3 +53,19 @@ def test_bad_m_exits_2_with_one_line(argv, capsys) -> None:
         main(argv)
     err = capsys.readouterr().err
     assert info.value.code == 2 and err.startswith("error: python -m mircuda matmul-profile: argument --m")
+
+
+def test_the_sweep_flags_parse() -> None:
+    args = _parser().parse_args(["matmul-profile", "--sweep", "--table", "t.json", "--m", "48"])
+    assert args.sweep and args.table == "t.json" and args.m == (48,)
+    plain = _parser().parse_args(["matmul-profile"])
+    assert not plain.sweep and plain.table is None
+
+
+def test_a_table_without_the_sweep_exits_2_with_one_line(capsys, tmp_path) -> None:
+    from mircuda.cli import main
+
+    code = main(["matmul-profile", "--table", str(tmp_path / "t.json"), "--json", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--table" in err and "--sweep with it" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "t.json").exists()

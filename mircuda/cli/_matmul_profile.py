@@ -8,9 +8,10 @@ from typing import Any
 import numpy as np
 
 from ._dense_vector_profile import check_profile_arguments
-from ._errors import RESULTS_HELP
+from ._errors import RESULTS_HELP, check_results_file
 from ._values import comma_items, device_ordinal
 from ._matmul_bench import Row, Types, relative_error, row, session, upload
+from ._matmul_sweep import winners
 
 __all__ = ["MATMUL_M", "MATMUL_SHAPES", "m_values", "matmul_profile", "register"]
 
@@ -32,9 +33,15 @@ def matmul_profile(args: Any) -> int:
     from ..matmul._gemv import MAX_M
 
     check_profile_arguments(args)  # before the driver: bad flags are said without a GPU too
+    sweep, table_path = getattr(args, "sweep", False), getattr(args, "table", None)
+    if table_path is not None:
+        if not sweep:
+            raise mc.ContractError("--table", "--sweep with it (the table holds the sweep's winners)", table_path)
+        check_results_file(table_path, None)
     driver = mc.Driver.initialize()  # without a driver nothing else matters
     ms = list(args.m)
-    lib = load_library() if max(ms) > MAX_M else None  # the NVRTC kernels (M <= 16) need no CUTLASS
+    lib = load_library() if sweep or max(ms) > MAX_M else None  # the NVRTC kernels (M <= 16) need no CUTLASS
+    swept: list[dict[str, Any]] = []
     with session(driver, args.device) as s:
         context, stream, pool, timer, torch_ = s.context, s.stream, s.pool, s.timer, s.torch_
         for n, k in MATMUL_SHAPES:
@@ -57,22 +64,90 @@ def matmul_profile(args: Any) -> int:
                     us = timer.median(lambda i: plan.execute(stream, a, ws[i % banks], c), args.calls, args.repeats)  # noqa: B023  (timed before the loop moves on)
                     s.rows.append(row("DenseMatmulPlan", label, m, n, k, us, isz, osz,
                                        f"{plan.kernel_name} splits={plan.splits} rel err {err:.1e}"))
+                    cublas_us = None
                     if tws is not None:
                         enqueue, note = torch_.operands(m, tws, t.input, t.output)  # type: ignore[union-attr]
-                        us = timer.median(enqueue, args.calls, args.repeats)
-                        s.rows.append(row("cuBLAS (torch.matmul)", label, m, n, k, us, isz, osz, note))
+                        cublas_us = timer.median(enqueue, args.calls, args.repeats)
+                        s.rows.append(row("cuBLAS (torch.matmul)", label, m, n, k, cublas_us, isz, osz, note))
                         del enqueue
                     plan.close()
+                    if sweep:
+                        assert lib is not None
+                        swept.extend(sweep_configuration(s, lib, t, m, n, k, a, a_host, w_host, ws, c, args,
+                                                         cublas_us))
                     a.free(stream)
                     c.free(stream)
                 del tws
                 s.release(ws)
         info = s.info
+        if table_path is not None:
+            command = "python -m mircuda matmul-profile --sweep " + " ".join(
+                f"--{f} {v}" for f, v in (("dtypes", args.dtypes), ("m", ",".join(map(str, ms))),
+                                          ("calls", args.calls), ("repeats", args.repeats)))
+            write_table(table_path, winners(swept, info.name, tuple(info.compute_capability),
+                                            info.multiprocessor_count, command))
         return s.report("matmul-profile", args.json,
                         f"matmul-profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs): cold "
                         f"weights, median of {args.repeats} x {args.calls} back-to-back calls; cuBLAS/x > 1: faster "
                         "than cuBLAS", [s.why] if s.why else [], goals=_goals,
                         library=str(lib.path) if lib is not None else None)
+
+
+def sweep_configuration(s: Any, lib: Any, t: Any, m: int, n: int, k: int, a: Any, a_host: np.ndarray,
+                        w_host: np.ndarray, ws: list[Any], c: Any, args: Any,
+                        cublas_us: float | None) -> list[dict[str, Any]]:
+    """Time every candidate kernel (and K slice count) of one configuration; rows for the table, and
+    one profile row each (path ``sweep <kernel> splits=<s>``). A candidate CUTLASS cannot implement is
+    noted and skipped; a wrong result is a failure."""
+    import mircuda as mc
+
+    from ..errors import MircudaError
+    from ..matmul._gemv import gemv_kernels
+    from ..matmul._vector import vector_kernels
+    from ._matmul_sweep import candidates
+
+    info = s.info
+    isz, osz = t.sizes
+    banks = len(ws)
+    out: list[dict[str, Any]] = []
+    table = (*vector_kernels(), *gemv_kernels(), *lib.kernels)
+    for kernel, splits in candidates(table, m, n, k, t.input, t.output, tuple(info.compute_capability),
+                                     info.multiprocessor_count):
+        try:
+            plan: Any = mc.DenseMatmulPlan(s.context, s.stream, mc.DenseMatmulSpec(m, n, k), input=t.in_t,
+                                           output=t.plan_output, kernel=kernel.name, splits=splits, library=lib)
+        except MircudaError as exc:  # e.g. CUTLASS's can_implement refuses the shape: not a candidate
+            print(f"  sweep: {kernel.name} splits={splits} {t.label} M={m} {n}x{k} not run: {exc}"[:300])
+            continue
+        try:
+            plan.execute(s.stream, a, ws[0], c)
+            err = _check_rows(s.context, s.stream, c, a_host, w_host.reshape(n, k), m, n)
+            if not err <= 2e-2:
+                s.failures.append(f"sweep {kernel.name} splits={plan.splits} {t.label} M={m} {n}x{k}: relative "
+                                  f"error {err:.2e}")
+                continue
+            us = s.timer.median(lambda i: plan.execute(s.stream, a, ws[i % banks], c), args.calls, args.repeats)  # noqa: B023
+        finally:
+            plan.close()
+        s.rows.append(row(f"sweep {kernel.name}", t.label, m, n, k, us, isz, osz,
+                          f"splits={plan.splits} rel err {err:.1e}"))
+        out.append({"input": t.input, "output": t.output, "n": n, "k": k, "m": m, "kernel": kernel.name,
+                    "splits": plan.splits, "us": us, "cublas_us": cublas_us})
+    return out
+
+
+def write_table(path: str, table: Any) -> None:
+    """The measured table as JSON at ``path`` (the form :func:`mircuda.matmul._tuned.parse_table` reads)."""
+    import json
+    import os
+
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(table.to_json(), f, indent=1)
+        f.write("\n")
+    print(f"measured table ({len(table.entries)} entries) written to {path}")
 
 
 def _check_rows(context: Any, stream: Any, c: Any, a: np.ndarray, w: np.ndarray, m: int, n: int) -> float:
@@ -141,8 +216,16 @@ def add_matmul_arguments(p: Any) -> None:
                    help=RESULTS_HELP)
 
 
+def add_sweep_arguments(p: Any) -> None:
+    p.add_argument("--sweep", action="store_true",
+                   help="also time every kernel the device can run (and split-K slice counts) per configuration")
+    p.add_argument("--table", help="with --sweep: write the fastest kernel of each configuration here as "
+                   "DenseMatmulPlan's measured table (the package's is mircuda/matmul/tuned/sm90_dense.json)")
+
+
 def register(sub: Any) -> None:
     """Add ``matmul-profile`` to the CLI's subparsers."""
     p = sub.add_parser("matmul-profile", help="DenseMatmulPlan vs cuBLAS over M and Llama-like (N, K) (GPU)")
     add_matmul_arguments(p)
+    add_sweep_arguments(p)
     p.set_defaults(func=matmul_profile, json_default=p.get_default("json"))

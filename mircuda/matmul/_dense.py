@@ -16,8 +16,10 @@ from ._build import CutlassNotFound
 from ._gemv import BatchedGemv, gemv_kernels
 from ._library import NOT_IMPLEMENTABLE, CutlassError, CutlassLibrary, KernelInfo, load_library
 from ._select import Selection, select_kernel
+from ._tuned import packaged_table
 from ._vector import VECTOR_FAMILY, VectorKernel, plan_compiler, vector_kernels
-from ._spec import DenseMatmulSpec, Operand, PlanBase, check_operand, check_scalar, plan_stream, resolve_dtypes
+from ._spec import (DenseMatmulSpec, Operand, PlanBase, check_operand, check_scalar, int_knob, plan_stream,
+                    resolve_dtypes)
 
 if TYPE_CHECKING:
     from ..memory import DeviceBuffer
@@ -38,8 +40,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
     for the device, streaming each weight once (any N and K; they need no CUTLASS library): for M = 1
     DenseVectorPlan's kernel (``cuda_src/dense_vector.cu``), for 2 <= M <= 16 the batched GEMV
     (``cuda_src/batched_gemv.cu``, one module per M); otherwise CUTLASS kernels: on SM90 TMA + WGMMA
-    warp-specialized kernels (a swapped split-K kernel up to M = 64, a ping-pong kernel for medium M,
-    a cooperative kernel for large M); on SM120 the SM80-style TensorOp GemmUniversal (decode, wide
+    warp-specialized kernels (swapped split-K kernels for small M, ping-pong and stream-K kernels for
+    medium M, a cooperative kernel for large M); on SM120 the SM80-style TensorOp GemmUniversal (decode, wide
     and bulk tiles); anywhere a SIMT kernel for shapes whose K or N is not a multiple of 16 bytes.
 
     Args:
@@ -51,6 +53,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         kernel: force a kernel by name (``plan.describe()`` and ``available_kernels`` list them), e.g. a
             CUTLASS kernel for M <= 16, ``"batched_gemv_bf16_bf16"`` (M <= 16) or
             ``"dense_vector_bf16_bf16"`` (M = 1).
+        splits: K slices of a split-K kernel (the chosen or forced one must split K: ``plan.kernel.split_k``);
+            1 to min(K tiles, 32). Default: the measured table's, else enough work units for every SM.
         library: a loaded :class:`CutlassLibrary` (default: :func:`load_library`, when found).
         compiler: the Compiler of the NVRTC kernels (default: one shared per context).
 
@@ -73,7 +77,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
     (``numba_ext.as_device_buffer``) at an offset into other memory may not.
 
     Raises:
-        ContractError: bad context, stream, spec, dtypes, ``kernel``, ``library`` or ``compiler``.
+        ContractError: bad context, stream, spec, dtypes, ``kernel``, ``splits``, ``library`` or ``compiler``.
         CutlassNotFound: a CUTLASS kernel is needed and the library is not built (the message gives
             the build command).
         CompileError: NVRTC rejected an NVRTC kernel (a bug; the log is attached).
@@ -82,13 +86,16 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
     """
 
     def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, input: Any = bf16,
-                 output: Any = None, *, kernel: str | None = None, library: CutlassLibrary | None = None,
-                 compiler: Compiler | None = None) -> None:
+                 output: Any = None, *, kernel: str | None = None, splits: int | None = None,
+                 library: CutlassLibrary | None = None, compiler: Compiler | None = None) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
         if kernel is not None and not isinstance(kernel, str):
             raise ContractError("kernel", "None or a kernel name", repr(kernel))
+        splits = int_knob(splits)
+        if splits is not None and (type(splits) is not int or splits < 1):
+            raise ContractError("splits", "None or a positive int (K slices of a split-K kernel)", repr(splits))
         _check_library(library)
         # Checked even when a CUTLASS kernel runs: a bad argument should not depend on the shape.
         compiler = plan_compiler(compiler, context)
@@ -104,7 +111,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         table = (*vector_kernels(), *gemv_kernels(), *(lib.kernels if lib is not None else ()))
         try:
             selection = select_kernel(table, spec, self._in.name, self._out.name, info.compute_capability,
-                                      info.multiprocessor_count, kernel)
+                                      info.multiprocessor_count, kernel,
+                                      tuned=packaged_table(tuple(info.compute_capability)), splits=splits)
         except MircudaError:
             if missing is not None:
                 raise missing from None
@@ -137,7 +145,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         if lib is None:
             raise missing  # type: ignore[misc]  # lib is None only where load_library() raised it
         context._make_current()
-        handle, selection = _create(lib, spec, selection, lib.kernels, kernel is not None)
+        handle, selection = _create(lib, spec, selection, lib.kernels, kernel is not None or splits is not None)
         self._selection = selection
         self._alignment = max(selection.kernel.alignment_bytes, self._in.itemsize)
         self._operands = cutlass_operands(selection.kernel, spec, self._in, self._out)

@@ -14,8 +14,9 @@ from ._gemv import GEMV_FAMILY, MAX_M as BATCHED_GEMV_MAX_M
 from ._vector import VECTOR_FAMILY
 from ._library import KernelInfo
 from ._spec import DenseMatmulSpec
+from ._tuned import TunedTable, lookup
 
-__all__ = ["FP8_PINGPONG_MAX_M", "Selection", "fp8_gemv_entry", "fp8_mma_entry", "select_fp8_kernel", "select_kernel", "split_k_slices",
+__all__ = ["FP8_PINGPONG_MAX_M", "MAX_SPLITS", "Selection", "fp8_gemv_entry", "fp8_mma_entry", "select_fp8_kernel", "select_kernel", "split_k_slices",
            "tensor_core_aligned", "SIZES", "BATCHED_GEMV_MAX_M"]
 
 SIZES = {"bf16": 2, "f16": 2, "f32": 4}
@@ -62,11 +63,56 @@ def _named(kernels: Sequence[KernelInfo], family: str, tile: tuple[int, int, int
     return None
 
 
+def _tuned_choice(usable: Sequence[KernelInfo], spec: DenseMatmulSpec, input: str, output: str,
+                  multiprocessors: int, tuned: TunedTable) -> Selection | None:
+    """The measured table's kernel for ``spec`` when it has one that runs here and takes the shape."""
+    e = lookup(tuned.entries, spec.m, spec.n, spec.k, input, output)
+    if e is None:
+        return None
+    match = next((x for x in usable if x.name == e.kernel), None)
+    if match is None:
+        return None
+    if (match.family == VECTOR_FAMILY and spec.m != 1) or (match.family == GEMV_FAMILY and spec.m > BATCHED_GEMV_MAX_M):
+        return None
+    if match.origin != "nvrtc" and match.family != "simt" and not tensor_core_aligned(spec, input, output):
+        return None
+    exact = (e.n, e.k) == (spec.n, spec.k) and multiprocessors == tuned.multiprocessors
+    splits = (e.splits if exact else split_k_slices(spec, match, multiprocessors)) if match.split_k else 1
+    at = "this shape" if (e.n, e.k) == (spec.n, spec.k) else f"the nearest measured shape {e.n}x{e.k}"
+    versus = f", cuBLAS {e.cublas_us:.2f} µs" if e.cublas_us is not None else ""
+    reason = (f"measured fastest on {tuned.device} ({tuned.date[:10]}) at M = {e.m} on {at}: {e.us:.2f} µs{versus} "
+              f"(mircuda/matmul/tuned table; `matmul-profile --sweep --table` regenerates it)")
+    if match.split_k:
+        reason += f"; {splits} K slice(s)" + ("" if exact else " by the split-K rule")
+    return Selection(match, splits, reason)
+
+
+def _check_splits(selection: Selection, spec: DenseMatmulSpec, splits: int) -> Selection:
+    k = selection.kernel
+    if not k.split_k:
+        raise ContractError("splits", f"None: {k.name} does not split K", repr(splits))
+    k_tiles = -(-spec.k // k.tile[2])
+    if not 1 <= splits <= min(k_tiles, MAX_SPLITS):
+        raise ContractError("splits", f"1 to {min(k_tiles, MAX_SPLITS)} K slices ({k_tiles} K tiles of {k.tile[2]} for "
+                                      f"K = {spec.k})", repr(splits))
+    return Selection(k, splits, selection.reason.split("; ")[0] + f"; {splits} K slice(s) given by the caller")
+
+
+MAX_SPLITS = 32
+"""The most K slices a caller may give (``splits=``); the split-K rule takes at most 16."""
+
+
 def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: str, output: str,
-                  compute_capability: tuple[int, int], multiprocessors: int, forced: str | None = None) -> Selection:
+                  compute_capability: tuple[int, int], multiprocessors: int, forced: str | None = None,
+                  *, tuned: TunedTable | None = None, splits: int | None = None) -> Selection:
     """Choose the kernel for ``spec`` among ``kernels`` (the library's table, plus the NVRTC kernels'
     entries of :func:`~mircuda.matmul._vector.vector_kernels` and
-    :func:`~mircuda.matmul._gemv.gemv_kernels` when the caller offers them).
+    :func:`~mircuda.matmul._gemv.gemv_kernels` when the caller offers them), then its split-K slices
+    (``splits``, checked, when given; else the measured table's or :func:`split_k_slices`).
+
+    ``tuned``, the measured table of a device (:mod:`mircuda.matmul._tuned`), is consulted first when
+    its compute capability is the device's: its entry's kernel runs when the table holds one for
+    these types near this shape that runs here and takes the shape; otherwise the rules below decide.
 
     M = 1 runs the dense vector kernel and 2 <= M <= ``BATCHED_GEMV_MAX_M`` (decode) the batched GEMV
     on every device they are offered for: the weights dominate the bytes, and both read each once at
@@ -74,9 +120,17 @@ def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: s
 
     Raises:
         ContractError: ``forced`` names no kernel of these types that runs on the device (or the
-            batched GEMV for M > 16, the dense vector kernel for M > 1).
+            batched GEMV for M > 16, the dense vector kernel for M > 1); ``splits`` is given for a
+            kernel that does not split K, or is outside 1 to min(K tiles, :data:`MAX_SPLITS`).
         UnsupportedPlatform: the library has no kernel of these types for the device.
     """
+    chosen = _select(kernels, spec, input, output, compute_capability, multiprocessors, forced, tuned)
+    return chosen if splits is None else _check_splits(chosen, spec, splits)
+
+
+def _select(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: str, output: str,
+            compute_capability: tuple[int, int], multiprocessors: int, forced: str | None,
+            tuned: TunedTable | None) -> Selection:
     usable = [k for k in kernels if k.input == input and k.output == output and k.runs_on(compute_capability)]
     cc = f"{compute_capability[0]}.{compute_capability[1]}"
     if forced is not None:
@@ -93,6 +147,10 @@ def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: s
     if not usable:
         raise UnsupportedPlatform(f"the CUTLASS library has no {input}->{output} kernel for compute capability {cc} "
                                   f"(it is built for sm_90a and sm_120f: rebuild with MIRCUDA_CUDA_ARCH)")
+    if tuned is not None and tuned.compute_capability == tuple(compute_capability):
+        measured = _tuned_choice(usable, spec, input, output, multiprocessors, tuned)
+        if measured is not None:
+            return measured
     loads = ("16-byte loads" if spec.k % 8 == 0 else f"element loads (K = {spec.k} is not a multiple of 8)")
     vector = _named(usable, VECTOR_FAMILY)
     if vector is not None and spec.m == 1:
@@ -119,16 +177,16 @@ def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: s
     reason = ""
     if compute_capability[0] == 9:
         if m <= SWAPPED_MAX_M:
-            choice = _named(usable, "sm90_swapped")
+            choice = _named(usable, "sm90_swapped", (128, 32, 128))
             reason = (f"M = {m} <= {SWAPPED_MAX_M}: decode; computing C^T = B A^T puts N = {n} in the 128-row WGMMA "
                       "tile and M in the 32-wide N tile, K split so that every SM streams weights")
         elif m < PINGPONG_MAX_M:
-            choice = _named(usable, "sm90_pingpong")
+            choice = _named(usable, "sm90_pingpong", (64, 128, 64))
             reason = (f"{SWAPPED_MAX_M} < M = {m} < {PINGPONG_MAX_M}: 64x128 ping-pong tiles give "
                       f"{-(-m // 64) * -(-n // 128)} tiles for {multiprocessors} SMs; one warp group's epilogue "
                       "overlaps the other's MMA")
         else:
-            choice = _named(usable, "sm90_cooperative")
+            choice = _named(usable, "sm90_cooperative", (128, 256, 64))
             reason = (f"M = {m} >= {PINGPONG_MAX_M}: compute-bound; 128x256 cooperative tiles, weights multicast "
                       "to a 2x1 cluster")
     elif compute_capability[0] == 12:

@@ -31,11 +31,13 @@ SELECTED = [_needs(*case) for case in [  # (M, N, K, the family the plan must pi
     (16, 4096, 4096, "batched_gemv"), (7, 9, 13, "batched_gemv"), (16, 4096, 14336, "batched_gemv"),
     (17, 1024, 512, "sm90_swapped"), (64, 264, 2048, "sm90_swapped"), (65, 384, 512, "sm90_pingpong"),
     (300, 1032, 1000, "sm90_pingpong"), (1024, 512, 512, "sm90_cooperative"), (1029, 264, 136, "sm90_cooperative"),
-    (4096, 4096, 4096, "sm90_cooperative"), (256, 4096, 14336, "sm90_pingpong"),
+    (4096, 4096, 4096, "tuned"), (256, 4096, 14336, "tuned"), (48, 14336, 4096, "tuned"),
     (33, 100, 30, "simt"), (17, 64, 63, "simt"),
 ]]
 """K = 14336 (a 7B model's MLP down projection) and the 4096 cube reach the largest K and M the
-kernels are run at; the others cover tile edges (odd M, N, K)."""
+kernels are run at; the others cover tile edges (odd M, N, K). "tuned": shapes of the packaged
+measured table (``mircuda/matmul/tuned/sm90_dense.json``), whose kernel the plan must take on an H200;
+the other shapes are more than 2x from every measured one, so the rules pick."""
 
 
 @pytest.mark.parametrize("input, output", PAIRS, ids=PAIR_IDS)
@@ -45,7 +47,40 @@ def test_selected_kernels_match_float64(context, stream, pool, rng, input, outpu
         pytest.skip("an SM90 family")
     alpha = float(rng.uniform(0.5, 2.0))
     plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, input, output, alpha, 0.0)
-    assert plan.kernel.family == family, plan.describe()
+    if family == "tuned":
+        if context.device_info().compute_capability != (9, 0):
+            pytest.skip("the packaged table is an H200's")
+        assert "measured fastest on" in str(plan.describe()), plan.describe()
+    else:
+        assert plan.kernel.family == family, plan.describe()
+    assert_close(got, want, mag, out)
+
+
+MIDDLE = ["sm90_swap_128x64x128_splitk", "sm90_swap_128x128x64_splitk", "sm90_coop_128x128x64_streamk",
+          "sm90_pingpong_128x128x64"]
+"""The SM90 kernels added for the middle M (issue 16's measured table)."""
+
+
+@pytest.mark.cutlass
+@pytest.mark.parametrize("input, output", PAIRS, ids=PAIR_IDS)
+@pytest.mark.parametrize("prefix", MIDDLE)
+@pytest.mark.parametrize("m, n, k, splits", [(37, 136, 264, 3), (129, 1032, 1000, 2), (300, 520, 1024, 5),
+                                             (1029, 264, 136, None), (96, 4096, 4096, 16)],
+                         ids=lambda v: str(v))
+def test_middle_m_kernels_match_float64(context, stream, pool, rng, library, input, output, prefix, m, n, k,
+                                        splits) -> None:
+    if context.device_info().compute_capability != (9, 0):
+        pytest.skip("SM90 kernels")
+    out_t = input if output is None else output
+    kernel = f"{prefix}_{name(input)}_{name(out_t)}"
+    split = splits if "splitk" in prefix else None
+    k_tiles = -(-k // (128 if "x128_splitk" in prefix else 64))
+    if split is not None:
+        split = min(split, k_tiles)
+    alpha, beta = float(rng.uniform(0.5, 2.0)), float(rng.uniform(-1.0, 1.0))
+    plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, input, output, alpha, beta, kernel=kernel,
+                                    splits=split)
+    assert plan.kernel_name == kernel and (split is None or plan.splits == split)
     assert_close(got, want, mag, out)
 
 

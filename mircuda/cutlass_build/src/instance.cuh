@@ -5,11 +5,14 @@
 //   MIRCUDA_IN_CODE, MIRCUDA_OUT_CODE  MIRCUDA_CUTLASS_BF16 / _F16 / _F32
 //   MIRCUDA_TYPES                      "bf16_bf16", "bf16_f32", ...
 //   MIRCUDA_ARCH_LIST                  the SASS targets of this TU as 10 * major + minor: 90, 120
-//   one of MIRCUDA_SM90_COOP, MIRCUDA_SM90_PINGPONG, MIRCUDA_SM90_SWAP, MIRCUDA_SM80_DECODE,
+//   one of MIRCUDA_SM90_COOP, MIRCUDA_SM90_PINGPONG, MIRCUDA_SM90_SWAP, MIRCUDA_SM90_SWAP64,
+//          MIRCUDA_SM90_SWAP128, MIRCUDA_SM90_COOP128_STREAMK, MIRCUDA_SM90_PINGPONG128, MIRCUDA_SM80_DECODE,
 //          MIRCUDA_SM80_WIDE, MIRCUDA_SM80_BULK, MIRCUDA_SIMT
 #pragma once
 
-#if defined(MIRCUDA_SM90_COOP) || defined(MIRCUDA_SM90_PINGPONG) || defined(MIRCUDA_SM90_SWAP)
+#if defined(MIRCUDA_SM90_COOP) || defined(MIRCUDA_SM90_PINGPONG) || defined(MIRCUDA_SM90_SWAP) || \
+    defined(MIRCUDA_SM90_SWAP64) || defined(MIRCUDA_SM90_SWAP128) || defined(MIRCUDA_SM90_COOP128_STREAMK) || \
+    defined(MIRCUDA_SM90_PINGPONG128)
 #include "sm90.cuh"
 #define MIRCUDA_NS sm90
 #else
@@ -48,6 +51,43 @@ using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, 
 constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {128, 32, 128}, kCluster[2] = {1, 1};
 constexpr int kStages = 0, kAlignBytes = 16, kSplitK = 1;
 #define MIRCUDA_PREFIX "sm90_swap_128x32x128_splitk_"
+#elif defined(MIRCUDA_SM90_SWAP64)
+// Middle M (33..64 tokens): the swapped split-K kernel with a 64-token tile, so one tile covers M.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _64, _128>, Shape<_1, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                           cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                           cutlass::gemm::StreamKScheduler, true>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {128, 64, 128}, kCluster[2] = {1, 1};
+constexpr int kStages = 0, kAlignBytes = 16, kSplitK = 1;
+#define MIRCUDA_PREFIX "sm90_swap_128x64x128_splitk_"
+#elif defined(MIRCUDA_SM90_SWAP128)
+// Middle M (65..128 tokens): swapped, 128 weight rows x 128 tokens, K split; the weights still stream once.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _128, _64>, Shape<_1, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                           cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                           cutlass::gemm::StreamKScheduler, true>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {128, 128, 64}, kCluster[2] = {1, 1};
+constexpr int kStages = 0, kAlignBytes = 16, kSplitK = 1;
+#define MIRCUDA_PREFIX "sm90_swap_128x128x64_splitk_"
+#elif defined(MIRCUDA_SM90_COOP128_STREAMK)
+// Middle to large M where 128x256 tiles leave a ragged last wave: 128x128 tiles, stream-K decomposition
+// (CUTLASS's heuristic splits the leftover tiles over K across the idle SMs).
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _128, _64>, Shape<_1, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                           cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                           cutlass::gemm::StreamKScheduler, false, true>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_COOPERATIVE, kTile[3] = {128, 128, 64}, kCluster[2] = {1, 1};
+constexpr int kStages = 0, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_coop_128x128x64_streamk_"
+#elif defined(MIRCUDA_SM90_PINGPONG128)
+// Medium M: 128x128 tiles, two consumer warp groups alternating whole tiles.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _128, _64>, Shape<_1, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                           cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler,
+                                           false>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_PINGPONG, kTile[3] = {128, 128, 64}, kCluster[2] = {1, 1};
+constexpr int kStages = 0, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_pingpong_128x128x64_"
 #elif defined(MIRCUDA_SM80_DECODE)
 // Short M (decode): 32 rows x 128 columns, four warps side by side in N.
 using KernelConfig = mircuda::sm80::Config<MIRCUDA_IN, MIRCUDA_OUT, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,

@@ -27,8 +27,11 @@ namespace sm90 {
 
 using namespace cute;
 
+// StreamK: with the stream-K scheduler, let CUTLASS's heuristic decomposition split the last wave's
+// tiles over K (stream-K) when the tile count leaves SMs idle, instead of data-parallel tiles or the
+// caller's even split-K slices.
 template <class In, class Out, class TileShape, class ClusterShape, class MainloopSchedule, class EpilogueSchedule,
-          class Scheduler, bool Swapped>
+          class Scheduler, bool Swapped, bool StreamK = false>
 struct Config {
   using LayoutA = cutlass::layout::RowMajor;     // K contiguous
   using LayoutB = cutlass::layout::ColumnMajor;  // K contiguous ([N,K] row-major)
@@ -53,6 +56,8 @@ struct Config {
   static constexpr bool kCooperative =
       std::is_same_v<MainloopSchedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
   static constexpr bool kStreamK = std::is_same_v<Scheduler, cutlass::gemm::StreamKScheduler>;
+  static constexpr bool kStreamKHeuristic = StreamK;
+  static_assert(!StreamK || kStreamK, "stream-K decomposition needs the stream-K scheduler");
 };
 
 template <class Cfg>
@@ -126,7 +131,8 @@ class Runner final : public mircuda::Runner {
     if constexpr (Cfg::kStreamK) {
       using Mode = typename Kernel::TileScheduler::DecompositionMode;
       args.scheduler.splits = splits_;
-      args.scheduler.decomposition_mode = splits_ > 1 ? Mode::SplitK : Mode::DataParallel;
+      args.scheduler.decomposition_mode =
+          Cfg::kStreamKHeuristic ? Mode::Heuristic : (splits_ > 1 ? Mode::SplitK : Mode::DataParallel);
     }
     return args;
   }

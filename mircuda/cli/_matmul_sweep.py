@@ -1,0 +1,86 @@
+"""``matmul-profile --sweep``: every dense kernel the device can run, and every useful split-K slice
+count, timed per (types, N, K, M) beside cuBLAS on cold weights; ``--table PATH`` writes the fastest
+of each configuration as DenseMatmulPlan's measured table (:mod:`mircuda.matmul._tuned`).
+
+The candidates (:func:`candidates`): the NVRTC decode kernels where they apply (the dense vector
+kernel at M = 1, the batched GEMV at M <= 16), the CUTLASS tensor-core families of the device's
+architecture (SM90: the sm90_* families; SM12x: sm80_tensorop), with split-K kernels at
+:data:`SPLIT_CHOICES` slices (at most :data:`MAX_SWAPPED_M` rows of A: beyond it the swapped tiles
+repeat A's rows too often to win) and the non-swapped CUTLASS kernels from M = 17. Every candidate's
+output is checked against float64 (three rows), so a sweep doubles as a numerics run of every kernel.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ..matmul._library import KernelInfo
+from ..matmul._tuned import TunedEntry, TunedTable
+
+__all__ = ["SPLIT_CHOICES", "MAX_SWAPPED_M", "candidates", "winners"]
+
+SPLIT_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
+"""K slices tried for each split-K kernel (with the split-K rule's own count), where they fit: at most
+the K tiles, and at most twice as many work units (tiles x slices) as SMs."""
+
+MAX_SWAPPED_M = 512
+"""The largest M at which the swapped (C^T = B A^T) split-K kernels are tried."""
+
+
+def candidates(kernels: Sequence[KernelInfo], m: int, n: int, k: int, input: str, output: str,
+               compute_capability: tuple[int, int], multiprocessors: int) -> list[tuple[KernelInfo, int | None]]:
+    """(kernel, forced K slices or None) pairs to time for one configuration, in table order."""
+    from ..matmul._gemv import GEMV_FAMILY, MAX_M
+    from ..matmul._select import split_k_slices
+    from ..matmul._spec import DenseMatmulSpec
+    from ..matmul._vector import VECTOR_FAMILY
+
+    arch_families = ("sm90_",) if compute_capability[0] == 9 else ("sm80_",)
+    out: list[tuple[KernelInfo, int | None]] = []
+    for x in kernels:
+        if x.input != input or x.output != output or x.kind != "dense" or not x.runs_on(compute_capability):
+            continue
+        if x.family == VECTOR_FAMILY:
+            if m == 1:
+                out.append((x, None))
+            continue
+        if x.family == GEMV_FAMILY:
+            if m <= MAX_M:
+                out.append((x, None))
+            continue
+        if not x.family.startswith(arch_families):
+            continue
+        if not x.split_k:
+            if m > MAX_M:
+                out.append((x, None))
+            continue
+        if m > MAX_SWAPPED_M:
+            continue
+        tm, tn, tk = x.tile
+        tiles = -(-n // tm) * -(-m // tn)
+        k_tiles = -(-k // tk)
+        rule = split_k_slices(DenseMatmulSpec(m, n, k), x, multiprocessors)
+        for s in sorted({*SPLIT_CHOICES, rule}):
+            if s <= k_tiles and (s == rule or tiles * s <= 2 * multiprocessors):
+                out.append((x, s))
+    return out
+
+
+def winners(rows: Sequence[dict[str, Any]], device: str, compute_capability: tuple[int, int],
+            multiprocessors: int, command: str) -> TunedTable:
+    """The fastest candidate of each (types, N, K, M) among ``rows`` (dicts with input, output, n, k, m,
+    kernel, splits, us, cublas_us; failed candidates are left out by the caller)."""
+    best: dict[tuple[str, str, int, int, int], dict[str, Any]] = {}
+    for r in rows:
+        key = (r["input"], r["output"], r["n"], r["k"], r["m"])
+        if not math.isfinite(r["us"]):
+            continue
+        if key not in best or r["us"] < best[key]["us"]:
+            best[key] = r
+    entries = tuple(TunedEntry(i, o, n, k, m, r["kernel"], r["splits"], r["us"], r.get("cublas_us"))
+                    for (i, o, n, k, m), r in sorted(best.items()))
+    return TunedTable(device, compute_capability, multiprocessors,
+                      datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), command, entries)

@@ -1,0 +1,142 @@
+"""DenseMatmulPlan's measured kernel table: for each (input, output, N, K, M) measured on a device, the
+kernel (and split-K slices) that ran fastest there.
+
+``python -m mircuda matmul-profile --sweep --table PATH`` writes it: every kernel the device can run
+(CUTLASS families and split-K slices, the NVRTC decode kernels) is timed on cold weights beside cuBLAS,
+and the fastest per configuration becomes an entry. The package ships ``tuned/sm90_dense.json`` (an
+H200's sweep); :func:`select_kernel <mircuda.matmul._select.select_kernel>` consults it before its
+rules on a device of the table's compute capability.
+
+Lookup (:func:`lookup`): the entries of the same types whose (N, K) is nearest to the plan's in
+log2 distance, both within a factor of 2 (farther shapes fall back to the rules); among them the
+entry with the largest measured M <= the plan's M (a kernel that won at M keeps its tile shape's
+advantage until the next measured M). The measured split-K slices are kept only for the exact
+(N, K) on a device with the table's SM count; otherwise the split-K rule recomputes them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from ..errors import ContractError
+
+__all__ = ["TunedEntry", "TunedTable", "lookup", "packaged_table", "parse_table", "TABLE_FILES"]
+
+TABLE_FILES = {(9, 0): "sm90_dense.json"}
+"""Compute capability -> the packaged table (``mircuda/matmul/tuned/``)."""
+
+MAX_SHAPE_RATIO = 2.0
+"""An entry serves shapes whose N and K are each within this factor of its own."""
+
+
+@dataclass(frozen=True)
+class TunedEntry:
+    """One measured configuration's winner: ``kernel`` (a name of the kernel table) with ``splits``
+    K slices ran M x N x K of ``input -> output`` in ``us`` µs (cuBLAS: ``cublas_us``, or None)."""
+
+    input: str
+    output: str
+    n: int
+    k: int
+    m: int
+    kernel: str
+    splits: int
+    us: float
+    cublas_us: float | None = None
+
+
+@dataclass(frozen=True)
+class TunedTable:
+    """The entries of one device's sweep, with where they came from."""
+
+    device: str
+    compute_capability: tuple[int, int]
+    multiprocessors: int
+    date: str
+    command: str
+    entries: tuple[TunedEntry, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"device": self.device, "compute_capability": list(self.compute_capability),
+                "multiprocessors": self.multiprocessors, "date": self.date, "command": self.command,
+                "entries": [[e.input, e.output, e.n, e.k, e.m, e.kernel, e.splits, round(e.us, 3),
+                             None if e.cublas_us is None else round(e.cublas_us, 3)] for e in self.entries]}
+
+
+def _positive(value: Any, what: str, source: str) -> int:
+    if type(value) is not int or value < 1:
+        raise ContractError("table", f"{what} as a positive int in {source}", repr(value))
+    return value
+
+
+def parse_table(data: Any, source: str = "the table") -> TunedTable:
+    """A :class:`TunedTable` from its JSON form (:meth:`TunedTable.to_json`).
+
+    Raises:
+        ContractError: a field is missing or of the wrong type (named ``table``, with ``source``).
+    """
+    if not isinstance(data, dict):
+        raise ContractError("table", f"a JSON object in {source}", type(data).__name__)
+    try:
+        cc = data["compute_capability"]
+        if not (isinstance(cc, list) and len(cc) == 2 and all(type(x) is int for x in cc)):
+            raise ContractError("table", f"compute_capability as [major, minor] in {source}", repr(cc))
+        entries = []
+        for raw in data["entries"]:
+            if not (isinstance(raw, list) and len(raw) == 9):
+                raise ContractError("table", f"entries of 9 fields (input, output, n, k, m, kernel, splits, us, "
+                                    f"cublas_us) in {source}", repr(raw))
+            input, output, n, k, m, kernel, splits, us, cublas = raw
+            if not (isinstance(input, str) and isinstance(output, str) and isinstance(kernel, str)):
+                raise ContractError("table", f"input, output and kernel as strings in {source}", repr(raw))
+            if not (isinstance(us, (int, float)) and us > 0 and (cublas is None or isinstance(cublas, (int, float)))):
+                raise ContractError("table", f"positive µs figures in {source}", repr(raw))
+            entries.append(TunedEntry(input, output, _positive(n, "n", source), _positive(k, "k", source),
+                                      _positive(m, "m", source), kernel, _positive(splits, "splits", source),
+                                      float(us), None if cublas is None else float(cublas)))
+        return TunedTable(str(data["device"]), (cc[0], cc[1]), _positive(data["multiprocessors"], "multiprocessors",
+                                                                         source),
+                          str(data["date"]), str(data["command"]), tuple(entries))
+    except KeyError as exc:
+        raise ContractError("table", f"the field {exc.args[0]!r} in {source}", "none") from None
+
+
+@functools.cache
+def packaged_table(compute_capability: tuple[int, int]) -> TunedTable | None:
+    """The table shipped for ``compute_capability`` (None when there is none)."""
+    name = TABLE_FILES.get(compute_capability)
+    if name is None:
+        return None
+    path = resources.files("mircuda.matmul").joinpath("tuned").joinpath(name)
+    if not path.is_file():
+        return None
+    return parse_table(json.loads(path.read_text()), f"mircuda/matmul/tuned/{name}")
+
+
+def _distance(n: int, k: int, e: TunedEntry) -> float | None:
+    dn, dk = abs(math.log2(n / e.n)), abs(math.log2(k / e.k))
+    limit = math.log2(MAX_SHAPE_RATIO)
+    if dn > limit or dk > limit:
+        return None
+    return dn + dk
+
+
+def lookup(entries: Sequence[TunedEntry], m: int, n: int, k: int, input: str, output: str) -> TunedEntry | None:
+    """The entry that serves M x N x K of ``input -> output`` (the rule in the module docstring), or None."""
+    typed = [e for e in entries if e.input == input and e.output == output]
+    best: float | None = None
+    shape: tuple[int, int] | None = None
+    for e in typed:
+        d = _distance(n, k, e)
+        if d is not None and (best is None or d < best or (d == best and (e.n, e.k) < (shape or (e.n, e.k)))):
+            best, shape = d, (e.n, e.k)
+    if shape is None:
+        return None
+    below = [e for e in typed if (e.n, e.k) == shape and e.m <= m]
+    return max(below, key=lambda e: e.m) if below else None

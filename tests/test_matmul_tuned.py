@@ -1,0 +1,248 @@
+"""DenseMatmulPlan's measured kernel table without a GPU: how an entry is found for a shape (nearest
+measured N x K within a factor of 2, the largest measured M not above the plan's), when the selector
+uses it and when it falls back to its rules, the ``splits=`` knob's checks, the sweep's candidates and
+winners, and the table shipped in the package."""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mircuda as mc
+from mircuda.cli._matmul_sweep import SPLIT_CHOICES, candidates, winners
+from mircuda.matmul._gemv import gemv_kernels
+from mircuda.matmul._library import KernelInfo
+from mircuda.matmul._select import MAX_SPLITS, select_kernel, split_k_slices
+from mircuda.matmul._tuned import TABLE_FILES, TunedEntry, TunedTable, lookup, packaged_table, parse_table
+from mircuda.matmul._vector import vector_kernels
+
+H200 = ((9, 0), 132)
+PAIRS = (("bf16", "bf16"), ("bf16", "f32"), ("f16", "f16"), ("f16", "f32"))
+ROWS = [("sm90_coop_128x256x64_c2x1", "sm90_cooperative", (128, 256, 64), False),
+        ("sm90_coop_128x128x64_streamk", "sm90_cooperative", (128, 128, 64), False),
+        ("sm90_pingpong_64x128x64", "sm90_pingpong", (64, 128, 64), False),
+        ("sm90_pingpong_128x128x64", "sm90_pingpong", (128, 128, 64), False),
+        ("sm90_swap_128x32x128_splitk", "sm90_swapped", (128, 32, 128), True),
+        ("sm90_swap_128x64x128_splitk", "sm90_swapped", (128, 64, 128), True),
+        ("sm90_swap_128x128x64_splitk", "sm90_swapped", (128, 128, 64), True),
+        ("sm80_tensorop_128x128x32_4stage", "sm80_tensorop", (128, 128, 32), False),
+        ("simt_128x128x8_2stage", "simt", (128, 128, 8), False)]
+
+
+def library_table() -> list[KernelInfo]:
+    """The SM90 dense kernels as the library reports them, listed in an order unlike the selector's
+    preference (the new tiles first), so a selection that ignored tiles would show."""
+    out = []
+    for prefix, family, tile, split in reversed(ROWS):
+        for i, o in PAIRS:
+            archs = (90,) if family.startswith("sm90") else (90, 120)
+            out.append(KernelInfo(len(out), f"{prefix}_{i}_{o}", family, i, o, tile, (1, 1), 0,
+                                  2 if family == "simt" else 16, split, archs))
+    return out
+
+
+def entry(m, n=4096, k=4096, kernel="sm90_swap_128x64x128_splitk_bf16_bf16", splits=3, types=("bf16", "bf16")):
+    return TunedEntry(types[0], types[1], n, k, m, kernel, splits, 10.0 + m / 100, 12.0)
+
+
+def tuned(*entries, sms=132, cc=(9, 0)) -> TunedTable:
+    return TunedTable("NVIDIA H200", cc, sms, "2026-12-01T09:00:00+00:00", "python -m mircuda matmul-profile --sweep",
+                      tuple(entries))
+
+
+def pick(m, n, k, table=None, splits=None, forced=None, output="bf16", device=H200):
+    cc, sms = device
+    kernels = [*vector_kernels(), *gemv_kernels(), *library_table()]
+    return select_kernel(kernels, mc.DenseMatmulSpec(m, n, k), "bf16", output, cc, sms, forced, tuned=table,
+                         splits=splits)
+
+
+# -- lookup ------------------------------------------------------------------------------------
+def test_lookup_takes_the_largest_measured_m_not_above_the_plans() -> None:
+    rows = [entry(32, kernel="a"), entry(64, kernel="b"), entry(256, kernel="c")]
+    assert lookup(rows, 32, 4096, 4096, "bf16", "bf16").kernel == "a"
+    assert lookup(rows, 63, 4096, 4096, "bf16", "bf16").kernel == "a"
+    assert lookup(rows, 64, 4096, 4096, "bf16", "bf16").kernel == "b"
+    assert lookup(rows, 8192, 4096, 4096, "bf16", "bf16").kernel == "c"
+    assert lookup(rows, 31, 4096, 4096, "bf16", "bf16") is None  # below every measured M: the rules decide
+
+
+def test_lookup_takes_the_nearest_measured_shape_within_a_factor_of_two() -> None:
+    rows = [entry(32, 4096, 4096, kernel="square"), entry(32, 14336, 4096, kernel="tall"),
+            entry(32, 4096, 14336, kernel="deep")]
+    assert lookup(rows, 32, 5120, 4096, "bf16", "bf16").kernel == "square"
+    assert lookup(rows, 32, 28672, 4096, "bf16", "bf16").kernel == "tall"  # gate+up: 2x the measured N
+    assert lookup(rows, 32, 4096, 11008, "bf16", "bf16").kernel == "deep"
+    assert lookup(rows, 32, 1024, 4096, "bf16", "bf16") is None  # 4x below every measured N
+    assert lookup(rows, 32, 4096, 65536, "bf16", "bf16") is None
+
+
+def test_lookup_matches_the_types() -> None:
+    rows = [entry(32, types=("bf16", "f32"), kernel="wide")]
+    assert lookup(rows, 32, 4096, 4096, "bf16", "bf16") is None
+    assert lookup(rows, 32, 4096, 4096, "bf16", "f32").kernel == "wide"
+
+
+# -- the selector with a table -------------------------------------------------------------------
+def test_the_selector_runs_the_measured_kernel_with_its_splits_on_the_measured_shape() -> None:
+    s = pick(48, 4096, 4096, tuned(entry(48, splits=3)))
+    assert s.kernel.name == "sm90_swap_128x64x128_splitk_bf16_bf16" and s.splits == 3
+    assert "measured fastest on NVIDIA H200" in s.reason and "at M = 48 on this shape" in s.reason
+
+
+def test_a_nearby_shape_takes_the_kernel_and_the_split_k_rules_slices() -> None:
+    s = pick(48, 6144, 4096, tuned(entry(48, splits=3)))
+    want = split_k_slices(mc.DenseMatmulSpec(48, 6144, 4096), s.kernel, 132)
+    assert s.kernel.name == "sm90_swap_128x64x128_splitk_bf16_bf16" and s.splits == want != 3
+    assert "nearest measured shape 4096x4096" in s.reason and "by the split-K rule" in s.reason
+
+
+def test_another_sm_count_keeps_the_kernel_but_not_the_measured_splits() -> None:
+    s = pick(48, 4096, 4096, tuned(entry(48, splits=3), sms=114))
+    assert s.kernel.tile == (128, 64, 128)
+    assert s.splits == split_k_slices(mc.DenseMatmulSpec(48, 4096, 4096), s.kernel, 132)
+
+
+@pytest.mark.parametrize("why, table, m, n, k", [
+    ("another compute capability", tuned(entry(48), cc=(12, 0)), 48, 4096, 4096),
+    ("a kernel the library lacks", tuned(entry(48, kernel="sm90_swap_256x8x8_bf16_bf16")), 48, 4096, 4096),
+    ("the batched GEMV above M = 16", tuned(entry(16, kernel="batched_gemv_bf16_bf16", splits=1)), 20, 4096, 4096),
+    ("the vector kernel above M = 1", tuned(entry(1, kernel="dense_vector_bf16_bf16", splits=1)), 2, 4096, 4096),
+    ("a tensor-core kernel for K * 2 bytes not a multiple of 16", tuned(entry(48)), 48, 4096, 4100),
+])
+def test_the_rules_decide_when_the_table_has_nothing_that_runs(why, table, m, n, k) -> None:
+    assert pick(m, n, k, table) == pick(m, n, k), why
+
+
+def test_the_rules_name_their_sm90_tiles_whatever_the_library_order() -> None:
+    # the library lists several tiles per family; without a table each rule takes its own tile
+    assert pick(48, 4096, 4096).kernel.name == "sm90_swap_128x32x128_splitk_bf16_bf16"
+    assert pick(256, 4096, 4096).kernel.name == "sm90_pingpong_64x128x64_bf16_bf16"
+    assert pick(2048, 4096, 4096).kernel.name == "sm90_coop_128x256x64_c2x1_bf16_bf16"
+
+
+def test_a_measured_nvrtc_kernel_is_taken_for_decode() -> None:
+    s = pick(16, 4096, 4096, tuned(entry(16, kernel="batched_gemv_bf16_bf16", splits=1)))
+    assert s.kernel.name == "batched_gemv_bf16_bf16" and s.splits == 1
+
+
+# -- splits= ------------------------------------------------------------------------------------
+def test_splits_override_the_rule_for_a_split_k_kernel() -> None:
+    s = pick(32, 4096, 4096, splits=5)
+    assert s.kernel.split_k and s.splits == 5 and "5 K slice(s) given by the caller" in s.reason
+    forced = pick(64, 4096, 4096, forced="sm90_swap_128x128x64_splitk_bf16_bf16", splits=2)
+    assert forced.kernel.tile == (128, 128, 64) and forced.splits == 2
+
+
+@pytest.mark.parametrize("m, splits, expected", [
+    (256, 2, "None: sm90_pingpong_64x128x64_bf16_bf16 does not split K"),
+    (1, 2, "None: dense_vector_bf16_bf16 does not split K"),
+    (32, 0, "1 to 32 K slices (32 K tiles of 128 for K = 4096)"),
+    (32, 33, "1 to 32 K slices (32 K tiles of 128 for K = 4096)"),
+])
+def test_splits_out_of_range_or_for_an_unsplit_kernel_are_refused(m, splits, expected) -> None:
+    with pytest.raises(mc.ContractError) as e:
+        pick(m, 4096, 4096, splits=splits)
+    assert e.value.argument == "splits" and e.value.expected == expected and e.value.received == repr(splits)
+
+
+def test_splits_are_bounded_by_the_k_tiles() -> None:
+    with pytest.raises(mc.ContractError) as e:
+        pick(32, 4096, 512, splits=5)
+    assert e.value.expected == "1 to 4 K slices (4 K tiles of 128 for K = 512)"
+    assert MAX_SPLITS == 32
+
+
+# -- the sweep ----------------------------------------------------------------------------------
+def names(cands):
+    return [(k.name.rsplit("_", 2)[0], s) for k, s in cands]
+
+
+def test_the_sweep_tries_decode_kernels_swapped_splits_and_tiles_by_m() -> None:
+    kernels = [*vector_kernels(), *gemv_kernels(), *library_table()]
+    one = names(candidates(kernels, 1, 4096, 4096, "bf16", "bf16", (9, 0), 132))
+    assert ("dense_vector", None) in one and ("batched_gemv", None) in one
+    assert not any(n.startswith(("sm90_coop", "sm90_pingpong", "sm80", "simt")) for n, _ in one)
+    sixteen = names(candidates(kernels, 16, 4096, 4096, "bf16", "bf16", (9, 0), 132))
+    assert ("batched_gemv", None) in sixteen and ("dense_vector", None) not in sixteen
+    mid = names(candidates(kernels, 256, 4096, 4096, "bf16", "bf16", (9, 0), 132))
+    assert {"sm90_coop_128x256x64_c2x1", "sm90_coop_128x128x64_streamk", "sm90_pingpong_64x128x64",
+            "sm90_pingpong_128x128x64"} <= {n for n, s in mid if s is None}
+    big = names(candidates(kernels, 2048, 4096, 4096, "bf16", "bf16", (9, 0), 132))
+    assert not any(n.startswith("sm90_swap") for n, _ in big)  # above MAX_SWAPPED_M
+
+
+def test_the_sweeps_split_counts_fit_the_k_tiles_and_the_sms() -> None:
+    kernels = library_table()
+    for m, n, k in ((32, 4096, 4096), (64, 14336, 4096), (128, 4096, 512)):
+        for kernel, s in candidates(kernels, m, n, k, "bf16", "bf16", (9, 0), 132):
+            if not kernel.split_k:
+                continue
+            tm, tn, tk = kernel.tile
+            tiles = -(-n // tm) * -(-m // tn)
+            rule = split_k_slices(mc.DenseMatmulSpec(m, n, k), kernel, 132)
+            assert s is not None and s <= -(-k // tk)
+            assert s == rule or (s in SPLIT_CHOICES and tiles * s <= 264)
+
+
+def test_winners_keep_the_fastest_of_each_configuration() -> None:
+    rows = [{"input": "bf16", "output": "bf16", "n": 4096, "k": 4096, "m": 32, "kernel": "x", "splits": 1,
+             "us": 11.0, "cublas_us": 12.0},
+            {"input": "bf16", "output": "bf16", "n": 4096, "k": 4096, "m": 32, "kernel": "y", "splits": 4,
+             "us": 9.5, "cublas_us": 12.0},
+            {"input": "bf16", "output": "bf16", "n": 4096, "k": 4096, "m": 64, "kernel": "x", "splits": 2,
+             "us": 13.0, "cublas_us": None}]
+    table = winners(rows, "NVIDIA H200", (9, 0), 132, "cmd")
+    assert [(e.m, e.kernel, e.splits, e.us) for e in table.entries] == [(32, "y", 4, 9.5), (64, "x", 2, 13.0)]
+    again = parse_table(json.loads(json.dumps(table.to_json())))
+    assert again == table
+
+
+# -- the table's form --------------------------------------------------------------------------
+def good() -> dict:
+    return tuned(entry(32)).to_json()
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda d: d.pop("entries"), "the field 'entries' in t.json"),
+    (lambda d: d.update(compute_capability=[9]), "compute_capability as [major, minor] in t.json"),
+    (lambda d: d["entries"][0].pop(), "entries of 9 fields (input, output, n, k, m, kernel, splits, us, cublas_us) "
+                                      "in t.json"),
+    (lambda d: d["entries"][0].__setitem__(4, 0), "m as a positive int in t.json"),
+    (lambda d: d["entries"][0].__setitem__(6, 1.5), "splits as a positive int in t.json"),
+    (lambda d: d["entries"][0].__setitem__(7, -1.0), "positive µs figures in t.json"),
+    (lambda d: d["entries"][0].__setitem__(5, 3), "input, output and kernel as strings in t.json"),
+])
+def test_a_malformed_table_is_refused_by_field(edit, expected) -> None:
+    data = good()
+    edit(data)
+    with pytest.raises(mc.ContractError) as e:
+        parse_table(data, "t.json")
+    assert e.value.argument == "table" and e.value.expected == expected
+
+
+def _prefixes() -> set[str]:
+    text = (Path(mc.__file__).parent / "cutlass_build" / "src" / "instance.cuh").read_text()
+    return set(re.findall(r'#define MIRCUDA_PREFIX "([a-z0-9_]+)"', text))
+
+
+def test_the_packaged_table_parses_and_names_kernels_the_build_makes() -> None:
+    path = resources.files("mircuda.matmul").joinpath("tuned").joinpath(TABLE_FILES[(9, 0)])
+    if not path.is_file():
+        pytest.skip("no measured table is packaged yet")
+    table = packaged_table((9, 0))
+    assert table is not None and table.compute_capability == (9, 0) and table.entries
+    prefixes = _prefixes()
+    nvrtc = {k.name for k in (*vector_kernels(), *gemv_kernels())}
+    for e in table.entries:
+        assert e.kernel in nvrtc or any(e.kernel == p + f"{e.input}_{e.output}" for p in prefixes), e
+        assert e.kernel.endswith(f"_{e.input}_{e.output}")
+        assert np.isfinite(e.us) and e.us > 0
+    # one winner per configuration
+    keys = [(e.input, e.output, e.n, e.k, e.m) for e in table.entries]
+    assert len(keys) == len(set(keys))
