@@ -256,8 +256,8 @@ def _us(key: str, header: str, width: int) -> Column:
     return Column(key, header, width, format="{:.2f}", missing="n/a")
 
 
-COLUMNS = (Column("library", "library", len(FLOOR_NAME), "<"), Column("kernels", "N", 4), _us("direct_host_us", "direct host", 12),
-           _us("direct_device_us", "direct dev", 11), _us("graph_host_us", "graph host", 11),
+COLUMNS = (Column("library", "library", len(FLOOR_NAME), "<"), Column("kernels", "N", 4),
+           _us("direct_host_us", "direct host", 12), _us("direct_device_us", "direct dev", 11), _us("graph_host_us", "graph host", 11),
            _us("graph_device_us", "graph dev", 10), _us("direct_over_graph_host", "host ÷", 7),
            _us("direct_over_graph_device", "dev ÷", 6), _us("graph_host_vs_mircuda", "graph host vs mircuda", 22),
            _us("graph_host_ratio_to_c_floor", "× C floor", 10))
