@@ -24,16 +24,21 @@ def matmul_text_before(title: str, rows: list[_matmul_bench.Row]) -> str:
 
 
 def graph_text_before(rows: list[dict[str, object]]) -> str:
-    head = (f"{'library':<28} {'N':>4} {'direct host':>12} {'direct dev':>11} {'graph host':>11} "
-            f"{'graph dev':>10} {'host ÷':>7} {'dev ÷':>6} {'graph host vs mircuda':>22}")
+    # The former layout with the C floor's additions: the library column as wide as the floor's name
+    # (39), the ratio to the floor last, and the floor's note after the table's own.
+    head = (f"{'library':<39} {'N':>4} {'direct host':>12} {'direct dev':>11} {'graph host':>11} "
+            f"{'graph dev':>10} {'host ÷':>7} {'dev ÷':>6} {'graph host vs mircuda':>22} {'× C floor':>10}")
     out = [head, "-" * len(head)]
     for r in rows:
         def cell(key: str, width: int) -> str:
             return f"{f'{r[key]:.2f}' if key in r else 'n/a':>{width}}"  # noqa: B023
-        out.append(f"{r['library']:<28} {r['kernels']:>4} {cell('direct_host_us', 12)} {cell('direct_device_us', 11)} "
+        out.append(f"{r['library']:<39} {r['kernels']:>4} {cell('direct_host_us', 12)} {cell('direct_device_us', 11)} "
                    f"{cell('graph_host_us', 11)} {cell('graph_device_us', 10)} {cell('direct_over_graph_host', 7)} "
-                   f"{cell('direct_over_graph_device', 6)} {cell('graph_host_vs_mircuda', 22)}")
-    out.append("(µs: direct = the whole sequence of N launches; graph = one replay. ÷ = direct / graph.)")
+                   f"{cell('direct_over_graph_device', 6)} {cell('graph_host_vs_mircuda', 22)} "
+                   f"{cell('graph_host_ratio_to_c_floor', 10)}")
+    out.append("(µs: direct = the whole sequence of N launches; graph = one replay. ÷ = direct / graph; "
+               "× C floor = graph host / the C floor's graph host for the same N.)")
+    out += list(dict.fromkeys(str(r["note"]) for r in rows if "note" in r))
     return "\n".join(out)
 
 
@@ -66,10 +71,14 @@ def test_graph_profile_prints_what_it_printed_before() -> None:
          "graph_device_us": 2.0, "graph_host_vs_mircuda": 1.0, "direct_over_graph_host": 1.43,
          "direct_over_graph_device": 1.56},
         {"library": "cuda.bindings cuGraphLaunch", "kernels": 100, "graph_host_us": 3.25, "graph_device_us": 180.0,
-         "graph_host_vs_mircuda": 1.857}]
+         "graph_host_vs_mircuda": 1.857, "graph_host_ratio_to_c_floor": 2.355},
+        {"library": _graph_profile.FLOOR_NAME, "kernels": 100, "graph_host_us": 1.38, "graph_host_vs_mircuda": 0.789,
+         "graph_host_ratio_to_c_floor": 1.0, "note": "C floor: a note"}]
     text = str(_graph_profile.table(rows, "graph-profile on H200"))
     assert text == "graph-profile on H200\n" + graph_text_before(rows)
-    assert text.splitlines()[4].count("n/a") == 4
+    lines = text.splitlines()
+    assert lines[3].endswith("n/a") and lines[4].count("n/a") == 4 and lines[5].count("n/a") == 5
+    assert lines[-1] == "C floor: a note"
 
 
 def test_fp8_profile_prints_what_it_printed_before() -> None:

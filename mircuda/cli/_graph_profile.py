@@ -14,9 +14,15 @@ Each library runs in a process of its own (loading torch, CuPy and mircuda into 
 to add about 1 µs to every driver call of mircuda's and cuda.bindings' paths on the H200 host, but
 not to CuPy's), round-robin, ``--rounds`` times, so drift on a shared machine hits them alike;
 ``--in-process`` measures them all in one process instead.
-The raw ``cuda.bindings`` ``cuGraphLaunch`` of mircuda's graph is timed beside ``Graph.launch``.
-Every path counts its kernels on the device and the counts are checked (exit status 1 on a
-mismatch). Results go to ``--json`` (default ``benchmarks/results/graph_profile.json``).
+The raw ``cuda.bindings`` ``cuGraphLaunch`` of mircuda's graph is timed beside ``Graph.launch``, and so
+is the C floor (row ``C, driver API cuGraphLaunch (the floor)``): ``benchmarks/c/launch_floor.c`` built
+with nvcc, capturing N ``tick`` kernels (the same kernel, a CUBIN from NVRTC) as ``Stream.capture`` does
+and timing ``cuGraphLaunch`` from C, in a process of its own in every round (in both modes); it gives
+host µs only. Every row's graph host µs is also given as a ratio to the floor's for the same N
+(``graph_host_ratio_to_c_floor``, the table's last column). Without nvcc, or outside a source
+checkout, the floor is listed under ``skipped`` with the reason and the ratios are absent.
+Every path (the C floor included) counts its kernels on the device and the counts are checked (exit
+status 1 on a mismatch). Results go to ``--json`` (default ``benchmarks/results/graph_profile.json``).
 Reference figures (H200, PERFORMANCE.md): ``cuGraphLaunch`` of 100 empty kernels costs the host
 1.38 µs from C, 3.25 µs through cuda.bindings, 2.87 µs through CuPy; the goal for
 ``Graph.launch`` is at most 2.0 µs.
@@ -28,6 +34,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -37,6 +44,7 @@ from typing import Any
 from ..timing import Column, ResultTable, host_us_per_call
 from ._errors import RESULTS_HELP, check_results_file
 from ._values import device_ordinal
+from ._graph_floor import FLOOR_NAME, CFloor, FloorUnavailable, build, expected_count, note
 from ._graph_paths import BindingsPath, CuPyPath, LibraryPath, MircudaPath, TorchPath, spin_on_handle
 
 __all__ = ["COLUMNS", "cmd_graph_profile", "register", "table"]
@@ -63,6 +71,42 @@ def register(sub: Any) -> None:
 
 def _source_text() -> str:
     return (resources.files("mircuda") / "cuda_src" / "graph_profile.cu").read_text()
+
+
+def _setup_floor(tmp: str, source: str, arch: str, device: int, skipped: dict[str, str]) -> CFloor | None:
+    """Build the C floor with ``source``'s tick kernel for ``arch`` in ``tmp``; None (and the reason in
+    ``skipped``) where it cannot be built."""
+    import mircuda as mc
+
+    try:
+        cubin = mc.compile_program(mc.cuda_kernel(source, "graph_profile.cu"), arch).image
+        return build(Path(tmp), cubin, "tick", device)
+    except (FloorUnavailable, mc.MircudaError) as exc:
+        skipped[FLOOR_NAME] = str(exc)[:200]
+        return None
+
+
+def _floor_round(floor: CFloor | None, sizes: list[int], args: argparse.Namespace,
+                 host: dict[tuple[str, int, str], list[float]], skipped: dict[str, str],
+                 failures: list[str]) -> CFloor | None:
+    """One round of the C floor: one run per N, its median added to ``host``; a count that differs from
+    the kernels enqueued goes to ``failures``. A run that fails makes the floor unavailable: its earlier
+    samples are dropped, the reason goes to ``skipped`` and None is returned (no later round runs it)."""
+    if floor is None:
+        return None
+    for n in sizes:
+        try:
+            run = floor.run(n, args.calls, args.batches)
+        except FloorUnavailable as exc:
+            skipped[FLOOR_NAME] = str(exc)
+            for k in sizes:
+                host.pop((FLOOR_NAME, k, "graph"), None)
+            return None
+        want = expected_count(n, args.calls, args.batches)
+        if run.counter != want:
+            failures.append(f"{FLOOR_NAME}: N = {n}: the device counted {run.counter} kernels, {want} were enqueued")
+        host.setdefault((FLOOR_NAME, n, "graph"), []).append(run.host_us)
+    return floor
 
 
 def _device_us(path: LibraryPath, run: Callable[[], None], spin: Callable[[int, int], None], spin_ns: int,
@@ -109,6 +153,8 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
     if args.only in (None, "mircuda"):
         paths += [MircudaPath(mc, context, module), BindingsPath(mc, context, module)]
     skipped: dict[str, str] = {}
+    floor_dir = None if args.only else tempfile.TemporaryDirectory()  # the C floor runs in every round
+    floor = None if floor_dir is None else _setup_floor(floor_dir.name, source, info.arch, args.device, skipped)
     for name, make in (("torch", TorchPath), ("CuPy", lambda: CuPyPath(source))):
         if args.only not in (None, name):
             continue
@@ -125,7 +171,9 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
             runs[(p.name, n)] = {"direct": p.direct(n), "graph": p.graph(n)}
     host: dict[tuple[str, int, str], list[float]] = {}
     device: dict[tuple[str, int, str], list[float]] = {}
+    failures: list[str] = []
     for _ in range(args.rounds):
+        floor = _floor_round(floor, sizes, args, host, skipped, failures)
         for p in paths:
             for n in sizes:
                 for mode, run in runs[(p.name, n)].items():
@@ -139,7 +187,8 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
                         _device_us(p, run, spin, spin_ns, args.samples))
                     expected[p.name] += n * (reps * (args.batches + 1) + args.samples)
 
-    failures = []
+    if floor_dir is not None:
+        floor_dir.cleanup()
     counts = {p.name: p.count() for p in paths}
     for name, want in expected.items():
         if counts[name] != want:
@@ -151,14 +200,14 @@ def cmd_graph_profile(args: argparse.Namespace) -> int:
             "names": [p.name for p in paths], "skipped": skipped, "failures": failures}))
         context.close()
         return 0
-    return _report(args, sizes, info.name, info.arch, [p.name for p in paths], host, device, skipped, failures,
-                   "in one process")
+    names = ([FLOOR_NAME] if (FLOOR_NAME, sizes[0], "graph") in host else []) + [p.name for p in paths]
+    return _report(args, sizes, info.name, info.arch, names, host, device, skipped, failures,
+                   "in one process (the C floor in its own)")
 
 
 def _run_isolated(args: argparse.Namespace, sizes: list[int]) -> int:
     """Run each library in a child process, round-robin, and report the merged samples."""
     import subprocess
-    import tempfile
 
     import mircuda as mc
 
@@ -167,8 +216,12 @@ def _run_isolated(args: argparse.Namespace, sizes: list[int]) -> int:
     names: list[str] = []
     skipped: dict[str, str] = {}
     failures: list[str] = []
+    driver = mc.Driver.initialize()
+    info = driver.device(args.device).info()
     with tempfile.TemporaryDirectory() as tmp:
+        floor = _setup_floor(tmp, _source_text(), info.arch, args.device, skipped)
         for _ in range(args.rounds):
+            floor = _floor_round(floor, sizes, args, host, skipped, failures)
             for lib in _LIBRARIES:
                 if lib in skipped:
                     continue
@@ -191,8 +244,8 @@ def _run_isolated(args: argparse.Namespace, sizes: list[int]) -> int:
                     host.setdefault(tuple(key), []).extend(vals)
                 for key, vals in data["device"]:
                     device.setdefault(tuple(key), []).extend(vals)
-    driver = mc.Driver.initialize()
-    info = driver.device(args.device).info()
+    if (FLOOR_NAME, sizes[0], "graph") in host:
+        names.insert(0, FLOOR_NAME)
     if "mircuda" not in names:
         raise mc.MircudaError("graph-profile: mircuda's own measurement failed: " + "; ".join(failures))
     return _report(args, sizes, info.name, info.arch, names, host, device, skipped, failures,
@@ -203,17 +256,21 @@ def _us(key: str, header: str, width: int) -> Column:
     return Column(key, header, width, format="{:.2f}", missing="n/a")
 
 
-COLUMNS = (Column("library", "library", 28, "<"), Column("kernels", "N", 4), _us("direct_host_us", "direct host", 12),
-           _us("direct_device_us", "direct dev", 11), _us("graph_host_us", "graph host", 11),
+COLUMNS = (Column("library", "library", len(FLOOR_NAME), "<"), Column("kernels", "N", 4),
+           _us("direct_host_us", "direct host", 12), _us("direct_device_us", "direct dev", 11), _us("graph_host_us", "graph host", 11),
            _us("graph_device_us", "graph dev", 10), _us("direct_over_graph_host", "host ÷", 7),
-           _us("direct_over_graph_device", "dev ÷", 6), _us("graph_host_vs_mircuda", "graph host vs mircuda", 22))
+           _us("direct_over_graph_device", "dev ÷", 6), _us("graph_host_vs_mircuda", "graph host vs mircuda", 22),
+           _us("graph_host_ratio_to_c_floor", "× C floor", 10))
 """The columns of graph-profile's table (keys: those of its JSON rows)."""
 
 
 def table(rows: list[dict[str, Any]], title: str = "") -> ResultTable:
-    """graph-profile's rows as the table it prints (µs and ratios; ``n/a`` where a path has no value)."""
-    return ResultTable(COLUMNS, rows, title=title, rule=True,
-                       notes=["(µs: direct = the whole sequence of N launches; graph = one replay. ÷ = direct / graph.)"])
+    """graph-profile's rows as the table it prints (µs and ratios; ``n/a`` where a path has no value);
+    the note of the C floor's rows (their ``note``) follows the table's own."""
+    notes = ["(µs: direct = the whole sequence of N launches; graph = one replay. ÷ = direct / graph; "
+             "× C floor = graph host / the C floor's graph host for the same N.)"]
+    notes += list(dict.fromkeys(r["note"] for r in rows if r.get("note")))
+    return ResultTable(COLUMNS, rows, title=title, rule=True, notes=notes)
 
 
 def _report(args: argparse.Namespace, sizes: list[int], device_name: str, arch: str, names: list[str],
@@ -228,11 +285,17 @@ def _report(args: argparse.Namespace, sizes: list[int], device_name: str, arch: 
             for mode in ("direct", "graph"):
                 if (name, n, mode) in host:
                     row[f"{mode}_host_us"] = round(statistics.median(host[(name, n, mode)]), 3)
+                if (name, n, mode) in device:  # the C floor has host times only
                     row[f"{mode}_device_us"] = round(statistics.median(device[(name, n, mode)]), 3)
+            if name == FLOOR_NAME:
+                row["note"] = note(arch)
             rows.append(row)
     mircuda_replay = {r["kernels"]: r["graph_host_us"] for r in rows if r["library"] == "mircuda"}
+    floor = {r["kernels"]: r["graph_host_us"] for r in rows if r["library"] == FLOOR_NAME}
     for r in rows:
         r["graph_host_vs_mircuda"] = round(r["graph_host_us"] / mircuda_replay[r["kernels"]], 3)
+        if floor.get(r["kernels"]):  # a floor of 0.0 µs (below the clock's resolution) gives no ratio
+            r["graph_host_ratio_to_c_floor"] = round(r["graph_host_us"] / floor[r["kernels"]], 3)
         if "direct_host_us" in r:
             r["direct_over_graph_host"] = round(r["direct_host_us"] / r["graph_host_us"], 2)
             r["direct_over_graph_device"] = round(r["direct_device_us"] / r["graph_device_us"], 2)
@@ -245,6 +308,10 @@ def _report(args: argparse.Namespace, sizes: list[int], device_name: str, arch: 
     met = worst <= GOAL_REPLAY_HOST_US
     print(f"Graph.launch host cost: {worst:.2f} µs at most (goal <= {GOAL_REPLAY_HOST_US} µs: "
           f"{'met' if met else 'NOT met'})")
+    vs_floor = {r["kernels"]: r["graph_host_ratio_to_c_floor"] for r in rows
+                if r["library"] == "mircuda" and "graph_host_ratio_to_c_floor" in r}
+    if vs_floor:
+        print("Graph.launch ÷ the C floor's cuGraphLaunch: " + ", ".join(f"N = {n}: {v:.2f}" for n, v in vs_floor.items()))
 
     result = {
         "benchmark": "graph_profile", "device": device_name, "arch": arch, "date": time.strftime("%Y-%m-%d"),
@@ -255,6 +322,7 @@ def _report(args: argparse.Namespace, sizes: list[int], device_name: str, arch: 
         "units": "µs; direct = a sequence of N launches, graph = one replay of N kernels",
         "rows": rows, "skipped": skipped,
         "goal": {"graph_launch_host_us_max": GOAL_REPLAY_HOST_US, "worst_mircuda_us": worst, "met": met},
+        "graph_launch_ratio_to_c_floor": {str(n): v for n, v in vs_floor.items()},
         "failures": failures,
     }
     path = Path(args.json)
