@@ -18,7 +18,7 @@ from mircuda.cli._matmul_sweep import SPLIT_CHOICES, candidates, winners
 from mircuda.matmul._gemv import gemv_kernels
 from mircuda.matmul._library import KernelInfo
 from mircuda.matmul._select import MAX_SPLITS, select_kernel, split_k_slices
-from mircuda.matmul._tuned import TABLE_FILES, TunedEntry, TunedTable, lookup, packaged_table, parse_table
+from mircuda.matmul._tuned import TABLE_FILES, TunedEntry, TunedTable, lookup, merge, packaged_table, parse_table
 from mircuda.matmul._vector import vector_kernels
 
 H200 = ((9, 0), 132)
@@ -246,3 +246,38 @@ def test_the_packaged_table_parses_and_names_kernels_the_build_makes() -> None:
     # one winner per configuration
     keys = [(e.input, e.output, e.n, e.k, e.m) for e in table.entries]
     assert len(keys) == len(set(keys))
+
+
+def test_merge_keeps_the_configurations_the_new_sweep_did_not_measure() -> None:
+    old = tuned(entry(32, kernel="old32"), entry(64, kernel="old64"), entry(32, types=("f16", "f16"), kernel="f"))
+    new = TunedTable("NVIDIA H200", (9, 0), 132, "2026-12-02", "sweep bf16", (entry(32, kernel="new32"),))
+    both = merge(old, new)
+    assert [(e.input, e.m, e.kernel) for e in both.entries] == [("bf16", 32, "new32"), ("bf16", 64, "old64"),
+                                                                 ("f16", 32, "f")]
+    assert both.command == f"{old.command} ; sweep bf16" and both.date == "2026-12-02"
+    with pytest.raises(mc.ContractError) as e:
+        merge(old, tuned(entry(32), sms=114))
+    assert e.value.argument == "table"
+
+
+def test_writing_a_table_merges_into_the_one_already_there(tmp_path) -> None:
+    from mircuda.cli._matmul_profile import write_table
+
+    path = tmp_path / "t.json"
+    write_table(str(path), tuned(entry(32, kernel="a"), entry(64, kernel="b")))
+    write_table(str(path), tuned(entry(64, kernel="c")))
+    table = parse_table(json.loads(path.read_text()))
+    assert [(e.m, e.kernel) for e in table.entries] == [(32, "a"), (64, "c")]
+
+
+@pytest.mark.parametrize("text, expected", [("{", "a measured table (JSON) to merge into, or a new file"),
+                                            ("[]", "a JSON object in")])
+def test_a_bad_table_to_merge_into_is_refused_before_the_gpu(tmp_path, capsys, text, expected) -> None:
+    from mircuda.cli import main
+
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    code = main(["matmul-profile", "--sweep", "--table", str(path), "--json", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and expected in err and len(err.strip().splitlines()) == 1
+    assert path.read_text() == text

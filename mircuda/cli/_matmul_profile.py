@@ -3,6 +3,8 @@ Llama-like (N, K), on cold weights, measured in one run."""
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 import numpy as np
@@ -11,6 +13,7 @@ from ._dense_vector_profile import check_profile_arguments
 from ._errors import RESULTS_HELP, check_results_file
 from ._values import comma_items, device_ordinal
 from ._matmul_bench import Row, Types, relative_error, row, session, upload
+from ..matmul._tuned import parse_table
 from ._matmul_sweep import winners
 
 __all__ = ["MATMUL_M", "MATMUL_SHAPES", "m_values", "matmul_profile", "register"]
@@ -37,7 +40,14 @@ def matmul_profile(args: Any) -> int:
     if table_path is not None:
         if not sweep:
             raise mc.ContractError("--table", "--sweep with it (the table holds the sweep's winners)", table_path)
-        check_results_file(table_path, None)
+        check_results_file(table_path, None, "--table")
+        if os.path.isfile(table_path):  # the sweep merges into it: a bad one is said before minutes of work
+            with open(table_path) as f:
+                try:
+                    parse_table(json.load(f), table_path)
+                except json.JSONDecodeError as exc:
+                    raise mc.ContractError("--table", "a measured table (JSON) to merge into, or a new file",
+                                           table_path, str(exc)) from None
     driver = mc.Driver.initialize()  # without a driver nothing else matters
     ms = list(args.m)
     lib = load_library() if sweep or max(ms) > MAX_M else None  # the NVRTC kernels (M <= 16) need no CUTLASS
@@ -84,8 +94,8 @@ def matmul_profile(args: Any) -> int:
             command = "python -m mircuda matmul-profile --sweep " + " ".join(
                 f"--{f} {v}" for f, v in (("dtypes", args.dtypes), ("m", ",".join(map(str, ms))),
                                           ("calls", args.calls), ("repeats", args.repeats)))
-            write_table(table_path, winners(swept, info.name, tuple(info.compute_capability),
-                                            info.multiprocessor_count, command))
+            table = winners(swept, info.name, tuple(info.compute_capability), info.multiprocessor_count, command)
+            write_table(table_path, table)
         return s.report("matmul-profile", args.json,
                         f"matmul-profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs): cold "
                         f"weights, median of {args.repeats} x {args.calls} back-to-back calls; cuBLAS/x > 1: faster "
@@ -137,16 +147,23 @@ def sweep_configuration(s: Any, lib: Any, t: Any, m: int, n: int, k: int, a: Any
 
 
 def write_table(path: str, table: Any) -> None:
-    """The measured table as JSON at ``path`` (the form :func:`mircuda.matmul._tuned.parse_table` reads)."""
-    import json
-    import os
+    """The measured table as JSON at ``path`` (the form :func:`mircuda.matmul._tuned.parse_table` reads).
+    A table already there of the same device kind keeps the entries this one did not measure
+    (:func:`mircuda.matmul._tuned.merge`), so sweeping one type pair or shape updates it in place."""
+    from ..matmul._tuned import merge
 
+    if os.path.isfile(path):
+        with open(path) as f:
+            table = merge(parse_table(json.load(f), path), table)
     directory = os.path.dirname(path)
     if directory:
         os.makedirs(directory, exist_ok=True)
+    data = table.to_json()
+    entries = data.pop("entries")
+    head = json.dumps(data, indent=1)[:-2]  # one entry per line: the table reads (and diffs) by configuration
+    body = ",\n".join("  " + json.dumps(e) for e in entries)
     with open(path, "w") as f:
-        json.dump(table.to_json(), f, indent=1)
-        f.write("\n")
+        f.write(f'{head},\n "entries": [\n{body}\n ]\n}}\n')
     print(f"measured table ({len(table.entries)} entries) written to {path}")
 
 

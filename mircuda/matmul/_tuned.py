@@ -26,7 +26,7 @@ from typing import Any
 
 from ..errors import ContractError
 
-__all__ = ["TunedEntry", "TunedTable", "lookup", "packaged_table", "parse_table", "TABLE_FILES"]
+__all__ = ["TunedEntry", "TunedTable", "lookup", "merge", "packaged_table", "parse_table", "TABLE_FILES"]
 
 TABLE_FILES = {(9, 0): "sm90_dense.json"}
 """Compute capability -> the packaged table (``mircuda/matmul/tuned/``)."""
@@ -117,6 +117,27 @@ def packaged_table(compute_capability: tuple[int, int]) -> TunedTable | None:
     if not path.is_file():
         return None
     return parse_table(json.loads(path.read_text()), f"mircuda/matmul/tuned/{name}")
+
+
+def merge(old: TunedTable, new: TunedTable) -> TunedTable:
+    """``new``'s entries, plus ``old``'s for the configurations ``new`` did not measure (a sweep of some
+    type pairs or shapes updates a table in place); the commands are both kept.
+
+    Raises:
+        ContractError: the tables are of different compute capabilities or SM counts (named ``table``).
+    """
+    if (old.compute_capability, old.multiprocessors) != (new.compute_capability, new.multiprocessors):
+        raise ContractError("table", f"a table of cc {new.compute_capability} with {new.multiprocessors} SMs to "
+                            "merge into", f"cc {old.compute_capability} with {old.multiprocessors} SMs")
+
+    def key(e: TunedEntry) -> tuple[str, str, int, int, int]:
+        return e.input, e.output, e.n, e.k, e.m
+
+    measured = {key(e) for e in new.entries}
+    kept = [e for e in old.entries if key(e) not in measured]
+    command = new.command if old.command == new.command else f"{old.command} ; {new.command}"
+    return TunedTable(new.device, new.compute_capability, new.multiprocessors, new.date, command,
+                      tuple(sorted((*kept, *new.entries), key=key)))
 
 
 def _distance(n: int, k: int, e: TunedEntry) -> float | None:
