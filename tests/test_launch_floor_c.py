@@ -34,7 +34,8 @@ def floor(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([str(nvcc), "-shared", "-Xcompiler", "-fPIC", "-o", str(d / "libcuda.so"), str(STANDIN)],
                    check=True, capture_output=True)
     subprocess.run([str(nvcc), "-O2", "-o", str(d / "launch_floor"), str(SOURCE), f"-L{d}", "-lcuda",
-                    "-Xlinker", f"-rpath,{d}"], check=True, capture_output=True)
+                    # DT_RPATH, searched before LD_LIBRARY_PATH (a GPU host's may hold the real libcuda)
+                    "-Xlinker", "--disable-new-dtags", "-Xlinker", f"-rpath,{d}"], check=True, capture_output=True)
     (d / "tick.cubin").write_bytes(b"stand-in image")  # the stand-in never reads it
     return d
 

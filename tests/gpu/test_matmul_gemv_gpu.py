@@ -44,7 +44,7 @@ def test_every_split_of_k_matches_float64(context, stream, pool, rng, m, n, k, w
     # 14336 x 264 at M = 16: two-step chunks let two warps split K (one at four steps), see choose_gemv.
     plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, mc.bf16, mc.f32, 1.0, 0.0)
     text = plan.describe()
-    assert "batched_gemv_bf16_f32_v16" in text and f"MIRCUDA_GEMV_M={m}" in text and "Why: M = " in text
+    assert "batched_gemv_bf16_f32_v16" in text and f"MIRCUDA_GEMV_M={m}" in text and "Why: " in text
     if warps is not None:
         assert f"x {warps[m]} warp(s)" in text, text
     assert_close(got, want, mag, out)
