@@ -660,3 +660,14 @@ def test_the_grouped_vector_kernel_compiles_with_the_persistent_grid() -> None:
     prog = mc.compile_program(fp4_vector_source(), "sm_90", mc.CompileOptions(defines=defines, ptxas_verbose=True))
     usage = prog.resource_usage()["fp4_grouped_bf16"]
     assert usage.spill_store_bytes == usage.stack_frame_bytes == 0, usage
+
+
+@pytest.mark.parametrize("name", ["x", "x_scales", "w", "w_scales", "global_x", "global_w"])
+def test_y_over_an_input_or_a_global_scale_is_refused(name) -> None:
+    stand = Fp4Stand()
+    src = stand.globals[name] if name.startswith("global") else stand.buffers[name]
+    y = stand.buffers["y"]
+    with pytest.raises(mc.ContractError) as info:
+        stand.run(y=fake_buffer(stand.ctx, mc.bf16, len(y), src.handle))
+    assert info.value.argument == "y" and f"overlapping {name} at" in info.value.received
+    assert stand.spy.calls == []

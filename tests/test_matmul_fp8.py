@@ -296,9 +296,10 @@ def buffer(context: Any, dtype: Any, count: int, address: int = 0x10000) -> Any:
 
 def operands(context: Any, m: int, n: int, k: int) -> dict[str, Any]:
     kb, nb = -(-k // 128), -(-n // 128)
-    return {"a": buffer(context, mc.e4m3, m * k, 0x1000), "sa": buffer(context, mc.f32, m * kb, 0x2000),
-            "b": buffer(context, mc.e4m3, n * k, 0x3000), "sb": buffer(context, mc.f32, nb * kb, 0x4000),
-            "d": buffer(context, mc.bf16, m * n, 0x5000)}
+    # 256 MiB apart: disjoint whatever the shape (an output overlapping an input is refused)
+    return {"a": buffer(context, mc.e4m3, m * k, 0x1000_0000), "sa": buffer(context, mc.f32, m * kb, 0x2000_0000),
+            "b": buffer(context, mc.e4m3, n * k, 0x3000_0000), "sb": buffer(context, mc.f32, nb * kb, 0x4000_0000),
+            "d": buffer(context, mc.bf16, m * n, 0x5000_0000)}
 
 
 def test_a_valid_execute_launches_once_with_the_operands_in_kernel_order(monkeypatch) -> None:
@@ -309,7 +310,7 @@ def test_a_valid_execute_launches_once_with_the_operands_in_kernel_order(monkeyp
     (call,) = plan._launch.calls
     assert call[0] is stream and call[2] is ops["d"] and call[3] is ops["d"]  # c = None: accumulate into d
     assert call[4:8] == (ops["a"], ops["sa"], ops["b"], ops["sb"]) and call[8:] == (2.0, 0.5, 200, 304)
-    c = buffer(context, mc.bf16, 600, 0x6000)
+    c = buffer(context, mc.bf16, 600, 0x6000_0000)
     plan.execute(stream, ops["a"], ops["sa"], ops["b"], ops["sb"], ops["d"], c=c)
     assert plan._launch.calls[1][3] is c and plan.sa_shape == (3, 3) and plan.sb_shape == (2, 3)
 
@@ -598,3 +599,22 @@ def test_numpy_integer_knobs_reach_the_engine_as_ints(monkeypatch) -> None:
     assert (plan.rows, plan.warps) == (2, 2) and type(plan._engine.rows) is int and type(plan._engine.warps) is int
     vector = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(256, 512), rows=np.uint8(4))
     assert type(vector._engine.rows) is int and vector.rows == 4
+
+
+def test_an_output_over_an_input_or_a_shifted_c_is_refused(monkeypatch) -> None:
+    context, stream = stand_ins(monkeypatch)
+    plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(3, 200, 304))
+    ops = operands(context, 3, 200, 304)
+    args = [ops[x] for x in ("a", "sa", "b", "sb")]
+    for name in ("a", "sa", "b", "sb"):
+        d = buffer(context, mc.bf16, 600, ops[name].handle + 16)
+        with pytest.raises(mc.ContractError) as info:
+            plan.execute(stream, *args, d)
+        assert info.value.argument == "d" and f"overlapping {name} at" in info.value.received
+    shifted = buffer(context, mc.bf16, 600, ops["d"].handle + 2)  # c one element off d: a race
+    with pytest.raises(mc.ContractError) as info:
+        plan.execute(stream, *args, ops["d"], 1.0, 1.0, c=shifted)
+    assert info.value.argument == "d" and "overlapping c at" in info.value.received
+    assert plan._launch.calls == []
+    plan.execute(stream, *args, ops["d"], 1.0, 1.0, c=ops["d"])  # c is d: accumulate in place
+    assert len(plan._launch.calls) == 1

@@ -128,7 +128,8 @@ class Stand:
             self.names = ("a", "b", "c")
         plan._context, plan._stream, plan._in, plan._out = self.ctx, self.stream, i, o
         self.plan = plan
-        self.buffers = {op.name: fake_buffer(self.ctx, op.info.scalar_type, op.count, 0x10_0000 * (j + 1))
+        # 256 MiB apart: disjoint whatever the shape (an output overlapping an input is refused)
+        self.buffers = {op.name: fake_buffer(self.ctx, op.info.scalar_type, op.count, 0x1000_0000 * (j + 1))
                         for j, op in enumerate(plan.operands)}
 
     def run(self, *stream: Any, **overrides: Any) -> None:
@@ -332,3 +333,27 @@ def test_the_kernel_executor_refuses_another_stream_and_an_output_off_its_elemen
     assert execute(np.uint64(0x56), 0x1000, 0x2000, 0x3000, 1.0, 0.0) == INVALID_HANDLE and seen == []
     assert execute(0x55, 0x1000, 0x2000, 0x3002, 1.0, 0.0) == INVALID_VALUE and seen == []
     assert execute(0x55, 0x1000, 0x2000, 0x3004, 1.0, 0.0) == 0 and seen == [0x55]
+
+
+OUTPUT = {"vector": "y", "matmul_m1": "c", "matmul_gemv": "c", "cutlass_splitk": "c", "cutlass_simt": "c"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_output_over_an_input_is_refused_with_both_byte_ranges(kind) -> None:
+    stand = Stand(kind)
+    out = OUTPUT[kind]
+    op = next(o for o in stand.plan.operands if o.name == out)
+    for name in stand.names:
+        if name == out:
+            continue
+        where = stand.buffers[name].handle + 16  # C (y) 16 bytes into an input: the kernel reads what it writes
+        with pytest.raises(mc.ContractError) as info:
+            stand.run(**{out: fake_buffer(stand.ctx, op.info.scalar_type, op.count, where)})
+        err = info.value
+        assert err.argument == out and f"does not overlap {name}" in err.expected
+        assert err.received.startswith(f"{out} at [{where:#x}, ") and f"overlapping {name} at [" in err.received
+    assert stand.spy.calls == []
+    inp = next(o for o in stand.plan.operands if o.name == stand.names[1])
+    right_after = stand.buffers[inp.name].handle + inp.count * inp.info.itemsize
+    stand.run(**{out: fake_buffer(stand.ctx, op.info.scalar_type, op.count, right_after)})  # adjacent: disjoint
+    assert len(stand.spy.calls) == 1

@@ -18,8 +18,8 @@ from ._library import NOT_IMPLEMENTABLE, CutlassError, CutlassLibrary, KernelInf
 from ._select import Selection, select_kernel
 from ._tuned import packaged_table
 from ._vector import VECTOR_FAMILY, VectorKernel, plan_compiler, vector_kernels
-from ._spec import (DenseMatmulSpec, Operand, PlanBase, check_operand, check_scalar, int_knob, plan_stream,
-                    resolve_dtypes)
+from ._spec import (DenseMatmulSpec, Operand, PlanBase, check_disjoint, check_operand, check_scalar, int_knob,
+                    plan_stream, resolve_dtypes)
 
 if TYPE_CHECKING:
     from ..memory import DeviceBuffer
@@ -229,7 +229,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         Raises:
             ContractError: a stream that is not the plan's (or the plan's forked into a capture begun on
                 another stream), a bad buffer (type, dtype, context, length, alignment: named, with
-                the address) or scalar; nothing is enqueued then.
+                the address), C overlapping A or B (named ``c``, with both byte ranges) or a bad scalar;
+                nothing is enqueued then.
             UseAfterFree: a buffer was freed. ClosedResourceError: the plan or its stream was closed.
             CutlassError: the library failed to enqueue. CudaError: the driver refused the launch.
         """
@@ -243,6 +244,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         pa = check_operand(oa, a, ctx)
         pb = check_operand(ob, b, ctx)
         pc = check_operand(oc, c, ctx)
+        check_disjoint(oc, pc, ((oa, pa), (ob, pb)))  # C written over A or B would race with their reads
         fa, fb = check_scalar("alpha", alpha), check_scalar("beta", beta)
         if self._nvrtc is not None:
             self._nvrtc.launch(stream, a, b, c, fa, fb)

@@ -22,8 +22,8 @@ from ..memory import DeviceBuffer
 from ._dense import _nothing_to_release
 from ._fp4_layout import address, check_fp4_k, check_layout, fp4_layout_source, layout_options
 from ._fp4_reference import BLOCK, scale_bytes
-from ._spec import (DenseMatmulSpec, DenseVectorSpec, EngineViews, Operand, PlanBase, check_operand, check_scalar,
-                    int_knob, plan_stream)
+from ._spec import (DenseMatmulSpec, DenseVectorSpec, EngineViews, Operand, PlanBase, check_disjoint, check_operand,
+                    check_scalar, int_knob, plan_stream, scalar_operand)
 from ._vector import (INVALID_HANDLE, INVALID_VALUE, blocks_per_sm, choose_vector_warps, package_source, plan_compiler,
                       shared_compiler)
 
@@ -498,8 +498,11 @@ class _Fp4PlanBase(PlanBase):
         psb = check_operand(osb, sb, ctx)
         pd = check_operand(od, d, ctx)
         name_a, name_b = ("global_x", "global_w") if self._names[0] == "x" else ("global_a", "global_b")
-        return (pa, psa, pb, psb, pd, address(name_a, global_a, ctx), address(name_b, global_b, ctx),
-                check_scalar("alpha", alpha))
+        ga, gb = address(name_a, global_a, ctx), address(name_b, global_b, ctx)
+        # the output written over an input would be read while it is written (a race, no defined result)
+        check_disjoint(od, pd, ((oa, pa), (osa, psa), (ob, pb), (osb, psb), (scalar_operand(name_a), ga),
+                                (scalar_operand(name_b), gb)))
+        return pa, psa, pb, psb, pd, ga, gb, check_scalar("alpha", alpha)
 
 
 class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
@@ -601,7 +604,8 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
 
         Raises:
             ContractError: another stream, a bad buffer (type, dtype, context, length incl. the tiled
-                padding, alignment), ``x_scales`` given with BF16 activations, a bad alpha.
+                padding, alignment), ``y`` overlapping an input or a global scale (both byte ranges),
+                ``x_scales`` given with BF16 activations, a bad alpha.
             UseAfterFree, ClosedResourceError, CudaError: as DenseVectorPlan.
         """
         _, psa, _, _, _, ga, gb, fa = self._check(stream, x, x_scales, w, w_scales, y, global_x, global_w, alpha)

@@ -28,6 +28,7 @@ from ._library import CutlassLibrary, KernelInfo
 from ._quantize import activation_scale_shape, weight_scale_shape
 from ._spec import (
     DenseMatmulSpec,
+    check_disjoint,
     DenseVectorSpec,
     EngineViews,
     Operand,
@@ -338,15 +339,16 @@ class _Fp8PlanBase(EngineViews, PlanBase):
         self._check_stream(stream)
         ctx = self._context
         oa, osa, ob, osb, od, oc = self._operands
-        check_operand(oa, a, ctx)
-        check_operand(osa, sa, ctx)
-        check_operand(ob, b, ctx)
-        check_operand(osb, sb, ctx)
-        check_operand(od, d, ctx)
+        reads = [(oa, check_operand(oa, a, ctx)), (osa, check_operand(osa, sa, ctx)), (ob, check_operand(ob, b, ctx)),
+                 (osb, check_operand(osb, sb, ctx))]
+        pd = check_operand(od, d, ctx)
         if c is None:
             c = d
         else:
-            check_operand(oc, c, ctx)
+            pc = check_operand(oc, c, ctx)
+            if pc != pd:  # c is d: each output reads its own old value first; a shifted c would race
+                reads.append((oc, pc))
+        check_disjoint(od, pd, reads)
         fa, fb = check_scalar("alpha", alpha), check_scalar("beta", beta)
         self._launch(stream, self._config, d, c, a, sa, b, sb, fa, fb, self._n, self._k)
 
@@ -443,7 +445,8 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
         Raises:
             ContractError: a stream that is not the plan's (or the plan's forked into a capture begun on
                 another stream), a buffer of the wrong type, dtype, context, length or alignment (named,
-                with the address), or a bad scalar; nothing is enqueued then.
+                with the address), ``d`` overlapping an input or a ``c`` that is not ``d`` (both byte
+                ranges), or a bad scalar; nothing is enqueued then.
             UseAfterFree: a buffer was freed. ClosedResourceError: the plan's stream was closed.
             CudaError: the driver refused the launch.
         """
@@ -664,7 +667,8 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
         Raises:
             ContractError: a stream that is not the plan's (or the plan's forked into a capture begun on
                 another stream), a buffer of the wrong type, dtype, context, length or alignment (named,
-                with the address), or a bad scalar; nothing is enqueued then.
+                with the address), ``d`` overlapping an input or a ``c`` that is not ``d`` (both byte
+                ranges), or a bad scalar; nothing is enqueued then.
             UseAfterFree: a buffer was freed. ClosedResourceError: the plan or its stream was closed.
             CutlassError: the library failed to enqueue. CudaError: the driver refused the launch.
         """

@@ -46,7 +46,7 @@ from ._moe_kernels import (BLOCK_ROWS, MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, VARIANT
                            VECTOR_ROWS_PER_TILE, WARPS, DecodeTuning, GroupedKernels, resolve_tuning,
                            choose_variant, default_rows_per_tile, default_vector_rows, grouped_executor, grouped_options, tile_shape, workspace_ints)
 from ._moe_spec import GroupedFp4Operands, IndexedGroupedFp4Spec, VariableGroupedFp4Spec
-from ._spec import Operand, PlanBase, check_disjoint, check_operand, check_scalar, plan_stream
+from ._spec import Operand, PlanBase, check_disjoint, check_operand, check_scalar, plan_stream, scalar_operand
 
 if TYPE_CHECKING:
     from ..compile import Compiler
@@ -434,13 +434,11 @@ class _GroupedFp4PlanBase(PlanBase):
         """Each set's D against every operand the kernels read (both sets' A, scales, bank, bank scales, global
         scales, the routing) and the other set's D: :func:`~mircuda.matmul._spec.check_disjoint`."""
         reads = [(_routing_operand(name, self._groups), ptr) for name, ptr in zip(names, routing)]
-        f32_info = dtype_info(f32)
         for ops, ptrs in zip(self._set_ops, sets):
             suffix = ops[0].name[1:]  # "" or the set's number
             reads.extend(zip(ops[:4], ptrs[:4]))
-            reads.append((Operand("global_a" + suffix, f32_info, 1, "[1] FP32", 4, "FP32 loads"), ptrs[5]))
-            reads.append((Operand("global_b" + suffix, f32_info, self._bank, f"[E] = [{self._bank}] FP32", 4,
-                                  "FP32 loads"), ptrs[6]))
+            reads.append((scalar_operand("global_a" + suffix), ptrs[5]))
+            reads.append((scalar_operand("global_b" + suffix, self._bank), ptrs[6]))
         for i, (ops, ptrs) in enumerate(zip(self._set_ops, sets)):
             others = reads + [(o[4], p[4]) for o, p in zip(self._set_ops[:i], sets[:i])]
             check_disjoint(ops[4], ptrs[4], others)

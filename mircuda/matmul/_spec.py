@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from ..dtypes import DTypeInfo, dtype_info, is_integer_value
+from ..dtypes import DTypeInfo, dtype_info, f32, is_integer_value
 from ..errors import ClosedResourceError, ContractError
 from ..graph._capture import _ACTIVE, _capture_info
 from ..graph._capture import _records as _captures
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..runtime import Context, Stream
 
 __all__ = ["DenseMatmulSpec", "DenseVectorSpec", "EngineViews", "Operand", "PlanBase", "resolve_dtypes", "check_operand",
-           "check_disjoint", "int_knob", "check_stream", "check_scalar", "refuse_stream", "check_capture_origin", "BOUND_STREAM_HINT"]
+           "check_disjoint", "scalar_operand", "int_knob", "check_stream", "check_scalar", "refuse_stream", "check_capture_origin", "BOUND_STREAM_HINT"]
 
 INPUT_DTYPES = ("bf16", "f16")
 """Input element types of the dense plans (FP32 accumulation in every kernel)."""
@@ -161,6 +161,12 @@ def int_knob(value: Any) -> Any:
     """A tuning knob's integer as a Python int when it is a numpy integer (:func:`mircuda.dtypes.is_integer_value`,
     the one rule for integer arguments); anything else unchanged, for the knob's own check to name."""
     return int(value) if is_integer_value(value) and not isinstance(value, int) else value
+
+
+def scalar_operand(name: str, count: int = 1) -> Operand:
+    """A device FP32 scale read by a kernel (``count`` elements: 1, or one per expert), as an operand of
+    :func:`check_disjoint`."""
+    return Operand(name, dtype_info(f32), count, f"[{count}] FP32", 4, "FP32 loads")
 
 
 def check_disjoint(out: Operand, out_ptr: int, others: Iterable[tuple[Operand, int]]) -> None:

@@ -19,6 +19,7 @@ from ..memory import DeviceBuffer
 from ._library import KernelInfo
 from ._spec import (
     DenseVectorSpec,
+    check_disjoint,
     EngineViews,
     Operand,
     PlanBase,
@@ -452,16 +453,16 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
         Raises:
             ContractError: a stream that is not the plan's (or the plan's forked into a capture begun on
                 another stream), a buffer of the wrong type, dtype, context, length or alignment (named,
-                with the address), a bad scalar; nothing is enqueued then.
+                with the address), ``y`` overlapping x or W (both byte ranges), a bad scalar; nothing is
+                enqueued then.
             UseAfterFree: a buffer was freed. ClosedResourceError: the plan's stream was closed.
             CudaError: the driver refused the launch.
         """
         self._check_stream(stream)
         ctx = self._context
         ox, ow, oy = self._operands
-        check_operand(ox, x, ctx)
-        check_operand(ow, w, ctx)
-        check_operand(oy, y, ctx)
+        px, pw = check_operand(ox, x, ctx), check_operand(ow, w, ctx)
+        check_disjoint(oy, check_operand(oy, y, ctx), ((ox, px), (ow, pw)))  # y over x or W: a race
         s = self._spec
         self._launch(stream, self._config, y, w, x, check_scalar("alpha", alpha), check_scalar("beta", beta),
                      s.n, s.k)
