@@ -260,11 +260,16 @@ def test_the_automatic_choice_takes_decode_grouped_from_the_row_threshold_on(mon
     plan = Stand(VariableGroupedFp4Plan, capacity=64 * 5).plan
     _choose(plan, None, monkeypatch, cutlass=True)
     assert plan.path == "cutlass"
-    # the portable kernel's knobs keep the automatic choice portable
+    # the portable kernel's knobs keep the automatic choice portable, on SM90 and where the SM120 kernels run
     plan = Stand(VariableGroupedFp4Plan, capacity=64 * 5).plan
     monkeypatch.setattr(plan, "_try_cutlass", lambda library: "cc 9.0")
-    assert "rows_per_tile or variant" in plan._choose_path(None, None, None, portable_knobs=True)
+    assert "rows_per_tile, variant or tuning" in plan._choose_path(None, None, None, portable_knobs=True)
     assert plan.path == "portable"
+    plan = Stand(VariableGroupedFp4Plan, capacity=64 * 5).plan
+    tried: list[object] = []
+    monkeypatch.setattr(plan, "_try_cutlass", lambda library: tried.append(library) or "")
+    assert "the portable kernel's knobs" in plan._choose_path(None, None, None, portable_knobs=True)
+    assert plan.path == "portable" and plan._cutlass is None and tried == []  # the SM120 engine is never made
     # no engine: portable, with both reasons
     plan = Stand(VariableGroupedFp4Plan, capacity=64 * 5).plan
     why = _choose(plan, None, monkeypatch, dense=False)

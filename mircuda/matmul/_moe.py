@@ -60,7 +60,8 @@ PATHS = ("cutlass", "decode_grouped", "portable")
 """The grouped plans' execution paths (the ``path=`` argument; None chooses): ``"cutlass"`` the SM120 grouped
 block-scaled kernels (cc 12.x), ``"decode_grouped"`` NVFP4 decoded exactly to BF16, then the SM90 grouped BF16
 CUTLASS kernel (cc 9.0; :mod:`._moe_grouped_dense`), ``"portable"`` ``fp4_grouped_bf16`` (any cc >= 8.0). The
-automatic choice: cutlass where it runs, else decode_grouped where it runs and the mean rows per group
+automatic choice: portable when rows_per_tile, variant or tuning (its knobs) is given; else cutlass where it runs,
+else decode_grouped where it runs and the mean rows per group
 (capacity / groups; R for the indexed plan) reach
 :data:`~mircuda.matmul._moe_grouped_dense.DECODE_GROUPED_MIN_ROWS`, else portable. decode_grouped keeps BF16 copies
 of the bank(s) and activations on the device: ``sets * (E N K + capacity K) * 2`` bytes (``workspace_bytes``)."""
@@ -219,13 +220,16 @@ class _GroupedFp4PlanBase(PlanBase):
                      portable_knobs: bool = False) -> str:
         """Make the engine of ``path`` (None: the automatic choice, see :data:`PATHS`); return why the portable
         path runs ("" when another one does). ``portable_knobs``: rows_per_tile, variant or tuning was given (the
-        portable kernel's knobs), which keeps the automatic choice off decode_grouped.
+        portable kernel's knobs), which makes the automatic choice the portable path (before, on cc 12.x the
+        SM120 CUTLASS path ran and the knobs were silently unused).
 
         Raises:
             ContractError: a path was asked for that cannot run here (the reason in the message).
         """
         if path == "portable":
             return "path='portable' was asked for"
+        if path is None and portable_knobs:  # the knobs are the portable kernel's: honour them on every device
+            return "rows_per_tile, variant or tuning (the portable kernel's knobs) was given"
         why = "path='decode_grouped' was asked for" if path == "decode_grouped" else self._try_cutlass(library)
         if path == "cutlass" and self._cutlass is None:
             raise ContractError("path", "a path that can run here", "'cutlass'", why)
@@ -234,8 +238,6 @@ class _GroupedFp4PlanBase(PlanBase):
         from ._moe_grouped_dense import DECODE_GROUPED_MIN_ROWS
 
         rows = self._fixed or self._capacity / self._groups
-        if path is None and portable_knobs:
-            return f"{why}; decode_grouped: not chosen, rows_per_tile or variant (the portable kernel's) was given"
         if path is None and rows < DECODE_GROUPED_MIN_ROWS:
             return (f"{why}; decode_grouped: {rows:g} rows per group on average < {DECODE_GROUPED_MIN_ROWS} (the "
                     "bank's decode would outweigh the GEMM)")
