@@ -151,6 +151,34 @@ def test_splits_out_of_range_or_for_an_unsplit_kernel_are_refused(m, splits, exp
     assert e.value.argument == "splits" and e.value.expected == expected and e.value.received == repr(splits)
 
 
+@pytest.mark.parametrize("splits", [True, False, np.bool_(True), 1.5, 2.0, "2", np.float32(2.0), [2]])
+def test_splits_that_are_not_integers_are_refused_by_the_selector(splits) -> None:
+    # select_kernel checks splits itself: True and 2.0 are in the range 1..32 and "2" is not comparable
+    with pytest.raises(mc.ContractError) as e:
+        pick(32, 4096, 4096, splits=splits)
+    assert e.value.argument == "splits" and e.value.received == repr(splits)
+    assert e.value.expected == "None or a positive int (K slices of a split-K kernel)"
+
+
+@pytest.mark.parametrize("splits", [np.int64(3), np.uint8(3), np.int32(3)])
+def test_numpy_integer_splits_become_a_python_int(splits) -> None:
+    s = pick(32, 4096, 4096, splits=splits)
+    assert s.splits == 3 and type(s.splits) is int and s.reason.endswith("; 3 K slice(s) given by the caller")
+
+
+def test_the_callers_splits_replace_only_the_slice_clause_of_the_reason() -> None:
+    rule = pick(48, 4096, 4096)
+    given = pick(48, 4096, 4096, splits=5)
+    assert rule.reason.endswith(f"; {rule.splits} K slice(s)")
+    assert given.reason == rule.reason[:-len(f"; {rule.splits} K slice(s)")] + "; 5 K slice(s) given by the caller"
+    measured = pick(48, 4096, 4096, tuned(entry(48, splits=3)))
+    again = pick(48, 4096, 4096, tuned(entry(48, splits=3)), splits=5)
+    assert measured.reason.endswith("regenerates it); 3 K slice(s)")
+    assert again.reason == measured.reason.replace("; 3 K slice(s)", "; 5 K slice(s) given by the caller")
+    nearby = pick(48, 6144, 4096, tuned(entry(48, splits=3)), splits=5)
+    assert nearby.reason.endswith("regenerates it); 5 K slice(s) given by the caller")
+
+
 def test_splits_are_bounded_by_the_k_tiles() -> None:
     with pytest.raises(mc.ContractError) as e:
         pick(32, 4096, 512, splits=5)
