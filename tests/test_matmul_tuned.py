@@ -144,6 +144,8 @@ def test_splits_override_the_rule_for_a_split_k_kernel() -> None:
     (1, 2, "None: dense_vector_bf16_bf16 does not split K"),
     (32, 0, "1 to 32 K slices (32 K tiles of 128 for K = 4096)"),
     (32, 33, "1 to 32 K slices (32 K tiles of 128 for K = 4096)"),
+    (32, 10**30, "1 to 32 K slices (32 K tiles of 128 for K = 4096)"),
+    (32, np.int64(-1), "1 to 32 K slices (32 K tiles of 128 for K = 4096)"),
 ])
 def test_splits_out_of_range_or_for_an_unsplit_kernel_are_refused(m, splits, expected) -> None:
     with pytest.raises(mc.ContractError) as e:
@@ -177,6 +179,22 @@ def test_the_callers_splits_replace_only_the_slice_clause_of_the_reason() -> Non
     assert again.reason == measured.reason.replace("; 3 K slice(s)", "; 5 K slice(s) given by the caller")
     nearby = pick(48, 6144, 4096, tuned(entry(48, splits=3)), splits=5)
     assert nearby.reason.endswith("regenerates it); 5 K slice(s) given by the caller")
+
+
+@pytest.mark.parametrize("splits", [0, -1, True, False, 1.5, 2.0, "2", np.int64(0), np.int8(-2), np.bool_(True)])
+def test_the_plan_refuses_bad_splits_before_it_builds_anything(monkeypatch, splits) -> None:
+    from mircuda.matmul import _dense
+
+    def built(*args, **kwargs):
+        raise AssertionError("the plan went past its argument checks")
+
+    monkeypatch.setattr(_dense, "plan_stream", lambda stream, context: None)  # no device: context and stream pass
+    for name in ("plan_compiler", "load_library", "select_kernel", "packaged_table"):
+        monkeypatch.setattr(_dense, name, built)
+    with pytest.raises(mc.ContractError) as e:
+        mc.DenseMatmulPlan(None, None, mc.DenseMatmulSpec(32, 4096, 4096), splits=splits)  # type: ignore[arg-type]
+    assert e.value.argument == "splits" and e.value.received == repr(splits)
+    assert e.value.expected == "None or a positive int (K slices of a split-K kernel)"
 
 
 def test_splits_are_bounded_by_the_k_tiles() -> None:

@@ -93,9 +93,9 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
         if kernel is not None and not isinstance(kernel, str):
             raise ContractError("kernel", "None or a kernel name", repr(kernel))
-        splits = int_knob(splits)
-        if splits is not None and (type(splits) is not int or splits < 1):
-            raise ContractError("splits", "None or a positive int (K slices of a split-K kernel)", repr(splits))
+        given, splits = splits, int_knob(splits)
+        if splits is not None and (type(splits) is not int or splits < 1):  # the message shows what was given
+            raise ContractError("splits", "None or a positive int (K slices of a split-K kernel)", repr(given))
         _check_library(library)
         # Checked even when a CUTLASS kernel runs: a bad argument should not depend on the shape.
         compiler = plan_compiler(compiler, context)
