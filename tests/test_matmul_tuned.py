@@ -327,3 +327,93 @@ def test_a_bad_table_to_merge_into_is_refused_before_the_gpu(tmp_path, capsys, t
     err = capsys.readouterr().err
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1
     assert path.read_text() == text
+
+
+def _bad_tables() -> list:
+    wrong = good()
+    wrong["entries"][0].pop()
+    return [(b"\xff\xfe\x00 not text", "can't decode byte 0xff"),
+            (b"", "Expecting value"),
+            (b"[]", "a JSON object in"),
+            (b'{"a": 1}', "the field 'compute_capability' in"),
+            (json.dumps(wrong).encode(), "entries of 9 fields")]
+
+
+@pytest.mark.parametrize("content, reason", _bad_tables())
+def test_a_table_that_cannot_be_merged_into_exits_2_naming_the_flag_and_is_left_as_it_was(
+        tmp_path, capsys, content, reason) -> None:
+    from mircuda.cli import main
+
+    path = tmp_path / "t.json"
+    path.write_bytes(content)
+    code = main(["matmul-profile", "--sweep", "--table", str(path), "--json", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ContractError: --table: expected a measured table (JSON) to merge into, or a new "
+                          f"file, received {str(path)!r}") and reason in err
+    assert path.read_bytes() == content and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("where, expected", [("missing/t.json", "a file path in an existing directory"),
+                                             ("", "a file path in an existing directory")])
+def test_a_table_path_that_cannot_be_written_exits_2_naming_the_flag(tmp_path, capsys, where, expected) -> None:
+    from mircuda.cli import main
+
+    path = tmp_path / where  # "": the directory itself
+    code = main(["matmul-profile", "--sweep", "--table", str(path), "--json", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: ContractError: --table: expected {expected}")
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("spelling", ["same", "dot", "link"])
+def test_the_table_and_the_report_cannot_be_one_file(tmp_path, capsys, monkeypatch, spelling) -> None:
+    # the report (--json) is written after the table: it would replace the sweep's winners
+    from mircuda.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    table = tmp_path / "t.json"
+    text = json.dumps(good())
+    table.write_text(text)
+    report = {"same": str(table), "dot": "./t.json", "link": str(tmp_path / "l.json")}[spelling]
+    if spelling == "link":
+        (tmp_path / "l.json").symlink_to(table)
+    code = main(["matmul-profile", "--sweep", "--table", str(table), "--json", report])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ContractError: --table: expected a file other than --json's")
+    assert len(err.strip().splitlines()) == 1 and table.read_text() == text
+    fresh = tmp_path / "new.json"
+    assert main(["matmul-profile", "--sweep", "--table", str(fresh), "--json", str(fresh)]) == 2
+    assert "--table: expected a file other than --json's" in capsys.readouterr().err and not fresh.exists()
+
+
+def test_a_table_of_another_device_kind_is_refused_before_the_sweep(tmp_path, capsys, monkeypatch) -> None:
+    import contextlib
+    from types import SimpleNamespace
+
+    import mircuda.matmul
+    from mircuda.cli import _matmul_profile as mp
+    from mircuda.cli import main
+
+    path = tmp_path / "t.json"
+    text = json.dumps(tuned(entry(32), sms=114).to_json())  # an H100 PCIe's sweep, say
+    path.write_text(text)
+    swept = []
+
+    class Session:
+        info = SimpleNamespace(name="NVIDIA H200", compute_capability=(9, 0), multiprocessor_count=132)
+        context = stream = pool = timer = torch_ = None
+
+        def weights(self, *args):
+            swept.append(args)
+            raise AssertionError("the sweep started")
+
+    monkeypatch.setattr(mc.Driver, "initialize", staticmethod(lambda: object()))
+    monkeypatch.setattr(mircuda.matmul, "load_library", lambda: object())
+    monkeypatch.setattr(mp, "session", lambda driver, device: contextlib.nullcontext(Session()))
+    code = main(["matmul-profile", "--sweep", "--table", str(path), "--json", str(tmp_path / "r.json"), "--m", "32"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and swept == []
+    assert err.startswith("error: ContractError: --table: expected a table of this device's kind to merge into "
+                          "(cc 9.0 with 132 SMs: NVIDIA H200)") and "cc 9.0 with 114 SMs" in err
+    assert path.read_text() == text
