@@ -264,7 +264,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         misaligned address); the NVRTC kernels' launches through
         :func:`~mircuda.numba_ext.driver_function` (returns a ``CUresult``: 0 enqueued, 400
         ``CUDA_ERROR_INVALID_HANDLE`` another stream, 1 ``CUDA_ERROR_INVALID_VALUE`` a misaligned
-        address). Nothing is enqueued on a refusal. Lengths and captures are not checked on this path.
+        address). Nothing is enqueued on a refusal. Lengths, overlaps and captures are not checked on this path.
         Keep the plan and its stream alive (and open) while the function is used."""
         if self._numba is None:
             if self._nvrtc is not None:

@@ -329,7 +329,7 @@ class _Fp8PlanBase(EngineViews, PlanBase):
         launches the kernel through :mod:`mircuda.numba_ext` (see :func:`fp8_gemv_executor`).
         Returns a ``CUresult``: 0 enqueued; 400 (``CUDA_ERROR_INVALID_HANDLE``) for a stream handle that
         is not the plan's stream's; 1 (``CUDA_ERROR_INVALID_VALUE``) for a misaligned address; nothing is
-        launched then. Lengths and captures are not checked on this path; keep the plan and its stream
+        launched then. Lengths, overlaps and captures are not checked on this path; keep the plan and its stream
         alive while the function is used."""
         if self._numba is None:
             self._numba = self._engine.numba_executor(self._stream.handle)
