@@ -263,6 +263,13 @@ def good() -> dict:
     (lambda d: d["entries"][0].__setitem__(6, 1.5), "splits as a positive int in t.json"),
     (lambda d: d["entries"][0].__setitem__(7, -1.0), "positive µs figures in t.json"),
     (lambda d: d["entries"][0].__setitem__(5, 3), "input, output and kernel as strings in t.json"),
+    (lambda d: d["entries"][0].__setitem__(7, True), "positive µs figures in t.json"),
+    (lambda d: d["entries"][0].__setitem__(7, float("inf")), "positive µs figures in t.json"),
+    (lambda d: d["entries"][0].__setitem__(8, -3.0), "positive µs figures in t.json"),
+    (lambda d: d["entries"][0].__setitem__(8, False), "positive µs figures in t.json"),
+    (lambda d: d["entries"][0].__setitem__(8, 0), "positive µs figures in t.json"),
+    (lambda d: d.update(device=5), "device as a string in t.json"),
+    (lambda d: d.update(date=None), "date as a string in t.json"),
 ])
 def test_a_malformed_table_is_refused_by_field(edit, expected) -> None:
     data = good()
