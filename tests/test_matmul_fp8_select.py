@@ -205,9 +205,10 @@ def cutlass_operands(context: Any, m: int, n: int, k: int) -> dict[str, Any]:
     from test_matmul_fp8 import buffer
 
     kb, nb = -(-k // 128), -(-n // 128)
-    return {"a": buffer(context, mc.e4m3, m * k, 0x10000), "sa": buffer(context, mc.f32, m * kb, 0x20004),
-            "b": buffer(context, mc.e4m3, n * k, 0x30000), "sb": buffer(context, mc.f32, nb * kb, 0x40004),
-            "d": buffer(context, mc.bf16, m * n, 0x50000)}
+    # 256 MiB apart: disjoint whatever the shape (an output overlapping an input is refused)
+    return {"a": buffer(context, mc.e4m3, m * k, 0x1000_0000), "sa": buffer(context, mc.f32, m * kb, 0x2000_0004),
+            "b": buffer(context, mc.e4m3, n * k, 0x3000_0000), "sb": buffer(context, mc.f32, nb * kb, 0x4000_0004),
+            "d": buffer(context, mc.bf16, m * n, 0x5000_0000)}
 
 
 def test_a_cutlass_plan_keeps_its_workspace_and_enqueues_the_library_call(monkeypatch) -> None:
@@ -222,12 +223,12 @@ def test_a_cutlass_plan_keeps_its_workspace_and_enqueues_the_library_call(monkey
     ops = cutlass_operands(context, 64, 1032, 1040)
     plan.execute(stream, ops["a"], ops["sa"], ops["b"], ops["sb"], ops["d"], 0.5, 0.25)
     # (plan, stream, a, b, sfa, sfb, c, d, alpha, beta); c = 0: the library reads C from d.
-    assert lib.calls[-1] == ("execute", 0xF00, 0x50, 0x10000, 0x30000, 0x20004, 0x40004, 0, 0x50000, 0.5, 0.25)
+    assert lib.calls[-1] == ("execute", 0xF00, 0x50, 0x1000_0000, 0x3000_0000, 0x2000_0004, 0x4000_0004, 0, 0x5000_0000, 0.5, 0.25)
     from test_matmul_fp8 import buffer
 
-    c = buffer(context, mc.bf16, 64 * 1032, 0x60000)
+    c = buffer(context, mc.bf16, 64 * 1032, 0x6000_0000)
     plan.execute(stream, ops["a"], ops["sa"], ops["b"], ops["sb"], ops["d"], c=c)
-    assert lib.calls[-1][7:9] == (0x60000, 0x50000)
+    assert lib.calls[-1][7:9] == (0x6000_0000, 0x5000_0000)
     plan.close()
     plan.close()
     assert lib.calls[-1] == ("destroy", 0xF00) and sum(x[0] == "destroy" for x in lib.calls) == 1
@@ -237,8 +238,8 @@ def test_a_cutlass_plan_keeps_its_workspace_and_enqueues_the_library_call(monkey
 
 
 @pytest.mark.parametrize("name, value, argument", [
-    ("a", ("address", 0x10008), "a"), ("b", ("address", 0x30004), "b"), ("d", ("address", 0x50002), "d"),
-    ("c", ("address", 0x60008), "c"), ("sa", ("address", 0x20002), "sa"), ("sb", ("count", 1), "sb"),
+    ("a", ("address", 0x1000_0008), "a"), ("b", ("address", 0x3000_0004), "b"), ("d", ("address", 0x5000_0002), "d"),
+    ("c", ("address", 0x6000_0008), "c"), ("sa", ("address", 0x2000_0002), "sa"), ("sb", ("count", 1), "sb"),
     ("a", ("dtype", mc.u8), "a"), ("d", ("count", 64 * 1032 - 1), "d"), ("c", ("dtype", mc.f16), "c"),
 ])
 def test_the_cutlass_path_checks_operands_before_the_library_is_called(monkeypatch, name, value, argument) -> None:
@@ -248,7 +249,7 @@ def test_the_cutlass_path_checks_operands_before_the_library_is_called(monkeypat
     lib = FakeLibrary()
     plan = mc.BlockwiseFp8Plan(context, stream, spec(64, 1032, 1040), library=lib)
     ops = cutlass_operands(context, 64, 1032, 1040)
-    ops["c"] = buffer(context, mc.bf16, 64 * 1032, 0x60000)
+    ops["c"] = buffer(context, mc.bf16, 64 * 1032, 0x6000_0000)
     field, v = value
     old = ops[name]
     ops[name] = buffer(context, v if field == "dtype" else old._scalar, v if field == "count" else old._count,
@@ -278,6 +279,33 @@ def test_the_cutlass_path_refuses_another_stream_and_bad_scalars(monkeypatch) ->
         plan.execute(stream, *ops, "2", 0.0)
     assert info.value.argument == "alpha"
     assert not any(x[0] == "execute" for x in lib.calls)
+
+
+@pytest.mark.parametrize("m", [64, 2048])  # the ping-pong and the cooperative kernel
+def test_the_cutlass_path_refuses_an_output_over_an_input_or_a_shifted_c(monkeypatch, m) -> None:
+    # the same refusals as the NVRTC kernel's (test_matmul_fp8.py): the CUTLASS epilogue writes D while
+    # the mainloop still reads A, B and the scales of other tiles
+    from test_matmul_fp8 import buffer
+
+    context, stream, _ = stand_ins(monkeypatch)
+    lib = FakeLibrary()
+    plan = mc.BlockwiseFp8Plan(context, stream, spec(m, 1032, 1040), library=lib)
+    assert plan.kernel_info.origin == "cutlass"
+    ops = cutlass_operands(context, m, 1032, 1040)
+    args = [ops[x] for x in ("a", "sa", "b", "sb")]
+    for name in ("a", "sa", "b", "sb"):
+        d = buffer(context, mc.bf16, m * 1032, (ops[name].handle + 16) & ~15)  # inside it, 16-byte aligned
+        with pytest.raises(mc.ContractError) as info:
+            plan.execute(stream, *args, d)
+        assert info.value.argument == "d" and f"overlapping {name} at" in info.value.received
+    shifted = buffer(context, mc.bf16, m * 1032, ops["d"].handle + 16)  # c 8 elements off d: a race
+    with pytest.raises(mc.ContractError) as info:
+        plan.execute(stream, *args, ops["d"], 1.0, 1.0, c=shifted)
+    assert info.value.argument == "d" and "overlapping c at" in info.value.received
+    assert not any(x[0] == "execute" for x in lib.calls)
+    plan.execute(stream, *args, ops["d"], 1.0, 1.0, c=ops["d"])  # c is d: accumulate in place
+    plan.execute(stream, *args, ops["d"], 1.0, 1.0)  # c None: the library reads C from d
+    assert [x[7:9] for x in lib.calls if x[0] == "execute"] == [(0x5000_0000, 0x5000_0000), (0, 0x5000_0000)]
 
 
 def test_nvrtc_only_attributes_are_refused_on_a_cutlass_plan(monkeypatch) -> None:

@@ -144,11 +144,57 @@ def test_splits_override_the_rule_for_a_split_k_kernel() -> None:
     (1, 2, "None: dense_vector_bf16_bf16 does not split K"),
     (32, 0, "1 to 32 K slices (32 K tiles of 128 for K = 4096)"),
     (32, 33, "1 to 32 K slices (32 K tiles of 128 for K = 4096)"),
+    (32, 10**30, "1 to 32 K slices (32 K tiles of 128 for K = 4096)"),
+    (32, np.int64(-1), "1 to 32 K slices (32 K tiles of 128 for K = 4096)"),
 ])
 def test_splits_out_of_range_or_for_an_unsplit_kernel_are_refused(m, splits, expected) -> None:
     with pytest.raises(mc.ContractError) as e:
         pick(m, 4096, 4096, splits=splits)
     assert e.value.argument == "splits" and e.value.expected == expected and e.value.received == repr(splits)
+
+
+@pytest.mark.parametrize("splits", [True, False, np.bool_(True), 1.5, 2.0, "2", np.float32(2.0), [2]])
+def test_splits_that_are_not_integers_are_refused_by_the_selector(splits) -> None:
+    # select_kernel checks splits itself: True and 2.0 are in the range 1..32 and "2" is not comparable
+    with pytest.raises(mc.ContractError) as e:
+        pick(32, 4096, 4096, splits=splits)
+    assert e.value.argument == "splits" and e.value.received == repr(splits)
+    assert e.value.expected == "None or a positive int (K slices of a split-K kernel)"
+
+
+@pytest.mark.parametrize("splits", [np.int64(3), np.uint8(3), np.int32(3)])
+def test_numpy_integer_splits_become_a_python_int(splits) -> None:
+    s = pick(32, 4096, 4096, splits=splits)
+    assert s.splits == 3 and type(s.splits) is int and s.reason.endswith("; 3 K slice(s) given by the caller")
+
+
+def test_the_callers_splits_replace_only_the_slice_clause_of_the_reason() -> None:
+    rule = pick(48, 4096, 4096)
+    given = pick(48, 4096, 4096, splits=5)
+    assert rule.reason.endswith(f"; {rule.splits} K slice(s)")
+    assert given.reason == rule.reason[:-len(f"; {rule.splits} K slice(s)")] + "; 5 K slice(s) given by the caller"
+    measured = pick(48, 4096, 4096, tuned(entry(48, splits=3)))
+    again = pick(48, 4096, 4096, tuned(entry(48, splits=3)), splits=5)
+    assert measured.reason.endswith("regenerates it); 3 K slice(s)")
+    assert again.reason == measured.reason.replace("; 3 K slice(s)", "; 5 K slice(s) given by the caller")
+    nearby = pick(48, 6144, 4096, tuned(entry(48, splits=3)), splits=5)
+    assert nearby.reason.endswith("regenerates it); 5 K slice(s) given by the caller")
+
+
+@pytest.mark.parametrize("splits", [0, -1, True, False, 1.5, 2.0, "2", np.int64(0), np.int8(-2), np.bool_(True)])
+def test_the_plan_refuses_bad_splits_before_it_builds_anything(monkeypatch, splits) -> None:
+    from mircuda.matmul import _dense
+
+    def built(*args, **kwargs):
+        raise AssertionError("the plan went past its argument checks")
+
+    monkeypatch.setattr(_dense, "plan_stream", lambda stream, context: None)  # no device: context and stream pass
+    for name in ("plan_compiler", "load_library", "select_kernel", "packaged_table"):
+        monkeypatch.setattr(_dense, name, built)
+    with pytest.raises(mc.ContractError) as e:
+        mc.DenseMatmulPlan(None, None, mc.DenseMatmulSpec(32, 4096, 4096), splits=splits)  # type: ignore[arg-type]
+    assert e.value.argument == "splits" and e.value.received == repr(splits)
+    assert e.value.expected == "None or a positive int (K slices of a split-K kernel)"
 
 
 def test_splits_are_bounded_by_the_k_tiles() -> None:
@@ -217,6 +263,13 @@ def good() -> dict:
     (lambda d: d["entries"][0].__setitem__(6, 1.5), "splits as a positive int in t.json"),
     (lambda d: d["entries"][0].__setitem__(7, -1.0), "positive µs figures in t.json"),
     (lambda d: d["entries"][0].__setitem__(5, 3), "input, output and kernel as strings in t.json"),
+    (lambda d: d["entries"][0].__setitem__(7, True), "positive µs figures in t.json"),
+    (lambda d: d["entries"][0].__setitem__(7, float("inf")), "positive µs figures in t.json"),
+    (lambda d: d["entries"][0].__setitem__(8, -3.0), "positive µs figures in t.json"),
+    (lambda d: d["entries"][0].__setitem__(8, False), "positive µs figures in t.json"),
+    (lambda d: d["entries"][0].__setitem__(8, 0), "positive µs figures in t.json"),
+    (lambda d: d.update(device=5), "device as a string in t.json"),
+    (lambda d: d.update(date=None), "date as a string in t.json"),
 ])
 def test_a_malformed_table_is_refused_by_field(edit, expected) -> None:
     data = good()
@@ -280,4 +333,94 @@ def test_a_bad_table_to_merge_into_is_refused_before_the_gpu(tmp_path, capsys, t
     code = main(["matmul-profile", "--sweep", "--table", str(path), "--json", str(tmp_path / "r.json")])
     err = capsys.readouterr().err
     assert code == 2 and expected in err and len(err.strip().splitlines()) == 1
+    assert path.read_text() == text
+
+
+def _bad_tables() -> list:
+    wrong = good()
+    wrong["entries"][0].pop()
+    return [(b"\xff\xfe\x00 not text", "can't decode byte 0xff"),
+            (b"", "Expecting value"),
+            (b"[]", "a JSON object in"),
+            (b'{"a": 1}', "the field 'compute_capability' in"),
+            (json.dumps(wrong).encode(), "entries of 9 fields")]
+
+
+@pytest.mark.parametrize("content, reason", _bad_tables())
+def test_a_table_that_cannot_be_merged_into_exits_2_naming_the_flag_and_is_left_as_it_was(
+        tmp_path, capsys, content, reason) -> None:
+    from mircuda.cli import main
+
+    path = tmp_path / "t.json"
+    path.write_bytes(content)
+    code = main(["matmul-profile", "--sweep", "--table", str(path), "--json", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: ContractError: --table: expected a measured table (JSON) to merge into, or a new "
+                          f"file, received {str(path)!r}") and reason in err
+    assert path.read_bytes() == content and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("where, expected", [("missing/t.json", "a file path in an existing directory"),
+                                             ("", "a file path in an existing directory")])
+def test_a_table_path_that_cannot_be_written_exits_2_naming_the_flag(tmp_path, capsys, where, expected) -> None:
+    from mircuda.cli import main
+
+    path = tmp_path / where  # "": the directory itself
+    code = main(["matmul-profile", "--sweep", "--table", str(path), "--json", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: ContractError: --table: expected {expected}")
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "missing").exists()
+
+
+@pytest.mark.parametrize("spelling", ["same", "dot", "link"])
+def test_the_table_and_the_report_cannot_be_one_file(tmp_path, capsys, monkeypatch, spelling) -> None:
+    # the report (--json) is written after the table: it would replace the sweep's winners
+    from mircuda.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    table = tmp_path / "t.json"
+    text = json.dumps(good())
+    table.write_text(text)
+    report = {"same": str(table), "dot": "./t.json", "link": str(tmp_path / "l.json")}[spelling]
+    if spelling == "link":
+        (tmp_path / "l.json").symlink_to(table)
+    code = main(["matmul-profile", "--sweep", "--table", str(table), "--json", report])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: ContractError: --table: expected a file other than --json's")
+    assert len(err.strip().splitlines()) == 1 and table.read_text() == text
+    fresh = tmp_path / "new.json"
+    assert main(["matmul-profile", "--sweep", "--table", str(fresh), "--json", str(fresh)]) == 2
+    assert "--table: expected a file other than --json's" in capsys.readouterr().err and not fresh.exists()
+
+
+def test_a_table_of_another_device_kind_is_refused_before_the_sweep(tmp_path, capsys, monkeypatch) -> None:
+    import contextlib
+    from types import SimpleNamespace
+
+    import mircuda.matmul
+    from mircuda.cli import _matmul_profile as mp
+    from mircuda.cli import main
+
+    path = tmp_path / "t.json"
+    text = json.dumps(tuned(entry(32), sms=114).to_json())  # an H100 PCIe's sweep, say
+    path.write_text(text)
+    swept = []
+
+    class Session:
+        info = SimpleNamespace(name="NVIDIA H200", compute_capability=(9, 0), multiprocessor_count=132)
+        context = stream = pool = timer = torch_ = None
+
+        def weights(self, *args):
+            swept.append(args)
+            raise AssertionError("the sweep started")
+
+    monkeypatch.setattr(mc.Driver, "initialize", staticmethod(lambda: object()))
+    monkeypatch.setattr(mircuda.matmul, "load_library", lambda: object())
+    monkeypatch.setattr(mp, "session", lambda driver, device: contextlib.nullcontext(Session()))
+    code = main(["matmul-profile", "--sweep", "--table", str(path), "--json", str(tmp_path / "r.json"), "--m", "32"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and swept == []
+    assert err.startswith("error: ContractError: --table: expected a table of this device's kind to merge into "
+                          "(cc 9.0 with 132 SMs: NVIDIA H200)") and "cc 9.0 with 114 SMs" in err
     assert path.read_text() == text

@@ -13,7 +13,7 @@ from ._dense_vector_profile import check_profile_arguments
 from ._errors import RESULTS_HELP, check_results_file
 from ._values import comma_items, device_ordinal
 from ._matmul_bench import Row, Types, relative_error, row, session, upload
-from ..matmul._tuned import parse_table
+from ..matmul._tuned import TunedTable, merge, parse_table
 from ._matmul_sweep import winners
 
 __all__ = ["MATMUL_M", "MATMUL_SHAPES", "m_values", "matmul_profile", "register"]
@@ -37,22 +37,13 @@ def matmul_profile(args: Any) -> int:
 
     check_profile_arguments(args)  # before the driver: bad flags are said without a GPU too
     sweep, table_path = getattr(args, "sweep", False), getattr(args, "table", None)
-    if table_path is not None:
-        if not sweep:
-            raise mc.ContractError("--table", "--sweep with it (the table holds the sweep's winners)", table_path)
-        check_results_file(table_path, None, "--table")
-        if os.path.isfile(table_path):  # the sweep merges into it: a bad one is said before minutes of work
-            with open(table_path) as f:
-                try:
-                    parse_table(json.load(f), table_path)
-                except json.JSONDecodeError as exc:
-                    raise mc.ContractError("--table", "a measured table (JSON) to merge into, or a new file",
-                                           table_path, str(exc)) from None
+    existing = check_table_argument(table_path, sweep, args.json)
     driver = mc.Driver.initialize()  # without a driver nothing else matters
     ms = list(args.m)
     lib = load_library() if sweep or max(ms) > MAX_M else None  # the NVRTC kernels (M <= 16) need no CUTLASS
     swept: list[dict[str, Any]] = []
     with session(driver, args.device) as s:
+        check_table_device(existing, table_path, s.info)
         context, stream, pool, timer, torch_ = s.context, s.stream, s.pool, s.timer, s.torch_
         for n, k in MATMUL_SHAPES:
             for pair in [d for d in args.dtypes.split(",") if d]:
@@ -103,6 +94,65 @@ def matmul_profile(args: Any) -> int:
                         library=str(lib.path) if lib is not None else None)
 
 
+def check_table_argument(path: str | None, sweep: bool, results: str) -> TunedTable | None:
+    """``--table`` before the driver is touched: given only with ``--sweep``, a file path in an existing
+    directory (:func:`check_results_file`), not the ``--json`` file (the report written after the table
+    would replace it), and, when the file exists, a measured table the sweep's winners can merge into.
+    Nothing is written.
+
+    Returns:
+        The table already at ``path``, or None (no ``--table``, or no file there yet).
+
+    Raises:
+        ContractError: naming ``--table``, with the reason.
+    """
+    from ..errors import ContractError
+
+    if path is None:
+        return None
+    if not sweep:
+        raise ContractError("--table", "--sweep with it (the table holds the sweep's winners)", path)
+    check_results_file(path, None, "--table")
+    same = (os.path.samefile(path, results) if os.path.exists(path) and os.path.exists(results)
+            else os.path.abspath(path) == os.path.abspath(results))
+    if same:
+        raise ContractError("--table", f"a file other than --json's {results!r} (the report would replace the "
+                            "table)", repr(path))
+    if not os.path.isfile(path):
+        return None
+    expected = "a measured table (JSON) to merge into, or a new file"
+    try:  # the sweep merges into it: a bad one is said before minutes of work
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8 text
+        raise ContractError("--table", expected, repr(path), str(exc)) from None
+    try:
+        return parse_table(data, path)
+    except ContractError as exc:
+        raise ContractError("--table", expected, repr(path), f"{exc.expected}, received {exc.received}") from None
+
+
+def check_table_device(existing: TunedTable | None, path: str | None, info: Any) -> None:
+    """The table already at ``--table`` is of this device's kind (compute capability and SM count, what
+    :func:`mircuda.matmul._tuned.merge` requires), checked once the device is known and before the
+    sweep: the winners merge into it only after minutes of work.
+
+    Raises:
+        ContractError: naming ``--table``, with both devices.
+    """
+    from ..errors import ContractError
+
+    if existing is None:
+        return
+    here = (tuple(info.compute_capability), info.multiprocessor_count)
+    if (existing.compute_capability, existing.multiprocessors) != here:
+        raise ContractError("--table", f"a table of this device's kind to merge into (cc {here[0][0]}.{here[0][1]} "
+                            f"with {here[1]} SMs: {info.name})", repr(path),
+                            f"it holds {existing.device}'s sweep (cc {existing.compute_capability[0]}."
+                            f"{existing.compute_capability[1]} with {existing.multiprocessors} SMs); give "
+                            "another path")
+
+
 def sweep_configuration(s: Any, lib: Any, t: Any, m: int, n: int, k: int, a: Any, a_host: np.ndarray,
                         w_host: np.ndarray, ws: list[Any], c: Any, args: Any,
                         cublas_us: float | None) -> list[dict[str, Any]]:
@@ -150,8 +200,6 @@ def write_table(path: str, table: Any) -> None:
     """The measured table as JSON at ``path`` (the form :func:`mircuda.matmul._tuned.parse_table` reads).
     A table already there of the same device kind keeps the entries this one did not measure
     (:func:`mircuda.matmul._tuned.merge`), so sweeping one type pair or shape updates it in place."""
-    from ..matmul._tuned import merge
-
     if os.path.isfile(path):
         with open(path) as f:
             table = merge(parse_table(json.load(f), path), table)
@@ -245,4 +293,5 @@ def register(sub: Any) -> None:
     p = sub.add_parser("matmul-profile", help="DenseMatmulPlan vs cuBLAS over M and Llama-like (N, K) (GPU)")
     add_matmul_arguments(p)
     add_sweep_arguments(p)
-    p.set_defaults(func=matmul_profile, json_default=p.get_default("json"))
+    # parse_table and merge name the table ``table``: on this command line it is --table
+    p.set_defaults(func=matmul_profile, json_default=p.get_default("json"), flags={"table": "--table"})

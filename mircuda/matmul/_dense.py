@@ -93,9 +93,9 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
         if kernel is not None and not isinstance(kernel, str):
             raise ContractError("kernel", "None or a kernel name", repr(kernel))
-        splits = int_knob(splits)
-        if splits is not None and (type(splits) is not int or splits < 1):
-            raise ContractError("splits", "None or a positive int (K slices of a split-K kernel)", repr(splits))
+        given, splits = splits, int_knob(splits)
+        if splits is not None and (type(splits) is not int or splits < 1):  # the message shows what was given
+            raise ContractError("splits", "None or a positive int (K slices of a split-K kernel)", repr(given))
         _check_library(library)
         # Checked even when a CUTLASS kernel runs: a bad argument should not depend on the shape.
         compiler = plan_compiler(compiler, context)
@@ -264,7 +264,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         misaligned address); the NVRTC kernels' launches through
         :func:`~mircuda.numba_ext.driver_function` (returns a ``CUresult``: 0 enqueued, 400
         ``CUDA_ERROR_INVALID_HANDLE`` another stream, 1 ``CUDA_ERROR_INVALID_VALUE`` a misaligned
-        address). Nothing is enqueued on a refusal. Lengths and captures are not checked on this path.
+        address). Nothing is enqueued on a refusal. Lengths, overlaps and captures are not checked on this path.
         Keep the plan and its stream alive (and open) while the function is used."""
         if self._numba is None:
             if self._nvrtc is not None:

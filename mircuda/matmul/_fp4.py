@@ -616,7 +616,7 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         """An ``@numba.njit`` function ``execute(stream, x, x_scales, w, w_scales, y, global_x, global_w,
         alpha) -> int`` over raw handles (0 for an absent scale or global): launches the kernel through
         ``cuLaunchKernel`` (see :func:`fp4_executor`): 0 enqueued, 400 another stream, 1 a misaligned
-        address (nothing launched then). Lengths and captures are not checked on this path."""
+        address (nothing launched then). Lengths, overlaps and captures are not checked on this path."""
         if self._numba is None:
             self._numba = self._engine.numba_executor(self._stream.handle, tuple(o.alignment for o in self._operands))
         return self._numba
@@ -954,7 +954,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
         (the library's status: 0, 1 another stream, 2 misaligned; or fp4_alpha_product's ``CUresult``).
         The portable path: the decode launches, the dense plan's ``numba_execute`` and (``epilogue="exact"``)
         the output scaling in sequence; it returns the first non-zero status (a ``CUresult``, or the CUTLASS library's status
-        from the dense step) and stops there. Lengths and captures are not checked on this path."""
+        from the dense step) and stops there. Lengths, overlaps and captures are not checked on this path."""
         if self._numba is None:
             aligns = tuple(o.alignment for o in self._operands)
             if self._cutlass is not None:

@@ -329,28 +329,32 @@ class _Fp8PlanBase(EngineViews, PlanBase):
         launches the kernel through :mod:`mircuda.numba_ext` (see :func:`fp8_gemv_executor`).
         Returns a ``CUresult``: 0 enqueued; 400 (``CUDA_ERROR_INVALID_HANDLE``) for a stream handle that
         is not the plan's stream's; 1 (``CUDA_ERROR_INVALID_VALUE``) for a misaligned address; nothing is
-        launched then. Lengths and captures are not checked on this path; keep the plan and its stream
+        launched then. Lengths, overlaps and captures are not checked on this path; keep the plan and its stream
         alive while the function is used."""
         if self._numba is None:
             self._numba = self._engine.numba_executor(self._stream.handle)
         return self._numba
 
-    def _execute(self, stream: Any, a: Any, sa: Any, b: Any, sb: Any, d: Any, alpha: Any, beta: Any, c: Any) -> None:
+    def _checked(self, stream: Any, a: Any, sa: Any, b: Any, sb: Any, d: Any, alpha: Any, beta: Any,
+                 c: Any) -> tuple[int, int, int, int, int, int, float, float]:
+        """Every check of an execution, for the NVRTC and the CUTLASS kernels alike (nothing is enqueued
+        before): ``(a, sa, b, sb, d, c)`` addresses (``c``: 0 when None) and alpha, beta."""
         self._check_stream(stream)
         ctx = self._context
         oa, osa, ob, osb, od, oc = self._operands
-        reads = [(oa, check_operand(oa, a, ctx)), (osa, check_operand(osa, sa, ctx)), (ob, check_operand(ob, b, ctx)),
-                 (osb, check_operand(osb, sb, ctx))]
+        pa, psa, pb, psb = (check_operand(oa, a, ctx), check_operand(osa, sa, ctx), check_operand(ob, b, ctx),
+                            check_operand(osb, sb, ctx))
+        reads = [(oa, pa), (osa, psa), (ob, pb), (osb, psb)]
         pd = check_operand(od, d, ctx)
-        if c is None:
-            c = d
-        else:
-            pc = check_operand(oc, c, ctx)
-            if pc != pd:  # c is d: each output reads its own old value first; a shifted c would race
-                reads.append((oc, pc))
+        pc = 0 if c is None else check_operand(oc, c, ctx)
+        if pc and pc != pd:  # c is d: each output reads its own old value first; a shifted c would race
+            reads.append((oc, pc))
         check_disjoint(od, pd, reads)
-        fa, fb = check_scalar("alpha", alpha), check_scalar("beta", beta)
-        self._launch(stream, self._config, d, c, a, sa, b, sb, fa, fb, self._n, self._k)
+        return pa, psa, pb, psb, pd, pc, check_scalar("alpha", alpha), check_scalar("beta", beta)
+
+    def _execute(self, stream: Any, a: Any, sa: Any, b: Any, sb: Any, d: Any, alpha: Any, beta: Any, c: Any) -> None:
+        *_, fa, fb = self._checked(stream, a, sa, b, sb, d, alpha, beta, c)
+        self._launch(stream, self._config, d, d if c is None else c, a, sa, b, sb, fa, fb, self._n, self._k)
 
 
 class BlockwiseFp8VectorPlan(_Fp8PlanBase):
@@ -679,14 +683,8 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
         if self._cutlass is None:
             self._execute(stream, a, sa, b, sb, d, alpha, beta, c)
             return
-        self._check_stream(stream)
-        ctx = self._context
-        oa, osa, ob, osb, od, oc = self._operands
-        pa, psa = check_operand(oa, a, ctx), check_operand(osa, sa, ctx)
-        pb, psb = check_operand(ob, b, ctx), check_operand(osb, sb, ctx)
-        pd = check_operand(od, d, ctx)
-        pc = 0 if c is None else check_operand(oc, c, ctx)
-        fa, fb = check_scalar("alpha", alpha), check_scalar("beta", beta)
+        # the NVRTC kernel's checks, the overlap of d with what the kernel reads included
+        pa, psa, pb, psb, pd, pc, fa, fb = self._checked(stream, a, sa, b, sb, d, alpha, beta, c)
         self._cutlass.execute(stream, pa, psa, pb, psb, pd, pc, fa, fb)
 
     @property

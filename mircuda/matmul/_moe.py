@@ -586,7 +586,7 @@ class VariableGroupedFp4Plan(_GroupedFp4PlanBase):
         """An ``@numba.njit`` function ``execute(stream, a, a_scales, b_bank, b_scales, d, row_counts, offsets,
         matrix_indices, global_a, global_b, alpha) -> int`` over raw addresses (0 for an absent global
         scale): 0 enqueued, 400 another stream, 1 a misaligned address (nothing launched), else the
-        ``CUresult`` of a launch. Lengths and captures are not checked on this path."""
+        ``CUresult`` of a launch. Lengths, overlaps and captures are not checked on this path."""
         if self._numba is None:
             self._numba = _variable_numba(self._executor())
         return self._numba

@@ -6,9 +6,12 @@ Pure functions over the library's kernel table, so the policy is testable withou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from ..dtypes import is_integer_value
 from ..errors import ContractError, UnsupportedPlatform
 from ._gemv import GEMV_FAMILY, MAX_M as BATCHED_GEMV_MAX_M
 from ._vector import VECTOR_FAMILY
@@ -87,7 +90,15 @@ def _tuned_choice(usable: Sequence[KernelInfo], spec: DenseMatmulSpec, input: st
     return Selection(match, splits, reason)
 
 
-def _check_splits(selection: Selection, spec: DenseMatmulSpec, splits: int) -> Selection:
+_SLICES_SUFFIX = re.compile(r"; \d+ K slice\(s\)[^;]*$")
+"""The K-slice clause a reason ends with (the rules' or the table's), replaced when the caller gives ``splits``."""
+
+
+def _check_splits(selection: Selection, spec: DenseMatmulSpec, splits: Any) -> Selection:
+    # the one integer rule (is_integer_value): a bool, a float such as 2.0, a numpy bool or a string
+    # is no count of slices, and a numpy integer is kept as the Python int the library takes
+    if not is_integer_value(splits):
+        raise ContractError("splits", "None or a positive int (K slices of a split-K kernel)", repr(splits))
     k = selection.kernel
     if not k.split_k:
         raise ContractError("splits", f"None: {k.name} does not split K", repr(splits))
@@ -95,7 +106,8 @@ def _check_splits(selection: Selection, spec: DenseMatmulSpec, splits: int) -> S
     if not 1 <= splits <= min(k_tiles, MAX_SPLITS):
         raise ContractError("splits", f"1 to {min(k_tiles, MAX_SPLITS)} K slices ({k_tiles} K tiles of {k.tile[2]} for "
                                       f"K = {spec.k})", repr(splits))
-    return Selection(k, splits, selection.reason.split("; ")[0] + f"; {splits} K slice(s) given by the caller")
+    given = int(splits)
+    return Selection(k, given, _SLICES_SUFFIX.sub("", selection.reason) + f"; {given} K slice(s) given by the caller")
 
 
 MAX_SPLITS = 32
@@ -120,8 +132,9 @@ def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: s
 
     Raises:
         ContractError: ``forced`` names no kernel of these types that runs on the device (or the
-            batched GEMV for M > 16, the dense vector kernel for M > 1); ``splits`` is given for a
-            kernel that does not split K, or is outside 1 to min(K tiles, :data:`MAX_SPLITS`).
+            batched GEMV for M > 16, the dense vector kernel for M > 1); ``splits`` is not an integer
+            (a bool, a float, a string; a numpy integer is taken as an int), is given for a kernel that
+            does not split K, or is outside 1 to min(K tiles, :data:`MAX_SPLITS`).
         UnsupportedPlatform: the library has no kernel of these types for the device.
     """
     chosen = _select(kernels, spec, input, output, compute_capability, multiprocessors, forced, tuned)

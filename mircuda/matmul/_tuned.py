@@ -75,6 +75,11 @@ def _positive(value: Any, what: str, source: str) -> int:
     return value
 
 
+def _micros(value: Any) -> bool:
+    """A time in µs: a finite positive number (a JSON true is no time, nor Infinity)."""
+    return type(value) in (int, float) and math.isfinite(value) and value > 0
+
+
 def parse_table(data: Any, source: str = "the table") -> TunedTable:
     """A :class:`TunedTable` from its JSON form (:meth:`TunedTable.to_json`).
 
@@ -95,14 +100,17 @@ def parse_table(data: Any, source: str = "the table") -> TunedTable:
             input, output, n, k, m, kernel, splits, us, cublas = raw
             if not (isinstance(input, str) and isinstance(output, str) and isinstance(kernel, str)):
                 raise ContractError("table", f"input, output and kernel as strings in {source}", repr(raw))
-            if not (isinstance(us, (int, float)) and us > 0 and (cublas is None or isinstance(cublas, (int, float)))):
+            if not (_micros(us) and (cublas is None or _micros(cublas))):
                 raise ContractError("table", f"positive µs figures in {source}", repr(raw))
             entries.append(TunedEntry(input, output, _positive(n, "n", source), _positive(k, "k", source),
                                       _positive(m, "m", source), kernel, _positive(splits, "splits", source),
                                       float(us), None if cublas is None else float(cublas)))
-        return TunedTable(str(data["device"]), (cc[0], cc[1]), _positive(data["multiprocessors"], "multiprocessors",
-                                                                         source),
-                          str(data["date"]), str(data["command"]), tuple(entries))
+        for field in ("device", "date", "command"):
+            if not isinstance(data[field], str):
+                raise ContractError("table", f"{field} as a string in {source}", repr(data[field]))
+        return TunedTable(data["device"], (cc[0], cc[1]), _positive(data["multiprocessors"], "multiprocessors",
+                                                                    source),
+                          data["date"], data["command"], tuple(entries))
     except KeyError as exc:
         raise ContractError("table", f"the field {exc.args[0]!r} in {source}", "none") from None
 

@@ -428,7 +428,7 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
         :mod:`mircuda.numba_ext` (see :func:`kernel_executor`): njit code can loop over executions
         without the interpreter. Returns a ``CUresult``: 0 enqueued; 400 (``CUDA_ERROR_INVALID_HANDLE``)
         for a stream handle that is not the plan's stream's, 1 (``CUDA_ERROR_INVALID_VALUE``) for a
-        misaligned address; nothing is launched then. Lengths and captures are not checked on this
+        misaligned address; nothing is launched then. Lengths, overlaps and captures are not checked on this
         path; keep the plan's stream open while the function is used."""
         if self._numba is None:
             self._numba = self._engine.numba_executor(self._stream.handle)
