@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from types import SimpleNamespace
 from importlib import resources
 from pathlib import Path
 
@@ -421,6 +422,64 @@ def test_a_table_of_another_device_kind_is_refused_before_the_sweep(tmp_path, ca
     code = main(["matmul-profile", "--sweep", "--table", str(path), "--json", str(tmp_path / "r.json"), "--m", "32"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and swept == []
-    assert err.startswith("error: ContractError: --table: expected a table of this device's kind to merge into "
+    assert err.startswith("error: ContractError: --table: expected a table of this device to merge into "
                           "(cc 9.0 with 132 SMs: NVIDIA H200)") and "cc 9.0 with 114 SMs" in err
     assert path.read_text() == text
+
+
+def test_measured_splits_hold_only_at_the_measured_m() -> None:
+    table = tuned(entry(32, kernel="sm90_swap_128x32x128_splitk_bf16_bf16", splits=4))
+    at = pick(32, 4096, 4096, table)
+    assert at.splits == 4 and at.reason.endswith("; 4 K slice(s)")
+    between = pick(40, 4096, 4096, table)  # the M = 32 winner's kernel, the rule's slices for M = 40
+    rule = split_k_slices(mc.DenseMatmulSpec(40, 4096, 4096), between.kernel, 132)
+    assert between.kernel.tile == (128, 32, 128) and between.splits == rule
+    assert between.reason.endswith(f"; {rule} K slice(s) by the split-K rule")
+
+
+def test_tables_of_two_devices_do_not_merge() -> None:
+    h200 = tuned(entry(32))
+    h100 = TunedTable("NVIDIA H100 80GB HBM3", (9, 0), 132, "2026-12-02", "sweep", (entry(64),))
+    with pytest.raises(mc.ContractError) as e:
+        merge(h200, h100)
+    assert e.value.argument == "table" and "NVIDIA H100 80GB HBM3" in e.value.expected and "NVIDIA H200" in e.value.received
+
+
+def test_a_table_is_written_whole_or_not_at_all(tmp_path, monkeypatch) -> None:
+    from mircuda.cli import _matmul_profile as mp
+
+    path = tmp_path / "t.json"
+    mp.write_table(str(path), tuned(entry(32, kernel="a")))
+    before = path.read_text()
+    real = mp.os.replace
+
+    def full_disk(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(mp.os, "replace", full_disk)
+    with pytest.raises(OSError):
+        mp.write_table(str(path), tuned(entry(64, kernel="b")))
+    assert path.read_text() == before  # the old table is whole
+    monkeypatch.setattr(mp.os, "replace", real)
+    mp.write_table(str(path), tuned(entry(64, kernel="b")))
+    assert not (tmp_path / "t.json.partial").exists()
+    assert [e.kernel for e in parse_table(json.loads(path.read_text())).entries] == ["a", "b"]
+
+
+def test_a_bad_splits_is_said_even_without_the_cutlass_library(monkeypatch) -> None:
+    from mircuda.matmul import _dense
+    from mircuda.matmul._build import CutlassNotFound
+
+    def missing():
+        raise CutlassNotFound("no library here")
+
+    monkeypatch.setattr(_dense, "plan_stream", lambda stream, context: None)
+    monkeypatch.setattr(_dense, "plan_compiler", lambda compiler, context: None)
+    monkeypatch.setattr(_dense, "load_library", missing)
+    monkeypatch.setattr(_dense, "packaged_table", lambda cc: None)
+    context = SimpleNamespace(device_info=lambda: SimpleNamespace(compute_capability=(9, 0), multiprocessor_count=132))
+    with pytest.raises(mc.ContractError) as e:  # M = 1 runs the vector kernel, which does not split K
+        mc.DenseMatmulPlan(context, None, mc.DenseMatmulSpec(1, 4096, 4096), splits=2)  # type: ignore[arg-type]
+    assert e.value.argument == "splits" and "does not split K" in e.value.expected
+    with pytest.raises(CutlassNotFound):  # a CUTLASS kernel's M without the library: the library is what is missing
+        mc.DenseMatmulPlan(context, None, mc.DenseMatmulSpec(64, 4096, 4096), splits=2)  # type: ignore[arg-type]

@@ -145,8 +145,8 @@ def check_table_device(existing: TunedTable | None, path: str | None, info: Any)
     if existing is None:
         return
     here = (tuple(info.compute_capability), info.multiprocessor_count)
-    if (existing.compute_capability, existing.multiprocessors) != here:
-        raise ContractError("--table", f"a table of this device's kind to merge into (cc {here[0][0]}.{here[0][1]} "
+    if (existing.compute_capability, existing.multiprocessors) != here or existing.device != info.name:
+        raise ContractError("--table", f"a table of this device to merge into (cc {here[0][0]}.{here[0][1]} "
                             f"with {here[1]} SMs: {info.name})", repr(path),
                             f"it holds {existing.device}'s sweep (cc {existing.compute_capability[0]}."
                             f"{existing.compute_capability[1]} with {existing.multiprocessors} SMs); give "
@@ -210,8 +210,11 @@ def write_table(path: str, table: Any) -> None:
     entries = data.pop("entries")
     head = json.dumps(data, indent=1)[:-2]  # one entry per line: the table reads (and diffs) by configuration
     body = ",\n".join("  " + json.dumps(e) for e in entries)
-    with open(path, "w") as f:
+    # written beside and renamed over: a failed write (a full disk) leaves the old table whole
+    partial = f"{path}.partial"
+    with open(partial, "w") as f:
         f.write(f'{head},\n "entries": [\n{body}\n ]\n}}\n')
+    os.replace(partial, path)
     print(f"measured table ({len(table.entries)} entries) written to {path}")
 
 

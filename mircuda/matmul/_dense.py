@@ -113,8 +113,9 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
             selection = select_kernel(table, spec, self._in.name, self._out.name, info.compute_capability,
                                       info.multiprocessor_count, kernel,
                                       tuned=packaged_table(tuple(info.compute_capability)), splits=splits)
-        except MircudaError:
-            if missing is not None:
+        except MircudaError as exc:
+            # a bad splits is the caller's to fix whether or not the library exists
+            if missing is not None and getattr(exc, "argument", None) != "splits":
                 raise missing from None
             raise
         self._lib = lib

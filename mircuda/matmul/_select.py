@@ -79,7 +79,8 @@ def _tuned_choice(usable: Sequence[KernelInfo], spec: DenseMatmulSpec, input: st
         return None
     if match.origin != "nvrtc" and match.family != "simt" and not tensor_core_aligned(spec, input, output):
         return None
-    exact = (e.n, e.k) == (spec.n, spec.k) and multiprocessors == tuned.multiprocessors
+    # measured slices hold for the measured configuration only: another M changes the tiles per slice
+    exact = (e.n, e.k, e.m) == (spec.n, spec.k, spec.m) and multiprocessors == tuned.multiprocessors
     splits = (e.splits if exact else split_k_slices(spec, match, multiprocessors)) if match.split_k else 1
     at = "this shape" if (e.n, e.k) == (spec.n, spec.k) else f"the nearest measured shape {e.n}x{e.k}"
     versus = f", cuBLAS {e.cublas_us:.2f} µs" if e.cublas_us is not None else ""

@@ -11,7 +11,8 @@ Lookup (:func:`lookup`): the entries of the same types whose (N, K) is nearest t
 log2 distance, both within a factor of 2 (farther shapes fall back to the rules); among them the
 entry with the largest measured M <= the plan's M (a kernel that won at M keeps its tile shape's
 advantage until the next measured M). The measured split-K slices are kept only for the exact
-(N, K) on a device with the table's SM count; otherwise the split-K rule recomputes them.
+(N, K, M) on a device with the table's SM count; otherwise the split-K rule recomputes them (another
+M changes the tiles each slice count makes).
 """
 
 from __future__ import annotations
@@ -132,11 +133,13 @@ def merge(old: TunedTable, new: TunedTable) -> TunedTable:
     type pairs or shapes updates a table in place); the commands are both kept.
 
     Raises:
-        ContractError: the tables are of different compute capabilities or SM counts (named ``table``).
+        ContractError: the tables are of different devices (name, compute capability or SM count; named ``table``).
     """
-    if (old.compute_capability, old.multiprocessors) != (new.compute_capability, new.multiprocessors):
-        raise ContractError("table", f"a table of cc {new.compute_capability} with {new.multiprocessors} SMs to "
-                            "merge into", f"cc {old.compute_capability} with {old.multiprocessors} SMs")
+    if (old.device, old.compute_capability, old.multiprocessors) != (new.device, new.compute_capability,
+                                                                       new.multiprocessors):
+        raise ContractError("table", f"a table of {new.device} (cc {new.compute_capability} with {new.multiprocessors} "
+                            "SMs) to merge into (its entries are credited to the device it names)",
+                            f"{old.device} (cc {old.compute_capability} with {old.multiprocessors} SMs)")
 
     def key(e: TunedEntry) -> tuple[str, str, int, int, int]:
         return e.input, e.output, e.n, e.k, e.m
