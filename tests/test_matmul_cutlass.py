@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import mircuda as mc
+from cmake_project import configure, needs_build_tools
 from mircuda.matmul import _build, _library
 
 HEADER = _build.project_dir() / "include" / "mircuda_cutlass.h"
@@ -191,39 +192,9 @@ def test_a_missing_library_error_gives_the_build_command(monkeypatch, tmp_path) 
         _build.find_library()
 
 
-def _fake_cutlass(tmp_path: Path) -> tuple[Path, Path]:
-    include = tmp_path / "include"
-    util = tmp_path / "util"
-    (include / "cutlass").mkdir(parents=True)
-    (util / "cutlass" / "util").mkdir(parents=True)
-    (include / "cutlass" / "cutlass.h").write_text("")
-    (include / "cutlass" / "version.h").write_text("#define CUTLASS_MAJOR 4\n#define CUTLASS_MINOR 2\n#define CUTLASS_PATCH 0\n")
-    (util / "cutlass" / "util" / "packed_stride.hpp").write_text("")
-    return include, util
-
-
-def _configure(tmp_path: Path, archs: tuple[str, ...] | str) -> subprocess.CompletedProcess[str]:
-    nvcc, cmake, ninja = _build._find_nvcc(), shutil.which("cmake"), shutil.which("ninja")
-    include, util = _fake_cutlass(tmp_path)
-    tc = _build.Toolchain(include, util, "4.2.0", nvcc, "?", Path(cmake), Path(ninja))
-    cmd = _build.configure_command(tc, tmp_path / "build", archs if isinstance(archs, tuple) else ("90a",))
-    if isinstance(archs, str):  # pass a raw list, bypassing the Python check
-        cmd = [c if not c.startswith("-DMIRCUDA_ARCHS=") else f"-DMIRCUDA_ARCHS={archs}" for c in cmd]
-    return subprocess.run(cmd, capture_output=True, text=True)
-
-
-def _needs_build_tools() -> None:
-    try:
-        _build._find_nvcc()
-    except mc.CutlassNotFound as exc:
-        pytest.skip(str(exc))
-    if not (shutil.which("cmake") and shutil.which("ninja")):
-        pytest.skip("cmake or ninja is not installed (pip install 'mircuda[cutlass]')")
-
-
 def test_cmake_configures_one_translation_unit_per_kernel(tmp_path) -> None:
-    _needs_build_tools()
-    out = _configure(tmp_path, ("90a", "120f"))
+    needs_build_tools()
+    out = configure(tmp_path, ("90a", "120f"))
     assert out.returncode == 0, out.stdout + out.stderr
     gen = sorted(p.name for p in (tmp_path / "build" / "gen").glob("*.cu")
                  if "_fp8_" not in p.name and "_nvfp4_" not in p.name and "_grouped_" not in p.name)
@@ -250,8 +221,8 @@ def test_cmake_configures_one_translation_unit_per_kernel(tmp_path) -> None:
 
 
 def test_cmake_builds_only_the_sm120_kernels_for_120f(tmp_path) -> None:
-    _needs_build_tools()
-    out = _configure(tmp_path, ("120f",))
+    needs_build_tools()
+    out = configure(tmp_path, ("120f",))
     assert out.returncode == 0, out.stdout + out.stderr
     gen = {p.name.rsplit("_", 2)[0] for p in (tmp_path / "build" / "gen").glob("*.cu")}
     assert gen == {"sm80_decode", "sm80_wide", "sm80_bulk", "simt", "sm120_fp8", "sm120_nvfp4_coop",
@@ -259,8 +230,8 @@ def test_cmake_builds_only_the_sm120_kernels_for_120f(tmp_path) -> None:
 
 
 def test_cmake_refuses_stub_targets_too(tmp_path) -> None:
-    _needs_build_tools()
-    out = _configure(tmp_path, "90;120f")
+    needs_build_tools()
+    out = configure(tmp_path, ("90a",), raw_archs="90;120f")
     assert out.returncode != 0 and "printf stub" in out.stdout + out.stderr
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 import mircuda as mc
+from cmake_project import configure, needs_build_tools
 from mircuda.matmul import _build, _fp4_cutlass, _fp4_sass, _library, _sass
 from mircuda.matmul._fp4 import _cutlass_fp4_choice, fp4_target, has_e2m1_cvt
 
@@ -139,30 +139,9 @@ def test_the_cutlass_operands_are_16_byte_aligned_with_tiled_scales() -> None:
     assert [o.count for o in ops] == [300 * 528, 384 * 68, 1032 * 528, 1152 * 68, 300 * 1032]
 
 
-def _needs_build_tools() -> None:
-    try:
-        _build._find_nvcc()
-    except mc.CutlassNotFound as exc:
-        pytest.skip(str(exc))
-    if not (shutil.which("cmake") and shutil.which("ninja")):
-        pytest.skip("cmake or ninja is not installed (pip install 'mircuda[cutlass]')")
-
-
-def _configure(tmp_path: Path, archs: tuple[str, ...], families: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
-    include, util = tmp_path / "include", tmp_path / "util"
-    (include / "cutlass").mkdir(parents=True)
-    (util / "cutlass" / "util").mkdir(parents=True)
-    (include / "cutlass" / "cutlass.h").write_text("")
-    (util / "cutlass" / "util" / "packed_stride.hpp").write_text("")
-    tc = _build.Toolchain(include, util, "4.2.0", _build._find_nvcc(), "?", Path(shutil.which("cmake") or "cmake"),
-                          Path(shutil.which("ninja") or "ninja"))
-    return subprocess.run(_build.configure_command(tc, tmp_path / "build", archs, families), capture_output=True,
-                          text=True, check=False)
-
-
 def test_the_fp4_family_configures_alone_for_120f(tmp_path) -> None:
-    _needs_build_tools()
-    out = _configure(tmp_path, ("90a", "120f"), ("FP4",))
+    needs_build_tools()
+    out = configure(tmp_path, ("90a", "120f"), ("FP4",))
     assert out.returncode == 0, out.stdout + out.stderr
     gen = tmp_path / "build" / "gen"
     names = {p.name for p in gen.glob("*.cu")}
@@ -177,8 +156,8 @@ def test_the_fp4_family_configures_alone_for_120f(tmp_path) -> None:
 
 
 def test_an_fp4_family_without_120f_is_refused(tmp_path) -> None:
-    _needs_build_tools()
-    out = _configure(tmp_path, ("90a",), ("SM120_NVFP4_PINGPONG",))
+    needs_build_tools()
+    out = configure(tmp_path, ("90a",), ("SM120_NVFP4_PINGPONG",))
     assert out.returncode != 0 and "SM120_NVFP4_PINGPONG is compiled for 120f" in out.stdout + out.stderr
 
 

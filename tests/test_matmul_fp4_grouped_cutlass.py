@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import mircuda as mc
+from cmake_project import configure, needs_build_tools
 from mircuda.matmul import _build, _fp4_grouped_cutlass, _fp4_sass, _library, _sass
 from mircuda.matmul._fp4_grouped_cutlass import CutlassGroupedFp4, choose_grouped_kernel, grouped_workspace_rows
 
@@ -68,30 +69,9 @@ def test_the_grouped_family_group_parses() -> None:
     assert _build.parse_families("fp4_grouped,fp4") == ("FP4_GROUPED", "FP4")
 
 
-def _needs_build_tools() -> None:
-    try:
-        _build._find_nvcc()
-    except mc.CutlassNotFound as exc:
-        pytest.skip(str(exc))
-    if not (shutil.which("cmake") and shutil.which("ninja")):
-        pytest.skip("cmake or ninja is not installed (pip install 'mircuda[cutlass]')")
-
-
-def _configure(tmp_path: Path, archs: tuple[str, ...], families: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
-    include, util = tmp_path / "include", tmp_path / "util"
-    (include / "cutlass").mkdir(parents=True)
-    (util / "cutlass" / "util").mkdir(parents=True)
-    (include / "cutlass" / "cutlass.h").write_text("")
-    (util / "cutlass" / "util" / "packed_stride.hpp").write_text("")
-    tc = _build.Toolchain(include, util, "4.2.0", _build._find_nvcc(), "?", Path(shutil.which("cmake") or "cmake"),
-                          Path(shutil.which("ninja") or "ninja"))
-    return subprocess.run(_build.configure_command(tc, tmp_path / "build", archs, families), capture_output=True,
-                          text=True, check=False)
-
-
 def test_the_grouped_families_configure_alone_for_120f(tmp_path) -> None:
-    _needs_build_tools()
-    out = _configure(tmp_path, ("90a", "120f"), ("FP4_GROUPED",))
+    needs_build_tools()
+    out = configure(tmp_path, ("90a", "120f"), ("FP4_GROUPED",))
     assert out.returncode == 0, out.stdout + out.stderr
     gen = tmp_path / "build" / "gen"
     names = {p.name for p in gen.glob("*.cu")}
@@ -106,15 +86,15 @@ def test_the_grouped_families_configure_alone_for_120f(tmp_path) -> None:
 
 
 def test_the_default_build_holds_the_grouped_families_with_120f_only(tmp_path) -> None:
-    _needs_build_tools()
-    out = _configure(tmp_path / "both", ("90a", "120f"), ())
+    needs_build_tools()
+    out = configure(tmp_path / "both", ("90a", "120f"), ())
     assert out.returncode == 0, out.stdout + out.stderr
     names = {p.name for p in (tmp_path / "both" / "build" / "gen").glob("*nvfp4_grouped*.cu")}
     assert names == {"sm120_nvfp4_grouped_coop_e2m1_bf16.cu", "sm120_nvfp4_grouped_pingpong_e2m1_bf16.cu"}
-    out = _configure(tmp_path / "hopper", ("90a",), ())
+    out = configure(tmp_path / "hopper", ("90a",), ())
     assert out.returncode == 0, out.stdout + out.stderr
     assert not list((tmp_path / "hopper" / "build" / "gen").glob("*nvfp4_grouped*.cu"))
-    out = _configure(tmp_path / "refused", ("90a",), ("SM120_NVFP4_GROUPED_COOP",))
+    out = configure(tmp_path / "refused", ("90a",), ("SM120_NVFP4_GROUPED_COOP",))
     assert out.returncode != 0 and "SM120_NVFP4_GROUPED_COOP is compiled for 120f" in out.stdout + out.stderr
 
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 import mircuda as mc
+from cmake_project import configure, needs_build_tools
 from mircuda.matmul import _build, _fp8_sass, _library, _sass
 
 HEADER = _build.project_dir() / "include" / "mircuda_cutlass.h"
@@ -104,27 +103,6 @@ def test_dense_kernel_infos_keep_their_defaults() -> None:
         assert k.kind == "dense" and k.scale_block == (0, 0, 0) and k.scale_major == ("", "")
 
 
-def _needs_build_tools() -> None:
-    try:
-        _build._find_nvcc()
-    except mc.CutlassNotFound as exc:
-        pytest.skip(str(exc))
-    if not (shutil.which("cmake") and shutil.which("ninja")):
-        pytest.skip("cmake or ninja is not installed (pip install 'mircuda[cutlass]')")
-
-
-def _configure(tmp_path: Path, archs: tuple[str, ...], families: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
-    include, util = tmp_path / "include", tmp_path / "util"
-    (include / "cutlass").mkdir(parents=True)
-    (util / "cutlass" / "util").mkdir(parents=True)
-    (include / "cutlass" / "cutlass.h").write_text("")
-    (util / "cutlass" / "util" / "packed_stride.hpp").write_text("")
-    tc = _build.Toolchain(include, util, "4.2.0", _build._find_nvcc(), "?", Path(shutil.which("cmake") or "cmake"),
-                          Path(shutil.which("ninja") or "ninja"))
-    return subprocess.run(_build.configure_command(tc, tmp_path / "build", archs, families), capture_output=True,
-                          text=True, check=False)
-
-
 @pytest.mark.parametrize("archs, tus", [
     (("90a", "120f"), {"sm90_fp8_coop_e4m3_bf16.cu": "90a", "sm90_fp8_pingpong_e4m3_bf16.cu": "90a",
                        "sm120_fp8_e4m3_bf16.cu": "120f"}),
@@ -132,8 +110,8 @@ def _configure(tmp_path: Path, archs: tuple[str, ...], families: tuple[str, ...]
     (("120f",), {"sm120_fp8_e4m3_bf16.cu": "120f"}),
 ])
 def test_the_fp8_family_configures_alone_for_its_archs(tmp_path, archs, tus) -> None:
-    _needs_build_tools()
-    out = _configure(tmp_path, archs, ("FP8",))
+    needs_build_tools()
+    out = configure(tmp_path, archs, ("FP8",))
     assert out.returncode == 0, out.stdout + out.stderr
     gen = tmp_path / "build" / "gen"
     assert {p.name for p in gen.glob("*.cu")} == set(tus)
@@ -148,8 +126,8 @@ def test_the_fp8_family_configures_alone_for_its_archs(tmp_path, archs, tus) -> 
 
 
 def test_an_fp8_family_without_its_arch_is_refused(tmp_path) -> None:
-    _needs_build_tools()
-    out = _configure(tmp_path, ("90a",), ("SM120_FP8",))
+    needs_build_tools()
+    out = configure(tmp_path, ("90a",), ("SM120_FP8",))
     assert out.returncode != 0 and "SM120_FP8 is compiled for 120f" in out.stdout + out.stderr
 
 

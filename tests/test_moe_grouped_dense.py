@@ -11,9 +11,7 @@ import ctypes
 import dataclasses
 import os
 import re
-import shutil
 import struct
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -21,6 +19,7 @@ from typing import Any
 import pytest
 
 import mircuda as mc
+from cmake_project import configure, needs_build_tools
 from mircuda.matmul import _build, _library, _moe_grouped_dense
 from mircuda.matmul._moe import PATHS, PairedVariableGroupedFp4Plan, VariableGroupedFp4Plan
 from mircuda.matmul._moe_grouped_dense import (COOPERATIVE_MIN_ROWS, DECODE_GROUPED_MIN_ROWS, DecodeGroupedFp4,
@@ -65,30 +64,9 @@ def test_the_grouped_dense_family_group_parses() -> None:
     assert _build.parse_families("sm90_grouped_coop") == ("SM90_GROUPED_COOP",)
 
 
-def _needs_build_tools() -> None:
-    try:
-        _build._find_nvcc()
-    except mc.CutlassNotFound as exc:
-        pytest.skip(str(exc))
-    if not (shutil.which("cmake") and shutil.which("ninja")):
-        pytest.skip("cmake or ninja is not installed (pip install 'mircuda[cutlass]')")
-
-
-def _configure(tmp_path: Path, archs: tuple[str, ...], families: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
-    include, util = tmp_path / "include", tmp_path / "util"
-    (include / "cutlass").mkdir(parents=True)
-    (util / "cutlass" / "util").mkdir(parents=True)
-    (include / "cutlass" / "cutlass.h").write_text("")
-    (util / "cutlass" / "util" / "packed_stride.hpp").write_text("")
-    tc = _build.Toolchain(include, util, "4.2.0", _build._find_nvcc(), "?", Path(shutil.which("cmake") or "cmake"),
-                          Path(shutil.which("ninja") or "ninja"))
-    return subprocess.run(_build.configure_command(tc, tmp_path / "build", archs, families), capture_output=True,
-                          text=True, check=False)
-
-
 def test_the_grouped_dense_families_configure_for_90a_only(tmp_path) -> None:
-    _needs_build_tools()
-    out = _configure(tmp_path / "alone", ("90a",), ("GROUPED_DENSE",))
+    needs_build_tools()
+    out = configure(tmp_path / "alone", ("90a",), ("GROUPED_DENSE",))
     assert out.returncode == 0, out.stdout + out.stderr
     gen = tmp_path / "alone" / "build" / "gen"
     assert {p.name for p in gen.glob("*.cu")} == {"sm90_grouped_coop_bf16_bf16.cu",
@@ -97,10 +75,10 @@ def test_the_grouped_dense_families_configure_for_90a_only(tmp_path) -> None:
     assert "MIRCUDA_SM90_GROUPED_COOP 1" in tu and "MIRCUDA_ARCH_LIST 90" in tu and "grouped_dense_instance.cuh" in tu
     ninja = (tmp_path / "alone" / "build" / "build.ninja").read_text()
     assert "arch=compute_90a,code=sm_90a" in ninja and "sm_120f" not in ninja
-    out = _configure(tmp_path / "blackwell", ("120f",), ())
+    out = configure(tmp_path / "blackwell", ("120f",), ())
     assert out.returncode == 0, out.stdout + out.stderr
     assert not list((tmp_path / "blackwell" / "build" / "gen").glob("sm90_grouped_*.cu"))
-    out = _configure(tmp_path / "refused", ("120f",), ("SM90_GROUPED_PINGPONG",))
+    out = configure(tmp_path / "refused", ("120f",), ("SM90_GROUPED_PINGPONG",))
     assert out.returncode != 0 and "SM90_GROUPED_PINGPONG is compiled for 90a" in out.stdout + out.stderr
 
 
