@@ -220,7 +220,7 @@ def test_the_grouped_sass_check_reports_a_missing_cuobjdump_or_no_kernels(monkey
     report = _fp4_sass.grouped_block_scaled_fp4_sass_check(Path("unused.so"))
     assert not report.ok and "cuobjdump not found" in report.error
     text = f"\n\tFunction : _ZN7cutlass6KernelI\n  {OPCODE} R4 ;\n"
-    monkeypatch.setattr(_fp4_sass, "disassemble", lambda library, arch: (text, ""))
+    monkeypatch.setattr(_sass, "disassemble", lambda library, arch: (text, ""))  # the checks all disassemble there
     report = _fp4_sass.grouped_block_scaled_fp4_sass_check(tmp_path / "libx.so")
     assert not report.ok and "no grouped block-scaled NVFP4 kernels" in report.error
 
@@ -231,7 +231,7 @@ def test_cutlass_check_reports_the_grouped_sass(monkeypatch, capsys) -> None:
     body = f"  {OPCODE} R4 ;\n  UTMALDG [UR4] ;\n"
     name = "_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalINS1_17GroupProblemShapeI"
     text = f"\n\tFunction : {name}MainloopSm120ArrayTmaWarpSpecializedBlockScaled_float_e2m1_tA\n{body}"
-    monkeypatch.setattr(_fp4_sass, "disassemble", lambda library, arch: (text, ""))
+    monkeypatch.setattr(_sass, "disassemble", lambda library, arch: (text, ""))  # the checks all disassemble there
     failures: list[str] = []
     lib = SimpleNamespace(path="/x/libmircuda_cutlass.so", grouped_kernels=(_kernel(),))
     out = _cutlass_check._fp4_grouped_sass(lib, failures)

@@ -20,10 +20,10 @@ import re
 import subprocess
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from ._sass import disassemble, find_cuobjdump, sass_functions
+from ._sass import SassFunction, SassReport, check_functions, find_cuobjdump
 
 __all__ = ["FP4_SASS", "FP4_SASS_AVOID", "FP4_CVT_PTX", "FP4_CVT_SASS", "Fp4SassFunction", "Fp4SassReport",
            "block_scaled_fp4_sass_check", "is_block_scaled_fp4_function", "omma_opcodes",
@@ -62,26 +62,10 @@ def is_grouped_block_scaled_fp4_function(mangled: str) -> bool:
             and "GroupProblemShape" in mangled and "float_e2m1_t" in mangled)
 
 
-@dataclass
-class Fp4SassFunction:
-    name: str
-    ok: bool
-    missing: list[str] = field(default_factory=list)
-    unexpected: list[str] = field(default_factory=list)
-    mma_count: int = 0
-    opcodes: list[str] = field(default_factory=list)
-    """The distinct block-scaled MMA opcodes found (:func:`omma_opcodes`)."""
-
-
-@dataclass
-class Fp4SassReport:
-    arch: str
-    functions: list[Fp4SassFunction]
-    error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return not self.error and bool(self.functions) and all(f.ok for f in self.functions)
+Fp4SassFunction = SassFunction
+"""One block-scaled NVFP4 kernel's verdict (:class:`~mircuda.matmul._sass.SassFunction`; ``opcodes``:
+:func:`omma_opcodes`)."""
+Fp4SassReport = SassReport
 
 
 def block_scaled_fp4_sass_check(library: Path) -> Fp4SassReport:
@@ -100,21 +84,7 @@ def grouped_block_scaled_fp4_sass_check(library: Path) -> Fp4SassReport:
 
 
 def _sass_check(library: Path, wanted: Callable[[str], bool], what: str) -> Fp4SassReport:
-    arch = "sm_120f"
-    sass, error = disassemble(library, arch)
-    if error:
-        return Fp4SassReport(arch, [], error)
-    functions = []
-    for name, body in sass_functions(sass):
-        if not wanted(name):
-            continue
-        missing = [op for op in FP4_SASS if op not in body]
-        unexpected = [op for op in FP4_SASS_AVOID if op in body]
-        functions.append(Fp4SassFunction(name[:160], not missing and not unexpected, missing, unexpected,
-                                         body.count(FP4_SASS[0]), omma_opcodes(body)))
-    if not functions:
-        return Fp4SassReport(arch, [], f"no {what} in the {arch} code of {library.name}")
-    return Fp4SassReport(arch, functions)
+    return check_functions(library, "sm_120f", wanted, FP4_SASS, FP4_SASS_AVOID, omma_opcodes, what)
 
 
 @dataclass

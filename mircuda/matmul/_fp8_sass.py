@@ -7,10 +7,9 @@ accumulation, ``QMMA.16832.F32.E4M3.E4M3`` in SASS); in the sm_90a code the FP8 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._sass import disassemble, sass_functions
+from ._sass import SassFunction, SassReport, check_functions
 
 __all__ = ["FP8_SASS", "Fp8SassFunction", "Fp8SassReport", "blockwise_fp8_sass_check", "is_blockwise_fp8_function",
            "mma_opcodes"]
@@ -24,26 +23,9 @@ FP8_SASS_AVOID = ("HMMA",)
 """A 16-bit MMA would mean the operands were converted before the tensor cores."""
 
 
-@dataclass
-class Fp8SassFunction:
-    name: str
-    ok: bool
-    missing: list[str] = field(default_factory=list)
-    unexpected: list[str] = field(default_factory=list)
-    mma_count: int = 0
-    opcodes: list[str] = field(default_factory=list)
-    """The distinct FP8 MMA opcodes found (:func:`mma_opcodes`)."""
-
-
-@dataclass
-class Fp8SassReport:
-    arch: str
-    functions: list[Fp8SassFunction]
-    error: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return not self.error and bool(self.functions) and all(f.ok for f in self.functions)
+Fp8SassFunction = SassFunction
+"""One blockwise FP8 kernel's verdict (:class:`~mircuda.matmul._sass.SassFunction`; ``opcodes``: :func:`mma_opcodes`)."""
+Fp8SassReport = SassReport
 
 
 def is_blockwise_fp8_function(mangled: str) -> bool:
@@ -75,18 +57,5 @@ def blockwise_fp8_sass_check(library: Path, arch: str = "sm_120f") -> Fp8SassRep
         from ..errors import ContractError
 
         raise ContractError("arch", f"one of {', '.join(FP8_SASS)}", repr(arch))
-    need = FP8_SASS[arch]
-    sass, error = disassemble(library, arch)
-    if error:
-        return Fp8SassReport(arch, [], error)
-    functions = []
-    for name, body in sass_functions(sass):
-        if not is_blockwise_fp8_function(name):
-            continue
-        missing = [op for op in need if op not in body]
-        unexpected = [op for op in FP8_SASS_AVOID if op in body]
-        functions.append(Fp8SassFunction(name[:160], not missing and not unexpected, missing, unexpected,
-                                         body.count(need[0]), mma_opcodes(body)))
-    if not functions:
-        return Fp8SassReport(arch, [], f"no blockwise FP8 kernels in the {arch} code of {library.name}")
-    return Fp8SassReport(arch, functions)
+    return check_functions(library, arch, is_blockwise_fp8_function, FP8_SASS[arch], FP8_SASS_AVOID, mma_opcodes,
+                           "blockwise FP8 kernels")

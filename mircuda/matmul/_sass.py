@@ -7,9 +7,58 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["disassemble", "find_cuobjdump", "sass_functions"]
+__all__ = ["SassFunction", "SassReport", "check_functions", "disassemble", "find_cuobjdump", "sass_functions"]
+
+
+@dataclass
+class SassFunction:
+    """One kernel's verdict: ``missing`` opcodes it must hold, ``unexpected`` ones it must not, how many
+    times the first required opcode (the MMA) occurs, and the distinct MMA opcodes found."""
+
+    name: str
+    ok: bool
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    mma_count: int = 0
+    opcodes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SassReport:
+    """The checked kernels of one arch's code; ``error`` when cuobjdump is missing, fails, or finds none."""
+
+    arch: str
+    functions: list[SassFunction]
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error and bool(self.functions) and all(f.ok for f in self.functions)
+
+
+def check_functions(library: Path, arch: str, wanted: Callable[[str], bool], need: Sequence[str],
+                    avoid: Sequence[str], opcodes: Callable[[str], list[str]], what: str) -> SassReport:
+    """Disassemble ``library``'s ``arch`` code and check every function ``wanted`` (by mangled name) for
+    each opcode of ``need`` (the MMA first) and none of ``avoid``; ``what`` names the kernels in the
+    error when there is none."""
+    sass, error = disassemble(library, arch)
+    if error:
+        return SassReport(arch, [], error)
+    functions = []
+    for name, body in sass_functions(sass):
+        if not wanted(name):
+            continue
+        missing = [op for op in need if op not in body]
+        unexpected = [op for op in avoid if op in body]
+        functions.append(SassFunction(name[:160], not missing and not unexpected, missing, unexpected,
+                                      body.count(need[0]), opcodes(body)))
+    if not functions:
+        return SassReport(arch, [], f"no {what} in the {arch} code of {library.name}")
+    return SassReport(arch, functions)
 
 
 def find_cuobjdump() -> str | None:
