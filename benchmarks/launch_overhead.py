@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -119,15 +117,16 @@ def setup_paths(context: mc.Context, only: str) -> dict[str, tuple[Callable[[], 
 
 
 def build_c_floor(tmp: str, cubin: bytes) -> list[str] | None:
-    """Compile the C floor program; return its command line up to the counts, or None without nvcc."""
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    if not os.path.exists(nvcc):
-        print("C floor unavailable: no nvcc", file=sys.stderr)
+    """Compile the C floor program (graph-profile's builder: the one nvcc finder); return its command line
+    up to the counts (the 4-argument launch mode), or None where it cannot be built (the reason printed)."""
+    from mircuda.cli._graph_floor import FloorUnavailable, build
+
+    try:
+        floor = build(Path(tmp), cubin, "empty", 0, HERE / "c" / "launch_floor.c")
+    except FloorUnavailable as exc:
+        print(f"C floor unavailable: {exc}", file=sys.stderr)
         return None
-    exe, cub = os.path.join(tmp, "launch_floor"), os.path.join(tmp, "empty.cubin")
-    Path(cub).write_bytes(cubin)
-    subprocess.run([nvcc, "-O2", "-o", exe, str(HERE / "c" / "launch_floor.c"), "-lcuda"], check=True)
-    return [exe, cub, "empty"]
+    return [str(floor.executable), str(floor.cubin), floor.symbol]
 
 
 def c_floor(cmd: list[str] | None, calls: int, batches: int) -> float | None:

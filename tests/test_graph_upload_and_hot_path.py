@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import mircuda as mc
+from hotpath_stand_in import StandInDriver, keep_bindings
 from mircuda import _cuda
 from mircuda.errors import CudaError
 from mircuda.graph import _capture
@@ -119,23 +120,9 @@ def test_graph_launch_goes_through_the_c_extension(monkeypatch) -> None:
                "cuEventRecord": ctypes.cast(keep[1], ctypes.c_void_p).value,
                "cuLaunchKernel": ctypes.cast(launch, ctypes.c_void_p).value}
 
-    class Driver:  # the calls _bind_hot_path makes
-        class CUdriverProcAddress_flags:
-            CU_GET_PROC_ADDRESS_DEFAULT = 0
-
-        def cuDriverGetVersion(self):  # type: ignore[no-untyped-def]
-            return 0, 13000
-
-        def cuGetProcAddress(self, name, version, flags):  # type: ignore[no-untyped-def]
-            return 0, address.get(name.decode(), 0x1)
-
-    for name in ("launch_kernel", "launch_kernel_programmatic", "launch_kernel_attributes", "graph_launch",
-                 "event_record", "hot_path_kind"):
-        monkeypatch.setattr(_cuda, name, getattr(_cuda, name))
-    real = dict(_cuda.entry_points)  # before the stand-ins replace them (GPU tests may follow in this process)
-    monkeypatch.setattr(_cuda, "entry_points", {})
+    real = keep_bindings(monkeypatch)  # before the stand-ins replace them (GPU tests may follow in this process)
     try:
-        _cuda._bind_hot_path(Driver())
+        _cuda._bind_hot_path(StandInDriver(address, 13000))
         assert _cuda.hot_path_kind == "c-extension" and _cuda.graph_launch is hotpath.graph_launch
         stream = fake_stream(0x81)
         graph = mc.Graph._create(stream, None, 0xA, 0xB, CaptureRecord(stream, 7, nodes={}),  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import mircuda
+from hotpath_stand_in import StandInDriver, keep_bindings
 from mircuda import _cuda
 
 hotpath = pytest.importorskip("mircuda._hotpath", reason="the C extension was not built")
@@ -100,23 +101,10 @@ def test_the_ctypes_fallbacks_refuse_what_ctypes_would_wrap(monkeypatch, index, 
     keep = (LAUNCH(lambda *a: calls.append(a) or 0), LAUNCH_EX(lambda *a: calls.append(a) or 0))
     address = {"cuLaunchKernel": ctypes.cast(keep[0], vp).value, "cuLaunchKernelEx": ctypes.cast(keep[1], vp).value}
 
-    class Driver:  # the three calls _bind_hot_path makes
-        class CUdriverProcAddress_flags:
-            CU_GET_PROC_ADDRESS_DEFAULT = 0
-
-        def cuDriverGetVersion(self):  # type: ignore[no-untyped-def]
-            return 0, 12080
-
-        def cuGetProcAddress(self, name, version, flags):  # type: ignore[no-untyped-def]
-            return 0, address.get(name.decode(), 0x1)
-
-    for name in ("launch_kernel", "launch_kernel_programmatic", "launch_kernel_attributes", "graph_launch",
-                 "event_record", "hot_path_kind"):
-        monkeypatch.setattr(_cuda, name, getattr(_cuda, name))
-    monkeypatch.setattr(_cuda, "entry_points", {})
+    keep_bindings(monkeypatch)
     monkeypatch.delattr(mircuda, "_hotpath")  # and the import fails: the ctypes path
     monkeypatch.setitem(sys.modules, "mircuda._hotpath", None)
-    _cuda._bind_hot_path(Driver())
+    _cuda._bind_hot_path(StandInDriver(address, 12080))
     assert _cuda.hot_path_kind == "ctypes"
     args = list(ARGS)
     args[index] = value

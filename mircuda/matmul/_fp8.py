@@ -28,11 +28,11 @@ from ._library import CutlassLibrary, KernelInfo
 from ._quantize import activation_scale_shape, weight_scale_shape
 from ._spec import (
     DenseMatmulSpec,
-    check_disjoint,
     DenseVectorSpec,
     EngineViews,
     Operand,
     PlanBase,
+    check_disjoint,
     check_operand,
     check_scalar,
     int_knob,

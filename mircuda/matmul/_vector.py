@@ -19,10 +19,10 @@ from ..memory import DeviceBuffer
 from ._library import KernelInfo
 from ._spec import (
     DenseVectorSpec,
-    check_disjoint,
     EngineViews,
     Operand,
     PlanBase,
+    check_disjoint,
     check_operand,
     check_scalar,
     plan_stream,
