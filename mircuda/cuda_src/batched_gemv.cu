@@ -1,15 +1,15 @@
-// DenseMatmulPlan's decode kernel: C[M,N] = alpha * A[M,K] . W[N,K]^T + beta * C[M,N] for M <= 16,
+// DenseMatmulPlan's decode kernel: C[M,N] = alpha * A[M,K] . W[N,K]^T + beta * C[M,N] for M <= 32,
 // a "batched GEMV": the weights are read once, at HBM bandwidth, and each 16-byte weight load serves
 // all M rows of A.
 //
 // A is row-major [M, K] (lda = K: the M activation rows), W row-major [N, K] (one weight row per
 // output feature), C row-major [M, N]; A and W are FP16 or BF16, accumulation is FP32, C is the input
-// type or FP32. M is a compile-time constant (NVRTC -D MIRCUDA_GEMV_M=1..16), compiled by NVRTC for
+// type or FP32. M is a compile-time constant (NVRTC -D MIRCUDA_GEMV_M=1..32), compiled by NVRTC for
 // the current device (any cc >= 8.0) through mircuda's Compiler.
 //
 // The products run on the tensor cores with the warp-level mma.sync.m16n8k16 (FP32 accumulation,
 // PTX ISA "Warp-level matrix fragments for mma.m16n8k16"): the weights are the 16-row A operand, the
-// M activation rows are the 8-column B operand (one n8 tile for M <= 8, two for M <= 16). A CUDA-core
+// M activation rows are the 8-column B operand (one n8 tile per 8 rows: up to four). A CUDA-core
 // FMA loop would spend ~8 conversions and M FMAs per weight element, more instructions than a
 // bandwidth-bound kernel can issue at M = 16; the mma spends one instruction per 16x8x16 products.
 //
@@ -22,11 +22,13 @@
 // (row g, k 2t+8..), (row g+8, k 2t+8..); B regs {b0b1, b2b3} = (k 2t.., col g), (k 2t+8.., col g);
 // C {c0, c1, c2, c3} = (row g, col 2t), (row g, col 2t+1), (row g+8, col 2t), (row g+8, col 2t+1).
 //
-// Work split: block b owns weight rows [16b, 16b + 16); its warps (blockDim.x / 32, at most 8) split K
-// in chunks of 128 columns (four 32-column steps): warp w takes chunks w, w + warps, ... The `_v16`
-// variant needs K % 8 == 0 and 16-byte aligned A and W: each lane issues eight 16-byte weight loads
-// per chunk and the next chunk's loads before consuming the current one (register double
-// buffering, as in dense_vector.cu), so 8-16 loads per lane are in flight. Weights are read once, so
+// Work split: block b owns weight rows [16Tb, 16Tb + 16T), T = MIRCUDA_GEMV_ROW_TILES (1 or 2: each
+// activation fragment a lane loads then serves T 16-row tiles, which matters above M = 16, where the
+// activation loads outnumber the weight loads); its warps (blockDim.x / 32, at most 8) split K
+// in chunks of 32 x MIRCUDA_GEMV_UNROLL columns (default four 32-column steps): warp w takes chunks w, w + warps, ... The `_v16`
+// variant needs K % 8 == 0 and 16-byte aligned A and W: each lane issues 2 x T x unroll 16-byte weight
+// loads per chunk and the next chunk's loads before consuming the current one (register double
+// buffering, as in dense_vector.cu), so twice that many are in flight. Weights are read once, so
 // they bypass L1 (ld.global.nc.L1::no_allocate); activations are read by every block and stay cached.
 // The `_any` variant takes any K and any 2-byte alignment with element loads. On cc >= 9.0 the kernel
 // supports programmatic dependent launch (see the prologue of batched_gemv). Rows past N read row
@@ -35,7 +37,7 @@
 #include <cuda_fp16.h>
 
 #ifndef MIRCUDA_GEMV_M
-#error "compile with -D MIRCUDA_GEMV_M=<rows of A, 1..64>"
+#error "compile with -D MIRCUDA_GEMV_M=<rows of A, 1..32>"
 #endif
 #ifndef MIRCUDA_GEMV_ROW_TILES
 #define MIRCUDA_GEMV_ROW_TILES 1
@@ -54,7 +56,7 @@
 namespace {
 
 constexpr int kM = MIRCUDA_GEMV_M;
-static_assert(kM >= 1 && kM <= 64, "MIRCUDA_GEMV_M must be in 1..64");
+static_assert(kM >= 1 && kM <= 32, "MIRCUDA_GEMV_M must be in 1..32");
 constexpr int kTiles = (kM + 7) / 8;  // n8 tiles of activation rows
 // 16-row weight tiles per warp (the mma's M): each activation fragment a lane loads serves all of them,
 // so two halve the activation reads per weight byte (which at M > 16 outnumber the weight loads).
