@@ -15,7 +15,13 @@ import mircuda as mc
 from mircuda.matmul._dense import MISALIGNED, matmul_executor
 from mircuda.matmul._gemv import gemv_kernels
 from mircuda.matmul._library import CutlassLibrary, KernelInfo
-from mircuda.matmul._select import BATCHED_GEMV_MAX_M, select_kernel, split_k_slices, tensor_core_aligned
+from mircuda.matmul._select import (
+    BATCHED_GEMV_MAX_M,
+    BATCHED_GEMV_RULE_MAX_M,
+    select_kernel,
+    split_k_slices,
+    tensor_core_aligned,
+)
 from mircuda.matmul._vector import INVALID_VALUE, kernel_executor, vector_kernels
 
 H200 = ((9, 0), 132)
@@ -100,17 +106,22 @@ def test_available_kernels_checks_its_arguments(kwargs, argument) -> None:
 
 
 def test_from_m_17_the_cutlass_kernels_run_and_forcing_one_is_allowed_for_decode() -> None:
-    assert BATCHED_GEMV_MAX_M == 16
+    # the rules' decode range; the measured table may take the batched GEMV further (test_matmul_tuned.py)
+    assert BATCHED_GEMV_RULE_MAX_M == 16
     assert pick(17, 4096, 4096, gemv=True).kernel.family == "sm90_swapped"
     assert pick(17, 4096, 4096, RTX5090, gemv=True).kernel.family == "sm80_tensorop"
     forced = pick(4, 4096, 4096, forced="sm90_swap_128x32x128_splitk_bf16_bf16", gemv=True)
     assert forced.kernel.family == "sm90_swapped" and forced.splits == 4
 
 
-def test_the_batched_gemv_is_forced_only_for_m_up_to_16() -> None:
+@pytest.mark.parametrize("name", ["batched_gemv_bf16_bf16", "batched_gemv_rows32_bf16_bf16"])
+def test_the_batched_gemv_is_forced_only_for_m_up_to_32(name) -> None:
+    assert BATCHED_GEMV_MAX_M == 32
     assert pick(16, 64, 64, forced="batched_gemv_f16_f16", input="f16", output="f16", gemv=True).kernel.origin == "nvrtc"
-    with pytest.raises(mc.ContractError, match="M <= 16") as info:
-        pick(17, 64, 64, forced="batched_gemv_bf16_bf16", gemv=True)
+    forced = pick(32, 64, 64, forced=name, gemv=True)
+    assert forced.kernel.name == name and forced.reason == "forced by the caller"
+    with pytest.raises(mc.ContractError, match="M <= 32") as info:
+        pick(33, 64, 64, forced=name, gemv=True)
     assert info.value.argument == "kernel"
     with pytest.raises(mc.ContractError, match="kernel"):
         pick(4, 64, 64, forced="batched_gemv_f16_f16", gemv=True)  # other types
@@ -122,8 +133,9 @@ def test_the_batched_gemv_needs_cc_8_and_no_library() -> None:
     for kernels in (gemv_kernels(), vector_kernels()):
         with pytest.raises(mc.UnsupportedPlatform):
             select_kernel(kernels, mc.DenseMatmulSpec(1, 64, 64), "bf16", "bf16", (7, 5), 40)
-    assert {k.name for k in gemv_kernels()} == {f"batched_gemv_{i}_{o}" for i, o in
-                                                 (("bf16", "bf16"), ("bf16", "f32"), ("f16", "f16"), ("f16", "f32"))}
+    assert {k.name for k in gemv_kernels()} == {f"batched_gemv_{r}{i}_{o}" for i, o in
+                                                 (("bf16", "bf16"), ("bf16", "f32"), ("f16", "f16"), ("f16", "f32"))
+                                                 for r in ("", "rows32_")}
 
 
 @pytest.mark.parametrize("m, family", [(1, "sm90_swapped"), (16, "sm90_swapped"), (64, "sm90_swapped"),

@@ -1,6 +1,7 @@
-"""The batched GEMV of DenseMatmulPlan (M <= 16) without a GPU: its CUDA C compiles with NVRTC for
-Hopper and the SM12x family for one and two n8 tiles of A, streams weights with 16-byte loads past L1
-into tensor-core mma.sync, and refuses an M outside 1..16 at compile time."""
+"""The batched GEMV of DenseMatmulPlan (M <= 32) without a GPU: its CUDA C compiles with NVRTC for
+Hopper and the SM12x family for one to four n8 tiles of A and one or two 16-row weight tiles, streams
+weights with 16-byte loads past L1 into tensor-core mma.sync, and refuses an M outside 1..32 at compile
+time."""
 
 from __future__ import annotations
 
@@ -9,15 +10,25 @@ import re
 import pytest
 
 import mircuda as mc
-from mircuda.matmul._gemv import batched_gemv_source, choose_gemv, gemv_options, gemv_symbol, unroll_candidates
+from mircuda.matmul._gemv import (
+    MAX_M,
+    RULE_MAX_M,
+    batched_gemv_source,
+    choose_gemv,
+    gemv_kernels,
+    gemv_name,
+    gemv_options,
+    gemv_symbol,
+    unroll_candidates,
+)
 
 SYMBOLS = [gemv_symbol(i, o, v) for i in ("bf16", "f16") for o in (i, "f32") for v in (True, False)]
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_120f"])
-@pytest.mark.parametrize("m", [1, 9, 16])
-def test_the_kernel_compiles_for_every_target_and_m(arch, m) -> None:
-    prog = mc.compile_program(batched_gemv_source(), arch, gemv_options(m))
+@pytest.mark.parametrize("m, row_tiles", [(1, 1), (9, 1), (16, 1), (17, 2), (32, 1), (32, 2)])
+def test_the_kernel_compiles_for_every_target_and_m(arch, m, row_tiles) -> None:
+    prog = mc.compile_program(batched_gemv_source(), arch, gemv_options(m, 2, row_tiles))
     assert prog.image[:4] == b"\x7fELF"
     for symbol in SYMBOLS:
         assert symbol.encode() in prog.image
@@ -28,7 +39,7 @@ def entry(ptx: str, symbol: str) -> str:
     return body[: body.index("\n}")]
 
 
-@pytest.mark.parametrize("m, tiles", [(1, 1), (8, 1), (9, 2), (16, 2)])
+@pytest.mark.parametrize("m, tiles", [(1, 1), (8, 1), (9, 2), (16, 2), (24, 3), (32, 4)])
 def test_weights_stream_past_l1_into_one_mma_pair_per_step_and_tile(m, tiles) -> None:
     options = mc.CompileOptions(defines={"MIRCUDA_GEMV_M": m}, output="ptx")
     ptx = mc.compile_program(batched_gemv_source(), "compute_90", options).image.decode()
@@ -62,8 +73,8 @@ def test_on_hopper_and_later_the_kernel_waits_for_the_previous_grid_before_its_f
             assert "prefetch.global.L2" in body[:wait] or symbol.endswith("_any")
 
 
-@pytest.mark.parametrize("m", [0, 17])
-def test_an_m_outside_1_to_16_does_not_compile(m) -> None:
+@pytest.mark.parametrize("m", [0, 33])
+def test_an_m_outside_1_to_32_does_not_compile(m) -> None:
     with pytest.raises(mc.CompileError, match="MIRCUDA_GEMV_M"):
         mc.compile_program(batched_gemv_source(), "sm_90", gemv_options(m))
 
@@ -82,9 +93,42 @@ def test_shorter_chunks_keep_one_mma_pair_per_step_and_tile(m, unroll) -> None:
     assert len(re.findall(r"mma\.sync\.aligned\.m16n8k16", bf16)) >= 2 * unroll * 2
 
 
+def test_two_row_tiles_issue_twice_the_weight_loads_and_mmas_per_activation_load() -> None:
+    # Each 16-byte activation load (ld.global.nc.v4 without the L1 bypass) serves both 16-row tiles.
+    def counts(row_tiles: int) -> tuple[int, int, int]:
+        options = mc.CompileOptions(defines={"MIRCUDA_GEMV_M": 32, "MIRCUDA_GEMV_UNROLL": 1,
+                                             "MIRCUDA_GEMV_ROW_TILES": row_tiles}, output="ptx")
+        bf16 = entry(mc.compile_program(batched_gemv_source(), "compute_90", options).image.decode(),
+                     "batched_gemv_bf16_bf16_v16")
+        weights = bf16.count("ld.global.nc.L1::no_allocate.L2::128B.v4.u32")
+        activations = len(re.findall(r"ld\.global\.nc\.v4\.u32", bf16))
+        return weights, activations, len(re.findall(r"mma\.sync\.aligned\.m16n8k16", bf16))
+    (w1, a1, m1), (w2, a2, m2) = counts(1), counts(2)
+    assert a1 == a2 > 0
+    assert w2 == 2 * w1 and m2 == 2 * m1
+
+
+def test_an_odd_row_tiling_does_not_compile() -> None:
+    options = mc.CompileOptions(defines={"MIRCUDA_GEMV_M": 8, "MIRCUDA_GEMV_ROW_TILES": 3})
+    with pytest.raises(mc.CompileError, match="MIRCUDA_GEMV_ROW_TILES"):
+        mc.compile_program(batched_gemv_source(), "sm_90", options)
+
+
+def test_the_table_offers_both_row_tilings_up_to_m_32_and_the_rules_take_one_tile_up_to_16() -> None:
+    assert (MAX_M, RULE_MAX_M) == (32, 16)
+    names = [k.name for k in gemv_kernels()]
+    assert names[:4] == [gemv_name(i, o) for i, o in (("bf16", "bf16"), ("bf16", "f32"), ("f16", "f16"), ("f16", "f32"))]
+    assert gemv_name("bf16", "f32", 2) == "batched_gemv_rows32_bf16_f32" and gemv_name("bf16", "f32", 2) in names
+    assert {k.tile for k in gemv_kernels()} == {(16, 32, 128), (32, 32, 128)}
+    assert dict(gemv_options(4).defines) == {"MIRCUDA_GEMV_M": "4", "MIRCUDA_GEMV_UNROLL": "4"}
+    assert dict(gemv_options(20, 1, 2).defines)["MIRCUDA_GEMV_ROW_TILES"] == "2"
+
+
 def test_the_unroll_and_split_of_k_keep_the_most_weight_bytes_in_flight() -> None:
     assert unroll_candidates(1) == unroll_candidates(8) == (4,)
     assert unroll_candidates(9) == unroll_candidates(16) == (4, 2)
+    assert unroll_candidates(17) == unroll_candidates(32) == (4, 2, 1)
+    assert unroll_candidates(32, row_tiles=2) == (2, 1)
     # (unroll, warps) -> the most warps x unroll, then the most warps (H200 measurements in the docstring).
     assert choose_gemv([(4, 1), (2, 2)]) == (2, 2)   # 14336 x 4096
     assert choose_gemv([(4, 4), (2, 8)]) == (2, 8)   # 4096 x 4096, 4096 x 14336

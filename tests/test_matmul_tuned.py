@@ -112,7 +112,9 @@ def test_another_sm_count_keeps_the_kernel_but_not_the_measured_splits() -> None
 @pytest.mark.parametrize("why, table, m, n, k", [
     ("another compute capability", tuned(entry(48), cc=(12, 0)), 48, 4096, 4096),
     ("a kernel the library lacks", tuned(entry(48, kernel="sm90_swap_256x8x8_bf16_bf16")), 48, 4096, 4096),
-    ("the batched GEMV above M = 16", tuned(entry(16, kernel="batched_gemv_bf16_bf16", splits=1)), 20, 4096, 4096),
+    ("the batched GEMV above M = 32", tuned(entry(32, kernel="batched_gemv_bf16_bf16", splits=1)), 40, 4096, 4096),
+    ("the 32-row batched GEMV above M = 32", tuned(entry(24, kernel="batched_gemv_rows32_bf16_bf16", splits=1)), 33,
+     4096, 4096),
     ("the vector kernel above M = 1", tuned(entry(1, kernel="dense_vector_bf16_bf16", splits=1)), 2, 4096, 4096),
     ("a tensor-core kernel for K * 2 bytes not a multiple of 16", tuned(entry(48)), 48, 4096, 4100),
 ])
@@ -130,6 +132,16 @@ def test_the_rules_name_their_sm90_tiles_whatever_the_library_order() -> None:
 def test_a_measured_nvrtc_kernel_is_taken_for_decode() -> None:
     s = pick(16, 4096, 4096, tuned(entry(16, kernel="batched_gemv_bf16_bf16", splits=1)))
     assert s.kernel.name == "batched_gemv_bf16_bf16" and s.splits == 1
+
+
+@pytest.mark.parametrize("name", ["batched_gemv_bf16_bf16", "batched_gemv_rows32_bf16_bf16"])
+def test_the_table_takes_the_batched_gemv_up_to_m_32(name) -> None:
+    # the rules stop at M = 16; a measured entry at M = 24 holds up to the next measured M
+    table = tuned(entry(24, kernel=name, splits=1))
+    for m in (24, 29, 32):
+        s = pick(m, 4096, 4096, table)
+        assert s.kernel.name == name and "measured fastest" in s.reason
+    assert pick(20, 4096, 4096, table) == pick(20, 4096, 4096)
 
 
 # -- splits= ------------------------------------------------------------------------------------
@@ -222,6 +234,16 @@ def test_the_sweep_tries_decode_kernels_swapped_splits_and_tiles_by_m() -> None:
             "sm90_pingpong_128x128x64"} <= {n for n, s in mid if s is None}
     big = names(candidates(kernels, 2048, 4096, 4096, "bf16", "bf16", (9, 0), 132))
     assert not any(n.startswith("sm90_swap") for n, _ in big)  # above MAX_SWAPPED_M
+
+
+def test_from_m_17_to_32_the_sweep_tries_both_batched_gemvs_beside_every_cutlass_tile() -> None:
+    kernels = [*vector_kernels(), *gemv_kernels(), *library_table()]
+    for m in (17, 32):
+        cands = [(k.name, s) for k, s in candidates(kernels, m, 4096, 4096, "bf16", "bf16", (9, 0), 132)]
+        assert ("batched_gemv_bf16_bf16", None) in cands and ("batched_gemv_rows32_bf16_bf16", None) in cands
+        assert ("sm90_pingpong_64x128x64_bf16_bf16", None) in cands
+    above = [k.family for k, _ in candidates(kernels, 33, 4096, 4096, "bf16", "bf16", (9, 0), 132)]
+    assert "batched_gemv" not in above
 
 
 def test_the_sweeps_split_counts_fit_the_k_tiles_and_the_sms() -> None:

@@ -117,7 +117,7 @@ class NumericsRow:
 
 def _shapes(family: str) -> list[tuple[int, int, int]]:
     return {"dense_vector": [(1, 4096, 4096), (1, 1032, 520), (1, 37, 1003)],
-            "batched_gemv": [(1, 4096, 4096), (13, 1032, 520), (16, 37, 1003)],
+            "batched_gemv": [(1, 4096, 4096), (13, 1032, 520), (16, 37, 1003), (29, 1032, 520)],
             "sm90_swapped": [(1, 4096, 4096), (13, 1032, 520)],
             "sm90_pingpong": [(200, 1032, 776)],
             "sm90_cooperative": [(2048, 1024, 1024), (1029, 264, 136)],

@@ -149,7 +149,7 @@ def decoder_layer_profile(args: Any) -> int:
     """The layer as one mircuda graph vs cuBLAS in a torch graph, cold weights (see the module docstring)."""
     import mircuda as mc
 
-    from ..matmul._gemv import MAX_M
+    from ..matmul._gemv import RULE_MAX_M
     from ..matmul._vector import shared_compiler
     from ..timing import StreamTimer, bank_count
     from ._matmul_bench import relative_error
@@ -158,7 +158,7 @@ def decoder_layer_profile(args: Any) -> int:
     driver = mc.Driver.initialize()
     ms = list(args.m)
     lib = None
-    if max(ms) > MAX_M:
+    if max(ms) > RULE_MAX_M:
         from ..matmul import load_library
 
         lib = load_library()  # the NVRTC kernels (M <= 16) need no CUTLASS

@@ -33,14 +33,14 @@ def matmul_profile(args: Any) -> int:
     import mircuda as mc
 
     from ..matmul import load_library
-    from ..matmul._gemv import MAX_M
+    from ..matmul._gemv import RULE_MAX_M
 
     check_profile_arguments(args)  # before the driver: bad flags are said without a GPU too
     sweep, table_path = getattr(args, "sweep", False), getattr(args, "table", None)
     existing = check_table_argument(table_path, sweep, args.json)
     driver = mc.Driver.initialize()  # without a driver nothing else matters
     ms = list(args.m)
-    lib = load_library() if sweep or max(ms) > MAX_M else None  # the NVRTC kernels (M <= 16) need no CUTLASS
+    lib = load_library() if sweep or max(ms) > RULE_MAX_M else None  # the NVRTC kernels (M <= 16) need no CUTLASS
     swept: list[dict[str, Any]] = []
     with session(driver, args.device) as s:
         check_table_device(existing, table_path, s.info)

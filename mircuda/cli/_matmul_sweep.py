@@ -33,7 +33,7 @@ MAX_SWAPPED_M = 512
 def candidates(kernels: Sequence[KernelInfo], m: int, n: int, k: int, input: str, output: str,
                compute_capability: tuple[int, int], multiprocessors: int) -> list[tuple[KernelInfo, int | None]]:
     """(kernel, forced K slices or None) pairs to time for one configuration, in table order."""
-    from ..matmul._gemv import GEMV_FAMILY, MAX_M
+    from ..matmul._gemv import GEMV_FAMILY, MAX_M, RULE_MAX_M
     from ..matmul._select import split_k_slices
     from ..matmul._spec import DenseMatmulSpec
     from ..matmul._vector import VECTOR_FAMILY
@@ -54,7 +54,7 @@ def candidates(kernels: Sequence[KernelInfo], m: int, n: int, k: int, input: str
         if not x.family.startswith(arch_families):
             continue
         if not x.split_k:
-            if m > MAX_M:
+            if m > RULE_MAX_M:
                 out.append((x, None))
             continue
         if m > MAX_SWAPPED_M:

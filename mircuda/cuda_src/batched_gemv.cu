@@ -1,15 +1,15 @@
-// DenseMatmulPlan's decode kernel: C[M,N] = alpha * A[M,K] . W[N,K]^T + beta * C[M,N] for M <= 16,
+// DenseMatmulPlan's decode kernel: C[M,N] = alpha * A[M,K] . W[N,K]^T + beta * C[M,N] for M <= 32,
 // a "batched GEMV": the weights are read once, at HBM bandwidth, and each 16-byte weight load serves
 // all M rows of A.
 //
 // A is row-major [M, K] (lda = K: the M activation rows), W row-major [N, K] (one weight row per
 // output feature), C row-major [M, N]; A and W are FP16 or BF16, accumulation is FP32, C is the input
-// type or FP32. M is a compile-time constant (NVRTC -D MIRCUDA_GEMV_M=1..16), compiled by NVRTC for
+// type or FP32. M is a compile-time constant (NVRTC -D MIRCUDA_GEMV_M=1..32), compiled by NVRTC for
 // the current device (any cc >= 8.0) through mircuda's Compiler.
 //
 // The products run on the tensor cores with the warp-level mma.sync.m16n8k16 (FP32 accumulation,
 // PTX ISA "Warp-level matrix fragments for mma.m16n8k16"): the weights are the 16-row A operand, the
-// M activation rows are the 8-column B operand (one n8 tile for M <= 8, two for M <= 16). A CUDA-core
+// M activation rows are the 8-column B operand (one n8 tile per 8 rows: up to four). A CUDA-core
 // FMA loop would spend ~8 conversions and M FMAs per weight element, more instructions than a
 // bandwidth-bound kernel can issue at M = 16; the mma spends one instruction per 16x8x16 products.
 //
@@ -22,11 +22,13 @@
 // (row g, k 2t+8..), (row g+8, k 2t+8..); B regs {b0b1, b2b3} = (k 2t.., col g), (k 2t+8.., col g);
 // C {c0, c1, c2, c3} = (row g, col 2t), (row g, col 2t+1), (row g+8, col 2t), (row g+8, col 2t+1).
 //
-// Work split: block b owns weight rows [16b, 16b + 16); its warps (blockDim.x / 32, at most 8) split K
-// in chunks of 128 columns (four 32-column steps): warp w takes chunks w, w + warps, ... The `_v16`
-// variant needs K % 8 == 0 and 16-byte aligned A and W: each lane issues eight 16-byte weight loads
-// per chunk and the next chunk's loads before consuming the current one (register double
-// buffering, as in dense_vector.cu), so 8-16 loads per lane are in flight. Weights are read once, so
+// Work split: block b owns weight rows [16Tb, 16Tb + 16T), T = MIRCUDA_GEMV_ROW_TILES (1 or 2: each
+// activation fragment a lane loads then serves T 16-row tiles, which matters above M = 16, where the
+// activation loads outnumber the weight loads); its warps (blockDim.x / 32, at most 8) split K
+// in chunks of 32 x MIRCUDA_GEMV_UNROLL columns (default four 32-column steps): warp w takes chunks w, w + warps, ... The `_v16`
+// variant needs K % 8 == 0 and 16-byte aligned A and W: each lane issues 2 x T x unroll 16-byte weight
+// loads per chunk and the next chunk's loads before consuming the current one (register double
+// buffering, as in dense_vector.cu), so twice that many are in flight. Weights are read once, so
 // they bypass L1 (ld.global.nc.L1::no_allocate); activations are read by every block and stay cached.
 // The `_any` variant takes any K and any 2-byte alignment with element loads. On cc >= 9.0 the kernel
 // supports programmatic dependent launch (see the prologue of batched_gemv). Rows past N read row
@@ -35,7 +37,10 @@
 #include <cuda_fp16.h>
 
 #ifndef MIRCUDA_GEMV_M
-#error "compile with -D MIRCUDA_GEMV_M=<rows of A, 1..16>"
+#error "compile with -D MIRCUDA_GEMV_M=<rows of A, 1..32>"
+#endif
+#ifndef MIRCUDA_GEMV_ROW_TILES
+#define MIRCUDA_GEMV_ROW_TILES 1
 #endif
 
 // Where programmatic dependent launch lets the next kernel of the stream start (cc >= 9.0): at the
@@ -51,9 +56,13 @@
 namespace {
 
 constexpr int kM = MIRCUDA_GEMV_M;
-static_assert(kM >= 1 && kM <= 16, "MIRCUDA_GEMV_M must be in 1..16");
+static_assert(kM >= 1 && kM <= 32, "MIRCUDA_GEMV_M must be in 1..32");
 constexpr int kTiles = (kM + 7) / 8;  // n8 tiles of activation rows
-constexpr int kRows = 16;             // weight rows per block: the mma's M
+// 16-row weight tiles per warp (the mma's M): each activation fragment a lane loads serves all of them,
+// so two halve the activation reads per weight byte (which at M > 16 outnumber the weight loads).
+constexpr int kRowTiles = MIRCUDA_GEMV_ROW_TILES;
+static_assert(kRowTiles == 1 || kRowTiles == 2, "MIRCUDA_GEMV_ROW_TILES must be 1 or 2");
+constexpr int kRows = 16 * kRowTiles;  // weight rows per block
 constexpr int kMaxWarps = 8;          // warps per block splitting K
 constexpr int kStep = 32;             // columns per pair of mmas: 4 lanes x 8
 #ifndef MIRCUDA_GEMV_UNROLL
@@ -104,15 +113,17 @@ __device__ __forceinline__ uint4 load_any(const unsigned short* row, int col, in
     return make_uint4(e[0] | e[1] << 16, e[2] | e[3] << 16, e[4] | e[5] << 16, e[6] | e[7] << 16);
 }
 
-// One 32-column step: weight rows g (lo) and g + 8 (hi) against the activation tiles.
+// One 32-column step: weight rows g (lo) and g + 8 (hi) of each row tile against the activation tiles.
 template <class In>
-__device__ __forceinline__ void step(float (&acc)[kTiles][4], const uint4& lo, const uint4& hi,
-                                     const uint4 (&x)[kTiles]) {
+__device__ __forceinline__ void step(float (&acc)[kRowTiles][kTiles][4], const uint4 (&lo)[kRowTiles],
+                                     const uint4 (&hi)[kRowTiles], const uint4 (&x)[kTiles]) {
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-        In::mma(acc[j], lo.x, hi.x, lo.y, hi.y, x[j].x, x[j].y);
-        In::mma(acc[j], lo.z, hi.z, lo.w, hi.w, x[j].z, x[j].w);
-    }
+    for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+            In::mma(acc[r][j], lo[r].x, hi[r].x, lo[r].y, hi[r].y, x[j].x, x[j].y);
+            In::mma(acc[r][j], lo[r].z, hi[r].z, lo[r].w, hi[r].w, x[j].z, x[j].w);
+        }
 }
 
 template <class In, bool Vec, class Out>
@@ -126,10 +137,15 @@ __device__ __forceinline__ void batched_gemv(Out* __restrict__ c, const unsigned
     const int t = lane & 3;   // the eight columns [8t, 8t + 8) of each step
     const long long row0 = (long long)blockIdx.x * kRows;
 
-    const long long rlo = row0 + g < n ? row0 + g : (long long)n - 1;
-    const long long rhi = row0 + g + 8 < n ? row0 + g + 8 : (long long)n - 1;
-    const unsigned short* wlo = w + rlo * (long long)k;
-    const unsigned short* whi = w + rhi * (long long)k;
+    const unsigned short* wlo[kRowTiles];
+    const unsigned short* whi[kRowTiles];
+#pragma unroll
+    for (int r = 0; r < kRowTiles; ++r) {
+        const long long rlo = row0 + 16 * r + g < n ? row0 + 16 * r + g : (long long)n - 1;
+        const long long rhi = row0 + 16 * r + g + 8 < n ? row0 + 16 * r + g + 8 : (long long)n - 1;
+        wlo[r] = w + rlo * (long long)k;
+        whi[r] = w + rhi * (long long)k;
+    }
     const unsigned short* xrow[kTiles];
     bool xlive[kTiles];
 #pragma unroll
@@ -148,15 +164,19 @@ __device__ __forceinline__ void batched_gemv(Out* __restrict__ c, const unsigned
         const int full = k / kChunk;
         for (int i = 0; i < 2; ++i) {
             const int ch = warp + i * warps;
-            if (ch < full) decode::prefetch_l2((t < 2 ? wlo : whi) + ch * kChunk + (t & 1) * 64);
+#pragma unroll
+            for (int r = 0; r < kRowTiles; ++r)
+                if (ch < full) decode::prefetch_l2((t < 2 ? wlo[r] : whi[r]) + ch * kChunk + (t & 1) * 64);
         }
         decode::pdl_trigger_early();
         decode::pdl_wait();
     }
 #endif
-    float acc[kTiles][4];
+    float acc[kRowTiles][kTiles][4];
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    for (int r = 0; r < kRowTiles; ++r)
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) acc[r][j][0] = acc[r][j][1] = acc[r][j][2] = acc[r][j][3] = 0.f;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     const int steps = (k + kStep - 1) / kStep;  // 32-column steps, the last one possibly partial
     int s = warp;                               // the next step this warp takes after the chunked loop
@@ -165,12 +185,15 @@ __device__ __forceinline__ void batched_gemv(Out* __restrict__ c, const unsigned
         const int full = k / kChunk;  // chunks whose 128 columns are all inside K
         int ch = warp;
         if (ch < full) {
-            uint4 lo[kUnroll], hi[kUnroll], x[kUnroll][kTiles];
+            uint4 lo[kUnroll][kRowTiles], hi[kUnroll][kRowTiles], x[kUnroll][kTiles];
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) {
                 const int col = ch * kChunk + u * kStep + 8 * t;
-                lo[u] = load_weights(wlo + col);
-                hi[u] = load_weights(whi + col);
+#pragma unroll
+                for (int r = 0; r < kRowTiles; ++r) {
+                    lo[u][r] = load_weights(wlo[r] + col);
+                    hi[u][r] = load_weights(whi[r] + col);
+                }
 #pragma unroll
                 for (int j = 0; j < kTiles; ++j)
                     x[u][j] = xlive[j] ? __ldg(reinterpret_cast<const uint4*>(xrow[j] + col)) : zero;
@@ -180,13 +203,16 @@ __device__ __forceinline__ void batched_gemv(Out* __restrict__ c, const unsigned
             for (;;) {
                 const int next = ch + warps;
                 const bool more = next < full;
-                uint4 nlo[kUnroll], nhi[kUnroll], nx[kUnroll][kTiles];
+                uint4 nlo[kUnroll][kRowTiles], nhi[kUnroll][kRowTiles], nx[kUnroll][kTiles];
                 if (more) {
 #pragma unroll
                     for (int u = 0; u < kUnroll; ++u) {
                         const int col = next * kChunk + u * kStep + 8 * t;
-                        nlo[u] = load_weights(wlo + col);
-                        nhi[u] = load_weights(whi + col);
+#pragma unroll
+                        for (int r = 0; r < kRowTiles; ++r) {
+                            nlo[u][r] = load_weights(wlo[r] + col);
+                            nhi[u][r] = load_weights(whi[r] + col);
+                        }
 #pragma unroll
                         for (int j = 0; j < kTiles; ++j)
                             nx[u][j] = xlive[j] ? __ldg(reinterpret_cast<const uint4*>(xrow[j] + col)) : zero;
@@ -198,8 +224,11 @@ __device__ __forceinline__ void batched_gemv(Out* __restrict__ c, const unsigned
                 if (!more) break;
 #pragma unroll
                 for (int u = 0; u < kUnroll; ++u) {
-                    lo[u] = nlo[u];
-                    hi[u] = nhi[u];
+#pragma unroll
+                    for (int r = 0; r < kRowTiles; ++r) {
+                        lo[u][r] = nlo[u][r];
+                        hi[u][r] = nhi[u][r];
+                    }
 #pragma unroll
                     for (int j = 0; j < kTiles; ++j) x[u][j] = nx[u][j];
                 }
@@ -210,12 +239,17 @@ __device__ __forceinline__ void batched_gemv(Out* __restrict__ c, const unsigned
         s = full * kUnroll + warp;
         for (; s < steps; s += warps) {
             const int col = s * kStep + 8 * t;
-            uint4 lo = zero, hi = zero, x[kTiles];
+            uint4 lo[kRowTiles], hi[kRowTiles], x[kTiles];
+#pragma unroll
+            for (int r = 0; r < kRowTiles; ++r) lo[r] = hi[r] = zero;
 #pragma unroll
             for (int j = 0; j < kTiles; ++j) x[j] = zero;
             if (col < k) {
-                lo = load_weights(wlo + col);
-                hi = load_weights(whi + col);
+#pragma unroll
+                for (int r = 0; r < kRowTiles; ++r) {
+                    lo[r] = load_weights(wlo[r] + col);
+                    hi[r] = load_weights(whi[r] + col);
+                }
 #pragma unroll
                 for (int j = 0; j < kTiles; ++j)
                     if (xlive[j]) x[j] = __ldg(reinterpret_cast<const uint4*>(xrow[j] + col));
@@ -230,40 +264,54 @@ __device__ __forceinline__ void batched_gemv(Out* __restrict__ c, const unsigned
             uint4 x[kTiles];
 #pragma unroll
             for (int j = 0; j < kTiles; ++j) x[j] = xlive[j] ? load_any(xrow[j], col, k) : zero;
-            step<In>(acc, load_any(wlo, col, k), load_any(whi, col, k), x);
+            uint4 lo[kRowTiles], hi[kRowTiles];
+#pragma unroll
+            for (int r = 0; r < kRowTiles; ++r) {
+                lo[r] = load_any(wlo[r], col, k);
+                hi[r] = load_any(whi[r], col, k);
+            }
+            step<In>(acc, lo, hi, x);
         }
     }
 
     decode::pdl_trigger_late();
-    if (warps > 1) {  // sum the warps' partial products; warp 0 stores
+    if (warps > 1) {  // sum the warps' partial products, one row tile at a time; warp 0 stores
         __shared__ float partial[kMaxWarps][kTiles][4][32];
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) partial[warp][j][e][lane] = acc[j][e];
-        __syncthreads();
-        if (warp != 0) return;
-        for (int i = 1; i < warps; ++i)
+        for (int r = 0; r < kRowTiles; ++r) {
+            if (r > 0) __syncthreads();  // warp 0 has read the previous row tile's sums
 #pragma unroll
             for (int j = 0; j < kTiles; ++j)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[j][e] += partial[i][j][e][lane];
+                for (int e = 0; e < 4; ++e) partial[warp][j][e][lane] = acc[r][j][e];
+            __syncthreads();
+            if (warp == 0)
+                for (int i = 1; i < warps; ++i)
+#pragma unroll
+                    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) acc[r][j][e] += partial[i][j][e][lane];
+        }
+        if (warp != 0) return;
     }
-    // acc[j] = (row g, act 8j + 2t), (row g, act 8j + 2t + 1), (row g + 8, act 8j + 2t), (row g + 8, ...).
+    // acc[r][j] = (row 16r + g, act 8j + 2t), (row 16r + g, act 8j + 2t + 1), (row 16r + g + 8, act 8j + 2t),
+    // (row 16r + g + 8, act 8j + 2t + 1).
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
+    for (int r = 0; r < kRowTiles; ++r)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int m = 8 * j + 2 * t + (e & 1);
-            const long long row = row0 + g + (e >> 1) * 8;
-            if (m < kM && row < n) {
-                Out* p = c + (long long)m * n + row;
-                float v = alpha * acc[j][e];
-                if (beta != 0.f) v = fmaf(beta, load_out(p), v);  // beta == 0: C is never read
-                store_out(p, v);
+        for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int m = 8 * j + 2 * t + (e & 1);
+                const long long row = row0 + 16 * r + g + (e >> 1) * 8;
+                if (m < kM && row < n) {
+                    Out* p = c + (long long)m * n + row;
+                    float v = alpha * acc[r][j][e];
+                    if (beta != 0.f) v = fmaf(beta, load_out(p), v);  // beta == 0: C is never read
+                    store_out(p, v);
+                }
             }
         }
-    }
 }
 
 }  // namespace

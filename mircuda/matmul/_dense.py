@@ -13,7 +13,7 @@ from ..compile import Compiler
 from ..dtypes import bf16
 from ..errors import ContractError, MircudaError
 from ._build import CutlassNotFound
-from ._gemv import BatchedGemv, gemv_kernels
+from ._gemv import ROWS_PER_BLOCK, BatchedGemv, gemv_kernels
 from ._library import NOT_IMPLEMENTABLE, CutlassError, CutlassLibrary, KernelInfo, load_library
 from ._select import Selection, select_kernel
 from ._tuned import packaged_table
@@ -39,7 +39,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
     families: for M <= 16 (decode) on any device of cc >= 8.0 CUDA C kernels that NVRTC compiles
     for the device, streaming each weight once (any N and K; they need no CUTLASS library): for M = 1
     DenseVectorPlan's kernel (``cuda_src/dense_vector.cu``), for 2 <= M <= 16 the batched GEMV
-    (``cuda_src/batched_gemv.cu``, one module per M); otherwise CUTLASS kernels: on SM90 TMA + WGMMA
+    (``cuda_src/batched_gemv.cu``, one module per M; the measured table also takes it up to M = 32 where it
+    was measured fastest); otherwise CUTLASS kernels: on SM90 TMA + WGMMA
     warp-specialized kernels (swapped split-K kernels for small M, ping-pong and stream-K kernels for
     medium M, a cooperative kernel for large M); on SM120 the SM80-style TensorOp GemmUniversal (decode, wide
     and bulk tiles); anywhere a SIMT kernel for shapes whose K or N is not a multiple of 16 bytes.
@@ -51,7 +52,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         spec: ``DenseMatmulSpec(m, n, k)``.
         input: ``mc.bf16`` or ``mc.f16`` (A and B); output: ``None`` (the input type) or ``mc.f32``.
         kernel: force a kernel by name (``plan.describe()`` and ``available_kernels`` list them), e.g. a
-            CUTLASS kernel for M <= 16, ``"batched_gemv_bf16_bf16"`` (M <= 16) or
+            CUTLASS kernel for M <= 16, ``"batched_gemv_bf16_bf16"`` or ``"batched_gemv_rows32_bf16_bf16"``
+            (M <= 32) or
             ``"dense_vector_bf16_bf16"`` (M = 1).
         splits: K slices of a split-K kernel (the chosen or forced one must split K: ``plan.kernel.split_k``);
             1 to min(K tiles, 32). Default: the measured table's, else enough work units for every SM.
@@ -133,7 +135,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
             if selection.kernel.family == VECTOR_FAMILY:
                 self._nvrtc = VectorKernel(context, spec.n, spec.k, self._in, self._out, compiler)
             else:
-                self._nvrtc = BatchedGemv(context, spec, self._in, self._out, compiler)
+                self._nvrtc = BatchedGemv(context, spec, self._in, self._out, compiler,
+                                          row_tiles=selection.kernel.tile[0] // ROWS_PER_BLOCK)
             self._selection = selection
             self._alignment = self._nvrtc.alignment
             if isinstance(self._nvrtc, VectorKernel):

@@ -1,5 +1,7 @@
-"""DenseMatmulPlan's decode kernel for M <= 16: a batched GEMV in CUDA C (``cuda_src/batched_gemv.cu``)
-compiled by NVRTC for the context's device, one module per M (``-D MIRCUDA_GEMV_M``)."""
+"""DenseMatmulPlan's decode kernel for M <= 32: a batched GEMV in CUDA C (``cuda_src/batched_gemv.cu``)
+compiled by NVRTC for the context's device, one module per M and weight-row tiling (``-D MIRCUDA_GEMV_M``,
+``-D MIRCUDA_GEMV_ROW_TILES``). The selection rules take it for M <= 16; the measured table
+(``mircuda/matmul/tuned``) also for 16 < M <= 32 where it was faster than every CUTLASS kernel."""
 
 from __future__ import annotations
 
@@ -27,13 +29,22 @@ if TYPE_CHECKING:
     from ._spec import DenseMatmulSpec
 
 __all__ = ["BatchedGemv", "batched_gemv_source", "choose_gemv", "gemv_kernels", "gemv_options", "gemv_symbol",
-           "unroll_candidates", "GEMV_FAMILY", "MAX_M", "ROWS_PER_BLOCK", "STEP", "CHUNK"]
+           "unroll_candidates", "GEMV_FAMILY", "MAX_M", "RULE_MAX_M", "ROWS_PER_BLOCK", "ROW_TILES", "STEP", "CHUNK"]
 
 GEMV_FAMILY = "batched_gemv"
-MAX_M = 16
-"""Largest M the kernel takes (two n8 tiles of the mma; ``kM`` in ``batched_gemv.cu``)."""
+MAX_M = 32
+"""Largest M the kernel takes (four n8 tiles of the mma; ``kM`` in ``batched_gemv.cu``). Measured on an H200
+on 2026-12-01 (bf16, cold weights, the four shapes of ``matmul-profile``, every unroll, warp count and row
+tiling): at M = 48 and 64 its best was 0.57-0.82x cuBLAS and slower than the CUTLASS kernels, at M = 24
+and 32 0.85-1.09x and faster than every CUTLASS kernel on 4096x4096 and 6144x4096."""
+RULE_MAX_M = 16
+"""Largest M for which the selection rules (no measured table entry) take the batched GEMV."""
 ROWS_PER_BLOCK = 16
-"""Weight rows per block: the mma's M (``kRows``)."""
+"""Weight rows per 16-row tile: the mma's M (one tile per block unless ``row_tiles`` = 2)."""
+ROW_TILES = (1, 2)
+"""16-row weight tiles per warp (``MIRCUDA_GEMV_ROW_TILES``): two share each activation fragment between
+32 weight rows, halving the activation reads, which outnumber the weight loads at M > 16 (measured at M =
+32 on 14336x4096: 36.1 µs against 41.1 with one tile)."""
 STEP = 32
 """Columns of one pair of mmas: four lanes x eight (``kStep``)."""
 CHUNK = 128
@@ -48,17 +59,24 @@ def batched_gemv_source() -> CudaSource:
     return package_source("batched_gemv.cu")
 
 
-def gemv_options(m: int, unroll: int = 4) -> CompileOptions:
-    """The NVRTC options of the module for ``m`` rows of A (1..16) and ``unroll`` 32-column steps per
-    pipeline chunk (``MIRCUDA_GEMV_UNROLL``)."""
-    return CompileOptions(defines={"MIRCUDA_GEMV_M": m, "MIRCUDA_GEMV_UNROLL": unroll})
+def gemv_options(m: int, unroll: int = 4, row_tiles: int = 1) -> CompileOptions:
+    """The NVRTC options of the module for ``m`` rows of A (1..32), ``unroll`` 32-column steps per
+    pipeline chunk (``MIRCUDA_GEMV_UNROLL``) and ``row_tiles`` 16-row weight tiles per warp
+    (``MIRCUDA_GEMV_ROW_TILES``; 1 is the kernel's default and adds no define)."""
+    defines = {"MIRCUDA_GEMV_M": m, "MIRCUDA_GEMV_UNROLL": unroll}
+    if row_tiles != 1:
+        defines["MIRCUDA_GEMV_ROW_TILES"] = row_tiles
+    return CompileOptions(defines=defines)
 
 
-def unroll_candidates(m: int) -> tuple[int, ...]:
-    """Steps per chunk worth trying for ``m`` rows of A: four; for M > 8 also two. Two n8 tiles of
-    activations double the registers of the activation buffers (162 registers at M = 16 and four
-    steps on sm_90, 98 at two), and more resident warps can outweigh the shorter chunks."""
-    return (4,) if m <= 8 else (4, 2)
+def unroll_candidates(m: int, row_tiles: int = 1) -> tuple[int, ...]:
+    """Steps per chunk worth trying for ``m`` rows of A: four; for M > 8 also two; for M > 16 also one
+    (two row tiles: two and one). More n8 tiles of activations multiply the registers of the activation
+    buffers (sm_90: 162 registers at M = 16 and four steps, 98 at two; 234 at M = 32 and four, 78 at
+    one), and more resident warps can outweigh the shorter chunks."""
+    if row_tiles == 2:
+        return (2, 1)
+    return (4,) if m <= 8 else (4, 2) if m <= RULE_MAX_M else (4, 2, 1)
 
 
 def choose_gemv(candidates: list[tuple[int, int]]) -> tuple[int, int]:
@@ -71,6 +89,12 @@ def choose_gemv(candidates: list[tuple[int, int]]) -> tuple[int, int]:
     return max(candidates, key=lambda c: (c[0] * c[1], c[1]))
 
 
+def gemv_name(input: str, output: str, row_tiles: int = 1) -> str:
+    """The kernel-table name: ``batched_gemv_<in>_<out>`` (16 weight rows per block) or
+    ``batched_gemv_rows32_<in>_<out>`` (two 16-row tiles per warp)."""
+    return f"{GEMV_FAMILY}_{'rows32_' if row_tiles == 2 else ''}{input}_{output}"
+
+
 def gemv_symbol(input: str, output: str, vector: bool) -> str:
     """``batched_gemv_<in>_<out>_v16`` (16-byte loads: K % 8 == 0, 16-byte aligned A and B) or ``_any``."""
     return f"batched_gemv_{input}_{output}_{'v16' if vector else 'any'}"
@@ -78,13 +102,14 @@ def gemv_symbol(input: str, output: str, vector: bool) -> str:
 
 @functools.lru_cache(maxsize=1)
 def gemv_kernels() -> tuple[KernelInfo, ...]:
-    """The kernel-table entries of the batched GEMV, one per type pair (index -1: not the library's).
+    """The kernel-table entries of the batched GEMV, two per type pair (16 and 32 weight rows per block;
+    index -1: not the library's). The selection rules take the first of a pair.
 
     ``tile`` is (weight rows per block, largest M, K columns per step); ``alignment_bytes`` is the
     least the family needs (2: the element-load variant); the plan requires 16 for the 16-byte one.
     """
-    return tuple(KernelInfo(-1, f"{GEMV_FAMILY}_{i}_{o}", GEMV_FAMILY, i, o, (ROWS_PER_BLOCK, MAX_M, CHUNK), (1, 1),
-                            0, 2, False, (), "nvrtc") for i, o in PAIRS)
+    return tuple(KernelInfo(-1, gemv_name(i, o, r), GEMV_FAMILY, i, o, (ROWS_PER_BLOCK * r, MAX_M, CHUNK), (1, 1),
+                            0, 2, False, (), "nvrtc") for r in ROW_TILES for i, o in PAIRS)
 
 
 class BatchedGemv:
@@ -95,7 +120,9 @@ class BatchedGemv:
     """
 
     def __init__(self, context: Context, spec: DenseMatmulSpec, input: DTypeInfo, output: DTypeInfo,
-                 compiler: Compiler | None = None) -> None:
+                 compiler: Compiler | None = None, row_tiles: int = 1) -> None:
+        if row_tiles not in ROW_TILES:
+            raise ValueError(f"row_tiles: expected one of {ROW_TILES}, received {row_tiles!r}")  # internal: the table's
         if compiler is None:
             compiler = shared_compiler(context)
         self.input, self.output = input, output
@@ -104,16 +131,18 @@ class BatchedGemv:
         self.symbol = gemv_symbol(input.name, output.name, self.vector)
         contract = vector_contract(self.symbol, output, input, ("c", "a", "w"))
         info = context.device_info()
+        self.row_tiles = row_tiles
+        rows = ROWS_PER_BLOCK * row_tiles
         built: dict[int, tuple[TypedKernel, int]] = {}
-        for unroll in unroll_candidates(spec.m):
-            kernel = compiler.compile(batched_gemv_source(), gemv_options(spec.m, unroll)).kernel(contract)
+        for unroll in unroll_candidates(spec.m, row_tiles):
+            kernel = compiler.compile(batched_gemv_source(), gemv_options(spec.m, unroll, row_tiles)).kernel(contract)
             warps = choose_vector_warps(spec.n, spec.k, info.multiprocessor_count,
-                                        functools.partial(blocks_per_sm, context, kernel), rows=ROWS_PER_BLOCK,
+                                        functools.partial(blocks_per_sm, context, kernel), rows=rows,
                                         chunk=STEP * unroll)
             built[unroll] = (kernel, warps)
         self.unroll, self.warps = choose_gemv([(u, w) for u, (_, w) in built.items()])
         self.kernel: TypedKernel = built[self.unroll][0]
-        self.config = LaunchConfig((-(-spec.n // ROWS_PER_BLOCK),), (32 * self.warps,),
+        self.config = LaunchConfig((-(-spec.n // rows),), (32 * self.warps,),
                                    programmatic_stream_serialization=info.supports_programmatic_launch)
         self.config.check(info, self.kernel.attributes.max_threads_per_block)
         self._launch = self.kernel.launch
@@ -147,8 +176,10 @@ class BatchedGemv:
         s = self._spec
         loads = ("16-byte loads (K % 8 == 0; A and B 16-byte aligned)" if self.vector
                  else f"element loads (K = {s.k} is not a multiple of 8)")
-        return (f"kernel {self.symbol} (NVRTC, -D MIRCUDA_GEMV_M={s.m} -D MIRCUDA_GEMV_UNROLL={self.unroll}: "
+        tiles = f" -D MIRCUDA_GEMV_ROW_TILES={self.row_tiles}" if self.row_tiles != 1 else ""
+        return (f"kernel {self.symbol} (NVRTC, -D MIRCUDA_GEMV_M={s.m} -D MIRCUDA_GEMV_UNROLL={self.unroll}{tiles}: "
                 f"{STEP * self.unroll}-column chunks; {self.config.grid[0]} blocks of "
-                f"{ROWS_PER_BLOCK} weight rows x {self.warps} warp(s) splitting K; {loads}; mma.sync m16n8k16, "
+                f"{ROWS_PER_BLOCK * self.row_tiles} weight rows x {self.warps} warp(s) splitting K; {loads}; "
+                "mma.sync m16n8k16, "
                 "FP32 accumulation"
                 + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else "") + ")")

@@ -13,14 +13,14 @@ from typing import Any
 
 from ..dtypes import is_integer_value
 from ..errors import ContractError, UnsupportedPlatform
-from ._gemv import GEMV_FAMILY, MAX_M as BATCHED_GEMV_MAX_M
+from ._gemv import GEMV_FAMILY, MAX_M as BATCHED_GEMV_MAX_M, RULE_MAX_M as BATCHED_GEMV_RULE_MAX_M
 from ._vector import VECTOR_FAMILY
 from ._library import KernelInfo
 from ._spec import DenseMatmulSpec
 from ._tuned import TunedTable, lookup
 
 __all__ = ["FP8_PINGPONG_MAX_M", "MAX_SPLITS", "Selection", "fp8_gemv_entry", "fp8_mma_entry", "select_fp8_kernel", "select_kernel", "split_k_slices",
-           "tensor_core_aligned", "SIZES", "BATCHED_GEMV_MAX_M"]
+           "tensor_core_aligned", "SIZES", "BATCHED_GEMV_MAX_M", "BATCHED_GEMV_RULE_MAX_M"]
 
 SIZES = {"bf16": 2, "f16": 2, "f32": 4}
 """Bytes per element."""
@@ -127,13 +127,14 @@ def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: s
     its compute capability is the device's: its entry's kernel runs when the table holds one for
     these types near this shape that runs here and takes the shape; otherwise the rules below decide.
 
-    M = 1 runs the dense vector kernel and 2 <= M <= ``BATCHED_GEMV_MAX_M`` (decode) the batched GEMV
-    on every device they are offered for: the weights dominate the bytes, and both read each once at
-    streaming bandwidth (any N and K). Larger M runs a CUTLASS kernel by architecture and shape.
+    M = 1 runs the dense vector kernel and 2 <= M <= ``BATCHED_GEMV_RULE_MAX_M`` (decode) the batched
+    GEMV on every device they are offered for: the weights dominate the bytes, and both read each once at
+    streaming bandwidth (any N and K). Larger M runs a CUTLASS kernel by architecture and shape. The
+    measured table may also name the batched GEMV (either row tiling) up to ``BATCHED_GEMV_MAX_M``.
 
     Raises:
         ContractError: ``forced`` names no kernel of these types that runs on the device (or the
-            batched GEMV for M > 16, the dense vector kernel for M > 1); ``splits`` is not an integer
+            batched GEMV for M > 32, the dense vector kernel for M > 1); ``splits`` is not an integer
             (a bool, a float, a string; a numpy integer is taken as an int), is given for a kernel that
             does not split K, or is outside 1 to min(K tiles, :data:`MAX_SPLITS`).
         UnsupportedPlatform: the library has no kernel of these types for the device.
@@ -173,8 +174,8 @@ def _select(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: str, ou
                                     "rows per warp sharing each input pair, FP32 FMA on the CUDA cores (measured "
                                     "faster than the batched GEMV at M = 1 on every H200 shape tried)")
     gemv = _named(usable, GEMV_FAMILY)
-    if gemv is not None and spec.m <= BATCHED_GEMV_MAX_M:
-        return Selection(gemv, 1, f"M = {spec.m} <= {BATCHED_GEMV_MAX_M}: decode, the {spec.n}x{spec.k} weights are "
+    if gemv is not None and spec.m <= BATCHED_GEMV_RULE_MAX_M:
+        return Selection(gemv, 1, f"M = {spec.m} <= {BATCHED_GEMV_RULE_MAX_M}: decode, the {spec.n}x{spec.k} weights are "
                                   f"{spec.n * spec.k / max(spec.m * (spec.k + spec.n), 1):.0f}x the activation and "
                                   "output elements; the batched GEMV streams each weight once with "
                                   f"{loads} and multiplies it by all {spec.m} row(s) of A on the tensor cores "

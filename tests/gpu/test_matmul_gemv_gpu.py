@@ -1,6 +1,7 @@
-"""DenseMatmulPlan's batched GEMV (M <= 16) on the GPU: every M from 1 to 16 on aligned and odd shapes,
-fp16/bf16/f32-out, alpha/beta, every split of K over warps, against float64 numpy with poisoned
-outputs and fresh random data. It needs no CUTLASS library (NVRTC compiles it for the device)."""
+"""DenseMatmulPlan's batched GEMV (M <= 32) on the GPU: every M from 1 to 16 on aligned and odd shapes,
+fp16/bf16/f32-out, alpha/beta, every split of K over warps, M = 17..32 and two 16-row weight tiles per warp
+(the measured table's range), against float64 numpy with poisoned outputs and fresh random data. It
+needs no CUTLASS library (NVRTC compiles it for the device)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import mircuda as mc
 from helpers import download, upload
 from matmul_helpers import assert_close, assert_still_poisoned, poison, random, run
+from matmul_helpers import name as type_name
 
 PAIRS = [(mc.bf16, None), (mc.bf16, mc.f32), (mc.f16, None), (mc.f16, mc.f32)]
 PAIR_IDS = ["bf16", "bf16-f32", "f16", "f16-f32"]
@@ -121,7 +123,35 @@ def test_the_gemv_agrees_with_a_forced_cutlass_kernel(context, stream, pool, rng
 def test_both_chunk_lengths_match_float64(monkeypatch, context, stream, pool, rng, unroll, m, n, k) -> None:
     import mircuda.matmul._gemv as gemv
 
-    monkeypatch.setattr(gemv, "unroll_candidates", lambda m: (unroll,))
+    monkeypatch.setattr(gemv, "unroll_candidates", lambda m, row_tiles=1: (unroll,))
     plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, mc.bf16, None, 1.0, 0.0)
+    assert f"MIRCUDA_GEMV_UNROLL={unroll}" in plan.describe()
+    assert_close(got, want, mag, out)
+
+
+@pytest.mark.parametrize("input, output", PAIRS, ids=PAIR_IDS)
+@pytest.mark.parametrize("n, k", SHAPES, ids=lambda v: str(v))
+@pytest.mark.parametrize("m", [17, 24, 31, 32])
+@pytest.mark.parametrize("rows", ["", "rows32_"], ids=["16rows", "32rows"])
+def test_above_m_16_both_row_tilings_match_float64(context, stream, pool, rng, input, output, m, n, k, rows) -> None:
+    # the measured table's range (M <= 32): forced here, alpha and beta, C read and written in place
+    name = f"batched_gemv_{rows}{type_name(input)}_{type_name(output or input)}"
+    alpha, beta = float(rng.uniform(0.5, 2.0)), float(rng.choice([0.0, 0.75]))
+    plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, input, output, alpha, beta, kernel=name)
+    text = plan.describe()
+    assert plan.kernel.name == name and f"MIRCUDA_GEMV_M={m}" in text
+    assert ("MIRCUDA_GEMV_ROW_TILES=2" in text) is bool(rows) and f"blocks of {32 if rows else 16} weight rows" in text
+    assert_close(got, want, mag, out)
+
+
+@pytest.mark.parametrize("unroll, row_tiles", [(4, 1), (2, 1), (1, 1), (2, 2), (1, 2)])
+@pytest.mark.parametrize("m, n, k", [(32, 4096, 4104), (20, 14336, 264), (32, 48, 8)])
+def test_every_chunk_length_and_row_tiling_at_m_32_matches_float64(monkeypatch, context, stream, pool, rng, unroll,
+                                                                    row_tiles, m, n, k) -> None:
+    import mircuda.matmul._gemv as gemv
+
+    monkeypatch.setattr(gemv, "unroll_candidates", lambda m, row_tiles=1: (unroll,))
+    name = "batched_gemv_rows32_bf16_f32" if row_tiles == 2 else "batched_gemv_bf16_f32"
+    plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, mc.bf16, mc.f32, 1.0, 0.0, kernel=name)
     assert f"MIRCUDA_GEMV_UNROLL={unroll}" in plan.describe()
     assert_close(got, want, mag, out)

@@ -1,0 +1,80 @@
+"""The batched GEMV's knobs beside cuBLAS: every row tiling R (16-row weight tiles per warp), unroll U
+(32-column steps per chunk) and warp count W at M = 16..32, bf16, the four shapes of ``matmul-profile``,
+cold weights (banks >= 8x L2), each configuration checked against float64 first.
+
+    python benchmarks/batched_gemv_knobs.py [--m 16,24,32] [--json PATH]
+
+``benchmarks/results/batched_gemv_m16_64_knobs.json`` (H200, 2026-12-01) also holds M = 48 and 64, run with
+commit 04afb01, whose kernel took M up to 64: there its best was 0.57-0.82x cuBLAS, which is why the kernel
+stops at 32 (``mircuda.matmul._gemv.MAX_M``)."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+
+import numpy as np
+
+import mircuda as mc
+from mircuda.cli._matmul_bench import Types, relative_error, session
+from mircuda.compile import CompileOptions
+from mircuda.dtypes import dtype_info
+from mircuda.matmul._gemv import batched_gemv_source
+from mircuda.matmul._vector import shared_compiler, vector_contract
+
+SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)]
+KNOBS = [(1, 4), (1, 2), (1, 1), (2, 2), (2, 1)]  # (row tiles, unroll)
+WARPS = [2, 4, 8]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--m", default="16,24,32")
+    p.add_argument("--json", default="batched_gemv_knobs.json")
+    args = p.parse_args()
+    ms = [int(x) for x in args.m.split(",")]
+    out = []
+    with session(mc.Driver.initialize(), 0) as s:
+        assert s.torch_ is not None, s.why
+        t = Types.parse("bf16")
+        compiler = shared_compiler(s.context)
+        contract = vector_contract("batched_gemv_bf16_bf16_v16", dtype_info(mc.bf16), dtype_info(mc.bf16), ("c", "a", "w"))
+        kernels = {}
+        for n, k in SHAPES:
+            banks, ws, w_host = s.weights(t, n, k)
+            tw = s.torch_.weights(n, k, "bf16", banks)
+            for m in ms:
+                a_host = s.rng.standard_normal(m * k, dtype=np.float32).astype(mc.bf16)
+                a = s.stream.upload(s.pool, a_host)
+                c = s.pool.allocate(mc.bf16, s.stream, m * n)
+                want = a_host.astype(np.float64).reshape(m, k) @ w_host.astype(np.float64).reshape(n, k).T
+                enqueue, _ = s.torch_.operands(m, tw, "bf16", "bf16")
+                cublas = s.timer.median(enqueue, 10, 5)
+                for (r, u), w in itertools.product(KNOBS, WARPS):
+                    if (m <= 16 and r == 2) or k < 2 * w * 32 * u:
+                        continue
+                    if (m, r, u) not in kernels:
+                        defines = {"MIRCUDA_GEMV_M": m, "MIRCUDA_GEMV_ROW_TILES": r, "MIRCUDA_GEMV_UNROLL": u}
+                        kernels[m, r, u] = compiler.compile(batched_gemv_source(),
+                                                            CompileOptions(defines=defines)).kernel(contract)
+                    kern = kernels[m, r, u]
+                    cfg = mc.LaunchConfig((-(-n // (16 * r)),), (32 * w,), programmatic_stream_serialization=True)
+                    kern.launch(s.stream, cfg, c, a, ws[0], 1.0, 0.0, n, k)
+                    err = relative_error(s.stream.download(c).astype(np.float64).reshape(m, n), want)
+                    us = s.timer.median(lambda i: kern.launch(s.stream, cfg, c, a, ws[i % banks], 1.0, 0.0, n, k),  # noqa: B023
+                                        10, 5)
+                    out.append(dict(n=n, k=k, m=m, r=r, u=u, w=w, us=us, cublas=cublas, ratio=cublas / us, err=err))
+                    print(f"M={m:3d} {n}x{k} R={r} U={u} W={w}: {us:7.2f} µs  cuBLAS {cublas:7.2f}  "
+                          f"ratio {cublas / us:5.2f}  rel err {err:.1e}", flush=True)
+                a.free(s.stream)
+                c.free(s.stream)
+            s.release(ws)
+            del tw
+        device = s.info.name
+    with open(args.json, "w") as f:
+        json.dump({"device": device, "rows": out}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
