@@ -62,7 +62,7 @@ def test_selected_kernels_match_float64(context, stream, pool, rng, input, outpu
 
 
 MIDDLE = ["sm90_swap_128x64x128_splitk", "sm90_swap_128x128x64_splitk", "sm90_coop_128x128x64_streamk",
-          "sm90_pingpong_128x128x64"]
+          "sm90_pingpong_128x128x64", "sm90_coop_128x192x64"]
 """The SM90 kernels added for the middle M (issue 16's measured table)."""
 
 
