@@ -331,6 +331,11 @@ def test_merge_keeps_the_configurations_the_new_sweep_did_not_measure() -> None:
     assert [(e.input, e.m, e.kernel) for e in both.entries] == [("bf16", 32, "new32"), ("bf16", 64, "old64"),
                                                                  ("f16", 32, "f")]
     assert both.command == f"{old.command} ; sweep bf16" and both.date == "2026-12-02"
+    # a command line already recorded is not repeated, whichever table it comes from
+    again = merge(both, TunedTable("NVIDIA H200", (9, 0), 132, "2026-12-03", f"sweep f16 ; {old.command}",
+                                   (entry(48, kernel="again"),)))
+    assert again.command == f"{old.command} ; sweep bf16 ; sweep f16"
+    assert merge(again, again).command == again.command
     with pytest.raises(mc.ContractError) as e:
         merge(old, tuned(entry(32), sms=114))
     assert e.value.argument == "table"
@@ -505,3 +510,15 @@ def test_a_bad_splits_is_said_even_without_the_cutlass_library(monkeypatch) -> N
     assert e.value.argument == "splits" and "does not split K" in e.value.expected
     with pytest.raises(CutlassNotFound):  # a CUTLASS kernel's M without the library: the library is what is missing
         mc.DenseMatmulPlan(context, None, mc.DenseMatmulSpec(64, 4096, 4096), splits=2)  # type: ignore[arg-type]
+
+
+def test_the_table_records_the_sweeps_command_line_with_its_table_and_device() -> None:
+    from types import SimpleNamespace
+
+    from mircuda.cli._matmul_profile import sweep_command
+
+    args = SimpleNamespace(dtypes="bf16->f32", calls=10, repeats=5, device=0)
+    assert sweep_command(args, [24, 32], "t.json") == ("python -m mircuda matmul-profile --sweep --dtypes bf16->f32 "
+                                                       "--m 24,32 --calls 10 --repeats 5 --table t.json")
+    args.device = 1
+    assert "--repeats 5 --device 1 --table t.json" in sweep_command(args, [24], "t.json")

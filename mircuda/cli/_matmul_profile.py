@@ -82,9 +82,7 @@ def matmul_profile(args: Any) -> int:
                 s.release(ws)
         info = s.info
         if table_path is not None:
-            command = "python -m mircuda matmul-profile --sweep " + " ".join(
-                f"--{f} {v}" for f, v in (("dtypes", args.dtypes), ("m", ",".join(map(str, ms))),
-                                          ("calls", args.calls), ("repeats", args.repeats)))
+            command = sweep_command(args, ms, table_path)
             table = winners(swept, info.name, tuple(info.compute_capability), info.multiprocessor_count, command)
             write_table(table_path, table)
         return s.report("matmul-profile", args.json,
@@ -92,6 +90,14 @@ def matmul_profile(args: Any) -> int:
                         f"weights, median of {args.repeats} x {args.calls} back-to-back calls; cuBLAS/x > 1: faster "
                         "than cuBLAS", [s.why] if s.why else [], goals=_goals,
                         library=str(lib.path) if lib is not None else None)
+
+
+def sweep_command(args: Any, ms: list[int], table_path: str) -> str:
+    """The command line a measured table records: the flags that decide what was measured and where it
+    was written (``--device`` only when it is not device 0)."""
+    flags = [("dtypes", args.dtypes), ("m", ",".join(map(str, ms))), ("calls", args.calls), ("repeats", args.repeats),
+             *([("device", args.device)] if args.device else []), ("table", table_path)]
+    return "python -m mircuda matmul-profile --sweep " + " ".join(f"--{f} {v}" for f, v in flags)
 
 
 def check_table_argument(path: str | None, sweep: bool, results: str) -> TunedTable | None:

@@ -130,7 +130,8 @@ def packaged_table(compute_capability: tuple[int, int]) -> TunedTable | None:
 
 def merge(old: TunedTable, new: TunedTable) -> TunedTable:
     """``new``'s entries, plus ``old``'s for the configurations ``new`` did not measure (a sweep of some
-    type pairs or shapes updates a table in place); the commands are both kept.
+    type pairs or shapes updates a table in place); the command lines are kept, each once, in the order
+    they first ran (``command`` joins them with `` ; ``).
 
     Raises:
         ContractError: the tables are of different devices (name, compute capability or SM count; named ``table``).
@@ -146,7 +147,9 @@ def merge(old: TunedTable, new: TunedTable) -> TunedTable:
 
     measured = {key(e) for e in new.entries}
     kept = [e for e in old.entries if key(e) not in measured]
-    command = new.command if old.command == new.command else f"{old.command} ; {new.command}"
+    commands = old.command.split(" ; ")
+    commands += [c for c in new.command.split(" ; ") if c not in commands]
+    command = " ; ".join(commands)
     return TunedTable(new.device, new.compute_capability, new.multiprocessors, new.date, command,
                       tuple(sorted((*kept, *new.entries), key=key)))
 
