@@ -131,10 +131,11 @@ def test_both_chunk_lengths_match_float64(monkeypatch, context, stream, pool, rn
 
 @pytest.mark.parametrize("input, output", PAIRS, ids=PAIR_IDS)
 @pytest.mark.parametrize("n, k", SHAPES, ids=lambda v: str(v))
-@pytest.mark.parametrize("m", [17, 24, 31, 32])
+@pytest.mark.parametrize("m", [1, 5, 16, 17, 24, 31, 32])
 @pytest.mark.parametrize("rows", ["", "rows32_"], ids=["16rows", "32rows"])
-def test_above_m_16_both_row_tilings_match_float64(context, stream, pool, rng, input, output, m, n, k, rows) -> None:
-    # the measured table's range (M <= 32): forced here, alpha and beta, C read and written in place
+def test_forced_row_tilings_match_float64_for_every_m_up_to_32(context, stream, pool, rng, input, output, m, n, k, rows) -> None:
+    # the measured table's range (M <= 32; the sweep tries both forms at every M): forced here, alpha and
+    # beta, C read and written in place
     name = f"batched_gemv_{rows}{type_name(input)}_{type_name(output or input)}"
     alpha, beta = float(rng.uniform(0.5, 2.0)), float(rng.choice([0.0, 0.75]))
     plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, input, output, alpha, beta, kernel=name)
