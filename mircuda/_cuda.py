@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .errors import CudaError, NvrtcError, UnsupportedPlatform
@@ -233,6 +234,8 @@ entry_points: dict[str, int] = {}
 ``cuGetProcAddress`` returned them: for code that calls the driver without Python (e.g. ``@njit``)."""
 hot_path_kind = "none"
 """``"c-extension"`` or ``"ctypes"``: which implementation the hot path uses."""
+bound_hotpath: Any = None
+"""The C extension where it makes bound launchers (:func:`bind_launch`), else None (Python launchers)."""
 
 
 def _proc_address(drv: Any, name: str, version: int) -> int:
@@ -246,7 +249,7 @@ def _proc_address(drv: Any, name: str, version: int) -> int:
 
 def _bind_hot_path(drv: Any) -> None:
     global launch_kernel, launch_kernel_programmatic, launch_kernel_attributes, graph_launch, event_record
-    global hot_path_kind
+    global hot_path_kind, bound_hotpath
     _err, version = drv.cuDriverGetVersion()
     version = int(version)
     pfn_launch = _proc_address(drv, "cuLaunchKernel", version)
@@ -271,6 +274,7 @@ def _bind_hot_path(drv: Any) -> None:
             launch_kernel_programmatic = _hotpath.launch_kernel_programmatic
         if hasattr(_hotpath, "launch_kernel_attrs"):  # likewise for the attribute-list entry
             launch_kernel_attributes = _hotpath.launch_kernel_attrs
+        bound_hotpath = _hotpath if hasattr(_hotpath, "bind_launch") else None  # likewise
         hot_path_kind = "c-extension"
         return
     u, vp = ctypes.c_uint, ctypes.c_void_p
@@ -284,9 +288,150 @@ def _bind_hot_path(drv: Any) -> None:
         return raw_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, None)
 
     launch_kernel = launch_ctypes
+    bound_hotpath = None
     graph_launch = two(pfn_graph)
     event_record = two(pfn_event)
     hot_path_kind = "ctypes"
+
+
+# ---------------------------------------------------------------------------------------------
+# Bound launchers: one callable per (function, config, parameter block, thread) that writes the launch's
+# values into the block and calls the entry point; see bind_launch.
+
+BOUND_OTHER_THREAD = -1
+"""A bound launcher's answer when called from another thread than its block's owner (nothing written)."""
+BOUND_NEW_CONFIG = -2
+"""A bound launcher's answer when called with another config than the one it was bound to (nothing written)."""
+BOUND_MAX_VALUES = 256
+"""The most values a bound launcher writes (the C extension converts them on its stack first)."""
+VALUE_INT, VALUE_UINT, VALUE_F32, VALUE_F64, VALUE_BYTES = 1, 2, 3, 4, 5
+"""Kinds of a bound launcher's value slot: a signed or unsigned integer of 1, 2, 4 or 8 bytes, a C float, a
+C double, or bytes copied as they are (a by-value struct)."""
+
+_KIND_PLAIN, _KIND_PROGRAMMATIC, _KIND_ATTRIBUTES = 0, 1, 2
+_INT_FORMATS = {(VALUE_INT, 1): "<b", (VALUE_INT, 2): "<h", (VALUE_INT, 4): "<i", (VALUE_INT, 8): "<q",
+                (VALUE_UINT, 1): "<B", (VALUE_UINT, 2): "<H", (VALUE_UINT, 4): "<I", (VALUE_UINT, 8): "<Q"}
+
+
+def bind_launch(entry: Any, config: Any, function: int, dims: tuple[int, ...], storage: Any, params_address: int,
+                owner: int, slots: tuple[tuple[int, int, int], ...]) -> Any:
+    """A bound launcher: ``bound(config, stream, *values) -> CUresult`` for the entry point ``entry`` (one of
+    :data:`launch_kernel`, :data:`launch_kernel_programmatic`, or a ``functools.partial`` of
+    :data:`launch_kernel_attributes` binding the attribute array, as ``launch._kinds.attribute_launcher``
+    makes), the ``CUfunction`` ``function`` and the seven ``dims`` (grid, block, dynamic shared bytes).
+
+    ``storage`` is the parameter block's ctypes buffer (kept alive by the launcher) and ``params_address``
+    its ``void**``; ``slots`` gives each value's ``(offset, kind, size)`` in the block (kinds
+    ``VALUE_INT`` .. ``VALUE_BYTES``). A call from a thread other than ``owner`` returns
+    :data:`BOUND_OTHER_THREAD`, a call with another config object than ``config`` :data:`BOUND_NEW_CONFIG`,
+    both having written nothing. Otherwise every value is converted first (an int kind takes an int or
+    ``__index__`` within the slot's range, never truncated; a float kind a real, f32 refusing a finite value
+    that rounds to infinity; bytes exactly the slot's size): any failure raises (OverflowError, TypeError,
+    ValueError) with nothing written and nothing launched; then all are written and the entry point
+    called.
+
+    Where ``entry`` is the C extension's, the launcher is the extension's (``_hotpath.bind_launch``): one
+    C call per launch. Otherwise (no extension, or a stand-in entry point) it is a Python function with
+    the same behaviour that calls ``entry(function, *dims, stream, params_address)``.
+
+    Raises:
+        OverflowError: a dimension beyond 32 bits; ValueError: more than :data:`BOUND_MAX_VALUES` slots.
+    """
+    if len(slots) > BOUND_MAX_VALUES:
+        raise ValueError(f"bind_launch: at most {BOUND_MAX_VALUES} values, received {len(slots)}")
+    hot = bound_hotpath
+    if hot is not None:
+        kind, attrs, count = _c_kind(hot, entry)
+        if kind is not None:  # the extension checks every argument itself
+            return hot.bind_launch(kind, function, tuple(dims), params_address, ctypes.addressof(storage), owner,
+                                   config, attrs, count, tuple(slots), (storage, entry))
+    _check_u32("bind_launch", *dims)
+    return _python_bound_launch(entry, config, function, tuple(dims), storage, params_address, owner, tuple(slots))
+
+
+def rebinder(launcher: Any) -> Any:
+    """``rebind(config)`` for a launcher from :func:`bind_launch`: from then on the launcher answers to
+    ``config`` (an object equal to the config it was bound to: the dimensions and the launch kind stay)
+    instead of its former config object, which it no longer holds."""
+    rebind = getattr(launcher, "rebind", None)  # the Python launcher's
+    if rebind is not None:
+        return rebind
+    from . import _hotpath
+
+    hot: Any = _hotpath
+    return functools.partial(hot.rebind_config, launcher)
+
+
+def _c_kind(hot: Any, entry: Any) -> tuple[int | None, int, int]:
+    if entry is hot.launch_kernel:
+        return _KIND_PLAIN, 0, 0
+    if entry is getattr(hot, "launch_kernel_programmatic", None):
+        return _KIND_PROGRAMMATIC, 0, 0
+    if (isinstance(entry, functools.partial) and entry.func is getattr(hot, "launch_kernel_attrs", None)
+            and len(entry.args) == 2 and not entry.keywords):
+        return _KIND_ATTRIBUTES, int(entry.args[0]), int(entry.args[1])
+    return None, 0, 0
+
+
+def _python_bound_launch(entry: Any, config: Any, function: int, dims: tuple[int, ...], storage: Any,
+                         params_address: int, owner: int, slots: tuple[tuple[int, int, int], ...]) -> Any:
+    import operator
+    import struct
+
+    get_ident = threading.get_ident
+    converters: list[tuple[int, Callable[..., tuple[str, Any]]]] = []
+    for offset, kind, size in slots:
+        if kind in (VALUE_INT, VALUE_UINT):
+            fmt = _INT_FORMATS[(kind, size)]
+            lo, hi = (-(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1) if kind == VALUE_INT else (0, (1 << (8 * size)) - 1)
+
+            def to_int(v: Any, lo: int = lo, hi: int = hi, fmt: str = fmt) -> tuple[str, Any]:
+                x = operator.index(v)
+                if not lo <= x <= hi:
+                    raise OverflowError(f"bound launch: {x} does not fit a {fmt[1]!r} slot ({lo}..{hi})")
+                return fmt, x
+            converters.append((offset, to_int))
+        elif kind in (VALUE_F32, VALUE_F64):
+            fmt = "<f" if kind == VALUE_F32 else "<d"
+
+            def to_float(v: Any, fmt: str = fmt) -> tuple[str, Any]:
+                if isinstance(v, (str, bytes, bytearray)):  # float() would parse them; the C extension refuses
+                    raise TypeError(f"bound launch: expected a real number, received {type(v).__name__}")
+                x = float(v)
+                struct.pack(fmt, x)  # f32: a finite value that rounds to infinity is an OverflowError
+                return fmt, x
+            converters.append((offset, to_float))
+        elif kind == VALUE_BYTES:
+            def to_bytes(v: Any, size: int = size) -> tuple[str, Any]:
+                if type(v) is not bytes or len(v) != size:
+                    raise ValueError(f"bound launch: expected {size} bytes, received {type(v).__name__}")
+                return f"{size}s", v
+            converters.append((offset, to_bytes))
+        else:
+            raise ValueError(f"bind_launch: unknown slot kind {kind}")
+    n = len(converters)
+    bound_config = [config]
+
+    def bound(config_arg: Any, stream: int, *values: Any) -> int:
+        if len(values) != n:
+            raise TypeError(f"bound launch takes {n + 2} arguments (config, stream and {n} values), "
+                            f"received {len(values) + 2}")
+        if get_ident() != owner:
+            return BOUND_OTHER_THREAD
+        if config_arg is not bound_config[0]:
+            return BOUND_NEW_CONFIG
+        packed = [(offset, *conv(v)) for (offset, conv), v in zip(converters, values)]
+        for offset, fmt, x in packed:
+            struct.pack_into(fmt, storage, offset, x)
+        result: int = entry(function, *dims, stream, params_address)
+        return result
+
+    def rebind(new_config: Any) -> None:
+        bound_config[0] = new_config
+
+    bound.keep = storage  # type: ignore[attr-defined]
+    bound.rebind = rebind  # type: ignore[attr-defined]
+    return bound
 
 
 _DIM_NAMES = ("gx", "gy", "gz", "bx", "by", "bz", "shared_bytes")
