@@ -15,7 +15,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from .errors import CudaError, NvrtcError, UnsupportedPlatform
@@ -287,6 +286,7 @@ def _bind_hot_path(drv: Any) -> None:
         _check_u32("launch_kernel", gx, gy, gz, bx, by, bz, smem)
         return raw_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, None)
 
+    launch_ctypes.raw = raw_launch  # type: ignore[attr-defined]  # for bound launchers: dims checked once
     launch_kernel = launch_ctypes
     bound_hotpath = None
     graph_launch = two(pfn_graph)
@@ -309,8 +309,6 @@ VALUE_INT, VALUE_UINT, VALUE_F32, VALUE_F64, VALUE_BYTES = 1, 2, 3, 4, 5
 C double, or bytes copied as they are (a by-value struct)."""
 
 _KIND_PLAIN, _KIND_PROGRAMMATIC, _KIND_ATTRIBUTES = 0, 1, 2
-_INT_FORMATS = {(VALUE_INT, 1): "<b", (VALUE_INT, 2): "<h", (VALUE_INT, 4): "<i", (VALUE_INT, 8): "<q",
-                (VALUE_UINT, 1): "<B", (VALUE_UINT, 2): "<H", (VALUE_UINT, 4): "<I", (VALUE_UINT, 8): "<Q"}
 
 
 def bind_launch(entry: Any, config: Any, function: int, dims: tuple[int, ...], storage: Any, params_address: int,
@@ -373,64 +371,88 @@ def _c_kind(hot: Any, entry: Any) -> tuple[int | None, int, int]:
     return None, 0, 0
 
 
-def _python_bound_launch(entry: Any, config: Any, function: int, dims: tuple[int, ...], storage: Any,
-                         params_address: int, owner: int, slots: tuple[tuple[int, int, int], ...]) -> Any:
-    import operator
+_INT_CTYPES = {(VALUE_INT, 1): ctypes.c_int8, (VALUE_INT, 2): ctypes.c_int16, (VALUE_INT, 4): ctypes.c_int32,
+               (VALUE_INT, 8): ctypes.c_int64, (VALUE_UINT, 1): ctypes.c_uint8, (VALUE_UINT, 2): ctypes.c_uint16,
+               (VALUE_UINT, 4): ctypes.c_uint32, (VALUE_UINT, 8): ctypes.c_uint64}
+_F32_MAX = 3.4028234663852886e38
+
+
+def _value_overflow(index: int, value: Any, slot: str) -> None:
+    raise OverflowError(f"bound launch: value {index} = {value!r} does not fit {slot}")
+
+
+def _real(index: int, v: Any) -> float:
+    # As the C extension's PyFloat_AsDouble: a real number (float, int, __float__), never a string.
+    if isinstance(v, (str, bytes, bytearray)):
+        raise TypeError(f"bound launch: value {index} must be a real number, not {type(v).__name__}")
+    return float(v)
+
+
+def _f32(index: int, x: float) -> float:
+    # A finite value beyond f32's largest may still round to it; one that rounds to infinity is refused
+    # (as struct.pack("f") and the C extension refuse it), never stored as inf.
     import struct
 
-    get_ident = threading.get_ident
-    converters: list[tuple[int, Callable[..., tuple[str, Any]]]] = []
-    for offset, kind, size in slots:
+    try:
+        struct.pack("<f", x)
+    except OverflowError:
+        _value_overflow(index, x, "a 32-bit float slot")
+    return x
+
+
+def _python_bound_launch(entry: Any, config: Any, function: int, dims: tuple[int, ...], storage: Any,
+                         params_address: int, owner: int, slots: tuple[tuple[int, int, int], ...]) -> Any:
+    """The bound launcher in Python (see :func:`bind_launch`), generated as straight-line code for its
+    slots: each value converted and checked into a local first, then stored through a ctypes view of its
+    slot, then the entry point called with the dimensions as constants. The ctypes fallback's entry is
+    called raw (its dimensions were checked at bind time)."""
+    import operator
+
+    ns: dict[str, Any] = {"_ident": threading.get_ident, "_owner": owner, "_cfg": [config], "_index": operator.index,
+                          "_real": _real, "_f32": _f32, "_overflow": _value_overflow, "_params": params_address,
+                          "_fn": function, "_entry": entry, "_raw": getattr(entry, "raw", None),
+                          "_OTHER": BOUND_OTHER_THREAD, "_NEW": BOUND_NEW_CONFIG}
+    names = [f"v{i}" for i in range(len(slots))]
+    convert: list[str] = []
+    store: list[str] = []
+    for i, (offset, kind, size) in enumerate(slots):
+        v = names[i]
         if kind in (VALUE_INT, VALUE_UINT):
-            fmt = _INT_FORMATS[(kind, size)]
-            lo, hi = (-(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1) if kind == VALUE_INT else (0, (1 << (8 * size)) - 1)
-
-            def to_int(v: Any, lo: int = lo, hi: int = hi, fmt: str = fmt) -> tuple[str, Any]:
-                x = operator.index(v)
-                if not lo <= x <= hi:
-                    raise OverflowError(f"bound launch: {x} does not fit a {fmt[1]!r} slot ({lo}..{hi})")
-                return fmt, x
-            converters.append((offset, to_int))
+            ctype: Any = _INT_CTYPES[(kind, size)]
+            lo, hi = ((-(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1) if kind == VALUE_INT
+                      else (0, (1 << (8 * size)) - 1))
+            convert += [f"    {v} = _index({v})", f"    if not {lo} <= {v} <= {hi}:",
+                        f"        _overflow({i}, {v}, 'a {8 * size}-bit {'signed' if kind == VALUE_INT else 'unsigned'} slot')"]
+            store.append(f"    _s{i}.value = {v}")
         elif kind in (VALUE_F32, VALUE_F64):
-            fmt = "<f" if kind == VALUE_F32 else "<d"
-
-            def to_float(v: Any, fmt: str = fmt) -> tuple[str, Any]:
-                if isinstance(v, (str, bytes, bytearray)):  # float() would parse them; the C extension refuses
-                    raise TypeError(f"bound launch: expected a real number, received {type(v).__name__}")
-                x = float(v)
-                struct.pack(fmt, x)  # f32: a finite value that rounds to infinity is an OverflowError
-                return fmt, x
-            converters.append((offset, to_float))
+            ctype = ctypes.c_float if kind == VALUE_F32 else ctypes.c_double
+            convert.append(f"    {v} = {v} if {v}.__class__ is float else _real({i}, {v})")
+            if kind == VALUE_F32:
+                convert += [f"    if not -{_F32_MAX!r} <= {v} <= {_F32_MAX!r}:", f"        _f32({i}, {v})"]
+            store.append(f"    _s{i}.value = {v}")
         elif kind == VALUE_BYTES:
-            def to_bytes(v: Any, size: int = size) -> tuple[str, Any]:
-                if type(v) is not bytes or len(v) != size:
-                    raise ValueError(f"bound launch: expected {size} bytes, received {type(v).__name__}")
-                return f"{size}s", v
-            converters.append((offset, to_bytes))
+            ctype = ctypes.c_char * size
+            convert += [f"    if {v}.__class__ is not bytes or len({v}) != {size}:",
+                        f"        raise ValueError('bound launch: value {i} must be {size} bytes')"]
+            store.append(f"    _s{i}.raw = {v}")
         else:
             raise ValueError(f"bind_launch: unknown slot kind {kind}")
-    n = len(converters)
-    bound_config = [config]
-
-    def bound(config_arg: Any, stream: int, *values: Any) -> int:
-        if len(values) != n:
-            raise TypeError(f"bound launch takes {n + 2} arguments (config, stream and {n} values), "
-                            f"received {len(values) + 2}")
-        if get_ident() != owner:
-            return BOUND_OTHER_THREAD
-        if config_arg is not bound_config[0]:
-            return BOUND_NEW_CONFIG
-        packed = [(offset, *conv(v)) for (offset, conv), v in zip(converters, values)]
-        for offset, fmt, x in packed:
-            struct.pack_into(fmt, storage, offset, x)
-        result: int = entry(function, *dims, stream, params_address)
-        return result
+        ns[f"_s{i}"] = ctype.from_buffer(storage, offset)
+    dim_text = ", ".join(str(int(d)) for d in dims)
+    call = (f"_raw(_fn, {dim_text}, stream, _params, None)" if ns["_raw"] is not None
+            else f"_entry(_fn, {dim_text}, stream, _params)")
+    body = ["    if _ident() != _owner:", "        return _OTHER", "    if config is not _cfg[0]:", "        return _NEW",
+            *convert, *store, f"    return {call}"]
+    src = f"def bound(config, stream{''.join(', ' + n for n in names)}):\n" + "\n".join(body) + "\n"
+    exec(compile(src, "<mircuda bound launcher>", "exec"), ns)
+    bound = ns["bound"]
 
     def rebind(new_config: Any) -> None:
-        bound_config[0] = new_config
+        ns["_cfg"][0] = new_config
 
-    bound.keep = storage  # type: ignore[attr-defined]
-    bound.rebind = rebind  # type: ignore[attr-defined]
+    bound.__mircuda_source__ = src
+    bound.keep = storage
+    bound.rebind = rebind
     return bound
 
 

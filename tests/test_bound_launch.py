@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import sys
 import threading
 from typing import Any
 
 import pytest
 
+import mircuda
 import mircuda as mc
-from hotpath_stand_in import keep_bindings
+from hotpath_stand_in import StandInDriver, keep_bindings
 from mircuda import _cuda
 from mircuda.launch import ArgumentPacker, _abi
 from mircuda.launch._kernel import TypedKernel
@@ -66,11 +68,12 @@ def stand_in_kernel(contract: mc.KernelContract, ctx: Any) -> TypedKernel:
     return kernel
 
 
-@pytest.fixture(params=["c", "python"])
+@pytest.fixture(params=["c", "python", "ctypes"])
 def driver(request, monkeypatch) -> dict[str, Any]:
     """Stand-in ``cuLaunchKernel``/``cuLaunchKernelEx`` that record what they receive, the block's bytes
     included (read through the ``void**`` as the driver reads them), reached through the C extension's
-    bound launcher ("c") or the Python one ("python", as without the extension)."""
+    bound launcher ("c"), the Python one calling a Python entry ("python"), or the Python one calling
+    the ctypes entry points of a process without the extension ("ctypes")."""
     seen: dict[str, Any] = {"calls": [], "result": 0}
     sizes: list[int] = []
 
@@ -109,6 +112,16 @@ def driver(request, monkeypatch) -> dict[str, Any]:
         hotpath.set_entry_points(real.get("cuLaunchKernel", 0), real.get("cuGraphLaunch", 0),
                                  real.get("cuEventRecord", 0))
         hotpath.set_launch_ex(real.get("cuLaunchKernelEx", 0))
+        return
+    if request.param == "ctypes":
+        keep = (LAUNCH(launch), LAUNCH_EX(launch_ex))
+        monkeypatch.delattr(mircuda, "_hotpath", raising=False)  # and the import fails: the ctypes path
+        monkeypatch.setitem(sys.modules, "mircuda._hotpath", None)
+        _cuda._bind_hot_path(StandInDriver({"cuLaunchKernel": ctypes.cast(keep[0], vp).value,
+                                            "cuLaunchKernelEx": ctypes.cast(keep[1], vp).value}, 12080))
+        assert _cuda.hot_path_kind == "ctypes" and _cuda.bound_hotpath is None
+        seen["kind"], seen["keep"] = "python", keep
+        yield seen
         return
     monkeypatch.setattr(_cuda, "bound_hotpath", None)
     monkeypatch.setattr(_cuda, "launch_kernel", lambda *a: launch(*a))
@@ -224,7 +237,7 @@ def test_another_thread_or_config_is_answered_without_writing(driver) -> None:
     assert answers == [_cuda.BOUND_OTHER_THREAD]
     assert launcher(mc.LaunchConfig(1, 32), 0x50, *values) == _cuda.BOUND_NEW_CONFIG  # equal, not the same object
     assert kernel.packed_arguments() == before and len(driver["calls"]) == 1
-    with pytest.raises(TypeError, match="arguments"):
+    with pytest.raises(TypeError, match="argument"):  # a count the launcher was not bound for
         launcher(config, 0x50, *values[:-1])
 
 
