@@ -74,6 +74,8 @@ EMPTY = mc.cuda_export("empty", p=mc.DeviceBuffer[mc.f32])
 SEVEN = mc.cuda_export("seven", y=mc.Out[mc.DeviceBuffer[mc.f32]], w=mc.In[mc.DeviceBuffer[mc.f32]],
                        x=mc.In[mc.DeviceBuffer[mc.f32]], alpha=mc.f32, beta=mc.f32, n=mc.i32, k=mc.i32)
 
+SIGNATURES = {"empty": "empty(p)", "seven": "seven(y, w, x, alpha, beta, n, k)"}
+
 
 class _StandInDriver:
     """What ``_cuda._bind_hot_path`` asks the driver: its version and each entry point's address."""
@@ -131,7 +133,9 @@ def stand_in_kernel(contract: Any, context: Any, generate: Any, abi: Any) -> Any
 
     k = object.__new__(TypedKernel)
     k._contract, k._abi, k._handle, k._context = contract, abi, 0x40, context
-    k._config_dims = lambda c: (*c.grid, *c.block, c.shared_mem_bytes)  # type: ignore[method-assign]
+    # TypedKernel's own config cache, filled as a first launch on a device would fill it (its check of a
+    # new config needs the device): equal configs are found there, as on a GPU.
+    k._checked = {mc.LaunchConfig(1, 32): (1, 1, 1, 32, 1, 1, 0)}
     k._owner = threading.get_ident()
     k._thread_launchers = {}
     k.launch = generate(abi, contract, context, 0x40, k._owner, config_dims=k._config_dims,  # type: ignore[method-assign]
@@ -221,15 +225,18 @@ def main(argv: list[str] | None = None) -> int:
             unavailable[f"{label} generated launch"] = f"git show {args.old_ref}:mircuda/launch/_abi.py failed"
             continue
         empty, seven = kernels[version]["empty"], kernels[version]["seven"]
-        rows[f"{label}: TypedKernel.launch, empty(p)"] = ns(empty.launch, empty_args) - loop_ns
-        rows[f"{label}: TypedKernel.launch, seven(y, w, x, alpha, beta, n, k)"] = ns(seven.launch, seven_args) - loop_ns
+        rows[f"{label}: TypedKernel.launch, {SIGNATURES['empty']}"] = ns(empty.launch, empty_args) - loop_ns
+        rows[f"{label}: TypedKernel.launch, {SIGNATURES['seven']}"] = ns(seven.launch, seven_args) - loop_ns
 
-        def fresh(launch: Any = empty.launch) -> None:
-            launch(stream, mc.LaunchConfig(1, 32), y)
+        fresh = [mc.LaunchConfig(1, 32) for _ in range(calls)]  # built before the timing: only launches are timed
 
-        construct = ns(lambda: mc.LaunchConfig(1, 32), ())
-        rows[f"{label}: TypedKernel.launch, empty(p), a new equal LaunchConfig each launch (its construction "
-             "excluded)"] = ns(fresh, ()) - construct
+        def run(n: int, launch: Any = empty.launch, configs: list[Any] = fresh) -> None:
+            for config in configs[:n]:
+                launch(stream, config, y)
+
+        run(calls)  # the first binding of this config shape is not what the row measures
+        rows[f"{label}: TypedKernel.launch, empty(p), a new equal LaunchConfig each launch"] = (
+            best_us(run, calls, batches, lambda: None)[0] * 1000.0 - loop_ns)
 
     breakdown: dict[str, list[dict[str, Any]]] = {}
     for version in kernels:
@@ -243,6 +250,23 @@ def main(argv: list[str] | None = None) -> int:
                 pieces.append({"piece": label, "ns": t - previous, "cumulative_ns": t - loop_ns})
                 previous = t
             breakdown[f"{args.old_ref if version == 'old' else 'this checkout'}, {name}"] = pieces
+
+    # What-if rows (not what mircuda runs): the signature's *_extra/**_unknown catch-alls make every call
+    # build a keyword dict; without them a wrong argument count or an unknown keyword would be Python's
+    # TypeError naming "launch()" instead of a ContractError naming the contract's parameters.
+    what_if: list[dict[str, Any]] = []
+    for name, fargs in (("empty", empty_args), ("seven", seven_args)):
+        fn = kernels["new"][name].launch
+        source = fn.__mircuda_source__
+        for label, old_text, new_text in (
+                ("without **_unknown", ", **_unknown):", "):"),
+                ("without *_extra and **_unknown", ", *_extra, **_unknown):", "):")):
+            lines = [line.replace(old_text, new_text) for line in source.splitlines()]
+            lines = [line for line in lines if "_arity(" not in line and "if _extra" not in line]
+            namespace = dict(fn.__globals__)
+            exec(compile("\n".join(lines) + "\n", "<what-if>", "exec"), namespace)
+            what_if.append({"piece": f"{name}: {label}", "ns": ns(namespace["launch"], fargs) - loop_ns,
+                            "as_generated_ns": rows[f"this checkout: TypedKernel.launch, {SIGNATURES[name]}"]})
 
     new_empty = kernels["new"]["empty"].launch
     bound = new_empty.__globals__["_L"]
@@ -284,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
               "python": sys.version.split()[0], "date": time.strftime("%Y-%m-%d"), "mircuda": str(Path(mc.__file__).parent),
               "old_ref": args.old_ref, "calls_per_batch": calls, "batches": batches,
               "unit": "ns per launch, best batch, the empty Python loop subtracted",
-              "ns_per_launch": rows, "unavailable": unavailable, "breakdown": breakdown, "c_call": c_call}
+              "ns_per_launch": rows, "unavailable": unavailable, "breakdown": breakdown, "c_call": c_call,
+              "what_if": what_if}
     print(f"launch_python_cost on {result['cpu']} (Python {result['python']}): {result['unit']}")
     for label, value in rows.items():
         print(f"  {label:<100} {value:8.1f}")
@@ -297,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n  the C call")
     for p in c_call:
         print(f"    {p['piece']:<80} {p['ns']:7.1f}")
+    print("\n  what if the launch function had no catch-all parameters (not what runs: see the source)")
+    for p in what_if:
+        print(f"    {p['piece']:<80} {p['ns']:7.1f}   (as generated {p['as_generated_ns']:.1f})")
     path = Path(args.json)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
