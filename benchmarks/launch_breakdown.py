@@ -139,6 +139,8 @@ def _label(group: list[str]) -> str:
 def breakdown(fn: Any, args: tuple[Any, ...], calls: int, batches: int, sync: Callable[[], object]) -> list[dict[str, Any]]:
     """Rows (piece, µs) of one generated launch function called with ``args``."""
     loop, _ = best_us(empty_loop, calls, batches, lambda: None)
+    fn(*args)  # binds the config's launcher first: the prefixes run in copies of the function's namespace
+    sync()
     rows = []
     previous = loop
     for label, prefix in prefixes(fn):
