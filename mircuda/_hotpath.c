@@ -184,11 +184,21 @@ typedef union {
     const char* data;            /* VALUE_BYTES: the argument's own buffer, alive during the call */
 } value_t;
 
+/* An OverflowError of CPython's integer conversion, said again with the value's index and slot. */
+static int integer_overflow(Py_ssize_t index, const char* sign, Py_ssize_t size) {
+    if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_OverflowError, "bound launch: value %zd does not fit a %d-bit %s slot", index,
+                     (int)(size * 8), sign);
+    }
+    return 0;
+}
+
 static int convert_value(const value_slot_t* s, PyObject* v, Py_ssize_t index, value_t* out) {
     switch (s->kind) {
     case VALUE_INT: {
         long long x = PyLong_AsLongLong(v);  /* ints and __index__; floats are a TypeError */
-        if (x == -1 && PyErr_Occurred()) return 0;
+        if (x == -1 && PyErr_Occurred()) return integer_overflow(index, "signed", s->size);
         int bits = (int)(s->size * 8);
         if (bits < 64 && (x < -(1LL << (bits - 1)) || x > (1LL << (bits - 1)) - 1)) {
             PyErr_Format(PyExc_OverflowError, "bound launch: value %zd = %lld does not fit a %d-bit signed slot",
@@ -211,7 +221,7 @@ static int convert_value(const value_slot_t* s, PyObject* v, Py_ssize_t index, v
             x = PyLong_AsUnsignedLongLong(i);
             Py_DECREF(i);
         }
-        if (x == (unsigned long long)-1 && PyErr_Occurred()) return 0;
+        if (x == (unsigned long long)-1 && PyErr_Occurred()) return integer_overflow(index, "unsigned", s->size);
         int bits = (int)(s->size * 8);
         if (bits < 64 && x > (1ULL << bits) - 1) {
             PyErr_Format(PyExc_OverflowError, "bound launch: value %zd = %llu does not fit a %d-bit unsigned slot",
@@ -271,6 +281,11 @@ static PyObject* bound_call(PyObject* self, PyObject* const* args, Py_ssize_t na
     }
     if (PyThread_get_thread_ident() != b->owner) return PyLong_FromLong(BOUND_OTHER_THREAD);
     if (args[0] != b->config) return PyLong_FromLong(BOUND_NEW_CONFIG);
+    if ((b->kind == KIND_PLAIN ? (void*)g_launch : (void*)g_launch_ex) == NULL) {  /* before anything is written */
+        PyErr_SetString(PyExc_RuntimeError, b->kind == KIND_PLAIN ? "bound launch: cuLaunchKernel entry point not set"
+                                                                   : "bound launch: cuLaunchKernelEx entry point not set");
+        return NULL;
+    }
     void* stream = PyLong_AsVoidPtr(args[1]);
     if (stream == NULL && PyErr_Occurred()) return NULL;
     value_t values[BOUND_MAX_VALUES];
@@ -282,17 +297,8 @@ static PyObject* bound_call(PyObject* self, PyObject* const* args, Py_ssize_t na
                (size_t)s->size);
     }
     const unsigned* d = b->dims;
-    if (b->kind == KIND_PLAIN) {
-        if (g_launch == NULL) {
-            PyErr_SetString(PyExc_RuntimeError, "bound launch: cuLaunchKernel entry point not set");
-            return NULL;
-        }
+    if (b->kind == KIND_PLAIN)
         return PyLong_FromLong(g_launch(b->fn, d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, b->params, NULL));
-    }
-    if (g_launch_ex == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "bound launch: cuLaunchKernelEx entry point not set");
-        return NULL;
-    }
     launch_attribute_t attr;
     launch_config_t config = {d[0], d[1], d[2], d[3], d[4], d[5], d[6], stream, b->attrs, b->num_attrs};
     if (b->kind == KIND_PROGRAMMATIC) {

@@ -329,3 +329,21 @@ def test_a_contract_past_the_value_limit_writes_its_own_block(monkeypatch) -> No
     source = kernel.launch_source()
     assert "_s0.value = a" in source and "if _ident() != _owner:" in source
     assert "    r = _L(config, stream._handle)" in source.splitlines()
+
+
+def test_an_unset_entry_point_is_refused_before_anything_is_written(monkeypatch) -> None:
+    hotpath = pytest.importorskip("mircuda._hotpath", reason="the C extension was not built")
+    if not hasattr(hotpath, "bind_launch"):
+        pytest.skip("the C extension predates bind_launch")
+    real = dict(_cuda.entry_points)
+    block = mc.launch.ArgumentBlock([("n", ctypes.c_int32)])
+    launcher = hotpath.bind_launch(0, 0x40, (1,) * 7, block.params_address, ctypes.addressof(block.storage),
+                                   threading.get_ident(), None, 0, 0, _abi.value_slots(block), block)
+    hotpath.set_entry_points(0, 0, 0)
+    try:
+        with pytest.raises(RuntimeError, match="cuLaunchKernel entry point not set"):
+            launcher(None, 0x50, 7)
+        assert block.packed_bytes() == bytes(4)
+    finally:
+        hotpath.set_entry_points(real.get("cuLaunchKernel", 0), real.get("cuGraphLaunch", 0),
+                                 real.get("cuEventRecord", 0))
