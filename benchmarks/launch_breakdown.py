@@ -121,20 +121,26 @@ def _label(group: list[str]) -> str:
         return "stream test (class, context, open)"
     if first.startswith("if config"):
         return "config test (identity with the last config)"
+    if first.startswith("r = _L(config"):
+        return "entry point call (bound launcher: thread, config, slot writes, driver): _L"
     if first.startswith("r = "):
         return "entry point call (C extension + driver): " + first[4:].split("(")[0]
     if first.startswith("if r"):
         return "result test"
+    # The launch function writes the slot itself (ctypes store), or leaves the value for the bound launcher.
+    what = "slot write" if any(".value =" in line or ".raw =" in line for line in group) else "value"
     if "._ptr" in first or "_DB" in first:
         name = first[3:].split(".")[0]
-        return f"buffer argument {name}: identity tests + slot write"
+        return f"buffer argument {name}: identity tests + {what}"
     name = first[3:].split(".")[0]
-    return f"scalar argument {name}: type/range test + slot write"
+    return f"scalar argument {name}: type/range test + {what}"
 
 
 def breakdown(fn: Any, args: tuple[Any, ...], calls: int, batches: int, sync: Callable[[], object]) -> list[dict[str, Any]]:
     """Rows (piece, µs) of one generated launch function called with ``args``."""
     loop, _ = best_us(empty_loop, calls, batches, lambda: None)
+    fn(*args)  # binds the config's launcher first: the prefixes run in copies of the function's namespace
+    sync()
     rows = []
     previous = loop
     for label, prefix in prefixes(fn):
@@ -187,6 +193,7 @@ def stand_ins() -> dict[str, Any]:
     _hotpath.set_launch_ex(noop)
     _cuda.launch_kernel, _cuda.graph_launch = _hotpath.launch_kernel, _hotpath.graph_launch
     _cuda.launch_kernel_programmatic = _hotpath.launch_kernel_programmatic
+    _cuda.bound_hotpath = _hotpath if hasattr(_hotpath, "bind_launch") else None
     _cuda.hot_path_kind = "c-extension, stand-in entry points"
 
     class Context:

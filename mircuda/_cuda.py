@@ -233,6 +233,8 @@ entry_points: dict[str, int] = {}
 ``cuGetProcAddress`` returned them: for code that calls the driver without Python (e.g. ``@njit``)."""
 hot_path_kind = "none"
 """``"c-extension"`` or ``"ctypes"``: which implementation the hot path uses."""
+bound_hotpath: Any = None
+"""The C extension where it makes bound launchers (:func:`bind_launch`), else None (Python launchers)."""
 
 
 def _proc_address(drv: Any, name: str, version: int) -> int:
@@ -246,7 +248,7 @@ def _proc_address(drv: Any, name: str, version: int) -> int:
 
 def _bind_hot_path(drv: Any) -> None:
     global launch_kernel, launch_kernel_programmatic, launch_kernel_attributes, graph_launch, event_record
-    global hot_path_kind
+    global hot_path_kind, bound_hotpath
     _err, version = drv.cuDriverGetVersion()
     version = int(version)
     pfn_launch = _proc_address(drv, "cuLaunchKernel", version)
@@ -271,6 +273,7 @@ def _bind_hot_path(drv: Any) -> None:
             launch_kernel_programmatic = _hotpath.launch_kernel_programmatic
         if hasattr(_hotpath, "launch_kernel_attrs"):  # likewise for the attribute-list entry
             launch_kernel_attributes = _hotpath.launch_kernel_attrs
+        bound_hotpath = _hotpath if hasattr(_hotpath, "bind_launch") else None  # likewise
         hot_path_kind = "c-extension"
         return
     u, vp = ctypes.c_uint, ctypes.c_void_p
@@ -283,10 +286,174 @@ def _bind_hot_path(drv: Any) -> None:
         _check_u32("launch_kernel", gx, gy, gz, bx, by, bz, smem)
         return raw_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, None)
 
+    launch_ctypes.raw = raw_launch  # type: ignore[attr-defined]  # for bound launchers: dims checked once
     launch_kernel = launch_ctypes
+    bound_hotpath = None
     graph_launch = two(pfn_graph)
     event_record = two(pfn_event)
     hot_path_kind = "ctypes"
+
+
+# ---------------------------------------------------------------------------------------------
+# Bound launchers: one callable per (function, config, parameter block, thread) that writes the launch's
+# values into the block and calls the entry point; see bind_launch.
+
+BOUND_OTHER_THREAD = -1
+"""A bound launcher's answer when called from another thread than its block's owner (nothing written)."""
+BOUND_NEW_CONFIG = -2
+"""A bound launcher's answer when called with another config than the one it was bound to (nothing written)."""
+BOUND_MAX_VALUES = 256
+"""The most values a bound launcher writes (the C extension converts them on its stack first)."""
+VALUE_INT, VALUE_UINT, VALUE_F32, VALUE_F64, VALUE_BYTES = 1, 2, 3, 4, 5
+"""Kinds of a bound launcher's value slot: a signed or unsigned integer of 1, 2, 4 or 8 bytes, a C float, a
+C double, or bytes copied as they are (a by-value struct)."""
+
+_KIND_PLAIN, _KIND_PROGRAMMATIC, _KIND_ATTRIBUTES = 0, 1, 2
+
+
+def bind_launch(entry: Any, config: Any, function: int, dims: tuple[int, ...], storage: Any, params_address: int,
+                owner: int, slots: tuple[tuple[int, int, int], ...]) -> Any:
+    """A bound launcher: ``bound(config, stream, *values) -> CUresult`` for the entry point ``entry`` (one of
+    :data:`launch_kernel`, :data:`launch_kernel_programmatic`, or a ``functools.partial`` of
+    :data:`launch_kernel_attributes` binding the attribute array, as ``launch._kinds.attribute_launcher``
+    makes), the ``CUfunction`` ``function`` and the seven ``dims`` (grid, block, dynamic shared bytes).
+
+    ``storage`` is the parameter block's ctypes buffer (kept alive by the launcher) and ``params_address``
+    its ``void**``; ``slots`` gives each value's ``(offset, kind, size)`` in the block (kinds
+    ``VALUE_INT`` .. ``VALUE_BYTES``). A call from a thread other than ``owner`` returns
+    :data:`BOUND_OTHER_THREAD`, a call with another config object than ``config`` :data:`BOUND_NEW_CONFIG`,
+    both having written nothing. Otherwise every value is converted first (an int kind takes an int or
+    ``__index__`` within the slot's range, never truncated; a float kind a real, f32 refusing a finite value
+    that rounds to infinity; bytes exactly the slot's size): any failure raises (OverflowError, TypeError,
+    ValueError) with nothing written and nothing launched; then all are written and the entry point
+    called.
+
+    Where ``entry`` is the C extension's, the launcher is the extension's (``_hotpath.bind_launch``): one
+    C call per launch. Otherwise (no extension, or a stand-in entry point) it is a Python function with
+    the same behaviour that calls ``entry(function, *dims, stream, params_address)``.
+
+    Raises:
+        OverflowError: a dimension beyond 32 bits; ValueError: more than :data:`BOUND_MAX_VALUES` slots.
+    """
+    if len(slots) > BOUND_MAX_VALUES:
+        raise ValueError(f"bind_launch: at most {BOUND_MAX_VALUES} values, received {len(slots)}")
+    hot = bound_hotpath
+    if hot is not None:
+        kind, attrs, count = _c_kind(hot, entry)
+        if kind is not None:  # the extension checks every argument itself
+            return hot.bind_launch(kind, function, tuple(dims), params_address, ctypes.addressof(storage), owner,
+                                   config, attrs, count, tuple(slots), (storage, entry))
+    _check_u32("bind_launch", *dims)
+    return _python_bound_launch(entry, config, function, tuple(dims), storage, params_address, owner, tuple(slots))
+
+
+def rebinder(launcher: Any) -> Any:
+    """``rebind(config)`` for a launcher from :func:`bind_launch`: from then on the launcher answers to
+    ``config`` (an object equal to the config it was bound to: the dimensions and the launch kind stay)
+    instead of its former config object, which it no longer holds."""
+    rebind = getattr(launcher, "rebind", None)  # the Python launcher's
+    if rebind is not None:
+        return rebind
+    from . import _hotpath
+
+    hot: Any = _hotpath
+    return functools.partial(hot.rebind_config, launcher)
+
+
+def _c_kind(hot: Any, entry: Any) -> tuple[int | None, int, int]:
+    if entry is hot.launch_kernel:
+        return _KIND_PLAIN, 0, 0
+    if entry is getattr(hot, "launch_kernel_programmatic", None):
+        return _KIND_PROGRAMMATIC, 0, 0
+    if (isinstance(entry, functools.partial) and entry.func is getattr(hot, "launch_kernel_attrs", None)
+            and len(entry.args) == 2 and not entry.keywords):
+        return _KIND_ATTRIBUTES, int(entry.args[0]), int(entry.args[1])
+    return None, 0, 0
+
+
+_INT_CTYPES = {(VALUE_INT, 1): ctypes.c_int8, (VALUE_INT, 2): ctypes.c_int16, (VALUE_INT, 4): ctypes.c_int32,
+               (VALUE_INT, 8): ctypes.c_int64, (VALUE_UINT, 1): ctypes.c_uint8, (VALUE_UINT, 2): ctypes.c_uint16,
+               (VALUE_UINT, 4): ctypes.c_uint32, (VALUE_UINT, 8): ctypes.c_uint64}
+_F32_MAX = 3.4028234663852886e38
+
+
+def _value_overflow(index: int, value: Any, slot: str) -> None:
+    raise OverflowError(f"bound launch: value {index} = {value!r} does not fit {slot}")
+
+
+def _real(index: int, v: Any) -> float:
+    # As the C extension's PyFloat_AsDouble: a real number (float, int, __float__), never a string.
+    if isinstance(v, (str, bytes, bytearray)):
+        raise TypeError(f"bound launch: value {index} must be a real number, not {type(v).__name__}")
+    return float(v)
+
+
+def _f32(index: int, x: float) -> float:
+    # A finite value beyond f32's largest may still round to it; one that rounds to infinity is refused
+    # (as struct.pack("f") and the C extension refuse it), never stored as inf.
+    import struct
+
+    try:
+        struct.pack("<f", x)
+    except OverflowError:
+        _value_overflow(index, x, "a 32-bit float slot")
+    return x
+
+
+def _python_bound_launch(entry: Any, config: Any, function: int, dims: tuple[int, ...], storage: Any,
+                         params_address: int, owner: int, slots: tuple[tuple[int, int, int], ...]) -> Any:
+    """The bound launcher in Python (see :func:`bind_launch`), generated as straight-line code for its
+    slots: each value converted and checked into a local first, then stored through a ctypes view of its
+    slot, then the entry point called with the dimensions as constants. The ctypes fallback's entry is
+    called raw (its dimensions were checked at bind time)."""
+    import operator
+
+    ns: dict[str, Any] = {"_ident": threading.get_ident, "_owner": owner, "_cfg": [config], "_index": operator.index,
+                          "_real": _real, "_f32": _f32, "_overflow": _value_overflow, "_params": params_address,
+                          "_fn": function, "_entry": entry, "_raw": getattr(entry, "raw", None),
+                          "_OTHER": BOUND_OTHER_THREAD, "_NEW": BOUND_NEW_CONFIG}
+    names = [f"v{i}" for i in range(len(slots))]
+    convert: list[str] = []
+    store: list[str] = []
+    for i, (offset, kind, size) in enumerate(slots):
+        v = names[i]
+        if kind in (VALUE_INT, VALUE_UINT):
+            ctype: Any = _INT_CTYPES[(kind, size)]
+            lo, hi = ((-(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1) if kind == VALUE_INT
+                      else (0, (1 << (8 * size)) - 1))
+            convert += [f"    {v} = _index({v})", f"    if not {lo} <= {v} <= {hi}:",
+                        f"        _overflow({i}, {v}, 'a {8 * size}-bit {'signed' if kind == VALUE_INT else 'unsigned'} slot')"]
+            store.append(f"    _s{i}.value = {v}")
+        elif kind in (VALUE_F32, VALUE_F64):
+            ctype = ctypes.c_float if kind == VALUE_F32 else ctypes.c_double
+            convert.append(f"    {v} = {v} if {v}.__class__ is float else _real({i}, {v})")
+            if kind == VALUE_F32:
+                convert += [f"    if not -{_F32_MAX!r} <= {v} <= {_F32_MAX!r}:", f"        _f32({i}, {v})"]
+            store.append(f"    _s{i}.value = {v}")
+        elif kind == VALUE_BYTES:
+            ctype = ctypes.c_char * size
+            convert += [f"    if {v}.__class__ is not bytes or len({v}) != {size}:",
+                        f"        raise ValueError('bound launch: value {i} must be {size} bytes')"]
+            store.append(f"    _s{i}.raw = {v}")
+        else:
+            raise ValueError(f"bind_launch: unknown slot kind {kind}")
+        ns[f"_s{i}"] = ctype.from_buffer(storage, offset)
+    dim_text = ", ".join(str(int(d)) for d in dims)
+    call = (f"_raw(_fn, {dim_text}, stream, _params, None)" if ns["_raw"] is not None
+            else f"_entry(_fn, {dim_text}, stream, _params)")
+    body = ["    if _ident() != _owner:", "        return _OTHER", "    if config is not _cfg[0]:", "        return _NEW",
+            *convert, *store, f"    return {call}"]
+    src = f"def bound(config, stream{''.join(', ' + n for n in names)}):\n" + "\n".join(body) + "\n"
+    exec(compile(src, "<mircuda bound launcher>", "exec"), ns)
+    bound = ns["bound"]
+
+    def rebind(new_config: Any) -> None:
+        ns["_cfg"][0] = new_config
+
+    bound.__mircuda_source__ = src
+    bound.keep = storage
+    bound.rebind = rebind
+    return bound
 
 
 _DIM_NAMES = ("gx", "gy", "gz", "bx", "by", "bz", "shared_bytes")

@@ -32,7 +32,7 @@ def keep_bindings(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     ``monkeypatch``; returns the process's real entry points (for tests that restore them earlier, so
     that GPU tests later in the process find them)."""
     for name in ("launch_kernel", "launch_kernel_programmatic", "launch_kernel_attributes", "graph_launch",
-                 "event_record", "hot_path_kind"):
+                 "event_record", "hot_path_kind", "bound_hotpath"):
         monkeypatch.setattr(_cuda, name, getattr(_cuda, name))
     real = dict(_cuda.entry_points)
     monkeypatch.setattr(_cuda, "entry_points", {})

@@ -53,12 +53,15 @@ def test_launch_source_is_the_source_of_the_launch_function() -> None:
     assert code.co_varnames == kernel.launch.__code__.co_varnames
     assert code.co_code == kernel.launch.__code__.co_code
     lines = source.splitlines()
-    for i, name in enumerate(("y", "x")):  # each buffer: a fast identity test and a slot write, else its slow path
+    for i, name in enumerate(("y", "x")):  # each buffer: a fast identity test and its address, else its slow path
         fast = f"{name}.__class__ is _DB and {name}._scalar is _t{i} and {name}._context is _ctx and {name}._ptr"
         assert f"    if {fast}:" in lines
-        assert f"        _s{i}.value = {name}._ptr" in lines and f"        _s{i}.value = _b{i}({name})" in lines
-    assert "        _s3.value = _v3(n)" in lines
-    assert lines.count("    r = _L(_fn, _d0, _d1, _d2, _d3, _d4, _d5, _d6, stream._handle, _params)") == 1
+        assert f"        _a{i} = {name}._ptr" in lines and f"        _a{i} = _b{i}({name})" in lines
+    assert "        _a3 = _v3(n)" in lines
+    # One call per launch: the bound launcher tests the thread and the config and writes the values.
+    hot = "_L(config, stream._handle, _a0, _a1, _a2, _a3)"
+    assert lines.count(f"    r = {hot}") == 1 and source.count(hot) == 3  # and the rebind and 201 retries
+    assert "_ident()" not in source and ".value =" not in source
 
 
 def test_launch_source_names_what_each_contract_declares() -> None:
@@ -75,7 +78,7 @@ def test_the_printed_source_runs_as_printed(monkeypatch) -> None:
     from mircuda import _cuda
 
     calls: list[tuple[int, ...]] = []
-    monkeypatch.setattr(_cuda, "launch_kernel", lambda *args: calls.append(args) or 0)
+    monkeypatch.setattr(_cuda, "launch_kernel", lambda *args: calls.append(args) or 0)  # a Python bound launcher
     kernel = _bound_kernel(mc.cuda_export("k", n=mc.i32, a=mc.f32))
     stream = object.__new__(Stream)
     stream._context, stream._handle = kernel._context, 0x50

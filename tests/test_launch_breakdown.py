@@ -50,10 +50,10 @@ def test_the_prefixes_end_with_the_whole_function() -> None:
     labels = [label for label, _ in steps]
     assert labels[0].startswith("Python call") and labels[-2].startswith("entry point call")
     assert labels[-1] == "result test"
-    for name in ("y", "w", "x"):
-        assert f"buffer argument {name}: identity tests + slot write" in labels
+    for name in ("y", "w", "x"):  # the values the bound launcher writes
+        assert f"buffer argument {name}: identity tests + value" in labels
     for name in ("alpha", "beta", "n", "k"):
-        assert f"scalar argument {name}: type/range test + slot write" in labels
+        assert f"scalar argument {name}: type/range test + value" in labels
     last = steps[-1][1]
     assert last.__code__.co_names == fn.__code__.co_names  # the same statements, plus a `pass`
 
@@ -69,4 +69,5 @@ def test_the_stand_in_mode_runs(tmp_path) -> None:
     assert set(sections) == {"typed launch, empty(float*)", "typed launch, seven(y, w, x, alpha, beta, n, k)",
                              "Graph.launch (stand-in nodes)", "entry points alone"}
     empty = sections["typed launch, empty(float*)"]
-    assert [r["piece"] for r in empty][-2:] == ["entry point call (C extension + driver): _L", "result test"]
+    assert [r["piece"] for r in empty][-2:] == ["entry point call (bound launcher: thread, config, slot writes, driver): _L",
+                                               "result test"]

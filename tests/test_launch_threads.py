@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import mircuda as mc
+from hotpath_stand_in import keep_bindings
 from mircuda import _cuda
 from mircuda.launch import _abi, _kernel
 from mircuda.runtime import Stream
@@ -48,17 +49,39 @@ def read_block(params: int) -> bytes:
     return b"".join(ctypes.string_at(p, size) for p, size in zip(pointers, SLOT_SIZES))
 
 
-@pytest.fixture()
-def kernel(monkeypatch) -> Any:
-    """A TypedKernel of ``Scale`` bound to a made-up function handle (no driver call at bind time)."""
+LAUNCH_C = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3)
+
+
+@pytest.fixture(params=["function-writes", "bound-python", "bound-c"])
+def kernel(monkeypatch, request) -> Any:
+    """A TypedKernel of ``Scale`` bound to a made-up function handle (no driver call at bind time).
+
+    Three ways to the entry point the test sets as ``_cuda.launch_kernel``: the launch function writes the
+    block itself (an ABI without ``emit_values``, as Numba's), or it hands the values to a bound launcher,
+    Python's or the C extension's (which then calls the test's entry through a C trampoline)."""
     attrs = _kernel.FunctionAttributes(32, 0, 0, 1024, 90)
     monkeypatch.setattr(_kernel, "_read_attributes", lambda f: attrs)
-    monkeypatch.setitem(_abi.LAUNCH_ABIS, "c", _abi.LaunchAbi("c", _abi.c_slots, _abi.emit_c_writes, lambda contract, f: None))
+    values = None if request.param == "function-writes" else _abi.emit_c_values
+    monkeypatch.setitem(_abi.LAUNCH_ABIS, "c", _abi.LaunchAbi("c", _abi.c_slots, _abi.emit_c_writes,
+                                                              lambda contract, f: None, values))
+    if request.param == "bound-c":
+        hotpath = pytest.importorskip("mircuda._hotpath", reason="the C extension was not built")
+        if not hasattr(hotpath, "bind_launch"):
+            pytest.skip("the C extension predates bind_launch (rebuild: python setup.py build_ext --inplace)")
+        real = keep_bindings(monkeypatch)
+        trampoline = LAUNCH_C(lambda f, gx, gy, gz, bx, by, bz, smem, stream, params, extra:
+                              _cuda.launch_kernel(f or 0, gx, gy, gz, bx, by, bz, smem, stream or 0, params or 0))
+        hotpath.set_entry_points(ctypes.cast(trampoline, ctypes.c_void_p).value, 0, 0)
+        monkeypatch.setattr(_cuda, "bound_hotpath", hotpath)
+        monkeypatch.setattr(_abi, "_launcher_for", lambda config: hotpath.launch_kernel)
     ctx = FakeContext()
     k = _kernel.TypedKernel(SimpleNamespace(context=ctx), Scale, 0xF00D)  # type: ignore[arg-type]
     k._checked[CONFIG] = (*CONFIG.grid, *CONFIG.block, 0)  # the geometry check needs a device: done
     yield k
     _kernel._BY_FUNCTION.pop(0xF00D, None)
+    if request.param == "bound-c":  # the driver's own entry points where this process bound them
+        hotpath.set_entry_points(real.get("cuLaunchKernel", 0), real.get("cuGraphLaunch", 0),
+                                 real.get("cuEventRecord", 0))
 
 
 def test_each_thread_launches_its_own_packed_arguments(kernel, monkeypatch) -> None:

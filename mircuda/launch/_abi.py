@@ -14,26 +14,36 @@ and compiles it (:func:`compile_function`). ``TypedKernel.launch_source()`` retu
 Each call of the generated function then
 
 1. refuses extra or unknown arguments (:func:`arity_error`);
-2. hands a call from another thread to that thread's own launch function: every thread writes its own
-   parameter block (generated on its first launch), so concurrent launches never mix arguments;
-3. checks the stream by identity (a :class:`~mircuda.Stream`, open, of the kernel's context) and the
-   config: a new :class:`~mircuda.LaunchConfig` is checked against the device's and the function's
-   limits once and its dimensions cached; a repeated one costs one identity test;
-4. writes each argument into its slot: a fast test (exact class, dtype and context by identity, a live
-   address; for scalars, the exact Python type within range) and a ctypes store, else a slow path
-   (:func:`buffer_argument`, :func:`scalar_argument`) that converts the value or raises
-   :class:`~mircuda.ContractError` naming the parameter. Nothing is enqueued before every argument
-   is written;
-5. calls ``cuLaunchKernel`` (``cuLaunchKernelEx`` when the config asks for programmatic stream
-   serialization) with the function handle, dimensions, stream and the block's ``void**``. The
-   entry point is the one ``cuGetProcAddress`` returned, called through the stable-ABI C extension
-   ``mircuda._hotpath`` (a fraction of a microsecond); where the extension was not built, through a
-   ctypes wrapper of the same entry point (about 2 us more per launch on an H200 host). See
-   ``mircuda._cuda``. The driver copies the parameters during the call, so the block is free for
-   the next launch at once;
-6. turns a non-zero ``CUresult`` into :class:`~mircuda.CudaError` naming the entry point called; an
+2. checks the stream by identity (a :class:`~mircuda.Stream`, open, of the kernel's context);
+3. checks each argument and takes its C ABI value: a fast test (exact class, dtype and context by
+   identity, a live address; for scalars, the exact Python type within range) gives the address or
+   the value as it is, else a slow path (:func:`buffer_argument`, :func:`scalar_argument`,
+   :func:`struct_argument`) converts the value or raises :class:`~mircuda.ContractError` naming the
+   parameter (:func:`emit_c_values`);
+4. calls the *bound launcher* ``_L(config, stream handle, value, ...)`` (:func:`mircuda._cuda.bind_launch`,
+   one per config, parameter block and thread). It answers a call from another thread than the
+   block's owner (the call is handed to that thread's own launch function: every thread writes its
+   own block, generated on its first launch, so concurrent launches never mix arguments) and a config
+   other than the one it was bound to (a new :class:`~mircuda.LaunchConfig` is checked against the
+   device's and the function's limits once, then bound; an equal config object takes the launcher
+   made for the first one) without writing anything. Otherwise it converts every value (refusing,
+   never truncating, one that does not fit its slot), writes them into the block at their C ABI
+   offsets and calls ``cuLaunchKernel`` (``cuLaunchKernelEx`` for programmatic stream serialization,
+   cooperative or cluster launches, with the attribute array bound) with the function handle,
+   dimensions, stream and the block's ``void**``. Nothing is enqueued before every argument is
+   written. The entry point is the one ``cuGetProcAddress`` returned; the launcher is the
+   stable-ABI C extension ``mircuda._hotpath``'s (one C call per launch,
+   benchmarks/launch_python_cost.py measures each piece), or where the extension was not built a
+   Python function that does the same through a ctypes wrapper (about 2 us more per launch on an
+   H200 host). See ``mircuda._cuda``. The driver copies the parameters during the call, so the block
+   is free for the next launch at once;
+5. turns a non-zero ``CUresult`` into :class:`~mircuda.CudaError` naming the entry point called; an
    ``CUDA_ERROR_INVALID_CONTEXT`` (201) first makes the kernel's context current and tries once more
    (a refused launch enqueued nothing).
+
+A launch ABI without ``emit_values`` (Numba's) writes the slots in the launch function itself, one
+ctypes store each (``emit_writes``), after testing the thread first; it calls the bound launcher with
+no values.
 
 Another compiler's kernels get their own ABI: register a :class:`LaunchAbi` in ``LAUNCH_ABIS`` whose
 ``emit_writes`` writes that compiler's parameter layout; the public helpers here (``emit_c_writes``
@@ -55,14 +65,15 @@ from .. import _cuda
 from ..errors import ContractError
 from ..memory import DeviceBuffer, check_device_buffer
 from ..runtime import Stream
+from ._config import LaunchConfig
 from ._contract import KernelContract, Param
 from ._pack import SCALAR_CTYPES, ArgumentBlock, SlotCType, scalar_converter
 from ._struct import struct_converter
 
 __all__ = [
     "LAUNCH_ABIS", "MISSING", "LaunchAbi", "ArgumentPacker", "arity_error", "buffer_argument", "c_slots",
-    "compile_function", "emit_c_writes", "generate_launch", "parameter_sizes", "scalar_argument",
-    "parameter_layout", "struct_argument", "verify_c_parameters",
+    "compile_function", "emit_c_values", "emit_c_writes", "generate_launch", "parameter_sizes", "scalar_argument",
+    "parameter_layout", "struct_argument", "value_slots", "verify_c_parameters",
 ]
 
 
@@ -202,20 +213,74 @@ def emit_c_writes(contract: KernelContract, ns: dict[str, Any], context: Any, bl
             ]
         else:
             ns[f"_v{i}"] = scalar_argument(p)
-            if p.info.name in _FAST_SCALAR:
-                cond = _FAST_SCALAR[p.info.name].format(a=a)
-            elif p.info.kind in ("int", "uint"):
-                lo, hi = _int_bounds(p)
-                cond = f"{a}.__class__ is int and {lo} <= {a} <= {hi}"
-            else:
-                cond = "False"
             lines += [
-                f"    if {cond}:",
+                f"    if {_scalar_fast_test(p)}:",
                 f"        _s{i}.value = {a}",
                 "    else:",
                 f"        _s{i}.value = _v{i}({a})",
             ]
     return lines
+
+
+def emit_c_values(contract: KernelContract, ns: dict[str, Any], context: Any,
+                  block: Any) -> tuple[list[str], list[str]]:
+    """Source lines that check each argument of ``contract`` and leave its C ABI value in the local
+    ``_a<i>``, and the list of those locals, one per slot of ``block`` in order: the bound launcher
+    (:func:`mircuda._cuda.bind_launch`) writes them into the block. The tests are
+    :func:`emit_c_writes`'s (a buffer's address, a scalar as it is when its exact type is within range,
+    else the slow path's value; a struct's bytes); the names they use are added to ``ns``."""
+    ns["_DB"] = DeviceBuffer
+    ns["_ctx"] = context
+    lines: list[str] = []
+    for i, p in enumerate(contract.params):
+        a = p.name
+        if p.kind == "struct":
+            ns[f"_v{i}"] = struct_argument(p, context)
+            lines.append(f"    _a{i} = _v{i}({a})")
+            continue
+        if p.kind == "buffer":
+            ns[f"_t{i}"] = p.info.scalar_type
+            ns[f"_b{i}"] = buffer_argument(p, context)
+            cond, fast, slow = (f"{a}.__class__ is _DB and {a}._scalar is _t{i} and {a}._context is _ctx and {a}._ptr",
+                                f"{a}._ptr", f"_b{i}({a})")
+        else:
+            ns[f"_v{i}"] = scalar_argument(p)
+            cond, fast, slow = _scalar_fast_test(p), a, f"_v{i}({a})"
+        lines += [f"    if {cond}:", f"        _a{i} = {fast}", "    else:", f"        _a{i} = {slow}"]
+    return lines, [f"_a{i}" for i in range(len(contract.params))]
+
+
+def _scalar_fast_test(p: Param) -> str:
+    if p.info.name in _FAST_SCALAR:
+        return _FAST_SCALAR[p.info.name].format(a=p.name)
+    if p.info.kind in ("int", "uint"):
+        lo, hi = _int_bounds(p)
+        return f"{p.name}.__class__ is int and {lo} <= {p.name} <= {hi}"
+    return "False"
+
+
+_VALUE_KINDS = {"b": _cuda.VALUE_INT, "h": _cuda.VALUE_INT, "i": _cuda.VALUE_INT, "l": _cuda.VALUE_INT,
+                "q": _cuda.VALUE_INT, "B": _cuda.VALUE_UINT, "H": _cuda.VALUE_UINT, "I": _cuda.VALUE_UINT,
+                "L": _cuda.VALUE_UINT, "Q": _cuda.VALUE_UINT, "f": _cuda.VALUE_F32, "d": _cuda.VALUE_F64}
+
+
+def value_slots(block: ArgumentBlock) -> tuple[tuple[int, int, int], ...]:
+    """The ``(offset, kind, size)`` of each slot of ``block`` as :func:`mircuda._cuda.bind_launch` takes
+    them: ctypes integers by sign and size, ``c_float``/``c_double``, and byte arrays (structs) as bytes.
+
+    Raises:
+        ContractError: a slot of another ctypes type (no ABI registered here makes one)."""
+    out = []
+    for slot in block.slots:
+        code = getattr(type(slot.view), "_type_", None)
+        if isinstance(code, str) and code in _VALUE_KINDS:
+            out.append((slot.offset, _VALUE_KINDS[code], slot.size))
+        elif isinstance(slot.view, ctypes.Array) and code is ctypes.c_char:
+            out.append((slot.offset, _cuda.VALUE_BYTES, slot.size))
+        else:
+            raise ContractError(slot.label, "a slot of a ctypes integer, float, double or char array",
+                                type(slot.view).__name__)
+    return tuple(out)
 
 
 def parameter_sizes(cu_function: Any) -> list[int] | None:
@@ -276,18 +341,23 @@ class LaunchAbi:
         name: ``"c"`` for NVRTC kernels; other compilers register their own (e.g. ``"numba"``).
         slots: ``slots(contract)``, the ``(label, ctype)`` list of ABI values for a contract, in order.
         emit_writes: ``emit_writes(contract, ns, context, block)``, the checking and slot-writing
-            source lines of the launch function (as :func:`emit_c_writes`).
+            source lines of the launch function (as :func:`emit_c_writes`); argument packers use it.
         verify: ``verify(contract, cu_function)``, checks a contract against the loaded function at
             bind time (raises ContractError).
+        emit_values: optional, ``emit_values(contract, ns, context, block) -> (lines, values)`` as
+            :func:`emit_c_values`: checking lines that leave one value per slot of the block in a
+            local, for the bound launcher to write. Without it the launch function writes the slots
+            itself with ``emit_writes`` (one ctypes store each) after its own thread test.
     """
 
     name: str
     slots: Any
     emit_writes: Any
     verify: Any
+    emit_values: Any = None
 
 
-LAUNCH_ABIS: dict[str, LaunchAbi] = {"c": LaunchAbi("c", c_slots, emit_c_writes, verify_c_parameters)}
+LAUNCH_ABIS: dict[str, LaunchAbi] = {"c": LaunchAbi("c", c_slots, emit_c_writes, verify_c_parameters, emit_c_values)}
 """Registered launch ABIs by name; add an entry to launch kernels of another compiler."""
 
 
@@ -322,46 +392,74 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
         other_thread: called with ``(stream, config, *params)`` from any thread but ``owner``.
     """
     block = ArgumentBlock(abi.slots(contract))
-    ns: dict[str, Any] = {
-        "_M": MISSING, "_Stream": Stream, "_L": _cuda.launch_kernel, "_fn": function,
-        "_params": block.params_address, "_ch": context.handle,
-        "_mk": _cuda.make_current, "_raise": raise_launch, "_bad_stream": bad_stream,
-        "_config": config_dims, "_last": None, "_ident": threading.get_ident,
-        **{f"_d{i}": 0 for i in range(7)},
-        "_launcher": _launcher_for, "_owner": owner, "_other": other_thread,
-    }
     names = [p.name for p in contract.params]
+    values: list[str] = []
+    writes: list[str] = []
+    ns: dict[str, Any] = {
+        "_M": MISSING, "_Stream": Stream, "_ch": context.handle, "_mk": _cuda.make_current, "_raise": raise_launch,
+        "_bad_stream": bad_stream, "_ident": threading.get_ident, "_owner": owner, "_other": other_thread,
+        "_OTHER_THREAD": _cuda.BOUND_OTHER_THREAD, "_NEW_CONFIG": _cuda.BOUND_NEW_CONFIG,
+    }
+    if abi.emit_values is not None and len(block.slots) <= _cuda.BOUND_MAX_VALUES:
+        writes, values = abi.emit_values(contract, ns, context, block)
+    else:
+        writes = abi.emit_writes(contract, ns, context, block)
+    slots = value_slots(block) if values else ()
+    bound: dict[LaunchConfig, tuple[Any, Any]] = {}
+
+    def bind(config: Any) -> Any:
+        # The launcher of (function, config, block, owner): a config equal to one seen before takes that
+        # config's launcher, rebound to this object; a new one is checked first (LaunchConfigError).
+        seen = bound.get(config) if config.__class__ is LaunchConfig else None
+        if seen is not None:
+            seen[1](config)
+            return seen[0]
+        dims = config_dims(config)
+        launcher = _cuda.bind_launch(_launcher_for(config), config, function, dims, block.storage,
+                                     block.params_address, owner, slots)
+        if len(bound) >= _BOUND_CONFIGS:  # a kernel launched with ever new shapes keeps the last few hundred
+            bound.clear()
+        bound[config] = (launcher, _cuda.rebinder(launcher))
+        return launcher
+
+    ns["_bind"] = bind
+    ns["_L"] = _unbound(owner)
     sig = ", ".join(["stream", "config"] + [f"{n}=_M" for n in names] + ["*_extra", "**_unknown"])
     call_args = ", ".join(["stream", "config"] + names)
     ns["_arity"] = arity_error(contract)
     body = [
-        "    global _last, _d0, _d1, _d2, _d3, _d4, _d5, _d6, _L",
+        "    global _L",
         "    if _extra or _unknown:",
         "        _arity(_extra, _unknown)",
-        "    if _ident() != _owner:",
-        f"        return _other({call_args})",
-        "    if stream.__class__ is not _Stream or stream._context is not _ctx or not stream._handle:",
-        "        _bad_stream(stream)",
-        "    if config is not _last:",
-        "        _d0, _d1, _d2, _d3, _d4, _d5, _d6 = _config(config)",
-        "        _L = _launcher(config)",
-        "        _last = config",
     ]
-    body += abi.emit_writes(contract, ns, context, block)
+    if not values:  # the function writes the block itself: only its owner thread may
+        body += [
+            "    if _ident() != _owner:",
+            f"        return _other({call_args})",
+        ]
+    body.append("    if stream.__class__ is not _Stream or stream._context is not _ctx or not stream._handle:")
+    body.append("        _bad_stream(stream)")
+    body += writes
+    # One C call per launch: the bound launcher _L tests the thread and the config by identity, writes
+    # the values into this thread's block and calls the driver (benchmarks/launch_python_cost.py
+    # measures what each piece costs). The config is checked once, when _L is bound to it.
     # No per-launch cuCtxSetCurrent: cuLaunchKernel runs a CUfunction in its module's context
     # whatever context is current (seen on the H200 host, driver 580: from a thread with no
     # current context and with another context current). Should a driver answer
     # CUDA_ERROR_INVALID_CONTEXT, the context is made current and the launch tried once more:
     # a refused launch enqueued nothing.
-    # The seven dimensions are passed as seven globals, not as ``*_dims``: a starred call builds an
-    # argument tuple on every launch (measured by benchmarks/launch_breakdown.py: about a third of the
-    # Python side of an empty kernel's launch).
+    hot = "_L(" + ", ".join(["config", "stream._handle"] + values) + ")"
     body += [
-        "    r = _L(_fn, _d0, _d1, _d2, _d3, _d4, _d5, _d6, stream._handle, _params)",
+        f"    r = {hot}",
         "    if r:",
+        "        if r == _OTHER_THREAD:",
+        f"            return _other({call_args})",
+        "        if r == _NEW_CONFIG:",
+        "            _L = _bind(config)",
+        f"            r = {hot}",
         "        if r == 201:",
         "            _mk(_ch)",
-        "            r = _L(_fn, _d0, _d1, _d2, _d3, _d4, _d5, _d6, stream._handle, _params)",
+        f"            r = {hot}",
         "        if r:",
         "            _raise(r, config)",
     ]
@@ -369,6 +467,17 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
     fn.__doc__ = f"Launch {contract!r} on a stream (see TypedKernel)."
     fn.__mircuda_block__ = block
     return fn
+
+
+_BOUND_CONFIGS = 256
+"""The most configs whose launchers one launch function keeps for reuse."""
+
+
+def _unbound(owner: int) -> Callable[..., int]:
+    """The launcher of a function before its first config: asks for one (or for the owner thread)."""
+    def unbound(config: Any, stream: Any, *values: Any) -> int:
+        return _cuda.BOUND_OTHER_THREAD if threading.get_ident() != owner else _cuda.BOUND_NEW_CONFIG
+    return unbound
 
 
 class ArgumentPacker:

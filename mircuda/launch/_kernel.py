@@ -221,14 +221,16 @@ class TypedKernel:
     def launch_source(self) -> str:
         """The Python source of this kernel's generated launch function, for a reader.
 
-        ``launch`` is this function, compiled once when the kernel was bound (steps 1-6 of
-        :mod:`mircuda.launch._abi`). Names it uses: ``_s<i>`` the ctypes view of parameter ``i``'s slot
-        in the parameter block, ``_t<i>`` its element type, ``_b<i>``/``_v<i>`` its slow path (convert
-        or raise), ``_DB`` ``DeviceBuffer``, ``_ctx`` the kernel's context, ``_L`` the driver entry
-        point (``mircuda._cuda.launch_kernel``: the C extension, or its ctypes fallback), ``_fn`` the
-        ``CUfunction``, ``_d0`` .. ``_d6`` the last config's grid, block and shared bytes, ``_params``
-        the block's ``void**``. Another thread runs a copy of the same
-        source over its own parameter block.
+        ``launch`` is this function, compiled once when the kernel was bound (steps 1-5 of
+        :mod:`mircuda.launch._abi`). Names it uses: ``_a<i>`` parameter ``i``'s C ABI value (an address,
+        a scalar, a struct's bytes), ``_t<i>`` its element type, ``_b<i>``/``_v<i>`` its slow path
+        (convert or raise), ``_DB`` ``DeviceBuffer``, ``_ctx`` the kernel's context, ``_L`` the bound
+        launcher of the last config (``mircuda._cuda.bind_launch``: it tests the thread and the
+        config, writes the values into the parameter block and calls the driver entry point; the C
+        extension's, or a Python one), ``_bind`` what checks a new config and binds its launcher,
+        ``_other`` the hand-over to another thread's launch function. (A launch ABI without
+        ``emit_values`` writes ``_s<i>``, the ctypes view of each slot, itself.) Another thread runs a
+        copy of the same source over its own parameter block.
         """
         source: str = self.launch.__mircuda_source__  # type: ignore[attr-defined]
         return source

@@ -384,7 +384,8 @@ def test_the_ctypes_fallback_launches_records_and_replays_on_the_device(context,
     import mircuda
     from mircuda import _cuda
 
-    for attr in ("launch_kernel", "launch_kernel_programmatic", "graph_launch", "event_record", "hot_path_kind"):
+    for attr in ("launch_kernel", "launch_kernel_programmatic", "graph_launch", "event_record", "hot_path_kind",
+                 "bound_hotpath"):
         monkeypatch.setattr(_cuda, attr, getattr(_cuda, attr))  # restored after the test
     monkeypatch.setattr(_cuda, "entry_points", dict(_cuda.entry_points))
     monkeypatch.delattr(mircuda, "_hotpath", raising=False)
