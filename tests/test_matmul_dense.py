@@ -127,6 +127,31 @@ def test_the_batched_gemv_is_forced_only_for_m_up_to_32(name) -> None:
         pick(4, 64, 64, forced="batched_gemv_f16_f16", gemv=True)  # other types
 
 
+@pytest.mark.parametrize("m, kernel, expected", [
+    (33, "batched_gemv_bf16_bf16", "takes M <= 32"), (40, "batched_gemv_rows32_bf16_bf16", "takes M <= 32"),
+    (2, "dense_vector_bf16_bf16", "takes M = 1"), (4, "batched_gemv_f16_f16", "bf16->bf16 kernels")])
+def test_a_refused_nvrtc_kernel_is_said_even_without_the_cutlass_library(monkeypatch, m, kernel, expected) -> None:
+    # building the library would not make these run: the refusal of kernel= is the caller's to read
+    from types import SimpleNamespace
+
+    from mircuda.matmul import _dense
+    from mircuda.matmul._build import CutlassNotFound
+
+    def missing():
+        raise CutlassNotFound("no library here")
+
+    monkeypatch.setattr(_dense, "plan_stream", lambda stream, context: None)
+    monkeypatch.setattr(_dense, "plan_compiler", lambda compiler, context: None)
+    monkeypatch.setattr(_dense, "load_library", missing)
+    context = SimpleNamespace(device_info=lambda: SimpleNamespace(compute_capability=(9, 0), multiprocessor_count=132))
+    with pytest.raises(mc.ContractError) as e:
+        mc.DenseMatmulPlan(context, None, mc.DenseMatmulSpec(m, 4096, 4096), kernel=kernel)  # type: ignore[arg-type]
+    assert e.value.argument == "kernel" and expected in e.value.expected and e.value.received == repr(kernel)
+    with pytest.raises(CutlassNotFound):  # a CUTLASS kernel's name without the library: the library is missing
+        mc.DenseMatmulPlan(context, None, mc.DenseMatmulSpec(m, 4096, 4096),  # type: ignore[arg-type]
+                           kernel="sm90_swap_128x32x128_splitk_bf16_bf16")
+
+
 def test_the_batched_gemv_needs_cc_8_and_no_library() -> None:
     assert pick(2, 64, 64, ((8, 0), 108), gemv=True).kernel.family == "batched_gemv"
     assert pick(1, 64, 64, ((8, 0), 108), gemv=True).kernel.family == "dense_vector"

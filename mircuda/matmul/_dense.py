@@ -116,8 +116,12 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
                                       info.multiprocessor_count, kernel,
                                       tuned=packaged_table(tuple(info.compute_capability)), splits=splits)
         except MircudaError as exc:
-            # a bad splits is the caller's to fix whether or not the library exists
-            if missing is not None and getattr(exc, "argument", None) != "splits":
+            # the caller's to fix whether or not the library exists: a bad splits, or a forced NVRTC
+            # kernel refused (another type pair, or an M outside its range): building the library
+            # would not make it run
+            argument = getattr(exc, "argument", None)
+            nvrtc = argument == "kernel" and any(k.name == kernel and k.origin == "nvrtc" for k in table)
+            if missing is not None and argument != "splits" and not nvrtc:
                 raise missing from None
             raise
         self._lib = lib
