@@ -1,5 +1,5 @@
-"""DenseMatmulPlan: C = alpha A B^T + beta C by NVRTC kernels (M <= 16: the dense vector kernel for M = 1,
-the batched GEMV) or the CUTLASS library."""
+"""DenseMatmulPlan: C = alpha A B^T + beta C by NVRTC kernels (the dense vector kernel for M = 1, the
+batched GEMV for M <= 16, up to 32 where the measured table or ``kernel=`` names it) or the CUTLASS library."""
 
 from __future__ import annotations
 
