@@ -215,8 +215,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         s = self._spec
         head = (f"DenseMatmulPlan {self._in.name} -> {self._out.name}, M={s.m} N={s.n} K={s.k} on "
                 f"{self._context.device_info().arch}: ")
-        if self._nvrtc is not None:
-            return Description(f"{head}{self._nvrtc.describe()}. Why: {self._selection.reason}.")
+        if self._nvrtc is not None:  # the table name first: the one kernel= and available_kernels take
+            return Description(f"{head}{k.name}: {self._nvrtc.describe()}. Why: {self._selection.reason}.")
         tile = "x".join(map(str, k.tile))
         extra = f", cluster {k.cluster[0]}x{k.cluster[1]}" if k.cluster != (1, 1) else ""
         stages = f", {k.stages} stages" if k.stages else ""
