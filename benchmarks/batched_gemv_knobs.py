@@ -1,6 +1,8 @@
 """The batched GEMV's knobs beside cuBLAS: every row tiling R (16-row weight tiles per warp), unroll U
 (32-column steps per chunk) and warp count W at M = 16..32, bf16, the four shapes of ``matmul-profile``,
-cold weights (banks >= 8x L2), each configuration checked against float64 first.
+cold weights (banks >= 8x L2), each configuration checked against float64 first (relative error at most
+2e-2, as ``matmul-profile``'s; one that fails is reported and not timed, and the script exits 1). Needs a GPU
+and torch (cuBLAS).
 
     python benchmarks/batched_gemv_knobs.py [--m 16,24,32] [--json PATH]
 
@@ -20,21 +22,41 @@ import mircuda as mc
 from mircuda.cli._matmul_bench import Types, relative_error, session
 from mircuda.compile import CompileOptions
 from mircuda.dtypes import dtype_info
-from mircuda.matmul._gemv import batched_gemv_source
+from mircuda.matmul._gemv import MAX_M, batched_gemv_source
 from mircuda.matmul._vector import shared_compiler, vector_contract
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)]
 KNOBS = [(1, 4), (1, 2), (1, 1), (2, 2), (2, 1)]  # (row tiles, unroll)
 WARPS = [2, 4, 8]
+TOLERANCE = 2e-2
+"""The largest relative error against float64 (``matmul-profile``'s)."""
+
+
+def accurate(err: float) -> bool:
+    """Whether a configuration's relative error passes (a NaN does not)."""
+    return err <= TOLERANCE
+
+
+def rows_of_a(text: str) -> list[int]:
+    """``--m``: comma-separated M, each in 1..MAX_M (the kernel's ``kM``), checked before the GPU is touched."""
+    try:
+        ms = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, received {text!r}") from None
+    if not ms or not all(1 <= m <= MAX_M for m in ms):
+        raise argparse.ArgumentTypeError(f"expected M values in 1..{MAX_M} (the kernel's largest M), received {text!r}")
+    return ms
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--m", default="16,24,32")
-    p.add_argument("--json", default="batched_gemv_knobs.json")
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--m", type=rows_of_a, default="16,24,32",
+                   help=f"comma-separated M (rows of A), each in 1..{MAX_M} (default: 16,24,32)")
+    p.add_argument("--json", default="batched_gemv_knobs.json", help="where the results go (default: %(default)s)")
     args = p.parse_args()
-    ms = [int(x) for x in args.m.split(",")]
+    ms = args.m
     out = []
+    failures = []
     with session(mc.Driver.initialize(), 0) as s:
         assert s.torch_ is not None, s.why
         t = Types.parse("bf16")
@@ -62,6 +84,10 @@ def main() -> None:
                     cfg = mc.LaunchConfig((-(-n // (16 * r)),), (32 * w,), programmatic_stream_serialization=True)
                     kern.launch(s.stream, cfg, c, a, ws[0], 1.0, 0.0, n, k)
                     err = relative_error(s.stream.download(c).astype(np.float64).reshape(m, n), want)
+                    if not accurate(err):
+                        failures.append(f"M={m} {n}x{k} R={r} U={u} W={w}: relative error {err:.2e}")
+                        print(f"FAILED {failures[-1]}", flush=True)
+                        continue
                     us = s.timer.median(lambda i: kern.launch(s.stream, cfg, c, a, ws[i % banks], 1.0, 0.0, n, k),  # noqa: B023
                                         10, 5)
                     out.append(dict(n=n, k=k, m=m, r=r, u=u, w=w, us=us, cublas=cublas, ratio=cublas / us, err=err))
@@ -73,7 +99,9 @@ def main() -> None:
             del tw
         device = s.info.name
     with open(args.json, "w") as f:
-        json.dump({"device": device, "rows": out}, f, indent=1)
+        json.dump({"device": device, "rows": out, "failures": failures}, f, indent=1)
+    if failures:
+        raise SystemExit(f"{len(failures)} configuration(s) failed the float64 check: " + "; ".join(failures))
 
 
 if __name__ == "__main__":

@@ -127,6 +127,74 @@ def test_the_batched_gemv_is_forced_only_for_m_up_to_32(name) -> None:
         pick(4, 64, 64, forced="batched_gemv_f16_f16", gemv=True)  # other types
 
 
+@pytest.mark.parametrize("m, kernel, expected", [
+    (33, "batched_gemv_bf16_bf16", "takes M <= 32"), (40, "batched_gemv_rows32_bf16_bf16", "takes M <= 32"),
+    (2, "dense_vector_bf16_bf16", "takes M = 1"), (4, "batched_gemv_f16_f16", "bf16->bf16 kernels")])
+def test_a_refused_nvrtc_kernel_is_said_even_without_the_cutlass_library(monkeypatch, m, kernel, expected) -> None:
+    # building the library would not make these run: the refusal of kernel= is the caller's to read
+    from types import SimpleNamespace
+
+    from mircuda.matmul import _dense
+    from mircuda.matmul._build import CutlassNotFound
+
+    def missing():
+        raise CutlassNotFound("no library here")
+
+    monkeypatch.setattr(_dense, "plan_stream", lambda stream, context: None)
+    monkeypatch.setattr(_dense, "plan_compiler", lambda compiler, context: None)
+    monkeypatch.setattr(_dense, "load_library", missing)
+    context = SimpleNamespace(device_info=lambda: SimpleNamespace(compute_capability=(9, 0), multiprocessor_count=132))
+    with pytest.raises(mc.ContractError) as e:
+        mc.DenseMatmulPlan(context, None, mc.DenseMatmulSpec(m, 4096, 4096), kernel=kernel)  # type: ignore[arg-type]
+    assert e.value.argument == "kernel" and expected in e.value.expected and e.value.received == repr(kernel)
+    with pytest.raises(CutlassNotFound):  # a CUTLASS kernel's name without the library: the library is missing
+        mc.DenseMatmulPlan(context, None, mc.DenseMatmulSpec(m, 4096, 4096),  # type: ignore[arg-type]
+                           kernel="sm90_swap_128x32x128_splitk_bf16_bf16")
+
+
+@pytest.mark.parametrize("m, kernel, row_tiles, why", [
+    (24, "batched_gemv_rows32_bf16_bf16", 2, "forced by the caller"),
+    (24, None, 1, "measured fastest on NVIDIA H200"),     # the packaged table's M = 24 entry on 4096 x 4096
+    (20, None, 1, "measured fastest on NVIDIA H200"),     # between measured M: M = 16's entry
+    (8, "batched_gemv_rows32_bf16_bf16", 2, "forced by the caller")])
+def test_describe_names_the_batched_gemv_as_kernel_takes_it(monkeypatch, m, kernel, row_tiles, why) -> None:
+    # the kernel's symbol (batched_gemv_bf16_bf16_v16) is one for both row tilings; describe() also gives the
+    # table name, which kernel= and available_kernels use
+    from types import SimpleNamespace
+
+    from mircuda.matmul import _dense
+    from mircuda.matmul._build import CutlassNotFound
+
+    built = []
+
+    class StandIn:
+        alignment = 16
+
+        def __init__(self, context, spec, input, output, compiler, row_tiles):
+            built.append(row_tiles)
+
+        def operands(self):
+            return ()
+
+        def describe(self):
+            return "kernel batched_gemv_bf16_bf16_v16 (NVRTC)"
+
+    def missing():
+        raise CutlassNotFound("no library here")
+
+    monkeypatch.setattr(_dense, "plan_stream", lambda stream, context: None)
+    monkeypatch.setattr(_dense, "plan_compiler", lambda compiler, context: None)
+    monkeypatch.setattr(_dense, "load_library", missing)
+    monkeypatch.setattr(_dense, "BatchedGemv", StandIn)
+    info = SimpleNamespace(compute_capability=(9, 0), multiprocessor_count=132, arch="sm_90")
+    context = SimpleNamespace(device_info=lambda: info)
+    plan = mc.DenseMatmulPlan(context, None, mc.DenseMatmulSpec(m, 4096, 4096), kernel=kernel)  # type: ignore[arg-type]
+    name = kernel or "batched_gemv_bf16_bf16"
+    assert plan.kernel_name == name and built == [row_tiles]
+    text = str(plan.describe())
+    assert f"sm_90: {name}: kernel batched_gemv_bf16_bf16_v16 (NVRTC). Why: {why}" in text, text
+
+
 def test_the_batched_gemv_needs_cc_8_and_no_library() -> None:
     assert pick(2, 64, 64, ((8, 0), 108), gemv=True).kernel.family == "batched_gemv"
     assert pick(1, 64, 64, ((8, 0), 108), gemv=True).kernel.family == "dense_vector"

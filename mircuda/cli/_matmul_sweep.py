@@ -3,8 +3,9 @@ count, timed per (types, N, K, M) beside cuBLAS on cold weights; ``--table PATH`
 of each configuration as DenseMatmulPlan's measured table (:mod:`mircuda.matmul._tuned`).
 
 The candidates (:func:`candidates`): the NVRTC decode kernels where they apply (the dense vector
-kernel at M = 1, the batched GEMV at M <= 16), the CUTLASS tensor-core families of the device's
-architecture (SM90: the sm90_* families; SM12x: sm80_tensorop), with split-K kernels at
+kernel at M = 1, both forms of the batched GEMV at M <= 32: ``batched_gemv_*`` and
+``batched_gemv_rows32_*``), the CUTLASS tensor-core families of the device's architecture (SM90: the
+sm90_* families; SM12x: sm80_tensorop), with split-K kernels at
 :data:`SPLIT_CHOICES` slices (at most :data:`MAX_SWAPPED_M` rows of A: beyond it the swapped tiles
 repeat A's rows too often to win) and the non-swapped CUTLASS kernels from M = 17. Every candidate's
 output is checked against float64 (three rows), so a sweep doubles as a numerics run of every kernel.

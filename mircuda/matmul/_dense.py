@@ -1,5 +1,5 @@
-"""DenseMatmulPlan: C = alpha A B^T + beta C by NVRTC kernels (M <= 16: the dense vector kernel for M = 1,
-the batched GEMV) or the CUTLASS library."""
+"""DenseMatmulPlan: C = alpha A B^T + beta C by NVRTC kernels (the dense vector kernel for M = 1, the
+batched GEMV for M <= 16, up to 32 where the measured table or ``kernel=`` names it) or the CUTLASS library."""
 
 from __future__ import annotations
 
@@ -116,8 +116,12 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
                                       info.multiprocessor_count, kernel,
                                       tuned=packaged_table(tuple(info.compute_capability)), splits=splits)
         except MircudaError as exc:
-            # a bad splits is the caller's to fix whether or not the library exists
-            if missing is not None and getattr(exc, "argument", None) != "splits":
+            # the caller's to fix whether or not the library exists: a bad splits, or a forced NVRTC
+            # kernel refused (another type pair, or an M outside its range): building the library
+            # would not make it run
+            argument = getattr(exc, "argument", None)
+            nvrtc = argument == "kernel" and any(k.name == kernel and k.origin == "nvrtc" for k in table)
+            if missing is not None and argument != "splits" and not nvrtc:
                 raise missing from None
             raise
         self._lib = lib
@@ -211,8 +215,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         s = self._spec
         head = (f"DenseMatmulPlan {self._in.name} -> {self._out.name}, M={s.m} N={s.n} K={s.k} on "
                 f"{self._context.device_info().arch}: ")
-        if self._nvrtc is not None:
-            return Description(f"{head}{self._nvrtc.describe()}. Why: {self._selection.reason}.")
+        if self._nvrtc is not None:  # the table name first: the one kernel= and available_kernels take
+            return Description(f"{head}{k.name}: {self._nvrtc.describe()}. Why: {self._selection.reason}.")
         tile = "x".join(map(str, k.tile))
         extra = f", cluster {k.cluster[0]}x{k.cluster[1]}" if k.cluster != (1, 1) else ""
         stages = f", {k.stages} stages" if k.stages else ""

@@ -1,5 +1,5 @@
-"""Kernel selection of DenseMatmulPlan: which kernel (NVRTC for M <= 16, else CUTLASS) runs a shape on a
-device, and why.
+"""Kernel selection of DenseMatmulPlan: which kernel (by the rules NVRTC for M <= 16, else CUTLASS; the
+measured table may also name the batched GEMV up to M = 32) runs a shape on a device, and why.
 
 Pure functions over the library's kernel table, so the policy is testable without a GPU.
 """
