@@ -299,3 +299,10 @@ def test_a_missing_library_skips_cutlass_tests_and_fails_them_when_required(tmp_
     required = _pytest(node, **missing, MIRCUDA_REQUIRE_CUTLASS="1")
     assert required.returncode == 1 and "MIRCUDA_REQUIRE_CUTLASS=1 but no CUTLASS library" in required.stdout, (
         required.stdout)
+
+
+def test_an_sm90_dense_family_without_90a_is_refused(tmp_path) -> None:
+    # before, --arch 120f with SM90_COOP192 configured and compiled sm_90a code the build had not asked for
+    needs_build_tools()
+    out = configure(tmp_path, ("120f",), ("SM90_COOP192",))
+    assert out.returncode != 0 and "SM90_COOP192 is compiled for 90a" in out.stdout + out.stderr

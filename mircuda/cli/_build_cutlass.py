@@ -41,5 +41,6 @@ def register(sub: Any) -> None:
     p.add_argument("--jobs", type=int, help="parallel compile jobs (default: ninja's)")
     p.add_argument("--cache-dir", help="build cache root (default: $MIRCUDA_CACHE_DIR/cutlass, else $XDG_CACHE_HOME/mircuda/cutlass, else "
                    "~/.cache/mircuda/cutlass)")
-    p.add_argument("--families", help=argparse.SUPPRESS)  # comma-separated subset, for smoke builds
+    p.add_argument("--families", help="comma-separated subset of the kernel families to build, for a quicker "
+                   "build of the ones you need (e.g. FP8, FP4, SM90_COOP192; default: all of the archs' families)")
     p.set_defaults(func=cmd_build_cutlass, flags={"arch": "--arch", "archs": "--arch", "jobs": "--jobs", "root": "--cache-dir"})
