@@ -3,23 +3,19 @@ before the GPU is touched, and its float64 check's verdict."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from benchmark_script import load_benchmark
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "batched_gemv_knobs.py"
 
 
 def _module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("batched_gemv_knobs", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("batched_gemv_knobs")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from benchmark_script import load_benchmark
 
 import mircuda as mc
 from mircuda.launch import LAUNCH_ABIS
@@ -20,11 +21,7 @@ SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "launch_breakdo
 
 
 def _module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("launch_breakdown", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("launch_breakdown")
 
 
 class _Context:
