@@ -347,3 +347,24 @@ def test_an_unset_entry_point_is_refused_before_anything_is_written(monkeypatch)
     finally:
         hotpath.set_entry_points(real.get("cuLaunchKernel", 0), real.get("cuGraphLaunch", 0),
                                  real.get("cuEventRecord", 0))
+
+
+def test_a_launcher_kept_after_its_kernel_keeps_the_block_its_void_pointers_point_into(driver) -> None:
+    """The bound launcher passes the block's ``void**`` to the driver: held alone (its kernel and launch
+    function gone), it must still hold that array and the storage it points into, so that a call hands
+    the driver its own values, never freed memory."""
+    import gc
+    import weakref
+
+    ctx = FakeContext()
+    kernel = stand_in_kernel(mc.cuda_export("three", n=mc.i32, m=mc.i32, o=mc.i64), ctx)
+    driver["sizes"][:] = [4, 4, 8]
+    config = mc.LaunchConfig(1, 32)
+    kernel.launch(fake_stream(ctx, 0x50), config, 1, 2, 3)
+    launcher = kernel.launch.__globals__["_L"]
+    block = weakref.ref(kernel.launch.__mircuda_block__)
+    del kernel
+    gc.collect()
+    assert block() is not None
+    assert launcher(config, 0x50, 7, 8, 9) == 0
+    assert driver["calls"][-1][4] == struct.pack("<iiq", 7, 8, 9)

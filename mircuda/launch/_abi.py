@@ -416,7 +416,7 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
             return seen[0]
         dims = config_dims(config)
         launcher = _cuda.bind_launch(_launcher_for(config), config, function, dims, block.storage,
-                                     block.params_address, owner, slots)
+                                     block.params_address, owner, slots, keep=block)
         if len(bound) >= _BOUND_CONFIGS:  # a kernel launched with ever new shapes keeps the last few hundred
             bound.clear()
         bound[config] = (launcher, _cuda.rebinder(launcher))
