@@ -368,3 +368,34 @@ def test_a_launcher_kept_after_its_kernel_keeps_the_block_its_void_pointers_poin
     assert block() is not None
     assert launcher(config, 0x50, 7, 8, 9) == 0
     assert driver["calls"][-1][4] == struct.pack("<iiq", 7, 8, 9)
+
+
+def test_a_kernel_launched_with_ever_new_configs_holds_a_bounded_number_of_them(driver) -> None:
+    """A kernel launched with a new shape each time (a grid sized by the data) keeps the launchers of the
+    last few hundred configs; the checked dimensions it caches per config are bounded alike (they held
+    every config ever launched, the memory growing without end)."""
+    import gc
+    import types
+    import weakref
+
+    from mircuda.launch._kernel import FunctionAttributes
+
+    ctx = FakeContext()
+    ctx.device_info = lambda: types.SimpleNamespace(  # type: ignore[attr-defined]
+        supports_programmatic_launch=True, compute_capability=(9, 0), max_threads_per_block=1024,
+        max_block_dims=(1024, 1024, 64), max_grid_dims=(2**31 - 1, 65535, 65535),
+        max_shared_memory_per_block_optin_bytes=232448)
+    kernel = stand_in_kernel(EMPTY, ctx)
+    kernel._checked, kernel._attributes = {}, FunctionAttributes(32, 0, 0, 1024, 90)
+    del kernel._config_dims  # TypedKernel's own check, not the stand-in
+    kernel.launch = kernel._generate(kernel._owner)  # type: ignore[method-assign]
+    stream = fake_stream(ctx, 0x50)
+    configs = []
+    for i in range(1000):
+        config = mc.LaunchConfig(i + 1, 32)
+        configs.append(weakref.ref(config))
+        kernel.launch(stream, config)
+        del config
+    gc.collect()
+    assert sum(c() is not None for c in configs) <= 2 * _abi._BOUND_CONFIGS
+    assert [c[2][0] for c in driver["calls"]] == list(range(1, 1001))
