@@ -399,3 +399,23 @@ def test_a_kernel_launched_with_ever_new_configs_holds_a_bounded_number_of_them(
     gc.collect()
     assert sum(c() is not None for c in configs) <= 2 * _abi._BOUND_CONFIGS
     assert [c[2][0] for c in driver["calls"]] == list(range(1, 1001))
+
+
+def test_an_abi_writing_its_own_block_writes_nothing_for_a_refused_config(driver) -> None:
+    """A launch ABI without ``emit_values`` (Numba's) writes the slots in the launch function itself: the
+    config is bound before those writes, so a refused config leaves the block as the last launch wrote
+    it (it was written, then refused, with nothing launched)."""
+    ctx = FakeContext()
+    kernel = stand_in_kernel(mc.cuda_export("two", n=mc.i32, x=mc.f64), ctx)
+    kernel._abi = _abi.LaunchAbi("c-writes", _abi.c_slots, _abi.emit_c_writes, _abi.verify_c_parameters)
+    kernel.launch = kernel._generate(kernel._owner)  # type: ignore[method-assign]
+    assert "_s0.value = n" in kernel.launch_source()
+    stream = fake_stream(ctx, 0x50)
+    kernel.launch(stream, mc.LaunchConfig(1, 32), 1, 2.0)
+    before = kernel.packed_arguments()
+    with pytest.raises(mc.LaunchConfigError):
+        kernel.launch(stream, "config", 5, 6.0)
+    assert kernel.packed_arguments() == before and len(driver["calls"]) == 1
+    kernel.launch(stream, mc.LaunchConfig(2, 32), 5, 6.0)  # a new config still binds, after the writes
+    assert kernel.packed_arguments() == struct.pack("<i4xd", 5, 6.0)
+    assert [c[2][0] for c in driver["calls"]] == [1, 2]

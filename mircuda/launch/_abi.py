@@ -42,8 +42,8 @@ Each call of the generated function then
    (a refused launch enqueued nothing).
 
 A launch ABI without ``emit_values`` (Numba's) writes the slots in the launch function itself, one
-ctypes store each (``emit_writes``), after testing the thread first; it calls the bound launcher with
-no values.
+ctypes store each (``emit_writes``), after testing the thread and binding a new config first (so a
+refused config writes nothing); it calls the bound launcher with no values.
 
 Another compiler's kernels get their own ABI: register a :class:`LaunchAbi` in ``LAUNCH_ABIS`` whose
 ``emit_writes`` writes that compiler's parameter layout; the public helpers here (``emit_c_writes``
@@ -428,7 +428,7 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
     call_args = ", ".join(["stream", "config"] + names)
     ns["_arity"] = arity_error(contract)
     body = [
-        "    global _L",
+        "    global _L" + ("" if values else ", _last"),
         "    if _extra or _unknown:",
         "        _arity(_extra, _unknown)",
     ]
@@ -439,6 +439,15 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
         ]
     body.append("    if stream.__class__ is not _Stream or stream._context is not _ctx or not stream._handle:")
     body.append("        _bad_stream(stream)")
+    if not values:
+        # The config is bound before the writes, so that a refused config leaves the block as it was
+        # (the launcher's own config test cannot: it runs after the writes).
+        ns["_last"] = None
+        body += [
+            "    if config is not _last:",
+            "        _L = _bind(config)",
+            "        _last = config",
+        ]
     body += writes
     # One C call per launch: the bound launcher _L tests the thread and the config by identity, writes
     # the values into this thread's block and calls the driver (benchmarks/launch_python_cost.py
