@@ -328,7 +328,7 @@ def test_a_contract_past_the_value_limit_writes_its_own_block(monkeypatch) -> No
     kernel = stand_in_kernel(mc.cuda_export("two", a=mc.i32, b=mc.i32), FakeContext())
     source = kernel.launch_source()
     assert "_s0.value = a" in source and "if _ident() != _owner:" in source
-    assert "    r = _L(config, stream._handle)" in source.splitlines()
+    assert "    _r = _L(config, stream._handle)" in source.splitlines()
 
 
 def test_an_unset_entry_point_is_refused_before_anything_is_written(monkeypatch) -> None:
@@ -419,3 +419,19 @@ def test_an_abi_writing_its_own_block_writes_nothing_for_a_refused_config(driver
     kernel.launch(stream, mc.LaunchConfig(2, 32), 5, 6.0)  # a new config still binds, after the writes
     assert kernel.packed_arguments() == struct.pack("<i4xd", 5, 6.0)
     assert [c[2][0] for c in driver["calls"]] == [1, 2]
+
+
+@pytest.mark.parametrize("name", ["r", "n"])
+def test_a_parameter_named_like_a_local_reaches_the_kernel_from_another_thread(driver, name) -> None:
+    """Parameter names never start with '_'; the generated function's own locals must not either: a
+    parameter named ``r`` (the launcher's result) was handed to another thread's launch as -1, the
+    launcher's other-thread answer, instead of its value."""
+    ctx = FakeContext()
+    kernel = stand_in_kernel(mc.cuda_export("two", **{name: mc.i32, "m": mc.i32}), ctx)
+    driver["sizes"][:] = [4, 4]
+    stream = fake_stream(ctx, 0x50)
+    kernel.launch(stream, mc.LaunchConfig(1, 32), 5, 6)
+    t = threading.Thread(target=kernel.launch, args=(stream, mc.LaunchConfig(1, 32), 7, 8))
+    t.start()
+    t.join()
+    assert [c[4] for c in driver["calls"]] == [struct.pack("<ii", 5, 6), struct.pack("<ii", 7, 8)]

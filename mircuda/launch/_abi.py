@@ -457,20 +457,22 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
     # current context and with another context current). Should a driver answer
     # CUDA_ERROR_INVALID_CONTEXT, the context is made current and the launch tried once more:
     # a refused launch enqueued nothing.
+    # Every local of the function starts with '_' (the result too): parameter names never do, so no
+    # argument is shadowed before the hand-over to another thread passes them on.
     hot = "_L(" + ", ".join(["config", "stream._handle"] + values) + ")"
     body += [
-        f"    r = {hot}",
-        "    if r:",
-        "        if r == _OTHER_THREAD:",
+        f"    _r = {hot}",
+        "    if _r:",
+        "        if _r == _OTHER_THREAD:",
         f"            return _other({call_args})",
-        "        if r == _NEW_CONFIG:",
+        "        if _r == _NEW_CONFIG:",
         "            _L = _bind(config)",
-        f"            r = {hot}",
-        "        if r == 201:",
+        f"            _r = {hot}",
+        "        if _r == 201:",
         "            _mk(_ch)",
-        f"            r = {hot}",
-        "        if r:",
-        "            _raise(r, config)",
+        f"            _r = {hot}",
+        "        if _r:",
+        "            _raise(_r, config)",
     ]
     fn = compile_function("launch", sig, body, ns)
     fn.__doc__ = f"Launch {contract!r} on a stream (see TypedKernel)."
