@@ -435,3 +435,23 @@ def test_a_parameter_named_like_a_local_reaches_the_kernel_from_another_thread(d
     t.start()
     t.join()
     assert [c[4] for c in driver["calls"]] == [struct.pack("<ii", 5, 6), struct.pack("<ii", 7, 8)]
+
+
+def test_a_launch_made_while_an_argument_converts_does_not_mix_with_the_outer_launch(driver) -> None:
+    """An argument's conversion may run Python code (a float subclass's ``__float__``) that launches the
+    same kernel on the same thread: the outer launch writes all its values after every conversion, so
+    each launch reaches the driver with its own values and grid (before the bound launcher, the outer
+    launch went out with the inner one's grid and first argument)."""
+    ctx = FakeContext()
+    kernel = stand_in_kernel(mc.cuda_export("three", n=mc.i32, a=mc.f64, m=mc.i32), ctx)
+    driver["sizes"][:] = [4, 8, 4]
+    stream = fake_stream(ctx, 0x50)
+
+    class Reentrant(float):
+        def __float__(self) -> float:
+            kernel.launch(stream, mc.LaunchConfig(2, 32), 100, 200.0, 300)
+            return 1.5
+
+    kernel.launch(stream, mc.LaunchConfig(1, 32), 1, Reentrant(9.0), 3)
+    assert [(c[2][0], c[4]) for c in driver["calls"]] == [(2, struct.pack("<idi", 100, 200.0, 300)),
+                                                          (1, struct.pack("<idi", 1, 1.5, 3))]
