@@ -428,7 +428,7 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
     call_args = ", ".join(["stream", "config"] + names)
     ns["_arity"] = arity_error(contract)
     body = [
-        "    global _L" + ("" if values else ", _last"),
+        "    global _L" + ("" if values or not writes else ", _last"),
         "    if _extra or _unknown:",
         "        _arity(_extra, _unknown)",
     ]
@@ -439,9 +439,10 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
         ]
     body.append("    if stream.__class__ is not _Stream or stream._context is not _ctx or not stream._handle:")
     body.append("        _bad_stream(stream)")
-    if not values:
+    if not values and writes:
         # The config is bound before the writes, so that a refused config leaves the block as it was
-        # (the launcher's own config test cannot: it runs after the writes).
+        # (the launcher's own config test cannot: it runs after the writes). A kernel without
+        # parameters writes nothing: its launcher alone tests the config.
         ns["_last"] = None
         body += [
             "    if config is not _last:",
