@@ -121,11 +121,11 @@ def _label(group: list[str]) -> str:
         return "stream test (class, context, open)"
     if first.startswith("if config"):
         return "config test (identity with the last config)"
-    if first.startswith("r = _L(config"):
+    if first.startswith("_r = _L(config"):
         return "entry point call (bound launcher: thread, config, slot writes, driver): _L"
-    if first.startswith("r = "):
-        return "entry point call (C extension + driver): " + first[4:].split("(")[0]
-    if first.startswith("if r"):
+    if first.startswith("_r = "):
+        return "entry point call (C extension + driver): " + first[5:].split("(")[0]
+    if first == "if _r:":
         return "result test"
     # The launch function writes the slot itself (ctypes store), or leaves the value for the bound launcher.
     what = "slot write" if any(".value =" in line or ".raw =" in line for line in group) else "value"

@@ -312,14 +312,16 @@ _KIND_PLAIN, _KIND_PROGRAMMATIC, _KIND_ATTRIBUTES = 0, 1, 2
 
 
 def bind_launch(entry: Any, config: Any, function: int, dims: tuple[int, ...], storage: Any, params_address: int,
-                owner: int, slots: tuple[tuple[int, int, int], ...]) -> Any:
+                owner: int, slots: tuple[tuple[int, int, int], ...], keep: Any = None) -> Any:
     """A bound launcher: ``bound(config, stream, *values) -> CUresult`` for the entry point ``entry`` (one of
     :data:`launch_kernel`, :data:`launch_kernel_programmatic`, or a ``functools.partial`` of
     :data:`launch_kernel_attributes` binding the attribute array, as ``launch._kinds.attribute_launcher``
     makes), the ``CUfunction`` ``function`` and the seven ``dims`` (grid, block, dynamic shared bytes).
 
     ``storage`` is the parameter block's ctypes buffer (kept alive by the launcher) and ``params_address``
-    its ``void**``; ``slots`` gives each value's ``(offset, kind, size)`` in the block (kinds
+    its ``void**``; ``keep`` is held as long as the launcher too: the owner of the ``void**`` array (the
+    :class:`~mircuda.launch.ArgumentBlock`), so that a launcher outliving its launch function never hands
+    the driver freed memory; ``slots`` gives each value's ``(offset, kind, size)`` in the block (kinds
     ``VALUE_INT`` .. ``VALUE_BYTES``). A call from a thread other than ``owner`` returns
     :data:`BOUND_OTHER_THREAD`, a call with another config object than ``config`` :data:`BOUND_NEW_CONFIG`,
     both having written nothing. Otherwise every value is converted first (an int kind takes an int or
@@ -342,9 +344,11 @@ def bind_launch(entry: Any, config: Any, function: int, dims: tuple[int, ...], s
         kind, attrs, count = _c_kind(hot, entry)
         if kind is not None:  # the extension checks every argument itself
             return hot.bind_launch(kind, function, tuple(dims), params_address, ctypes.addressof(storage), owner,
-                                   config, attrs, count, tuple(slots), (storage, entry))
+                                   config, attrs, count, tuple(slots), (storage, entry, keep))
     _check_u32("bind_launch", *dims)
-    return _python_bound_launch(entry, config, function, tuple(dims), storage, params_address, owner, tuple(slots))
+    bound = _python_bound_launch(entry, config, function, tuple(dims), storage, params_address, owner, tuple(slots))
+    bound.keep = (storage, keep)
+    return bound
 
 
 def rebinder(launcher: Any) -> Any:

@@ -328,7 +328,7 @@ def test_a_contract_past_the_value_limit_writes_its_own_block(monkeypatch) -> No
     kernel = stand_in_kernel(mc.cuda_export("two", a=mc.i32, b=mc.i32), FakeContext())
     source = kernel.launch_source()
     assert "_s0.value = a" in source and "if _ident() != _owner:" in source
-    assert "    r = _L(config, stream._handle)" in source.splitlines()
+    assert "    _r = _L(config, stream._handle)" in source.splitlines()
 
 
 def test_an_unset_entry_point_is_refused_before_anything_is_written(monkeypatch) -> None:
@@ -347,3 +347,111 @@ def test_an_unset_entry_point_is_refused_before_anything_is_written(monkeypatch)
     finally:
         hotpath.set_entry_points(real.get("cuLaunchKernel", 0), real.get("cuGraphLaunch", 0),
                                  real.get("cuEventRecord", 0))
+
+
+def test_a_launcher_kept_after_its_kernel_keeps_the_block_its_void_pointers_point_into(driver) -> None:
+    """The bound launcher passes the block's ``void**`` to the driver: held alone (its kernel and launch
+    function gone), it must still hold that array and the storage it points into, so that a call hands
+    the driver its own values, never freed memory."""
+    import gc
+    import weakref
+
+    ctx = FakeContext()
+    kernel = stand_in_kernel(mc.cuda_export("three", n=mc.i32, m=mc.i32, o=mc.i64), ctx)
+    driver["sizes"][:] = [4, 4, 8]
+    config = mc.LaunchConfig(1, 32)
+    kernel.launch(fake_stream(ctx, 0x50), config, 1, 2, 3)
+    launcher = kernel.launch.__globals__["_L"]
+    block = weakref.ref(kernel.launch.__mircuda_block__)
+    del kernel
+    gc.collect()
+    assert block() is not None
+    assert launcher(config, 0x50, 7, 8, 9) == 0
+    assert driver["calls"][-1][4] == struct.pack("<iiq", 7, 8, 9)
+
+
+def test_a_kernel_launched_with_ever_new_configs_holds_a_bounded_number_of_them(driver) -> None:
+    """A kernel launched with a new shape each time (a grid sized by the data) keeps the launchers of the
+    last few hundred configs; the checked dimensions it caches per config are bounded alike (they held
+    every config ever launched, the memory growing without end)."""
+    import gc
+    import types
+    import weakref
+
+    from mircuda.launch._kernel import FunctionAttributes
+
+    ctx = FakeContext()
+    ctx.device_info = lambda: types.SimpleNamespace(  # type: ignore[attr-defined]
+        supports_programmatic_launch=True, compute_capability=(9, 0), max_threads_per_block=1024,
+        max_block_dims=(1024, 1024, 64), max_grid_dims=(2**31 - 1, 65535, 65535),
+        max_shared_memory_per_block_optin_bytes=232448)
+    kernel = stand_in_kernel(EMPTY, ctx)
+    kernel._checked, kernel._attributes = {}, FunctionAttributes(32, 0, 0, 1024, 90)
+    del kernel._config_dims  # TypedKernel's own check, not the stand-in
+    kernel.launch = kernel._generate(kernel._owner)  # type: ignore[method-assign]
+    stream = fake_stream(ctx, 0x50)
+    configs = []
+    for i in range(1000):
+        config = mc.LaunchConfig(i + 1, 32)
+        configs.append(weakref.ref(config))
+        kernel.launch(stream, config)
+        del config
+    gc.collect()
+    assert sum(c() is not None for c in configs) <= 2 * _abi._BOUND_CONFIGS
+    assert [c[2][0] for c in driver["calls"]] == list(range(1, 1001))
+
+
+def test_an_abi_writing_its_own_block_writes_nothing_for_a_refused_config(driver) -> None:
+    """A launch ABI without ``emit_values`` (Numba's) writes the slots in the launch function itself: the
+    config is bound before those writes, so a refused config leaves the block as the last launch wrote
+    it (it was written, then refused, with nothing launched)."""
+    ctx = FakeContext()
+    kernel = stand_in_kernel(mc.cuda_export("two", n=mc.i32, x=mc.f64), ctx)
+    kernel._abi = _abi.LaunchAbi("c-writes", _abi.c_slots, _abi.emit_c_writes, _abi.verify_c_parameters)
+    kernel.launch = kernel._generate(kernel._owner)  # type: ignore[method-assign]
+    assert "_s0.value = n" in kernel.launch_source()
+    stream = fake_stream(ctx, 0x50)
+    kernel.launch(stream, mc.LaunchConfig(1, 32), 1, 2.0)
+    before = kernel.packed_arguments()
+    with pytest.raises(mc.LaunchConfigError):
+        kernel.launch(stream, "config", 5, 6.0)
+    assert kernel.packed_arguments() == before and len(driver["calls"]) == 1
+    kernel.launch(stream, mc.LaunchConfig(2, 32), 5, 6.0)  # a new config still binds, after the writes
+    assert kernel.packed_arguments() == struct.pack("<i4xd", 5, 6.0)
+    assert [c[2][0] for c in driver["calls"]] == [1, 2]
+
+
+@pytest.mark.parametrize("name", ["r", "n"])
+def test_a_parameter_named_like_a_local_reaches_the_kernel_from_another_thread(driver, name) -> None:
+    """Parameter names never start with '_'; the generated function's own locals must not either: a
+    parameter named ``r`` (the launcher's result) was handed to another thread's launch as -1, the
+    launcher's other-thread answer, instead of its value."""
+    ctx = FakeContext()
+    kernel = stand_in_kernel(mc.cuda_export("two", **{name: mc.i32, "m": mc.i32}), ctx)
+    driver["sizes"][:] = [4, 4]
+    stream = fake_stream(ctx, 0x50)
+    kernel.launch(stream, mc.LaunchConfig(1, 32), 5, 6)
+    t = threading.Thread(target=kernel.launch, args=(stream, mc.LaunchConfig(1, 32), 7, 8))
+    t.start()
+    t.join()
+    assert [c[4] for c in driver["calls"]] == [struct.pack("<ii", 5, 6), struct.pack("<ii", 7, 8)]
+
+
+def test_a_launch_made_while_an_argument_converts_does_not_mix_with_the_outer_launch(driver) -> None:
+    """An argument's conversion may run Python code (a float subclass's ``__float__``) that launches the
+    same kernel on the same thread: the outer launch writes all its values after every conversion, so
+    each launch reaches the driver with its own values and grid (before the bound launcher, the outer
+    launch went out with the inner one's grid and first argument)."""
+    ctx = FakeContext()
+    kernel = stand_in_kernel(mc.cuda_export("three", n=mc.i32, a=mc.f64, m=mc.i32), ctx)
+    driver["sizes"][:] = [4, 8, 4]
+    stream = fake_stream(ctx, 0x50)
+
+    class Reentrant(float):
+        def __float__(self) -> float:
+            kernel.launch(stream, mc.LaunchConfig(2, 32), 100, 200.0, 300)
+            return 1.5
+
+    kernel.launch(stream, mc.LaunchConfig(1, 32), 1, Reentrant(9.0), 3)
+    assert [(c[2][0], c[4]) for c in driver["calls"]] == [(2, struct.pack("<idi", 100, 200.0, 300)),
+                                                          (1, struct.pack("<idi", 1, 1.5, 3))]

@@ -60,7 +60,7 @@ def test_launch_source_is_the_source_of_the_launch_function() -> None:
     assert "        _a3 = _v3(n)" in lines
     # One call per launch: the bound launcher tests the thread and the config and writes the values.
     hot = "_L(config, stream._handle, _a0, _a1, _a2, _a3)"
-    assert lines.count(f"    r = {hot}") == 1 and source.count(hot) == 3  # and the rebind and 201 retries
+    assert lines.count(f"    _r = {hot}") == 1 and source.count(hot) == 3  # and the rebind and 201 retries
     assert "_ident()" not in source and ".value =" not in source
 
 

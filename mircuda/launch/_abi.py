@@ -42,8 +42,8 @@ Each call of the generated function then
    (a refused launch enqueued nothing).
 
 A launch ABI without ``emit_values`` (Numba's) writes the slots in the launch function itself, one
-ctypes store each (``emit_writes``), after testing the thread first; it calls the bound launcher with
-no values.
+ctypes store each (``emit_writes``), after testing the thread and binding a new config first (so a
+refused config writes nothing); it calls the bound launcher with no values.
 
 Another compiler's kernels get their own ABI: register a :class:`LaunchAbi` in ``LAUNCH_ABIS`` whose
 ``emit_writes`` writes that compiler's parameter layout; the public helpers here (``emit_c_writes``
@@ -416,7 +416,7 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
             return seen[0]
         dims = config_dims(config)
         launcher = _cuda.bind_launch(_launcher_for(config), config, function, dims, block.storage,
-                                     block.params_address, owner, slots)
+                                     block.params_address, owner, slots, keep=block)
         if len(bound) >= _BOUND_CONFIGS:  # a kernel launched with ever new shapes keeps the last few hundred
             bound.clear()
         bound[config] = (launcher, _cuda.rebinder(launcher))
@@ -428,7 +428,7 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
     call_args = ", ".join(["stream", "config"] + names)
     ns["_arity"] = arity_error(contract)
     body = [
-        "    global _L",
+        "    global _L" + ("" if values or not writes else ", _last"),
         "    if _extra or _unknown:",
         "        _arity(_extra, _unknown)",
     ]
@@ -439,6 +439,16 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
         ]
     body.append("    if stream.__class__ is not _Stream or stream._context is not _ctx or not stream._handle:")
     body.append("        _bad_stream(stream)")
+    if not values and writes:
+        # The config is bound before the writes, so that a refused config leaves the block as it was
+        # (the launcher's own config test cannot: it runs after the writes). A kernel without
+        # parameters writes nothing: its launcher alone tests the config.
+        ns["_last"] = None
+        body += [
+            "    if config is not _last:",
+            "        _L = _bind(config)",
+            "        _last = config",
+        ]
     body += writes
     # One C call per launch: the bound launcher _L tests the thread and the config by identity, writes
     # the values into this thread's block and calls the driver (benchmarks/launch_python_cost.py
@@ -448,20 +458,22 @@ def generate_launch(abi: LaunchAbi, contract: KernelContract, context: Any, func
     # current context and with another context current). Should a driver answer
     # CUDA_ERROR_INVALID_CONTEXT, the context is made current and the launch tried once more:
     # a refused launch enqueued nothing.
+    # Every local of the function starts with '_' (the result too): parameter names never do, so no
+    # argument is shadowed before the hand-over to another thread passes them on.
     hot = "_L(" + ", ".join(["config", "stream._handle"] + values) + ")"
     body += [
-        f"    r = {hot}",
-        "    if r:",
-        "        if r == _OTHER_THREAD:",
+        f"    _r = {hot}",
+        "    if _r:",
+        "        if _r == _OTHER_THREAD:",
         f"            return _other({call_args})",
-        "        if r == _NEW_CONFIG:",
+        "        if _r == _NEW_CONFIG:",
         "            _L = _bind(config)",
-        f"            r = {hot}",
-        "        if r == 201:",
+        f"            _r = {hot}",
+        "        if _r == 201:",
         "            _mk(_ch)",
-        f"            r = {hot}",
-        "        if r:",
-        "            _raise(r, config)",
+        f"            _r = {hot}",
+        "        if _r:",
+        "            _raise(_r, config)",
     ]
     fn = compile_function("launch", sig, body, ns)
     fn.__doc__ = f"Launch {contract!r} on a stream (see TypedKernel)."

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _cuda, _repr
 from ..errors import ClosedResourceError, ContractError, LaunchConfigError
-from ._abi import LAUNCH_ABIS, generate_launch
+from ._abi import _BOUND_CONFIGS, LAUNCH_ABIS, generate_launch
 from ._config import LaunchConfig
 from ._contract import KernelContract
 from ._kinds import check_launch_kind
@@ -161,6 +161,8 @@ class TypedKernel:
         if dynamic:
             self._shared_opt_in.ensure(dynamic, self._context)
         dims = (*config.grid, *config.block, config.shared_mem_bytes)
+        if len(self._checked) >= _BOUND_CONFIGS:  # as the launchers: ever new shapes keep the last few hundred
+            self._checked.clear()
         self._checked[config] = dims
         return dims
 

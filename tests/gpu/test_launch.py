@@ -427,3 +427,83 @@ def test_the_ctypes_fallback_launches_records_and_replays_on_the_device(context,
     graph.close()
     for buf in (x, y):
         buf.free(stream)
+
+
+COUNT_BLOCKS = mc.cuda_kernel(r'''
+extern "C" __global__ void count_blocks(unsigned* counts, unsigned slot, unsigned long long tag,
+                                        unsigned long long* tags) {
+    if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+        atomicAdd(&counts[slot], 1u);
+        if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) tags[slot] = tag;
+    }
+}''', "count_blocks.cu")
+CountBlocks = mc.cuda_export("count_blocks", counts=mc.InOut[mc.DeviceBuffer[mc.u32]], slot=mc.u32, tag=mc.u64,
+                             tags=mc.Out[mc.DeviceBuffer[mc.u64]])
+
+
+def test_more_configs_than_a_kernel_keeps_launch_each_with_its_own_grid_and_values(context, stream, pool,
+                                                                                   compiler) -> None:
+    """The bound launchers of the last 256 configs are kept: 700 launches over more distinct configs than
+    that (plain, 2-d, shared memory, one config object reused, equal new objects for configs seen before
+    the reset, and on cc >= 9.0 programmatic, cooperative and cluster launches interleaved) each run
+    with their own grid (every block counted once) and their own values (the tag of each launch)."""
+    kernel = compiler.compile(COUNT_BLOCKS, mc.CompileOptions()).kernel(CountBlocks)
+    n = 700
+    counts, tags = pool.allocate(mc.u32, stream, n), pool.allocate(mc.u64, stream, n)
+    stream.memset(counts, 0)
+    stream.memset(tags, 0)
+    hopper = context.device_info().compute_capability >= (9, 0)
+    same = mc.LaunchConfig(3, 32)
+    blocks = []
+    for i in range(n):
+        if i % 10 == 0:
+            config = same
+        elif hopper and i % 20 == 7:
+            config = mc.LaunchConfig(4, 32, programmatic_stream_serialization=True, cluster=2)
+        elif hopper and i % 20 == 17:
+            config = mc.LaunchConfig(4, 32, cooperative=True)
+        elif i < 400:
+            config = mc.LaunchConfig(i % 300 + 1, 32, shared_mem_bytes=16 * (i % 5))
+        else:
+            config = mc.LaunchConfig((i % 300 + 1, 2), (8, 4))
+        kernel.launch(stream, config, counts, i, 2**63 + i, tags)
+        gx, gy, gz = config.grid
+        blocks.append(gx * gy * gz)
+    np.testing.assert_array_equal(download(context, stream, counts), np.array(blocks, np.uint32))
+    np.testing.assert_array_equal(download(context, stream, tags), 2**63 + np.arange(n, dtype=np.uint64))
+    for buf in (counts, tags):
+        buf.free(stream)
+
+
+def test_a_kernel_of_a_closed_context_refuses_every_launch(driver, context, stream, pool) -> None:
+    """After its context is closed a kernel's launch (bound to a config before, or to a new one, from its
+    own thread or another) raises ClosedResourceError for the closed streams and ContractError for
+    another context's stream; the process keeps running and nothing reaches the driver."""
+    other = driver.create_context(driver.devices()[0])
+    s = other.create_stream()
+    kernel = mc.Compiler(other).compile(COUNT_BLOCKS, mc.CompileOptions()).kernel(CountBlocks)
+    counts, tags = other.default_memory_pool().allocate(mc.u32, s, 4), other.default_memory_pool().allocate(mc.u64, s, 4)
+    config = mc.LaunchConfig(1, 32)
+    kernel.launch(s, config, counts, 0, 1, tags)
+    s.synchronize()
+    other.close()
+    errors: list[BaseException] = []
+
+    def attempts() -> None:
+        for c in (config, mc.LaunchConfig(1, 32), mc.LaunchConfig(2, 64)):
+            with pytest.raises(mc.ClosedResourceError):
+                kernel.launch(s, c, counts, 0, 1, tags)
+            with pytest.raises(mc.ContractError, match="stream"):
+                kernel.launch(stream, c, counts, 0, 1, tags)
+
+    def in_thread() -> None:
+        try:
+            attempts()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    attempts()
+    t = threading.Thread(target=in_thread)
+    t.start()
+    t.join()
+    assert not errors, errors
