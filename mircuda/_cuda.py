@@ -347,7 +347,7 @@ def bind_launch(entry: Any, config: Any, function: int, dims: tuple[int, ...], s
                                    config, attrs, count, tuple(slots), (storage, entry, keep))
     _check_u32("bind_launch", *dims)
     bound = _python_bound_launch(entry, config, function, tuple(dims), storage, params_address, owner, tuple(slots))
-    bound.keep = (storage, keep)
+    bound.keep = (storage, keep)  # the slot views' buffer and the void** array's owner live as long as the launcher
     return bound
 
 
@@ -455,7 +455,6 @@ def _python_bound_launch(entry: Any, config: Any, function: int, dims: tuple[int
         ns["_cfg"][0] = new_config
 
     bound.__mircuda_source__ = src
-    bound.keep = storage
     bound.rebind = rebind
     return bound
 
