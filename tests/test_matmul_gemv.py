@@ -134,3 +134,27 @@ def test_the_unroll_and_split_of_k_keep_the_most_weight_bytes_in_flight() -> Non
     assert choose_gemv([(4, 4), (2, 8)]) == (2, 8)   # 4096 x 4096, 4096 x 14336
     assert choose_gemv([(4, 4), (2, 4)]) == (4, 4)   # 6144 x 4096
     assert choose_gemv([(4, 8)]) == (4, 8)
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_120f"])
+@pytest.mark.parametrize("m, row_tiles, unroll", [(16, 1, 4), (24, 1, 4), (32, 1, 2), (32, 2, 2), (17, 2, 1)])
+def test_the_sass_holds_bf16_tensor_core_mma_and_the_streamed_kernels_keep_to_registers(tmp_path, arch, m, row_tiles,
+                                                                                         unroll) -> None:
+    import subprocess
+
+    from mircuda.matmul._sass import sass_functions
+    from tests.test_matmul_fp8_mma import cuobjdump
+
+    tool, env = cuobjdump()
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(mc.compile_program(batched_gemv_source(), arch, gemv_options(m, unroll, row_tiles)).image)
+    out = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, env=env, check=False)
+    if out.returncode or "Function" not in out.stdout:
+        pytest.skip(f"cuobjdump -sass failed (nvdisasm missing?): {out.stderr.strip()[:200]}")
+    functions = dict(sass_functions(out.stdout))
+    v16 = functions["batched_gemv_bf16_bf16_v16"]
+    assert "HMMA.16816.F32.BF16" in v16
+    assert "HMMA.16816.F32" in functions["batched_gemv_f16_f32_v16"]
+    for name, body in functions.items():  # the 16-byte-load kernels never spill (the element-load ones may)
+        if name.endswith("_v16"):
+            assert not re.search(r"\b(?:STL|LDL)\b", body), f"{name} spills to local memory on {arch}"
