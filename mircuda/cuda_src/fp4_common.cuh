@@ -236,4 +236,18 @@ __device__ __forceinline__ long long scale_offset(long long row, int kb, int kbl
     else return linear_offset(row, kb, kblocks);
 }
 
+// scale_offset() split in two: a part of the row alone and a part of the K-block alone, whose sum it is
+// in both layouts. A kernel walking K computes the row part once per row and the column part once per
+// step for all its rows (32-bit: below 2^31 for any K the int kernel arguments allow).
+template <bool Tiled>
+__device__ __forceinline__ long long scale_row_offset(long long row, int kblocks, int katoms) {
+    if constexpr (Tiled) return ((row >> 7) * katoms) * 512 + (row & 31) * 16 + ((row >> 5) & 3) * 4;
+    else return row * kblocks;
+}
+template <bool Tiled>
+__device__ __forceinline__ unsigned scale_col_offset(int kb) {
+    if constexpr (Tiled) return ((unsigned)kb >> 2) * 512u + ((unsigned)kb & 3u);
+    else return (unsigned)kb;
+}
+
 }  // namespace fp4

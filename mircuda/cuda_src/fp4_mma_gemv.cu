@@ -144,11 +144,12 @@ struct Stage {
 };
 
 struct Operands {
-    const unsigned char* w;
-    const unsigned char* sw;
+    // Weight rows 16 tile + g and 16 tile + g + 8 (clamped to N - 1): their codes and scales at column 0
+    // (a step adds its column's offset: no 64-bit row product per load).
+    const unsigned char* wp[2 * kTiles];
+    const unsigned char* sp[2 * kTiles];
     const unsigned char* x;
     const unsigned char* sx;
-    long long wrow[2 * kTiles];  // weight rows 16 tile + g and 16 tile + g + 8 (clamped to N - 1)
     int xrow[kN8];       // activation rows g + 8 j
     int t, k, kblocks, katoms;
 };
@@ -157,17 +158,18 @@ __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int st
     const int col = step * kChunk + kE * op.t;
     const bool in = col < op.k;  // K % kE == 0: the lane's kE columns are all inside K or all outside
     const int kb = col >> 4;
+    const unsigned coff = (unsigned)col >> 1;
 #pragma unroll
     for (int r = 0; r < 2 * kTiles; ++r) {
         if (in) {
-            load_codes(op.w + op.wrow[r] * (op.k / 2) + col / 2, st.w[r]);
+            load_codes(op.wp[r] + coff, st.w[r]);
         } else {
 #pragma unroll
             for (int i = 0; i < kWords; ++i) st.w[r][i] = 0u;
         }
 #pragma unroll
         for (int q = 0; q < kGroups; ++q)
-            st.sw[r][q] = in ? __ldg(op.sw + scale_offset(op.wrow[r], kb + q, op.kblocks, op.katoms)) : 0u;
+            st.sw[r][q] = in ? __ldg(op.sp[r] + fp4::scale_col_offset<MIRCUDA_FP4_TILED != 0>(kb + q)) : 0u;
     }
 #pragma unroll
     for (int j = 0; j < kN8; ++j) {
@@ -218,8 +220,6 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
     const long long row0 = (long long)blockIdx.x * (16 * kTiles);
 
     Operands op;
-    op.w = w;
-    op.sw = sw;
     op.x = x;
     op.sx = sx;
     op.t = lane & 3;
@@ -228,8 +228,10 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
     op.katoms = (op.kblocks + 3) >> 2;
 #pragma unroll
     for (int r = 0; r < 2 * kTiles; ++r) {
-        const long long row = row0 + 8 * r + g;  // r = 2 tile + half: 16 tile + 8 half + g
-        op.wrow[r] = row < n ? row : (long long)n - 1;
+        long long row = row0 + 8 * r + g;  // r = 2 tile + half: 16 tile + 8 half + g
+        row = row < n ? row : (long long)n - 1;
+        op.wp[r] = w + row * (k / 2);
+        op.sp[r] = sw + fp4::scale_row_offset<MIRCUDA_FP4_TILED != 0>(row, op.kblocks, op.katoms);
     }
 #pragma unroll
     for (int j = 0; j < kN8; ++j) op.xrow[j] = g + 8 * j;

@@ -32,15 +32,15 @@
 // FP32 and so are their sums over a block (at most 36 * 16 * 2^-2L, multiples of 2^-2L-2: 13 bits).
 //
 // FP16 path (NVFP4 activations, MIRCUDA_FP4_HALF_SUM=1, the default): no per-weight conversion. The
-// activation pairs are decoded by the same decoder and multiplied by 2^L (HMUL2, exact: they become their
-// plain E2M1 values 0 .. 6, FP16 values), once per lane and step for all R rows; the weight pairs stay
-// value * 2^-L and meet them in HFMA2. Exactness: each product q_a q_b 2^-L is a multiple of 2^-(L+2)
-// (q_a, q_b multiples of 0.5) of magnitude <= 36 * 2^-L; each half of the half2 accumulator sums the 8
-// products of its positions in one 16-element block, so every partial sum is a multiple of 2^-(L+2) of
-// magnitude <= 288 * 2^-L < 2^(11 - (L+2)): an integer below 2^11 times 2^-(L+2), which FP16 (11-bit
-// significand, subnormal step 2^-24 <= 2^-(L+2) for L <= 22, largest 65504 > 288) holds exactly, so every
-// HFMA2 rounds nothing. The block's half2 is converted to FP32 once per 16 elements, its halves added
-// (exact in FP32), then scaled as above.
+// activation pairs are decoded by the same decoder, once per lane and step for all R rows, and kept at
+// value * 2^-A (A = kActLog2: L for the e4m3 decoder, L = 6; 0 for the others, whose 2^-L an exact HMUL2
+// undoes); the weight pairs stay value * 2^-L and meet them in HFMA2. Exactness: each product
+// q_a q_b 2^-(L+A) is a multiple of 2^-(L+A+2) (q_a, q_b multiples of 0.5) of magnitude <= 36 * 2^-(L+A);
+// each half of the half2 accumulator sums the 8 products of its positions in one 16-element block, so every
+// partial sum is an integer below 288 * 4 = 1152 < 2^11 times 2^-(L+A+2), which FP16 (11-bit significand,
+// subnormal step 2^-24 <= 2^-(L+A+2): 2^-14 for e4m3, 2^-16 for bytes and pairs, 2^-2 for the table)
+// holds exactly, so every HFMA2 rounds nothing. The block's half2 is converted to FP32 once per 16
+// elements, its halves added (exact in FP32), then scaled by sa * sb * 2^(L+A) (exact).
 //
 // Rows past N read row N - 1 (never stored). On cc >= 9.0 the kernel supports programmatic dependent launch: nothing the
 // previous kernel of the stream may write is read before griddepcontrol.wait.
@@ -111,10 +111,6 @@ __device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)
 #endif
 }
 
-__device__ __forceinline__ long long scale_offset(long long row, int kb, int kblocks, int katoms) {
-    return fp4::scale_offset<MIRCUDA_FP4_TILED != 0>(row, kb, kblocks, katoms);
-}
-
 #if !MIRCUDA_FP4_ACT_BF16
 // The activations' scales: the weights' layout, except in the grouped kernel (linear activation scales).
 __device__ __forceinline__ long long act_scale_offset(long long row, int kb, int kblocks, int katoms) {
@@ -122,16 +118,36 @@ __device__ __forceinline__ long long act_scale_offset(long long row, int kb, int
 }
 #endif
 
+// Each weight row's code and scale pointers at column 0 (row N - 1 for rows past N): a step adds one
+// column offset to them (col / 2 bytes of codes, fp4::scale_col_offset of its K-block), so no 64-bit row
+// product is recomputed per load.
+struct RowPointers {
+    const unsigned char* w[kRows];
+    const unsigned char* s[kRows];
+};
+
+__device__ __forceinline__ void set_row_pointers(RowPointers& p, const unsigned char* __restrict__ w,
+                                                 const unsigned char* __restrict__ sw, long long row0, int n, int k,
+                                                 int kblocks, int katoms) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        const long long row = row0 + r < n ? row0 + r : (long long)n - 1;
+        p.w[r] = w + row * (k / 2);
+        p.s[r] = sw + fp4::scale_row_offset<MIRCUDA_FP4_TILED != 0>(row, kblocks, katoms);
+    }
+}
+
 // One step of a lane: the codes of its kElems columns from `col` in each of the R weight rows, and
 // their kBlocks scale bytes per row (one byte, or two adjacent ones read as a 16-bit word: with K % 32
 // == 0 the K-block index is even and both layouts keep blocks 2j and 2j + 1 side by side).
-__device__ __forceinline__ void load_step(const unsigned char* __restrict__ w, const unsigned char* __restrict__ sw,
-                                          const long long (&rows)[kRows], int col, int k, int kblocks, int katoms,
-                                          unsigned (&codes)[kRows][2 * kBlocks], unsigned (&sraw)[kRows]) {
+__device__ __forceinline__ void load_step(const RowPointers& p, int col, unsigned (&codes)[kRows][2 * kBlocks],
+                                          unsigned (&sraw)[kRows]) {
+    const unsigned coff = (unsigned)col >> 1;
+    const unsigned soff = fp4::scale_col_offset<MIRCUDA_FP4_TILED != 0>(col >> 4);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-        load_codes(w + rows[r] * (k / 2) + col / 2, codes[r]);
-        const unsigned char* s = sw + scale_offset(rows[r], col >> 4, kblocks, katoms);
+        load_codes(p.w[r] + coff, codes[r]);
+        const unsigned char* s = p.s[r] + soff;
 #if MIRCUDA_FP4_WIDE
         sraw[r] = __ldg(reinterpret_cast<const unsigned short*>(s));
 #else
@@ -175,8 +191,16 @@ __device__ __forceinline__ void activation_block(const void* x, long long m, int
 }
 
 #else
+// The FP16 path's activations keep the decoder's factor 2^-L where the block sums stay exact with it
+// (kActLog2 = L): the products q_a q_b 2^-2L are then multiples of 2^-(2L+2), which FP16 holds exactly
+// (subnormals included) while 2L + 2 <= 24 (the e4m3 decoder, L = 6: multiples of 2^-14, block-half sums
+// below 1152 such units), and the HMUL2 that would undo it per activation pair is saved (the weight
+// scales take 2^L more). Larger L (14: bytes, pairs) would reach below FP16's subnormal step: those
+// activations are multiplied back by 2^L (HMUL2, exact), kActLog2 = 0.
+constexpr int kActLog2 = 2 * fp4::kDecodeLog2 + 2 <= 24 ? fp4::kDecodeLog2 : 0;
+
 // One 16-element block of FP4 activation row m for the FP16 path: 8 half2 in the decoder's order (word w,
-// half i at 4 w + i), plain E2M1 values (the decoder's 2^-L undone by an exact HMUL2).
+// half i at 4 w + i), E2M1 values times 2^-kActLog2.
 __device__ __forceinline__ void activation_half2(const void* x, long long m, int col, int k, __half2 (&xh)[8]) {
     const uint2 v = __ldg(reinterpret_cast<const uint2*>(reinterpret_cast<const unsigned char*>(x) + m * (k / 2) + col / 2));
     const unsigned u[2] = {v.x, v.y};
@@ -188,15 +212,17 @@ __device__ __forceinline__ void activation_half2(const void* x, long long m, int
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             __half2 t = *reinterpret_cast<const __half2*>(&h[i]);
-            xh[4 * w + i] = fp4::kDecodeLog2 == 0 ? t : __hmul2(t, unbias);
+            xh[4 * w + i] = fp4::kDecodeLog2 == kActLog2 ? t : __hmul2(t, unbias);
         }
     }
 }
 #endif
 
-// A UE4M3 scale byte times 2^L (the decoder's factor undone; exact).
+// A UE4M3 scale byte times 2^(L + extra) (the decoder's factor, and `extra` more, undone; exact).
+template <int extra = 0>
 __device__ __forceinline__ float scale_unbiased(unsigned u) {
-    return __half2float(__ushort_as_half((unsigned short)((u & 0x7fu) << 7))) * (256.0f * (float)(1u << fp4::kDecodeLog2));
+    return __half2float(__ushort_as_half((unsigned short)((u & 0x7fu) << 7))) *
+           (256.0f * (float)(1u << fp4::kDecodeLog2) * (float)(1u << extra));
 }
 
 // One step of a lane: its kElems columns from `col` of the R weight rows (codes, scale bytes sraw) times the
@@ -231,7 +257,7 @@ __device__ __forceinline__ void consume(float (&acc)[kM][kRows], const unsigned 
                         s2 = __hfma2(*reinterpret_cast<const __half2*>(&h[i]), xh[4 * word + i], s2);
                 }
                 const float2 f = __half22float2(s2);
-                const float ws = scale_unbiased((sraw[r] >> (8 * b)) & 0xffu);
+                const float ws = scale_unbiased<kActLog2>((sraw[r] >> (8 * b)) & 0xffu);
                 acc[m0][r] = fmaf(f.x + f.y, ws * xs, acc[m0][r]);
             }
 #else
@@ -286,7 +312,7 @@ __device__ __forceinline__ void prefetch_prologue(const unsigned char* __restric
     }
     if ((lane & 3) == 0 && warp * 32 * kElems < k)
         decode::prefetch_l2(reinterpret_cast<const unsigned short*>(
-            sw + scale_offset(r, (warp * 32 * kElems) >> 4, k >> 4, ((k >> 4) + 3) >> 2)));
+            sw + fp4::scale_offset<MIRCUDA_FP4_TILED != 0>(r, (warp * 32 * kElems) >> 4, k >> 4, ((k >> 4) + 3) >> 2)));
 #else
     (void)w, (void)sw, (void)n, (void)k, (void)row0, (void)warp, (void)lane;
 #endif
@@ -305,9 +331,8 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
     const int katoms = (kblocks + 3) >> 2;
     const int chunk = 32 * kElems;
 
-    long long rows[kRows];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) rows[r] = row0 + r < n ? row0 + r : (long long)n - 1;
+    RowPointers rp;
+    set_row_pointers(rp, w, sw, row0, n, k, kblocks, katoms);
 
     fp4::decode_table_fill();  // the table variant's shared table (no global reads: before the wait)
     prefetch_prologue(w, sw, n, k, row0, warp, lane);
@@ -329,15 +354,14 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
     unsigned sraw[kStages][kRows];
 #pragma unroll
     for (int d = 0; d + 1 < kStages; ++d)
-        if (col + d * stride < k) load_step(w, sw, rows, col + d * stride, k, kblocks, katoms, codes[d], sraw[d]);
+        if (col + d * stride < k) load_step(rp, col + d * stride, codes[d], sraw[d]);
     while (col < k) {
 #pragma unroll
         for (int d = 0; d < kStages; ++d) {
             if (col < k) {
                 const int ahead = col + (kStages - 1) * stride;
                 if (ahead < k)
-                    load_step(w, sw, rows, ahead, k, kblocks, katoms, codes[(d + kStages - 1) % kStages],
-                              sraw[(d + kStages - 1) % kStages]);
+                    load_step(rp, ahead, codes[(d + kStages - 1) % kStages], sraw[(d + kStages - 1) % kStages]);
                 consume(acc, codes[d], sraw[d], x, sx, col, k, kblocks, katoms, mrows);
                 col += stride;
             }
@@ -352,6 +376,18 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1) acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], off);
     decode::pdl_trigger_late();
+    if (kM * kRows <= 8 && warps == 1) {  // block-uniform: every lane holds every sum, lane r stores row r
+        float scale = alpha;
+        if (global_a != nullptr) scale *= *global_a;
+        if (global_b != nullptr) scale *= *global_b;
+#pragma unroll
+        for (int m = 0; m < kM; ++m)
+#pragma unroll
+            for (int r = 0; r < kRows; ++r)
+                if (lane == m * kRows + r && row0 + r < n && m < mrows)
+                    decode::store_out(y + (long long)m * n + row0 + r, scale * acc[m][r]);
+        return;
+    }
     __shared__ float partial[kMaxWarps][kM * kRows];
     if (lane == 0) {
 #pragma unroll
@@ -409,18 +445,16 @@ __device__ __forceinline__ void fp4_matvec_persistent(__nv_bfloat16* __restrict_
     // The load cursor: step tl = (row block jl, K step sl) and the rows of jl.
     long long jl = 0;
     int sl = 0;
-    long long lrows[kRows];
+    RowPointers lrows;
     auto set_rows = [&](long long j) {
-        const long long row0 = ((long long)blockIdx.x + j * gridDim.x) * kRows;
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) lrows[r] = row0 + r < n ? row0 + r : (long long)n - 1;
+        set_row_pointers(lrows, w, sw, ((long long)blockIdx.x + j * gridDim.x) * kRows, n, k, kblocks, katoms);
     };
     set_rows(0);
     unsigned codes[kStages][kRows][2 * kBlocks];
     unsigned sraw[kStages][kRows];
     auto load_next = [&](unsigned (&c)[kRows][2 * kBlocks], unsigned (&sr)[kRows]) {
         const int col = lane_col + sl * stride;
-        if (col < k) load_step(w, sw, lrows, col, k, kblocks, katoms, c, sr);
+        if (col < k) load_step(lrows, col, c, sr);
         if (++sl == S) {
             sl = 0;
             ++jl;

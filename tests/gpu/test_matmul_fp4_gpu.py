@@ -683,3 +683,32 @@ def test_the_plans_refuse_knobs_they_cannot_use_by_name(context, stream) -> None
         with pytest.raises(mc.ContractError) as info:
             make()
         assert info.value.argument == argument
+
+
+@pytest.mark.parametrize("kernel", ["fp4_matvec_bf16", "fp4_mma_bf16"])
+@pytest.mark.parametrize("decode", DECODES)
+def test_saturated_blocks_sum_exactly_in_every_decoder(context, stream, pool, decode, kernel) -> None:
+    """Every code +-6 (E2M1's largest) in both operands with unit scales: each 16-element block sums
+    +-16 * 36, the bound the FP16 block sums of the CUDA-core kernel are proved exact up to (its comment:
+    8 products of 36 per half2 lane, with the decoders' factors 2^-(L + A)), and the result is exact in
+    BF16, so any rounding or overflow inside the kernel shows as a wrong value, not as noise."""
+    skip_unless_decoder_runs(context, decode)
+    n, k = 24, 4096
+    six, minus_six = 0x7, 0xF  # E2M1 codes of 6 and -6
+    w_codes = np.full((n, k // 2), six | six << 4, np.uint8)
+    w_codes[1::2] = minus_six | minus_six << 4  # odd rows negative: both signs through the decoders
+    w_codes[2, : k // 4] = six | minus_six << 4  # row 2: a first half alternating, its sum 36 * 0 + 36 * k/2
+    x_codes = np.full((1, k // 2), six | six << 4, np.uint8)
+    unit = np.full(k // 16, 0x38, np.uint8)  # UE4M3 1.0
+    y = poisoned(context, stream, pool, n)
+    plan = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k), decode=decode, kernel=kernel)
+    bufs = [upload(context, stream, pool, a) for a in (x_codes.ravel(), np.tile(unit, 1).view(E4M3),
+                                                        w_codes.ravel(), np.tile(unit, n).view(E4M3))]
+    plan.execute(stream, bufs[0], bufs[1], bufs[2], bufs[3], y)
+    got = check_guard(download(context, stream, y), n).astype(np.float64)
+    want = np.where(np.arange(n) % 2 == 1, -36.0 * k, 36.0 * k)
+    want[2] = 36.0 * (k // 2)  # k/2 elements alternate +-36 (sum 0), the other k/2 give +36 each
+    assert np.array_equal(got, want), (got, want)
+    for b in bufs:
+        b.free(stream)
+    y.free(stream)
