@@ -74,10 +74,11 @@ VECTOR_ROWS = (4, 8)
 """Weight rows per block that ``fp4_matvec_bf16`` takes (``MIRCUDA_FP4_ROWS``)."""
 STAGES = (2, 3, 4)
 """``stages=``: warp steps of weight loads the NVRTC kernels keep in a register ring (``MIRCUDA_FP4_STAGES``;
-``stages - 1`` in flight while a step computes; 2 is double buffering, the default)."""
+``stages - 1`` in flight while a step computes; 2 is double buffering; the default is 3 for ``fp4_mma_bf16`` and
+for ``fp4_matvec_bf16`` at M = 1, else 2, as measured on the H200)."""
 MMA_ROWS = (16, 32)
 """Weight rows per block that ``fp4_mma_bf16`` takes: 16-row tiles per warp (``MIRCUDA_FP4_TILES`` 1 or 2; two
-tiles share each decoded activation fragment)."""
+tiles share each decoded activation fragment; 32, two tiles, is the default)."""
 
 
 def _arch_number(arch: str) -> int:
@@ -306,10 +307,14 @@ class Fp4Gemv:
             raise ContractError("kernel", f"one of {FP4_KERNELS}", repr(symbol))
         decode, rows, block_sum = check_gemv_knobs(compiler.arch, symbol, activation, decode, rows, block_sum, warps,
                                                    stages)
-        # M = 1 on fp4_matvec_bf16: three stages of loads (fp4-profile --sweep all on the H200, 2026-12-01:
-        # rows 4 x stages 3 was the fastest over the three Llama shapes, 6.0 / 13.9 / 13.5 µs against 6.1 /
-        # 14.0 / 14.3 for rows 8 x stages 2); elsewhere double buffering.
-        self.stages = stages if stages is not None else 3 if (m == 1 and symbol == FP4_SYMBOL) else 2
+        # Three stages of loads for M = 1 on fp4_matvec_bf16 and for the tensor-core kernel (fp4-profile
+        # --sweep on the H200, 2026-12-01: fp4_matvec_bf16 rows 4 x stages 3 was the fastest M = 1 kernel
+        # over the three Llama shapes, 6.0 / 13.9 / 13.5 µs against 6.1 / 14.0 / 14.3 for rows 8 x stages 2;
+        # fp4_mma_bf16 with 32 rows x 3 stages beat 16 rows x 2 stages at every M in 2, 8, 16 on all four
+        # shapes, e.g. M = 8: 7.3 / 17.1 / 16.7 / 10.1 µs against 9.0 / 20.9 / 23.5 / 11.0 on 4096x4096,
+        # 14336x4096, 4096x14336, 6144x4096); elsewhere double buffering.
+        self.stages = (stages if stages is not None else
+                       3 if symbol == FP4_MMA_SYMBOL or (m == 1 and symbol == FP4_SYMBOL) else 2)
         if symbol == FP4_MMA_SYMBOL and activation != "fp4":
             raise ContractError("activation", f"'fp4' (kernel {FP4_MMA_SYMBOL} takes NVFP4 activations only)",
                                 repr(activation))
@@ -320,7 +325,7 @@ class Fp4Gemv:
         self.elements = 32 if self.wide else 16
         self.decode = decode
         if symbol == FP4_MMA_SYMBOL:
-            self.rows = rows if rows is not None else 16
+            self.rows = rows if rows is not None else 32  # two 16-row tiles per warp (measured: see stages)
             self.block_sum = "fp32"
             self.options = fp4_mma_options(m, layout, self.wide, decode, self.rows, self.stages)
             source = fp4_mma_source()

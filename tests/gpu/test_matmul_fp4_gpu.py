@@ -631,10 +631,10 @@ def run_vector(context, stream, pool, rng, n, k, activation, layout, **knobs) ->
 @pytest.mark.parametrize("n, k", [(37, 1040), (4097, 96)], ids=str)
 def test_the_matrix_decode_kernels_match_float64_with_every_decoder(context, stream, pool, rng, m, n, k, layout,
                                                                     decode, kernel, rows, stages) -> None:
-    """rows "other": 32 weight rows per block (two 16-row tiles per warp) for fp4_mma_bf16, 8 for
-    fp4_matvec_bf16 (its default at M > 1 is 4)."""
+    """rows "other": 16 weight rows per block (one 16-row tile per warp; the default is two) for
+    fp4_mma_bf16, 8 for fp4_matvec_bf16 (its default at M > 1 is 4)."""
     skip_unless_decoder_runs(context, decode)
-    block_rows = None if rows == "default" else 32 if kernel == "fp4_mma_bf16" else 8
+    block_rows = None if rows == "default" else 16 if kernel == "fp4_mma_bf16" else 8
     activations = ("fp4",) if kernel == "fp4_mma_bf16" else ("fp4", "bf16")
     for activation in activations:
         b = Operand(context, stream, pool, bf16_data(rng, n, k), layout)
