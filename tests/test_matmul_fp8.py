@@ -32,7 +32,6 @@ from mircuda.matmul._quantize import (
     quantize_weights_reference,
     weight_scale_shape,
 )
-from mircuda.matmul._select import FP8_M1_KERNEL
 from mircuda.matmul._vector import INVALID_HANDLE, INVALID_VALUE
 
 E4M3_CODES = np.arange(256, dtype=np.uint8)
@@ -242,8 +241,9 @@ class FakeEngine:
     symbol = "blockwise_fp8_gemv"
 
     def __init__(self, context: Any, m: int, n: int, k: int, compiler: Any, *, warps: Any = None, rows: Any = None,
-                 pdl_trigger: Any = None, decode: Any = None) -> None:
+                 pdl_trigger: Any = None, decode: Any = None, persistent: Any = None) -> None:
         self.m, self.rows, self.warps = m, rows or self.default_rows(m), warps or 1
+        self.persistent = persistent
         self.pdl_trigger, self.decode = pdl_trigger, decode
         self.launch = Recorder()
         self.config = mc.LaunchConfig(-(-n // self.rows), 32)
@@ -366,7 +366,7 @@ def test_another_stream_a_freed_buffer_and_bad_scalars_are_refused_before_the_la
 def test_the_vector_plan_takes_one_row_of_scales(monkeypatch) -> None:
     context, stream = stand_ins(monkeypatch)
     plan = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096 + 16))
-    assert plan.sa_shape == (1, 33) and plan.sb_shape == (32, 33) and plan.rows == (8 if FP8_M1_KERNEL == "blockwise_fp8_gemv" else 16)
+    assert plan.sa_shape == (1, 33) and plan.sb_shape == (32, 33)
     assert "BlockwiseFp8VectorPlan" in plan.describe() and "N=4096" in plan.describe()
 
 
@@ -402,10 +402,10 @@ def test_m_above_16_on_a_device_without_cutlass_fp8_kernels_is_unavailable_by_na
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 8, 16])
-def test_m_1_runs_the_cuda_core_gemv_and_2_to_16_the_tensor_core_kernel(monkeypatch, m) -> None:
+def test_decode_runs_the_tensor_core_kernel_for_k_up_to_4096_on_sm90(monkeypatch, m) -> None:
     context, stream = stand_ins(monkeypatch)
     plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, 256, 512))
-    symbol = FP8_M1_KERNEL if m == 1 else "blockwise_fp8_mma"
+    symbol = "blockwise_fp8_mma"  # M = 1 too: fp8_m1_choice's rule for K <= 4096 on cc 9.x
     assert plan._engine.m == m and plan.kernel_name == symbol and f"M={m}" in plan.describe()
     assert f"fake engine {symbol}" in plan.describe() and plan.rows == (8 if symbol == "blockwise_fp8_gemv" else 16)
     # The operand checks name the kernel that runs.
@@ -427,14 +427,95 @@ def test_the_vector_plan_runs_the_tensor_core_kernel_on_request(monkeypatch) -> 
     context, stream = stand_ins(monkeypatch)
     plan = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096), kernel="blockwise_fp8_mma",
                                      rows=32, pdl_trigger="late")
-    assert plan.kernel_name == "blockwise_fp8_mma" and plan.rows == 32 and "asked for" in plan.describe()
+    assert plan.kernel_name == "blockwise_fp8_mma" and plan.rows == 32 and "forced by the caller" in plan.describe()
     assert "blockwise_fp8_mma" in repr(plan)
-    default = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096))
-    assert default.kernel_name == FP8_M1_KERNEL
-    assert f"{FP8_M1_KERNEL} is the default for M = 1" in default.describe()
+    default = mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(4096, 14336))
+    assert default.kernel_name == "blockwise_fp8_gemv" and "fp8_m1_choice" in default.describe()
     with pytest.raises(mc.ContractError) as info:
         mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(64, 64), kernel="sm90_anything")
     assert info.value.argument == "kernel"
+
+
+# -- the M = 1 kernel by shape (fp8_m1_choice) -------------------------------------------------------
+GEMV, MMA = "blockwise_fp8_gemv", "blockwise_fp8_mma"
+M1_DEFAULTS = [(4096, 4096, MMA, 16), (14336, 4096, MMA, 32), (4096, 14336, GEMV, 8), (6144, 4096, MMA, 16),
+               (1000, 4096 + 16, GEMV, 8), (1000, 8192, GEMV, 8), (8192, 8192, GEMV, 8), (1000, 1040, MMA, 16),
+               (8197, 4096, MMA, 32), (8191, 4096, MMA, 16), (37, 304, MMA, 16)]
+"""(N, K, kernel, rows) at M = 1 on cc 9.0: the four profiled shapes, then odd N, K past 4096 by one 16-column
+step, K = 8192, and both sides of N = 8192."""
+
+
+def m1_plan(context: Any, stream: Any, n: int, k: int, vector: bool, **knobs: Any) -> Any:
+    if vector:
+        return mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(n, k), **knobs)
+    return mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(1, n, k), **knobs)
+
+
+@pytest.mark.parametrize("vector", [True, False], ids=["vector", "matrix"])
+@pytest.mark.parametrize("n, k, kernel, rows", M1_DEFAULTS, ids=str)
+def test_both_plans_run_the_m_1_rules_kernel_and_rows_for_each_shape(monkeypatch, vector, n, k, kernel, rows) -> None:
+    context, stream = stand_ins(monkeypatch)
+    plan = m1_plan(context, stream, n, k, vector)
+    assert plan.kernel_name == kernel and plan.rows == rows and plan._engine.m == 1
+    assert plan.launch_config.grid[0] == -(-n // rows)
+    assert all(kernel in op.reason for op in plan._operands)
+    text = plan.describe()
+    # the engine's words, then the rule's reason with the measurement it follows
+    assert f"fake engine {kernel}" in text and "Why: M = 1 on cc 9.0" in text and "fp8_m1_choice" in text
+    assert "H200, 2026-12-01" in text and "fp8-profile --m 1 --sweep" in text
+    assert ("tensor cores" in text) is (kernel == MMA) and ("K = 4096 (" in text) is (kernel == MMA)
+
+
+@pytest.mark.parametrize("cc", [(8, 9), (10, 0), (12, 0)])
+@pytest.mark.parametrize("vector", [True, False], ids=["vector", "matrix"])
+def test_off_sm90_both_plans_keep_the_cuda_core_kernel_at_m_1(monkeypatch, vector, cc) -> None:
+    context, stream = stand_ins(monkeypatch, cc=cc)
+    for n, k in ((4096, 4096), (14336, 4096), (1000, 1040)):
+        plan = m1_plan(context, stream, n, k, vector)
+        assert plan.kernel_name == GEMV and plan.rows == 8
+        assert f"M = 1 on cc {cc[0]}.{cc[1]}" in plan.describe() and "measured on the H200 only" in plan.describe()
+
+
+@pytest.mark.parametrize("vector", [True, False], ids=["vector", "matrix"])
+def test_a_forced_kernel_overrides_the_m_1_rule(monkeypatch, vector) -> None:
+    context, stream = stand_ins(monkeypatch)
+    gemv = m1_plan(context, stream, 4096, 4096, vector, kernel=GEMV)
+    assert gemv.kernel_name == GEMV and gemv.rows == 8 and "Why: forced by the caller" in gemv.describe()
+    # the forced tensor-core kernel takes its own default rows, not the rule's 32 for N >= 8192
+    mma = m1_plan(context, stream, 14336, 14336, vector, kernel=MMA)
+    assert mma.kernel_name == MMA and mma.rows == 16 and "forced by the caller" in mma.describe()
+    wide = m1_plan(context, stream, 14336, 4096, vector, kernel=MMA, rows=16)
+    assert wide.kernel_name == MMA and wide.rows == 16
+
+
+@pytest.mark.parametrize("vector", [True, False], ids=["vector", "matrix"])
+@pytest.mark.parametrize("n, k, knobs, kernel, rows, named", [
+    (4096, 4096, {"rows": 4}, GEMV, 4, "rows=4"), (4096, 4096, {"rows": 8}, GEMV, 8, "rows=8"),
+    (4096, 4096, {"persistent": True}, GEMV, 8, "persistent=True"),
+    (4096, 14336, {"rows": 32}, MMA, 32, "rows=32"), (4096, 14336, {"decode": "integer"}, MMA, 16, "decode='integer'"),
+    (14336, 4096, {"rows": 16}, MMA, 16, "rows=16"),
+    # knobs both kernels take leave the rule's kernel and rows
+    (14336, 4096, {"warps": 2, "pdl_trigger": "early"}, MMA, 32, None),
+    (4096, 14336, {"decode": "hardware", "persistent": False}, GEMV, 8, None),
+], ids=str)
+def test_a_knob_of_one_kernel_given_without_kernel_picks_that_kernel_at_m_1(monkeypatch, vector, n, k, knobs, kernel,
+                                                                            rows, named) -> None:
+    context, stream = stand_ins(monkeypatch)
+    plan = m1_plan(context, stream, n, k, vector, **knobs)
+    assert plan.kernel_name == kernel and plan.rows == rows
+    text = plan.describe()
+    if named is None:
+        assert "a knob of" not in text and "fp8_m1_choice's rule, the fastest" in text
+    else:
+        assert f"M = 1 with {named}, a knob of {kernel} only" in text and "fp8_m1_choice" in text
+
+
+@pytest.mark.parametrize("vector", [True, False], ids=["vector", "matrix"])
+def test_knobs_of_both_kernels_without_kernel_are_refused_by_name(monkeypatch, vector) -> None:
+    context, stream = stand_ins(monkeypatch)
+    with pytest.raises(mc.ContractError) as info:  # rows=16 names the tensor-core kernel, which has no persistent grid
+        m1_plan(context, stream, 4096, 14336, vector, rows=16, persistent=True)
+    assert info.value.argument == "persistent" and "blockwise_fp8_mma" in info.value.expected
 
 
 def test_devices_below_cc_8_9_are_refused(monkeypatch) -> None:

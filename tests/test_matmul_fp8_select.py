@@ -18,7 +18,14 @@ import mircuda as mc
 from mircuda.matmul import _fp8, _library
 from mircuda.matmul._fp8_cutlass import MISALIGNED, WRONG_STREAM, scaled_executor
 from mircuda.matmul._library import KernelInfo
-from mircuda.matmul._select import FP8_GEMV_NAME, FP8_MMA_NAME, FP8_PINGPONG_MAX_M, select_fp8_kernel
+from mircuda.matmul._select import (
+    FP8_GEMV_NAME,
+    FP8_M1_MEASUREMENT,
+    FP8_MMA_NAME,
+    FP8_PINGPONG_MAX_M,
+    fp8_m1_choice,
+    select_fp8_kernel,
+)
 
 COOP = "sm90_blockwise_coop_128x128x128_c1x2_e4m3_bf16"
 PINGPONG = "sm90_blockwise_pingpong_64x128x128_e4m3_bf16"
@@ -59,7 +66,7 @@ def spec(m: int, n: int = 4096, k: int = 4096) -> mc.DenseMatmulSpec:
 # -- the rule ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("table", tables())
 @pytest.mark.parametrize("m, cc, name", [
-    (1, (9, 0), FP8_GEMV_NAME), (1, (8, 9), FP8_GEMV_NAME), (2, (9, 0), FP8_MMA_NAME), (16, (9, 0), FP8_MMA_NAME),
+    (1, (9, 0), FP8_MMA_NAME), (1, (8, 9), FP8_GEMV_NAME), (1, (12, 0), FP8_GEMV_NAME), (2, (9, 0), FP8_MMA_NAME), (16, (9, 0), FP8_MMA_NAME),
     (16, (12, 0), FP8_MMA_NAME), (8, (8, 9), FP8_MMA_NAME), (3, (10, 0), FP8_MMA_NAME),
     (17, (9, 0), PINGPONG), (64, (9, 0), PINGPONG), (FP8_PINGPONG_MAX_M, (9, 0), PINGPONG),
     (FP8_PINGPONG_MAX_M + 1, (9, 0), COOP), (2048, (9, 0), COOP), (8192, (9, 0), COOP),
@@ -70,18 +77,53 @@ def test_each_shape_and_arch_gets_its_kernel(table, m, cc, name) -> None:
     assert selection.kernel.name == name and selection.splits == 1 and str(m) in selection.reason
 
 
-def test_the_m_1_default_is_one_constant(monkeypatch) -> None:
-    from mircuda.matmul import _select
+# (N, K) -> (kernel, rows) at M = 1 on cc 9.x: the four shapes of the H200 sweep the rule follows, odd N,
+# K one 16-column step past 4096, K = 8192 and both sides of N = 8192.
+M1_RULE = [((4096, 4096), FP8_MMA_NAME, 16), ((14336, 4096), FP8_MMA_NAME, 32), ((4096, 14336), FP8_GEMV_NAME, 8),
+           ((6144, 4096), FP8_MMA_NAME, 16), ((1000, 4096 + 16), FP8_GEMV_NAME, 8), ((1000, 4096), FP8_MMA_NAME, 16),
+           ((1000, 8192), FP8_GEMV_NAME, 8), ((8192, 8192), FP8_GEMV_NAME, 8), ((8192, 4096), FP8_MMA_NAME, 32),
+           ((8191, 4096), FP8_MMA_NAME, 16), ((37, 304), FP8_MMA_NAME, 16), ((1, 16), FP8_MMA_NAME, 16)]
 
-    assert _select.FP8_M1_KERNEL == FP8_GEMV_NAME
-    monkeypatch.setattr(_select, "FP8_M1_KERNEL", FP8_MMA_NAME)
-    chosen = select_fp8_kernel((), spec(1), (9, 0))
-    assert chosen.kernel.name == FP8_MMA_NAME and "tensor cores" in chosen.reason
+
+@pytest.mark.parametrize("cc", [(9, 0), (9, 1)])
+@pytest.mark.parametrize("shape, name, rows", M1_RULE, ids=str)
+def test_the_m_1_rule_by_shape_on_sm90(shape, name, rows, cc) -> None:
+    n, k = shape
+    choice = fp8_m1_choice(n, k, cc)
+    assert (choice.kernel, choice.rows) == (name, rows)
+    assert f"M = 1 on cc {cc[0]}.{cc[1]}, K = {k}" in choice.reason and FP8_M1_MEASUREMENT in choice.reason
+    assert ("tensor cores" in choice.reason) is (name == FP8_MMA_NAME)
+    # select_fp8_kernel's M = 1 branch returns the same kernel's entry and the same reason
+    selection = select_fp8_kernel(TABLE, spec(1, n, k), cc)
+    assert selection.kernel.name == name and selection.kernel.origin == "nvrtc" and selection.reason == choice.reason
 
 
-@pytest.mark.parametrize("m, name", [(1, FP8_GEMV_NAME), (3, FP8_MMA_NAME)])
-def test_the_nvrtc_kernels_need_no_library(m, name) -> None:
-    chosen = select_fp8_kernel((), spec(m, 1000, 1040), (9, 0)).kernel
+def test_the_rules_measurement_is_the_h200_sweep() -> None:
+    # the numbers the rule follows, as fp8_m1_choice's docstring tabulates them
+    for text in ("H200", "2026-12-01", "fp8-profile --m 1 --sweep", "cold weights", "4096x4096 gemv 7.59",
+                 "mma rows=16 6.72", "14336x4096 gemv 16.71 / 16.93 / 16.16", "4096x14336 gemv 16.28 / 16.63 / 17.38",
+                 "6144x4096 gemv 9.15 / 9.05 / 9.63"):
+        assert text in FP8_M1_MEASUREMENT
+    assert "FP8_M1_MEASUREMENT" in (fp8_m1_choice.__doc__ or "") and "7.59" in (fp8_m1_choice.__doc__ or "")
+
+
+def test_the_m_1_cuda_core_rows_are_the_kernels_own_default() -> None:
+    assert fp8_m1_choice(4096, 14336, (9, 0)).rows == _fp8.fp8_gemv_rows(1) == 8
+
+
+@pytest.mark.parametrize("cc", [(8, 9), (10, 0), (12, 0), (12, 1)])
+@pytest.mark.parametrize("shape", [(4096, 4096), (14336, 4096), (4096, 14336), (1000, 1040)], ids=str)
+def test_off_sm90_the_m_1_rule_keeps_the_cuda_core_kernel(shape, cc) -> None:
+    choice = fp8_m1_choice(*shape, cc)
+    assert (choice.kernel, choice.rows) == (FP8_GEMV_NAME, 8)
+    assert f"M = 1 on cc {cc[0]}.{cc[1]}" in choice.reason and "measured on the H200 only" in choice.reason
+    assert select_fp8_kernel((), spec(1, *shape), cc).kernel.name == FP8_GEMV_NAME
+
+
+@pytest.mark.parametrize("m, n, k, name", [(1, 1000, 1040, FP8_MMA_NAME), (1, 1000, 4112, FP8_GEMV_NAME),
+                                           (3, 1000, 1040, FP8_MMA_NAME)])
+def test_the_nvrtc_kernels_need_no_library(m, n, k, name) -> None:
+    chosen = select_fp8_kernel((), spec(m, n, k), (9, 0)).kernel
     assert chosen.origin == "nvrtc" and chosen.name == name and chosen.kind == "blockwise_scaled"
 
 
@@ -120,6 +162,9 @@ def test_forcing_a_kernel() -> None:
     assert select_fp8_kernel(TABLE, spec(4096), (9, 0), PINGPONG).reason == "forced by the caller"
     assert select_fp8_kernel(TABLE, spec(16), (9, 0), FP8_GEMV_NAME).kernel.origin == "nvrtc"
     assert select_fp8_kernel(TABLE, spec(1), (9, 0), FP8_MMA_NAME).kernel.name == FP8_MMA_NAME
+    # forcing the CUDA-core kernel where the M = 1 rule names the tensor-core one (K = 4096)
+    forced = select_fp8_kernel(TABLE, spec(1), (9, 0), FP8_GEMV_NAME)
+    assert forced.kernel.name == FP8_GEMV_NAME and forced.reason == "forced by the caller"
     for name, m, cc, text in [(FP8_GEMV_NAME, 17, (9, 0), "M <= 16"), (FP8_MMA_NAME, 17, (9, 0), "M <= 16"),
                               (SM120, 64, (9, 0), "one of"),
                               (COOP, 64, (12, 0), "one of"), ("nope", 64, (9, 0), FP8_GEMV_NAME)]:

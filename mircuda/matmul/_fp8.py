@@ -1,7 +1,9 @@
-"""Blockwise FP8 plans (DeepSeek-V3 style): ``BlockwiseFp8VectorPlan`` (M = 1, the NVRTC kernel of
-``cuda_src/fp8_vector.cu``) and ``BlockwiseFp8Plan`` (any M: that kernel for M = 1, the tensor-core
-NVRTC kernel of ``cuda_src/fp8_mma_gemv.cu`` for 2 <= M <= 16 (:mod:`mircuda.matmul._fp8_mma`), the
-CUTLASS blockwise kernels of ``libmircuda_cutlass.so`` above, see :mod:`mircuda.matmul._fp8_cutlass`).
+"""Blockwise FP8 plans (DeepSeek-V3 style): ``BlockwiseFp8VectorPlan`` (M = 1: the NVRTC kernel that
+:func:`~mircuda.matmul._select.fp8_m1_choice` names for the shape and the architecture, the CUDA-core
+one of ``cuda_src/fp8_vector.cu`` or the tensor-core one of ``cuda_src/fp8_mma_gemv.cu``) and
+``BlockwiseFp8Plan`` (any M: the same kernel for M = 1, the tensor-core NVRTC kernel for 2 <= M <= 16
+(:mod:`mircuda.matmul._fp8_mma`), the CUTLASS blockwise kernels of ``libmircuda_cutlass.so`` above,
+see :mod:`mircuda.matmul._fp8_cutlass`).
 
 ``D[M, N] = alpha * sum_kb sa[m, kb] * sb[n / 128, kb] * (A[m, kb] . B[n, kb]) + beta * C[M, N]`` with
 FP32 accumulation, A E4M3 ``[M, K]`` row-major, ``sa`` FP32 ``[M, ceil(K/128)]`` row-major, B E4M3
@@ -23,9 +25,10 @@ from ..errors import ContractError, CutlassNotFound, MircudaError, UnsupportedPl
 from ..launch import In, InOut, LaunchConfig, cuda_export
 from ..memory import DeviceBuffer
 from ._fp8_cutlass import CutlassFp8, cutlass_fp8_operands
-from ._fp8_mma import FP8_MMA_SYMBOL, Fp8MmaGemv, check_pdl_trigger, pdl_defines
+from ._fp8_mma import FP8_MMA_ROWS, FP8_MMA_SYMBOL, Fp8MmaGemv, check_pdl_trigger, pdl_defines
 from ._library import CutlassLibrary, KernelInfo
 from ._quantize import activation_scale_shape, weight_scale_shape
+from ._select import Selection, fp8_gemv_entry, fp8_m1_choice, fp8_mma_entry, select_fp8_kernel
 from ._spec import (
     DenseMatmulSpec,
     DenseVectorSpec,
@@ -131,6 +134,41 @@ def check_persistent(persistent: Any, kernel: str) -> bool:
         raise ContractError("persistent", f"None or False for kernel {kernel} (the persistent grid is {SYMBOL}'s)",
                             repr(persistent))
     return persistent
+
+
+def knob_kernel(rows: Any, persistent: Any, decode: Any) -> tuple[str, str] | None:
+    """The NVRTC kernel that a knob given without ``kernel=`` belongs to, and the knob in words: ``rows``
+    1, 2, 4 or 8 or ``persistent=True`` name ``blockwise_fp8_gemv``; ``rows`` 16 or 32 or ``decode="integer"``
+    name ``blockwise_fp8_mma`` (the two kernels' row counts are disjoint). None when no knob names one.
+    The M = 1 default follows it, so that a knob of one kernel keeps its meaning whichever kernel
+    :func:`~mircuda.matmul._select.fp8_m1_choice` names for the shape; conflicting knobs are refused by
+    the kernel the first one names (``rows``, then ``persistent``, then ``decode``)."""
+    if type(rows) is int and rows in FP8_GEMV_ROWS:
+        return SYMBOL, f"rows={rows}"
+    if type(rows) is int and rows in FP8_MMA_ROWS:
+        return FP8_MMA_SYMBOL, f"rows={rows}"
+    if persistent is True:
+        return SYMBOL, "persistent=True"
+    if decode == "integer":
+        return FP8_MMA_SYMBOL, "decode='integer'"
+    return None
+
+
+def m1_selection(n: int, k: int, compute_capability: tuple[int, int], rows: Any, persistent: Any,
+                 decode: Any) -> tuple[Selection, Any]:
+    """The M = 1 kernel of both plans when ``kernel=`` is None, and the rows to build it with: the kernel a
+    knob names (:func:`knob_kernel`; the caller's rows), else :func:`~mircuda.matmul._select.fp8_m1_choice`'s
+    kernel and rows for N, K and the architecture. The selection's reason says which and why."""
+    choice = fp8_m1_choice(n, k, compute_capability)
+    named = knob_kernel(rows, persistent, decode)
+    if named is None:
+        entry = fp8_mma_entry() if choice.kernel == FP8_MMA_SYMBOL else fp8_gemv_entry()
+        return Selection(entry, 1, choice.reason), (choice.rows if rows is None else rows)
+    kernel, knob = named
+    entry = fp8_mma_entry() if kernel == FP8_MMA_SYMBOL else fp8_gemv_entry()
+    return Selection(entry, 1, f"M = 1 with {knob}, a knob of {kernel} only, given without kernel= (for N = {n}, "
+                               f"K = {k} the M = 1 rule alone, fp8_m1_choice, runs {choice.kernel} with "
+                               f"{choice.rows} rows)"), rows
 
 
 def _check_spec_k(k: int) -> None:
@@ -360,8 +398,11 @@ class _Fp8PlanBase(EngineViews, PlanBase):
 class BlockwiseFp8VectorPlan(_Fp8PlanBase):
     """``d[N] = alpha * sum_kb sa[kb] * sb[n / 128, kb] * (a[kb] . B[n, kb]) + beta * c[N]``: the M = 1
     blockwise FP8 product (decode) as a CUDA C kernel compiled by NVRTC for the context's device
-    (compute capability >= 8.9): by default ``blockwise_fp8_gemv`` (``cuda_src/fp8_vector.cu``, CUDA
-    cores), or the tensor-core ``blockwise_fp8_mma`` (``cuda_src/fp8_mma_gemv.cu``) on request.
+    (compute capability >= 8.9): ``blockwise_fp8_gemv`` (``cuda_src/fp8_vector.cu``, CUDA cores) or
+    ``blockwise_fp8_mma`` (``cuda_src/fp8_mma_gemv.cu``, tensor cores), by default the one
+    :func:`~mircuda.matmul._select.fp8_m1_choice` names: on cc 9.x (measured on the H200, 2026-12-01)
+    the tensor-core kernel for K <= 4096 (32 weight rows per block for N >= 8192, else 16) and the
+    CUDA-core kernel (8 rows) for larger K; the CUDA-core kernel on other architectures.
 
     Operands (DeepSeek-V3 blockwise FP8; layouts and sources in :mod:`mircuda.matmul._quantize`): ``a``
     E4M3 ``[K]``, ``sa`` FP32 ``[ceil(K/128)]`` (the ``[1, ceil(K/128)]`` row of 1 x 128 scales), ``b``
@@ -376,17 +417,21 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
         warps: warps per block splitting K (1, 2, 4 or 8; default: one wave, see ``Fp8Gemv``).
         kernel: ``"blockwise_fp8_gemv"`` (CUDA cores) or ``"blockwise_fp8_mma"`` (tensor cores:
             mma.sync m16n8k32 E4M3, the one activation row in column 0 of the n8 tile); ``None``: the
-            default for M = 1 (:data:`~mircuda.matmul._select.FP8_M1_KERNEL`, the CUDA-core kernel).
+            kernel a knob given belongs to (``rows`` of one kernel's set, ``persistent=True``,
+            ``decode="integer"``: :func:`knob_kernel`), else the M = 1 rule's
+            (:func:`~mircuda.matmul._select.fp8_m1_choice`).
         rows: weight rows per block (``blockwise_fp8_gemv``: 1, 2, 4 or 8, default 8;
-            ``blockwise_fp8_mma``: 16 or 32, default 16).
+            ``blockwise_fp8_mma``: 16 or 32, default 16, or the M = 1 rule's 32 when it chose the kernel
+            for N >= 8192).
         pdl_trigger: where programmatic dependent launch lets the next kernel start on cc >= 9.0:
             ``"early"`` or ``"late"`` (default: late).
         decode: ``blockwise_fp8_mma`` only: ``"hardware"`` (default) or ``"integer"`` (see
             :data:`~mircuda.matmul._fp8_mma.DECODES`).
         persistent: ``blockwise_fp8_gemv`` only: True launches at most one wave of blocks that walk the row
             blocks, each warp's double buffer running on across them (``MIRCUDA_FP8_PERSISTENT``); None or
-            False: one block per row block. Measured on the H200 at M = 1: 0.99-1.25x the default's time,
-            faster nowhere (``benchmarks/results/fp8_sweep_persistent.json``, 2026-12-01), so off by default.
+            False: one block per row block. Measured on the H200 at M = 1: 0.99-1.25x the non-persistent
+            grid's time, faster nowhere (``benchmarks/results/fp8_sweep_persistent.json``, 2026-12-01), so
+            off by default.
             ``rows``, ``warps``, ``pdl_trigger``, ``decode`` and ``persistent`` are the tuning knobs that
             ``fp8-profile --sweep`` measures.
 
@@ -411,11 +456,13 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
         _check_spec_k(spec.k)
         _check_cc(context, "BlockwiseFp8VectorPlan")
         self._spec = spec
-        self._forced = kernel is not None
-        from ._select import FP8_M1_KERNEL
-
-        self._setup(context, stream, 1, spec.n, spec.k, compiler, warps, kernel or FP8_M1_KERNEL, rows, pdl_trigger,
-                    decode, persistent)
+        cc = context.device_info().compute_capability
+        if kernel is None:
+            self._selection, rows = m1_selection(spec.n, spec.k, cc, rows, persistent, decode)
+        else:
+            self._selection = select_fp8_kernel((), DenseMatmulSpec(1, spec.n, spec.k), cc, kernel)
+        self._setup(context, stream, 1, spec.n, spec.k, compiler, warps, self._selection.kernel.name, rows,
+                    pdl_trigger, decode, persistent)
 
     @property
     def kernel_name(self) -> str:
@@ -425,10 +472,9 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
     def describe(self) -> Description:
         """Which kernel runs and why, in one paragraph."""
         s = self._spec
-        why = f"M = 1 is bound by the {s.n}x{s.k} weight bytes; each is read once at streaming bandwidth"
-        why += f"; {self._engine.symbol} {'asked for' if self._forced else 'is the default for M = 1'}"
         return Description(f"BlockwiseFp8VectorPlan e4m3 x e4m3 -> bf16 (1x128 activation / 128x128 weight FP32 scales), "
-                f"N={s.n}, K={s.k} on {self._context.device_info().arch}: {self._engine.describe()}. Why: {why}")
+                f"N={s.n}, K={s.k} on {self._context.device_info().arch}: {self._engine.describe()}. "
+                f"Why: {self._selection.reason}")
 
     def execute(self, stream: Stream, a: DeviceBuffer[Any], sa: DeviceBuffer[Any], b: DeviceBuffer[Any],
                 sb: DeviceBuffer[Any], d: DeviceBuffer[Any], alpha: float = 1.0, beta: float = 0.0,
@@ -472,11 +518,14 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
     kernels' scales are K-major). K a multiple of 16; partial last 128-blocks of K and N are supported.
 
     Kernels (:func:`~mircuda.matmul._select.select_fp8_kernel`): decode (M <= 16) runs NVRTC kernels
-    compiled for M (cc >= 8.9, any N), every weight read once: for M = 1 ``blockwise_fp8_gemv``
-    (``cuda_src/fp8_vector.cu``, CUDA cores, BlockwiseFp8VectorPlan's kernel), for 2 <= M <= 16
-    ``blockwise_fp8_mma`` (``cuda_src/fp8_mma_gemv.cu``): the weights as the 16-row A operand of
+    compiled for M (cc >= 8.9, any N), every weight read once: for M = 1 BlockwiseFp8VectorPlan's kernel
+    and rows (:func:`~mircuda.matmul._select.fp8_m1_choice`: on cc 9.x ``blockwise_fp8_mma`` for K <=
+    4096, with 32 rows for N >= 8192, and ``blockwise_fp8_gemv``, ``cuda_src/fp8_vector.cu``, CUDA
+    cores, for larger K; ``blockwise_fp8_gemv`` elsewhere), for 2 <= M <= 16 ``blockwise_fp8_mma``
+    (``cuda_src/fp8_mma_gemv.cu``): the weights as the 16-row A operand of
     ``mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32``, the M activation rows as its 8 (or 2 x 8)
-    columns, each 128-K block's FP32 sums scaled by sa * sb and added in FP32. Larger M runs the CUTLASS blockwise FP8 kernels of
+    columns, each 128-K block's FP32 sums scaled by sa * sb and added in FP32. Larger M runs the
+    CUTLASS blockwise FP8 kernels of
     ``libmircuda_cutlass.so``: on SM90 (sm_90a) TMA + WGMMA warp-specialized kernels (CUTLASS example
     67), the 64x128x128 ping-pong kernel for M <= 256 and the 128x128x128 cooperative kernel (1x2
     cluster) above (an unmeasured threshold: ``fp8-profile`` decides it), N a multiple of 8; on SM12x
@@ -495,7 +544,9 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
         warps: warps per block splitting K for the NVRTC kernels (1, 2, 4 or 8; default: one wave);
             must be None when a CUTLASS kernel runs.
         rows: weight rows per block of the NVRTC kernel (``blockwise_fp8_gemv``: 1, 2, 4 or 8 with rows
-            x M <= 32; ``blockwise_fp8_mma``: 16 or 32; default: the kernel's); None for CUTLASS.
+            x M <= 32; ``blockwise_fp8_mma``: 16 or 32; default: the kernel's, at M = 1 the rule's); None
+            for CUTLASS. At M = 1 without ``kernel=``, ``rows``, ``persistent=True`` or
+            ``decode="integer"`` pick the kernel they belong to (:func:`knob_kernel`).
         pdl_trigger: ``"early"`` or ``"late"`` (default: late): where the NVRTC kernel lets the next
             kernel start under programmatic dependent launch (cc >= 9.0); None for CUTLASS.
         decode: ``blockwise_fp8_mma`` only: ``"hardware"`` (default) or ``"integer"`` (see
@@ -526,7 +577,7 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
                  decode: str | None = None, persistent: bool | None = None) -> None:
         from ._library import CutlassLibrary as _Library
         from ._library import load_library
-        from ._select import FP8_GEMV_NAME, FP8_MMA_NAME, FP8_NVRTC_MAX_M, select_fp8_kernel
+        from ._select import FP8_GEMV_NAME, FP8_MMA_NAME, FP8_NVRTC_MAX_M
 
         plan_stream(stream, context)
         warps, rows = (int_knob(warps), int_knob(rows))  # numpy integers as ints
@@ -547,13 +598,16 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
             except CutlassNotFound as exc:
                 missing = exc
         cc = context.device_info().compute_capability
-        try:
-            self._selection = select_fp8_kernel(lib.scaled_kernels if lib is not None else (), spec, cc, kernel)
-        except MircudaError:
-            # A device the library has kernels for hears how to build it; any other, that it has none.
-            if missing is not None and cc[0] in (9, 12):
-                raise missing from None
-            raise
+        if spec.m == 1 and kernel is None:  # the M = 1 rule, or the kernel a knob belongs to
+            self._selection, rows = m1_selection(spec.n, spec.k, cc, rows, persistent, decode)
+        else:
+            try:
+                self._selection = select_fp8_kernel(lib.scaled_kernels if lib is not None else (), spec, cc, kernel)
+            except MircudaError:
+                # A device the library has kernels for hears how to build it; any other, that it has none.
+                if missing is not None and cc[0] in (9, 12):
+                    raise missing from None
+                raise
         self._spec = spec
         self._lib = lib
         self._closed = False

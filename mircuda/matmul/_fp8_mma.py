@@ -1,6 +1,7 @@
 """The tensor-core blockwise FP8 decode kernel (``cuda_src/fp8_mma_gemv.cu``, ``blockwise_fp8_mma``):
-BlockwiseFp8Plan's engine for 2 <= M <= 16 and, on request (``kernel="blockwise_fp8_mma"``),
-BlockwiseFp8VectorPlan's for M = 1. Same operands, parameters, checks and njit executor as the
+BlockwiseFp8Plan's engine for 2 <= M <= 16, and both FP8 plans' for M = 1 where
+:func:`~mircuda.matmul._select.fp8_m1_choice` names it (cc 9.x, K <= 4096) or ``kernel="blockwise_fp8_mma"``
+asks for it. Same operands, parameters, checks and njit executor as the
 CUDA-core kernel of :mod:`mircuda.matmul._fp8` (``blockwise_fp8_gemv``); the products run on
 ``mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32`` (PTX ISA 7.8, sm_89+)."""
 

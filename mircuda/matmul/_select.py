@@ -19,7 +19,8 @@ from ._library import KernelInfo
 from ._spec import DenseMatmulSpec
 from ._tuned import TunedTable, lookup
 
-__all__ = ["FP8_PINGPONG_MAX_M", "MAX_SPLITS", "Selection", "fp8_gemv_entry", "fp8_mma_entry", "select_fp8_kernel", "select_kernel", "split_k_slices",
+__all__ = ["FP8_PINGPONG_MAX_M", "MAX_SPLITS", "Fp8M1Choice", "Selection", "fp8_gemv_entry", "fp8_m1_choice", "fp8_mma_entry",
+           "select_fp8_kernel", "select_kernel", "split_k_slices",
            "tensor_core_aligned", "SIZES", "BATCHED_GEMV_MAX_M", "BATCHED_GEMV_RULE_MAX_M"]
 
 SIZES = {"bf16": 2, "f16": 2, "f32": 4}
@@ -230,17 +231,84 @@ def _select(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: str, ou
 # -- blockwise FP8 (BlockwiseFp8Plan) ----------------------------------------------------------
 FP8_GEMV_NAME = "blockwise_fp8_gemv"
 """The CUDA-core NVRTC kernel's name in BlockwiseFp8Plan's table (``cuda_src/fp8_vector.cu``, M <= 16;
-chosen for M = 1)."""
+chosen for M = 1 with K > 4096 on cc 9.x and for M = 1 elsewhere: :func:`fp8_m1_choice`)."""
 FP8_MMA_NAME = "blockwise_fp8_mma"
-"""The tensor-core NVRTC kernel's name (``cuda_src/fp8_mma_gemv.cu``, M <= 16; chosen for 2 <= M <= 16)."""
+"""The tensor-core NVRTC kernel's name (``cuda_src/fp8_mma_gemv.cu``, M <= 16; chosen for 2 <= M <= 16,
+and for M = 1 with K <= 4096 on cc 9.x: :func:`fp8_m1_choice`)."""
 FP8_NVRTC_MAX_M = 16
 """M up to this runs an NVRTC kernel (``MIRCUDA_FP8_M`` of both kernels takes 1..16)."""
-FP8_M1_KERNEL = FP8_GEMV_NAME
-"""The M = 1 kernel of both FP8 plans by default: the CUDA-core one, as measured on the H200 on
-2026-11-30 (4096 x 4096: 7.51 µs, 14336 x 4096: 17.48 µs, cold weights). The tensor-core kernel
-spends about a third of its instructions per weight byte (one mma.sync per 16 rows x 32 K instead of
-decodes, widenings and FMAs per element) and is ``fp8-profile --sweep``'s ``mma`` candidate at M = 1;
-this is the one place to switch the default once measured."""
+FP8_M1_MMA_MAX_K = 4096
+"""M = 1 on cc 9.x: K up to this runs the tensor-core kernel, larger K the CUDA-core one (see
+:func:`fp8_m1_choice`)."""
+FP8_M1_MMA_WIDE_N = 8192
+"""M = 1 on cc 9.x with K <= :data:`FP8_M1_MMA_MAX_K`: N from this runs the tensor-core kernel with 32
+weight rows per block (two 16-row tiles), smaller N with 16 (see :func:`fp8_m1_choice`)."""
+FP8_M1_MEASUREMENT = ("NVIDIA H200, 2026-12-01, `python -m mircuda fp8-profile --m 1 --sweep ...`, cold weights, "
+                      "median µs: 4096x4096 gemv 7.59 / mma rows=16 6.72 / mma rows=32 7.02; 14336x4096 gemv "
+                      "16.71 / 16.93 / 16.16; 4096x14336 gemv 16.28 / 16.63 / 17.38; 6144x4096 gemv 9.15 / 9.05 / "
+                      "9.63 (gemv: blockwise_fp8_gemv, rows=8; noise about +-0.3 µs; the 2026-11-30 sweep agreed "
+                      "on K = 4096; gemv:trigger=early's 6.69 on 4096x4096 was seen once only)")
+"""The measurement :func:`fp8_m1_choice` follows, as the selection's reason quotes it."""
+
+
+@dataclass(frozen=True)
+class Fp8M1Choice:
+    """The M = 1 kernel of both FP8 plans for a shape: the NVRTC kernel's name
+    (:data:`FP8_GEMV_NAME` or :data:`FP8_MMA_NAME`), its weight rows per block and the reason, in words."""
+
+    kernel: str
+    rows: int
+    reason: str
+
+
+def fp8_m1_choice(n: int, k: int, compute_capability: tuple[int, int]) -> Fp8M1Choice:
+    """The default M = 1 kernel of ``BlockwiseFp8VectorPlan`` and ``BlockwiseFp8Plan`` for weights
+    ``[N, K]`` on a device of ``compute_capability``.
+
+    Rule (measured on the H200, :data:`FP8_M1_MEASUREMENT`: ``python -m mircuda fp8-profile --m 1 --sweep
+    gemv,mma,mma:rows=32,...`` on 2026-12-01, cold weights):
+
+    ============================  =====================  ===========  ===========
+    N x K (µs)                    gemv (rows=8)          mma rows=16  mma rows=32
+    ============================  =====================  ===========  ===========
+    4096 x 4096                   7.59                   **6.72**     7.02
+    14336 x 4096                  16.71                  16.93        **16.16**
+    4096 x 14336                  **16.28**              16.63        17.38
+    6144 x 4096                   9.15                   **9.05**     9.63
+    ============================  =====================  ===========  ===========
+
+    On cc 9.x, K <= :data:`FP8_M1_MMA_MAX_K` runs ``blockwise_fp8_mma`` (tensor cores) with 32 weight
+    rows per block (two 16-row tiles) when N >= :data:`FP8_M1_MMA_WIDE_N`, else 16; larger K runs
+    ``blockwise_fp8_gemv`` (CUDA cores) with its own default of :func:`~mircuda.matmul._fp8.fp8_gemv_rows`
+    (8) rows: the fastest configuration of each measured shape (bold). Other shapes follow the same
+    thresholds, unmeasured; the gaps are 0.1-0.9 µs against noise of about +-0.3 µs, and the K = 4096
+    wins of the tensor-core kernel repeated in the 2026-11-30 sweep (``gemv:trigger=early``'s 6.69 µs on
+    4096 x 4096 was seen once only, and it lost on the other shapes: 17.51, 16.94, 10.31 µs). Other
+    architectures run ``blockwise_fp8_gemv``: the rule is measured on the H200 only, and off cc 9.x the
+    tensor-core kernel's FP8 ``mma.sync`` (QMMA) accumulates each 32-K step with a precision NVIDIA does
+    not document, while the CUDA-core kernel's FMAs are FP32.
+
+    No argument is checked here (the plans check N, K and the device first).
+    """
+    cc = f"{compute_capability[0]}.{compute_capability[1]}"
+    if compute_capability[0] != 9:
+        return Fp8M1Choice(FP8_GEMV_NAME, 8, f"M = 1 on cc {cc}: decode, bound by the {n}x{k} weight bytes, each "
+                                             "read once; CUDA cores with FP32 FMAs, 8 weight rows per block (the "
+                                             "tensor-core rule for M = 1 is measured on the H200 only, and off "
+                                             "cc 9.x its FP8 mma.sync accumulates with an undocumented precision)")
+    if k <= FP8_M1_MMA_MAX_K:
+        rows = 32 if n >= FP8_M1_MMA_WIDE_N else 16
+        return Fp8M1Choice(FP8_MMA_NAME, rows, (
+            f"M = 1 on cc {cc}, K = {k} <= {FP8_M1_MMA_MAX_K} and N = {n} "
+            f"{'>=' if rows == 32 else '<'} {FP8_M1_MMA_WIDE_N}: decode, bound by the {n}x{k} weight bytes, each "
+            f"read once; tensor cores (mma.sync m16n8k32 E4M3) with {rows} weight rows per block: fp8_m1_choice's "
+            f"rule, the fastest configuration measured at K = 4096 ({FP8_M1_MEASUREMENT})"))
+    return Fp8M1Choice(FP8_GEMV_NAME, 8, (
+        f"M = 1 on cc {cc}, K = {k} > {FP8_M1_MMA_MAX_K}: decode, bound by the {n}x{k} weight bytes, each read "
+        "once; CUDA cores (FP32 FMAs) with 8 weight rows per block: fp8_m1_choice's rule, the fastest "
+        f"configuration measured at K = 14336 ({FP8_M1_MEASUREMENT})"))
+
+
 FP8_PINGPONG_MAX_M = 256
 """SM90: 16 < M <= this runs the 64x128x128 ping-pong blockwise kernel (64-row tiles waste less of a
 short M, and one warp group's epilogue overlaps the other's MMA); larger M the 128x128x128
@@ -269,8 +337,10 @@ def select_fp8_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, comp
     :func:`fp8_mma_entry`).
 
     Rule: M <= 16 runs an NVRTC kernel (decode: bound by the weight bytes, each read once): M = 1 the
-    CUDA-core one, 2 <= M <= 16 the tensor-core one (the CUDA-core kernel's E4M3 decoding and FMAs
-    grow with M; one mma.sync m16n8k32 covers 16 weight rows x 8 activation rows x 32 K). Larger M
+    one :func:`fp8_m1_choice` names for N, K and the architecture (on cc 9.x the tensor-core one for
+    K <= 4096, the CUDA-core one above; the CUDA-core one elsewhere), 2 <= M <= 16 the tensor-core one
+    (the CUDA-core kernel's E4M3 decoding and FMAs grow with M; one mma.sync m16n8k32 covers 16 weight
+    rows x 8 activation rows x 32 K). Larger M
     runs CUTLASS by architecture: cc 9.x the ping-pong kernel for M <= :data:`FP8_PINGPONG_MAX_M`, else
     the cooperative one; cc 12.x the sm120 kernel; other devices have none. ``forced`` names any
     kernel of the table that runs on the device and takes the shape (the NVRTC ones for M <= 16 only).
@@ -303,11 +373,8 @@ def select_fp8_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, comp
             raise ContractError("kernel", f"a kernel that takes M={m} N={n} K={k}", repr(forced), why)
         return Selection(match, 1, "forced by the caller")
     if m == 1:
-        if mma.name == FP8_M1_KERNEL:
-            return Selection(mma, 1, f"M = 1: decode, bound by the {n}x{k} weight bytes, each read once; tensor "
-                                     "cores (BlockwiseFp8VectorPlan's kernel)")
-        return Selection(gemv, 1, f"M = 1: decode, bound by the {n}x{k} weight bytes, each read once; CUDA cores "
-                                  "(BlockwiseFp8VectorPlan's kernel)")
+        rule = fp8_m1_choice(n, k, compute_capability)
+        return Selection(mma if rule.kernel == mma.name else gemv, 1, rule.reason)
     if m <= FP8_NVRTC_MAX_M:
         return Selection(mma, 1, f"2 <= M = {m} <= {FP8_NVRTC_MAX_M}: decode, bound by the {n}x{k} weight bytes, "
                                  f"each read once; tensor cores (mma.sync m16n8k32 E4M3) take all {m} rows of A in "

@@ -25,7 +25,7 @@ from mircuda.matmul import (
     quantize_activations_reference,
     quantize_weights_reference,
 )
-from mircuda.matmul._select import FP8_GEMV_NAME, FP8_M1_KERNEL
+from mircuda.matmul._select import fp8_m1_choice
 
 GUARD = 64
 """Elements past the end of every output buffer that no kernel may touch."""
@@ -124,14 +124,33 @@ VECTOR_SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (1000, 1040), (37, 
 @pytest.mark.parametrize("n, k", VECTOR_SHAPES, ids=str)
 def test_the_vector_plan_matches_float64_of_the_dequantized_operands(context, stream, pool, rng, n, k) -> None:
     plan = run(context, stream, pool, rng, 1, n, k, float(rng.uniform(0.5, 2.0)), vector=True)
-    assert plan.kernel.contract.symbol == FP8_M1_KERNEL and plan.rows == (8 if FP8_M1_KERNEL == FP8_GEMV_NAME else 16)
+    choice = fp8_m1_choice(n, k, context.device_info().compute_capability)
+    assert plan.kernel.contract.symbol == choice.kernel and plan.rows == choice.rows
+
+
+M1_DEFAULT_SHAPES = [(4096, 4096), (14336, 4096), (6144, 4096), (4096, 14336), (1001, 4096), (8197, 4096),
+                     (8191, 4096), (1000, 4112), (37, 304), (1, 16)]
+"""(N, K) of the default M = 1 plans: on cc 9.x the tensor-core kernel for K <= 4096 (32 rows from N = 8192:
+8197 leaves a partial 32-row tile, 1001 a partial 16-row tile and a partial 128-row scale block), the CUDA-core
+kernel above (K = 4112, 14336)."""
+
+
+@pytest.mark.parametrize("vector", [True, False], ids=["vector", "matrix"])
+@pytest.mark.parametrize("n, k", M1_DEFAULT_SHAPES, ids=str)
+def test_the_default_m_1_plans_run_the_rules_kernel_and_match_float64(context, stream, pool, rng, n, k,
+                                                                      vector) -> None:
+    plan = run(context, stream, pool, rng, 1, n, k, float(rng.uniform(0.5, 2.0)), 0.5, vector=vector)
+    choice = fp8_m1_choice(n, k, context.device_info().compute_capability)
+    assert plan.kernel_name == choice.kernel and plan.rows == choice.rows
+    assert plan.launch_config.grid[0] == -(-n // choice.rows) and choice.reason in plan.describe()
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 9, 12, 16])
 @pytest.mark.parametrize("n, k", [(4096, 4096), (1000, 1040), (37, 304), (129, 4112)], ids=str)
 def test_the_batched_plan_matches_float64_for_every_m_up_to_16(context, stream, pool, rng, m, n, k) -> None:
     plan = run(context, stream, pool, rng, m, n, k, float(rng.uniform(0.5, 2.0)))
-    assert plan.kernel_name == (FP8_M1_KERNEL if m == 1 else "blockwise_fp8_mma")
+    m1 = fp8_m1_choice(n, k, context.device_info().compute_capability).kernel
+    assert plan.kernel_name == (m1 if m == 1 else "blockwise_fp8_mma")
 
 
 @pytest.mark.parametrize("kernel", ["blockwise_fp8_gemv", "blockwise_fp8_mma"])
@@ -432,7 +451,7 @@ def test_operands_and_the_stream_are_checked_before_anything_is_enqueued(context
 def test_describe_names_the_kernel_and_its_shape(context, stream, m) -> None:
     plan = mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(m, 4096, 4096))
     text = plan.describe()
-    kernel = FP8_M1_KERNEL if m == 1 else "blockwise_fp8_mma"
+    kernel = fp8_m1_choice(4096, 4096, context.device_info().compute_capability).kernel if m == 1 else "blockwise_fp8_mma"
     assert kernel in text and f"MIRCUDA_FP8_M={m}" in text and f"{plan.warps} warp" in text
     assert ("mma.sync m16n8k32" in text) is (kernel == "blockwise_fp8_mma")
     assert ("programmatic dependent launch" in text) is context.device_info().supports_programmatic_launch
