@@ -327,7 +327,8 @@ def test_a_contract_past_the_value_limit_writes_its_own_block(monkeypatch) -> No
     monkeypatch.setattr(_cuda, "BOUND_MAX_VALUES", 1)
     kernel = stand_in_kernel(mc.cuda_export("two", a=mc.i32, b=mc.i32), FakeContext())
     source = kernel.launch_source()
-    assert "_s0.value = a" in source and "if _ident() != _owner:" in source
+    # the checked value (a itself on the fast path) goes into the block's slot
+    assert "        _a0 = a" in source and "_s0.value = _a0" in source and "if _ident() != _owner:" in source
     assert "    _r = _L(config, stream._handle)" in source.splitlines()
 
 
@@ -409,7 +410,7 @@ def test_an_abi_writing_its_own_block_writes_nothing_for_a_refused_config(driver
     kernel = stand_in_kernel(mc.cuda_export("two", n=mc.i32, x=mc.f64), ctx)
     kernel._abi = _abi.LaunchAbi("c-writes", _abi.c_slots, _abi.emit_c_writes, _abi.verify_c_parameters)
     kernel.launch = kernel._generate(kernel._owner)  # type: ignore[method-assign]
-    assert "_s0.value = n" in kernel.launch_source()
+    assert "        _a0 = n" in kernel.launch_source() and "_s0.value = _a0" in kernel.launch_source()
     stream = fake_stream(ctx, 0x50)
     kernel.launch(stream, mc.LaunchConfig(1, 32), 1, 2.0)
     before = kernel.packed_arguments()

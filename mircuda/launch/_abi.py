@@ -187,38 +187,16 @@ def emit_c_writes(contract: KernelContract, ns: dict[str, Any], context: Any, bl
     """Source lines that check each argument of ``contract`` and write it into ``block.slots`` as the C
     ABI lays it out (one slot per parameter, in order); the names they use are added to ``ns``.
 
-    A buffer takes the fast path when it is exactly a ``DeviceBuffer`` of the declared dtype and of
-    ``context`` with a non-zero address; a scalar when it is exactly the Python type its slot takes,
-    within range. Anything else goes through :func:`buffer_argument` / :func:`scalar_argument`.
+    The checks are :func:`emit_c_values`'s (one source of the fast-path tests): a buffer takes the fast
+    path when it is exactly a ``DeviceBuffer`` of the declared dtype and of ``context`` with a non-zero
+    address; a scalar when it is exactly the Python type its slot takes, within range. Anything else goes
+    through :func:`buffer_argument` / :func:`scalar_argument`. Each value is then stored into its slot's
+    ctypes view (a struct's bytes into ``.raw``).
     """
-    ns["_DB"] = DeviceBuffer
-    ns["_ctx"] = context
-    lines: list[str] = []
-    for i, p in enumerate(contract.params):
-        a = p.name
+    lines, values = emit_c_values(contract, ns, context, block)
+    for i, (p, value) in enumerate(zip(contract.params, values)):
         ns[f"_s{i}"] = block.slots[i].view
-        if p.kind == "struct":
-            # Every leaf is checked and converted (no identity fast path: tuples, dicts and numpy
-            # records all pack); the converter returns the struct's bytes, padding zero.
-            ns[f"_v{i}"] = struct_argument(p, context)
-            lines.append(f"    _s{i}.raw = _v{i}({a})")
-        elif p.kind == "buffer":
-            ns[f"_t{i}"] = p.info.scalar_type
-            ns[f"_b{i}"] = buffer_argument(p, context)
-            lines += [
-                f"    if {a}.__class__ is _DB and {a}._scalar is _t{i} and {a}._context is _ctx and {a}._ptr:",
-                f"        _s{i}.value = {a}._ptr",
-                "    else:",
-                f"        _s{i}.value = _b{i}({a})",
-            ]
-        else:
-            ns[f"_v{i}"] = scalar_argument(p)
-            lines += [
-                f"    if {_scalar_fast_test(p)}:",
-                f"        _s{i}.value = {a}",
-                "    else:",
-                f"        _s{i}.value = _v{i}({a})",
-            ]
+        lines.append(f"    _s{i}.{'raw' if p.kind == 'struct' else 'value'} = {value}")
     return lines
 
 
