@@ -15,11 +15,17 @@ for the first. The constants are fitted to the H200 sweep of 2026-12-01 (``bench
 matmul_sweep_bf16.json``, ``matmul_sweep_m96_1536_bf16.json``): the cooperative 128x128x64 kernel in
 data-parallel mode took 27.7 µs for one 64-K-tile tile per SM (4096x4096, M = 512) and 50.0 µs for two
 (M = 1024), 83.1 µs for one 224-K-tile tile (4096x14336, M = 512): c_k = 0.348 µs per 128x128x64 K tile,
-t0 = 5.2 µs; the cooperative 128x256x64 (2x1 cluster) at M = 2048: 0.68 µs per 128x256x64 K tile.
+t0 = 5.2 µs; the cooperative 128x192x64 at M = 512 on 6144x4096 (37.4 µs, one tile per SM): 0.503 µs
+per 128x192x64 K tile; the cooperative 128x256x64 (2x1 cluster) at M = 2048: 0.68 µs per 128x256x64 K tile.
 c_fix = 0.5 µs per 64 KiB of FP32 partial sums written or read (an estimate: 64 KiB through L2 at
-~64 B/clock/SM). L2 reuse, DRAM traffic and clocks are not modelled.
+~64 B/clock/SM), 3 µs per 64 KiB added with atomics by a middle split (fitted to the stream-K kernel at
+M = 96 on 4096x4096 and 6144x4096), 1 µs for the lock reset CUTLASS enqueues before every split-K or
+stream-K launch, and a floor of 3 µs + the operands' bytes at 4.0 TB/s. L2 reuse (which operand the
+stream-K groups share, reported, not priced), DRAM traffic beyond one read and clocks are not modelled:
+the existing stream-K kernel (swizzle 4) measured 7-17 µs above the model at M = 512, where its groups
+share A, not the weights.
 
-    python benchmarks/streamk_model.py [--m 96,192,...] [--json PATH]
+    python benchmarks/streamk_model.py [--m 96,192,...] [--detail] [--measured PROFILE.json] [--json PATH]
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ C_FIX_US_PER_64K = 0.5
 C_REDUCE_US_PER_64K = 3.0
 HBM_TBPS = 4.0  # weights streamed once: the floor of a memory-bound shape (1 GiB reads measured 4.43 TB/s)
 T_MEM0_US = 3.0
+T_MEMSET_US = 1.0
+"""Split-K and stream-K only: CUTLASS 4.2 zeroes the reduction locks before every launch (initialize_workspace:
+a cudaMemsetAsync ahead of the kernel on the stream; its fix-up counters only count up). An estimate."""
 
 SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))
 MIDDLE_M = (96, 192, 384, 512, 768, 1024, 1536)
@@ -311,7 +320,8 @@ def predict(d: Decomposition, nondeterministic: bool = False, t0: float = T0_US,
     real = d.tiles_m * d.tiles_n * kt
     nbytes = 2 * (d.n * d.k + d.m * d.k + d.m * d.n) + 2 * len(peers) * tm * tn * 4  # bf16 operands, FP32 partials
     memory = T_MEM0_US + nbytes / (HBM_TBPS * 1e6)
-    return Prediction(us=max(t0 + max(cursor), memory), max_k_tiles=max(per_cta),
+    locks = T_MEMSET_US if d.mode != "data-parallel" else 0.0
+    return Prediction(us=locks + max(t0 + max(cursor), memory), max_k_tiles=max(per_cta),
                       mean_k_tiles=sum(per_cta) / len(per_cta), ideal_k_tiles=real / d.sms,
                       phantom_k_tiles=sum(s.count for segs in d.units for s in segs if s.phantom),
                       split_tiles=len(peers), max_peers=max((len(v) for v in peers.values()), default=1),
