@@ -304,7 +304,8 @@ def test_a_malformed_table_is_refused_by_field(edit, expected) -> None:
 
 def _prefixes() -> set[str]:
     text = (Path(mc.__file__).parent / "cutlass_build" / "src" / "instance.cuh").read_text()
-    return set(re.findall(r'#define MIRCUDA_PREFIX "([a-z0-9_]+)"', text))
+    # MIRCUDA_PREFIX and the scheduler variants' MIRCUDA_PREFIX_SWZ1, _FORCED_SWZ1, _ND_SWZ1
+    return set(re.findall(r'#define MIRCUDA_PREFIX\w* "([a-z0-9_]+)"', text))
 
 
 def test_the_packaged_table_parses_and_names_kernels_the_build_makes() -> None:

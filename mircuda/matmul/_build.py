@@ -41,7 +41,7 @@ instruction used without targeting appropriate compute capability')."""
 
 
 FAMILIES = ("SM90_COOP", "SM90_PINGPONG", "SM90_SWAP", "SM90_SWAP64", "SM90_SWAP128", "SM90_COOP128_STREAMK",
-            "SM90_PINGPONG128", "SM90_COOP192", "SM80_DECODE", "SM80_WIDE", "SM80_BULK", "SIMT",
+            "SM90_PINGPONG128", "SM90_COOP192", "SM90_COOP192_STREAMK", "SM80_DECODE", "SM80_WIDE", "SM80_BULK", "SIMT",
             "SM90_FP8_COOP", "SM90_FP8_PINGPONG", "SM120_FP8", "SM120_NVFP4_COOP", "SM120_NVFP4_PINGPONG",
             "SM120_NVFP4_GROUPED_COOP", "SM120_NVFP4_GROUPED_PINGPONG", "SM90_GROUPED_COOP", "SM90_GROUPED_PINGPONG")
 """The CMake project's kernel families (``MIRCUDA_FAMILIES``): one translation unit per family and element

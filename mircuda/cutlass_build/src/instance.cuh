@@ -7,13 +7,13 @@
 //   MIRCUDA_ARCH_LIST                  the SASS targets of this TU as 10 * major + minor: 90, 120
 //   one of MIRCUDA_SM90_COOP, MIRCUDA_SM90_PINGPONG, MIRCUDA_SM90_SWAP, MIRCUDA_SM90_SWAP64,
 //          MIRCUDA_SM90_SWAP128, MIRCUDA_SM90_COOP128_STREAMK, MIRCUDA_SM90_PINGPONG128, MIRCUDA_SM90_COOP192,
-//          MIRCUDA_SM80_DECODE,
+//          MIRCUDA_SM90_COOP192_STREAMK, MIRCUDA_SM80_DECODE,
 //          MIRCUDA_SM80_WIDE, MIRCUDA_SM80_BULK, MIRCUDA_SIMT
 #pragma once
 
 #if defined(MIRCUDA_SM90_COOP) || defined(MIRCUDA_SM90_PINGPONG) || defined(MIRCUDA_SM90_SWAP) || \
     defined(MIRCUDA_SM90_SWAP64) || defined(MIRCUDA_SM90_SWAP128) || defined(MIRCUDA_SM90_COOP128_STREAMK) || \
-    defined(MIRCUDA_SM90_PINGPONG128) || defined(MIRCUDA_SM90_COOP192)
+    defined(MIRCUDA_SM90_PINGPONG128) || defined(MIRCUDA_SM90_COOP192) || defined(MIRCUDA_SM90_COOP192_STREAMK)
 #include "sm90.cuh"
 #define MIRCUDA_NS sm90
 #else
@@ -100,6 +100,18 @@ using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, 
 constexpr int kFamily = MIRCUDA_CUTLASS_SM90_COOPERATIVE, kTile[3] = {128, 192, 64}, kCluster[2] = {1, 1};
 constexpr int kStages = 0, kAlignBytes = 16, kSplitK = 0;
 #define MIRCUDA_PREFIX "sm90_coop_128x192x64_"
+#elif defined(MIRCUDA_SM90_COOP192_STREAMK)
+// The 128x192 tile with the stream-K scheduler: per FLOP the cheapest SM90 tile measured (0.50 µs per
+// 128x192x64 K tile against 0.35 per 128x128x64, cooperative, H200 2026-12-01), with its last waves
+// spread over every SM. Only with max_swizzle_size 1 (no padding tiles; benchmarks/streamk_model.py).
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _192, _64>, Shape<_1, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                           cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                           cutlass::gemm::StreamKScheduler, false, true>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_COOPERATIVE, kTile[3] = {128, 192, 64}, kCluster[2] = {1, 1};
+constexpr int kStages = 0, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_coop_128x192x64_streamk_swz1_"
+#define MIRCUDA_PRIMARY_SCHEDULE mircuda::sm90::Schedule<1>
 #elif defined(MIRCUDA_SM80_DECODE)
 // Short M (decode): 32 rows x 128 columns, four warps side by side in N.
 using KernelConfig = mircuda::sm80::Config<MIRCUDA_IN, MIRCUDA_OUT, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
@@ -164,6 +176,51 @@ mircuda_cutlass_kernel_info make_info() {
   return info;
 }
 
+#if defined(MIRCUDA_PRIMARY_SCHEDULE)
+const bool kRegistered =
+    mircuda::register_kernel({make_info(), &mircuda::MIRCUDA_NS::create<KernelConfig, MIRCUDA_PRIMARY_SCHEDULE>});
+#else
 const bool kRegistered = mircuda::register_kernel({make_info(), &mircuda::MIRCUDA_NS::create<KernelConfig>});
+#endif
+
+// The same kernel under other scheduler settings (mircuda::sm90::Schedule), registered from this TU:
+// a second TU instantiating the kernel again would break it (sm90.cuh, Schedule). Selectable by name,
+// and tried by the sweep, like the others; benchmarks/streamk_model.py predicts each one's decomposition:
+//   _swz1_                max_swizzle_size 1: no padding tiles computed on zeros; stream-K groups that
+//                         start in step share the weight tile B
+//   _streamk_forced_swz1_ and DecompositionMode::StreamK: stream-K also when the last wave is more than
+//                         half full (the heuristic's data-parallel case)
+//   _streamk_nd_swz1_     and ReductionMode::Nondeterministic (heuristic decomposition): middle K splits
+//                         add their partial sums in finishing order (M <= 192: 3-5 splits per tile)
+#if defined(MIRCUDA_SM90_COOP128_STREAMK)
+#define MIRCUDA_PREFIX_SWZ1 "sm90_coop_128x128x64_streamk_swz1_"
+#define MIRCUDA_PREFIX_FORCED_SWZ1 "sm90_coop_128x128x64_streamk_forced_swz1_"
+#define MIRCUDA_PREFIX_ND_SWZ1 "sm90_coop_128x128x64_streamk_nd_swz1_"
+#elif defined(MIRCUDA_SM90_COOP192)
+#define MIRCUDA_PREFIX_SWZ1 "sm90_coop_128x192x64_swz1_"
+#elif defined(MIRCUDA_SM90_COOP192_STREAMK)
+#define MIRCUDA_PREFIX_FORCED_SWZ1 "sm90_coop_128x192x64_streamk_forced_swz1_"
+#endif
+
+#if defined(MIRCUDA_PREFIX_SWZ1) || defined(MIRCUDA_PREFIX_FORCED_SWZ1) || defined(MIRCUDA_PREFIX_ND_SWZ1)
+template <class Sched>
+bool register_variant(const char* name) {
+  mircuda_cutlass_kernel_info info = make_info();
+  info.name = name;
+  return mircuda::register_kernel({info, &mircuda::sm90::create<KernelConfig, Sched>});
+}
+
+#if defined(MIRCUDA_PREFIX_SWZ1)
+const bool kRegisteredSwz1 = register_variant<mircuda::sm90::Schedule<1>>(MIRCUDA_PREFIX_SWZ1 MIRCUDA_TYPES);
+#endif
+#if defined(MIRCUDA_PREFIX_FORCED_SWZ1)
+const bool kRegisteredForced =
+    register_variant<mircuda::sm90::Schedule<1, true>>(MIRCUDA_PREFIX_FORCED_SWZ1 MIRCUDA_TYPES);
+#endif
+#if defined(MIRCUDA_PREFIX_ND_SWZ1)
+const bool kRegisteredNd =
+    register_variant<mircuda::sm90::Schedule<1, false, true>>(MIRCUDA_PREFIX_ND_SWZ1 MIRCUDA_TYPES);
+#endif
+#endif
 
 }  // namespace

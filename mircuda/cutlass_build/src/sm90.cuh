@@ -60,7 +60,29 @@ struct Config {
   static_assert(!StreamK || kStreamK, "stream-K decomposition needs the stream-K scheduler");
 };
 
-template <class Cfg>
+// The scheduler settings a runner hands CUTLASS at run time: one compiled kernel serves several
+// registry entries that differ only here. They must come from the kernel's own translation unit: a
+// second TU instantiating the same kernel type gets its own copy of the kernel and of its static host
+// stub, while CUTLASS's kernel_launch<Kernel> (a weak symbol) is merged into one copy. Its runner then
+// raises the dynamic shared-memory limit (cudaFuncSetAttribute) on its own TU's copy and launches the
+// other's, above 48 KB without the limit: the launch fails and run() says kErrorInternal. The _nd
+// entries of 2026-12-01 (one TU each, beside the deterministic TU of the same kernel) failed so on
+// every shape; nm on that library shows the three kernels' host stubs twice.
+//   kMaxSwizzle        CUTLASS's max_swizzle_size; 0: the Config's (4 for cooperative unswapped
+//                      kernels, 1 otherwise)
+//   kForceStreamK      DecompositionMode::StreamK instead of Heuristic (stream-K kernels): stream-K
+//                      work whenever the last wave is partial, also when it is more than half full
+//   kNondeterministic  ReductionMode::Nondeterministic: a middle K split adds its partial sums once
+//                      the first split has stored its own, instead of waiting for every split before it
+template <int MaxSwizzle = 0, bool ForceStreamK = false, bool Nondeterministic = false>
+struct Schedule {
+  static constexpr int kMaxSwizzle = MaxSwizzle;
+  static constexpr bool kForceStreamK = ForceStreamK;
+  static constexpr bool kNondeterministic = Nondeterministic;
+};
+using ConfigSchedule = Schedule<>;
+
+template <class Cfg, class Sched = ConfigSchedule>
 class Runner final : public mircuda::Runner {
  public:
   using Gemm = typename Cfg::Gemm;
@@ -90,6 +112,13 @@ class Runner final : public mircuda::Runner {
   }
 
   int execute(cudaStream_t stream, const void* a, const void* b, void* c, float alpha, float beta) override {
+    // An error left pending by earlier work (a failed call, an earlier kernel's fault) would surface in
+    // CUTLASS's run(), which clears it with cudaGetLastError and answers kErrorInternal: the code would
+    // be lost. Say it as the CUDA error it is, before anything is enqueued.
+    if (cudaError_t pending = cudaGetLastError(); pending != cudaSuccess) {
+      set_cuda_error(pending);
+      return MIRCUDA_CUTLASS_CUDA_ERROR;
+    }
     auto args = arguments(a, b, c, alpha, beta);
     // initialize() builds the TMA descriptors for these pointers and, for split-K, zeroes the
     // reduction flags in the workspace on `stream`; nothing is allocated or synchronized.
@@ -118,7 +147,15 @@ class Runner final : public mircuda::Runner {
         {static_cast<const ElementA*>(pa), stride_a, static_cast<const ElementB*>(pb), stride_b},
         {{alpha, beta}, static_cast<const ElementC*>(c), stride_c, static_cast<ElementD*>(c), stride_d},
         hw_};
-    if constexpr (Cfg::kCooperative && !Cfg::kSwapped) {
+    if constexpr (Sched::kMaxSwizzle > 0) {
+      // The *_swz1 entries. With 4, CUTLASS rounds both tile counts up to a multiple of 4 once the
+      // smaller is 3 or more (of 2 when it is 2) and computes the added tiles on zeros: at M = 384 on
+      // N = 6144, 4x48 = 192 tiles of 128x128 for 3x48 = 144 (the 12.58 MB stream-K workspace ncu
+      // measured is 192 tiles' FP32 partials), and at M = 768 on N = 4096, 8x24 128x192 tiles (two
+      // waves) for 6x22 = 132 (one). Its stream-K groups (up to one per M tile with 1) then share the A
+      // tile instead of the weights. benchmarks/streamk_model.py computes both.
+      args.scheduler.max_swizzle_size = Sched::kMaxSwizzle;
+    } else if constexpr (Cfg::kCooperative && !Cfg::kSwapped) {
       // Persistent tiles visited in groups of 4 along the raster (CUTLASS's max_swizzle_size; the
       // default, 1, walks whole rows of tiles): neighbouring CTAs share A and B tiles in L2. Measured
       // on an H200 on 2026-11-29 (bf16, cooperative 128x256x64, swizzle 1/2/4/8 x raster
@@ -131,8 +168,19 @@ class Runner final : public mircuda::Runner {
     if constexpr (Cfg::kStreamK) {
       using Mode = typename Kernel::TileScheduler::DecompositionMode;
       args.scheduler.splits = splits_;
-      args.scheduler.decomposition_mode =
-          Cfg::kStreamKHeuristic ? Mode::Heuristic : (splits_ > 1 ? Mode::SplitK : Mode::DataParallel);
+      if constexpr (Sched::kForceStreamK) {
+        static_assert(Cfg::kStreamKHeuristic, "a forced stream-K decomposition replaces the heuristic one");
+        args.scheduler.decomposition_mode = Mode::StreamK;
+      } else {
+        args.scheduler.decomposition_mode =
+            Cfg::kStreamKHeuristic ? Mode::Heuristic : (splits_ > 1 ? Mode::SplitK : Mode::DataParallel);
+      }
+      if constexpr (Sched::kNondeterministic) {
+        args.scheduler.reduction_mode = Kernel::TileScheduler::ReductionMode::Nondeterministic;
+      }
+    } else {
+      static_assert(!Sched::kForceStreamK && !Sched::kNondeterministic,
+                    "stream-K settings need the stream-K scheduler");
     }
     return args;
   }
@@ -143,7 +191,7 @@ class Runner final : public mircuda::Runner {
   Gemm gemm_;
 };
 
-template <class Cfg>
+template <class Cfg, class Sched = ConfigSchedule>
 int create(int m, int n, int k, int splits, mircuda::Runner** out) {
   int device = 0;
   cudaError_t error = cudaGetDevice(&device);
@@ -155,7 +203,7 @@ int create(int m, int n, int k, int splits, mircuda::Runner** out) {
   // The cluster-occupancy query may fail softly (hw.max_active_clusters = 0: CUTLASS then sizes the
   // persistent grid from the SM count); clear its error so that run() does not report it later.
   (void)cudaGetLastError();
-  auto* runner = new Runner<Cfg>(m, n, k, Cfg::kStreamK ? splits : 1, hw);
+  auto* runner = new Runner<Cfg, Sched>(m, n, k, Cfg::kStreamK ? splits : 1, hw);
   const int status = runner->check();
   if (status != MIRCUDA_CUTLASS_OK) {
     delete runner;

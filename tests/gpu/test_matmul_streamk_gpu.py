@@ -1,0 +1,87 @@
+"""The SM90 entries of branch streamk against float64 (poisoned outputs, a guard band past C, alpha and
+beta): the 128x128 stream-K kernel with max_swizzle_size 1 (heuristic, forced stream-K, nondeterministic
+reduction), the 128x192 tile with swizzle 1 (data-parallel) and with the stream-K scheduler. Shapes: odd
+ones (partial tiles in M, N and K), and the middle-M ones where the decomposition splits tiles over 2-5
+CTAs (benchmarks/streamk_model.py gives each one's decomposition)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mircuda as mc
+from helpers import download, upload
+from matmul_helpers import assert_close, name, random, run
+
+PAIRS = [(mc.bf16, None), (mc.bf16, mc.f32), (mc.f16, None), (mc.f16, mc.f32)]
+PAIR_IDS = ["bf16", "bf16-f32", "f16", "f16-f32"]
+
+ENTRIES = ["sm90_coop_128x128x64_streamk_swz1", "sm90_coop_128x128x64_streamk_forced_swz1",
+           "sm90_coop_128x128x64_streamk_nd_swz1", "sm90_coop_128x192x64_swz1",
+           "sm90_coop_128x192x64_streamk_swz1", "sm90_coop_128x192x64_streamk_forced_swz1"]
+
+ODD = [
+    (37, 136, 264),     # one partial tile, K tiles <= 8: data-parallel whatever the mode
+    (129, 1032, 1000),  # partial tiles in M, N and K
+    (300, 520, 1024),
+    (1029, 264, 136),
+]
+MIDDLE = [
+    (96, 4096, 4096),   # 32 tiles of 128x128 over 132 CTAs: 4-5 splits per tile (middle splits add atomically)
+    (200, 2816, 4096),  # 44 tiles: the heuristic's even split-K (3 splits)
+    (384, 6144, 4096),  # 144 tiles of 128x128, every one split over 2 CTAs (3 groups)
+    (768, 4096, 4096),  # 6x22 tiles of 128x192: one wave with swizzle 1
+]
+CASES = ([pytest.param(m, n, k, i, o, id=f"{m}-{n}-{k}-{p}") for m, n, k in ODD for (i, o), p in zip(PAIRS, PAIR_IDS)]
+         + [pytest.param(m, n, k, i, o, id=f"{m}-{n}-{k}-{p}") for m, n, k in MIDDLE
+            for (i, o), p in zip(PAIRS, PAIR_IDS) if p in ("bf16", "f16-f32")])
+"""Every type pair on the odd shapes; one of each input and output width on the large ones."""
+
+
+def _entry(library, prefix: str, input, output) -> str:  # type: ignore[no-untyped-def]
+    out_t = input if output is None else output
+    kernel = f"{prefix}_{name(input)}_{name(out_t)}"
+    if kernel not in {k.name for k in library.kernels}:
+        pytest.fail(f"{kernel} is not in {library.path}: build the library from this tree "
+                    "(python -m mircuda build-cutlass --families SM90_COOP128_STREAMK,SM90_COOP192,SM90_COOP192_STREAMK)")
+    return kernel
+
+
+@pytest.mark.cutlass
+@pytest.mark.parametrize("prefix", ENTRIES)
+@pytest.mark.parametrize("m, n, k, input, output", CASES)
+def test_streamk_entries_match_float64(context, stream, pool, rng, library, input, output, prefix, m, n, k) -> None:
+    if context.device_info().compute_capability != (9, 0):
+        pytest.skip("SM90 kernels")
+    kernel = _entry(library, prefix, input, output)
+    alpha, beta = float(rng.uniform(0.5, 2.0)), float(rng.choice([0.0, rng.uniform(-1.0, 1.0)]))
+    plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, input, output, alpha, beta, kernel=kernel)
+    assert plan.kernel_name == kernel
+    assert_close(got, want, mag, out)
+
+
+@pytest.mark.cutlass
+@pytest.mark.parametrize("prefix", [e for e in ENTRIES if "_nd_" not in e])
+def test_deterministic_entries_give_the_same_bits_every_run(context, stream, pool, rng, library, prefix) -> None:
+    # M = 384 on 6144x4096 (every 128x128 tile split over two CTAs) and M = 96 on 4096x4096 (4-5 splits):
+    # the deterministic reduction adds the splits' partial sums in K order, so every run writes the same bits
+    if context.device_info().compute_capability != (9, 0):
+        pytest.skip("SM90 kernels")
+    kernel = _entry(library, prefix, mc.bf16, None)
+    for m, n, k in [(384, 6144, 4096), (96, 4096, 4096)]:
+        a, b = random(rng, mc.bf16, m, k), random(rng, mc.bf16, n, k)
+        plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), kernel=kernel)
+        ba, bb = upload(context, stream, pool, a.ravel()), upload(context, stream, pool, b.ravel())
+        c = pool.allocate(mc.bf16, stream, m * n)
+        runs = []
+        for _ in range(4):
+            stream.memset(c, 0xFF)
+            plan.execute(stream, ba, bb, c)
+            runs.append(download(context, stream, c).view(np.uint16).copy())
+        assert all(np.array_equal(runs[0], r) for r in runs[1:]), f"{kernel} M={m}: runs differ"
+        want = a.astype(np.float64) @ b.astype(np.float64).T
+        rel = np.linalg.norm(runs[0].view(a.dtype).astype(np.float64).reshape(m, n) - want) / np.linalg.norm(want)
+        assert rel < 1e-2, rel
+        for buf in (ba, bb, c):
+            buf.free(stream)
+        plan.close()
