@@ -20,7 +20,7 @@ from ..errors import ClosedResourceError, ContractError, UnsupportedPlatform
 from ..launch import In, InOut, LaunchConfig, Out, cuda_export
 from ..memory import DeviceBuffer
 from ._dense import _nothing_to_release
-from ._fp4_layout import address, check_fp4_k, check_layout, fp4_layout_source, layout_options
+from ._fp4_layout import address, check_fp4_k, check_layout, check_tiled_decode_k, fp4_layout_source, layout_options
 from ._fp4_reference import BLOCK, scale_bytes
 from ._spec import (DenseMatmulSpec, DenseVectorSpec, EngineViews, Operand, PlanBase, check_disjoint, check_operand,
                     check_scalar, int_knob, plan_stream, scalar_operand)
@@ -291,7 +291,8 @@ class Fp4Gemv:
 
     Raises:
         ContractError: ``warps`` is not None, 1, 2, 4 or 8; ``symbol`` is the tensor-core kernel and
-            ``activation`` is not ``"fp4"``.
+            ``activation`` is not ``"fp4"``; K above :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K`
+            (2^28) with tiled scales (named ``spec``).
         CompileError: NVRTC rejected the kernel (a bug).
     """
 
@@ -299,6 +300,7 @@ class Fp4Gemv:
                  warps: int | None = None, symbol: str = FP4_SYMBOL, *, decode: str | None = None,
                  rows: int | None = None, block_sum: str | None = None, stages: int | None = None,
                  prefetch: bool | None = None, persistent: bool | None = None) -> None:
+        check_tiled_decode_k(k, layout)
         if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
             raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
         self.prefetch = check_flag("prefetch", prefetch, symbol)
@@ -558,8 +560,9 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
             Measured slower on the H200 at every M = 1 shape (1.09-1.38x the default's time, same file).
 
     Raises:
-        ContractError: bad context, stream, spec (K not a multiple of 16), activation, layout, warps,
-            compiler or knob (see :func:`check_gemv_knobs`, :func:`check_flag`).
+        ContractError: bad context, stream, spec (K not a multiple of 16, or above 2^28 with tiled scales:
+            :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K`), activation, layout, warps, compiler or knob
+            (see :func:`check_gemv_knobs`, :func:`check_flag`).
         UnsupportedPlatform: compute capability below 8.0.
         CompileError: NVRTC rejected the kernel (a bug).
     """
@@ -692,7 +695,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
     Raises:
         ContractError: bad arguments (named); a forced ``kernel`` that is not in the library or cannot run
             this plan (the reason named); on the portable path with tiled scales, ``rows * K / 16 >= 2^32``
-            for an operand (``spec``). UnsupportedPlatform: cc below 8.0.
+            for an operand (``spec``); on the NVRTC kernels (M <= 16) with tiled scales, K above 2^28
+            (:data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K`, ``spec``). UnsupportedPlatform: cc below 8.0.
         CutlassNotFound: M > 16 (or a forced kernel) and the CUTLASS library is not built (the message
             gives the command).
         CutlassError: the library refused a forced kernel's plan.
