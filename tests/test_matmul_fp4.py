@@ -352,6 +352,32 @@ def test_the_decode_kernels_refuse_tiled_scales_above_the_32_bit_column_offset_b
         Fp4Gemv(context, 2, 64, TILED_DECODE_MAX_K, "fp4", "tiled", compiler, symbol=symbol)
 
 
+@pytest.mark.parametrize("symbol, m, rows, stages", [("fp4_matvec_bf16", 1, 4, 3), ("fp4_matvec_bf16", 2, 4, 2),
+                                                     ("fp4_matvec_bf16", 16, 4, 2), ("fp4_mma_bf16", 1, 32, 3),
+                                                     ("fp4_mma_bf16", 8, 32, 3), ("fp4_mma_bf16", 16, 32, 3)])
+def test_the_decode_kernels_defaults_are_the_documented_ones(symbol, m, rows, stages) -> None:
+    """What Fp4Gemv compiles without knobs (the options it hands NVRTC), and what the plans' docstrings say
+    (the vector plan's said 8 and 16 rows and 2 stages after the H200 sweeps moved them to 4, 32 and 3)."""
+    seen: list[dict[str, str]] = []
+
+    def compile(source: Any, options: mc.CompileOptions) -> Any:
+        seen.append(dict(options.defines))
+        raise CompileReached
+
+    compiler: Any = SimpleNamespace(arch="sm_90", compile=compile)
+    with pytest.raises(CompileReached):
+        Fp4Gemv(SimpleNamespace(), m, 64, 256, "fp4", "linear", compiler, symbol=symbol)  # type: ignore[arg-type]
+    got = seen[0]
+    assert got["MIRCUDA_FP4_STAGES"] == str(stages)
+    assert (got["MIRCUDA_FP4_TILES"] == str(rows // 16)) if symbol == "fp4_mma_bf16" else \
+        (got["MIRCUDA_FP4_ROWS"] == str(rows))
+    vector_doc = " ".join((BlockScaledFp4VectorPlan.__doc__ or "").split())
+    assert "for :data:`FP4_SYMBOL` (None: 4)" in vector_doc and "for :data:`FP4_MMA_SYMBOL` (None: 32" in vector_doc
+    assert "(None: 3 for both kernels at M = 1" in vector_doc
+    matrix_doc = " ".join((mc.BlockScaledFp4Plan.__doc__ or "").split())
+    assert "``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16`` 4 rows and 3 stages at M = 1, else 2" in matrix_doc
+
+
 def test_the_grouped_vector_variant_refuses_tiled_scales_above_the_32_bit_column_offset_by_spec() -> None:
     from mircuda.matmul._moe_kernels import DecodeTuning, grouped_options
 

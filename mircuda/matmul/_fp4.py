@@ -545,11 +545,12 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         kernel: tuning knob: None or :data:`FP4_SYMBOL` (the CUDA-core kernel, the default) or
             :data:`FP4_MMA_SYMBOL` (the tensor-core kernel run with M = 1; NVFP4 activations only).
         decode: tuning knob: one of :data:`DECODES` (None: :func:`default_decode` of the compile target).
-        rows: tuning knob: weight rows per block, one of :data:`VECTOR_ROWS` for :data:`FP4_SYMBOL` (None: 8)
-            or of :data:`MMA_ROWS` for :data:`FP4_MMA_SYMBOL` (None: 16).
+        rows: tuning knob: weight rows per block, one of :data:`VECTOR_ROWS` for :data:`FP4_SYMBOL` (None: 4)
+            or of :data:`MMA_ROWS` for :data:`FP4_MMA_SYMBOL` (None: 32, two 16-row tiles per warp).
         block_sum: tuning knob of :data:`FP4_SYMBOL`: ``"fp16"`` (exact HFMA2 block sums; the default with
             NVFP4 activations) or ``"fp32"`` (the only one with BF16 activations).
-        stages: tuning knob: one of :data:`STAGES` (None: 2), steps of weight loads in the register ring.
+        stages: tuning knob: one of :data:`STAGES` (None: 3 for both kernels at M = 1, measured on the H200;
+            see :data:`STAGES`), steps of weight loads in the register ring.
         prefetch: tuning knob of :data:`FP4_SYMBOL`: True requests each warp's first weight and scale lines
             in L2 before ``griddepcontrol.wait`` (cc >= 9.0: they arrive while the previous kernel of the
             stream finishes); None or False: no prefetch. Measured on the H200 (2026-12-01,
@@ -690,7 +691,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             (``CutlassLibrary.block_scaled_kernels``), which then runs any M.
         decode, rows, warps, block_sum, stages, prefetch, persistent: tuning knobs of the NVRTC kernels (M <= 16;
             as :class:`BlockScaledFp4VectorPlan`: ``block_sum``, ``prefetch``, ``persistent`` for ``fp4_matvec_bf16`` only;
-            None: the defaults); refused (ContractError) on the other paths.
+            None: the defaults, measured on the H200: ``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16``
+            4 rows and 3 stages at M = 1, else 2); refused (ContractError) on the other paths.
 
     Raises:
         ContractError: bad arguments (named); a forced ``kernel`` that is not in the library or cannot run
