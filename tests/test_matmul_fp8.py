@@ -498,6 +498,11 @@ def test_a_forced_kernel_overrides_the_m_1_rule(monkeypatch, vector) -> None:
     (4096, 4096, {"persistent": True}, GEMV, 8, "persistent=True"),
     (4096, 14336, {"rows": 32}, MMA, 32, "rows=32"), (4096, 14336, {"decode": "integer"}, MMA, 16, "decode='integer'"),
     (14336, 4096, {"rows": 16}, MMA, 16, "rows=16"),
+    # a knob of the rule's own kernel keeps the rule's rows (decode='integer' ran 16 rows where the rule runs 32)
+    (14336, 4096, {"decode": "integer"}, MMA, 32, "decode='integer'"),
+    (8192, 1024, {"decode": "integer", "warps": 2}, MMA, 32, "decode='integer'"),
+    (4096, 4096, {"decode": "integer"}, MMA, 16, "decode='integer'"),
+    (4096, 14336, {"persistent": True}, GEMV, 8, "persistent=True"),
     # knobs both kernels take leave the rule's kernel and rows
     (14336, 4096, {"warps": 2, "pdl_trigger": "early"}, MMA, 32, None),
     (4096, 14336, {"decode": "hardware", "persistent": False}, GEMV, 8, None),

@@ -157,8 +157,9 @@ def knob_kernel(rows: Any, persistent: Any, decode: Any) -> tuple[str, str] | No
 def m1_selection(n: int, k: int, compute_capability: tuple[int, int], rows: Any, persistent: Any,
                  decode: Any) -> tuple[Selection, Any]:
     """The M = 1 kernel of both plans when ``kernel=`` is None, and the rows to build it with: the kernel a
-    knob names (:func:`knob_kernel`; the caller's rows), else :func:`~mircuda.matmul._select.fp8_m1_choice`'s
-    kernel and rows for N, K and the architecture. The selection's reason says which and why.
+    knob names (:func:`knob_kernel`; the caller's rows, else the rule's when the knob names the rule's own
+    kernel, else None: that kernel's default), else :func:`~mircuda.matmul._select.fp8_m1_choice`'s kernel
+    and rows for N, K and the architecture. The selection's reason says which and why.
 
     Raises:
         ContractError: ``rows`` or ``decode`` that neither kernel takes (named, with both kernels' values:
@@ -174,8 +175,11 @@ def m1_selection(n: int, k: int, compute_capability: tuple[int, int], rows: Any,
                                       f"{FP8_MMA_SYMBOL} at M = 1 without kernel=)", repr(decode))
     if named is None:
         entry = fp8_mma_entry() if choice.kernel == FP8_MMA_SYMBOL else fp8_gemv_entry()
-        return Selection(entry, 1, choice.reason), (choice.rows if rows is None else rows)
+        return Selection(entry, 1, choice.reason), choice.rows
     kernel, knob = named
+    if rows is None and kernel == choice.kernel:
+        # decode='integer' on a shape the rule runs on 32 rows keeps them (it does not pick the rows)
+        rows = choice.rows
     entry = fp8_mma_entry() if kernel == FP8_MMA_SYMBOL else fp8_gemv_entry()
     return Selection(entry, 1, f"M = 1 with {knob}, a knob of {kernel} only, given without kernel= (for N = {n}, "
                                f"K = {k} the M = 1 rule alone, fp8_m1_choice, runs {choice.kernel} with "
@@ -432,8 +436,8 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
             ``decode="integer"``: :func:`knob_kernel`), else the M = 1 rule's
             (:func:`~mircuda.matmul._select.fp8_m1_choice`).
         rows: weight rows per block (``blockwise_fp8_gemv``: 1, 2, 4 or 8, default 8;
-            ``blockwise_fp8_mma``: 16 or 32, default 16, or the M = 1 rule's 32 when it chose the kernel
-            for N >= 8192).
+            ``blockwise_fp8_mma``: 16 or 32, default 16, or the M = 1 rule's 32 for N >= 8192 where the rule
+            runs this kernel and ``kernel=`` is not given, ``decode="integer"`` or not).
         pdl_trigger: where programmatic dependent launch lets the next kernel start on cc >= 9.0:
             ``"early"`` or ``"late"`` (default: late).
         decode: ``blockwise_fp8_mma`` only: ``"hardware"`` (default) or ``"integer"`` (see
