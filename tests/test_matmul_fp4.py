@@ -6,7 +6,11 @@ the plans' operand checks with stand-ins, and the njit executors' parameter bloc
 from __future__ import annotations
 
 import ctypes
+import re
 import struct
+from collections.abc import Callable
+from importlib import resources
+from types import SimpleNamespace
 from typing import Any
 
 import ml_dtypes
@@ -18,7 +22,8 @@ from mircuda.dtypes import dtype_info
 from mircuda.matmul import _fp4_reference as ref
 from mircuda.matmul._fp4 import (FP4_SYMBOL, BlockScaledFp4VectorPlan, Fp4Gemv, fp4_executor, fp4_gemv_options,
                                  fp4_operands, fp4_vector_source, has_e2m1_cvt)
-from mircuda.matmul._fp4_layout import check_fp4_k, check_layout, fp4_layout_source, fp4_quantize_source, layout_options
+from mircuda.matmul._fp4_layout import (TILED_DECODE_MAX_K, check_fp4_k, check_layout, fp4_layout_source,
+                                        fp4_quantize_source, layout_options)
 from mircuda.matmul._vector import INVALID_HANDLE, INVALID_VALUE
 
 from test_matmul_plan_checks import FakeContext, Spy, fake_buffer, fake_stream
@@ -260,6 +265,131 @@ def test_tiled_offsets_of_known_positions() -> None:
     off = ref.tiled_offsets(300, 9)  # 3 row tiles, 3 K atoms
     assert (off[0, 0], off[0, 1], off[0, 3], off[1, 0], off[32, 0], off[96, 0], off[31, 3]) == (0, 1, 3, 16, 4, 12, 499)
     assert off[0, 4] == 512 and off[128, 0] == 3 * 512 and off[129, 5] == 4 * 512 + 16 + 1
+
+
+# -- the decode kernels' scale offsets, split into a row part and a K-block part (fp4_common.cuh) ------------
+def split_offset(name: str, tiled: bool) -> Callable[..., Any]:
+    """fp4_common.cuh's ``name`` (scale_row_offset or scale_col_offset): the return expression of the layout,
+    evaluated by numpy with the C types of its arguments (pass ``row`` int64, ``kb`` int32 arrays): a
+    ``(unsigned)`` cast and a ``u`` literal are uint32, which wraps as the device's 32-bit arithmetic does."""
+    text = resources.files("mircuda").joinpath("cuda_src/fp4_common.cuh").read_text()
+    body = text[text.index(f" {name}("):]
+    found = re.search(r"if constexpr \(Tiled\) return (.+?);\s*else return (.+?);", body, re.S)
+    assert found is not None, name
+    expr = found.group(1 if tiled else 2)
+    expr = re.sub(r"\(unsigned\)\s*(\w+)", r"U(\1)", expr)
+    expr = re.sub(r"\b(\d+)u\b", r"U(\1)", expr)
+    code = compile(expr, name, "eval")
+    return lambda **args: eval(code, {"U": lambda v: np.asarray(v).astype(np.uint32)}, args)
+
+
+def split_sum(row: np.ndarray, kb: np.ndarray, kblocks: int, tiled: bool) -> np.ndarray:
+    """A scale's byte offset as the kernels form it: the row's pointer (row part, 64-bit) plus the step's
+    K-block part (unsigned 32-bit, zero-extended by the pointer addition)."""
+    katoms = -(-kblocks // 4)
+    rows = split_offset("scale_row_offset", tiled)(row=row, kblocks=kblocks, katoms=katoms)
+    cols = split_offset("scale_col_offset", tiled)(kb=kb)
+    assert cols.dtype == np.uint32  # both layouts' K-block parts are unsigned 32-bit
+    return rows.astype(np.int64) + cols.astype(np.int64)
+
+
+def tiled_offset_at(row: np.ndarray, kb: np.ndarray, kblocks: int) -> np.ndarray:
+    """The tiled layout's offset of (row, kb) pointwise, in int64 (the grid's is ref.tiled_offsets)."""
+    katoms = -(-kblocks // 4)
+    return ((row // 128) * katoms + kb // 4) * 512 + (row % 32) * 16 + (row % 128 // 32) * 4 + kb % 4
+
+
+@pytest.mark.parametrize("rows, kblocks", [(1, 1), (37, 3), (130, 5), (300, 9), (257, 64), (700, 1023)])
+def test_the_split_scale_offsets_sum_to_each_layouts_offset(rows, kblocks) -> None:
+    row = np.arange(rows, dtype=np.int64)[:, None]
+    kb = np.arange(kblocks, dtype=np.int32)[None, :]
+    assert np.array_equal(split_sum(row, kb, kblocks, True), ref.tiled_offsets(rows, kblocks))
+    assert np.array_equal(tiled_offset_at(row, kb.astype(np.int64), kblocks), ref.tiled_offsets(rows, kblocks))
+    assert np.array_equal(split_sum(row, kb, kblocks, False), row * kblocks + kb)
+
+
+@pytest.mark.parametrize("k", [TILED_DECODE_MAX_K, TILED_DECODE_MAX_K - 16, 2**20 + 48, 14336, 2**31 - 2**16 - 16])
+def test_the_split_scale_offsets_hold_up_to_the_plans_largest_k(k) -> None:
+    """Rows up to the largest dimension and the last K-blocks: the tiled sum holds for K <= TILED_DECODE_MAX_K
+    (its K-block part below 2^31, as the header says), the linear one for any K the specs allow."""
+    kblocks = k // 16
+    rng = np.random.default_rng(k)
+    row = np.concatenate([np.array([0, 1, 31, 32, 127, 128, 2**31 - 2**16 - 1]),
+                          rng.integers(0, 2**31 - 2**16, 200)]).astype(np.int64)[:, None]
+    kb = np.unique(np.concatenate([np.arange(min(kblocks, 8)), kblocks - 1 - np.arange(min(kblocks, 8)),
+                                   rng.integers(0, kblocks, 200)])).astype(np.int32)[None, :]
+    assert np.array_equal(split_sum(row, kb, kblocks, False), row * kblocks + kb)
+    if k <= TILED_DECODE_MAX_K:
+        assert np.array_equal(split_sum(row, kb, kblocks, True), tiled_offset_at(row, kb.astype(np.int64), kblocks))
+        assert int(split_offset("scale_col_offset", True)(kb=kb).max()) + 1 < 2**31  # the 16-bit load's 2nd byte
+
+
+def test_above_2_to_the_29_the_tiled_column_offset_wraps_which_is_why_the_plans_refuse_it() -> None:
+    kblocks = (2**29 + 64) // 16
+    row, kb = np.zeros((1, 1), np.int64), np.array([[kblocks - 1]], np.int32)
+    assert split_sum(row, kb, kblocks, True)[0, 0] != tiled_offset_at(row, kb.astype(np.int64), kblocks)[0, 0]
+
+
+class CompileReached(Exception):
+    """Raised by a stand-in compiler: the engine's checks let the arguments through to NVRTC."""
+
+
+@pytest.mark.parametrize("symbol", ["fp4_matvec_bf16", "fp4_mma_bf16"])
+def test_the_decode_kernels_refuse_tiled_scales_above_the_32_bit_column_offset_by_spec(symbol) -> None:
+    def compile(*args: Any, **kwargs: Any) -> Any:
+        raise CompileReached
+
+    compiler: Any = SimpleNamespace(arch="sm_90", compile=compile)
+    context: Any = SimpleNamespace()
+    for k in (TILED_DECODE_MAX_K + 32, 2**31 - 2**16 - 32):
+        with pytest.raises(mc.ContractError) as info:
+            Fp4Gemv(context, 2, 64, k, "fp4", "tiled", compiler, symbol=symbol)
+        assert info.value.argument == "spec" and info.value.received == f"K = {k}"
+        assert f"K <= {TILED_DECODE_MAX_K}" in info.value.expected
+        with pytest.raises(CompileReached):  # the linear layout has no such bound
+            Fp4Gemv(context, 2, 64, k, "fp4", "linear", compiler, symbol=symbol)
+    with pytest.raises(CompileReached):
+        Fp4Gemv(context, 2, 64, TILED_DECODE_MAX_K, "fp4", "tiled", compiler, symbol=symbol)
+
+
+@pytest.mark.parametrize("symbol, m, rows, stages", [("fp4_matvec_bf16", 1, 4, 3), ("fp4_matvec_bf16", 2, 4, 2),
+                                                     ("fp4_matvec_bf16", 16, 4, 2), ("fp4_mma_bf16", 1, 32, 3),
+                                                     ("fp4_mma_bf16", 8, 32, 3), ("fp4_mma_bf16", 16, 32, 3)])
+def test_the_decode_kernels_defaults_are_the_documented_ones(symbol, m, rows, stages) -> None:
+    """What Fp4Gemv compiles without knobs (the options it hands NVRTC), and what the plans' docstrings say
+    (the vector plan's said 8 and 16 rows and 2 stages after the H200 sweeps moved them to 4, 32 and 3)."""
+    seen: list[dict[str, str]] = []
+
+    def compile(source: Any, options: mc.CompileOptions) -> Any:
+        seen.append(dict(options.defines))
+        raise CompileReached
+
+    compiler: Any = SimpleNamespace(arch="sm_90", compile=compile)
+    with pytest.raises(CompileReached):
+        Fp4Gemv(SimpleNamespace(), m, 64, 256, "fp4", "linear", compiler, symbol=symbol)  # type: ignore[arg-type]
+    got = seen[0]
+    assert got["MIRCUDA_FP4_STAGES"] == str(stages)
+    assert (got["MIRCUDA_FP4_TILES"] == str(rows // 16)) if symbol == "fp4_mma_bf16" else \
+        (got["MIRCUDA_FP4_ROWS"] == str(rows))
+    vector_doc = " ".join((BlockScaledFp4VectorPlan.__doc__ or "").split())
+    assert "for :data:`FP4_SYMBOL` (None: 4)" in vector_doc and "for :data:`FP4_MMA_SYMBOL` (None: 32" in vector_doc
+    assert "(None: 3 for both kernels at M = 1" in vector_doc
+    matrix_doc = " ".join((mc.BlockScaledFp4Plan.__doc__ or "").split())
+    assert "``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16`` 4 rows and 3 stages at M = 1, else 2" in matrix_doc
+
+
+def test_the_grouped_vector_variant_refuses_tiled_scales_above_the_32_bit_column_offset_by_spec() -> None:
+    from mircuda.matmul._moe_kernels import DecodeTuning, grouped_options
+
+    def options(k: int, tiled: bool, variant: str = "vector") -> mc.CompileOptions:
+        return grouped_options(n=64, k=k, groups=2, bank_size=2, capacity=2, rows_per_tile=1, fixed_rows=0,
+                               tiled=tiled, sets=1, variant=variant, tuning=DecodeTuning("e4m3", 2, 0, 1))
+
+    with pytest.raises(mc.ContractError) as info:
+        options(TILED_DECODE_MAX_K + 32, True)
+    assert info.value.argument == "spec" and info.value.received == f"K = {TILED_DECODE_MAX_K + 32}"
+    assert dict(options(TILED_DECODE_MAX_K + 32, False).defines)["MIRCUDA_FP4_TILED"] == "0"
+    assert dict(options(TILED_DECODE_MAX_K, True).defines)["MIRCUDA_FP4_TILED"] == "1"
 
 
 @pytest.mark.parametrize("rows, k", [(1, 16), (130, 80), (128, 64), (300, 144)])

@@ -175,34 +175,63 @@ def test_the_emulated_formulas_are_the_header_s() -> None:
 
 
 # -- FP16 block sums (fp4_vector.cu, MIRCUDA_FP4_HALF_SUM=1) ------------------------------------------------
-def hfma_block(wq: np.ndarray, xq: np.ndarray, log2: int) -> tuple[float, bool]:
-    """One 16-element block as the kernel sums it: weights value * 2^-L, activations plain, 8 HFMA2 per half
-    (one rounding to FP16 each); returns the FP32 sum of both halves and whether any HFMA2 rounded."""
+def hfma_block(wq: np.ndarray, xq: np.ndarray, log2: int, act_log2: int = 0) -> tuple[float, bool]:
+    """One 16-element block as the kernel sums it: weights value * 2^-L, activations value * 2^-A (A =
+    ``act_log2``: fp4_vector.cu's kActLog2), 8 HFMA2 per half (one rounding to FP16 each); returns the FP32 sum
+    of both halves and whether any FP16 value (an operand or an HFMA2 result) rounded."""
     rounded = False
     halves = []
     for h in range(2):
         acc = np.float16(0)
         for j in range(8):
             e = 2 * j + h
-            exact = float(np.float16(wq[e] * 2.0 ** -log2)) * float(np.float16(xq[e])) + float(acc)
+            w, x = wq[e] * 2.0 ** -log2, xq[e] * 2.0 ** -act_log2
+            rounded |= float(np.float16(w)) != w or float(np.float16(x)) != x
+            exact = float(np.float16(w)) * float(np.float16(x)) + float(acc)
             acc = np.float16(exact)
             rounded |= float(acc) != exact
         halves.append(float(acc))
     return float(np.float32(halves[0]) + np.float32(halves[1])), rounded
 
 
+def kernel_act_log2(log2: int) -> int:
+    """fp4_vector.cu's ``kActLog2`` for a decoder's L (the source line is checked below): L where the block
+    sums' unit 2^-(2L+2) is no finer than FP16's subnormal step 2^-24, else 0 (the activations multiplied back)."""
+    return log2 if 2 * log2 + 2 <= 24 else 0
+
+
+def test_the_activations_factor_is_the_kernel_s() -> None:
+    text = re.sub(r"\s+", "", resources.files("mircuda").joinpath("cuda_src/fp4_vector.cu").read_text())
+    assert "constexprintkActLog2=2*fp4::kDecodeLog2+2<=24?fp4::kDecodeLog2:0;" in text
+    assert {d: kernel_act_log2(L) for d, L in DECODE_LOG2.items()} == {"bytes": 0, "pairs": 0, "e4m3": 6, "table": 0}
+
+
+SATURATED_AND_EDGE_BLOCKS = [(np.full(16, 6.0), np.full(16, 6.0)), (np.full(16, -6.0), np.full(16, 6.0)),
+                             (np.full(16, 0.5), np.full(16, 0.5)), (np.tile([6.0, 0.5], 8), np.tile([6.0, -0.5], 8)),
+                             (np.full(16, 6.0), np.tile([6.0, 0.5, 0.5, 0.5], 4))]
+"""All +-6 (each half sums 8 * 36: 1152 units of 2^-(L+A+2), the proof's bound reached), the smallest
+products (0.25: one unit), and mixed ones."""
+
+
 @pytest.mark.parametrize("log2", sorted(set(DECODE_LOG2.values())))
 def test_the_fp16_block_sums_never_round(log2) -> None:
+    """With the activations at the kernel's 2^-kActLog2 (2^-6 for the e4m3 decoder since the HMUL2 was dropped):
+    no operand or HFMA2 result rounds, and the sum times 2^(L + A) is the exact dot product."""
+    act = kernel_act_log2(log2)
     rng = np.random.default_rng(log2)
     grid = E2M1_VALUES.astype(np.float64)
-    blocks = [(np.full(16, 6.0), np.full(16, 6.0)), (np.full(16, -6.0), np.full(16, 6.0)),
-              (np.full(16, 0.5), np.full(16, 0.5)), (np.tile([6.0, 0.5], 8), np.tile([6.0, -0.5], 8)),
-              (np.full(16, 6.0), np.tile([6.0, 0.5, 0.5, 0.5], 4))]
-    blocks += [(rng.choice(grid, 16), rng.choice(grid, 16)) for _ in range(3000)]
+    blocks = SATURATED_AND_EDGE_BLOCKS + [(rng.choice(grid, 16), rng.choice(grid, 16)) for _ in range(3000)]
     for wq, xq in blocks:
-        got, rounded = hfma_block(wq, xq, log2)
+        got, rounded = hfma_block(wq, xq, log2, act)
         assert not rounded
-        assert got * 2.0 ** log2 == float(np.dot(wq, xq))
+        assert got * 2.0 ** (log2 + act) == float(np.dot(wq, xq))
+
+
+def test_keeping_the_bytes_decoders_2_to_the_minus_14_on_the_activations_would_round() -> None:
+    """Why kActLog2 is 0 for L = 14: products of 2^-28 units fall below FP16's subnormal step 2^-24 (0.5 * 0.5
+    * 2^-28 is not an FP16 value), so the HMUL2 that undoes 2^-14 is needed there."""
+    _, rounded = hfma_block(np.full(16, 0.5), np.full(16, 0.5), 14, 14)
+    assert rounded
 
 
 # -- compilation ---------------------------------------------------------------------------------------

@@ -265,6 +265,10 @@ class FakeMmaEngine(FakeEngine):
         return 16
 
 
+REAL_GEMV, REAL_MMA = _fp8.Fp8Gemv, _fp8.Fp8MmaGemv
+"""The engines stand_ins replaces, for tests that need their own checks."""
+
+
 def stand_ins(monkeypatch: pytest.MonkeyPatch, cc: tuple[int, int] = (9, 0)) -> tuple[Any, Any]:
     from mircuda.runtime import Context, Stream
 
@@ -494,6 +498,11 @@ def test_a_forced_kernel_overrides_the_m_1_rule(monkeypatch, vector) -> None:
     (4096, 4096, {"persistent": True}, GEMV, 8, "persistent=True"),
     (4096, 14336, {"rows": 32}, MMA, 32, "rows=32"), (4096, 14336, {"decode": "integer"}, MMA, 16, "decode='integer'"),
     (14336, 4096, {"rows": 16}, MMA, 16, "rows=16"),
+    # a knob of the rule's own kernel keeps the rule's rows (decode='integer' ran 16 rows where the rule runs 32)
+    (14336, 4096, {"decode": "integer"}, MMA, 32, "decode='integer'"),
+    (8192, 1024, {"decode": "integer", "warps": 2}, MMA, 32, "decode='integer'"),
+    (4096, 4096, {"decode": "integer"}, MMA, 16, "decode='integer'"),
+    (4096, 14336, {"persistent": True}, GEMV, 8, "persistent=True"),
     # knobs both kernels take leave the rule's kernel and rows
     (14336, 4096, {"warps": 2, "pdl_trigger": "early"}, MMA, 32, None),
     (4096, 14336, {"decode": "hardware", "persistent": False}, GEMV, 8, None),
@@ -516,6 +525,80 @@ def test_knobs_of_both_kernels_without_kernel_are_refused_by_name(monkeypatch, v
     with pytest.raises(mc.ContractError) as info:  # rows=16 names the tensor-core kernel, which has no persistent grid
         m1_plan(context, stream, 4096, 14336, vector, rows=16, persistent=True)
     assert info.value.argument == "persistent" and "blockwise_fp8_mma" in info.value.expected
+
+
+class CompileReached(Exception):
+    """Raised by a stand-in compiler: the engine's checks let the arguments through to NVRTC."""
+
+
+class RefusingCompiler:
+    arch = "sm_90"
+
+    def compile(self, *args: Any, **kwargs: Any) -> Any:
+        raise CompileReached
+
+
+@pytest.mark.parametrize("vector", [True, False], ids=["vector", "matrix"])
+@pytest.mark.parametrize("n, k", [(4096, 4096), (14336, 4096), (4096, 14336)], ids=str)
+@pytest.mark.parametrize("rows", [3, 64, 0, -8, True, 16.0, "8", np.array([8, 16])], ids=repr)
+def test_m_1_rows_of_neither_kernel_are_refused_naming_both_kernels_rows(monkeypatch, vector, n, k, rows) -> None:
+    """Without kernel= either kernel's rows are valid at M = 1 (they pick the kernel); a value of neither set was
+    refused by the rule's kernel with only its own set as expected (4096x4096: 'None, 16 or 32', though 8 runs)."""
+    context, stream = stand_ins(monkeypatch)
+    with pytest.raises(mc.ContractError) as info:
+        m1_plan(context, stream, n, k, vector, rows=rows)
+    assert info.value.argument == "rows" and info.value.received == repr(rows)
+    assert "(1, 2, 4, 8) (blockwise_fp8_gemv)" in info.value.expected
+    assert "(16, 32) (blockwise_fp8_mma)" in info.value.expected
+
+
+@pytest.mark.parametrize("vector", [True, False], ids=["vector", "matrix"])
+@pytest.mark.parametrize("n, k", [(4096, 4096), (4096, 14336)], ids=str)
+@pytest.mark.parametrize("decode", ["INTEGER", 1, np.array(["integer", "hardware"])], ids=repr)
+def test_m_1_decodes_of_neither_kernel_are_refused_naming_both(monkeypatch, vector, n, k, decode) -> None:
+    """A two-element array once raised numpy's ValueError ('truth value ... ambiguous') from the knob's kernel
+    choice; 'INTEGER' on 4096x14336 (the CUDA-core rule) was told 'None or hardware', though 'integer' runs."""
+    context, stream = stand_ins(monkeypatch)
+    with pytest.raises(mc.ContractError) as info:
+        m1_plan(context, stream, n, k, vector, decode=decode)
+    assert info.value.argument == "decode" and info.value.received == repr(decode)
+    assert info.value.expected.startswith("None, 'hardware' or 'integer'")
+
+
+@pytest.mark.parametrize("kernel", ["blockwise_fp8_gemv", "blockwise_fp8_mma"])
+def test_the_m_1_kernels_knobs_still_reach_their_engines_checks(monkeypatch, kernel) -> None:
+    """With the real engines (a compiler that refuses to be reached): the rule's choice and a knob's both get
+    through the checks to NVRTC, and a knob of the other kernel with kernel= forced is refused by that engine."""
+    context, stream = stand_ins(monkeypatch)
+    monkeypatch.setattr(_fp8, "Fp8Gemv", REAL_GEMV)
+    monkeypatch.setattr(_fp8, "Fp8MmaGemv", REAL_MMA)
+    for n, k, knobs in ((4096, 4096, {}), (4096, 14336, {}), (4096, 4096, {"rows": np.int64(4)}),
+                        (4096, 14336, {"decode": "integer"}), (14336, 4096, {"kernel": kernel})):
+        with pytest.raises(CompileReached):
+            mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(n, k), compiler=RefusingCompiler(), **knobs)
+    other = {"rows": 32} if kernel == "blockwise_fp8_gemv" else {"rows": 8}
+    with pytest.raises(mc.ContractError) as info:
+        mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096), compiler=RefusingCompiler(),
+                                  kernel=kernel, **other)
+    assert info.value.argument == "rows" and kernel in info.value.expected
+
+
+@pytest.mark.parametrize("decode", [np.array(["hardware", "integer"]), 0, "integer"], ids=repr)
+def test_the_cuda_core_engine_refuses_a_decode_that_is_not_hardware_by_name(decode) -> None:
+    """An array once raised numpy's ValueError from ``decode != 'hardware'``."""
+    with pytest.raises(mc.ContractError) as info:
+        REAL_GEMV(SimpleNamespace(), 1, 64, 64, RefusingCompiler(), decode=decode)  # type: ignore[arg-type]
+    assert info.value.argument == "decode" and info.value.received == repr(decode)
+
+
+@pytest.mark.parametrize("kernel", [np.array(["blockwise_fp8_mma"]), np.array(["blockwise_fp8_gemv", "x"]),
+                                    b"blockwise_fp8_mma"], ids=repr)
+def test_the_vector_plan_takes_a_kernel_name_as_a_str_only(monkeypatch, kernel) -> None:
+    """A one-element array of the name once passed (numpy's == made it equal), a two-element one raised ValueError."""
+    context, stream = stand_ins(monkeypatch)
+    with pytest.raises(mc.ContractError) as info:
+        mc.BlockwiseFp8VectorPlan(context, stream, mc.DenseVectorSpec(4096, 4096), kernel=kernel)
+    assert info.value.argument == "kernel" and info.value.received == repr(kernel)
 
 
 def test_devices_below_cc_8_9_are_refused(monkeypatch) -> None:

@@ -238,7 +238,8 @@ __device__ __forceinline__ long long scale_offset(long long row, int kb, int kbl
 
 // scale_offset() split in two: a part of the row alone and a part of the K-block alone, whose sum it is
 // in both layouts. A kernel walking K computes the row part once per row and the column part once per
-// step for all its rows (32-bit: below 2^31 for any K the int kernel arguments allow).
+// step for all its rows (32-bit: linear kb < 2^27 for any int K; tiled about 8 K, below 2^31 for K <= 2^28,
+// wrapping above K = 2^29, so the plans refuse tiled scales with K > 2^28: TILED_DECODE_MAX_K).
 template <bool Tiled>
 __device__ __forceinline__ long long scale_row_offset(long long row, int kblocks, int katoms) {
     if constexpr (Tiled) return ((row >> 7) * katoms) * 512 + (row & 31) * 16 + ((row >> 5) & 3) * 4;

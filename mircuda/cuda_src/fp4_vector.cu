@@ -37,10 +37,11 @@
 // undoes); the weight pairs stay value * 2^-L and meet them in HFMA2. Exactness: each product
 // q_a q_b 2^-(L+A) is a multiple of 2^-(L+A+2) (q_a, q_b multiples of 0.5) of magnitude <= 36 * 2^-(L+A);
 // each half of the half2 accumulator sums the 8 products of its positions in one 16-element block, so every
-// partial sum is an integer below 288 * 4 = 1152 < 2^11 times 2^-(L+A+2), which FP16 (11-bit significand,
-// subnormal step 2^-24 <= 2^-(L+A+2): 2^-14 for e4m3, 2^-16 for bytes and pairs, 2^-2 for the table)
-// holds exactly, so every HFMA2 rounds nothing. The block's half2 is converted to FP32 once per 16
-// elements, its halves added (exact in FP32), then scaled by sa * sb * 2^(L+A) (exact).
+// partial sum is an integer of magnitude at most 288 * 4 = 1152 < 2^11 (reached by saturated blocks) times
+// 2^-(L+A+2), which FP16 (11-bit significand, subnormal step 2^-24 <= 2^-(L+A+2): 2^-14 for e4m3, 2^-16
+// for bytes and pairs, 2^-2 for the table) holds exactly, so every HFMA2 rounds nothing. The block's half2
+// is converted to FP32 once per 16 elements, its halves added (exact in FP32), then scaled by
+// sa * sb * 2^(L+A) (exact).
 //
 // Rows past N read row N - 1 (never stored). On cc >= 9.0 the kernel supports programmatic dependent launch: nothing the
 // previous kernel of the stream may write is read before griddepcontrol.wait.

@@ -20,7 +20,7 @@ from ..errors import ClosedResourceError, ContractError, UnsupportedPlatform
 from ..launch import In, InOut, LaunchConfig, Out, cuda_export
 from ..memory import DeviceBuffer
 from ._dense import _nothing_to_release
-from ._fp4_layout import address, check_fp4_k, check_layout, fp4_layout_source, layout_options
+from ._fp4_layout import address, check_fp4_k, check_layout, check_tiled_decode_k, fp4_layout_source, layout_options
 from ._fp4_reference import BLOCK, scale_bytes
 from ._spec import (DenseMatmulSpec, DenseVectorSpec, EngineViews, Operand, PlanBase, check_disjoint, check_operand,
                     check_scalar, int_knob, plan_stream, scalar_operand)
@@ -291,7 +291,8 @@ class Fp4Gemv:
 
     Raises:
         ContractError: ``warps`` is not None, 1, 2, 4 or 8; ``symbol`` is the tensor-core kernel and
-            ``activation`` is not ``"fp4"``.
+            ``activation`` is not ``"fp4"``; K above :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K`
+            (2^28) with tiled scales (named ``spec``).
         CompileError: NVRTC rejected the kernel (a bug).
     """
 
@@ -299,6 +300,7 @@ class Fp4Gemv:
                  warps: int | None = None, symbol: str = FP4_SYMBOL, *, decode: str | None = None,
                  rows: int | None = None, block_sum: str | None = None, stages: int | None = None,
                  prefetch: bool | None = None, persistent: bool | None = None) -> None:
+        check_tiled_decode_k(k, layout)
         if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
             raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
         self.prefetch = check_flag("prefetch", prefetch, symbol)
@@ -543,11 +545,12 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         kernel: tuning knob: None or :data:`FP4_SYMBOL` (the CUDA-core kernel, the default) or
             :data:`FP4_MMA_SYMBOL` (the tensor-core kernel run with M = 1; NVFP4 activations only).
         decode: tuning knob: one of :data:`DECODES` (None: :func:`default_decode` of the compile target).
-        rows: tuning knob: weight rows per block, one of :data:`VECTOR_ROWS` for :data:`FP4_SYMBOL` (None: 8)
-            or of :data:`MMA_ROWS` for :data:`FP4_MMA_SYMBOL` (None: 16).
+        rows: tuning knob: weight rows per block, one of :data:`VECTOR_ROWS` for :data:`FP4_SYMBOL` (None: 4)
+            or of :data:`MMA_ROWS` for :data:`FP4_MMA_SYMBOL` (None: 32, two 16-row tiles per warp).
         block_sum: tuning knob of :data:`FP4_SYMBOL`: ``"fp16"`` (exact HFMA2 block sums; the default with
             NVFP4 activations) or ``"fp32"`` (the only one with BF16 activations).
-        stages: tuning knob: one of :data:`STAGES` (None: 2), steps of weight loads in the register ring.
+        stages: tuning knob: one of :data:`STAGES` (None: 3 for both kernels at M = 1, measured on the H200;
+            see :data:`STAGES`), steps of weight loads in the register ring.
         prefetch: tuning knob of :data:`FP4_SYMBOL`: True requests each warp's first weight and scale lines
             in L2 before ``griddepcontrol.wait`` (cc >= 9.0: they arrive while the previous kernel of the
             stream finishes); None or False: no prefetch. Measured on the H200 (2026-12-01,
@@ -558,8 +561,9 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
             Measured slower on the H200 at every M = 1 shape (1.09-1.38x the default's time, same file).
 
     Raises:
-        ContractError: bad context, stream, spec (K not a multiple of 16), activation, layout, warps,
-            compiler or knob (see :func:`check_gemv_knobs`, :func:`check_flag`).
+        ContractError: bad context, stream, spec (K not a multiple of 16, or above 2^28 with tiled scales:
+            :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K`), activation, layout, warps, compiler or knob
+            (see :func:`check_gemv_knobs`, :func:`check_flag`).
         UnsupportedPlatform: compute capability below 8.0.
         CompileError: NVRTC rejected the kernel (a bug).
     """
@@ -687,12 +691,14 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             (``CutlassLibrary.block_scaled_kernels``), which then runs any M.
         decode, rows, warps, block_sum, stages, prefetch, persistent: tuning knobs of the NVRTC kernels (M <= 16;
             as :class:`BlockScaledFp4VectorPlan`: ``block_sum``, ``prefetch``, ``persistent`` for ``fp4_matvec_bf16`` only;
-            None: the defaults); refused (ContractError) on the other paths.
+            None: the defaults, measured on the H200: ``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16``
+            4 rows and 3 stages at M = 1, else 2); refused (ContractError) on the other paths.
 
     Raises:
         ContractError: bad arguments (named); a forced ``kernel`` that is not in the library or cannot run
             this plan (the reason named); on the portable path with tiled scales, ``rows * K / 16 >= 2^32``
-            for an operand (``spec``). UnsupportedPlatform: cc below 8.0.
+            for an operand (``spec``); on the NVRTC kernels (M <= 16) with tiled scales, K above 2^28
+            (:data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K`, ``spec``). UnsupportedPlatform: cc below 8.0.
         CutlassNotFound: M > 16 (or a forced kernel) and the CUTLASS library is not built (the message
             gives the command).
         CutlassError: the library refused a forced kernel's plan.

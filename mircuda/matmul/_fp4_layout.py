@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from ..launch import TypedKernel
     from ..runtime import Context, Stream
 
-__all__ = ["Fp4Quantizer", "Fp4ScaleConverter", "SCALE_LAYOUTS", "check_layout", "check_fp4_k", "layout_options",
-           "fp4_quantize_source", "fp4_layout_source", "address"]
+__all__ = ["Fp4Quantizer", "Fp4ScaleConverter", "SCALE_LAYOUTS", "TILED_DECODE_MAX_K", "check_layout", "check_fp4_k",
+           "check_tiled_decode_k", "layout_options", "fp4_quantize_source", "fp4_layout_source", "address"]
 
 SCALE_LAYOUTS = ("linear", "tiled")
 """``"linear"``: ``[rows, K/16]`` row-major UE4M3 bytes. ``"tiled"``: CUTLASS's SM1xx block-scaled /
@@ -69,6 +69,26 @@ def check_fp4_k(k: int, name: str = "k") -> None:
     """
     if k % BLOCK:
         raise ContractError(name, f"a multiple of {BLOCK} (one UE4M3 scale per 16 K-elements, NVFP4)", repr(k))
+
+
+TILED_DECODE_MAX_K = 2**28
+"""Largest K that the NVRTC decode kernels (``fp4_matvec_bf16``, ``fp4_mma_bf16``, the grouped plans'
+``"vector"`` variant) take with tiled scales: each step adds the K-block's part of a scale's byte offset,
+``fp4::scale_col_offset`` (``cuda_src/fp4_common.cuh``: ``(kb / 4) * 512 + kb % 4``, about ``8 K`` at the
+last block), to its rows' scale pointers in 32-bit unsigned arithmetic; it stays below 2^31 up to
+K = 2^28 and wraps above K = 2^29 (the linear layout's part, ``kb``, stays below 2^27 for any K)."""
+
+
+def check_tiled_decode_k(k: int, layout: str) -> None:
+    """Refuse a K above :data:`TILED_DECODE_MAX_K` with ``layout`` ``"tiled"`` for the NVRTC decode kernels.
+
+    Raises:
+        ContractError: naming ``spec`` (K is the spec's), before anything is compiled or allocated.
+    """
+    if layout == "tiled" and k > TILED_DECODE_MAX_K:
+        raise ContractError("spec", f"K <= {TILED_DECODE_MAX_K} (2^28) with scale_layout='tiled' (the decode kernels "
+                                    "add a 32-bit column offset into the tiled scales; the linear layout has no "
+                                    "such bound)", f"K = {k}")
 
 
 def address(name: str, buf: Any, context: Context) -> int:

@@ -25,7 +25,7 @@ from ..errors import ContractError, CutlassNotFound, MircudaError, UnsupportedPl
 from ..launch import In, InOut, LaunchConfig, cuda_export
 from ..memory import DeviceBuffer
 from ._fp8_cutlass import CutlassFp8, cutlass_fp8_operands
-from ._fp8_mma import FP8_MMA_ROWS, FP8_MMA_SYMBOL, Fp8MmaGemv, check_pdl_trigger, pdl_defines
+from ._fp8_mma import DECODES, FP8_MMA_ROWS, FP8_MMA_SYMBOL, Fp8MmaGemv, check_pdl_trigger, pdl_defines
 from ._library import CutlassLibrary, KernelInfo
 from ._quantize import activation_scale_shape, weight_scale_shape
 from ._select import Selection, fp8_gemv_entry, fp8_m1_choice, fp8_mma_entry, select_fp8_kernel
@@ -149,7 +149,7 @@ def knob_kernel(rows: Any, persistent: Any, decode: Any) -> tuple[str, str] | No
         return FP8_MMA_SYMBOL, f"rows={rows}"
     if persistent is True:
         return SYMBOL, "persistent=True"
-    if decode == "integer":
+    if isinstance(decode, str) and decode == "integer":  # an array's == would not be one bool
         return FP8_MMA_SYMBOL, "decode='integer'"
     return None
 
@@ -157,14 +157,29 @@ def knob_kernel(rows: Any, persistent: Any, decode: Any) -> tuple[str, str] | No
 def m1_selection(n: int, k: int, compute_capability: tuple[int, int], rows: Any, persistent: Any,
                  decode: Any) -> tuple[Selection, Any]:
     """The M = 1 kernel of both plans when ``kernel=`` is None, and the rows to build it with: the kernel a
-    knob names (:func:`knob_kernel`; the caller's rows), else :func:`~mircuda.matmul._select.fp8_m1_choice`'s
-    kernel and rows for N, K and the architecture. The selection's reason says which and why."""
+    knob names (:func:`knob_kernel`; the caller's rows, else the rule's when the knob names the rule's own
+    kernel, else None: that kernel's default), else :func:`~mircuda.matmul._select.fp8_m1_choice`'s kernel
+    and rows for N, K and the architecture. The selection's reason says which and why.
+
+    Raises:
+        ContractError: ``rows`` or ``decode`` that neither kernel takes (named, with both kernels' values:
+            without ``kernel=`` either kernel's value is valid, so the message does not name only the rule's).
+    """
     choice = fp8_m1_choice(n, k, compute_capability)
     named = knob_kernel(rows, persistent, decode)
+    if named is None and rows is not None:  # an int of either kernel's set would have named it
+        raise ContractError("rows", f"None, one of {FP8_GEMV_ROWS} ({SYMBOL}) or of {FP8_MMA_ROWS} ({FP8_MMA_SYMBOL}): "
+                                    "weight rows per block, which pick the kernel at M = 1 without kernel=", repr(rows))
+    if named is None and decode is not None and (not isinstance(decode, str) or decode not in DECODES):
+        raise ContractError("decode", f"None, 'hardware' or 'integer' (the E4M3 decode; 'integer' runs "
+                                      f"{FP8_MMA_SYMBOL} at M = 1 without kernel=)", repr(decode))
     if named is None:
         entry = fp8_mma_entry() if choice.kernel == FP8_MMA_SYMBOL else fp8_gemv_entry()
-        return Selection(entry, 1, choice.reason), (choice.rows if rows is None else rows)
+        return Selection(entry, 1, choice.reason), choice.rows
     kernel, knob = named
+    if rows is None and kernel == choice.kernel:
+        # decode='integer' on a shape the rule runs on 32 rows keeps them (it does not pick the rows)
+        rows = choice.rows
     entry = fp8_mma_entry() if kernel == FP8_MMA_SYMBOL else fp8_gemv_entry()
     return Selection(entry, 1, f"M = 1 with {knob}, a knob of {kernel} only, given without kernel= (for N = {n}, "
                                f"K = {k} the M = 1 rule alone, fp8_m1_choice, runs {choice.kernel} with "
@@ -228,7 +243,7 @@ class Fp8Gemv:
             raise ContractError("rows", f"None or one of {FP8_GEMV_ROWS} with rows x M <= 32 (M = {m}; weight rows "
                                         f"per block of {SYMBOL})", repr(rows))
         check_pdl_trigger(pdl_trigger)
-        if decode is not None and decode != "hardware":
+        if decode is not None and (not isinstance(decode, str) or decode != "hardware"):
             raise ContractError("decode", f"None or 'hardware' ({SYMBOL} decodes with cvt.rn.f16x2.e4m3x2)", repr(decode))
         self.m, self.n, self.k = m, n, k
         self.rows = fp8_gemv_rows(m) if rows is None else rows
@@ -421,8 +436,8 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
             ``decode="integer"``: :func:`knob_kernel`), else the M = 1 rule's
             (:func:`~mircuda.matmul._select.fp8_m1_choice`).
         rows: weight rows per block (``blockwise_fp8_gemv``: 1, 2, 4 or 8, default 8;
-            ``blockwise_fp8_mma``: 16 or 32, default 16, or the M = 1 rule's 32 when it chose the kernel
-            for N >= 8192).
+            ``blockwise_fp8_mma``: 16 or 32, default 16, or the M = 1 rule's 32 for N >= 8192 where the rule
+            runs this kernel and ``kernel=`` is not given, ``decode="integer"`` or not).
         pdl_trigger: where programmatic dependent launch lets the next kernel start on cc >= 9.0:
             ``"early"`` or ``"late"`` (default: late).
         decode: ``blockwise_fp8_mma`` only: ``"hardware"`` (default) or ``"integer"`` (see
@@ -451,7 +466,7 @@ class BlockwiseFp8VectorPlan(_Fp8PlanBase):
         warps, rows = (int_knob(warps), int_knob(rows))  # numpy integers as ints
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
-        if kernel is not None and kernel not in (SYMBOL, FP8_MMA_SYMBOL):
+        if kernel is not None and (not isinstance(kernel, str) or kernel not in (SYMBOL, FP8_MMA_SYMBOL)):
             raise ContractError("kernel", f"None, {SYMBOL!r} or {FP8_MMA_SYMBOL!r}", repr(kernel))
         _check_spec_k(spec.k)
         _check_cc(context, "BlockwiseFp8VectorPlan")

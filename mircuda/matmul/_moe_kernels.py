@@ -17,6 +17,7 @@ from ..compile import Compiler, CompileOptions, CudaSource
 from ..dtypes import f64, is_integer_value, u64
 from ..errors import ContractError
 from ..launch import LaunchConfig, cuda_export
+from ._fp4_layout import check_tiled_decode_k
 from ._vector import INVALID_HANDLE, INVALID_VALUE, package_source
 
 if TYPE_CHECKING:
@@ -228,8 +229,16 @@ def grouped_options(*, n: int, k: int, groups: int, bank_size: int, capacity: in
                     tuning: DecodeTuning | None = None) -> CompileOptions:
     """The NVRTC defines of ``fp4_grouped.cu`` for one plan (its shapes are compile-time constants);
     ``variant`` None: :func:`choose_variant`; ``tuning`` None: the kernel's own defaults (the bytes decode,
-    2 stages, 8 warps, 16-row blocks)."""
+    2 stages, 8 warps, 16-row blocks).
+
+    Raises:
+        ContractError: variant ``"vector"`` with tiled scales and K above
+            :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K` (named ``spec``: fp4_vector.cu's 32-bit
+            column offset into the tiled scales).
+    """
     variant = choose_variant(rows_per_tile) if variant is None else variant
+    if variant == "vector":
+        check_tiled_decode_k(k, "tiled" if tiled else "linear")
     moe = {"MIRCUDA_MOE_N": n, "MIRCUDA_MOE_K": k, "MIRCUDA_MOE_G": groups, "MIRCUDA_MOE_E": bank_size,
            "MIRCUDA_MOE_CAPACITY": capacity, "MIRCUDA_MOE_MT": rows_per_tile, "MIRCUDA_MOE_FIXED_ROWS": fixed_rows,
            "MIRCUDA_MOE_TILED": int(tiled), "MIRCUDA_MOE_SETS": sets}

@@ -145,6 +145,20 @@ def test_the_default_m_1_plans_run_the_rules_kernel_and_match_float64(context, s
     assert plan.launch_config.grid[0] == -(-n // choice.rows) and choice.reason in plan.describe()
 
 
+@pytest.mark.parametrize("vector", [True, False], ids=["vector", "matrix"])
+@pytest.mark.parametrize("n, k", [(14336, 4096), (8197, 1040), (4096, 4096), (4096, 14336)], ids=str)
+def test_the_integer_decode_without_kernel_keeps_the_m_1_rules_rows_and_matches_float64(context, stream, pool, rng,
+                                                                                        n, k, vector) -> None:
+    """decode='integer' names the tensor-core kernel; where the M = 1 rule runs that kernel its rows stay
+    (32 from N = 8192 on cc 9.x), elsewhere the kernel's own 16."""
+    plan = run(context, stream, pool, rng, 1, n, k, float(rng.uniform(0.5, 2.0)), 0.5, vector=vector,
+               decode="integer")
+    choice = fp8_m1_choice(n, k, context.device_info().compute_capability)
+    rows = choice.rows if choice.kernel == "blockwise_fp8_mma" else 16
+    assert plan.kernel_name == "blockwise_fp8_mma" and plan.rows == rows and plan._engine.decode == "integer"
+    assert plan.launch_config.grid[0] == -(-n // rows)
+
+
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 9, 12, 16])
 @pytest.mark.parametrize("n, k", [(4096, 4096), (1000, 1040), (37, 304), (129, 4112)], ids=str)
 def test_the_batched_plan_matches_float64_for_every_m_up_to_16(context, stream, pool, rng, m, n, k) -> None:
