@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import statistics
 import sys
 import threading
@@ -43,6 +42,7 @@ sys.path.insert(0, str(HERE.parent))  # the checkout this script belongs to, not
 
 import mircuda as mc  # noqa: E402
 from mircuda import _cuda  # noqa: E402
+from mircuda.cli._matmul_bench import _write_json as write_json  # noqa: E402
 EMPTY = r'extern "C" __global__ void empty(float* p) {}'
 SEVEN = (r'extern "C" __global__ void seven(float* y, const float* w, const float* x, float alpha, float beta, '
          r'int n, int k) {}')
@@ -294,9 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {'in all (median of batches)':<72} {rows[-1]['median_total_us']:7.3f}")
     result["sections"] = sections
     path = Path(args.json or HERE / "results" / ("launch_breakdown_stand_in.json" if args.stand_in else "launch_breakdown.json"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {path}")
+    write_json(str(path), result)
     return 0
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import importlib.util
-import json
 import platform
 import subprocess
 import sys
@@ -50,6 +49,7 @@ sys.path.insert(0, str(HERE))
 import mircuda as mc  # noqa: E402
 from launch_breakdown import best_us, empty_loop, looper, prefixes  # noqa: E402
 from mircuda import _cuda  # noqa: E402
+from mircuda.cli._matmul_bench import _write_json as write_json  # noqa: E402
 
 NOOP_DRIVER = r"""
 #include <time.h>
@@ -326,9 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in what_if:
         print(f"    {p['piece']:<80} {p['ns']:7.1f}   (as generated {p['as_generated_ns']:.1f})")
     path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"\nwrote {path}")
+    write_json(str(path), result)
     return 0
 
 

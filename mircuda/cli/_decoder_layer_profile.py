@@ -23,8 +23,6 @@ cuBLAS measured on an H200 on 2026-11-30: 117.4 µs at M = 1, 121.9 µs at M = 1
 from __future__ import annotations
 
 import datetime
-import json
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -232,6 +230,8 @@ def decoder_layer_profile(args: Any) -> int:
                           f"rotating over {sets} sets; events around --calls back-to-back replays behind a spin "
                           "kernel, median of --repeats; single: one replay between the events"),
                "goals": lines, "notes": notes, "failures": failures, "rows": [asdict(r) for r in rows]}
+    from ._matmul_bench import _write_json
+
     _write_json(args.json, payload)
     for f in failures:
         print(f"FAILED: {f}", file=sys.stderr)
@@ -417,15 +417,6 @@ def _torch_or_reason(stream_handle: int) -> tuple[_TorchLayer | None, str]:
         return _TorchLayer(stream_handle), ""
     except Exception as exc:  # torch missing or without CUDA: the table says so
         return None, f"cuBLAS not measured: torch unavailable ({type(exc).__name__}: {exc})"[:200]
-
-
-def _write_json(path: str, payload: dict[str, Any]) -> None:
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(payload, f, indent=2)
-    print(f"results written to {path}")
 
 
 def register(sub: Any) -> None:
