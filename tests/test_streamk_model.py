@@ -215,3 +215,40 @@ def test_no_kernel_is_instantiated_in_two_translation_units() -> None:
     assert stubs, "no CUTLASS kernel host stubs found"
     twice = [s for s, c in collections.Counter(stubs).items() if c > 1]
     assert not twice, f"{len(twice)} kernels with two host stubs, e.g. {twice[0][-120:]}"
+
+
+VARIANT_OF = [("sm90_coop_128x256x64_c2x1", ("sm90_coop_128x256x64_c2x1_swz1",)),
+              ("sm90_coop_128x192x64", ("sm90_coop_128x192x64_swz1",)),
+              ("sm90_coop_128x128x64_streamk", ("sm90_coop_128x128x64_streamk_swz1",
+                                                "sm90_coop_128x128x64_streamk_forced_swz1",
+                                                "sm90_coop_128x128x64_streamk_nd_swz1")),
+              ("sm90_coop_128x192x64_streamk_swz1", ("sm90_coop_128x192x64_streamk_forced_swz1",))]
+"""A kernel's registry name -> the scheduler variants its translation unit registers with it."""
+
+
+@pytest.mark.cutlass
+def test_scheduler_variants_are_registered_with_their_kernel() -> None:
+    # one TU registers the kernel and its variants (instance.cuh): a library with the kernel has them all,
+    # with the kernel's tile, cluster and types
+    from mircuda.matmul import _library
+
+    lib = _library.CutlassLibrary(_build.find_library())
+    by_name = {k.name: k for k in lib.kernels}
+    checked = 0
+    for base, variants in VARIANT_OF:
+        for types in ("bf16_bf16", "bf16_f32", "f16_f16", "f16_f32"):
+            kernel = by_name.get(f"{base}_{types}")
+            if kernel is None:
+                continue
+            for variant in variants:
+                v = by_name.get(f"{variant}_{types}")
+                assert v is not None, (f"{variant}_{types} missing beside {kernel.name} in {lib.path}: a library "
+                                      f"built before the variant (build-cutlass from this tree)")
+                assert (v.family, v.tile, v.cluster, v.input, v.output, v.archs) == (
+                    kernel.family, kernel.tile, kernel.cluster, kernel.input, kernel.output, kernel.archs)
+                checked += 1
+    for k in lib.kernels:
+        if "_128x144x64_" in k.name:
+            assert (k.family, k.tile, k.cluster) == ("sm90_cooperative", (128, 144, 64), (1, 1)), k.name
+    if not checked:
+        pytest.skip(f"{lib.path} has none of the SM90 cooperative kernels with scheduler variants")
