@@ -6,7 +6,10 @@ tile_scheduler_params.h``: swizzle rounding, raster order, ``get_num_sk_tiles``,
 ``calculate_groups``, the Heuristic / StreamK / SplitK / DataParallel choice, the workspace size) and of
 the device-side unit assignment of ``PersistentTileSchedulerSm90StreamK`` (``sm90_tile_scheduler_
 stream_k.hpp``: units per group, big units, the minimum of 8 K tiles per split, units walking their
-tiles backwards, the fix-up order). Cluster 1x1 only (the mircuda stream-K kernels' cluster).
+tiles backwards, the fix-up order). Cluster 1x1 only (the mircuda stream-K kernels' cluster); the
+data-parallel persistent scheduler (``PersistentTileSchedulerSm90``) also with an Mx1 cluster (the 128x256
+kernel's 2x1: M tiles rounded up to whole clusters before the swizzle, the CTAs of a cluster on
+neighbouring M tiles).
 
 Time model (µs): ``t0 + c_k * (K tiles of the CTA, phantom ones included) + c_fix * (fix-ups)``, with
 the fix-up waits of the reduction mode simulated: in the deterministic mode a split waits until every
@@ -17,6 +20,9 @@ data-parallel mode took 27.7 µs for one 64-K-tile tile per SM (4096x4096, M = 5
 (M = 1024), 83.1 µs for one 224-K-tile tile (4096x14336, M = 512): c_k = 0.348 µs per 128x128x64 K tile,
 t0 = 5.2 µs; the cooperative 128x192x64 at M = 512 on 6144x4096 (37.4 µs, one tile per SM): 0.503 µs
 per 128x192x64 K tile; the cooperative 128x256x64 (2x1 cluster) at M = 2048: 0.68 µs per 128x256x64 K tile.
+The 128x144 and 128x160 tiles are not measured yet: their c_k is their area times the cost per output
+element of the 128x128 and 128x192 tiles (21.2 and 20.5 ns per 1024 elements per K tile) interpolated
+linearly in N: 0.388 µs per 128x144x64 K tile, 0.426 per 128x160x64 (``area_scaled_c_k``).
 c_fix = 0.5 µs per 64 KiB of FP32 partial sums written or read (an estimate: 64 KiB through L2 at
 ~64 B/clock/SM), 3 µs per 64 KiB added with atomics by a middle split (fitted to the stream-K kernel at
 M = 96 on 4096x4096 and 6144x4096), 1 µs for the lock reset CUTLASS enqueues before every split-K or
@@ -39,7 +45,20 @@ MIN_ITERS_PER_SK_UNIT = 8
 MAX_SK_GROUPS = 8
 MMA_WARP_GROUPS = 2  # the cooperative kernel: two consumer warp groups, one lock each per tile
 T0_US = 5.2
-C_K_US = {(128, 128): 0.348, (128, 256): 0.68, (128, 192): 0.503}
+C_K_MEASURED_US = {(128, 128): 0.348, (128, 256): 0.68, (128, 192): 0.503}
+"""µs per K tile of 64, measured (module docstring)."""
+
+
+def area_scaled_c_k(tile_m: int, tile_n: int) -> float:
+    """µs per K tile of 64 of a 128 x ``tile_n`` tile (128 < tile_n < 192) that has not been measured: its
+    area times the cost per output element of the 128x128 and 128x192 tiles, interpolated linearly in N."""
+    if tile_m != 128 or not 128 < tile_n < 192:
+        raise ValueError(f"area scaling covers 128 x (129..191) tiles, not {tile_m}x{tile_n}")
+    lo, hi = C_K_MEASURED_US[(128, 128)] / (128 * 128), C_K_MEASURED_US[(128, 192)] / (128 * 192)
+    return (lo + (hi - lo) * (tile_n - 128) / 64) * tile_m * tile_n
+
+
+C_K_US = {**C_K_MEASURED_US, (128, 144): area_scaled_c_k(128, 144), (128, 160): area_scaled_c_k(128, 160)}
 C_FIX_US_PER_64K = 0.5
 C_REDUCE_US_PER_64K = 3.0
 HBM_TBPS = 4.0  # weights streamed once: the floor of a memory-bound shape (1 GiB reads measured 4.43 TB/s)
@@ -106,6 +125,7 @@ class Decomposition:
     k_tiles_per_sk_unit: int = 0
     splits: int = 1
     workspace_bytes: int = 0
+    cluster_m: int = 1
     units: list[list[Segment]] = field(default_factory=list, repr=False)
 
     @property
@@ -114,17 +134,27 @@ class Decomposition:
 
 
 def decompose(m: int, n: int, k: int, tile: tuple[int, int, int] = (128, 128, 64), sms: int = 132,
-              max_swizzle: int = 1, mode: str = "heuristic", splits: int = 1) -> Decomposition:
-    """The decomposition CUTLASS 4.2 picks for C[M,N] with ``tile`` on ``sms`` SMs (cluster 1x1)."""
+              max_swizzle: int = 1, mode: str = "heuristic", splits: int = 1, cluster_m: int = 1) -> Decomposition:
+    """The decomposition CUTLASS 4.2 picks for C[M,N] with ``tile`` on ``sms`` SMs, cluster ``cluster_m`` x 1
+    (above 1 only with ``mode="dp"``, the data-parallel persistent scheduler).
+
+    Raises:
+        ValueError: ``cluster_m`` is not a power of 2, or above 1 with another mode.
+    """
+    if cluster_m < 1 or cluster_m & (cluster_m - 1) or (cluster_m > 1 and mode != "dp"):
+        raise ValueError(f"cluster_m={cluster_m} with mode={mode!r}: the model covers Mx1 clusters (a power of 2) "
+                         f"with the data-parallel scheduler only")
     tm, tn, tk = tile
     bm, bn = -(-m // tm), -(-n // tn)
-    log = log_swizzle(bm, bn, max_swizzle)
-    pm, pn = _round_up(bm, 1 << log), _round_up(bn, 1 << log)
+    # get_tiled_cta_shape_mnl rounds the M tiles up to whole clusters; the swizzle is chosen from those
+    cm_blocks = _round_up(bm, cluster_m)
+    log = log_swizzle(cm_blocks, bn, max_swizzle)
+    pm, pn = _round_up(cm_blocks, (1 << log) * cluster_m), _round_up(bn, 1 << log)
     raster = "M" if pn > pm else "N"  # RasterOrderOptions::Heuristic
     k_tiles = -(-k // tk)
     output_tiles = pm * pn
     d = Decomposition(m, n, k, tile, sms, max_swizzle, mode, splits, bm, bn, pm, pn, 1 << log, raster, k_tiles,
-                      "data-parallel", output_tiles)
+                      "data-parallel", output_tiles, cluster_m=cluster_m)
     acc_bytes = tm * tn * 4
     if mode == "splitk" or (mode == "heuristic" and splits > 1):
         d.mode, d.splits = "split-K", min(splits, sms, k_tiles)
@@ -176,14 +206,17 @@ def _groups(blocks_raster: int, sk_tiles: int, sk_units: int, k_tiles: int) -> i
 
 
 def _tile_mn(d: Decomposition, tile_id: int) -> tuple[int, int]:
-    """``get_work_idx_m_and_n`` (cluster 1x1) of a linear output tile."""
-    log = d.swizzle.bit_length() - 1
+    """``get_work_idx_m_and_n`` (cluster ``d.cluster_m`` x 1) of a linear output tile: the CTA of linear
+    index L is the (L mod cluster_m)-th of its cluster, along M, in either raster order."""
+    log, cm = d.swizzle.bit_length() - 1, d.cluster_m
     blk = tile_id % (d.padded_m * d.padded_n)
-    offset, extra = blk & (d.swizzle - 1), blk >> log
-    major_extent = d.padded_n if d.raster == "N" else d.padded_m
-    minor = (extra // major_extent) * d.swizzle + offset
-    major = extra % major_extent
-    return (minor, major) if d.raster == "N" else (major, minor)
+    cluster, in_cluster = divmod(blk, cm)
+    offset, extra = cluster & (d.swizzle - 1), cluster >> log
+    if d.raster == "N":  # major N (cluster extent 1), minor M in clusters
+        minor_div, major = divmod(extra, d.padded_n)
+        return (minor_div * d.swizzle + offset) * cm + in_cluster, major
+    minor_div, major = divmod(extra, d.padded_m // cm)  # major M in clusters, minor N
+    return major * cm + in_cluster, minor_div * d.swizzle + offset
 
 
 def _phantom(d: Decomposition, tile_id: int) -> bool:
@@ -194,18 +227,19 @@ def _phantom(d: Decomposition, tile_id: int) -> bool:
 def _assign(d: Decomposition) -> list[list[Segment]]:
     """The segments each persistent CTA (grid = SM count) computes, in its order."""
     kt = d.k_tiles
-    ctas: list[list[Segment]] = [[] for _ in range(d.sms)]
+    # the grid: every SM that a whole cluster can use (132 SMs in clusters of 2: 132)
+    ctas: list[list[Segment]] = [[] for _ in range(d.sms - d.sms % d.cluster_m)]
     if d.mode == "split-K":
         tiles = d.output_tiles
         per, big = kt // d.splits, kt % d.splits
         for idx in range(tiles * d.splits):
             split, t = divmod(idx, tiles)
             start = per * split + min(split, big)
-            ctas[idx % d.sms].append(Segment(t, start, per + (split < big), _phantom(d, t)))
+            ctas[idx % len(ctas)].append(Segment(t, start, per + (split < big), _phantom(d, t)))
         return ctas
     stopped: set[int] = set()
     for idx in range(d.sk_units + (d.output_tiles - d.sk_tiles)):
-        cta = idx % d.sms
+        cta = idx % len(ctas)
         if cta in stopped:
             continue
         if idx >= d.sk_units:
@@ -366,6 +400,13 @@ class Variant:
     splits: int = 1
     nondeterministic: bool = False
     built: bool = True
+    cluster_m: int = 1
+
+    def decompose(self, m: int, n: int, k: int, sms: int = 132) -> Decomposition:
+        return decompose(m, n, k, self.tile, sms, self.max_swizzle, self.mode, self.splits, self.cluster_m)
+
+    def predict(self, m: int, n: int, k: int, sms: int = 132) -> Prediction:
+        return predict(self.decompose(m, n, k, sms), nondeterministic=self.nondeterministic)
 
 
 VARIANTS = (
@@ -377,10 +418,15 @@ VARIANTS = (
     Variant("sm90_coop_128x192x64_swz1", (128, 192, 64), 1, "dp"),
     Variant("sm90_coop_128x192x64_streamk_swz1", (128, 192, 64), 1, "heuristic"),
     Variant("sm90_coop_128x192x64_streamk_forced_swz1", (128, 192, 64), 1, "streamk"),
+    Variant("sm90_coop_128x144x64_swz1", (128, 144, 64), 1, "dp"),
+    Variant("sm90_coop_128x144x64_streamk_swz1", (128, 144, 64), 1, "heuristic"),
+    Variant("sm90_coop_128x256x64_c2x1", (128, 256, 64), 4, "dp", cluster_m=2),
+    Variant("sm90_coop_128x256x64_c2x1_swz1", (128, 256, 64), 1, "dp", cluster_m=2),
     Variant("(model) split-K 2, 128x128 swz1", (128, 128, 64), 1, "splitk", 2, built=False),
     Variant("(model) stream-K forced 128x256 swz1", (128, 256, 64), 1, "streamk", built=False),
+    Variant("(model) 128x160 swz1", (128, 160, 64), 1, "dp", built=False),
 )
-"""The entries built on branch streamk (and two settings only modelled), in the probe's order."""
+"""The entries built on branches streamk and tile144 (and settings only modelled), in the probe's order."""
 
 
 def table(ms: tuple[int, ...] = MIDDLE_M, shapes: tuple[tuple[int, int], ...] = SHAPES,
@@ -390,7 +436,7 @@ def table(ms: tuple[int, ...] = MIDDLE_M, shapes: tuple[tuple[int, int], ...] = 
     for n, k in shapes:
         for m in ms:
             for v in VARIANTS:
-                d = decompose(m, n, k, v.tile, sms, v.max_swizzle, v.mode, v.splits)
+                d = v.decompose(m, n, k, sms)
                 p = predict(d, nondeterministic=v.nondeterministic)
                 rows.append({"n": n, "k": k, "m": m, "variant": v.name, "mode": d.mode,
                              "tiles": f"{d.tiles_m}x{d.tiles_n}", "padded": f"{d.padded_m}x{d.padded_n}",
@@ -405,7 +451,10 @@ SHORT = {"sm90_coop_128x128x64_streamk": "sk128", "sm90_coop_128x128x64_streamk_
          "sm90_coop_128x128x64_streamk_forced_swz1": "skF128/1", "sm90_coop_128x128x64_streamk_nd_swz1": "skN128/1",
          "sm90_coop_128x192x64": "dp192", "sm90_coop_128x192x64_swz1": "dp192/1",
          "sm90_coop_128x192x64_streamk_swz1": "sk192/1", "sm90_coop_128x192x64_streamk_forced_swz1": "skF192/1",
-         "(model) split-K 2, 128x128 swz1": "spl2", "(model) stream-K forced 128x256 swz1": "skF256/1"}
+         "sm90_coop_128x144x64_swz1": "dp144/1", "sm90_coop_128x144x64_streamk_swz1": "sk144/1",
+         "sm90_coop_128x256x64_c2x1": "dp256c2", "sm90_coop_128x256x64_c2x1_swz1": "dp256c2/1",
+         "(model) split-K 2, 128x128 swz1": "spl2", "(model) stream-K forced 128x256 swz1": "skF256/1",
+         "(model) 128x160 swz1": "dp160/1"}
 
 
 def measured(path: str, types: str = "bf16->bf16") -> dict[tuple[int, int, int], dict[str, float]]:

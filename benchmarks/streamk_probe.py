@@ -64,8 +64,7 @@ def predicted(name: str, m: int, n: int, k: int) -> float | None:
     """The model's µs for a kernel the model covers, else None."""
     for v in model.VARIANTS:
         if v.name == name:
-            d = model.decompose(m, n, k, v.tile, 132, v.max_swizzle, v.mode, v.splits)
-            return model.predict(d, nondeterministic=v.nondeterministic).us
+            return v.predict(m, n, k).us
     return None
 
 

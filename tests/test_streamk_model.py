@@ -37,7 +37,7 @@ def coverage(d) -> dict[int, list[tuple[int, int]]]:  # type: ignore[no-untyped-
 @pytest.mark.parametrize("variant", model.VARIANTS, ids=lambda v: v.name)
 @pytest.mark.parametrize("m, n, k", ODD + MIDDLE, ids=lambda v: str(v))
 def test_every_k_tile_of_every_output_tile_is_computed_once(variant, m, n, k) -> None:
-    d = model.decompose(m, n, k, variant.tile, 132, variant.max_swizzle, variant.mode, variant.splits)
+    d = variant.decompose(m, n, k)
     cov = coverage(d)
     assert sorted(cov) == list(range(d.output_tiles))
     for tile, pieces in cov.items():
@@ -97,6 +97,85 @@ def test_a_nondeterministic_reduction_never_waits_longer() -> None:
         assert model.predict(d, nondeterministic=True).us <= model.predict(d).us + 1e-9
 
 
+def test_128x144_at_m384_on_6144_is_one_wave_with_swizzle_1_and_two_with_4() -> None:
+    # 3x43 = 129 tiles of 64 K tiles on 132 SMs; 4 rounds them up to 4x44 = 176 (issue 16: cuBLAS 28.4 µs,
+    # our best 35.2 on the H200, 2026-12-01)
+    one = model.decompose(384, 6144, 4096, (128, 144, 64), 132, 1, "dp")
+    four = model.decompose(384, 6144, 4096, (128, 144, 64), 132, 4, "dp")
+    assert (one.tiles_m, one.tiles_n, one.output_tiles, one.phantom_tiles) == (3, 43, 129, 0)
+    assert (four.padded_m, four.padded_n, four.output_tiles) == (4, 44, 176)
+    assert model.predict(one).max_k_tiles == 64 and model.predict(four).max_k_tiles == 128
+    assert model.predict(one).us == pytest.approx(model.T0_US + 64 * model.C_K_US[(128, 144)])
+    # 129 tiles fill more than half the wave: the stream-K entry stays data-parallel there
+    assert model.decompose(384, 6144, 4096, (128, 144, 64), 132, 1, "heuristic").mode == "data-parallel"
+    sk = model.decompose(512, 6144, 4096, (128, 144, 64), 132, 1, "heuristic")  # 172 tiles, 1.3 waves
+    assert (sk.mode, sk.sk_tiles, sk.dp_tiles) == ("stream-K", 172, 0)
+
+
+def test_unmeasured_tiles_cost_their_area_at_the_measured_tiles_cost_per_element() -> None:
+    per_128 = model.C_K_MEASURED_US[(128, 128)] / (128 * 128)
+    per_192 = model.C_K_MEASURED_US[(128, 192)] / (128 * 192)
+    assert model.C_K_US[(128, 144)] == pytest.approx((0.75 * per_128 + 0.25 * per_192) * 128 * 144)
+    assert model.C_K_US[(128, 160)] == pytest.approx((0.5 * per_128 + 0.5 * per_192) * 128 * 160)
+    assert model.C_K_US[(128, 128)] < model.C_K_US[(128, 144)] < model.C_K_US[(128, 160)] < model.C_K_US[(128, 192)]
+    for tile in [(128, 128), (128, 192), (64, 144), (128, 256)]:
+        with pytest.raises(ValueError, match="area scaling"):
+            model.area_scaled_c_k(*tile)
+
+
+def test_the_2x1_cluster_rounds_m_tiles_to_the_cluster_then_to_the_swizzle() -> None:
+    # M = 96 on 4096x4096: 1 M tile, 2 with the cluster, 4 with swizzle 4 (4x the work); 2 with swizzle 1
+    four = model.decompose(96, 4096, 4096, (128, 256, 64), 132, 4, "dp", cluster_m=2)
+    one = model.decompose(96, 4096, 4096, (128, 256, 64), 132, 1, "dp", cluster_m=2)
+    assert (four.tiles_m, four.padded_m, four.padded_n, four.phantom_tiles) == (1, 4, 16, 48)
+    assert (one.tiles_m, one.padded_m, one.padded_n, one.phantom_tiles) == (1, 2, 16, 16)
+    # M = 768 (6 M tiles) on 14336x4096 (56 N tiles): 8x56 = 448 tiles (4 waves) with 4, 6x56 = 336 (3) with 1.
+    # The sweep of 2026-12-01 measured the swizzle-4 kernel at M = 384 there: 187.8 µs (model: 179.3).
+    four = model.decompose(768, 14336, 4096, (128, 256, 64), 132, 4, "dp", cluster_m=2)
+    one = model.decompose(768, 14336, 4096, (128, 256, 64), 132, 1, "dp", cluster_m=2)
+    assert (four.output_tiles, one.output_tiles) == (448, 336)
+    assert (model.predict(four).max_k_tiles, model.predict(one).max_k_tiles) == (4 * 64, 3 * 64)
+    # without the cluster, 6 tiles stay 6 with swizzle 1 and the 2x1 cluster pads 3 to 4
+    assert model.decompose(384, 4096, 4096, (128, 256, 64), 132, 1, "dp", cluster_m=2).padded_m == 4
+    assert model.decompose(384, 4096, 4096, (128, 256, 64), 132, 1, "dp").padded_m == 3
+
+
+@pytest.mark.parametrize("m, n", [(96, 4096), (384, 14336), (768, 4096), (1536, 6144), (200, 2816), (4096, 1024)])
+@pytest.mark.parametrize("swizzle", [1, 4])
+def test_the_ctas_of_a_cluster_take_neighbouring_m_tiles_of_one_n_tile(m, n, swizzle) -> None:
+    d = model.decompose(m, n, 4096, (128, 256, 64), 132, swizzle, "dp", cluster_m=2)
+    tiles = [model._tile_mn(d, t) for t in range(d.output_tiles)]
+    assert sorted(tiles) == [(i, j) for i in range(d.padded_m) for j in range(d.padded_n)]
+    for t in range(0, d.output_tiles, 2):  # CTA 2c and 2c + 1 are one cluster (the grid is even)
+        (m0, n0), (m1, n1) = tiles[t], tiles[t + 1]
+        assert (n0 == n1, m0 % 2, m1) == (True, 0, m0 + 1), (t, tiles[t], tiles[t + 1])
+    phantom = sum(model._phantom(d, t) for t in range(d.output_tiles))
+    assert phantom == d.phantom_tiles
+
+
+@pytest.mark.parametrize("swizzle", [1, 2, 4, 8])
+def test_a_1x1_cluster_maps_tiles_as_before(swizzle) -> None:
+    # the swizzle groups of CUTLASS's get_work_idx_m_and_n without a cluster: `swizzle` consecutive linear
+    # tiles share the major index and take consecutive minor ones
+    for m, n in [(1536, 4096), (4096, 1024), (768, 6144)]:
+        d = model.decompose(m, n, 4096, (128, 128, 64), 132, swizzle, "dp")
+        tiles = [model._tile_mn(d, t) for t in range(d.output_tiles)]
+        assert sorted(tiles) == [(i, j) for i in range(d.padded_m) for j in range(d.padded_n)]
+        major, minor = (1, 0) if d.raster == "N" else (0, 1)
+        for t in range(0, d.output_tiles, d.swizzle):
+            group = tiles[t:t + d.swizzle]
+            assert len({x[major] for x in group}) == 1
+            assert [x[minor] for x in group] == list(range(group[0][minor], group[0][minor] + d.swizzle))
+
+
+def test_clusters_are_modelled_with_the_data_parallel_scheduler_only() -> None:
+    for mode in ("heuristic", "streamk", "splitk"):
+        with pytest.raises(ValueError, match="cluster_m=2"):
+            model.decompose(384, 4096, 4096, (128, 256, 64), 132, 1, mode, cluster_m=2)
+    with pytest.raises(ValueError, match="cluster_m=3"):
+        model.decompose(384, 4096, 4096, (128, 256, 64), 132, 1, "dp", cluster_m=3)
+
+
 def test_the_model_runs_from_the_command_line(capsys, tmp_path) -> None:
     out = tmp_path / "m.json"
     assert model.main(["--m", "384", "--json", str(out)]) == 0
@@ -136,3 +215,40 @@ def test_no_kernel_is_instantiated_in_two_translation_units() -> None:
     assert stubs, "no CUTLASS kernel host stubs found"
     twice = [s for s, c in collections.Counter(stubs).items() if c > 1]
     assert not twice, f"{len(twice)} kernels with two host stubs, e.g. {twice[0][-120:]}"
+
+
+VARIANT_OF = [("sm90_coop_128x256x64_c2x1", ("sm90_coop_128x256x64_c2x1_swz1",)),
+              ("sm90_coop_128x192x64", ("sm90_coop_128x192x64_swz1",)),
+              ("sm90_coop_128x128x64_streamk", ("sm90_coop_128x128x64_streamk_swz1",
+                                                "sm90_coop_128x128x64_streamk_forced_swz1",
+                                                "sm90_coop_128x128x64_streamk_nd_swz1")),
+              ("sm90_coop_128x192x64_streamk_swz1", ("sm90_coop_128x192x64_streamk_forced_swz1",))]
+"""A kernel's registry name -> the scheduler variants its translation unit registers with it."""
+
+
+@pytest.mark.cutlass
+def test_scheduler_variants_are_registered_with_their_kernel() -> None:
+    # one TU registers the kernel and its variants (instance.cuh): a library with the kernel has them all,
+    # with the kernel's tile, cluster and types
+    from mircuda.matmul import _library
+
+    lib = _library.CutlassLibrary(_build.find_library())
+    by_name = {k.name: k for k in lib.kernels}
+    checked = 0
+    for base, variants in VARIANT_OF:
+        for types in ("bf16_bf16", "bf16_f32", "f16_f16", "f16_f32"):
+            kernel = by_name.get(f"{base}_{types}")
+            if kernel is None:
+                continue
+            for variant in variants:
+                v = by_name.get(f"{variant}_{types}")
+                assert v is not None, (f"{variant}_{types} missing beside {kernel.name} in {lib.path}: a library "
+                                      f"built before the variant (build-cutlass from this tree)")
+                assert (v.family, v.tile, v.cluster, v.input, v.output, v.archs) == (
+                    kernel.family, kernel.tile, kernel.cluster, kernel.input, kernel.output, kernel.archs)
+                checked += 1
+    for k in lib.kernels:
+        if "_128x144x64_" in k.name:
+            assert (k.family, k.tile, k.cluster) == ("sm90_cooperative", (128, 144, 64), (1, 1)), k.name
+    if not checked:
+        pytest.skip(f"{lib.path} has none of the SM90 cooperative kernels with scheduler variants")

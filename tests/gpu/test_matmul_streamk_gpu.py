@@ -1,8 +1,10 @@
 """The SM90 entries of branch streamk against float64 (poisoned outputs, a guard band past C, alpha and
 beta): the 128x128 stream-K kernel with max_swizzle_size 1 (heuristic, forced stream-K, nondeterministic
-reduction), the 128x192 tile with swizzle 1 (data-parallel) and with the stream-K scheduler. Shapes: odd
-ones (partial tiles in M, N and K), and the middle-M ones where the decomposition splits tiles over 2-5
-CTAs (benchmarks/streamk_model.py gives each one's decomposition)."""
+reduction), the 128x192 tile with swizzle 1 (data-parallel) and with the stream-K scheduler; and those of
+branch tile144: the 128x144 tile (WGMMA N = 144) with swizzle 1, data-parallel and stream-K, and the
+128x256 2x1-cluster kernel with swizzle 1. Shapes: odd ones (partial tiles in M, N and K), and the
+middle-M ones where the decomposition splits tiles over 2-5 CTAs (benchmarks/streamk_model.py gives each
+one's decomposition)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ PAIR_IDS = ["bf16", "bf16-f32", "f16", "f16-f32"]
 
 ENTRIES = ["sm90_coop_128x128x64_streamk_swz1", "sm90_coop_128x128x64_streamk_forced_swz1",
            "sm90_coop_128x128x64_streamk_nd_swz1", "sm90_coop_128x192x64_swz1",
-           "sm90_coop_128x192x64_streamk_swz1", "sm90_coop_128x192x64_streamk_forced_swz1"]
+           "sm90_coop_128x192x64_streamk_swz1", "sm90_coop_128x192x64_streamk_forced_swz1",
+           "sm90_coop_128x144x64_swz1", "sm90_coop_128x144x64_streamk_swz1", "sm90_coop_128x256x64_c2x1_swz1"]
 
 ODD = [
     (37, 136, 264),     # one partial tile, K tiles <= 8: data-parallel whatever the mode
@@ -31,6 +34,7 @@ MIDDLE = [
     (200, 2816, 4096),  # 44 tiles: the heuristic's even split-K (3 splits)
     (384, 6144, 4096),  # 144 tiles of 128x128, every one split over 2 CTAs (3 groups)
     (768, 4096, 4096),  # 6x22 tiles of 128x192: one wave with swizzle 1
+    (512, 6144, 4096),  # 4x43 tiles of 128x144: all 172 stream-K over the 132 CTAs (4 groups)
 ]
 CASES = ([pytest.param(m, n, k, i, o, id=f"{m}-{n}-{k}-{p}") for m, n, k in ODD for (i, o), p in zip(PAIRS, PAIR_IDS)]
          + [pytest.param(m, n, k, i, o, id=f"{m}-{n}-{k}-{p}") for m, n, k in MIDDLE
@@ -43,7 +47,8 @@ def _entry(library, prefix: str, input, output) -> str:  # type: ignore[no-untyp
     kernel = f"{prefix}_{name(input)}_{name(out_t)}"
     if kernel not in {k.name for k in library.kernels}:
         pytest.fail(f"{kernel} is not in {library.path}: build the library from this tree "
-                    "(python -m mircuda build-cutlass --families SM90_COOP128_STREAMK,SM90_COOP192,SM90_COOP192_STREAMK)")
+                    "(python -m mircuda build-cutlass --families SM90_COOP128_STREAMK,SM90_COOP192,SM90_COOP192_STREAMK,"
+                    "SM90_COOP,SM90_COOP144,SM90_COOP144_STREAMK)")
     return kernel
 
 

@@ -7,13 +7,21 @@
 //   MIRCUDA_ARCH_LIST                  the SASS targets of this TU as 10 * major + minor: 90, 120
 //   one of MIRCUDA_SM90_COOP, MIRCUDA_SM90_PINGPONG, MIRCUDA_SM90_SWAP, MIRCUDA_SM90_SWAP64,
 //          MIRCUDA_SM90_SWAP128, MIRCUDA_SM90_COOP128_STREAMK, MIRCUDA_SM90_PINGPONG128, MIRCUDA_SM90_COOP192,
-//          MIRCUDA_SM90_COOP192_STREAMK, MIRCUDA_SM80_DECODE,
+//          MIRCUDA_SM90_COOP192_STREAMK, MIRCUDA_SM90_COOP144, MIRCUDA_SM90_COOP144_STREAMK, MIRCUDA_SM80_DECODE,
 //          MIRCUDA_SM80_WIDE, MIRCUDA_SM80_BULK, MIRCUDA_SIMT
 #pragma once
 
 #if defined(MIRCUDA_SM90_COOP) || defined(MIRCUDA_SM90_PINGPONG) || defined(MIRCUDA_SM90_SWAP) || \
     defined(MIRCUDA_SM90_SWAP64) || defined(MIRCUDA_SM90_SWAP128) || defined(MIRCUDA_SM90_COOP128_STREAMK) || \
-    defined(MIRCUDA_SM90_PINGPONG128) || defined(MIRCUDA_SM90_COOP192) || defined(MIRCUDA_SM90_COOP192_STREAMK)
+    defined(MIRCUDA_SM90_PINGPONG128) || defined(MIRCUDA_SM90_COOP192) || defined(MIRCUDA_SM90_COOP192_STREAMK) || \
+    defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK)
+#if defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK)
+// WGMMA N = 144 (legal: N % 8 == 0 and N <= 256) is among CuTe's "extended" shapes: without this macro
+// the collective builder's op selector (cute/arch/mma_sm90.hpp, ss_op_selector) skips it and tiles a
+// 144-wide CTA with 64x16x16 instructions (N % 16 == 0 is the first shape it keeps). It only adds atoms
+// and selector branches, so the other TUs, built without it, instantiate the same kernels as before.
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1
+#endif
 #include "sm90.cuh"
 #define MIRCUDA_NS sm90
 #else
@@ -112,6 +120,34 @@ constexpr int kFamily = MIRCUDA_CUTLASS_SM90_COOPERATIVE, kTile[3] = {128, 192, 
 constexpr int kStages = 0, kAlignBytes = 16, kSplitK = 0;
 #define MIRCUDA_PREFIX "sm90_coop_128x192x64_streamk_swz1_"
 #define MIRCUDA_PRIMARY_SCHEDULE mircuda::sm90::Schedule<1>
+#elif defined(MIRCUDA_SM90_COOP144)
+// Cooperative 128x144 (two consumer warp groups of 64x144; epilogue tile 128x16, gcd(32, 144)): at M = 384
+// on N = 6144 (Llama-3-8B's QKV) 3x43 = 129 tiles fill one wave of 132 SMs with a 64-K-tile tile each
+// (128x192: 96 tiles, 128x128: 144). Only with max_swizzle_size 1: with 4, CUTLASS rounds 3x43 up to
+// 4x44 = 176 tiles (two waves). benchmarks/streamk_model.py predicts it (per-K-tile cost interpolated
+// between the measured 128x128 and 128x192 tiles).
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _144, _64>, Shape<_1, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                           cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                           cutlass::gemm::PersistentScheduler, false>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_COOPERATIVE, kTile[3] = {128, 144, 64}, kCluster[2] = {1, 1};
+constexpr int kStages = 0, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_coop_128x144x64_swz1_"
+#define MIRCUDA_WGMMA_N 144
+#define MIRCUDA_PRIMARY_SCHEDULE mircuda::sm90::Schedule<1>
+#elif defined(MIRCUDA_SM90_COOP144_STREAMK)
+// The 128x144 tile with the stream-K scheduler (heuristic decomposition), swizzle 1: where its tiles leave
+// the last wave less than half full, CUTLASS spreads them over K across the idle SMs (M = 512 on 6144:
+// 4x43 = 172 tiles, 1.3 waves, all stream-K; M = 384 on 6144, 129 tiles, stays data-parallel).
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _144, _64>, Shape<_1, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                           cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                           cutlass::gemm::StreamKScheduler, false, true>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_COOPERATIVE, kTile[3] = {128, 144, 64}, kCluster[2] = {1, 1};
+constexpr int kStages = 0, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_coop_128x144x64_streamk_swz1_"
+#define MIRCUDA_WGMMA_N 144
+#define MIRCUDA_PRIMARY_SCHEDULE mircuda::sm90::Schedule<1>
 #elif defined(MIRCUDA_SM80_DECODE)
 // Short M (decode): 32 rows x 128 columns, four warps side by side in N.
 using KernelConfig = mircuda::sm80::Config<MIRCUDA_IN, MIRCUDA_OUT, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
@@ -146,6 +182,13 @@ constexpr int kStages = 2, kAlignBytes = 0, kSplitK = 0;  // 0: the element size
 #define MIRCUDA_PREFIX "simt_128x128x8_2stage_"
 #else
 #error "no kernel family defined"
+#endif
+
+#if defined(MIRCUDA_WGMMA_N)
+// A tile whose WGMMA width CuTe picks only with an opt-in macro: check that it did, instead of timing a
+// kernel of narrow instructions.
+static_assert(cute::size<1>(typename KernelConfig::Mainloop::TiledMma::Shape_MNK{}) == MIRCUDA_WGMMA_N,
+              "the collective builder did not pick the WGMMA width of the tile (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED)");
 #endif
 
 constexpr int kArchs[] = {MIRCUDA_ARCH_LIST};
@@ -192,7 +235,12 @@ const bool kRegistered = mircuda::register_kernel({make_info(), &mircuda::MIRCUD
 //                         half full (the heuristic's data-parallel case)
 //   _streamk_nd_swz1_     and ReductionMode::Nondeterministic (heuristic decomposition): middle K splits
 //                         add their partial sums in finishing order (M <= 192: 3-5 splits per tile)
-#if defined(MIRCUDA_SM90_COOP128_STREAMK)
+#if defined(MIRCUDA_SM90_COOP)
+// 128x256 with its 2x1 cluster: the default 4 rounds the M tiles up to a multiple of 2 x 4 once both
+// counts are 3 or more (M = 768: 8 for 6), and of 2 x 2 when the smaller is 2 (M = 96: 4 M tiles, four
+// times the work); with 1, only up to the cluster's 2.
+#define MIRCUDA_PREFIX_SWZ1 "sm90_coop_128x256x64_c2x1_swz1_"
+#elif defined(MIRCUDA_SM90_COOP128_STREAMK)
 #define MIRCUDA_PREFIX_SWZ1 "sm90_coop_128x128x64_streamk_swz1_"
 #define MIRCUDA_PREFIX_FORCED_SWZ1 "sm90_coop_128x128x64_streamk_forced_swz1_"
 #define MIRCUDA_PREFIX_ND_SWZ1 "sm90_coop_128x128x64_streamk_nd_swz1_"
