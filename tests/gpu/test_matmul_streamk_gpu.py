@@ -2,9 +2,12 @@
 beta): the 128x128 stream-K kernel with max_swizzle_size 1 (heuristic, forced stream-K, nondeterministic
 reduction), the 128x192 tile with swizzle 1 (data-parallel) and with the stream-K scheduler; and those of
 branch tile144: the 128x144 tile (WGMMA N = 144) with swizzle 1, data-parallel and stream-K, and the
-128x256 2x1-cluster kernel with swizzle 1. Shapes: odd ones (partial tiles in M, N and K), and the
-middle-M ones where the decomposition splits tiles over 2-5 CTAs (benchmarks/streamk_model.py gives each
-one's decomposition)."""
+128x256 2x1-cluster kernel with swizzle 1; and those of branch midm, after the kernels cuBLAS runs at
+middle M (swapped 128x96 with 4x1 and 2x1 clusters, swapped ping-pong 64x96, ping-pong 64x144, cooperative
+128x96 and 128x176 with 1x2 clusters, swapped 128x192). Shapes: odd ones (partial tiles in M, N and K,
+and fewer weight tiles than a cluster), the middle-M ones where the decomposition splits tiles over 2-5
+CTAs (benchmarks/streamk_model.py gives each one's decomposition), and for branch midm's entries the
+cells they were made for."""
 
 from __future__ import annotations
 
@@ -22,6 +25,12 @@ ENTRIES = ["sm90_coop_128x128x64_streamk_swz1", "sm90_coop_128x128x64_streamk_fo
            "sm90_coop_128x128x64_streamk_nd_swz1", "sm90_coop_128x192x64_swz1",
            "sm90_coop_128x192x64_streamk_swz1", "sm90_coop_128x192x64_streamk_forced_swz1",
            "sm90_coop_128x144x64_swz1", "sm90_coop_128x144x64_streamk_swz1", "sm90_coop_128x256x64_c2x1_swz1"]
+MIDM_ENTRIES = ["sm90_swap_128x96x64_c4x1_splitk", "sm90_swap_128x96x64_c2x1_splitk", "sm90_swap_pingpong_64x96x64_c4x1",
+                "sm90_pingpong_64x144x64_c1x2", "sm90_coop_128x96x64_c1x2_swz1", "sm90_coop_128x176x64_c1x2_swz1",
+                "sm90_swap_128x192x64_c4x1_splitk"]
+"""Branch midm's entries (families SM90_SWAP96, SM90_SWAP96_C2, SM90_SWAP64X96, SM90_PINGPONG144, SM90_COOP96,
+SM90_COOP176, SM90_SWAP192)."""
+MIDM_SPLIT_K = [e for e in MIDM_ENTRIES if e.endswith("_splitk")]
 
 ODD = [
     (37, 136, 264),     # one partial tile, K tiles <= 8: data-parallel whatever the mode
@@ -36,10 +45,21 @@ MIDDLE = [
     (768, 4096, 4096),  # 6x22 tiles of 128x192: one wave with swizzle 1
     (512, 6144, 4096),  # 4x43 tiles of 128x144: all 172 stream-K over the 132 CTAs (4 groups)
 ]
+MIDM_CELLS = [
+    (96, 14336, 4096),   # swapped 128x96: 112 weight tiles, one token tile (cuBLAS 128x96 4x1)
+    (96, 6144, 4096),    # swapped 64x96: 96 weight tiles (cuBLAS 64x96 4x1)
+    (96, 4096, 14336),   # swapped 128x96: 32 weight tiles, 4 K slices by the rule (cuBLAS split-K 2x1)
+    (192, 6144, 4096),   # ping-pong 64x144: 3x43 tiles, 43 rounded to 44 by the 1x2 cluster
+    (192, 14336, 4096),  # swapped 128x192: 112 weight tiles, one token tile
+    (384, 14336, 4096),  # cooperative 128x176: 3x82 tiles, two waves
+    (384, 4096, 4096),   # cooperative 128x96: 3x43 tiles (44 with the cluster)
+]
 CASES = ([pytest.param(m, n, k, i, o, id=f"{m}-{n}-{k}-{p}") for m, n, k in ODD for (i, o), p in zip(PAIRS, PAIR_IDS)]
          + [pytest.param(m, n, k, i, o, id=f"{m}-{n}-{k}-{p}") for m, n, k in MIDDLE
             for (i, o), p in zip(PAIRS, PAIR_IDS) if p in ("bf16", "f16-f32")])
 """Every type pair on the odd shapes; one of each input and output width on the large ones."""
+MIDM_CASES = [pytest.param(m, n, k, i, o, id=f"{m}-{n}-{k}-{p}") for m, n, k in MIDM_CELLS
+              for (i, o), p in zip(PAIRS, PAIR_IDS) if p in ("bf16", "f16-f32")]
 
 
 def _entry(library, prefix: str, input, output) -> str:  # type: ignore[no-untyped-def]
@@ -48,12 +68,13 @@ def _entry(library, prefix: str, input, output) -> str:  # type: ignore[no-untyp
     if kernel not in {k.name for k in library.kernels}:
         pytest.fail(f"{kernel} is not in {library.path}: build the library from this tree "
                     "(python -m mircuda build-cutlass --families SM90_COOP128_STREAMK,SM90_COOP192,SM90_COOP192_STREAMK,"
-                    "SM90_COOP,SM90_COOP144,SM90_COOP144_STREAMK)")
+                    "SM90_COOP,SM90_COOP144,SM90_COOP144_STREAMK,SM90_SWAP96,SM90_SWAP96_C2,SM90_SWAP64X96,"
+                    "SM90_PINGPONG144,SM90_COOP96,SM90_COOP176,SM90_SWAP192)")
     return kernel
 
 
 @pytest.mark.cutlass
-@pytest.mark.parametrize("prefix", ENTRIES)
+@pytest.mark.parametrize("prefix", ENTRIES + MIDM_ENTRIES)
 @pytest.mark.parametrize("m, n, k, input, output", CASES)
 def test_streamk_entries_match_float64(context, stream, pool, rng, library, input, output, prefix, m, n, k) -> None:
     if context.device_info().compute_capability != (9, 0):
@@ -66,7 +87,36 @@ def test_streamk_entries_match_float64(context, stream, pool, rng, library, inpu
 
 
 @pytest.mark.cutlass
-@pytest.mark.parametrize("prefix", [e for e in ENTRIES if "_nd_" not in e])
+@pytest.mark.parametrize("prefix", MIDM_ENTRIES)
+@pytest.mark.parametrize("m, n, k, input, output", MIDM_CASES)
+def test_midm_entries_match_float64_at_their_cells(context, stream, pool, rng, library, input, output, prefix, m,
+                                                   n, k) -> None:
+    if context.device_info().compute_capability != (9, 0):
+        pytest.skip("SM90 kernels")
+    kernel = _entry(library, prefix, input, output)
+    alpha, beta = float(rng.uniform(0.5, 2.0)), float(rng.choice([0.0, rng.uniform(-1.0, 1.0)]))
+    plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, input, output, alpha, beta, kernel=kernel)
+    assert plan.kernel_name == kernel
+    assert_close(got, want, mag, out)
+
+
+@pytest.mark.cutlass
+@pytest.mark.parametrize("prefix", MIDM_SPLIT_K)
+@pytest.mark.parametrize("splits", [2, 3, 7])
+def test_midm_swapped_entries_split_k_given_by_the_caller(context, stream, pool, rng, library, prefix, splits) -> None:
+    # the clusters (4x1, 2x1) with the stream-K scheduler's split-K mode: 9 weight tiles (rounded up to the
+    # cluster), 2 token tiles, K = 4104 (65 K tiles of 64, the last partial) over 2, 3 or 7 slices
+    if context.device_info().compute_capability != (9, 0):
+        pytest.skip("SM90 kernels")
+    kernel = _entry(library, prefix, mc.bf16, None)
+    plan, got, want, mag, out = run(context, stream, pool, rng, 150, 1096, 4104, mc.bf16, None, 1.0, 0.5,
+                                    kernel=kernel, splits=splits)
+    assert plan.kernel_name == kernel
+    assert_close(got, want, mag, out)
+
+
+@pytest.mark.cutlass
+@pytest.mark.parametrize("prefix", [e for e in ENTRIES + MIDM_ENTRIES if "_nd_" not in e])
 def test_deterministic_entries_give_the_same_bits_every_run(context, stream, pool, rng, library, prefix) -> None:
     # M = 384 on 6144x4096 (every 128x128 tile split over two CTAs) and M = 96 on 4096x4096 (4-5 splits):
     # the deterministic reduction adds the splits' partial sums in K order, so every run writes the same bits

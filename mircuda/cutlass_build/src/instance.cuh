@@ -7,16 +7,21 @@
 //   MIRCUDA_ARCH_LIST                  the SASS targets of this TU as 10 * major + minor: 90, 120
 //   one of MIRCUDA_SM90_COOP, MIRCUDA_SM90_PINGPONG, MIRCUDA_SM90_SWAP, MIRCUDA_SM90_SWAP64,
 //          MIRCUDA_SM90_SWAP128, MIRCUDA_SM90_COOP128_STREAMK, MIRCUDA_SM90_PINGPONG128, MIRCUDA_SM90_COOP192,
-//          MIRCUDA_SM90_COOP192_STREAMK, MIRCUDA_SM90_COOP144, MIRCUDA_SM90_COOP144_STREAMK, MIRCUDA_SM80_DECODE,
-//          MIRCUDA_SM80_WIDE, MIRCUDA_SM80_BULK, MIRCUDA_SIMT
+//          MIRCUDA_SM90_COOP192_STREAMK, MIRCUDA_SM90_COOP144, MIRCUDA_SM90_COOP144_STREAMK, MIRCUDA_SM90_SWAP96,
+//          MIRCUDA_SM90_SWAP96_C2, MIRCUDA_SM90_SWAP64X96, MIRCUDA_SM90_PINGPONG144, MIRCUDA_SM90_COOP96,
+//          MIRCUDA_SM90_COOP176, MIRCUDA_SM90_SWAP192, MIRCUDA_SM80_DECODE, MIRCUDA_SM80_WIDE, MIRCUDA_SM80_BULK,
+//          MIRCUDA_SIMT
 #pragma once
 
 #if defined(MIRCUDA_SM90_COOP) || defined(MIRCUDA_SM90_PINGPONG) || defined(MIRCUDA_SM90_SWAP) || \
     defined(MIRCUDA_SM90_SWAP64) || defined(MIRCUDA_SM90_SWAP128) || defined(MIRCUDA_SM90_COOP128_STREAMK) || \
     defined(MIRCUDA_SM90_PINGPONG128) || defined(MIRCUDA_SM90_COOP192) || defined(MIRCUDA_SM90_COOP192_STREAMK) || \
-    defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK)
-#if defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK)
-// WGMMA N = 144 (legal: N % 8 == 0 and N <= 256) is among CuTe's "extended" shapes: without this macro
+    defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK) || defined(MIRCUDA_SM90_SWAP96) || \
+    defined(MIRCUDA_SM90_SWAP96_C2) || defined(MIRCUDA_SM90_SWAP64X96) || defined(MIRCUDA_SM90_PINGPONG144) || \
+    defined(MIRCUDA_SM90_COOP96) || defined(MIRCUDA_SM90_COOP176) || defined(MIRCUDA_SM90_SWAP192)
+#if defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK) || defined(MIRCUDA_SM90_PINGPONG144) || \
+    defined(MIRCUDA_SM90_COOP176)
+// WGMMA N = 144 or 176 (legal: N % 8 == 0 and N <= 256) is among CuTe's "extended" shapes: without this macro
 // the collective builder's op selector (cute/arch/mma_sm90.hpp, ss_op_selector) skips it and tiles a
 // 144-wide CTA with 64x16x16 instructions (N % 16 == 0 is the first shape it keeps). It only adds atoms
 // and selector branches, so the other TUs, built without it, instantiate the same kernels as before.
@@ -148,6 +153,102 @@ constexpr int kStages = 0, kAlignBytes = 16, kSplitK = 0;
 #define MIRCUDA_PREFIX "sm90_coop_128x144x64_streamk_swz1_"
 #define MIRCUDA_WGMMA_N 144
 #define MIRCUDA_PRIMARY_SCHEDULE mircuda::sm90::Schedule<1>
+#elif defined(MIRCUDA_SM90_SWAP96)
+// Middle M (65..96 tokens) on wide weights, after cuBLAS's nvjet_sm90_tst_128x96_64x7_4x1 (M = 96 on
+// 14336x4096, H200 2026-12-01): swapped, 128 weight rows x 96 tokens (WGMMA 64x96 per consumer warp
+// group), so M = 96 is one token tile and N = 14336 makes 112 CTAs; a 4x1 cluster along the weight rows
+// multicasts the token tile to 4 CTAs. Stages from the shared-memory carveout (kStages: 7 for 16-bit C,
+// 28 KB each). Data-parallel, or split-K with the caller's slices.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _96, _64>, Shape<_4, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                           cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                           cutlass::gemm::StreamKScheduler, true>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {128, 96, 64}, kCluster[2] = {4, 1};
+constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 1;
+#define MIRCUDA_PREFIX "sm90_swap_128x96x64_c4x1_splitk_"
+#define MIRCUDA_WGMMA_N 96
+#elif defined(MIRCUDA_SM90_SWAP96_C2)
+// The swapped 128x96 tile with a 2x1 cluster, after cuBLAS's split-K nvjet_sm90_tst_128x96_64x7_2x1 (M = 96
+// on 4096x14336): 32 weight tiles, so split-K (4 slices by the rule) fills the SMs; 2 divides more
+// weight-tile counts than 4.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _96, _64>, Shape<_2, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                           cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                           cutlass::gemm::StreamKScheduler, true>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {128, 96, 64}, kCluster[2] = {2, 1};
+constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 1;
+#define MIRCUDA_PREFIX "sm90_swap_128x96x64_c2x1_splitk_"
+#define MIRCUDA_WGMMA_N 96
+#elif defined(MIRCUDA_SM90_SWAP64X96)
+// After cuBLAS's nvjet_sm90_tst_64x96_64x10_4x1 (M = 96 on 6144x4096): swapped, 64 weight rows x 96 tokens
+// per tile, so N = 6144 makes 96 CTAs with a deep pipeline (20 KB per stage: 10 stages from the carveout
+// for 16-bit C). A 64-row tile is one warp group's WGMMA M, which the cooperative kernel cannot split over
+// two: the ping-pong kernel (one tile per consumer warp group; the PersistentScheduler, no split-K: CUTLASS's
+// ping-pong kernel refuses the stream-K scheduler). 4x1 cluster along the weight rows.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_64, _96, _64>, Shape<_4, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                           cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler,
+                                           true>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {64, 96, 64}, kCluster[2] = {4, 1};
+constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_swap_pingpong_64x96x64_c4x1_"
+#define MIRCUDA_WGMMA_N 96
+#elif defined(MIRCUDA_SM90_PINGPONG144)
+// After cuBLAS's nvjet_sm90_tst_144x64_64x8_2x1 (M = 192 on 6144x4096: 144 weight rows x 64 tokens, a 2x1
+// cluster along the weights). WGMMA M is 64 per warp group, so 144 can only be the WGMMA N side: not
+// swapped, 64 tokens x 144 weight rows (WGMMA 64x144, extended shapes), 3x43 = 129 tiles at M = 192 on
+// N = 6144; the 1x2 cluster along N (CUTLASS's cluster is M x N) multicasts the token tile.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_64, _144, _64>, Shape<_1, _2, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                           cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler,
+                                           false>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_PINGPONG, kTile[3] = {64, 144, 64}, kCluster[2] = {1, 2};
+constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_pingpong_64x144x64_c1x2_"
+#define MIRCUDA_WGMMA_N 144
+#elif defined(MIRCUDA_SM90_COOP96)
+// After cuBLAS's nvjet_sm90_tst_96x128_64x7_2x1 (M = 384 on 4096x4096 and 4096x14336): cooperative, 128
+// tokens x 96 weight rows (WGMMA 64x96), 3x43 = 129 tiles (132 with the cluster's rounding of 43 to 44)
+// at M = 384 on N = 4096; 1x2 cluster along N (multicast of the token tile). Swizzle 1: with 4 CUTLASS
+// rounds the 3 M tiles up to 4.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _96, _64>, Shape<_1, _2, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                           cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                           cutlass::gemm::PersistentScheduler, false>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_COOPERATIVE, kTile[3] = {128, 96, 64}, kCluster[2] = {1, 2};
+constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_coop_128x96x64_c1x2_swz1_"
+#define MIRCUDA_WGMMA_N 96
+#define MIRCUDA_PRIMARY_SCHEDULE mircuda::sm90::Schedule<1>
+#elif defined(MIRCUDA_SM90_COOP176)
+// After cuBLAS's nvjet_sm90_tst_168x128_64x5_2x1 (M = 384 on 14336x4096; 1x2 at M = 768): cooperative, 128
+// tokens x 176 weight rows (WGMMA 64x176, extended shapes; epilogue tile 128x16, gcd(32, 176)), 3x82 = 246
+// tiles at M = 384 on N = 14336, two waves like cuBLAS's 3x86 = 258 (128x128: 336, 2.5 waves); 1x2 cluster
+// along N; swizzle 1. cuBLAS's own 168 does not compile with CUTLASS 4.2 (cluster 1x2 and 1x1 alike):
+// cute/layout.hpp(1077): static assertion failed with "Stride Divisibility Condition", in the composition
+// of the weight tile's shared-memory stages (168 x 64 = 10752 elements each) for its TMA copy.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _176, _64>, Shape<_1, _2, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                           cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                           cutlass::gemm::PersistentScheduler, false>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_COOPERATIVE, kTile[3] = {128, 176, 64}, kCluster[2] = {1, 2};
+constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_coop_128x176x64_c1x2_swz1_"
+#define MIRCUDA_WGMMA_N 176
+#define MIRCUDA_PRIMARY_SCHEDULE mircuda::sm90::Schedule<1>
+#elif defined(MIRCUDA_SM90_SWAP192)
+// After cuBLAS's nvjet_sm90_tst_128x192_64x5_4x1_coopB (M = 192 on 14336x4096): swapped cooperative, 128
+// weight rows x 192 tokens (WGMMA 64x192), so M = 192 is one token tile and N = 14336 makes 112 CTAs;
+// 4x1 cluster along the weight rows (multicast of the token tile); 40 KB per stage (5 from the carveout
+// for 16-bit C). Data-parallel, or split-K with the caller's slices.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _192, _64>, Shape<_4, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative,
+                                           cutlass::epilogue::TmaWarpSpecializedCooperative,
+                                           cutlass::gemm::StreamKScheduler, true>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {128, 192, 64}, kCluster[2] = {4, 1};
+constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 1;
+#define MIRCUDA_PREFIX "sm90_swap_128x192x64_c4x1_splitk_"
+#define MIRCUDA_WGMMA_N 192
 #elif defined(MIRCUDA_SM80_DECODE)
 // Short M (decode): 32 rows x 128 columns, four warps side by side in N.
 using KernelConfig = mircuda::sm80::Config<MIRCUDA_IN, MIRCUDA_OUT, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,

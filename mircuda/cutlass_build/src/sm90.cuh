@@ -52,6 +52,8 @@ struct Config {
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  // The mainloop stages the collective builder fits beside the epilogue's shared memory (StageCountAutoCarveout).
+  static constexpr int kBuilderStages = Mainloop::DispatchPolicy::Stages;
   static constexpr bool kSwapped = Swapped;
   static constexpr bool kCooperative =
       std::is_same_v<MainloopSchedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
