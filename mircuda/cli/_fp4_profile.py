@@ -98,7 +98,7 @@ tensor-core one (``cuda_src/fp4_mma_gemv.cu``; NVFP4 activations only; at M = 1 
 SWEEP_DECODES = ("bytes", "pairs", "e4m3", "table")
 """The decoders of ``cuda_src/fp4_common.cuh`` (``mircuda.matmul._fp4.DECODES``)."""
 SWEEP_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
-    "vector": {"decode": SWEEP_DECODES, "rows": (4, 8), "warps": (1, 2, 4, 8), "sum": ("fp16", "fp32"),
+    "vector": {"decode": SWEEP_DECODES + ("dp4a",), "rows": (4, 8), "warps": (1, 2, 4, 8), "sum": ("fp16", "fp32"),
                "stages": (2, 3, 4), "prefetch": (0, 1), "persistent": (0, 1)},
     "mma": {"decode": SWEEP_DECODES, "rows": (16, 32), "warps": (1, 2, 4, 8), "stages": (2, 3, 4)},
 }
