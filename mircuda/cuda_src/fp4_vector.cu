@@ -422,12 +422,22 @@ __device__ __forceinline__ void lean_load(LeanPointers& p, unsigned cstep, unsig
     p.sx += xsstep;
 }
 
-__device__ __forceinline__ void lean_consume(float (&acc)[kRows], const LeanStep& s, uint2 lut) {
+// Consumes the step in `s` and, when `reload`, refills `s` part by part with the step kStages - 1 ahead as each
+// part is used up (the activations once decoded, each row once multiplied): the ring holds kStages - 1 steps of
+// registers, not kStages, and the loads still start a step's worth of work before they are needed.
+__device__ __forceinline__ void lean_consume(float (&acc)[kRows], LeanStep& s, uint2 lut, bool reload, LeanPointers& p,
+                                             unsigned cstep, unsigned sstep, unsigned xsstep) {
     unsigned a[8];
     const unsigned aw[4] = {s.act.x, s.act.y, s.act.z, s.act.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) activation_int8(aw[i], lut, a[2 * i], a[2 * i + 1]);
     const float2 xs = ue4m3x2_to_float2(s.araw);
+    if (reload) {
+        s.act = __ldg(reinterpret_cast<const uint4*>(p.x));
+        s.araw = __ldg(reinterpret_cast<const unsigned short*>(p.sx));
+        p.x += cstep;
+        p.sx += xsstep;
+    }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         const float2 ws = ue4m3x2_to_float2(s.sraw[r]);
@@ -444,6 +454,12 @@ __device__ __forceinline__ void lean_consume(float (&acc)[kRows], const LeanStep
                 q = __dp4a((int)e2m1_lut(x >> 16, lut), (int)a[2 * i + 1], q);
             }
             acc[r] = fmaf((float)(p - q), (b ? ws.y : ws.x) * (b ? xs.y : xs.x), acc[r]);
+        }
+        if (reload) {
+            load_codes(p.w[r], s.codes[r]);
+            s.sraw[r] = __ldg(reinterpret_cast<const unsigned short*>(p.s[r]));
+            p.w[r] += cstep;
+            p.s[r] += sstep;
         }
     }
 }
@@ -508,21 +524,22 @@ __device__ __forceinline__ void fp4_matvec_lean(__nv_bfloat16* __restrict__ y, c
     float acc[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
-    // The ring of fp4_matvec: kStages - 1 steps (weights, activations and all their scales) in flight.
-    LeanStep ring[kStages];
+    // The ring: kStages - 1 steps (weights, activations and all their scales) in flight, each buffer refilled
+    // by lean_consume with the step kStages - 1 ahead of the one it held.
+    constexpr int kBuffers = kStages - 1;
+    LeanStep ring[kBuffers];
     const uint2 lut = make_uint2(e2m1_int8_table[0], e2m1_int8_table[1]);
 #pragma unroll
-    for (int d = 0; d + 1 < kStages; ++d)
+    for (int d = 0; d < kBuffers; ++d)
         if (d < steps && lane_col + d * stride < k) lean_load(lp, cstep, sstep, xsstep, ring[d]);
-    for (int t0 = 0; t0 < steps; t0 += kStages) {
+    for (int t0 = 0; t0 < steps; t0 += kBuffers) {
 #pragma unroll
-        for (int d = 0; d < kStages; ++d) {
+        for (int d = 0; d < kBuffers; ++d) {
             const int t = t0 + d;
-            if (t < steps) {
-                const int ahead = t + kStages - 1;
-                if (ahead < steps && lane_col + ahead * stride < k)
-                    lean_load(lp, cstep, sstep, xsstep, ring[(d + kStages - 1) % kStages]);
-                if (lane_col + t * stride < k) lean_consume(acc, ring[d], lut);
+            if (t < steps && lane_col + t * stride < k) {
+                const int ahead = t + kBuffers;
+                lean_consume(acc, ring[d], lut, ahead < steps && lane_col + ahead * stride < k, lp, cstep, sstep,
+                             xsstep);
             }
         }
     }
