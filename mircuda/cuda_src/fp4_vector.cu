@@ -133,6 +133,7 @@ struct RowPointers {
     const unsigned char* s[kRows];
 };
 
+#if !MIRCUDA_FP4_DP4A
 __device__ __forceinline__ void set_row_pointers(RowPointers& p, const unsigned char* __restrict__ w,
                                                  const unsigned char* __restrict__ sw, long long row0, int n, int k,
                                                  int kblocks, int katoms) {
@@ -143,6 +144,7 @@ __device__ __forceinline__ void set_row_pointers(RowPointers& p, const unsigned 
         p.s[r] = sw + fp4::scale_row_offset<MIRCUDA_FP4_TILED != 0>(row, kblocks, katoms);
     }
 }
+#endif
 
 #if !MIRCUDA_FP4_DP4A  // the FP16/FP32 paths (the integer path has its own loads and products)
 // One step of a lane: the codes of its kElems columns from `col` in each of the R weight rows, and
@@ -537,7 +539,6 @@ __device__ __forceinline__ void fp4_matvec_lean(__nv_bfloat16* __restrict__ y, c
     constexpr int kBuffers = kStages - 1;
     LeanStep ring[kBuffers];
     const uint2 lut = make_uint2(e2m1_int8_table[0], e2m1_int8_table[1]);
-#pragma unroll
     const int steps = k > warp * 32 * 32 ? (k - warp * 32 * 32 + stride - 1) / stride : 0;  // warp-uniform
 #pragma unroll
     for (int d = 0; d < kBuffers; ++d)
