@@ -149,8 +149,8 @@ def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows:
             raise ContractError("block_sum", "None with decode='dp4a' (its block sums are exact int32 IDP4A sums)",
                                 repr(block_sum))
     elif not isinstance(decode, str) or decode not in DECODES:
-        allowed = VECTOR_DECODES if symbol == FP4_SYMBOL else DECODES
-        raise ContractError("decode", f"None or one of {', '.join(map(repr, allowed))}", repr(decode))
+        names = VECTOR_DECODES if symbol == FP4_SYMBOL else DECODES
+        raise ContractError("decode", f"None or one of {', '.join(map(repr, names))}", repr(decode))
     if decode == "e4m3" and _arch_number(arch) < 89:
         raise ContractError("decode", f"a decoder other than 'e4m3' for target {arch} (cvt.rn.f16x2.e4m3x2 needs "
                             "sm_89 or later)", repr(decode))
