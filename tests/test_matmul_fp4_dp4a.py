@@ -182,3 +182,14 @@ def test_the_sweep_takes_dp4a_for_the_vector_kernel() -> None:
     assert got[0].knobs()["decode"] == "dp4a" and got[0].label == "vector:decode=dp4a:rows=4:stages=2"
     with pytest.raises(argparse.ArgumentTypeError, match="decode"):
         sweep_values("mma:decode=dp4a")
+
+
+def test_the_dp4a_plans_check_the_activation_alignment_of_its_loads() -> None:
+    from mircuda.matmul._fp4 import fp4_operands
+
+    names = ("x", "x_scales", "w", "w_scales", "y")
+    lean = {o.name: o.alignment for o in fp4_operands(names, 1, 64, 256, "fp4", "linear", True, dp4a=True)}
+    fp16 = {o.name: o.alignment for o in fp4_operands(names, 1, 64, 256, "fp4", "linear", True)}
+    assert lean["x"] == 16 and lean["x_scales"] == 2  # one 16-byte load of codes, one 16-bit load of two scales
+    assert fp16["x"] == 8 and fp16["x_scales"] == 1
+    assert lean["w"] == fp16["w"] == 16 and lean["w_scales"] == fp16["w_scales"] == 2

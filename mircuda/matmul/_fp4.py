@@ -295,19 +295,19 @@ def _scale_operand(name: str, rows: int, k: int, layout: str, what: str, pairs: 
 
 
 def fp4_operands(names: tuple[str, str, str, str, str], m: int, n: int, k: int, activation: str, layout: str,
-                 wide: bool) -> tuple[Operand, ...]:
+                 wide: bool, dp4a: bool = False) -> tuple[Operand, ...]:
     """The checks of ``(a, a_scales, b, b_scales, d)`` under ``names`` for the NVRTC kernel: packed
     weights ``[N, K/2]`` u8 aligned to its 16-byte (K % 32 == 0) or 8-byte loads, FP4 activations
-    ``[M, K/2]`` u8 (8-byte loads) or BF16 ``[M, K]`` (16-byte loads), scales of the plan's layout (size
-    including the tiled padding; the weight scales 2-byte aligned for the 16-bit loads of the wide
-    variant), D ``[M, N]`` BF16."""
+    ``[M, K/2]`` u8 (8-byte loads; ``dp4a``, the integer path: 16-byte loads and 16-bit loads of scale pairs) or
+    BF16 ``[M, K]`` (16-byte loads), scales of the plan's layout (size including the tiled padding; the weight
+    scales 2-byte aligned for the 16-bit loads of the wide variant), D ``[M, N]`` BF16."""
     a, sa, b, sb, d = names
     loads = f"kernel {FP4_SYMBOL}: {'16' if wide else '8'}-byte loads of packed rows of {k // 2} bytes"
     ops = []
     if activation == "fp4":
-        ops.append(Operand(a, dtype_info(u8), m * k // 2, f"[M, K/2] = [{m}, {k // 2}] packed E2M1", 8,
-                           f"kernel {FP4_SYMBOL}: 8-byte activation loads"))
-        ops.append(_scale_operand(sa, m, k, layout, "M"))
+        ops.append(Operand(a, dtype_info(u8), m * k // 2, f"[M, K/2] = [{m}, {k // 2}] packed E2M1", 16 if dp4a else 8,
+                           f"kernel {FP4_SYMBOL}: {'16' if dp4a else '8'}-byte activation loads"))
+        ops.append(_scale_operand(sa, m, k, layout, "M", pairs=dp4a))
     else:
         ops.append(Operand(a, dtype_info(bf16), m * k, f"[M, K] = [{m}, {k}] BF16", 16,
                            f"kernel {FP4_SYMBOL}: 16-byte activation loads"))
@@ -641,7 +641,8 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
                                kernel if kernel is not None else FP4_SYMBOL, decode=decode, rows=rows,
                                block_sum=block_sum, stages=stages, prefetch=prefetch, persistent=persistent)
         self._names = ("x", "x_scales", "w", "w_scales", "y")
-        self._operands = fp4_operands(self._names, 1, spec.n, spec.k, activation, scale_layout, self._engine.wide)
+        self._operands = fp4_operands(self._names, 1, spec.n, spec.k, activation, scale_layout, self._engine.wide,
+                                      self._engine.decode == "dp4a")
         self._numba: Any = None
 
     def describe(self) -> Description:
@@ -827,7 +828,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler, warps, symbol, decode=decode,
                                  rows=rows, block_sum=block_sum, stages=stages, prefetch=prefetch,
                                  persistent=persistent)
-            self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide)
+            self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide,
+                                          self._gemv.decode == "dp4a")
             head = (f"M = {m} <= {GEMV_MAX_M}: decode; the {n}x{k} FP4 weights dominate the bytes, so one NVRTC kernel "
                     "streams each once and multiplies it by all M activation rows")
             if nvrtc is not None:
