@@ -41,7 +41,7 @@ def test_saturated_blocks_sum_exactly_with_dp4a(context, stream, pool, rows, sta
     w_codes[2, : k // 4] = six | minus_six << 4
     w_codes[4] = 0x8 | 0x8 << 4  # negative zeros
     x_codes = np.full((1, k // 2), six | six << 4, np.uint8)
-    x_codes[0, k // 4: k // 2] = minus_six | minus_six << 4  # the second quarter of the activations negative
+    x_codes[0, k // 8: k // 4] = minus_six | minus_six << 4  # elements K/4 .. K/2 of the activations negative
     unit = np.full(k // 16, 0x38, np.uint8)  # UE4M3 1.0
     y = poisoned(context, stream, pool, n)
     plan = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k), decode="dp4a", rows=rows,
@@ -50,7 +50,7 @@ def test_saturated_blocks_sum_exactly_with_dp4a(context, stream, pool, rows, sta
                                                         np.tile(unit, n).view(E4M3))]
     plan.execute(stream, bufs[0], bufs[1], bufs[2], bufs[3], y)
     got = check_guard(download(context, stream, y), n).astype(np.float64)
-    xv = np.where(np.arange(k) // (k // 4) == 1, -6.0, 6.0)
+    xv = np.where((np.arange(k) >= k // 4) & (np.arange(k) < k // 2), -6.0, 6.0)
     wv = np.where((np.arange(n) % 2 == 1)[:, None], -6.0, 6.0) * np.ones((1, k))
     wv[2, : k // 2] = np.tile([6.0, -6.0], k // 4)
     wv[4] = 0.0
