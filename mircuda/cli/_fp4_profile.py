@@ -98,12 +98,13 @@ tensor-core one (``cuda_src/fp4_mma_gemv.cu``; NVFP4 activations only; at M = 1 
 SWEEP_DECODES = ("bytes", "pairs", "e4m3", "table")
 """The decoders of ``cuda_src/fp4_common.cuh`` (``mircuda.matmul._fp4.DECODES``)."""
 SWEEP_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
-    "vector": {"decode": SWEEP_DECODES, "rows": (4, 8), "warps": (1, 2, 4, 8), "sum": ("fp16", "fp32"),
+    "vector": {"decode": SWEEP_DECODES + ("dp4a",), "rows": (4, 8), "warps": (1, 2, 4, 8), "sum": ("fp16", "fp32"),
                "stages": (2, 3, 4), "prefetch": (0, 1), "persistent": (0, 1)},
     "mma": {"decode": SWEEP_DECODES, "rows": (16, 32), "warps": (1, 2, 4, 8), "stages": (2, 3, 4)},
 }
 """The knobs each sweep kernel takes and their values (``sum``: the plans' ``block_sum``; ``prefetch`` and
-``persistent``: 0 or 1 for the plans' knobs False / True)."""
+``persistent``: 0 or 1 for the plans' knobs False / True; ``decode=dp4a``: ``fp4_matvec_bf16``'s integer path,
+``mircuda.matmul._fp4.VECTOR_DECODES``, M = 1 only: the plans refuse it at larger M and the sweep notes that)."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
     """``--sweep``: ``all`` (:data:`SWEEP_ALL`) or comma-separated candidates
     ``kernel[:decode=D][:rows=R][:warps=W][:sum=fp16|fp32][:stages=2|3|4][:prefetch=0|1][:persistent=0|1]``
     with ``kernel`` ``vector`` or ``mma`` (``rows`` 4 or 8 for ``vector``, 16 or 32 for ``mma``; ``sum``,
-    ``prefetch`` and ``persistent`` for ``vector`` only), e.g.
+    ``prefetch``, ``persistent`` and ``decode=dp4a``, the integer path of M = 1, for ``vector`` only), e.g.
     ``vector:decode=e4m3,vector:decode=pairs:sum=fp32,mma:decode=table:rows=32:warps=4``; a knob left out is
     the plan's default.
 
@@ -828,9 +829,9 @@ def register(sub: Any) -> None:
     p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median is reported (default 7)")
     p.add_argument("--sweep", type=sweep_values, default=None,
                    help="for M <= 16 also measure these decode-kernel configurations: 'all' or comma-separated "
-                        "kernel[:decode=bytes|pairs|e4m3|table][:rows=R][:warps=1|2|4|8][:sum=fp16|fp32][:stages=2|3|4]"
-                        "[:prefetch=0|1][:persistent=0|1] with kernel vector (rows 4|8) or mma (rows 16|32; no sum, "
-                        "prefetch or persistent)")
+                        "kernel[:decode=bytes|pairs|e4m3|table|dp4a][:rows=R][:warps=1|2|4|8][:sum=fp16|fp32]"
+                        "[:stages=2|3|4][:prefetch=0|1][:persistent=0|1] with kernel vector (rows 4|8; decode=dp4a: "
+                        "the integer path, M = 1, no sum) or mma (rows 16|32; no dp4a, sum, prefetch or persistent)")
     p.add_argument("--json", default="benchmarks/results/fp4_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=fp4_profile, json_default=p.get_default("json"))
 

@@ -78,6 +78,12 @@
 #ifndef MIRCUDA_FP4_STAGES
 #define MIRCUDA_FP4_STAGES 2
 #endif
+#ifndef MIRCUDA_FP4_DP4A
+#define MIRCUDA_FP4_DP4A 0
+#endif
+#ifndef MIRCUDA_FP4_MAX_REGS
+#define MIRCUDA_FP4_MAX_REGS 0
+#endif
 #ifndef MIRCUDA_FP4_HALF_SUM
 #define MIRCUDA_FP4_HALF_SUM 1
 #endif
@@ -96,7 +102,7 @@ constexpr int kM = MIRCUDA_FP4_M;
 constexpr int kRows = MIRCUDA_FP4_ROWS;
 constexpr int kMaxWarps = 8;
 constexpr int kBlocks = MIRCUDA_FP4_WIDE ? 2 : 1;  // 16-element blocks per lane per step
-constexpr int kElems = 16 * kBlocks;
+[[maybe_unused]] constexpr int kElems = 16 * kBlocks;
 static_assert(kM >= 1 && kM <= 16, "MIRCUDA_FP4_M must be in 1..16");
 static_assert(kRows == 4 || kRows == 8, "MIRCUDA_FP4_ROWS must be 4 or 8");
 constexpr int kStages = MIRCUDA_FP4_STAGES;  // steps of weight loads held in registers (ring)
@@ -112,7 +118,7 @@ __device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)
 #endif
 }
 
-#if !MIRCUDA_FP4_ACT_BF16
+#if !MIRCUDA_FP4_ACT_BF16 && !MIRCUDA_FP4_DP4A
 // The activations' scales: the weights' layout, except in the grouped kernel (linear activation scales).
 __device__ __forceinline__ long long act_scale_offset(long long row, int kb, int kblocks, int katoms) {
     return fp4::scale_offset<MIRCUDA_FP4_ACT_TILED != 0>(row, kb, kblocks, katoms);
@@ -127,6 +133,7 @@ struct RowPointers {
     const unsigned char* s[kRows];
 };
 
+#if !MIRCUDA_FP4_DP4A
 __device__ __forceinline__ void set_row_pointers(RowPointers& p, const unsigned char* __restrict__ w,
                                                  const unsigned char* __restrict__ sw, long long row0, int n, int k,
                                                  int kblocks, int katoms) {
@@ -137,7 +144,9 @@ __device__ __forceinline__ void set_row_pointers(RowPointers& p, const unsigned 
         p.s[r] = sw + fp4::scale_row_offset<MIRCUDA_FP4_TILED != 0>(row, kblocks, katoms);
     }
 }
+#endif
 
+#if !MIRCUDA_FP4_DP4A  // the FP16/FP32 paths (the integer path has its own loads and products)
 // One step of a lane: the codes of its kElems columns from `col` in each of the R weight rows, and
 // their kBlocks scale bytes per row (one byte, or two adjacent ones read as a 16-bit word: with K % 32
 // == 0 the K-block index is even and both layouts keep blocks 2j and 2j + 1 side by side).
@@ -291,6 +300,8 @@ __device__ __forceinline__ void consume(float (&acc)[kM][kRows], const unsigned 
     }
 }
 
+#endif  // !MIRCUDA_FP4_DP4A
+
 // Before griddepcontrol.wait (MIRCUDA_FP4_PREFETCH, cc >= 9.0): L2 prefetches of the warp's ring prologue
 // (its first kStages - 1 steps of the block's rows from row0) and of its first scale line.
 __device__ __forceinline__ void prefetch_prologue(const unsigned char* __restrict__ w, const unsigned char* __restrict__ sw,
@@ -319,7 +330,255 @@ __device__ __forceinline__ void prefetch_prologue(const unsigned char* __restric
 #endif
 }
 
-#if !MIRCUDA_FP4_PERSISTENT
+#if MIRCUDA_FP4_DP4A
+// ---- The integer path (MIRCUDA_FP4_DP4A = 1: the plans' decode='dp4a'; M = 1, NVFP4 activations) ----------
+// E2M1 codes become int8 (value * 2, so 0, 1, 2, 3, 4, 6, 8, 12 and negatives) by a byte permute: PRMT's
+// selector nibble is the E2M1 code itself, its low three bits index the magnitude table kLut0:kLut1 and its bit 3
+// (the E2M1 sign) asks PRMT to replicate the sign bit of the selected byte, which is 0 in that table. So
+// prmt(w) gives, byte by byte, 2|v| where v >= 0 and 0 where v < 0 (P), and prmt(w ^ 0x8888) the reverse (N):
+// four elements per PRMT, natural order. The dot products with the int8 activations are IDP4A (__dp4a, four
+// products and a sum per instruction): sum_j v_j a_j = dp4a(P, a) - dp4a(N, a), two int32 sums per row and
+// block. Exact: every product is an integer of magnitude <= 144 (4 q_a q_b), a 16-element block's sums at most
+// 2304 in magnitude; int32 holds them, FP32 holds their difference exactly; one FP32 rounding per block (the
+// FFMA with the scale sa * sb, an exact product of two UE4M3 values), as in the FP16 path. The final factor
+// 1/4 (both operands doubled) goes into the output scale. Per 8 weights: 4 PRMT, 3 integer operations
+// (w >> 16, w ^ 0x88888888, its >> 16), 4 IDP4A (the FP16 path: 7 integer operations, 4 F2FP, 4 HFMA2).
+// The activation codes (one 16-byte load per lane and step) and scales (one 16-bit load) travel in the load
+// ring with the weights, so no load waits at the step that uses it; each lane turns its 32 activations into
+// signed int8 once per step for all R rows: 0x80 + P - N per byte lies in [0x74, 0x8c] (one of P, N is 0, both
+// <= 12), so one IADD3 makes all four bytes without a carry between them and an XOR with 0x80 gives the
+// two's-complement byte.
+static_assert(kM == 1 && !MIRCUDA_FP4_ACT_BF16 && MIRCUDA_FP4_WIDE && !MIRCUDA_FP4_PERSISTENT && !MIRCUDA_FP4_GROUPED,
+              "MIRCUDA_FP4_DP4A: M = 1, NVFP4 activations, 16-byte loads (K % 32 == 0), no persistent or grouped grid");
+constexpr unsigned kLut0 = 0x03020100u;  // 2|v| of E2M1 magnitudes 0..3: 0, 0.5, 1, 1.5
+constexpr unsigned kLut1 = 0x0C080604u;  // 4..7: 2, 3, 4, 6
+
+// The table sits in constant memory, read once into two registers: as literals, ptxas gives PRMT one of them
+// as an immediate and copies the other into a fresh register before every PRMT (measured in the sm_90 SASS:
+// one extra instruction per four weights).
+__constant__ unsigned e2m1_int8_table[2] = {kLut0, kLut1};
+
+__device__ __forceinline__ unsigned e2m1_lut(unsigned sel, uint2 lut) {
+    unsigned d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(lut.x), "r"(lut.y), "r"(sel));
+    return d;
+}
+
+// Eight E2M1 activation codes -> two words of four signed int8 (2 v; elements 0..3, 4..7).
+__device__ __forceinline__ void activation_int8(unsigned w, uint2 lut, unsigned& lo, unsigned& hi) {
+    const unsigned x = w ^ 0x88888888u;
+    lo = (0x80808080u + e2m1_lut(w, lut) - e2m1_lut(x, lut)) ^ 0x80808080u;
+    hi = (0x80808080u + e2m1_lut(w >> 16, lut) - e2m1_lut(x >> 16, lut)) ^ 0x80808080u;
+}
+
+// Two UE4M3 scale bytes (blocks 2j, 2j + 1 in bits 0..7, 8..15; sign bits ignored as ue4m3_to_float does) ->
+// two floats, exactly (cvt.rn.f16x2.e4m3x2: every E4M3 value is an FP16 value).
+// Below cc 8.9 (no E4M3 conversion) byte by byte with fp4::ue4m3_to_float.
+__device__ __forceinline__ float2 ue4m3x2_to_float2(unsigned u) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    unsigned h;
+    asm("{\n\t.reg .b16 l;\n\tcvt.u16.u32 l, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\t}" : "=r"(h) : "r"(u & 0x7f7fu));
+    return fp4::half2_to_float2(h);
+#else
+    return make_float2(fp4::ue4m3_to_float(u & 0xffu), fp4::ue4m3_to_float((u >> 8) & 0xffu));
+#endif
+}
+
+struct LeanStep {
+    unsigned codes[kRows][4];  // 32 weights of each row
+    unsigned sraw[kRows];      // their two scale bytes
+    uint4 act;                 // the lane's 32 activation codes
+    unsigned araw;             // their two scale bytes
+};
+
+// A lane's pointers at its first column (row N - 1 for rows past N). Step t of the warp reads at the pointers
+// plus t (stride / 2) code bytes and t stride / 16 linear or t stride * 8 tiled scale bytes (the split of
+// scale_offset of fp4_common.cuh: the stride is a multiple of 64 columns, so a step moves the tiled index by
+// whole 512-byte atoms): lean_load advances each pointer by its step (one IMAD.WIDE each). (One pointer per
+// operand plus 32-bit row offsets saves registers on paper, but ptxas then spends a 64-bit add per load and as
+// many registers: measured in the sm_90 SASS, 729 against 655 loop instructions for R = 4.)
+struct LeanPointers {
+    const unsigned char* w[kRows];
+    const unsigned char* s[kRows];
+    const unsigned char* x;
+    const unsigned char* sx;
+};
+
+template <bool Tiled>
+__device__ __forceinline__ unsigned lean_scale_step(int stride) {
+    return Tiled ? (unsigned)stride * 8u : (unsigned)stride >> 4;
+}
+
+// Loads the step at the pointers and moves them to the warp's next step.
+__device__ __forceinline__ void lean_load(LeanPointers& p, unsigned cstep, unsigned sstep, unsigned xsstep, LeanStep& s) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        load_codes(p.w[r], s.codes[r]);
+        s.sraw[r] = __ldg(reinterpret_cast<const unsigned short*>(p.s[r]));
+        p.w[r] += cstep;
+        p.s[r] += sstep;
+    }
+    s.act = __ldg(reinterpret_cast<const uint4*>(p.x));
+    s.araw = __ldg(reinterpret_cast<const unsigned short*>(p.sx));
+    p.x += cstep;
+    p.sx += xsstep;
+}
+
+// Consumes the step in `s` and, when `reload`, refills `s` part by part with the step kStages - 1 ahead as each
+// part is used up (the activations once decoded, each row once multiplied): the ring holds kStages - 1 steps of
+// registers, not kStages, and the loads still start a step's worth of work before they are needed.
+__device__ __forceinline__ void lean_consume(float (&acc)[kRows], LeanStep& s, uint2 lut, bool reload, LeanPointers& p,
+                                             unsigned cstep, unsigned sstep, unsigned xsstep) {
+    unsigned a[8];
+    const unsigned aw[4] = {s.act.x, s.act.y, s.act.z, s.act.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) activation_int8(aw[i], lut, a[2 * i], a[2 * i + 1]);
+    const float2 xs = ue4m3x2_to_float2(s.araw);
+    if (reload) {
+        s.act = __ldg(reinterpret_cast<const uint4*>(p.x));
+        s.araw = __ldg(reinterpret_cast<const unsigned short*>(p.sx));
+        p.x += cstep;
+        p.sx += xsstep;
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        const float2 ws = ue4m3x2_to_float2(s.sraw[r]);
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+            int p = 0, q = 0;
+#pragma unroll
+            for (int i = 2 * b; i < 2 * b + 2; ++i) {
+                const unsigned w = s.codes[r][i];
+                const unsigned x = w ^ 0x88888888u;
+                p = __dp4a((int)e2m1_lut(w, lut), (int)a[2 * i], p);
+                p = __dp4a((int)e2m1_lut(w >> 16, lut), (int)a[2 * i + 1], p);
+                q = __dp4a((int)e2m1_lut(x, lut), (int)a[2 * i], q);
+                q = __dp4a((int)e2m1_lut(x >> 16, lut), (int)a[2 * i + 1], q);
+            }
+            acc[r] = fmaf((float)(p - q), (b ? ws.y : ws.x) * (b ? xs.y : xs.x), acc[r]);
+        }
+        if (reload) {
+            load_codes(p.w[r], s.codes[r]);
+            s.sraw[r] = __ldg(reinterpret_cast<const unsigned short*>(p.s[r]));
+            p.w[r] += cstep;
+            p.s[r] += sstep;
+        }
+    }
+}
+
+// The R row sums of the 32 lanes, reduced with R - 1 + log2(32 / R) shuffles instead of 5 R: at each of the
+// first log2 R rounds (offsets 16, 8, ...) a lane keeps half of its rows and adds the partner's copy of them,
+// handing over the other half; afterwards lane l holds row sum(bit i of l: the kept halves) and the rest of
+// the offsets add that row over the lanes. Returns the lane's row and its total.
+__device__ __forceinline__ float lean_reduce(float (&acc)[kRows], int lane, int& row) {
+    constexpr int kSteps = kRows == 4 ? 2 : 3;
+    row = 0;
+#pragma unroll
+    for (int st = 0, half = kRows / 2, off = 16; st < kSteps; ++st, half >>= 1, off >>= 1) {
+        const bool upper = (lane & off) != 0;
+#pragma unroll
+        for (int i = 0; i < half; ++i) {
+            const float give = upper ? acc[i] : acc[i + half];
+            const float keep = upper ? acc[i + half] : acc[i];
+            acc[i] = keep + __shfl_xor_sync(0xffffffffu, give, off);
+        }
+        row += upper ? half : 0;
+    }
+    float v = acc[0];
+#pragma unroll
+    for (int off = 16 / kRows; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+__device__ __forceinline__ void fp4_matvec_lean(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
+                                                const unsigned char* __restrict__ sw, const unsigned char* __restrict__ x,
+                                                const unsigned char* __restrict__ sx, const float* global_a,
+                                                const float* global_b, float alpha, int n, int k) {
+    const int warps = blockDim.x >> 5;
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const long long row0 = (long long)blockIdx.x * kRows;
+    const int kblocks = k >> 4;
+    const int katoms = (kblocks + 3) >> 2;
+    const int stride = warps * 32 * 32;
+    const int lane_col = warp * 32 * 32 + lane * 32;
+    LeanPointers lp;
+    {
+        // One 64-bit product per operand: consecutive rows lie K / 2 code bytes apart and K / 16 linear or 16
+        // tiled scale bytes (row0 is a multiple of R <= 8, so the block's rows share one 32-row group of a tiled
+        // atom); rows past N repeat row N - 1.
+        constexpr bool kTiled = MIRCUDA_FP4_TILED != 0;
+        const unsigned char* pw = w + row0 * (k / 2) + (lane_col >> 1);
+        const unsigned char* ps = sw + fp4::scale_row_offset<kTiled>(row0, kblocks, katoms) +
+                                  fp4::scale_col_offset<kTiled>(lane_col >> 4);
+        const unsigned srow = kTiled ? 16u : (unsigned)kblocks;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+            lp.w[r] = pw;
+            lp.s[r] = ps;
+            if (row0 + r + 1 < n) {
+                pw += k / 2;
+                ps += srow;
+            }
+        }
+        lp.x = x + (lane_col >> 1);
+        lp.sx = sx + fp4::scale_col_offset<MIRCUDA_FP4_ACT_TILED != 0>(lane_col >> 4);
+    }
+    const unsigned cstep = (unsigned)stride >> 1;
+    const unsigned sstep = lean_scale_step<MIRCUDA_FP4_TILED != 0>(stride);
+    const unsigned xsstep = lean_scale_step<MIRCUDA_FP4_ACT_TILED != 0>(stride);
+    prefetch_prologue(w, sw, n, k, row0, warp, lane);
+    decode::pdl_wait();
+    float acc[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
+    // The ring: kStages - 1 steps (weights, activations and all their scales) in flight, each buffer refilled
+    // by lean_consume with the step kStages - 1 ahead of the one it held. A lane takes a step while its first
+    // column is inside K (K % 32 == 0: all 32 columns are then). (A loop over the warp's first column instead of
+    // a step count, which saves the division, costs 8 registers in ptxas 13.0: 80 for R = 4.)
+    constexpr int kBuffers = kStages - 1;
+    LeanStep ring[kBuffers];
+    const uint2 lut = make_uint2(e2m1_int8_table[0], e2m1_int8_table[1]);
+    // warp-uniform; the stride is 1024 columns times a power of two (warps 1, 2, 4 or 8): a shift, no division
+    const int steps = k > warp * 32 * 32 ? (k - warp * 32 * 32 + stride - 1) >> (9 + __ffs(warps)) : 0;
+#pragma unroll
+    for (int d = 0; d < kBuffers; ++d)
+        if (d < steps && lane_col + d * stride < k) lean_load(lp, cstep, sstep, xsstep, ring[d]);
+    for (int t0 = 0; t0 < steps; t0 += kBuffers) {
+#pragma unroll
+        for (int d = 0; d < kBuffers; ++d) {
+            const int t = t0 + d;
+            if (t < steps && lane_col + t * stride < k) {
+                const int ahead = t + kBuffers;
+                lean_consume(acc, ring[d], lut, ahead < steps && lane_col + ahead * stride < k, lp, cstep, sstep,
+                             xsstep);
+            }
+        }
+    }
+    int row;
+    float v = lean_reduce(acc, lane, row);
+    decode::pdl_trigger_late();
+    // lanes 0, 32 / R, 2 * 32 / R, ... hold rows 0, 1, 2, ... (the bits of the row are the lane's high bits)
+    const bool holder = (lane & (32 / kRows - 1)) == 0;
+    float scale = 0.25f * alpha;  // both int8 operands carry a factor 2
+    if (global_a != nullptr) scale *= *global_a;
+    if (global_b != nullptr) scale *= *global_b;
+    if (warps == 1) {
+        if (holder && row0 + row < n) decode::store_out(y + row0 + row, scale * v);
+        return;
+    }
+    __shared__ float partial[kMaxWarps][kRows];
+    if (holder) partial[warp][row] = v;
+    __syncthreads();
+    if (threadIdx.x < kRows && row0 + threadIdx.x < n) {
+        float s = partial[0][threadIdx.x];
+        for (int j = 1; j < warps; ++j) s += partial[j][threadIdx.x];
+        decode::store_out(y + row0 + threadIdx.x, scale * s);
+    }
+}
+#endif  // MIRCUDA_FP4_DP4A
+
+#if !MIRCUDA_FP4_PERSISTENT && !MIRCUDA_FP4_DP4A
 __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
                                            const unsigned char* __restrict__ sw, const void* __restrict__ x,
                                            const unsigned char* __restrict__ sx, const float* global_a,
@@ -409,7 +668,7 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
     }
 }
 
-#endif  // !MIRCUDA_FP4_PERSISTENT
+#endif  // !MIRCUDA_FP4_PERSISTENT && !MIRCUDA_FP4_DP4A
 
 #if MIRCUDA_FP4_PERSISTENT
 // The persistent form of fp4_matvec (MIRCUDA_FP4_PERSISTENT): block b takes row blocks b, b + gridDim.x, ...
@@ -586,12 +845,19 @@ extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
 }
 
 #else
-extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+#if MIRCUDA_FP4_DP4A && MIRCUDA_FP4_MAX_REGS > 0
+#define MIRCUDA_FP4_BOUNDS __maxnreg__(MIRCUDA_FP4_MAX_REGS)
+#else
+#define MIRCUDA_FP4_BOUNDS __launch_bounds__(kMaxWarps * 32)
+#endif
+extern "C" __global__ void MIRCUDA_FP4_BOUNDS
     fp4_matvec_bf16(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
                     const unsigned char* __restrict__ sw, const void* __restrict__ x,
                     const unsigned char* __restrict__ sx, const float* global_a, const float* global_b, float alpha,
                     int n, int k) {
-#if MIRCUDA_FP4_PERSISTENT
+#if MIRCUDA_FP4_DP4A
+    fp4_matvec_lean(y, w, sw, reinterpret_cast<const unsigned char*>(x), sx, global_a, global_b, alpha, n, k);
+#elif MIRCUDA_FP4_PERSISTENT
     fp4_matvec_persistent(y, w, sw, x, sx, global_a, global_b, alpha, n, k);
 #else
     fp4_matvec(y, w, sw, x, sx, global_a, global_b, alpha, n, k);

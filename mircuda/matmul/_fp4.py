@@ -37,7 +37,8 @@ __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vec
            "ACTIVATIONS", "GEMV_MAX_M", "FP4_SYMBOL", "fp4_executor", "fp4_operands", "has_e2m1_cvt",
            "portable_executor", "fp4_target", "fp4_compiler", "FP4_MMA_SYMBOL", "FP4_KERNELS", "fp4_mma_source",
            "fp4_mma_options", "EPILOGUES", "check_epilogue", "DECODE_THREADS", "DECODE_WORDS", "decode_config",
-           "DECODES", "BLOCK_SUMS", "default_decode", "check_gemv_knobs", "VECTOR_ROWS", "MMA_ROWS", "STAGES"]
+           "DECODES", "BLOCK_SUMS", "default_decode", "check_gemv_knobs", "VECTOR_ROWS", "MMA_ROWS", "STAGES", "VECTOR_DECODES",
+           "check_dp4a"]
 
 ACTIVATIONS = ("fp4", "bf16")
 """``activation=``: ``"fp4"`` (NVFP4 activations with their own scales and global scale) or ``"bf16"``
@@ -67,6 +68,11 @@ DECODES = ("bytes", "pairs", "e4m3", "table")
 targets), ``"pairs"`` nibbles (i, i + 4) of a word with one shift each, ``"e4m3"`` bit operations to E4M3
 bytes then ``cvt.rn.f16x2.e4m3x2`` (cc >= 8.9), ``"table"`` a bank-replicated shared-memory table (32 KiB
 per block)."""
+VECTOR_DECODES = DECODES + ("dp4a",)
+"""``decode=`` of ``fp4_matvec_bf16`` (:data:`DECODES` and ``"dp4a"``): ``"dp4a"`` is the integer path of
+``cuda_src/fp4_vector.cu`` (``MIRCUDA_FP4_DP4A``; M = 1, NVFP4 activations, K % 32 == 0): E2M1 codes to int8 by a
+byte permute (PRMT, the E2M1 sign bit as PRMT's sign-replicate bit), IDP4A dot products summed exactly in int32 per
+16-element block, the activations and their scales in the load ring with the weights; any cc >= 8.0."""
 BLOCK_SUMS = ("fp16", "fp32")
 """``block_sum=`` (kernel ``fp4_matvec_bf16``): each 16-element block's products summed exactly in FP16 by
 HFMA2 (``"fp16"``, NVFP4 activations only) or per product in FP32 (``"fp32"``)."""
@@ -135,8 +141,16 @@ def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows:
         raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
     if decode is None:
         decode = default_decode(arch)
+    elif decode == "dp4a" and symbol == FP4_SYMBOL:
+        if activation != "fp4":
+            raise ContractError("decode", "a decoder other than 'dp4a' with activation='bf16' (the integer path "
+                                "multiplies E2M1 codes)", repr(decode))
+        if block_sum is not None:
+            raise ContractError("block_sum", "None with decode='dp4a' (its block sums are exact int32 IDP4A sums)",
+                                repr(block_sum))
     elif not isinstance(decode, str) or decode not in DECODES:
-        raise ContractError("decode", f"None or one of {', '.join(map(repr, DECODES))}", repr(decode))
+        names = VECTOR_DECODES if symbol == FP4_SYMBOL else DECODES
+        raise ContractError("decode", f"None or one of {', '.join(map(repr, names))}", repr(decode))
     if decode == "e4m3" and _arch_number(arch) < 89:
         raise ContractError("decode", f"a decoder other than 'e4m3' for target {arch} (cvt.rn.f16x2.e4m3x2 needs "
                             "sm_89 or later)", repr(decode))
@@ -182,13 +196,34 @@ def fp4_mma_options(m: int, layout: str, wide: bool, decode: str = "bytes", rows
 def fp4_gemv_options(m: int, rows: int, layout: str, wide: bool, activation: str, decode: str = "bytes",
                      block_sum: str = "fp32", stages: int = 2, prefetch: bool = False,
                      persistent: bool = False) -> CompileOptions:
-    """The NVRTC options of ``fp4_matvec_bf16`` (see ``cuda_src/fp4_vector.cu``)."""
+    """The NVRTC options of ``fp4_matvec_bf16`` (see ``cuda_src/fp4_vector.cu``); ``decode`` one of
+    :data:`VECTOR_DECODES` (``"dp4a"``: ``MIRCUDA_FP4_DP4A=1``, the word decoder unused and left at 0)."""
+    dp4a = decode == "dp4a"
     return CompileOptions(defines={"MIRCUDA_FP4_M": m, "MIRCUDA_FP4_ROWS": rows,
                                    "MIRCUDA_FP4_TILED": int(layout == "tiled"), "MIRCUDA_FP4_WIDE": int(wide),
                                    "MIRCUDA_FP4_ACT_BF16": int(activation == "bf16"),
-                                   "MIRCUDA_FP4_DECODE": DECODES.index(decode),
+                                   "MIRCUDA_FP4_DECODE": 0 if dp4a else DECODES.index(decode),
+                                   "MIRCUDA_FP4_DP4A": int(dp4a),
                                    "MIRCUDA_FP4_HALF_SUM": int(block_sum == "fp16"), "MIRCUDA_FP4_STAGES": stages,
                                    "MIRCUDA_FP4_PREFETCH": int(prefetch), "MIRCUDA_FP4_PERSISTENT": int(persistent)})
+
+
+def check_dp4a(m: int, k: int, persistent: bool) -> None:
+    """What ``decode='dp4a'`` (the integer path of ``fp4_matvec_bf16``) needs beyond :func:`check_gemv_knobs`:
+    M = 1, K % 32 == 0 (16-byte loads of 32 codes per lane), no persistent grid.
+
+    Raises:
+        ContractError: naming ``decode`` (M or K) or ``persistent``.
+    """
+    if m != 1:
+        raise ContractError("decode", f"a decoder other than 'dp4a' for M = {m} (the integer path takes M = 1)",
+                            "'dp4a'")
+    if k % 32:
+        raise ContractError("decode", f"a decoder other than 'dp4a' for K = {k} (the integer path needs K % 32 == 0: "
+                            "16-byte loads of 32 codes per lane)", "'dp4a'")
+    if persistent:
+        raise ContractError("persistent", "None or False with decode='dp4a' (the integer path has no persistent "
+                            "grid)", "True")
 
 
 def fp4_target(compute_capability: tuple[int, int]) -> str | None:
@@ -260,19 +295,19 @@ def _scale_operand(name: str, rows: int, k: int, layout: str, what: str, pairs: 
 
 
 def fp4_operands(names: tuple[str, str, str, str, str], m: int, n: int, k: int, activation: str, layout: str,
-                 wide: bool) -> tuple[Operand, ...]:
+                 wide: bool, dp4a: bool = False) -> tuple[Operand, ...]:
     """The checks of ``(a, a_scales, b, b_scales, d)`` under ``names`` for the NVRTC kernel: packed
     weights ``[N, K/2]`` u8 aligned to its 16-byte (K % 32 == 0) or 8-byte loads, FP4 activations
-    ``[M, K/2]`` u8 (8-byte loads) or BF16 ``[M, K]`` (16-byte loads), scales of the plan's layout (size
-    including the tiled padding; the weight scales 2-byte aligned for the 16-bit loads of the wide
-    variant), D ``[M, N]`` BF16."""
+    ``[M, K/2]`` u8 (8-byte loads; ``dp4a``, the integer path: 16-byte loads and 16-bit loads of scale pairs) or
+    BF16 ``[M, K]`` (16-byte loads), scales of the plan's layout (size including the tiled padding; the weight
+    scales 2-byte aligned for the 16-bit loads of the wide variant), D ``[M, N]`` BF16."""
     a, sa, b, sb, d = names
     loads = f"kernel {FP4_SYMBOL}: {'16' if wide else '8'}-byte loads of packed rows of {k // 2} bytes"
     ops = []
     if activation == "fp4":
-        ops.append(Operand(a, dtype_info(u8), m * k // 2, f"[M, K/2] = [{m}, {k // 2}] packed E2M1", 8,
-                           f"kernel {FP4_SYMBOL}: 8-byte activation loads"))
-        ops.append(_scale_operand(sa, m, k, layout, "M"))
+        ops.append(Operand(a, dtype_info(u8), m * k // 2, f"[M, K/2] = [{m}, {k // 2}] packed E2M1", 16 if dp4a else 8,
+                           f"kernel {FP4_SYMBOL}: {'16' if dp4a else '8'}-byte activation loads"))
+        ops.append(_scale_operand(sa, m, k, layout, "M", pairs=dp4a))
     else:
         ops.append(Operand(a, dtype_info(bf16), m * k, f"[M, K] = [{m}, {k}] BF16", 16,
                            f"kernel {FP4_SYMBOL}: 16-byte activation loads"))
@@ -309,6 +344,8 @@ class Fp4Gemv:
             raise ContractError("kernel", f"one of {FP4_KERNELS}", repr(symbol))
         decode, rows, block_sum = check_gemv_knobs(compiler.arch, symbol, activation, decode, rows, block_sum, warps,
                                                    stages)
+        if decode == "dp4a":
+            check_dp4a(m, k, self.persistent)
         # Three stages of loads for M = 1 on fp4_matvec_bf16 and for the tensor-core kernel (fp4-profile
         # --sweep on the H200, 2026-12-01: fp4_matvec_bf16 rows 4 x stages 3 was the fastest M = 1 kernel
         # over the three Llama shapes, 6.0 / 13.9 / 13.5 µs against 6.1 / 14.0 / 14.3 for rows 8 x stages 2;
@@ -334,7 +371,8 @@ class Fp4Gemv:
             chunk = 4 * self.elements
         else:
             self.rows = rows if rows is not None else 4
-            self.block_sum = block_sum if block_sum is not None else "fp16" if activation == "fp4" else "fp32"
+            self.block_sum = ("int32" if decode == "dp4a" else block_sum if block_sum is not None
+                              else "fp16" if activation == "fp4" else "fp32")
             self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation, decode, self.block_sum,
                                             self.stages, self.prefetch, self.persistent)
             source = fp4_vector_source()
@@ -372,6 +410,8 @@ class Fp4Gemv:
     def describe(self) -> str:
         act = "NVFP4 activations (E2M1 x UE4M3)" if self.activation == "fp4" else "BF16 activations"
         decode = (f"decode={self.decode!r}: " + (
+            "E2M1 codes to int8 by PRMT (a byte permute whose selector is the code), IDP4A dot products, the "
+            "activations and their scales in the load ring" if self.decode == "dp4a" else
             "cvt.rn.f16x2.e2m1x2" if self.decode == "bytes" and has_e2m1_cvt(self.arch) else
             "an exact software E2M1 decode: " + (
                 "byte by byte (bit operations into FP16)" if self.decode == "bytes" else
@@ -379,7 +419,7 @@ class Fp4Gemv:
                 if self.decode == "pairs" else
                 "bit operations to E4M3 bytes, then cvt.rn.f16x2.e4m3x2" if self.decode == "e4m3" else
                 "a bank-replicated shared-memory table byte -> FP16 pair (32 KiB per block)"))
-            + ("" if has_e2m1_cvt(self.arch) else
+            + ("" if has_e2m1_cvt(self.arch) or self.decode == "dp4a" else
                f"; target {self.arch}: cvt.rn.f16x2.e2m1x2 needs a family-specific Blackwell target, "
                "sm_100f/sm_120f/sm_1xxa, which the default compiler takes on cc 12.x"))
         if self.symbol == FP4_MMA_SYMBOL:
@@ -394,10 +434,14 @@ class Fp4Gemv:
                     "next step's loads in flight"
                     + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else ""))
         summed = ("block_sum='fp16': each 16-element block summed exactly in FP16 by HFMA2, converted once "
-                  "per block" if self.block_sum == "fp16" else "block_sum='fp32': products in FP32")
+                  "per block" if self.block_sum == "fp16" else
+                  "each 16-element block summed exactly in int32 by IDP4A, converted once per block"
+                  if self.block_sum == "int32" else "block_sum='fp32': products in FP32")
         return (f"kernel {FP4_SYMBOL} (NVRTC, -D MIRCUDA_FP4_M={self.m} -D MIRCUDA_FP4_ROWS={self.rows}"
                 f"{' -D MIRCUDA_FP4_TILED=1' if self.layout == 'tiled' else ''} -D MIRCUDA_FP4_DECODE="
-                f"{DECODES.index(self.decode)} -D MIRCUDA_FP4_HALF_SUM={int(self.block_sum == 'fp16')} "
+                f"{0 if self.decode == 'dp4a' else DECODES.index(self.decode)}"
+                f"{' -D MIRCUDA_FP4_DP4A=1' if self.decode == 'dp4a' else ''} "
+                f"-D MIRCUDA_FP4_HALF_SUM={int(self.block_sum == 'fp16')} "
                 f"-D MIRCUDA_FP4_STAGES={self.stages}{' -D MIRCUDA_FP4_PREFETCH=1' if self.prefetch else ''}"
                 f"{' -D MIRCUDA_FP4_PERSISTENT=1' if self.persistent else ''}), "
                 f"{self.config.grid[0]} {'persistent blocks (one wave) walking row blocks' if self.persistent else 'blocks'} of "
@@ -544,7 +588,9 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
             block splitting K.
         kernel: tuning knob: None or :data:`FP4_SYMBOL` (the CUDA-core kernel, the default) or
             :data:`FP4_MMA_SYMBOL` (the tensor-core kernel run with M = 1; NVFP4 activations only).
-        decode: tuning knob: one of :data:`DECODES` (None: :func:`default_decode` of the compile target).
+        decode: tuning knob: one of :data:`DECODES` (None: :func:`default_decode` of the compile target), or
+            for :data:`FP4_SYMBOL` ``"dp4a"`` (:data:`VECTOR_DECODES`: the integer path; NVFP4 activations,
+            K % 32 == 0, block_sum None, no persistent grid).
         rows: tuning knob: weight rows per block, one of :data:`VECTOR_ROWS` for :data:`FP4_SYMBOL` (None: 4)
             or of :data:`MMA_ROWS` for :data:`FP4_MMA_SYMBOL` (None: 32, two 16-row tiles per warp).
         block_sum: tuning knob of :data:`FP4_SYMBOL`: ``"fp16"`` (exact HFMA2 block sums; the default with
@@ -595,7 +641,8 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
                                kernel if kernel is not None else FP4_SYMBOL, decode=decode, rows=rows,
                                block_sum=block_sum, stages=stages, prefetch=prefetch, persistent=persistent)
         self._names = ("x", "x_scales", "w", "w_scales", "y")
-        self._operands = fp4_operands(self._names, 1, spec.n, spec.k, activation, scale_layout, self._engine.wide)
+        self._operands = fp4_operands(self._names, 1, spec.n, spec.k, activation, scale_layout, self._engine.wide,
+                                      self._engine.decode == "dp4a")
         self._numba: Any = None
 
     def describe(self) -> Description:
@@ -781,7 +828,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler, warps, symbol, decode=decode,
                                  rows=rows, block_sum=block_sum, stages=stages, prefetch=prefetch,
                                  persistent=persistent)
-            self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide)
+            self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide,
+                                          self._gemv.decode == "dp4a")
             head = (f"M = {m} <= {GEMV_MAX_M}: decode; the {n}x{k} FP4 weights dominate the bytes, so one NVRTC kernel "
                     "streams each once and multiplies it by all M activation rows")
             if nvrtc is not None:

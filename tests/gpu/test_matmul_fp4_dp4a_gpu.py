@@ -1,0 +1,108 @@
+"""The integer path of ``fp4_matvec_bf16`` (``decode='dp4a'``: E2M1 -> int8 by PRMT, IDP4A, int32 block sums)
+on the GPU: against the float64 reference of the dequantized operands (odd N, K a multiple of 32 but not of 64,
+a K of one step and of many, both scale layouts, 4 and 8 rows, 2..4 stages, 1 and 8 warps, poisoned outputs
+with a guard band), saturated blocks summed exactly, scales of the whole UE4M3 range, and what it refuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mircuda as mc
+from helpers import download, upload
+from matmul_helpers import assert_close
+from mircuda.matmul import _fp4_reference as ref
+from test_matmul_fp4_gpu import E4M3, check_guard, poisoned, reference, run_vector
+
+DP4A_SHAPES = [(4096, 4096), (301, 96), (37, 1056), (1, 32), (4097, 160), (300, 14336)]
+"""(N, K): odd N and N = 1; 96, 1056 and 160 are multiples of 32 but not of 64; 32 one lane's step; 14336 many
+steps per warp."""
+
+
+@pytest.mark.parametrize("rows, stages", [(4, 2), (4, 3), (8, 2), (4, 4)], ids=str)
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("n, k", DP4A_SHAPES, ids=str)
+def test_the_dp4a_vector_plan_matches_float64(context, stream, pool, rng, n, k, layout, rows, stages) -> None:
+    for warps in (None, 1, 8):
+        knobs = {"decode": "dp4a", "rows": rows, "stages": stages}
+        if warps is not None:
+            knobs["warps"] = warps
+        run_vector(context, stream, pool, rng, n, k, "fp4", layout, **knobs)
+
+
+@pytest.mark.parametrize("rows, stages", [(4, 2), (8, 3)], ids=str)
+def test_saturated_blocks_sum_exactly_with_dp4a(context, stream, pool, rows, stages) -> None:
+    """Every code +-6 in both operands with unit scales: each 16-element block's int32 sums reach 16 * 144 (the
+    doubled operands), the result is exact in BF16, so any wrong byte of the PRMT table, sign or carry shows."""
+    n, k = 24, 4096
+    six, minus_six = 0x7, 0xF
+    w_codes = np.full((n, k // 2), six | six << 4, np.uint8)
+    w_codes[1::2] = minus_six | minus_six << 4
+    w_codes[2, : k // 4] = six | minus_six << 4
+    w_codes[4] = 0x8 | 0x8 << 4  # negative zeros
+    x_codes = np.full((1, k // 2), six | six << 4, np.uint8)
+    x_codes[0, k // 8: k // 4] = minus_six | minus_six << 4  # elements K/4 .. K/2 of the activations negative
+    unit = np.full(k // 16, 0x38, np.uint8)  # UE4M3 1.0
+    y = poisoned(context, stream, pool, n)
+    plan = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k), decode="dp4a", rows=rows,
+                                       stages=stages)
+    bufs = [upload(context, stream, pool, a) for a in (x_codes.ravel(), unit.view(E4M3), w_codes.ravel(),
+                                                        np.tile(unit, n).view(E4M3))]
+    plan.execute(stream, bufs[0], bufs[1], bufs[2], bufs[3], y)
+    got = check_guard(download(context, stream, y), n).astype(np.float64)
+    xv = np.where((np.arange(k) >= k // 4) & (np.arange(k) < k // 2), -6.0, 6.0)
+    wv = np.where((np.arange(n) % 2 == 1)[:, None], -6.0, 6.0) * np.ones((1, k))
+    wv[2, : k // 2] = np.tile([6.0, -6.0], k // 4)
+    wv[4] = 0.0
+    want = wv @ xv
+    assert np.array_equal(got, want), (got, want)
+    for b in bufs:
+        b.free(stream)
+    y.free(stream)
+
+
+def test_dp4a_scales_span_the_ue4m3_range(context, stream, pool, rng) -> None:
+    """Random codes with block scales from the smallest subnormal UE4M3 (2^-9) to 448 in both operands: the
+    scale conversion (cvt.rn.f16x2.e4m3x2 of the two bytes) and the product sa * sb stay exact."""
+    n, k = 64, 512
+    w_codes = rng.integers(0, 256, (n, k // 2), dtype=np.uint8)
+    x_codes = rng.integers(0, 256, (1, k // 2), dtype=np.uint8)
+    w_scales = rng.integers(1, 0x7F, (n, k // 16), dtype=np.uint8)  # 0x01 .. 0x7e: every positive finite UE4M3
+    x_scales = rng.integers(1, 0x7F, (1, k // 16), dtype=np.uint8)
+    w_scales[0, :] = 0x7E
+    x_scales[0, :4] = [0x01, 0x7E, 0x08, 0x38]
+    y = poisoned(context, stream, pool, n)
+    plan = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k), decode="dp4a")
+    bufs = [upload(context, stream, pool, a) for a in (x_codes.ravel(), x_scales.ravel().view(E4M3),
+                                                        w_codes.ravel(), w_scales.ravel().view(E4M3))]
+    plan.execute(stream, bufs[0], bufs[1], bufs[2], bufs[3], y)
+    got = check_guard(download(context, stream, y), n)
+    w64 = ref.dequantize(w_codes, w_scales, n, k, "linear")
+    x64 = ref.dequantize(x_codes, x_scales, 1, k, "linear")
+    want, mag = reference(x64, w64, 1.0)
+    assert_close(got, want[0], mag[0], "bf16")
+    for b in bufs:
+        b.free(stream)
+    y.free(stream)
+
+
+def test_dp4a_refusals_name_the_knob(context, stream) -> None:
+    cases = [
+        (lambda: mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 48), decode="dp4a"), "decode"),
+        (lambda: mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 256), decode="dp4a",
+                                             activation="bf16"), "decode"),
+        (lambda: mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 256), decode="dp4a",
+                                             block_sum="fp16"), "block_sum"),
+        (lambda: mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 256), decode="dp4a",
+                                             persistent=True), "persistent"),
+        (lambda: mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 256), decode="dp4a",
+                                             kernel="fp4_mma_bf16"), "decode"),
+        (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(2, 64, 256), decode="dp4a",
+                                       kernel="fp4_matvec_bf16"), "decode"),
+    ]
+    for make, argument in cases:
+        with pytest.raises(mc.ContractError) as info:
+            make()
+        assert info.value.argument == argument
+    with mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(1, 64, 256), decode="dp4a") as plan:
+        assert "IDP4A" in plan.describe() and "MIRCUDA_FP4_DP4A=1" in plan.describe()

@@ -1,0 +1,195 @@
+"""The integer path of ``fp4_matvec_bf16`` (``decode='dp4a'``, ``MIRCUDA_FP4_DP4A``) without a GPU: a numpy
+emulation of PTX ``prmt.b32`` (default mode) with the header's table turns every E2M1 nibble at every position of
+a word into 2|v| or 0 as the comment says, P - N is 2v, and the activations' one-IADD3 conversion gives the
+two's-complement bytes without a carry; the kernel compiles for sm_80, sm_90 and sm_120f; its sm_90 SASS main
+loop has one IDP4A per four products, no FP16 decode, no local memory, and fewer instructions per weight than
+the FP16 path's; the knobs are checked by name. The GPU checks are in
+``tests/gpu/test_matmul_fp4_dp4a_gpu.py``."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from importlib import resources
+
+import numpy as np
+import pytest
+
+import mircuda as mc
+from mircuda.cli._fp4_profile import Fp4Candidate, sweep_values
+from mircuda.matmul._fp4 import (FP4_MMA_SYMBOL, FP4_SYMBOL, VECTOR_DECODES, check_dp4a, check_gemv_knobs,
+                                 fp4_gemv_options, fp4_vector_source)
+from mircuda.matmul._fp4_reference import E2M1_VALUES
+from tests.test_matmul_fp4_decode import all_words, nibbles, opcodes, sass
+
+
+def header_table() -> tuple[int, int]:
+    text = resources.files("mircuda").joinpath("cuda_src/fp4_vector.cu").read_text()
+    lut0 = int(re.search(r"constexpr unsigned kLut0 = (0x[0-9A-Fa-f]+)u;", text).group(1), 16)
+    lut1 = int(re.search(r"constexpr unsigned kLut1 = (0x[0-9A-Fa-f]+)u;", text).group(1), 16)
+    return lut0, lut1
+
+
+def prmt(a: int, b: int, c: np.ndarray) -> np.ndarray:
+    """PTX ``prmt.b32 d, a, b, c`` (default mode) for each c: byte i of d is byte (c >> 4i) & 7 of {b, a} (a
+    bytes 0..3), or, when bit 3 of that selector nibble is set, that byte's bit 7 replicated over the byte."""
+    src = np.array([(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)], np.uint32)
+    c = c.astype(np.uint32)
+    d = np.zeros_like(c)
+    for i in range(4):
+        nib = (c >> np.uint32(4 * i)) & 15
+        byte = src[nib & 7]
+        byte = np.where(nib & 8, np.where(byte & 0x80, 0xFF, 0), byte).astype(np.uint32)
+        d |= byte << np.uint32(8 * i)
+    return d
+
+
+def bytes_of(words: np.ndarray, signed: bool = False) -> np.ndarray:
+    out = np.stack([(words >> np.uint32(8 * i)) & 0xFF for i in range(4)], axis=1).astype(np.int64)
+    return np.where(out >= 128, out - 256, out) if signed else out
+
+
+def test_the_table_holds_twice_the_e2m1_magnitudes() -> None:
+    lut0, lut1 = header_table()
+    table = [(lut0 >> (8 * i)) & 0xFF for i in range(4)] + [(lut1 >> (8 * i)) & 0xFF for i in range(4)]
+    assert table == [int(2 * v) for v in E2M1_VALUES[:8]]
+    assert all(t < 0x80 for t in table)  # bit 7 clear: PRMT's sign replication gives 0 for a negative code
+
+
+def test_p_minus_n_and_the_activation_bytes_are_twice_every_e2m1_value() -> None:
+    lut0, lut1 = header_table()
+    w = all_words()
+    x = w ^ np.uint32(0x88888888)
+    p = np.concatenate([bytes_of(prmt(lut0, lut1, w)), bytes_of(prmt(lut0, lut1, w >> np.uint32(16)))], axis=1)
+    n = np.concatenate([bytes_of(prmt(lut0, lut1, x)), bytes_of(prmt(lut0, lut1, x >> np.uint32(16)))], axis=1)
+    want = 2 * E2M1_VALUES[nibbles(w)].astype(np.float64)  # [words, 8], natural element order
+    assert np.array_equal(p - n, want)
+    assert np.all((p == 0) | (n == 0))  # one of the two is zero in every byte
+    # activation_int8: (0x80808080 + P - N) ^ 0x80808080, one 32-bit add for all four bytes
+    for half in range(2):
+        pw = prmt(lut0, lut1, w >> np.uint32(16 * half)).astype(np.int64)
+        nw = prmt(lut0, lut1, x >> np.uint32(16 * half)).astype(np.int64)
+        word = ((0x80808080 + pw - nw) & 0xFFFFFFFF).astype(np.uint32) ^ np.uint32(0x80808080)
+        assert np.array_equal(bytes_of(word, signed=True), want[:, 4 * half: 4 * half + 4])
+
+
+def test_block_sums_fit_int32_and_fp32_exactly() -> None:
+    # 16 products of two doubled E2M1 values, at most 12 * 12 each: the largest block sum is exact in FP32
+    largest = 16 * 12 * 12
+    assert largest == 2304 and float(np.float32(largest)) == largest and largest < 2 ** 24
+
+
+# -- compilation and SASS ------------------------------------------------------------------------------
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])
+def test_the_dp4a_kernel_compiles(arch) -> None:
+    for rows, layout, stages in [(4, "linear", 2), (8, "tiled", 3), (4, "tiled", 4)]:
+        prog = mc.compile_program(fp4_vector_source(), arch,
+                                  fp4_gemv_options(1, rows, layout, True, "fp4", "dp4a", "int32", stages))
+        assert FP4_SYMBOL.encode() in prog.image
+
+
+def main_loop(text: str) -> list[str]:
+    """The opcodes of the kernel's main loop: the body of the last backward branch before the first shuffle
+    (the reduction after the loop)."""
+    lines = text.splitlines()
+    first_shfl = next(i for i, line in enumerate(lines) if "SHFL" in line)
+    back = None
+    for line in lines[:first_shfl]:
+        m = re.search(r"/\*([0-9a-f]{4,})\*/.*\bBRA (0x[0-9a-f]+) ;", line)
+        if m and int(m.group(2), 16) < int(m.group(1), 16):
+            back = (int(m.group(2), 16), int(m.group(1), 16))
+    assert back is not None, "no loop found"
+    body = []
+    for line in lines:
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s", line)
+        if m and back[0] <= int(m.group(1), 16) <= back[1]:
+            body.extend(opcodes(line))
+    return body
+
+
+def loop_per_weight(options: mc.CompileOptions, rows: int, steps: int) -> tuple[list[str], float]:
+    """The main loop's opcodes and instructions per weight; the loop body runs ``steps`` steps of 32 weights per
+    row (the FP16 path's ring: ``stages``; the dp4a ring refills its buffers in place: ``stages - 1``)."""
+    body = main_loop(sass(fp4_vector_source(), options))
+    return body, len(body) / (rows * 32 * steps)
+
+
+@pytest.mark.parametrize("rows, stages", [(4, 2), (8, 2), (4, 3)], ids=str)
+def test_the_dp4a_main_loop_is_integer_and_leaner_than_the_fp16_path(rows, stages) -> None:
+    options = fp4_gemv_options(1, rows, "linear", True, "fp4", "dp4a", "int32", stages)
+    text = sass(fp4_vector_source(), options)
+    body, per_weight = loop_per_weight(options, rows, stages - 1)
+    steps = stages - 1
+    # four products per IDP4A, P and N: 2 IDP4A per 4 weights; PRMT: 2 per 4 weights + 4 per 8 activations
+    assert sum(op.startswith("IDP.4A") for op in body) == rows * steps * 16
+    assert sum(op == "PRMT" for op in body) == steps * (rows * 16 + 16)
+    assert not any(op.startswith(("HFMA2", "LDL", "STL")) for op in body)
+    assert not re.search(r"\b(LDL|STL)", text)  # no local memory anywhere
+    # F2FP only for the scale bytes: one per row and one for the activations per step
+    assert sum(op.startswith("F2FP") for op in body) <= steps * (rows + 1)
+    _, base_per_weight = loop_per_weight(fp4_gemv_options(1, 4, "linear", True, "fp4", "e4m3", "fp16", 3), 4, 3)
+    # measured with NVRTC 13.0 for sm_90 (2026-12-01): 2.56 (R = 4), 2.34 (R = 8) against the FP16 path's 3.29
+    assert per_weight < 0.85 * base_per_weight, (per_weight, base_per_weight)
+    assert per_weight < 2.7
+
+
+def test_the_dp4a_kernel_fits_one_wave_of_the_llama_shapes_registers() -> None:
+    """R = 4 with two stages in <= 72 registers (28 one-warp blocks per SM: 3584 row blocks of N = 14336 in one
+    wave of 132 SMs), R = 8 in <= 128 (16 per SM: 1792 blocks); measured 72 and 128 with NVRTC 13.0."""
+    for rows, limit in [(4, 72), (8, 128)]:
+        from tests.test_matmul_fp8_mma import cuobjdump
+        import subprocess
+        import tempfile
+        from pathlib import Path
+
+        tool, env = cuobjdump()
+        with tempfile.TemporaryDirectory() as tmp:
+            cubin = Path(tmp) / "k.cubin"
+            cubin.write_bytes(mc.compile_program(
+                fp4_vector_source(), "sm_90", fp4_gemv_options(1, rows, "linear", True, "fp4", "dp4a", "int32", 2)).image)
+            out = subprocess.run([tool, "-res-usage", str(cubin)], capture_output=True, text=True, env=env, check=False)
+        regs = re.search(r"REG:(\d+)", out.stdout)
+        if regs is None:
+            pytest.skip(f"cuobjdump -res-usage failed: {out.stderr.strip()[:200]}")
+        assert int(regs.group(1)) <= limit, (rows, regs.group(1))
+
+
+# -- knobs ---------------------------------------------------------------------------------------------
+def test_dp4a_is_a_decoder_of_the_cuda_core_kernel_only() -> None:
+    assert VECTOR_DECODES[-1] == "dp4a"
+    assert check_gemv_knobs("sm_90", FP4_SYMBOL, "fp4", "dp4a", 4, None, None, 2) == ("dp4a", 4, None)
+    assert check_gemv_knobs("sm_80", FP4_SYMBOL, "fp4", "dp4a", 8, None, 1, 3) == ("dp4a", 8, None)
+    for args, argument in [((FP4_MMA_SYMBOL, "fp4", "dp4a", None, None), "decode"),
+                           ((FP4_SYMBOL, "bf16", "dp4a", None, None), "decode"),
+                           ((FP4_SYMBOL, "fp4", "dp4a", None, "fp16"), "block_sum"),
+                           ((FP4_SYMBOL, "fp4", "dp4a", None, "fp32"), "block_sum"),
+                           ((FP4_SYMBOL, "fp4", "int8", None, None), "decode")]:
+        symbol, activation, decode, rows, block_sum = args
+        with pytest.raises(mc.ContractError) as info:
+            check_gemv_knobs("sm_90", symbol, activation, decode, rows, block_sum, None)
+        assert info.value.argument == argument
+    check_dp4a(1, 96, False)
+    for m, k, persistent, argument in [(2, 256, False, "decode"), (1, 48, False, "decode"), (1, 1040, False, "decode"),
+                                       (1, 256, True, "persistent")]:
+        with pytest.raises(mc.ContractError) as info:
+            check_dp4a(m, k, persistent)
+        assert info.value.argument == argument
+
+
+def test_the_sweep_takes_dp4a_for_the_vector_kernel() -> None:
+    got = sweep_values("vector:decode=dp4a:rows=4:stages=2,vector:decode=dp4a:rows=8:warps=2")
+    assert got == (Fp4Candidate("vector", "dp4a", 4, None, None, 2), Fp4Candidate("vector", "dp4a", 8, 2))
+    assert got[0].knobs()["decode"] == "dp4a" and got[0].label == "vector:decode=dp4a:rows=4:stages=2"
+    with pytest.raises(argparse.ArgumentTypeError, match="decode"):
+        sweep_values("mma:decode=dp4a")
+
+
+def test_the_dp4a_plans_check_the_activation_alignment_of_its_loads() -> None:
+    from mircuda.matmul._fp4 import fp4_operands
+
+    names = ("x", "x_scales", "w", "w_scales", "y")
+    lean = {o.name: o.alignment for o in fp4_operands(names, 1, 64, 256, "fp4", "linear", True, dp4a=True)}
+    fp16 = {o.name: o.alignment for o in fp4_operands(names, 1, 64, 256, "fp4", "linear", True)}
+    assert lean["x"] == 16 and lean["x_scales"] == 2  # one 16-byte load of codes, one 16-bit load of two scales
+    assert fp16["x"] == 8 and fp16["x_scales"] == 1
+    assert lean["w"] == fp16["w"] == 16 and lean["w_scales"] == fp16["w_scales"] == 2
