@@ -158,7 +158,7 @@ constexpr int kStages = 0, kAlignBytes = 16, kSplitK = 0;
 // 14336x4096, H200 2026-12-01): swapped, 128 weight rows x 96 tokens (WGMMA 64x96 per consumer warp
 // group), so M = 96 is one token tile and N = 14336 makes 112 CTAs; a 4x1 cluster along the weight rows
 // multicasts the token tile to 4 CTAs. Stages from the shared-memory carveout (kStages: 7 for 16-bit C,
-// 28 KB each). Data-parallel, or split-K with the caller's slices.
+// 6 for f32; 28 KB each). Data-parallel, or split-K with the caller's slices.
 using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _96, _64>, Shape<_4, _1, _1>,
                                            cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                                            cutlass::epilogue::TmaWarpSpecializedCooperative,
@@ -239,8 +239,8 @@ constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK 
 #elif defined(MIRCUDA_SM90_SWAP192)
 // After cuBLAS's nvjet_sm90_tst_128x192_64x5_4x1_coopB (M = 192 on 14336x4096): swapped cooperative, 128
 // weight rows x 192 tokens (WGMMA 64x192), so M = 192 is one token tile and N = 14336 makes 112 CTAs;
-// 4x1 cluster along the weight rows (multicast of the token tile); 40 KB per stage (5 from the carveout
-// for 16-bit C). Data-parallel, or split-K with the caller's slices.
+// 4x1 cluster along the weight rows (multicast of the token tile); 40 KB per stage: the carveout fits 4
+// beside this epilogue's shared memory (cuBLAS runs 5). Data-parallel, or split-K with the caller's slices.
 using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _192, _64>, Shape<_4, _1, _1>,
                                            cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                                            cutlass::epilogue::TmaWarpSpecializedCooperative,
