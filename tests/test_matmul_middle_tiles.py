@@ -17,10 +17,7 @@ from mircuda.matmul import _build, _library, _sass
 MIDM = [
     # (family, registry prefix, library family, tile, cluster, split_k)
     ("SM90_SWAP96", "sm90_swap_128x96x64_c4x1_splitk", "sm90_swapped", (128, 96, 64), (4, 1), True),
-    ("SM90_SWAP96_C2", "sm90_swap_128x96x64_c2x1_splitk", "sm90_swapped", (128, 96, 64), (2, 1), True),
     ("SM90_SWAP64X96", "sm90_swap_pingpong_64x96x64_c4x1", "sm90_swapped", (64, 96, 64), (4, 1), False),
-    ("SM90_PINGPONG144", "sm90_pingpong_64x144x64_c1x2", "sm90_pingpong", (64, 144, 64), (1, 2), False),
-    ("SM90_COOP96", "sm90_coop_128x96x64_c1x2_swz1", "sm90_cooperative", (128, 96, 64), (1, 2), False),
     ("SM90_COOP176", "sm90_coop_128x176x64_c1x2_swz1", "sm90_cooperative", (128, 176, 64), (1, 2), False),
     ("SM90_SWAP192", "sm90_swap_128x192x64_c4x1_splitk", "sm90_swapped", (128, 192, 64), (4, 1), True),
 ]

@@ -8,8 +8,8 @@
 //   one of MIRCUDA_SM90_COOP, MIRCUDA_SM90_PINGPONG, MIRCUDA_SM90_SWAP, MIRCUDA_SM90_SWAP64,
 //          MIRCUDA_SM90_SWAP128, MIRCUDA_SM90_COOP128_STREAMK, MIRCUDA_SM90_PINGPONG128, MIRCUDA_SM90_COOP192,
 //          MIRCUDA_SM90_COOP192_STREAMK, MIRCUDA_SM90_COOP144, MIRCUDA_SM90_COOP144_STREAMK, MIRCUDA_SM90_SWAP96,
-//          MIRCUDA_SM90_SWAP96_C2, MIRCUDA_SM90_SWAP64X96, MIRCUDA_SM90_PINGPONG144, MIRCUDA_SM90_COOP96,
-//          MIRCUDA_SM90_COOP176, MIRCUDA_SM90_SWAP192, MIRCUDA_SM80_DECODE, MIRCUDA_SM80_WIDE, MIRCUDA_SM80_BULK,
+//          MIRCUDA_SM90_SWAP64X96, MIRCUDA_SM90_COOP176, MIRCUDA_SM90_SWAP192, MIRCUDA_SM80_DECODE,
+//          MIRCUDA_SM80_WIDE, MIRCUDA_SM80_BULK,
 //          MIRCUDA_SIMT
 #pragma once
 
@@ -17,9 +17,8 @@
     defined(MIRCUDA_SM90_SWAP64) || defined(MIRCUDA_SM90_SWAP128) || defined(MIRCUDA_SM90_COOP128_STREAMK) || \
     defined(MIRCUDA_SM90_PINGPONG128) || defined(MIRCUDA_SM90_COOP192) || defined(MIRCUDA_SM90_COOP192_STREAMK) || \
     defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK) || defined(MIRCUDA_SM90_SWAP96) || \
-    defined(MIRCUDA_SM90_SWAP96_C2) || defined(MIRCUDA_SM90_SWAP64X96) || defined(MIRCUDA_SM90_PINGPONG144) || \
-    defined(MIRCUDA_SM90_COOP96) || defined(MIRCUDA_SM90_COOP176) || defined(MIRCUDA_SM90_SWAP192)
-#if defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK) || defined(MIRCUDA_SM90_PINGPONG144) || \
+    defined(MIRCUDA_SM90_SWAP64X96) || defined(MIRCUDA_SM90_COOP176) || defined(MIRCUDA_SM90_SWAP192)
+#if defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK) || \
     defined(MIRCUDA_SM90_COOP176)
 // WGMMA N = 144 or 176 (legal: N % 8 == 0 and N <= 256) is among CuTe's "extended" shapes: without this macro
 // the collective builder's op selector (cute/arch/mma_sm90.hpp, ss_op_selector) skips it and tiles a
@@ -167,18 +166,6 @@ constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {128, 96, 64}, 
 constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 1;
 #define MIRCUDA_PREFIX "sm90_swap_128x96x64_c4x1_splitk_"
 #define MIRCUDA_WGMMA_N 96
-#elif defined(MIRCUDA_SM90_SWAP96_C2)
-// The swapped 128x96 tile with a 2x1 cluster, after cuBLAS's split-K nvjet_sm90_tst_128x96_64x7_2x1 (M = 96
-// on 4096x14336): 32 weight tiles, so split-K (4 slices by the rule) fills the SMs; 2 divides more
-// weight-tile counts than 4.
-using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _96, _64>, Shape<_2, _1, _1>,
-                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                                           cutlass::epilogue::TmaWarpSpecializedCooperative,
-                                           cutlass::gemm::StreamKScheduler, true>;
-constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {128, 96, 64}, kCluster[2] = {2, 1};
-constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 1;
-#define MIRCUDA_PREFIX "sm90_swap_128x96x64_c2x1_splitk_"
-#define MIRCUDA_WGMMA_N 96
 #elif defined(MIRCUDA_SM90_SWAP64X96)
 // After cuBLAS's nvjet_sm90_tst_64x96_64x10_4x1 (M = 96 on 6144x4096): swapped, 64 weight rows x 96 tokens
 // per tile, so N = 6144 makes 96 CTAs with a deep pipeline (20 KB per stage: 10 stages from the carveout
@@ -193,33 +180,6 @@ constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {64, 96, 64}, k
 constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
 #define MIRCUDA_PREFIX "sm90_swap_pingpong_64x96x64_c4x1_"
 #define MIRCUDA_WGMMA_N 96
-#elif defined(MIRCUDA_SM90_PINGPONG144)
-// After cuBLAS's nvjet_sm90_tst_144x64_64x8_2x1 (M = 192 on 6144x4096: 144 weight rows x 64 tokens, a 2x1
-// cluster along the weights). WGMMA M is 64 per warp group, so 144 can only be the WGMMA N side: not
-// swapped, 64 tokens x 144 weight rows (WGMMA 64x144, extended shapes), 3x43 = 129 tiles at M = 192 on
-// N = 6144; the 1x2 cluster along N (CUTLASS's cluster is M x N) multicasts the token tile.
-using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_64, _144, _64>, Shape<_1, _2, _1>,
-                                           cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                                           cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler,
-                                           false>;
-constexpr int kFamily = MIRCUDA_CUTLASS_SM90_PINGPONG, kTile[3] = {64, 144, 64}, kCluster[2] = {1, 2};
-constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
-#define MIRCUDA_PREFIX "sm90_pingpong_64x144x64_c1x2_"
-#define MIRCUDA_WGMMA_N 144
-#elif defined(MIRCUDA_SM90_COOP96)
-// After cuBLAS's nvjet_sm90_tst_96x128_64x7_2x1 (M = 384 on 4096x4096 and 4096x14336): cooperative, 128
-// tokens x 96 weight rows (WGMMA 64x96), 3x43 = 129 tiles (132 with the cluster's rounding of 43 to 44)
-// at M = 384 on N = 4096; 1x2 cluster along N (multicast of the token tile). Swizzle 1: with 4 CUTLASS
-// rounds the 3 M tiles up to 4.
-using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _96, _64>, Shape<_1, _2, _1>,
-                                           cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                                           cutlass::epilogue::TmaWarpSpecializedCooperative,
-                                           cutlass::gemm::PersistentScheduler, false>;
-constexpr int kFamily = MIRCUDA_CUTLASS_SM90_COOPERATIVE, kTile[3] = {128, 96, 64}, kCluster[2] = {1, 2};
-constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
-#define MIRCUDA_PREFIX "sm90_coop_128x96x64_c1x2_swz1_"
-#define MIRCUDA_WGMMA_N 96
-#define MIRCUDA_PRIMARY_SCHEDULE mircuda::sm90::Schedule<1>
 #elif defined(MIRCUDA_SM90_COOP176)
 // After cuBLAS's nvjet_sm90_tst_168x128_64x5_2x1 (M = 384 on 14336x4096; 1x2 at M = 768): cooperative, 128
 // tokens x 176 weight rows (WGMMA 64x176, extended shapes; epilogue tile 128x16, gcd(32, 176)), 3x82 = 246
