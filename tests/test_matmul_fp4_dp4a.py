@@ -82,9 +82,10 @@ def test_block_sums_fit_int32_and_fp32_exactly() -> None:
 # -- compilation and SASS ------------------------------------------------------------------------------
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])
 def test_the_dp4a_kernel_compiles(arch) -> None:
-    for rows, layout, stages in [(4, "linear", 2), (8, "tiled", 3), (4, "tiled", 4)]:
-        prog = mc.compile_program(fp4_vector_source(), arch,
-                                  fp4_gemv_options(1, rows, layout, True, "fp4", "dp4a", "int32", stages))
+    for rows, layout, stages, prefetch in [(4, "linear", 2, False), (8, "tiled", 3, False), (4, "tiled", 4, False),
+                                           (8, "linear", 2, True)]:
+        prog = mc.compile_program(fp4_vector_source(), arch, fp4_gemv_options(1, rows, layout, True, "fp4", "dp4a",
+                                                                               "int32", stages, prefetch))
         assert FP4_SYMBOL.encode() in prog.image
 
 

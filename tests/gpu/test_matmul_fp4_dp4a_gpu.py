@@ -30,6 +30,13 @@ def test_the_dp4a_vector_plan_matches_float64(context, stream, pool, rng, n, k, 
         run_vector(context, stream, pool, rng, n, k, "fp4", layout, **knobs)
 
 
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("n, k", [(301, 96), (300, 14336)], ids=str)
+def test_the_dp4a_vector_plan_with_the_l2_prefetch_matches_float64(context, stream, pool, rng, n, k, layout) -> None:
+    for rows in (4, 8):
+        run_vector(context, stream, pool, rng, n, k, "fp4", layout, decode="dp4a", rows=rows, stages=2, prefetch=True)
+
+
 @pytest.mark.parametrize("rows, stages", [(4, 2), (8, 3)], ids=str)
 def test_saturated_blocks_sum_exactly_with_dp4a(context, stream, pool, rows, stages) -> None:
     """Every code +-6 in both operands with unit scales: each 16-element block's int32 sums reach 16 * 144 (the
