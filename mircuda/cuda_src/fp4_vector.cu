@@ -344,10 +344,10 @@ __device__ __forceinline__ void prefetch_prologue(const unsigned char* __restric
 // 1/4 (both operands doubled) goes into the output scale. Per 8 weights: 4 PRMT, 3 integer operations
 // (w >> 16, w ^ 0x88888888, its >> 16), 4 IDP4A (the FP16 path: 7 integer operations, 4 F2FP, 4 HFMA2).
 // The activation codes (one 16-byte load per lane and step) and scales (one 16-bit load) travel in the load
-// ring with the weights, so no load waits at the step that uses it; each lane turns its 32 activations into
-// signed int8 once per step for all R rows: 0x80 + P - N per byte lies in [0x74, 0x8c] (one of P, N is 0, both
-// <= 12), so one IADD3 makes all four bytes without a carry between them and an XOR with 0x80 gives the
-// two's-complement byte.
+// ring with the weights (lean_consume: refilled in place), so no load waits at the step that uses it; each
+// lane turns its 32 activations into signed int8 once per step for all R rows: 0x80 + P - N per byte lies in
+// [0x74, 0x8c] (one of P, N is 0, both <= 12), so one IADD3 makes all four bytes without a carry between them
+// and an XOR with 0x80 gives the two's-complement byte.
 static_assert(kM == 1 && !MIRCUDA_FP4_ACT_BF16 && MIRCUDA_FP4_WIDE && !MIRCUDA_FP4_PERSISTENT && !MIRCUDA_FP4_GROUPED,
               "MIRCUDA_FP4_DP4A: M = 1, NVFP4 activations, 16-byte loads (K % 32 == 0), no persistent or grouped grid");
 constexpr unsigned kLut0 = 0x03020100u;  // 2|v| of E2M1 magnitudes 0..3: 0, 0.5, 1, 1.5
@@ -394,9 +394,9 @@ struct LeanStep {
 // A lane's pointers at its first column (row N - 1 for rows past N). Step t of the warp reads at the pointers
 // plus t (stride / 2) code bytes and t stride / 16 linear or t stride * 8 tiled scale bytes (the split of
 // scale_offset of fp4_common.cuh: the stride is a multiple of 64 columns, so a step moves the tiled index by
-// whole 512-byte atoms): lean_load advances each pointer by its step (one IMAD.WIDE each). (One pointer per
-// operand plus 32-bit row offsets saves registers on paper, but ptxas then spends a 64-bit add per load and as
-// many registers: measured in the sm_90 SASS, 729 against 655 loop instructions for R = 4.)
+// whole 512-byte atoms): each load advances its pointer by its step (a 64-bit add, two instructions). (One
+// pointer per operand plus 32-bit row offsets saves registers on paper, but ptxas then spends a 64-bit add per
+// load and as many registers: measured in the sm_90 SASS, 729 against 655 loop instructions for R = 4.)
 struct LeanPointers {
     const unsigned char* w[kRows];
     const unsigned char* s[kRows];
