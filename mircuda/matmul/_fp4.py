@@ -352,7 +352,10 @@ class Fp4Gemv:
         # fp4_mma_bf16 with 32 rows x 3 stages beat 16 rows x 2 stages at every M in 2, 8, 16 on all four
         # shapes, e.g. M = 8: 7.3 / 17.1 / 16.7 / 10.1 µs against 9.0 / 20.9 / 23.5 / 11.0 on 4096x4096,
         # 14336x4096, 4096x14336, 6144x4096); elsewhere double buffering.
-        self.stages = (stages if stages is not None else
+        # decode='dp4a': two stages (its ring refills a step in place, so two stages are one step of registers:
+        # 72 on sm_90 for 4 rows, 28 warps per SM, one wave of the 3584 row blocks of N = 14336; three take 124);
+        # chosen from the SASS register counts, to be confirmed by fp4-profile --sweep on the H200.
+        self.stages = (stages if stages is not None else 2 if decode == "dp4a" else
                        3 if symbol == FP4_MMA_SYMBOL or (m == 1 and symbol == FP4_SYMBOL) else 2)
         if symbol == FP4_MMA_SYMBOL and activation != "fp4":
             raise ContractError("activation", f"'fp4' (kernel {FP4_MMA_SYMBOL} takes NVFP4 activations only)",
@@ -596,7 +599,7 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         block_sum: tuning knob of :data:`FP4_SYMBOL`: ``"fp16"`` (exact HFMA2 block sums; the default with
             NVFP4 activations) or ``"fp32"`` (the only one with BF16 activations).
         stages: tuning knob: one of :data:`STAGES` (None: 3 for both kernels at M = 1, measured on the H200;
-            see :data:`STAGES`), steps of weight loads in the register ring.
+            see :data:`STAGES`; 2 with ``decode='dp4a'``), steps of weight loads in the register ring.
         prefetch: tuning knob of :data:`FP4_SYMBOL`: True requests each warp's first weight and scale lines
             in L2 before ``griddepcontrol.wait`` (cc >= 9.0: they arrive while the previous kernel of the
             stream finishes); None or False: no prefetch. Measured on the H200 (2026-12-01,

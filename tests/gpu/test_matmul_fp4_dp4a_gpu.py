@@ -112,4 +112,5 @@ def test_dp4a_refusals_name_the_knob(context, stream) -> None:
             make()
         assert info.value.argument == argument
     with mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(1, 64, 256), decode="dp4a") as plan:
-        assert "IDP4A" in plan.describe() and "MIRCUDA_FP4_DP4A=1" in plan.describe()
+        text = str(plan.describe())
+        assert "IDP4A" in text and "MIRCUDA_FP4_DP4A=1" in text and "MIRCUDA_FP4_STAGES=2" in text  # its default
