@@ -348,8 +348,9 @@ __device__ __forceinline__ void prefetch_prologue(const unsigned char* __restric
 // lane turns its 32 activations into signed int8 once per step for all R rows: 0x80 + P - N per byte lies in
 // [0x74, 0x8c] (one of P, N is 0, both <= 12), so one IADD3 makes all four bytes without a carry between them
 // and an XOR with 0x80 gives the two's-complement byte.
-static_assert(kM == 1 && !MIRCUDA_FP4_ACT_BF16 && MIRCUDA_FP4_WIDE && !MIRCUDA_FP4_PERSISTENT && !MIRCUDA_FP4_GROUPED,
-              "MIRCUDA_FP4_DP4A: M = 1, NVFP4 activations, 16-byte loads (K % 32 == 0), no persistent or grouped grid");
+static_assert(kM == 1 && !MIRCUDA_FP4_ACT_BF16 && MIRCUDA_FP4_WIDE && !MIRCUDA_FP4_PERSISTENT,
+              "MIRCUDA_FP4_DP4A: M = 1 (1-row tiles in the grouped kernel), NVFP4 activations, 16-byte loads "
+              "(K % 32 == 0), no persistent grid");
 constexpr unsigned kLut0 = 0x03020100u;  // 2|v| of E2M1 magnitudes 0..3: 0, 0.5, 1, 1.5
 constexpr unsigned kLut1 = 0x0C080604u;  // 4..7: 2, 3, 4, 6
 
@@ -789,8 +790,9 @@ __device__ __forceinline__ void fp4_matvec_persistent(__nv_bfloat16* __restrict_
 // each), y the tile slots (block y takes tiles y, y + grid.y, ... of the list), z the operand set. Block
 // (x, y, s) multiplies tile t's rows (at most kM, consecutive from the group's offset) by weight rows [kRows x,
 // kRows x + kRows) of the group's matrix with fp4_matvec (the M <= 16 CUDA-core path above: each weight
-// is decoded once for the kM rows), scaled by alpha_per_matrix[s E + e]. Rows no group covers are never
-// written; every index comes from the validated table.
+// is decoded once for the kM rows), scaled by alpha_per_matrix[s E + e]; with MIRCUDA_FP4_DP4A (1-row tiles,
+// K % 32 == 0) by fp4_matvec_lean, the integer path. Rows no group covers are never written; every index comes
+// from the validated table.
 #include "fp4_grouped_table.cuh"
 
 static_assert(kMT == kM, "MIRCUDA_MOE_MT must equal MIRCUDA_FP4_M (rows per tile)");
@@ -830,7 +832,14 @@ extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
         const int rows = min(kM, ws[kCount + g] - local * kM);
         const long long xrow0 = (long long)ws[kOffset + g] + (long long)local * kM;
         const int e = ws[kMatrix + g];
-#if MIRCUDA_FP4_PERSISTENT
+#if MIRCUDA_FP4_DP4A
+        // 1-row tiles (kM = 1: rows is 1): the integer path of the single plan, the same exactness argument. The
+        // tile's activation row starts at xrow0 K / 2 code bytes and xrow0 K / 16 scale bytes: 16- and 2-byte
+        // aligned for K % 32 == 0 (the plan checks a and a_scales for 16 and 2).
+        fp4_matvec_lean(d + xrow0 * kN, b + (long long)e * kMatrixBytes, sb + (long long)e * kMatrixScaleBytes,
+                        a + xrow0 * (kK / 2), sa + xrow0 * (kK / 16), nullptr, alpha_per_matrix + set * kBank + e, 1.0f,
+                        kN, kK);
+#elif MIRCUDA_FP4_PERSISTENT
         // blockIdx.x walks the weight-row blocks x, x + gridDim.x, ... of this tile
         fp4_matvec_persistent(d + xrow0 * kN, b + (long long)e * kMatrixBytes, sb + (long long)e * kMatrixScaleBytes,
                               a + xrow0 * (kK / 2), sa + xrow0 * (kK / 16), nullptr,
