@@ -93,3 +93,15 @@ def test_the_grouped_options_are_those_of_the_plan_default() -> None:
     got = dict(grouped_options(n=768, k=2048, groups=128, bank_size=128, capacity=8, rows_per_tile=1, fixed_rows=0,
                                tiled=True, sets=1, variant="vector", tuning=tuning).defines)
     assert got["MIRCUDA_FP4_DP4A"] == "1" and got["MIRCUDA_FP4_ROWS"] == "4"
+
+
+def test_moe_profile_sweeps_dp4a_on_one_row_tiles_only() -> None:
+    from mircuda.cli import _moe_profile as mp
+
+    got = mp.parse_candidates("dp4a:m1, dp4a:m1:r8:w2, e4m3:m1")
+    assert [c.variant for c in got] == ["vector"] * 3
+    assert got[1].resolve(default_tuning("sm_90", "vector")) == DecodeTuning("dp4a", 2, 2, 2)
+    for bad in ("dp4a", "dp4a:m2", "dp4a:m1:p1", "dp4a:s3"):
+        with pytest.raises(mc.ContractError) as info:
+            mp.parse_candidates(bad)
+        assert info.value.argument == "--sweep", bad
