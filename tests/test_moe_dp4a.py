@@ -105,3 +105,16 @@ def test_moe_profile_sweeps_dp4a_on_one_row_tiles_only() -> None:
         with pytest.raises(mc.ContractError) as info:
             mp.parse_candidates(bad)
         assert info.value.argument == "--sweep", bad
+
+
+def test_the_grouped_dp4a_kernel_takes_a_register_cap_without_spills() -> None:
+    """MIRCUDA_FP4_MAX_REGS (__maxnreg__, the integer path's experiment knob) reaches the grouped kernel too: 80
+    registers hold both MoE layers' decode kernels without local memory on sm_90 (99 and 123 uncapped)."""
+    for groups, n, k in ((8, 14336, 4096), (128, 768, 2048)):
+        defines = dict(options(1, n=n, k=k, groups=groups, bank=groups, capacity=groups,
+                               tuning=DecodeTuning("dp4a", 2, 0, 1)).defines)
+        defines["MIRCUDA_FP4_MAX_REGS"] = "80"
+        prog = mc.compile_program(vector_source(), "sm_90", mc.CompileOptions(defines=defines, ptxas_verbose=True))
+        usage = prog.resource_usage()[GROUPED_SYMBOL]
+        assert usage.registers <= 80
+        assert usage.spill_store_bytes == usage.spill_load_bytes == usage.stack_frame_bytes == 0, usage

@@ -782,6 +782,14 @@ __device__ __forceinline__ void fp4_matvec_persistent(__nv_bfloat16* __restrict_
 
 }  // namespace
 
+// Both kernels: at most kMaxWarps warps per block; on the integer path a register cap may be asked for instead
+// (MIRCUDA_FP4_MAX_REGS, __maxnreg__: an experiment's knob, 0 by default).
+#if MIRCUDA_FP4_DP4A && MIRCUDA_FP4_MAX_REGS > 0
+#define MIRCUDA_FP4_BOUNDS __maxnreg__(MIRCUDA_FP4_MAX_REGS)
+#else
+#define MIRCUDA_FP4_BOUNDS __launch_bounds__(kMaxWarps * 32)
+#endif
+
 #if MIRCUDA_FP4_GROUPED
 // The grouped NVFP4 plans' decode kernel (variant "vector" of mircuda.matmul._moe; MIRCUDA_FP4_GROUPED = 1
 // with the MIRCUDA_MOE_* defines of fp4_grouped_table.cuh, MIRCUDA_MOE_MT = MIRCUDA_FP4_M, NVFP4
@@ -800,7 +808,7 @@ static_assert(MIRCUDA_FP4_ACT_TILED == 0 && MIRCUDA_FP4_ACT_BF16 == 0,
               "the grouped plans' activations are NVFP4 with linear scales");
 static_assert(MIRCUDA_FP4_WIDE == 0 || kK % 32 == 0, "MIRCUDA_FP4_WIDE needs K % 32 == 0");
 
-extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+extern "C" __global__ void MIRCUDA_FP4_BOUNDS
     fp4_grouped_bf16(const int* __restrict__ ws, const float* __restrict__ alpha_per_matrix,
                      const unsigned char* __restrict__ a1, const unsigned char* __restrict__ sa1,
                      const unsigned char* __restrict__ b1, const unsigned char* __restrict__ sb1,
@@ -854,11 +862,6 @@ extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
 }
 
 #else
-#if MIRCUDA_FP4_DP4A && MIRCUDA_FP4_MAX_REGS > 0
-#define MIRCUDA_FP4_BOUNDS __maxnreg__(MIRCUDA_FP4_MAX_REGS)
-#else
-#define MIRCUDA_FP4_BOUNDS __launch_bounds__(kMaxWarps * 32)
-#endif
 extern "C" __global__ void MIRCUDA_FP4_BOUNDS
     fp4_matvec_bf16(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
                     const unsigned char* __restrict__ sw, const void* __restrict__ x,
