@@ -352,12 +352,14 @@ def test_the_decode_kernels_refuse_tiled_scales_above_the_32_bit_column_offset_b
         Fp4Gemv(context, 2, 64, TILED_DECODE_MAX_K, "fp4", "tiled", compiler, symbol=symbol)
 
 
-@pytest.mark.parametrize("symbol, m, rows, stages", [("fp4_matvec_bf16", 1, 4, 3), ("fp4_matvec_bf16", 2, 4, 2),
-                                                     ("fp4_matvec_bf16", 16, 4, 2), ("fp4_mma_bf16", 1, 32, 3),
-                                                     ("fp4_mma_bf16", 8, 32, 3), ("fp4_mma_bf16", 16, 32, 3)])
-def test_the_decode_kernels_defaults_are_the_documented_ones(symbol, m, rows, stages) -> None:
+@pytest.mark.parametrize("symbol, m, k, rows, stages, dp4a", [
+    ("fp4_matvec_bf16", 1, 256, 4, 2, 1), ("fp4_matvec_bf16", 1, 8192, 8, 2, 1), ("fp4_matvec_bf16", 1, 272, 4, 3, 0),
+    ("fp4_matvec_bf16", 2, 256, 4, 2, 0), ("fp4_matvec_bf16", 16, 256, 4, 2, 0), ("fp4_mma_bf16", 1, 256, 32, 3, 0),
+    ("fp4_mma_bf16", 8, 256, 32, 3, 0), ("fp4_mma_bf16", 16, 256, 32, 3, 0)])
+def test_the_decode_kernels_defaults_are_the_documented_ones(symbol, m, k, rows, stages, dp4a) -> None:
     """What Fp4Gemv compiles without knobs (the options it hands NVRTC), and what the plans' docstrings say
-    (the vector plan's said 8 and 16 rows and 2 stages after the H200 sweeps moved them to 4, 32 and 3)."""
+    (the vector plan's said 8 and 16 rows and 2 stages after the H200 sweeps moved them to 4, 32 and 3; then
+    decode='dp4a' became the M = 1 default with K % 32 == 0: 2 stages, 8 rows when K > 4096)."""
     seen: list[dict[str, str]] = []
 
     def compile(source: Any, options: mc.CompileOptions) -> Any:
@@ -366,16 +368,20 @@ def test_the_decode_kernels_defaults_are_the_documented_ones(symbol, m, rows, st
 
     compiler: Any = SimpleNamespace(arch="sm_90", compile=compile)
     with pytest.raises(CompileReached):
-        Fp4Gemv(SimpleNamespace(), m, 64, 256, "fp4", "linear", compiler, symbol=symbol)  # type: ignore[arg-type]
+        Fp4Gemv(SimpleNamespace(), m, 64, k, "fp4", "linear", compiler, symbol=symbol)  # type: ignore[arg-type]
     got = seen[0]
     assert got["MIRCUDA_FP4_STAGES"] == str(stages)
+    assert got.get("MIRCUDA_FP4_DP4A", "0") == str(dp4a)
     assert (got["MIRCUDA_FP4_TILES"] == str(rows // 16)) if symbol == "fp4_mma_bf16" else \
         (got["MIRCUDA_FP4_ROWS"] == str(rows))
     vector_doc = " ".join((BlockScaledFp4VectorPlan.__doc__ or "").split())
-    assert "for :data:`FP4_SYMBOL` (None: 4)" in vector_doc and "for :data:`FP4_MMA_SYMBOL` (None: 32" in vector_doc
-    assert "(None: 3 for both kernels at M = 1" in vector_doc
+    assert "for :data:`FP4_SYMBOL` (None: 4; with" in vector_doc and "for :data:`FP4_MMA_SYMBOL` (None: 32" in vector_doc
+    assert "(None: 2 with ``decode='dp4a'``, the M = 1 default where it applies; otherwise 3 for both kernels at " \
+        "M = 1" in vector_doc and "``decode='dp4a'`` :func:`dp4a_rows`: 8 when K > 4096" in vector_doc
     matrix_doc = " ".join((mc.BlockScaledFp4Plan.__doc__ or "").split())
-    assert "``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16`` 4 rows and 3 stages at M = 1, else 2" in matrix_doc
+    assert ("``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16`` at M = 1 ``decode='dp4a'`` where "
+            ":func:`default_vector_decode` takes it (2 stages, rows :func:`dp4a_rows`), else 4 rows and 3 stages at "
+            "M = 1, else 2") in matrix_doc
 
 
 def test_the_grouped_vector_variant_refuses_tiled_scales_above_the_32_bit_column_offset_by_spec() -> None:

@@ -82,9 +82,10 @@ def test_block_sums_fit_int32_and_fp32_exactly() -> None:
 # -- compilation and SASS ------------------------------------------------------------------------------
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])
 def test_the_dp4a_kernel_compiles(arch) -> None:
-    for rows, layout, stages in [(4, "linear", 2), (8, "tiled", 3), (4, "tiled", 4)]:
-        prog = mc.compile_program(fp4_vector_source(), arch,
-                                  fp4_gemv_options(1, rows, layout, True, "fp4", "dp4a", "int32", stages))
+    for rows, layout, stages, prefetch in [(4, "linear", 2, False), (8, "tiled", 3, False), (4, "tiled", 4, False),
+                                           (8, "linear", 2, True)]:
+        prog = mc.compile_program(fp4_vector_source(), arch, fp4_gemv_options(1, rows, layout, True, "fp4", "dp4a",
+                                                                               "int32", stages, prefetch))
         assert FP4_SYMBOL.encode() in prog.image
 
 
@@ -193,3 +194,67 @@ def test_the_dp4a_plans_check_the_activation_alignment_of_its_loads() -> None:
     assert lean["x"] == 16 and lean["x_scales"] == 2  # one 16-byte load of codes, one 16-bit load of two scales
     assert fp16["x"] == 8 and fp16["x_scales"] == 1
     assert lean["w"] == fp16["w"] == 16 and lean["w_scales"] == fp16["w_scales"] == 2
+
+
+def test_dp4a_is_the_m1_default_where_it_applies() -> None:
+    from mircuda.matmul._fp4 import default_vector_decode
+
+    for arch in ("sm_80", "sm_86", "sm_89", "sm_90", "sm_120"):  # no cvt.rn.f16x2.e2m1x2 on these targets
+        assert default_vector_decode(arch, 1, 4096, "fp4") == "dp4a"
+        assert default_vector_decode(arch, 1, 32, "fp4") == "dp4a"
+    old = {"sm_90": "e4m3", "sm_80": "pairs"}
+    for arch, word in old.items():
+        assert default_vector_decode(arch, 2, 4096, "fp4") == word  # M > 1
+        assert default_vector_decode(arch, 1, 4096, "bf16") == word  # BF16 activations
+        assert default_vector_decode(arch, 1, 4112, "fp4") == word  # K % 32 != 0 (8-byte loads)
+        assert default_vector_decode(arch, 1, 4096, "fp4", block_sum="fp32") == word  # a word decoder's knob
+        assert default_vector_decode(arch, 1, 4096, "fp4", persistent=True) == word
+    # the hardware E2M1 conversion targets keep "bytes" (dp4a against it is not measured)
+    assert default_vector_decode("sm_120f", 1, 4096, "fp4") == default_vector_decode("sm_100a", 1, 4096, "fp4") == "bytes"
+
+
+def test_the_dp4a_rows_rule_follows_k() -> None:
+    from mircuda.matmul._fp4 import DP4A_DEFAULT_MEASURED, dp4a_rows
+
+    assert [dp4a_rows(k) for k in (32, 2048, 4096, 4128, 14336)] == [4, 4, 4, 8, 8]
+    assert "H200, 2026-12-01" in DP4A_DEFAULT_MEASURED and "4096x14336 11.40 (rows 8)" in DP4A_DEFAULT_MEASURED
+
+
+@pytest.mark.parametrize("n_k", [(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)], ids=str)
+def test_the_m1_plans_resolve_to_dp4a_with_the_measured_rows_and_two_stages(n_k) -> None:
+    from mircuda.matmul._fp4 import GemvKnobs, resolve_gemv_knobs
+
+    _, k = n_k
+    got = resolve_gemv_knobs("sm_90", FP4_SYMBOL, 1, k, "fp4", None, None, None, None, None)
+    assert got == GemvKnobs("dp4a", 8 if k > 4096 else 4, "int32", 2, True)
+
+
+def test_given_knobs_override_the_dp4a_default_and_refusals_are_unchanged() -> None:
+    from mircuda.matmul._fp4 import GemvKnobs, resolve_gemv_knobs
+
+    def resolve(m=1, k=14336, activation="fp4", decode=None, rows=None, block_sum=None, warps=None, stages=None,
+                persistent=False, symbol=FP4_SYMBOL, arch="sm_90"):
+        return resolve_gemv_knobs(arch, symbol, m, k, activation, decode, rows, block_sum, warps, stages, persistent)
+
+    assert resolve(decode="e4m3") == GemvKnobs("e4m3", 4, "fp16", 3, False)  # the former default, asked for
+    assert resolve(rows=4) == GemvKnobs("dp4a", 4, "int32", 2, True)
+    assert resolve(stages=3, warps=2) == GemvKnobs("dp4a", 8, "int32", 3, True)
+    assert resolve(decode="dp4a") == GemvKnobs("dp4a", 8, "int32", 2, False)  # asked for: the rows rule too
+    assert resolve(block_sum="fp32") == GemvKnobs("e4m3", 4, "fp32", 3, False)
+    assert resolve(persistent=True) == GemvKnobs("e4m3", 4, "fp16", 3, False)
+    assert resolve(activation="bf16") == GemvKnobs("e4m3", 4, "fp32", 3, False)
+    assert resolve(k=4112) == GemvKnobs("e4m3", 4, "fp16", 3, False)
+    assert resolve(m=2) == GemvKnobs("e4m3", 4, "fp16", 2, False)  # fp4_matvec_bf16 at M = 2 (kernel= asked)
+    assert resolve(symbol=FP4_MMA_SYMBOL) == GemvKnobs("e4m3", 32, "fp32", 3, False)
+    assert resolve(arch="sm_120f") == GemvKnobs("bytes", 4, "fp16", 3, False)
+    assert resolve(arch="sm_80", k=4096) == GemvKnobs("dp4a", 4, "int32", 2, True)
+    for kwargs, argument in [({"decode": "dp4a", "m": 2}, "decode"), ({"decode": "dp4a", "k": 4112}, "decode"),
+                             ({"decode": "dp4a", "persistent": True}, "persistent"),
+                             ({"decode": "dp4a", "block_sum": "fp16"}, "block_sum"),
+                             ({"decode": "dp4a", "activation": "bf16"}, "decode"),
+                             ({"decode": "dp4a", "symbol": FP4_MMA_SYMBOL}, "decode"),
+                             ({"rows": 16}, "rows"), ({"stages": 5}, "stages"), ({"warps": 3}, "warps"),
+                             ({"decode": "nibbles"}, "decode")]:
+        with pytest.raises(mc.ContractError) as info:
+            resolve(**kwargs)
+        assert info.value.argument == argument, kwargs

@@ -210,7 +210,8 @@ decoder, the persistent grid ``p1``)."""
 
 def parse_candidates(text: str) -> tuple[Candidate, ...]:
     """``--sweep``'s value: ``all`` (:data:`SWEEP_ALL`), ``vector`` (:data:`SWEEP_VECTOR`) or comma-separated
-    candidates ``decode[:sN][:wN][:rN][:mN][:pN]`` (decode ``bytes``, ``pairs``, ``e4m3`` or ``default``;
+    candidates ``decode[:sN][:wN][:rN][:mN][:pN]`` (decode ``bytes``, ``pairs``, ``e4m3``, ``default``, or
+    ``dp4a`` with ``m1``, the vector variant's integer path;
     stages 2-4; split_k: warps 4, 8 or 16, rows per block 16 or 32; with ``mN`` (the vector variant, N = 1,
     2, 4 or 8 rows per tile): warps 1, 2, 4 or 8, rows per block 4 or 8, ``p1`` the persistent grid).
 
@@ -220,7 +221,8 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
     """
     import dataclasses
 
-    from ..matmul._moe_kernels import DECODES, FRAGS, STAGES, TUNED_WARPS, VECTOR_ROWS_PER_TILE, VECTOR_WARPS
+    from ..matmul._moe_kernels import (DECODES, FRAGS, STAGES, TUNED_WARPS, VECTOR_DECODES, VECTOR_ROWS_PER_TILE,
+                                       VECTOR_WARPS)
 
     form = "'all' or 'vector' (named lists) or comma-separated decode[:sN][:wN][:rN][:mN][:pN]"
     named = {"all": SWEEP_ALL, "vector": SWEEP_VECTOR}
@@ -230,8 +232,9 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
     out: list[Candidate] = []
     for item in items:
         head, *rest = item.split(":")
-        if head not in (*DECODES, "default"):
-            raise ContractError("--sweep", f"a decode of {', '.join((*DECODES, 'default'))} first", repr(item))
+        if head not in (*DECODES, *VECTOR_DECODES, "default"):
+            raise ContractError("--sweep", f"a decode of {', '.join((*DECODES, *VECTOR_DECODES, 'default'))} first "
+                                "(dp4a with m1)", repr(item))
         raw: dict[str, int] = {}
         for part in rest:
             key, num = part[:1], part[1:]
@@ -242,6 +245,8 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
                 raise ContractError("--sweep", "fields sN, wN, rN, mN, pN, each once", repr(item[:60]))
             raw[key] = int(num)
         vector = "m" in raw
+        if head in VECTOR_DECODES and (raw.get("m") != 1 or raw.get("p")):
+            raise ContractError("--sweep", f"{head} with m1 (1-row tiles of the vector variant) and no p1", repr(item))
         allowed = {"s": STAGES, "m": VECTOR_ROWS_PER_TILE, "w": VECTOR_WARPS if vector else TUNED_WARPS,
                    "r": tuple((4 if vector else 16) * f for f in FRAGS), "p": (0, 1) if vector else ()}
         for key, value in raw.items():
@@ -672,7 +677,7 @@ def register(sub: Any) -> None:
                    help="force the portable grouped kernel's variant (default: the plan's choice per token count)")
     p.add_argument("--sweep", default=None,
                    help="compare decode knobs instead of the main table (tokens <= 16): 'all' (split_k), "
-                        "'vector' or comma-separated decode[:sN][:wN][:rN][:mN] (decode bytes/pairs/e4m3/default, "
+                        "'vector' or comma-separated decode[:sN][:wN][:rN][:mN] (decode bytes/pairs/e4m3/default, dp4a with m1, "
                         "stages 2-4; split_k: warps 4/8/16, weight rows per block 16/32; mN: the vector variant with "
                         "N = 1/2/4/8 rows per tile, warps 1/2/4/8, rows per block 4/8), each beside the default plan "
                         "with µs and TB/s")

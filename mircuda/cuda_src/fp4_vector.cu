@@ -344,12 +344,13 @@ __device__ __forceinline__ void prefetch_prologue(const unsigned char* __restric
 // 1/4 (both operands doubled) goes into the output scale. Per 8 weights: 4 PRMT, 3 integer operations
 // (w >> 16, w ^ 0x88888888, its >> 16), 4 IDP4A (the FP16 path: 7 integer operations, 4 F2FP, 4 HFMA2).
 // The activation codes (one 16-byte load per lane and step) and scales (one 16-bit load) travel in the load
-// ring with the weights, so no load waits at the step that uses it; each lane turns its 32 activations into
-// signed int8 once per step for all R rows: 0x80 + P - N per byte lies in [0x74, 0x8c] (one of P, N is 0, both
-// <= 12), so one IADD3 makes all four bytes without a carry between them and an XOR with 0x80 gives the
-// two's-complement byte.
-static_assert(kM == 1 && !MIRCUDA_FP4_ACT_BF16 && MIRCUDA_FP4_WIDE && !MIRCUDA_FP4_PERSISTENT && !MIRCUDA_FP4_GROUPED,
-              "MIRCUDA_FP4_DP4A: M = 1, NVFP4 activations, 16-byte loads (K % 32 == 0), no persistent or grouped grid");
+// ring with the weights (lean_consume: refilled in place), so no load waits at the step that uses it; each
+// lane turns its 32 activations into signed int8 once per step for all R rows: 0x80 + P - N per byte lies in
+// [0x74, 0x8c] (one of P, N is 0, both <= 12), so one IADD3 makes all four bytes without a carry between them
+// and an XOR with 0x80 gives the two's-complement byte.
+static_assert(kM == 1 && !MIRCUDA_FP4_ACT_BF16 && MIRCUDA_FP4_WIDE && !MIRCUDA_FP4_PERSISTENT,
+              "MIRCUDA_FP4_DP4A: M = 1 (1-row tiles in the grouped kernel), NVFP4 activations, 16-byte loads "
+              "(K % 32 == 0), no persistent grid");
 constexpr unsigned kLut0 = 0x03020100u;  // 2|v| of E2M1 magnitudes 0..3: 0, 0.5, 1, 1.5
 constexpr unsigned kLut1 = 0x0C080604u;  // 4..7: 2, 3, 4, 6
 
@@ -394,9 +395,9 @@ struct LeanStep {
 // A lane's pointers at its first column (row N - 1 for rows past N). Step t of the warp reads at the pointers
 // plus t (stride / 2) code bytes and t stride / 16 linear or t stride * 8 tiled scale bytes (the split of
 // scale_offset of fp4_common.cuh: the stride is a multiple of 64 columns, so a step moves the tiled index by
-// whole 512-byte atoms): lean_load advances each pointer by its step (one IMAD.WIDE each). (One pointer per
-// operand plus 32-bit row offsets saves registers on paper, but ptxas then spends a 64-bit add per load and as
-// many registers: measured in the sm_90 SASS, 729 against 655 loop instructions for R = 4.)
+// whole 512-byte atoms): each load advances its pointer by its step (a 64-bit add, two instructions). (One
+// pointer per operand plus 32-bit row offsets saves registers on paper, but ptxas then spends a 64-bit add per
+// load and as many registers: measured in the sm_90 SASS, 729 against 655 loop instructions for R = 4.)
 struct LeanPointers {
     const unsigned char* w[kRows];
     const unsigned char* s[kRows];
@@ -781,6 +782,14 @@ __device__ __forceinline__ void fp4_matvec_persistent(__nv_bfloat16* __restrict_
 
 }  // namespace
 
+// Both kernels: at most kMaxWarps warps per block; on the integer path a register cap may be asked for instead
+// (MIRCUDA_FP4_MAX_REGS, __maxnreg__: an experiment's knob, 0 by default).
+#if MIRCUDA_FP4_DP4A && MIRCUDA_FP4_MAX_REGS > 0
+#define MIRCUDA_FP4_BOUNDS __maxnreg__(MIRCUDA_FP4_MAX_REGS)
+#else
+#define MIRCUDA_FP4_BOUNDS __launch_bounds__(kMaxWarps * 32)
+#endif
+
 #if MIRCUDA_FP4_GROUPED
 // The grouped NVFP4 plans' decode kernel (variant "vector" of mircuda.matmul._moe; MIRCUDA_FP4_GROUPED = 1
 // with the MIRCUDA_MOE_* defines of fp4_grouped_table.cuh, MIRCUDA_MOE_MT = MIRCUDA_FP4_M, NVFP4
@@ -789,8 +798,9 @@ __device__ __forceinline__ void fp4_matvec_persistent(__nv_bfloat16* __restrict_
 // each), y the tile slots (block y takes tiles y, y + grid.y, ... of the list), z the operand set. Block
 // (x, y, s) multiplies tile t's rows (at most kM, consecutive from the group's offset) by weight rows [kRows x,
 // kRows x + kRows) of the group's matrix with fp4_matvec (the M <= 16 CUDA-core path above: each weight
-// is decoded once for the kM rows), scaled by alpha_per_matrix[s E + e]. Rows no group covers are never
-// written; every index comes from the validated table.
+// is decoded once for the kM rows), scaled by alpha_per_matrix[s E + e]; with MIRCUDA_FP4_DP4A (1-row tiles,
+// K % 32 == 0) by fp4_matvec_lean, the integer path. Rows no group covers are never written; every index comes
+// from the validated table.
 #include "fp4_grouped_table.cuh"
 
 static_assert(kMT == kM, "MIRCUDA_MOE_MT must equal MIRCUDA_FP4_M (rows per tile)");
@@ -798,7 +808,7 @@ static_assert(MIRCUDA_FP4_ACT_TILED == 0 && MIRCUDA_FP4_ACT_BF16 == 0,
               "the grouped plans' activations are NVFP4 with linear scales");
 static_assert(MIRCUDA_FP4_WIDE == 0 || kK % 32 == 0, "MIRCUDA_FP4_WIDE needs K % 32 == 0");
 
-extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+extern "C" __global__ void MIRCUDA_FP4_BOUNDS
     fp4_grouped_bf16(const int* __restrict__ ws, const float* __restrict__ alpha_per_matrix,
                      const unsigned char* __restrict__ a1, const unsigned char* __restrict__ sa1,
                      const unsigned char* __restrict__ b1, const unsigned char* __restrict__ sb1,
@@ -830,7 +840,14 @@ extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
         const int rows = min(kM, ws[kCount + g] - local * kM);
         const long long xrow0 = (long long)ws[kOffset + g] + (long long)local * kM;
         const int e = ws[kMatrix + g];
-#if MIRCUDA_FP4_PERSISTENT
+#if MIRCUDA_FP4_DP4A
+        // 1-row tiles (kM = 1: rows is 1): the integer path of the single plan, the same exactness argument. The
+        // tile's activation row starts at xrow0 K / 2 code bytes and xrow0 K / 16 scale bytes: 16- and 2-byte
+        // aligned for K % 32 == 0 (the plan checks a and a_scales for 16 and 2).
+        fp4_matvec_lean(d + xrow0 * kN, b + (long long)e * kMatrixBytes, sb + (long long)e * kMatrixScaleBytes,
+                        a + xrow0 * (kK / 2), sa + xrow0 * (kK / 16), nullptr, alpha_per_matrix + set * kBank + e, 1.0f,
+                        kN, kK);
+#elif MIRCUDA_FP4_PERSISTENT
         // blockIdx.x walks the weight-row blocks x, x + gridDim.x, ... of this tile
         fp4_matvec_persistent(d + xrow0 * kN, b + (long long)e * kMatrixBytes, sb + (long long)e * kMatrixScaleBytes,
                               a + xrow0 * (kK / 2), sa + xrow0 * (kK / 16), nullptr,
@@ -845,11 +862,6 @@ extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
 }
 
 #else
-#if MIRCUDA_FP4_DP4A && MIRCUDA_FP4_MAX_REGS > 0
-#define MIRCUDA_FP4_BOUNDS __maxnreg__(MIRCUDA_FP4_MAX_REGS)
-#else
-#define MIRCUDA_FP4_BOUNDS __launch_bounds__(kMaxWarps * 32)
-#endif
 extern "C" __global__ void MIRCUDA_FP4_BOUNDS
     fp4_matvec_bf16(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
                     const unsigned char* __restrict__ sw, const void* __restrict__ x,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import weakref
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import _cuda
@@ -38,7 +39,8 @@ __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vec
            "portable_executor", "fp4_target", "fp4_compiler", "FP4_MMA_SYMBOL", "FP4_KERNELS", "fp4_mma_source",
            "fp4_mma_options", "EPILOGUES", "check_epilogue", "DECODE_THREADS", "DECODE_WORDS", "decode_config",
            "DECODES", "BLOCK_SUMS", "default_decode", "check_gemv_knobs", "VECTOR_ROWS", "MMA_ROWS", "STAGES", "VECTOR_DECODES",
-           "check_dp4a"]
+           "check_dp4a", "default_vector_decode", "dp4a_rows", "DP4A_DEFAULT_MEASURED", "DP4A_ROWS8_MIN_K",
+           "GemvKnobs", "resolve_gemv_knobs"]
 
 ACTIVATIONS = ("fp4", "bf16")
 """``activation=``: ``"fp4"`` (NVFP4 activations with their own scales and global scale) or ``"bf16"``
@@ -72,7 +74,8 @@ VECTOR_DECODES = DECODES + ("dp4a",)
 """``decode=`` of ``fp4_matvec_bf16`` (:data:`DECODES` and ``"dp4a"``): ``"dp4a"`` is the integer path of
 ``cuda_src/fp4_vector.cu`` (``MIRCUDA_FP4_DP4A``; M = 1, NVFP4 activations, K % 32 == 0): E2M1 codes to int8 by a
 byte permute (PRMT, the E2M1 sign bit as PRMT's sign-replicate bit), IDP4A dot products summed exactly in int32 per
-16-element block, the activations and their scales in the load ring with the weights; any cc >= 8.0."""
+16-element block, the activations and their scales in the load ring with the weights; any cc >= 8.0. The M = 1
+default where it applies (:func:`default_vector_decode`)."""
 BLOCK_SUMS = ("fp16", "fp32")
 """``block_sum=`` (kernel ``fp4_matvec_bf16``): each 16-element block's products summed exactly in FP16 by
 HFMA2 (``"fp16"``, NVFP4 activations only) or per product in FP32 (``"fp32"``)."""
@@ -81,7 +84,8 @@ VECTOR_ROWS = (4, 8)
 STAGES = (2, 3, 4)
 """``stages=``: warp steps of weight loads the NVRTC kernels keep in a register ring (``MIRCUDA_FP4_STAGES``;
 ``stages - 1`` in flight while a step computes; 2 is double buffering; the default is 3 for ``fp4_mma_bf16`` and
-for ``fp4_matvec_bf16`` at M = 1, else 2, as measured on the H200)."""
+for ``fp4_matvec_bf16`` at M = 1 with a word decoder, else 2 (``decode='dp4a'`` included), as measured on the
+H200)."""
 MMA_ROWS = (16, 32)
 """Weight rows per block that ``fp4_mma_bf16`` takes: 16-row tiles per warp (``MIRCUDA_FP4_TILES`` 1 or 2; two
 tiles share each decoded activation fragment; 32, two tiles, is the default)."""
@@ -100,6 +104,37 @@ def default_decode(arch: str) -> str:
     if has_e2m1_cvt(arch):
         return "bytes"
     return "e4m3" if _arch_number(arch) >= 89 else "pairs"
+
+
+DP4A_DEFAULT_MEASURED = (
+    "fp4-profile --sweep on the H200, 2026-12-01 (M = 1, µs, decode='dp4a' with 2 stages against the former default "
+    "e4m3, rows 4, stages 3): 4096x4096 4.94 (rows 4) vs 6.08; 14336x4096 11.23 (rows 4) vs 13.59; 4096x14336 "
+    "11.40 (rows 8) / 11.89 (rows 4) vs 13.39; 6144x4096 6.23 (rows 8) / 6.40 (rows 4) vs 7.18")
+"""The measurement behind :func:`default_vector_decode` and :func:`dp4a_rows` (N x K; the rows rule takes rows 4
+at 6144x4096, 3 % slower there than rows 8, to keep one rule by K)."""
+DP4A_ROWS8_MIN_K = 4097
+"""``decode='dp4a'`` takes 8 weight rows per block from this K on (K > 4096), else 4: :func:`dp4a_rows`."""
+
+
+def dp4a_rows(k: int) -> int:
+    """The default weight rows per block of ``fp4_matvec_bf16`` with ``decode='dp4a'``: 8 when K > 4096 (each
+    block's rows share the activations of a longer K: 4096x14336 11.40 µs against 11.89 for rows 4), else 4
+    (4096x4096 4.94 against 5.27, 14336x4096 11.23 against 11.65); :data:`DP4A_DEFAULT_MEASURED`."""
+    return 8 if k >= DP4A_ROWS8_MIN_K else 4
+
+
+def default_vector_decode(arch: str, m: int, k: int, activation: str, block_sum: Any = None,
+                          persistent: bool = False) -> str:
+    """The decoder ``fp4_matvec_bf16`` compiles for when ``decode=`` is not given: ``"dp4a"`` (the integer path)
+    where it applies and was measured faster -- M = 1, NVFP4 activations, K % 32 == 0, no ``block_sum`` given
+    (a knob of the word decoders' FP16/FP32 sums), no persistent grid, and a target without
+    ``cvt.rn.f16x2.e2m1x2`` (:func:`has_e2m1_cvt`; IDP4A exists from cc 6.1, below every plan's cc 8.0, but
+    the comparison with the hardware E2M1 conversion of sm_1x0f/sm_12Yf is not measured, so those keep
+    ``"bytes"``); elsewhere :func:`default_decode`. Measured: :data:`DP4A_DEFAULT_MEASURED`."""
+    if (m == 1 and activation == "fp4" and k % 32 == 0 and block_sum is None and not persistent
+            and not has_e2m1_cvt(arch)):
+        return "dp4a"
+    return default_decode(arch)
 
 
 FLAG_KNOBS = {"prefetch": ("MIRCUDA_FP4_PREFETCH", "the L2 prefetch"),
@@ -318,6 +353,54 @@ def fp4_operands(names: tuple[str, str, str, str, str], m: int, n: int, k: int, 
     return tuple(ops)
 
 
+@dataclass(frozen=True)
+class GemvKnobs:
+    """The NVRTC kernels' knobs resolved for one plan (:func:`resolve_gemv_knobs`): the decoder (:data:`VECTOR_DECODES`),
+    weight rows per block, block sums (``"fp16"``, ``"fp32"``, ``"int32"`` for dp4a), load stages, and whether
+    ``decode='dp4a'`` was chosen as the default rather than asked for."""
+
+    decode: str
+    rows: int
+    block_sum: str
+    stages: int
+    default_dp4a: bool
+
+
+def resolve_gemv_knobs(arch: str, symbol: str, m: int, k: int, activation: str, decode: Any, rows: Any,
+                       block_sum: Any, warps: Any, stages: Any, persistent: bool = False) -> GemvKnobs:
+    """The knobs ``Fp4Gemv`` compiles with for NVRTC target ``arch``: the given ones checked
+    (:func:`check_gemv_knobs`, :func:`check_dp4a`), the rest defaulted: ``decode`` :func:`default_vector_decode`
+    for :data:`FP4_SYMBOL`, :func:`default_decode` for :data:`FP4_MMA_SYMBOL`; rows 32 (``fp4_mma_bf16``), else
+    :func:`dp4a_rows` with dp4a, else 4; stages 2 with dp4a, 3 for ``fp4_mma_bf16`` and for ``fp4_matvec_bf16`` at
+    M = 1, else 2; block sums int32 (dp4a), FP16 with NVFP4 activations, else FP32.
+
+    Raises:
+        ContractError: as :func:`check_gemv_knobs` and :func:`check_dp4a`.
+    """
+    default_dp4a = (decode is None and symbol == FP4_SYMBOL and
+                    default_vector_decode(arch, m, k, activation, block_sum, persistent) == "dp4a")
+    decode, rows, block_sum = check_gemv_knobs(arch, symbol, activation, "dp4a" if default_dp4a else decode, rows,
+                                               block_sum, warps, stages)
+    if decode == "dp4a":
+        check_dp4a(m, k, persistent)
+    # Three stages of loads for M = 1 on fp4_matvec_bf16 with a word decoder and for the tensor-core kernel
+    # (fp4-profile --sweep on the H200, 2026-12-01: fp4_matvec_bf16 rows 4 x stages 3 was the fastest e4m3 M = 1
+    # kernel over the three Llama shapes, 6.0 / 13.9 / 13.5 µs against 6.1 / 14.0 / 14.3 for rows 8 x stages 2;
+    # fp4_mma_bf16 with 32 rows x 3 stages beat 16 rows x 2 stages at every M in 2, 8, 16 on all four
+    # shapes, e.g. M = 8: 7.3 / 17.1 / 16.7 / 10.1 µs against 9.0 / 20.9 / 23.5 / 11.0 on 4096x4096,
+    # 14336x4096, 4096x14336, 6144x4096); elsewhere double buffering.
+    # decode='dp4a': two stages (its ring refills a step in place, so two stages are one step of registers:
+    # 72 on sm_90 for 4 rows, 28 warps per SM, one wave of the 3584 row blocks of N = 14336; three take 124);
+    # confirmed by the same sweep: 4.94 / 11.23 / 11.89 µs at 2 stages against 5.69 / 12.67 / 12.36 at 3 (rows 4).
+    stages = (stages if stages is not None else 2 if decode == "dp4a" else
+              3 if symbol == FP4_MMA_SYMBOL or (m == 1 and symbol == FP4_SYMBOL) else 2)
+    if symbol == FP4_MMA_SYMBOL:
+        return GemvKnobs(decode, rows if rows is not None else 32, "fp32", stages, False)  # two 16-row tiles per warp
+    return GemvKnobs(decode, rows if rows is not None else dp4a_rows(k) if decode == "dp4a" else 4,
+                     "int32" if decode == "dp4a" else block_sum if block_sum is not None
+                     else "fp16" if activation == "fp4" else "fp32", stages, default_dp4a)
+
+
 class Fp4Gemv:
     """An NVRTC kernel compiled for one M (1..16), N x K, activation type and scale layout, with its launch
     (the plans check operands first): ``symbol`` :data:`FP4_SYMBOL` (``cuda_src/fp4_vector.cu``, CUDA
@@ -342,18 +425,9 @@ class Fp4Gemv:
         self.persistent = check_flag("persistent", persistent, symbol)
         if symbol not in FP4_KERNELS:
             raise ContractError("kernel", f"one of {FP4_KERNELS}", repr(symbol))
-        decode, rows, block_sum = check_gemv_knobs(compiler.arch, symbol, activation, decode, rows, block_sum, warps,
-                                                   stages)
-        if decode == "dp4a":
-            check_dp4a(m, k, self.persistent)
-        # Three stages of loads for M = 1 on fp4_matvec_bf16 and for the tensor-core kernel (fp4-profile
-        # --sweep on the H200, 2026-12-01: fp4_matvec_bf16 rows 4 x stages 3 was the fastest M = 1 kernel
-        # over the three Llama shapes, 6.0 / 13.9 / 13.5 µs against 6.1 / 14.0 / 14.3 for rows 8 x stages 2;
-        # fp4_mma_bf16 with 32 rows x 3 stages beat 16 rows x 2 stages at every M in 2, 8, 16 on all four
-        # shapes, e.g. M = 8: 7.3 / 17.1 / 16.7 / 10.1 µs against 9.0 / 20.9 / 23.5 / 11.0 on 4096x4096,
-        # 14336x4096, 4096x14336, 6144x4096); elsewhere double buffering.
-        self.stages = (stages if stages is not None else
-                       3 if symbol == FP4_MMA_SYMBOL or (m == 1 and symbol == FP4_SYMBOL) else 2)
+        knobs = resolve_gemv_knobs(compiler.arch, symbol, m, k, activation, decode, rows, block_sum, warps, stages,
+                                   self.persistent)
+        decode, self.stages, self.default_dp4a = knobs.decode, knobs.stages, knobs.default_dp4a
         if symbol == FP4_MMA_SYMBOL and activation != "fp4":
             raise ContractError("activation", f"'fp4' (kernel {FP4_MMA_SYMBOL} takes NVFP4 activations only)",
                                 repr(activation))
@@ -364,15 +438,14 @@ class Fp4Gemv:
         self.elements = 32 if self.wide else 16
         self.decode = decode
         if symbol == FP4_MMA_SYMBOL:
-            self.rows = rows if rows is not None else 32  # two 16-row tiles per warp (measured: see stages)
-            self.block_sum = "fp32"
+            self.rows = knobs.rows
+            self.block_sum = knobs.block_sum
             self.options = fp4_mma_options(m, layout, self.wide, decode, self.rows, self.stages)
             source = fp4_mma_source()
             chunk = 4 * self.elements
         else:
-            self.rows = rows if rows is not None else 4
-            self.block_sum = ("int32" if decode == "dp4a" else block_sum if block_sum is not None
-                              else "fp16" if activation == "fp4" else "fp32")
+            self.rows = knobs.rows
+            self.block_sum = knobs.block_sum
             self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation, decode, self.block_sum,
                                             self.stages, self.prefetch, self.persistent)
             source = fp4_vector_source()
@@ -411,7 +484,10 @@ class Fp4Gemv:
         act = "NVFP4 activations (E2M1 x UE4M3)" if self.activation == "fp4" else "BF16 activations"
         decode = (f"decode={self.decode!r}: " + (
             "E2M1 codes to int8 by PRMT (a byte permute whose selector is the code), IDP4A dot products, the "
-            "activations and their scales in the load ring" if self.decode == "dp4a" else
+            "activations and their scales in the load ring" + (
+                "; the M = 1 default where it applies (NVFP4 activations, K % 32 == 0, no block_sum or persistent "
+                "knob, no cvt.rn.f16x2.e2m1x2 on the target), rows 8 when K > 4096 else 4, stages 2: "
+                + DP4A_DEFAULT_MEASURED if self.default_dp4a else "") if self.decode == "dp4a" else
             "cvt.rn.f16x2.e2m1x2" if self.decode == "bytes" and has_e2m1_cvt(self.arch) else
             "an exact software E2M1 decode: " + (
                 "byte by byte (bit operations into FP16)" if self.decode == "bytes" else
@@ -573,10 +649,13 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
     Decoding: ``cvt.rn.f16x2.e2m1x2`` (SASS ``F2FP.F16.E2M1.UNPACK_B``) where the compile target is a
     family-specific Blackwell one (sm_100f, sm_120f, sm_1xxa: PTX ISA 8.6/8.8; on cc 12.x the default
     compiler targets sm_12Yf, :func:`fp4_compiler`), elsewhere (sm_80, sm_90 (H200), a plain-target
-    compiler passed in) an exact software decode, one of :data:`DECODES` (``cuda_src/fp4_common.cuh``; default
-    :func:`default_decode`: on the H200 bit operations to E4M3 bytes and ``cvt.rn.f16x2.e4m3x2``). With NVFP4
-    activations each 16-element block's products are summed exactly in FP16 by HFMA2 (no per-weight conversion;
-    the proof is in ``cuda_src/fp4_vector.cu``), otherwise in FP32; each block sum is scaled once by
+    compiler passed in) an exact software decode, one of :data:`DECODES` (``cuda_src/fp4_common.cuh``;
+    :func:`default_decode`: on the H200 bit operations to E4M3 bytes and ``cvt.rn.f16x2.e4m3x2``), or, the
+    default there with NVFP4 activations and K % 32 == 0 (:func:`default_vector_decode`), ``decode='dp4a'``:
+    E2M1 codes to int8 by PRMT and IDP4A products, exact int32 block sums (x must then be 16-byte aligned and
+    x_scales 2-byte aligned, :attr:`operands`). With NVFP4 activations and a word decoder each 16-element block's
+    products are summed exactly in FP16 by HFMA2 (no per-weight conversion; the proof is in
+    ``cuda_src/fp4_vector.cu``), otherwise in FP32; each block sum is scaled once by
     ``sx * sw`` and accumulated in FP32. Any N; K a multiple of 16 (16-byte weight loads when K % 32 == 0, else 8-byte).
 
     Args:
@@ -588,15 +667,18 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
             block splitting K.
         kernel: tuning knob: None or :data:`FP4_SYMBOL` (the CUDA-core kernel, the default) or
             :data:`FP4_MMA_SYMBOL` (the tensor-core kernel run with M = 1; NVFP4 activations only).
-        decode: tuning knob: one of :data:`DECODES` (None: :func:`default_decode` of the compile target), or
-            for :data:`FP4_SYMBOL` ``"dp4a"`` (:data:`VECTOR_DECODES`: the integer path; NVFP4 activations,
-            K % 32 == 0, block_sum None, no persistent grid).
-        rows: tuning knob: weight rows per block, one of :data:`VECTOR_ROWS` for :data:`FP4_SYMBOL` (None: 4)
+        decode: tuning knob: one of :data:`DECODES`, or for :data:`FP4_SYMBOL` ``"dp4a"`` (:data:`VECTOR_DECODES`:
+            the integer path; NVFP4 activations, K % 32 == 0, block_sum None, no persistent grid). None:
+            :func:`default_vector_decode` for :data:`FP4_SYMBOL` (``"dp4a"`` where it applies, measured faster on
+            the H200: :data:`DP4A_DEFAULT_MEASURED`), :func:`default_decode` of the compile target otherwise.
+        rows: tuning knob: weight rows per block, one of :data:`VECTOR_ROWS` for :data:`FP4_SYMBOL` (None: 4; with
+            ``decode='dp4a'`` :func:`dp4a_rows`: 8 when K > 4096)
             or of :data:`MMA_ROWS` for :data:`FP4_MMA_SYMBOL` (None: 32, two 16-row tiles per warp).
         block_sum: tuning knob of :data:`FP4_SYMBOL`: ``"fp16"`` (exact HFMA2 block sums; the default with
             NVFP4 activations) or ``"fp32"`` (the only one with BF16 activations).
-        stages: tuning knob: one of :data:`STAGES` (None: 3 for both kernels at M = 1, measured on the H200;
-            see :data:`STAGES`), steps of weight loads in the register ring.
+        stages: tuning knob: one of :data:`STAGES` (None: 2 with ``decode='dp4a'``, the M = 1 default where it
+            applies; otherwise 3 for both kernels at M = 1, measured on the H200; see :data:`STAGES`), steps of
+            weight loads in the register ring.
         prefetch: tuning knob of :data:`FP4_SYMBOL`: True requests each warp's first weight and scale lines
             in L2 before ``griddepcontrol.wait`` (cc >= 9.0: they arrive while the previous kernel of the
             stream finishes); None or False: no prefetch. Measured on the H200 (2026-12-01,
@@ -739,7 +821,9 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
         decode, rows, warps, block_sum, stages, prefetch, persistent: tuning knobs of the NVRTC kernels (M <= 16;
             as :class:`BlockScaledFp4VectorPlan`: ``block_sum``, ``prefetch``, ``persistent`` for ``fp4_matvec_bf16`` only;
             None: the defaults, measured on the H200: ``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16``
-            4 rows and 3 stages at M = 1, else 2); refused (ContractError) on the other paths.
+            at M = 1 ``decode='dp4a'`` where :func:`default_vector_decode` takes it (2 stages, rows
+            :func:`dp4a_rows`), else 4 rows and 3 stages at M = 1, else 2); refused (ContractError) on the other
+            paths.
 
     Raises:
         ContractError: bad arguments (named); a forced ``kernel`` that is not in the library or cannot run

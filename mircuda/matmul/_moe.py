@@ -39,7 +39,7 @@ from ..dtypes import bf16, dtype_info, e4m3, f32, i32, u8
 from ..dtypes import is_integer_value
 from ..errors import ClosedResourceError, ContractError, CutlassError, CutlassNotFound
 from ..memory import DeviceBuffer
-from ._fp4 import _device_checks, fp4_compiler, has_e2m1_cvt
+from ._fp4 import DP4A_DEFAULT_MEASURED, _device_checks, fp4_compiler, has_e2m1_cvt
 from ._fp4_layout import address, check_layout
 from ._fp4_reference import BLOCK, scale_bytes
 from ._moe_kernels import (BLOCK_ROWS, MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, VARIANTS, VECTOR_MAX_MEAN_ROWS,
@@ -80,10 +80,11 @@ def matrix_scale_bytes(n: int, k: int, layout: str) -> int:
 
 
 def _set_operands(suffix: str, n: int, k: int, capacity: int, bank: int, layout: str,
-                  scale_pairs: bool = False) -> tuple[Operand, ...]:
+                  scale_pairs: bool = False, dp4a: bool = False) -> tuple[Operand, ...]:
     """One operand set's checks. ``scale_pairs``: the kernel reads the bank scales two adjacent bytes at a time
     (the ``"vector"`` variant with K % 32 == 0: fp4_vector.cu's 16-bit loads), so b_scales needs 2-byte
-    alignment."""
+    alignment. ``dp4a`` (the vector variant's integer path): one 16-byte load of activation codes and one 16-bit
+    load of two activation scales per lane and step, so a needs 16-byte and a_scales 2-byte alignment."""
     wide = k % 32 == 0
     kernel = "fp4_grouped_bf16"
     per = matrix_scale_bytes(n, k, layout)
@@ -91,9 +92,11 @@ def _set_operands(suffix: str, n: int, k: int, capacity: int, bank: int, layout:
                 f"{bank} matrices of tiled UE4M3 scales of [{n}, {k}], {per} bytes each (N padded to 128, K/16 to 4)")
     return (
         Operand("a" + suffix, dtype_info(u8), capacity * k // 2, f"[capacity, K/2] = [{capacity}, {k // 2}] packed E2M1",
-                8, f"kernel {kernel}: 8-byte activation loads"),
+                16 if dp4a else 8, f"kernel {kernel}: {'16' if dp4a else '8'}-byte activation loads"
+                + (" (decode 'dp4a')" if dp4a else "")),
         Operand("a_scales" + suffix, dtype_info(e4m3), capacity * k // BLOCK,
-                f"[capacity, K/16] = [{capacity}, {k // BLOCK}] linear UE4M3", 1, "byte loads"),
+                f"[capacity, K/16] = [{capacity}, {k // BLOCK}] linear UE4M3", 2 if dp4a else 1,
+                f"kernel {kernel} (decode 'dp4a'): 16-bit loads of two adjacent scales" if dp4a else "byte loads"),
         Operand("b_bank" + suffix, dtype_info(u8), bank * n * k // 2, f"[E, N, K/2] = [{bank}, {n}, {k // 2}] packed E2M1",
                 16 if wide else 8, f"kernel {kernel}: {'16' if wide else '8'}-byte weight loads"),
         Operand("b_scales" + suffix, dtype_info(e4m3), bank * per, shape_sb, 2 if scale_pairs else 1,
@@ -115,10 +118,11 @@ def _global_b(name: str, buf: Any, bank: int, context: Context) -> int:
                                  "FP32 loads"), buf, context)
 
 
-def _resolve_tuning(tuning: Any, variant: str, arch: str) -> DecodeTuning:
+def _resolve_tuning(tuning: Any, variant: str, arch: str, rows_per_tile: int, k: int) -> DecodeTuning:
     """The plan's decode knobs: ``tuning`` with its None fields from the target's default, checked, or the
-    default itself (:func:`~mircuda.matmul._moe_kernels.resolve_tuning`)."""
-    return resolve_tuning(tuning, variant, arch)
+    default itself (:func:`~mircuda.matmul._moe_kernels.resolve_tuning`: ``"dp4a"`` for the vector variant's
+    1-row tiles with K % 32 == 0)."""
+    return resolve_tuning(tuning, variant, arch, rows_per_tile, k)
 
 
 _CUTLASS_ERRORS = (ImportError, CutlassNotFound, CutlassError, ContractError, AttributeError)
@@ -130,6 +134,7 @@ class _GroupedFp4PlanBase(PlanBase):
 
     _kind: str
     _dense: Any = None  # the decode_grouped engine (DecodeGroupedFp4) when that path runs
+    _default_tuning = False  # tuning=None: the target's default (describe quotes the dp4a rule then)
 
     def _build(self, context: Context, stream: Stream, *, n: int, k: int, capacity: int, groups: int, bank: int,
                fixed_rows: int, sets: int, scale_layout: Any, compiler: Compiler | None, rows_per_tile: Any,
@@ -178,7 +183,8 @@ class _GroupedFp4PlanBase(PlanBase):
             mt = rows_per_tile if rows_per_tile is not None else default_rows_per_tile(capacity, groups, fixed_rows)
         if variant == "staged" and mt == 8:
             mt = 16
-        tuning = _resolve_tuning(tuning, choose_variant(mt) if variant is None else variant, compiler.arch)
+        self._default_tuning = tuning is None
+        tuning = _resolve_tuning(tuning, choose_variant(mt) if variant is None else variant, compiler.arch, mt, k)
         shape = tile_shape(n=n, capacity=capacity, groups=groups, rows_per_tile=mt, fixed_rows=fixed_rows, sets=sets,
                            variant=variant, tuning=tuning)
         if shape.variant != "vector" and shape.weight_blocks > MAX_WEIGHT_BLOCKS:
@@ -211,7 +217,8 @@ class _GroupedFp4PlanBase(PlanBase):
         self._finalizer = weakref.finalize(self, _free_all, list(self._buffers), context, stream)
         self._finalizer.atexit = False
         pairs = self.path == "portable" and shape.variant == "vector" and k % 32 == 0
-        self._set_ops = tuple(_set_operands(suffix, n, k, capacity, bank, self._layout, pairs)
+        dp4a = self.path == "portable" and tuning.decode == "dp4a"
+        self._set_ops = tuple(_set_operands(suffix, n, k, capacity, bank, self._layout, pairs, dp4a)
                               for suffix in (("",) if sets == 1 else ("1", "2")))
         self._operands = tuple(op for ops in self._set_ops for op in ops)
         self._masks = tuple(op.alignment - 1 for op in self._set_ops[0])
@@ -397,9 +404,18 @@ class _GroupedFp4PlanBase(PlanBase):
                 f"{shape.sets} set(s)); variant vector: the block's {t.warps} warp(s) split K, a ring of {t.stages} "
                 "load stages"
                 + (f" (persistent: {self._kernels.grouped_config.grid[0]} blocks per tile slot walk the weight-row "
-                   "blocks, the ring running on across them)" if t.persistent else "") + "; each weight is "
-                f"decoded once ({decode}) and meets the tile's rows in HFMA2 (each 16-element block summed exactly "
-                "in FP16), scaled by the UE4M3 scales in FP32, BF16 out" + pdl + f". Why portable: {self._why_portable}.")
+                   "blocks, the ring running on across them)" if t.persistent else "") + (
+                    "; decode='dp4a': E2M1 codes to int8 by PRMT (a byte permute whose selector is the code), IDP4A "
+                    "dot products with the 1-row tile's int8 activations, each 16-element block summed exactly in "
+                    "int32, scaled by the UE4M3 scales in FP32, the activations and their scales in the load ring "
+                    "(fp4_matvec_lean, the single plan's integer path)"
+                    + (f"; the default for 1-row tiles with K % 32 == 0 on {self._kernels.arch} (4 weight rows per "
+                       "block, 8 when K > 4096; 2 stages), from the single plan's measurement: "
+                       + DP4A_DEFAULT_MEASURED if self._default_tuning else "")
+                    if t.decode == "dp4a" else "; each weight is "
+                    f"decoded once ({decode}) and meets the tile's rows in HFMA2 (each 16-element block summed exactly "
+                    "in FP16), scaled by the UE4M3 scales in FP32")
+                + ", BF16 out" + pdl + f". Why portable: {self._why_portable}.")
         split = {"split_k": f"variant split_k: the block's {t.warps} warps split K over {16 * t.frags} weight rows "
                             f"(decode: each weight read once per m-tile), a ring of {t.stages} load stages",
                  "split_n": f"variant split_n: each of the block's {WARPS} warps owns 16 weight rows and all of K, both "
@@ -502,7 +518,10 @@ _DOC_COMMON = """
     alpha_per_matrix and builds the tile list (prefix sums of m-tiles over groups); the grouped kernel's
     blocks walk that list: E2M1 x UE4M3 decoded exactly to FP16 in registers, ``mma.sync`` m16n8k16 FP16 ->
     FP32, BF16 out (variant ``"vector"``, chosen for decode steps of about one row per group: the CUDA-core
-    kernel of ``cuda_src/fp4_vector.cu`` per tile of 1-8 rows, each weight decoded once for the tile's rows).
+    kernel of ``cuda_src/fp4_vector.cu`` per tile of 1-8 rows, each weight decoded once for the tile's rows;
+    with 1-row tiles and K % 32 == 0 on targets without ``cvt.rn.f16x2.e2m1x2`` (the H200) its integer path,
+    ``decode="dp4a"``: E2M1 -> int8 by PRMT, IDP4A, exact int32 block sums; ``a`` must then be 16-byte and
+    ``a_scales`` 2-byte aligned, :attr:`operands`).
     On cc 12.x with a CUTLASS library holding the grouped block-scaled kind (and tiled scales)
     the SM120 grouped kernels run instead (``._fp4_grouped_cutlass``); on cc 9.0 with a library holding the
     grouped BF16 kernels and many rows per group (:data:`PATHS`), the decode_grouped path (``._moe_grouped_dense``:
@@ -542,7 +561,8 @@ class VariableGroupedFp4Plan(_GroupedFp4PlanBase):
         path: None (choose, see :data:`PATHS`; a given rows_per_tile or variant keeps the choice off
             decode_grouped) or one of ``"cutlass"``, ``"decode_grouped"``, ``"portable"`` to force (ContractError,
             with the reason, when it cannot run here); :attr:`path` and ``describe()`` say which runs and why.
-        tuning: None (:func:`~mircuda.matmul._moe_kernels.default_tuning` of the target and variant) or a
+        tuning: None (:func:`~mircuda.matmul._moe_kernels.default_tuning` of the target, variant, tile and K:
+            ``decode="dp4a"`` for the vector variant's 1-row tiles with K % 32 == 0 where it applies) or a
             :class:`~mircuda.matmul._moe_kernels.DecodeTuning` (decode, stages, warps, frags, persistent) of the
             portable kernel, its None fields taken from that default; ContractError names a field that does
             not fit the variant or the target.

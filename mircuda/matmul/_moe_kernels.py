@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from ..launch import TypedKernel
     from ..runtime import Stream
 
-__all__ = ["DECODES", "DecodeTuning", "default_tuning", "check_tuning", "SETUP_SYMBOL", "GROUPED_SYMBOL",
+__all__ = ["DECODES", "VECTOR_DECODES", "dp4a_applies", "check_dp4a_tile",
+           "DecodeTuning", "default_tuning", "check_tuning", "SETUP_SYMBOL", "GROUPED_SYMBOL",
            "ROWS_PER_TILE", "VECTOR_ROWS_PER_TILE", "WARPS", "VARIANTS", "grouped_source", "vector_source",
            "grouped_options", "choose_rows_per_tile", "default_rows_per_tile", "default_vector_rows", "resolve_tuning", "choose_variant",
            "GroupedKernels", "vector_warps", "workspace_ints", "grouped_executor"]
@@ -64,6 +65,12 @@ DECODES = {"bytes": 0, "pairs": 1, "e4m3": 2}
 """The E2M1 decoders of ``fp4_grouped.cu`` (``MIRCUDA_MOE_DECODE``; the file's header gives each formula):
 ``"bytes"`` byte by byte (cvt.rn.f16x2.e2m1x2 on the sm_1x0f/a targets), ``"pairs"`` two elements per
 shift, ``"e4m3"`` bit operations to E4M3 bytes then the hardware cvt.rn.f16x2.e4m3x2 (cc >= 8.9)."""
+VECTOR_DECODES = ("dp4a",)
+"""Decoders the ``"vector"`` variant takes beyond :data:`DECODES`: ``"dp4a"``, the integer path of
+``cuda_src/fp4_vector.cu`` (``MIRCUDA_FP4_DP4A``; :data:`~mircuda.matmul._fp4.VECTOR_DECODES`): E2M1 codes to int8
+by PRMT, IDP4A products, exact int32 sums per 16-element block, the activations in the load ring. It needs
+1-row tiles (the kernel's M = 1), K % 32 == 0 and no persistent grid (:func:`check_dp4a_tile`); the vector
+variant's default where it applies (:func:`default_tuning`)."""
 STAGES = (2, 3, 4)
 TUNED_WARPS = (4, 8, 16)
 FRAGS = (1, 2)
@@ -75,7 +82,8 @@ class DecodeTuning:
     compare them: ``moe-profile --sweep``).
 
     Every field but ``decode`` left None takes the target's default for the plan's variant
-    (:func:`default_tuning`); integers may be numpy integers. decode: one of :data:`DECODES`. stages: 2, 3 or
+    (:func:`default_tuning`); integers may be numpy integers. decode: one of :data:`DECODES`, or with variant
+    ``"vector"`` ``"dp4a"`` (:data:`VECTOR_DECODES`: 1-row tiles, K % 32 == 0, not persistent). stages: 2, 3 or
     4 K steps of loads in the register ring (split_k, split_n, vector; staged has no ring and takes 2).
     warps: 4, 8 or 16 warps per block (split_k; vector: 1, 2, 4 or 8, or 0 for the occupancy rule's count;
     the other variants take 8). frags: 1 or 2 weight-row groups per block (split_k: 16 or 32 weight rows,
@@ -104,15 +112,50 @@ def _arch_number(arch: str) -> int:
     return int("".join(ch for ch in arch.removeprefix("sm_").removeprefix("compute_") if ch.isdigit()))
 
 
-def default_tuning(arch: str, variant: str) -> DecodeTuning:
+def dp4a_applies(arch: str, variant: str, rows_per_tile: int, k: int) -> bool:
+    """Whether the ``"vector"`` variant defaults to ``decode="dp4a"``: 1-row tiles, K % 32 == 0 (K > 0 given) and
+    a target without ``cvt.rn.f16x2.e2m1x2`` -- the conditions of the single plan's default
+    (:func:`~mircuda.matmul._fp4.default_vector_decode`, measured there on the H200:
+    :data:`~mircuda.matmul._fp4.DP4A_DEFAULT_MEASURED`)."""
+    from ._fp4 import default_vector_decode
+
+    return (variant == "vector" and rows_per_tile == 1 and k > 0
+            and default_vector_decode(arch, 1, k, "fp4") == "dp4a")
+
+
+def check_dp4a_tile(tuning: DecodeTuning, rows_per_tile: int, k: int) -> None:
+    """What ``decode="dp4a"`` needs beyond :func:`check_tuning`: 1-row tiles and K % 32 == 0.
+
+    Raises:
+        ContractError: naming ``tuning.decode``.
+    """
+    if tuning.decode != "dp4a":
+        return
+    if rows_per_tile != 1:
+        raise ContractError("tuning.decode", f"a decoder of {tuple(DECODES)} for {rows_per_tile}-row tiles ('dp4a' "
+                            "takes 1-row tiles: the integer path is the M = 1 kernel)", "'dp4a'")
+    if k % 32:
+        raise ContractError("tuning.decode", f"a decoder of {tuple(DECODES)} for K = {k} ('dp4a' needs K % 32 == 0: "
+                            "16-byte loads of 32 codes per lane)", "'dp4a'")
+
+
+def default_tuning(arch: str, variant: str, rows_per_tile: int = 0, k: int = 0) -> DecodeTuning:
     """The expected best decode path for the NVRTC target ``arch`` (e.g. ``"sm_90"``): the e4m3 route where
     cvt.rn.f16x2.e4m3x2 exists (cc >= 8.9; on sm_120f too, where the bytes decoder's cvt.rn.f16x2.e2m1x2
     and its 2^-14 HMUL2 spill at 3 stages), else ``"pairs"``; split_k with 3 stages (2 on cc 12.x, where
     ptxas spills 16-row m-tiles at 3 and the CUTLASS grouped kernels normally run) and 8 warps of 16 rows
     (at most 128 registers, no spills: ``tests/test_moe.py``); the other variants 2 stages (their
-    register budget)."""
+    register budget). The ``"vector"`` variant with 1-row tiles and K % 32 == 0 (``rows_per_tile`` and ``k``
+    given) takes ``"dp4a"`` where :func:`dp4a_applies`: 2 stages, the warps of the occupancy rule, 4 weight rows
+    per block, 8 when K > 4096 (the single plan's rule, :func:`~mircuda.matmul._fp4.dp4a_rows`)."""
     number = _arch_number(arch)
     decode = "e4m3" if number >= 89 else "pairs"
+    if dp4a_applies(arch, variant, rows_per_tile, k):
+        from ._fp4 import dp4a_rows
+
+        # The single plan's integer path, which beat its e4m3 default by 11-19 % on the H200 (2026-12-01); the
+        # grouped kernel's blocks run the same function on 1-row tiles.
+        return DecodeTuning("dp4a", 2, 0, dp4a_rows(k) // BLOCK_ROWS["vector"])
     if variant == "vector":
         # moe-profile --sweep vector on the H200 (2026-12-01, benchmarks/results/moe_sweep_vector.json): 2 stages
         # x 4 weight rows x 1-row tiles was the fastest vector candidate where the plan chooses the vector
@@ -129,10 +172,10 @@ def default_tuning(arch: str, variant: str) -> DecodeTuning:
     return DecodeTuning(decode, 3 if variant == "split_k" and number < 120 else 2, WARPS, 1)
 
 
-def resolve_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
+def resolve_tuning(tuning: object, variant: str, arch: str, rows_per_tile: int = 0, k: int = 0) -> DecodeTuning:
     """The plan's decode knobs: :func:`default_tuning` when ``tuning`` is None, else ``tuning`` with its None
-    fields taken from it, checked (:func:`check_tuning`)."""
-    default = default_tuning(arch, variant)
+    fields taken from it, checked (:func:`check_tuning`, and :func:`check_dp4a_tile` when ``k`` is given)."""
+    default = default_tuning(arch, variant, rows_per_tile, k)
     if tuning is None:
         return default
     if not isinstance(tuning, DecodeTuning):
@@ -141,7 +184,10 @@ def resolve_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
         tuning, stages=default.stages if tuning.stages is None else tuning.stages,
         warps=default.warps if tuning.warps is None else tuning.warps,
         frags=default.frags if tuning.frags is None else tuning.frags)
-    return check_tuning(filled, variant, arch)
+    checked = check_tuning(filled, variant, arch)
+    if k:
+        check_dp4a_tile(checked, rows_per_tile, k)
+    return checked
 
 
 FIXED_KNOBS = {"split_n": {"warps": WARPS, "frags": 1}, "staged": {"warps": WARPS, "frags": 1, "stages": 2}}
@@ -157,8 +203,12 @@ def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
     """
     if not isinstance(tuning, DecodeTuning):
         raise ContractError("tuning", "None or a DecodeTuning", repr(tuning))
-    if not isinstance(tuning.decode, str) or tuning.decode not in DECODES:
-        raise ContractError("tuning.decode", f"one of {', '.join(map(repr, DECODES))}", repr(tuning.decode))
+    if tuning.decode == "dp4a" and variant != "vector":
+        raise ContractError("tuning.decode", f"one of {', '.join(map(repr, DECODES))} with variant {variant!r} "
+                            "('dp4a' is the vector variant's)", repr(tuning.decode))
+    if not isinstance(tuning.decode, str) or tuning.decode not in (*DECODES, *VECTOR_DECODES):
+        raise ContractError("tuning.decode", f"one of {', '.join(map(repr, (*DECODES, *VECTOR_DECODES)))} ('dp4a' "
+                            "with variant 'vector')", repr(tuning.decode))
     if tuning.decode == "e4m3" and _arch_number(arch) < 89:
         raise ContractError("tuning.decode", "'bytes' or 'pairs' below compute capability 8.9 (cvt.rn.f16x2.e4m3x2)",
                             f"'e4m3' for target {arch}")
@@ -168,6 +218,9 @@ def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
     if not isinstance(persistent, bool) or (persistent and variant != "vector"):
         raise ContractError("tuning.persistent", "False, or True with variant 'vector'",
                             f"{tuning.persistent!r} with variant {variant!r}")
+    if persistent and tuning.decode == "dp4a":
+        raise ContractError("tuning.persistent", "False with decode 'dp4a' (the integer path has no persistent grid)",
+                            repr(tuning.persistent))
     # vector: warps 0 leaves them to the occupancy rule (vector_warps), as its default tuning does
     values = {}
     for name, allowed in (("stages", STAGES), ("warps", (0, *VECTOR_WARPS) if variant == "vector" else TUNED_WARPS),
@@ -245,10 +298,14 @@ def grouped_options(*, n: int, k: int, groups: int, bank_size: int, capacity: in
     if variant == "vector":
         vt = DecodeTuning("bytes", 2, 0, 1) if tuning is None else tuning
         vt_frags = vt.frags or 1  # None: the kernel's own defaults (1 frag, 2 stages)
+        dp4a = vt.decode == "dp4a"
+        if dp4a:
+            check_dp4a_tile(vt, rows_per_tile, k)
         return CompileOptions(defines={**moe,
             "MIRCUDA_FP4_GROUPED": 1, "MIRCUDA_FP4_M": rows_per_tile, "MIRCUDA_FP4_ROWS": BLOCK_ROWS["vector"] * vt_frags,
             "MIRCUDA_FP4_TILED": int(tiled), "MIRCUDA_FP4_ACT_TILED": 0, "MIRCUDA_FP4_WIDE": int(k % 32 == 0),
-            "MIRCUDA_FP4_ACT_BF16": 0, "MIRCUDA_FP4_DECODE": DECODES[vt.decode], "MIRCUDA_FP4_HALF_SUM": 1,
+            "MIRCUDA_FP4_ACT_BF16": 0, "MIRCUDA_FP4_DECODE": 0 if dp4a else DECODES[vt.decode],
+            "MIRCUDA_FP4_DP4A": int(dp4a), "MIRCUDA_FP4_HALF_SUM": int(not dp4a),
             "MIRCUDA_FP4_STAGES": vt.stages or 2, "MIRCUDA_FP4_PERSISTENT": int(vt.persistent)})
     tuned = {} if tuning is None else {  # a None field: the kernel's own default (2 stages, 8 warps, 1 frag)
         "MIRCUDA_MOE_DECODE": DECODES[tuning.decode], "MIRCUDA_MOE_STAGES": tuning.stages or 2,

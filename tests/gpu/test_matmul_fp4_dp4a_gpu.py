@@ -30,6 +30,13 @@ def test_the_dp4a_vector_plan_matches_float64(context, stream, pool, rng, n, k, 
         run_vector(context, stream, pool, rng, n, k, "fp4", layout, **knobs)
 
 
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("n, k", [(301, 96), (300, 14336)], ids=str)
+def test_the_dp4a_vector_plan_with_the_l2_prefetch_matches_float64(context, stream, pool, rng, n, k, layout) -> None:
+    for rows in (4, 8):
+        run_vector(context, stream, pool, rng, n, k, "fp4", layout, decode="dp4a", rows=rows, stages=2, prefetch=True)
+
+
 @pytest.mark.parametrize("rows, stages", [(4, 2), (8, 3)], ids=str)
 def test_saturated_blocks_sum_exactly_with_dp4a(context, stream, pool, rows, stages) -> None:
     """Every code +-6 in both operands with unit scales: each 16-element block's int32 sums reach 16 * 144 (the
@@ -105,4 +112,41 @@ def test_dp4a_refusals_name_the_knob(context, stream) -> None:
             make()
         assert info.value.argument == argument
     with mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(1, 64, 256), decode="dp4a") as plan:
-        assert "IDP4A" in plan.describe() and "MIRCUDA_FP4_DP4A=1" in plan.describe()
+        text = str(plan.describe())
+        assert "IDP4A" in text and "MIRCUDA_FP4_DP4A=1" in text and "MIRCUDA_FP4_STAGES=2" in text  # its default
+
+
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("n, k", [(301, 4096), (37, 4128), (13, 80), (300, 14336)], ids=str)
+def test_the_default_m1_plans_take_dp4a_where_it_applies_and_match_float64(context, stream, pool, rng, n, k,
+                                                                           layout) -> None:
+    """No knobs: decode='dp4a' with NVFP4 activations and K % 32 == 0 on targets without cvt.rn.f16x2.e2m1x2
+    (the H200), 8 rows when K > 4096, 2 stages; K = 80 keeps the word decoder; BF16 activations too. Both plans."""
+    from mircuda.matmul._fp4 import default_vector_decode, dp4a_rows, fp4_target
+
+    cc = context.device_info().compute_capability
+    arch = fp4_target(cc) or context.device_info().arch
+    for activation in ("fp4", "bf16"):
+        decode = default_vector_decode(arch, 1, k, activation)
+        plan = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k), activation=activation,
+                                           scale_layout=layout)
+        text = str(plan.describe())
+        assert f"decode={decode!r}" in text
+        if decode == "dp4a":
+            assert f"-D MIRCUDA_FP4_ROWS={dp4a_rows(k)} " in text and "-D MIRCUDA_FP4_STAGES=2" in text
+            assert "the M = 1 default where it applies" in text and "H200, 2026-12-01" in text
+            assert {o.name: o.alignment for o in plan.operands}["x"] == 16
+        with mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(1, n, k), activation=activation,
+                                   scale_layout=layout) as matrix:
+            assert f"decode={decode!r}" in str(matrix.describe())
+        run_vector(context, stream, pool, rng, n, k, activation, layout)
+    if cc == (9, 0):
+        assert default_vector_decode(arch, 1, k, "fp4") == ("dp4a" if k % 32 == 0 else "e4m3")
+
+
+def test_a_given_decoder_overrides_the_dp4a_default(context, stream, pool, rng) -> None:
+    n, k = 301, 4096
+    for knobs in ({"decode": "pairs"}, {"block_sum": "fp32"}, {"persistent": True}):
+        plan = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k), **knobs)
+        assert "decode='dp4a'" not in str(plan.describe())
+        run_vector(context, stream, pool, rng, n, k, "fp4", "linear", **knobs)
