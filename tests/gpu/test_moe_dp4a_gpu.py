@@ -15,8 +15,8 @@ import pytest
 import mircuda as mc
 from helpers import download, upload
 from mircuda.matmul._moe_kernels import DecodeTuning
-from test_moe_gpu import (BF16, TAIL, Activations, Bank, RawView, check_output, expected, poisoned, run_variable,
-                          topk_routing, write)
+from test_moe_gpu import (TAIL, Activations, Bank, RawView, poisoned, run_graph_replays, run_indexed, run_paired,
+                          run_variable)
 
 
 def runs_dp4a_by_default(context) -> bool:
@@ -57,96 +57,28 @@ def test_a_decode_step_takes_dp4a_by_default(context, stream, pool, rng, experts
 @pytest.mark.parametrize("tuning", [None, DecodeTuning("dp4a", 2, 2, 2)], ids=str)
 def test_the_indexed_dp4a_plan_takes_repeated_indices_and_more_products_than_matrices(context, stream, pool, rng,
                                                                                       tuning) -> None:
-    n, k, rows, products, bank_size = 320, 1024, 1, 20, 6
-    capacity = rows * products
-    bank = Bank(context, stream, pool, rng, bank_size, n, k, "tiled")
-    act = Activations(context, stream, pool, rng, capacity, k)
-    idx = rng.integers(0, bank_size, products).astype(np.int32)
-    idx[1] = idx[0]  # a repeat for certain
-    indices = upload(context, stream, pool, idx)
-    d = poisoned(context, stream, pool, capacity * n)
-    spec = mc.IndexedGroupedFp4Spec(n, k, rows, products, bank_size)
-    kw = {} if tuning is None else {"variant": "vector", "tuning": tuning}
-    with mc.IndexedGroupedFp4Plan(context, stream, spec, **kw) as plan:
+    def check(plan) -> None:
         if tuning is not None or (plan.path == "portable" and runs_dp4a_by_default(context)):
             assert plan.variant == "vector" and plan.tuning.decode == "dp4a"
-        plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, indices, global_a=act.global_buf,
-                     global_b=bank.global_buf, alpha=0.75)
-        got = download(context, stream, d)
-        assert plan.read_error_flag() == 0
-    alphas = (np.float32(0.75) * act.global_ * bank.global_).astype(np.float64)
-    want, mag, covered = expected(act.value, bank.value, np.full(products, rows), np.arange(products) * rows, idx,
-                                  alphas, capacity, n)
-    assert covered.all()
-    check_output(got, want, mag, covered)
-    for b in (indices, d):
-        b.free(stream)
-    bank.free(stream)
-    act.free(stream)
+
+    kw = {} if tuning is None else {"variant": "vector", "tuning": tuning}
+    run_indexed(context, stream, pool, rng, n=320, k=1024, rows=1, products=20, bank_size=6, check_plan=check, **kw)
 
 
 @pytest.mark.parametrize("tokens", [1, 5])
 def test_the_paired_dp4a_plan_runs_two_banks_with_their_own_scales_and_alphas(context, stream, pool, rng,
                                                                               tokens) -> None:
-    experts, topk, n, k = 8, 2, 384, 512
-    capacity = tokens * topk + TAIL
-    counts, offsets, indices = topk_routing(rng, tokens, experts, topk)
-    routing = [upload(context, stream, pool, x) for x in (counts, offsets, indices)]
-    banks = [Bank(context, stream, pool, rng, experts, n, k, layout) for layout in ("tiled", "tiled")]
-    acts = [Activations(context, stream, pool, rng, capacity, k) for _ in range(2)]
-    ds = [poisoned(context, stream, pool, capacity * n) for _ in range(2)]
-    alphas = (0.5, 3.0)
-    sets = [mc.GroupedFp4Operands(acts[i].codes, acts[i].scales, banks[i].codes, banks[i].scales, ds[i],
-                                  global_a=acts[i].global_buf, global_b=banks[i].global_buf, alpha=alphas[i])
-            for i in range(2)]
-    spec = mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts)
-    with mc.PairedVariableGroupedFp4Plan(context, stream, spec, rows_per_tile=1, variant="vector",
-                                         tuning=DecodeTuning("dp4a")) as plan:
+    def check(plan) -> None:
         assert plan.tuning.decode == "dp4a"
-        plan.execute(stream, sets[0], sets[1], *routing)
-        gots = [download(context, stream, d) for d in ds]
-        assert plan.read_error_flag() == 0
-    for i in range(2):
-        al = (np.float32(alphas[i]) * acts[i].global_ * banks[i].global_).astype(np.float64)
-        check_output(gots[i], *expected(acts[i].value, banks[i].value, counts, offsets, indices, al, capacity, n))
-    for b in (*routing, *ds):
-        b.free(stream)
-    for x in (*banks, *acts):
-        x.free(stream)
+
+    run_paired(context, stream, pool, rng, tokens=tokens, check_plan=check, rows_per_tile=1, variant="vector",
+               tuning=DecodeTuning("dp4a"))
 
 
 def test_dp4a_graph_replays_follow_routing_and_global_scales_rewritten_on_the_device(context, stream, pool,
                                                                                      rng) -> None:
-    experts, topk, tokens, n, k = 8, 2, 6, 259, 2048
-    capacity = tokens * topk + TAIL
-    bank = Bank(context, stream, pool, rng, experts, n, k, "tiled")
-    act = Activations(context, stream, pool, rng, capacity, k)
-    first = topk_routing(rng, tokens, experts, topk)
-    routing = [upload(context, stream, pool, x) for x in first]
-    d = poisoned(context, stream, pool, capacity * n)
-    plan = mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts),
-                                     rows_per_tile=1, variant="vector", tuning=DecodeTuning("dp4a"))
-    graph = stream.capture((act, bank, routing, d, plan), lambda _: plan.execute(
-        stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
-        global_b=bank.global_buf, alpha=1.0))
-    for replay in range(3):
-        counts, offsets, indices = first if replay == 0 else topk_routing(rng, tokens - 2 * replay, experts, topk)
-        for buf, values in zip(routing, (counts, offsets, indices)):
-            write(context, stream, buf, values)
-        ga = np.float32(act.global_ * (1 + replay))
-        write(context, stream, act.global_buf, np.array([ga], np.float32))
-        write(context, stream, d, np.full(capacity * n, np.nan, np.float32).astype(BF16))  # re-poison
-        graph.launch(stream)
-        got = download(context, stream, d)
-        alphas = (ga * bank.global_).astype(np.float64)
-        check_output(got, *expected(act.value, bank.value, counts, offsets, indices, alphas, capacity, n))
-    assert plan.read_error_flag() == 0
-    graph.close()
-    plan.close()
-    for b in (*routing, d):
-        b.free(stream)
-    bank.free(stream)
-    act.free(stream)
+    run_graph_replays(context, stream, pool, rng, tokens=6, n=259, k=2048, shrink=2, rows_per_tile=1,
+                      variant="vector", tuning=DecodeTuning("dp4a"))
 
 
 def test_dp4a_plans_refuse_activations_misaligned_for_its_loads_by_name(context, stream, pool, rng) -> None:

@@ -9,6 +9,7 @@ the other groups still correct; numba_execute from @njit; the operand checks."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import ml_dtypes
@@ -267,11 +268,11 @@ def test_the_default_tuning_is_the_targets_and_bad_knobs_are_refused_by_name(con
         assert info.value.argument == field
 
 
-@pytest.mark.parametrize("variant", [None, "vector"])
-@pytest.mark.parametrize("rows, products, bank_size", [(1, 20, 6), (5, 20, 6), (16, 9, 4), (40, 7, 3)], ids=str)
-def test_the_indexed_plan_takes_repeated_indices_and_more_products_than_matrices(context, stream, pool, rng, rows,
-                                                                                 products, bank_size, variant) -> None:
-    n, k = 320, 1024
+def run_indexed(context, stream, pool, rng, *, n: int, k: int, rows: int, products: int, bank_size: int,
+                check_plan: Callable[[Any], None], **plan_kwargs: Any) -> None:
+    """IndexedGroupedFp4Plan(**plan_kwargs): ``products`` products of ``rows`` rows over a tiled bank of
+    ``bank_size`` matrices (index 1 repeats index 0), alpha 0.75 and both global scales, against float64;
+    ``check_plan(plan)`` runs before the plan executes."""
     capacity = rows * products
     bank = Bank(context, stream, pool, rng, bank_size, n, k, "tiled")
     act = Activations(context, stream, pool, rng, capacity, k)
@@ -280,15 +281,16 @@ def test_the_indexed_plan_takes_repeated_indices_and_more_products_than_matrices
     indices = upload(context, stream, pool, idx)
     d = poisoned(context, stream, pool, capacity * n)
     spec = mc.IndexedGroupedFp4Spec(n, k, rows, products, bank_size)
-    with mc.IndexedGroupedFp4Plan(context, stream, spec, variant=variant) as plan:
-        assert variant is None or plan.variant == variant
+    with mc.IndexedGroupedFp4Plan(context, stream, spec, **plan_kwargs) as plan:
+        check_plan(plan)
         plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, indices, global_a=act.global_buf,
                      global_b=bank.global_buf, alpha=0.75)
         got = download(context, stream, d)
         assert plan.read_error_flag() == 0
     alphas = (np.float32(0.75) * act.global_ * bank.global_).astype(np.float64)
-    counts = np.full(products, rows)
-    want, mag, covered = expected(act.value, bank.value, counts, np.arange(products) * rows, idx, alphas, capacity, n)
+    counts = np.full(products, rows, np.int32)
+    offsets = (np.arange(products) * rows).astype(np.int32)
+    want, mag, covered = expected(act.value, bank.value, counts, offsets, idx, alphas, capacity, n)
     assert covered.all()
     check_output(got, want, mag, covered)
     for b in (indices, d):
@@ -297,10 +299,22 @@ def test_the_indexed_plan_takes_repeated_indices_and_more_products_than_matrices
     act.free(stream)
 
 
-@pytest.mark.parametrize("tokens", [1, 16, 300])
 @pytest.mark.parametrize("variant", [None, "vector"])
-def test_the_paired_plan_runs_two_banks_with_their_own_scales_and_alphas(context, stream, pool, rng, tokens,
-                                                                         variant) -> None:
+@pytest.mark.parametrize("rows, products, bank_size", [(1, 20, 6), (5, 20, 6), (16, 9, 4), (40, 7, 3)], ids=str)
+def test_the_indexed_plan_takes_repeated_indices_and_more_products_than_matrices(context, stream, pool, rng, rows,
+                                                                                 products, bank_size, variant) -> None:
+    def check(plan: Any) -> None:
+        assert variant is None or plan.variant == variant
+
+    run_indexed(context, stream, pool, rng, n=320, k=1024, rows=rows, products=products, bank_size=bank_size,
+                check_plan=check, variant=variant)
+
+
+def run_paired(context, stream, pool, rng, *, tokens: int, check_plan: Callable[[Any], None],
+               **plan_kwargs: Any) -> None:
+    """PairedVariableGroupedFp4Plan(**plan_kwargs) on 8 experts top-2 (N 384, K 512): two tiled banks and two
+    activation sets with their own global scales and alphas 0.5 and 3.0, against float64; ``check_plan(plan)``
+    runs before the plan executes."""
     experts, topk, n, k = 8, 2, 384, 512
     capacity = tokens * topk + TAIL
     counts, offsets, indices = topk_routing(rng, tokens, experts, topk)
@@ -313,19 +327,28 @@ def test_the_paired_plan_runs_two_banks_with_their_own_scales_and_alphas(context
                                   global_a=acts[i].global_buf, global_b=banks[i].global_buf, alpha=alphas[i])
             for i in range(2)]
     spec = mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts)
-    with mc.PairedVariableGroupedFp4Plan(context, stream, spec, variant=variant) as plan:
-        assert variant is None or plan.variant == variant
+    with mc.PairedVariableGroupedFp4Plan(context, stream, spec, **plan_kwargs) as plan:
+        check_plan(plan)
         plan.execute(stream, sets[0], sets[1], *routing)
         gots = [download(context, stream, d) for d in ds]
         assert plan.read_error_flag() == 0
     for i in range(2):
         al = (np.float32(alphas[i]) * acts[i].global_ * banks[i].global_).astype(np.float64)
-        want, mag, covered = expected(acts[i].value, banks[i].value, counts, offsets, indices, al, capacity, n)
-        check_output(gots[i], want, mag, covered)
+        check_output(gots[i], *expected(acts[i].value, banks[i].value, counts, offsets, indices, al, capacity, n))
     for b in (*routing, *ds):
         b.free(stream)
     for x in (*banks, *acts):
         x.free(stream)
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 300])
+@pytest.mark.parametrize("variant", [None, "vector"])
+def test_the_paired_plan_runs_two_banks_with_their_own_scales_and_alphas(context, stream, pool, rng, tokens,
+                                                                         variant) -> None:
+    def check(plan: Any) -> None:
+        assert variant is None or plan.variant == variant
+
+    run_paired(context, stream, pool, rng, tokens=tokens, check_plan=check, variant=variant)
 
 
 def write(context, stream, buf: mc.DeviceBuffer, values: np.ndarray) -> None:
@@ -337,10 +360,13 @@ def write(context, stream, buf: mc.DeviceBuffer, values: np.ndarray) -> None:
     stream.synchronize()
 
 
-@pytest.mark.parametrize("variant", [None, "vector"])
-def test_graph_replays_follow_routing_and_global_scales_rewritten_on_the_device(context, stream, pool, rng,
-                                                                                variant) -> None:
-    experts, topk, tokens, n, k = 8, 2, 24, 256, 512
+def run_graph_replays(context, stream, pool, rng, *, tokens: int, n: int, k: int, shrink: int, replays: int = 3,
+                      one_group_last: bool = False, **plan_kwargs: Any) -> None:
+    """VariableGroupedFp4Plan(**plan_kwargs) on 8 experts top-2 captured once into a graph, then ``replays``
+    launches, each after the routing (replay r: ``tokens - shrink * r`` tokens; with ``one_group_last`` the last
+    replay routes every row to one group, the others empty), the activations' global scale and a re-poisoned
+    output are written on the device; each replay against float64, no error flag."""
+    experts, topk = 8, 2
     capacity = tokens * topk + TAIL
     bank = Bank(context, stream, pool, rng, experts, n, k, "tiled")
     act = Activations(context, stream, pool, rng, capacity, k)
@@ -348,12 +374,19 @@ def test_graph_replays_follow_routing_and_global_scales_rewritten_on_the_device(
     routing = [upload(context, stream, pool, x) for x in first]
     d = poisoned(context, stream, pool, capacity * n)
     plan = mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts),
-                                     variant=variant)
+                                     **plan_kwargs)
     graph = stream.capture((act, bank, routing, d, plan), lambda _: plan.execute(
         stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
         global_b=bank.global_buf, alpha=1.0))
-    for replay in range(3):
-        counts, offsets, indices = first if replay == 0 else topk_routing(rng, tokens - 3 * replay, experts, topk)
+    for replay in range(replays):
+        if replay == 0:
+            counts, offsets, indices = first
+        elif one_group_last and replay == replays - 1:  # everything in one group, the others empty
+            counts = np.zeros(experts, np.int32)
+            counts[2] = tokens * topk
+            offsets, indices = np.zeros(experts, np.int32), np.arange(experts, dtype=np.int32)
+        else:
+            counts, offsets, indices = topk_routing(rng, tokens - shrink * replay, experts, topk)
         for buf, values in zip(routing, (counts, offsets, indices)):
             write(context, stream, buf, values)
         ga = np.float32(act.global_ * (1 + replay))
@@ -362,8 +395,7 @@ def test_graph_replays_follow_routing_and_global_scales_rewritten_on_the_device(
         graph.launch(stream)
         got = download(context, stream, d)
         alphas = (ga * bank.global_).astype(np.float64)
-        want, mag, covered = expected(act.value, bank.value, counts, offsets, indices, alphas, capacity, n)
-        check_output(got, want, mag, covered)
+        check_output(got, *expected(act.value, bank.value, counts, offsets, indices, alphas, capacity, n))
     assert plan.read_error_flag() == 0
     graph.close()
     plan.close()
@@ -371,6 +403,12 @@ def test_graph_replays_follow_routing_and_global_scales_rewritten_on_the_device(
         b.free(stream)
     bank.free(stream)
     act.free(stream)
+
+
+@pytest.mark.parametrize("variant", [None, "vector"])
+def test_graph_replays_follow_routing_and_global_scales_rewritten_on_the_device(context, stream, pool, rng,
+                                                                                variant) -> None:
+    run_graph_replays(context, stream, pool, rng, tokens=24, n=256, k=512, shrink=3, variant=variant)
 
 
 @pytest.mark.parametrize("rows_per_tile, variant", [(8, "split_k"), (64, "staged"), (32, "split_n"), (1, "vector"),
@@ -705,97 +743,27 @@ def test_the_automatic_choice_takes_decode_grouped_for_many_rows_per_group(conte
 def test_the_indexed_plan_on_decode_grouped_takes_repeated_indices(context, stream, pool, rng, rows, products,
                                                                     bank_size) -> None:
     needs_decode_grouped(context)
-    n, k = 256, 512
-    capacity = rows * products
-    bank = Bank(context, stream, pool, rng, bank_size, n, k, "tiled")
-    act = Activations(context, stream, pool, rng, capacity, k)
-    indices = rng.integers(0, bank_size, products).astype(np.int32)
-    indices[1] = indices[0]  # repeated
-    idx = upload(context, stream, pool, indices)
-    d = poisoned(context, stream, pool, capacity * n)
-    with mc.IndexedGroupedFp4Plan(context, stream, mc.IndexedGroupedFp4Spec(n, k, rows, products, bank_size)) as plan:
+
+    def check(plan: Any) -> None:
         assert plan.path == "decode_grouped"  # R >= 64 rows per product: the automatic choice
-        plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, idx, global_a=act.global_buf,
-                     global_b=bank.global_buf, alpha=0.75)
-        got = download(context, stream, d)
-        assert plan.read_error_flag() == 0
-    alphas = (np.float32(0.75) * act.global_ * bank.global_).astype(np.float64)
-    counts = np.full(products, rows, np.int32)
-    offsets = (np.arange(products) * rows).astype(np.int32)
-    check_output(got, *expected(act.value, bank.value, counts, offsets, indices, alphas, capacity, n))
-    for b in (idx, d):
-        b.free(stream)
-    bank.free(stream)
-    act.free(stream)
+
+    run_indexed(context, stream, pool, rng, n=256, k=512, rows=rows, products=products, bank_size=bank_size,
+                check_plan=check)
 
 
 def test_the_paired_plan_on_decode_grouped_runs_both_banks_in_one_grouped_launch(context, stream, pool, rng) -> None:
     needs_decode_grouped(context)
-    experts, topk, tokens, n, k = 8, 2, 300, 384, 512
-    capacity = tokens * topk + TAIL
-    counts, offsets, indices = topk_routing(rng, tokens, experts, topk)
-    routing = [upload(context, stream, pool, x) for x in (counts, offsets, indices)]
-    banks = [Bank(context, stream, pool, rng, experts, n, k, "tiled") for _ in range(2)]
-    acts = [Activations(context, stream, pool, rng, capacity, k) for _ in range(2)]
-    ds = [poisoned(context, stream, pool, capacity * n) for _ in range(2)]
-    alphas = (0.5, 3.0)
-    sets = [mc.GroupedFp4Operands(acts[i].codes, acts[i].scales, banks[i].codes, banks[i].scales, ds[i],
-                                  global_a=acts[i].global_buf, global_b=banks[i].global_buf, alpha=alphas[i])
-            for i in range(2)]
-    spec = mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts)
-    with mc.PairedVariableGroupedFp4Plan(context, stream, spec, path="decode_grouped") as plan:
+
+    def check(plan: Any) -> None:
         assert "2 x 8 groups in one launch" in plan.describe()
-        plan.execute(stream, sets[0], sets[1], *routing)
-        gots = [download(context, stream, d) for d in ds]
-        assert plan.read_error_flag() == 0
-    for i in range(2):
-        al = (np.float32(alphas[i]) * acts[i].global_ * banks[i].global_).astype(np.float64)
-        check_output(gots[i], *expected(acts[i].value, banks[i].value, counts, offsets, indices, al, capacity, n))
-    for b in (*routing, *ds):
-        b.free(stream)
-    for x in (*banks, *acts):
-        x.free(stream)
+
+    run_paired(context, stream, pool, rng, tokens=300, check_plan=check, path="decode_grouped")
 
 
 def test_decode_grouped_graph_replays_follow_routing_rewritten_on_the_device(context, stream, pool, rng) -> None:
     needs_decode_grouped(context)
-    experts, topk, tokens, n, k = 8, 2, 300, 256, 512
-    capacity = tokens * topk + TAIL
-    bank = Bank(context, stream, pool, rng, experts, n, k, "tiled")
-    act = Activations(context, stream, pool, rng, capacity, k)
-    first = topk_routing(rng, tokens, experts, topk)
-    routing = [upload(context, stream, pool, x) for x in first]
-    d = poisoned(context, stream, pool, capacity * n)
-    plan = mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(n, k, capacity, experts, experts),
-                                     path="decode_grouped")
-    graph = stream.capture((act, bank, routing, d, plan), lambda _: plan.execute(
-        stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
-        global_b=bank.global_buf, alpha=1.0))
-    for replay in range(4):
-        if replay == 0:
-            counts, offsets, indices = first
-        elif replay == 3:  # everything in one group, the others empty
-            counts = np.zeros(experts, np.int32)
-            counts[2] = tokens * topk
-            offsets, indices = np.zeros(experts, np.int32), np.arange(experts, dtype=np.int32)
-        else:
-            counts, offsets, indices = topk_routing(rng, tokens - 50 * replay, experts, topk)
-        for buf, values in zip(routing, (counts, offsets, indices)):
-            write(context, stream, buf, values)
-        ga = np.float32(act.global_ * (1 + replay))
-        write(context, stream, act.global_buf, np.array([ga], np.float32))
-        write(context, stream, d, np.full(capacity * n, np.nan, np.float32).astype(BF16))  # re-poison
-        graph.launch(stream)
-        got = download(context, stream, d)
-        alphas = (ga * bank.global_).astype(np.float64)
-        check_output(got, *expected(act.value, bank.value, counts, offsets, indices, alphas, capacity, n))
-    assert plan.read_error_flag() == 0
-    graph.close()
-    plan.close()
-    for b in (*routing, d):
-        b.free(stream)
-    bank.free(stream)
-    act.free(stream)
+    run_graph_replays(context, stream, pool, rng, tokens=300, n=256, k=512, shrink=50, replays=4, one_group_last=True,
+                      path="decode_grouped")
 
 
 def test_decode_grouped_invalid_routing_sets_the_error_flag_and_the_other_groups_stay_correct(
