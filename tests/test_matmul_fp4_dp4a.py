@@ -79,6 +79,81 @@ def test_block_sums_fit_int32_and_fp32_exactly() -> None:
     assert largest == 2304 and float(np.float32(largest)) == largest and largest < 2 ** 24
 
 
+def dp4a(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``__dp4a(a, b, c)`` (IDP4A, signed x signed): c plus the sum of the four products of the words' int8 bytes."""
+    return c + (bytes_of(a, signed=True) * bytes_of(b, signed=True)).sum(axis=1)
+
+
+def lean_block(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The int32 ``p - q`` lean_consume forms for one 16-element block of each row of ``w`` and ``x`` ([rows, 2]
+    words of eight E2M1 codes: the weights and the activations), as the kernel computes it: the activations by
+    activation_int8, the weights' P and N by PRMT, two IDP4A chains."""
+    lut0, lut1 = header_table()
+    p = np.zeros(len(w), np.int64)
+    q = np.zeros(len(w), np.int64)
+    for i in range(2):
+        ww, xw = w[:, i], x[:, i]
+        act = []
+        for half in range(2):  # activation_int8: (0x80808080 + P - N) ^ 0x80808080
+            pa = prmt(lut0, lut1, xw >> np.uint32(16 * half)).astype(np.int64)
+            na = prmt(lut0, lut1, (xw ^ np.uint32(0x88888888)) >> np.uint32(16 * half)).astype(np.int64)
+            act.append(((0x80808080 + pa - na) & 0xFFFFFFFF).astype(np.uint32) ^ np.uint32(0x80808080))
+        neg = ww ^ np.uint32(0x88888888)
+        for half in range(2):
+            p = dp4a(prmt(lut0, lut1, ww >> np.uint32(16 * half)), act[half], p)
+            q = dp4a(prmt(lut0, lut1, neg >> np.uint32(16 * half)), act[half], q)
+    return p - q
+
+
+def block_value(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The exact sum of the block's 16 products of E2M1 values (float64)."""
+    vw = E2M1_VALUES[nibbles(w.ravel())].astype(np.float64).reshape(len(w), 16)
+    vx = E2M1_VALUES[nibbles(x.ravel())].astype(np.float64).reshape(len(x), 16)
+    return (vw * vx).sum(axis=1)
+
+
+def test_the_integer_block_sum_is_four_times_the_exact_e2m1_dot_product_for_every_code_pair() -> None:
+    """The exactness argument of fp4_vector.cu's integer path, independently of the header's comment: for every
+    pair of E2M1 codes (weight, activation) at every one of the 16 positions of a block, and for random and
+    extreme blocks, the int32 ``p - q`` of the kernel's PRMT + IDP4A steps equals 4 x the float64 dot product of
+    the decoded values (both operands doubled), |p|, |q| <= 16 x 144 = 2304, so FP32 holds each block sum."""
+    codes = np.arange(16, dtype=np.uint32)
+    cw, cx = (a.ravel() for a in np.meshgrid(codes, codes, indexing="ij"))  # all 256 pairs
+    for pos in range(16):
+        w = np.zeros((256, 2), np.uint32)
+        x = np.zeros((256, 2), np.uint32)
+        w[:, pos // 8] = cw << np.uint32(4 * (pos % 8))
+        x[:, pos // 8] = cx << np.uint32(4 * (pos % 8))
+        want = 4 * E2M1_VALUES[cw].astype(np.float64) * E2M1_VALUES[cx].astype(np.float64)
+        assert np.array_equal(lean_block(w, x), want), pos
+    rng = np.random.default_rng(7)
+    w = rng.integers(0, 1 << 32, (20000, 2), dtype=np.uint64).astype(np.uint32)
+    x = rng.integers(0, 1 << 32, (20000, 2), dtype=np.uint64).astype(np.uint32)
+    six, minus_six = np.uint32(0x77777777), np.uint32(0xFFFFFFFF)  # every code +6 / -6
+    w = np.concatenate([w, [[six, six], [six, six], [minus_six, minus_six]]]).astype(np.uint32)
+    x = np.concatenate([x, [[six, six], [minus_six, minus_six], [minus_six, minus_six]]]).astype(np.uint32)
+    got = lean_block(w, x)
+    assert np.array_equal(got, 4 * block_value(w, x))
+    assert list(got[-3:]) == [2304, -2304, 2304] and np.abs(got).max() == 2304
+    assert all(float(np.float32(v)) == v for v in got[-3:])
+
+
+def test_one_block_times_its_scale_product_is_exact_in_fp32() -> None:
+    """``fmaf((float)(p - q), sw * sx, acc)``: every product of two finite UE4M3 scales is exact in FP32 (at most
+    4 x 4 significant bits, 2^-18 .. 448^2), and so is a block sum (an integer of at most 12 bits, <= 2304)
+    times it (<= 20 bits), so the only rounding per block is the FP32 accumulation."""
+    from mircuda.matmul._fp4_reference import ue4m3_decode
+
+    scales = ue4m3_decode(np.arange(0x7F, dtype=np.uint8)).astype(np.float64)  # 0x7F is NaN
+    assert np.isfinite(scales).all() and scales.max() == 448
+    prod64 = np.multiply.outer(scales, scales)
+    prod32 = np.multiply.outer(scales.astype(np.float32), scales.astype(np.float32))
+    assert np.array_equal(prod32.astype(np.float64), prod64)
+    sums = np.array([1, 3, 2047, 2303, 2304, -2304, -1365], np.float64)  # 2303, 2047: 12 and 11 set bits
+    exact = sums[:, None, None] * prod64[None]
+    assert np.array_equal(exact.astype(np.float32).astype(np.float64), exact)
+
+
 # -- compilation and SASS ------------------------------------------------------------------------------
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])
 def test_the_dp4a_kernel_compiles(arch) -> None:
@@ -258,3 +333,4 @@ def test_given_knobs_override_the_dp4a_default_and_refusals_are_unchanged() -> N
         with pytest.raises(mc.ContractError) as info:
             resolve(**kwargs)
         assert info.value.argument == argument, kwargs
+
