@@ -118,3 +118,23 @@ def test_the_grouped_dp4a_kernel_takes_a_register_cap_without_spills() -> None:
         usage = prog.resource_usage()[GROUPED_SYMBOL]
         assert usage.registers <= 80
         assert usage.spill_store_bytes == usage.spill_load_bytes == usage.stack_frame_bytes == 0, usage
+
+
+def test_a_given_tuning_takes_the_none_fields_of_the_decoder_it_names() -> None:
+    """Where dp4a is the default (1-row tiles, K > 4096: 8 weight rows), a word decoder asked for kept dp4a's 8
+    rows (frags 2) for its None fields; the word decoders' measured vector default is 4 rows (frags 1), as the
+    single plan resolves decode='e4m3' (rows 4). And dp4a asked for where it is not the default (sm_120f) takes
+    its own rows rule, 8 rows when K > 4096, as the single plan does."""
+    from mircuda.matmul._fp4 import FP4_SYMBOL, resolve_gemv_knobs
+
+    assert resolve_tuning(DecodeTuning("e4m3"), "vector", "sm_90", 1, 14336) == DecodeTuning("e4m3", 2, 0, 1)
+    assert resolve_tuning(DecodeTuning("pairs"), "vector", "sm_80", 1, 14336) == DecodeTuning("pairs", 2, 0, 1)
+    assert resolve_tuning(DecodeTuning("e4m3", frags=2), "vector", "sm_90", 1, 14336) == DecodeTuning("e4m3", 2, 0, 2)
+    assert resolve_tuning(DecodeTuning("dp4a"), "vector", "sm_90", 1, 14336) == DecodeTuning("dp4a", 2, 0, 2)
+    assert resolve_tuning(DecodeTuning("dp4a"), "vector", "sm_120f", 1, 14336) == DecodeTuning("dp4a", 2, 0, 2)
+    assert resolve_tuning(DecodeTuning("dp4a"), "vector", "sm_120f", 1, 4096) == DecodeTuning("dp4a", 2, 0, 1)
+    assert resolve_tuning(DecodeTuning("dp4a", frags=1), "vector", "sm_120f", 1, 14336).frags == 1
+    for arch in ("sm_90", "sm_120f"):  # the single plan's rows for the same asks
+        assert resolve_gemv_knobs(arch, FP4_SYMBOL, 1, 14336, "fp4", "e4m3", None, None, None, None).rows == 4
+        assert resolve_gemv_knobs(arch, FP4_SYMBOL, 1, 14336, "fp4", "dp4a", None, None, None, None).rows == 8
+

@@ -139,6 +139,14 @@ def check_dp4a_tile(tuning: DecodeTuning, rows_per_tile: int, k: int) -> None:
                             "16-byte loads of 32 codes per lane)", "'dp4a'")
 
 
+def _dp4a_tuning(k: int) -> DecodeTuning:
+    """``decode="dp4a"``'s knobs for K: 2 stages, the occupancy rule's warps, 4 weight rows per block, 8 when
+    K > 4096 (the single plan's rule, :func:`~mircuda.matmul._fp4.dp4a_rows`)."""
+    from ._fp4 import dp4a_rows
+
+    return DecodeTuning("dp4a", 2, 0, dp4a_rows(k) // BLOCK_ROWS["vector"])
+
+
 def default_tuning(arch: str, variant: str, rows_per_tile: int = 0, k: int = 0) -> DecodeTuning:
     """The expected best decode path for the NVRTC target ``arch`` (e.g. ``"sm_90"``): the e4m3 route where
     cvt.rn.f16x2.e4m3x2 exists (cc >= 8.9; on sm_120f too, where the bytes decoder's cvt.rn.f16x2.e2m1x2
@@ -151,11 +159,9 @@ def default_tuning(arch: str, variant: str, rows_per_tile: int = 0, k: int = 0) 
     number = _arch_number(arch)
     decode = "e4m3" if number >= 89 else "pairs"
     if dp4a_applies(arch, variant, rows_per_tile, k):
-        from ._fp4 import dp4a_rows
-
         # The single plan's integer path, which beat its e4m3 default by 11-19 % on the H200 (2026-12-01); the
         # grouped kernel's blocks run the same function on 1-row tiles.
-        return DecodeTuning("dp4a", 2, 0, dp4a_rows(k) // BLOCK_ROWS["vector"])
+        return _dp4a_tuning(k)
     if variant == "vector":
         # moe-profile --sweep vector on the H200 (2026-12-01, benchmarks/results/moe_sweep_vector.json): 2 stages
         # x 4 weight rows x 1-row tiles was the fastest vector candidate where the plan chooses the vector
@@ -174,12 +180,21 @@ def default_tuning(arch: str, variant: str, rows_per_tile: int = 0, k: int = 0) 
 
 def resolve_tuning(tuning: object, variant: str, arch: str, rows_per_tile: int = 0, k: int = 0) -> DecodeTuning:
     """The plan's decode knobs: :func:`default_tuning` when ``tuning`` is None, else ``tuning`` with its None
-    fields taken from it, checked (:func:`check_tuning`, and :func:`check_dp4a_tile` when ``k`` is given)."""
+    fields taken from the default of the decoder it names (``"dp4a"``: 2 stages, the occupancy rule's warps,
+    :func:`~mircuda.matmul._fp4.dp4a_rows`; a word decoder: the variant's default without the integer path), checked
+    (:func:`check_tuning`, and :func:`check_dp4a_tile` when ``k`` is given)."""
     default = default_tuning(arch, variant, rows_per_tile, k)
     if tuning is None:
         return default
     if not isinstance(tuning, DecodeTuning):
         raise ContractError("tuning", "None or a DecodeTuning", repr(tuning))
+    # The defaults of the decoder asked for: a word decoder given where dp4a is the default keeps the word
+    # decoders' measured knobs (4 weight rows), and dp4a given where it is not takes its own rows rule.
+    dp4a = isinstance(tuning.decode, str) and tuning.decode == "dp4a"
+    if default.decode == "dp4a" and not dp4a:
+        default = default_tuning(arch, variant)
+    elif dp4a and default.decode != "dp4a" and variant == "vector" and k > 0:
+        default = _dp4a_tuning(k)
     filled = dataclasses.replace(
         tuning, stages=default.stages if tuning.stages is None else tuning.stages,
         warps=default.warps if tuning.warps is None else tuning.warps,
