@@ -334,3 +334,27 @@ def test_given_knobs_override_the_dp4a_default_and_refusals_are_unchanged() -> N
             resolve(**kwargs)
         assert info.value.argument == argument, kwargs
 
+
+def test_a_decode_that_is_not_a_string_is_refused_by_name_before_anything_compiles() -> None:
+    """``decode == "dp4a"`` on a numpy array is an array (a one-element one passed as True, a longer one raised
+    numpy's ValueError): the plans' knob check now takes only a str as 'dp4a', so any other value is the usual
+    ContractError naming ``decode``; the message with another activation names that activation."""
+    from types import SimpleNamespace
+
+    from mircuda.matmul._fp4 import Fp4Gemv
+
+    def compile(source, options):  # the fake compiler: reaching it is a failure
+        raise AssertionError("compiled")
+
+    compiler = SimpleNamespace(arch="sm_90", compile=compile)
+    for bad in (np.array(["dp4a"]), np.array(["dp4a", "e4m3"]), ["dp4a"], b"dp4a", 4):
+        with pytest.raises(mc.ContractError) as info:
+            check_gemv_knobs("sm_90", FP4_SYMBOL, "fp4", bad, None, None, None)
+        assert info.value.argument == "decode" and info.value.received == repr(bad)
+        with pytest.raises(mc.ContractError) as info:
+            Fp4Gemv(SimpleNamespace(), 1, 64, 4096, "fp4", "linear", compiler, decode=bad)  # type: ignore[arg-type]
+        assert info.value.argument == "decode"
+    assert check_gemv_knobs("sm_90", FP4_SYMBOL, "fp4", np.str_("dp4a"), None, None, None)[0] == "dp4a"
+    with pytest.raises(mc.ContractError, match="with activation='bf16'") as info:
+        check_gemv_knobs("sm_90", FP4_SYMBOL, "bf16", "dp4a", None, None, None)
+    assert info.value.argument == "decode"

@@ -138,3 +138,12 @@ def test_a_given_tuning_takes_the_none_fields_of_the_decoder_it_names() -> None:
         assert resolve_gemv_knobs(arch, FP4_SYMBOL, 1, 14336, "fp4", "e4m3", None, None, None, None).rows == 4
         assert resolve_gemv_knobs(arch, FP4_SYMBOL, 1, 14336, "fp4", "dp4a", None, None, None, None).rows == 8
 
+
+def test_a_decode_that_is_not_a_string_is_refused_by_name() -> None:
+    import numpy as np
+
+    for bad in (np.array(["dp4a", "e4m3"]), np.array(["dp4a"]), None, 2):
+        for variant in ("vector", "split_k"):
+            with pytest.raises(mc.ContractError) as info:
+                check_tuning(DecodeTuning(bad, 2, 0 if variant == "vector" else 4, 1), variant, "sm_90")
+            assert info.value.argument == "tuning.decode", (bad, variant)

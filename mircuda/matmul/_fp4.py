@@ -176,10 +176,10 @@ def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows:
         raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
     if decode is None:
         decode = default_decode(arch)
-    elif decode == "dp4a" and symbol == FP4_SYMBOL:
+    elif isinstance(decode, str) and decode == "dp4a" and symbol == FP4_SYMBOL:
         if activation != "fp4":
-            raise ContractError("decode", "a decoder other than 'dp4a' with activation='bf16' (the integer path "
-                                "multiplies E2M1 codes)", repr(decode))
+            raise ContractError("decode", f"a decoder other than 'dp4a' with activation={activation!r} (the integer "
+                                "path multiplies E2M1 codes: activation='fp4')", repr(decode))
         if block_sum is not None:
             raise ContractError("block_sum", "None with decode='dp4a' (its block sums are exact int32 IDP4A sums)",
                                 repr(block_sum))

@@ -218,7 +218,7 @@ def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
     """
     if not isinstance(tuning, DecodeTuning):
         raise ContractError("tuning", "None or a DecodeTuning", repr(tuning))
-    if tuning.decode == "dp4a" and variant != "vector":
+    if isinstance(tuning.decode, str) and tuning.decode == "dp4a" and variant != "vector":
         raise ContractError("tuning.decode", f"one of {', '.join(map(repr, DECODES))} with variant {variant!r} "
                             "('dp4a' is the vector variant's)", repr(tuning.decode))
     if not isinstance(tuning.decode, str) or tuning.decode not in (*DECODES, *VECTOR_DECODES):
