@@ -410,8 +410,8 @@ class _GroupedFp4PlanBase(PlanBase):
                     "int32, scaled by the UE4M3 scales in FP32, the activations and their scales in the load ring "
                     "(fp4_matvec_lean, the single plan's integer path)"
                     + (f"; the default for 1-row tiles with K % 32 == 0 on {self._kernels.arch} (4 weight rows per "
-                       "block, 8 when K > 4096; 2 stages), from the single plan's measurement: "
-                       + DP4A_DEFAULT_MEASURED if self._default_tuning else "")
+                       "block, 8 when K > 4096; 2 stages; measured on the single plan: "
+                       + DP4A_DEFAULT_MEASURED + ")" if self._default_tuning else "")
                     if t.decode == "dp4a" else "; each weight is "
                     f"decoded once ({decode}) and meets the tile's rows in HFMA2 (each 16-element block summed exactly "
                     "in FP16), scaled by the UE4M3 scales in FP32")
