@@ -410,19 +410,27 @@ __device__ __forceinline__ unsigned lean_scale_step(int stride) {
     return Tiled ? (unsigned)stride * 8u : (unsigned)stride >> 4;
 }
 
-// Loads the step at the pointers and moves them to the warp's next step.
-__device__ __forceinline__ void lean_load(LeanPointers& p, unsigned cstep, unsigned sstep, unsigned xsstep, LeanStep& s) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-        load_codes(p.w[r], s.codes[r]);
-        s.sraw[r] = __ldg(reinterpret_cast<const unsigned short*>(p.s[r]));
-        p.w[r] += cstep;
-        p.s[r] += sstep;
-    }
+// Row r's part of a step (its 32 codes and two scale bytes) at the pointers; moves them to the warp's next step.
+__device__ __forceinline__ void lean_load_row(LeanPointers& p, int r, unsigned cstep, unsigned sstep, LeanStep& s) {
+    load_codes(p.w[r], s.codes[r]);
+    s.sraw[r] = __ldg(reinterpret_cast<const unsigned short*>(p.s[r]));
+    p.w[r] += cstep;
+    p.s[r] += sstep;
+}
+
+// The activations' part of a step (32 codes, two scale bytes) at the pointers; moves them to the next step.
+__device__ __forceinline__ void lean_load_act(LeanPointers& p, unsigned cstep, unsigned xsstep, LeanStep& s) {
     s.act = __ldg(reinterpret_cast<const uint4*>(p.x));
     s.araw = __ldg(reinterpret_cast<const unsigned short*>(p.sx));
     p.x += cstep;
     p.sx += xsstep;
+}
+
+// Loads the step at the pointers and moves them to the warp's next step.
+__device__ __forceinline__ void lean_load(LeanPointers& p, unsigned cstep, unsigned sstep, unsigned xsstep, LeanStep& s) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) lean_load_row(p, r, cstep, sstep, s);
+    lean_load_act(p, cstep, xsstep, s);
 }
 
 // Consumes the step in `s` and, when `reload`, refills `s` part by part with the step kStages - 1 ahead as each
@@ -435,35 +443,25 @@ __device__ __forceinline__ void lean_consume(float (&acc)[kRows], LeanStep& s, u
 #pragma unroll
     for (int i = 0; i < 4; ++i) activation_int8(aw[i], lut, a[2 * i], a[2 * i + 1]);
     const float2 xs = ue4m3x2_to_float2(s.araw);
-    if (reload) {
-        s.act = __ldg(reinterpret_cast<const uint4*>(p.x));
-        s.araw = __ldg(reinterpret_cast<const unsigned short*>(p.sx));
-        p.x += cstep;
-        p.sx += xsstep;
-    }
+    if (reload) lean_load_act(p, cstep, xsstep, s);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         const float2 ws = ue4m3x2_to_float2(s.sraw[r]);
 #pragma unroll
         for (int b = 0; b < 2; ++b) {
-            int p = 0, q = 0;
+            int pos = 0, neg = 0;  // the sums of P and of N (the codes' positive and negative parts)
 #pragma unroll
             for (int i = 2 * b; i < 2 * b + 2; ++i) {
                 const unsigned w = s.codes[r][i];
                 const unsigned x = w ^ 0x88888888u;
-                p = __dp4a((int)e2m1_lut(w, lut), (int)a[2 * i], p);
-                p = __dp4a((int)e2m1_lut(w >> 16, lut), (int)a[2 * i + 1], p);
-                q = __dp4a((int)e2m1_lut(x, lut), (int)a[2 * i], q);
-                q = __dp4a((int)e2m1_lut(x >> 16, lut), (int)a[2 * i + 1], q);
+                pos = __dp4a((int)e2m1_lut(w, lut), (int)a[2 * i], pos);
+                pos = __dp4a((int)e2m1_lut(w >> 16, lut), (int)a[2 * i + 1], pos);
+                neg = __dp4a((int)e2m1_lut(x, lut), (int)a[2 * i], neg);
+                neg = __dp4a((int)e2m1_lut(x >> 16, lut), (int)a[2 * i + 1], neg);
             }
-            acc[r] = fmaf((float)(p - q), (b ? ws.y : ws.x) * (b ? xs.y : xs.x), acc[r]);
+            acc[r] = fmaf((float)(pos - neg), (b ? ws.y : ws.x) * (b ? xs.y : xs.x), acc[r]);
         }
-        if (reload) {
-            load_codes(p.w[r], s.codes[r]);
-            s.sraw[r] = __ldg(reinterpret_cast<const unsigned short*>(p.s[r]));
-            p.w[r] += cstep;
-            p.s[r] += sstep;
-        }
+        if (reload) lean_load_row(p, r, cstep, sstep, s);
     }
 }
 

@@ -39,7 +39,7 @@ __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vec
            "portable_executor", "fp4_target", "fp4_compiler", "FP4_MMA_SYMBOL", "FP4_KERNELS", "fp4_mma_source",
            "fp4_mma_options", "EPILOGUES", "check_epilogue", "DECODE_THREADS", "DECODE_WORDS", "decode_config",
            "DECODES", "BLOCK_SUMS", "default_decode", "check_gemv_knobs", "VECTOR_ROWS", "MMA_ROWS", "STAGES", "VECTOR_DECODES",
-           "check_dp4a", "default_vector_decode", "dp4a_rows", "DP4A_DEFAULT_MEASURED", "DP4A_ROWS8_MIN_K",
+           "check_dp4a", "default_vector_decode", "dp4a_rows", "DP4A_DEFAULT_MEASURED", "DP4A_ROWS8_MIN_K", "DP4A_DECODE",
            "GemvKnobs", "resolve_gemv_knobs"]
 
 ACTIVATIONS = ("fp4", "bf16")
@@ -112,6 +112,8 @@ DP4A_DEFAULT_MEASURED = (
     "11.40 (rows 8) / 11.89 (rows 4) vs 13.39; 6144x4096 6.23 (rows 8) / 6.40 (rows 4) vs 7.18")
 """The measurement behind :func:`default_vector_decode` and :func:`dp4a_rows` (N x K; the rows rule takes rows 4
 at 6144x4096, 3 % slower there than rows 8, to keep one rule by K)."""
+DP4A_DECODE = "E2M1 codes to int8 by PRMT (a byte permute whose selector is the code), IDP4A dot products"
+"""How ``decode='dp4a'`` decodes and multiplies, as the single and the grouped plans' ``describe()`` say it."""
 DP4A_ROWS8_MIN_K = 4097
 """``decode='dp4a'`` takes 8 weight rows per block from this K on (K > 4096), else 4: :func:`dp4a_rows`."""
 
@@ -483,8 +485,7 @@ class Fp4Gemv:
     def describe(self) -> str:
         act = "NVFP4 activations (E2M1 x UE4M3)" if self.activation == "fp4" else "BF16 activations"
         decode = (f"decode={self.decode!r}: " + (
-            "E2M1 codes to int8 by PRMT (a byte permute whose selector is the code), IDP4A dot products, the "
-            "activations and their scales in the load ring" + (
+            DP4A_DECODE + ", the activations and their scales in the load ring" + (
                 "; the M = 1 default where it applies (NVFP4 activations, K % 32 == 0, no block_sum or persistent "
                 "knob, no cvt.rn.f16x2.e2m1x2 on the target), rows 8 when K > 4096 else 4, stages 2 (measured: "
                 + DP4A_DEFAULT_MEASURED + ")" if self.default_dp4a else "") if self.decode == "dp4a" else

@@ -39,7 +39,7 @@ from ..dtypes import bf16, dtype_info, e4m3, f32, i32, u8
 from ..dtypes import is_integer_value
 from ..errors import ClosedResourceError, ContractError, CutlassError, CutlassNotFound
 from ..memory import DeviceBuffer
-from ._fp4 import DP4A_DEFAULT_MEASURED, _device_checks, fp4_compiler, has_e2m1_cvt
+from ._fp4 import DP4A_DECODE, DP4A_DEFAULT_MEASURED, _device_checks, fp4_compiler, has_e2m1_cvt
 from ._fp4_layout import address, check_layout
 from ._fp4_reference import BLOCK, scale_bytes
 from ._moe_kernels import (BLOCK_ROWS, MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, VARIANTS, VECTOR_MAX_MEAN_ROWS,
@@ -405,8 +405,8 @@ class _GroupedFp4PlanBase(PlanBase):
                 "load stages"
                 + (f" (persistent: {self._kernels.grouped_config.grid[0]} blocks per tile slot walk the weight-row "
                    "blocks, the ring running on across them)" if t.persistent else "") + (
-                    "; decode='dp4a': E2M1 codes to int8 by PRMT (a byte permute whose selector is the code), IDP4A "
-                    "dot products with the 1-row tile's int8 activations, each 16-element block summed exactly in "
+                    "; decode='dp4a': " + DP4A_DECODE + " with the 1-row tile's int8 activations, each 16-element "
+                    "block summed exactly in "
                     "int32, scaled by the UE4M3 scales in FP32, the activations and their scales in the load ring "
                     "(fp4_matvec_lean, the single plan's integer path)"
                     + (f"; the default for 1-row tiles with K % 32 == 0 on {self._kernels.arch} (4 weight rows per "
