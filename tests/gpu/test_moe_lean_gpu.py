@@ -48,7 +48,8 @@ def test_the_lean_walk_computes_overlapping_row_ranges_past_the_tile_slots(conte
     d = poisoned(context, stream, pool, capacity * n)
     with mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(n, k, capacity, 4, experts),
                                    rows_per_tile=1, variant="vector", tuning=tuning, path="portable") as plan:
-        assert plan.tuning.lean_tiles
+        assert plan.tuning.lean_tiles and "lean tiles" in str(plan.describe())
+        assert ("one table lookup each" in str(plan.describe())) == tuning.persistent
         plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
                      global_b=bank.global_buf)
         got = download(context, stream, d)
