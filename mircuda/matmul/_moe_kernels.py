@@ -76,7 +76,8 @@ REGISTER_CAPS = (0, 72, 80, 96)
 """``DecodeTuning.max_registers`` values: 0 (no cap: ``__launch_bounds__(256)``), or a ``__maxnreg__`` cap of the
 ``"dp4a"`` kernel (``MIRCUDA_FP4_MAX_REGS``). sm_90 SASS (ptxas 13.0): uncapped, the grouped dp4a kernel takes 99
 (mixtral: N 14336, K 4096, 8 groups) and 123 registers (fine: N 768, K 2048, 128 groups), the single plan's 72; at
-80 neither spills, with or without ``lean_tiles`` (``tests/test_moe_lean.py``); at 72 both spill (40-68 bytes)."""
+80 neither spills, with or without ``lean_tiles`` (``tests/test_moe_lean.py``); at 72 both spill (40-68 bytes). 8 weight
+rows per block (frags 2) take 128 registers uncapped (the single plan's too) and spill at every cap here."""
 LEAN_MAX_GROUPS = 128
 """The most groups ``lean_tiles`` takes: the group table in at most 4 registers per lane and column (prefix,
 offset, matrix)."""
