@@ -187,6 +187,8 @@ class Candidate:
     frags: int | None = None
     rows_per_tile: int | None = None
     persistent: bool | None = None
+    lean_tiles: bool | None = None
+    max_registers: int | None = None
 
     @property
     def variant(self) -> str:
@@ -198,7 +200,9 @@ class Candidate:
         import dataclasses
 
         fields = {k: v for k, v in (("decode", self.decode), ("stages", self.stages), ("warps", self.warps),
-                                    ("frags", self.frags), ("persistent", self.persistent)) if v is not None}
+                                    ("frags", self.frags), ("persistent", self.persistent),
+                                    ("lean_tiles", self.lean_tiles), ("max_registers", self.max_registers))
+                  if v is not None}
         return dataclasses.replace(default, **fields)
 
 
@@ -210,10 +214,12 @@ decoder, the persistent grid ``p1``)."""
 
 def parse_candidates(text: str) -> tuple[Candidate, ...]:
     """``--sweep``'s value: ``all`` (:data:`SWEEP_ALL`), ``vector`` (:data:`SWEEP_VECTOR`) or comma-separated
-    candidates ``decode[:sN][:wN][:rN][:mN][:pN]`` (decode ``bytes``, ``pairs``, ``e4m3``, ``default``, or
-    ``dp4a`` with ``m1``, the vector variant's integer path;
+    candidates ``decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN]`` (decode ``bytes``, ``pairs``, ``e4m3``, ``default``,
+    or ``dp4a`` with ``m1``, the vector variant's integer path;
     stages 2-4; split_k: warps 4, 8 or 16, rows per block 16 or 32; with ``mN`` (the vector variant, N = 1,
-    2, 4 or 8 rows per tile): warps 1, 2, 4 or 8, rows per block 4 or 8, ``p1`` the persistent grid).
+    2, 4 or 8 rows per tile): warps 1, 2, 4 or 8, rows per block 4 or 8, ``p1`` the persistent grid; with
+    ``dp4a``: ``l1`` the lean tile walk (``p1`` only with it), ``gN`` a register cap of
+    :data:`~mircuda.matmul._moe_kernels.REGISTER_CAPS`).
 
     Raises:
         ContractError: ``--sweep`` naming an unknown field or value, an empty item, or the same candidate twice
@@ -221,10 +227,10 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
     """
     import dataclasses
 
-    from ..matmul._moe_kernels import (DECODES, FRAGS, STAGES, TUNED_WARPS, VECTOR_DECODES, VECTOR_ROWS_PER_TILE,
-                                       VECTOR_WARPS)
+    from ..matmul._moe_kernels import (DECODES, FRAGS, REGISTER_CAPS, STAGES, TUNED_WARPS, VECTOR_DECODES,
+                                       VECTOR_ROWS_PER_TILE, VECTOR_WARPS)
 
-    form = "'all' or 'vector' (named lists) or comma-separated decode[:sN][:wN][:rN][:mN][:pN]"
+    form = "'all' or 'vector' (named lists) or comma-separated decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN]"
     named = {"all": SWEEP_ALL, "vector": SWEEP_VECTOR}
     items = named.get(text.strip()) or tuple(t.strip() for t in text.split(","))
     if not text.strip() or any(not t for t in items):
@@ -240,23 +246,29 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
             key, num = part[:1], part[1:]
             # ASCII digits, at most two: str.isdigit() also takes '²' (which int() refuses) and int() refuses
             # more than 4300 digits; no field's value has more than two.
-            if (key not in "swrmp" or not key or not (num.isascii() and num.isdigit()) or len(num) > 2
+            if (key not in "swrmplg" or not key or not (num.isascii() and num.isdigit()) or len(num) > 2
                     or (num[:1] == "0" and num != "0") or key in raw):
-                raise ContractError("--sweep", "fields sN, wN, rN, mN, pN, each once", repr(item[:60]))
+                raise ContractError("--sweep", "fields sN, wN, rN, mN, pN, lN, gN, each once", repr(item[:60]))
             raw[key] = int(num)
         vector = "m" in raw
-        if head in VECTOR_DECODES and (raw.get("m") != 1 or raw.get("p")):
-            raise ContractError("--sweep", f"{head} with m1 (1-row tiles of the vector variant) and no p1", repr(item))
+        if head in VECTOR_DECODES and (raw.get("m") != 1 or (raw.get("p") and not raw.get("l"))):
+            raise ContractError("--sweep", f"{head} with m1 (1-row tiles of the vector variant) and no p1 but with l1",
+                                repr(item))
+        if head not in VECTOR_DECODES and (raw.get("l") or raw.get("g")):
+            raise ContractError("--sweep", "l1 and gN with dp4a only (the integer path's knobs)", repr(item))
         allowed = {"s": STAGES, "m": VECTOR_ROWS_PER_TILE, "w": VECTOR_WARPS if vector else TUNED_WARPS,
-                   "r": tuple((4 if vector else 16) * f for f in FRAGS), "p": (0, 1) if vector else ()}
+                   "r": tuple((4 if vector else 16) * f for f in FRAGS), "p": (0, 1) if vector else (),
+                   "l": (0, 1), "g": REGISTER_CAPS}
         for key, value in raw.items():
             if value not in allowed[key]:
                 raise ContractError("--sweep", "fields sN (stages 2-4), mN (vector rows per tile 1, 2, 4, 8); split_k: wN "
                                     "(warps 4, 8, 16), rN (rows 16, 32); vector: wN (1, 2, 4, 8), rN (4, 8), pN "
-                                    "(persistent 0, 1)", repr(item))
+                                    f"(persistent 0, 1); dp4a: lN (lean tiles 0, 1), gN (registers {REGISTER_CAPS})",
+                                    repr(item))
         frags = None if "r" not in raw else raw["r"] // (4 if vector else 16)
         cand = Candidate(item, None if head == "default" else head, raw.get("s"), raw.get("w"), frags,
-                         raw.get("m"), True if raw.get("p") else None)  # p0: the default, as no p
+                         raw.get("m"), True if raw.get("p") else None,  # p0, l0, g0: the default, as none given
+                         True if raw.get("l") else None, raw.get("g") or None)
         if (cand.text == "default" and not rest) or any(dataclasses.replace(c, text="") == dataclasses.replace(cand, text="")
                                                        for c in out):
             raise ContractError("--sweep", "distinct candidates (the default plan is always measured first)",

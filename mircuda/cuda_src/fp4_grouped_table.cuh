@@ -62,7 +62,7 @@ constexpr int kTicket = 4 * kG + 1;
 constexpr long long kTileLimit = 0x7fffffffLL;
 
 // The group of m-tile `tile`: the last g with prefix[g] <= tile (prefix is non-decreasing, prefix[0] = 0).
-__device__ __forceinline__ int find_group(const int* prefix, int tile) {
+[[maybe_unused]] __device__ __forceinline__ int find_group(const int* prefix, int tile) {
     int lo = 0, hi = kG - 1;
     while (lo < hi) {
         const int mid = (lo + hi + 1) >> 1;

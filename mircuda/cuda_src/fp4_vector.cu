@@ -81,6 +81,9 @@
 #ifndef MIRCUDA_FP4_DP4A
 #define MIRCUDA_FP4_DP4A 0
 #endif
+#ifndef MIRCUDA_MOE_LEAN_TILES
+#define MIRCUDA_MOE_LEAN_TILES 0
+#endif
 #ifndef MIRCUDA_FP4_MAX_REGS
 #define MIRCUDA_FP4_MAX_REGS 0
 #endif
@@ -348,9 +351,10 @@ __device__ __forceinline__ void prefetch_prologue(const unsigned char* __restric
 // lane turns its 32 activations into signed int8 once per step for all R rows: 0x80 + P - N per byte lies in
 // [0x74, 0x8c] (one of P, N is 0, both <= 12), so one IADD3 makes all four bytes without a carry between them
 // and an XOR with 0x80 gives the two's-complement byte.
-static_assert(kM == 1 && !MIRCUDA_FP4_ACT_BF16 && MIRCUDA_FP4_WIDE && !MIRCUDA_FP4_PERSISTENT,
+static_assert(kM == 1 && !MIRCUDA_FP4_ACT_BF16 && MIRCUDA_FP4_WIDE &&
+                  (!MIRCUDA_FP4_PERSISTENT || (MIRCUDA_FP4_GROUPED && MIRCUDA_MOE_LEAN_TILES)),
               "MIRCUDA_FP4_DP4A: M = 1 (1-row tiles in the grouped kernel), NVFP4 activations, 16-byte loads "
-              "(K % 32 == 0), no persistent grid");
+              "(K % 32 == 0), no persistent grid (but the grouped kernel's lean tile walk)");
 constexpr unsigned kLut0 = 0x03020100u;  // 2|v| of E2M1 magnitudes 0..3: 0, 0.5, 1, 1.5
 constexpr unsigned kLut1 = 0x0C080604u;  // 4..7: 2, 3, 4, 6
 
@@ -489,14 +493,35 @@ __device__ __forceinline__ float lean_reduce(float (&acc)[kRows], int lane, int&
     return v;
 }
 
+// The thread's indices; Opaque: read by volatile moves, which the compiler may not hoist out of a loop (the grouped
+// kernel's walk over further tiles: hoisted, every lane-dependent offset of the body would stay live across the
+// loop, 19-43 registers more in the sm_90 SASS).
+struct LeanIds {
+    unsigned tid, ntid, ctaid;
+};
+
+template <bool Opaque>
+__device__ __forceinline__ LeanIds lean_ids() {
+    if (!Opaque) return LeanIds{threadIdx.x, blockDim.x, blockIdx.x};
+    LeanIds ids;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(ids.tid));
+    asm volatile("mov.u32 %0, %%ntid.x;" : "=r"(ids.ntid));
+    asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(ids.ctaid));
+    return ids;
+}
+
+template <bool Opaque = false>
 __device__ __forceinline__ void fp4_matvec_lean(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
                                                 const unsigned char* __restrict__ sw, const unsigned char* __restrict__ x,
                                                 const unsigned char* __restrict__ sx, const float* global_a,
-                                                const float* global_b, float alpha, int n, int k) {
-    const int warps = blockDim.x >> 5;
-    const int warp = threadIdx.x >> 5;
-    const int lane = threadIdx.x & 31;
-    const long long row0 = (long long)blockIdx.x * kRows;
+                                                const float* global_b, float alpha, int n, int k, int y_row = 0,
+                                                long long row_block = -1) {
+    LeanIds ids = lean_ids<Opaque>();
+    if (row_block >= 0) ids.ctaid = (unsigned)row_block;  // the grouped walk's row block, not blockIdx.x
+    const int warps = ids.ntid >> 5;
+    const int warp = ids.tid >> 5;
+    const int lane = ids.tid & 31;
+    const long long row0 = (long long)ids.ctaid * kRows;
     const int kblocks = k >> 4;
     const int katoms = (kblocks + 3) >> 2;
     const int stride = warps * 32 * 32;
@@ -563,16 +588,16 @@ __device__ __forceinline__ void fp4_matvec_lean(__nv_bfloat16* __restrict__ y, c
     if (global_a != nullptr) scale *= *global_a;
     if (global_b != nullptr) scale *= *global_b;
     if (warps == 1) {
-        if (holder && row0 + row < n) decode::store_out(y + row0 + row, scale * v);
+        if (holder && row0 + row < n) decode::store_out(y + (long long)y_row * n + row0 + row, scale * v);
         return;
     }
     __shared__ float partial[kMaxWarps][kRows];
     if (holder) partial[warp][row] = v;
     __syncthreads();
-    if (threadIdx.x < kRows && row0 + threadIdx.x < n) {
-        float s = partial[0][threadIdx.x];
-        for (int j = 1; j < warps; ++j) s += partial[j][threadIdx.x];
-        decode::store_out(y + row0 + threadIdx.x, scale * s);
+    if (ids.tid < kRows && row0 + ids.tid < n) {
+        float s = partial[0][ids.tid];
+        for (int j = 1; j < warps; ++j) s += partial[j][ids.tid];
+        decode::store_out(y + (long long)y_row * n + row0 + ids.tid, scale * s);
     }
 }
 #endif  // MIRCUDA_FP4_DP4A
@@ -669,7 +694,7 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
 
 #endif  // !MIRCUDA_FP4_PERSISTENT && !MIRCUDA_FP4_DP4A
 
-#if MIRCUDA_FP4_PERSISTENT
+#if MIRCUDA_FP4_PERSISTENT && !MIRCUDA_FP4_DP4A
 // The persistent form of fp4_matvec (MIRCUDA_FP4_PERSISTENT): block b takes row blocks b, b + gridDim.x, ...
 // Every warp of the block walks the same number of steps per row block, S = ceil(K / stride) (a lane whose
 // columns lie past K loads and adds nothing), so the block meets at every row block's end: butterfly over
@@ -818,16 +843,67 @@ extern "C" __global__ void MIRCUDA_FP4_BOUNDS
     // The total and (up to 128 groups) the prefix entries are loaded together: one L2 round trip before
     // the group is known, not log2(G) dependent ones.
     const int lane = threadIdx.x & 31;
+#if !(MIRCUDA_FP4_DP4A && MIRCUDA_MOE_LEAN_TILES)
     const int total = ws[kPrefix + kG];
     int pre[kScan > 0 ? kScan : 1];
 #pragma unroll
     for (int i = 0; i < kScan; ++i) pre[i] = lane + 32 * i < kG ? ws[kPrefix + lane + 32 * i] : 0x7fffffff;
+#endif
     const int set = kSets == 2 ? (int)blockIdx.z : 0;
     const unsigned char* a = set ? a2 : a1;
     const unsigned char* sa = set ? sa2 : sa1;
     const unsigned char* b = set ? b2 : b1;
     const unsigned char* sb = set ? sb2 : sb1;
     __nv_bfloat16* d = set ? d2 : d1;
+#if MIRCUDA_FP4_DP4A && MIRCUDA_MOE_LEAN_TILES
+    // The lean tile walk (MIRCUDA_MOE_LEAN_TILES, up to 128 groups): every load of the group table a tile needs is
+    // issued in one L2 round trip (lane l holds prefix, offset and matrix of groups l, l + 32, ...; the tile's
+    // group g is found by ballots and its entries taken from lane g % 32 by shuffles), not two dependent ones;
+    // the matrix's alpha is read before the K loop and passed by value (the same product); nothing but the tile
+    // index lives across the walk: the table is re-read per tile and the thread's indices are re-read by
+    // volatile moves (lean_ids<true>), which the compiler may not hoist (hoisted, the lane offsets of the body
+    // stayed live across its K loop: 99 and 123 registers for the mixtral and fine layers, sm_90 SASS).
+    static_assert(kScan > 0, "MIRCUDA_MOE_LEAN_TILES: at most 128 groups");
+    for (long long t = blockIdx.y;; t += gridDim.y) {  // block-uniform
+        const int total = ws[kPrefix + kG];
+        int tp[kScan], to[kScan], tm[kScan];
+#pragma unroll
+        for (int i = 0; i < kScan; ++i) {
+            const bool in = lane + 32 * i < kG;
+            tp[i] = in ? ws[kPrefix + lane + 32 * i] : 0x7fffffff;
+            to[i] = in ? ws[kOffset + lane + 32 * i] : 0;
+            tm[i] = in ? ws[kMatrix + lane + 32 * i] : 0;
+        }
+        if (t >= total) break;
+        const int tile = (int)t;
+        const int g = find_group_scan(tp, tile);
+        int gp = 0, go = 0, gm = 0;
+#pragma unroll
+        for (int i = 0; i < kScan; ++i) {  // the holder's chunk i = g / 32 (uniform): compile-time register index
+            const int p = __shfl_sync(0xffffffffu, tp[i], g & 31), o = __shfl_sync(0xffffffffu, to[i], g & 31),
+                      m = __shfl_sync(0xffffffffu, tm[i], g & 31);
+            if ((g >> 5) == i) gp = p, go = o, gm = m;
+        }
+        const long long xrow0 = (long long)go + (long long)(tile - gp);
+        const float alpha = alpha_per_matrix[set * kBank + gm];
+#if MIRCUDA_FP4_PERSISTENT
+        // With a persistent grid (one wave over the tiles a routing is expected to fill): the block walks the
+        // tile's weight-row blocks x, x + grid.x, ..., one table lookup for all of them (each row block's ring
+        // starts afresh: no ring across row blocks).
+        constexpr long long kRowBlocks = ((long long)kN + kRows - 1) / kRows;
+        for (long long rb = blockIdx.x; rb < kRowBlocks; rb += gridDim.x) {
+            fp4_matvec_lean<true>(d, b + (long long)gm * kMatrixBytes, sb + (long long)gm * kMatrixScaleBytes,
+                                  a + xrow0 * (kK / 2), sa + xrow0 * (kK / 16), nullptr, nullptr, alpha, kN, kK,
+                                  (int)xrow0, rb);
+            if (rb + gridDim.x < kRowBlocks) __syncthreads();  // the shared partial sums are reused
+        }
+#else
+        fp4_matvec_lean<true>(d, b + (long long)gm * kMatrixBytes, sb + (long long)gm * kMatrixScaleBytes,
+                              a + xrow0 * (kK / 2), sa + xrow0 * (kK / 16), nullptr, nullptr, alpha, kN, kK, (int)xrow0);
+#endif
+        if (t + gridDim.y < total) __syncthreads();  // the shared partial sums are reused
+    }
+#else
     // One tile per y slot for every routing of disjoint ranges; overlapping ranges (or more tiles than
     // grid.y's 65535) make the blocks walk the list, as fp4_grouped.cu's do (64-bit: tile + gridDim.y
     // never wraps).
@@ -857,6 +933,7 @@ extern "C" __global__ void MIRCUDA_FP4_BOUNDS
 #endif
         if (t + gridDim.y < total) __syncthreads();  // the shared partial sums are reused
     }
+#endif
 }
 
 #else

@@ -404,7 +404,11 @@ class _GroupedFp4PlanBase(PlanBase):
                 f"{shape.sets} set(s)); variant vector: the block's {t.warps} warp(s) split K, a ring of {t.stages} "
                 "load stages"
                 + (f" (persistent: {self._kernels.grouped_config.grid[0]} blocks per tile slot walk the weight-row "
-                   "blocks, the ring running on across them)" if t.persistent else "") + (
+                   + ("blocks, one table lookup each, each row block's ring starting afresh)" if t.decode == "dp4a"
+                      else "blocks, the ring running on across them)") if t.persistent else "")
+                + ("; lean tiles: the tile's group table entries in one L2 round trip, the matrix's alpha read before "
+                   "the K loop, nothing hoisted across the tile walk" if t.lean_tiles else "")
+                + (f"; at most {t.max_registers} registers per thread (__maxnreg__)" if t.max_registers else "") + (
                     "; decode='dp4a': " + DP4A_DECODE + " with the 1-row tile's int8 activations, each 16-element "
                     "block summed exactly in "
                     "int32, scaled by the UE4M3 scales in FP32, the activations and their scales in the load ring "

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..launch import TypedKernel
     from ..runtime import Stream
 
-__all__ = ["DECODES", "VECTOR_DECODES", "dp4a_applies", "check_dp4a_tile",
+__all__ = ["DECODES", "VECTOR_DECODES", "REGISTER_CAPS", "LEAN_MAX_GROUPS", "dp4a_applies", "check_dp4a_tile",
            "DecodeTuning", "default_tuning", "check_tuning", "SETUP_SYMBOL", "GROUPED_SYMBOL",
            "ROWS_PER_TILE", "VECTOR_ROWS_PER_TILE", "WARPS", "VARIANTS", "grouped_source", "vector_source",
            "grouped_options", "choose_rows_per_tile", "default_rows_per_tile", "default_vector_rows", "resolve_tuning", "choose_variant",
@@ -72,6 +72,15 @@ by PRMT, IDP4A products, exact int32 sums per 16-element block, the activations 
 1-row tiles (the kernel's M = 1), K % 32 == 0 and no persistent grid (:func:`check_dp4a_tile`); the vector
 variant's default where it applies (:func:`default_tuning`)."""
 STAGES = (2, 3, 4)
+REGISTER_CAPS = (0, 72, 80, 96)
+"""``DecodeTuning.max_registers`` values: 0 (no cap: ``__launch_bounds__(256)``), or a ``__maxnreg__`` cap of the
+``"dp4a"`` kernel (``MIRCUDA_FP4_MAX_REGS``). sm_90 SASS (ptxas 13.0): uncapped, the grouped dp4a kernel takes 99
+(mixtral: N 14336, K 4096, 8 groups) and 123 registers (fine: N 768, K 2048, 128 groups), the single plan's 72; at
+80 neither spills, with or without ``lean_tiles`` (``tests/test_moe_lean.py``); at 72 both spill (40-68 bytes). 8 weight
+rows per block (frags 2) take 128 registers uncapped (the single plan's too) and spill at every cap here."""
+LEAN_MAX_GROUPS = 128
+"""The most groups ``lean_tiles`` takes: the group table in at most 4 registers per lane and column (prefix,
+offset, matrix)."""
 TUNED_WARPS = (4, 8, 16)
 FRAGS = (1, 2)
 
@@ -92,19 +101,32 @@ class DecodeTuning:
     x, x + gridDim.x, ... with its load ring running on across them (fp4_vector.cu's MIRCUDA_FP4_PERSISTENT);
     measured slower in all four decode cases of ``moe-profile`` on the H200: 1.07-1.25x the time of the
     non-persistent vector kernel with the same 1-row tiles, 1.08-2.48x the default plan's
-    (``benchmarks/results/moe_sweep_persistent.json``, 2026-12-01), so it stays off by default."""
+    (``benchmarks/results/moe_sweep_persistent.json``, 2026-12-01), so it stays off by default. With
+    ``decode="dp4a"`` only together with ``lean_tiles``: the block looks its tile up once and walks the weight-row
+    blocks, each row block's ring starting afresh.
+    lean_tiles: ``decode="dp4a"`` only, at most :data:`LEAN_MAX_GROUPS` groups (``MIRCUDA_MOE_LEAN_TILES``): the
+    tile's group table entries in one L2 round trip (not two dependent ones), the matrix's alpha read before the K
+    loop, nothing but the tile index live across the tile walk (99 / 123 -> 80 / 95 registers for the mixtral /
+    fine decode kernels, sm_90). Off by default: not measured yet.
+    max_registers: one of :data:`REGISTER_CAPS`, ``decode="dp4a"`` only: 0 none, else the kernel's ``__maxnreg__``
+    (more warps per SM: 65536 / (32 * registers rounded up to 8), at most 32 one-warp blocks). Off by default:
+    not measured yet."""
 
     decode: str
     stages: int | None = None
     warps: int | None = None
     frags: int | None = None
     persistent: bool = False
+    lean_tiles: bool = False
+    max_registers: int = 0
 
     def label(self, variant: str = "split_k") -> str:
-        """``decode:s<stages>:w<warps>:r<weight rows per block>[:persistent]`` (the sweep's candidate name; rows
-        per block 16 ``frags`` for the mma variants, 4 ``frags`` for ``"vector"``)."""
+        """``decode:s<stages>:w<warps>:r<weight rows per block>[:l1][:g<registers>][:persistent]`` (the sweep's
+        candidate name; rows per block 16 ``frags`` for the mma variants, 4 ``frags`` for ``"vector"``; ``l1`` lean
+        tiles, ``g`` the register cap, each only when set)."""
         rows = None if self.frags is None else (4 if variant == "vector" else 16) * self.frags
-        return f"{self.decode}:s{self.stages}:w{self.warps}:r{rows}" + (":persistent" if self.persistent else "")
+        return (f"{self.decode}:s{self.stages}:w{self.warps}:r{rows}" + (":l1" if self.lean_tiles else "")
+                + (f":g{self.max_registers}" if self.max_registers else "") + (":persistent" if self.persistent else ""))
 
 
 def _arch_number(arch: str) -> int:
@@ -233,9 +255,19 @@ def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
     if not isinstance(persistent, bool) or (persistent and variant != "vector"):
         raise ContractError("tuning.persistent", "False, or True with variant 'vector'",
                             f"{tuning.persistent!r} with variant {variant!r}")
-    if persistent and tuning.decode == "dp4a":
-        raise ContractError("tuning.persistent", "False with decode 'dp4a' (the integer path has no persistent grid)",
-                            repr(tuning.persistent))
+    lean = tuning.lean_tiles
+    if isinstance(lean, np.bool_):
+        lean = bool(lean)
+    if not isinstance(lean, bool) or (lean and tuning.decode != "dp4a"):
+        raise ContractError("tuning.lean_tiles", "False, or True with decode 'dp4a' (the integer path's tile walk)",
+                            f"{tuning.lean_tiles!r} with decode {tuning.decode!r}")
+    if persistent and tuning.decode == "dp4a" and not lean:
+        raise ContractError("tuning.persistent", "False with decode 'dp4a' unless lean_tiles (the integer path walks "
+                            "row blocks only in the lean tile walk)", repr(tuning.persistent))
+    cap = tuning.max_registers
+    if not is_integer_value(cap) or cap not in REGISTER_CAPS or (cap and tuning.decode != "dp4a"):
+        raise ContractError("tuning.max_registers", f"an integer, one of {REGISTER_CAPS} (a cap other than 0 with "
+                            "decode 'dp4a')", f"{cap!r} with decode {tuning.decode!r}")
     # vector: warps 0 leaves them to the occupancy rule (vector_warps), as its default tuning does
     values = {}
     for name, allowed in (("stages", STAGES), ("warps", (0, *VECTOR_WARPS) if variant == "vector" else TUNED_WARPS),
@@ -250,7 +282,7 @@ def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
                                 repr(value))
         values[name] = int(value)
     return dataclasses.replace(tuning, stages=values["stages"], warps=values["warps"], frags=values["frags"],
-                               persistent=persistent)
+                               persistent=persistent, lean_tiles=lean, max_registers=int(cap))
 
 
 @functools.lru_cache(maxsize=1)
@@ -302,7 +334,8 @@ def grouped_options(*, n: int, k: int, groups: int, bank_size: int, capacity: in
     Raises:
         ContractError: variant ``"vector"`` with tiled scales and K above
             :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K` (named ``spec``: fp4_vector.cu's 32-bit
-            column offset into the tiled scales).
+            column offset into the tiled scales); ``tuning.lean_tiles`` with more than :data:`LEAN_MAX_GROUPS`
+            groups.
     """
     variant = choose_variant(rows_per_tile) if variant is None else variant
     if variant == "vector":
@@ -316,7 +349,14 @@ def grouped_options(*, n: int, k: int, groups: int, bank_size: int, capacity: in
         dp4a = vt.decode == "dp4a"
         if dp4a:
             check_dp4a_tile(vt, rows_per_tile, k)
-        return CompileOptions(defines={**moe,
+        if vt.lean_tiles and groups > LEAN_MAX_GROUPS:
+            raise ContractError("tuning.lean_tiles", f"False for {groups} groups (at most {LEAN_MAX_GROUPS}: the group "
+                                "table in registers)", "True")
+        # the new knobs' defines only when set: the default plans' options (and cache keys) stay as they were
+        lean = {"MIRCUDA_MOE_LEAN_TILES": 1} if vt.lean_tiles else {}
+        if vt.max_registers:
+            lean["MIRCUDA_FP4_MAX_REGS"] = vt.max_registers
+        return CompileOptions(defines={**moe, **lean,
             "MIRCUDA_FP4_GROUPED": 1, "MIRCUDA_FP4_M": rows_per_tile, "MIRCUDA_FP4_ROWS": BLOCK_ROWS["vector"] * vt_frags,
             "MIRCUDA_FP4_TILED": int(tiled), "MIRCUDA_FP4_ACT_TILED": 0, "MIRCUDA_FP4_WIDE": int(k % 32 == 0),
             "MIRCUDA_FP4_ACT_BF16": 0, "MIRCUDA_FP4_DECODE": 0 if dp4a else DECODES[vt.decode],

@@ -1,0 +1,115 @@
+"""The grouped ``"vector"`` variant's integer-path knobs without a GPU: ``DecodeTuning.lean_tiles`` (the group table
+in one L2 round trip, a tile walk with nothing hoisted, ``MIRCUDA_MOE_LEAN_TILES``), ``max_registers`` (``__maxnreg__``,
+``MIRCUDA_FP4_MAX_REGS``) and ``persistent`` with ``lean_tiles`` (one lookup per block, a walk over the tile's
+weight-row blocks): refusals by field, the sweep's fields, the compile options (the default plan's unchanged), and
+the sm_90 SASS of the mixtral (N 14336, K 4096, 8 groups) and fine (N 768, K 2048, 128 groups) decode kernels:
+registers and no local memory. Numerics on the GPU: ``tests/gpu/test_moe_lean_gpu.py``."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import mircuda as mc
+from mircuda.matmul._moe_kernels import (GROUPED_SYMBOL, LEAN_MAX_GROUPS, REGISTER_CAPS, DecodeTuning, check_tuning,
+                                         default_tuning, grouped_options, resolve_tuning, vector_source)
+from test_moe import entry
+from test_moe_vector import ptx
+
+DP4A = DecodeTuning("dp4a", 2, 0, 1)
+LEAN = dataclasses.replace(DP4A, lean_tiles=True)
+LAYERS = {"mixtral": dict(n=14336, k=4096, groups=8, capacity=2), "fine": dict(n=768, k=2048, groups=128, capacity=8)}
+
+
+def defines(layer: str, tuning: DecodeTuning) -> dict[str, str]:
+    shape = LAYERS[layer]
+    return dict(grouped_options(n=shape["n"], k=shape["k"], groups=shape["groups"], bank_size=shape["groups"],
+                                capacity=shape["capacity"], rows_per_tile=1, fixed_rows=0, tiled=True, sets=1,
+                                variant="vector", tuning=tuning).defines)
+
+
+def usage(layer: str, tuning: DecodeTuning, arch: str = "sm_90"):
+    prog = mc.compile_program(vector_source(), arch, mc.CompileOptions(defines=defines(layer, tuning),
+                                                                       ptxas_verbose=True))
+    return prog.resource_usage()[GROUPED_SYMBOL]
+
+
+def test_the_defaults_keep_the_knobs_off_and_their_options_unchanged() -> None:
+    for k in (2048, 4096):
+        tuning = default_tuning("sm_90", "vector", 1, k)
+        assert (tuning.lean_tiles, tuning.max_registers, tuning.persistent) == (False, 0, False)
+    got = defines("mixtral", default_tuning("sm_90", "vector", 1, 4096))
+    assert "MIRCUDA_MOE_LEAN_TILES" not in got and "MIRCUDA_FP4_MAX_REGS" not in got
+    got = defines("fine", dataclasses.replace(LEAN, max_registers=80, persistent=True))
+    assert (got["MIRCUDA_MOE_LEAN_TILES"], got["MIRCUDA_FP4_MAX_REGS"], got["MIRCUDA_FP4_PERSISTENT"]) == ("1", "80", "1")
+
+
+def test_the_knobs_are_refused_by_field_where_they_cannot_run() -> None:
+    cases = [(DecodeTuning("e4m3", 2, 0, 1, lean_tiles=True), "tuning.lean_tiles"),
+             (dataclasses.replace(DP4A, lean_tiles=1), "tuning.lean_tiles"),  # not a bool
+             (dataclasses.replace(DP4A, persistent=True), "tuning.persistent"),  # dp4a walks only with lean_tiles
+             (dataclasses.replace(DP4A, max_registers=64), "tuning.max_registers"),
+             (dataclasses.replace(DP4A, max_registers=80.0), "tuning.max_registers"),
+             (DecodeTuning("e4m3", 2, 0, 1, max_registers=80), "tuning.max_registers")]
+    for tuning, field in cases:
+        with pytest.raises(mc.ContractError) as info:
+            check_tuning(tuning, "vector", "sm_90")
+        assert info.value.argument == field, tuning
+    for cap in REGISTER_CAPS:
+        assert check_tuning(dataclasses.replace(LEAN, max_registers=cap), "vector", "sm_90").max_registers == cap
+    assert resolve_tuning(DecodeTuning("dp4a", lean_tiles=True, persistent=True), "vector", "sm_90", 1, 4096) == \
+        DecodeTuning("dp4a", 2, 0, 1, True, True, 0)
+    with pytest.raises(mc.ContractError) as info:  # the group table in registers: at most 128 groups
+        grouped_options(n=128, k=256, groups=LEAN_MAX_GROUPS + 1, bank_size=8, capacity=8, rows_per_tile=1,
+                        fixed_rows=0, tiled=True, sets=1, variant="vector", tuning=LEAN)
+    assert info.value.argument == "tuning.lean_tiles"
+
+
+def test_the_sweep_takes_the_knobs_with_dp4a_only() -> None:
+    from mircuda.cli import _moe_profile as mp
+
+    got = mp.parse_candidates("dp4a:m1:l1, dp4a:m1:g80, dp4a:m1:l1:p1:g80")
+    base = default_tuning("sm_90", "vector", 1, 4096)
+    assert [c.resolve(base) for c in got] == [LEAN, dataclasses.replace(DP4A, max_registers=80),
+                                              DecodeTuning("dp4a", 2, 0, 1, True, True, 80)]
+    assert got[2].resolve(base).label("vector") == "dp4a:s2:w0:r4:l1:g80:persistent"
+    for bad in ("e4m3:m1:l1", "e4m3:m1:g80", "dp4a:m1:g64", "dp4a:m1:p1", "dp4a:m1:l2", "dp4a:m1:l1:l1"):
+        with pytest.raises(mc.ContractError) as info:
+            mp.parse_candidates(bad)
+        assert info.value.argument == "--sweep", bad
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_the_knobs_hold_their_registers_without_local_memory_on_sm_90(layer) -> None:
+    """The uncapped grouped dp4a kernel: 99 / 123 registers (mixtral / fine); the single plan's: 72. A cap of 80
+    holds both layers without spills, with and without the lean walk (persistent too); the lean walk alone needs
+    fewer registers than the old loop."""
+    plain = usage(layer, DP4A)
+    for tuning in (dataclasses.replace(DP4A, max_registers=80), dataclasses.replace(LEAN, max_registers=80),
+                   DecodeTuning("dp4a", 2, 0, 1, True, True, 80), LEAN, dataclasses.replace(LEAN, persistent=True)):
+        got = usage(layer, tuning)
+        assert got.spill_store_bytes == got.spill_load_bytes == got.stack_frame_bytes == 0, (tuning, got)
+        assert got.registers <= (tuning.max_registers or plain.registers), (tuning, got.registers, plain.registers)
+        if tuning.max_registers == 0:
+            assert got.registers < plain.registers, (tuning, got.registers, plain.registers)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_120f"])
+def test_the_lean_kernels_compile_for_the_other_targets_without_local_memory(arch) -> None:
+    for tuning in (LEAN, DecodeTuning("dp4a", 2, 0, 1, True, True, 80)):
+        got = usage("fine", tuning, arch)
+        assert got.spill_store_bytes == got.spill_load_bytes == got.stack_frame_bytes == 0, (tuning, got)
+
+
+def test_the_lean_walk_reads_the_table_in_one_round_trip_after_the_wait() -> None:
+    """The tile's group is found by ballots over the prefix registers and its offset and matrix come by shuffles
+    from the holder lane: the only global loads before the first weight load are the table's and the alpha's."""
+    body = entry(ptx("compute_90", mc.CompileOptions(defines=defines("fine", LEAN))), GROUPED_SYMBOL)
+    wait = body.index("griddepcontrol.wait")
+    assert all(body.find(op) > wait for op in ("ld.global", "st.global"))
+    assert "shfl.sync.idx" in body and "vote.sync.ballot" in body and "dp4a.s32.s32" in body
+    first_weight = body.index("ld.global.nc.L1::no_allocate.v4.u32")
+    before = body[wait:first_weight]
+    # 4 registers x (prefix, offset, matrix) + the total, then the alpha; no other load on the way
+    assert before.count("ld.global") == 3 * 4 + 1 + 1, before.count("ld.global")
