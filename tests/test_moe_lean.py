@@ -1,9 +1,10 @@
-"""The grouped ``"vector"`` variant's integer-path knobs without a GPU: ``DecodeTuning.lean_tiles`` (the group table
-in one L2 round trip, a tile walk with nothing hoisted, ``MIRCUDA_MOE_LEAN_TILES``), ``max_registers`` (``__maxnreg__``,
-``MIRCUDA_FP4_MAX_REGS``) and ``persistent`` with ``lean_tiles`` (one lookup per block, a walk over the tile's
-weight-row blocks): refusals by field, the sweep's fields, the compile options (the default plan's unchanged), and
-the sm_90 SASS of the mixtral (N 14336, K 4096, 8 groups) and fine (N 768, K 2048, 128 groups) decode kernels:
-registers and no local memory. Numerics on the GPU: ``tests/gpu/test_moe_lean_gpu.py``."""
+"""The grouped ``"vector"`` variant's integer-path knobs without a GPU: ``DecodeTuning.lean_tiles`` (the group table in
+one L2 round trip, a tile walk with nothing hoisted, ``MIRCUDA_MOE_LEAN_TILES``), ``max_registers``
+(``__maxnreg__``, ``MIRCUDA_FP4_MAX_REGS``) and ``persistent`` with ``lean_tiles`` (one lookup per block, a walk
+over the tile's weight-row blocks): refusals by field, the sweep's fields, the compile options (the default plan's
+unchanged), and the default cap (80 registers for 4-row blocks on sm_90), the sm_90 SASS of the mixtral (N 14336, K
+4096, 8 groups) and fine (N 768, K 2048, 128 groups) decode kernels: registers and no local memory. Numerics on the
+GPU: ``tests/gpu/test_moe_lean_gpu.py``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import dataclasses
 import pytest
 
 import mircuda as mc
-from mircuda.matmul._moe_kernels import (GROUPED_SYMBOL, LEAN_MAX_GROUPS, REGISTER_CAPS, DecodeTuning, check_tuning,
+from mircuda.matmul._moe_kernels import (DP4A_REGISTER_CAP, GROUPED_SYMBOL, LEAN_MAX_GROUPS, REGISTER_CAPS, DecodeTuning,
+                                         check_tuning,
                                          default_tuning, grouped_options, resolve_tuning, vector_source)
 from test_moe import entry
 from test_moe_vector import ptx
@@ -35,12 +37,22 @@ def usage(layer: str, tuning: DecodeTuning, arch: str = "sm_90"):
     return prog.resource_usage()[GROUPED_SYMBOL]
 
 
-def test_the_defaults_keep_the_knobs_off_and_their_options_unchanged() -> None:
+def test_the_dp4a_default_caps_four_row_blocks_at_80_registers_on_sm_90_and_keeps_the_other_knobs_off() -> None:
+    # measured on the H200 (DP4A_REGISTER_CAP's docstring); 8-row blocks spill at every cap, other targets unmeasured
     for k in (2048, 4096):
         tuning = default_tuning("sm_90", "vector", 1, k)
-        assert (tuning.lean_tiles, tuning.max_registers, tuning.persistent) == (False, 0, False)
+        assert (tuning.lean_tiles, tuning.max_registers, tuning.persistent) == (False, DP4A_REGISTER_CAP, False)
+        assert default_tuning("sm_80", "vector", 1, k).max_registers is None
+    assert default_tuning("sm_90", "vector", 1, 14336).max_registers is None  # 8 weight rows per block
     got = defines("mixtral", default_tuning("sm_90", "vector", 1, 4096))
-    assert "MIRCUDA_MOE_LEAN_TILES" not in got and "MIRCUDA_FP4_MAX_REGS" not in got
+    assert "MIRCUDA_MOE_LEAN_TILES" not in got and got["MIRCUDA_FP4_MAX_REGS"] == "80"
+    assert "MIRCUDA_FP4_MAX_REGS" not in defines("mixtral", default_tuning("sm_80", "vector", 1, 4096))
+    # a tuning without max_registers takes the default cap for its own rows; 0 asks for none
+    assert resolve_tuning(DecodeTuning("dp4a"), "vector", "sm_90", 1, 4096).max_registers == 80
+    assert resolve_tuning(DecodeTuning("dp4a", frags=2), "vector", "sm_90", 1, 4096).max_registers is None
+    assert resolve_tuning(DecodeTuning("dp4a", max_registers=0), "vector", "sm_90", 1, 4096).max_registers == 0
+    assert "MIRCUDA_FP4_MAX_REGS" not in defines("mixtral", dataclasses.replace(DP4A, max_registers=0))
+    assert resolve_tuning(DecodeTuning("e4m3"), "vector", "sm_90", 1, 4096).max_registers is None
     got = defines("fine", dataclasses.replace(LEAN, max_registers=80, persistent=True))
     assert (got["MIRCUDA_MOE_LEAN_TILES"], got["MIRCUDA_FP4_MAX_REGS"], got["MIRCUDA_FP4_PERSISTENT"]) == ("1", "80", "1")
 
@@ -59,7 +71,7 @@ def test_the_knobs_are_refused_by_field_where_they_cannot_run() -> None:
     for cap in REGISTER_CAPS:
         assert check_tuning(dataclasses.replace(LEAN, max_registers=cap), "vector", "sm_90").max_registers == cap
     assert resolve_tuning(DecodeTuning("dp4a", lean_tiles=True, persistent=True), "vector", "sm_90", 1, 4096) == \
-        DecodeTuning("dp4a", 2, 0, 1, True, True, 0)
+        DecodeTuning("dp4a", 2, 0, 1, True, True, DP4A_REGISTER_CAP)
     with pytest.raises(mc.ContractError) as info:  # the group table in registers: at most 128 groups
         grouped_options(n=128, k=256, groups=LEAN_MAX_GROUPS + 1, bank_size=8, capacity=8, rows_per_tile=1,
                         fixed_rows=0, tiled=True, sets=1, variant="vector", tuning=LEAN)
@@ -69,10 +81,12 @@ def test_the_knobs_are_refused_by_field_where_they_cannot_run() -> None:
 def test_the_sweep_takes_the_knobs_with_dp4a_only() -> None:
     from mircuda.cli import _moe_profile as mp
 
-    got = mp.parse_candidates("dp4a:m1:l1, dp4a:m1:g80, dp4a:m1:l1:p1:g80")
-    base = default_tuning("sm_90", "vector", 1, 4096)
-    assert [c.resolve(base) for c in got] == [LEAN, dataclasses.replace(DP4A, max_registers=80),
-                                              DecodeTuning("dp4a", 2, 0, 1, True, True, 80)]
+    got = mp.parse_candidates("dp4a:m1:l1, dp4a:m1:g80, dp4a:m1:l1:p1:g80, dp4a:m1:g0")
+    base = default_tuning("sm_90", "vector", 1, 4096)  # its cap: 80
+    assert [c.resolve(base) for c in got] == [dataclasses.replace(LEAN, max_registers=80),
+                                              dataclasses.replace(DP4A, max_registers=80),
+                                              DecodeTuning("dp4a", 2, 0, 1, True, True, 80),
+                                              dataclasses.replace(DP4A, max_registers=0)]  # g0: no cap
     assert got[2].resolve(base).label("vector") == "dp4a:s2:w0:r4:l1:g80:persistent"
     for bad in ("e4m3:m1:l1", "e4m3:m1:g80", "dp4a:m1:g64", "dp4a:m1:p1", "dp4a:m1:l2", "dp4a:m1:l1:l1"):
         with pytest.raises(mc.ContractError) as info:
@@ -91,7 +105,7 @@ def test_the_knobs_hold_their_registers_without_local_memory_on_sm_90(layer) -> 
         got = usage(layer, tuning)
         assert got.spill_store_bytes == got.spill_load_bytes == got.stack_frame_bytes == 0, (tuning, got)
         assert got.registers <= (tuning.max_registers or plain.registers), (tuning, got.registers, plain.registers)
-        if tuning.max_registers == 0:
+        if not tuning.max_registers:
             assert got.registers < plain.registers, (tuning, got.registers, plain.registers)
 
 

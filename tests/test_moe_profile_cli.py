@@ -159,3 +159,16 @@ def test_vector_candidates_name_their_tile_rows_and_vector_is_the_documented_lis
     assert parse("--variant", "vector").variant == "vector"
     (walk,) = mp.parse_candidates("e4m3:m2:p1")
     assert walk.resolve(default_tuning("sm_90", "vector")) == DecodeTuning("e4m3", 2, 0, 1, True)
+
+
+def test_split_k_candidates_may_name_their_m_tile() -> None:
+    import mircuda as mc
+    from mircuda.matmul._moe_kernels import DecodeTuning
+
+    eight, plain = mp.parse_candidates("e4m3:s2:w4:r32:t8, e4m3:s2:w4:r32")
+    assert (eight.variant, eight.tile_rows, eight.rows_per_tile) == ("split_k", 8, None)
+    assert plain.tile_rows is None and eight.resolve(DecodeTuning("e4m3", 3)) == DecodeTuning("e4m3", 2, 4, 2)
+    for bad in ("e4m3:m1:t8", "e4m3:t64", "e4m3:t4", "e4m3:t8:t8"):  # vector tiles are mN; staged takes 64
+        with pytest.raises(mc.ContractError) as info:
+            mp.parse_candidates(bad)
+        assert info.value.argument == "--sweep", bad

@@ -189,6 +189,7 @@ class Candidate:
     persistent: bool | None = None
     lean_tiles: bool | None = None
     max_registers: int | None = None
+    tile_rows: int | None = None
 
     @property
     def variant(self) -> str:
@@ -214,12 +215,14 @@ decoder, the persistent grid ``p1``)."""
 
 def parse_candidates(text: str) -> tuple[Candidate, ...]:
     """``--sweep``'s value: ``all`` (:data:`SWEEP_ALL`), ``vector`` (:data:`SWEEP_VECTOR`) or comma-separated
-    candidates ``decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN]`` (decode ``bytes``, ``pairs``, ``e4m3``, ``default``,
+    candidates ``decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN][:tN]`` (decode ``bytes``, ``pairs``, ``e4m3``, ``default``,
     or ``dp4a`` with ``m1``, the vector variant's integer path;
     stages 2-4; split_k: warps 4, 8 or 16, rows per block 16 or 32; with ``mN`` (the vector variant, N = 1,
     2, 4 or 8 rows per tile): warps 1, 2, 4 or 8, rows per block 4 or 8, ``p1`` the persistent grid; with
     ``dp4a``: ``l1`` the lean tile walk (``p1`` only with it), ``gN`` a register cap of
-    :data:`~mircuda.matmul._moe_kernels.REGISTER_CAPS`).
+    :data:`~mircuda.matmul._moe_kernels.REGISTER_CAPS`, ``g0`` none; without ``g`` the plan's default cap,
+    :func:`~mircuda.matmul._moe_kernels.default_register_cap`); without ``m``, ``tN`` the split_k m-tile: 8, 16 or
+    32 activation rows per tile instead of the plan's choice).
 
     Raises:
         ContractError: ``--sweep`` naming an unknown field or value, an empty item, or the same candidate twice
@@ -227,10 +230,10 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
     """
     import dataclasses
 
-    from ..matmul._moe_kernels import (DECODES, FRAGS, REGISTER_CAPS, STAGES, TUNED_WARPS, VECTOR_DECODES,
+    from ..matmul._moe_kernels import (DECODES, FRAGS, REGISTER_CAPS, ROWS_PER_TILE, STAGES, TUNED_WARPS, VECTOR_DECODES,
                                        VECTOR_ROWS_PER_TILE, VECTOR_WARPS)
 
-    form = "'all' or 'vector' (named lists) or comma-separated decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN]"
+    form = "'all' or 'vector' (named lists) or comma-separated decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN][:tN]"
     named = {"all": SWEEP_ALL, "vector": SWEEP_VECTOR}
     items = named.get(text.strip()) or tuple(t.strip() for t in text.split(","))
     if not text.strip() or any(not t for t in items):
@@ -246,9 +249,9 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
             key, num = part[:1], part[1:]
             # ASCII digits, at most two: str.isdigit() also takes '²' (which int() refuses) and int() refuses
             # more than 4300 digits; no field's value has more than two.
-            if (key not in "swrmplg" or not key or not (num.isascii() and num.isdigit()) or len(num) > 2
+            if (key not in "swrmplgt" or not key or not (num.isascii() and num.isdigit()) or len(num) > 2
                     or (num[:1] == "0" and num != "0") or key in raw):
-                raise ContractError("--sweep", "fields sN, wN, rN, mN, pN, lN, gN, each once", repr(item[:60]))
+                raise ContractError("--sweep", "fields sN, wN, rN, mN, pN, lN, gN, tN, each once", repr(item[:60]))
             raw[key] = int(num)
         vector = "m" in raw
         if head in VECTOR_DECODES and (raw.get("m") != 1 or (raw.get("p") and not raw.get("l"))):
@@ -258,17 +261,19 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
             raise ContractError("--sweep", "l1 and gN with dp4a only (the integer path's knobs)", repr(item))
         allowed = {"s": STAGES, "m": VECTOR_ROWS_PER_TILE, "w": VECTOR_WARPS if vector else TUNED_WARPS,
                    "r": tuple((4 if vector else 16) * f for f in FRAGS), "p": (0, 1) if vector else (),
-                   "l": (0, 1), "g": REGISTER_CAPS}
+                   "l": (0, 1), "g": REGISTER_CAPS, "t": () if vector else ROWS_PER_TILE[:3]}
         for key, value in raw.items():
             if value not in allowed[key]:
                 raise ContractError("--sweep", "fields sN (stages 2-4), mN (vector rows per tile 1, 2, 4, 8); split_k: wN "
                                     "(warps 4, 8, 16), rN (rows 16, 32); vector: wN (1, 2, 4, 8), rN (4, 8), pN "
-                                    f"(persistent 0, 1); dp4a: lN (lean tiles 0, 1), gN (registers {REGISTER_CAPS})",
+                                    f"(persistent 0, 1); dp4a: lN (lean tiles 0, 1), gN (registers {REGISTER_CAPS}); split_k: tN "
+                                    f"(tile rows {ROWS_PER_TILE[:3]})",
                                     repr(item))
         frags = None if "r" not in raw else raw["r"] // (4 if vector else 16)
         cand = Candidate(item, None if head == "default" else head, raw.get("s"), raw.get("w"), frags,
-                         raw.get("m"), True if raw.get("p") else None,  # p0, l0, g0: the default, as none given
-                         True if raw.get("l") else None, raw.get("g") or None)
+                         raw.get("m"), True if raw.get("p") else None,  # p0, l0: the default, as none given
+                         True if raw.get("l") else None, raw.get("g"),  # g0: no cap (the dp4a default caps at 80)
+                         raw.get("t"))
         if (cand.text == "default" and not rest) or any(dataclasses.replace(c, text="") == dataclasses.replace(cand, text="")
                                                        for c in out):
             raise ContractError("--sweep", "distinct candidates (the default plan is always measured first)",
@@ -511,8 +516,8 @@ class _LayerBench:
                     else:
                         tuning = cand.resolve(default_tuning(s.context.device_info().arch, cand.variant))
                         plan = mc.VariableGroupedFp4Plan(s.context, stream, spec, variant=cand.variant, tuning=tuning,
-                                                         rows_per_tile=cand.rows_per_tile)
-                        label = plan_label(plan)
+                                                         rows_per_tile=cand.rows_per_tile or cand.tile_rows)
+                        label = plan_label(plan) + (f":t{plan.rows_per_tile}" if cand.tile_rows else "")
                 except mc.MircudaError as exc:
                     self.failures.append(f"sweep {self.name} {tokens} {cand.text}: {type(exc).__name__}: {exc}"[:300])
                     measured.append((cand.text, label, None))

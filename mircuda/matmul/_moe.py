@@ -42,7 +42,7 @@ from ..memory import DeviceBuffer
 from ._fp4 import DP4A_DECODE, DP4A_DEFAULT_MEASURED, _device_checks, fp4_compiler, has_e2m1_cvt
 from ._fp4_layout import address, check_layout
 from ._fp4_reference import BLOCK, scale_bytes
-from ._moe_kernels import (BLOCK_ROWS, MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, VARIANTS, VECTOR_MAX_MEAN_ROWS,
+from ._moe_kernels import (BLOCK_ROWS, DP4A_REGISTER_CAP, DP4A_REGISTER_CAP_MEASURED, MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, VARIANTS, VECTOR_MAX_MEAN_ROWS,
                            VECTOR_ROWS_PER_TILE, WARPS, DecodeTuning, GroupedKernels, resolve_tuning,
                            choose_variant, default_rows_per_tile, default_vector_rows, grouped_executor, grouped_options, tile_shape, workspace_ints)
 from ._moe_spec import GroupedFp4Operands, IndexedGroupedFp4Spec, VariableGroupedFp4Spec
@@ -415,7 +415,10 @@ class _GroupedFp4PlanBase(PlanBase):
                     "(fp4_matvec_lean, the single plan's integer path)"
                     + (f"; the default for 1-row tiles with K % 32 == 0 on {self._kernels.arch} (4 weight rows per "
                        "block, 8 when K > 4096; 2 stages; measured on the single plan: "
-                       + DP4A_DEFAULT_MEASURED + ")" if self._default_tuning else "")
+                       + DP4A_DEFAULT_MEASURED + ")" + (
+                           f"; the {DP4A_REGISTER_CAP}-register cap is the default with 4 weight rows per block on "
+                           f"sm_90 (measured: {DP4A_REGISTER_CAP_MEASURED})" if t.max_registers == DP4A_REGISTER_CAP
+                           else "") if self._default_tuning else "")
                     if t.decode == "dp4a" else "; each weight is "
                     f"decoded once ({decode}) and meets the tile's rows in HFMA2 (each 16-element block summed exactly "
                     "in FP16), scaled by the UE4M3 scales in FP32")

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from ..runtime import Stream
 
 __all__ = ["DECODES", "VECTOR_DECODES", "REGISTER_CAPS", "LEAN_MAX_GROUPS", "dp4a_applies", "check_dp4a_tile",
-           "DecodeTuning", "default_tuning", "check_tuning", "SETUP_SYMBOL", "GROUPED_SYMBOL",
+           "DecodeTuning", "default_tuning", "check_tuning", "default_register_cap", "DP4A_REGISTER_CAP",
+           "DP4A_REGISTER_CAP_MEASURED", "SETUP_SYMBOL", "GROUPED_SYMBOL",
            "ROWS_PER_TILE", "VECTOR_ROWS_PER_TILE", "WARPS", "VARIANTS", "grouped_source", "vector_source",
            "grouped_options", "choose_rows_per_tile", "default_rows_per_tile", "default_vector_rows", "resolve_tuning", "choose_variant",
            "GroupedKernels", "vector_warps", "workspace_ints", "grouped_executor"]
@@ -74,10 +75,20 @@ variant's default where it applies (:func:`default_tuning`)."""
 STAGES = (2, 3, 4)
 REGISTER_CAPS = (0, 72, 80, 96)
 """``DecodeTuning.max_registers`` values: 0 (no cap: ``__launch_bounds__(256)``), or a ``__maxnreg__`` cap of the
-``"dp4a"`` kernel (``MIRCUDA_FP4_MAX_REGS``). sm_90 SASS (ptxas 13.0): uncapped, the grouped dp4a kernel takes 99
-(mixtral: N 14336, K 4096, 8 groups) and 123 registers (fine: N 768, K 2048, 128 groups), the single plan's 72; at
-80 neither spills, with or without ``lean_tiles`` (``tests/test_moe_lean.py``); at 72 both spill (40-68 bytes). 8 weight
-rows per block (frags 2) take 128 registers uncapped (the single plan's too) and spill at every cap here."""
+``"dp4a"`` kernel (``MIRCUDA_FP4_MAX_REGS``); None takes :func:`default_register_cap`. sm_90 SASS (ptxas 13.0):
+uncapped, the grouped dp4a kernel takes 99 (mixtral: N 14336, K 4096, 8 groups) and 123 registers (fine: N 768, K
+2048, 128 groups), the single plan's 72; at 80 neither spills, with or without ``lean_tiles``
+(``tests/test_moe_lean.py``); at 72 both spill (40-68 bytes). 8 weight rows per block (frags 2) take 128 registers
+uncapped (the single plan's too) and spill at every cap here."""
+DP4A_REGISTER_CAP = 80
+"""The grouped ``"dp4a"`` kernel's default register cap on sm_90 with 4 weight rows per block (:func:`default_register_cap`).
+Measured with ``moe-profile --sweep`` on the H200 (2026-12-01, ``benchmarks/results/moe_sweep_dp4a_registers.json``,
+cold weights, median of 5 x 10 calls): Mixtral-like 1 token 22.66 µs against 26.29 uncapped (2.92 against 2.51 TB/s),
+fine-grained 16 tokens 37.04 against 41.00, fine-grained 1 token 7.90 against 7.80 (within a run's spread); spill-free
+(``tests/test_moe_lean.py``)."""
+DP4A_REGISTER_CAP_MEASURED = ("Mixtral-like 1 token 22.7 µs against 26.3 uncapped, fine-grained 16 tokens 37.0 "
+                              "against 41.0, H200 2026-12-01")
+"""The measurement :data:`DP4A_REGISTER_CAP` rests on, as ``describe()`` quotes it."""
 LEAN_MAX_GROUPS = 128
 """The most groups ``lean_tiles`` takes: the group table in at most 4 registers per lane and column (prefix,
 offset, matrix)."""
@@ -108,9 +119,10 @@ class DecodeTuning:
     tile's group table entries in one L2 round trip (not two dependent ones), the matrix's alpha read before the K
     loop, nothing but the tile index live across the tile walk (99 / 123 -> 80 / 95 registers for the mixtral /
     fine decode kernels, sm_90). Off by default: not measured yet.
-    max_registers: one of :data:`REGISTER_CAPS`, ``decode="dp4a"`` only: 0 none, else the kernel's ``__maxnreg__``
-    (more warps per SM: 65536 / (32 * registers rounded up to 8), at most 32 one-warp blocks). Off by default:
-    not measured yet."""
+    max_registers: None (the default, :func:`default_register_cap`: 80 for ``"dp4a"`` with 4 weight rows per
+    block on sm_90, else none) or one of :data:`REGISTER_CAPS`, a cap other than 0 with ``decode="dp4a"`` only: 0
+    none, else the kernel's ``__maxnreg__`` (more warps per SM: 65536 / (32 * registers rounded up to 8), at most
+    32 one-warp blocks)."""
 
     decode: str
     stages: int | None = None
@@ -118,7 +130,7 @@ class DecodeTuning:
     frags: int | None = None
     persistent: bool = False
     lean_tiles: bool = False
-    max_registers: int = 0
+    max_registers: int | None = None
 
     def label(self, variant: str = "split_k") -> str:
         """``decode:s<stages>:w<warps>:r<weight rows per block>[:l1][:g<registers>][:persistent]`` (the sweep's
@@ -161,12 +173,21 @@ def check_dp4a_tile(tuning: DecodeTuning, rows_per_tile: int, k: int) -> None:
                             "16-byte loads of 32 codes per lane)", "'dp4a'")
 
 
-def _dp4a_tuning(k: int) -> DecodeTuning:
+def default_register_cap(arch: str, decode: str, frags: int) -> int | None:
+    """The register cap a :class:`DecodeTuning` without ``max_registers`` takes: :data:`DP4A_REGISTER_CAP` for
+    ``decode="dp4a"`` with 4 weight rows per block (``frags`` 1) on sm_90, where it was measured and is spill-free;
+    None (no cap) elsewhere: 8 rows per block spill at every cap, and other targets were not measured."""
+    return DP4A_REGISTER_CAP if decode == "dp4a" and frags == 1 and _arch_number(arch) == 90 else None
+
+
+def _dp4a_tuning(k: int, arch: str) -> DecodeTuning:
     """``decode="dp4a"``'s knobs for K: 2 stages, the occupancy rule's warps, 4 weight rows per block, 8 when
-    K > 4096 (the single plan's rule, :func:`~mircuda.matmul._fp4.dp4a_rows`)."""
+    K > 4096 (the single plan's rule, :func:`~mircuda.matmul._fp4.dp4a_rows`), the register cap of
+    :func:`default_register_cap`."""
     from ._fp4 import dp4a_rows
 
-    return DecodeTuning("dp4a", 2, 0, dp4a_rows(k) // BLOCK_ROWS["vector"])
+    frags = dp4a_rows(k) // BLOCK_ROWS["vector"]
+    return DecodeTuning("dp4a", 2, 0, frags, max_registers=default_register_cap(arch, "dp4a", frags))
 
 
 def default_tuning(arch: str, variant: str, rows_per_tile: int = 0, k: int = 0) -> DecodeTuning:
@@ -183,7 +204,7 @@ def default_tuning(arch: str, variant: str, rows_per_tile: int = 0, k: int = 0) 
     if dp4a_applies(arch, variant, rows_per_tile, k):
         # The single plan's integer path, which beat its e4m3 default by 11-19 % on the H200 (2026-12-01); the
         # grouped kernel's blocks run the same function on 1-row tiles.
-        return _dp4a_tuning(k)
+        return _dp4a_tuning(k, arch)
     if variant == "vector":
         # moe-profile --sweep vector on the H200 (2026-12-01, benchmarks/results/moe_sweep_vector.json): 2 stages
         # x 4 weight rows x 1-row tiles was the fastest vector candidate where the plan chooses the vector
@@ -216,11 +237,13 @@ def resolve_tuning(tuning: object, variant: str, arch: str, rows_per_tile: int =
     if default.decode == "dp4a" and not dp4a:
         default = default_tuning(arch, variant)
     elif dp4a and default.decode != "dp4a" and variant == "vector" and k > 0:
-        default = _dp4a_tuning(k)
+        default = _dp4a_tuning(k, arch)
     filled = dataclasses.replace(
         tuning, stages=default.stages if tuning.stages is None else tuning.stages,
         warps=default.warps if tuning.warps is None else tuning.warps,
         frags=default.frags if tuning.frags is None else tuning.frags)
+    if filled.max_registers is None and isinstance(filled.decode, str) and is_integer_value(filled.frags):
+        filled = dataclasses.replace(filled, max_registers=default_register_cap(arch, filled.decode, int(filled.frags)))
     checked = check_tuning(filled, variant, arch)
     if k:
         check_dp4a_tile(checked, rows_per_tile, k)
@@ -265,9 +288,9 @@ def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
         raise ContractError("tuning.persistent", "False with decode 'dp4a' unless lean_tiles (the integer path walks "
                             "row blocks only in the lean tile walk)", repr(tuning.persistent))
     cap = tuning.max_registers
-    if not is_integer_value(cap) or cap not in REGISTER_CAPS or (cap and tuning.decode != "dp4a"):
-        raise ContractError("tuning.max_registers", f"an integer, one of {REGISTER_CAPS} (a cap other than 0 with "
-                            "decode 'dp4a')", f"{cap!r} with decode {tuning.decode!r}")
+    if cap is not None and (not is_integer_value(cap) or cap not in REGISTER_CAPS or (cap and tuning.decode != "dp4a")):
+        raise ContractError("tuning.max_registers", f"None or an integer, one of {REGISTER_CAPS} (a cap other than 0 "
+                            "with decode 'dp4a')", f"{cap!r} with decode {tuning.decode!r}")
     # vector: warps 0 leaves them to the occupancy rule (vector_warps), as its default tuning does
     values = {}
     for name, allowed in (("stages", STAGES), ("warps", (0, *VECTOR_WARPS) if variant == "vector" else TUNED_WARPS),
@@ -282,7 +305,8 @@ def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
                                 repr(value))
         values[name] = int(value)
     return dataclasses.replace(tuning, stages=values["stages"], warps=values["warps"], frags=values["frags"],
-                               persistent=persistent, lean_tiles=lean, max_registers=int(cap))
+                               persistent=persistent, lean_tiles=lean,
+                               max_registers=None if cap is None else int(cap))
 
 
 @functools.lru_cache(maxsize=1)

@@ -46,6 +46,8 @@ def test_a_decode_step_takes_dp4a_by_default(context, stream, pool, rng, experts
             assert plan.variant == "vector" and plan.rows_per_tile == 1 and plan.tuning.decode == "dp4a"
             text = str(plan.describe())
             assert "decode='dp4a'" in text and "the default for 1-row tiles" in text and "H200, 2026-12-01" in text
+            if plan._kernels.arch == "sm_90":  # 4 weight rows per block (K <= 4096): the measured register cap
+                assert plan.tuning.max_registers == 80 and "the 80-register cap is the default" in text
             ops = {op.name: op.alignment for op in plan.operands}
             assert (ops["a"], ops["a_scales"]) == (16, 2)
     run_variable(context, stream, pool, rng, experts=experts, topk=topk, tokens=1, n=n, k=k, layout="tiled")

@@ -125,7 +125,11 @@ def run_variable(context, stream, pool, rng, *, experts, topk, tokens, n, k, lay
         if variant is not None:
             assert plan.variant == variant and f"variant {variant}" in plan.describe()
         if tuning is not None:
-            assert plan.tuning == (tuning if tuning.warps else dataclasses.replace(tuning, warps=plan.tuning.warps))
+            from mircuda.matmul._moe_kernels import default_register_cap
+
+            cap = (default_register_cap(plan._kernels.arch, tuning.decode, tuning.frags)
+                   if tuning.max_registers is None else tuning.max_registers)  # None: the default cap
+            assert plan.tuning == dataclasses.replace(tuning, warps=tuning.warps or plan.tuning.warps, max_registers=cap)
         plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
                      global_b=bank.global_buf, alpha=alpha)
         got = download(context, stream, d)
