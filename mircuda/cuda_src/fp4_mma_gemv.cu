@@ -55,9 +55,6 @@
 #ifndef MIRCUDA_FP4_STAGES
 #define MIRCUDA_FP4_STAGES 2
 #endif
-#ifndef MIRCUDA_FP4_MAX_REGS
-#define MIRCUDA_FP4_MAX_REGS 0
-#endif
 #define MIRCUDA_PDL_TRIGGER_LATE 1
 #include "decode_common.cuh"
 #include "fp4_common.cuh"
@@ -306,16 +303,8 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
 
 }  // namespace
 
-// At most kMaxWarps warps per block; or a register cap (MIRCUDA_FP4_MAX_REGS > 0, __maxnreg__): the ring of
-// 32-row blocks takes 156-189 registers uncapped (sm_90), which leaves 6-7 warps per SM for N = 14336.
-#if MIRCUDA_FP4_MAX_REGS > 0
-#define MIRCUDA_FP4_MMA_BOUNDS __maxnreg__(MIRCUDA_FP4_MAX_REGS)
-#else
-#define MIRCUDA_FP4_MMA_BOUNDS __launch_bounds__(kMaxWarps * 32)
-#endif
-
 // Same parameters as fp4_matvec_bf16 (x is packed E2M1 here).
-extern "C" __global__ void MIRCUDA_FP4_MMA_BOUNDS
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
     fp4_mma_bf16(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
                  const unsigned char* __restrict__ sw, const void* __restrict__ x,
                  const unsigned char* __restrict__ sx, const float* global_a, const float* global_b, float alpha,

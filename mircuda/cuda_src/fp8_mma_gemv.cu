@@ -321,16 +321,7 @@ __device__ __forceinline__ void fp8_mma_gemv(__nv_bfloat16* d, const __nv_bfloat
 
 // d and c may be the same buffer (no __restrict__ on them): each output is read before it is written,
 // by the same thread.
-// At most kMaxWarps warps per block; or a register cap (MIRCUDA_FP8_MAX_REGS > 0, __maxnreg__).
-#ifndef MIRCUDA_FP8_MAX_REGS
-#define MIRCUDA_FP8_MAX_REGS 0
-#endif
-#if MIRCUDA_FP8_MAX_REGS > 0
-#define MIRCUDA_FP8_MMA_BOUNDS __maxnreg__(MIRCUDA_FP8_MAX_REGS)
-#else
-#define MIRCUDA_FP8_MMA_BOUNDS __launch_bounds__(kMaxWarps * 32)
-#endif
-extern "C" __global__ void MIRCUDA_FP8_MMA_BOUNDS
+extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
     blockwise_fp8_mma(__nv_bfloat16* d, const __nv_bfloat16* c, const unsigned char* __restrict__ a,
                       const float* __restrict__ sa, const unsigned char* __restrict__ b,
                       const float* __restrict__ sb, float alpha, float beta, int n, int k) {
