@@ -117,8 +117,11 @@ class DecodeTuning:
     blocks, each row block's ring starting afresh.
     lean_tiles: ``decode="dp4a"`` only, at most :data:`LEAN_MAX_GROUPS` groups (``MIRCUDA_MOE_LEAN_TILES``): the
     tile's group table entries in one L2 round trip (not two dependent ones), the matrix's alpha read before the K
-    loop, nothing but the tile index live across the tile walk (99 / 123 -> 80 / 95 registers for the mixtral /
-    fine decode kernels, sm_90). Off by default: not measured yet.
+    loop, nothing but the tile index live across the tile walk (99 / 123 -> 80 / 95 registers for the mixtral / fine
+    decode kernels, sm_90). Off by default: measured on the H200 (2026-12-01,
+    ``benchmarks/results/moe_sweep_dp4a_registers.json``) it gained nothing over the register cap alone (Mixtral-
+    like 1 token 22.66 µs either way; 23.76 without the cap) and was slower with it at fine 16 tokens (37.20 against
+    37.04); persistent with it 23.29-23.72.
     max_registers: None (the default, :func:`default_register_cap`: 80 for ``"dp4a"`` with 4 weight rows per
     block on sm_90, else none) or one of :data:`REGISTER_CAPS`, a cap other than 0 with ``decode="dp4a"`` only: 0
     none, else the kernel's ``__maxnreg__`` (more warps per SM: 65536 / (32 * registers rounded up to 8), at most
