@@ -85,7 +85,9 @@ def test_the_tile_holds_the_expected_rows_of_a_group(rows, want) -> None:
 
 @pytest.mark.parametrize("capacity, groups, fixed, want", [
     (2, 8, 0, 8),          # Mixtral, 1 token top-2: every row fits one tile
-    (32, 8, 0, 16),        # Mixtral, 16 tokens: 4 rows per expert on average, room for 16
+    (32, 8, 0, 8),         # Mixtral, 16 tokens: 4 rows per expert on average, room for 8 (split_k tiles: 2x)
+    (24, 8, 0, 8),         # 12 tokens: 3 rows on average
+    (40, 8, 0, 32),        # 20 tokens: 5 on average; 4x (20) is a staged tile: room for 4x, as before
     (128, 128, 0, 8),      # fine-grained, 16 tokens top-8: 1 row on average
     (2048, 128, 0, 64),    # fine-grained, 256 tokens: the staged variant
     (8192, 8, 0, 64),

@@ -339,8 +339,19 @@ def choose_variant(rows_per_tile: int) -> str:
 def default_rows_per_tile(capacity: int, groups: int, fixed_rows: int = 0) -> int:
     """The plans' default m-tile: :func:`choose_rows_per_tile` of R (the indexed plan: every group has R
     rows), else of ``min(capacity, 4 ceil(capacity / groups))``: routing is uneven, and a group's weights
-    are read once per m-tile, so the tile leaves room for 4x the mean rows per group."""
-    return choose_rows_per_tile(fixed_rows if fixed_rows else min(capacity, 4 * -(-capacity // groups)))
+    are read once per m-tile, so the tile leaves room for 4x the mean rows per group -- but 2x where 4x would
+    give a split_k tile (at most :data:`SPLIT_K_MAX_ROWS` rows; a mean of 3 or 4 rows: 8-row tiles, not 16).
+    Measured with ``moe-profile --sweep ...:t8`` on the H200 (2026-12-01,
+    ``benchmarks/results/moe_sweep_tile8.json``): Mixtral-like at 16 tokens (top-2 of 8 experts, 4 rows per expert on
+    average) took 139.9 µs with 8-row tiles against 172.4 with 16 (half the mma.sync n8 tiles and activation decodes
+    per weight; a group past 8 rows takes a second tile, which reads its weights again)."""
+    if fixed_rows:
+        return choose_rows_per_tile(fixed_rows)
+    mean = -(-capacity // groups)
+    headroom = 4 * mean
+    if choose_rows_per_tile(min(capacity, headroom)) <= SPLIT_K_MAX_ROWS:
+        headroom = 2 * mean
+    return choose_rows_per_tile(min(capacity, headroom))
 
 
 def default_vector_rows(capacity: int, groups: int, fixed_rows: int = 0) -> int:
