@@ -357,3 +357,20 @@ def test_an_output_over_an_input_is_refused_with_both_byte_ranges(kind) -> None:
     right_after = stand.buffers[inp.name].handle + inp.count * inp.info.itemsize
     stand.run(**{out: fake_buffer(stand.ctx, op.info.scalar_type, op.count, right_after)})  # adjacent: disjoint
     assert len(stand.spy.calls) == 1
+
+
+# -- kernel= at construction ----------------------------------------------------------------------
+@pytest.mark.parametrize("kernel", ["", "   ", b"sm90_pingpong_128x128x64_bf16_bf16", 7], ids=repr)
+@pytest.mark.parametrize("plan", ["DenseMatmulPlan", "BlockwiseFp8Plan", "BlockScaledFp4Plan"])
+def test_every_matrix_plan_refuses_a_kernel_that_is_not_a_name_before_looking_for_a_library(monkeypatch, plan,
+                                                                                             kernel) -> None:
+    """An empty name once went on to the library lookup: without a built library BlockwiseFp8Plan raised
+    CutlassNotFound ("build the library"), as if the name were a real kernel the machine lacked."""
+    from mircuda.matmul import _dense, _fp4, _fp8
+
+    for module in (_dense, _fp4, _fp8):
+        monkeypatch.setattr(module, "plan_stream", lambda stream, context: None)
+    with pytest.raises(mc.ContractError) as info:
+        getattr(mc, plan)(FakeContext(), None, mc.DenseMatmulSpec(4, 256, 512), kernel=kernel)
+    assert info.value.argument == "kernel" and info.value.received == repr(kernel)
+    assert "a non-empty str" in info.value.expected

@@ -18,7 +18,7 @@ from ._library import NOT_IMPLEMENTABLE, CutlassError, CutlassLibrary, KernelInf
 from ._select import Selection, select_kernel
 from ._tuned import packaged_table
 from ._vector import VECTOR_FAMILY, VectorKernel, plan_compiler, vector_kernels
-from ._spec import (DenseMatmulSpec, Operand, PlanBase, check_disjoint, check_operand, check_scalar, int_knob,
+from ._spec import (DenseMatmulSpec, check_kernel_name, Operand, PlanBase, check_disjoint, check_operand, check_scalar, int_knob,
                     plan_stream, resolve_dtypes)
 
 if TYPE_CHECKING:
@@ -93,8 +93,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         plan_stream(stream, context)
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
-        if kernel is not None and not isinstance(kernel, str):
-            raise ContractError("kernel", "None or a kernel name", repr(kernel))
+        check_kernel_name(kernel)
         given, splits = splits, int_knob(splits)
         if splits is not None and (type(splits) is not int or splits < 1):  # the message shows what was given
             raise ContractError("splits", "None or a positive int (K slices of a split-K kernel)", repr(given))

@@ -23,7 +23,7 @@ from ..memory import DeviceBuffer
 from ._dense import _nothing_to_release
 from ._fp4_layout import address, check_fp4_k, check_layout, check_tiled_decode_k, fp4_layout_source, layout_options
 from ._fp4_reference import BLOCK, scale_bytes
-from ._spec import (DenseMatmulSpec, DenseVectorSpec, EngineViews, Operand, PlanBase, check_disjoint, check_operand,
+from ._spec import (DenseMatmulSpec, check_kernel_name, DenseVectorSpec, EngineViews, Operand, PlanBase, check_disjoint, check_operand,
                     check_scalar, int_knob, plan_stream, scalar_operand)
 from ._vector import (INVALID_HANDLE, INVALID_VALUE, blocks_per_sm, choose_vector_warps, package_source, plan_compiler,
                       shared_compiler)
@@ -851,8 +851,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
         self._activation = check_activation(activation)
         self._epilogue = check_epilogue(epilogue)
         self._layout = check_layout("scale_layout", scale_layout)
-        if kernel is not None and not isinstance(kernel, str):
-            raise ContractError("kernel", "None or the name of a block-scaled NVFP4 kernel of the library", repr(kernel))
+        check_kernel_name(kernel, "None or the name of a block-scaled NVFP4 kernel of the library")
         from ._dense import _check_library
 
         _check_library(library)

@@ -31,6 +31,7 @@ from ._quantize import activation_scale_shape, weight_scale_shape
 from ._select import Selection, fp8_gemv_entry, fp8_m1_choice, fp8_mma_entry, select_fp8_kernel
 from ._spec import (
     DenseMatmulSpec,
+    check_kernel_name,
     DenseVectorSpec,
     EngineViews,
     Operand,
@@ -598,8 +599,7 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
         warps, rows = (int_knob(warps), int_knob(rows))  # numpy integers as ints
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
-        if kernel is not None and not isinstance(kernel, str):
-            raise ContractError("kernel", "None or a kernel name", repr(kernel))
+        check_kernel_name(kernel)
         if library is not None and not isinstance(library, _Library):
             raise ContractError("library", "None or a CutlassLibrary (mc.matmul.load_library())", repr(library))
         _check_spec_k(spec.k)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..launch import LaunchConfig, TypedKernel
     from ..runtime import Context, Stream
 
-__all__ = ["DenseMatmulSpec", "DenseVectorSpec", "EngineViews", "Operand", "PlanBase", "resolve_dtypes", "check_operand",
+__all__ = ["check_kernel_name", "DenseMatmulSpec", "DenseVectorSpec", "EngineViews", "Operand", "PlanBase", "resolve_dtypes", "check_operand",
            "check_disjoint", "scalar_operand", "int_knob", "check_stream", "check_scalar", "refuse_stream", "check_capture_origin", "BOUND_STREAM_HINT"]
 
 INPUT_DTYPES = ("bf16", "f16")
@@ -155,6 +155,17 @@ def check_operand(op: Operand, buf: Any, context: Context) -> int:
     if ptr & op.mask:
         raise ContractError(op.name, f"an address aligned to {op.alignment} bytes ({op.reason})", hex(ptr))
     return ptr
+
+
+def check_kernel_name(kernel: Any, expected: str = "None or a kernel name") -> None:
+    """A plan's ``kernel=``: None, or a name -- a non-empty ``str`` (an empty or blank name once fell through to
+    the library lookup and surfaced as CutlassNotFound, as if the library were missing).
+
+    Raises:
+        ContractError: naming ``kernel``, with ``expected`` (the plan's wording) and the value received.
+    """
+    if kernel is not None and (not isinstance(kernel, str) or not kernel.strip()):
+        raise ContractError("kernel", expected + " (a non-empty str)", repr(kernel))
 
 
 def int_knob(value: Any) -> Any:
