@@ -388,4 +388,4 @@ def test_describe_says_which_decoder_runs_and_quotes_the_rule_only_when_dp4a_is_
     assert "-D MIRCUDA_FP4_ROWS=4" in asked and "-D MIRCUDA_FP4_STAGES=3" in asked
     assert all("needs a family-specific Blackwell target" not in text for text in (default, asked))
     word = describe(decode="e4m3")
-    assert "decode='e4m3'" in word and "MIRCUDA_FP4_DP4A" not in word and "IDP4A" not in word
+    assert "decode='e4m3'" in word and "-D MIRCUDA_FP4_DP4A=0" in word and "IDP4A" not in word  # every define shown

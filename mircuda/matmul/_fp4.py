@@ -499,10 +499,9 @@ class Fp4Gemv:
             + ("" if has_e2m1_cvt(self.arch) or self.decode == "dp4a" else
                f"; target {self.arch}: cvt.rn.f16x2.e2m1x2 needs a family-specific Blackwell target, "
                "sm_100f/sm_120f/sm_1xxa, which the default compiler takes on cc 12.x"))
+        defines = " ".join(f"-D {name}={value}" for name, value in self.options.defines)  # exactly what compiled
         if self.symbol == FP4_MMA_SYMBOL:
-            return (f"kernel {FP4_MMA_SYMBOL} (NVRTC, -D MIRCUDA_FP4_M={self.m}"
-                    f"{' -D MIRCUDA_FP4_TILED=1' if self.layout == 'tiled' else ''} -D MIRCUDA_FP4_WIDE={int(self.wide)} "
-                    f"-D MIRCUDA_FP4_DECODE={DECODES.index(self.decode)} -D MIRCUDA_FP4_TILES={self.rows // 16} -D MIRCUDA_FP4_STAGES={self.stages}), "
+            return (f"kernel {FP4_MMA_SYMBOL} (NVRTC, {defines}), "
                     f"{self.config.grid[0]} blocks of {self.rows} weight rows x {self.warps} warp(s) splitting K, NVFP4 "
                     f"activations (E2M1 x UE4M3); E2M1 decoded to FP16 by {decode} and multiplied by its UE4M3 scale "
                     "in FP16 (exact), then tensor cores: mma.sync m16n8k16 FP16 x FP16 -> FP32 (weights the 16-row "
@@ -514,13 +513,7 @@ class Fp4Gemv:
                   "per block" if self.block_sum == "fp16" else
                   "each 16-element block summed exactly in int32 by IDP4A, converted once per block"
                   if self.block_sum == "int32" else "block_sum='fp32': products in FP32")
-        return (f"kernel {FP4_SYMBOL} (NVRTC, -D MIRCUDA_FP4_M={self.m} -D MIRCUDA_FP4_ROWS={self.rows}"
-                f"{' -D MIRCUDA_FP4_TILED=1' if self.layout == 'tiled' else ''} -D MIRCUDA_FP4_DECODE="
-                f"{0 if self.decode == 'dp4a' else DECODES.index(self.decode)}"
-                f"{' -D MIRCUDA_FP4_DP4A=1' if self.decode == 'dp4a' else ''} "
-                f"-D MIRCUDA_FP4_HALF_SUM={int(self.block_sum == 'fp16')} "
-                f"-D MIRCUDA_FP4_STAGES={self.stages}{' -D MIRCUDA_FP4_PREFETCH=1' if self.prefetch else ''}"
-                f"{' -D MIRCUDA_FP4_PERSISTENT=1' if self.persistent else ''}), "
+        return (f"kernel {FP4_SYMBOL} (NVRTC, {defines}), "
                 f"{self.config.grid[0]} {'persistent blocks (one wave) walking row blocks' if self.persistent else 'blocks'} of "
                 f"{self.rows} weight rows x {self.warps} warp(s) splitting K, {act}, "
                 f"{'16' if self.wide else '8'}-byte streamed weight loads ({self.elements} E2M1 per lane"
