@@ -118,13 +118,6 @@ def _global_b(name: str, buf: Any, bank: int, context: Context) -> int:
                                  "FP32 loads"), buf, context)
 
 
-def _resolve_tuning(tuning: Any, variant: str, arch: str, rows_per_tile: int, k: int) -> DecodeTuning:
-    """The plan's decode knobs: ``tuning`` with its None fields from the target's default, checked, or the
-    default itself (:func:`~mircuda.matmul._moe_kernels.resolve_tuning`: ``"dp4a"`` for the vector variant's
-    1-row tiles with K % 32 == 0)."""
-    return resolve_tuning(tuning, variant, arch, rows_per_tile, k)
-
-
 _CUTLASS_ERRORS = (ImportError, CutlassNotFound, CutlassError, ContractError, AttributeError)
 
 
@@ -184,7 +177,7 @@ class _GroupedFp4PlanBase(PlanBase):
         if variant == "staged" and mt == 8:
             mt = 16
         self._default_tuning = tuning is None
-        tuning = _resolve_tuning(tuning, choose_variant(mt) if variant is None else variant, compiler.arch, mt, k)
+        tuning = resolve_tuning(tuning, choose_variant(mt) if variant is None else variant, compiler.arch, mt, k)
         shape = tile_shape(n=n, capacity=capacity, groups=groups, rows_per_tile=mt, fixed_rows=fixed_rows, sets=sets,
                            variant=variant, tuning=tuning)
         if shape.variant != "vector" and shape.weight_blocks > MAX_WEIGHT_BLOCKS:
