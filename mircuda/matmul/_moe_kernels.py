@@ -70,8 +70,9 @@ VECTOR_DECODES = ("dp4a",)
 """Decoders the ``"vector"`` variant takes beyond :data:`DECODES`: ``"dp4a"``, the integer path of
 ``cuda_src/fp4_vector.cu`` (``MIRCUDA_FP4_DP4A``; :data:`~mircuda.matmul._fp4.VECTOR_DECODES`): E2M1 codes to int8
 by PRMT, IDP4A products, exact int32 sums per 16-element block, the activations in the load ring. It needs
-1-row tiles (the kernel's M = 1), K % 32 == 0 and no persistent grid (:func:`check_dp4a_tile`); the vector
-variant's default where it applies (:func:`default_tuning`)."""
+1-row tiles (the kernel's M = 1) and K % 32 == 0 (:func:`check_dp4a_tile`), and a persistent grid only with
+``DecodeTuning.lean_tiles`` (:func:`check_tuning`); the vector variant's default where it applies
+(:func:`default_tuning`)."""
 STAGES = (2, 3, 4)
 REGISTER_CAPS = (0, 72, 80, 96)
 """``DecodeTuning.max_registers`` values: 0 (no cap: ``__launch_bounds__(256)``), or a ``__maxnreg__`` cap of the
@@ -103,7 +104,8 @@ class DecodeTuning:
 
     Every field but ``decode`` left None takes the target's default for the plan's variant
     (:func:`default_tuning`); integers may be numpy integers. decode: one of :data:`DECODES`, or with variant
-    ``"vector"`` ``"dp4a"`` (:data:`VECTOR_DECODES`: 1-row tiles, K % 32 == 0, not persistent). stages: 2, 3 or
+    ``"vector"`` ``"dp4a"`` (:data:`VECTOR_DECODES`: 1-row tiles, K % 32 == 0, persistent only with
+    ``lean_tiles``); ``max_registers`` None takes :func:`default_register_cap`. stages: 2, 3 or
     4 K steps of loads in the register ring (split_k, split_n, vector; staged has no ring and takes 2).
     warps: 4, 8 or 16 warps per block (split_k; vector: 1, 2, 4 or 8, or 0 for the occupancy rule's count;
     the other variants take 8). frags: 1 or 2 weight-row groups per block (split_k: 16 or 32 weight rows,
