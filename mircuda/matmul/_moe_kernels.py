@@ -123,7 +123,9 @@ class DecodeTuning:
     decode kernels, sm_90). Off by default: measured on the H200 (2026-12-01,
     ``benchmarks/results/moe_sweep_dp4a_registers.json``) it gained nothing over the register cap alone (Mixtral-
     like 1 token 22.66 µs either way; 23.76 without the cap) and was slower with it at fine 16 tokens (37.20 against
-    37.04); persistent with it 23.29-23.72.
+    37.04); persistent with it 23.29-23.72. The same run's 8 weight rows per block with it, uncapped
+    (``dp4a:m1:r8:l1``), took 34.52 µs at fine 16 tokens, the fastest there, and 23.00 at Mixtral-like 1 token;
+    8-row blocks without it were not in that run.
     max_registers: None (the default, :func:`default_register_cap`: 80 for ``"dp4a"`` with 4 weight rows per
     block on sm_90, else none) or one of :data:`REGISTER_CAPS`, a cap other than 0 with ``decode="dp4a"`` only: 0
     none, else the kernel's ``__maxnreg__`` (more warps per SM: 65536 / (32 * registers rounded up to 8), at most
@@ -392,7 +394,8 @@ def grouped_options(*, n: int, k: int, groups: int, bank_size: int, capacity: in
         if vt.lean_tiles and groups > LEAN_MAX_GROUPS:
             raise ContractError("tuning.lean_tiles", f"False for {groups} groups (at most {LEAN_MAX_GROUPS}: the group "
                                 "table in registers)", "True")
-        # the new knobs' defines only when set: the default plans' options (and cache keys) stay as they were
+        # the knobs' defines only when set (no cap: none), so uncapped plans' options and cache keys stay as
+        # they were before the knobs; the sm_90 dp4a default does set its cap (default_register_cap)
         lean = {"MIRCUDA_MOE_LEAN_TILES": 1} if vt.lean_tiles else {}
         if vt.max_registers:
             lean["MIRCUDA_FP4_MAX_REGS"] = vt.max_registers
