@@ -96,6 +96,26 @@ def test_the_default_tile_leaves_room_for_uneven_routing(capacity, groups, fixed
     assert default_rows_per_tile(capacity, groups, fixed) == want
 
 
+def test_the_default_tile_is_the_docstrings_rule_on_a_grid_of_capacities_and_groups() -> None:
+    """default_rows_per_tile's docstring, read independently: the smallest of 8, 16, 32, 64 holding
+    min(capacity, 4 mean) (64 above), mean = ceil(capacity / groups), but min(capacity, 2 mean) where the 4x tile
+    would be a split_k one (<= 16 rows): a mean of 3 or 4 rows always takes 8-row tiles; the indexed plan's R
+    rows take the smallest tile holding R."""
+    def smallest(rows: int) -> int:
+        return next((t for t in (8, 16, 32, 64) if t >= rows), 64)
+
+    for capacity in range(1, 300):
+        for groups in range(1, 40):
+            mean = -(-capacity // groups)
+            four = smallest(min(capacity, 4 * mean))
+            want = smallest(min(capacity, 2 * mean)) if four <= 16 else four
+            assert default_rows_per_tile(capacity, groups) == want, (capacity, groups)
+            if mean in (3, 4):
+                assert want == 8, (capacity, groups)
+    for rows in range(1, 100):
+        assert default_rows_per_tile(rows * 7, 7, rows) == smallest(rows), rows
+
+
 def test_the_grid_covers_every_m_tile_of_non_overlapping_groups() -> None:
     # 1 token, top-8 of 128 experts: at most 8 non-empty groups of one row.
     s = tile_shape(n=768, capacity=8, groups=128, rows_per_tile=8, fixed_rows=0, sets=1)

@@ -127,3 +127,36 @@ def test_the_lean_walk_reads_the_table_in_one_round_trip_after_the_wait() -> Non
     before = body[wait:first_weight]
     # 4 registers x (prefix, offset, matrix) + the total, then the alpha; no other load on the way
     assert before.count("ld.global") == 3 * 4 + 1 + 1, before.count("ld.global")
+
+
+@pytest.mark.parametrize("arch, k, tuning, cap, clause", [
+    ("sm_90", 160, None, 80, True),                                   # the default: 4 weight rows per block
+    ("sm_90a", 160, None, 80, True),
+    ("sm_90", 8192, None, None, False),                               # 8 rows per block (K > 4096): no cap
+    ("sm_80", 160, None, None, False),                                # other targets: unmeasured, no cap
+    ("sm_90", 160, DecodeTuning("dp4a"), 80, False),                  # a given tuning: the cap, not the clause
+    ("sm_90", 160, DecodeTuning("dp4a", max_registers=80), 80, False),
+    ("sm_90", 160, DecodeTuning("dp4a", max_registers=0), 0, False)], ids=str)
+def test_describe_calls_the_80_register_cap_the_default_only_for_the_default_tuning(arch, k, tuning, cap,
+                                                                                    clause) -> None:
+    """A plan of the execute-path stand-in (``tests/test_moe_plan_checks.py``) given the vector variant's 1-row
+    tiles, the tuning the plan resolves on ``arch`` and a fake device of that target."""
+    from types import SimpleNamespace
+
+    from mircuda.matmul._moe import VariableGroupedFp4Plan
+    from mircuda.matmul._moe_kernels import tile_shape
+    from test_moe_plan_checks import Stand
+
+    st = Stand(VariableGroupedFp4Plan, k=k)
+    plan = st.plan
+    st.ctx.device_info = lambda: SimpleNamespace(arch=arch)  # type: ignore[attr-defined]
+    plan._tuning = resolve_tuning(tuning, "vector", arch, 1, k)
+    plan._default_tuning = tuning is None
+    plan._kernels.shape = tile_shape(n=96, capacity=40, groups=5, rows_per_tile=1, fixed_rows=0, sets=1,
+                                     variant="vector", tuning=plan._tuning)
+    plan._kernels.arch = arch
+    assert (plan.tuning.decode, plan.tuning.max_registers) == ("dp4a", cap)
+    text = str(plan.describe())
+    assert ("the 80-register cap is the default with 4 weight rows per block on sm_90" in text) == clause, text
+    assert ("at most 80 registers per thread (__maxnreg__)" in text) == (cap == 80), text
+    assert ("the default for 1-row tiles" in text) == (tuning is None), text

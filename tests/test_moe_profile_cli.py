@@ -61,6 +61,11 @@ def test_quick_is_a_smaller_grid_and_each_flag_still_wins() -> None:
                                          (["--sweep", "e4m3:m\u0661"], "--sweep: expected fields sN"),
                                          (["--sweep", "e4m3:s" + "9" * 5000], "--sweep: expected fields sN"),
                                          (["--sweep", ""], "--sweep: expected 'all' or"),
+                                         (["--sweep", "e4m3:t9"], "--sweep: expected fields sN"),
+                                         (["--sweep", "e4m3:m1:g0"], "--sweep: expected l1 and gN (g0 included)"),
+                                         (["--sweep", "default:g0"], "--sweep: expected l1 and gN (g0 included)"),
+                                         (["--sweep", "dp4a:m1:p1"], "--sweep: expected dp4a with m1 (1-row tiles "
+                                          "of the vector variant), p1 only with l1"),
                                          (["--tokens", "3000000000"], "--tokens: expected tokens per step up to 65536"),
                                          (["--tokens", "1,1"], "--tokens: expected distinct token counts"),
                                          (["--layers", "fine,fine"], "--layers: expected distinct layer names")])
@@ -172,3 +177,17 @@ def test_split_k_candidates_may_name_their_m_tile() -> None:
         with pytest.raises(mc.ContractError) as info:
             mp.parse_candidates(bad)
         assert info.value.argument == "--sweep", bad
+
+
+def test_the_sweep_help_names_every_field_and_the_values_the_parser_takes(capsys) -> None:
+    from mircuda.matmul._moe_kernels import REGISTER_CAPS, ROWS_PER_TILE
+
+    with pytest.raises(SystemExit):
+        main(["moe-profile", "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help at spaces
+    assert "decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN][:tN]" in text
+    # the caps and split_k m-tiles the parser accepts (g0: no cap; tN: the first three tiles, staged takes 64)
+    assert f"gN a register cap {'/'.join(map(str, REGISTER_CAPS[1:]))}, g0 none" in text
+    assert f"tN the m-tile {'/'.join(map(str, ROWS_PER_TILE[:3]))}" in text
+    for field in ("e4m3:t8", "e4m3:m1:p1", "dp4a:m1:l1:p1", "dp4a:m1:g72", "dp4a:m1:g0"):
+        assert mp.parse_candidates(field)

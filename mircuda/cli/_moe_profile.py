@@ -175,10 +175,11 @@ before the decode knobs)."""
 
 @dataclass(frozen=True)
 class Candidate:
-    """One ``--sweep`` candidate: ``decode[:s<stages>][:w<warps>][:r<rows per block>][:m<rows per tile>]``; a
+    """One ``--sweep`` candidate: ``decode[:s<stages>][:w<warps>][:r<rows per block>][:m<rows per tile>]``, then
+    ``[:p<persistent>][:l<lean tiles>][:g<register cap>][:t<split_k m-tile>]`` (:func:`parse_candidates`); a
     field left out takes the plan's default (:func:`~mircuda.matmul._moe_kernels.default_tuning`). With
     ``m`` the ``"vector"`` variant runs (tiles of 1, 2, 4 or 8 activation rows; 1-8 warps, 4 or 8 weight
-    rows per block), else split_k."""
+    rows per block), else split_k (``tile_rows``: its m-tile, None the plan's choice)."""
 
     text: str
     decode: str | None = None
@@ -255,10 +256,12 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
             raw[key] = int(num)
         vector = "m" in raw
         if head in VECTOR_DECODES and (raw.get("m") != 1 or (raw.get("p") and not raw.get("l"))):
-            raise ContractError("--sweep", f"{head} with m1 (1-row tiles of the vector variant) and no p1 but with l1",
+            raise ContractError("--sweep", f"{head} with m1 (1-row tiles of the vector variant), p1 only with l1",
                                 repr(item))
-        if head not in VECTOR_DECODES and (raw.get("l") or raw.get("g")):
-            raise ContractError("--sweep", "l1 and gN with dp4a only (the integer path's knobs)", repr(item))
+        # g0 too: the word decoders never take a cap, so 'e4m3:m1:g0' would measure 'e4m3:m1' a second time
+        if head not in VECTOR_DECODES and (raw.get("l") or "g" in raw):
+            raise ContractError("--sweep", "l1 and gN (g0 included) with dp4a only (the integer path's knobs)",
+                                repr(item))
         allowed = {"s": STAGES, "m": VECTOR_ROWS_PER_TILE, "w": VECTOR_WARPS if vector else TUNED_WARPS,
                    "r": tuple((4 if vector else 16) * f for f in FRAGS), "p": (0, 1) if vector else (),
                    "l": (0, 1), "g": REGISTER_CAPS, "t": () if vector else ROWS_PER_TILE[:3]}
@@ -694,9 +697,11 @@ def register(sub: Any) -> None:
                    help="force the portable grouped kernel's variant (default: the plan's choice per token count)")
     p.add_argument("--sweep", default=None,
                    help="compare decode knobs instead of the main table (tokens <= 16): 'all' (split_k), "
-                        "'vector' or comma-separated decode[:sN][:wN][:rN][:mN] (decode bytes/pairs/e4m3/default, dp4a with m1, "
-                        "stages 2-4; split_k: warps 4/8/16, weight rows per block 16/32; mN: the vector variant with "
-                        "N = 1/2/4/8 rows per tile, warps 1/2/4/8, rows per block 4/8), each beside the default plan "
-                        "with µs and TB/s")
+                        "'vector' or comma-separated decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN][:tN] (decode "
+                        "bytes/pairs/e4m3/default, dp4a with m1; stages 2-4; split_k: warps 4/8/16, weight rows per "
+                        "block 16/32, tN the m-tile 8/16/32; mN: the vector variant with N = 1/2/4/8 rows per tile, "
+                        "warps 1/2/4/8, rows per block 4/8, p1 the persistent grid; dp4a: l1 the lean tile walk (p1 "
+                        "only with it), gN a register cap 72/80/96, g0 none), each beside the default plan with µs "
+                        "and TB/s")
     p.add_argument("--json", default="benchmarks/results/moe_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=moe_profile, json_default=p.get_default("json"))

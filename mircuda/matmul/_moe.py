@@ -547,10 +547,12 @@ class VariableGroupedFp4Plan(_GroupedFp4PlanBase):
         spec: ``VariableGroupedFp4Spec(n, k, capacity, groups, bank_size)``.
         scale_layout: the bank scales' layout, ``"tiled"`` (default; the SM120 path's) or ``"linear"``.
         compiler: the NVRTC Compiler (default: :func:`~mircuda.matmul._fp4.fp4_compiler`).
-        rows_per_tile: None (the smallest of 8, 16, 32, 64 holding ``min(capacity, 4 ceil(capacity / groups))``,
-            room for uneven routing: a group's weights are read once per m-tile; variant ``"vector"``: the
-            smallest of 1, 2, 4, 8 holding ``ceil(capacity / groups)``) or one of them (1, 2, 4 or 8 with
-            variant ``"vector"``; 1, 2 or 4 without a variant choose it).
+        rows_per_tile: None (:func:`~mircuda.matmul._moe_kernels.default_rows_per_tile`: the smallest of 8, 16,
+            32, 64 holding ``min(capacity, 4 ceil(capacity / groups))``, room for uneven routing: a group's weights
+            are read once per m-tile; 2x instead of 4x where 4x would give a split_k tile of <= 16 rows, e.g. 8-row
+            tiles for a mean of 3 or 4 rows per group; variant ``"vector"``: the smallest of 1, 2, 4, 8 holding
+            ``ceil(capacity / groups)``) or one of them (1, 2, 4 or 8 with variant ``"vector"``; 1, 2 or 4 without
+            a variant choose it).
         variant: None (``"vector"`` for at most one row per group on average (``capacity / groups <= 1``, and
             neither rows_per_tile nor tuning given: a given tuning keeps the split_k default), else
             ``"split_k"`` for m-tiles of <= 16 rows, else ``"staged"``), ``"split_k"``, ``"split_n"``,
@@ -563,9 +565,11 @@ class VariableGroupedFp4Plan(_GroupedFp4PlanBase):
             with the reason, when it cannot run here); :attr:`path` and ``describe()`` say which runs and why.
         tuning: None (:func:`~mircuda.matmul._moe_kernels.default_tuning` of the target, variant, tile and K:
             ``decode="dp4a"`` for the vector variant's 1-row tiles with K % 32 == 0 where it applies) or a
-            :class:`~mircuda.matmul._moe_kernels.DecodeTuning` (decode, stages, warps, frags, persistent) of the
-            portable kernel, its None fields taken from that default; ContractError names a field that does
-            not fit the variant or the target.
+            :class:`~mircuda.matmul._moe_kernels.DecodeTuning` (decode, stages, warps, frags, persistent,
+            lean_tiles, max_registers) of the portable kernel, its None fields taken from that default
+            (``max_registers`` None: :func:`~mircuda.matmul._moe_kernels.default_register_cap`, 80 registers for
+            ``"dp4a"`` with 4 weight rows per block on sm_90); ContractError names a field that does not fit the
+            variant or the target.
 """ + _DOC_COMMON)
 
     _kind = "VariableGroupedFp4Plan"

@@ -70,8 +70,9 @@ VECTOR_DECODES = ("dp4a",)
 """Decoders the ``"vector"`` variant takes beyond :data:`DECODES`: ``"dp4a"``, the integer path of
 ``cuda_src/fp4_vector.cu`` (``MIRCUDA_FP4_DP4A``; :data:`~mircuda.matmul._fp4.VECTOR_DECODES`): E2M1 codes to int8
 by PRMT, IDP4A products, exact int32 sums per 16-element block, the activations in the load ring. It needs
-1-row tiles (the kernel's M = 1), K % 32 == 0 and no persistent grid (:func:`check_dp4a_tile`); the vector
-variant's default where it applies (:func:`default_tuning`)."""
+1-row tiles (the kernel's M = 1) and K % 32 == 0 (:func:`check_dp4a_tile`), and a persistent grid only with
+``DecodeTuning.lean_tiles`` (:func:`check_tuning`); the vector variant's default where it applies
+(:func:`default_tuning`)."""
 STAGES = (2, 3, 4)
 REGISTER_CAPS = (0, 72, 80, 96)
 """``DecodeTuning.max_registers`` values: 0 (no cap: ``__launch_bounds__(256)``), or a ``__maxnreg__`` cap of the
@@ -103,7 +104,8 @@ class DecodeTuning:
 
     Every field but ``decode`` left None takes the target's default for the plan's variant
     (:func:`default_tuning`); integers may be numpy integers. decode: one of :data:`DECODES`, or with variant
-    ``"vector"`` ``"dp4a"`` (:data:`VECTOR_DECODES`: 1-row tiles, K % 32 == 0, not persistent). stages: 2, 3 or
+    ``"vector"`` ``"dp4a"`` (:data:`VECTOR_DECODES`: 1-row tiles, K % 32 == 0, persistent only with
+    ``lean_tiles``); ``max_registers`` None takes :func:`default_register_cap`. stages: 2, 3 or
     4 K steps of loads in the register ring (split_k, split_n, vector; staged has no ring and takes 2).
     warps: 4, 8 or 16 warps per block (split_k; vector: 1, 2, 4 or 8, or 0 for the occupancy rule's count;
     the other variants take 8). frags: 1 or 2 weight-row groups per block (split_k: 16 or 32 weight rows,
@@ -121,7 +123,9 @@ class DecodeTuning:
     decode kernels, sm_90). Off by default: measured on the H200 (2026-12-01,
     ``benchmarks/results/moe_sweep_dp4a_registers.json``) it gained nothing over the register cap alone (Mixtral-
     like 1 token 22.66 µs either way; 23.76 without the cap) and was slower with it at fine 16 tokens (37.20 against
-    37.04); persistent with it 23.29-23.72.
+    37.04); persistent with it 23.29-23.72. The same run's 8 weight rows per block with it, uncapped
+    (``dp4a:m1:r8:l1``), took 34.52 µs at fine 16 tokens, the fastest there, and 23.00 at Mixtral-like 1 token;
+    8-row blocks without it were not in that run.
     max_registers: None (the default, :func:`default_register_cap`: 80 for ``"dp4a"`` with 4 weight rows per
     block on sm_90, else none) or one of :data:`REGISTER_CAPS`, a cap other than 0 with ``decode="dp4a"`` only: 0
     none, else the kernel's ``__maxnreg__`` (more warps per SM: 65536 / (32 * registers rounded up to 8), at most
@@ -390,7 +394,8 @@ def grouped_options(*, n: int, k: int, groups: int, bank_size: int, capacity: in
         if vt.lean_tiles and groups > LEAN_MAX_GROUPS:
             raise ContractError("tuning.lean_tiles", f"False for {groups} groups (at most {LEAN_MAX_GROUPS}: the group "
                                 "table in registers)", "True")
-        # the new knobs' defines only when set: the default plans' options (and cache keys) stay as they were
+        # the knobs' defines only when set (no cap: none), so uncapped plans' options and cache keys stay as
+        # they were before the knobs; the sm_90 dp4a default does set its cap (default_register_cap)
         lean = {"MIRCUDA_MOE_LEAN_TILES": 1} if vt.lean_tiles else {}
         if vt.max_registers:
             lean["MIRCUDA_FP4_MAX_REGS"] = vt.max_registers

@@ -453,12 +453,10 @@ def test_invalid_routing_sets_the_error_flag_and_the_other_groups_stay_correct(c
     act.free(stream)
 
 
-@pytest.mark.parametrize("rows_per_tile, variant", [(1, "vector"), (2, "vector"), (8, "split_k")], ids=str)
-def test_overlapping_row_ranges_past_the_tile_slots_are_still_all_computed(context, stream, pool, rng, rows_per_tile,
-                                                                           variant) -> None:
-    """Groups 0 and 1 both cover rows [0, 7) (the same matrix: one value per row whichever writes last), group
-    2 alone row 7: 15 (vector, 1 row) or 9 (2 rows) tiles for the 8 slots min(ceil(8 / MT) + G, 8) of the
-    grid; the vector kernel once ran one tile per slot and left row 7 unwritten."""
+def run_overlapping(context, stream, pool, rng, *, check_plan: Callable[[Any], None], **plan_kwargs: Any) -> None:
+    """VariableGroupedFp4Plan(path="portable", **plan_kwargs) on 4 groups of 2 matrices (N 256, K 512, 8 rows):
+    groups 0 and 1 both cover rows [0, 7) (the same matrix: one value per row whichever writes last), group 2
+    alone row 7, against float64 with every row covered; ``check_plan(plan)`` runs before the plan executes."""
     experts, n, k, capacity = 2, 256, 512, 8
     bank = Bank(context, stream, pool, rng, experts, n, k, "tiled")
     act = Activations(context, stream, pool, rng, capacity, k)
@@ -466,7 +464,8 @@ def test_overlapping_row_ranges_past_the_tile_slots_are_still_all_computed(conte
     routing = [upload(context, stream, pool, x) for x in host]
     d = poisoned(context, stream, pool, capacity * n)
     with mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(n, k, capacity, 4, experts),
-                                   rows_per_tile=rows_per_tile, variant=variant, path="portable") as plan:
+                                   path="portable", **plan_kwargs) as plan:
+        check_plan(plan)
         plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
                      global_b=bank.global_buf)
         got = download(context, stream, d)
@@ -479,6 +478,17 @@ def test_overlapping_row_ranges_past_the_tile_slots_are_still_all_computed(conte
         b.free(stream)
     bank.free(stream)
     act.free(stream)
+
+
+@pytest.mark.parametrize("rows_per_tile, variant", [(1, "vector"), (2, "vector"), (8, "split_k")], ids=str)
+def test_overlapping_row_ranges_past_the_tile_slots_are_still_all_computed(context, stream, pool, rng, rows_per_tile,
+                                                                           variant) -> None:
+    """The overlapping routing of :func:`run_overlapping`: 15 (vector, 1 row) or 9 (2 rows) tiles for the 8 slots
+    min(ceil(8 / MT) + G, 8) of the grid; the vector kernel once ran one tile per slot and left row 7 unwritten."""
+    def check(plan: Any) -> None:
+        assert plan.variant == variant and plan.rows_per_tile == rows_per_tile
+
+    run_overlapping(context, stream, pool, rng, check_plan=check, rows_per_tile=rows_per_tile, variant=variant)
 
 
 @pytest.mark.parametrize("rows_per_tile, variant, capacity", [(1, "vector", 65537), (8, "split_k", 524289)], ids=str)
