@@ -191,3 +191,23 @@ def test_the_sweep_help_names_every_field_and_the_values_the_parser_takes(capsys
     assert f"tN the m-tile {'/'.join(map(str, ROWS_PER_TILE[:3]))}" in text
     for field in ("e4m3:t8", "e4m3:m1:p1", "dp4a:m1:l1:p1", "dp4a:m1:g72", "dp4a:m1:g0"):
         assert mp.parse_candidates(field)
+
+
+def test_a_candidate_gives_the_plan_its_fields_and_the_default_decoder_of_its_tile() -> None:
+    """The plan fills the fields left None from the default of the decoder named; ``default:...`` names the plan's
+    own decoder for the candidate's tile (``dp4a`` for 1-row vector tiles with K % 32 == 0 on sm_90: it measured
+    the e4m3 word decoder under that name before)."""
+    from mircuda.matmul._moe_kernels import DecodeTuning, resolve_tuning
+
+    default_m1, e4m3_m1, split, lean = mp.parse_candidates("default:m1, e4m3:m1, pairs:s3, dp4a:m1:l1:g0")
+    assert default_m1.tuning("sm_90", 4096) == DecodeTuning("dp4a")
+    assert default_m1.tuning("sm_90", 4112).decode == "e4m3"  # K % 32 != 0: the word decoder is the default
+    assert default_m1.tuning("sm_80", 4096).decode == "dp4a" and default_m1.tuning("sm_120f", 4096).decode == "e4m3"
+    assert e4m3_m1.tuning("sm_90", 4096) == DecodeTuning("e4m3")
+    assert split.tuning("sm_90", 4096) == DecodeTuning("pairs", 3)
+    assert lean.tuning("sm_90", 4096) == DecodeTuning("dp4a", lean_tiles=True, max_registers=0)
+    # what the plan then runs: the measured knobs of the decoder named (the cap only where dp4a is the default's)
+    assert resolve_tuning(default_m1.tuning("sm_90", 4096), "vector", "sm_90", 1, 4096) == \
+        DecodeTuning("dp4a", 2, 0, 1, max_registers=80)
+    assert resolve_tuning(e4m3_m1.tuning("sm_90", 4096), "vector", "sm_90", 1, 4096) == DecodeTuning("e4m3", 2, 0, 1)
+    assert resolve_tuning(split.tuning("sm_90", 4096), "split_k", "sm_90") == DecodeTuning("pairs", 3, 4, 2)

@@ -207,6 +207,18 @@ class Candidate:
                   if v is not None}
         return dataclasses.replace(default, **fields)
 
+    def tuning(self, arch: str, k: int) -> Any:
+        """The :class:`~mircuda.matmul._moe_kernels.DecodeTuning` the sweep gives the plan on target ``arch`` for
+        K = ``k``: the candidate's fields, the rest None so that the plan fills them from the default of the
+        decoder named (the decoder itself, when the candidate names none -- ``default:...`` -- is the plan's
+        default for the candidate's variant and tile: ``"dp4a"`` for 1-row vector tiles with K % 32 == 0 on
+        sm_90; over :func:`resolve`'s word-decoder default it was ``"e4m3"`` there)."""
+        from ..matmul._moe_kernels import DecodeTuning, default_tuning
+
+        decode = self.decode or default_tuning(arch, self.variant, self.rows_per_tile or 0, k).decode
+        return DecodeTuning(decode, self.stages, self.warps, self.frags, bool(self.persistent), bool(self.lean_tiles),
+                            self.max_registers)
+
 
 SWEEP_VECTOR = ("e4m3:m1", "e4m3:m2", "e4m3:m4", "e4m3:m1:r8", "e4m3:s3:m1", "e4m3:s4:m1", "e4m3:m1:w1",
                 "e4m3:m1:w2", "e4m3:m1:w4", "pairs:m1", "bytes:m1", "e4m3:m1:p1", "e4m3:s3:m1:p1", "e4m3:m2:p1")
@@ -494,8 +506,6 @@ class _LayerBench:
         operands, each checked on three sampled rows against float64 and timed alike."""
         import mircuda as mc
 
-        from ..matmul._moe_kernels import default_tuning
-
         s, e, n, k = self.s, self.e, self.n, self.k
         stream, pool = s.stream, s.pool
         counts, offsets, rows, routed, a_packed, a_scales = self._draw(tokens)
@@ -517,7 +527,7 @@ class _LayerBench:
                         default_label = plan_label(plan)
                         label = default_label
                     else:
-                        tuning = cand.resolve(default_tuning(s.context.device_info().arch, cand.variant))
+                        tuning = cand.tuning(s.context.device_info().arch, k)
                         plan = mc.VariableGroupedFp4Plan(s.context, stream, spec, variant=cand.variant, tuning=tuning,
                                                          rows_per_tile=cand.rows_per_tile or cand.tile_rows)
                         label = plan_label(plan) + (f":t{plan.rows_per_tile}" if cand.tile_rows else "")
