@@ -203,6 +203,9 @@ def test_a_candidate_gives_the_plan_its_fields_and_the_default_decoder_of_its_ti
     assert default_m1.tuning("sm_90", 4096) == DecodeTuning("dp4a")
     assert default_m1.tuning("sm_90", 4112).decode == "e4m3"  # K % 32 != 0: the word decoder is the default
     assert default_m1.tuning("sm_80", 4096).decode == "dp4a" and default_m1.tuning("sm_120f", 4096).decode == "e4m3"
+    walk, lean_walk = mp.parse_candidates("default:m1:p1, dp4a:m1:l1:p1")  # dp4a walks only with l1
+    assert walk.tuning("sm_90", 4096) == DecodeTuning("e4m3", persistent=True)
+    assert lean_walk.tuning("sm_90", 4096) == DecodeTuning("dp4a", persistent=True, lean_tiles=True)
     assert e4m3_m1.tuning("sm_90", 4096) == DecodeTuning("e4m3")
     assert split.tuning("sm_90", 4096) == DecodeTuning("pairs", 3)
     assert lean.tuning("sm_90", 4096) == DecodeTuning("dp4a", lean_tiles=True, max_registers=0)

@@ -216,6 +216,10 @@ class Candidate:
         from ..matmul._moe_kernels import DecodeTuning, default_tuning
 
         decode = self.decode or default_tuning(arch, self.variant, self.rows_per_tile or 0, k).decode
+        if self.decode is None and decode == "dp4a" and self.persistent and not self.lean_tiles:
+            # a persistent grid keeps the word decoders (dp4a walks row blocks only in the lean walk), as the
+            # single plan's persistent= does
+            decode = default_tuning(arch, self.variant).decode
         return DecodeTuning(decode, self.stages, self.warps, self.frags, bool(self.persistent), bool(self.lean_tiles),
                             self.max_registers)
 
