@@ -220,8 +220,7 @@ class Candidate:
             # a persistent grid keeps the word decoders (dp4a walks row blocks only in the lean walk), as the
             # single plan's persistent= does
             decode = default_tuning(arch, self.variant).decode
-        return DecodeTuning(decode, self.stages, self.warps, self.frags, bool(self.persistent), bool(self.lean_tiles),
-                            self.max_registers)
+        return self.resolve(DecodeTuning(decode))  # the candidate's fields over an all-default tuning
 
 
 SWEEP_VECTOR = ("e4m3:m1", "e4m3:m2", "e4m3:m4", "e4m3:m1:r8", "e4m3:s3:m1", "e4m3:s4:m1", "e4m3:m1:w1",

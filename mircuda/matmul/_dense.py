@@ -18,8 +18,8 @@ from ._library import NOT_IMPLEMENTABLE, CutlassError, CutlassLibrary, KernelInf
 from ._select import Selection, select_kernel
 from ._tuned import packaged_table
 from ._vector import VECTOR_FAMILY, VectorKernel, plan_compiler, vector_kernels
-from ._spec import (DenseMatmulSpec, check_kernel_name, Operand, PlanBase, check_disjoint, check_operand, check_scalar, int_knob,
-                    plan_stream, resolve_dtypes)
+from ._spec import (DenseMatmulSpec, Operand, PlanBase, check_disjoint, check_kernel_name, check_operand, check_scalar,
+                    int_knob, plan_stream, resolve_dtypes)
 
 if TYPE_CHECKING:
     from ..memory import DeviceBuffer

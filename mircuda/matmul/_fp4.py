@@ -23,8 +23,8 @@ from ..memory import DeviceBuffer
 from ._dense import _nothing_to_release
 from ._fp4_layout import address, check_fp4_k, check_layout, check_tiled_decode_k, fp4_layout_source, layout_options
 from ._fp4_reference import BLOCK, scale_bytes
-from ._spec import (DenseMatmulSpec, check_kernel_name, DenseVectorSpec, EngineViews, Operand, PlanBase, check_disjoint, check_operand,
-                    check_scalar, int_knob, plan_stream, scalar_operand)
+from ._spec import (DenseMatmulSpec, DenseVectorSpec, EngineViews, Operand, PlanBase, check_disjoint, check_kernel_name,
+                    check_operand, check_scalar, int_knob, plan_stream, scalar_operand)
 from ._vector import (INVALID_HANDLE, INVALID_VALUE, blocks_per_sm, choose_vector_warps, package_source, plan_compiler,
                       shared_compiler)
 

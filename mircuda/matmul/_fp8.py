@@ -31,12 +31,12 @@ from ._quantize import activation_scale_shape, weight_scale_shape
 from ._select import Selection, fp8_gemv_entry, fp8_m1_choice, fp8_mma_entry, select_fp8_kernel
 from ._spec import (
     DenseMatmulSpec,
-    check_kernel_name,
     DenseVectorSpec,
     EngineViews,
     Operand,
     PlanBase,
     check_disjoint,
+    check_kernel_name,
     check_operand,
     check_scalar,
     int_knob,

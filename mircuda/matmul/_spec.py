@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from ..launch import LaunchConfig, TypedKernel
     from ..runtime import Context, Stream
 
-__all__ = ["check_kernel_name", "DenseMatmulSpec", "DenseVectorSpec", "EngineViews", "Operand", "PlanBase", "resolve_dtypes", "check_operand",
-           "check_disjoint", "scalar_operand", "int_knob", "check_stream", "check_scalar", "refuse_stream", "check_capture_origin", "BOUND_STREAM_HINT"]
+__all__ = ["DenseMatmulSpec", "DenseVectorSpec", "EngineViews", "Operand", "PlanBase", "resolve_dtypes", "check_operand",
+           "check_disjoint", "check_kernel_name", "scalar_operand", "int_knob", "check_stream", "check_scalar",
+           "refuse_stream", "check_capture_origin", "BOUND_STREAM_HINT"]
 
 INPUT_DTYPES = ("bf16", "f16")
 """Input element types of the dense plans (FP32 accumulation in every kernel)."""
