@@ -389,3 +389,81 @@ def test_describe_says_which_decoder_runs_and_quotes_the_rule_only_when_dp4a_is_
     assert all("needs a family-specific Blackwell target" not in text for text in (default, asked))
     word = describe(decode="e4m3")
     assert "decode='e4m3'" in word and "-D MIRCUDA_FP4_DP4A=0" in word and "IDP4A" not in word  # every define shown
+
+
+# -- row warps (MIRCUDA_FP4_ROW_WARPS) ----------------------------------------------------------------------
+def test_row_warps_add_their_define_only_above_one() -> None:
+    base = dict(fp4_gemv_options(1, 4, "linear", True, "fp4", "dp4a", "int32", 2).defines)
+    assert "MIRCUDA_FP4_ROW_WARPS" not in base
+    assert dict(fp4_gemv_options(1, 4, "linear", True, "fp4", "dp4a", "int32", 2, row_warps=1).defines) == base
+    four = dict(fp4_gemv_options(1, 4, "linear", True, "fp4", "dp4a", "int32", 2, row_warps=4).defines)
+    assert four == {**base, "MIRCUDA_FP4_ROW_WARPS": "4"}
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])
+def test_row_warps_compile_without_local_memory_or_more_registers(arch) -> None:
+    """Each warp is the one-warp block it was: the same registers as row_warps=1 (within 4), no local memory."""
+    from tests.test_matmul_fp8_mma import cuobjdump
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    tool, env = cuobjdump()
+
+    def resources(options: mc.CompileOptions) -> tuple[int, str]:
+        with tempfile.TemporaryDirectory() as tmp:
+            cubin = Path(tmp) / "k.cubin"
+            cubin.write_bytes(mc.compile_program(fp4_vector_source(), arch, options).image)
+            out = subprocess.run([tool, "-res-usage", str(cubin)], capture_output=True, text=True, env=env,
+                                 check=False)
+        regs = re.search(r"REG:(\d+)", out.stdout)
+        if regs is None:
+            pytest.skip(f"cuobjdump -res-usage failed: {out.stderr.strip()[:200]}")
+        return int(regs.group(1)), out.stdout
+
+    for rows, stages, prefetch in [(4, 2, False), (8, 2, False), (4, 3, True)]:
+        one, _ = resources(fp4_gemv_options(1, rows, "linear", True, "fp4", "dp4a", "int32", stages, prefetch))
+        for g in (2, 4, 8):
+            regs, text = resources(fp4_gemv_options(1, rows, "tiled", True, "fp4", "dp4a", "int32", stages, prefetch,
+                                                    row_warps=g))
+            assert regs <= one + 4, (rows, stages, g, regs, one)
+            assert "LOCAL:0" in text.replace(" ", "")
+
+
+def test_row_warps_outside_the_integer_path_fail_to_compile() -> None:
+    """The kernel's static_assert: row warps exist only on the integer path of the single plans."""
+    with pytest.raises(mc.CompileError, match="MIRCUDA_FP4_ROW_WARPS"):
+        mc.compile_program(fp4_vector_source(), "sm_90",
+                           fp4_gemv_options(1, 4, "linear", True, "fp4", "e4m3", "fp16", 2, row_warps=2))
+
+
+def test_row_warps_knob_checks_name_the_argument() -> None:
+    from mircuda.matmul._fp4 import ROW_WARPS, check_row_warps, refuse_row_warps
+
+    assert ROW_WARPS == (1, 2, 4, 8)
+    assert check_row_warps(None) is None and check_row_warps(8) == 8
+    for bad in (0, 3, 16, -2, "2", 2.0, True):
+        with pytest.raises(mc.ContractError) as info:
+            check_row_warps(bad)
+        assert info.value.argument == "row_warps"
+    refuse_row_warps(1, "e4m3", 8, FP4_MMA_SYMBOL)  # the default passes everywhere
+    refuse_row_warps(4, "dp4a", None, FP4_SYMBOL)
+    refuse_row_warps(4, "dp4a", 1, FP4_SYMBOL)
+    for args, argument in [((2, "e4m3", None, FP4_SYMBOL), "row_warps"), ((2, "bytes", None, FP4_MMA_SYMBOL), "row_warps"),
+                           ((2, "dp4a", 2, FP4_SYMBOL), "warps"), ((8, "dp4a", 8, FP4_SYMBOL), "warps")]:
+        with pytest.raises(mc.ContractError) as info:
+            refuse_row_warps(*args)
+        assert info.value.argument == argument
+
+
+def test_the_sweep_takes_row_warps_with_dp4a_only() -> None:
+    got = sweep_values("vector:decode=dp4a:rowwarps=4,vector:decode=dp4a:rows=8:rowwarps=2:warps=1")
+    assert got[0].row_warps == 4 and got[0].knobs()["row_warps"] == 4
+    assert got[0].label == "vector:decode=dp4a:rowwarps=4"
+    assert got[1].label == "vector:decode=dp4a:rows=8:warps=1:rowwarps=2"
+    assert sweep_values("vector:decode=dp4a:rowwarps=1") == (Fp4Candidate("vector", "dp4a"),)  # the default
+    assert "row_warps" not in Fp4Candidate("vector", "dp4a").knobs()
+    for text in ("vector:decode=e4m3:rowwarps=2", "vector:rowwarps=2", "vector:decode=dp4a:rowwarps=2:warps=2",
+                 "mma:rowwarps=2", "vector:decode=dp4a:rowwarps=3"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            sweep_values(text)

@@ -87,6 +87,9 @@
 #ifndef MIRCUDA_FP4_MAX_REGS
 #define MIRCUDA_FP4_MAX_REGS 0
 #endif
+#ifndef MIRCUDA_FP4_ROW_WARPS
+#define MIRCUDA_FP4_ROW_WARPS 1
+#endif
 #ifndef MIRCUDA_FP4_HALF_SUM
 #define MIRCUDA_FP4_HALF_SUM 1
 #endif
@@ -110,6 +113,15 @@ static_assert(kM >= 1 && kM <= 16, "MIRCUDA_FP4_M must be in 1..16");
 static_assert(kRows == 4 || kRows == 8, "MIRCUDA_FP4_ROWS must be 4 or 8");
 constexpr int kStages = MIRCUDA_FP4_STAGES;  // steps of weight loads held in registers (ring)
 static_assert(kStages >= 2 && kStages <= 4, "MIRCUDA_FP4_STAGES must be 2, 3 or 4");
+// Row warps (MIRCUDA_FP4_ROW_WARPS = G > 1, the integer path of the single plans only): each of a block's G warps
+// takes its own row block whole (block b, warp j: row block G b + j; no K split, no shared memory), so the grid
+// has G times fewer blocks. One-warp blocks cap an SM at 32 resident warps (the 32-block limit of cc 9.0) and
+// leave it idle through the ramp and tail of thousands of tiny blocks (ncu, 14336x4096 on the H200, 2026-12-01:
+// SMs active 70 % of the cycles at 36 % occupancy).
+constexpr int kRowWarps = MIRCUDA_FP4_ROW_WARPS;
+static_assert(kRowWarps == 1 || ((kRowWarps == 2 || kRowWarps == 4 || kRowWarps == 8) && MIRCUDA_FP4_DP4A &&
+                                 !MIRCUDA_FP4_GROUPED),
+              "MIRCUDA_FP4_ROW_WARPS: 1, or 2, 4 or 8 on the integer path (MIRCUDA_FP4_DP4A) of the single plans");
 
 // Weight codes are read once: not kept in L1.
 __device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[2 * kBlocks]) {
@@ -308,7 +320,7 @@ __device__ __forceinline__ void consume(float (&acc)[kM][kRows], const unsigned 
 // Before griddepcontrol.wait (MIRCUDA_FP4_PREFETCH, cc >= 9.0): L2 prefetches of the warp's ring prologue
 // (its first kStages - 1 steps of the block's rows from row0) and of its first scale line.
 __device__ __forceinline__ void prefetch_prologue(const unsigned char* __restrict__ w, const unsigned char* __restrict__ sw,
-                                                  int n, int k, long long row0, int warp, int lane) {
+                                                  int n, int k, long long row0, int warp, int warps, int lane) {
 #if MIRCUDA_FP4_PREFETCH && !MIRCUDA_FP4_GROUPED && __CUDA_ARCH__ >= 900
     // Programmatic dependent launch: the weights and their scales are never written by the previous
     // kernel of the stream, and an L2 prefetch is coherent anyway (L2 is the point of coherence), so
@@ -321,7 +333,7 @@ __device__ __forceinline__ void prefetch_prologue(const unsigned char* __restric
     const int ahead = kRows == 4 ? lane >> 4 : 0;
     const int line = (lane & 3) * 128;  // bytes into the step's chunk of the row (32 kElems / 2 bytes)
     for (int d = ahead; d + 1 < kStages; d += kRows == 4 ? 2 : 1) {
-        const int c0 = warp * 32 * kElems + d * (int)(blockDim.x >> 5) * 32 * kElems;  // the step's first column
+        const int c0 = warp * 32 * kElems + d * warps * 32 * kElems;  // the step's first column (warps: the K split)
         if (c0 < k && line < 16 * kElems && c0 / 2 + line < k / 2)
             decode::prefetch_l2(reinterpret_cast<const unsigned short*>(w + r * (k / 2) + c0 / 2 + line));
     }
@@ -329,7 +341,7 @@ __device__ __forceinline__ void prefetch_prologue(const unsigned char* __restric
         decode::prefetch_l2(reinterpret_cast<const unsigned short*>(
             sw + fp4::scale_offset<MIRCUDA_FP4_TILED != 0>(r, (warp * 32 * kElems) >> 4, k >> 4, ((k >> 4) + 3) >> 2)));
 #else
-    (void)w, (void)sw, (void)n, (void)k, (void)row0, (void)warp, (void)lane;
+    (void)w, (void)sw, (void)n, (void)k, (void)row0, (void)warp, (void)warps, (void)lane;
 #endif
 }
 
@@ -518,10 +530,16 @@ __device__ __forceinline__ void fp4_matvec_lean(__nv_bfloat16* __restrict__ y, c
                                                 long long row_block = -1) {
     LeanIds ids = lean_ids<Opaque>();
     if (row_block >= 0) ids.ctaid = (unsigned)row_block;  // the grouped walk's row block, not blockIdx.x
+    if (kRowWarps > 1) {  // the warp is a one-warp block of its own row block
+        ids.ctaid = ids.ctaid * kRowWarps + (ids.tid >> 5);
+        ids.tid &= 31u;
+        ids.ntid = 32u;
+    }
     const int warps = ids.ntid >> 5;
     const int warp = ids.tid >> 5;
     const int lane = ids.tid & 31;
     const long long row0 = (long long)ids.ctaid * kRows;
+    if (kRowWarps > 1 && row0 >= n) return;  // the last block's spare warps (warp-uniform; nothing is shared)
     const int kblocks = k >> 4;
     const int katoms = (kblocks + 3) >> 2;
     const int stride = warps * 32 * 32;
@@ -551,7 +569,7 @@ __device__ __forceinline__ void fp4_matvec_lean(__nv_bfloat16* __restrict__ y, c
     const unsigned cstep = (unsigned)stride >> 1;
     const unsigned sstep = lean_scale_step<MIRCUDA_FP4_TILED != 0>(stride);
     const unsigned xsstep = lean_scale_step<MIRCUDA_FP4_ACT_TILED != 0>(stride);
-    prefetch_prologue(w, sw, n, k, row0, warp, lane);
+    prefetch_prologue(w, sw, n, k, row0, warp, warps, lane);
     decode::pdl_wait();
     float acc[kRows];
 #pragma unroll
@@ -619,7 +637,7 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
     set_row_pointers(rp, w, sw, row0, n, k, kblocks, katoms);
 
     fp4::decode_table_fill();  // the table variant's shared table (no global reads: before the wait)
-    prefetch_prologue(w, sw, n, k, row0, warp, lane);
+    prefetch_prologue(w, sw, n, k, row0, warp, warps, lane);
     decode::pdl_wait();
     float acc[kM][kRows];
 #pragma unroll
@@ -720,7 +738,7 @@ __device__ __forceinline__ void fp4_matvec_persistent(__nv_bfloat16* __restrict_
     const long long T = mine * S;                                 // this warp's steps, all row blocks
 
     fp4::decode_table_fill();
-    prefetch_prologue(w, sw, n, k, (long long)blockIdx.x * kRows, warp, lane);
+    prefetch_prologue(w, sw, n, k, (long long)blockIdx.x * kRows, warp, warps, lane);
     decode::pdl_wait();
     float scale = alpha;
     if (global_a != nullptr) scale *= *global_a;

@@ -40,7 +40,7 @@ __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vec
            "fp4_mma_options", "EPILOGUES", "check_epilogue", "DECODE_THREADS", "DECODE_WORDS", "decode_config",
            "DECODES", "BLOCK_SUMS", "default_decode", "check_gemv_knobs", "VECTOR_ROWS", "MMA_ROWS", "STAGES", "VECTOR_DECODES",
            "check_dp4a", "default_vector_decode", "dp4a_rows", "DP4A_DEFAULT_MEASURED", "DP4A_ROWS8_MIN_K", "DP4A_DECODE",
-           "GemvKnobs", "resolve_gemv_knobs"]
+           "GemvKnobs", "resolve_gemv_knobs", "ROW_WARPS", "check_row_warps", "refuse_row_warps"]
 
 ACTIVATIONS = ("fp4", "bf16")
 """``activation=``: ``"fp4"`` (NVFP4 activations with their own scales and global scale) or ``"bf16"``
@@ -232,17 +232,53 @@ def fp4_mma_options(m: int, layout: str, wide: bool, decode: str = "bytes", rows
 
 def fp4_gemv_options(m: int, rows: int, layout: str, wide: bool, activation: str, decode: str = "bytes",
                      block_sum: str = "fp32", stages: int = 2, prefetch: bool = False,
-                     persistent: bool = False) -> CompileOptions:
+                     persistent: bool = False, row_warps: int = 1) -> CompileOptions:
     """The NVRTC options of ``fp4_matvec_bf16`` (see ``cuda_src/fp4_vector.cu``); ``decode`` one of
-    :data:`VECTOR_DECODES` (``"dp4a"``: ``MIRCUDA_FP4_DP4A=1``, the word decoder unused and left at 0)."""
+    :data:`VECTOR_DECODES` (``"dp4a"``: ``MIRCUDA_FP4_DP4A=1``, the word decoder unused and left at 0);
+    ``row_warps`` > 1 adds ``MIRCUDA_FP4_ROW_WARPS`` (1 leaves it out: the kernel's default)."""
     dp4a = decode == "dp4a"
-    return CompileOptions(defines={"MIRCUDA_FP4_M": m, "MIRCUDA_FP4_ROWS": rows,
+    extra = {"MIRCUDA_FP4_ROW_WARPS": row_warps} if row_warps > 1 else {}
+    return CompileOptions(defines={**extra, "MIRCUDA_FP4_M": m, "MIRCUDA_FP4_ROWS": rows,
                                    "MIRCUDA_FP4_TILED": int(layout == "tiled"), "MIRCUDA_FP4_WIDE": int(wide),
                                    "MIRCUDA_FP4_ACT_BF16": int(activation == "bf16"),
                                    "MIRCUDA_FP4_DECODE": 0 if dp4a else DECODES.index(decode),
                                    "MIRCUDA_FP4_DP4A": int(dp4a),
                                    "MIRCUDA_FP4_HALF_SUM": int(block_sum == "fp16"), "MIRCUDA_FP4_STAGES": stages,
                                    "MIRCUDA_FP4_PREFETCH": int(prefetch), "MIRCUDA_FP4_PERSISTENT": int(persistent)})
+
+
+ROW_WARPS = (1, 2, 4, 8)
+"""``row_warps``: warps per block of ``fp4_matvec_bf16``'s integer path that each take their own weight-row block
+(``MIRCUDA_FP4_ROW_WARPS``; 1: one row block per block)."""
+
+
+def check_row_warps(row_warps: Any) -> int | None:
+    """``row_warps=``: None (the default, :func:`default_row_warps`) or one of :data:`ROW_WARPS`.
+
+    Raises:
+        ContractError: naming ``row_warps``.
+    """
+    if row_warps is not None and (type(row_warps) is not int or row_warps not in ROW_WARPS):
+        raise ContractError("row_warps", "None, 1, 2, 4 or 8 (warps per block, each taking its own weight-row block, "
+                            "of decode='dp4a')", repr(row_warps))
+    return row_warps
+
+
+def refuse_row_warps(row_warps: int, decode: str, warps: int | None, symbol: str) -> None:
+    """Row warps above 1 need ``fp4_matvec_bf16``'s integer path (``decode='dp4a'``) and no K split (``warps``
+    None or 1): a warp takes its row block whole.
+
+    Raises:
+        ContractError: naming ``row_warps`` (another kernel or decoder) or ``warps`` (a K split besides).
+    """
+    if row_warps == 1:
+        return
+    if symbol != FP4_SYMBOL or decode != "dp4a":
+        raise ContractError("row_warps", f"None or 1 with kernel {symbol} and decode={decode!r} (row warps are the "
+                            f"integer path's: {FP4_SYMBOL} with decode='dp4a')", repr(row_warps))
+    if warps not in (None, 1):
+        raise ContractError("warps", f"None or 1 with row_warps={row_warps} (each warp takes its row block whole; no "
+                            "K split)", repr(warps))
 
 
 def check_dp4a(m: int, k: int, persistent: bool) -> None:
@@ -419,8 +455,10 @@ class Fp4Gemv:
     def __init__(self, context: Context, m: int, n: int, k: int, activation: str, layout: str, compiler: Compiler,
                  warps: int | None = None, symbol: str = FP4_SYMBOL, *, decode: str | None = None,
                  rows: int | None = None, block_sum: str | None = None, stages: int | None = None,
-                 prefetch: bool | None = None, persistent: bool | None = None) -> None:
+                 prefetch: bool | None = None, persistent: bool | None = None,
+                 row_warps: int | None = None) -> None:
         check_tiled_decode_k(k, layout)
+        row_warps = check_row_warps(row_warps)
         if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
             raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
         self.prefetch = check_flag("prefetch", prefetch, symbol)
@@ -430,6 +468,8 @@ class Fp4Gemv:
         knobs = resolve_gemv_knobs(compiler.arch, symbol, m, k, activation, decode, rows, block_sum, warps, stages,
                                    self.persistent)
         decode, self.stages, self.default_dp4a = knobs.decode, knobs.stages, knobs.default_dp4a
+        self.row_warps = row_warps if row_warps is not None else 1
+        refuse_row_warps(self.row_warps, decode, warps, symbol)
         if symbol == FP4_MMA_SYMBOL and activation != "fp4":
             raise ContractError("activation", f"'fp4' (kernel {FP4_MMA_SYMBOL} takes NVFP4 activations only)",
                                 repr(activation))
@@ -449,7 +489,7 @@ class Fp4Gemv:
             self.rows = knobs.rows
             self.block_sum = knobs.block_sum
             self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation, decode, self.block_sum,
-                                            self.stages, self.prefetch, self.persistent)
+                                            self.stages, self.prefetch, self.persistent, self.row_warps)
             source = fp4_vector_source()
             chunk = 32 * self.elements
         contract = cuda_export(symbol, y=InOut[DeviceBuffer[bf16]], w=In[DeviceBuffer[u8]],
@@ -459,15 +499,17 @@ class Fp4Gemv:
         self.arch = compiler.arch
         self.kernel: TypedKernel = compiler.compile(source, self.options).kernel(contract)
         info = context.device_info()
-        if warps is None:
+        if self.row_warps > 1:
+            warps = 1
+        elif warps is None:
             warps = choose_vector_warps(n, k, info.multiprocessor_count,
                                         lambda w: blocks_per_sm(context, self.kernel, w), rows=self.rows,
                                         chunk=chunk)
         self.warps = warps
-        blocks = -(-n // self.rows)
+        blocks = -(-n // (self.rows * self.row_warps))
         if self.persistent:  # at most one wave; the blocks walk the row blocks
             blocks = min(blocks, info.multiprocessor_count * max(1, blocks_per_sm(context, self.kernel, warps)))
-        self.config = LaunchConfig((blocks,), (32 * warps,),
+        self.config = LaunchConfig((blocks,), (32 * warps * self.row_warps,),
                                    programmatic_stream_serialization=info.supports_programmatic_launch)
         self.config.check(info, self.kernel.attributes.max_threads_per_block)
         self._launch = self.kernel.launch
@@ -515,7 +557,9 @@ class Fp4Gemv:
                   if self.block_sum == "int32" else "block_sum='fp32': products in FP32")
         return (f"kernel {FP4_SYMBOL} (NVRTC, {defines}), "
                 f"{self.config.grid[0]} {'persistent blocks (one wave) walking row blocks' if self.persistent else 'blocks'} of "
-                f"{self.rows} weight rows x {self.warps} warp(s) splitting K, {act}, "
+                + (f"{self.row_warps} warps, each taking its own block of {self.rows} weight rows whole (row_warps),"
+                   if self.row_warps > 1 else f"{self.rows} weight rows x {self.warps} warp(s) splitting K,")
+                + f" {act}, "
                 f"{'16' if self.wide else '8'}-byte streamed weight loads ({self.elements} E2M1 per lane"
                 f"{'' if self.wide else ': K % 32 != 0'}), {decode}, {summed}, UE4M3 scales per 16, FP32 "
                 "accumulation across blocks"
@@ -681,6 +725,9 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         persistent: tuning knob of :data:`FP4_SYMBOL`: True launches at most one wave of blocks that walk the
             row blocks, each warp's load ring running on across them; None or False: one block per row block.
             Measured slower on the H200 at every M = 1 shape (1.09-1.38x the default's time, same file).
+        row_warps: tuning knob of ``decode='dp4a'``: one of :data:`ROW_WARPS`, warps per block that each take
+            their own block of weight rows whole (no K split: ``warps`` None or 1), so the grid has that many
+            times fewer blocks; None or 1: one row block per block.
 
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16, or above 2^28 with tiled scales:
@@ -694,9 +741,10 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
                  scale_layout: str = "linear", compiler: Compiler | None = None, warps: int | None = None,
                  kernel: str | None = None, decode: str | None = None, rows: int | None = None,
                  block_sum: str | None = None, stages: int | None = None, prefetch: bool | None = None,
-                 persistent: bool | None = None) -> None:
+                 persistent: bool | None = None, row_warps: int | None = None) -> None:
         plan_stream(stream, context)
-        warps, rows, stages = (int_knob(warps), int_knob(rows), int_knob(stages))  # numpy integers as ints
+        warps, rows, stages, row_warps = (int_knob(warps), int_knob(rows), int_knob(stages),
+                                          int_knob(row_warps))  # numpy integers as ints
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
         check_fp4_k(spec.k, "spec.k")
@@ -715,11 +763,17 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         self._in, self._out = dtype_info(u8), dtype_info(bf16)
         self._engine = Fp4Gemv(context, 1, spec.n, spec.k, activation, scale_layout, compiler, warps,
                                kernel if kernel is not None else FP4_SYMBOL, decode=decode, rows=rows,
-                               block_sum=block_sum, stages=stages, prefetch=prefetch, persistent=persistent)
+                               block_sum=block_sum, stages=stages, prefetch=prefetch, persistent=persistent,
+                               row_warps=row_warps)
         self._names = ("x", "x_scales", "w", "w_scales", "y")
         self._operands = fp4_operands(self._names, 1, spec.n, spec.k, activation, scale_layout, self._engine.wide,
                                       self._engine.decode == "dp4a")
         self._numba: Any = None
+
+    @property
+    def row_warps(self) -> int:
+        """Warps per block that each take their own block of weight rows (1: one row block per block)."""
+        return self._engine.row_warps
 
     def describe(self) -> Description:
         s = self._spec
@@ -812,8 +866,9 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             (``"fp4_matvec_bf16"``: CUDA cores; ``"fp4_mma_bf16"``: tensor cores, NVFP4 activations only), or
             the name of one of the library's block-scaled NVFP4 kernels
             (``CutlassLibrary.block_scaled_kernels``), which then runs any M.
-        decode, rows, warps, block_sum, stages, prefetch, persistent: tuning knobs of the NVRTC kernels (M <= 16;
-            as :class:`BlockScaledFp4VectorPlan`: ``block_sum``, ``prefetch``, ``persistent`` for ``fp4_matvec_bf16`` only;
+        decode, rows, warps, block_sum, stages, prefetch, persistent, row_warps: tuning knobs of the NVRTC kernels
+            (M <= 16; as :class:`BlockScaledFp4VectorPlan`: ``block_sum``, ``prefetch``, ``persistent`` for
+            ``fp4_matvec_bf16`` only, ``row_warps`` for its ``decode='dp4a'`` only;
             None: the defaults, measured on the H200: ``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16``
             at M = 1 ``decode='dp4a'`` where :func:`default_vector_decode` takes it (2 stages, rows
             :func:`dp4a_rows`), else 4 rows and 3 stages at M = 1, else 2); refused (ContractError) on the other
@@ -835,9 +890,10 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                  library: CutlassLibrary | None = None, kernel: str | None = None, epilogue: str = "folded",
                  decode: str | None = None, rows: int | None = None, warps: int | None = None,
                  block_sum: str | None = None, stages: int | None = None, prefetch: bool | None = None,
-                 persistent: bool | None = None) -> None:
+                 persistent: bool | None = None, row_warps: int | None = None) -> None:
         plan_stream(stream, context)
-        warps, rows, stages = (int_knob(warps), int_knob(rows), int_knob(stages))  # numpy integers as ints
+        warps, rows, stages, row_warps = (int_knob(warps), int_knob(rows), int_knob(stages),
+                                          int_knob(row_warps))  # numpy integers as ints
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
         check_fp4_k(spec.k, "spec.k")
@@ -878,7 +934,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                                     "NVFP4 activations only)", repr(kernel))
             kernel = None
         knobs = {"decode": decode, "rows": rows, "warps": warps, "block_sum": block_sum, "stages": stages,
-                 "prefetch": prefetch, "persistent": persistent}
+                 "prefetch": prefetch, "persistent": persistent, "row_warps": row_warps}
         if m > GEMV_MAX_M or (kernel is not None and nvrtc is None):
             for name, value in knobs.items():
                 if value is not None:
@@ -904,7 +960,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             symbol = nvrtc if nvrtc is not None else FP4_MMA_SYMBOL if m >= 2 and activation == "fp4" else FP4_SYMBOL
             self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler, warps, symbol, decode=decode,
                                  rows=rows, block_sum=block_sum, stages=stages, prefetch=prefetch,
-                                 persistent=persistent)
+                                 persistent=persistent, row_warps=row_warps)
             self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide,
                                           self._gemv.decode == "dp4a")
             head = (f"M = {m} <= {GEMV_MAX_M}: decode; the {n}x{k} FP4 weights dominate the bytes, so one NVRTC kernel "

@@ -276,12 +276,13 @@ class EngineViews:
 
     @property
     def launch_config(self) -> LaunchConfig:
-        """``ceil(N / rows)`` blocks of ``32 * warps`` threads."""
+        """``ceil(N / rows)`` blocks of ``32 * warps`` threads (an FP4 plan with ``row_warps`` G > 1:
+        ``ceil(N / (rows G))`` blocks of ``32 G`` threads)."""
         return self._engine.config
 
     @property
     def rows(self) -> int:
-        """Weight (output) rows per block."""
+        """Weight (output) rows per block (per warp of an FP4 plan with ``row_warps`` > 1)."""
         return self._engine.rows
 
     @property

@@ -1,7 +1,8 @@
 """The integer path of ``fp4_matvec_bf16`` (``decode='dp4a'``: E2M1 -> int8 by PRMT, IDP4A, int32 block sums)
 on the GPU: against the float64 reference of the dequantized operands (odd N, K a multiple of 32 but not of 64,
 a K of one step and of many, both scale layouts, 4 and 8 rows, 2..4 stages, 1 and 8 warps, poisoned outputs
-with a guard band), saturated blocks summed exactly, scales of the whole UE4M3 range, and what it refuses."""
+with a guard band), saturated blocks summed exactly, scales of the whole UE4M3 range, row warps (each warp of a
+block its own row block: ``row_warps``) in both plans and from ``@numba.njit``, and what it refuses."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import mircuda as mc
 from helpers import download, upload
 from matmul_helpers import assert_close
 from mircuda.matmul import _fp4_reference as ref
-from test_matmul_fp4_gpu import E4M3, check_guard, poisoned, reference, run_vector
+from test_matmul_fp4_gpu import E4M3, Operand, bf16_data, check_guard, poisoned, reference, run_vector
 
 DP4A_SHAPES = [(4096, 4096), (301, 96), (37, 1056), (1, 32), (4097, 160), (300, 14336)]
 """(N, K): odd N and N = 1; 96, 1056 and 160 are multiples of 32 but not of 64; 32 one lane's step; 14336 many
@@ -150,3 +151,71 @@ def test_a_given_decoder_overrides_the_dp4a_default(context, stream, pool, rng) 
         plan = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k), **knobs)
         assert "decode='dp4a'" not in str(plan.describe())
         run_vector(context, stream, pool, rng, n, k, "fp4", "linear", **knobs)
+
+
+# -- row warps: each warp of a block takes its own row block whole ------------------------------------------
+@pytest.mark.parametrize("row_warps", [2, 4, 8])
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("n, k", [(301, 96), (4097, 160), (1, 32), (300, 14336), (4096, 4096)], ids=str)
+def test_row_warps_match_float64(context, stream, pool, rng, n, k, layout, row_warps) -> None:
+    """N = 301, 4097, 1 leave the last block's spare warps past N (they store nothing: the guard band shows a
+    stray store); 2 and 3 stages, 4 and 8 rows, and the L2 prefetch, whose lines follow each warp's own rows."""
+    for rows, stages, prefetch in [(4, 2, None), (8, 2, None), (4, 3, True)]:
+        run_vector(context, stream, pool, rng, n, k, "fp4", layout, decode="dp4a", rows=rows, stages=stages,
+                   prefetch=prefetch, row_warps=row_warps)
+        plan = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k), decode="dp4a", rows=rows,
+                                           row_warps=row_warps, scale_layout=layout)
+        assert plan.row_warps == row_warps and plan.warps == 1
+        assert plan.launch_config.grid == (-(-n // (rows * row_warps)), 1, 1)
+        assert plan.launch_config.block == (32 * row_warps, 1, 1)
+        text = str(plan.describe())
+        assert f"-D MIRCUDA_FP4_ROW_WARPS={row_warps}" in text and f"{row_warps} warps, each taking" in text
+
+
+def test_row_warps_in_the_matrix_plan_from_numba_njit(context, stream, pool, rng) -> None:
+    numba = pytest.importorskip("numba")
+    n, k = 1001, 4128
+    b = Operand(context, stream, pool, bf16_data(rng, n, k), "linear")
+    a = Operand(context, stream, pool, bf16_data(rng, 1, k), "linear")
+    d = poisoned(context, stream, pool, n)
+    with mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(1, n, k), row_warps=4) as plan:
+        assert "-D MIRCUDA_FP4_ROW_WARPS=4" in str(plan.describe()) and "decode='dp4a'" in str(plan.describe())
+        execute = plan.numba_execute
+
+        @numba.njit
+        def run(s, pa, psa, pb, psb, pd, ga, gb):
+            return execute(s, pa, psa, pb, psb, pd, ga, gb, 0.5)
+
+        assert run(stream.handle, a.codes.handle, a.scale_buf.handle, b.codes.handle, b.scale_buf.handle, d.handle,
+                   a.global_buf.handle, b.global_buf.handle) == 0
+        got = check_guard(download(context, stream, d), n).astype(np.float64)
+        want, mag = reference(a.value, b.value, 0.5 * float(a.global_) * float(b.global_))
+        assert_close(got, want[0], mag[0], "bf16")
+    for buf in (a, b):
+        buf.free(stream)
+    d.free(stream)
+
+
+def test_row_warps_refusals_name_the_knob(context, stream) -> None:
+    vector, matrix = mc.BlockScaledFp4VectorPlan, mc.BlockScaledFp4Plan
+    cases = [
+        (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps=3), "row_warps"),
+        (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps=16), "row_warps"),
+        (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps="2"), "row_warps"),
+        (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps=2.0), "row_warps"),
+        (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), decode="e4m3", row_warps=2), "row_warps"),
+        (lambda: vector(context, stream, mc.DenseVectorSpec(64, 80), row_warps=2), "row_warps"),  # K % 32 != 0
+        (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), activation="bf16", row_warps=2), "row_warps"),
+        (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), decode="dp4a", warps=2, row_warps=2), "warps"),
+        (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), kernel="fp4_mma_bf16", row_warps=2),
+         "row_warps"),
+        (lambda: matrix(context, stream, mc.DenseMatmulSpec(4, 64, 256), row_warps=2), "row_warps"),
+        (lambda: matrix(context, stream, mc.DenseMatmulSpec(32, 64, 256), row_warps=2), "row_warps"),
+    ]
+    for make, argument in cases:
+        with pytest.raises(mc.ContractError) as info:
+            make()
+        assert info.value.argument == argument, (info.value.argument, argument)
+    # row_warps=1 and numpy integers are the default configuration
+    plan = vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps=np.int64(1))
+    assert plan.row_warps == 1 and "MIRCUDA_FP4_ROW_WARPS" not in str(plan.describe())
