@@ -15,6 +15,7 @@ from mircuda.matmul._gemv import (
     RULE_MAX_M,
     batched_gemv_source,
     choose_gemv,
+    choose_launch,
     gemv_kernels,
     gemv_name,
     gemv_options,
@@ -129,11 +130,15 @@ def test_the_unroll_and_split_of_k_keep_the_most_weight_bytes_in_flight() -> Non
     assert unroll_candidates(9) == unroll_candidates(16) == (4, 2)
     assert unroll_candidates(17) == unroll_candidates(32) == (4, 2, 1)
     assert unroll_candidates(32, row_tiles=2) == (2, 1)
-    # (unroll, warps) -> the most warps x unroll, then the most warps (H200 measurements in the docstring).
-    assert choose_gemv([(4, 1), (2, 2)]) == (2, 2)   # 14336 x 4096
-    assert choose_gemv([(4, 4), (2, 8)]) == (2, 8)   # 4096 x 4096, 4096 x 14336
-    assert choose_gemv([(4, 4), (2, 4)]) == (4, 4)   # 6144 x 4096
-    assert choose_gemv([(4, 8)]) == (4, 8)
+    # (unroll, warps, one wave) -> a grid resident in one wave, then the most warps x unroll, then the most warps
+    # (H200 measurements in the docstring).
+    assert choose_gemv([(4, 1, True), (2, 2, True)]) == (2, 2)   # 14336 x 4096
+    assert choose_gemv([(4, 4, True), (2, 8, True)]) == (2, 8)   # 4096 x 4096, 4096 x 14336
+    assert choose_gemv([(4, 4, True), (2, 4, True)]) == (4, 4)   # 6144 x 4096
+    assert choose_gemv([(4, 8, True)]) == (4, 8)
+    assert choose_gemv([(4, 1, False), (2, 1, True)]) == (2, 1)   # 28672 x 4096 at M = 16: 1.13 against 0.71 waves
+    assert choose_gemv([(4, 1, False), (2, 1, False)]) == (4, 1)  # many waves either way: the bytes in flight
+    assert choose_gemv([(4, 1, False), (2, 1, True), (1, 2, True)]) == (1, 2)  # then the bytes in flight, the warps
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_120f"])
@@ -158,3 +163,51 @@ def test_the_sass_holds_bf16_tensor_core_mma_and_the_streamed_kernels_keep_to_re
     for name, body in functions.items():  # the 16-byte-load kernels never spill (the element-load ones may)
         if name.endswith("_v16"):
             assert not re.search(r"\b(?:STL|LDL)\b", body), f"{name} spills to local memory on {arch}"
+
+
+def h200_resident(m: int, row_tiles: int, tmp_path) -> object:
+    """A model of ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` on the H200 for the ``_v16`` bf16 kernel of each
+    unroll: sm_90 holds 65536 registers (allocated per warp in units of 8 per thread), 64 warps, 32 blocks and
+    228 KiB of shared memory (1 KiB reserved per block) per SM; the kernel's registers and shared memory are read
+    from its sm_90 CUBIN by ``cuobjdump -res-usage``."""
+    import subprocess
+
+    from tests.test_matmul_fp8_mma import cuobjdump
+
+    tool, env = cuobjdump()
+    usage: dict[int, tuple[int, int]] = {}
+    for unroll in unroll_candidates(m, row_tiles):
+        cubin = tmp_path / f"m{m}_t{row_tiles}_u{unroll}.cubin"
+        cubin.write_bytes(mc.compile_program(batched_gemv_source(), "sm_90", gemv_options(m, unroll, row_tiles)).image)
+        out = subprocess.run([tool, "-res-usage", str(cubin)], capture_output=True, text=True, env=env, check=False)
+        text = out.stdout.split(f"Function {gemv_symbol('bf16', 'bf16', True)}:", 1)
+        found = re.search(r"REG:(\d+).*?SHARED:(\d+)", text[-1]) if len(text) == 2 else None
+        if found is None:
+            pytest.skip(f"cuobjdump -res-usage gave no usage: {out.stderr.strip()[:200]}")
+        usage[unroll] = (int(found.group(1)), int(found.group(2)))
+
+    def resident(unroll: int, warps: int) -> int:
+        regs, shared = usage[unroll]
+        by_registers = 65536 // (-(-regs // 8) * 8 * 32) // warps
+        by_shared = (228 * 1024) // (shared + 1024)
+        return min(32, 64 // warps, by_registers, by_shared)
+
+    return resident
+
+
+@pytest.mark.parametrize("m, row_tiles, shapes", [
+    # (N, K) -> (unroll, warps): the measured table's shapes keep the bytes-in-flight order (their grids fit in one
+    # wave with it); 28672 x 4096 (the decoder layer's gate_up) takes the grid that fits one wave.
+    (12, 1, {(4096, 4096): (2, 8), (14336, 4096): (2, 2), (4096, 14336): (2, 8), (6144, 4096): (4, 4),
+             (28672, 4096): (2, 1)}),
+    (16, 1, {(4096, 4096): (2, 8), (14336, 4096): (2, 2), (4096, 14336): (2, 8), (6144, 4096): (4, 4),
+             (28672, 4096): (2, 1), (128256, 4096): (4, 1)}),
+    (24, 1, {(4096, 4096): (2, 8), (14336, 4096): (2, 2), (4096, 14336): (2, 8), (6144, 4096): (2, 4),
+             (28672, 4096): (1, 2)}),
+    (32, 1, {(4096, 4096): (4, 4), (14336, 4096): (4, 1), (4096, 14336): (4, 4), (6144, 4096): (2, 4)}),
+    (32, 2, {(4096, 4096): (2, 8), (14336, 4096): (1, 4), (4096, 14336): (2, 8), (6144, 4096): (1, 8)}),
+], ids=str)
+def test_the_launch_prefers_a_grid_resident_in_one_wave_on_the_h200(tmp_path, m, row_tiles, shapes) -> None:
+    resident = h200_resident(m, row_tiles, tmp_path)
+    for (n, k), want in shapes.items():
+        assert choose_launch(mc.DenseMatmulSpec(m, n, k), row_tiles, 132, resident) == want, (m, n, k)

@@ -6,6 +6,7 @@ compiled by NVRTC for the context's device, one module per M and weight-row tili
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..compile import CompileOptions, Compiler, CudaSource
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from ..runtime import Context, Stream
     from ._spec import DenseMatmulSpec
 
-__all__ = ["BatchedGemv", "batched_gemv_source", "choose_gemv", "gemv_kernels", "gemv_options", "gemv_symbol",
+__all__ = ["BatchedGemv", "batched_gemv_source", "choose_gemv", "choose_launch", "gemv_kernels", "gemv_options", "gemv_symbol",
            "unroll_candidates", "GEMV_FAMILY", "MAX_M", "RULE_MAX_M", "ROWS_PER_BLOCK", "ROW_TILES", "STEP", "CHUNK"]
 
 GEMV_FAMILY = "batched_gemv"
@@ -79,14 +80,40 @@ def unroll_candidates(m: int, row_tiles: int = 1) -> tuple[int, ...]:
     return (4,) if m <= 8 else (4, 2) if m <= RULE_MAX_M else (4, 2, 1)
 
 
-def choose_gemv(candidates: list[tuple[int, int]]) -> tuple[int, int]:
-    """The (unroll, warps) with the most weight bytes in flight per block (warps x unroll), then the
-    most warps. Every candidate's warps come from :func:`choose_vector_warps`, so its grid fits in one
-    wave wherever a split of K does (for large N each takes one warp per block and several waves). Measured on an H200 on 2026-11-29 (bf16,
-    M = 12 and 16, N x K of 4096 x 4096, 14336 x 4096, 4096 x 14336, 6144 x 4096, every unroll and
-    warp count): the rule picks the fastest of the two candidates on seven of the eight, and at
-    M = 12, 14336 x 4096 (two steps, two warps: 37.6 µs) the other is 34.8 µs."""
-    return max(candidates, key=lambda c: (c[0] * c[1], c[1]))
+def choose_gemv(candidates: list[tuple[int, int, bool]]) -> tuple[int, int]:
+    """The (unroll, warps) of ``(unroll, warps, one_wave)`` candidates: first those whose grid is resident in one
+    wave (``one_wave``: ``ceil(N / rows)`` blocks fit in ``multiprocessors * blocks_per_sm(warps)``), then the most
+    weight bytes in flight per block (warps x unroll), then the most warps. Every candidate's warps come from
+    :func:`choose_vector_warps`, so its grid fits in one wave wherever a split of K does (for large N each takes one
+    warp per block and several waves).
+
+    Measured on an H200 on 2026-11-29 (bf16, M = 12 and 16, N x K of 4096 x 4096, 14336 x 4096, 4096 x 14336,
+    6144 x 4096, every unroll and warp count; each of these grids fits in one wave): the bytes-in-flight order
+    picks the fastest of the two candidates on seven of the eight, and at M = 12, 14336 x 4096 (two steps, two
+    warps: 37.6 µs) the other is 34.8 µs. The one-wave preference: at M = 16 on 28672 x 4096 (the decoder layer's
+    gate_up projection) four steps take 162 registers on sm_90 (12 resident one-warp blocks per SM), so the
+    1792 blocks span 1.13 waves and the second wave runs 208 blocks on a nearly idle GPU; that projection took
+    75.1 µs (3.13 TB/s) against 56.5 µs at M = 8, whose 124-register kernel holds the same grid in one wave
+    (``decoder-layer-profile``, H200, 2026-12-01). Two steps (98 registers, 19 per SM) hold it in 0.71 waves,
+    the bytes in flight per SM of the 14336 x 4096 grid that took 33.6 µs. To be confirmed by the next
+    ``decoder-layer-profile``; no shape of the measured table changes (every table grid fits in one wave)."""
+    return max(candidates, key=lambda c: (c[2], c[0] * c[1], c[1]))[:2]
+
+
+def choose_launch(spec: DenseMatmulSpec, row_tiles: int, multiprocessors: int,
+                  resident: Callable[[int, int], int]) -> tuple[int, int]:
+    """The (unroll, warps) the batched GEMV runs ``spec`` with: for each of :func:`unroll_candidates`, the warps of
+    :func:`choose_vector_warps` and whether its grid of ``ceil(N / rows)`` blocks is resident in one wave, then
+    :func:`choose_gemv`. ``resident(unroll, warps)``: resident blocks per SM of that module's kernel at
+    ``32 * warps`` threads (the occupancy query; a model of it in the CPU tests)."""
+    rows = ROWS_PER_BLOCK * row_tiles
+    blocks = -(-spec.n // rows)
+    candidates = []
+    for unroll in unroll_candidates(spec.m, row_tiles):
+        per_sm = functools.partial(resident, unroll)
+        warps = choose_vector_warps(spec.n, spec.k, multiprocessors, per_sm, rows=rows, chunk=STEP * unroll)
+        candidates.append((unroll, warps, blocks <= multiprocessors * per_sm(warps)))
+    return choose_gemv(candidates)
 
 
 def gemv_name(input: str, output: str, row_tiles: int = 1) -> str:
@@ -133,15 +160,11 @@ class BatchedGemv:
         info = context.device_info()
         self.row_tiles = row_tiles
         rows = ROWS_PER_BLOCK * row_tiles
-        built: dict[int, tuple[TypedKernel, int]] = {}
-        for unroll in unroll_candidates(spec.m, row_tiles):
-            kernel = compiler.compile(batched_gemv_source(), gemv_options(spec.m, unroll, row_tiles)).kernel(contract)
-            warps = choose_vector_warps(spec.n, spec.k, info.multiprocessor_count,
-                                        functools.partial(blocks_per_sm, context, kernel), rows=rows,
-                                        chunk=STEP * unroll)
-            built[unroll] = (kernel, warps)
-        self.unroll, self.warps = choose_gemv([(u, w) for u, (_, w) in built.items()])
-        self.kernel: TypedKernel = built[self.unroll][0]
+        built = {unroll: compiler.compile(batched_gemv_source(), gemv_options(spec.m, unroll, row_tiles)).kernel(contract)
+                 for unroll in unroll_candidates(spec.m, row_tiles)}
+        self.unroll, self.warps = choose_launch(spec, row_tiles, info.multiprocessor_count,
+                                                lambda unroll, warps: blocks_per_sm(context, built[unroll], warps))
+        self.kernel: TypedKernel = built[self.unroll]
         self.config = LaunchConfig((-(-spec.n // rows),), (32 * self.warps,),
                                    programmatic_stream_serialization=info.supports_programmatic_launch)
         self.config.check(info, self.kernel.attributes.max_threads_per_block)

@@ -156,3 +156,21 @@ def test_every_chunk_length_and_row_tiling_at_m_32_matches_float64(monkeypatch, 
     plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, mc.bf16, mc.f32, 1.0, 0.0, kernel=name)
     assert f"MIRCUDA_GEMV_UNROLL={unroll}" in plan.describe()
     assert_close(got, want, mag, out)
+
+
+
+@pytest.mark.parametrize("m", [12, 16])
+def test_a_grid_resident_in_one_wave_is_preferred_and_matches_float64(context, stream, pool, rng, m) -> None:
+    """N = 26000 at M = 12 / 16 (not in the measured table): 1625 one-warp blocks of 16 rows. On the H200 the
+    four-step kernel (162 registers: 12 resident per SM) would take 1.03 waves and the two-step one (98: 19 per
+    SM) holds them in one, so the plan takes two steps (choose_gemv); the device's occupancy query agrees."""
+    from mircuda.matmul._vector import blocks_per_sm
+
+    n, k = 26000, 520
+    plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, mc.bf16, None, 1.0, 0.0)
+    gemv = plan._nvrtc
+    info = context.device_info()
+    if info.compute_capability == (9, 0) and info.multiprocessor_count == 132:
+        assert "MIRCUDA_GEMV_UNROLL=2" in plan.describe() and gemv.warps == 1, plan.describe()
+        assert -(-n // 16) <= 132 * blocks_per_sm(context, gemv.kernel, gemv.warps)
+    assert_close(got, want, mag, out)
