@@ -99,12 +99,14 @@ SWEEP_DECODES = ("bytes", "pairs", "e4m3", "table")
 """The decoders of ``cuda_src/fp4_common.cuh`` (``mircuda.matmul._fp4.DECODES``)."""
 SWEEP_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
     "vector": {"decode": SWEEP_DECODES + ("dp4a",), "rows": (4, 8), "warps": (1, 2, 4, 8), "sum": ("fp16", "fp32"),
-               "stages": (2, 3, 4), "prefetch": (0, 1), "persistent": (0, 1), "rowwarps": (1, 2, 4, 8)},
-    "mma": {"decode": SWEEP_DECODES, "rows": (16, 32), "warps": (1, 2, 4, 8), "stages": (2, 3, 4)},
+               "stages": (2, 3, 4), "prefetch": (0, 1), "persistent": (0, 1), "rowwarps": (1, 2, 4, 8),
+               "trigger": ("early", "late")},
+    "mma": {"decode": SWEEP_DECODES, "rows": (16, 32), "warps": (1, 2, 4, 8), "stages": (2, 3, 4),
+            "trigger": ("early", "late")},
 }
 """The knobs each sweep kernel takes and their values (``sum``: the plans' ``block_sum``; ``prefetch`` and
 ``persistent``: 0 or 1 for the plans' knobs False / True; ``rowwarps``: the plans' ``row_warps``, with
-``decode=dp4a`` only; ``decode=dp4a``: ``fp4_matvec_bf16``'s integer path,
+``decode=dp4a`` only; ``trigger``: the plans' ``pdl_trigger``; ``decode=dp4a``: ``fp4_matvec_bf16``'s integer path,
 ``mircuda.matmul._fp4.VECTOR_DECODES``, M = 1 only: the plans refuse it at larger M and the sweep notes that)."""
 
 
@@ -122,11 +124,12 @@ class Fp4Candidate:
     prefetch: bool | None = None
     persistent: bool | None = None
     row_warps: int | None = None
+    pdl_trigger: str | None = None
 
     @property
     def label(self) -> str:
-        """``kernel[:decode=D][:rows=R][:warps=W][:sum=S][:stages=P][:prefetch=0|1][:persistent=0|1][:rowwarps=G]``,
-        as ``--sweep`` spells it."""
+        """``kernel[:decode=D][:rows=R][:warps=W][:sum=S][:stages=P][:prefetch=0|1][:persistent=0|1][:rowwarps=G]
+        [:trigger=T]``, as ``--sweep`` spells it."""
         parts = [self.kernel] + [f"{key}={value}" for key, value in (("decode", self.decode), ("rows", self.rows),
                                                                      ("warps", self.warps), ("sum", self.block_sum),
                                                                      ("stages", self.stages),
@@ -134,14 +137,15 @@ class Fp4Candidate:
                                                                       else int(self.prefetch)),
                                                                      ("persistent", None if self.persistent is None
                                                                       else int(self.persistent)),
-                                                                     ("rowwarps", self.row_warps))
+                                                                     ("rowwarps", self.row_warps),
+                                                                     ("trigger", self.pdl_trigger))
                                  if value is not None]
         return ":".join(parts)
 
     def knobs(self) -> dict[str, Any]:
         """The plans' keyword arguments (BlockScaledFp4VectorPlan and BlockScaledFp4Plan take the same)."""
         knobs = {"kernel": SWEEP_KERNELS[self.kernel], "decode": self.decode, "rows": self.rows, "warps": self.warps,
-                 "block_sum": self.block_sum, "stages": self.stages}
+                 "block_sum": self.block_sum, "stages": self.stages, "pdl_trigger": self.pdl_trigger}
         for name in ("prefetch", "persistent", "row_warps"):  # only the vector kernel has these knobs
             if getattr(self, name) is not None:
                 knobs[name] = getattr(self, name)
@@ -160,7 +164,7 @@ candidates): 32 candidates."""
 def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
     """``--sweep``: ``all`` (:data:`SWEEP_ALL`) or comma-separated candidates
     ``kernel[:decode=D][:rows=R][:warps=W][:sum=fp16|fp32][:stages=2|3|4][:prefetch=0|1][:persistent=0|1]
-    [:rowwarps=1|2|4|8]`` with ``kernel`` ``vector`` or ``mma`` (``rows`` 4 or 8 for ``vector``, 16 or 32 for
+    [:rowwarps=1|2|4|8][:trigger=early|late]`` with ``kernel`` ``vector`` or ``mma`` (``rows`` 4 or 8 for ``vector``, 16 or 32 for
     ``mma``; ``sum``, ``prefetch``, ``persistent``, ``rowwarps`` and ``decode=dp4a``, the integer path of M = 1,
     for ``vector`` only; ``rowwarps`` > 1 needs ``decode=dp4a`` and no ``warps`` > 1), e.g.
     ``vector:decode=e4m3,vector:decode=pairs:sum=fp32,mma:decode=table:rows=32:warps=4``; a knob left out is
@@ -201,7 +205,7 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
                                              f"takes its row block whole), received {item!r}")
         candidate = Fp4Candidate(kernel, knobs.get("decode"), knobs.get("rows"), knobs.get("warps"), knobs.get("sum"),
                                  knobs.get("stages"), True if knobs.get("prefetch") else None,
-                                 True if knobs.get("persistent") else None, row_warps)
+                                 True if knobs.get("persistent") else None, row_warps, knobs.get("trigger"))
         if candidate in out:
             raise argparse.ArgumentTypeError(f"expected distinct candidates, received {item!r} twice in {text!r}")
         out.append(candidate)
@@ -840,9 +844,9 @@ def register(sub: Any) -> None:
     p.add_argument("--sweep", type=sweep_values, default=None,
                    help="for M <= 16 also measure these decode-kernel configurations: 'all' or comma-separated "
                         "kernel[:decode=bytes|pairs|e4m3|table|dp4a][:rows=R][:warps=1|2|4|8][:sum=fp16|fp32]"
-                        "[:stages=2|3|4][:prefetch=0|1][:persistent=0|1][:rowwarps=1|2|4|8] with kernel vector "
-                        "(rows 4|8; decode=dp4a: the integer path, M = 1, no sum; rowwarps > 1: dp4a only, warps 1) or "
-                        "mma (rows 16|32; no dp4a, sum, prefetch, persistent or rowwarps)")
+                        "[:stages=2|3|4][:prefetch=0|1][:persistent=0|1][:rowwarps=1|2|4|8][:trigger=early|late] with "
+                        "kernel vector (rows 4|8; decode=dp4a: the integer path, M = 1, no sum; rowwarps > 1: dp4a "
+                        "only, warps 1) or mma (rows 16|32; no dp4a, sum, prefetch, persistent or rowwarps)")
     p.add_argument("--json", default="benchmarks/results/fp4_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=fp4_profile, json_default=p.get_default("json"))
 

@@ -55,7 +55,9 @@
 #ifndef MIRCUDA_FP4_STAGES
 #define MIRCUDA_FP4_STAGES 2
 #endif
+#ifndef MIRCUDA_PDL_TRIGGER_LATE  // the plans' pdl_trigger: "late" (1, the default) or "early" (0)
 #define MIRCUDA_PDL_TRIGGER_LATE 1
+#endif
 #include "decode_common.cuh"
 #include "fp4_common.cuh"
 
@@ -237,6 +239,7 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
     for (int j = 0; j < kN8; ++j) op.xrow[j] = g + 8 * j;
 
     fp4::decode_table_fill();  // the table variant's shared table (no global reads: before the wait)
+    decode::pdl_trigger_early();
     decode::pdl_wait();
     float acc[kTiles][kN8][4];
 #pragma unroll

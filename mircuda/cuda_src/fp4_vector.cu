@@ -98,7 +98,9 @@
 #else
 #define MIRCUDA_FP4_FP16_PATH 0
 #endif
+#ifndef MIRCUDA_PDL_TRIGGER_LATE  // the plans' pdl_trigger: "late" (1, the default) or "early" (0)
 #define MIRCUDA_PDL_TRIGGER_LATE 1
+#endif
 #include "decode_common.cuh"
 #include "fp4_common.cuh"
 
@@ -570,6 +572,7 @@ __device__ __forceinline__ void fp4_matvec_lean(__nv_bfloat16* __restrict__ y, c
     const unsigned sstep = lean_scale_step<MIRCUDA_FP4_TILED != 0>(stride);
     const unsigned xsstep = lean_scale_step<MIRCUDA_FP4_ACT_TILED != 0>(stride);
     prefetch_prologue(w, sw, n, k, row0, warp, warps, lane);
+    decode::pdl_trigger_early();
     decode::pdl_wait();
     float acc[kRows];
 #pragma unroll
@@ -638,6 +641,7 @@ __device__ __forceinline__ void fp4_matvec(__nv_bfloat16* __restrict__ y, const 
 
     fp4::decode_table_fill();  // the table variant's shared table (no global reads: before the wait)
     prefetch_prologue(w, sw, n, k, row0, warp, warps, lane);
+    decode::pdl_trigger_early();
     decode::pdl_wait();
     float acc[kM][kRows];
 #pragma unroll
@@ -739,6 +743,7 @@ __device__ __forceinline__ void fp4_matvec_persistent(__nv_bfloat16* __restrict_
 
     fp4::decode_table_fill();
     prefetch_prologue(w, sw, n, k, (long long)blockIdx.x * kRows, warp, warps, lane);
+    decode::pdl_trigger_early();
     decode::pdl_wait();
     float scale = alpha;
     if (global_a != nullptr) scale *= *global_a;

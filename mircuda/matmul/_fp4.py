@@ -24,7 +24,7 @@ from ._dense import _nothing_to_release
 from ._fp4_layout import address, check_fp4_k, check_layout, check_tiled_decode_k, fp4_layout_source, layout_options
 from ._fp4_reference import BLOCK, scale_bytes
 from ._spec import (DenseMatmulSpec, DenseVectorSpec, EngineViews, Operand, PlanBase, check_disjoint, check_kernel_name,
-                    check_operand, check_scalar, int_knob, plan_stream, scalar_operand)
+                    check_operand, check_pdl_trigger, check_scalar, int_knob, pdl_defines, plan_stream, scalar_operand)
 from ._vector import (INVALID_HANDLE, INVALID_VALUE, blocks_per_sm, choose_vector_warps, package_source, plan_compiler,
                       shared_compiler)
 
@@ -221,23 +221,24 @@ def fp4_mma_source() -> CudaSource:
 
 
 def fp4_mma_options(m: int, layout: str, wide: bool, decode: str = "bytes", rows: int = 16,
-                    stages: int = 2) -> CompileOptions:
+                    stages: int = 2, pdl_trigger: str | None = None) -> CompileOptions:
     """The NVRTC options of ``fp4_mma_bf16`` for ``m`` (1..16) activation rows, the scale layout, the
-    load width (``wide``: 16-byte weight loads, K % 32 == 0), the decoder (:data:`DECODES`) and the weight
-    rows per block (:data:`MMA_ROWS`)."""
-    return CompileOptions(defines={"MIRCUDA_FP4_M": m, "MIRCUDA_FP4_TILED": int(layout == "tiled"),
+    load width (``wide``: 16-byte weight loads, K % 32 == 0), the decoder (:data:`DECODES`), the weight
+    rows per block (:data:`MMA_ROWS`) and, when given, the PDL trigger (:func:`~mircuda.matmul._spec.pdl_defines`)."""
+    return CompileOptions(defines={**pdl_defines(pdl_trigger), "MIRCUDA_FP4_M": m, "MIRCUDA_FP4_TILED": int(layout == "tiled"),
                                    "MIRCUDA_FP4_WIDE": int(wide), "MIRCUDA_FP4_DECODE": DECODES.index(decode),
                                    "MIRCUDA_FP4_TILES": rows // 16, "MIRCUDA_FP4_STAGES": stages})
 
 
 def fp4_gemv_options(m: int, rows: int, layout: str, wide: bool, activation: str, decode: str = "bytes",
                      block_sum: str = "fp32", stages: int = 2, prefetch: bool = False,
-                     persistent: bool = False, row_warps: int = 1) -> CompileOptions:
+                     persistent: bool = False, row_warps: int = 1, pdl_trigger: str | None = None) -> CompileOptions:
     """The NVRTC options of ``fp4_matvec_bf16`` (see ``cuda_src/fp4_vector.cu``); ``decode`` one of
     :data:`VECTOR_DECODES` (``"dp4a"``: ``MIRCUDA_FP4_DP4A=1``, the word decoder unused and left at 0);
-    ``row_warps`` > 1 adds ``MIRCUDA_FP4_ROW_WARPS`` (1 leaves it out: the kernel's default)."""
+    ``row_warps`` > 1 adds ``MIRCUDA_FP4_ROW_WARPS`` (1 leaves it out: the kernel's default); ``pdl_trigger``
+    given adds ``MIRCUDA_PDL_TRIGGER_LATE`` (:func:`~mircuda.matmul._spec.pdl_defines`)."""
     dp4a = decode == "dp4a"
-    extra = {"MIRCUDA_FP4_ROW_WARPS": row_warps} if row_warps > 1 else {}
+    extra = {**pdl_defines(pdl_trigger), **({"MIRCUDA_FP4_ROW_WARPS": row_warps} if row_warps > 1 else {})}
     return CompileOptions(defines={**extra, "MIRCUDA_FP4_M": m, "MIRCUDA_FP4_ROWS": rows,
                                    "MIRCUDA_FP4_TILED": int(layout == "tiled"), "MIRCUDA_FP4_WIDE": int(wide),
                                    "MIRCUDA_FP4_ACT_BF16": int(activation == "bf16"),
@@ -456,9 +457,11 @@ class Fp4Gemv:
                  warps: int | None = None, symbol: str = FP4_SYMBOL, *, decode: str | None = None,
                  rows: int | None = None, block_sum: str | None = None, stages: int | None = None,
                  prefetch: bool | None = None, persistent: bool | None = None,
-                 row_warps: int | None = None) -> None:
+                 row_warps: int | None = None, pdl_trigger: str | None = None) -> None:
         check_tiled_decode_k(k, layout)
         row_warps = check_row_warps(row_warps)
+        check_pdl_trigger(pdl_trigger)
+        self.pdl_trigger = pdl_trigger
         if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
             raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
         self.prefetch = check_flag("prefetch", prefetch, symbol)
@@ -482,14 +485,14 @@ class Fp4Gemv:
         if symbol == FP4_MMA_SYMBOL:
             self.rows = knobs.rows
             self.block_sum = knobs.block_sum
-            self.options = fp4_mma_options(m, layout, self.wide, decode, self.rows, self.stages)
+            self.options = fp4_mma_options(m, layout, self.wide, decode, self.rows, self.stages, pdl_trigger)
             source = fp4_mma_source()
             chunk = 4 * self.elements
         else:
             self.rows = knobs.rows
             self.block_sum = knobs.block_sum
             self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation, decode, self.block_sum,
-                                            self.stages, self.prefetch, self.persistent, self.row_warps)
+                                            self.stages, self.prefetch, self.persistent, self.row_warps, pdl_trigger)
             source = fp4_vector_source()
             chunk = 32 * self.elements
         contract = cuda_export(symbol, y=InOut[DeviceBuffer[bf16]], w=In[DeviceBuffer[u8]],
@@ -513,6 +516,12 @@ class Fp4Gemv:
                                    programmatic_stream_serialization=info.supports_programmatic_launch)
         self.config.check(info, self.kernel.attributes.max_threads_per_block)
         self._launch = self.kernel.launch
+
+    def _trigger_text(self) -> str:
+        """How describe() names the PDL trigger: the next kernel may start after this one's loads (late, the
+        default) or at the start of each block (early)."""
+        return (" (early trigger: the next kernel may start at the start of each block)" if self.pdl_trigger == "early"
+                else " (late trigger: the next kernel may start after each block's loads)")
 
     def launch(self, stream: Stream, a: DeviceBuffer[Any], sa: int, b: DeviceBuffer[Any], sb: DeviceBuffer[Any],
                d: DeviceBuffer[Any], ga: int, gb: int, alpha: float) -> None:
@@ -550,7 +559,8 @@ class Fp4Gemv:
                     f"A operand, {-(-self.m // 8)} n8 tile(s) of activation rows, rows past M zero), "
                     f"{'16' if self.wide else '8'}-byte streamed weight loads ({self.elements} E2M1 per lane), the "
                     "next step's loads in flight"
-                    + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else ""))
+                    + (f"; programmatic dependent launch{self._trigger_text()}" if self.config.programmatic_stream_serialization
+                   else ""))
         summed = ("block_sum='fp16': each 16-element block summed exactly in FP16 by HFMA2, converted once "
                   "per block" if self.block_sum == "fp16" else
                   "each 16-element block summed exactly in int32 by IDP4A, converted once per block"
@@ -563,7 +573,8 @@ class Fp4Gemv:
                 f"{'16' if self.wide else '8'}-byte streamed weight loads ({self.elements} E2M1 per lane"
                 f"{'' if self.wide else ': K % 32 != 0'}), {decode}, {summed}, UE4M3 scales per 16, FP32 "
                 "accumulation across blocks"
-                + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else "")
+                + (f"; programmatic dependent launch{self._trigger_text()}" if self.config.programmatic_stream_serialization
+                   else "")
                 + ("; L2 prefetch of each warp's first weight and scale lines before griddepcontrol.wait"
                    + ("" if _arch_number(self.arch) >= 90 else f" (none on {self.arch}: no programmatic dependent "
                       "launch below cc 9.0)") if self.prefetch else ""))
@@ -728,6 +739,9 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         row_warps: tuning knob of ``decode='dp4a'``: one of :data:`ROW_WARPS`, warps per block that each take
             their own block of weight rows whole (no K split: ``warps`` None or 1), so the grid has that many
             times fewer blocks; None or 1: one row block per block.
+        pdl_trigger: tuning knob of both kernels: where programmatic dependent launch lets the next kernel of
+            the stream start on cc >= 9.0, ``"late"`` (after each block's loads; None: the default) or
+            ``"early"`` (at the start of each block; :data:`~mircuda.matmul._spec.PDL_TRIGGERS`).
 
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16, or above 2^28 with tiled scales:
@@ -741,7 +755,8 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
                  scale_layout: str = "linear", compiler: Compiler | None = None, warps: int | None = None,
                  kernel: str | None = None, decode: str | None = None, rows: int | None = None,
                  block_sum: str | None = None, stages: int | None = None, prefetch: bool | None = None,
-                 persistent: bool | None = None, row_warps: int | None = None) -> None:
+                 persistent: bool | None = None, row_warps: int | None = None,
+                 pdl_trigger: str | None = None) -> None:
         plan_stream(stream, context)
         warps, rows, stages, row_warps = (int_knob(warps), int_knob(rows), int_knob(stages),
                                           int_knob(row_warps))  # numpy integers as ints
@@ -764,7 +779,7 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         self._engine = Fp4Gemv(context, 1, spec.n, spec.k, activation, scale_layout, compiler, warps,
                                kernel if kernel is not None else FP4_SYMBOL, decode=decode, rows=rows,
                                block_sum=block_sum, stages=stages, prefetch=prefetch, persistent=persistent,
-                               row_warps=row_warps)
+                               row_warps=row_warps, pdl_trigger=pdl_trigger)
         self._names = ("x", "x_scales", "w", "w_scales", "y")
         self._operands = fp4_operands(self._names, 1, spec.n, spec.k, activation, scale_layout, self._engine.wide,
                                       self._engine.decode == "dp4a")
@@ -866,9 +881,9 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             (``"fp4_matvec_bf16"``: CUDA cores; ``"fp4_mma_bf16"``: tensor cores, NVFP4 activations only), or
             the name of one of the library's block-scaled NVFP4 kernels
             (``CutlassLibrary.block_scaled_kernels``), which then runs any M.
-        decode, rows, warps, block_sum, stages, prefetch, persistent, row_warps: tuning knobs of the NVRTC kernels
-            (M <= 16; as :class:`BlockScaledFp4VectorPlan`: ``block_sum``, ``prefetch``, ``persistent`` for
-            ``fp4_matvec_bf16`` only, ``row_warps`` for its ``decode='dp4a'`` only;
+        decode, rows, warps, block_sum, stages, prefetch, persistent, row_warps, pdl_trigger: tuning knobs of the
+            NVRTC kernels (M <= 16; as :class:`BlockScaledFp4VectorPlan`: ``block_sum``, ``prefetch``, ``persistent``
+            for ``fp4_matvec_bf16`` only, ``row_warps`` for its ``decode='dp4a'`` only, ``pdl_trigger`` for both;
             None: the defaults, measured on the H200: ``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16``
             at M = 1 ``decode='dp4a'`` where :func:`default_vector_decode` takes it (2 stages, rows
             :func:`dp4a_rows`), else 4 rows and 3 stages at M = 1, else 2); refused (ContractError) on the other
@@ -890,7 +905,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                  library: CutlassLibrary | None = None, kernel: str | None = None, epilogue: str = "folded",
                  decode: str | None = None, rows: int | None = None, warps: int | None = None,
                  block_sum: str | None = None, stages: int | None = None, prefetch: bool | None = None,
-                 persistent: bool | None = None, row_warps: int | None = None) -> None:
+                 persistent: bool | None = None, row_warps: int | None = None,
+                 pdl_trigger: str | None = None) -> None:
         plan_stream(stream, context)
         warps, rows, stages, row_warps = (int_knob(warps), int_knob(rows), int_knob(stages),
                                           int_knob(row_warps))  # numpy integers as ints
@@ -934,7 +950,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                                     "NVFP4 activations only)", repr(kernel))
             kernel = None
         knobs = {"decode": decode, "rows": rows, "warps": warps, "block_sum": block_sum, "stages": stages,
-                 "prefetch": prefetch, "persistent": persistent, "row_warps": row_warps}
+                 "prefetch": prefetch, "persistent": persistent, "row_warps": row_warps, "pdl_trigger": pdl_trigger}
         if m > GEMV_MAX_M or (kernel is not None and nvrtc is None):
             for name, value in knobs.items():
                 if value is not None:
@@ -960,7 +976,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             symbol = nvrtc if nvrtc is not None else FP4_MMA_SYMBOL if m >= 2 and activation == "fp4" else FP4_SYMBOL
             self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler, warps, symbol, decode=decode,
                                  rows=rows, block_sum=block_sum, stages=stages, prefetch=prefetch,
-                                 persistent=persistent, row_warps=row_warps)
+                                 persistent=persistent, row_warps=row_warps, pdl_trigger=pdl_trigger)
             self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide,
                                           self._gemv.decode == "dp4a")
             head = (f"M = {m} <= {GEMV_MAX_M}: decode; the {n}x{k} FP4 weights dominate the bytes, so one NVRTC kernel "

@@ -15,6 +15,7 @@ from ..dtypes import bf16, e4m3, f32, i32
 from ..errors import ContractError
 from ..launch import In, InOut, LaunchConfig, cuda_export
 from ..memory import DeviceBuffer
+from ._spec import PDL_TRIGGERS, check_pdl_trigger, pdl_defines
 from ._vector import blocks_per_sm, choose_vector_warps, package_source
 
 if TYPE_CHECKING:
@@ -31,9 +32,6 @@ FP8_MMA_ROWS = (16, 32)
 two tiles for M <= 8 and 220 at M = 16 (four tiles spill at M = 16, so they are not offered)."""
 FP8_MMA_BLOCK_K = 128
 """Columns one warp reads per step: one 128-K scale block (two 64-column mma steps)."""
-PDL_TRIGGERS = ("early", "late")
-"""Where programmatic dependent launch lets the next kernel start (``MIRCUDA_PDL_TRIGGER_LATE``; see
-``cuda_src/decode_common.cuh``): at the start of each block, or after its loads."""
 DECODES = ("hardware", "integer")
 """How ``blockwise_fp8_mma`` turns E4M3 fragments into products (``MIRCUDA_FP8_INT_DECODE``; see
 ``cuda_src/fp8_mma_gemv.cu``): ``"hardware"`` (the default) hands E4M3 to ``mma.sync`` (QMMA on sm_89
@@ -46,21 +44,6 @@ conversion rate may bound the kernel; NaN codes read as +-480)."""
 def fp8_mma_source() -> CudaSource:
     """``cuda_src/fp8_mma_gemv.cu`` as a :class:`CudaSource` (see :func:`package_source`)."""
     return package_source("fp8_mma_gemv.cu")
-
-
-def check_pdl_trigger(pdl_trigger: Any) -> None:
-    """``pdl_trigger`` must be None (the kernel's default, late), ``"early"`` or ``"late"``.
-
-    Raises:
-        ContractError: anything else, named ``pdl_trigger``."""
-    if pdl_trigger is not None and (not isinstance(pdl_trigger, str) or pdl_trigger not in PDL_TRIGGERS):
-        raise ContractError("pdl_trigger", "None, 'early' or 'late' (where programmatic dependent launch lets the "
-                                           "next kernel start)", repr(pdl_trigger))
-
-
-def pdl_defines(pdl_trigger: str | None) -> dict[str, int]:
-    """``{"MIRCUDA_PDL_TRIGGER_LATE": 0 | 1}`` for a given trigger, ``{}`` for the kernel's default."""
-    return {} if pdl_trigger is None else {"MIRCUDA_PDL_TRIGGER_LATE": int(pdl_trigger == "late")}
 
 
 def fp8_mma_options(m: int, rows: int = 16, pdl_trigger: str | None = None, decode: str | None = None) -> CompileOptions:

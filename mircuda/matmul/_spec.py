@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DenseMatmulSpec", "DenseVectorSpec", "EngineViews", "Operand", "PlanBase", "resolve_dtypes", "check_operand",
            "check_disjoint", "check_kernel_name", "scalar_operand", "int_knob", "check_stream", "check_scalar",
-           "refuse_stream", "check_capture_origin", "BOUND_STREAM_HINT"]
+           "refuse_stream", "check_capture_origin", "BOUND_STREAM_HINT", "PDL_TRIGGERS", "check_pdl_trigger",
+           "pdl_defines"]
 
 INPUT_DTYPES = ("bf16", "f16")
 """Input element types of the dense plans (FP32 accumulation in every kernel)."""
@@ -342,3 +343,23 @@ class PlanBase:
     @property
     def context(self) -> Context:
         return self._context
+
+
+PDL_TRIGGERS = ("early", "late")
+"""Where programmatic dependent launch lets the next kernel start (``MIRCUDA_PDL_TRIGGER_LATE``; see
+``cuda_src/decode_common.cuh``): at the start of each block, or after its loads."""
+
+
+def check_pdl_trigger(pdl_trigger: Any) -> None:
+    """``pdl_trigger`` must be None (the kernel's default, late), ``"early"`` or ``"late"``.
+
+    Raises:
+        ContractError: anything else, named ``pdl_trigger``."""
+    if pdl_trigger is not None and (not isinstance(pdl_trigger, str) or pdl_trigger not in PDL_TRIGGERS):
+        raise ContractError("pdl_trigger", "None, 'early' or 'late' (where programmatic dependent launch lets the "
+                                           "next kernel start)", repr(pdl_trigger))
+
+
+def pdl_defines(pdl_trigger: str | None) -> dict[str, int]:
+    """``{"MIRCUDA_PDL_TRIGGER_LATE": 0 | 1}`` for a given trigger, ``{}`` for the kernel's default."""
+    return {} if pdl_trigger is None else {"MIRCUDA_PDL_TRIGGER_LATE": int(pdl_trigger == "late")}

@@ -219,3 +219,39 @@ def test_row_warps_refusals_name_the_knob(context, stream) -> None:
     # row_warps=1 and numpy integers are the default configuration
     plan = vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps=np.int64(1))
     assert plan.row_warps == 1 and "MIRCUDA_FP4_ROW_WARPS" not in str(plan.describe())
+
+
+# -- the PDL trigger (pdl_trigger) of both FP4 decode kernels -------------------------------------------------
+@pytest.mark.parametrize("m", [1, 8])
+@pytest.mark.parametrize("trigger", ["early", "late"])
+def test_either_pdl_trigger_matches_float64_back_to_back(context, stream, pool, rng, m, trigger) -> None:
+    """M = 1 (fp4_matvec_bf16, dp4a) and M = 8 (fp4_mma_bf16), launched twice back to back into the same output
+    with different alphas: with either trigger the second launch waits for the first (griddepcontrol.wait), so
+    its result stands."""
+    n, k = 1001, 4128
+    b = Operand(context, stream, pool, bf16_data(rng, n, k), "linear")
+    a = Operand(context, stream, pool, bf16_data(rng, m, k), "linear")
+    d = poisoned(context, stream, pool, m * n)
+    with mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), pdl_trigger=trigger) as plan:
+        text = str(plan.describe())
+        assert f"MIRCUDA_PDL_TRIGGER_LATE={int(trigger == 'late')}" in text
+        if "programmatic dependent launch" in text:
+            assert f"({trigger} trigger" in text
+        for alpha in (3.0, 0.5):
+            plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d, global_a=a.global_buf,
+                         global_b=b.global_buf, alpha=alpha)
+    got = check_guard(download(context, stream, d), m * n).astype(np.float64).reshape(m, n)
+    want, mag = reference(a.value, b.value, 0.5 * float(a.global_) * float(b.global_))
+    assert_close(got, want, mag, "bf16")
+    for buf in (a, b):
+        buf.free(stream)
+    d.free(stream)
+
+
+def test_a_bad_pdl_trigger_is_refused_by_name(context, stream) -> None:
+    for make in (lambda: mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 256), pdl_trigger="soon"),
+                 lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 256), pdl_trigger=0),
+                 lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(32, 64, 256), pdl_trigger="early")):
+        with pytest.raises(mc.ContractError) as info:
+            make()
+        assert info.value.argument == "pdl_trigger"
