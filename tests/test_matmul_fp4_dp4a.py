@@ -467,3 +467,24 @@ def test_the_sweep_takes_row_warps_with_dp4a_only() -> None:
                  "mma:rowwarps=2", "vector:decode=dp4a:rowwarps=3"):
         with pytest.raises(argparse.ArgumentTypeError):
             sweep_values(text)
+
+
+def test_the_fp4_module_docs_name_only_what_exists() -> None:
+    """Every :func:/:data:/:class: of ``mircuda/matmul/_fp4.py`` names something of the module, of
+    ``mircuda.matmul`` or, spelt out, of a mircuda module (``check_row_warps`` named a ``default_row_warps``)."""
+    import importlib
+
+    from mircuda import matmul
+    from mircuda.matmul import _fp4
+
+    text = resources.files("mircuda").joinpath("matmul/_fp4.py").read_text()
+    missing = []
+    for name in sorted(set(re.findall(r":(?:func|data|class):`~?([A-Za-z_][\w.]*)`", text))):
+        if "." not in name:
+            found = hasattr(_fp4, name) or hasattr(matmul, name)
+        else:
+            module, _, attr = name.rpartition(".")
+            found = hasattr(importlib.import_module(module), attr)
+        if not found:
+            missing.append(name)
+    assert not missing

@@ -253,7 +253,7 @@ ROW_WARPS = (1, 2, 4, 8)
 
 
 def check_row_warps(row_warps: Any) -> int | None:
-    """``row_warps=``: None (the default, :func:`default_row_warps`) or one of :data:`ROW_WARPS`.
+    """``row_warps=``: None (the default: 1, one row block per block) or one of :data:`ROW_WARPS`; returns it.
 
     Raises:
         ContractError: naming ``row_warps``.
@@ -446,9 +446,10 @@ class Fp4Gemv:
     cores, 16 or 32 weight rows per block, NVFP4 activations only). Both take the same parameters.
 
     Raises:
-        ContractError: ``warps`` is not None, 1, 2, 4 or 8; ``symbol`` is the tensor-core kernel and
-            ``activation`` is not ``"fp4"``; K above :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K`
-            (2^28) with tiled scales (named ``spec``).
+        ContractError: ``warps`` is not None, 1, 2, 4 or 8; ``row_warps`` is not None or one of :data:`ROW_WARPS`,
+            or above 1 off the integer path or with ``warps`` above 1 (:func:`refuse_row_warps`); ``symbol`` is the
+            tensor-core kernel and ``activation`` is not ``"fp4"``; K above
+            :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K` (2^28) with tiled scales (named ``spec``).
         CompileError: NVRTC rejected the kernel (a bug).
     """
 
@@ -732,7 +733,7 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16, or above 2^28 with tiled scales:
             :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K`), activation, layout, warps, compiler or knob
-            (see :func:`check_gemv_knobs`, :func:`check_flag`).
+            (see :func:`check_gemv_knobs`, :func:`check_flag`, :func:`check_row_warps`, :func:`refuse_row_warps`).
         UnsupportedPlatform: compute capability below 8.0.
         CompileError: NVRTC rejected the kernel (a bug).
     """
