@@ -40,7 +40,7 @@ __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vec
            "fp4_mma_options", "EPILOGUES", "check_epilogue", "DECODE_THREADS", "DECODE_WORDS", "decode_config",
            "DECODES", "BLOCK_SUMS", "default_decode", "check_gemv_knobs", "VECTOR_ROWS", "MMA_ROWS", "STAGES", "VECTOR_DECODES",
            "check_dp4a", "default_vector_decode", "dp4a_rows", "DP4A_DEFAULT_MEASURED", "DP4A_ROWS8_MIN_K", "DP4A_DECODE",
-           "GemvKnobs", "resolve_gemv_knobs", "ROW_WARPS", "check_row_warps", "refuse_row_warps"]
+           "GemvKnobs", "resolve_gemv_knobs", "ROW_WARPS", "check_row_warps", "refuse_row_warps", "gemv_launch"]
 
 ACTIVATIONS = ("fp4", "bf16")
 """``activation=``: ``"fp4"`` (NVFP4 activations with their own scales and global scale) or ``"bf16"``
@@ -281,6 +281,13 @@ def refuse_row_warps(row_warps: int, decode: str, warps: int | None, symbol: str
                             "K split)", repr(warps))
 
 
+def gemv_launch(n: int, rows: int, warps: int, row_warps: int = 1) -> tuple[int, int]:
+    """``(blocks, threads)`` of an :class:`Fp4Gemv` launch before a persistent grid's cap: ``ceil(N / (rows
+    row_warps))`` blocks of ``32 warps row_warps`` threads. Block b's warp j takes row block ``row_warps b + j``
+    (``fp4_matvec_lean``; ``warps`` is then 1); the last block's warps past N return at once."""
+    return -(-n // (rows * row_warps)), 32 * warps * row_warps
+
+
 def check_dp4a(m: int, k: int, persistent: bool) -> None:
     """What ``decode='dp4a'`` (the integer path of ``fp4_matvec_bf16``) needs beyond :func:`check_gemv_knobs`:
     M = 1, K % 32 == 0 (16-byte loads of 32 codes per lane), no persistent grid.
@@ -507,10 +514,10 @@ class Fp4Gemv:
                                         lambda w: blocks_per_sm(context, self.kernel, w), rows=self.rows,
                                         chunk=chunk)
         self.warps = warps
-        blocks = -(-n // (self.rows * self.row_warps))
+        blocks, threads = gemv_launch(n, self.rows, warps, self.row_warps)
         if self.persistent:  # at most one wave; the blocks walk the row blocks
             blocks = min(blocks, info.multiprocessor_count * max(1, blocks_per_sm(context, self.kernel, warps)))
-        self.config = LaunchConfig((blocks,), (32 * warps * self.row_warps,),
+        self.config = LaunchConfig((blocks,), (threads,),
                                    programmatic_stream_serialization=info.supports_programmatic_launch)
         self.config.check(info, self.kernel.attributes.max_threads_per_block)
         self._launch = self.kernel.launch
