@@ -463,11 +463,12 @@ def test_the_sweep_takes_row_warps_with_dp4a_only() -> None:
     got = sweep_values("vector:decode=dp4a:rowwarps=4,vector:decode=dp4a:rows=8:rowwarps=2:warps=1")
     assert got[0].row_warps == 4 and got[0].knobs()["row_warps"] == 4
     assert got[0].label == "vector:decode=dp4a:rowwarps=4"
-    assert got[1].label == "vector:decode=dp4a:rows=8:warps=1:rowwarps=2"
+    assert got[1].label == "vector:decode=dp4a:rows=8:rowwarps=2"  # warps=1: what row warps run anyway
     assert sweep_values("vector:decode=dp4a:rowwarps=1") == (Fp4Candidate("vector", "dp4a"),)  # the default
     assert "row_warps" not in Fp4Candidate("vector", "dp4a").knobs()
     for text in ("vector:decode=e4m3:rowwarps=2", "vector:rowwarps=2", "vector:decode=dp4a:rowwarps=2:warps=2",
-                 "mma:rowwarps=2", "vector:decode=dp4a:rowwarps=3"):
+                 "mma:rowwarps=2", "vector:decode=dp4a:rowwarps=3",
+                 "vector:decode=dp4a:rowwarps=2,vector:decode=dp4a:warps=1:rowwarps=2"):  # one configuration twice
         with pytest.raises(argparse.ArgumentTypeError):
             sweep_values(text)
 

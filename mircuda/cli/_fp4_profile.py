@@ -199,7 +199,9 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
         if row_warps is not None and (knobs.get("decode") != "dp4a" or knobs.get("warps", 1) != 1):
             raise argparse.ArgumentTypeError(f"expected rowwarps=G > 1 with decode=dp4a and no warps > 1 (each warp "
                                              f"takes its row block whole), received {item!r}")
-        candidate = Fp4Candidate(kernel, knobs.get("decode"), knobs.get("rows"), knobs.get("warps"), knobs.get("sum"),
+        # with row warps, warps=1 is what the plan runs anyway: the same configuration as leaving it out
+        warps = None if row_warps is not None else knobs.get("warps")
+        candidate = Fp4Candidate(kernel, knobs.get("decode"), knobs.get("rows"), warps, knobs.get("sum"),
                                  knobs.get("stages"), True if knobs.get("prefetch") else None,
                                  True if knobs.get("persistent") else None, row_warps)
         if candidate in out:
