@@ -425,7 +425,7 @@ def test_row_warps_compile_without_local_memory_or_more_registers(arch) -> None:
         return int(regs.group(1)), out.stdout
 
     for rows, stages, prefetch in [(4, 2, False), (8, 2, False), (4, 3, True)]:
-        one, _ = resources(fp4_gemv_options(1, rows, "linear", True, "fp4", "dp4a", "int32", stages, prefetch))
+        one, _ = resources(fp4_gemv_options(1, rows, "tiled", True, "fp4", "dp4a", "int32", stages, prefetch))
         for g in (2, 4, 8):
             regs, text = resources(fp4_gemv_options(1, rows, "tiled", True, "fp4", "dp4a", "int32", stages, prefetch,
                                                     row_warps=g))
