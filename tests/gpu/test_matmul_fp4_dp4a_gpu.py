@@ -207,6 +207,11 @@ def test_row_warps_refusals_name_the_knob(context, stream) -> None:
         (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps=16), "row_warps"),
         (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps="2"), "row_warps"),
         (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps=2.0), "row_warps"),
+        (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps=True), "row_warps"),
+        (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps=np.int64(3)), "row_warps"),
+        (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), decode="dp4a", persistent=True, row_warps=2),
+         "persistent"),
+        (lambda: matrix(context, stream, mc.DenseMatmulSpec(1, 64, 256), decode="e4m3", row_warps=4), "row_warps"),
         (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), decode="e4m3", row_warps=2), "row_warps"),
         (lambda: vector(context, stream, mc.DenseVectorSpec(64, 80), row_warps=2), "row_warps"),  # K % 32 != 0
         (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), activation="bf16", row_warps=2), "row_warps"),
