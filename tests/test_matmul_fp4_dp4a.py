@@ -599,3 +599,56 @@ def test_the_fp4_module_docs_name_only_what_exists() -> None:
         if not found:
             missing.append(name)
     assert not missing
+
+
+def test_row_warps_launch_and_describe_without_a_gpu() -> None:
+    """Fp4Gemv with a fake device and compiler: what the GPU tests expect of the launch (ceil(N / (rows G)) blocks
+    of 32 G threads, warps 1) and of describe(); with the default decoder where it is dp4a (sm_90) and refused
+    by name where it is not (sm_120f, whose default is the cvt decode); every refusal comes before the compiler."""
+    from types import SimpleNamespace
+
+    from mircuda.matmul._fp4 import Fp4Gemv
+
+    info = SimpleNamespace(multiprocessor_count=132, supports_programmatic_launch=True, compute_capability=(9, 0),
+                           max_threads_per_block=1024, max_block_dims=(1024, 1024, 64),
+                           max_grid_dims=(2 ** 31 - 1, 65535, 65535), max_shared_memory_per_block_optin_bytes=232448)
+    kernel = SimpleNamespace(attributes=SimpleNamespace(max_threads_per_block=256), launch=None, handle=0)
+    context = SimpleNamespace(device_info=lambda: info)
+
+    def gemv(n: int, k: int, arch: str = "sm_90", m: int = 1, **knobs: Any) -> Any:
+        compiler = SimpleNamespace(arch=arch, compile=lambda source, options: SimpleNamespace(kernel=lambda c: kernel))
+        return Fp4Gemv(context, m, n, k, "fp4", "linear", compiler, knobs.pop("warps", None),  # type: ignore[arg-type]
+                       knobs.pop("symbol", FP4_SYMBOL), **knobs)
+
+    for n, k in [(301, 96), (1, 32), (4097, 160), (1001, 4128)]:
+        for rows in (4, 8):
+            for g in (2, 4, 8):
+                engine = gemv(n, k, decode="dp4a", rows=rows, row_warps=g)
+                blocks = -(-n // (rows * g))
+                assert (engine.config.grid, engine.config.block) == ((blocks, 1, 1), (32 * g, 1, 1))
+                assert engine.warps == 1 and engine.row_warps == g and engine.rows == rows
+                text = engine.describe()
+                assert f"-D MIRCUDA_FP4_ROW_WARPS={g}" in text
+                assert f"{blocks} blocks of {g} warps, each taking its own block of {rows} weight rows whole" in text
+    default = gemv(1001, 4128, row_warps=4)  # sm_90: the default decoder is dp4a, rows 8 for K > 4096
+    assert default.decode == "dp4a" and default.rows == 8 and default.config.grid == (32, 1, 1)
+    plain = gemv(1001, 4128, warps=1, row_warps=1)
+    assert "MIRCUDA_FP4_ROW_WARPS" not in plain.describe() and plain.config.block == (32, 1, 1)
+
+    def refused(**knobs: Any) -> str:
+        compiler = SimpleNamespace(arch=knobs.pop("arch", "sm_90"), compile=lambda source, options: pytest.fail("compiled"))
+        with pytest.raises(mc.ContractError) as info:
+            Fp4Gemv(SimpleNamespace(), knobs.pop("m", 1), 64, knobs.pop("k", 256), knobs.pop("activation", "fp4"),  # type: ignore[arg-type]
+                    "linear", compiler, knobs.pop("warps", None), knobs.pop("symbol", FP4_SYMBOL), **knobs)
+        return info.value.argument
+
+    assert refused(arch="sm_120f", row_warps=2) == "row_warps"  # the default decoder there is not dp4a
+    for knobs, argument in [({"row_warps": 3}, "row_warps"), ({"row_warps": 2.0}, "row_warps"),
+                            ({"row_warps": True}, "row_warps"), ({"row_warps": np.int64(2)}, "row_warps"),
+                            ({"decode": "e4m3", "row_warps": 2}, "row_warps"), ({"k": 80, "row_warps": 2}, "row_warps"),
+                            ({"activation": "bf16", "row_warps": 2}, "row_warps"),
+                            ({"decode": "dp4a", "warps": 2, "row_warps": 2}, "warps"),
+                            ({"symbol": FP4_MMA_SYMBOL, "row_warps": 2}, "row_warps"),
+                            ({"m": 4, "symbol": FP4_MMA_SYMBOL, "row_warps": 2}, "row_warps"),
+                            ({"decode": "dp4a", "persistent": True, "row_warps": 2}, "persistent")]:
+        assert refused(**knobs) == argument, knobs
