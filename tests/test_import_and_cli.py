@@ -119,7 +119,8 @@ def test_the_console_script_lists_every_command(capsys) -> None:
     assert info.value.code == 0
     text = capsys.readouterr().out
     for command in ("inspect", "profile", "graph-profile", "compile", "dense-vector-profile", "matmul-profile",
-                    "fp8-profile", "build-cutlass", "cutlass-check"):
+                    "decoder-layer-profile", "fp8-profile", "fp4-profile", "moe-profile", "multi-gpu-profile",
+                    "build-cutlass", "cutlass-check"):
         assert f"    {command} " in text or f"    {command}\n" in text, command
 
 
