@@ -119,8 +119,24 @@ def test_the_console_script_lists_every_command(capsys) -> None:
     assert info.value.code == 0
     text = capsys.readouterr().out
     for command in ("inspect", "profile", "graph-profile", "compile", "dense-vector-profile", "matmul-profile",
-                    "fp8-profile", "build-cutlass", "cutlass-check"):
+                    "decoder-layer-profile", "fp8-profile", "fp4-profile", "moe-profile", "multi-gpu-profile",
+                    "build-cutlass", "cutlass-check"):
         assert f"    {command} " in text or f"    {command}\n" in text, command
+
+
+
+def test_the_top_level_help_is_plain_text_and_version_answers(capsys) -> None:
+    """``--help`` printed the docstring's reST quotes (````python -m mircuda````); ``--version`` was refused as a
+    missing command."""
+    from mircuda.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    assert "``" not in text and "python -m mircuda: inspect the machine" in " ".join(text.split())
+    out = subprocess.run([sys.executable, "-m", "mircuda", "--version"], capture_output=True, text=True)
+    assert (out.returncode, out.stdout, out.stderr) == (0, f"mircuda {mc.__version__}\n", "")
 
 
 WRONG_AXPBY = r"""

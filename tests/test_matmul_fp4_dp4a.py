@@ -3,14 +3,16 @@ emulation of PTX ``prmt.b32`` (default mode) with the header's table turns every
 a word into 2|v| or 0 as the comment says, P - N is 2v, and the activations' one-IADD3 conversion gives the
 two's-complement bytes without a carry; the kernel compiles for sm_80, sm_90 and sm_120f; its sm_90 SASS main
 loop has one IDP4A per four products, no FP16 decode, no local memory, and fewer instructions per weight than
-the FP16 path's; the knobs are checked by name. The GPU checks are in
-``tests/gpu/test_matmul_fp4_dp4a_gpu.py``."""
+the FP16 path's; the knobs are checked by name; a numpy model of the kernel's indices on the plans' launch
+geometry (row warps included) stores every output once and loads and prefetches nothing outside. The GPU checks
+are in ``tests/gpu/test_matmul_fp4_dp4a_gpu.py``."""
 
 from __future__ import annotations
 
 import argparse
 import re
 from importlib import resources
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +20,8 @@ import pytest
 import mircuda as mc
 from mircuda.cli._fp4_profile import Fp4Candidate, sweep_values
 from mircuda.matmul._fp4 import (FP4_MMA_SYMBOL, FP4_SYMBOL, VECTOR_DECODES, check_dp4a, check_gemv_knobs,
-                                 fp4_gemv_options, fp4_vector_source)
+                                 fp4_gemv_options, fp4_vector_source, gemv_launch)
+from mircuda.matmul import _fp4_reference as ref
 from mircuda.matmul._fp4_reference import E2M1_VALUES
 from tests.test_matmul_fp4_decode import all_words, nibbles, opcodes, sass
 
@@ -422,7 +425,7 @@ def test_row_warps_compile_without_local_memory_or_more_registers(arch) -> None:
         return int(regs.group(1)), out.stdout
 
     for rows, stages, prefetch in [(4, 2, False), (8, 2, False), (4, 3, True)]:
-        one, _ = resources(fp4_gemv_options(1, rows, "linear", True, "fp4", "dp4a", "int32", stages, prefetch))
+        one, _ = resources(fp4_gemv_options(1, rows, "tiled", True, "fp4", "dp4a", "int32", stages, prefetch))
         for g in (2, 4, 8):
             regs, text = resources(fp4_gemv_options(1, rows, "tiled", True, "fp4", "dp4a", "int32", stages, prefetch,
                                                     row_warps=g))
@@ -460,10 +463,192 @@ def test_the_sweep_takes_row_warps_with_dp4a_only() -> None:
     got = sweep_values("vector:decode=dp4a:rowwarps=4,vector:decode=dp4a:rows=8:rowwarps=2:warps=1")
     assert got[0].row_warps == 4 and got[0].knobs()["row_warps"] == 4
     assert got[0].label == "vector:decode=dp4a:rowwarps=4"
-    assert got[1].label == "vector:decode=dp4a:rows=8:warps=1:rowwarps=2"
+    assert got[1].label == "vector:decode=dp4a:rows=8:rowwarps=2"  # warps=1: what row warps run anyway
     assert sweep_values("vector:decode=dp4a:rowwarps=1") == (Fp4Candidate("vector", "dp4a"),)  # the default
     assert "row_warps" not in Fp4Candidate("vector", "dp4a").knobs()
     for text in ("vector:decode=e4m3:rowwarps=2", "vector:rowwarps=2", "vector:decode=dp4a:rowwarps=2:warps=2",
-                 "mma:rowwarps=2", "vector:decode=dp4a:rowwarps=3"):
+                 "mma:rowwarps=2", "vector:decode=dp4a:rowwarps=3",
+                 "vector:decode=dp4a:rowwarps=2,vector:decode=dp4a:warps=1:rowwarps=2"):  # one configuration twice
         with pytest.raises(argparse.ArgumentTypeError):
             sweep_values(text)
+
+
+# -- row warps: a model of fp4_matvec_lean's indices on the plans' launch geometry ----------------------------
+LEAN_LINES = (
+    "ids.ctaid = ids.ctaid * kRowWarps + (ids.tid >> 5);", "ids.tid &= 31u;", "ids.ntid = 32u;",
+    "const int warps = ids.ntid >> 5;", "if (kRowWarps > 1 && row0 >= n) return;",
+    "const int steps = k > warp * 32 * 32 ? (k - warp * 32 * 32 + stride - 1) >> (9 + __ffs(warps)) : 0;",
+    "const int lane_col = warp * 32 * 32 + lane * 32;", "if (row0 + r + 1 < n) {",
+    "const unsigned char* pw = w + row0 * (k / 2) + (lane_col >> 1);", "const unsigned sstep = lean_scale_step<MIRCUDA_FP4_TILED != 0>(stride);",
+    "prefetch_prologue(w, sw, n, k, row0, warp, warps, lane);",
+    "const int c0 = warp * 32 * kElems + d * warps * 32 * kElems;",
+    "if (holder && row0 + row < n) decode::store_out(y + (long long)y_row * n + row0 + row, scale * v);",
+    "if (ids.tid < kRows && row0 + ids.tid < n) {",
+)
+"""Code of ``cuda_src/fp4_vector.cu`` that :func:`lean_model` mirrors, character for character: a change to it
+must change the model too."""
+
+
+def lean_model(n: int, k: int, rows: int, warps: int, row_warps: int, stages: int, tiled: bool) -> dict[str, Any]:
+    """``fp4_matvec_lean`` (``fp4_matvec_bf16`` with ``MIRCUDA_FP4_DP4A``; 16-byte loads) for every thread of the
+    launch :func:`~mircuda.matmul._fp4.gemv_launch` gives the plans: the outputs stored, the (row, 32-column chunk)
+    pairs each block's rows read, the code and scale bytes its pointer walk loads (keyed by warp and step) and
+    the L2 prefetches of ``prefetch_prologue``."""
+    blocks, threads = gemv_launch(n, rows, warps, row_warps)
+    b, t = (a.ravel() for a in np.meshgrid(np.arange(blocks, dtype=np.int64), np.arange(threads, dtype=np.int64),
+                                           indexing="ij"))
+    ctaid, tid, ntid = b, t, threads
+    if row_warps > 1:  # each warp a one-warp block of its own row block
+        ctaid, tid, ntid = ctaid * row_warps + (tid >> 5), tid & 31, 32
+    nwarps, warp, lane = ntid >> 5, tid >> 5, tid & 31
+    row0 = ctaid * rows
+    live = ~((row_warps > 1) & (row0 >= n))  # the spare warps return before any pointer is formed
+    ctaid, tid, warp, lane, row0 = ctaid[live], tid[live], warp[live], lane[live], row0[live]
+    wid = ctaid * 8 + warp  # one number per warp
+    stride, lane_col = nwarps * 1024, warp * 1024 + lane * 32
+    steps = np.where(k > warp * 1024, (k - warp * 1024 + stride - 1) >> (9 + nwarps.bit_length()), 0)
+    kblocks, katoms = k // 16, -(-(k // 16) // 4)
+    rp = [row0]  # the row each of the R row pointers points at: moved on while row0 + r + 1 < n
+    for r in range(1, rows):
+        rp.append(np.where(row0 + r < n, rp[-1] + 1, rp[-1]))
+    row_part = (((row0 >> 7) * katoms) * 512 + (row0 & 31) * 16 + ((row0 >> 5) & 3) * 4) if tiled else row0 * kblocks
+    kb0 = lane_col >> 4
+    col_part = ((kb0 >> 2) * 512 + (kb0 & 3)) if tiled else kb0
+    srow, sstep = (16, stride * 8) if tiled else (kblocks, stride >> 4)
+    layout = ref.tiled_offsets(n, kblocks) if tiled else np.arange(n * kblocks, dtype=np.int64).reshape(n, kblocks)
+    loads: dict[str, list[np.ndarray]] = {"code": [], "scale": [], "layout": [], "chunk": [], "key": []}
+    for step in range(int(steps.max(initial=0))):
+        col = lane_col + step * stride
+        go = (step < steps) & (col < k)
+        for r in range(rows):
+            row = rp[r][go]
+            code = row0[go] * (k // 2) + (lane_col[go] >> 1) + (row - row0[go]) * (k // 2) + step * (stride >> 1)
+            loads["code"].append(code)
+            loads["scale"].append(row_part[go] + col_part[go] + (row - row0[go]) * srow + step * sstep)
+            loads["layout"].append(layout[row, col[go] // 16])
+            loads["chunk"].append(np.stack([row0[go] + r, col[go] // 32], 1))
+            loads["key"].append(((wid[go] * 64 + step) * n + row) * (k // 2) + code - row * (k // 2))
+    out = {name: np.concatenate(parts) for name, parts in loads.items()}
+    # the stores: lean_reduce leaves row l >> log2(32 / R) in lane l, held by lanes l % (32 / R) == 0; with a K
+    # split thread tid < R of the block sums the warps' partials of row tid
+    if nwarps == 1:
+        holder, row = (lane & (32 // rows - 1)) == 0, lane >> ((32 // rows).bit_length() - 1)
+        out["stored"] = (row0 + row)[holder & (row0 + row < n)]
+    else:
+        out["stored"] = (row0 + tid)[(tid < rows) & (row0 + tid < n)]
+    # prefetch_prologue (32 elements per lane): lane -> row (lane / 4) % R, byte (lane % 4) 128 of step d's chunk
+    pf_row = np.where(row0 + (lane >> 2) % rows < n, row0 + (lane >> 2) % rows, n - 1)
+    ahead, every, line = ((lane >> 4), 2, (lane & 3) * 128) if rows == 4 else (0 * lane, 1, (lane & 3) * 128)
+    prefetch = []
+    for d in range(stages - 1):
+        c0 = warp * 1024 + d * nwarps * 1024
+        go = (d >= ahead) & ((d - ahead) % every == 0) & (c0 < k) & (c0 // 2 + line < k // 2)
+        prefetch.append(((wid[go] * 64 + d) * n + pf_row[go]) * (k // 2) + c0[go] // 2 + line[go])
+    out["prefetch"] = np.concatenate(prefetch) if prefetch else np.zeros(0, np.int64)
+    return out
+
+
+def test_the_lean_model_mirrors_the_kernel_source() -> None:
+    text = resources.files("mircuda").joinpath("cuda_src/fp4_vector.cu").read_text()
+    missing = [line for line in LEAN_LINES if line not in text]
+    assert not missing, f"fp4_matvec_lean changed: update lean_model ({missing})"
+
+
+@pytest.mark.parametrize("rows", [4, 8])
+@pytest.mark.parametrize("row_warps", [1, 2, 4, 8])
+@pytest.mark.parametrize("n, k", [(1, 32), (37, 96), (301, 1056), (1001, 2080), (4097, 160), (300, 14336)], ids=str)
+def test_row_warps_write_every_output_once_and_read_only_their_rows(n, k, rows, row_warps) -> None:
+    """On the launch the plans make (:func:`~mircuda.matmul._fp4.gemv_launch`, the kernel mirrored by
+    :func:`lean_model`): every output row is stored exactly once, from one read of each 32-column chunk of its
+    row; every code and scale byte loaded lies inside the operands (the last block's spare warps load nothing),
+    the scale pointer walk lands on the layout's byte; each L2 prefetch is a byte the warp itself loads in step d
+    of that row, d < stages - 1; and the grid has the fewest blocks that do it (fewer than row_warps spare warps)."""
+    blocks, threads = gemv_launch(n, rows, 1, row_warps)
+    assert threads == 32 * row_warps and (blocks - 1) * row_warps * rows < n <= blocks * row_warps * rows
+    for warps in ((1,) if row_warps > 1 else (1, 2, 8)):
+        for tiled in (False, True):
+            for stages in (2, 4):
+                got = lean_model(n, k, rows, warps, row_warps, stages, tiled)
+                assert np.array_equal(np.bincount(got["stored"], minlength=n), np.ones(n, np.int64))
+                counts = np.zeros((n + rows, k // 32), np.int64)
+                np.add.at(counts, (got["chunk"][:, 0], got["chunk"][:, 1]), 1)
+                assert (counts[:n] == 1).all()
+                assert got["code"].min() >= 0 and got["code"].max() + 16 <= n * k // 2
+                assert np.array_equal(got["scale"], got["layout"])
+                assert got["scale"].max() + 2 <= ref.scale_bytes(n, k, "tiled" if tiled else "linear")
+                assert np.isin(got["prefetch"], got["key"]).all()
+                assert len(got["prefetch"]) > 0
+
+
+def test_the_fp4_module_docs_name_only_what_exists() -> None:
+    """Every :func:/:data:/:class: of ``mircuda/matmul/_fp4.py`` names something of the module, of
+    ``mircuda.matmul`` or, spelt out, of a mircuda module (``check_row_warps`` named a ``default_row_warps``)."""
+    import importlib
+
+    from mircuda import matmul
+    from mircuda.matmul import _fp4
+
+    text = resources.files("mircuda").joinpath("matmul/_fp4.py").read_text()
+    missing = []
+    for name in sorted(set(re.findall(r":(?:func|data|class):`~?([A-Za-z_][\w.]*)`", text))):
+        if "." not in name:
+            found = hasattr(_fp4, name) or hasattr(matmul, name)
+        else:
+            module, _, attr = name.rpartition(".")
+            found = hasattr(importlib.import_module(module), attr)
+        if not found:
+            missing.append(name)
+    assert not missing
+
+
+def test_row_warps_launch_and_describe_without_a_gpu() -> None:
+    """Fp4Gemv with a fake device and compiler: what the GPU tests expect of the launch (ceil(N / (rows G)) blocks
+    of 32 G threads, warps 1) and of describe(); with the default decoder where it is dp4a (sm_90) and refused
+    by name where it is not (sm_120f, whose default is the cvt decode); every refusal comes before the compiler."""
+    from types import SimpleNamespace
+
+    from mircuda.matmul._fp4 import Fp4Gemv
+
+    info = SimpleNamespace(multiprocessor_count=132, supports_programmatic_launch=True, compute_capability=(9, 0),
+                           max_threads_per_block=1024, max_block_dims=(1024, 1024, 64),
+                           max_grid_dims=(2 ** 31 - 1, 65535, 65535), max_shared_memory_per_block_optin_bytes=232448)
+    kernel = SimpleNamespace(attributes=SimpleNamespace(max_threads_per_block=256), launch=None, handle=0)
+    context = SimpleNamespace(device_info=lambda: info)
+
+    def gemv(n: int, k: int, arch: str = "sm_90", m: int = 1, **knobs: Any) -> Any:
+        compiler = SimpleNamespace(arch=arch, compile=lambda source, options: SimpleNamespace(kernel=lambda c: kernel))
+        return Fp4Gemv(context, m, n, k, "fp4", "linear", compiler, knobs.pop("warps", None),  # type: ignore[arg-type]
+                       knobs.pop("symbol", FP4_SYMBOL), **knobs)
+
+    for n, k in [(301, 96), (1, 32), (4097, 160), (1001, 4128)]:
+        for rows in (4, 8):
+            for g in (2, 4, 8):
+                engine = gemv(n, k, decode="dp4a", rows=rows, row_warps=g)
+                blocks = -(-n // (rows * g))
+                assert (engine.config.grid, engine.config.block) == ((blocks, 1, 1), (32 * g, 1, 1))
+                assert engine.warps == 1 and engine.row_warps == g and engine.rows == rows
+                text = engine.describe()
+                assert f"-D MIRCUDA_FP4_ROW_WARPS={g}" in text
+                assert f"{blocks} blocks of {g} warps, each taking its own block of {rows} weight rows whole" in text
+    default = gemv(1001, 4128, row_warps=4)  # sm_90: the default decoder is dp4a, rows 8 for K > 4096
+    assert default.decode == "dp4a" and default.rows == 8 and default.config.grid == (32, 1, 1)
+    plain = gemv(1001, 4128, warps=1, row_warps=1)
+    assert "MIRCUDA_FP4_ROW_WARPS" not in plain.describe() and plain.config.block == (32, 1, 1)
+
+    def refused(**knobs: Any) -> str:
+        compiler = SimpleNamespace(arch=knobs.pop("arch", "sm_90"), compile=lambda source, options: pytest.fail("compiled"))
+        with pytest.raises(mc.ContractError) as info:
+            Fp4Gemv(SimpleNamespace(), knobs.pop("m", 1), 64, knobs.pop("k", 256), knobs.pop("activation", "fp4"),  # type: ignore[arg-type]
+                    "linear", compiler, knobs.pop("warps", None), knobs.pop("symbol", FP4_SYMBOL), **knobs)
+        return info.value.argument
+
+    assert refused(arch="sm_120f", row_warps=2) == "row_warps"  # the default decoder there is not dp4a
+    for knobs, argument in [({"row_warps": 3}, "row_warps"), ({"row_warps": 2.0}, "row_warps"),
+                            ({"row_warps": True}, "row_warps"), ({"row_warps": np.int64(2)}, "row_warps"),
+                            ({"decode": "e4m3", "row_warps": 2}, "row_warps"), ({"k": 80, "row_warps": 2}, "row_warps"),
+                            ({"activation": "bf16", "row_warps": 2}, "row_warps"),
+                            ({"decode": "dp4a", "warps": 2, "row_warps": 2}, "warps"),
+                            ({"symbol": FP4_MMA_SYMBOL, "row_warps": 2}, "row_warps"),
+                            ({"m": 4, "symbol": FP4_MMA_SYMBOL, "row_warps": 2}, "row_warps"),
+                            ({"decode": "dp4a", "persistent": True, "row_warps": 2}, "persistent")]:
+        assert refused(**knobs) == argument, knobs

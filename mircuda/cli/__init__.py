@@ -45,7 +45,12 @@ def _parser() -> argparse.ArgumentParser:
                    _fp4_profile, _fp8_profile, _graph_profile, _inspect, _matmul_profile, _moe_profile,
                    _multi_gpu_profile, _profile)
 
-    parser = _Parser(prog="python -m mircuda", description=__doc__.splitlines()[0])
+    from .. import __version__
+
+    # the module docstring's first line, without its reST quotes (``--help`` prints it as it is)
+    parser = _Parser(prog="python -m mircuda", description=__doc__.splitlines()[0].replace("``", ""))
+    parser.add_argument("--version", action="version", version=f"mircuda {__version__}",
+                        help="print mircuda's version and exit (compile --version adds NVRTC's)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
     # The order of `--help`'s command list.
     for command in (_inspect, _profile, _graph_profile, _compile, _dense_vector_profile, _matmul_profile,

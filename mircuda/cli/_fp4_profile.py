@@ -145,8 +145,8 @@ class Fp4Candidate:
     def knobs(self) -> dict[str, Any]:
         """The plans' keyword arguments (BlockScaledFp4VectorPlan and BlockScaledFp4Plan take the same)."""
         knobs = {"kernel": SWEEP_KERNELS[self.kernel], "decode": self.decode, "rows": self.rows, "warps": self.warps,
-                 "block_sum": self.block_sum, "stages": self.stages, "pdl_trigger": self.pdl_trigger}
-        for name in ("prefetch", "persistent", "row_warps"):  # only the vector kernel has these knobs
+                 "block_sum": self.block_sum, "stages": self.stages}
+        for name in ("prefetch", "persistent", "row_warps", "pdl_trigger"):  # given only when the candidate sets them
             if getattr(self, name) is not None:
                 knobs[name] = getattr(self, name)
         return knobs
@@ -203,7 +203,9 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
         if row_warps is not None and (knobs.get("decode") != "dp4a" or knobs.get("warps", 1) != 1):
             raise argparse.ArgumentTypeError(f"expected rowwarps=G > 1 with decode=dp4a and no warps > 1 (each warp "
                                              f"takes its row block whole), received {item!r}")
-        candidate = Fp4Candidate(kernel, knobs.get("decode"), knobs.get("rows"), knobs.get("warps"), knobs.get("sum"),
+        # with row warps, warps=1 is what the plan runs anyway: the same configuration as leaving it out
+        warps = None if row_warps is not None else knobs.get("warps")
+        candidate = Fp4Candidate(kernel, knobs.get("decode"), knobs.get("rows"), warps, knobs.get("sum"),
                                  knobs.get("stages"), True if knobs.get("prefetch") else None,
                                  True if knobs.get("persistent") else None, row_warps, knobs.get("trigger"))
         if candidate in out:

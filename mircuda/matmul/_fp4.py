@@ -40,7 +40,7 @@ __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vec
            "fp4_mma_options", "EPILOGUES", "check_epilogue", "DECODE_THREADS", "DECODE_WORDS", "decode_config",
            "DECODES", "BLOCK_SUMS", "default_decode", "check_gemv_knobs", "VECTOR_ROWS", "MMA_ROWS", "STAGES", "VECTOR_DECODES",
            "check_dp4a", "default_vector_decode", "dp4a_rows", "DP4A_DEFAULT_MEASURED", "DP4A_ROWS8_MIN_K", "DP4A_DECODE",
-           "GemvKnobs", "resolve_gemv_knobs", "ROW_WARPS", "check_row_warps", "refuse_row_warps"]
+           "GemvKnobs", "resolve_gemv_knobs", "ROW_WARPS", "check_row_warps", "refuse_row_warps", "gemv_launch"]
 
 ACTIVATIONS = ("fp4", "bf16")
 """``activation=``: ``"fp4"`` (NVFP4 activations with their own scales and global scale) or ``"bf16"``
@@ -254,7 +254,7 @@ ROW_WARPS = (1, 2, 4, 8)
 
 
 def check_row_warps(row_warps: Any) -> int | None:
-    """``row_warps=``: None (the default, :func:`default_row_warps`) or one of :data:`ROW_WARPS`.
+    """``row_warps=``: None (the default: 1, one row block per block) or one of :data:`ROW_WARPS`; returns it.
 
     Raises:
         ContractError: naming ``row_warps``.
@@ -280,6 +280,13 @@ def refuse_row_warps(row_warps: int, decode: str, warps: int | None, symbol: str
     if warps not in (None, 1):
         raise ContractError("warps", f"None or 1 with row_warps={row_warps} (each warp takes its row block whole; no "
                             "K split)", repr(warps))
+
+
+def gemv_launch(n: int, rows: int, warps: int, row_warps: int = 1) -> tuple[int, int]:
+    """``(blocks, threads)`` of an :class:`Fp4Gemv` launch before a persistent grid's cap: ``ceil(N / (rows
+    row_warps))`` blocks of ``32 warps row_warps`` threads. Block b's warp j takes row block ``row_warps b + j``
+    (``fp4_matvec_lean``; ``warps`` is then 1); the last block's warps past N return at once."""
+    return -(-n // (rows * row_warps)), 32 * warps * row_warps
 
 
 def check_dp4a(m: int, k: int, persistent: bool) -> None:
@@ -447,9 +454,10 @@ class Fp4Gemv:
     cores, 16 or 32 weight rows per block, NVFP4 activations only). Both take the same parameters.
 
     Raises:
-        ContractError: ``warps`` is not None, 1, 2, 4 or 8; ``symbol`` is the tensor-core kernel and
-            ``activation`` is not ``"fp4"``; K above :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K`
-            (2^28) with tiled scales (named ``spec``).
+        ContractError: ``warps`` is not None, 1, 2, 4 or 8; ``row_warps`` is not None or one of :data:`ROW_WARPS`,
+            or above 1 off the integer path or with ``warps`` above 1 (:func:`refuse_row_warps`); ``pdl_trigger`` is
+            not None, ``"early"`` or ``"late"``; ``symbol`` is the tensor-core kernel and ``activation`` is not ``"fp4"``; K above
+            :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K` (2^28) with tiled scales (named ``spec``).
         CompileError: NVRTC rejected the kernel (a bug).
     """
 
@@ -509,10 +517,10 @@ class Fp4Gemv:
                                         lambda w: blocks_per_sm(context, self.kernel, w), rows=self.rows,
                                         chunk=chunk)
         self.warps = warps
-        blocks = -(-n // (self.rows * self.row_warps))
+        blocks, threads = gemv_launch(n, self.rows, warps, self.row_warps)
         if self.persistent:  # at most one wave; the blocks walk the row blocks
             blocks = min(blocks, info.multiprocessor_count * max(1, blocks_per_sm(context, self.kernel, warps)))
-        self.config = LaunchConfig((blocks,), (32 * warps * self.row_warps,),
+        self.config = LaunchConfig((blocks,), (threads,),
                                    programmatic_stream_serialization=info.supports_programmatic_launch)
         self.config.check(info, self.kernel.attributes.max_threads_per_block)
         self._launch = self.kernel.launch
@@ -746,7 +754,8 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16, or above 2^28 with tiled scales:
             :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K`), activation, layout, warps, compiler or knob
-            (see :func:`check_gemv_knobs`, :func:`check_flag`).
+            (see :func:`check_gemv_knobs`, :func:`check_flag`, :func:`check_row_warps`, :func:`refuse_row_warps`,
+            :func:`~mircuda.matmul._spec.check_pdl_trigger`).
         UnsupportedPlatform: compute capability below 8.0.
         CompileError: NVRTC rejected the kernel (a bug).
     """

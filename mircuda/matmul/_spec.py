@@ -288,7 +288,8 @@ class EngineViews:
 
     @property
     def warps(self) -> int:
-        """Warps per block splitting K."""
+        """Warps per block splitting K (1 for an FP4 plan with ``row_warps`` G > 1, whose blocks hold G warps that
+        each take their own rows whole)."""
         return self._engine.warps
 
 

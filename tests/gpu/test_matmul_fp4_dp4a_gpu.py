@@ -173,12 +173,16 @@ def test_row_warps_match_float64(context, stream, pool, rng, n, k, layout, row_w
 
 
 def test_row_warps_in_the_matrix_plan_from_numba_njit(context, stream, pool, rng) -> None:
+    """With the default decoder where that is dp4a (not on a cc 12.x target with cvt.rn.f16x2.e2m1x2, where
+    row_warps alone is refused: decode='dp4a' is then asked for)."""
     numba = pytest.importorskip("numba")
     n, k = 1001, 4128
+    default = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k))
+    knobs = {} if "decode='dp4a'" in str(default.describe()) else {"decode": "dp4a"}
     b = Operand(context, stream, pool, bf16_data(rng, n, k), "linear")
     a = Operand(context, stream, pool, bf16_data(rng, 1, k), "linear")
     d = poisoned(context, stream, pool, n)
-    with mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(1, n, k), row_warps=4) as plan:
+    with mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(1, n, k), row_warps=4, **knobs) as plan:
         assert "-D MIRCUDA_FP4_ROW_WARPS=4" in str(plan.describe()) and "decode='dp4a'" in str(plan.describe())
         execute = plan.numba_execute
 
@@ -203,6 +207,11 @@ def test_row_warps_refusals_name_the_knob(context, stream) -> None:
         (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps=16), "row_warps"),
         (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps="2"), "row_warps"),
         (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps=2.0), "row_warps"),
+        (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps=True), "row_warps"),
+        (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), row_warps=np.int64(3)), "row_warps"),
+        (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), decode="dp4a", persistent=True, row_warps=2),
+         "persistent"),
+        (lambda: matrix(context, stream, mc.DenseMatmulSpec(1, 64, 256), decode="e4m3", row_warps=4), "row_warps"),
         (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), decode="e4m3", row_warps=2), "row_warps"),
         (lambda: vector(context, stream, mc.DenseVectorSpec(64, 80), row_warps=2), "row_warps"),  # K % 32 != 0
         (lambda: vector(context, stream, mc.DenseVectorSpec(64, 256), activation="bf16", row_warps=2), "row_warps"),
