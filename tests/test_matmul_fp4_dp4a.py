@@ -466,7 +466,8 @@ def test_the_sweep_takes_row_warps_with_dp4a_only() -> None:
     assert got[1].label == "vector:decode=dp4a:rows=8:rowwarps=2"  # warps=1: what row warps run anyway
     assert sweep_values("vector:decode=dp4a:rowwarps=1") == (Fp4Candidate("vector", "dp4a"),)  # the default
     assert "row_warps" not in Fp4Candidate("vector", "dp4a").knobs()
-    for text in ("vector:decode=e4m3:rowwarps=2", "vector:rowwarps=2", "vector:decode=dp4a:rowwarps=2:warps=2",
+    for text in ("vector:decode=dp4a:persistent=1", "vector:decode=dp4a:rowwarps=2:persistent=1",
+                 "vector:decode=e4m3:rowwarps=2", "vector:rowwarps=2", "vector:decode=dp4a:rowwarps=2:warps=2",
                  "mma:rowwarps=2", "vector:decode=dp4a:rowwarps=3",
                  "vector:decode=dp4a:rowwarps=2,vector:decode=dp4a:warps=1:rowwarps=2"):  # one configuration twice
         with pytest.raises(argparse.ArgumentTypeError):

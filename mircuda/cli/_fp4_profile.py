@@ -203,6 +203,9 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
         if row_warps is not None and (knobs.get("decode") != "dp4a" or knobs.get("warps", 1) != 1):
             raise argparse.ArgumentTypeError(f"expected rowwarps=G > 1 with decode=dp4a and no warps > 1 (each warp "
                                              f"takes its row block whole), received {item!r}")
+        if knobs.get("decode") == "dp4a" and knobs.get("persistent"):
+            raise argparse.ArgumentTypeError(f"expected no persistent=1 with decode=dp4a (the integer path has no "
+                                             f"persistent grid: the plans refuse it), received {item!r}")
         # with row warps, warps=1 is what the plan runs anyway: the same configuration as leaving it out
         warps = None if row_warps is not None else knobs.get("warps")
         candidate = Fp4Candidate(kernel, knobs.get("decode"), knobs.get("rows"), warps, knobs.get("sum"),
