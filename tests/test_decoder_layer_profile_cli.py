@@ -244,12 +244,16 @@ def test_the_flow_on_a_stand_in_device(monkeypatch, tmp_path, capsys) -> None:
     assert result["weight_bytes"] == 2 * (48 * 32 + 32 * 32 + 96 * 32 + 32 * 64)
     alone = ["  qkv 48x32 alone", "  o 32x32 alone", "  gate_up 96x32 alone", "  down 32x64 alone", dl.ALONE_SUM_PATH]
     assert [(r["path"], r["m"]) for r in result["rows"]] == [
-        (path, m) for m in (1, 3) for path in (dl.GRAPH_PATH, dl.GRAPH_PATH + ", single", dl.DIRECT_PATH, *alone)]
-    qkv = result["rows"][3]
+        (path, m) for m in (1, 3)
+        for path in (dl.GRAPH_PATH, dl.GRAPH_PATH + ", single", dl.CHAINED_PATH, dl.DIRECT_PATH, *alone)]
+    qkv = result["rows"][4]
     assert qkv["tbps"] == pytest.approx(48 * 32 * 2 / 100e-6 / 1e12) and qkv["note"] == "stand_in_1, 3 weight banks"
-    assert result["rows"][7]["us"] == 400.0  # the four alone (100 µs each on the stand-in timer), summed
+    assert result["rows"][8]["us"] == 400.0  # the four alone (100 µs each on the stand-in timer), summed
     assert result["rows"][0]["note"].startswith("PDL on 4/4 launches; qkv: stand_in_1")
-    assert driver.context.stream.captures == 6  # one graph per weight set, per M
+    chained = result["rows"][2]  # one replay runs the 3 sets' layers: the stand-in's 100 µs per replay / 3
+    assert chained["us"] == pytest.approx(100.0 / 3) and chained["note"].startswith("3 layers (one per weight set)")
+    assert chained["ratio_to_cublas"] is None
+    assert driver.context.stream.captures == 8  # one graph per weight set and the chained one, per M
     assert result["notes"] == ["cuBLAS not measured: stand-in"]
     assert "goal: M = 1 bf16: 100.0 µs" in capsys.readouterr().out
 
@@ -261,7 +265,8 @@ def test_a_wrong_product_fails_on_a_stand_in_device(monkeypatch, tmp_path, capsy
     path = tmp_path / "wrong.json"
     assert main(["decoder-layer-profile", "--m", "2", "--sets", "2", "--calls", "1", "--json", str(path)]) == 1
     failures = json.loads(path.read_text())["failures"]
-    assert len(failures) == 8 and failures[0].startswith("graph of set 0, M=2 qkv 48x32: relative error")
+    assert len(failures) == 12 and failures[0].startswith("graph of set 0, M=2 qkv 48x32: relative error")
+    assert failures[8].startswith("chained graph, M=2 qkv 48x32: relative error")
     assert "FAILED: graph of set 1" in capsys.readouterr().err
 
 
@@ -308,3 +313,5 @@ def test_cublas_rows_or_the_reason_they_are_missing(monkeypatch, tmp_path, fail)
         assert fake.replays == 3 and result["notes"] == []
         graph = next(r for r in result["rows"] if r["path"] == dl.GRAPH_PATH)
         assert graph["ratio_to_cublas"] == 1.0  # the stand-in timer says 100 µs for every path
+        chained = next(r for r in result["rows"] if r["path"] == dl.CHAINED_PATH)
+        assert chained["ratio_to_cublas"] is None  # several layers per graph: no cuBLAS row measures that

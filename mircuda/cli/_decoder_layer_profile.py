@@ -15,9 +15,11 @@ Cold weights: ``--sets`` full weight sets (default: enough for 8x the L2, at lea
 (each set is about 8.7x the H200's 50 MiB L2 on its own). Device time: a spin kernel holds the stream
 while ``--calls`` replays are enqueued back to back, events around them (:class:`mircuda.timing.StreamTimer`),
 the median over ``--repeats``; "single" rows time one replay alone between the events (its launch
-latency included). Effective TB/s = weight bytes / device µs (activations and outputs are < 0.4 % of
-the bytes and not counted). Goal (issue 16): >= 4.0 TB/s, i.e. <= 109.1 µs per layer, at M = 1, 8, 16;
-cuBLAS measured on an H200 on 2026-11-30: 117.4 µs at M = 1, 121.9 µs at M = 16.
+latency included); the "layers chained" row captures every set's layer into one graph, one after another
+(programmatic dependent launch between the layers, as a graph of a whole model would), and gives the µs per
+layer: what ending each layer's graph costs the back-to-back rows (not the goal's measure). Effective TB/s =
+weight bytes / device µs (activations and outputs are < 0.4 % of the bytes and not counted). Goal (issue 16):
+>= 4.0 TB/s, i.e. <= 109.1 µs per layer, at M = 1, 8, 16; cuBLAS measured on an H200 on 2026-11-30: 117.4 µs at M = 1, 121.9 µs at M = 16.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP, check_results_file
 from ._values import device_ordinal
 
-__all__ = ["GOAL_TBPS", "LAYER", "LayerRow", "decoder_layer_profile", "goal_lines", "layer_bytes", "register", "table"]
+__all__ = ["CHAINED_PATH", "GOAL_TBPS", "LAYER", "LayerRow", "decoder_layer_profile", "goal_lines", "layer_bytes", "register", "table"]
 
 LAYER = (("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336))
 """(name, N, K) of Llama-3-8B's four projections, in the order a layer runs them (meta-llama/Meta-Llama-3-8B
@@ -84,7 +86,9 @@ def ratios(rows: list[LayerRow]) -> None:
     ref = {(r.dtype, r.m, kind(r)): r.us for r in rows if r.path.startswith("cuBLAS")}
     for r in rows:
         base = ref.get((r.dtype, r.m, kind(r)))
-        if base is not None and not r.path.startswith("cuBLAS") and not r.path.endswith(" alone"):  # whole layers only
+        # whole layers, one per graph, only (the chained row's graph holds several layers; cuBLAS's hold one)
+        if (base is not None and not r.path.startswith("cuBLAS") and not r.path.endswith(" alone")
+                and r.path != CHAINED_PATH):
             r.ratio_to_cublas = base / r.us
 
 
@@ -100,6 +104,7 @@ def goal_lines(rows: list[LayerRow]) -> list[str]:
 
 
 GRAPH_PATH = "mircuda graph (4 plans, PDL)"
+CHAINED_PATH = "mircuda graph, layers chained, per layer"
 DIRECT_PATH = "mircuda direct (4 executes)"
 CUBLAS_GRAPH_PATH = "cuBLAS torch CUDAGraph (F.linear)"
 ALONE_SUM_PATH = "mircuda, the four alone, summed"
@@ -283,6 +288,22 @@ def _measure_m(context: Any, stream: Any, pool: Any, timer: Any, lib: Any, in_t:
     finally:
         for g in graphs:
             g.close()
+    # Every set's layer in one graph, one after another (PDL between layers, as in a graph of a whole model):
+    # what a graph boundary costs the back-to-back rows above, which end every layer's graph there.
+    chained = stream.capture(layer, lambda r: [run(s)(r) for s in range(len(weights))])
+    try:
+        _poison(stream, ys, in_t)
+        chained.launch(stream)
+        for (name, n, k), y, want in zip(LAYER, ys, wants):  # every set holds the same weights
+            err = _check(stream, y, want.astype(np.float64), m, n, relative_error)
+            if not err <= 2e-2:
+                failures.append(f"chained graph, M={m} {name} {n}x{k}: relative error {err:.2e}")
+        sets = len(weights)
+        us = timer.median(lambda i: chained.launch(stream), args.calls, args.repeats) / sets
+        out.append(layer_row(CHAINED_PATH, label, m, us, nbytes, f"{sets} layers (one per weight set) per replay, "
+                             "µs per layer; not the goal's measure (one layer per graph)"))
+    finally:
+        chained.close()
     us = timer.median(lambda i: run(i % len(weights))(layer), args.calls, args.repeats)
     out.append(layer_row(DIRECT_PATH, label, m, us, nbytes, "the same plans launched one by one, no graph"))
     out.extend(_alone_rows(stream, pool, timer, plans, xs, ys, weights, in_t, label, m, args))
