@@ -6,6 +6,7 @@ with ``"early"`` before ``griddepcontrol.wait``; the knob adds its define only w
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 
@@ -73,3 +74,88 @@ def test_the_sweep_takes_the_trigger_for_both_kernels() -> None:
     for text in ("vector:trigger=soon", "mma:trigger=0", "vector:trigger=early:trigger=late"):
         with pytest.raises(argparse.ArgumentTypeError):
             sweep_values(text)
+
+
+# Global memory the previous kernel of the stream may write: any load, store or atomic outside the param, const,
+# shared and local state spaces (a generic ld/st may be global); prefetch.global.L2 is a hint and allowed.
+GLOBAL_ACCESS = re.compile(r"^\s*(?:@%p\d+\s+)?(?:ld|ldu|st|atom|red|cp\.async)\.(?!param|const|shared|local)\S*",
+                           re.MULTILINE)
+
+EARLY_MORE = {  # the other word decoders (the table fills shared memory before the wait), prefetch, BF16 activations
+    "bytes-prefetch": (fp4_vector_source, lambda t: fp4_gemv_options(1, 4, "linear", True, "fp4", "bytes", "fp32", 3,
+                                                                      prefetch=True, pdl_trigger=t)),
+    "table-bf16": (fp4_vector_source, lambda t: fp4_gemv_options(4, 8, "tiled", False, "bf16", "table", "fp32", 2,
+                                                                  pdl_trigger=t)),
+    "pairs-persistent": (fp4_vector_source, lambda t: fp4_gemv_options(8, 4, "tiled", True, "fp4", "pairs", "fp16", 2,
+                                                                        persistent=True, prefetch=True, pdl_trigger=t)),
+    "mma-table": (fp4_mma_source, lambda t: fp4_mma_options(16, "tiled", False, "table", 16, 2, pdl_trigger=t)),
+}
+
+
+@pytest.mark.parametrize("kernel", sorted(KERNELS) + sorted(EARLY_MORE))
+def test_nothing_touches_global_memory_before_the_wait_with_either_trigger(kernel) -> None:
+    """With the early trigger the next kernel may run beside this one from its first instruction on, and with
+    either trigger the previous one may still be writing: no global load, store or atomic (the activations, the
+    weights, their scales, the global scales ``global_a`` / ``global_b``) comes before ``griddepcontrol.wait``."""
+    source, options = {**KERNELS, **EARLY_MORE}[kernel]
+    for trigger in ("early", "late"):
+        text = mc.compile_program(source(), "compute_90", mc.CompileOptions(defines=dict(options(trigger).defines),
+                                                                            output="ptx")).image.decode()
+        wait = text.index("griddepcontrol.wait")
+        assert text.count("griddepcontrol.launch_dependents") == 1
+        assert not GLOBAL_ACCESS.findall(text[:wait]), (kernel, trigger, GLOBAL_ACCESS.findall(text[:wait])[:4])
+        assert GLOBAL_ACCESS.findall(text[wait:])  # the pattern sees the kernel's loads
+        trig = text.index("griddepcontrol.launch_dependents")
+        assert (trig < wait) == (trigger == "early"), (kernel, trigger)
+
+
+@pytest.mark.parametrize("decode, persistent", [("bytes", False), ("dp4a", False), ("e4m3", True)])
+def test_the_grouped_kernel_keeps_the_late_trigger(decode, persistent) -> None:
+    """The MoE grouped kernel (fp4_vector.cu with MIRCUDA_FP4_GROUPED) calls the same device functions, whose
+    early trigger is compiled out there: its options never carry ``MIRCUDA_PDL_TRIGGER_LATE`` and no
+    ``launch_dependents`` precedes its first streamed weight load (the kernel waits before its routing table, so
+    the wait alone would not tell)."""
+    from mircuda.matmul._moe_kernels import GROUPED_SYMBOL, DecodeTuning, grouped_options
+
+    tuning = DecodeTuning(decode, 2, 0, 1, persistent=persistent) if decode != "bytes" else None
+    opts = grouped_options(n=768, k=2048, groups=8, bank_size=8, capacity=8, rows_per_tile=1, fixed_rows=0,
+                           tiled=False, sets=1, variant="vector", tuning=tuning)
+    assert "MIRCUDA_PDL_TRIGGER_LATE" not in dict(opts.defines)
+    module = mc.compile_program(fp4_vector_source(), "compute_90", mc.CompileOptions(defines=dict(opts.defines),
+                                                                                     output="ptx")).image.decode()
+    text = module[module.index(f".entry {GROUPED_SYMBOL}("):]  # not the setup kernel before it
+    assert "griddepcontrol.launch_dependents" in text
+    assert text.index("griddepcontrol.wait") < text.index(STREAMED) < text.index("griddepcontrol.launch_dependents")
+
+
+def test_describe_names_the_trigger_only_where_the_launch_is_programmatic() -> None:
+    """Fp4Gemv.describe() on a fake device and compiler: with programmatic dependent launch (cc >= 9.0) it names
+    the trigger the kernel was compiled with (late when not given); without (cc 8.x) it claims no trigger and
+    no programmatic launch, and the define it was compiled with is still listed."""
+    from types import SimpleNamespace
+
+    from mircuda.matmul._fp4 import FP4_MMA_SYMBOL, FP4_SYMBOL, Fp4Gemv
+
+    def describe(pdl: bool, symbol: str, trigger: str | None) -> str:
+        info = SimpleNamespace(multiprocessor_count=132, supports_programmatic_launch=pdl,
+                               compute_capability=(9, 0) if pdl else (8, 9), max_threads_per_block=1024,
+                               max_block_dims=(1024, 1024, 64), max_grid_dims=(2 ** 31 - 1, 65535, 65535),
+                               max_shared_memory_per_block_optin_bytes=232448)
+        kernel = SimpleNamespace(attributes=SimpleNamespace(max_threads_per_block=256), launch=None, handle=0)
+        compiler = SimpleNamespace(arch="sm_90" if pdl else "sm_89",
+                                   compile=lambda source, options: SimpleNamespace(kernel=lambda c: kernel))
+        context = SimpleNamespace(device_info=lambda: info)
+        m = 1 if symbol == FP4_SYMBOL else 8
+        return Fp4Gemv(context, m, 1001, 4128, "fp4", "linear", compiler, 1, symbol,  # type: ignore[arg-type]
+                       pdl_trigger=trigger).describe()
+
+    for symbol in (FP4_SYMBOL, FP4_MMA_SYMBOL):
+        for trigger in (None, "late", "early"):
+            with_pdl, without = describe(True, symbol, trigger), describe(False, symbol, trigger)
+            said = "early" if trigger == "early" else "late"
+            assert f"programmatic dependent launch ({said} trigger: the next kernel may start" in with_pdl
+            assert "programmatic dependent launch" not in without and "trigger" not in without.replace(
+                "MIRCUDA_PDL_TRIGGER_LATE", "")
+            for text in (with_pdl, without):
+                define = re.findall(r"-D MIRCUDA_PDL_TRIGGER_LATE=(\d)", text)
+                assert define == ([] if trigger is None else [str(int(trigger == "late"))]), (symbol, trigger, text)

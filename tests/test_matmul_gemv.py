@@ -165,11 +165,22 @@ def test_the_sass_holds_bf16_tensor_core_mma_and_the_streamed_kernels_keep_to_re
             assert not re.search(r"\b(?:STL|LDL)\b", body), f"{name} spills to local memory on {arch}"
 
 
-def h200_resident(m: int, row_tiles: int, tmp_path) -> object:
-    """A model of ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` on the H200 for the ``_v16`` bf16 kernel of each
-    unroll: sm_90 holds 65536 registers (allocated per warp in units of 8 per thread), 64 warps, 32 blocks and
-    228 KiB of shared memory (1 KiB reserved per block) per SM; the kernel's registers and shared memory are read
-    from its sm_90 CUBIN by ``cuobjdump -res-usage``."""
+def h200_blocks_per_sm(regs: int, shared: int, warps: int) -> int:
+    """``cuOccupancyMaxActiveBlocksPerMultiprocessor`` on the H200 (sm_90) for a kernel of ``regs`` registers and
+    ``shared`` bytes of static shared memory at ``32 * warps`` threads, as ``cuda_occupancy.h`` computes it: the
+    registers live in four sub-partitions of 16384 and are allocated per warp in units of 256 (8 per thread), so an
+    SM holds ``4 * (16384 // per_warp)`` warps (not ``65536 // per_warp``: at 98 registers 16, not 19); shared
+    memory is allocated in 128-byte units with 1 KiB reserved per block, out of 228 KiB; at most 32 blocks and 64
+    warps."""
+    per_warp = -(-regs * 32 // 256) * 256
+    by_registers = 4 * (16384 // per_warp) // warps
+    by_shared = 233472 // (-(-(shared + 1024) // 128) * 128)
+    return min(32, 64 // warps, by_registers, by_shared)
+
+
+def gemv_usage(m: int, row_tiles: int, tmp_path) -> dict[int, tuple[int, int]]:
+    """``{unroll: (registers, static shared bytes)}`` of the ``_v16`` bf16 kernel of each unroll's sm_90 CUBIN
+    (``cuobjdump -res-usage``)."""
     import subprocess
 
     from tests.test_matmul_fp8_mma import cuobjdump
@@ -185,14 +196,73 @@ def h200_resident(m: int, row_tiles: int, tmp_path) -> object:
         if found is None:
             pytest.skip(f"cuobjdump -res-usage gave no usage: {out.stderr.strip()[:200]}")
         usage[unroll] = (int(found.group(1)), int(found.group(2)))
+    return usage
+
+
+def h200_resident(m: int, row_tiles: int, tmp_path) -> object:
+    """A model of the occupancy query on the H200 for the ``_v16`` bf16 kernel of each unroll
+    (:func:`h200_blocks_per_sm` of its registers and shared memory from its sm_90 CUBIN)."""
+    usage = gemv_usage(m, row_tiles, tmp_path)
 
     def resident(unroll: int, warps: int) -> int:
-        regs, shared = usage[unroll]
-        by_registers = 65536 // (-(-regs // 8) * 8 * 32) // warps
-        by_shared = (228 * 1024) // (shared + 1024)
-        return min(32, 64 // warps, by_registers, by_shared)
+        return h200_blocks_per_sm(*usage[unroll], warps)
 
     return resident
+
+
+def test_the_h200_occupancy_model_is_cuda_occupancy_h(tmp_path) -> None:
+    """:func:`h200_blocks_per_sm` against NVIDIA's own calculator (``cuda_occupancy.h``, compiled for the host with
+    the H200's device properties) for every batched GEMV kernel of M = 9..32 at 1..8 warps and a sweep of register
+    and shared-memory sizes. The first model (``65536 // per_warp``) gave 19 resident blocks at 98 registers
+    where the calculator gives 16."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from tests.test_matmul_fp8_mma import cuobjdump
+
+    tool, _ = cuobjdump()
+    header = next((p for p in (Path(tool).parent.parent / "include", Path("/usr/local/cuda/include"))
+                   if (p / "cuda_occupancy.h").is_file()), None)
+    compiler = shutil.which("c++") or shutil.which("g++")
+    if header is None or compiler is None:
+        pytest.skip("cuda_occupancy.h or a host C++ compiler not found")
+    source = tmp_path / "occ.cpp"
+    source.write_text("""#include <cstdio>
+#include <cstdlib>
+#include "cuda_occupancy.h"
+int main(int argc, char **argv) {  // argv: (registers, shared bytes, warps) triples; the H200's properties
+    cudaOccDeviceProp p;
+    p.computeMajor = 9; p.computeMinor = 0; p.maxThreadsPerBlock = 1024; p.maxThreadsPerMultiprocessor = 2048;
+    p.regsPerBlock = 65536; p.regsPerMultiprocessor = 65536; p.warpSize = 32; p.sharedMemPerBlock = 49152;
+    p.sharedMemPerMultiprocessor = 233472; p.numSms = 132; p.sharedMemPerBlockOptin = 232448;
+    p.reservedSharedMemPerBlock = 1024;
+    cudaOccDeviceState s;
+    for (int i = 1; i + 2 < argc; i += 3) {
+        cudaOccFuncAttributes a;
+        a.maxThreadsPerBlock = 256; a.numRegs = atoi(argv[i]); a.sharedSizeBytes = atoi(argv[i + 1]);
+        a.numBlockBarriers = 1;
+        cudaOccResult r;
+        if (cudaOccMaxActiveBlocksPerMultiprocessor(&r, &p, &a, &s, 32 * atoi(argv[i + 2]), 0) != CUDA_OCC_SUCCESS)
+            return 2;
+        printf("%d\\n", r.activeBlocksPerMultiprocessor);
+    }
+    return 0;
+}
+""")
+    binary = tmp_path / "occ"
+    subprocess.run([compiler, "-O1", f"-I{header}", str(source), "-o", str(binary)], check=True, capture_output=True)
+    usage = {value for m in (9, 12, 16, 24, 32) for value in gemv_usage(m, 1, tmp_path).values()}
+    usage |= set(gemv_usage(32, 2, tmp_path).values())
+    usage |= {(regs, shared) for regs in range(32, 256, 6) for shared in (0, 100, 5120, 9216, 13312, 17408, 40000)}
+    cases = sorted((regs, shared, warps) for regs, shared in usage for warps in (1, 2, 4, 8))
+    out = subprocess.run([str(binary), *(str(v) for case in cases for v in case)], capture_output=True, text=True,
+                         check=True)
+    got = [int(line) for line in out.stdout.split()]
+    assert len(got) == len(cases)
+    wrong = [(case, want) for case, want in zip(cases, got, strict=True) if h200_blocks_per_sm(*case) != want]
+    assert not wrong, wrong[:10]
+    assert h200_blocks_per_sm(98, 9216, 1) == 16 and h200_blocks_per_sm(162, 9216, 1) == 12
 
 
 @pytest.mark.parametrize("m, row_tiles, shapes", [

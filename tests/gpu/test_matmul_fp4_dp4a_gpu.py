@@ -260,7 +260,53 @@ def test_either_pdl_trigger_matches_float64_back_to_back(context, stream, pool, 
 def test_a_bad_pdl_trigger_is_refused_by_name(context, stream) -> None:
     for make in (lambda: mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 256), pdl_trigger="soon"),
                  lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 256), pdl_trigger=0),
-                 lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(32, 64, 256), pdl_trigger="early")):
+                 lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(32, 64, 256), pdl_trigger="early"),
+                 # a CUTLASS kernel's name (M <= 16): the knob tunes the NVRTC kernels only, refused before the
+                 # library is looked up (so whether it is built does not matter)
+                 lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 256),
+                                               kernel="cutlass_block_scaled_nvfp4", pdl_trigger="late")):
         with pytest.raises(mc.ContractError) as info:
             make()
         assert info.value.argument == "pdl_trigger"
+
+
+@pytest.mark.parametrize("m", [1, 8])
+@pytest.mark.parametrize("persistent", [False, True], ids=["blocks", "persistent"])
+def test_with_the_early_trigger_each_stage_reads_the_finished_output_of_the_one_before(context, stream, pool, rng, m,
+                                                                                       persistent) -> None:
+    """A decode chain of three FP4 plans, all with ``pdl_trigger="early"``, each stage's BF16 output the next one's
+    activations (NaN-poisoned until written): NVFP4 activations into the default kernel (M = 1: fp4_matvec_bf16
+    with dp4a; M = 8: fp4_mma_bf16), then twice BF16 activations into fp4_matvec_bf16 (the word decoder; with
+    ``persistent``, the walking blocks). The early trigger lets each next kernel start beside the one before from
+    its first instruction, so a read before ``griddepcontrol.wait`` would see the poison or a partial output; the
+    back-to-back test above writes one output twice and reads none, which no early read would disturb."""
+    d = 2048  # square weights: each output is the next input
+    weights = [Operand(context, stream, pool, bf16_data(rng, d, d), "linear") for _ in range(3)]
+    x = Operand(context, stream, pool, bf16_data(rng, m, d), "linear")
+    outs = [poisoned(context, stream, pool, m * d) for _ in range(3)]
+    spec = mc.DenseMatmulSpec(m, d, d)
+    first = mc.BlockScaledFp4Plan(context, stream, spec, pdl_trigger="early")
+    then = mc.BlockScaledFp4Plan(context, stream, spec, activation="bf16", pdl_trigger="early",
+                                 persistent=persistent or None)
+    for plan in (first, then):
+        text = str(plan.describe())
+        assert "MIRCUDA_PDL_TRIGGER_LATE=0" in text, text
+        if context.device_info().supports_programmatic_launch:
+            assert "(early trigger" in text, text
+    first.execute(stream, x.codes, x.scale_buf, weights[0].codes, weights[0].scale_buf, outs[0],
+                  global_a=x.global_buf, global_b=weights[0].global_buf)
+    for i in (1, 2):
+        then.execute(stream, outs[i - 1], None, weights[i].codes, weights[i].scale_buf, outs[i],
+                     global_b=weights[i].global_buf)
+    got = [check_guard(download(context, stream, out), m * d).astype(np.float64).reshape(m, d) for out in outs]
+    want, mag = reference(x.value, weights[0].value, float(x.global_) * float(weights[0].global_))
+    assert_close(got[0], want, mag, "bf16")
+    for i in (1, 2):  # against the finished output of the stage before, as downloaded
+        want, mag = reference(got[i - 1], weights[i].value, float(weights[i].global_))
+        assert_close(got[i], want, mag, "bf16")
+    for plan in (first, then):
+        plan.close()
+    for operand in (*weights, x):
+        operand.free(stream)
+    for out in outs:
+        out.free(stream)

@@ -162,8 +162,9 @@ def test_every_chunk_length_and_row_tiling_at_m_32_matches_float64(monkeypatch, 
 @pytest.mark.parametrize("m", [12, 16])
 def test_a_grid_resident_in_one_wave_is_preferred_and_matches_float64(context, stream, pool, rng, m) -> None:
     """N = 26000 at M = 12 / 16 (not in the measured table): 1625 one-warp blocks of 16 rows. On the H200 the
-    four-step kernel (162 registers: 12 resident per SM) would take 1.03 waves and the two-step one (98: 19 per
-    SM) holds them in one, so the plan takes two steps (choose_gemv); the device's occupancy query agrees."""
+    four-step kernel (162 registers: 12 resident per SM) would take 1.03 waves and the two-step one (M = 12: 96
+    registers, 20 per SM; M = 16: 98, 16 per SM) holds them in one, so the plan takes two steps (choose_gemv); the
+    device's occupancy query agrees."""
     from mircuda.matmul._vector import blocks_per_sm
 
     n, k = 26000, 520
