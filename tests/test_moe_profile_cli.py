@@ -62,8 +62,8 @@ def test_quick_is_a_smaller_grid_and_each_flag_still_wins() -> None:
                                          (["--sweep", "e4m3:s" + "9" * 5000], "--sweep: expected fields sN"),
                                          (["--sweep", ""], "--sweep: expected 'all' or"),
                                          (["--sweep", "e4m3:t9"], "--sweep: expected fields sN"),
-                                         (["--sweep", "e4m3:m1:g0"], "--sweep: expected l1 and gN (g0 included)"),
-                                         (["--sweep", "default:g0"], "--sweep: expected l1 and gN (g0 included)"),
+                                         (["--sweep", "e4m3:m1:g0"], "--sweep: expected l1, gN (g0 included) and oN"),
+                                         (["--sweep", "default:g0"], "--sweep: expected l1, gN (g0 included) and oN"),
                                          (["--sweep", "dp4a:m1:p1"], "--sweep: expected dp4a with m1 (1-row tiles "
                                           "of the vector variant), p1 only with l1"),
                                          (["--tokens", "3000000000"], "--tokens: expected tokens per step up to 65536"),
@@ -185,11 +185,12 @@ def test_the_sweep_help_names_every_field_and_the_values_the_parser_takes(capsys
     with pytest.raises(SystemExit):
         main(["moe-profile", "--help"])
     text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help at spaces
-    assert "decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN][:tN]" in text
+    assert "decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN][:tN][:oN]" in text
     # the caps and split_k m-tiles the parser accepts (g0: no cap; tN: the first three tiles, staged takes 64)
     assert f"gN a register cap {'/'.join(map(str, REGISTER_CAPS[1:]))}, g0 none" in text
     assert f"tN the m-tile {'/'.join(map(str, ROWS_PER_TILE[:3]))}" in text
-    for field in ("e4m3:t8", "e4m3:m1:p1", "dp4a:m1:l1:p1", "dp4a:m1:g72", "dp4a:m1:g0"):
+    assert "oN row warps 2/4/8" in text
+    for field in ("e4m3:t8", "e4m3:m1:p1", "dp4a:m1:l1:p1", "dp4a:m1:g72", "dp4a:m1:g0", "dp4a:m1:o2", "dp4a:m1:o8"):
         assert mp.parse_candidates(field)
 
 

@@ -176,7 +176,7 @@ before the decode knobs)."""
 @dataclass(frozen=True)
 class Candidate:
     """One ``--sweep`` candidate: ``decode[:s<stages>][:w<warps>][:r<rows per block>][:m<rows per tile>]``, then
-    ``[:p<persistent>][:l<lean tiles>][:g<register cap>][:t<split_k m-tile>]`` (:func:`parse_candidates`); a
+    ``[:p<persistent>][:l<lean tiles>][:g<register cap>][:t<split_k m-tile>][:o<row warps>]`` (:func:`parse_candidates`); a
     field left out takes the plan's default (:func:`~mircuda.matmul._moe_kernels.default_tuning`). With
     ``m`` the ``"vector"`` variant runs (tiles of 1, 2, 4 or 8 activation rows; 1-8 warps, 4 or 8 weight
     rows per block), else split_k (``tile_rows``: its m-tile, None the plan's choice)."""
@@ -191,6 +191,7 @@ class Candidate:
     lean_tiles: bool | None = None
     max_registers: int | None = None
     tile_rows: int | None = None
+    row_warps: int | None = None
 
     @property
     def variant(self) -> str:
@@ -203,7 +204,8 @@ class Candidate:
 
         fields = {k: v for k, v in (("decode", self.decode), ("stages", self.stages), ("warps", self.warps),
                                     ("frags", self.frags), ("persistent", self.persistent),
-                                    ("lean_tiles", self.lean_tiles), ("max_registers", self.max_registers))
+                                    ("lean_tiles", self.lean_tiles), ("max_registers", self.max_registers),
+                                    ("row_warps", self.row_warps))
                   if v is not None}
         return dataclasses.replace(default, **fields)
 
@@ -231,14 +233,15 @@ decoder, the persistent grid ``p1``)."""
 
 def parse_candidates(text: str) -> tuple[Candidate, ...]:
     """``--sweep``'s value: ``all`` (:data:`SWEEP_ALL`), ``vector`` (:data:`SWEEP_VECTOR`) or comma-separated
-    candidates ``decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN][:tN]`` (decode ``bytes``, ``pairs``, ``e4m3``, ``default``,
+    candidates ``decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN][:tN][:oN]`` (decode ``bytes``, ``pairs``, ``e4m3``, ``default``,
     or ``dp4a`` with ``m1``, the vector variant's integer path;
     stages 2-4; split_k: warps 4, 8 or 16, rows per block 16 or 32; with ``mN`` (the vector variant, N = 1,
     2, 4 or 8 rows per tile): warps 1, 2, 4 or 8, rows per block 4 or 8, ``p1`` the persistent grid; with
     ``dp4a``: ``l1`` the lean tile walk (``p1`` only with it), ``gN`` a register cap of
     :data:`~mircuda.matmul._moe_kernels.REGISTER_CAPS`, ``g0`` none; without ``g`` the plan's default cap,
-    :func:`~mircuda.matmul._moe_kernels.default_register_cap`); without ``m``, ``tN`` the split_k m-tile: 8, 16 or
-    32 activation rows per tile instead of the plan's choice).
+    :func:`~mircuda.matmul._moe_kernels.default_register_cap`; ``oN`` row warps, N = 1, 2, 4 or 8 warps per block
+    each taking its own weight-row block, without ``l1``, ``p1`` or ``wN`` > 1); without ``m``, ``tN`` the split_k
+    m-tile: 8, 16 or 32 activation rows per tile instead of the plan's choice).
 
     Raises:
         ContractError: ``--sweep`` naming an unknown field or value, an empty item, or the same candidate twice
@@ -246,10 +249,11 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
     """
     import dataclasses
 
+    from ..matmul._fp4 import ROW_WARPS
     from ..matmul._moe_kernels import (DECODES, FRAGS, REGISTER_CAPS, ROWS_PER_TILE, STAGES, TUNED_WARPS, VECTOR_DECODES,
                                        VECTOR_ROWS_PER_TILE, VECTOR_WARPS)
 
-    form = "'all' or 'vector' (named lists) or comma-separated decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN][:tN]"
+    form = "'all' or 'vector' (named lists) or comma-separated decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN][:tN][:oN]"
     named = {"all": SWEEP_ALL, "vector": SWEEP_VECTOR}
     items = named.get(text.strip()) or tuple(t.strip() for t in text.split(","))
     if not text.strip() or any(not t for t in items):
@@ -265,33 +269,36 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
             key, num = part[:1], part[1:]
             # ASCII digits, at most two: str.isdigit() also takes '²' (which int() refuses) and int() refuses
             # more than 4300 digits; no field's value has more than two.
-            if (key not in "swrmplgt" or not key or not (num.isascii() and num.isdigit()) or len(num) > 2
+            if (key not in "swrmplgto" or not key or not (num.isascii() and num.isdigit()) or len(num) > 2
                     or (num[:1] == "0" and num != "0") or key in raw):
-                raise ContractError("--sweep", "fields sN, wN, rN, mN, pN, lN, gN, tN, each once", repr(item[:60]))
+                raise ContractError("--sweep", "fields sN, wN, rN, mN, pN, lN, gN, tN, oN, each once", repr(item[:60]))
             raw[key] = int(num)
         vector = "m" in raw
         if head in VECTOR_DECODES and (raw.get("m") != 1 or (raw.get("p") and not raw.get("l"))):
             raise ContractError("--sweep", f"{head} with m1 (1-row tiles of the vector variant), p1 only with l1",
                                 repr(item))
         # g0 too: the word decoders never take a cap, so 'e4m3:m1:g0' would measure 'e4m3:m1' a second time
-        if head not in VECTOR_DECODES and (raw.get("l") or "g" in raw):
-            raise ContractError("--sweep", "l1 and gN (g0 included) with dp4a only (the integer path's knobs)",
+        if head not in VECTOR_DECODES and (raw.get("l") or "g" in raw or "o" in raw):
+            raise ContractError("--sweep", "l1, gN (g0 included) and oN with dp4a only (the integer path's knobs)",
+                                repr(item))
+        if raw.get("o", 1) > 1 and (raw.get("l") or raw.get("p") or raw.get("w", 1) > 1):
+            raise ContractError("--sweep", "oN > 1 without l1, p1 or wN > 1 (each warp takes its row block whole)",
                                 repr(item))
         allowed = {"s": STAGES, "m": VECTOR_ROWS_PER_TILE, "w": VECTOR_WARPS if vector else TUNED_WARPS,
                    "r": tuple((4 if vector else 16) * f for f in FRAGS), "p": (0, 1) if vector else (),
-                   "l": (0, 1), "g": REGISTER_CAPS, "t": () if vector else ROWS_PER_TILE[:3]}
+                   "l": (0, 1), "g": REGISTER_CAPS, "t": () if vector else ROWS_PER_TILE[:3], "o": ROW_WARPS}
         for key, value in raw.items():
             if value not in allowed[key]:
                 raise ContractError("--sweep", "fields sN (stages 2-4), mN (vector rows per tile 1, 2, 4, 8); split_k: wN "
                                     "(warps 4, 8, 16), rN (rows 16, 32); vector: wN (1, 2, 4, 8), rN (4, 8), pN "
-                                    f"(persistent 0, 1); dp4a: lN (lean tiles 0, 1), gN (registers {REGISTER_CAPS}); split_k: tN "
-                                    f"(tile rows {ROWS_PER_TILE[:3]})",
+                                    f"(persistent 0, 1); dp4a: lN (lean tiles 0, 1), gN (registers {REGISTER_CAPS}), oN "
+                                    f"(row warps {ROW_WARPS}); split_k: tN (tile rows {ROWS_PER_TILE[:3]})",
                                     repr(item))
         frags = None if "r" not in raw else raw["r"] // (4 if vector else 16)
         cand = Candidate(item, None if head == "default" else head, raw.get("s"), raw.get("w"), frags,
                          raw.get("m"), True if raw.get("p") else None,  # p0, l0: the default, as none given
                          True if raw.get("l") else None, raw.get("g"),  # g0: no cap (the dp4a default caps at 80)
-                         raw.get("t"))
+                         raw.get("t"), raw["o"] if raw.get("o", 1) > 1 else None)  # o1: the default
         if (cand.text == "default" and not rest) or any(dataclasses.replace(c, text="") == dataclasses.replace(cand, text="")
                                                        for c in out):
             raise ContractError("--sweep", "distinct candidates (the default plan is always measured first)",
@@ -710,11 +717,11 @@ def register(sub: Any) -> None:
                    help="force the portable grouped kernel's variant (default: the plan's choice per token count)")
     p.add_argument("--sweep", default=None,
                    help="compare decode knobs instead of the main table (tokens <= 16): 'all' (split_k), "
-                        "'vector' or comma-separated decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN][:tN] (decode "
+                        "'vector' or comma-separated decode[:sN][:wN][:rN][:mN][:pN][:lN][:gN][:tN][:oN] (decode "
                         "bytes/pairs/e4m3/default, dp4a with m1; stages 2-4; split_k: warps 4/8/16, weight rows per "
                         "block 16/32, tN the m-tile 8/16/32; mN: the vector variant with N = 1/2/4/8 rows per tile, "
                         "warps 1/2/4/8, rows per block 4/8, p1 the persistent grid; dp4a: l1 the lean tile walk (p1 "
-                        "only with it), gN a register cap 72/80/96, g0 none), each beside the default plan with µs "
-                        "and TB/s")
+                        "only with it), gN a register cap 72/80/96, g0 none, oN row warps 2/4/8), each beside the "
+                        "default plan with µs and TB/s")
     p.add_argument("--json", default="benchmarks/results/moe_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=moe_profile, json_default=p.get_default("json"))

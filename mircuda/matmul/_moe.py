@@ -392,10 +392,13 @@ class _GroupedFp4PlanBase(PlanBase):
         if shape.variant == "vector":
             return Description(
                 f"{head}{setup}, then fp4_grouped_bf16 (NVRTC fp4_vector.cu, portable, any cc >= 8.0, no tensor "
-                f"cores): grid ({shape.weight_blocks} weight-row blocks of {BLOCK_ROWS['vector'] * t.frags} rows, "
-                f"{shape.tiles} tile slots of {shape.rows_per_tile} activation row(s) walked persistently, "
-                f"{shape.sets} set(s)); variant vector: the block's {t.warps} warp(s) split K, a ring of {t.stages} "
-                "load stages"
+                f"cores): grid ({shape.weight_blocks} weight-row blocks of {BLOCK_ROWS['vector'] * t.frags} rows"
+                + (f" in blocks of {shape.row_warps} warps, each warp taking its own row block whole (row_warps)"
+                   if shape.row_warps > 1 else "")
+                + f", {shape.tiles} tile slots of {shape.rows_per_tile} activation row(s) walked persistently, "
+                f"{shape.sets} set(s)); variant vector: "
+                + ("one warp per row block (no K split)" if shape.row_warps > 1 else f"the block's {t.warps} warp(s) split K")
+                + f", a ring of {t.stages} load stages"
                 + (f" (persistent: {self._kernels.grouped_config.grid[0]} blocks per tile slot walk the weight-row "
                    + ("blocks, one table lookup each, each row block's ring starting afresh)" if t.decode == "dp4a"
                       else "blocks, the ring running on across them)") if t.persistent else "")

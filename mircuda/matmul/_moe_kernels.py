@@ -129,7 +129,11 @@ class DecodeTuning:
     max_registers: None (the default, :func:`default_register_cap`: 80 for ``"dp4a"`` with 4 weight rows per
     block on sm_90, else none) or one of :data:`REGISTER_CAPS`, a cap other than 0 with ``decode="dp4a"`` only: 0
     none, else the kernel's ``__maxnreg__`` (more warps per SM: 65536 / (32 * registers rounded up to 8), at most
-    32 one-warp blocks)."""
+    32 one-warp blocks).
+    row_warps: None or 1 (the default: one weight-row block per block), or 2, 4 or 8 with ``decode="dp4a"``
+    (without ``lean_tiles`` or ``persistent``; ``warps`` None, 0 or 1): that many warps per block, each taking its
+    own weight-row block of the tile whole (``MIRCUDA_FP4_ROW_WARPS``, the single plan's ``row_warps``), so the
+    grid has that many times fewer blocks. Not yet measured: ``moe-profile --sweep dp4a:m1:o4``."""
 
     decode: str
     stages: int | None = None
@@ -138,14 +142,16 @@ class DecodeTuning:
     persistent: bool = False
     lean_tiles: bool = False
     max_registers: int | None = None
+    row_warps: int | None = None
 
     def label(self, variant: str = "split_k") -> str:
-        """``decode:s<stages>:w<warps>:r<weight rows per block>[:l1][:g<registers>][:persistent]`` (the sweep's
-        candidate name; rows per block 16 ``frags`` for the mma variants, 4 ``frags`` for ``"vector"``; ``l1`` lean
-        tiles, ``g`` the register cap, each only when set)."""
+        """``decode:s<stages>:w<warps>:r<weight rows per block>[:l1][:g<registers>][:o<row warps>][:persistent]``
+        (the sweep's candidate name; rows per block 16 ``frags`` for the mma variants, 4 ``frags`` for ``"vector"``;
+        ``l1`` lean tiles, ``g`` the register cap, ``o`` row warps above 1, each only when set)."""
         rows = None if self.frags is None else (4 if variant == "vector" else 16) * self.frags
         return (f"{self.decode}:s{self.stages}:w{self.warps}:r{rows}" + (":l1" if self.lean_tiles else "")
-                + (f":g{self.max_registers}" if self.max_registers else "") + (":persistent" if self.persistent else ""))
+                + (f":g{self.max_registers}" if self.max_registers else "")
+                + (f":o{self.row_warps}" if self.row_warps else "") + (":persistent" if self.persistent else ""))
 
 
 def _arch_number(arch: str) -> int:
@@ -180,11 +186,14 @@ def check_dp4a_tile(tuning: DecodeTuning, rows_per_tile: int, k: int) -> None:
                             "16-byte loads of 32 codes per lane)", "'dp4a'")
 
 
-def default_register_cap(arch: str, decode: str, frags: int) -> int | None:
+def default_register_cap(arch: str, decode: str, frags: int, row_warps: int | None = None) -> int | None:
     """The register cap a :class:`DecodeTuning` without ``max_registers`` takes: :data:`DP4A_REGISTER_CAP` for
-    ``decode="dp4a"`` with 4 weight rows per block (``frags`` 1) on sm_90, where it was measured and is spill-free;
-    None (no cap) elsewhere: 8 rows per block spill at every cap, and other targets were not measured."""
-    return DP4A_REGISTER_CAP if decode == "dp4a" and frags == 1 and _arch_number(arch) == 90 else None
+    ``decode="dp4a"`` with 4 weight rows per block (``frags`` 1) and no row warps on sm_90, where it was measured
+    and is spill-free; None (no cap) elsewhere: 8 rows per block spill at every cap, other targets were not
+    measured, and with ``row_warps`` > 1 the cap of 80 spills (8 bytes in the fine-grained layer's kernel, K = 2048,
+    128 groups, sm_90) while the uncapped kernel takes 95 registers (no shared partial sums to keep)."""
+    row_warped = is_integer_value(row_warps) and row_warps > 1  # anything else is left to check_tuning to name
+    return DP4A_REGISTER_CAP if decode == "dp4a" and frags == 1 and not row_warped and _arch_number(arch) == 90 else None
 
 
 def _dp4a_tuning(k: int, arch: str) -> DecodeTuning:
@@ -250,7 +259,8 @@ def resolve_tuning(tuning: object, variant: str, arch: str, rows_per_tile: int =
         warps=default.warps if tuning.warps is None else tuning.warps,
         frags=default.frags if tuning.frags is None else tuning.frags)
     if filled.max_registers is None and isinstance(filled.decode, str) and is_integer_value(filled.frags):
-        filled = dataclasses.replace(filled, max_registers=default_register_cap(arch, filled.decode, int(filled.frags)))
+        filled = dataclasses.replace(filled, max_registers=default_register_cap(arch, filled.decode, int(filled.frags),
+                                                                                filled.row_warps))
     checked = check_tuning(filled, variant, arch)
     if k:
         check_dp4a_tile(checked, rows_per_tile, k)
@@ -298,6 +308,20 @@ def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
     if cap is not None and (not is_integer_value(cap) or cap not in REGISTER_CAPS or (cap and tuning.decode != "dp4a")):
         raise ContractError("tuning.max_registers", f"None or an integer, one of {REGISTER_CAPS} (a cap other than 0 "
                             "with decode 'dp4a')", f"{cap!r} with decode {tuning.decode!r}")
+    from ._fp4 import ROW_WARPS
+
+    row_warps = tuning.row_warps
+    if row_warps is not None:
+        if not is_integer_value(row_warps) or row_warps not in ROW_WARPS:
+            raise ContractError("tuning.row_warps", f"None or an integer, one of {ROW_WARPS}", repr(row_warps))
+        row_warps = int(row_warps) if row_warps > 1 else None  # 1 is the default: one row block per block
+    if row_warps is not None and (tuning.decode != "dp4a" or variant != "vector" or lean or persistent):
+        raise ContractError("tuning.row_warps", "None or 1 unless decode 'dp4a' with variant 'vector', without "
+                            "lean_tiles or persistent (the integer path's one-tile blocks)",
+                            f"{tuning.row_warps!r} with decode {tuning.decode!r}, variant {variant!r}")
+    if row_warps is not None and tuning.warps not in (0, 1):
+        raise ContractError("tuning.warps", f"0 or 1 with row_warps={row_warps} (each warp takes its row block "
+                            "whole; no K split)", repr(tuning.warps))
     # vector: warps 0 leaves them to the occupancy rule (vector_warps), as its default tuning does
     values = {}
     for name, allowed in (("stages", STAGES), ("warps", (0, *VECTOR_WARPS) if variant == "vector" else TUNED_WARPS),
@@ -311,9 +335,9 @@ def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
             raise ContractError(f"tuning.{name}", f"{fixed} with variant {variant!r} (the variant has no such knob)",
                                 repr(value))
         values[name] = int(value)
-    return dataclasses.replace(tuning, stages=values["stages"], warps=values["warps"], frags=values["frags"],
-                               persistent=persistent, lean_tiles=lean,
-                               max_registers=None if cap is None else int(cap))
+    return dataclasses.replace(tuning, stages=values["stages"], warps=1 if row_warps else values["warps"],
+                               frags=values["frags"], persistent=persistent, lean_tiles=lean,
+                               max_registers=None if cap is None else int(cap), row_warps=row_warps)
 
 
 @functools.lru_cache(maxsize=1)
@@ -399,6 +423,8 @@ def grouped_options(*, n: int, k: int, groups: int, bank_size: int, capacity: in
         lean = {"MIRCUDA_MOE_LEAN_TILES": 1} if vt.lean_tiles else {}
         if vt.max_registers:
             lean["MIRCUDA_FP4_MAX_REGS"] = vt.max_registers
+        if vt.row_warps and vt.row_warps > 1:
+            lean["MIRCUDA_FP4_ROW_WARPS"] = vt.row_warps
         return CompileOptions(defines={**moe, **lean,
             "MIRCUDA_FP4_GROUPED": 1, "MIRCUDA_FP4_M": rows_per_tile, "MIRCUDA_FP4_ROWS": BLOCK_ROWS["vector"] * vt_frags,
             "MIRCUDA_FP4_TILED": int(tiled), "MIRCUDA_FP4_ACT_TILED": 0, "MIRCUDA_FP4_WIDE": int(k % 32 == 0),
@@ -430,7 +456,8 @@ class TileShape:
     tiles: int          # grid.x ("vector": grid.y): m-tile slots (persistent: a block walks tiles x, x + grid.x, ...)
     weight_blocks: int  # grid.y ("vector": grid.x)
     sets: int           # grid.z
-    warps: int = WARPS  # per block
+    warps: int = WARPS  # per block, splitting K
+    row_warps: int = 1  # "vector" with dp4a: warps per block, each taking its own weight-row block (grid.x / it)
 
 
 def tile_shape(*, n: int, capacity: int, groups: int, rows_per_tile: int, fixed_rows: int, sets: int,
@@ -446,7 +473,9 @@ def tile_shape(*, n: int, capacity: int, groups: int, rows_per_tile: int, fixed_
         tiles = min(tiles, MAX_WEIGHT_BLOCKS)
     warps, frags = (WARPS, 1) if tuning is None else (tuning.warps if tuning.warps is not None else WARPS,
                                                       tuning.frags or 1)
-    return TileShape(rows_per_tile, variant, max(tiles, 1), -(-n // (BLOCK_ROWS[variant] * frags)), sets, warps)
+    row_warps = (tuning.row_warps or 1) if tuning is not None and variant == "vector" else 1
+    return TileShape(rows_per_tile, variant, max(tiles, 1), -(-n // (BLOCK_ROWS[variant] * frags)), sets,
+                     1 if row_warps > 1 else warps, row_warps)
 
 
 def vector_warps(shape: TileShape, capacity: int, groups: int, k: int, multiprocessors: int,
@@ -503,8 +532,10 @@ class GroupedKernels:
             expected = max(1, min(shape.tiles, -(-capacity // shape.rows_per_tile), groups))
             wave = context.device_info().multiprocessor_count * max(1, blocks_per_sm(context, self.grouped, shape.warps))
             x = min(x, max(1, wave // expected))
+        x = -(-x // shape.row_warps)  # row warps: each block's warps take row_warps consecutive row blocks
         grid = (x, shape.tiles, shape.sets) if vector else (shape.tiles, shape.weight_blocks, shape.sets)
-        self.grouped_config = LaunchConfig(grid, (32 * shape.warps,), programmatic_stream_serialization=pdl)
+        self.grouped_config = LaunchConfig(grid, (32 * shape.warps * shape.row_warps,),
+                                           programmatic_stream_serialization=pdl)
 
     def launch(self, stream: Stream, setup_args: tuple[Any, ...], grouped_args: tuple[Any, ...]) -> None:
         self.setup.launch(stream, self.setup_config, *setup_args)

@@ -4,7 +4,8 @@ operands: top-k routings with empty groups (1 token over 8 or 64 experts), N not
 block, K of one step (96) and of many (14336: 8 rows per block), both scale layouts, poisoned rows no group covers;
 the default plan of a decode step taking it; the indexed plan with repeated indices and more products than
 matrices; the paired plan; graph replays with the routing and the global scale rewritten on the device; the
-activation alignments its loads need. (With 1-row tiles and K % 32 == 0 the vector cases of
+activation alignments its loads need; row warps (``DecodeTuning.row_warps``: each warp of a block its own weight-row
+block) in the variable, indexed and paired plans and in graph replays. (With 1-row tiles and K % 32 == 0 the vector cases of
 ``tests/gpu/test_moe_gpu.py`` run it too, as the default.)"""
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ def runs_dp4a_by_default(context) -> bool:
 
 @pytest.mark.parametrize("tokens", [1, 3, 16])
 @pytest.mark.parametrize("tuning", [DecodeTuning("dp4a", 2, 0, 1), DecodeTuning("dp4a", 3, 8, 2),
-                                    DecodeTuning("dp4a", 2, 1, 1)], ids=lambda t: t.label("vector"))
+                                    DecodeTuning("dp4a", 2, 1, 1), DecodeTuning("dp4a", 2, 1, 1, row_warps=4),
+                                    DecodeTuning("dp4a", 2, 0, 2, row_warps=8)], ids=lambda t: t.label("vector"))
 @pytest.mark.parametrize("experts, topk, n, k, layout", [(8, 2, 259, 4096, "tiled"), (64, 8, 136, 2048, "linear"),
                                                          (8, 2, 100, 14336, "tiled"), (16, 4, 77, 96, "linear")],
                          ids=str)
@@ -112,3 +114,35 @@ def test_dp4a_plans_refuse_activations_misaligned_for_its_loads_by_name(context,
         b.free(stream)
     bank.free(stream)
     act.free(stream)
+
+
+def test_row_warps_in_the_indexed_and_paired_plans_and_graph_replays(context, stream, pool, rng) -> None:
+    """row_warps 2 and 8 (N = 320 and 259: the last block's spare warps store nothing), the paired plan's two banks,
+    and graph replays with the routing rewritten on the device; describe() says it and the grid has that many
+    times fewer blocks."""
+    def check(row_warps: int):
+        def checked(plan) -> None:
+            assert plan.tuning.row_warps == row_warps and plan.tuning.warps == 1
+            shape = plan._kernels.shape
+            assert plan._kernels.grouped_config.grid[0] == -(-shape.weight_blocks // row_warps)
+            assert plan._kernels.grouped_config.block[0] == 32 * row_warps
+            assert f"in blocks of {row_warps} warps, each warp taking its own row block whole" in plan.describe()
+        return checked
+
+    run_indexed(context, stream, pool, rng, n=320, k=1024, rows=1, products=20, bank_size=6, check_plan=check(2),
+                variant="vector", tuning=DecodeTuning("dp4a", row_warps=2))
+    run_paired(context, stream, pool, rng, tokens=5, check_plan=check(8), rows_per_tile=1, variant="vector",
+               tuning=DecodeTuning("dp4a", row_warps=8))
+    run_graph_replays(context, stream, pool, rng, tokens=6, n=259, k=2048, shrink=2, rows_per_tile=1,
+                      variant="vector", tuning=DecodeTuning("dp4a", row_warps=4))
+
+
+def test_row_warps_refusals_name_the_tuning_field(context, stream) -> None:
+    spec = mc.VariableGroupedFp4Spec(64, 256, 8, 4, 4)
+    for tuning, rows, argument in [(DecodeTuning("dp4a", row_warps=3), 1, "tuning.row_warps"),
+                                   (DecodeTuning("dp4a", row_warps=2, lean_tiles=True), 1, "tuning.row_warps"),
+                                   (DecodeTuning("dp4a", row_warps=2, warps=2), 1, "tuning.warps"),
+                                   (DecodeTuning("e4m3", row_warps=2), 2, "tuning.row_warps")]:
+        with pytest.raises(mc.ContractError) as info:
+            mc.VariableGroupedFp4Plan(context, stream, spec, rows_per_tile=rows, variant="vector", tuning=tuning)
+        assert info.value.argument == argument

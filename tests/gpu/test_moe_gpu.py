@@ -127,7 +127,7 @@ def run_variable(context, stream, pool, rng, *, experts, topk, tokens, n, k, lay
         if tuning is not None:
             from mircuda.matmul._moe_kernels import default_register_cap
 
-            cap = (default_register_cap(plan._kernels.arch, tuning.decode, tuning.frags)
+            cap = (default_register_cap(plan._kernels.arch, tuning.decode, tuning.frags, tuning.row_warps)
                    if tuning.max_registers is None else tuning.max_registers)  # None: the default cap
             assert plan.tuning == dataclasses.replace(tuning, warps=tuning.warps or plan.tuning.warps, max_registers=cap)
         plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
