@@ -103,7 +103,9 @@ class _Stream:
         self.captures = 0
 
     def upload(self, pool, array):
-        return _Buffer(array.reshape(-1))
+        buf = _Buffer(array.reshape(-1))
+        buf.uploaded = True  # the first weight set (the others are device copies) and the inputs
+        return buf
 
     def download(self, buffer):
         return buffer.a.copy()
@@ -189,7 +191,7 @@ class _Pool:
         return _Buffer(np.full(n, np.nan, dtype=np.float32).astype(dtype))
 
 
-def _fake_device(monkeypatch, factor: float = 1.0):
+def _fake_device(monkeypatch, factor: float = 1.0, first_set_factor: float | None = None):
     import numpy as np
 
     import mircuda as mc
@@ -206,7 +208,8 @@ def _fake_device(monkeypatch, factor: float = 1.0):
         def execute(self, stream, a, b, c) -> None:
             s = self.spec
             w = b.a.astype(np.float64).reshape(s.n, s.k)
-            c.a[:] = (factor * (a.a.astype(np.float64).reshape(s.m, s.k) @ w.T)).reshape(-1).astype(c.a.dtype)
+            f = first_set_factor if first_set_factor is not None and getattr(b, "uploaded", False) else factor
+            c.a[:] = (f * (a.a.astype(np.float64).reshape(s.m, s.k) @ w.T)).reshape(-1).astype(c.a.dtype)
 
         def close(self) -> None:
             pass
@@ -252,7 +255,7 @@ def test_the_flow_on_a_stand_in_device(monkeypatch, tmp_path, capsys) -> None:
     assert result["rows"][0]["note"].startswith("PDL on 4/4 launches; qkv: stand_in_1")
     chained = result["rows"][2]  # one replay runs the 3 sets' layers: the stand-in's 100 µs per replay / 3
     assert chained["us"] == pytest.approx(100.0 / 3) and chained["note"].startswith("3 layers (one per weight set)")
-    assert chained["ratio_to_cublas"] is None
+    assert chained["ratio_to_cublas"] is None and "layers chained: every set's layer in one graph" in result["method"]
     assert driver.context.stream.captures == 8  # one graph per weight set and the chained one, per M
     assert result["notes"] == ["cuBLAS not measured: stand-in"]
     assert "goal: M = 1 bf16: 100.0 µs" in capsys.readouterr().out
@@ -265,9 +268,26 @@ def test_a_wrong_product_fails_on_a_stand_in_device(monkeypatch, tmp_path, capsy
     path = tmp_path / "wrong.json"
     assert main(["decoder-layer-profile", "--m", "2", "--sets", "2", "--calls", "1", "--json", str(path)]) == 1
     failures = json.loads(path.read_text())["failures"]
-    assert len(failures) == 12 and failures[0].startswith("graph of set 0, M=2 qkv 48x32: relative error")
-    assert failures[8].startswith("chained graph, M=2 qkv 48x32: relative error")
+    # 2 graphs x 4 projections, then the chained graph's 2 layers x 4
+    assert len(failures) == 16 and failures[0].startswith("graph of set 0, M=2 qkv 48x32: relative error")
+    assert failures[8].startswith("chained graph, layer 0 (weight set 0), M=2 qkv 48x32: relative error")
+    assert failures[12].startswith("chained graph, layer 1 (weight set 1), M=2 qkv 48x32: relative error")
     assert "FAILED: graph of set 1" in capsys.readouterr().err
+
+
+def test_the_chained_graph_checks_every_layer_not_only_the_last(monkeypatch, tmp_path) -> None:
+    """Only the first weight set's layer is wrong: its own graph fails, and so must its layer in the chained
+    graph (each layer writes its own outputs; with one output set for all, the last layer's correct values
+    overwrote the first's and the chained graph passed)."""
+    import json
+
+    _fake_device(monkeypatch, first_set_factor=1.1)
+    path = tmp_path / "first.json"
+    assert main(["decoder-layer-profile", "--m", "2", "--sets", "3", "--calls", "1", "--json", str(path)]) == 1
+    failures = json.loads(path.read_text())["failures"]
+    assert [f.split(": ")[0] for f in failures] == [
+        f"{where}, M=2 {name} {n}x{k}" for where in ("graph of set 0", "chained graph, layer 0 (weight set 0)")
+        for name, n, k in dl.LAYER]
 
 
 class _FakeTorch:

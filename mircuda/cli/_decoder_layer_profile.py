@@ -16,10 +16,11 @@ Cold weights: ``--sets`` full weight sets (default: enough for 8x the L2, at lea
 while ``--calls`` replays are enqueued back to back, events around them (:class:`mircuda.timing.StreamTimer`),
 the median over ``--repeats``; "single" rows time one replay alone between the events (its launch
 latency included); the "layers chained" row captures every set's layer into one graph, one after another
-(programmatic dependent launch between the layers, as a graph of a whole model would), and gives the µs per
-layer: what ending each layer's graph costs the back-to-back rows (not the goal's measure). Effective TB/s =
-weight bytes / device µs (activations and outputs are < 0.4 % of the bytes and not counted). Goal (issue 16):
->= 4.0 TB/s, i.e. <= 109.1 µs per layer, at M = 1, 8, 16; cuBLAS measured on an H200 on 2026-11-30: 117.4 µs at M = 1, 121.9 µs at M = 16.
+(programmatic dependent launch between the layers, as a graph of a whole model would; each layer writes and is
+checked on its own outputs), and gives the µs per layer: what ending each layer's graph costs the back-to-back
+rows (not the goal's measure). Effective TB/s = weight bytes / device µs (activations and outputs are < 0.4 %
+of the bytes and not counted). Goal (issue 16): >= 4.0 TB/s, i.e. <= 109.1 µs per layer, at M = 1, 8, 16;
+cuBLAS measured on an H200 on 2026-11-30: 117.4 µs at M = 1, 121.9 µs at M = 16.
 """
 
 from __future__ import annotations
@@ -233,7 +234,9 @@ def decoder_layer_profile(args: Any) -> int:
                "weight_sets": sets, "l2_bytes": info.l2_cache_bytes,
                "method": ("one graph per weight set (the four projections in order on one stream), replays "
                           f"rotating over {sets} sets; events around --calls back-to-back replays behind a spin "
-                          "kernel, median of --repeats; single: one replay between the events"),
+                          "kernel, median of --repeats; single: one replay between the events; layers chained: "
+                          "every set's layer in one graph (each layer its own outputs, all checked), µs per replay "
+                          "/ sets"),
                "goals": lines, "notes": notes, "failures": failures, "rows": [asdict(r) for r in rows]}
     from ._matmul_bench import _write_json
 
@@ -289,21 +292,32 @@ def _measure_m(context: Any, stream: Any, pool: Any, timer: Any, lib: Any, in_t:
         for g in graphs:
             g.close()
     # Every set's layer in one graph, one after another (PDL between layers, as in a graph of a whole model):
-    # what a graph boundary costs the back-to-back rows above, which end every layer's graph there.
-    chained = stream.capture(layer, lambda r: [run(s)(r) for s in range(len(weights))])
+    # what a graph boundary costs the back-to-back rows above, which end every layer's graph there. Each layer
+    # writes its own outputs (as a model's layers do), so every layer is checked: with one set of outputs the
+    # last layer's would overwrite a skipped or wrong layer's before the check.
+    chain = [layer] + [_Layer(xs, [pool.allocate(in_t, stream, m * n) for _, n, _ in LAYER], weights)
+                       for _ in range(len(weights) - 1)]
     try:
-        _poison(stream, ys, in_t)
-        chained.launch(stream)
-        for (name, n, k), y, want in zip(LAYER, ys, wants):  # every set holds the same weights
-            err = _check(stream, y, want.astype(np.float64), m, n, relative_error)
-            if not err <= 2e-2:
-                failures.append(f"chained graph, M={m} {name} {n}x{k}: relative error {err:.2e}")
-        sets = len(weights)
-        us = timer.median(lambda i: chained.launch(stream), args.calls, args.repeats) / sets
-        out.append(layer_row(CHAINED_PATH, label, m, us, nbytes, f"{sets} layers (one per weight set) per replay, "
-                             "µs per layer; not the goal's measure (one layer per graph)"))
+        chained = stream.capture(chain, lambda c: [run(s)(c[s]) for s in range(len(c))])
+        try:
+            for c in chain:
+                _poison(stream, c.ys, in_t)
+            chained.launch(stream)
+            for s, c in enumerate(chain):  # every set holds the same weights
+                for (name, n, k), y, want in zip(LAYER, c.ys, wants):
+                    err = _check(stream, y, want.astype(np.float64), m, n, relative_error)
+                    if not err <= 2e-2:
+                        failures.append(f"chained graph, layer {s} (weight set {s}), M={m} {name} {n}x{k}: "
+                                        f"relative error {err:.2e}")
+            us = timer.median(lambda i: chained.launch(stream), args.calls, args.repeats) / len(chain)
+            out.append(layer_row(CHAINED_PATH, label, m, us, nbytes, f"{len(chain)} layers (one per weight set) per "
+                                 "replay, µs per layer; not the goal's measure (one layer per graph)"))
+        finally:
+            chained.close()
     finally:
-        chained.close()
+        for c in chain[1:]:
+            for b in c.ys:
+                b.free(stream)
     us = timer.median(lambda i: run(i % len(weights))(layer), args.calls, args.repeats)
     out.append(layer_row(DIRECT_PATH, label, m, us, nbytes, "the same plans launched one by one, no graph"))
     out.extend(_alone_rows(stream, pool, timer, plans, xs, ys, weights, in_t, label, m, args))

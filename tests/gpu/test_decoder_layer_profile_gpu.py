@@ -41,6 +41,7 @@ def test_a_wrong_product_fails_the_run(tmp_path) -> None:
                patch)
     assert out.returncode == 1, out.stderr + out.stdout
     failures = json.loads((tmp_path / "w.json").read_text())["failures"]
-    # 2 graphs x 4 projections, then the chained graph's 4
-    assert len(failures) == 12 and all("relative error" in f for f in failures)
-    assert sum(f.startswith("chained graph, M=1 ") for f in failures) == 4
+    # 2 graphs x 4 projections, then the chained graph's 2 layers x 4 (each layer its own outputs)
+    assert len(failures) == 16 and all("relative error" in f for f in failures)
+    assert sum(f.startswith("chained graph, layer 0 (weight set 0), M=1 ") for f in failures) == 4
+    assert sum(f.startswith("chained graph, layer 1 (weight set 1), M=1 ") for f in failures) == 4
