@@ -81,3 +81,66 @@ def test_the_sweep_takes_row_warps_with_dp4a_only() -> None:
         with pytest.raises(mc.ContractError) as info:
             parse_candidates(text)
         assert info.value.argument == "--sweep", text
+
+
+@pytest.mark.parametrize("n, frags, row_warps", [(259, 1, 4), (259, 2, 8), (320, 1, 2), (768, 1, 4), (77, 2, 8),
+                                                 (136, 1, 8)], ids=str)
+def test_the_grouped_kernels_and_their_executor_launch_every_row_block_once(n, frags, row_warps) -> None:
+    """GroupedKernels (a stand-in compiler) and the numba executor (a stand-in cuLaunchKernel) launch the same
+    grid and block: blocks of 32 row_warps threads, and over fp4_matvec_lean's mapping (block b, warp j: row
+    block row_warps b + j, a warp past N returning at once) every weight-row block exactly once, fewer than
+    row_warps spare warps, all in the last block."""
+    import ctypes
+    from types import SimpleNamespace
+
+    from mircuda.matmul._moe_kernels import GroupedKernels, grouped_executor, grouped_options
+
+    pytest.importorskip("numba")
+    tuning = resolve_tuning(DecodeTuning("dp4a", frags=frags, row_warps=row_warps), "vector", "sm_90", 1, 2048)
+    shape = tile_shape(n=n, capacity=10, groups=8, rows_per_tile=1, fixed_rows=0, sets=1, variant="vector",
+                       tuning=tuning)
+    options = grouped_options(n=n, k=2048, groups=8, bank_size=8, capacity=10, rows_per_tile=1, fixed_rows=0,
+                              tiled=True, sets=1, variant="vector", tuning=tuning)
+    assert dict(options.defines)["MIRCUDA_FP4_ROW_WARPS"] == str(row_warps)
+    handles = iter((0x51, 0x52))
+    module = SimpleNamespace(kernel=lambda export: SimpleNamespace(handle=next(handles)))
+    compiler = SimpleNamespace(compile=lambda source, opts: module, arch="sm_90", context=None)
+    kernels = GroupedKernels(compiler, options, shape, 8, 8, capacity=10, k=2048)
+    gx, gy, gz = kernels.grouped_config.grid
+    assert kernels.grouped_config.block == (32 * row_warps, 1, 1) and (gy, gz) == (shape.tiles, 1)
+    rows = 4 * frags
+    taken = [row_warps * b + j for b in range(gx) for j in range(row_warps)]
+    assert [r for r in taken if r * rows < n] == list(range(-(-n // rows)))  # each row block once, in order
+    spare = [r for r in taken if r * rows >= n]
+    assert len(spare) < row_warps and all(r // row_warps == gx - 1 for r in spare)
+
+    seen: list[tuple[int, ...]] = []
+
+    def fake_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        seen.append((f, gx, gy, gz, bx, by, bz, smem))
+        return 0
+
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64, ctypes.c_uint64,
+                             ctypes.c_uint64)
+    execute = grouped_executor(kernels, (0x1000, 0x2000, 0x3000), (15, 1, 15, 1, 1),
+                               launch_function=proto(fake_launch), stream=0x55)
+    assert execute(0x55, 0x4000, 0x4100, 0x4200, 0x10000, 0x20000, 0x30000, 0x40000, 0x50000, 0x6000, 0x6100, 1.0,
+                   0, 0, 0, 0, 0, 0, 0, 1.0) == 0
+    assert seen[1] == (0x52, gx, gy, gz, 32 * row_warps, 1, 1, 0)
+
+
+def test_the_row_warps_kernel_shares_nothing_and_its_spare_warps_leave_before_any_weight_load() -> None:
+    """The fine layer (N 768: 192 row blocks) with 4 row warps, PTX: no shared memory, one barrier (the tile walk's,
+    reached by every warp: a spare warp returns from fp4_matvec_lean, not from the kernel), and the test of the
+    warp's row block against the last one (191) before the first weight load."""
+    import re
+
+    from mircuda.matmul._moe_kernels import GROUPED_SYMBOL
+    from test_moe import entry
+    from test_moe_vector import ptx
+
+    four = resolve_tuning(DecodeTuning("dp4a", row_warps=4), "vector", "sm_90", 1, 2048)
+    body = entry(ptx("compute_90", mc.CompileOptions(defines=defines("fine", four))), GROUPED_SYMBOL)
+    assert ".shared" not in body and body.count("bar.sync") == 1
+    spare = re.search(r"setp\.gt\.u32\s+%p\d+, %r\d+, 191;", body)
+    assert spare is not None and spare.start() < body.index("ld.global.nc.L1::no_allocate.v4.u32")
