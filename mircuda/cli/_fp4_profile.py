@@ -200,9 +200,15 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
         # prefetch=0 / persistent=0 / rowwarps=1 are the plans' defaults: the same configuration as leaving them out
         row_warps = knobs.get("rowwarps")
         row_warps = row_warps if row_warps != 1 else None
-        if row_warps is not None and (knobs.get("decode") != "dp4a" or knobs.get("warps", 1) != 1):
-            raise argparse.ArgumentTypeError(f"expected rowwarps=G > 1 with decode=dp4a and no warps > 1 (each warp "
-                                             f"takes its row block whole), received {item!r}")
+        if row_warps is not None:
+            # the plans' own rule (a decode left out is refused: the parser cannot know the plan's default)
+            from ..matmul._fp4 import refuse_row_warps
+
+            try:
+                refuse_row_warps(row_warps, knobs.get("decode") or "(left out)", knobs.get("warps"), SWEEP_KERNELS[kernel])
+            except ContractError as exc:
+                raise argparse.ArgumentTypeError(f"expected rowwarps=G > 1 with decode=dp4a and no warps > 1 "
+                                                 f"({exc}), received {item!r}") from None
         if knobs.get("decode") == "dp4a" and knobs.get("persistent"):
             raise argparse.ArgumentTypeError(f"expected no persistent=1 with decode=dp4a (the integer path has no "
                                              f"persistent grid: the plans refuse it), received {item!r}")
