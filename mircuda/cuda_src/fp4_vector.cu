@@ -117,9 +117,9 @@ constexpr int kStages = MIRCUDA_FP4_STAGES;  // steps of weight loads held in re
 static_assert(kStages >= 2 && kStages <= 4, "MIRCUDA_FP4_STAGES must be 2, 3 or 4");
 // Row warps (MIRCUDA_FP4_ROW_WARPS = G > 1, the integer path only; in the grouped kernel without the lean or
 // persistent tile walks): each of a block's G warps takes its own row block whole (block b, warp j: row block
-// G b + j; no K split, no shared memory), so the grid has G times fewer blocks. One-warp blocks cap an SM at 32 resident warps (the 32-block limit of cc 9.0) and
-// leave it idle through the ramp and tail of thousands of tiny blocks (ncu, 14336x4096 on the H200, 2026-12-01:
-// SMs active 70 % of the cycles at 36 % occupancy).
+// G b + j; no K split, no shared memory), so the grid has G times fewer blocks. One-warp blocks cap an SM at 32
+// resident warps (the 32-block limit of cc 9.0) and leave it idle through the ramp and tail of thousands of tiny
+// blocks (ncu, 14336x4096 on the H200, 2026-12-01: SMs active 70 % of the cycles at 36 % occupancy).
 constexpr int kRowWarps = MIRCUDA_FP4_ROW_WARPS;
 static_assert(kRowWarps == 1 || ((kRowWarps == 2 || kRowWarps == 4 || kRowWarps == 8) && MIRCUDA_FP4_DP4A &&
                                  !MIRCUDA_FP4_PERSISTENT && !MIRCUDA_MOE_LEAN_TILES),

@@ -96,8 +96,8 @@ def choose_gemv(candidates: list[tuple[int, int, bool]]) -> tuple[int, int]:
     75.1 µs (3.13 TB/s) against 56.5 µs at M = 8, whose 124-register kernel holds the same grid in one wave
     (``decoder-layer-profile``, H200, 2026-12-01). Two steps (98 registers, 16 per SM: four sub-partitions of
     four 3328-register warps) hold it in 0.85 waves, the bytes in flight per SM of the 14336 x 4096 grid that took
-    33.6 µs. To be confirmed by the next
-    ``decoder-layer-profile``; no shape of the measured table changes (every table grid fits in one wave)."""
+    33.6 µs. To be confirmed by the next ``decoder-layer-profile``; no shape of the measured table changes (every
+    table grid fits in one wave)."""
     return max(candidates, key=lambda c: (c[2], c[0] * c[1], c[1]))[:2]
 
 
