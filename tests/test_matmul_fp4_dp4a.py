@@ -464,7 +464,8 @@ def test_the_sweep_takes_row_warps_with_dp4a_only() -> None:
     assert got[0].row_warps == 4 and got[0].knobs()["row_warps"] == 4
     assert got[0].label == "vector:decode=dp4a:rowwarps=4"
     assert got[1].label == "vector:decode=dp4a:rows=8:rowwarps=2"  # warps=1: what row warps run anyway
-    assert sweep_values("vector:decode=dp4a:rowwarps=1") == (Fp4Candidate("vector", "dp4a"),)  # the default
+    # rowwarps=1 is a candidate of its own: the plans may take row warps by default (DEFAULT_ROW_WARPS)
+    assert sweep_values("vector:decode=dp4a:rowwarps=1") == (Fp4Candidate("vector", "dp4a", row_warps=1),)
     assert "row_warps" not in Fp4Candidate("vector", "dp4a").knobs()
     for text in ("vector:decode=dp4a:persistent=1", "vector:decode=dp4a:rowwarps=2:persistent=1",
                  "vector:decode=e4m3:rowwarps=2", "vector:rowwarps=2", "vector:decode=dp4a:rowwarps=2:warps=2",
@@ -653,3 +654,49 @@ def test_row_warps_launch_and_describe_without_a_gpu() -> None:
                             ({"m": 4, "symbol": FP4_MMA_SYMBOL, "row_warps": 2}, "row_warps"),
                             ({"decode": "dp4a", "persistent": True, "row_warps": 2}, "persistent")]:
         assert refused(**knobs) == argument, knobs
+
+
+def test_row_warps_default_where_one_warp_blocks_exceed_a_wave(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither ``row_warps`` nor ``warps`` given on the integer path: where the occupancy rule leaves one warp per
+    block (the grid does not fit in one wave with a K split), Fp4Gemv compiles a second module with
+    DEFAULT_ROW_WARPS row warps and says so in describe(); elsewhere, or with either knob given, it keeps one row block
+    per block. Occupancy modelled on the sm_90 kernel: 72 registers, 28 resident warps per SM."""
+    from types import SimpleNamespace
+
+    from mircuda.matmul import _fp4
+    from mircuda.matmul._fp4 import DEFAULT_ROW_WARPS, Fp4Gemv
+
+    monkeypatch.setattr(_fp4, "blocks_per_sm", lambda context, kernel, warps: 28 // warps)
+    info = SimpleNamespace(multiprocessor_count=132, supports_programmatic_launch=True, compute_capability=(9, 0),
+                           max_threads_per_block=1024, max_block_dims=(1024, 1024, 64),
+                           max_grid_dims=(2 ** 31 - 1, 65535, 65535), max_shared_memory_per_block_optin_bytes=232448)
+    context = SimpleNamespace(device_info=lambda: info)
+    compiled: list[dict[str, Any]] = []
+
+    def compile(source: Any, options: Any) -> Any:
+        compiled.append(dict(options.defines))
+        kernel = SimpleNamespace(attributes=SimpleNamespace(max_threads_per_block=256), launch=None, handle=0)
+        return SimpleNamespace(kernel=lambda contract: kernel)
+
+    def gemv(n: int, k: int, **knobs: Any) -> Any:
+        compiled.clear()
+        compiler = SimpleNamespace(arch="sm_90", compile=compile)
+        return Fp4Gemv(context, 1, n, k, "fp4", "linear", compiler, knobs.pop("warps", None),  # type: ignore[arg-type]
+                       FP4_SYMBOL, **knobs)
+
+    tall = gemv(14336, 4096)  # 3584 row blocks of 4: more than 132 x 14 two-warp blocks
+    assert DEFAULT_ROW_WARPS == 2
+    assert (tall.decode, tall.rows, tall.warps, tall.row_warps, tall.default_row_warps) == ("dp4a", 4, 1, 2, True)
+    assert (tall.config.grid, tall.config.block) == ((1792, 1, 1), (64, 1, 1))
+    assert [d.get("MIRCUDA_FP4_ROW_WARPS") for d in compiled] == [None, "2"]  # the second module is the one kept
+    assert dict(tall.options.defines)["MIRCUDA_FP4_ROW_WARPS"] == "2"
+    assert "1792 blocks of 2 warps" in tall.describe() and "one-warp blocks exceed a wave" in tall.describe()
+    for n, k, knobs in [(4096, 4096, {}),  # 1024 row blocks: two warps split K in one wave
+                        (4096, 14336, {}),  # rows 8: a K split of 4 warps
+                        (14336, 4096, {"row_warps": 1}), (14336, 4096, {"warps": 1}),
+                        (14336, 4096, {"decode": "e4m3"})]:  # not the integer path
+        engine = gemv(n, k, **knobs)
+        assert engine.row_warps == 1 and not engine.default_row_warps, (n, k, knobs)
+        assert len(compiled) == 1 and "MIRCUDA_FP4_ROW_WARPS" not in compiled[0]
+        assert "row_warps" not in engine.describe()
+    assert gemv(4096, 4096).warps == 2 and gemv(14336, 4096, row_warps=1).warps == 1

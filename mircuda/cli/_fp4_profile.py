@@ -197,10 +197,10 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
                 raise argparse.ArgumentTypeError(f"expected {key} one of {', '.join(map(str, allowed[key]))} for "
                                                  f"{kernel} in {item[:60]!r}, received {value[:20]!r}")
             knobs[key] = parsed
-        # prefetch=0 / persistent=0 / rowwarps=1 are the plans' defaults: the same configuration as leaving them out
+        # prefetch=0 / persistent=0 are the plans' defaults: the same configuration as leaving them out; rowwarps=1
+        # is not (the plans may take row warps by default on the integer path), so it stays a candidate of its own
         row_warps = knobs.get("rowwarps")
-        row_warps = row_warps if row_warps != 1 else None
-        if row_warps is not None:
+        if row_warps is not None and row_warps > 1:
             # the plans' own rule (a decode left out is refused: the parser cannot know the plan's default)
             from ..matmul._fp4 import refuse_row_warps
 
@@ -213,7 +213,7 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
             raise argparse.ArgumentTypeError(f"expected no persistent=1 with decode=dp4a (the integer path has no "
                                              f"persistent grid: the plans refuse it), received {item!r}")
         # with row warps, warps=1 is what the plan runs anyway: the same configuration as leaving it out
-        warps = None if row_warps is not None else knobs.get("warps")
+        warps = None if row_warps is not None and row_warps > 1 else knobs.get("warps")
         candidate = Fp4Candidate(kernel, knobs.get("decode"), knobs.get("rows"), warps, knobs.get("sum"),
                                  knobs.get("stages"), True if knobs.get("prefetch") else None,
                                  True if knobs.get("persistent") else None, row_warps, knobs.get("trigger"))

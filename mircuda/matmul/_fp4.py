@@ -40,7 +40,8 @@ __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vec
            "fp4_mma_options", "EPILOGUES", "check_epilogue", "DECODE_THREADS", "DECODE_WORDS", "decode_config",
            "DECODES", "BLOCK_SUMS", "default_decode", "check_gemv_knobs", "VECTOR_ROWS", "MMA_ROWS", "STAGES", "VECTOR_DECODES",
            "check_dp4a", "default_vector_decode", "dp4a_rows", "DP4A_DEFAULT_MEASURED", "DP4A_ROWS8_MIN_K", "DP4A_DECODE",
-           "GemvKnobs", "resolve_gemv_knobs", "ROW_WARPS", "check_row_warps", "refuse_row_warps", "gemv_launch"]
+           "GemvKnobs", "resolve_gemv_knobs", "ROW_WARPS", "DEFAULT_ROW_WARPS", "ROW_WARPS_DEFAULT_MEASURED",
+           "check_row_warps", "refuse_row_warps", "gemv_launch"]
 
 ACTIVATIONS = ("fp4", "bf16")
 """``activation=``: ``"fp4"`` (NVFP4 activations with their own scales and global scale) or ``"bf16"``
@@ -251,6 +252,16 @@ def fp4_gemv_options(m: int, rows: int, layout: str, wide: bool, activation: str
 ROW_WARPS = (1, 2, 4, 8)
 """``row_warps``: warps per block of ``fp4_matvec_bf16``'s integer path that each take their own weight-row block
 (``MIRCUDA_FP4_ROW_WARPS``; 1: one row block per block)."""
+DEFAULT_ROW_WARPS = 2
+"""The ``row_warps`` of the integer path when neither ``row_warps`` nor ``warps`` is given and the occupancy rule
+(:func:`~mircuda.matmul._vector.choose_vector_warps`) leaves one warp per block, i.e. the one-warp blocks do not fit
+in one wave with a K split (large N): :data:`ROW_WARPS_DEFAULT_MEASURED`."""
+ROW_WARPS_DEFAULT_MEASURED = (
+    "fp4-profile --sweep on the H200, 2026-12-01 (M = 1, decode='dp4a', rows 4, median of 5 x 20 cold calls): "
+    "14336x4096 10.71 µs with row_warps 2 against 11.72 with one warp per block (4: 10.87, 8: 12.74); where the "
+    "occupancy rule splits K instead (4096x4096: 2 warps, 4096x14336: 4) row warps were slower (5.45 against 4.94, "
+    "17.42 against 11.52)")
+"""The measurement behind :data:`DEFAULT_ROW_WARPS`, as ``describe()`` quotes it."""
 
 
 def check_row_warps(row_warps: Any) -> int | None:
@@ -510,12 +521,21 @@ class Fp4Gemv:
         self.arch = compiler.arch
         self.kernel: TypedKernel = compiler.compile(source, self.options).kernel(contract)
         info = context.device_info()
+        self.default_row_warps = False
         if self.row_warps > 1:
             warps = 1
         elif warps is None:
             warps = choose_vector_warps(n, k, info.multiprocessor_count,
                                         lambda w: blocks_per_sm(context, self.kernel, w), rows=self.rows,
                                         chunk=chunk)
+            if warps == 1 and row_warps is None and decode == "dp4a":
+                # One-warp blocks that do not fit in one wave even with a K split: blocks of DEFAULT_ROW_WARPS warps,
+                # each its own row block, halve the grid (ROW_WARPS_DEFAULT_MEASURED). It needs its own module.
+                self.row_warps, self.default_row_warps = DEFAULT_ROW_WARPS, True
+                self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation, decode, self.block_sum,
+                                                self.stages, self.prefetch, self.persistent, self.row_warps,
+                                                pdl_trigger)
+                self.kernel = compiler.compile(source, self.options).kernel(contract)
         self.warps = warps
         blocks, threads = gemv_launch(n, self.rows, warps, self.row_warps)
         if self.persistent:  # at most one wave; the blocks walk the row blocks
@@ -575,8 +595,10 @@ class Fp4Gemv:
                   if self.block_sum == "int32" else "block_sum='fp32': products in FP32")
         return (f"kernel {FP4_SYMBOL} (NVRTC, {defines}), "
                 f"{self.config.grid[0]} {'persistent blocks (one wave) walking row blocks' if self.persistent else 'blocks'} of "
-                + (f"{self.row_warps} warps, each taking its own block of {self.rows} weight rows whole (row_warps),"
-                   if self.row_warps > 1 else f"{self.rows} weight rows x {self.warps} warp(s) splitting K,")
+                + (f"{self.row_warps} warps, each taking its own block of {self.rows} weight rows whole (row_warps"
+                   + (f"; the default where one-warp blocks exceed a wave, measured: {ROW_WARPS_DEFAULT_MEASURED}"
+                      if self.default_row_warps else "") + ")," if self.row_warps > 1
+                   else f"{self.rows} weight rows x {self.warps} warp(s) splitting K,")
                 + f" {act}, "
                 f"{'16' if self.wide else '8'}-byte streamed weight loads ({self.elements} E2M1 per lane"
                 f"{'' if self.wide else ': K % 32 != 0'}), {decode}, {summed}, UE4M3 scales per 16, FP32 "
@@ -746,7 +768,8 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
             Measured slower on the H200 at every M = 1 shape (1.09-1.38x the default's time, same file).
         row_warps: tuning knob of ``decode='dp4a'``: one of :data:`ROW_WARPS`, warps per block that each take
             their own block of weight rows whole (no K split: ``warps`` None or 1), so the grid has that many
-            times fewer blocks; None or 1: one row block per block.
+            times fewer blocks; 1: one row block per block; None: :data:`DEFAULT_ROW_WARPS` on the integer path
+            when ``warps`` is not given either and the occupancy rule takes one warp per block (large N), else 1.
         pdl_trigger: tuning knob of both kernels: where programmatic dependent launch lets the next kernel of
             the stream start on cc >= 9.0, ``"late"`` (after each block's loads; None: the default) or
             ``"early"`` (at the start of each block; :data:`~mircuda.matmul._spec.PDL_TRIGGERS`).
@@ -895,8 +918,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             for ``fp4_matvec_bf16`` only, ``row_warps`` for its ``decode='dp4a'`` only, ``pdl_trigger`` for both;
             None: the defaults, measured on the H200: ``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16``
             at M = 1 ``decode='dp4a'`` where :func:`default_vector_decode` takes it (2 stages, rows
-            :func:`dp4a_rows`), else 4 rows and 3 stages at M = 1, else 2); refused (ContractError) on the other
-            paths.
+            :func:`dp4a_rows`, ``row_warps`` :data:`DEFAULT_ROW_WARPS` where the occupancy rule takes one warp per
+            block), else 4 rows and 3 stages at M = 1, else 2); refused (ContractError) on the other paths.
 
     Raises:
         ContractError: bad arguments (named); a forced ``kernel`` that is not in the library or cannot run

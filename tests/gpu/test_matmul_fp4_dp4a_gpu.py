@@ -172,6 +172,31 @@ def test_row_warps_match_float64(context, stream, pool, rng, n, k, layout, row_w
         assert f"-D MIRCUDA_FP4_ROW_WARPS={row_warps}" in text and f"{row_warps} warps, each taking" in text
 
 
+def test_large_n_takes_default_row_warps_and_matches_float64(context, stream, pool, rng) -> None:
+    """No knobs at N = 14336, K = 4096 on the integer path: the one-warp blocks exceed a wave, so both plans take
+    DEFAULT_ROW_WARPS (1792 blocks of 64 threads on an H200) and say why; row_warps=1 keeps one row block per block.
+    Numerics of the default against float64 (the guard band catches a stray store)."""
+    from mircuda.matmul._fp4 import DEFAULT_ROW_WARPS
+
+    n, k = 14336, 4096
+    plan = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k))
+    if "decode='dp4a'" not in str(plan.describe()):
+        pytest.skip("the default decoder here is not dp4a (a target with cvt.rn.f16x2.e2m1x2)")
+    if plan.warps == 1 and plan.row_warps == 1:
+        pytest.fail(f"one warp per block without row warps: {plan.describe()}")
+    if plan.row_warps == DEFAULT_ROW_WARPS:
+        assert plan.launch_config.block == (32 * DEFAULT_ROW_WARPS, 1, 1)
+        assert "one-warp blocks exceed a wave" in str(plan.describe())
+        with mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(1, n, k)) as matrix:
+            assert f"-D MIRCUDA_FP4_ROW_WARPS={DEFAULT_ROW_WARPS}" in str(matrix.describe())
+    if context.device_info().multiprocessor_count == 132:  # the H200 the default was measured on
+        assert plan.row_warps == DEFAULT_ROW_WARPS and plan.launch_config.grid == (1792, 1, 1)
+    plain = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k), row_warps=1)
+    assert plain.row_warps == 1 and "MIRCUDA_FP4_ROW_WARPS" not in str(plain.describe())
+    run_vector(context, stream, pool, rng, n, k, "fp4", "linear")
+    run_vector(context, stream, pool, rng, n, k, "fp4", "tiled")
+
+
 def test_row_warps_in_the_matrix_plan_from_numba_njit(context, stream, pool, rng) -> None:
     """With the default decoder where that is dp4a (not on a cc 12.x target with cvt.rn.f16x2.e2m1x2, where
     row_warps alone is refused: decode='dp4a' is then asked for)."""
