@@ -18,9 +18,12 @@ from test_moe_vector import options, ptx
 
 def test_the_vector_variant_defaults_to_dp4a_for_one_row_tiles_and_k_a_multiple_of_32() -> None:
     # mixtral (N 14336, K 4096) and fine (N 768, K 2048) decode steps: 1-row tiles
-    for arch, cap in (("sm_80", None), ("sm_90", 80)):  # the register cap: measured on sm_90 (test_moe_lean.py)
-        assert default_tuning(arch, "vector", 1, 4096) == DecodeTuning("dp4a", 2, 0, 1, max_registers=cap)
-        assert default_tuning(arch, "vector", 1, 2048) == DecodeTuning("dp4a", 2, 0, 1, max_registers=cap)
+    # the register cap and the row warps: measured on sm_90 (test_moe_lean.py, test_moe_row_warps.py)
+    for arch, cap, row_warps in (("sm_80", None, None), ("sm_90", 80, 2)):
+        assert default_tuning(arch, "vector", 1, 4096) == DecodeTuning("dp4a", 2, 0, 1, max_registers=cap,
+                                                                       row_warps=row_warps)
+        assert default_tuning(arch, "vector", 1, 2048) == DecodeTuning("dp4a", 2, 0, 1, max_registers=cap,
+                                                                       row_warps=row_warps)
         assert default_tuning(arch, "vector", 1, 14336) == DecodeTuning("dp4a", 2, 0, 2)  # 8 rows: K > 4096
     word = DecodeTuning("e4m3", 2, 0, 1)
     assert default_tuning("sm_90", "vector", 2, 4096) == word  # 2-row tiles: the FP16 path
@@ -32,7 +35,10 @@ def test_the_vector_variant_defaults_to_dp4a_for_one_row_tiles_and_k_a_multiple_
 
 
 def test_a_given_tuning_overrides_the_dp4a_default_and_dp4a_is_refused_by_field_where_it_cannot_run() -> None:
-    assert resolve_tuning(None, "vector", "sm_90", 1, 4096) == DecodeTuning("dp4a", 2, 0, 1, max_registers=80)
+    assert resolve_tuning(None, "vector", "sm_90", 1, 4096) == DecodeTuning("dp4a", 2, 1, 1, max_registers=80,
+                                                                            row_warps=2)
+    assert resolve_tuning(None, "vector", "sm_90", 1, 4096) == resolve_tuning(DecodeTuning("dp4a"), "vector", "sm_90",
+                                                                              1, 4096)
     assert resolve_tuning(DecodeTuning("e4m3"), "vector", "sm_90", 1, 4096) == DecodeTuning("e4m3", 2, 0, 1)
     assert resolve_tuning(DecodeTuning("dp4a", 3, 2), "vector", "sm_90", 1, 4096) == \
         DecodeTuning("dp4a", 3, 2, 1, max_registers=80)

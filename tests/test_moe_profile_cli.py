@@ -212,6 +212,6 @@ def test_a_candidate_gives_the_plan_its_fields_and_the_default_decoder_of_its_ti
     assert lean.tuning("sm_90", 4096) == DecodeTuning("dp4a", lean_tiles=True, max_registers=0)
     # what the plan then runs: the measured knobs of the decoder named (the cap only where dp4a is the default's)
     assert resolve_tuning(default_m1.tuning("sm_90", 4096), "vector", "sm_90", 1, 4096) == \
-        DecodeTuning("dp4a", 2, 0, 1, max_registers=80)
+        DecodeTuning("dp4a", 2, 1, 1, max_registers=80, row_warps=2)  # and the row warps, one warp per row block
     assert resolve_tuning(e4m3_m1.tuning("sm_90", 4096), "vector", "sm_90", 1, 4096) == DecodeTuning("e4m3", 2, 0, 1)
     assert resolve_tuning(split.tuning("sm_90", 4096), "split_k", "sm_90") == DecodeTuning("pairs", 3, 4, 2)

@@ -240,7 +240,8 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
     ``dp4a``: ``l1`` the lean tile walk (``p1`` only with it), ``gN`` a register cap of
     :data:`~mircuda.matmul._moe_kernels.REGISTER_CAPS`, ``g0`` none; without ``g`` the plan's default cap,
     :func:`~mircuda.matmul._moe_kernels.default_register_cap`; ``oN`` row warps, N = 1, 2, 4 or 8 warps per block
-    each taking its own weight-row block, without ``l1``, ``p1`` or ``wN`` > 1); without ``m``, ``tN`` the split_k
+    each taking its own weight-row block, without ``l1``, ``p1`` or ``wN`` > 1 (``o1``: one row block per block;
+    without ``o`` the plan's default, :func:`~mircuda.matmul._moe_kernels.default_row_warps`)); without ``m``, ``tN`` the split_k
     m-tile: 8, 16 or 32 activation rows per tile instead of the plan's choice).
 
     Raises:
@@ -298,7 +299,7 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
         cand = Candidate(item, None if head == "default" else head, raw.get("s"), raw.get("w"), frags,
                          raw.get("m"), True if raw.get("p") else None,  # p0, l0: the default, as none given
                          True if raw.get("l") else None, raw.get("g"),  # g0: no cap (the dp4a default caps at 80)
-                         raw.get("t"), raw["o"] if raw.get("o", 1) > 1 else None)  # o1: the default
+                         raw.get("t"), raw.get("o"))  # o1: one row block per block (the dp4a default on sm_90 is o2)
         if (cand.text == "default" and not rest) or any(dataclasses.replace(c, text="") == dataclasses.replace(cand, text="")
                                                        for c in out):
             raise ContractError("--sweep", "distinct candidates (the default plan is always measured first)",

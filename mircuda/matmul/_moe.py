@@ -42,7 +42,8 @@ from ..memory import DeviceBuffer
 from ._fp4 import DP4A_DECODE, DP4A_DEFAULT_MEASURED, _device_checks, fp4_compiler, has_e2m1_cvt
 from ._fp4_layout import address, check_layout
 from ._fp4_reference import BLOCK, scale_bytes
-from ._moe_kernels import (BLOCK_ROWS, DP4A_REGISTER_CAP, DP4A_REGISTER_CAP_MEASURED, MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, VARIANTS, VECTOR_MAX_MEAN_ROWS,
+from ._moe_kernels import (BLOCK_ROWS, DP4A_REGISTER_CAP, DP4A_REGISTER_CAP_MEASURED, DP4A_ROW_WARPS,
+                           DP4A_ROW_WARPS_MEASURED, MAX_WEIGHT_BLOCKS, ROWS_PER_TILE, VARIANTS, VECTOR_MAX_MEAN_ROWS,
                            VECTOR_ROWS_PER_TILE, WARPS, DecodeTuning, GroupedKernels, resolve_tuning,
                            choose_variant, default_rows_per_tile, default_vector_rows, grouped_executor, grouped_options, tile_shape, workspace_ints)
 from ._moe_spec import GroupedFp4Operands, IndexedGroupedFp4Spec, VariableGroupedFp4Spec
@@ -393,7 +394,9 @@ class _GroupedFp4PlanBase(PlanBase):
             return Description(
                 f"{head}{setup}, then fp4_grouped_bf16 (NVRTC fp4_vector.cu, portable, any cc >= 8.0, no tensor "
                 f"cores): grid ({shape.weight_blocks} weight-row blocks of {BLOCK_ROWS['vector'] * t.frags} rows"
-                + (f" in blocks of {shape.row_warps} warps, each warp taking its own row block whole (row_warps)"
+                + (f" in blocks of {shape.row_warps} warps, each warp taking its own row block whole (row_warps"
+                   + (f"; the default with 4 weight rows per block on sm_90, measured: {DP4A_ROW_WARPS_MEASURED}"
+                      if self._default_tuning and shape.row_warps == DP4A_ROW_WARPS else "") + ")"
                    if shape.row_warps > 1 else "")
                 + f", {shape.tiles} tile slots of {shape.rows_per_tile} activation row(s) walked persistently, "
                 f"{shape.sets} set(s)); variant vector: "
@@ -569,10 +572,12 @@ class VariableGroupedFp4Plan(_GroupedFp4PlanBase):
         tuning: None (:func:`~mircuda.matmul._moe_kernels.default_tuning` of the target, variant, tile and K:
             ``decode="dp4a"`` for the vector variant's 1-row tiles with K % 32 == 0 where it applies) or a
             :class:`~mircuda.matmul._moe_kernels.DecodeTuning` (decode, stages, warps, frags, persistent,
-            lean_tiles, max_registers) of the portable kernel, its None fields taken from that default
+            lean_tiles, max_registers, row_warps) of the portable kernel, its None fields taken from that default
             (``max_registers`` None: :func:`~mircuda.matmul._moe_kernels.default_register_cap`, 80 registers for
-            ``"dp4a"`` with 4 weight rows per block on sm_90); ContractError names a field that does not fit the
-            variant or the target.
+            ``"dp4a"`` with 4 weight rows per block on sm_90; ``row_warps`` None:
+            :func:`~mircuda.matmul._moe_kernels.default_row_warps`, 2 warps per block, each its own row block, for
+            the same, unless ``warps`` > 1, ``lean_tiles`` or ``persistent`` is given; 1 turns them off);
+            ContractError names a field that does not fit the variant or the target.
 """ + _DOC_COMMON)
 
     _kind = "VariableGroupedFp4Plan"

@@ -87,6 +87,16 @@ Measured with ``moe-profile --sweep`` on the H200 (2026-12-01, ``benchmarks/resu
 cold weights, median of 5 x 10 calls): Mixtral-like 1 token 22.66 µs against 26.29 uncapped (2.92 against 2.51 TB/s),
 fine-grained 16 tokens 37.04 against 41.00, fine-grained 1 token 7.90 against 7.80 (within a run's spread); spill-free
 (``tests/test_moe_lean.py``)."""
+DP4A_ROW_WARPS = 2
+"""The grouped ``"dp4a"`` kernel's default row warps on sm_90 with 4 weight rows per block (:func:`default_row_warps`),
+with the register cap of 80 (which spills 8 bytes in the fine-grained kernel yet was the faster):
+:data:`DP4A_ROW_WARPS_MEASURED`."""
+DP4A_ROW_WARPS_MEASURED = (
+    "moe-profile --sweep on the H200, 2026-12-01, median of 7 x 20 cold calls: row warps 2 with the 80-register cap "
+    "against one warp per block with it: fine-grained 1 token 7.37 against 7.83 µs, 16 tokens 35.92 against 37.05, "
+    "Mixtral-like 1 token 22.36 against 22.40; row warps 2 uncapped 7.33 / 37.25 / 22.84, row warps 4 with the cap "
+    "7.45 / 36.21 / 22.42 (benchmarks/results/moe_sweep_row_warps.json)")
+"""The measurement behind :data:`DP4A_ROW_WARPS`, as ``describe()`` quotes it."""
 DP4A_REGISTER_CAP_MEASURED = ("Mixtral-like 1 token 22.7 µs against 26.3 uncapped, fine-grained 16 tokens 37.0 "
                               "against 41.0, H200 2026-12-01")
 """The measurement :data:`DP4A_REGISTER_CAP` rests on, as ``describe()`` quotes it."""
@@ -130,10 +140,11 @@ class DecodeTuning:
     block on sm_90, else none) or one of :data:`REGISTER_CAPS`, a cap other than 0 with ``decode="dp4a"`` only: 0
     none, else the kernel's ``__maxnreg__`` (more warps per SM: 65536 / (32 * registers rounded up to 8), at most
     32 one-warp blocks).
-    row_warps: None or 1 (the default: one weight-row block per block), or 2, 4 or 8 with ``decode="dp4a"``
-    (without ``lean_tiles`` or ``persistent``; ``warps`` None, 0 or 1): that many warps per block, each taking its
-    own weight-row block of the tile whole (``MIRCUDA_FP4_ROW_WARPS``, the single plan's ``row_warps``), so the
-    grid has that many times fewer blocks. Not yet measured: ``moe-profile --sweep dp4a:m1:o4``."""
+    row_warps: 1 (one weight-row block per block), or 2, 4 or 8 with ``decode="dp4a"`` (without ``lean_tiles`` or
+    ``persistent``; ``warps`` None, 0 or 1): that many warps per block, each taking its own weight-row block of the
+    tile whole (``MIRCUDA_FP4_ROW_WARPS``, the single plan's ``row_warps``), so the grid has that many times fewer
+    blocks; None takes :func:`default_row_warps` (:data:`DP4A_ROW_WARPS` for ``"dp4a"`` with 4 weight rows per block
+    on sm_90 where ``warps`` is None or 1 and neither ``lean_tiles`` nor ``persistent`` is set, else 1)."""
 
     decode: str
     stages: int | None = None
@@ -186,24 +197,34 @@ def check_dp4a_tile(tuning: DecodeTuning, rows_per_tile: int, k: int) -> None:
                             "16-byte loads of 32 codes per lane)", "'dp4a'")
 
 
-def default_register_cap(arch: str, decode: str, frags: int, row_warps: int | None = None) -> int | None:
+def default_register_cap(arch: str, decode: str, frags: int) -> int | None:
     """The register cap a :class:`DecodeTuning` without ``max_registers`` takes: :data:`DP4A_REGISTER_CAP` for
-    ``decode="dp4a"`` with 4 weight rows per block (``frags`` 1) and no row warps on sm_90, where it was measured
-    and is spill-free; None (no cap) elsewhere: 8 rows per block spill at every cap, other targets were not
-    measured, and with ``row_warps`` > 1 the cap of 80 spills (8 bytes in the fine-grained layer's kernel, K = 2048,
-    128 groups, sm_90) while the uncapped kernel takes 95 registers (no shared partial sums to keep)."""
-    row_warped = is_integer_value(row_warps) and row_warps > 1  # anything else is left to check_tuning to name
-    return DP4A_REGISTER_CAP if decode == "dp4a" and frags == 1 and not row_warped and _arch_number(arch) == 90 else None
+    ``decode="dp4a"`` with 4 weight rows per block (``frags`` 1) on sm_90, where it was measured; None (no cap)
+    elsewhere: 8 rows per block spill at every cap, other targets were not measured. With row warps the cap of 80
+    spills 8 bytes in the fine-grained layer's kernel (K = 2048, 128 groups; uncapped it takes 95 registers), yet
+    was faster than uncapped in 2 of 3 decode cases and equal in the third (:data:`DP4A_ROW_WARPS_MEASURED`)."""
+    return DP4A_REGISTER_CAP if decode == "dp4a" and frags == 1 and _arch_number(arch) == 90 else None
+
+
+def default_row_warps(arch: str, decode: str, frags: int) -> int | None:
+    """The row warps a :class:`DecodeTuning` without ``row_warps`` takes where it may have them (``warps`` None or 1,
+    no ``lean_tiles`` or ``persistent``): :data:`DP4A_ROW_WARPS` for ``decode="dp4a"`` with 4 weight rows per block
+    (``frags`` 1) on sm_90, where it was measured (:data:`DP4A_ROW_WARPS_MEASURED`); None (one row block per block)
+    elsewhere."""
+    return DP4A_ROW_WARPS if decode == "dp4a" and frags == 1 and _arch_number(arch) == 90 else None
 
 
 def _dp4a_tuning(k: int, arch: str) -> DecodeTuning:
-    """``decode="dp4a"``'s knobs for K: 2 stages, the occupancy rule's warps, 4 weight rows per block, 8 when
-    K > 4096 (the single plan's rule, :func:`~mircuda.matmul._fp4.dp4a_rows`), the register cap of
+    """``decode="dp4a"``'s knobs for K: 2 stages, 4 weight rows per block, 8 when K > 4096 (the single plan's rule,
+    :func:`~mircuda.matmul._fp4.dp4a_rows`), the row warps of :func:`default_row_warps` (then one warp per row
+    block: warps 0 is read as 1), else the occupancy rule's warps (0), the register cap of
     :func:`default_register_cap`."""
     from ._fp4 import dp4a_rows
 
     frags = dp4a_rows(k) // BLOCK_ROWS["vector"]
-    return DecodeTuning("dp4a", 2, 0, frags, max_registers=default_register_cap(arch, "dp4a", frags))
+    row_warps = default_row_warps(arch, "dp4a", frags)
+    return DecodeTuning("dp4a", 2, 0, frags, max_registers=default_register_cap(arch, "dp4a", frags),
+                        row_warps=row_warps)
 
 
 def default_tuning(arch: str, variant: str, rows_per_tile: int = 0, k: int = 0) -> DecodeTuning:
@@ -244,7 +265,7 @@ def resolve_tuning(tuning: object, variant: str, arch: str, rows_per_tile: int =
     (:func:`check_tuning`, and :func:`check_dp4a_tile` when ``k`` is given)."""
     default = default_tuning(arch, variant, rows_per_tile, k)
     if tuning is None:
-        return default
+        return check_tuning(default, variant, arch)  # its normal form: warps 1 with row warps, as a tuning given
     if not isinstance(tuning, DecodeTuning):
         raise ContractError("tuning", "None or a DecodeTuning", repr(tuning))
     # The defaults of the decoder asked for: a word decoder given where dp4a is the default keeps the word
@@ -259,8 +280,12 @@ def resolve_tuning(tuning: object, variant: str, arch: str, rows_per_tile: int =
         warps=default.warps if tuning.warps is None else tuning.warps,
         frags=default.frags if tuning.frags is None else tuning.frags)
     if filled.max_registers is None and isinstance(filled.decode, str) and is_integer_value(filled.frags):
-        filled = dataclasses.replace(filled, max_registers=default_register_cap(arch, filled.decode, int(filled.frags),
-                                                                                filled.row_warps))
+        filled = dataclasses.replace(filled, max_registers=default_register_cap(arch, filled.decode, int(filled.frags)))
+    if (filled.row_warps is None and variant == "vector" and isinstance(filled.decode, str)
+            and is_integer_value(filled.frags) and tuning.warps in (None, 1)
+            and not tuning.lean_tiles and not tuning.persistent):
+        # only where row warps can run: a K split, lean tiles or a persistent grid asked for keeps one row block per block
+        filled = dataclasses.replace(filled, row_warps=default_row_warps(arch, filled.decode, int(filled.frags)))
     checked = check_tuning(filled, variant, arch)
     if k:
         check_dp4a_tile(checked, rows_per_tile, k)
@@ -314,12 +339,13 @@ def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
     if row_warps is not None:
         if not is_integer_value(row_warps) or row_warps not in ROW_WARPS:
             raise ContractError("tuning.row_warps", f"None or an integer, one of {ROW_WARPS}", repr(row_warps))
-        row_warps = int(row_warps) if row_warps > 1 else None  # 1 is the default: one row block per block
-    if row_warps is not None and (tuning.decode != "dp4a" or variant != "vector" or lean or persistent):
+        row_warps = int(row_warps)  # 1 given stays 1: one row block per block, where None may take row warps
+    if row_warps is not None and row_warps > 1 and (tuning.decode != "dp4a" or variant != "vector" or lean
+                                                    or persistent):
         raise ContractError("tuning.row_warps", "None or 1 unless decode 'dp4a' with variant 'vector', without "
                             "lean_tiles or persistent (the integer path's one-tile blocks)",
                             f"{tuning.row_warps!r} with decode {tuning.decode!r}, variant {variant!r}")
-    if row_warps is not None and tuning.warps not in (0, 1):
+    if row_warps is not None and row_warps > 1 and tuning.warps not in (0, 1):
         raise ContractError("tuning.warps", f"0 or 1 with row_warps={row_warps} (each warp takes its row block "
                             "whole; no K split)", repr(tuning.warps))
     # vector: warps 0 leaves them to the occupancy rule (vector_warps), as its default tuning does
@@ -335,7 +361,8 @@ def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
             raise ContractError(f"tuning.{name}", f"{fixed} with variant {variant!r} (the variant has no such knob)",
                                 repr(value))
         values[name] = int(value)
-    return dataclasses.replace(tuning, stages=values["stages"], warps=1 if row_warps else values["warps"],
+    return dataclasses.replace(tuning, stages=values["stages"],
+                               warps=1 if row_warps is not None and row_warps > 1 else values["warps"],
                                frags=values["frags"], persistent=persistent, lean_tiles=lean,
                                max_registers=None if cap is None else int(cap), row_warps=row_warps)
 

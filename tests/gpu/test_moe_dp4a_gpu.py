@@ -27,7 +27,8 @@ def runs_dp4a_by_default(context) -> bool:
 
 @pytest.mark.parametrize("tokens", [1, 3, 16])
 @pytest.mark.parametrize("tuning", [DecodeTuning("dp4a", 2, 0, 1), DecodeTuning("dp4a", 3, 8, 2),
-                                    DecodeTuning("dp4a", 2, 1, 1), DecodeTuning("dp4a", 2, 1, 1, row_warps=4),
+                                    DecodeTuning("dp4a", 2, 1, 1), DecodeTuning("dp4a", 2, 1, 1, row_warps=1),
+                                    DecodeTuning("dp4a", 2, 1, 1, row_warps=4),
                                     DecodeTuning("dp4a", 2, 0, 2, row_warps=8)], ids=lambda t: t.label("vector"))
 @pytest.mark.parametrize("experts, topk, n, k, layout", [(8, 2, 259, 4096, "tiled"), (64, 8, 136, 2048, "linear"),
                                                          (8, 2, 100, 14336, "tiled"), (16, 4, 77, 96, "linear")],
@@ -50,6 +51,9 @@ def test_a_decode_step_takes_dp4a_by_default(context, stream, pool, rng, experts
             assert "decode='dp4a'" in text and "the default for 1-row tiles" in text and "H200, 2026-12-01" in text
             if plan._kernels.arch == "sm_90":  # 4 weight rows per block (K <= 4096): the measured register cap
                 assert plan.tuning.max_registers == 80 and "the 80-register cap is the default" in text
+                # and 2 row warps (DP4A_ROW_WARPS_MEASURED), one warp per row block
+                assert (plan.tuning.row_warps, plan.tuning.warps) == (2, 1)
+                assert "row_warps; the default with 4 weight rows per block on sm_90, measured" in text
             ops = {op.name: op.alignment for op in plan.operands}
             assert (ops["a"], ops["a_scales"]) == (16, 2)
     run_variable(context, stream, pool, rng, experts=experts, topk=topk, tokens=1, n=n, k=k, layout="tiled")

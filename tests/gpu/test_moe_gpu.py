@@ -125,11 +125,17 @@ def run_variable(context, stream, pool, rng, *, experts, topk, tokens, n, k, lay
         if variant is not None:
             assert plan.variant == variant and f"variant {variant}" in plan.describe()
         if tuning is not None:
-            from mircuda.matmul._moe_kernels import default_register_cap
+            from mircuda.matmul._moe_kernels import default_register_cap, default_row_warps
 
-            cap = (default_register_cap(plan._kernels.arch, tuning.decode, tuning.frags, tuning.row_warps)
+            arch = plan._kernels.arch
+            cap = (default_register_cap(arch, tuning.decode, tuning.frags)
                    if tuning.max_registers is None else tuning.max_registers)  # None: the default cap
-            assert plan.tuning == dataclasses.replace(tuning, warps=tuning.warps or plan.tuning.warps, max_registers=cap)
+            row_warps = tuning.row_warps
+            if (row_warps is None and plan.variant == "vector" and tuning.warps in (None, 1) and not tuning.lean_tiles
+                    and not tuning.persistent):  # None: the default row warps where they can run
+                row_warps = default_row_warps(arch, tuning.decode, tuning.frags)
+            warps = 1 if row_warps is not None and row_warps > 1 else tuning.warps or plan.tuning.warps
+            assert plan.tuning == dataclasses.replace(tuning, warps=warps, max_registers=cap, row_warps=row_warps)
         plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
                      global_b=bank.global_buf, alpha=alpha)
         got = download(context, stream, d)
