@@ -279,6 +279,8 @@ def test_the_sass_check_reads_a_built_library() -> None:
     if find_cuobjdump() is None:
         pytest.skip("needs cuobjdump (the CUDA toolkit or the nvidia-cuda-cuobjdump wheel)")
     report = sass_check(path)
+    if report.error and report.error.startswith("no CUTLASS kernels in the sm_120f code"):
+        pytest.skip(f"the library holds no sm_120f code (built with build-cutlass --arch 90a): {report.error}")
     assert report.ok, report
     assert sum(f.kind == "tensorop" for f in report.functions) == 12
     assert sum(f.kind == "simt" for f in report.functions) == 4

@@ -380,8 +380,9 @@ def test_the_decode_kernels_defaults_are_the_documented_ones(symbol, m, k, rows,
         "M = 1" in vector_doc and "``decode='dp4a'`` :func:`dp4a_rows`: 8 when K > 4096" in vector_doc
     matrix_doc = " ".join((mc.BlockScaledFp4Plan.__doc__ or "").split())
     assert ("``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16`` at M = 1 ``decode='dp4a'`` where "
-            ":func:`default_vector_decode` takes it (2 stages, rows :func:`dp4a_rows`), else 4 rows and 3 stages at "
-            "M = 1, else 2") in matrix_doc
+            ":func:`default_vector_decode` takes it (2 stages, rows :func:`dp4a_rows`, ``row_warps`` "
+            ":data:`DEFAULT_ROW_WARPS` where the occupancy rule takes one warp per block), else 4 rows and 3 stages "
+            "at M = 1, else 2") in matrix_doc
 
 
 def test_the_grouped_vector_variant_refuses_tiled_scales_above_the_32_bit_column_offset_by_spec() -> None:
