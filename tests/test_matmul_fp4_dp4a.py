@@ -656,15 +656,15 @@ def test_row_warps_launch_and_describe_without_a_gpu() -> None:
         assert refused(**knobs) == argument, knobs
 
 
-def test_row_warps_default_where_one_warp_blocks_exceed_a_wave(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Neither ``row_warps`` nor ``warps`` given on the integer path: where the occupancy rule leaves one warp per
-    block (the grid does not fit in one wave with a K split), Fp4Gemv compiles a second module with
-    DEFAULT_ROW_WARPS row warps and says so in describe(); elsewhere, or with either knob given, it keeps one row block
-    per block. Occupancy modelled on the sm_90 kernel: 72 registers, 28 resident warps per SM."""
+@pytest.fixture
+def occupancy_gemv(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``(gemv, compiled)``: ``gemv(n, k, **knobs)`` an M = 1 Fp4Gemv on sm_90 over a fake device (132 SMs) and
+    compiler, occupancy modelled on the sm_90 integer kernel (72 registers, 28 resident warps per SM); ``compiled`` the
+    defines of each module the last call compiled."""
     from types import SimpleNamespace
 
     from mircuda.matmul import _fp4
-    from mircuda.matmul._fp4 import DEFAULT_ROW_WARPS, Fp4Gemv
+    from mircuda.matmul._fp4 import Fp4Gemv
 
     monkeypatch.setattr(_fp4, "blocks_per_sm", lambda context, kernel, warps: 28 // warps)
     info = SimpleNamespace(multiprocessor_count=132, supports_programmatic_launch=True, compute_capability=(9, 0),
@@ -684,6 +684,18 @@ def test_row_warps_default_where_one_warp_blocks_exceed_a_wave(monkeypatch: pyte
         return Fp4Gemv(context, 1, n, k, "fp4", "linear", compiler, knobs.pop("warps", None),  # type: ignore[arg-type]
                        FP4_SYMBOL, **knobs)
 
+    return gemv, compiled
+
+
+def test_row_warps_default_where_one_warp_blocks_exceed_a_wave(occupancy_gemv: Any) -> None:
+    """Neither ``row_warps`` nor ``warps`` given on the integer path: where the occupancy rule leaves one warp per
+    block (the grid does not fit in one wave with a K split), Fp4Gemv compiles a second module with
+    DEFAULT_ROW_WARPS row warps and says so in describe(); elsewhere, or with either knob given, it keeps one row block
+    per block."""
+    from mircuda.matmul._fp4 import DEFAULT_ROW_WARPS
+
+    gemv, compiled = occupancy_gemv
+
     tall = gemv(14336, 4096)  # 3584 row blocks of 4: more than 132 x 14 two-warp blocks
     assert DEFAULT_ROW_WARPS == 2
     assert (tall.decode, tall.rows, tall.warps, tall.row_warps, tall.default_row_warps) == ("dp4a", 4, 1, 2, True)
@@ -700,3 +712,16 @@ def test_row_warps_default_where_one_warp_blocks_exceed_a_wave(monkeypatch: pyte
         assert len(compiled) == 1 and "MIRCUDA_FP4_ROW_WARPS" not in compiled[0]
         assert "row_warps" not in engine.describe()
     assert gemv(4096, 4096).warps == 2 and gemv(14336, 4096, row_warps=1).warps == 1
+
+
+def test_row_warps_default_needs_large_n_not_a_short_k(occupancy_gemv: Any) -> None:
+    """The occupancy rule also takes one warp per block where K is too short for a K split (K < 4 x 1024 on the
+    integer path), at any N: there the grid may be a few blocks, and halving it would leave SMs idle. The default
+    row warps follow the large-N reason only: the row blocks do not fit in one wave of two-warp blocks."""
+    gemv, compiled = occupancy_gemv
+    for n, k in [(64, 256), (256, 2048), (4096, 2048)]:  # 16, 64, 1024 row blocks: <= 132 x 14
+        engine = gemv(n, k)
+        assert (engine.warps, engine.row_warps, engine.default_row_warps) == (1, 1, False), (n, k)
+        assert engine.config.grid == (-(-n // 4), 1, 1) and len(compiled) == 1
+    wide = gemv(14336, 2048)  # 3584 row blocks: more than 132 x 14
+    assert (wide.warps, wide.row_warps, wide.default_row_warps, wide.config.grid) == (1, 2, True, (1792, 1, 1))
