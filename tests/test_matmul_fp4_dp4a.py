@@ -687,7 +687,7 @@ def occupancy_gemv(monkeypatch: pytest.MonkeyPatch) -> Any:
     return gemv, compiled
 
 
-def test_row_warps_default_where_one_warp_blocks_exceed_a_wave(occupancy_gemv: Any) -> None:
+def test_row_warps_default_where_a_k_split_exceeds_a_wave(occupancy_gemv: Any) -> None:
     """Neither ``row_warps`` nor ``warps`` given on the integer path: where the occupancy rule leaves one warp per
     block (the grid does not fit in one wave with a K split), Fp4Gemv compiles a second module with
     DEFAULT_ROW_WARPS row warps and says so in describe(); elsewhere, or with either knob given, it keeps one row block
@@ -702,7 +702,9 @@ def test_row_warps_default_where_one_warp_blocks_exceed_a_wave(occupancy_gemv: A
     assert (tall.config.grid, tall.config.block) == ((1792, 1, 1), (64, 1, 1))
     assert [d.get("MIRCUDA_FP4_ROW_WARPS") for d in compiled] == [None, "2"]  # the second module is the one kept
     assert dict(tall.options.defines)["MIRCUDA_FP4_ROW_WARPS"] == "2"
-    assert "1792 blocks of 2 warps" in tall.describe() and "one-warp blocks exceed a wave" in tall.describe()
+    # 3584 one-warp blocks would fit in one wave (132 x 28): it is the K split that does not
+    assert "1792 blocks of 2 warps" in tall.describe() and "one-warp blocks exceed a wave" not in tall.describe()
+    assert "the default where the row blocks do not fit in one wave of two-warp blocks splitting K" in tall.describe()
     for n, k, knobs in [(4096, 4096, {}),  # 1024 row blocks: two warps split K in one wave
                         (4096, 14336, {}),  # rows 8: a K split of 4 warps
                         (14336, 4096, {"row_warps": 1}), (14336, 4096, {"warps": 1}),

@@ -601,7 +601,8 @@ class Fp4Gemv:
         return (f"kernel {FP4_SYMBOL} (NVRTC, {defines}), "
                 f"{self.config.grid[0]} {'persistent blocks (one wave) walking row blocks' if self.persistent else 'blocks'} of "
                 + (f"{self.row_warps} warps, each taking its own block of {self.rows} weight rows whole (row_warps"
-                   + (f"; the default where one-warp blocks exceed a wave, measured: {ROW_WARPS_DEFAULT_MEASURED}"
+                   + (f"; the default where the row blocks do not fit in one wave of two-warp blocks splitting K, "
+                      f"measured: {ROW_WARPS_DEFAULT_MEASURED}"
                       if self.default_row_warps else "") + ")," if self.row_warps > 1
                    else f"{self.rows} weight rows x {self.warps} warp(s) splitting K,")
                 + f" {act}, "
