@@ -267,7 +267,8 @@ ROW_WARPS_DEFAULT_MEASURED = (
 
 
 def check_row_warps(row_warps: Any) -> int | None:
-    """``row_warps=``: None (the default: 1, one row block per block) or one of :data:`ROW_WARPS`; returns it.
+    """``row_warps=``: None (the plan's default: :data:`DEFAULT_ROW_WARPS` on the integer path at large N without
+    ``warps``, else 1, one row block per block) or one of :data:`ROW_WARPS`; returns it.
 
     Raises:
         ContractError: naming ``row_warps``.
