@@ -727,3 +727,41 @@ def test_row_warps_default_needs_large_n_not_a_short_k(occupancy_gemv: Any) -> N
         assert engine.config.grid == (-(-n // 4), 1, 1) and len(compiled) == 1
     wide = gemv(14336, 2048)  # 3584 row blocks: more than 132 x 14
     assert (wide.warps, wide.row_warps, wide.default_row_warps, wide.config.grid) == (1, 2, True, (1792, 1, 1))
+
+
+def test_both_plans_run_the_default_row_warps_module_from_numba_and_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BlockScaledFp4VectorPlan and BlockScaledFp4Plan at M = 1, N = 14336, K = 4096 on a fake sm_90 device: the
+    module kept is the second one (its handle in numba_execute's launch, with 1792 blocks of 64 threads), the plans'
+    row_warps / warps are what runs, and the vector plan's repr names the row warps beside warps=1."""
+    from types import SimpleNamespace
+
+    from mircuda.matmul import _fp4
+
+    info = SimpleNamespace(multiprocessor_count=132, supports_programmatic_launch=True, compute_capability=(9, 0),
+                           max_threads_per_block=1024, max_block_dims=(1024, 1024, 64), arch="sm_90",
+                           max_grid_dims=(2 ** 31 - 1, 65535, 65535), max_shared_memory_per_block_optin_bytes=232448)
+    context, stream = SimpleNamespace(device_info=lambda: info), SimpleNamespace(handle=7)
+    handles: list[int] = []
+
+    def compile(source: Any, options: Any) -> Any:
+        handles.append(100 + len(handles))
+        kernel = SimpleNamespace(attributes=SimpleNamespace(max_threads_per_block=256), launch=None, handle=handles[-1])
+        return SimpleNamespace(kernel=lambda contract: kernel)
+
+    compiler = SimpleNamespace(arch="sm_90", compile=compile)
+    for name, value in [("plan_stream", lambda stream, context: None), ("_device_checks", lambda context, name: None),
+                        ("fp4_compiler", lambda given, context: compiler), ("plan_compiler", lambda given, context: None),
+                        ("blocks_per_sm", lambda context, kernel, warps: 28 // warps),
+                        ("fp4_executor", lambda function, grid, block, n, k, alignments, stream: (function, grid, block))]:
+        monkeypatch.setattr(_fp4, name, value)
+    vector = _fp4.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(14336, 4096))  # type: ignore[arg-type]
+    assert (vector.row_warps, vector.warps, vector.launch_config.block) == (2, 1, (64, 1, 1))
+    assert vector.kernel.handle == handles[-1] == 101 and vector.numba_execute == (101, 1792, 64)
+    assert "row_warps=2" in repr(vector) and "-D MIRCUDA_FP4_ROW_WARPS=2" in str(vector.describe())
+    handles.clear()
+    matrix = _fp4.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(1, 14336, 4096))  # type: ignore[arg-type]
+    assert matrix.numba_execute == (101, 1792, 64) and "-D MIRCUDA_FP4_ROW_WARPS=2" in str(matrix.describe())
+    handles.clear()
+    plain = _fp4.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(14336, 4096), row_warps=np.int64(1))  # type: ignore[arg-type]
+    assert (plain.row_warps, plain.warps, plain.numba_execute) == (1, 1, (100, 3584, 32)) and handles == [100]
+    assert "row_warps" not in repr(plain)

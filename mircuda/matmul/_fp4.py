@@ -865,7 +865,8 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
     def __repr__(self) -> str:
         s = self._spec
         return (f"BlockScaledFp4VectorPlan(n={s.n}, k={s.k}, activation={self._activation!r}, "
-                f"scale_layout={self._layout!r}, warps={self.warps})")
+                f"scale_layout={self._layout!r}, warps={self.warps}"
+                + (f", row_warps={self.row_warps})" if self.row_warps > 1 else ")"))
 
 
 class BlockScaledFp4Plan(_Fp4PlanBase):
