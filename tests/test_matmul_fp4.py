@@ -359,7 +359,8 @@ def test_the_decode_kernels_refuse_tiled_scales_above_the_32_bit_column_offset_b
 def test_the_decode_kernels_defaults_are_the_documented_ones(symbol, m, k, rows, stages, dp4a) -> None:
     """What Fp4Gemv compiles without knobs (the options it hands NVRTC), and what the plans' docstrings say
     (the vector plan's said 8 and 16 rows and 2 stages after the H200 sweeps moved them to 4, 32 and 3; then
-    decode='dp4a' became the M = 1 default with K % 32 == 0: 2 stages, 8 rows when K > 4096)."""
+    decode='dp4a' became the M = 1 default with K % 32 == 0: 2 stages, 8 rows when K > 4096; then row warps at
+    large N)."""
     seen: list[dict[str, str]] = []
 
     def compile(source: Any, options: mc.CompileOptions) -> Any:
@@ -381,8 +382,8 @@ def test_the_decode_kernels_defaults_are_the_documented_ones(symbol, m, k, rows,
     matrix_doc = " ".join((mc.BlockScaledFp4Plan.__doc__ or "").split())
     assert ("``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16`` at M = 1 ``decode='dp4a'`` where "
             ":func:`default_vector_decode` takes it (2 stages, rows :func:`dp4a_rows`, ``row_warps`` "
-            ":data:`DEFAULT_ROW_WARPS` where the occupancy rule takes one warp per block), else 4 rows and 3 stages "
-            "at M = 1, else 2") in matrix_doc
+            ":data:`DEFAULT_ROW_WARPS` where the row blocks do not fit in one wave of two-warp blocks splitting K, "
+            "large N), else 4 rows and 3 stages at M = 1, else 2") in matrix_doc
 
 
 def test_the_grouped_vector_variant_refuses_tiled_scales_above_the_32_bit_column_offset_by_spec() -> None:

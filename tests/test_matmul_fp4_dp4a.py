@@ -656,15 +656,15 @@ def test_row_warps_launch_and_describe_without_a_gpu() -> None:
         assert refused(**knobs) == argument, knobs
 
 
-def test_row_warps_default_where_one_warp_blocks_exceed_a_wave(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Neither ``row_warps`` nor ``warps`` given on the integer path: where the occupancy rule leaves one warp per
-    block (the grid does not fit in one wave with a K split), Fp4Gemv compiles a second module with
-    DEFAULT_ROW_WARPS row warps and says so in describe(); elsewhere, or with either knob given, it keeps one row block
-    per block. Occupancy modelled on the sm_90 kernel: 72 registers, 28 resident warps per SM."""
+@pytest.fixture
+def occupancy_gemv(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``(gemv, compiled)``: ``gemv(n, k, **knobs)`` an M = 1 Fp4Gemv on sm_90 over a fake device (132 SMs) and
+    compiler, occupancy modelled on the sm_90 integer kernel (72 registers, 28 resident warps per SM); ``compiled`` the
+    defines of each module the last call compiled."""
     from types import SimpleNamespace
 
     from mircuda.matmul import _fp4
-    from mircuda.matmul._fp4 import DEFAULT_ROW_WARPS, Fp4Gemv
+    from mircuda.matmul._fp4 import Fp4Gemv
 
     monkeypatch.setattr(_fp4, "blocks_per_sm", lambda context, kernel, warps: 28 // warps)
     info = SimpleNamespace(multiprocessor_count=132, supports_programmatic_launch=True, compute_capability=(9, 0),
@@ -684,13 +684,27 @@ def test_row_warps_default_where_one_warp_blocks_exceed_a_wave(monkeypatch: pyte
         return Fp4Gemv(context, 1, n, k, "fp4", "linear", compiler, knobs.pop("warps", None),  # type: ignore[arg-type]
                        FP4_SYMBOL, **knobs)
 
+    return gemv, compiled
+
+
+def test_row_warps_default_where_a_k_split_exceeds_a_wave(occupancy_gemv: Any) -> None:
+    """Neither ``row_warps`` nor ``warps`` given on the integer path: where the occupancy rule leaves one warp per
+    block (the grid does not fit in one wave with a K split), Fp4Gemv compiles a second module with
+    DEFAULT_ROW_WARPS row warps and says so in describe(); elsewhere, or with either knob given, it keeps one row block
+    per block."""
+    from mircuda.matmul._fp4 import DEFAULT_ROW_WARPS
+
+    gemv, compiled = occupancy_gemv
+
     tall = gemv(14336, 4096)  # 3584 row blocks of 4: more than 132 x 14 two-warp blocks
     assert DEFAULT_ROW_WARPS == 2
     assert (tall.decode, tall.rows, tall.warps, tall.row_warps, tall.default_row_warps) == ("dp4a", 4, 1, 2, True)
     assert (tall.config.grid, tall.config.block) == ((1792, 1, 1), (64, 1, 1))
     assert [d.get("MIRCUDA_FP4_ROW_WARPS") for d in compiled] == [None, "2"]  # the second module is the one kept
     assert dict(tall.options.defines)["MIRCUDA_FP4_ROW_WARPS"] == "2"
-    assert "1792 blocks of 2 warps" in tall.describe() and "one-warp blocks exceed a wave" in tall.describe()
+    # 3584 one-warp blocks would fit in one wave (132 x 28): it is the K split that does not
+    assert "1792 blocks of 2 warps" in tall.describe() and "one-warp blocks exceed a wave" not in tall.describe()
+    assert "the default where the row blocks do not fit in one wave of two-warp blocks splitting K" in tall.describe()
     for n, k, knobs in [(4096, 4096, {}),  # 1024 row blocks: two warps split K in one wave
                         (4096, 14336, {}),  # rows 8: a K split of 4 warps
                         (14336, 4096, {"row_warps": 1}), (14336, 4096, {"warps": 1}),
@@ -700,3 +714,54 @@ def test_row_warps_default_where_one_warp_blocks_exceed_a_wave(monkeypatch: pyte
         assert len(compiled) == 1 and "MIRCUDA_FP4_ROW_WARPS" not in compiled[0]
         assert "row_warps" not in engine.describe()
     assert gemv(4096, 4096).warps == 2 and gemv(14336, 4096, row_warps=1).warps == 1
+
+
+def test_row_warps_default_needs_large_n_not_a_short_k(occupancy_gemv: Any) -> None:
+    """The occupancy rule also takes one warp per block where K is too short for a K split (K < 4 x 1024 on the
+    integer path), at any N: there the grid may be a few blocks, and halving it would leave SMs idle. The default
+    row warps follow the large-N reason only: the row blocks do not fit in one wave of two-warp blocks."""
+    gemv, compiled = occupancy_gemv
+    for n, k in [(64, 256), (256, 2048), (4096, 2048)]:  # 16, 64, 1024 row blocks: <= 132 x 14
+        engine = gemv(n, k)
+        assert (engine.warps, engine.row_warps, engine.default_row_warps) == (1, 1, False), (n, k)
+        assert engine.config.grid == (-(-n // 4), 1, 1) and len(compiled) == 1
+    wide = gemv(14336, 2048)  # 3584 row blocks: more than 132 x 14
+    assert (wide.warps, wide.row_warps, wide.default_row_warps, wide.config.grid) == (1, 2, True, (1792, 1, 1))
+
+
+def test_both_plans_run_the_default_row_warps_module_from_numba_and_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BlockScaledFp4VectorPlan and BlockScaledFp4Plan at M = 1, N = 14336, K = 4096 on a fake sm_90 device: the
+    module kept is the second one (its handle in numba_execute's launch, with 1792 blocks of 64 threads), the plans'
+    row_warps / warps are what runs, and the vector plan's repr names the row warps beside warps=1."""
+    from types import SimpleNamespace
+
+    from mircuda.matmul import _fp4
+
+    info = SimpleNamespace(multiprocessor_count=132, supports_programmatic_launch=True, compute_capability=(9, 0),
+                           max_threads_per_block=1024, max_block_dims=(1024, 1024, 64), arch="sm_90",
+                           max_grid_dims=(2 ** 31 - 1, 65535, 65535), max_shared_memory_per_block_optin_bytes=232448)
+    context, stream = SimpleNamespace(device_info=lambda: info), SimpleNamespace(handle=7)
+    handles: list[int] = []
+
+    def compile(source: Any, options: Any) -> Any:
+        handles.append(100 + len(handles))
+        kernel = SimpleNamespace(attributes=SimpleNamespace(max_threads_per_block=256), launch=None, handle=handles[-1])
+        return SimpleNamespace(kernel=lambda contract: kernel)
+
+    compiler = SimpleNamespace(arch="sm_90", compile=compile)
+    for name, value in [("plan_stream", lambda stream, context: None), ("_device_checks", lambda context, name: None),
+                        ("fp4_compiler", lambda given, context: compiler), ("plan_compiler", lambda given, context: None),
+                        ("blocks_per_sm", lambda context, kernel, warps: 28 // warps),
+                        ("fp4_executor", lambda function, grid, block, n, k, alignments, stream: (function, grid, block))]:
+        monkeypatch.setattr(_fp4, name, value)
+    vector = _fp4.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(14336, 4096))  # type: ignore[arg-type]
+    assert (vector.row_warps, vector.warps, vector.launch_config.block) == (2, 1, (64, 1, 1))
+    assert vector.kernel.handle == handles[-1] == 101 and vector.numba_execute == (101, 1792, 64)
+    assert "row_warps=2" in repr(vector) and "-D MIRCUDA_FP4_ROW_WARPS=2" in str(vector.describe())
+    handles.clear()
+    matrix = _fp4.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(1, 14336, 4096))  # type: ignore[arg-type]
+    assert matrix.numba_execute == (101, 1792, 64) and "-D MIRCUDA_FP4_ROW_WARPS=2" in str(matrix.describe())
+    handles.clear()
+    plain = _fp4.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(14336, 4096), row_warps=np.int64(1))  # type: ignore[arg-type]
+    assert (plain.row_warps, plain.warps, plain.numba_execute) == (1, 1, (100, 3584, 32)) and handles == [100]
+    assert "row_warps" not in repr(plain)

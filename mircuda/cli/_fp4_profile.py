@@ -105,8 +105,9 @@ SWEEP_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
             "trigger": ("early", "late")},
 }
 """The knobs each sweep kernel takes and their values (``sum``: the plans' ``block_sum``; ``prefetch`` and
-``persistent``: 0 or 1 for the plans' knobs False / True; ``rowwarps``: the plans' ``row_warps``, with
-``decode=dp4a`` only; ``trigger``: the plans' ``pdl_trigger``; ``decode=dp4a``: ``fp4_matvec_bf16``'s integer path,
+``persistent``: 0 or 1 for the plans' knobs False / True; ``rowwarps``: the plans' ``row_warps``, above 1 with
+``decode=dp4a`` only (1: one row block per block, which the plans' default is not at large N on the integer path);
+``trigger``: the plans' ``pdl_trigger``; ``decode=dp4a``: ``fp4_matvec_bf16``'s integer path,
 ``mircuda.matmul._fp4.VECTOR_DECODES``, M = 1 only: the plans refuse it at larger M and the sweep notes that)."""
 
 

@@ -253,9 +253,11 @@ ROW_WARPS = (1, 2, 4, 8)
 """``row_warps``: warps per block of ``fp4_matvec_bf16``'s integer path that each take their own weight-row block
 (``MIRCUDA_FP4_ROW_WARPS``; 1: one row block per block)."""
 DEFAULT_ROW_WARPS = 2
-"""The ``row_warps`` of the integer path when neither ``row_warps`` nor ``warps`` is given and the occupancy rule
-(:func:`~mircuda.matmul._vector.choose_vector_warps`) leaves one warp per block, i.e. the one-warp blocks do not fit
-in one wave with a K split (large N): :data:`ROW_WARPS_DEFAULT_MEASURED`."""
+"""The ``row_warps`` of the integer path when neither ``row_warps`` nor ``warps`` is given and the row blocks do not
+fit in one wave as blocks of two warps splitting K (large N), so that the occupancy rule
+(:func:`~mircuda.matmul._vector.choose_vector_warps`) leaves one warp per block: :data:`ROW_WARPS_DEFAULT_MEASURED`.
+Where the rule leaves one warp only because K is too short to split (K < 4096 on the integer path) and the row blocks
+fit in that wave, it stays 1 (halving a small grid would leave SMs idle; not measured)."""
 ROW_WARPS_DEFAULT_MEASURED = (
     "fp4-profile --sweep on the H200, 2026-12-01 (M = 1, decode='dp4a', rows 4, median of 5 x 20 cold calls): "
     "14336x4096 10.71 µs with row_warps 2 against 11.72 with one warp per block (4: 10.87, 8: 12.74); where the "
@@ -265,7 +267,8 @@ ROW_WARPS_DEFAULT_MEASURED = (
 
 
 def check_row_warps(row_warps: Any) -> int | None:
-    """``row_warps=``: None (the default: 1, one row block per block) or one of :data:`ROW_WARPS`; returns it.
+    """``row_warps=``: None (the plan's default: :data:`DEFAULT_ROW_WARPS` on the integer path at large N without
+    ``warps``, else 1, one row block per block) or one of :data:`ROW_WARPS`; returns it.
 
     Raises:
         ContractError: naming ``row_warps``.
@@ -528,9 +531,12 @@ class Fp4Gemv:
             warps = choose_vector_warps(n, k, info.multiprocessor_count,
                                         lambda w: blocks_per_sm(context, self.kernel, w), rows=self.rows,
                                         chunk=chunk)
-            if warps == 1 and row_warps is None and decode == "dp4a":
-                # One-warp blocks that do not fit in one wave even with a K split: blocks of DEFAULT_ROW_WARPS warps,
-                # each its own row block, halve the grid (ROW_WARPS_DEFAULT_MEASURED). It needs its own module.
+            if (warps == 1 and row_warps is None and decode == "dp4a"
+                    and -(-n // self.rows) > info.multiprocessor_count * blocks_per_sm(context, self.kernel, 2)):
+                # Large N: the row blocks do not fit in one wave as two-warp blocks splitting K (the occupancy rule's
+                # own test; it also takes one warp for K too short to split, at any N, which is not this case):
+                # blocks of DEFAULT_ROW_WARPS warps, each its own row block, halve the grid
+                # (ROW_WARPS_DEFAULT_MEASURED). It needs its own module.
                 self.row_warps, self.default_row_warps = DEFAULT_ROW_WARPS, True
                 self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation, decode, self.block_sum,
                                                 self.stages, self.prefetch, self.persistent, self.row_warps,
@@ -596,7 +602,8 @@ class Fp4Gemv:
         return (f"kernel {FP4_SYMBOL} (NVRTC, {defines}), "
                 f"{self.config.grid[0]} {'persistent blocks (one wave) walking row blocks' if self.persistent else 'blocks'} of "
                 + (f"{self.row_warps} warps, each taking its own block of {self.rows} weight rows whole (row_warps"
-                   + (f"; the default where one-warp blocks exceed a wave, measured: {ROW_WARPS_DEFAULT_MEASURED}"
+                   + (f"; the default where the row blocks do not fit in one wave of two-warp blocks splitting K, "
+                      f"measured: {ROW_WARPS_DEFAULT_MEASURED}"
                       if self.default_row_warps else "") + ")," if self.row_warps > 1
                    else f"{self.rows} weight rows x {self.warps} warp(s) splitting K,")
                 + f" {act}, "
@@ -769,7 +776,8 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         row_warps: tuning knob of ``decode='dp4a'``: one of :data:`ROW_WARPS`, warps per block that each take
             their own block of weight rows whole (no K split: ``warps`` None or 1), so the grid has that many
             times fewer blocks; 1: one row block per block; None: :data:`DEFAULT_ROW_WARPS` on the integer path
-            when ``warps`` is not given either and the occupancy rule takes one warp per block (large N), else 1.
+            when ``warps`` is not given either and the row blocks do not fit in one wave of two-warp blocks
+            splitting K (large N: the occupancy rule takes one warp per block), else 1.
         pdl_trigger: tuning knob of both kernels: where programmatic dependent launch lets the next kernel of
             the stream start on cc >= 9.0, ``"late"`` (after each block's loads; None: the default) or
             ``"early"`` (at the start of each block; :data:`~mircuda.matmul._spec.PDL_TRIGGERS`).
@@ -857,7 +865,8 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
     def __repr__(self) -> str:
         s = self._spec
         return (f"BlockScaledFp4VectorPlan(n={s.n}, k={s.k}, activation={self._activation!r}, "
-                f"scale_layout={self._layout!r}, warps={self.warps})")
+                f"scale_layout={self._layout!r}, warps={self.warps}"
+                + (f", row_warps={self.row_warps})" if self.row_warps > 1 else ")"))
 
 
 class BlockScaledFp4Plan(_Fp4PlanBase):
@@ -918,8 +927,9 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             for ``fp4_matvec_bf16`` only, ``row_warps`` for its ``decode='dp4a'`` only, ``pdl_trigger`` for both;
             None: the defaults, measured on the H200: ``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16``
             at M = 1 ``decode='dp4a'`` where :func:`default_vector_decode` takes it (2 stages, rows
-            :func:`dp4a_rows`, ``row_warps`` :data:`DEFAULT_ROW_WARPS` where the occupancy rule takes one warp per
-            block), else 4 rows and 3 stages at M = 1, else 2); refused (ContractError) on the other paths.
+            :func:`dp4a_rows`, ``row_warps`` :data:`DEFAULT_ROW_WARPS` where the row blocks do not fit in one wave of
+            two-warp blocks splitting K, large N), else 4 rows and 3 stages at M = 1, else 2); refused
+            (ContractError) on the other paths.
 
     Raises:
         ContractError: bad arguments (named); a forced ``kernel`` that is not in the library or cannot run

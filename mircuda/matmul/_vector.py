@@ -138,7 +138,8 @@ def choose_vector_warps(n: int, k: int, multiprocessors: int, blocks_per_sm: Cal
     The largest count such that every block is resident at once (one wave: ``ceil(N / rows)`` blocks
     fit in ``multiprocessors * blocks_per_sm(warps)``), the grid holds at most ``TARGET_WARPS_PER_SM``
     warps per SM beyond that, and each warp still reads at least two ``chunk``-column chunks. One warp
-    when even one warp per block does not fit in a wave (large N: there are enough blocks already).
+    when blocks of two warps do not fit in a wave (large N: there are enough blocks already) or K is shorter
+    than four chunks (at any N).
     DenseVectorPlan: 8 or 16 rows, 256-column chunks; the batched GEMV of DenseMatmulPlan: 16 or 32 rows
     (one or two row tiles), 32 columns per unrolled step.
 
