@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 import mircuda as mc
@@ -164,3 +165,18 @@ def test_the_row_warps_kernel_shares_nothing_and_its_spare_warps_leave_before_an
     assert ".shared" not in body and body.count("bar.sync") == 1
     spare = re.search(r"setp\.gt\.u32\s+%p\d+, %r\d+, 191;", body)
     assert spare is not None and spare.start() < body.index("ld.global.nc.L1::no_allocate.v4.u32")
+
+
+@pytest.mark.parametrize("field, value", [("warps", np.array([1, 2])), ("lean_tiles", np.array([True, False])),
+                                          ("persistent", np.array([False, False]))], ids=lambda v: str(v)[:10])
+@pytest.mark.parametrize("row_warps", [None, 2])
+def test_a_field_that_is_no_scalar_is_refused_by_name_where_the_default_row_warps_are_weighed(field, value,
+                                                                                               row_warps) -> None:
+    """resolve_tuning weighs warps, lean_tiles and persistent before check_tuning names a bad one, and check_tuning
+    weighs warps against row warps above 1: a numpy array there raised numpy's ValueError (the truth value of an
+    array), not the ContractError naming the field (row_warps None: since 734a3c1 made them a default; row_warps 2:
+    before it too)."""
+    tuning = dataclasses.replace(DecodeTuning("dp4a", row_warps=row_warps), **{field: value})
+    with pytest.raises(mc.ContractError) as info:
+        resolve_tuning(tuning, "vector", "sm_90", 1, 4096)
+    assert info.value.argument == f"tuning.{field}"

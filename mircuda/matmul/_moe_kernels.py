@@ -258,6 +258,16 @@ def default_tuning(arch: str, variant: str, rows_per_tile: int = 0, k: int = 0) 
     return DecodeTuning(decode, 3 if variant == "split_k" and number < 120 else 2, WARPS, 1)
 
 
+def _is_int(value: object, want: int) -> bool:
+    """``value`` is the integer ``want`` (a Python or numpy integer; not a bool, an array or a float)."""
+    return is_integer_value(value) and int(value) == want
+
+
+def _is_off(flag: object) -> bool:
+    """``flag`` is False (a Python or numpy bool; not an array or another false value)."""
+    return isinstance(flag, (bool, np.bool_)) and not flag
+
+
 def resolve_tuning(tuning: object, variant: str, arch: str, rows_per_tile: int = 0, k: int = 0) -> DecodeTuning:
     """The plan's decode knobs: :func:`default_tuning` when ``tuning`` is None, else ``tuning`` with its None
     fields taken from the default of the decoder it names (``"dp4a"``: 2 stages, the occupancy rule's warps,
@@ -282,9 +292,10 @@ def resolve_tuning(tuning: object, variant: str, arch: str, rows_per_tile: int =
     if filled.max_registers is None and isinstance(filled.decode, str) and is_integer_value(filled.frags):
         filled = dataclasses.replace(filled, max_registers=default_register_cap(arch, filled.decode, int(filled.frags)))
     if (filled.row_warps is None and variant == "vector" and isinstance(filled.decode, str)
-            and is_integer_value(filled.frags) and tuning.warps in (None, 1)
-            and not tuning.lean_tiles and not tuning.persistent):
-        # only where row warps can run: a K split, lean tiles or a persistent grid asked for keeps one row block per block
+            and is_integer_value(filled.frags) and (tuning.warps is None or _is_int(tuning.warps, 1))
+            and _is_off(tuning.lean_tiles) and _is_off(tuning.persistent)):
+        # only where row warps can run: a K split, lean tiles or a persistent grid asked for keeps one row block per
+        # block (a field of another type is left to check_tuning to name)
         filled = dataclasses.replace(filled, row_warps=default_row_warps(arch, filled.decode, int(filled.frags)))
     checked = check_tuning(filled, variant, arch)
     if k:
@@ -345,7 +356,7 @@ def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
         raise ContractError("tuning.row_warps", "None or 1 unless decode 'dp4a' with variant 'vector', without "
                             "lean_tiles or persistent (the integer path's one-tile blocks)",
                             f"{tuning.row_warps!r} with decode {tuning.decode!r}, variant {variant!r}")
-    if row_warps is not None and row_warps > 1 and tuning.warps not in (0, 1):
+    if row_warps is not None and row_warps > 1 and not (_is_int(tuning.warps, 0) or _is_int(tuning.warps, 1)):
         raise ContractError("tuning.warps", f"0 or 1 with row_warps={row_warps} (each warp takes its row block "
                             "whole; no K split)", repr(tuning.warps))
     # vector: warps 0 leaves them to the occupancy rule (vector_warps), as its default tuning does
