@@ -144,7 +144,9 @@ class DecodeTuning:
     ``persistent``; ``warps`` None, 0 or 1): that many warps per block, each taking its own weight-row block of the
     tile whole (``MIRCUDA_FP4_ROW_WARPS``, the single plan's ``row_warps``), so the grid has that many times fewer
     blocks; None takes :func:`default_row_warps` (:data:`DP4A_ROW_WARPS` for ``"dp4a"`` with 4 weight rows per block
-    on sm_90 where ``warps`` is None or 1 and neither ``lean_tiles`` nor ``persistent`` is set, else 1)."""
+    on sm_90 where ``warps`` is None or 1 and neither ``lean_tiles`` nor ``persistent`` is set; there with ``warps``
+    0, the occupancy rule's, 1, named, so that a plan's ``tuning``, which shows the rule's count, given back runs the
+    same kernel; else one row block per block, None)."""
 
     decode: str
     stages: int | None = None
@@ -271,8 +273,9 @@ def _is_off(flag: object) -> bool:
 def resolve_tuning(tuning: object, variant: str, arch: str, rows_per_tile: int = 0, k: int = 0) -> DecodeTuning:
     """The plan's decode knobs: :func:`default_tuning` when ``tuning`` is None, else ``tuning`` with its None
     fields taken from the default of the decoder it names (``"dp4a"``: 2 stages, the occupancy rule's warps,
-    :func:`~mircuda.matmul._fp4.dp4a_rows`; a word decoder: the variant's default without the integer path), checked
-    (:func:`check_tuning`, and :func:`check_dp4a_tile` when ``k`` is given)."""
+    :func:`~mircuda.matmul._fp4.dp4a_rows`; a word decoder: the variant's default without the integer path;
+    ``row_warps`` as :class:`DecodeTuning` says), checked (:func:`check_tuning`, and :func:`check_dp4a_tile` when
+    ``k`` is given)."""
     default = default_tuning(arch, variant, rows_per_tile, k)
     if tuning is None:
         return check_tuning(default, variant, arch)  # its normal form: warps 1 with row warps, as a tuning given
@@ -292,11 +295,17 @@ def resolve_tuning(tuning: object, variant: str, arch: str, rows_per_tile: int =
     if filled.max_registers is None and isinstance(filled.decode, str) and is_integer_value(filled.frags):
         filled = dataclasses.replace(filled, max_registers=default_register_cap(arch, filled.decode, int(filled.frags)))
     if (filled.row_warps is None and variant == "vector" and isinstance(filled.decode, str)
-            and is_integer_value(filled.frags) and (tuning.warps is None or _is_int(tuning.warps, 1))
-            and _is_off(tuning.lean_tiles) and _is_off(tuning.persistent)):
+            and is_integer_value(filled.frags) and _is_off(tuning.lean_tiles) and _is_off(tuning.persistent)):
         # only where row warps can run: a K split, lean tiles or a persistent grid asked for keeps one row block per
         # block (a field of another type is left to check_tuning to name)
-        filled = dataclasses.replace(filled, row_warps=default_row_warps(arch, filled.decode, int(filled.frags)))
+        row_warps = default_row_warps(arch, filled.decode, int(filled.frags))
+        if row_warps is not None and _is_int(tuning.warps, 0):
+            # the occupancy rule's warps asked for (they may split K): one row block per block, named, as the plan's
+            # tuning then shows the rule's count in place of 0 -- 1 included, which with row_warps None would take
+            # the default row warps when given back
+            filled = dataclasses.replace(filled, row_warps=1)
+        elif tuning.warps is None or _is_int(tuning.warps, 1):
+            filled = dataclasses.replace(filled, row_warps=row_warps)
     checked = check_tuning(filled, variant, arch)
     if k:
         check_dp4a_tile(checked, rows_per_tile, k)
