@@ -210,3 +210,17 @@ def test_the_plans_tuning_given_back_resolves_to_itself(arch, tuning) -> None:
     if tuning == DecodeTuning("dp4a", warps=0) and arch == "sm_90":
         zero = resolve_tuning(tuning, "vector", arch, 1, 2048)
         assert (zero.warps, zero.row_warps) == (0, 1) and zero.label("vector") == "dp4a:s2:w0:r4:g80:o1"
+
+
+def test_the_readme_names_the_default_row_warps() -> None:
+    """After 734a3c1 made 2 row warps the sm_90 default and ``row_warps=1`` / ``o1`` the way to turn them off, the
+    README's grouped-plan ``tuning=`` item still called them 'off by default and not yet measured' and
+    ``DecodeTuning.label`` said it names them above 1 only (the sweep's help: tests/test_moe_profile_cli.py)."""
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    item = readme[readme.index("tunes the portable decode kernel"):][:900]
+    item = item[:item.index("- `numba_execute`")]
+    assert "not yet measured" not in item and "off by default" not in item, item
+    assert "2 by default with 4 weight rows per block on sm_90" in item and "`row_warps=1` turns them off" in item
+    assert "row warps above 1" not in DecodeTuning.label.__doc__

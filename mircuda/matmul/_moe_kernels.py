@@ -160,7 +160,7 @@ class DecodeTuning:
     def label(self, variant: str = "split_k") -> str:
         """``decode:s<stages>:w<warps>:r<weight rows per block>[:l1][:g<registers>][:o<row warps>][:persistent]``
         (the sweep's candidate name; rows per block 16 ``frags`` for the mma variants, 4 ``frags`` for ``"vector"``;
-        ``l1`` lean tiles, ``g`` the register cap, ``o`` row warps above 1, each only when set)."""
+        ``l1`` lean tiles, ``g`` the register cap, ``o`` row warps, ``o1`` included, each only when set)."""
         rows = None if self.frags is None else (4 if variant == "vector" else 16) * self.frags
         return (f"{self.decode}:s{self.stages}:w{self.warps}:r{rows}" + (":l1" if self.lean_tiles else "")
                 + (f":g{self.max_registers}" if self.max_registers else "")
