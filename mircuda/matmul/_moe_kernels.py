@@ -145,8 +145,8 @@ class DecodeTuning:
     tile whole (``MIRCUDA_FP4_ROW_WARPS``, the single plan's ``row_warps``), so the grid has that many times fewer
     blocks; None takes :func:`default_row_warps` (:data:`DP4A_ROW_WARPS` for ``"dp4a"`` with 4 weight rows per block
     on sm_90 where ``warps`` is None or 1 and neither ``lean_tiles`` nor ``persistent`` is set; there with ``warps``
-    0, the occupancy rule's, 1, named, so that a plan's ``tuning``, which shows the rule's count, given back runs the
-    same kernel; else one row block per block, None)."""
+    0, the occupancy rule's, it is 1, named, so that the plan's ``tuning``, which shows the rule's count, runs the
+    same kernel when given back; elsewhere None, one row block per block)."""
 
     decode: str
     stages: int | None = None
