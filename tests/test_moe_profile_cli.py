@@ -180,6 +180,7 @@ def test_split_k_candidates_may_name_their_m_tile() -> None:
 
 
 def test_the_sweep_help_names_every_field_and_the_values_the_parser_takes(capsys) -> None:
+    from mircuda.matmul._fp4 import ROW_WARPS
     from mircuda.matmul._moe_kernels import REGISTER_CAPS, ROWS_PER_TILE
 
     with pytest.raises(SystemExit):
@@ -189,8 +190,10 @@ def test_the_sweep_help_names_every_field_and_the_values_the_parser_takes(capsys
     # the caps and split_k m-tiles the parser accepts (g0: no cap; tN: the first three tiles, staged takes 64)
     assert f"gN a register cap {'/'.join(map(str, REGISTER_CAPS[1:]))}, g0 none" in text
     assert f"tN the m-tile {'/'.join(map(str, ROWS_PER_TILE[:3]))}" in text
-    assert "oN row warps 2/4/8" in text
-    for field in ("e4m3:t8", "e4m3:m1:p1", "dp4a:m1:l1:p1", "dp4a:m1:g72", "dp4a:m1:g0", "dp4a:m1:o2", "dp4a:m1:o8"):
+    # every row warps value the parser takes, o1 (off) included, and the sm_90 default (2 since 734a3c1)
+    assert f"oN row warps {'/'.join(map(str, ROW_WARPS))}, o1 none" in text and "g80 and o2" in text
+    for field in ("e4m3:t8", "e4m3:m1:p1", "dp4a:m1:l1:p1", "dp4a:m1:g72", "dp4a:m1:g0", "dp4a:m1:o1", "dp4a:m1:o2",
+                  "dp4a:m1:o8"):
         assert mp.parse_candidates(field)
 
 

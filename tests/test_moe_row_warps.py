@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 import mircuda as mc
@@ -20,7 +21,8 @@ from test_moe_lean import LAYERS, defines, usage
 def test_row_warps_take_their_normal_form_and_the_default_plan_takes_two_on_sm_90() -> None:
     """None takes default_row_warps: 2 for dp4a with 4 weight rows per block on sm_90 (measured), with the cap of 80;
     1 given stays 1 (one row block per block) and turns them off; a K split, lean tiles or a persistent grid asked
-    for keeps one row block per block; 8 weight rows per block and other targets take none."""
+    for keeps one row block per block (warps 0, the occupancy rule's, as row_warps 1); 8 weight rows per block and
+    other targets take none."""
     four = resolve_tuning(DecodeTuning("dp4a", row_warps=4), "vector", "sm_90", 1, 4096)
     assert (four.row_warps, four.warps, four.max_registers) == (4, 1, 80)  # one warp per row block, the cap of 80
     assert four.label("vector") == "dp4a:s2:w1:r4:g80:o4"
@@ -34,9 +36,11 @@ def test_row_warps_take_their_normal_form_and_the_default_plan_takes_two_on_sm_9
     assert "MIRCUDA_FP4_ROW_WARPS" not in defines("mixtral", one)
     assert defines("mixtral", four)["MIRCUDA_FP4_ROW_WARPS"] == "4"
     assert defines("mixtral", given)["MIRCUDA_FP4_ROW_WARPS"] == "2"
-    for tuning in (DecodeTuning("dp4a", warps=2), DecodeTuning("dp4a", warps=0),
-                   DecodeTuning("dp4a", lean_tiles=True), DecodeTuning("dp4a", lean_tiles=True, persistent=True)):
+    for tuning in (DecodeTuning("dp4a", warps=2), DecodeTuning("dp4a", lean_tiles=True),
+                   DecodeTuning("dp4a", lean_tiles=True, persistent=True)):
         assert resolve_tuning(tuning, "vector", "sm_90", 1, 4096).row_warps is None, tuning
+    # the occupancy rule's warps (0): one row block per block, named (test_the_plans_tuning_given_back_resolves_to_itself)
+    assert resolve_tuning(DecodeTuning("dp4a", warps=0), "vector", "sm_90", 1, 4096).row_warps == 1
     assert resolve_tuning(DecodeTuning("dp4a"), "vector", "sm_90", 1, 14336).row_warps is None  # 8 rows per block
     assert resolve_tuning(DecodeTuning("dp4a"), "vector", "sm_80", 1, 4096).row_warps is None  # not measured
     assert resolve_tuning(DecodeTuning("e4m3"), "vector", "sm_90", 1, 4096).row_warps is None  # not the integer path
@@ -164,3 +168,59 @@ def test_the_row_warps_kernel_shares_nothing_and_its_spare_warps_leave_before_an
     assert ".shared" not in body and body.count("bar.sync") == 1
     spare = re.search(r"setp\.gt\.u32\s+%p\d+, %r\d+, 191;", body)
     assert spare is not None and spare.start() < body.index("ld.global.nc.L1::no_allocate.v4.u32")
+
+
+@pytest.mark.parametrize("field, value", [("warps", np.array([1, 2])), ("lean_tiles", np.array([True, False])),
+                                          ("persistent", np.array([False, False]))], ids=lambda v: str(v)[:10])
+@pytest.mark.parametrize("row_warps", [None, 2])
+def test_a_field_that_is_no_scalar_is_refused_by_name_where_the_default_row_warps_are_weighed(field, value,
+                                                                                               row_warps) -> None:
+    """resolve_tuning weighs warps, lean_tiles and persistent before check_tuning names a bad one, and check_tuning
+    weighs warps against row warps above 1: a numpy array there raised numpy's ValueError (the truth value of an
+    array), not the ContractError naming the field (row_warps None: since 734a3c1 made them a default; row_warps 2:
+    before it too)."""
+    tuning = dataclasses.replace(DecodeTuning("dp4a", row_warps=row_warps), **{field: value})
+    with pytest.raises(mc.ContractError) as info:
+        resolve_tuning(tuning, "vector", "sm_90", 1, 4096)
+    assert info.value.argument == f"tuning.{field}"
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_90a"])
+@pytest.mark.parametrize("tuning", [None, DecodeTuning("dp4a"), DecodeTuning("dp4a", warps=0),
+                                    DecodeTuning("dp4a", warps=1), DecodeTuning("dp4a", warps=2),
+                                    DecodeTuning("dp4a", row_warps=1), DecodeTuning("dp4a", row_warps=4),
+                                    DecodeTuning("dp4a", warps=0, max_registers=0),
+                                    DecodeTuning("dp4a", lean_tiles=True), DecodeTuning("pairs"),
+                                    DecodeTuning("pairs", warps=0)],
+                         ids=["default", "dp4a", "w0", "w1", "w2", "o1", "o4", "w0-g0", "l1", "pairs", "pairs-w0"])
+def test_the_plans_tuning_given_back_resolves_to_itself(arch, tuning) -> None:
+    """A plan's ``tuning`` is the resolved one with the occupancy rule's warps in place of 0 (``_build``); given to a
+    plan again it must run the same kernel. ``DecodeTuning("dp4a", warps=0)`` keeps one row block per block on sm_90
+    (the rule may split K); where the rule then took 1 warp, plan.tuning read ``warps=1, row_warps=None``, which given
+    back took the default 2 row warps: half the grid, another kernel. Its row_warps is now 1, named."""
+    for k in (2048, 14336):
+        resolved = resolve_tuning(tuning, "vector", arch, 1, k)
+        for warps in (1, 2, 4, 8) if resolved.warps == 0 else (resolved.warps,):
+            shown = dataclasses.replace(resolved, warps=warps)  # what plan.tuning reads
+            again = resolve_tuning(shown, "vector", arch, 1, k)
+            assert again == shown, (k, shown, again)
+            shapes = [tile_shape(n=768, capacity=32, groups=128, rows_per_tile=1, fixed_rows=0, sets=1,
+                                 variant="vector", tuning=t) for t in (shown, again)]
+            assert shapes[0] == shapes[1]
+    if tuning == DecodeTuning("dp4a", warps=0) and arch == "sm_90":
+        zero = resolve_tuning(tuning, "vector", arch, 1, 2048)
+        assert (zero.warps, zero.row_warps) == (0, 1) and zero.label("vector") == "dp4a:s2:w0:r4:g80:o1"
+
+
+def test_the_readme_names_the_default_row_warps() -> None:
+    """After 734a3c1 made 2 row warps the sm_90 default and ``row_warps=1`` / ``o1`` the way to turn them off, the
+    README's grouped-plan ``tuning=`` item still called them 'off by default and not yet measured' and
+    ``DecodeTuning.label`` said it names them above 1 only (the sweep's help: tests/test_moe_profile_cli.py)."""
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text().split())
+    item = readme[readme.index("tunes the portable decode kernel"):][:900]
+    item = item[:item.index("- `numba_execute`")]
+    assert "not yet measured" not in item and "off by default" not in item, item
+    assert "2 by default with 4 weight rows per block on sm_90" in item and "`row_warps=1` turns them off" in item
+    assert "row warps above 1" not in DecodeTuning.label.__doc__

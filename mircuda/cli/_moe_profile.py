@@ -722,7 +722,8 @@ def register(sub: Any) -> None:
                         "bytes/pairs/e4m3/default, dp4a with m1; stages 2-4; split_k: warps 4/8/16, weight rows per "
                         "block 16/32, tN the m-tile 8/16/32; mN: the vector variant with N = 1/2/4/8 rows per tile, "
                         "warps 1/2/4/8, rows per block 4/8, p1 the persistent grid; dp4a: l1 the lean tile walk (p1 "
-                        "only with it), gN a register cap 72/80/96, g0 none, oN row warps 2/4/8), each beside the "
+                        "only with it), gN a register cap 72/80/96, g0 none, oN row warps 1/2/4/8, o1 none; without "
+                        "g or o the plan's default: on sm_90 with 4 weight rows per block g80 and o2), each beside the "
                         "default plan with µs and TB/s")
     p.add_argument("--json", default="benchmarks/results/moe_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=moe_profile, json_default=p.get_default("json"))

@@ -576,7 +576,7 @@ class VariableGroupedFp4Plan(_GroupedFp4PlanBase):
             (``max_registers`` None: :func:`~mircuda.matmul._moe_kernels.default_register_cap`, 80 registers for
             ``"dp4a"`` with 4 weight rows per block on sm_90; ``row_warps`` None:
             :func:`~mircuda.matmul._moe_kernels.default_row_warps`, 2 warps per block, each its own row block, for
-            the same, unless ``warps`` > 1, ``lean_tiles`` or ``persistent`` is given; 1 turns them off);
+            the same, unless ``warps`` other than 1, ``lean_tiles`` or ``persistent`` is given; 1 turns them off);
             ContractError names a field that does not fit the variant or the target.
 """ + _DOC_COMMON)
 

@@ -144,7 +144,9 @@ class DecodeTuning:
     ``persistent``; ``warps`` None, 0 or 1): that many warps per block, each taking its own weight-row block of the
     tile whole (``MIRCUDA_FP4_ROW_WARPS``, the single plan's ``row_warps``), so the grid has that many times fewer
     blocks; None takes :func:`default_row_warps` (:data:`DP4A_ROW_WARPS` for ``"dp4a"`` with 4 weight rows per block
-    on sm_90 where ``warps`` is None or 1 and neither ``lean_tiles`` nor ``persistent`` is set, else 1)."""
+    on sm_90 where ``warps`` is None or 1 and neither ``lean_tiles`` nor ``persistent`` is set; there with ``warps``
+    0, the occupancy rule's, it is 1, named, so that the plan's ``tuning``, which shows the rule's count, runs the
+    same kernel when given back; elsewhere None, one row block per block)."""
 
     decode: str
     stages: int | None = None
@@ -158,7 +160,7 @@ class DecodeTuning:
     def label(self, variant: str = "split_k") -> str:
         """``decode:s<stages>:w<warps>:r<weight rows per block>[:l1][:g<registers>][:o<row warps>][:persistent]``
         (the sweep's candidate name; rows per block 16 ``frags`` for the mma variants, 4 ``frags`` for ``"vector"``;
-        ``l1`` lean tiles, ``g`` the register cap, ``o`` row warps above 1, each only when set)."""
+        ``l1`` lean tiles, ``g`` the register cap, ``o`` row warps, ``o1`` included, each only when set)."""
         rows = None if self.frags is None else (4 if variant == "vector" else 16) * self.frags
         return (f"{self.decode}:s{self.stages}:w{self.warps}:r{rows}" + (":l1" if self.lean_tiles else "")
                 + (f":g{self.max_registers}" if self.max_registers else "")
@@ -258,11 +260,22 @@ def default_tuning(arch: str, variant: str, rows_per_tile: int = 0, k: int = 0) 
     return DecodeTuning(decode, 3 if variant == "split_k" and number < 120 else 2, WARPS, 1)
 
 
+def _is_int(value: object, want: int) -> bool:
+    """``value`` is the integer ``want`` (a Python or numpy integer; not a bool, an array or a float)."""
+    return is_integer_value(value) and int(value) == want
+
+
+def _is_off(flag: object) -> bool:
+    """``flag`` is False (a Python or numpy bool; not an array or another false value)."""
+    return isinstance(flag, (bool, np.bool_)) and not flag
+
+
 def resolve_tuning(tuning: object, variant: str, arch: str, rows_per_tile: int = 0, k: int = 0) -> DecodeTuning:
     """The plan's decode knobs: :func:`default_tuning` when ``tuning`` is None, else ``tuning`` with its None
     fields taken from the default of the decoder it names (``"dp4a"``: 2 stages, the occupancy rule's warps,
-    :func:`~mircuda.matmul._fp4.dp4a_rows`; a word decoder: the variant's default without the integer path), checked
-    (:func:`check_tuning`, and :func:`check_dp4a_tile` when ``k`` is given)."""
+    :func:`~mircuda.matmul._fp4.dp4a_rows`; a word decoder: the variant's default without the integer path;
+    ``row_warps`` as :class:`DecodeTuning` says), checked (:func:`check_tuning`, and :func:`check_dp4a_tile` when
+    ``k`` is given)."""
     default = default_tuning(arch, variant, rows_per_tile, k)
     if tuning is None:
         return check_tuning(default, variant, arch)  # its normal form: warps 1 with row warps, as a tuning given
@@ -282,10 +295,17 @@ def resolve_tuning(tuning: object, variant: str, arch: str, rows_per_tile: int =
     if filled.max_registers is None and isinstance(filled.decode, str) and is_integer_value(filled.frags):
         filled = dataclasses.replace(filled, max_registers=default_register_cap(arch, filled.decode, int(filled.frags)))
     if (filled.row_warps is None and variant == "vector" and isinstance(filled.decode, str)
-            and is_integer_value(filled.frags) and tuning.warps in (None, 1)
-            and not tuning.lean_tiles and not tuning.persistent):
-        # only where row warps can run: a K split, lean tiles or a persistent grid asked for keeps one row block per block
-        filled = dataclasses.replace(filled, row_warps=default_row_warps(arch, filled.decode, int(filled.frags)))
+            and is_integer_value(filled.frags) and _is_off(tuning.lean_tiles) and _is_off(tuning.persistent)):
+        # only where row warps can run: a K split, lean tiles or a persistent grid asked for keeps one row block per
+        # block (a field of another type is left to check_tuning to name)
+        row_warps = default_row_warps(arch, filled.decode, int(filled.frags))
+        if row_warps is not None and _is_int(tuning.warps, 0):
+            # the occupancy rule's warps asked for (they may split K): one row block per block, named, as the plan's
+            # tuning then shows the rule's count in place of 0 -- 1 included, which with row_warps None would take
+            # the default row warps when given back
+            filled = dataclasses.replace(filled, row_warps=1)
+        elif tuning.warps is None or _is_int(tuning.warps, 1):
+            filled = dataclasses.replace(filled, row_warps=row_warps)
     checked = check_tuning(filled, variant, arch)
     if k:
         check_dp4a_tile(checked, rows_per_tile, k)
@@ -345,7 +365,7 @@ def check_tuning(tuning: object, variant: str, arch: str) -> DecodeTuning:
         raise ContractError("tuning.row_warps", "None or 1 unless decode 'dp4a' with variant 'vector', without "
                             "lean_tiles or persistent (the integer path's one-tile blocks)",
                             f"{tuning.row_warps!r} with decode {tuning.decode!r}, variant {variant!r}")
-    if row_warps is not None and row_warps > 1 and tuning.warps not in (0, 1):
+    if row_warps is not None and row_warps > 1 and not (_is_int(tuning.warps, 0) or _is_int(tuning.warps, 1)):
         raise ContractError("tuning.warps", f"0 or 1 with row_warps={row_warps} (each warp takes its row block "
                             "whole; no K split)", repr(tuning.warps))
     # vector: warps 0 leaves them to the occupancy rule (vector_warps), as its default tuning does

@@ -125,17 +125,21 @@ def run_variable(context, stream, pool, rng, *, experts, topk, tokens, n, k, lay
         if variant is not None:
             assert plan.variant == variant and f"variant {variant}" in plan.describe()
         if tuning is not None:
-            from mircuda.matmul._moe_kernels import default_register_cap, default_row_warps
+            from mircuda.matmul._moe_kernels import default_register_cap, default_row_warps, resolve_tuning
 
             arch = plan._kernels.arch
             cap = (default_register_cap(arch, tuning.decode, tuning.frags)
                    if tuning.max_registers is None else tuning.max_registers)  # None: the default cap
             row_warps = tuning.row_warps
-            if (row_warps is None and plan.variant == "vector" and tuning.warps in (None, 1) and not tuning.lean_tiles
+            if (row_warps is None and plan.variant == "vector" and tuning.warps in (None, 0, 1) and not tuning.lean_tiles
                     and not tuning.persistent):  # None: the default row warps where they can run
                 row_warps = default_row_warps(arch, tuning.decode, tuning.frags)
+                if row_warps is not None and tuning.warps == 0:  # the occupancy rule's warps: none, named
+                    row_warps = 1
             warps = 1 if row_warps is not None and row_warps > 1 else tuning.warps or plan.tuning.warps
             assert plan.tuning == dataclasses.replace(tuning, warps=warps, max_registers=cap, row_warps=row_warps)
+            # and given back, the plan's tuning runs the same kernel
+            assert resolve_tuning(plan.tuning, plan.variant, arch, plan.rows_per_tile, k) == plan.tuning
         plan.execute(stream, act.codes, act.scales, bank.codes, bank.scales, d, *routing, global_a=act.global_buf,
                      global_b=bank.global_buf, alpha=alpha)
         got = download(context, stream, d)
