@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["SassFunction", "SassReport", "check_functions", "disassemble", "find_cuobjdump", "sass_functions"]
+__all__ = ["SassFunction", "SassReport", "check_functions", "disassemble", "find_cuobjdump", "sass_functions",
+           "wheel_tool"]
 
 
 @dataclass
@@ -62,8 +63,9 @@ def check_functions(library: Path, arch: str, wanted: Callable[[str], bool], nee
 
 
 def find_cuobjdump() -> str | None:
-    """``cuobjdump`` on ``PATH``, else beside the toolkit's ``nvcc`` (``MIRCUDA_NVCC``, ``CUDA_HOME``...);
-    None when neither exists."""
+    """``cuobjdump`` on ``PATH``, else beside the toolkit's ``nvcc`` (``MIRCUDA_NVCC``, ``CUDA_HOME``...), else
+    the ``nvidia-cuda-cuobjdump`` wheel's (:func:`wheel_tool`; the ``test`` extra installs it with
+    ``nvidia-cuda-nvdisasm``, which ``cuobjdump -sass`` runs from the same folder); None when none exists."""
     found = shutil.which("cuobjdump")
     if found:
         return found
@@ -73,8 +75,28 @@ def find_cuobjdump() -> str | None:
     try:
         candidate = _find_nvcc().parent / "cuobjdump"
     except CutlassNotFound:
+        candidate = None
+    if candidate is not None and candidate.is_file():
+        return str(candidate)
+    return wheel_tool("cuobjdump")
+
+
+def wheel_tool(name: str) -> str | None:
+    """The executable ``name`` of an NVIDIA CUDA tool wheel (``nvidia-cuda-cuobjdump``, ``nvidia-cuda-nvdisasm``):
+    ``nvidia/cu<major>/bin/<name>`` in the installed ``nvidia`` namespace package, the newest CUDA major first;
+    None when no such file is executable."""
+    import importlib.util
+    import os
+
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
         return None
-    return str(candidate) if candidate.is_file() else None
+    roots = list(spec.submodule_search_locations or ()) if spec is not None else []
+    found = [path for root in roots for path in Path(root).glob(f"cu*/bin/{name}")
+             if path.parent.parent.name[2:].isdigit() and path.is_file() and os.access(path, os.X_OK)]
+    found.sort(key=lambda path: int(path.parent.parent.name[2:]), reverse=True)
+    return str(found[0]) if found else None
 
 
 def sass_functions(sass: str) -> list[tuple[str, str]]:
