@@ -466,6 +466,14 @@ def test_the_sweep_takes_row_warps_with_dp4a_only() -> None:
     assert got[1].label == "vector:decode=dp4a:rows=8:rowwarps=2"  # warps=1: what row warps run anyway
     # rowwarps=1 is a candidate of its own: the plans may take row warps by default (DEFAULT_ROW_WARPS)
     assert sweep_values("vector:decode=dp4a:rowwarps=1") == (Fp4Candidate("vector", "dp4a", row_warps=1),)
+    assert sweep_values("vector:rowwarps=1")[0].row_warps == 1  # the decode left out: the plan's may be dp4a
+    # a word decoder or a K split given: rowwarps=1 is what the plan runs anyway, the same candidate as without it
+    for text in ("vector:decode=e4m3:rowwarps=1", "vector:decode=dp4a:warps=2:rowwarps=1", "mma:rows=32"):
+        assert "rowwarps" not in sweep_values(text)[0].label and sweep_values(text)[0].row_warps is None, text
+    for text in ("vector:decode=e4m3,vector:decode=e4m3:rowwarps=1",
+                 "vector:decode=dp4a:warps=2,vector:decode=dp4a:warps=2:rowwarps=1"):
+        with pytest.raises(argparse.ArgumentTypeError):  # one configuration twice
+            sweep_values(text)
     assert "row_warps" not in Fp4Candidate("vector", "dp4a").knobs()
     for text in ("vector:decode=dp4a:persistent=1", "vector:decode=dp4a:rowwarps=2:persistent=1",
                  "vector:decode=e4m3:rowwarps=2", "vector:rowwarps=2", "vector:decode=dp4a:rowwarps=2:warps=2",

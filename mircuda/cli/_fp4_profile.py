@@ -201,6 +201,8 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
         # prefetch=0 / persistent=0 are the plans' defaults: the same configuration as leaving them out; rowwarps=1
         # is not (the plans may take row warps by default on the integer path), so it stays a candidate of its own
         row_warps = knobs.get("rowwarps")
+        if row_warps == 1 and (knobs.get("decode") not in (None, "dp4a") or knobs.get("warps") is not None):
+            row_warps = None  # only the integer path without a given K split may take row warps by default
         if row_warps is not None and row_warps > 1:
             # the plans' own rule (a decode left out is refused: the parser cannot know the plan's default)
             from ..matmul._fp4 import refuse_row_warps

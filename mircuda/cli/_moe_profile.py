@@ -240,7 +240,7 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
     ``dp4a``: ``l1`` the lean tile walk (``p1`` only with it), ``gN`` a register cap of
     :data:`~mircuda.matmul._moe_kernels.REGISTER_CAPS`, ``g0`` none; without ``g`` the plan's default cap,
     :func:`~mircuda.matmul._moe_kernels.default_register_cap`; ``oN`` row warps, N = 1, 2, 4 or 8 warps per block
-    each taking its own weight-row block, without ``l1``, ``p1`` or ``wN`` > 1 (``o1``: one row block per block;
+    each taking its own weight-row block, N > 1 without ``l1``, ``p1`` or ``wN`` > 1 (``o1``: one row block per block;
     without ``o`` the plan's default, :func:`~mircuda.matmul._moe_kernels.default_row_warps`)); without ``m``, ``tN`` the split_k
     m-tile: 8, 16 or 32 activation rows per tile instead of the plan's choice).
 
