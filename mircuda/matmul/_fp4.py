@@ -513,8 +513,7 @@ class Fp4Gemv:
         else:
             self.rows = knobs.rows
             self.block_sum = knobs.block_sum
-            self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation, decode, self.block_sum,
-                                            self.stages, self.prefetch, self.persistent, self.row_warps, pdl_trigger)
+            self.options = self._vector_options(self.row_warps)
             source = fp4_vector_source()
             chunk = 32 * self.elements
         contract = cuda_export(symbol, y=InOut[DeviceBuffer[bf16]], w=In[DeviceBuffer[u8]],
@@ -538,9 +537,7 @@ class Fp4Gemv:
                 # blocks of DEFAULT_ROW_WARPS warps, each its own row block, halve the grid
                 # (ROW_WARPS_DEFAULT_MEASURED). It needs its own module.
                 self.row_warps, self.default_row_warps = DEFAULT_ROW_WARPS, True
-                self.options = fp4_gemv_options(m, self.rows, layout, self.wide, activation, decode, self.block_sum,
-                                                self.stages, self.prefetch, self.persistent, self.row_warps,
-                                                pdl_trigger)
+                self.options = self._vector_options(self.row_warps)
                 self.kernel = compiler.compile(source, self.options).kernel(contract)
         self.warps = warps
         blocks, threads = gemv_launch(n, self.rows, warps, self.row_warps)
@@ -550,6 +547,11 @@ class Fp4Gemv:
                                    programmatic_stream_serialization=info.supports_programmatic_launch)
         self.config.check(info, self.kernel.attributes.max_threads_per_block)
         self._launch = self.kernel.launch
+
+    def _vector_options(self, row_warps: int) -> CompileOptions:
+        """``fp4_matvec_bf16``'s compile options with this engine's knobs and ``row_warps``."""
+        return fp4_gemv_options(self.m, self.rows, self.layout, self.wide, self.activation, self.decode,
+                                self.block_sum, self.stages, self.prefetch, self.persistent, row_warps, self.pdl_trigger)
 
     def _trigger_text(self) -> str:
         """How describe() names the PDL trigger: the next kernel may start after this one's loads (late, the

@@ -205,7 +205,13 @@ def default_register_cap(arch: str, decode: str, frags: int) -> int | None:
     elsewhere: 8 rows per block spill at every cap, other targets were not measured. With row warps the cap of 80
     spills 8 bytes in the fine-grained layer's kernel (K = 2048, 128 groups; uncapped it takes 95 registers), yet
     was faster than uncapped in 2 of 3 decode cases and equal in the third (:data:`DP4A_ROW_WARPS_MEASURED`)."""
-    return DP4A_REGISTER_CAP if decode == "dp4a" and frags == 1 and _arch_number(arch) == 90 else None
+    return DP4A_REGISTER_CAP if _dp4a_measured(arch, decode, frags) else None
+
+
+def _dp4a_measured(arch: str, decode: str, frags: int) -> bool:
+    """Where the grouped integer path's register cap and row warps were measured: ``decode="dp4a"``, 4 weight rows
+    per block (``frags`` 1), sm_90."""
+    return decode == "dp4a" and frags == 1 and _arch_number(arch) == 90
 
 
 def default_row_warps(arch: str, decode: str, frags: int) -> int | None:
@@ -213,7 +219,7 @@ def default_row_warps(arch: str, decode: str, frags: int) -> int | None:
     no ``lean_tiles`` or ``persistent``): :data:`DP4A_ROW_WARPS` for ``decode="dp4a"`` with 4 weight rows per block
     (``frags`` 1) on sm_90, where it was measured (:data:`DP4A_ROW_WARPS_MEASURED`); None (one row block per block)
     elsewhere."""
-    return DP4A_ROW_WARPS if decode == "dp4a" and frags == 1 and _arch_number(arch) == 90 else None
+    return DP4A_ROW_WARPS if _dp4a_measured(arch, decode, frags) else None
 
 
 def _dp4a_tuning(k: int, arch: str) -> DecodeTuning:
