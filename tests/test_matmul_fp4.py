@@ -354,13 +354,14 @@ def test_the_decode_kernels_refuse_tiled_scales_above_the_32_bit_column_offset_b
 
 @pytest.mark.parametrize("symbol, m, k, rows, stages, dp4a", [
     ("fp4_matvec_bf16", 1, 256, 4, 2, 1), ("fp4_matvec_bf16", 1, 8192, 8, 2, 1), ("fp4_matvec_bf16", 1, 272, 4, 3, 0),
-    ("fp4_matvec_bf16", 2, 256, 4, 2, 0), ("fp4_matvec_bf16", 16, 256, 4, 2, 0), ("fp4_mma_bf16", 1, 256, 32, 3, 0),
+    ("fp4_matvec_bf16", 2, 256, 4, 2, 1), ("fp4_matvec_bf16", 3, 256, 4, 2, 0), ("fp4_matvec_bf16", 16, 256, 4, 2, 0),
+    ("fp4_mma_bf16", 1, 256, 32, 3, 0),
     ("fp4_mma_bf16", 8, 256, 32, 3, 0), ("fp4_mma_bf16", 16, 256, 32, 3, 0)])
 def test_the_decode_kernels_defaults_are_the_documented_ones(symbol, m, k, rows, stages, dp4a) -> None:
     """What Fp4Gemv compiles without knobs (the options it hands NVRTC), and what the plans' docstrings say
     (the vector plan's said 8 and 16 rows and 2 stages after the H200 sweeps moved them to 4, 32 and 3; then
     decode='dp4a' became the M = 1 default with K % 32 == 0: 2 stages, 8 rows when K > 4096; then row warps at
-    large N)."""
+    large N; then decode='dp4a' the default at M = 2 too)."""
     seen: list[dict[str, str]] = []
 
     def compile(source: Any, options: mc.CompileOptions) -> Any:
@@ -380,7 +381,8 @@ def test_the_decode_kernels_defaults_are_the_documented_ones(symbol, m, k, rows,
     assert "(None: 2 with ``decode='dp4a'``, the M = 1 default where it applies; otherwise 3 for both kernels at " \
         "M = 1" in vector_doc and "``decode='dp4a'`` :func:`dp4a_rows`: 8 when K > 4096" in vector_doc
     matrix_doc = " ".join((mc.BlockScaledFp4Plan.__doc__ or "").split())
-    assert ("``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16`` at M = 1 ``decode='dp4a'`` where "
+    assert ("``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16`` at M <= :data:`DP4A_DEFAULT_MAX_M` "
+            "``decode='dp4a'`` where "
             ":func:`default_vector_decode` takes it (2 stages, rows :func:`dp4a_rows`, ``row_warps`` "
             ":data:`DEFAULT_ROW_WARPS` where the row blocks do not fit in one wave of two-warp blocks splitting K, "
             "large N), else 4 rows and 3 stages at M = 1, else 2") in matrix_doc

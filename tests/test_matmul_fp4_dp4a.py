@@ -248,7 +248,7 @@ def test_dp4a_is_a_decoder_of_the_cuda_core_kernel_only() -> None:
             check_gemv_knobs("sm_90", symbol, activation, decode, rows, block_sum, None)
         assert info.value.argument == argument
     check_dp4a(1, 96, False)
-    for m, k, persistent, argument in [(2, 256, False, "decode"), (1, 48, False, "decode"), (1, 1040, False, "decode"),
+    for m, k, persistent, argument in [(5, 256, False, "decode"), (1, 48, False, "decode"), (1, 1040, False, "decode"),
                                        (1, 256, True, "persistent")]:
         with pytest.raises(mc.ContractError) as info:
             check_dp4a(m, k, persistent)
@@ -274,21 +274,41 @@ def test_the_dp4a_plans_check_the_activation_alignment_of_its_loads() -> None:
     assert lean["w"] == fp16["w"] == 16 and lean["w_scales"] == fp16["w_scales"] == 2
 
 
-def test_dp4a_is_the_m1_default_where_it_applies() -> None:
-    from mircuda.matmul._fp4 import default_vector_decode
+def test_dp4a_is_the_default_up_to_m2_where_it_applies() -> None:
+    from mircuda.matmul._fp4 import DP4A_DEFAULT_MAX_M, default_vector_decode
 
+    assert DP4A_DEFAULT_MAX_M == 2
     for arch in ("sm_80", "sm_86", "sm_89", "sm_90", "sm_120"):  # no cvt.rn.f16x2.e2m1x2 on these targets
-        assert default_vector_decode(arch, 1, 4096, "fp4") == "dp4a"
-        assert default_vector_decode(arch, 1, 32, "fp4") == "dp4a"
+        for m in (1, 2):
+            assert default_vector_decode(arch, m, 4096, "fp4") == "dp4a"
+            assert default_vector_decode(arch, m, 32, "fp4") == "dp4a"
     old = {"sm_90": "e4m3", "sm_80": "pairs"}
     for arch, word in old.items():
-        assert default_vector_decode(arch, 2, 4096, "fp4") == word  # M > 1
+        assert default_vector_decode(arch, 3, 4096, "fp4") == word  # M > 2: unmeasured at 3, mixed at 4
         assert default_vector_decode(arch, 1, 4096, "bf16") == word  # BF16 activations
         assert default_vector_decode(arch, 1, 4112, "fp4") == word  # K % 32 != 0 (8-byte loads)
         assert default_vector_decode(arch, 1, 4096, "fp4", block_sum="fp32") == word  # a word decoder's knob
         assert default_vector_decode(arch, 1, 4096, "fp4", persistent=True) == word
     # the hardware E2M1 conversion targets keep "bytes" (dp4a against it is not measured)
     assert default_vector_decode("sm_120f", 1, 4096, "fp4") == default_vector_decode("sm_100a", 1, 4096, "fp4") == "bytes"
+
+
+def test_the_matrix_plan_takes_the_integer_path_at_m2_unless_a_tensor_core_knob_is_given() -> None:
+    """:func:`default_gemv_kernel`: fp4_matvec_bf16 at M = 1, with BF16 activations, with decode='dp4a', and at
+    M = 2 where its integer path is the default with no knob of fp4_mma_bf16 given; fp4_mma_bf16 elsewhere."""
+    from mircuda.matmul._fp4 import DP4A_M2_MEASURED, default_gemv_kernel
+
+    def kernel(m=2, k=4096, activation="fp4", decode=None, rows=None, block_sum=None, persistent=None, arch="sm_90"):
+        return default_gemv_kernel(arch, m, k, activation, decode, rows, block_sum, persistent)
+
+    assert kernel() == kernel(rows=4) == kernel(rows=8) == kernel(persistent=False) == kernel(arch="sm_80") == FP4_SYMBOL
+    assert kernel(m=1) == kernel(activation="bf16") == kernel(m=16, decode="dp4a") == FP4_SYMBOL
+    assert kernel(m=1, decode="e4m3") == kernel(m=1, rows=32) == FP4_SYMBOL  # M = 1: always the vector kernel
+    for knobs in ({"m": 3}, {"m": 16}, {"decode": "e4m3"}, {"decode": "bytes"}, {"rows": 16}, {"rows": 32},
+                  {"rows": np.array([4])}, {"rows": 4.0}, {"block_sum": "fp32"}, {"persistent": True}, {"k": 4112},
+                  {"arch": "sm_120f"}, {"arch": "sm_100a"}):
+        assert kernel(**knobs) == FP4_MMA_SYMBOL, knobs  # an odd rows value is then refused by that kernel's check
+    assert "M = 2: 4096x4096 6.16 vs 7.07" in DP4A_M2_MEASURED and "2026-12-02" in DP4A_M2_MEASURED
 
 
 def test_the_dp4a_rows_rule_follows_k() -> None:
@@ -322,11 +342,13 @@ def test_given_knobs_override_the_dp4a_default_and_refusals_are_unchanged() -> N
     assert resolve(persistent=True) == GemvKnobs("e4m3", 4, "fp16", 3, False)
     assert resolve(activation="bf16") == GemvKnobs("e4m3", 4, "fp32", 3, False)
     assert resolve(k=4112) == GemvKnobs("e4m3", 4, "fp16", 3, False)
-    assert resolve(m=2) == GemvKnobs("e4m3", 4, "fp16", 2, False)  # fp4_matvec_bf16 at M = 2 (kernel= asked)
+    assert resolve(m=2) == GemvKnobs("dp4a", 8, "int32", 2, True)  # M = 2: the integer path is the default too
+    assert resolve(m=3) == GemvKnobs("e4m3", 4, "fp16", 2, False)  # fp4_matvec_bf16 at M = 3 (kernel= asked)
     assert resolve(symbol=FP4_MMA_SYMBOL) == GemvKnobs("e4m3", 32, "fp32", 3, False)
     assert resolve(arch="sm_120f") == GemvKnobs("bytes", 4, "fp16", 3, False)
     assert resolve(arch="sm_80", k=4096) == GemvKnobs("dp4a", 4, "int32", 2, True)
-    for kwargs, argument in [({"decode": "dp4a", "m": 2}, "decode"), ({"decode": "dp4a", "k": 4112}, "decode"),
+    assert resolve(decode="dp4a", m=4) == GemvKnobs("dp4a", 8, "int32", 2, False)  # M <= DP4A_MAX_M
+    for kwargs, argument in [({"decode": "dp4a", "m": 5}, "decode"), ({"decode": "dp4a", "k": 4112}, "decode"),
                              ({"decode": "dp4a", "persistent": True}, "persistent"),
                              ({"decode": "dp4a", "block_sum": "fp16"}, "block_sum"),
                              ({"decode": "dp4a", "activation": "bf16"}, "decode"),
@@ -492,18 +514,24 @@ LEAN_LINES = (
     "const unsigned char* pw = w + row0 * (k / 2) + (lane_col >> 1);", "const unsigned sstep = lean_scale_step<MIRCUDA_FP4_TILED != 0>(stride);",
     "prefetch_prologue(w, sw, n, k, row0, warp, warps, lane);",
     "const int c0 = warp * 32 * kElems + d * warps * 32 * kElems;",
-    "if (holder && row0 + row < n) decode::store_out(y + (long long)y_row * n + row0 + row, scale * v);",
-    "if (ids.tid < kRows && row0 + ids.tid < n) {",
+    "for (int m = 0; m < kM; ++m) decode::store_out(y + (long long)(y_row + m) * n + row0 + row, scale * v[m]);",
+    "if (ids.tid < kM * kRows) {", "const int m = (int)ids.tid / kRows, r = (int)ids.tid % kRows;",
+    "if (row0 + r < n) {", "s.act[m] = __ldg(reinterpret_cast<const uint4*>(p.x + m * p.xrow));",
+    "s.araw[m] = __ldg(reinterpret_cast<const unsigned short*>(p.sx + m * p.sxrow));",
+    "lp.xrow = (unsigned)k / 2u;", "lp.sxrow = MIRCUDA_FP4_ACT_TILED ? 16u : (unsigned)kblocks;",
+    "lp.x = x + (lane_col >> 1);", "lp.sx = sx + fp4::scale_col_offset<MIRCUDA_FP4_ACT_TILED != 0>(lane_col >> 4);",
 )
 """Code of ``cuda_src/fp4_vector.cu`` that :func:`lean_model` mirrors, character for character: a change to it
 must change the model too."""
 
 
-def lean_model(n: int, k: int, rows: int, warps: int, row_warps: int, stages: int, tiled: bool) -> dict[str, Any]:
+def lean_model(n: int, k: int, rows: int, warps: int, row_warps: int, stages: int, tiled: bool,
+               m: int = 1) -> dict[str, Any]:
     """``fp4_matvec_lean`` (``fp4_matvec_bf16`` with ``MIRCUDA_FP4_DP4A``; 16-byte loads) for every thread of the
     launch :func:`~mircuda.matmul._fp4.gemv_launch` gives the plans: the outputs stored, the (row, 32-column chunk)
     pairs each block's rows read, the code and scale bytes its pointer walk loads (keyed by warp and step) and
-    the L2 prefetches of ``prefetch_prologue``."""
+    the L2 prefetches of ``prefetch_prologue``; with M activation rows the outputs as ``m N + row`` and the
+    activations' code and scale bytes each warp loads."""
     blocks, threads = gemv_launch(n, rows, warps, row_warps)
     b, t = (a.ravel() for a in np.meshgrid(np.arange(blocks, dtype=np.int64), np.arange(threads, dtype=np.int64),
                                            indexing="ij"))
@@ -526,7 +554,9 @@ def lean_model(n: int, k: int, rows: int, warps: int, row_warps: int, stages: in
     col_part = ((kb0 >> 2) * 512 + (kb0 & 3)) if tiled else kb0
     srow, sstep = (16, stride * 8) if tiled else (kblocks, stride >> 4)
     layout = ref.tiled_offsets(n, kblocks) if tiled else np.arange(n * kblocks, dtype=np.int64).reshape(n, kblocks)
-    loads: dict[str, list[np.ndarray]] = {"code": [], "scale": [], "layout": [], "chunk": [], "key": []}
+    loads: dict[str, list[np.ndarray]] = {"code": [], "scale": [], "layout": [], "chunk": [], "key": [], "act": [],
+                                          "act_scale": [], "act_layout": []}
+    act_layout = ref.tiled_offsets(m, kblocks) if tiled else np.arange(m * kblocks, dtype=np.int64).reshape(m, kblocks)
     for step in range(int(steps.max(initial=0))):
         col = lane_col + step * stride
         go = (step < steps) & (col < k)
@@ -538,14 +568,19 @@ def lean_model(n: int, k: int, rows: int, warps: int, row_warps: int, stages: in
             loads["layout"].append(layout[row, col[go] // 16])
             loads["chunk"].append(np.stack([row0[go] + r, col[go] // 32], 1))
             loads["key"].append(((wid[go] * 64 + step) * n + row) * (k // 2) + code - row * (k // 2))
+        for a in range(m):  # lean_load_act: row a at a K / 2 code bytes and a (16 tiled, K / 16 linear) scale bytes
+            loads["act"].append(a * (k // 2) + (lane_col[go] >> 1) + step * (stride >> 1))
+            loads["act_scale"].append(a * (16 if tiled else kblocks) + col_part[go] + step * (sstep))
+            loads["act_layout"].append(act_layout[a, col[go] // 16])
     out = {name: np.concatenate(parts) for name, parts in loads.items()}
     # the stores: lean_reduce leaves row l >> log2(32 / R) in lane l, held by lanes l % (32 / R) == 0; with a K
     # split thread tid < R of the block sums the warps' partials of row tid
     if nwarps == 1:
         holder, row = (lane & (32 // rows - 1)) == 0, lane >> ((32 // rows).bit_length() - 1)
-        out["stored"] = (row0 + row)[holder & (row0 + row < n)]
+        out["stored"] = np.concatenate([a * n + (row0 + row)[holder & (row0 + row < n)] for a in range(m)])
     else:
-        out["stored"] = (row0 + tid)[(tid < rows) & (row0 + tid < n)]
+        a, r = tid // rows, tid % rows
+        out["stored"] = (a * n + row0 + r)[(tid < m * rows) & (row0 + r < n)]
     # prefetch_prologue (32 elements per lane): lane -> row (lane / 4) % R, byte (lane % 4) 128 of step d's chunk
     pf_row = np.where(row0 + (lane >> 2) % rows < n, row0 + (lane >> 2) % rows, n - 1)
     ahead, every, line = ((lane >> 4), 2, (lane & 3) * 128) if rows == 4 else (0 * lane, 1, (lane & 3) * 128)
@@ -588,6 +623,22 @@ def test_row_warps_write_every_output_once_and_read_only_their_rows(n, k, rows, 
                 assert got["scale"].max() + 2 <= ref.scale_bytes(n, k, "tiled" if tiled else "linear")
                 assert np.isin(got["prefetch"], got["key"]).all()
                 assert len(got["prefetch"]) > 0
+
+
+@pytest.mark.parametrize("m", [2, 3, 4])
+@pytest.mark.parametrize("n, k", [(37, 96), (301, 1056), (4097, 160)], ids=str)
+def test_m_activation_rows_write_every_output_once_and_read_inside_the_activations(n, k, m) -> None:
+    """M > 1 on the integer path (``lean_consume_rows``): every output of D[M, N] is stored once, with a K split
+    too; every activation code and scale byte a warp loads lies inside A [M, K/2] and its scales, each scale
+    where the layout puts it."""
+    for rows in (4, 8):
+        for warps, row_warps in ((1, 1), (2, 1), (8, 1), (1, 2), (1, 8)):
+            for tiled in (False, True):
+                got = lean_model(n, k, rows, warps, row_warps, 2, tiled, m)
+                assert np.array_equal(np.bincount(got["stored"], minlength=m * n), np.ones(m * n, np.int64))
+                assert got["act"].min() >= 0 and got["act"].max() + 16 <= m * k // 2
+                assert np.array_equal(got["act_scale"], got["act_layout"])
+                assert got["act_scale"].max() + 2 <= ref.scale_bytes(m, k, "tiled" if tiled else "linear")
 
 
 def test_the_fp4_module_docs_name_only_what_exists() -> None:

@@ -108,7 +108,8 @@ SWEEP_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
 ``persistent``: 0 or 1 for the plans' knobs False / True; ``rowwarps``: the plans' ``row_warps``, above 1 with
 ``decode=dp4a`` only (1: one row block per block, which the plans' default is not at large N on the integer path);
 ``trigger``: the plans' ``pdl_trigger``; ``decode=dp4a``: ``fp4_matvec_bf16``'s integer path,
-``mircuda.matmul._fp4.VECTOR_DECODES``, M = 1 only: the plans refuse it at larger M and the sweep notes that)."""
+``mircuda.matmul._fp4.VECTOR_DECODES``, M <= ``mircuda.matmul._fp4.DP4A_MAX_M`` only: the plans refuse it at
+larger M and the sweep notes that)."""
 
 
 @dataclass(frozen=True)
@@ -859,7 +860,7 @@ def register(sub: Any) -> None:
                    help="for M <= 16 also measure these decode-kernel configurations: 'all' or comma-separated "
                         "kernel[:decode=bytes|pairs|e4m3|table|dp4a][:rows=R][:warps=1|2|4|8][:sum=fp16|fp32]"
                         "[:stages=2|3|4][:prefetch=0|1][:persistent=0|1][:rowwarps=1|2|4|8][:trigger=early|late] with "
-                        "kernel vector (rows 4|8; decode=dp4a: the integer path, M = 1, no sum; rowwarps > 1: dp4a "
+                        "kernel vector (rows 4|8; decode=dp4a: the integer path, M <= 4, no sum; rowwarps > 1: dp4a "
                         "only, warps 1) or mma (rows 16|32; no dp4a, sum, prefetch, persistent or rowwarps)")
     p.add_argument("--json", default="benchmarks/results/fp4_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=fp4_profile, json_default=p.get_default("json"))

@@ -349,7 +349,7 @@ __device__ __forceinline__ void prefetch_prologue(const unsigned char* __restric
 }
 
 #if MIRCUDA_FP4_DP4A
-// ---- The integer path (MIRCUDA_FP4_DP4A = 1: the plans' decode='dp4a'; M = 1, NVFP4 activations) ----------
+// ---- The integer path (MIRCUDA_FP4_DP4A = 1: the plans' decode='dp4a'; M <= kDp4aMaxM, NVFP4 activations) ------
 // E2M1 codes become int8 (value * 2, so 0, 1, 2, 3, 4, 6, 8, 12 and negatives) by a byte permute: PRMT's
 // selector nibble is the E2M1 code itself, its low three bits index the magnitude table kLut0:kLut1 and its bit 3
 // (the E2M1 sign) asks PRMT to replicate the sign bit of the selected byte, which is 0 in that table. So
@@ -366,9 +366,16 @@ __device__ __forceinline__ void prefetch_prologue(const unsigned char* __restric
 // lane turns its 32 activations into signed int8 once per step for all R rows: 0x80 + P - N per byte lies in
 // [0x74, 0x8c] (one of P, N is 0, both <= 12), so one IADD3 makes all four bytes without a carry between them
 // and an XOR with 0x80 gives the two's-complement byte.
-static_assert(kM == 1 && !MIRCUDA_FP4_ACT_BF16 && MIRCUDA_FP4_WIDE &&
+// M > 1 (lean_consume_rows): each activation row is turned into int8 as above, and each weight word too (the same
+// IADD3 and XOR: signed bytes instead of P and N), once per step, so that every further activation row costs one
+// IDP4A per four weights, not two. Per 8 weights and row: 4 PRMT, 7 integer operations, then 2 IDP4A per
+// activation row; per 16 weights, row and activation row an I2F, an FMUL (sa * sb) and an FFMA. The same
+// exactness argument holds: the bytes are the same integers, the sums the same int32 sums.
+constexpr int kDp4aMaxM = 4;
+static_assert(kM >= 1 && kM <= kDp4aMaxM && !MIRCUDA_FP4_ACT_BF16 && MIRCUDA_FP4_WIDE &&
+                  (kM == 1 || !MIRCUDA_FP4_GROUPED) &&
                   (!MIRCUDA_FP4_PERSISTENT || (MIRCUDA_FP4_GROUPED && MIRCUDA_MOE_LEAN_TILES)),
-              "MIRCUDA_FP4_DP4A: M = 1 (1-row tiles in the grouped kernel), NVFP4 activations, 16-byte loads "
+              "MIRCUDA_FP4_DP4A: 1 <= M <= 4 (1-row tiles in the grouped kernel), NVFP4 activations, 16-byte loads "
               "(K % 32 == 0), no persistent grid (but the grouped kernel's lean tile walk)");
 constexpr unsigned kLut0 = 0x03020100u;  // 2|v| of E2M1 magnitudes 0..3: 0, 0.5, 1, 1.5
 constexpr unsigned kLut1 = 0x0C080604u;  // 4..7: 2, 3, 4, 6
@@ -407,8 +414,8 @@ __device__ __forceinline__ float2 ue4m3x2_to_float2(unsigned u) {
 struct LeanStep {
     unsigned codes[kRows][4];  // 32 weights of each row
     unsigned sraw[kRows];      // their two scale bytes
-    uint4 act;                 // the lane's 32 activation codes
-    unsigned araw;             // their two scale bytes
+    uint4 act[kM];             // the lane's 32 activation codes of each activation row
+    unsigned araw[kM];         // their two scale bytes
 };
 
 // A lane's pointers at its first column (row N - 1 for rows past N). Step t of the warp reads at the pointers
@@ -420,8 +427,9 @@ struct LeanStep {
 struct LeanPointers {
     const unsigned char* w[kRows];
     const unsigned char* s[kRows];
-    const unsigned char* x;
+    const unsigned char* x;   // activation row 0; row m lies m xrow code bytes and m sxrow scale bytes further
     const unsigned char* sx;
+    unsigned xrow, sxrow;
 };
 
 template <bool Tiled>
@@ -439,8 +447,11 @@ __device__ __forceinline__ void lean_load_row(LeanPointers& p, int r, unsigned c
 
 // The activations' part of a step (32 codes, two scale bytes) at the pointers; moves them to the next step.
 __device__ __forceinline__ void lean_load_act(LeanPointers& p, unsigned cstep, unsigned xsstep, LeanStep& s) {
-    s.act = __ldg(reinterpret_cast<const uint4*>(p.x));
-    s.araw = __ldg(reinterpret_cast<const unsigned short*>(p.sx));
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+        s.act[m] = __ldg(reinterpret_cast<const uint4*>(p.x + m * p.xrow));
+        s.araw[m] = __ldg(reinterpret_cast<const unsigned short*>(p.sx + m * p.sxrow));
+    }
     p.x += cstep;
     p.sx += xsstep;
 }
@@ -458,10 +469,10 @@ __device__ __forceinline__ void lean_load(LeanPointers& p, unsigned cstep, unsig
 __device__ __forceinline__ void lean_consume(float (&acc)[kRows], LeanStep& s, uint2 lut, bool reload, LeanPointers& p,
                                              unsigned cstep, unsigned sstep, unsigned xsstep) {
     unsigned a[8];
-    const unsigned aw[4] = {s.act.x, s.act.y, s.act.z, s.act.w};
+    const unsigned aw[4] = {s.act[0].x, s.act[0].y, s.act[0].z, s.act[0].w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) activation_int8(aw[i], lut, a[2 * i], a[2 * i + 1]);
-    const float2 xs = ue4m3x2_to_float2(s.araw);
+    const float2 xs = ue4m3x2_to_float2(s.araw[0]);
     if (reload) lean_load_act(p, cstep, xsstep, s);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
@@ -481,6 +492,40 @@ __device__ __forceinline__ void lean_consume(float (&acc)[kRows], LeanStep& s, u
             acc[r] = fmaf((float)(pos - neg), (b ? ws.y : ws.x) * (b ? xs.y : xs.x), acc[r]);
         }
         if (reload) lean_load_row(p, r, cstep, sstep, s);
+    }
+}
+
+// M > 1: lean_consume's step for every activation row; the weights are turned into signed int8 once per row and step
+// (see the top of the integer path), the activations once per step for all R rows.
+__device__ __forceinline__ void lean_consume_rows(float (&acc)[kM][kRows], LeanStep& s, uint2 lut, bool reload,
+                                                  LeanPointers& p, unsigned cstep, unsigned sstep, unsigned xsstep) {
+    unsigned a[kM][8];
+    float2 xs[kM];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+        const unsigned aw[4] = {s.act[m].x, s.act[m].y, s.act[m].z, s.act[m].w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) activation_int8(aw[i], lut, a[m][2 * i], a[m][2 * i + 1]);
+        xs[m] = ue4m3x2_to_float2(s.araw[m]);
+    }
+    if (reload) lean_load_act(p, cstep, xsstep, s);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        const float2 ws = ue4m3x2_to_float2(s.sraw[r]);
+        unsigned v[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) activation_int8(s.codes[r][i], lut, v[2 * i], v[2 * i + 1]);
+        if (reload) lean_load_row(p, r, cstep, sstep, s);
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+#pragma unroll
+            for (int m = 0; m < kM; ++m) {
+                int dot = 0;
+#pragma unroll
+                for (int i = 4 * b; i < 4 * b + 4; ++i) dot = __dp4a((int)v[i], (int)a[m][i], dot);
+                acc[m][r] = fmaf((float)dot, (b ? ws.y : ws.x) * (b ? xs[m].y : xs[m].x), acc[m][r]);
+            }
+        }
     }
 }
 
@@ -568,6 +613,9 @@ __device__ __forceinline__ void fp4_matvec_lean(__nv_bfloat16* __restrict__ y, c
         }
         lp.x = x + (lane_col >> 1);
         lp.sx = sx + fp4::scale_col_offset<MIRCUDA_FP4_ACT_TILED != 0>(lane_col >> 4);
+        // activation rows m < kM <= 8 share the first 32-row group of a tiled atom: 16 bytes apart
+        lp.xrow = (unsigned)k / 2u;
+        lp.sxrow = MIRCUDA_FP4_ACT_TILED ? 16u : (unsigned)kblocks;
     }
     const unsigned cstep = (unsigned)stride >> 1;
     const unsigned sstep = lean_scale_step<MIRCUDA_FP4_TILED != 0>(stride);
@@ -575,9 +623,11 @@ __device__ __forceinline__ void fp4_matvec_lean(__nv_bfloat16* __restrict__ y, c
     prefetch_prologue(w, sw, n, k, row0, warp, warps, lane);
     decode::pdl_trigger_early();
     decode::pdl_wait();
-    float acc[kRows];
+    float acc[kM][kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r] = 0.f;
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[m][r] = 0.f;
     // The ring: kStages - 1 steps (weights, activations and all their scales) in flight, each buffer refilled
     // by lean_consume with the step kStages - 1 ahead of the one it held. A lane takes a step while its first
     // column is inside K (K % 32 == 0: all 32 columns are then). (A loop over the warp's first column instead of
@@ -596,30 +646,43 @@ __device__ __forceinline__ void fp4_matvec_lean(__nv_bfloat16* __restrict__ y, c
             const int t = t0 + d;
             if (t < steps && lane_col + t * stride < k) {
                 const int ahead = t + kBuffers;
-                lean_consume(acc, ring[d], lut, ahead < steps && lane_col + ahead * stride < k, lp, cstep, sstep,
-                             xsstep);
+                const bool reload = ahead < steps && lane_col + ahead * stride < k;
+                if constexpr (kM == 1)
+                    lean_consume(acc[0], ring[d], lut, reload, lp, cstep, sstep, xsstep);
+                else
+                    lean_consume_rows(acc, ring[d], lut, reload, lp, cstep, sstep, xsstep);
             }
         }
     }
     int row;
-    float v = lean_reduce(acc, lane, row);
+    float v[kM];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) v[m] = lean_reduce(acc[m], lane, row);
     decode::pdl_trigger_late();
     // lanes 0, 32 / R, 2 * 32 / R, ... hold rows 0, 1, 2, ... (the bits of the row are the lane's high bits)
     const bool holder = (lane & (32 / kRows - 1)) == 0;
     float scale = 0.25f * alpha;  // both int8 operands carry a factor 2
     if (global_a != nullptr) scale *= *global_a;
     if (global_b != nullptr) scale *= *global_b;
+    // output row m of D lies (y_row + m) N elements into y
     if (warps == 1) {
-        if (holder && row0 + row < n) decode::store_out(y + (long long)y_row * n + row0 + row, scale * v);
+        if (holder && row0 + row < n)
+#pragma unroll
+            for (int m = 0; m < kM; ++m) decode::store_out(y + (long long)(y_row + m) * n + row0 + row, scale * v[m]);
         return;
     }
-    __shared__ float partial[kMaxWarps][kRows];
-    if (holder) partial[warp][row] = v;
+    __shared__ float partial[kMaxWarps][kM][kRows];
+    if (holder)
+#pragma unroll
+        for (int m = 0; m < kM; ++m) partial[warp][m][row] = v[m];
     __syncthreads();
-    if (ids.tid < kRows && row0 + ids.tid < n) {
-        float s = partial[0][ids.tid];
-        for (int j = 1; j < warps; ++j) s += partial[j][ids.tid];
-        decode::store_out(y + (long long)y_row * n + row0 + ids.tid, scale * s);
+    if (ids.tid < kM * kRows) {
+        const int m = (int)ids.tid / kRows, r = (int)ids.tid % kRows;
+        if (row0 + r < n) {
+            float s = partial[0][m][r];
+            for (int j = 1; j < warps; ++j) s += partial[j][m][r];
+            decode::store_out(y + (long long)(y_row + m) * n + row0 + r, scale * s);
+        }
     }
 }
 #endif  // MIRCUDA_FP4_DP4A

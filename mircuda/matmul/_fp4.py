@@ -39,7 +39,8 @@ __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vec
            "portable_executor", "fp4_target", "fp4_compiler", "FP4_MMA_SYMBOL", "FP4_KERNELS", "fp4_mma_source",
            "fp4_mma_options", "EPILOGUES", "check_epilogue", "DECODE_THREADS", "DECODE_WORDS", "decode_config",
            "DECODES", "BLOCK_SUMS", "default_decode", "check_gemv_knobs", "VECTOR_ROWS", "MMA_ROWS", "STAGES", "VECTOR_DECODES",
-           "check_dp4a", "default_vector_decode", "dp4a_rows", "DP4A_DEFAULT_MEASURED", "DP4A_ROWS8_MIN_K", "DP4A_DECODE",
+           "check_dp4a", "DP4A_MAX_M", "DP4A_DEFAULT_MAX_M", "DP4A_M2_MEASURED",
+           "default_gemv_kernel", "default_vector_decode", "dp4a_rows", "DP4A_DEFAULT_MEASURED", "DP4A_ROWS8_MIN_K", "DP4A_DECODE",
            "GemvKnobs", "resolve_gemv_knobs", "ROW_WARPS", "DEFAULT_ROW_WARPS", "ROW_WARPS_DEFAULT_MEASURED",
            "check_row_warps", "refuse_row_warps", "gemv_launch"]
 
@@ -117,6 +118,9 @@ DP4A_DECODE = "E2M1 codes to int8 by PRMT (a byte permute whose selector is the 
 """How ``decode='dp4a'`` decodes and multiplies, as the single and the grouped plans' ``describe()`` say it."""
 DP4A_ROWS8_MIN_K = 4097
 """``decode='dp4a'`` takes 8 weight rows per block from this K on (K > 4096), else 4: :func:`dp4a_rows`."""
+DP4A_MAX_M = 4
+"""The largest M of ``decode='dp4a'`` (``kDp4aMaxM`` of ``cuda_src/fp4_vector.cu``): above it ptxas spills the
+int8 activations of a step to local memory (M = 8, rows 8: 168 bytes of stack, NVRTC 13.0 for sm_90)."""
 
 
 def dp4a_rows(k: int) -> int:
@@ -126,18 +130,47 @@ def dp4a_rows(k: int) -> int:
     return 8 if k >= DP4A_ROWS8_MIN_K else 4
 
 
+DP4A_DEFAULT_MAX_M = 2
+"""The largest M at which ``decode='dp4a'`` is the default (:func:`default_vector_decode`) and
+:class:`BlockScaledFp4Plan` takes ``fp4_matvec_bf16`` rather than ``fp4_mma_bf16`` (:func:`default_gemv_kernel`):
+:data:`DP4A_M2_MEASURED`."""
+DP4A_M2_MEASURED = (
+    "fp4-profile --sweep on the H200, 2026-12-02 (µs, median of 5 x 20 cold calls; decode='dp4a' with the M = 1 "
+    "rows and row-warps rules against fp4_mma_bf16's defaults): M = 2: 4096x4096 6.16 vs 7.07, 14336x4096 15.06 vs "
+    "16.93, 4096x14336 15.25 vs 16.39, 6144x4096 7.81 vs 9.84; M = 4 mixed: 7.30 vs 7.12, 21.59 vs 17.05, "
+    "16.90 vs 16.50, 10.75 vs 9.96")
+"""The measurement behind :data:`DP4A_DEFAULT_MAX_M` (N x K)."""
+
+
 def default_vector_decode(arch: str, m: int, k: int, activation: str, block_sum: Any = None,
                           persistent: bool = False) -> str:
     """The decoder ``fp4_matvec_bf16`` compiles for when ``decode=`` is not given: ``"dp4a"`` (the integer path)
-    where it applies and was measured faster -- M = 1, NVFP4 activations, K % 32 == 0, no ``block_sum`` given
+    where it applies and was measured faster -- M <= :data:`DP4A_DEFAULT_MAX_M`, NVFP4 activations, K % 32 == 0, no ``block_sum`` given
     (a knob of the word decoders' FP16/FP32 sums), no persistent grid, and a target without
     ``cvt.rn.f16x2.e2m1x2`` (:func:`has_e2m1_cvt`; IDP4A exists from cc 6.1, below every plan's cc 8.0, but
     the comparison with the hardware E2M1 conversion of sm_1x0f/sm_12Yf is not measured, so those keep
-    ``"bytes"``); elsewhere :func:`default_decode`. Measured: :data:`DP4A_DEFAULT_MEASURED`."""
-    if (m == 1 and activation == "fp4" and k % 32 == 0 and block_sum is None and not persistent
+    ``"bytes"``); elsewhere :func:`default_decode`. Measured: :data:`DP4A_DEFAULT_MEASURED` (M = 1),
+    :data:`DP4A_M2_MEASURED` (M = 2)."""
+    if (m <= DP4A_DEFAULT_MAX_M and activation == "fp4" and k % 32 == 0 and block_sum is None and not persistent
             and not has_e2m1_cvt(arch)):
         return "dp4a"
     return default_decode(arch)
+
+
+def default_gemv_kernel(arch: str, m: int, k: int, activation: str, decode: Any, rows: Any, block_sum: Any,
+                        persistent: Any) -> str:
+    """The NVRTC kernel :class:`BlockScaledFp4Plan` runs at M <= 16 when ``kernel=`` is not given:
+    :data:`FP4_SYMBOL` at M = 1, with BF16 activations, with ``decode='dp4a'``, and where its integer path is the
+    default (:func:`default_vector_decode`: M <= :data:`DP4A_DEFAULT_MAX_M`, measured faster, :data:`DP4A_M2_MEASURED`)
+    unless a knob only the tensor-core kernel takes is given (a word decoder, 16 or 32 rows); else
+    :data:`FP4_MMA_SYMBOL`. The knobs are checked afterwards, against the kernel chosen."""
+    if m == 1 or activation != "fp4" or (isinstance(decode, str) and decode == "dp4a"):
+        return FP4_SYMBOL
+    if (decode is None and (rows is None or (type(rows) is int and rows in VECTOR_ROWS)) and block_sum is None
+            and (persistent is None or persistent is False)
+            and default_vector_decode(arch, m, k, activation) == "dp4a"):
+        return FP4_SYMBOL
+    return FP4_MMA_SYMBOL
 
 
 FLAG_KNOBS = {"prefetch": ("MIRCUDA_FP4_PREFETCH", "the L2 prefetch"),
@@ -305,14 +338,14 @@ def gemv_launch(n: int, rows: int, warps: int, row_warps: int = 1) -> tuple[int,
 
 def check_dp4a(m: int, k: int, persistent: bool) -> None:
     """What ``decode='dp4a'`` (the integer path of ``fp4_matvec_bf16``) needs beyond :func:`check_gemv_knobs`:
-    M = 1, K % 32 == 0 (16-byte loads of 32 codes per lane), no persistent grid.
+    M <= :data:`DP4A_MAX_M`, K % 32 == 0 (16-byte loads of 32 codes per lane), no persistent grid.
 
     Raises:
         ContractError: naming ``decode`` (M or K) or ``persistent``.
     """
-    if m != 1:
-        raise ContractError("decode", f"a decoder other than 'dp4a' for M = {m} (the integer path takes M = 1)",
-                            "'dp4a'")
+    if m > DP4A_MAX_M:
+        raise ContractError("decode", f"a decoder other than 'dp4a' for M = {m} (the integer path takes M <= "
+                            f"{DP4A_MAX_M})", "'dp4a'")
     if k % 32:
         raise ContractError("decode", f"a decoder other than 'dp4a' for K = {k} (the integer path needs K % 32 == 0: "
                             "16-byte loads of 32 codes per lane)", "'dp4a'")
@@ -880,9 +913,11 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
 
     - ``"gemv"``, ``M <= 16`` (decode): an NVRTC kernel compiled for this M, streaming each weight once (any
       cc >= 8.0; no CUTLASS needed; on cc 12.x compiled for sm_12Yf, so E2M1 pairs decode with
-      ``cvt.rn.f16x2.e2m1x2``): for 2 <= M <= 16 with NVFP4 activations ``fp4_mma_bf16``
-      (``cuda_src/fp4_mma_gemv.cu``: E2M1 x UE4M3 decoded exactly to FP16 in registers, ``mma.sync``
-      m16n8k16 FP16 -> FP32 on the tensor cores), otherwise (M = 1, BF16 activations, or
+      ``cvt.rn.f16x2.e2m1x2``): :func:`default_gemv_kernel` -- for 2 <= M <= 16 with NVFP4 activations
+      ``fp4_mma_bf16`` (``cuda_src/fp4_mma_gemv.cu``: E2M1 x UE4M3 decoded exactly to FP16 in registers,
+      ``mma.sync`` m16n8k16 FP16 -> FP32 on the tensor cores), except at M <= :data:`DP4A_DEFAULT_MAX_M` where the
+      integer path applies (K % 32 == 0, no E2M1 conversion on the target: sm_90, sm_80) and no knob of the
+      tensor-core kernel is given; otherwise (M = 1, BF16 activations, that integer path, ``decode='dp4a'`` or
       ``kernel="fp4_matvec_bf16"``) ``fp4_matvec_bf16`` (``cuda_src/fp4_vector.cu``, CUDA cores);
     - ``"cutlass"``, ``M > 16`` on cc 12.x (RTX 50, GB10): the library's block-scaled NVFP4 kernels
       (CUTLASS ``OpClassBlockScaledTensorOp``, PTX ``mma.sync.aligned.kind::mxf4nvf4.block_scale.scale_vec::4X
@@ -928,7 +963,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             NVRTC kernels (M <= 16; as :class:`BlockScaledFp4VectorPlan`: ``block_sum``, ``prefetch``, ``persistent``
             for ``fp4_matvec_bf16`` only, ``row_warps`` for its ``decode='dp4a'`` only, ``pdl_trigger`` for both;
             None: the defaults, measured on the H200: ``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16``
-            at M = 1 ``decode='dp4a'`` where :func:`default_vector_decode` takes it (2 stages, rows
+            at M <= :data:`DP4A_DEFAULT_MAX_M` ``decode='dp4a'`` where :func:`default_vector_decode` takes it (2 stages, rows
             :func:`dp4a_rows`, ``row_warps`` :data:`DEFAULT_ROW_WARPS` where the row blocks do not fit in one wave of
             two-warp blocks splitting K, large N), else 4 rows and 3 stages at M = 1, else 2); refused
             (ContractError) on the other paths.
@@ -1017,7 +1052,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                 return
             library = lib
         if m <= GEMV_MAX_M:
-            symbol = nvrtc if nvrtc is not None else FP4_MMA_SYMBOL if m >= 2 and activation == "fp4" else FP4_SYMBOL
+            symbol = (nvrtc if nvrtc is not None else
+                      default_gemv_kernel(compiler.arch, m, k, activation, decode, rows, block_sum, persistent))
             self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler, warps, symbol, decode=decode,
                                  rows=rows, block_sum=block_sum, stages=stages, prefetch=prefetch,
                                  persistent=persistent, row_warps=row_warps, pdl_trigger=pdl_trigger)
@@ -1033,6 +1069,12 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                                 "kernel)")
             elif m == 1:
                 self._reason = f"{head} on the CUDA cores (M = 1: the vector kernel)"
+            elif self._gemv.decode == "dp4a":
+                self._reason = (f"{head} on the CUDA cores (M = {m} with NVFP4 activations: the integer path, "
+                                + ("asked for with decode='dp4a'" if decode is not None else
+                                   f"the default up to M = {DP4A_DEFAULT_MAX_M}, measured faster than {FP4_MMA_SYMBOL}: "
+                                   f"{DP4A_M2_MEASURED}")
+                                + f"; kernel={FP4_MMA_SYMBOL!r} selects the tensor-core kernel)")
             else:
                 self._reason = (f"{head} on the CUDA cores (BF16 activations: {FP4_MMA_SYMBOL}, the tensor-core "
                                 "kernel, takes NVFP4 activations only)")

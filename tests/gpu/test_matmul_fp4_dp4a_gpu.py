@@ -2,7 +2,8 @@
 on the GPU: against the float64 reference of the dequantized operands (odd N, K a multiple of 32 but not of 64,
 a K of one step and of many, both scale layouts, 4 and 8 rows, 2..4 stages, 1 and 8 warps, poisoned outputs
 with a guard band), saturated blocks summed exactly, scales of the whole UE4M3 range, row warps (each warp of a
-block its own row block: ``row_warps``) in both plans and from ``@numba.njit``, and what it refuses."""
+block its own row block: ``row_warps``) in both plans and from ``@numba.njit``, M = 2..4 activation rows in the
+matrix plan, and what it refuses."""
 
 from __future__ import annotations
 
@@ -105,8 +106,10 @@ def test_dp4a_refusals_name_the_knob(context, stream) -> None:
                                              persistent=True), "persistent"),
         (lambda: mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 256), decode="dp4a",
                                              kernel="fp4_mma_bf16"), "decode"),
-        (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(2, 64, 256), decode="dp4a",
+        (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(5, 64, 256), decode="dp4a",
                                        kernel="fp4_matvec_bf16"), "decode"),
+        (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(2, 64, 256), decode="dp4a",
+                                       kernel="fp4_mma_bf16"), "decode"),
     ]
     for make, argument in cases:
         with pytest.raises(mc.ContractError) as info:
@@ -335,3 +338,82 @@ def test_with_the_early_trigger_each_stage_reads_the_finished_output_of_the_one_
         operand.free(stream)
     for out in outs:
         out.free(stream)
+
+
+def run_dp4a_matrix(context, stream, pool, rng, m, n, k, layout, njit=False, **knobs) -> None:
+    """BlockScaledFp4Plan with ``decode='dp4a'`` at M <= 4 (the kernel follows from the decoder) against float64,
+    the output poisoned with a guard band; through ``numba_execute`` from ``@numba.njit`` when ``njit``."""
+    b = Operand(context, stream, pool, bf16_data(rng, n, k), layout)
+    a = Operand(context, stream, pool, bf16_data(rng, m, k), layout)
+    d = poisoned(context, stream, pool, m * n)
+    alpha = float(rng.uniform(0.5, 2.0))
+    with mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), scale_layout=layout, decode="dp4a",
+                               **knobs) as plan:
+        text = str(plan.describe())
+        assert plan.gemv_kernel == "fp4_matvec_bf16" and "MIRCUDA_FP4_DP4A=1" in text, text
+        assert f"-D MIRCUDA_FP4_M={m}" in text, text
+        if njit:
+            numba = pytest.importorskip("numba")
+            execute = plan.numba_execute
+
+            @numba.njit
+            def run(s, pa, psa, pb, psb, pd, ga, gb, alpha):
+                return execute(s, pa, psa, pb, psb, pd, ga, gb, alpha)
+
+            assert run(stream.handle, a.codes.handle, a.scale_buf.handle, b.codes.handle, b.scale_buf.handle, d.handle,
+                       a.global_buf.handle, b.global_buf.handle, alpha) == 0
+        else:
+            plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d, global_a=a.global_buf,
+                         global_b=b.global_buf, alpha=alpha)
+    got = check_guard(download(context, stream, d), m * n).reshape(m, n).astype(np.float64)
+    want, mag = reference(a.value, b.value, alpha * float(a.global_) * float(b.global_))
+    assert_close(got, want, mag, "bf16")
+    for buf in (a, b):
+        buf.free(stream)
+    d.free(stream)
+
+
+@pytest.mark.parametrize("m", [2, 3, 4])
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("n, k", DP4A_SHAPES, ids=str)
+def test_dp4a_with_m_activation_rows_matches_float64(context, stream, pool, rng, m, n, k, layout) -> None:
+    """Each M-row output of the integer path (activations and weights as signed int8, one IDP4A per four products
+    and activation row) against float64: rows 4 and 8, 2 and 3 stages, with and without a K split and row warps."""
+    for knobs in ({}, {"rows": 4, "stages": 3}, {"rows": 8, "warps": 8}, {"rows": 4, "warps": 2},
+                  {"rows": 4, "row_warps": 2}, {"rows": 8, "row_warps": 4}):
+        run_dp4a_matrix(context, stream, pool, rng, m, n, k, layout, **knobs)
+
+
+@pytest.mark.parametrize("m", [2, 4])
+def test_dp4a_with_m_activation_rows_from_numba_njit(context, stream, pool, rng, m) -> None:
+    run_dp4a_matrix(context, stream, pool, rng, m, 1001, 4128, "linear", njit=True)
+    run_dp4a_matrix(context, stream, pool, rng, m, 300, 14336, "tiled", njit=True, warps=4)
+
+
+def test_saturated_blocks_sum_exactly_with_m_activation_rows(context, stream, pool) -> None:
+    """M = 4 rows of +-6 codes (each row its own sign pattern) with unit scales against +-6 weights: every int32
+    block sum is 16 * 144 in magnitude and the result is exact in BF16, for every activation row."""
+    m, n, k = 4, 24, 4096
+    six, minus_six = 0x7, 0xF
+    w_codes = np.full((n, k // 2), six | six << 4, np.uint8)
+    w_codes[1::2] = minus_six | minus_six << 4
+    x_codes = np.full((m, k // 2), six | six << 4, np.uint8)
+    x_codes[1] = minus_six | minus_six << 4
+    x_codes[2, : k // 4] = minus_six | minus_six << 4
+    x_codes[3] = six | minus_six << 4  # +6, -6 alternating
+    unit = np.full(k // 16, 0x38, np.uint8)  # UE4M3 1.0
+    d = poisoned(context, stream, pool, m * n)
+    bufs = [upload(context, stream, pool, a) for a in (x_codes.ravel(), np.tile(unit, m).view(E4M3), w_codes.ravel(),
+                                                        np.tile(unit, n).view(E4M3))]
+    with mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), decode="dp4a") as plan:
+        plan.execute(stream, bufs[0], bufs[1], bufs[2], bufs[3], d)
+    got = check_guard(download(context, stream, d), m * n).reshape(m, n).astype(np.float64)
+    xv = np.full((m, k), 6.0)
+    xv[1] = -6.0
+    xv[2, : k // 2] = -6.0
+    xv[3] = np.tile([6.0, -6.0], k // 2)
+    wv = np.where((np.arange(n) % 2 == 1)[:, None], -6.0, 6.0) * np.ones((1, k))
+    assert np.array_equal(got, xv @ wv.T), (got, xv @ wv.T)
+    for b in bufs:
+        b.free(stream)
+    d.free(stream)

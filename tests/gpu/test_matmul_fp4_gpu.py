@@ -149,8 +149,8 @@ def test_the_vector_plan_matches_float64(context, stream, pool, rng, n, k, activ
 
 
 MATRIX_KERNELS = [None, "fp4_matvec_bf16", "fp4_mma_bf16"]
-"""BlockScaledFp4Plan(kernel=...) for M <= 16: the default (fp4_mma_bf16 for 2 <= M <= 16 with NVFP4
-activations, else fp4_matvec_bf16) and each NVRTC kernel forced."""
+"""BlockScaledFp4Plan(kernel=...) for M <= 16: the default (:func:`expected_kernel`: fp4_mma_bf16 for 2 <= M <= 16
+with NVFP4 activations but M = 2 on the integer path, else fp4_matvec_bf16) and each NVRTC kernel forced."""
 
 
 @pytest.mark.parametrize("kernel", MATRIX_KERNELS, ids=str)
@@ -210,10 +210,13 @@ def test_the_portable_path_epilogues_match_float64(context, stream, pool, rng, m
                epilogue=epilogue)
 
 
-def expected_kernel(m: int, activation: str, kernel: str | None) -> str:
+def expected_kernel(m: int, activation: str, kernel: str | None, k: int, context: mc.Context) -> str:
+    """The default NVRTC kernel: the CUDA-core one at M = 1 and with BF16 activations; its integer path also at
+    M = 2 where that applies (K % 32 == 0, a target without the E2M1 conversion: cc < 10); else tensor cores."""
     if kernel is not None:
         return kernel
-    return "fp4_mma_bf16" if m >= 2 and activation == "fp4" else "fp4_matvec_bf16"
+    integer_m2 = m == 2 and k % 32 == 0 and context.device_info().compute_capability[0] < 10
+    return "fp4_mma_bf16" if m >= 2 and activation == "fp4" and not integer_m2 else "fp4_matvec_bf16"
 
 
 def run_matrix(context, stream, pool, rng, m, n, k, activation, layout, expect_path, kernel=None,
@@ -230,7 +233,7 @@ def run_matrix(context, stream, pool, rng, m, n, k, activation, layout, expect_p
         assert plan.epilogue == (epilogue or "folded") and f"epilogue='{plan.epilogue}'" in plan.describe()
         assert (plan._c32 is None) is (plan.epilogue == "folded")
     if expect_path == "gemv":
-        want_kernel = expected_kernel(m, activation, kernel)
+        want_kernel = expected_kernel(m, activation, kernel, k, context)
         assert plan.gemv_kernel == want_kernel and f"kernel {want_kernel}" in plan.describe()
     if activation == "fp4":
         a = Operand(context, stream, pool, a_host, layout)
@@ -335,7 +338,7 @@ def test_plans_run_from_numba_njit(context, stream, pool, rng, m, kernel, epilog
     plan: Any = (mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k)) if m == 1 else
                  mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), kernel=kernel, **knobs))
     if 1 < m <= 16:
-        assert plan.gemv_kernel == expected_kernel(m, "fp4", kernel)
+        assert plan.gemv_kernel == expected_kernel(m, "fp4", kernel, k, context)
     outs = [poisoned(context, stream, pool, m * n) for _ in range(2)]
     execute = plan.numba_execute
 
@@ -381,7 +384,7 @@ def test_a_captured_graph_reads_the_global_scales_when_it_runs(context, stream, 
         plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), scale_layout="tiled",
                                      kernel=kernel)
         if m <= 16:
-            assert plan.gemv_kernel == expected_kernel(m, "fp4", kernel)
+            assert plan.gemv_kernel == expected_kernel(m, "fp4", kernel, k, context)
         run = lambda _: plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d,  # noqa: E731
                                      global_a=a.global_buf, global_b=b.global_buf, alpha=0.5)
     graph = stream.capture((a.codes, a.scale_buf, b.codes, b.scale_buf, d, a.global_buf, b.global_buf), run)
