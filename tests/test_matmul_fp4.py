@@ -384,7 +384,7 @@ def test_the_decode_kernels_defaults_are_the_documented_ones(symbol, m, k, rows,
     assert ("``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16`` at M <= :data:`DP4A_DEFAULT_MAX_M` "
             "``decode='dp4a'`` where "
             ":func:`default_vector_decode` takes it (2 stages, rows :func:`dp4a_rows`, ``row_warps`` "
-            ":data:`DEFAULT_ROW_WARPS` where the row blocks do not fit in one wave of two-warp blocks splitting K, "
+            ":data:`DEFAULT_ROW_WARPS` at M = 1 where the row blocks do not fit in one wave of two-warp blocks splitting K, "
             "large N), else 4 rows and 3 stages at M = 1, else 2") in matrix_doc
 
 

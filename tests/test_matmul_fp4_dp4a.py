@@ -717,7 +717,7 @@ def test_row_warps_launch_and_describe_without_a_gpu() -> None:
 
 @pytest.fixture
 def occupancy_gemv(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """``(gemv, compiled)``: ``gemv(n, k, **knobs)`` an M = 1 Fp4Gemv on sm_90 over a fake device (132 SMs) and
+    """``(gemv, compiled)``: ``gemv(n, k, **knobs)`` an Fp4Gemv (M = 1 unless ``m=`` is given) on sm_90 over a fake device (132 SMs) and
     compiler, occupancy modelled on the sm_90 integer kernel (72 registers, 28 resident warps per SM); ``compiled`` the
     defines of each module the last call compiled."""
     from types import SimpleNamespace
@@ -740,8 +740,8 @@ def occupancy_gemv(monkeypatch: pytest.MonkeyPatch) -> Any:
     def gemv(n: int, k: int, **knobs: Any) -> Any:
         compiled.clear()
         compiler = SimpleNamespace(arch="sm_90", compile=compile)
-        return Fp4Gemv(context, 1, n, k, "fp4", "linear", compiler, knobs.pop("warps", None),  # type: ignore[arg-type]
-                       FP4_SYMBOL, **knobs)
+        return Fp4Gemv(context, knobs.pop("m", 1), n, k, "fp4", "linear", compiler,  # type: ignore[arg-type]
+                       knobs.pop("warps", None), FP4_SYMBOL, **knobs)
 
     return gemv, compiled
 
@@ -773,6 +773,20 @@ def test_row_warps_default_where_a_k_split_exceeds_a_wave(occupancy_gemv: Any) -
         assert len(compiled) == 1 and "MIRCUDA_FP4_ROW_WARPS" not in compiled[0]
         assert "row_warps" not in engine.describe()
     assert gemv(4096, 4096).warps == 2 and gemv(14336, 4096, row_warps=1).warps == 1
+
+
+def test_row_warps_default_is_m1_only(occupancy_gemv: Any) -> None:
+    """At M = 2 the integer path (the default there too) keeps one row block per block at large N, where M = 1 takes
+    two row warps: measured faster (ROW_WARPS_M2_MEASURED); one module is compiled."""
+    from mircuda.matmul._fp4 import ROW_WARPS_M2_MEASURED
+
+    gemv, compiled = occupancy_gemv
+    two = gemv(14336, 4096, m=2)
+    assert (two.decode, two.rows, two.warps, two.row_warps, two.default_row_warps) == ("dp4a", 4, 1, 1, False)
+    assert two.config.grid == (3584, 1, 1) and len(compiled) == 1 and "MIRCUDA_FP4_ROW_WARPS" not in compiled[0]
+    assert gemv(14336, 4096, m=2, row_warps=2).row_warps == 2  # asked for: still there
+    assert gemv(14336, 4096).row_warps == 2  # M = 1
+    assert "14336x4096 14.84, 14.79 µs with row_warps=1" in ROW_WARPS_M2_MEASURED
 
 
 def test_row_warps_default_needs_large_n_not_a_short_k(occupancy_gemv: Any) -> None:

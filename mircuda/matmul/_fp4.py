@@ -42,6 +42,7 @@ __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vec
            "check_dp4a", "DP4A_MAX_M", "DP4A_DEFAULT_MAX_M", "DP4A_M2_MEASURED",
            "default_gemv_kernel", "default_vector_decode", "dp4a_rows", "DP4A_DEFAULT_MEASURED", "DP4A_ROWS8_MIN_K", "DP4A_DECODE",
            "GemvKnobs", "resolve_gemv_knobs", "ROW_WARPS", "DEFAULT_ROW_WARPS", "ROW_WARPS_DEFAULT_MEASURED",
+           "ROW_WARPS_M2_MEASURED",
            "check_row_warps", "refuse_row_warps", "gemv_launch"]
 
 ACTIVATIONS = ("fp4", "bf16")
@@ -286,9 +287,10 @@ ROW_WARPS = (1, 2, 4, 8)
 """``row_warps``: warps per block of ``fp4_matvec_bf16``'s integer path that each take their own weight-row block
 (``MIRCUDA_FP4_ROW_WARPS``; 1: one row block per block)."""
 DEFAULT_ROW_WARPS = 2
-"""The ``row_warps`` of the integer path when neither ``row_warps`` nor ``warps`` is given and the row blocks do not
-fit in one wave as blocks of two warps splitting K (large N), so that the occupancy rule
+"""The ``row_warps`` of the integer path at M = 1 when neither ``row_warps`` nor ``warps`` is given and the row blocks
+do not fit in one wave as blocks of two warps splitting K (large N), so that the occupancy rule
 (:func:`~mircuda.matmul._vector.choose_vector_warps`) leaves one warp per block: :data:`ROW_WARPS_DEFAULT_MEASURED`.
+At M = 2 one row block per block was the faster (:data:`ROW_WARPS_M2_MEASURED`), so the rule is M = 1's only.
 Where the rule leaves one warp only because K is too short to split (K < 4096 on the integer path) and the row blocks
 fit in that wave, it stays 1 (halving a small grid would leave SMs idle; not measured)."""
 ROW_WARPS_DEFAULT_MEASURED = (
@@ -297,10 +299,15 @@ ROW_WARPS_DEFAULT_MEASURED = (
     "occupancy rule splits K instead (4096x4096: 2 warps, 4096x14336: 4) row warps were slower (5.45 against 4.94, "
     "17.42 against 11.52)")
 """The measurement behind :data:`DEFAULT_ROW_WARPS`, as ``describe()`` quotes it."""
+ROW_WARPS_M2_MEASURED = (
+    "fp4-profile --sweep on the H200, 2026-12-02 (M = 2, decode='dp4a', rows 4, medians of 5 and 7 x 20 cold calls, "
+    "three runs): 14336x4096 14.84, 14.79 µs with row_warps=1 against 15.06, 15.07, 15.11 with row_warps 2; "
+    "6144x4096 7.70, 7.72 against 7.81, 7.85")
+"""Why :data:`DEFAULT_ROW_WARPS` applies at M = 1 only (N x K; ``fp4_sweep_m2_4.json``, ``fp4_m2_rowwarps.json``)."""
 
 
 def check_row_warps(row_warps: Any) -> int | None:
-    """``row_warps=``: None (the plan's default: :data:`DEFAULT_ROW_WARPS` on the integer path at large N without
+    """``row_warps=``: None (the plan's default: :data:`DEFAULT_ROW_WARPS` on the integer path at M = 1, large N, without
     ``warps``, else 1, one row block per block) or one of :data:`ROW_WARPS`; returns it.
 
     Raises:
@@ -563,12 +570,12 @@ class Fp4Gemv:
             warps = choose_vector_warps(n, k, info.multiprocessor_count,
                                         lambda w: blocks_per_sm(context, self.kernel, w), rows=self.rows,
                                         chunk=chunk)
-            if (warps == 1 and row_warps is None and decode == "dp4a"
+            if (warps == 1 and row_warps is None and decode == "dp4a" and m == 1
                     and -(-n // self.rows) > info.multiprocessor_count * blocks_per_sm(context, self.kernel, 2)):
-                # Large N: the row blocks do not fit in one wave as two-warp blocks splitting K (the occupancy rule's
-                # own test; it also takes one warp for K too short to split, at any N, which is not this case):
-                # blocks of DEFAULT_ROW_WARPS warps, each its own row block, halve the grid
-                # (ROW_WARPS_DEFAULT_MEASURED). It needs its own module.
+                # M = 1 at large N (ROW_WARPS_M2_MEASURED: not at M = 2): the row blocks do not fit in one wave as
+                # two-warp blocks splitting K (the occupancy rule's own test; it also takes one warp for K too short
+                # to split, at any N, which is not this case): blocks of DEFAULT_ROW_WARPS warps, each its own row
+                # block, halve the grid (ROW_WARPS_DEFAULT_MEASURED). It needs its own module.
                 self.row_warps, self.default_row_warps = DEFAULT_ROW_WARPS, True
                 self.options = self._vector_options(self.row_warps)
                 self.kernel = compiler.compile(source, self.options).kernel(contract)
@@ -964,8 +971,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             for ``fp4_matvec_bf16`` only, ``row_warps`` for its ``decode='dp4a'`` only, ``pdl_trigger`` for both;
             None: the defaults, measured on the H200: ``fp4_mma_bf16`` 32 rows and 3 stages, ``fp4_matvec_bf16``
             at M <= :data:`DP4A_DEFAULT_MAX_M` ``decode='dp4a'`` where :func:`default_vector_decode` takes it (2 stages, rows
-            :func:`dp4a_rows`, ``row_warps`` :data:`DEFAULT_ROW_WARPS` where the row blocks do not fit in one wave of
-            two-warp blocks splitting K, large N), else 4 rows and 3 stages at M = 1, else 2); refused
+            :func:`dp4a_rows`, ``row_warps`` :data:`DEFAULT_ROW_WARPS` at M = 1 where the row blocks do not fit in one
+            wave of two-warp blocks splitting K, large N), else 4 rows and 3 stages at M = 1, else 2); refused
             (ContractError) on the other paths.
 
     Raises:
