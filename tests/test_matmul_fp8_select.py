@@ -22,7 +22,7 @@ from mircuda.matmul._select import (
     FP8_GEMV_NAME,
     FP8_M1_MEASUREMENT,
     FP8_MMA_NAME,
-    FP8_PINGPONG_MAX_M,
+    FP8_SM90_RULE_MEASURED,
     fp8_m1_choice,
     select_fp8_kernel,
 )
@@ -68,8 +68,8 @@ def spec(m: int, n: int = 4096, k: int = 4096) -> mc.DenseMatmulSpec:
 @pytest.mark.parametrize("m, cc, name", [
     (1, (9, 0), FP8_MMA_NAME), (1, (8, 9), FP8_GEMV_NAME), (1, (12, 0), FP8_GEMV_NAME), (2, (9, 0), FP8_MMA_NAME), (16, (9, 0), FP8_MMA_NAME),
     (16, (12, 0), FP8_MMA_NAME), (8, (8, 9), FP8_MMA_NAME), (3, (10, 0), FP8_MMA_NAME),
-    (17, (9, 0), PINGPONG), (64, (9, 0), PINGPONG), (FP8_PINGPONG_MAX_M, (9, 0), PINGPONG),
-    (FP8_PINGPONG_MAX_M + 1, (9, 0), COOP), (2048, (9, 0), COOP), (8192, (9, 0), COOP),
+    (17, (9, 0), PINGPONG), (64, (9, 0), PINGPONG), (256, (9, 0), PINGPONG),  # N = 4096: 32 N tiles
+    (257, (9, 0), COOP), (2048, (9, 0), COOP), (8192, (9, 0), COOP),
     (17, (12, 0), SM120), (2048, (12, 0), SM120), (300, (12, 1), SM120),
 ])
 def test_each_shape_and_arch_gets_its_kernel(table, m, cc, name) -> None:
@@ -139,7 +139,34 @@ def test_the_nvrtc_kernels_need_no_library(m, n, k, name) -> None:
 
 def test_the_sm90_kernels_take_partial_blocks_of_n_and_k() -> None:
     assert select_fp8_kernel(TABLE, spec(64, 1032, 1040), (9, 0)).kernel.name == PINGPONG
-    assert select_fp8_kernel(TABLE, spec(2048, 136, 272), (9, 0)).kernel.name == COOP
+    assert select_fp8_kernel(TABLE, spec(2048, 136, 272), (9, 0)).kernel.name == PINGPONG  # 32 x 2 tiles: one wave
+    assert select_fp8_kernel(TABLE, spec(2048, 1032, 272), (9, 0)).kernel.name == COOP
+
+
+# (M, N) -> the SM90 family on 132 SMs: the measured points of FP8_SM90_RULE_MEASURED where the rule is right, and
+# the four where it is not (the faster kernel in the comment).
+SM90_RULE = [(32, 14336, PINGPONG), (64, 14336, PINGPONG), (96, 14336, COOP), (128, 14336, COOP),
+             (256, 14336, COOP), (512, 14336, COOP), (2048, 14336, COOP), (256, 4096, PINGPONG), (384, 4096, COOP),
+             (512, 4096, COOP), (128, 6144, PINGPONG), (192, 6144, COOP), (256, 6144, COOP), (1024, 6144, COOP),
+             (192, 14336, COOP),  # ping-pong measured faster: 32.2 against 38.1 µs
+             (384, 14336, COOP),  # ping-pong 57.5 against 66.4
+             (384, 6144, COOP), (512, 6144, COOP)]  # ping-pong 31.1 against 34.7, 31.4 against 32.4
+
+
+@pytest.mark.parametrize("m, n, name", SM90_RULE, ids=str)
+def test_sm90_takes_ping_pong_where_its_tiles_fit_one_wave(m, n, name) -> None:
+    from mircuda.matmul._select import sm90_fp8_family
+
+    family = {info.name: info.family for info in TABLE}[name]
+    got, reason = sm90_fp8_family(m, n, 132)
+    assert got == family and f"M = {m}" in reason and "132 SMs" in reason
+    selection = select_fp8_kernel(TABLE, spec(m, n, 4096), (9, 0), multiprocessors=132)
+    assert selection.kernel.name == name and "FP8_SM90_RULE_MEASURED" in selection.reason
+    # the wave follows the device: fewer SMs, fewer ping-pong tiles fit
+    tiles = -(-m // 64) * -(-n // 128)
+    assert sm90_fp8_family(m, n, tiles)[0] == "sm90_blockwise_pingpong"
+    assert sm90_fp8_family(m, n, tiles - 1)[0] == "sm90_blockwise_cooperative"
+    assert "14336x4096 M = 256: 34.5 against 40.8" in FP8_SM90_RULE_MEASURED
 
 
 @pytest.mark.parametrize("n, k, dim", [(1000, 4096, "N = 1000"), (4096, 1040, "K = 1040"), (136, 272, "N = 136")])
@@ -274,7 +301,7 @@ def test_a_cutlass_plan_keeps_its_workspace_and_enqueues_the_library_call(monkey
     assert plan.kernel_name == PINGPONG and plan.workspace_bytes == 4096 and plan.handle == 0xF00
     assert [b.nbytes for b in pool.allocated] == [4096] and plan.sa_shape == (64, 9) and plan.sb_shape == (9, 9)
     text = plan.describe()
-    assert PINGPONG in text and "64x128x128" in text and "workspace 4096 B" in text and "unmeasured" in text
+    assert PINGPONG in text and "64x128x128" in text and "workspace 4096 B" in text and "FP8_SM90_RULE_MEASURED" in text
     ops = cutlass_operands(context, 64, 1032, 1040)
     plan.execute(stream, ops["a"], ops["sa"], ops["b"], ops["sb"], ops["d"], 0.5, 0.25)
     # (plan, stream, a, b, sfa, sfb, c, d, alpha, beta); c = 0: the library reads C from d.

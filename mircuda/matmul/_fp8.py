@@ -543,8 +543,9 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
     columns, each 128-K block's FP32 sums scaled by sa * sb and added in FP32. Larger M runs the
     CUTLASS blockwise FP8 kernels of
     ``libmircuda_cutlass.so``: on SM90 (sm_90a) TMA + WGMMA warp-specialized kernels (CUTLASS example
-    67), the 64x128x128 ping-pong kernel for M <= 256 and the 128x128x128 cooperative kernel (1x2
-    cluster) above (an unmeasured threshold: ``fp8-profile`` decides it), N a multiple of 8; on SM12x
+    67), the 64x128x128 ping-pong kernel where its output tiles fit in one wave of the SMs and the 128x128x128
+    cooperative kernel (1x2 cluster) otherwise (:func:`~mircuda.matmul._select.sm90_fp8_family`, measured on the
+    H200), N a multiple of 8; on SM12x
     (sm_120f) the 128x128x128 kernel (example 87), N and K multiples of 128. Shapes those kernels
     cannot take, and other devices, raise :class:`BlockwiseFp8Unavailable` naming why.
 
@@ -617,7 +618,8 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
             self._selection, rows = m1_selection(spec.n, spec.k, cc, rows, persistent, decode)
         else:
             try:
-                self._selection = select_fp8_kernel(lib.scaled_kernels if lib is not None else (), spec, cc, kernel)
+                self._selection = select_fp8_kernel(lib.scaled_kernels if lib is not None else (), spec, cc, kernel,
+                                                    context.device_info().multiprocessor_count)
             except MircudaError:
                 # A device the library has kernels for hears how to build it; any other, that it has none.
                 if missing is not None and cc[0] in (9, 12):

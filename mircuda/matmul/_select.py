@@ -19,8 +19,8 @@ from ._library import KernelInfo
 from ._spec import DenseMatmulSpec
 from ._tuned import TunedTable, lookup
 
-__all__ = ["FP8_PINGPONG_MAX_M", "MAX_SPLITS", "Fp8M1Choice", "Selection", "fp8_gemv_entry", "fp8_m1_choice", "fp8_mma_entry",
-           "select_fp8_kernel", "select_kernel", "split_k_slices",
+__all__ = ["FP8_SM90_RULE_MEASURED", "MAX_SPLITS", "Fp8M1Choice", "Selection", "fp8_gemv_entry", "fp8_m1_choice", "fp8_mma_entry",
+           "select_fp8_kernel", "select_kernel", "sm90_fp8_family", "split_k_slices",
            "tensor_core_aligned", "SIZES", "BATCHED_GEMV_MAX_M", "BATCHED_GEMV_RULE_MAX_M"]
 
 SIZES = {"bf16": 2, "f16": 2, "f32": 4}
@@ -309,11 +309,29 @@ def fp8_m1_choice(n: int, k: int, compute_capability: tuple[int, int]) -> Fp8M1C
         f"configuration measured at K = 14336 ({FP8_M1_MEASUREMENT})"))
 
 
-FP8_PINGPONG_MAX_M = 256
-"""SM90: 16 < M <= this runs the 64x128x128 ping-pong blockwise kernel (64-row tiles waste less of a
-short M, and one warp group's epilogue overlaps the other's MMA); larger M the 128x128x128
-cooperative kernel with a 1x2 cluster. The threshold follows the dense rule's reasoning (few 128-row
-tiles for medium M) and is **not measured** for FP8: ``fp8-profile`` on the H200 decides it."""
+FP8_SM90_RULE_MEASURED = (
+    "H200, 2026-12-02 (benchmarks/fp8_sm90_kernels.py: both kernels forced, cold weights, median of 7 x 20 "
+    "back-to-back calls; benchmarks/results/fp8_sm90_cutlass_pingpong_vs_coop.json): the ping-pong kernel was the faster at every point "
+    "where its 64x128 tiles fit in one wave (4096x4096 M = 32..256 by 15-22 %, 6144x4096 M <= 128, 14336x4096 "
+    "M <= 64); where they do not, the cooperative one at 21 of 25 points (14336x4096 M = 256: 34.5 against 40.8 µs, "
+    "6144x4096 M = 256: 18.3 against 22.8, M >= 1024 everywhere by 25-68 %), but not at 14336x4096 M = 192 (38.1 "
+    "against 32.2) and 384 (66.4 against 57.5) or 6144x4096 M = 384 (34.7 against 31.1) and 512 (32.4 against 31.4)")
+"""The measurement behind :func:`sm90_fp8_family` (N x K; M > 16)."""
+
+
+def sm90_fp8_family(m: int, n: int, multiprocessors: int) -> tuple[str, str]:
+    """SM90's blockwise FP8 CUTLASS family for M > 16 and why: ``"sm90_blockwise_pingpong"`` (64x128x128 tiles,
+    two warp groups alternating tiles) when its ``ceil(M / 64) * ceil(N / 128)`` output tiles fit in one wave
+    (at most ``multiprocessors``), else ``"sm90_blockwise_cooperative"`` (128x128x128 tiles, both warp groups on
+    one tile, A multicast to a 1x2 cluster). Measured: :data:`FP8_SM90_RULE_MEASURED`."""
+    pingpong_tiles = -(-m // 64) * -(-n // 128)
+    if pingpong_tiles <= multiprocessors:
+        return "sm90_blockwise_pingpong", (
+            f"M = {m} > {FP8_NVRTC_MAX_M}: the {pingpong_tiles} 64x128x128 ping-pong tiles fit in one wave of the "
+            f"{multiprocessors} SMs (the 128-row cooperative tiles would leave more SMs idle)")
+    return "sm90_blockwise_cooperative", (
+        f"M = {m} > {FP8_NVRTC_MAX_M}: {pingpong_tiles} 64x128 tiles exceed one wave of the {multiprocessors} SMs; "
+        "128x128x128 cooperative tiles, A multicast to a 1x2 cluster")
 
 
 def fp8_gemv_entry() -> KernelInfo:
@@ -331,7 +349,7 @@ def fp8_mma_entry() -> KernelInfo:
 
 
 def select_fp8_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, compute_capability: tuple[int, int],
-                      forced: str | None = None) -> Selection:
+                      forced: str | None = None, multiprocessors: int = 132) -> Selection:
     """Choose BlockwiseFp8Plan's kernel for ``spec`` among ``kernels`` (the library's
     ``scaled_kernels``, empty when no library is loaded) and the NVRTC kernels (:func:`fp8_gemv_entry`,
     :func:`fp8_mma_entry`).
@@ -341,8 +359,9 @@ def select_fp8_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, comp
     K <= 4096, the CUDA-core one above; the CUDA-core one elsewhere), 2 <= M <= 16 the tensor-core one
     (the CUDA-core kernel's E4M3 decoding and FMAs grow with M; one mma.sync m16n8k32 covers 16 weight
     rows x 8 activation rows x 32 K). Larger M
-    runs CUTLASS by architecture: cc 9.x the ping-pong kernel for M <= :data:`FP8_PINGPONG_MAX_M`, else
-    the cooperative one; cc 12.x the sm120 kernel; other devices have none. ``forced`` names any
+    runs CUTLASS by architecture: cc 9.x :func:`sm90_fp8_family` (the ping-pong kernel where its tiles fit in one
+    wave of the device's ``multiprocessors``, the H200's 132 by default, else the cooperative one); cc 12.x the
+    sm120 kernel; other devices have none. ``forced`` names any
     kernel of the table that runs on the device and takes the shape (the NVRTC ones for M <= 16 only).
     Unsplit: split-K is not offered by the blockwise kernels.
 
@@ -380,12 +399,8 @@ def select_fp8_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, comp
                                  f"each read once; tensor cores (mma.sync m16n8k32 E4M3) take all {m} rows of A in "
                                  "one instruction per 16 weight rows x 32 K")
     if compute_capability[0] == 9:
-        family = "sm90_blockwise_pingpong" if m <= FP8_PINGPONG_MAX_M else "sm90_blockwise_cooperative"
-        reason = (f"{FP8_NVRTC_MAX_M} < M = {m} <= {FP8_PINGPONG_MAX_M}: 64x128x128 ping-pong tiles, one warp "
-                  "group's epilogue overlapping the other's MMA" if m <= FP8_PINGPONG_MAX_M else
-                  f"M = {m} > {FP8_PINGPONG_MAX_M}: compute-bound; 128x128x128 cooperative tiles, A multicast to a "
-                  "1x2 cluster")
-        reason += f" (threshold M = {FP8_PINGPONG_MAX_M} unmeasured until fp8-profile's H200 run)"
+        family, reason = sm90_fp8_family(m, n, multiprocessors)
+        reason += " (measured on the H200: FP8_SM90_RULE_MEASURED)"
     elif compute_capability[0] == 12:
         family = "sm120_blockwise"
         reason = f"M = {m} > {FP8_NVRTC_MAX_M} on SM12x: the sm_120f blockwise kernel (TMA + FP8 mma.sync)"
