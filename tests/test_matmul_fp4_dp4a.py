@@ -386,12 +386,12 @@ def test_a_decode_that_is_not_a_string_is_refused_by_name_before_anything_compil
 
 
 def test_describe_says_which_decoder_runs_and_quotes_the_rule_only_when_dp4a_is_the_default() -> None:
-    """Fp4Gemv.describe() without a GPU (a fake device and compiler): the default M = 1 kernel names the integer
-    path, its defines, the rule and (in parentheses) the measurement; dp4a asked for names the path without
-    claiming to be the default; neither carries the word decoders' cvt.rn.f16x2.e2m1x2 note."""
+    """Fp4Gemv.describe() without a GPU (a fake device and compiler): the default M = 1 and M = 2 kernels name the
+    integer path, its defines, the rule (M <= 2) and (in parentheses) the measurements; dp4a asked for names the
+    path without claiming to be the default; neither carries the word decoders' cvt.rn.f16x2.e2m1x2 note."""
     from types import SimpleNamespace
 
-    from mircuda.matmul._fp4 import DP4A_DEFAULT_MEASURED, Fp4Gemv
+    from mircuda.matmul._fp4 import DP4A_DEFAULT_MEASURED, DP4A_M2_MEASURED, Fp4Gemv
 
     info = SimpleNamespace(multiprocessor_count=132, supports_programmatic_launch=True, compute_capability=(9, 0),
                            max_threads_per_block=1024, max_block_dims=(1024, 1024, 64),
@@ -400,8 +400,8 @@ def test_describe_says_which_decoder_runs_and_quotes_the_rule_only_when_dp4a_is_
     compiler = SimpleNamespace(arch="sm_90", compile=lambda source, options: SimpleNamespace(kernel=lambda c: kernel))
     context = SimpleNamespace(device_info=lambda: info)
 
-    def describe(**knobs) -> str:
-        return Fp4Gemv(context, 1, 14336, 14336, "fp4", "linear", compiler, 1, **knobs).describe()  # type: ignore[arg-type]
+    def describe(m: int = 1, **knobs) -> str:
+        return Fp4Gemv(context, m, 14336, 14336, "fp4", "linear", compiler, 1, **knobs).describe()  # type: ignore[arg-type]
 
     default = describe()
     assert "decode='dp4a'" in default and "-D MIRCUDA_FP4_DP4A=1" in default and "-D MIRCUDA_FP4_ROWS=8" in default
@@ -409,11 +409,20 @@ def test_describe_says_which_decoder_runs_and_quotes_the_rule_only_when_dp4a_is_
     assert f"stages 2 (measured: {DP4A_DEFAULT_MEASURED})," in default
     assert "summed exactly in int32 by IDP4A" in default and "1792 blocks of 8 weight rows" in default
     asked = describe(decode="dp4a", rows=4, stages=3)
-    assert "decode='dp4a'" in asked and "the M = 1 default" not in asked and DP4A_DEFAULT_MEASURED not in asked
+    assert "decode='dp4a'" in asked and "the default at M <=" not in asked and DP4A_DEFAULT_MEASURED not in asked
     assert "-D MIRCUDA_FP4_ROWS=4" in asked and "-D MIRCUDA_FP4_STAGES=3" in asked
     assert all("needs a family-specific Blackwell target" not in text for text in (default, asked))
     word = describe(decode="e4m3")
     assert "decode='e4m3'" in word and "-D MIRCUDA_FP4_DP4A=0" in word and "IDP4A" not in word  # every define shown
+    assert "the default at M <= 2 where it applies" in default and DP4A_M2_MEASURED not in default  # M = 1
+    # M = 2, the default there too: describe() said "the M = 1 default where it applies"; it quotes both measurements
+    m2 = describe(2)
+    assert "-D MIRCUDA_FP4_M=2" in m2 and "decode='dp4a'" in m2 and "M = 1 default" not in m2
+    assert "the default at M <= 2 where it applies" in m2
+    assert f"stages 2 (measured: {DP4A_DEFAULT_MEASURED}; {DP4A_M2_MEASURED})," in m2
+    asked_m3 = describe(3, decode="dp4a")
+    assert "-D MIRCUDA_FP4_M=3" in asked_m3 and "where it applies" not in asked_m3 and DP4A_M2_MEASURED not in asked_m3
+
 
 
 # -- row warps (MIRCUDA_FP4_ROW_WARPS) ----------------------------------------------------------------------

@@ -613,9 +613,10 @@ class Fp4Gemv:
         act = "NVFP4 activations (E2M1 x UE4M3)" if self.activation == "fp4" else "BF16 activations"
         decode = (f"decode={self.decode!r}: " + (
             DP4A_DECODE + ", the activations and their scales in the load ring" + (
-                "; the M = 1 default where it applies (NVFP4 activations, K % 32 == 0, no block_sum or persistent "
-                "knob, no cvt.rn.f16x2.e2m1x2 on the target), rows 8 when K > 4096 else 4, stages 2 (measured: "
-                + DP4A_DEFAULT_MEASURED + ")" if self.default_dp4a else "") if self.decode == "dp4a" else
+                f"; the default at M <= {DP4A_DEFAULT_MAX_M} where it applies (NVFP4 activations, K % 32 == 0, no "
+                "block_sum or persistent knob, no cvt.rn.f16x2.e2m1x2 on the target), rows 8 when K > 4096 else 4, "
+                "stages 2 (measured: " + DP4A_DEFAULT_MEASURED + (f"; {DP4A_M2_MEASURED}" if self.m > 1 else "") + ")"
+                if self.default_dp4a else "") if self.decode == "dp4a" else
             "cvt.rn.f16x2.e2m1x2" if self.decode == "bytes" and has_e2m1_cvt(self.arch) else
             "an exact software E2M1 decode: " + (
                 "byte by byte (bit operations into FP16)" if self.decode == "bytes" else

@@ -138,7 +138,7 @@ def test_the_default_m1_plans_take_dp4a_where_it_applies_and_match_float64(conte
         assert f"decode={decode!r}" in text
         if decode == "dp4a":
             assert f"-D MIRCUDA_FP4_ROWS={dp4a_rows(k)} " in text and "-D MIRCUDA_FP4_STAGES=2" in text
-            assert "the M = 1 default where it applies" in text and "H200, 2026-12-01" in text
+            assert "the default at M <= 2 where it applies" in text and "H200, 2026-12-01" in text
             assert {o.name: o.alignment for o in plan.operands}["x"] == 16
         with mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(1, n, k), activation=activation,
                                    scale_layout=layout) as matrix:
