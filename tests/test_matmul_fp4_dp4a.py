@@ -847,3 +847,75 @@ def test_both_plans_run_the_default_row_warps_module_from_numba_and_say_so(monke
     plain = _fp4.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(14336, 4096), row_warps=np.int64(1))  # type: ignore[arg-type]
     assert (plain.row_warps, plain.warps, plain.numba_execute) == (1, 1, (100, 3584, 32)) and handles == [100]
     assert "row_warps" not in repr(plain)
+
+
+# -- BlockScaledFp4Plan at M = 2..5 on a fake device: the integer path's default, refusals, numba ------------------
+@pytest.fixture
+def fake_matrix_plan(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``(make, compiled)``: ``make(m, n=4096, k=4096, arch="sm_90", **knobs)`` a BlockScaledFp4Plan on a fake
+    device (132 SMs, cc 9.0) whose compiler for ``arch`` records each module's defines in ``compiled`` (cleared per
+    call) and whose kernels have handle 100 + the module's number; occupancy as ``occupancy_gemv``."""
+    from types import SimpleNamespace
+
+    from mircuda.matmul import _fp4
+
+    info = SimpleNamespace(multiprocessor_count=132, supports_programmatic_launch=True, compute_capability=(9, 0),
+                           max_threads_per_block=1024, max_block_dims=(1024, 1024, 64), arch="sm_90", name="fake",
+                           max_grid_dims=(2 ** 31 - 1, 65535, 65535), max_shared_memory_per_block_optin_bytes=232448)
+    context, stream = SimpleNamespace(device_info=lambda: info), SimpleNamespace(handle=7)
+    compiled: list[dict[str, Any]] = []
+    arch = ["sm_90"]
+
+    def compile(source: Any, options: Any) -> Any:
+        compiled.append(dict(options.defines))
+        kernel = SimpleNamespace(attributes=SimpleNamespace(max_threads_per_block=256), launch=None,
+                                 handle=99 + len(compiled))
+        return SimpleNamespace(kernel=lambda contract: kernel)
+
+    for name, value in [("plan_stream", lambda stream, context: None), ("_device_checks", lambda context, name: None),
+                        ("fp4_compiler", lambda given, context: SimpleNamespace(arch=arch[0], compile=compile)),
+                        ("plan_compiler", lambda given, context: None),
+                        ("blocks_per_sm", lambda context, kernel, warps: 28 // warps)]:
+        monkeypatch.setattr(_fp4, name, value)
+
+    def make(m: int, n: int = 4096, k: int = 4096, target: str = "sm_90", **knobs: Any) -> Any:
+        compiled.clear()
+        arch[0] = target
+        return _fp4.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), **knobs)  # type: ignore[arg-type]
+
+    return make, compiled
+
+
+def test_the_tensor_core_choice_at_m2_says_why_the_integer_path_did_not_apply(fake_matrix_plan: Any) -> None:
+    """At M = 2 fp4_mma_bf16 runs only where the integer path's default does not apply; describe()'s reason said
+    just "2 <= M <= 16 with NVFP4 activations", which at M = 2 is no longer the rule: it names the conditions."""
+    make, _ = fake_matrix_plan
+    needs = ("its integer path, the default up to M = 2, needs K % 32 == 0, a target without cvt.rn.f16x2.e2m1x2, "
+             "and no decode, block_sum, persistent=True or rows other than 4 or 8 given")
+    for m, knobs in [(2, {"decode": "e4m3"}), (2, {"rows": 32}), (2, {"k": 4112}), (2, {"target": "sm_120f"})]:
+        plan = make(m, **knobs)
+        assert plan.gemv_kernel == FP4_MMA_SYMBOL and needs in str(plan.describe()), knobs
+    assert make(2).gemv_kernel == FP4_SYMBOL and needs not in str(make(2).describe())
+    assert make(3).gemv_kernel == FP4_MMA_SYMBOL and needs not in str(make(3).describe())
+
+
+def test_the_docs_no_longer_say_the_integer_path_is_m1_only() -> None:
+    """Statements the M <= 4 integer path (default at M = 2) made stale, as the commit left them: VECTOR_DECODES
+    said "M = 1" and "The M = 1 default", FP4_MMA_SYMBOL "the default for 2 <= M <= 16" unqualified, the README
+    "the M = 1 default where it applies" of the row warps, fp4-profile's sweep_values "the integer path of M = 1"."""
+    from pathlib import Path
+
+    from mircuda.cli._fp4_profile import sweep_values as sweep
+
+    def flat(text: str) -> str:
+        return " ".join(text.split())
+
+    fp4 = flat(resources.files("mircuda").joinpath("matmul/_fp4.py").read_text())
+    readme = flat((Path(__file__).resolve().parents[1] / "README.md").read_text())
+    for stale in ("(``MIRCUDA_FP4_DP4A``; M = 1,", "any cc >= 8.0. The M = 1 default where it applies",
+                  "BlockScaledFp4Plan's default for 2 <= M <= 16 with NVFP4 activations.\"\"\""):
+        assert stale not in fp4, stale
+    assert "(``MIRCUDA_FP4_DP4A``; M <= ``DP4A_MAX_M``," in fp4 and "but at M <= ``DP4A_DEFAULT_MAX_M`` where" in fp4
+    assert '`decode="dp4a"` (the M = 1 default where it applies)' not in readme
+    assert '`decode="dp4a"` (the default at M <= 2 where it applies)' in readme
+    assert "integer path of M = 1" not in flat(sweep.__doc__ or "") and "integer path of M <= 4" in flat(sweep.__doc__ or "")

@@ -167,7 +167,7 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
     """``--sweep``: ``all`` (:data:`SWEEP_ALL`) or comma-separated candidates
     ``kernel[:decode=D][:rows=R][:warps=W][:sum=fp16|fp32][:stages=2|3|4][:prefetch=0|1][:persistent=0|1]
     [:rowwarps=1|2|4|8][:trigger=early|late]`` with ``kernel`` ``vector`` or ``mma`` (``rows`` 4 or 8 for ``vector``, 16 or 32 for
-    ``mma``; ``sum``, ``prefetch``, ``persistent``, ``rowwarps`` and ``decode=dp4a``, the integer path of M = 1,
+    ``mma``; ``sum``, ``prefetch``, ``persistent``, ``rowwarps`` and ``decode=dp4a``, the integer path of M <= 4,
     for ``vector`` only; ``rowwarps`` > 1 needs ``decode=dp4a`` and no ``warps`` > 1), e.g.
     ``vector:decode=e4m3,vector:decode=pairs:sum=fp32,mma:decode=table:rows=32:warps=4``; a knob left out is
     the plan's default.

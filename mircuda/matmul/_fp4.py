@@ -54,7 +54,8 @@ portable decode + dense path."""
 FP4_SYMBOL = "fp4_matvec_bf16"
 FP4_MMA_SYMBOL = "fp4_mma_bf16"
 """The tensor-core decode kernel (``cuda_src/fp4_mma_gemv.cu``): BlockScaledFp4Plan's default for
-2 <= M <= 16 with NVFP4 activations."""
+2 <= M <= 16 with NVFP4 activations, but at M <= ``DP4A_DEFAULT_MAX_M`` where the integer path of
+``fp4_matvec_bf16`` applies (:func:`default_gemv_kernel`)."""
 FP4_KERNELS = (FP4_SYMBOL, FP4_MMA_SYMBOL)
 """The NVRTC kernels ``BlockScaledFp4Plan(kernel=...)`` takes for M <= 16: the CUDA-core kernel of
 ``cuda_src/fp4_vector.cu`` and the tensor-core one of ``cuda_src/fp4_mma_gemv.cu`` (NVFP4 activations only)."""
@@ -75,10 +76,10 @@ bytes then ``cvt.rn.f16x2.e4m3x2`` (cc >= 8.9), ``"table"`` a bank-replicated sh
 per block)."""
 VECTOR_DECODES = DECODES + ("dp4a",)
 """``decode=`` of ``fp4_matvec_bf16`` (:data:`DECODES` and ``"dp4a"``): ``"dp4a"`` is the integer path of
-``cuda_src/fp4_vector.cu`` (``MIRCUDA_FP4_DP4A``; M = 1, NVFP4 activations, K % 32 == 0): E2M1 codes to int8 by a
-byte permute (PRMT, the E2M1 sign bit as PRMT's sign-replicate bit), IDP4A dot products summed exactly in int32 per
-16-element block, the activations and their scales in the load ring with the weights; any cc >= 8.0. The M = 1
-default where it applies (:func:`default_vector_decode`)."""
+``cuda_src/fp4_vector.cu`` (``MIRCUDA_FP4_DP4A``; M <= ``DP4A_MAX_M``, NVFP4 activations, K % 32 == 0): E2M1 codes to
+int8 by a byte permute (PRMT, the E2M1 sign bit as PRMT's sign-replicate bit), IDP4A dot products summed exactly in
+int32 per 16-element block, the activations and their scales in the load ring with the weights; any cc >= 8.0. The
+default at M <= ``DP4A_DEFAULT_MAX_M`` where it applies (:func:`default_vector_decode`)."""
 BLOCK_SUMS = ("fp16", "fp32")
 """``block_sum=`` (kernel ``fp4_matvec_bf16``): each 16-element block's products summed exactly in FP16 by
 HFMA2 (``"fp16"``, NVFP4 activations only) or per product in FP32 (``"fp32"``)."""
@@ -1074,7 +1075,10 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             elif symbol == FP4_MMA_SYMBOL:
                 self._reason = (f"{head} on the tensor cores (2 <= M <= 16 with NVFP4 activations: the decoded, "
                                 f"scaled FP16 operands feed mma.sync; kernel={FP4_SYMBOL!r} selects the CUDA-core "
-                                "kernel)")
+                                "kernel" + ("" if m > DP4A_DEFAULT_MAX_M else
+                                            f"; its integer path, the default up to M = {DP4A_DEFAULT_MAX_M}, needs "
+                                            "K % 32 == 0, a target without cvt.rn.f16x2.e2m1x2, and no decode, block_sum, "
+                                            "persistent=True or rows other than 4 or 8 given") + ")")
             elif m == 1:
                 self._reason = f"{head} on the CUDA cores (M = 1: the vector kernel)"
             elif self._gemv.decode == "dp4a":
