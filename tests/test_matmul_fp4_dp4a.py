@@ -380,6 +380,21 @@ def test_a_decode_that_is_not_a_string_is_refused_by_name_before_anything_compil
             Fp4Gemv(SimpleNamespace(), 1, 64, 4096, "fp4", "linear", compiler, decode=bad)  # type: ignore[arg-type]
         assert info.value.argument == "decode"
     assert check_gemv_knobs("sm_90", FP4_SYMBOL, "fp4", np.str_("dp4a"), None, None, None)[0] == "dp4a"
+
+
+def test_numpy_strings_are_taken_as_plain_str_so_describe_shows_them_plainly(fake_matrix_plan: Any) -> None:
+    """decode=np.str_('dp4a') (a str subclass) was kept as given: describe() said "decode=np.str_('dp4a')" (numpy
+    2's repr) at M = 1..4; the knob check returns plain strs, for block_sum too."""
+    make, _ = fake_matrix_plan
+    for m in (1, 2, 4):
+        plan = make(m, decode=np.str_("dp4a"))
+        assert type(plan._gemv.decode) is str and "decode='dp4a': " in str(plan.describe()), m
+        assert "np.str_" not in str(plan.describe())
+    got = check_gemv_knobs("sm_90", FP4_SYMBOL, "fp4", np.str_("e4m3"), None, np.str_("fp32"), None)
+    assert got == ("e4m3", None, "fp32") and all(type(v) is str for v in (got[0], got[2]))
+    word = make(3, kernel="fp4_matvec_bf16", decode=np.str_("pairs"), block_sum=np.str_("fp32"))
+    assert "decode='pairs'" in str(word.describe()) and "block_sum='fp32'" in str(word.describe())
+    assert type(word._gemv.block_sum) is str
     with pytest.raises(mc.ContractError, match="with activation='bf16'") as info:
         check_gemv_knobs("sm_90", FP4_SYMBOL, "bf16", "dp4a", None, None, None)
     assert info.value.argument == "decode"

@@ -200,7 +200,7 @@ def check_flag(name: str, value: Any, symbol: str) -> bool:
 def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows: Any, block_sum: Any,
                      warps: Any, stages: Any = None) -> tuple[str, int | None, str | None]:
     """Checks the NVRTC kernels' tuning knobs; returns ``(decode, rows, block_sum)`` with the decode
-    defaulted (rows and block_sum stay None for the kernel's default).
+    defaulted (rows and block_sum stay None for the kernel's default), the names as plain ``str``.
 
     Raises:
         ContractError: ``decode`` not in :data:`DECODES` (or ``"e4m3"`` for a target below sm_89), ``rows``
@@ -241,7 +241,8 @@ def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows:
         if block_sum == "fp16" and activation != "fp4":
             raise ContractError("block_sum", "None or 'fp32' with activation='bf16' (FP16 block sums need FP4 "
                                 "activations)", repr(block_sum))
-    return decode, rows, block_sum
+    # a str subclass (numpy's np.str_) as the plain str: describe() and the plans' reprs show it as 'dp4a'
+    return str(decode), rows, None if block_sum is None else str(block_sum)
 
 
 @functools.lru_cache(maxsize=1)
