@@ -934,3 +934,49 @@ def test_the_docs_no_longer_say_the_integer_path_is_m1_only() -> None:
     assert '`decode="dp4a"` (the M = 1 default where it applies)' not in readme
     assert '`decode="dp4a"` (the default at M <= 2 where it applies)' in readme
     assert "integer path of M = 1" not in flat(sweep.__doc__ or "") and "integer path of M <= 4" in flat(sweep.__doc__ or "")
+
+
+def test_odd_knobs_at_m2_to_5_are_refused_by_name_before_anything_compiles(fake_matrix_plan: Any) -> None:
+    """BlockScaledFp4Plan at M = 2..5 (the integer path's default at M = 2, asked for up to M = 4) with knobs of odd
+    types and values, alone and beside the default's own: every refusal is a ContractError naming the knob, raised
+    before the compiler; numpy integers are taken as ints. A rows or decode value neither kernel takes made the plan
+    choose fp4_mma_bf16, whose refusal listed its own values only (rows 16, 32; no 'dp4a') although 4, 8 and 'dp4a'
+    are what the default takes at M = 2: both kernels' values are named now."""
+    make, compiled = fake_matrix_plan
+    odd: dict[str, list[Any]] = {
+        "rows": [np.array(4), np.array([4]), 4.0, True, "4", 0, -4, 3, 64],
+        "decode": ["DP4A", b"dp4a", np.array("dp4a"), np.array(["dp4a"]), 1, True, "", "dp4a "],
+        "block_sum": [1, True, np.array("fp32"), "int32", "fp8"],
+        "persistent": [np.bool_(False), np.bool_(True), 0, 1, "no", np.array(False)],
+        "row_warps": [np.array(2), 2.0, True, 3, "2", 16, -1],
+        "warps": [np.array(2), 2.0, True, 3, "2", 0, 16],
+        "stages": [np.array(3), 3.0, True, 1, "3", 5],
+        "kernel": [1, True, b"fp4_mma_bf16", np.array("fp4_mma_bf16"), ""],
+        "prefetch": [np.bool_(True), 1, "yes"],
+        "pdl_trigger": [1, "x", True],
+    }
+    for m in (2, 3, 4, 5):
+        for name, values in odd.items():
+            for value in values:
+                for extra in ({}, {"rows": 8}, {"row_warps": 2}, {"warps": 2}, {"decode": "dp4a"}):
+                    if name in extra:
+                        continue
+                    with pytest.raises(mc.ContractError) as info:
+                        make(m, **{name: value}, **extra)
+                    assert info.value.argument in (name, *extra), (m, name, value, extra, str(info.value))
+                    assert compiled == [], (m, name, value, extra)
+    # the default's own values in numpy integers: taken, not refused
+    plan = make(2, rows=np.int64(8), warps=np.int32(2), stages=np.int8(3))
+    assert (plan.gemv_kernel, plan._gemv.decode, plan._gemv.rows, plan._gemv.warps, plan._gemv.stages) == (
+        FP4_SYMBOL, "dp4a", 8, 2, 3)
+    assert make(2, row_warps=np.int64(4))._gemv.row_warps == 4
+    # what the refusal lists where the plan chose the tensor-core kernel for an odd value (M = 2: the default is dp4a)
+    for knobs, names in [({"rows": 4.0}, ("(16, 32)", "fp4_matvec_bf16 takes (4, 8)")),
+                         ({"decode": "DP4A"}, ("'table' (the decoders of kernel fp4_mma_bf16; 'dp4a' is "
+                                               "fp4_matvec_bf16's integer path, M <= 4)",))]:
+        with pytest.raises(mc.ContractError) as info:
+            make(2, **knobs)
+        assert all(text in str(info.value) for text in names), str(info.value)
+    with pytest.raises(mc.ContractError, match=r"\(4, 8\) \(weight rows per block of kernel fp4_matvec_bf16; "
+                                               r"fp4_mma_bf16 takes \(16, 32\)\)"):
+        make(2, decode="dp4a", rows=16)

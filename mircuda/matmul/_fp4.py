@@ -222,16 +222,21 @@ def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows:
             raise ContractError("block_sum", "None with decode='dp4a' (its block sums are exact int32 IDP4A sums)",
                                 repr(block_sum))
     elif not isinstance(decode, str) or decode not in DECODES:
+        # BlockScaledFp4Plan may have chosen the tensor-core kernel for this very value: name the integer path too
         names = VECTOR_DECODES if symbol == FP4_SYMBOL else DECODES
-        raise ContractError("decode", f"None or one of {', '.join(map(repr, names))}", repr(decode))
+        raise ContractError("decode", f"None or one of {', '.join(map(repr, names))}" + (
+            "" if symbol == FP4_SYMBOL else f" (the decoders of kernel {symbol}; 'dp4a' is {FP4_SYMBOL}'s integer "
+            f"path, M <= {DP4A_MAX_M})"), repr(decode))
     if decode == "e4m3" and _arch_number(arch) < 89:
         raise ContractError("decode", f"a decoder other than 'e4m3' for target {arch} (cvt.rn.f16x2.e4m3x2 needs "
                             "sm_89 or later)", repr(decode))
     if rows is not None:
-        allowed = MMA_ROWS if symbol == FP4_MMA_SYMBOL else VECTOR_ROWS
+        mma = symbol == FP4_MMA_SYMBOL
+        allowed, other, other_rows = (MMA_ROWS, FP4_SYMBOL, VECTOR_ROWS) if mma else (VECTOR_ROWS, FP4_MMA_SYMBOL, MMA_ROWS)
         if type(rows) is not int or rows not in allowed:
-            raise ContractError("rows", f"None or one of {allowed} (weight rows per block of kernel {symbol})",
-                                repr(rows))
+            # BlockScaledFp4Plan may have chosen the kernel for this very value: name the other kernel's rows too
+            raise ContractError("rows", f"None or one of {allowed} (weight rows per block of kernel {symbol}; "
+                                f"{other} takes {other_rows})", repr(rows))
     if block_sum is not None:
         if symbol == FP4_MMA_SYMBOL:
             raise ContractError("block_sum", f"None for kernel {FP4_MMA_SYMBOL} (tensor cores, FP32 accumulation)",
