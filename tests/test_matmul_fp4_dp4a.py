@@ -980,3 +980,38 @@ def test_odd_knobs_at_m2_to_5_are_refused_by_name_before_anything_compiles(fake_
     with pytest.raises(mc.ContractError, match=r"\(4, 8\) \(weight rows per block of kernel fp4_matvec_bf16; "
                                                r"fp4_mma_bf16 takes \(16, 32\)\)"):
         make(2, decode="dp4a", rows=16)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])
+@pytest.mark.parametrize("m", [2, 3, 4])
+def test_the_m_row_integer_path_compiles_without_a_stack_frame_at_its_default_stages(arch, m) -> None:
+    """``lean_consume_rows`` (M = 2..4) with the plans' default 2 stages, rows 4 (linear scales) and 8 (tiled, row
+    warps 2) compiles for every plan target, and where the integer path is a default (sm_80, sm_90) with no spill
+    and no stack frame (DP4A_MAX_M's docstring; the CPU tests compiled the integer path at M = 1 only)."""
+    for rows, layout, row_warps in [(4, "linear", 1), (8, "tiled", 2)]:
+        opts = fp4_gemv_options(m, rows, layout, True, "fp4", "dp4a", "int32", 2, row_warps=row_warps)
+        prog = mc.compile_program(fp4_vector_source(), arch, mc.CompileOptions(defines=dict(opts.defines),
+                                                                               ptxas_verbose=True))
+        usage = prog.resource_usage()[FP4_SYMBOL]
+        if arch != "sm_120f":  # there dp4a is only asked for; M = 4 with rows 8 takes 16 bytes of stack (13.0)
+            assert usage.spill_store_bytes == usage.spill_load_bytes == usage.stack_frame_bytes == 0, (rows, usage)
+
+
+def test_the_integer_path_refuses_m_above_4_and_m_row_tiles_of_the_grouped_kernel_at_compile_time() -> None:
+    """The kernel's static_assert: M <= kDp4aMaxM (= DP4A_MAX_M) on the single plans' integer path, and M = 1 (1-row
+    tiles) in the grouped kernel, whose tile walk stores one activation row; the same grouped options with 1-row
+    tiles compile."""
+    from mircuda.matmul._fp4 import DP4A_MAX_M
+    from mircuda.matmul._moe_kernels import DecodeTuning, grouped_options
+
+    assert f"constexpr int kDp4aMaxM = {DP4A_MAX_M};" in fp4_vector_source().text
+    with pytest.raises(mc.CompileError, match=r"1 <= M <= 4"):
+        mc.compile_program(fp4_vector_source(), "sm_90", fp4_gemv_options(5, 4, "linear", True, "fp4", "dp4a", "int32"))
+    grouped = dict(grouped_options(n=64, k=256, groups=2, bank_size=2, capacity=4, rows_per_tile=1, fixed_rows=0,
+                                   tiled=False, sets=1, variant="vector", tuning=DecodeTuning("dp4a", 2, 0, 1)).defines)
+    assert grouped["MIRCUDA_FP4_DP4A"] == "1" and grouped["MIRCUDA_FP4_M"] == "1"
+    assert b"fp4_grouped_bf16" in mc.compile_program(fp4_vector_source(), "sm_90",
+                                                    mc.CompileOptions(defines=grouped)).image
+    with pytest.raises(mc.CompileError, match=r"1-row tiles in the grouped kernel"):
+        mc.compile_program(fp4_vector_source(), "sm_90", mc.CompileOptions(
+            defines={**grouped, "MIRCUDA_FP4_M": 2, "MIRCUDA_MOE_MT": 2}))

@@ -122,7 +122,11 @@ DP4A_ROWS8_MIN_K = 4097
 """``decode='dp4a'`` takes 8 weight rows per block from this K on (K > 4096), else 4: :func:`dp4a_rows`."""
 DP4A_MAX_M = 4
 """The largest M of ``decode='dp4a'`` (``kDp4aMaxM`` of ``cuda_src/fp4_vector.cu``): above it ptxas spills the
-int8 activations of a step to local memory (M = 8, rows 8: 168 bytes of stack, NVRTC 13.0 for sm_90)."""
+int8 activations of a step to local memory (M = 8, rows 8: 168 bytes of stack, NVRTC 13.0 for sm_90). Up to it the
+default 2 stages compile without a stack frame for rows 4 and 8 on sm_80 and sm_90 (sm_120f, where the integer path
+is never the default: 16 bytes at M = 4 with rows 8); a deeper ring given with rows 8 spills at M = 3 and 4 (sm_90,
+NVRTC 13.0: 8-136 bytes of stack at M = 3 with 3 or 4 stages, 288 at M = 4 with 4; sm_80 at 4 stages), so
+``stages=3|4`` there trades registers for local memory."""
 
 
 def dp4a_rows(k: int) -> int:
