@@ -157,6 +157,90 @@ def test_one_block_times_its_scale_product_is_exact_in_fp32() -> None:
     assert np.array_equal(exact.astype(np.float32).astype(np.float64), exact)
 
 
+ROWS_LINES = (
+    "for (int i = 0; i < 4; ++i) activation_int8(aw[i], lut, a[m][2 * i], a[m][2 * i + 1]);",
+    "xs[m] = ue4m3x2_to_float2(s.araw[m]);", "const float2 ws = ue4m3x2_to_float2(s.sraw[r]);",
+    "for (int i = 0; i < 4; ++i) activation_int8(s.codes[r][i], lut, v[2 * i], v[2 * i + 1]);",
+    "for (int i = 4 * b; i < 4 * b + 4; ++i) dot = __dp4a((int)v[i], (int)a[m][i], dot);",
+    "acc[m][r] = fmaf((float)dot, (b ? ws.y : ws.x) * (b ? xs[m].y : xs[m].x), acc[m][r]);",
+    "const unsigned aw[4] = {s.act[m].x, s.act[m].y, s.act[m].z, s.act[m].w};",
+)
+"""Code of ``lean_consume_rows`` (``cuda_src/fp4_vector.cu``, M > 1) that :func:`lean_rows_step` mirrors."""
+
+
+def lean_rows_step(w: np.ndarray, sw: np.ndarray, x: np.ndarray, sx: np.ndarray) -> np.ndarray:
+    """One step of ``lean_consume_rows`` for one lane: ``w`` [R, 4] and ``x`` [M, 4] words of eight E2M1 codes (the
+    lane's 32 weights of each row and 32 activations of each activation row), ``sw`` [R] and ``sx`` [M] their two
+    UE4M3 scale bytes (block 0 in the low byte); returns the step's ``acc[m][r]`` in float64, 4 x the true value
+    (both int8 operands doubled). Weights and activations alike become signed int8 by activation_int8; one IDP4A
+    chain per 16-element block and activation row."""
+    from mircuda.matmul._fp4_reference import ue4m3_decode
+
+    lut0, lut1 = header_table()
+
+    def int8_words(words: np.ndarray) -> np.ndarray:  # activation_int8 of each word: [.., 8] words of 4 int8
+        out = []
+        for i in range(4):
+            for half in range(2):
+                pa = prmt(lut0, lut1, words[:, i] >> np.uint32(16 * half)).astype(np.int64)
+                na = prmt(lut0, lut1, (words[:, i] ^ np.uint32(0x88888888)) >> np.uint32(16 * half)).astype(np.int64)
+                out.append(((0x80808080 + pa - na) & 0xFFFFFFFF).astype(np.uint32) ^ np.uint32(0x80808080))
+        return np.stack(out, axis=1)
+
+    a, v = int8_words(x), int8_words(w)  # a[m][8], v[r][8]: element order 0..3, 4..7 of each word
+    ws = np.stack([ue4m3_decode((sw & 0xFF).astype(np.uint8)), ue4m3_decode((sw >> 8).astype(np.uint8))], 1)
+    xs = np.stack([ue4m3_decode((sx & 0xFF).astype(np.uint8)), ue4m3_decode((sx >> 8).astype(np.uint8))], 1)
+    acc = np.zeros((len(x), len(w)))
+    for r in range(len(w)):
+        for b in range(2):
+            for m in range(len(x)):
+                dot = np.zeros(1, np.int64)
+                for i in range(4 * b, 4 * b + 4):
+                    dot = dp4a(v[r: r + 1, i], a[m: m + 1, i], dot)
+                acc[m, r] += float(dot[0]) * (float(ws[r, b]) * float(xs[m, b]))
+    return acc
+
+
+def test_the_m_row_step_is_four_times_the_exact_product_of_every_activation_row_and_weight_row() -> None:
+    """``lean_consume_rows`` (M > 1: the weights as signed int8 too, one IDP4A per four products and activation row)
+    emulated in numpy, the code mirrored character for character (ROWS_LINES): for every pair of E2M1 codes at
+    every one of a step's 32 positions, and for random steps of M = 2..4 activation rows and 4 or 8 weight rows with
+    random UE4M3 scales, acc[m][r] is 4 x the float64 product of activation row m with weight row r, each block
+    scaled by its own two scales (block 0: the low scale byte, words 0 and 1)."""
+    text = resources.files("mircuda").joinpath("cuda_src/fp4_vector.cu").read_text()
+    assert not [line for line in ROWS_LINES if line not in text], "lean_consume_rows changed: update lean_rows_step"
+    from mircuda.matmul._fp4_reference import ue4m3_decode
+
+    def exact(w: np.ndarray, sw: np.ndarray, x: np.ndarray, sx: np.ndarray) -> np.ndarray:
+        vw = E2M1_VALUES[nibbles(w.ravel())].astype(np.float64).reshape(len(w), 32)
+        vx = E2M1_VALUES[nibbles(x.ravel())].astype(np.float64).reshape(len(x), 32)
+        bw = np.stack([ue4m3_decode((sw & 0xFF).astype(np.uint8)), ue4m3_decode((sw >> 8).astype(np.uint8))], 1)
+        bx = np.stack([ue4m3_decode((sx & 0xFF).astype(np.uint8)), ue4m3_decode((sx >> 8).astype(np.uint8))], 1)
+        vw, vx = vw * np.repeat(bw, 16, axis=1), vx * np.repeat(bx, 16, axis=1)
+        return 4 * vx @ vw.T
+
+    one = np.array([0x3838], np.uint32)  # UE4M3 1.0 for both blocks
+    codes = np.arange(16, dtype=np.uint32)
+    for pos in (0, 3, 7, 8, 15, 16, 23, 31):  # every word, both halves of a word, both blocks
+        w = np.zeros((16, 4), np.uint32)
+        w[:, pos // 8] = codes << np.uint32(4 * (pos % 8))
+        x = w.copy()
+        assert np.array_equal(lean_rows_step(w, np.repeat(one, 16), x, np.repeat(one, 16)),
+                              exact(w, np.repeat(one, 16), x, np.repeat(one, 16))), pos
+    rng = np.random.default_rng(11)
+    for m, rows in [(2, 4), (3, 8), (4, 4)]:
+        w = rng.integers(0, 1 << 32, (rows, 4), dtype=np.uint64).astype(np.uint32)
+        x = rng.integers(0, 1 << 32, (m, 4), dtype=np.uint64).astype(np.uint32)
+        sw = rng.integers(0, 0x7F, (rows, 2)).astype(np.uint32)
+        sx = rng.integers(0, 0x7F, (m, 2)).astype(np.uint32)
+        sw, sx = sw[:, 0] | sw[:, 1] << 8, sx[:, 0] | sx[:, 1] << 8
+        got = lean_rows_step(w, sw, x, sx)
+        assert got.shape == (m, rows) and np.array_equal(got, exact(w, sw, x, sx)), (m, rows)
+        # the scales are per block: swapping a row's two scale bytes changes the step unless both blocks agree
+        swapped = (sw >> 8) | ((sw & 0xFF) << 8)
+        assert not np.array_equal(lean_rows_step(w, swapped, x, sx), got) or np.array_equal(swapped, sw)
+
+
 # -- compilation and SASS ------------------------------------------------------------------------------
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])
 def test_the_dp4a_kernel_compiles(arch) -> None:
@@ -544,6 +628,8 @@ LEAN_LINES = (
     "s.araw[m] = __ldg(reinterpret_cast<const unsigned short*>(p.sx + m * p.sxrow));",
     "lp.xrow = (unsigned)k / 2u;", "lp.sxrow = MIRCUDA_FP4_ACT_TILED ? 16u : (unsigned)kblocks;",
     "lp.x = x + (lane_col >> 1);", "lp.sx = sx + fp4::scale_col_offset<MIRCUDA_FP4_ACT_TILED != 0>(lane_col >> 4);",
+    "const unsigned cstep = (unsigned)stride >> 1;", "const unsigned xsstep = lean_scale_step<MIRCUDA_FP4_ACT_TILED != 0>(stride);",
+    "p.x += cstep;", "p.sx += xsstep;", "return Tiled ? (unsigned)stride * 8u : (unsigned)stride >> 4;",
 )
 """Code of ``cuda_src/fp4_vector.cu`` that :func:`lean_model` mirrors, character for character: a change to it
 must change the model too."""
@@ -579,7 +665,8 @@ def lean_model(n: int, k: int, rows: int, warps: int, row_warps: int, stages: in
     srow, sstep = (16, stride * 8) if tiled else (kblocks, stride >> 4)
     layout = ref.tiled_offsets(n, kblocks) if tiled else np.arange(n * kblocks, dtype=np.int64).reshape(n, kblocks)
     loads: dict[str, list[np.ndarray]] = {"code": [], "scale": [], "layout": [], "chunk": [], "key": [], "act": [],
-                                          "act_scale": [], "act_layout": []}
+                                          "act_scale": [], "act_layout": [], "act_at": [], "act_chunk": []}
+    cstep, xsstep = stride >> 1, (stride * 8 if tiled else stride >> 4)  # the single plans: ACT_TILED = TILED
     act_layout = ref.tiled_offsets(m, kblocks) if tiled else np.arange(m * kblocks, dtype=np.int64).reshape(m, kblocks)
     for step in range(int(steps.max(initial=0))):
         col = lane_col + step * stride
@@ -593,9 +680,11 @@ def lean_model(n: int, k: int, rows: int, warps: int, row_warps: int, stages: in
             loads["chunk"].append(np.stack([row0[go] + r, col[go] // 32], 1))
             loads["key"].append(((wid[go] * 64 + step) * n + row) * (k // 2) + code - row * (k // 2))
         for a in range(m):  # lean_load_act: row a at a K / 2 code bytes and a (16 tiled, K / 16 linear) scale bytes
-            loads["act"].append(a * (k // 2) + (lane_col[go] >> 1) + step * (stride >> 1))
-            loads["act_scale"].append(a * (16 if tiled else kblocks) + col_part[go] + step * (sstep))
+            loads["act"].append(a * (k // 2) + (lane_col[go] >> 1) + step * cstep)
+            loads["act_scale"].append(a * (16 if tiled else kblocks) + col_part[go] + step * xsstep)
             loads["act_layout"].append(act_layout[a, col[go] // 16])
+            loads["act_at"].append(a * (k // 2) + col[go] // 2)  # A [M, K/2] row-major: where column col lies
+            loads["act_chunk"].append(np.stack([ctaid[go], np.full(int(go.sum()), a), col[go] // 32], 1))
     out = {name: np.concatenate(parts) for name, parts in loads.items()}
     # the stores: lean_reduce leaves row l >> log2(32 / R) in lane l, held by lanes l % (32 / R) == 0; with a K
     # split thread tid < R of the block sums the warps' partials of row tid
@@ -653,8 +742,8 @@ def test_row_warps_write_every_output_once_and_read_only_their_rows(n, k, rows, 
 @pytest.mark.parametrize("n, k", [(37, 96), (301, 1056), (4097, 160)], ids=str)
 def test_m_activation_rows_write_every_output_once_and_read_inside_the_activations(n, k, m) -> None:
     """M > 1 on the integer path (``lean_consume_rows``): every output of D[M, N] is stored once, with a K split
-    too; every activation code and scale byte a warp loads lies inside A [M, K/2] and its scales, each scale
-    where the layout puts it."""
+    too; every activation code and scale byte a warp loads lies inside A [M, K/2] and its scales, each code and
+    scale where the layout puts it, and each row block reads every chunk of every activation row exactly once."""
     for rows in (4, 8):
         for warps, row_warps in ((1, 1), (2, 1), (8, 1), (1, 2), (1, 8)):
             for tiled in (False, True):
@@ -663,6 +752,11 @@ def test_m_activation_rows_write_every_output_once_and_read_inside_the_activatio
                 assert got["act"].min() >= 0 and got["act"].max() + 16 <= m * k // 2
                 assert np.array_equal(got["act_scale"], got["act_layout"])
                 assert got["act_scale"].max() + 2 <= ref.scale_bytes(m, k, "tiled" if tiled else "linear")
+                # each row block reads every 32-column chunk of every activation row once, where A puts it
+                assert np.array_equal(got["act"], got["act_at"])
+                counts = np.zeros((-(-n // rows), m, k // 32), np.int64)
+                np.add.at(counts, tuple(got["act_chunk"].T), 1)
+                assert (counts == 1).all(), (rows, warps, row_warps, tiled)
 
 
 def test_the_fp4_module_docs_name_only_what_exists() -> None:
