@@ -1109,3 +1109,47 @@ def test_the_integer_path_refuses_m_above_4_and_m_row_tiles_of_the_grouped_kerne
     with pytest.raises(mc.CompileError, match=r"1-row tiles in the grouped kernel"):
         mc.compile_program(fp4_vector_source(), "sm_90", mc.CompileOptions(
             defines={**grouped, "MIRCUDA_FP4_M": 2, "MIRCUDA_MOE_MT": 2}))
+
+
+def test_numba_execute_at_m2_launches_the_integer_path_kernel_with_its_alignments(
+        fake_matrix_plan: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BlockScaledFp4Plan at M = 2 with no knobs (the integer path's default) on a fake sm_90 device: numba_execute
+    is fp4_executor over the module kept (the default row warps' second module at N = 14336), with the plan's
+    grid and block, N and K packed as the kernel's last parameters, and the integer path's activation alignments
+    (16-byte codes, 2-byte scales) refused before any launch: the M = 1 test's pattern
+    (test_both_plans_run_the_default_row_warps_module_from_numba_and_say_so) with the real executor and a
+    stand-in cuLaunchKernel."""
+    pytest.importorskip("numba")
+    import ctypes
+    import struct
+
+    from mircuda.matmul import _fp4
+    from mircuda.matmul._vector import INVALID_VALUE
+
+    make, compiled = fake_matrix_plan
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, *[ctypes.c_uint] * 7, ctypes.c_uint64, ctypes.c_uint64,
+                             ctypes.c_uint64)
+    seen: list[tuple[Any, ...]] = []
+
+    def fake_launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        pointers = (ctypes.c_uint64 * 10).from_address(params)
+        n, k = struct.unpack("<ii", ctypes.string_at(pointers[8], 4) + ctypes.string_at(pointers[9], 4))
+        seen.append((f, gx, bx, stream, n, k))
+        return 0
+
+    entry = proto(fake_launch)
+    real = _fp4.fp4_executor
+    monkeypatch.setattr(_fp4, "fp4_executor", lambda *args, **kw: real(*args, launch_function=entry, **kw))
+    for n, handle, grid, block in [(4096, 100, 1024, 64), (14336, 101, 1792, 64)]:
+        plan = make(2, n=n)
+        assert plan.gemv_kernel == FP4_SYMBOL and plan._gemv.decode == "dp4a" and compiled[-1]["MIRCUDA_FP4_M"] == "2"
+        assert (plan._gemv.config.grid[0], plan._gemv.config.block[0]) == (grid, block)
+        align = {o.name: o.alignment for o in plan.operands}
+        assert (align["a"], align["a_scales"]) == (16, 2)
+        execute = plan.numba_execute
+        seen.clear()
+        assert execute(7, 0x1000, 0x2002, 0x3000, 0x4002, 0x5000, 0, 0, 1.0) == 0
+        assert seen == [(handle, grid, block, 7, n, 4096)]
+        assert execute(7, 0x1008, 0x2002, 0x3000, 0x4002, 0x5000, 0, 0, 1.0) == INVALID_VALUE  # a: 8-byte aligned
+        assert execute(7, 0x1000, 0x2001, 0x3000, 0x4002, 0x5000, 0, 0, 1.0) == INVALID_VALUE  # a_scales: odd
+        assert len(seen) == 1
