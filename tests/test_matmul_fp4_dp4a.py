@@ -1077,6 +1077,14 @@ def test_odd_knobs_at_m2_to_5_are_refused_by_name_before_anything_compiles(fake_
     with pytest.raises(mc.ContractError, match=r"\(4, 8\) \(weight rows per block of kernel fp4_matvec_bf16; "
                                                r"fp4_mma_bf16 takes \(16, 32\)\)"):
         make(2, decode="dp4a", rows=16)
+    # block_sum (a word decoder's knob) keeps M = 2 on the tensor-core kernel, which refuses it: the message says
+    # which kernel takes it; persistent=True's already did
+    for knobs, text in [({"block_sum": "fp32"}, "block_sum is fp4_matvec_bf16's: kernel='fp4_matvec_bf16'"),
+                        ({"persistent": True}, "the persistent grid is fp4_matvec_bf16's")]:
+        with pytest.raises(mc.ContractError) as info:
+            make(2, **knobs)
+        assert info.value.argument in knobs and text in str(info.value), str(info.value)
+    assert make(2, kernel="fp4_matvec_bf16", block_sum="fp32")._gemv.decode == "e4m3"
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_120f"])

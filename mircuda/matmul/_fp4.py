@@ -168,8 +168,10 @@ def default_gemv_kernel(arch: str, m: int, k: int, activation: str, decode: Any,
     """The NVRTC kernel :class:`BlockScaledFp4Plan` runs at M <= 16 when ``kernel=`` is not given:
     :data:`FP4_SYMBOL` at M = 1, with BF16 activations, with ``decode='dp4a'``, and where its integer path is the
     default (:func:`default_vector_decode`: M <= :data:`DP4A_DEFAULT_MAX_M`, measured faster, :data:`DP4A_M2_MEASURED`)
-    unless a knob only the tensor-core kernel takes is given (a word decoder, 16 or 32 rows); else
-    :data:`FP4_MMA_SYMBOL`. The knobs are checked afterwards, against the kernel chosen."""
+    unless a knob is given that the integer path's default excludes (a word decoder, rows other than 4 or 8 --
+    the tensor-core kernel's 16 or 32 --, ``block_sum``, ``persistent=True``); else :data:`FP4_MMA_SYMBOL`, as
+    before the integer path became the M = 2 default (which refuses ``block_sum`` and ``persistent=True``:
+    ``kernel='fp4_matvec_bf16'`` takes them). The knobs are checked afterwards, against the kernel chosen."""
     if m == 1 or activation != "fp4" or (isinstance(decode, str) and decode == "dp4a"):
         return FP4_SYMBOL
     if (decode is None and (rows is None or (type(rows) is int and rows in VECTOR_ROWS)) and block_sum is None
@@ -243,8 +245,8 @@ def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows:
                                 f"{other} takes {other_rows})", repr(rows))
     if block_sum is not None:
         if symbol == FP4_MMA_SYMBOL:
-            raise ContractError("block_sum", f"None for kernel {FP4_MMA_SYMBOL} (tensor cores, FP32 accumulation)",
-                                repr(block_sum))
+            raise ContractError("block_sum", f"None for kernel {FP4_MMA_SYMBOL} (tensor cores, FP32 accumulation; "
+                                f"block_sum is {FP4_SYMBOL}'s: kernel={FP4_SYMBOL!r})", repr(block_sum))
         if not isinstance(block_sum, str) or block_sum not in BLOCK_SUMS:
             raise ContractError("block_sum", "None, 'fp16' or 'fp32'", repr(block_sum))
         if block_sum == "fp16" and activation != "fp4":
