@@ -1030,6 +1030,9 @@ def test_the_docs_no_longer_say_the_integer_path_is_m1_only() -> None:
     assert ("3 <= M <= 16 with NVFP4 activations (and at M = 2 where the integer path does not apply: a word decoder, "
             "`rows=16|32`, `block_sum=` or `persistent=True` given, K % 32 != 0, or a target with the E2M1 conversion) "
             "the default is the tensor-core kernel") in readme
+    assert "and no knob of the tensor-core kernel is given" not in flat(mc.BlockScaledFp4Plan.__doc__ or "")
+    assert ("and no knob it excludes is given (a word decoder, 16 or 32 rows, ``block_sum``, ``persistent=True``)"
+            in flat(mc.BlockScaledFp4Plan.__doc__ or ""))
     assert "integer path of M = 1" not in flat(sweep.__doc__ or "") and "integer path of M <= 4" in flat(sweep.__doc__ or "")
 
 

@@ -937,8 +937,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
       ``cvt.rn.f16x2.e2m1x2``): :func:`default_gemv_kernel` -- for 2 <= M <= 16 with NVFP4 activations
       ``fp4_mma_bf16`` (``cuda_src/fp4_mma_gemv.cu``: E2M1 x UE4M3 decoded exactly to FP16 in registers,
       ``mma.sync`` m16n8k16 FP16 -> FP32 on the tensor cores), except at M <= :data:`DP4A_DEFAULT_MAX_M` where the
-      integer path applies (K % 32 == 0, no E2M1 conversion on the target: sm_90, sm_80) and no knob of the
-      tensor-core kernel is given; otherwise (M = 1, BF16 activations, that integer path, ``decode='dp4a'`` or
+      integer path applies (K % 32 == 0, no E2M1 conversion on the target: sm_90, sm_80) and no knob it excludes
+      is given (a word decoder, 16 or 32 rows, ``block_sum``, ``persistent=True``); otherwise (M = 1, BF16 activations, that integer path, ``decode='dp4a'`` or
       ``kernel="fp4_matvec_bf16"``) ``fp4_matvec_bf16`` (``cuda_src/fp4_vector.cu``, CUDA cores);
     - ``"cutlass"``, ``M > 16`` on cc 12.x (RTX 50, GB10): the library's block-scaled NVFP4 kernels
       (CUTLASS ``OpClassBlockScaledTensorOp``, PTX ``mma.sync.aligned.kind::mxf4nvf4.block_scale.scale_vec::4X
