@@ -514,11 +514,12 @@ def test_describe_says_which_decoder_runs_and_quotes_the_rule_only_when_dp4a_is_
     word = describe(decode="e4m3")
     assert "decode='e4m3'" in word and "-D MIRCUDA_FP4_DP4A=0" in word and "IDP4A" not in word  # every define shown
     assert "the default at M <= 2 where it applies" in default and DP4A_M2_MEASURED not in default  # M = 1
-    # M = 2, the default there too: describe() said "the M = 1 default where it applies"; it quotes both measurements
+    # M = 2, the default there too: describe() said "the M = 1 default where it applies"; the M = 2 measurement is
+    # the plan's reason (quoted once in BlockScaledFp4Plan.describe(): test_the_tensor_core_choice_at_m2_...)
     m2 = describe(2)
     assert "-D MIRCUDA_FP4_M=2" in m2 and "decode='dp4a'" in m2 and "M = 1 default" not in m2
-    assert "the default at M <= 2 where it applies" in m2
-    assert f"stages 2 (measured: {DP4A_DEFAULT_MEASURED}; {DP4A_M2_MEASURED})," in m2
+    assert "the default at M <= 2 where it applies" in m2 and DP4A_M2_MEASURED not in m2
+    assert f"stages 2 (measured: {DP4A_DEFAULT_MEASURED}; M = 2: quoted in BlockScaledFp4Plan's reason)," in m2
     asked_m3 = describe(3, decode="dp4a")
     assert "-D MIRCUDA_FP4_M=3" in asked_m3 and "where it applies" not in asked_m3 and DP4A_M2_MEASURED not in asked_m3
 
@@ -1005,6 +1006,9 @@ def test_the_tensor_core_choice_at_m2_says_why_the_integer_path_did_not_apply(fa
         plan = make(m, **knobs)
         assert plan.gemv_kernel == FP4_MMA_SYMBOL and needs in str(plan.describe()), knobs
     assert make(2).gemv_kernel == FP4_SYMBOL and needs not in str(make(2).describe())
+    from mircuda.matmul._fp4 import DP4A_M2_MEASURED
+
+    assert str(make(2).describe()).count(DP4A_M2_MEASURED) == 1  # in the reason, not in the kernel's text too
     assert make(3).gemv_kernel == FP4_MMA_SYMBOL and needs not in str(make(3).describe())
 
 

@@ -628,7 +628,8 @@ class Fp4Gemv:
             DP4A_DECODE + ", the activations and their scales in the load ring" + (
                 f"; the default at M <= {DP4A_DEFAULT_MAX_M} where it applies (NVFP4 activations, K % 32 == 0, no "
                 "block_sum or persistent knob, no cvt.rn.f16x2.e2m1x2 on the target), rows 8 when K > 4096 else 4, "
-                "stages 2 (measured: " + DP4A_DEFAULT_MEASURED + (f"; {DP4A_M2_MEASURED}" if self.m > 1 else "") + ")"
+                "stages 2 (measured: " + DP4A_DEFAULT_MEASURED + ("" if self.m == 1 else
+                                                                 "; M = 2: quoted in BlockScaledFp4Plan's reason") + ")"
                 if self.default_dp4a else "") if self.decode == "dp4a" else
             "cvt.rn.f16x2.e2m1x2" if self.decode == "bytes" and has_e2m1_cvt(self.arch) else
             "an exact software E2M1 decode: " + (
