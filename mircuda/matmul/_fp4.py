@@ -939,8 +939,9 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
       ``fp4_mma_bf16`` (``cuda_src/fp4_mma_gemv.cu``: E2M1 x UE4M3 decoded exactly to FP16 in registers,
       ``mma.sync`` m16n8k16 FP16 -> FP32 on the tensor cores), except at M <= :data:`DP4A_DEFAULT_MAX_M` where the
       integer path applies (K % 32 == 0, no E2M1 conversion on the target: sm_90, sm_80) and no knob it excludes
-      is given (a word decoder, 16 or 32 rows, ``block_sum``, ``persistent=True``); otherwise (M = 1, BF16 activations, that integer path, ``decode='dp4a'`` or
-      ``kernel="fp4_matvec_bf16"``) ``fp4_matvec_bf16`` (``cuda_src/fp4_vector.cu``, CUDA cores);
+      is given (a word decoder, 16 or 32 rows, ``block_sum``, ``persistent=True``); otherwise (M = 1, BF16
+      activations, that integer path, ``decode='dp4a'`` or ``kernel="fp4_matvec_bf16"``) ``fp4_matvec_bf16``
+      (``cuda_src/fp4_vector.cu``, CUDA cores);
     - ``"cutlass"``, ``M > 16`` on cc 12.x (RTX 50, GB10): the library's block-scaled NVFP4 kernels
       (CUTLASS ``OpClassBlockScaledTensorOp``, PTX ``mma.sync.aligned.kind::mxf4nvf4.block_scale.scale_vec::4X
       .m16n8k64 ... .ue4m3``, SASS ``OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X``; sm_120f, 128x128x128 tiles):
