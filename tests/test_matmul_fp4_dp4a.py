@@ -1132,8 +1132,8 @@ def test_the_integer_path_refuses_m_above_4_and_m_row_tiles_of_the_grouped_kerne
 def test_numba_execute_at_m2_launches_the_integer_path_kernel_with_its_alignments(
         fake_matrix_plan: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """BlockScaledFp4Plan at M = 2 with no knobs (the integer path's default) on a fake sm_90 device: numba_execute
-    is fp4_executor over the module kept (the default row warps' second module at N = 14336), with the plan's
-    grid and block, N and K packed as the kernel's last parameters, and the integer path's activation alignments
+    is fp4_executor over the one module compiled (one row block per block at N = 14336 too: M = 1's row warps
+    rule is not M = 2's), with the plan's grid and block, N and K packed as the kernel's last parameters, and the integer path's activation alignments
     (16-byte codes, 2-byte scales) refused before any launch: the M = 1 test's pattern
     (test_both_plans_run_the_default_row_warps_module_from_numba_and_say_so) with the real executor and a
     stand-in cuLaunchKernel."""
@@ -1158,7 +1158,7 @@ def test_numba_execute_at_m2_launches_the_integer_path_kernel_with_its_alignment
     entry = proto(fake_launch)
     real = _fp4.fp4_executor
     monkeypatch.setattr(_fp4, "fp4_executor", lambda *args, **kw: real(*args, launch_function=entry, **kw))
-    for n, handle, grid, block in [(4096, 100, 1024, 64), (14336, 101, 1792, 64)]:
+    for n, handle, grid, block in [(4096, 100, 1024, 64), (14336, 100, 3584, 32)]:  # no default row warps at M = 2
         plan = make(2, n=n)
         assert plan.gemv_kernel == FP4_SYMBOL and plan._gemv.decode == "dp4a" and compiled[-1]["MIRCUDA_FP4_M"] == "2"
         assert (plan._gemv.config.grid[0], plan._gemv.config.block[0]) == (grid, block)
