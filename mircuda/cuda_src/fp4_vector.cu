@@ -613,7 +613,7 @@ __device__ __forceinline__ void fp4_matvec_lean(__nv_bfloat16* __restrict__ y, c
         }
         lp.x = x + (lane_col >> 1);
         lp.sx = sx + fp4::scale_col_offset<MIRCUDA_FP4_ACT_TILED != 0>(lane_col >> 4);
-        // activation rows m < kM <= 8 share the first 32-row group of a tiled atom: 16 bytes apart
+        // activation rows m < kM <= 4 share the first 32-row group of a tiled atom: 16 bytes apart
         lp.xrow = (unsigned)k / 2u;
         lp.sxrow = MIRCUDA_FP4_ACT_TILED ? 16u : (unsigned)kblocks;
     }
