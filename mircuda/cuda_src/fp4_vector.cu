@@ -676,7 +676,13 @@ __device__ __forceinline__ void fp4_matvec_lean(__nv_bfloat16* __restrict__ y, c
 #pragma unroll
         for (int m = 0; m < kM; ++m) partial[warp][m][row] = v[m];
     __syncthreads();
-    if (ids.tid < kM * kRows) {
+    if constexpr (kM == 1) {  // M = 1 as before the M-row path (the same SASS)
+        if (ids.tid < kRows && row0 + ids.tid < n) {
+            float s = partial[0][0][ids.tid];
+            for (int j = 1; j < warps; ++j) s += partial[j][0][ids.tid];
+            decode::store_out(y + (long long)y_row * n + row0 + ids.tid, scale * s);
+        }
+    } else if (ids.tid < kM * kRows) {
         const int m = (int)ids.tid / kRows, r = (int)ids.tid % kRows;
         if (row0 + r < n) {
             float s = partial[0][m][r];
