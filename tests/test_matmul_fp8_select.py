@@ -481,3 +481,105 @@ def test_the_plan_uses_the_library_numba_entry_point(monkeypatch) -> None:
 
 def test_the_plan_module_exports_the_selection_name() -> None:
     assert _fp8.BlockwiseFp8Unavailable.__mro__[1] is mc.UnsupportedPlatform
+
+
+# -- odd input to the SM90 rule and the selection (review of 2026-12-02) ---------------------------
+NOT_AN_SM_COUNT = [0, -1, -132, True, False, 132.0, 132.5, np.float64(132), "132", None, np.bool_(True)]
+"""Each once picked a kernel silently (0, negatives and False: always the cooperative one; True: one SM; a float
+compared as a count) or failed with a TypeError: now a ContractError naming ``multiprocessors``."""
+
+
+@pytest.mark.parametrize("multiprocessors", NOT_AN_SM_COUNT, ids=repr)
+def test_an_sm_count_that_is_not_a_positive_int_is_refused_by_name(multiprocessors) -> None:
+    from mircuda.matmul._select import select_kernel, sm90_fp8_family
+
+    with pytest.raises(mc.ContractError) as info:
+        sm90_fp8_family(64, 4096, multiprocessors)
+    assert info.value.argument == "multiprocessors" and repr(multiprocessors) in str(info.value)
+    with pytest.raises(mc.ContractError) as info:
+        select_fp8_kernel(TABLE, spec(64), (9, 0), multiprocessors=multiprocessors)
+    assert info.value.argument == "multiprocessors"
+    with pytest.raises(mc.ContractError) as info:  # the dense plans' rule takes the same count
+        select_kernel((), spec(64), "bf16", "bf16", (9, 0), multiprocessors)
+    assert info.value.argument == "multiprocessors"
+
+
+@pytest.mark.parametrize("count", [np.int64(112), np.int32(112), np.uint16(112), 112])
+def test_a_numpy_sm_count_is_the_int(count) -> None:
+    from mircuda.matmul._select import sm90_fp8_family
+
+    # 14336x4096 at M = 64: 112 ping-pong tiles, exactly one wave of 112 SMs; one SM fewer and they do not fit
+    assert sm90_fp8_family(64, 14336, count) == sm90_fp8_family(64, 14336, 112)
+    assert sm90_fp8_family(64, 14336, count)[0] == "sm90_blockwise_pingpong" and "112 SMs" in \
+        sm90_fp8_family(64, 14336, count)[1]
+    assert select_fp8_kernel(TABLE, spec(64, 14336), (9, 0), multiprocessors=count).kernel.name == PINGPONG
+    assert select_fp8_kernel(TABLE, spec(64, 14336), (9, 0), multiprocessors=count - 1).kernel.name == COOP
+
+
+@pytest.mark.parametrize("m, n, sms, name", [
+    (17, 4104, 33, PINGPONG), (17, 4104, 32, COOP),  # N = 4104: 33 N tiles, the last one partial
+    (1088, 1024, 136, PINGPONG), (1089, 1024, 136, COOP),  # 17 x 8 tiles exactly fill 136 SMs; 18 x 8 do not
+    (17, 1032, 9, PINGPONG), (17, 1032, 8, COOP), (64, 8, 1, PINGPONG), (65, 8, 1, COOP),
+    (64, 4096, 10**12, PINGPONG),  # a huge count is a count: every tile fits
+])
+def test_the_wave_boundary_at_the_edges(m, n, sms, name) -> None:
+    assert select_fp8_kernel(TABLE, spec(m, n, 1024), (9, 0), multiprocessors=sms).kernel.name == name
+
+
+@pytest.mark.parametrize("m, n, argument", [(16, 4096, "m"), (1, 4096, "m"), (0, 4096, "m"), (-64, 4096, "m"),
+                                            (True, 4096, "m"), (64.0, 4096, "m"), (64, 0, "n"), (64, -128, "n"),
+                                            (64, 4096.0, "n"), (64, None, "n")])
+def test_the_sm90_rule_refuses_a_shape_it_does_not_cover_by_name(m, n, argument) -> None:
+    from mircuda.matmul._select import sm90_fp8_family
+
+    # formerly "M = 0 > 16: the 0 ... tiles fit" and the ping-pong kernel
+    with pytest.raises(mc.ContractError) as info:
+        sm90_fp8_family(m, n, 132)
+    assert info.value.argument == argument
+
+
+@pytest.mark.parametrize("kwargs, argument", [
+    ({"kernels": None}, "kernels"), ({"kernels": "sm90"}, "kernels"), ({"kernels": (None,)}, "kernels"),
+    ({"spec": (64, 4096, 4096)}, "spec"), ({"compute_capability": "9.0"}, "compute_capability"),
+    ({"compute_capability": (9,)}, "compute_capability"), ({"compute_capability": (9.0, 0)}, "compute_capability"),
+    ({"compute_capability": (True, 0)}, "compute_capability"), ({"compute_capability": None}, "compute_capability"),
+])
+def test_select_fp8_kernel_names_a_nonsense_argument(kwargs, argument) -> None:
+    # formerly a TypeError or AttributeError from inside the rule
+    args = {"kernels": TABLE, "spec": spec(64), "compute_capability": (9, 0), **kwargs}
+    with pytest.raises(mc.ContractError) as info:
+        select_fp8_kernel(**args)
+    assert info.value.argument == argument
+
+
+def test_a_compute_capability_list_or_numpy_pair_is_the_tuple() -> None:
+    for cc in ([9, 0], (np.int64(9), np.int64(0))):
+        assert select_fp8_kernel(TABLE, spec(64), cc).kernel.name == PINGPONG
+        with pytest.raises(mc.ContractError, match="cc 9.0"):
+            select_fp8_kernel(TABLE, spec(64), cc, SM120)
+
+
+@pytest.mark.parametrize("count, name", [(112, PINGPONG), (111, COOP)])
+def test_the_plan_follows_the_devices_sm_count(monkeypatch, count, name) -> None:
+    from mircuda.runtime import Context
+
+    context, stream, _ = stand_ins(monkeypatch)
+    monkeypatch.setattr(Context, "device_info", lambda self: SimpleNamespace(
+        compute_capability=(9, 0), name="stand-in", arch="sm_90", multiprocessor_count=count,
+        supports_programmatic_launch=True))
+    plan = mc.BlockwiseFp8Plan(context, stream, spec(64, 14336), library=FakeLibrary())
+    assert plan.kernel_name == name and f"{count} SMs" in plan.describe()
+
+
+@pytest.mark.parametrize("count", [0, -1, None])
+def test_a_device_without_an_sm_count_builds_no_plan(monkeypatch, count) -> None:
+    from mircuda.runtime import Context
+
+    context, stream, pool = stand_ins(monkeypatch)
+    monkeypatch.setattr(Context, "device_info", lambda self: SimpleNamespace(
+        compute_capability=(9, 0), name="stand-in", arch="sm_90", multiprocessor_count=count,
+        supports_programmatic_launch=True))
+    lib = FakeLibrary()
+    with pytest.raises(mc.ContractError) as info:
+        mc.BlockwiseFp8Plan(context, stream, spec(64), library=lib)
+    assert info.value.argument == "multiprocessors" and lib.calls == [] and not pool.allocated

@@ -51,6 +51,20 @@ def tensor_core_aligned(spec: DenseMatmulSpec, input: str, output: str) -> bool:
     return spec.k * SIZES[input] % 16 == 0 and spec.n * SIZES[output] % 16 == 0
 
 
+def _check_multiprocessors(multiprocessors: Any) -> int:
+    """The device's SM count as the selection rules take it (``DeviceInfo.multiprocessor_count``): a positive int, a
+    numpy integer kept as the int. Zero, a negative count, a bool or a float would make the wave rules pick a kernel
+    for no device at all, silently.
+
+    Raises:
+        ContractError: naming ``multiprocessors``.
+    """
+    if not is_integer_value(multiprocessors) or multiprocessors < 1:
+        raise ContractError("multiprocessors", "a positive int (the device's SM count, "
+                            "DeviceInfo.multiprocessor_count)", repr(multiprocessors))
+    return int(multiprocessors)
+
+
 def split_k_slices(spec: DenseMatmulSpec, kernel: KernelInfo, multiprocessors: int) -> int:
     """K slices for a split-K kernel: enough work units for every SM (tiles x slices <= SMs), each
     slice at least two K tiles, at most 16 slices. The tile is of the swapped problem (N x M)."""
@@ -137,9 +151,11 @@ def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: s
         ContractError: ``forced`` names no kernel of these types that runs on the device (or the
             batched GEMV for M > 32, the dense vector kernel for M > 1); ``splits`` is not an integer
             (a bool, a float, a string; a numpy integer is taken as an int), is given for a kernel that
-            does not split K, or is outside 1 to min(K tiles, :data:`MAX_SPLITS`).
+            does not split K, or is outside 1 to min(K tiles, :data:`MAX_SPLITS`); ``multiprocessors`` is
+            not a positive int.
         UnsupportedPlatform: the library has no kernel of these types for the device.
     """
+    multiprocessors = _check_multiprocessors(multiprocessors)
     chosen = _select(kernels, spec, input, output, compute_capability, multiprocessors, forced, tuned)
     return chosen if splits is None else _check_splits(chosen, spec, splits)
 
@@ -323,7 +339,18 @@ def sm90_fp8_family(m: int, n: int, multiprocessors: int) -> tuple[str, str]:
     """SM90's blockwise FP8 CUTLASS family for M > 16 and why: ``"sm90_blockwise_pingpong"`` (64x128x128 tiles,
     two warp groups alternating tiles) when its ``ceil(M / 64) * ceil(N / 128)`` output tiles fit in one wave
     (at most ``multiprocessors``), else ``"sm90_blockwise_cooperative"`` (128x128x128 tiles, both warp groups on
-    one tile, A multicast to a 1x2 cluster). Measured: :data:`FP8_SM90_RULE_MEASURED`."""
+    one tile, A multicast to a 1x2 cluster). Measured: :data:`FP8_SM90_RULE_MEASURED`.
+
+    Raises:
+        ContractError: ``m`` is not an int above :data:`FP8_NVRTC_MAX_M` (smaller M runs the NVRTC kernels), ``n``
+            not a positive int, ``multiprocessors`` not a positive int (a numpy integer is taken as an int).
+    """
+    if not is_integer_value(m) or m <= FP8_NVRTC_MAX_M:
+        raise ContractError("m", f"an int above {FP8_NVRTC_MAX_M} (M <= {FP8_NVRTC_MAX_M} runs the NVRTC kernels)",
+                            repr(m))
+    if not is_integer_value(n) or n < 1:
+        raise ContractError("n", "a positive int", repr(n))
+    m, n, multiprocessors = int(m), int(n), _check_multiprocessors(multiprocessors)
     pingpong_tiles = -(-m // 64) * -(-n // 128)
     if pingpong_tiles <= multiprocessors:
         return "sm90_blockwise_pingpong", (
@@ -367,12 +394,26 @@ def select_fp8_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, comp
 
     Raises:
         ContractError: ``forced`` names no kernel that runs on the device, or one whose table
-            constraints (``KernelInfo.refusal``) or M range exclude the shape (named ``kernel``).
+            constraints (``KernelInfo.refusal``) or M range exclude the shape (named ``kernel``); ``kernels``
+            is not a sequence of ``KernelInfo``, ``spec`` not a ``DenseMatmulSpec``, ``compute_capability``
+            not a (major, minor) pair of ints, ``multiprocessors`` not a positive int (each named).
         BlockwiseFp8Unavailable: no kernel runs the shape on the device (the library has none for its
             architecture, or the shape breaks the chosen kernel's multiples: the message names them).
     """
     from ._fp8 import BlockwiseFp8Unavailable
 
+    if (not isinstance(kernels, Sequence) or isinstance(kernels, str)
+            or not all(isinstance(x, KernelInfo) for x in kernels)):
+        raise ContractError("kernels", "a sequence of KernelInfo (CutlassLibrary.scaled_kernels, or () without a "
+                            "library)", repr(kernels))
+    if not isinstance(spec, DenseMatmulSpec):
+        raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
+    if (not isinstance(compute_capability, (tuple, list)) or len(compute_capability) != 2
+            or not all(is_integer_value(x) and x >= 0 for x in compute_capability)):
+        raise ContractError("compute_capability", "a (major, minor) pair of non-negative ints, e.g. (9, 0)",
+                            repr(compute_capability))
+    compute_capability = (int(compute_capability[0]), int(compute_capability[1]))
+    multiprocessors = _check_multiprocessors(multiprocessors)
     m, n, k = spec.m, spec.n, spec.k
     cc = f"{compute_capability[0]}.{compute_capability[1]}"
     gemv, mma = fp8_gemv_entry(), fp8_mma_entry()
