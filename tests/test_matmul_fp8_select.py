@@ -559,6 +559,17 @@ def test_a_compute_capability_list_or_numpy_pair_is_the_tuple() -> None:
             select_fp8_kernel(TABLE, spec(64), cc, SM120)
 
 
+def test_the_ping_pong_reason_says_what_the_cooperative_tiles_would_do() -> None:
+    from mircuda.matmul._select import sm90_fp8_family
+
+    # M <= 64: one row of tiles either way, as many cooperative tiles as ping-pong ones: none would be idler
+    for m in (17, 64):
+        reason = sm90_fp8_family(m, 4096, 132)[1]
+        assert "32 64x128x128 ping-pong tiles" in reason and "idle" not in reason and "pad M" in reason
+    reason = sm90_fp8_family(65, 4096, 132)[1]  # 64 ping-pong tiles against 32 cooperative ones
+    assert "64 64x128x128" in reason and "the 32 128-row cooperative tiles would leave more SMs idle" in reason
+
+
 @pytest.mark.parametrize("count, name", [(112, PINGPONG), (111, COOP)])
 def test_the_plan_follows_the_devices_sm_count(monkeypatch, count, name) -> None:
     from mircuda.runtime import Context

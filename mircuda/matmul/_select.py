@@ -353,9 +353,13 @@ def sm90_fp8_family(m: int, n: int, multiprocessors: int) -> tuple[str, str]:
     m, n, multiprocessors = int(m), int(n), _check_multiprocessors(multiprocessors)
     pingpong_tiles = -(-m // 64) * -(-n // 128)
     if pingpong_tiles <= multiprocessors:
+        # M <= 64: as many cooperative tiles as ping-pong ones (one row of tiles either way), so no SM is left idle
+        # by them; above, the 128-row tiles are fewer
+        versus = (f"as many 128-row cooperative tiles would pad M = {m} to 128 rows" if m <= 64 else
+                  f"the {-(-m // 128) * -(-n // 128)} 128-row cooperative tiles would leave more SMs idle")
         return "sm90_blockwise_pingpong", (
             f"M = {m} > {FP8_NVRTC_MAX_M}: the {pingpong_tiles} 64x128x128 ping-pong tiles fit in one wave of the "
-            f"{multiprocessors} SMs (the 128-row cooperative tiles would leave more SMs idle)")
+            f"{multiprocessors} SMs ({versus})")
     return "sm90_blockwise_cooperative", (
         f"M = {m} > {FP8_NVRTC_MAX_M}: {pingpong_tiles} 64x128 tiles exceed one wave of the {multiprocessors} SMs; "
         "128x128x128 cooperative tiles, A multicast to a 1x2 cluster")
