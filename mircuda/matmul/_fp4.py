@@ -143,8 +143,8 @@ DP4A_DEFAULT_MAX_M = 2
 DP4A_M2_MEASURED = (
     "fp4-profile --sweep on the H200, 2026-12-02 (µs, median of 5 x 20 cold calls; decode='dp4a' with the M = 1 "
     "rows and row-warps rules against fp4_mma_bf16's defaults): M = 2: 4096x4096 6.16 vs 7.07, 14336x4096 15.06 vs "
-    "16.93, 4096x14336 15.25 vs 16.39, 6144x4096 7.81 vs 9.84; M = 4 mixed: 7.30 vs 7.12, 21.59 vs 17.05, "
-    "16.90 vs 16.50, 10.75 vs 9.96")
+    "16.93, 4096x14336 15.25 vs 16.39, 6144x4096 7.81 vs 9.84; M = 4 slower on all four: 7.30 vs 7.12, 21.59 vs "
+    "17.05, 16.90 vs 16.50, 10.75 vs 9.96 (rows=8: 6.74, 18.85, 16.93, 9.89, faster on two)")
 """The measurement behind :data:`DP4A_DEFAULT_MAX_M` (N x K; taken with M = 1's row-warps rule, which the M = 2 default
 has since left for one row block per block, faster still: :data:`ROW_WARPS_M2_MEASURED`)."""
 
@@ -500,8 +500,8 @@ def resolve_gemv_knobs(arch: str, symbol: str, m: int, k: int, activation: str, 
     # Three stages of loads for M = 1 on fp4_matvec_bf16 with a word decoder and for the tensor-core kernel
     # (fp4-profile --sweep on the H200, 2026-12-01: fp4_matvec_bf16 rows 4 x stages 3 was the fastest e4m3 M = 1
     # kernel over the three Llama shapes, 6.0 / 13.9 / 13.5 µs against 6.1 / 14.0 / 14.3 for rows 8 x stages 2;
-    # fp4_mma_bf16 with 32 rows x 3 stages beat 16 rows x 2 stages at every M in 2, 8, 16 on all four
-    # shapes, e.g. M = 8: 7.3 / 17.1 / 16.7 / 10.1 µs against 9.0 / 20.9 / 23.5 / 11.0 on 4096x4096,
+    # fp4_mma_bf16 with 32 rows x 3 stages beat 16 rows x 2 stages at M = 2, 8, 16 on all four shapes but
+    # 4096x4096 M = 16 (8.50 against 8.43, level), e.g. M = 8: 7.3 / 17.1 / 16.7 / 10.1 µs against 9.0 / 20.9 / 23.5 / 11.0 on 4096x4096,
     # 14336x4096, 4096x14336, 6144x4096); elsewhere double buffering.
     # decode='dp4a': two stages (its ring refills a step in place, so two stages are one step of registers:
     # 72 on sm_90 for 4 rows, 28 warps per SM, one wave of the 3584 row blocks of N = 14336; three take 124);

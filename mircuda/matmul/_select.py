@@ -329,7 +329,7 @@ FP8_SM90_RULE_MEASURED = (
     "H200, 2026-12-02 (benchmarks/fp8_sm90_kernels.py: both kernels forced, cold weights, median of 7 x 20 "
     "back-to-back calls; benchmarks/results/fp8_sm90_cutlass_pingpong_vs_coop.json): the ping-pong kernel was the faster at every point "
     "where its 64x128 tiles fit in one wave (4096x4096 M = 32..256 by 15-22 %, 6144x4096 M <= 128, 14336x4096 "
-    "M <= 64); where they do not, the cooperative one at 21 of 25 points (14336x4096 M = 256: 34.5 against 40.8 µs, "
+    "M <= 64); where they do not, the cooperative one at 22 of 26 points (14336x4096 M = 256: 34.5 against 40.8 µs, "
     "6144x4096 M = 256: 18.3 against 22.8, M >= 1024 everywhere by 25-68 %), but not at 14336x4096 M = 192 (38.1 "
     "against 32.2) and 384 (66.4 against 57.5) or 6144x4096 M = 384 (34.7 against 31.1) and 512 (32.4 against 31.4)")
 """The measurement behind :func:`sm90_fp8_family` (N x K; M > 16)."""
