@@ -594,3 +594,27 @@ def test_a_device_without_an_sm_count_builds_no_plan(monkeypatch, count) -> None
     with pytest.raises(mc.ContractError) as info:
         mc.BlockwiseFp8Plan(context, stream, spec(64), library=lib)
     assert info.value.argument == "multiprocessors" and lib.calls == [] and not pool.allocated
+
+
+@pytest.mark.parametrize("kernels, spec_, cc, argument", [
+    ("sm90", spec(64), (9, 0), "kernels"), ([None], spec(64), (9, 0), "kernels"), (5, spec(64), (9, 0), "kernels"),
+    ((), (64, 4096, 4096), (9, 0), "spec"), ((), None, (9, 0), "spec"),
+    ((), spec(64), 9, "compute_capability"), ((), spec(64), (9,), "compute_capability"),
+    ((), spec(64), ("9", "0"), "compute_capability"), ((), spec(64), (9, -1), "compute_capability")], ids=str)
+def test_the_dense_selection_names_odd_arguments_as_the_fp8_one_does(kernels, spec_, cc, argument) -> None:
+    """select_kernel (the dense plans' rule) raised an AttributeError or TypeError for a spec, kernel table or
+    compute capability that is none; it now checks them as select_fp8_kernel does, by name, before choosing."""
+    from mircuda.matmul._select import select_kernel
+
+    with pytest.raises(mc.ContractError) as info:
+        select_kernel(kernels, spec_, "bf16", "bf16", cc, 132)
+    assert info.value.argument == argument
+    with pytest.raises(mc.ContractError) as info:
+        select_fp8_kernel(kernels, spec_, cc)
+    assert info.value.argument == argument
+    # a list and numpy integers are the pair of ints (M = 8: the batched GEMV, no library needed)
+    from mircuda.matmul._gemv import gemv_kernels
+
+    table = tuple(gemv_kernels())
+    assert select_kernel(table, spec(8), "bf16", "bf16", [np.int64(9), 0], 132).kernel.name == \
+        select_kernel(table, spec(8), "bf16", "bf16", (9, 0), 132).kernel.name

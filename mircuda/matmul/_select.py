@@ -65,6 +65,27 @@ def _check_multiprocessors(multiprocessors: Any) -> int:
     return int(multiprocessors)
 
 
+def _check_selection(kernels: Any, spec: Any, compute_capability: Any, table: str) -> tuple[int, int]:
+    """The selection rules' common arguments: ``kernels`` a sequence of :class:`KernelInfo` (``table``, or ()
+    without a library), ``spec`` a :class:`DenseMatmulSpec`, ``compute_capability`` a (major, minor) pair of
+    non-negative ints (numpy integers and a list taken); returns the pair as ints.
+
+    Raises:
+        ContractError: naming ``kernels``, ``spec`` or ``compute_capability``.
+    """
+    if (not isinstance(kernels, Sequence) or isinstance(kernels, str)
+            or not all(isinstance(x, KernelInfo) for x in kernels)):
+        raise ContractError("kernels", f"a sequence of KernelInfo ({table}, or () without a library)",
+                            repr(kernels))
+    if not isinstance(spec, DenseMatmulSpec):
+        raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
+    if (not isinstance(compute_capability, (tuple, list)) or len(compute_capability) != 2
+            or not all(is_integer_value(x) and x >= 0 for x in compute_capability)):
+        raise ContractError("compute_capability", "a (major, minor) pair of non-negative ints, e.g. (9, 0)",
+                            repr(compute_capability))
+    return int(compute_capability[0]), int(compute_capability[1])
+
+
 def split_k_slices(spec: DenseMatmulSpec, kernel: KernelInfo, multiprocessors: int) -> int:
     """K slices for a split-K kernel: enough work units for every SM (tiles x slices <= SMs), each
     slice at least two K tiles, at most 16 slices. The tile is of the swapped problem (N x M)."""
@@ -152,9 +173,10 @@ def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: s
             batched GEMV for M > 32, the dense vector kernel for M > 1); ``splits`` is not an integer
             (a bool, a float, a string; a numpy integer is taken as an int), is given for a kernel that
             does not split K, or is outside 1 to min(K tiles, :data:`MAX_SPLITS`); ``multiprocessors`` is
-            not a positive int.
+            not a positive int; ``kernels``, ``spec`` or ``compute_capability`` is not what it says (each named).
         UnsupportedPlatform: the library has no kernel of these types for the device.
     """
+    compute_capability = _check_selection(kernels, spec, compute_capability, "CutlassLibrary.kernels")
     multiprocessors = _check_multiprocessors(multiprocessors)
     chosen = _select(kernels, spec, input, output, compute_capability, multiprocessors, forced, tuned)
     return chosen if splits is None else _check_splits(chosen, spec, splits)
@@ -406,17 +428,7 @@ def select_fp8_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, comp
     """
     from ._fp8 import BlockwiseFp8Unavailable
 
-    if (not isinstance(kernels, Sequence) or isinstance(kernels, str)
-            or not all(isinstance(x, KernelInfo) for x in kernels)):
-        raise ContractError("kernels", "a sequence of KernelInfo (CutlassLibrary.scaled_kernels, or () without a "
-                            "library)", repr(kernels))
-    if not isinstance(spec, DenseMatmulSpec):
-        raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
-    if (not isinstance(compute_capability, (tuple, list)) or len(compute_capability) != 2
-            or not all(is_integer_value(x) and x >= 0 for x in compute_capability)):
-        raise ContractError("compute_capability", "a (major, minor) pair of non-negative ints, e.g. (9, 0)",
-                            repr(compute_capability))
-    compute_capability = (int(compute_capability[0]), int(compute_capability[1]))
+    compute_capability = _check_selection(kernels, spec, compute_capability, "CutlassLibrary.scaled_kernels")
     multiprocessors = _check_multiprocessors(multiprocessors)
     m, n, k = spec.m, spec.n, spec.k
     cc = f"{compute_capability[0]}.{compute_capability[1]}"
