@@ -158,12 +158,12 @@ def test_one_block_times_its_scale_product_is_exact_in_fp32() -> None:
 
 
 ROWS_LINES = (
-    "for (int i = 0; i < 4; ++i) activation_int8(aw[i], lut, a[m][2 * i], a[m][2 * i + 1]);",
+    "for (int i = 0; i < 4; ++i) activation_int8(words[i], lut, out[2 * i], out[2 * i + 1]);",
+    "const unsigned words[4] = {w.x, w.y, w.z, w.w};", "step_int8(s.act[m], lut, a[m]);",
     "xs[m] = ue4m3x2_to_float2(s.araw[m]);", "const float2 ws = ue4m3x2_to_float2(s.sraw[r]);",
-    "for (int i = 0; i < 4; ++i) activation_int8(s.codes[r][i], lut, v[2 * i], v[2 * i + 1]);",
+    "step_int8(s.codes[r], lut, v);",
     "for (int i = 4 * b; i < 4 * b + 4; ++i) dot = __dp4a((int)v[i], (int)a[m][i], dot);",
     "acc[m][r] = fmaf((float)dot, (b ? ws.y : ws.x) * (b ? xs[m].y : xs[m].x), acc[m][r]);",
-    "const unsigned aw[4] = {s.act[m].x, s.act[m].y, s.act[m].z, s.act[m].w};",
 )
 """Code of ``lean_consume_rows`` (``cuda_src/fp4_vector.cu``, M > 1) that :func:`lean_rows_step` mirrors."""
 

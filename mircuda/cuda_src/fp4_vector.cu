@@ -398,6 +398,16 @@ __device__ __forceinline__ void activation_int8(unsigned w, uint2 lut, unsigned&
     hi = (0x80808080u + e2m1_lut(w >> 16, lut) - e2m1_lut(x >> 16, lut)) ^ 0x80808080u;
 }
 
+// A lane's 32 codes of a step (four words) -> eight words of four signed int8 each, in element order.
+__device__ __forceinline__ void step_int8(const unsigned (&words)[4], uint2 lut, unsigned (&out)[8]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) activation_int8(words[i], lut, out[2 * i], out[2 * i + 1]);
+}
+__device__ __forceinline__ void step_int8(const uint4& w, uint2 lut, unsigned (&out)[8]) {
+    const unsigned words[4] = {w.x, w.y, w.z, w.w};
+    step_int8(words, lut, out);
+}
+
 // Two UE4M3 scale bytes (blocks 2j, 2j + 1 in bits 0..7, 8..15; sign bits ignored as ue4m3_to_float does) ->
 // two floats, exactly (cvt.rn.f16x2.e4m3x2: every E4M3 value is an FP16 value).
 // Below cc 8.9 (no E4M3 conversion) byte by byte with fp4::ue4m3_to_float.
@@ -469,9 +479,7 @@ __device__ __forceinline__ void lean_load(LeanPointers& p, unsigned cstep, unsig
 __device__ __forceinline__ void lean_consume(float (&acc)[kRows], LeanStep& s, uint2 lut, bool reload, LeanPointers& p,
                                              unsigned cstep, unsigned sstep, unsigned xsstep) {
     unsigned a[8];
-    const unsigned aw[4] = {s.act[0].x, s.act[0].y, s.act[0].z, s.act[0].w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) activation_int8(aw[i], lut, a[2 * i], a[2 * i + 1]);
+    step_int8(s.act[0], lut, a);
     const float2 xs = ue4m3x2_to_float2(s.araw[0]);
     if (reload) lean_load_act(p, cstep, xsstep, s);
 #pragma unroll
@@ -503,9 +511,7 @@ __device__ __forceinline__ void lean_consume_rows(float (&acc)[kM][kRows], LeanS
     float2 xs[kM];
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
-        const unsigned aw[4] = {s.act[m].x, s.act[m].y, s.act[m].z, s.act[m].w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) activation_int8(aw[i], lut, a[m][2 * i], a[m][2 * i + 1]);
+        step_int8(s.act[m], lut, a[m]);
         xs[m] = ue4m3x2_to_float2(s.araw[m]);
     }
     if (reload) lean_load_act(p, cstep, xsstep, s);
@@ -513,8 +519,7 @@ __device__ __forceinline__ void lean_consume_rows(float (&acc)[kM][kRows], LeanS
     for (int r = 0; r < kRows; ++r) {
         const float2 ws = ue4m3x2_to_float2(s.sraw[r]);
         unsigned v[8];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) activation_int8(s.codes[r][i], lut, v[2 * i], v[2 * i + 1]);
+        step_int8(s.codes[r], lut, v);
         if (reload) lean_load_row(p, r, cstep, sstep, s);
 #pragma unroll
         for (int b = 0; b < 2; ++b) {

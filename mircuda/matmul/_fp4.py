@@ -175,9 +175,9 @@ def default_gemv_kernel(arch: str, m: int, k: int, activation: str, decode: Any,
     ``kernel='fp4_matvec_bf16'`` takes them). The knobs are checked afterwards, against the kernel chosen."""
     if m == 1 or activation != "fp4" or (isinstance(decode, str) and decode == "dp4a"):
         return FP4_SYMBOL
-    if (decode is None and (rows is None or (type(rows) is int and rows in VECTOR_ROWS)) and block_sum is None
-            and (persistent is None or persistent is False)
-            and default_vector_decode(arch, m, k, activation) == "dp4a"):
+    if (decode is None and (rows is None or (type(rows) is int and rows in VECTOR_ROWS))
+            and default_vector_decode(arch, m, k, activation, block_sum, persistent is not None and persistent is not False)
+            == "dp4a"):
         return FP4_SYMBOL
     return FP4_MMA_SYMBOL
 
