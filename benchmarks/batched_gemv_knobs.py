@@ -4,11 +4,13 @@ cold weights (banks >= 8x L2), each configuration checked against float64 first 
 2e-2, as ``matmul-profile``'s; one that fails is reported and not timed, and the script exits 1). Needs a GPU
 and torch (cuBLAS).
 
-    python benchmarks/batched_gemv_knobs.py [--m 16,24,32] [--json PATH]
+    python benchmarks/batched_gemv_knobs.py [--m 16,24,32] [--shapes 28672x4096,...] [--warps 1,2,4,8] [--json PATH]
 
 ``benchmarks/results/batched_gemv_m16_64_knobs.json`` (H200, 2026-12-01) also holds M = 48 and 64, run with
 commit 04afb01, whose kernel took M up to 64: there its best was 0.57-0.82x cuBLAS, which is why the kernel
-stops at 32 (``mircuda.matmul._gemv.MAX_M``)."""
+stops at 32 (``mircuda.matmul._gemv.MAX_M``). ``benchmarks/results/batched_gemv_m8_16_row_tiles.json`` (H200,
+2026-12-02) adds two row tiles at M = 8 and 16 (with four steps), one-warp blocks and the decoder layer's
+28672x4096 projection."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from mircuda.matmul._gemv import MAX_M, batched_gemv_source
 from mircuda.matmul._vector import shared_compiler, vector_contract
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)]
-KNOBS = [(1, 4), (1, 2), (1, 1), (2, 2), (2, 1)]  # (row tiles, unroll)
+KNOBS = [(1, 4), (1, 2), (1, 1), (2, 4), (2, 2), (2, 1)]  # (row tiles, unroll)
 WARPS = [2, 4, 8]
 TOLERANCE = 2e-2
 """The largest relative error against float64 (``matmul-profile``'s)."""
@@ -48,10 +50,36 @@ def rows_of_a(text: str) -> list[int]:
     return ms
 
 
+def shapes_of(text: str) -> list[tuple[int, int]]:
+    """``--shapes``: comma-separated NxK weight shapes, each K a multiple of 8 (the 16-byte variant)."""
+    try:
+        out = [(int(n), int(k)) for n, k in (x.split("x") for x in text.split(","))]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated NxK shapes, received {text!r}") from None
+    if not out or not all(n >= 1 and k >= 8 and k % 8 == 0 for n, k in out):
+        raise argparse.ArgumentTypeError(f"expected N >= 1 and K a positive multiple of 8, received {text!r}")
+    return out
+
+
+def warps_of(text: str) -> list[int]:
+    """``--warps``: comma-separated warps per block, each 1, 2, 4 or 8."""
+    try:
+        out = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, received {text!r}") from None
+    if not out or not all(w in (1, 2, 4, 8) for w in out):
+        raise argparse.ArgumentTypeError(f"expected warps of 1, 2, 4 or 8, received {text!r}")
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--m", type=rows_of_a, default="16,24,32",
                    help=f"comma-separated M (rows of A), each in 1..{MAX_M} (default: 16,24,32)")
+    p.add_argument("--shapes", type=shapes_of, default=",".join(f"{n}x{k}" for n, k in SHAPES),
+                   help="comma-separated NxK weight shapes (default: the four of matmul-profile)")
+    p.add_argument("--warps", type=warps_of, default=",".join(map(str, WARPS)),
+                   help="comma-separated warps per block, each 1, 2, 4 or 8 (default: 2,4,8)")
     p.add_argument("--json", default="batched_gemv_knobs.json", help="where the results go (default: %(default)s)")
     args = p.parse_args()
     ms = args.m
@@ -63,7 +91,7 @@ def main() -> None:
         compiler = shared_compiler(s.context)
         contract = vector_contract("batched_gemv_bf16_bf16_v16", dtype_info(mc.bf16), dtype_info(mc.bf16), ("c", "a", "w"))
         kernels = {}
-        for n, k in SHAPES:
+        for n, k in args.shapes:
             banks, ws, w_host = s.weights(t, n, k)
             tw = s.torch_.weights(n, k, "bf16", banks)
             for m in ms:
@@ -73,8 +101,8 @@ def main() -> None:
                 want = a_host.astype(np.float64).reshape(m, k) @ w_host.astype(np.float64).reshape(n, k).T
                 enqueue, _ = s.torch_.operands(m, tw, "bf16", "bf16")
                 cublas = s.timer.median(enqueue, 10, 5)
-                for (r, u), w in itertools.product(KNOBS, WARPS):
-                    if (m <= 16 and r == 2) or k < 2 * w * 32 * u:
+                for (r, u), w in itertools.product(KNOBS, args.warps):
+                    if k < 2 * w * 32 * u:
                         continue
                     if (m, r, u) not in kernels:
                         defines = {"MIRCUDA_GEMV_M": m, "MIRCUDA_GEMV_ROW_TILES": r, "MIRCUDA_GEMV_UNROLL": u}

@@ -129,7 +129,8 @@ def test_the_unroll_and_split_of_k_keep_the_most_weight_bytes_in_flight() -> Non
     assert unroll_candidates(1) == unroll_candidates(8) == (4,)
     assert unroll_candidates(9) == unroll_candidates(16) == (4, 2)
     assert unroll_candidates(17) == unroll_candidates(32) == (4, 2, 1)
-    assert unroll_candidates(32, row_tiles=2) == (2, 1)
+    assert unroll_candidates(32, row_tiles=2) == unroll_candidates(17, row_tiles=2) == (2, 1)
+    assert unroll_candidates(16, row_tiles=2) == unroll_candidates(2, row_tiles=2) == (4, 2, 1)
     # (unroll, warps, one wave) -> a grid resident in one wave, then the most warps x unroll, then the most warps
     # (H200 measurements in the docstring).
     assert choose_gemv([(4, 1, True), (2, 2, True)]) == (2, 2)   # 14336 x 4096
@@ -142,7 +143,8 @@ def test_the_unroll_and_split_of_k_keep_the_most_weight_bytes_in_flight() -> Non
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "sm_120f"])
-@pytest.mark.parametrize("m, row_tiles, unroll", [(16, 1, 4), (24, 1, 4), (32, 1, 2), (32, 2, 2), (17, 2, 1)])
+@pytest.mark.parametrize("m, row_tiles, unroll", [(16, 1, 4), (24, 1, 4), (32, 1, 2), (32, 2, 2), (17, 2, 1), (16, 2, 4),
+                                                  (12, 2, 4)])
 def test_the_sass_holds_bf16_tensor_core_mma_and_the_streamed_kernels_keep_to_registers(tmp_path, arch, m, row_tiles,
                                                                                          unroll) -> None:
     import subprocess

@@ -71,12 +71,22 @@ def gemv_options(m: int, unroll: int = 4, row_tiles: int = 1) -> CompileOptions:
 
 
 def unroll_candidates(m: int, row_tiles: int = 1) -> tuple[int, ...]:
-    """Steps per chunk worth trying for ``m`` rows of A: four; for M > 8 also two; for M > 16 also one
-    (two row tiles: two and one). More n8 tiles of activations multiply the registers of the activation
-    buffers (sm_90: 162 registers at M = 16 and four steps, 98 at two; 234 at M = 32 and four, 78 at
-    one), and more resident warps can outweigh the shorter chunks."""
+    """Steps per chunk worth trying for ``m`` rows of A: four; for M > 8 also two; for M > 16 also one.
+    Two row tiles: four, two and one up to M = 16, two and one above. More n8 tiles of activations multiply
+    the registers of the activation buffers (sm_90: 162 registers at M = 16 and four steps, 98 at two; 234
+    at M = 32 and four, 78 at one; two row tiles at M = 16: 238 at four, 150 at two, 86 at one, none
+    spilled), and more resident warps can outweigh the shorter chunks.
+
+    Two row tiles with four steps at M = 16 were the fastest configuration of
+    ``benchmarks/batched_gemv_knobs.py`` on the large shapes (H200, 2026-12-02, bf16, cold weights,
+    ``benchmarks/results/batched_gemv_m8_16_row_tiles.json``): 28672x4096 59.12 µs (two warps) against 63.03
+    for the best single tile, 14336x4096 32.22 against 33.73, 4096x14336 31.58 (eight warps) against 32.79;
+    on 6144x4096 and 4096x4096 a single tile stayed faster (15.38 against 17.81, 11.62 against 12.14). Each
+    block then reads each activation fragment once for 32 weight rows instead of 16: at M = 16 the
+    activations of a step are as many bytes as its weights. The measured table decides which tiling a shape
+    runs (``matmul-profile --sweep`` times both)."""
     if row_tiles == 2:
-        return (2, 1)
+        return (4, 2, 1) if m <= RULE_MAX_M else (2, 1)
     return (4,) if m <= 8 else (4, 2) if m <= RULE_MAX_M else (4, 2, 1)
 
 

@@ -159,6 +159,20 @@ def test_every_chunk_length_and_row_tiling_at_m_32_matches_float64(monkeypatch, 
 
 
 
+@pytest.mark.parametrize("m, n, k", [(16, 14336, 4096), (9, 4104, 1032), (16, 48, 8), (2, 520, 2056)])
+def test_four_steps_with_two_row_tiles_up_to_m_16_match_float64(monkeypatch, context, stream, pool, rng, m, n, k) -> None:
+    # unroll_candidates offers four steps to the 32-row tiling at M <= 16 (the measured table's M = 16 rows):
+    # the 238-register kernel, N not a multiple of 32, K not a multiple of a chunk, and K shorter than one step
+    import mircuda.matmul._gemv as gemv
+
+    monkeypatch.setattr(gemv, "unroll_candidates", lambda m, row_tiles=1: (4,))
+    plan, got, want, mag, out = run(context, stream, pool, rng, m, n, k, mc.bf16, None, 1.0, 0.0,
+                                    kernel="batched_gemv_rows32_bf16_bf16")
+    text = plan.describe()
+    assert "MIRCUDA_GEMV_UNROLL=4" in text and "MIRCUDA_GEMV_ROW_TILES=2" in text
+    assert_close(got, want, mag, out)
+
+
 @pytest.mark.parametrize("m", [12, 16])
 def test_a_grid_resident_in_one_wave_is_preferred_and_matches_float64(context, stream, pool, rng, m) -> None:
     """N = 26000 at M = 12 / 16 (not in the measured table): 1625 one-warp blocks of 16 rows. On the H200 the
