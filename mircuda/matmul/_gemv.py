@@ -106,8 +106,10 @@ def choose_gemv(candidates: list[tuple[int, int, bool]]) -> tuple[int, int]:
     75.1 µs (3.13 TB/s) against 56.5 µs at M = 8, whose 124-register kernel holds the same grid in one wave
     (``decoder-layer-profile``, H200, 2026-12-01). Two steps (98 registers, 16 per SM: four sub-partitions of
     four 3328-register warps) hold it in 0.85 waves, the bytes in flight per SM of the 14336 x 4096 grid that took
-    33.6 µs. To be confirmed by the next ``decoder-layer-profile``; no shape of the measured table changes (every
-    table grid fits in one wave)."""
+    33.6 µs. No shape of the measured table changes (every table grid fits in one wave). On the H200 that
+    projection now takes the table's M = 16 entry of the nearest shape, 14336x4096, which names two row tiles
+    (:func:`unroll_candidates`): 60.46 µs in ``decoder-layer-profile`` (2026-12-02), against 66.58 with one tile
+    and two steps by this rule the same day."""
     return max(candidates, key=lambda c: (c[2], c[0] * c[1], c[1]))[:2]
 
 
