@@ -1,0 +1,71 @@
+"""The experimental Hopper FP8 decode kernel (``cuda_src/fp8_wgmma_gemv.cu``; no plan runs it) and its probe
+(``benchmarks/fp8_wgmma_probe.py``), without a GPU: NVRTC compiles it for sm_90a, its SASS holds the native
+E4M3 warpgroup MMA and never spills, it refuses the targets and rings it cannot run, and the probe's
+variant flags map to the kernel's macros. (Its numerics are checked on the GPU by the probe, against
+float64.)"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+
+import pytest
+
+import mircuda as mc
+from mircuda.compile import CompileOptions
+from mircuda.matmul._vector import package_source
+from tests.test_matmul_fp8_mma import cuobjdump
+
+
+def source() -> mc.CudaSource:
+    return package_source("fp8_wgmma_gemv.cu")
+
+
+def options(m: int, rows: int, stages: int = 4, **extra: int) -> CompileOptions:
+    return CompileOptions(defines={"MIRCUDA_FP8_M": m, "MIRCUDA_FP8_WG_ROWS": rows, "MIRCUDA_FP8_WG_STAGES": stages,
+                                   **extra})
+
+
+@pytest.mark.parametrize("m, rows, sync", [(1, 8, 2), (8, 16, 2), (16, 32, 2), (16, 16, 1), (5, 32, 0)])
+def test_the_sass_holds_four_e4m3_warpgroup_mmas_per_stage_and_no_local_memory(tmp_path, m, rows, sync) -> None:
+    tool, env = cuobjdump()
+    cubin = tmp_path / "k.cubin"
+    cubin.write_bytes(mc.compile_program(source(), "sm_90a", options(m, rows, MIRCUDA_FP8_WG_SYNC=sync)).image)
+    out = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, env=env, check=False)
+    if out.returncode or "Function" not in out.stdout:
+        pytest.skip(f"cuobjdump -sass failed (nvdisasm missing?): {out.stderr.strip()[:200]}")
+    sass = out.stdout
+    # one 128-K stage = four 32-K slices, each a native FP8 warpgroup MMA (no F2FP decode, no HMMA)
+    assert len(re.findall(rf"QGMMA\.64x{rows}x32\.F32\.E4M3\.E4M3", sass)) == 4
+    assert "F2FP.F16.E4M3" not in sass and "HMMA" not in sass
+    assert not re.search(r"\b(?:STL|LDL)\b", sass), "the kernel spills to local memory"
+    assert "LDGSTS" in sass  # the cp.async ring
+    assert ("SYNCS.PHASECHK" in sass) is (sync == 2)  # the mbarrier wait, or the block barrier
+    assert ("MEMBAR" in sass) is (sync == 0)  # fence.proxy.async
+
+
+def test_plain_sm_90_is_refused_by_name() -> None:
+    # wgmma needs the architecture-specific target; the kernel says so instead of failing in ptxas
+    with pytest.raises(mc.CompileError, match="needs sm_90a"):
+        mc.compile_program(source(), "sm_90", options(1, 16))
+
+
+@pytest.mark.parametrize("defines, message", [
+    ({"MIRCUDA_FP8_M": 17, "MIRCUDA_FP8_WG_ROWS": 16}, "MIRCUDA_FP8_M must be in 1..16"),
+    ({"MIRCUDA_FP8_M": 1, "MIRCUDA_FP8_WG_ROWS": 64}, "MIRCUDA_FP8_WG_ROWS must be 8, 16 or 32"),
+    ({"MIRCUDA_FP8_M": 1, "MIRCUDA_FP8_WG_ROWS": 32, "MIRCUDA_FP8_WG_STAGES": 8}, "at most 48 KiB"),
+])
+def test_configurations_it_cannot_hold_are_refused_at_compile_time(defines, message) -> None:
+    with pytest.raises(mc.CompileError, match=re.escape(message)):
+        mc.compile_program(source(), "sm_90a", CompileOptions(defines=defines))
+
+
+def test_the_probe_maps_its_variant_fields_to_the_kernel_macros() -> None:
+    from benchmarks.fp8_wgmma_probe import defines_of, variants
+
+    assert variants("Y2:L1:R0,Y0") == ["Y2:L1:R0", "Y0"]
+    assert defines_of("Y2:L0:R1") == {"MIRCUDA_FP8_WG_SYNC": 2, "MIRCUDA_FP8_WG_ACT_L1": 0, "MIRCUDA_FP8_WG_ROTATE": 1}
+    for bad in ("Q1", "Y", "Y2:", "Y2:Lx"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected fields"):
+            variants(bad)
