@@ -24,7 +24,8 @@ import types
 import numpy as np
 
 import mircuda as mc
-from mircuda.cli._fp8_profile import CHECK_LIMIT, _dequantize, _operands, _relative, _sample_rows, _torch_rows, _TorchFp8
+from mircuda.cli._fp8_profile import (CHECK_LIMIT, _dequantize, _operands, _relative, _sample_rows, _torch_rows, _TorchFp8,
+                                     weight_banks)
 from mircuda.cli._matmul_bench import session, upload
 from mircuda.compile import CompileOptions, Compiler
 from mircuda.dtypes import bf16, e4m3, f32, i32
@@ -120,13 +121,7 @@ def main() -> None:
             banks = bank_count(n * k + 4 * nb * kb, info.l2_cache_bytes)
             b, sb = _operands(s.rng, n, k, nb)
             b_deq = _dequantize(b, sb, 128)
-            first_b, first_sb = upload(context, stream, pool, b.ravel()), upload(context, stream, pool, sb.ravel())
-            wb, wsb = [first_b], [first_sb]
-            for _ in range(banks - 1):
-                wb.append(pool.allocate(mc.e4m3, stream, n * k))
-                stream.copy_device_range(first_b, 0, wb[-1], 0, n * k)
-                wsb.append(pool.allocate(mc.f32, stream, nb * kb))
-                stream.copy_device_range(first_sb, 0, wsb[-1], 0, nb * kb)
+            wb, wsb = weight_banks(context, stream, pool, b, sb, banks)
             tw, tsb = torch_.banks(b, sb, banks) if torch_ is not None else ([], [])
             for m in args.m:
                 a, sa = _operands(s.rng, m, k, m)

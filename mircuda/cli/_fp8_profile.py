@@ -288,6 +288,24 @@ def _dequantize(codes: np.ndarray, scales: np.ndarray, block_rows: int) -> np.nd
     return codes.astype(np.float64) * scales.astype(np.float64)[rows[:, None], cols[None, :]]
 
 
+def weight_banks(context: Any, stream: Any, pool: Any, b: np.ndarray, sb: np.ndarray,
+                 banks: int) -> tuple[list[Any], list[Any]]:
+    """``banks`` device copies of the E4M3 weights ``b`` and their FP32 scales ``sb`` (uploaded once, then copied
+    on the device), rotated by the timed calls so that every call reads cold weights."""
+    import mircuda as mc
+
+    from ._matmul_bench import upload
+
+    first_b, first_sb = upload(context, stream, pool, b.ravel()), upload(context, stream, pool, sb.ravel())
+    wb, wsb = [first_b], [first_sb]
+    for _ in range(banks - 1):
+        wb.append(pool.allocate(mc.e4m3, stream, b.size))
+        stream.copy_device_range(first_b, 0, wb[-1], 0, b.size)
+        wsb.append(pool.allocate(mc.f32, stream, sb.size))
+        stream.copy_device_range(first_sb, 0, wsb[-1], 0, sb.size)
+    return wb, wsb
+
+
 BLOCKWISE_LAYOUTS: tuple[tuple[str, Any, Any], ...] = (
     ("sa [M, K/128] outer-major, sb [K/128, N/128]", lambda s: s.t().contiguous().t(), lambda s: s.t().contiguous()),
     ("sa [M, K/128], sb [K/128, N/128]", lambda s: s.contiguous(), lambda s: s.t().contiguous()),
@@ -338,13 +356,7 @@ def fp8_profile(args: Any) -> int:
             b, sb = _operands(s.rng, n, k, nb)
             b_deq = _dequantize(b, sb, 128)
             b_codes = b.astype(np.float64)
-            first_b, first_sb = upload(context, stream, pool, b.ravel()), upload(context, stream, pool, sb.ravel())
-            wb, wsb = [first_b], [first_sb]
-            for _ in range(banks - 1):
-                wb.append(pool.allocate(mc.e4m3, stream, n * k))
-                stream.copy_device_range(first_b, 0, wb[-1], 0, n * k)
-                wsb.append(pool.allocate(mc.f32, stream, nb * kb))
-                stream.copy_device_range(first_sb, 0, wsb[-1], 0, nb * kb)
+            wb, wsb = weight_banks(context, stream, pool, b, sb, banks)
             tw, tsb = torch_.banks(b, sb, banks) if torch_ is not None else ([], [])
             for m in ms:
                 a, sa = _operands(s.rng, m, k, m)
