@@ -27,11 +27,13 @@ def options(m: int, rows: int, stages: int = 4, **extra: int) -> CompileOptions:
                                    **extra})
 
 
-@pytest.mark.parametrize("m, rows, sync", [(1, 8, 2), (8, 16, 2), (16, 32, 2), (16, 16, 1), (5, 32, 0)])
-def test_the_sass_holds_four_e4m3_warpgroup_mmas_per_stage_and_no_local_memory(tmp_path, m, rows, sync) -> None:
+@pytest.mark.parametrize("m, rows, sync, swizzle", [(1, 8, 2, 0), (8, 16, 2, 0), (16, 32, 2, 0), (16, 16, 1, 0),
+                                                    (5, 32, 0, 0), (1, 8, 2, 1), (16, 32, 2, 1), (9, 16, 0, 1)])
+def test_the_sass_holds_four_e4m3_warpgroup_mmas_per_stage_and_no_local_memory(tmp_path, m, rows, sync, swizzle) -> None:
     tool, env = cuobjdump()
     cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(mc.compile_program(source(), "sm_90a", options(m, rows, MIRCUDA_FP8_WG_SYNC=sync)).image)
+    cubin.write_bytes(mc.compile_program(source(), "sm_90a", options(m, rows, MIRCUDA_FP8_WG_SYNC=sync,
+                                                                     MIRCUDA_FP8_WG_SWIZZLE=swizzle)).image)
     out = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, env=env, check=False)
     if out.returncode or "Function" not in out.stdout:
         pytest.skip(f"cuobjdump -sass failed (nvdisasm missing?): {out.stderr.strip()[:200]}")
@@ -55,6 +57,8 @@ def test_plain_sm_90_is_refused_by_name() -> None:
     ({"MIRCUDA_FP8_M": 17, "MIRCUDA_FP8_WG_ROWS": 16}, "MIRCUDA_FP8_M must be in 1..16"),
     ({"MIRCUDA_FP8_M": 1, "MIRCUDA_FP8_WG_ROWS": 64}, "MIRCUDA_FP8_WG_ROWS must be 8, 16 or 32"),
     ({"MIRCUDA_FP8_M": 1, "MIRCUDA_FP8_WG_ROWS": 32, "MIRCUDA_FP8_WG_STAGES": 8}, "at most 48 KiB"),
+    ({"MIRCUDA_FP8_M": 1, "MIRCUDA_FP8_WG_ROWS": 32, "MIRCUDA_FP8_WG_STAGES": 8, "MIRCUDA_FP8_WG_SWIZZLE": 1},
+     "at most 48 KiB"),
 ])
 def test_configurations_it_cannot_hold_are_refused_at_compile_time(defines, message) -> None:
     with pytest.raises(mc.CompileError, match=re.escape(message)):
@@ -64,7 +68,8 @@ def test_configurations_it_cannot_hold_are_refused_at_compile_time(defines, mess
 def test_the_probe_maps_its_variant_fields_to_the_kernel_macros() -> None:
     from benchmarks.fp8_wgmma_probe import defines_of, variants
 
-    assert variants("Y2:L1:R0,Y0") == ["Y2:L1:R0", "Y0"]
+    assert variants("Y2:L1:R0,Y0,W1") == ["Y2:L1:R0", "Y0", "W1"]
+    assert defines_of("W1") == {"MIRCUDA_FP8_WG_SWIZZLE": 1}
     assert defines_of("Y2:L0:R1") == {"MIRCUDA_FP8_WG_SYNC": 2, "MIRCUDA_FP8_WG_ACT_L1": 0, "MIRCUDA_FP8_WG_ROTATE": 1}
     for bad in ("Q1", "Y", "Y2:", "Y2:Lx"):
         with pytest.raises(argparse.ArgumentTypeError, match="expected fields"):

@@ -57,6 +57,13 @@
 #ifndef MIRCUDA_FP8_WG_ACT_L1
 #define MIRCUDA_FP8_WG_ACT_L1 1
 #endif
+// The stages' shared-memory layout: 0 (default) the canonical K-major layouts without swizzle (below); 1 the
+// 128-byte swizzle (PTX ISA "Shared Memory Matrix Layout", K-major, 128B): every row's 128-byte K-block is one row
+// of 8-row x 128-byte atoms, its 16-byte chunk c stored at chunk c ^ (row % 8), atoms 1024-byte aligned, the
+// stride byte offset 1024 and the 32-K slice j at start + 32 j (the hardware applies the XOR to the address).
+#ifndef MIRCUDA_FP8_WG_SWIZZLE
+#define MIRCUDA_FP8_WG_SWIZZLE 0
+#endif
 #ifndef MIRCUDA_FP8_WG_ROTATE
 #define MIRCUDA_FP8_WG_ROTATE 0
 #endif
@@ -76,17 +83,25 @@ constexpr int kRows = MIRCUDA_FP8_WG_ROWS;  // weight rows per block: the wgmma'
 constexpr int kStages = MIRCUDA_FP8_WG_STAGES;
 constexpr int kBlockK = 128;
 constexpr int kArows = kM <= 8 ? 8 : 16;    // activation rows copied per stage (the rest of the 64 are never read back)
-constexpr int kWBytes = kRows * kBlockK;    // a stage: weights, then activations, then scales
+constexpr bool kSwizzle = MIRCUDA_FP8_WG_SWIZZLE != 0;
+constexpr int kWBytes = kRows * kBlockK;
 constexpr int kABytes = 16 * kBlockK;
-constexpr int kSBytes = 128;                // sa[0..15] at 0, sb at 64
-constexpr int kStageBytes = kWBytes + kABytes + kSBytes;
-// The A descriptor spans 64 rows: rows 16-63 read up to 896 + 127 bytes past a stage's activations (their
-// products land in accumulator rows that are never stored), so the ring ends with that much slack.
-constexpr int kSlack = 1024;
+constexpr int kSBytes = 128;  // sa[0..15] at 0, sb at 64
+// A stage without swizzle: weights, activations, scales. With the 128-byte swizzle: activations, weights (both
+// 1024-byte aligned; the scales live in their own array).
+constexpr int kWOffset = kSwizzle ? kABytes : 0;
+constexpr int kAOffset = kSwizzle ? 0 : kWBytes;
+constexpr int kStageBytes = kWBytes + kABytes + (kSwizzle ? 0 : kSBytes);
+// The A descriptor spans 64 rows: rows 16-63 read past a stage's activations (their products land in accumulator
+// rows that are never stored): up to 896 + 127 bytes without swizzle, up to 8 KiB from the stage's start with it,
+// so the ring ends with that much slack.
+constexpr int kSlack = kSwizzle ? (64 * kBlockK > kStageBytes ? 64 * kBlockK - kStageBytes : 0) : 1024;
 constexpr int kAcc = kRows / 2;  // FP32 accumulator registers per thread of m64nRk32
 static_assert(kM >= 1 && kM <= 16, "MIRCUDA_FP8_M must be in 1..16");
 static_assert(kRows == 8 || kRows == 16 || kRows == 32, "MIRCUDA_FP8_WG_ROWS must be 8, 16 or 32");
-static_assert(kStages >= 2 && kStages * kStageBytes + kSlack <= 48 * 1024, "MIRCUDA_FP8_WG_STAGES: 2.. and at most 48 KiB");
+static_assert(kStages >= 2 && kStages * kStageBytes + kSlack + (kSwizzle ? kStages * kSBytes : 0) <= 48 * 1024,
+              "MIRCUDA_FP8_WG_STAGES: 2.. and at most 48 KiB");
+static_assert(!kSwizzle || kStageBytes % 1024 == 0, "swizzled atoms must stay 1024-byte aligned");
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -127,7 +142,14 @@ template <int N>
 // direction) and stride (8-row group) byte offsets in 16-byte units at bits 0-13, 16-29 and 32-45; no swizzle.
 __device__ __forceinline__ unsigned long long descriptor(unsigned addr, unsigned lbo, unsigned sbo) {
     return (unsigned long long)((addr & 0x3ffff) >> 4) | ((unsigned long long)(lbo >> 4) << 16) |
-           ((unsigned long long)(sbo >> 4) << 32);
+           ((unsigned long long)(sbo >> 4) << 32) | (kSwizzle ? 1ull << 62 : 0ull);  // layout type 1: 128B swizzle
+}
+// The descriptors of 32-K slice j of a stage: A (activations, 64 rows) and B (weights, kRows rows).
+__device__ __forceinline__ unsigned long long a_descriptor(unsigned slot, int j) {
+    return kSwizzle ? descriptor(slot + kAOffset + 32 * j, 16, 1024) : descriptor(slot + kAOffset + 512 * j, 256, 128);
+}
+__device__ __forceinline__ unsigned long long b_descriptor(unsigned slot, int j) {
+    return kSwizzle ? descriptor(slot + kWOffset + 32 * j, 16, 1024) : descriptor(slot + kWOffset + 256 * j, 128, 1024);
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -170,34 +192,40 @@ __device__ __forceinline__ void load_weights(unsigned slot, const unsigned char*
     for (int i = 0; i < (kRows * 8 + 127) / 128; ++i) {
         const int q = tid + 128 * i;
         if (kRows * 8 % 128 == 0 || q < kRows * 8) {
-            const int r = (q >> 6) * 8 + (q & 7), c = (q >> 3) & 7;
+            // swizzled: 8 threads per row (each 128-byte K-block read whole), chunk c at c ^ (r % 8)
+            const int r = kSwizzle ? q >> 3 : (q >> 6) * 8 + (q & 7), c = kSwizzle ? q & 7 : (q >> 3) & 7;
             const long long row = row0 + r < n ? row0 + r : (long long)n - 1;
             const int col = kb * kBlockK + 16 * c;
-            copy16(slot + 16 * q, b + row * (long long)k + (col < k ? col : 0), col < k ? 16 : 0);
+            const unsigned to = kSwizzle ? slot + kWOffset + r * 128 + ((c ^ (r & 7)) << 4) : slot + 16 * q;
+            copy16(to, b + row * (long long)k + (col < k ? col : 0), col < k ? 16 : 0);
         }
     }
 }
 
-// Copies the activations of K-block kb (row r, chunk c at c 256 + (r / 8) 128 + (r % 8) 16; rows past M and
-// columns past K as zeros), sa[0..M-1, kb] and sb[row0 / 128, kb] into ring slot `slot`.
-__device__ __forceinline__ void load_activations(unsigned slot, const unsigned char* __restrict__ a,
+// Copies the activations of K-block kb (row r, chunk c at c 256 + (r / 8) 128 + (r % 8) 16, swizzled at r 128 +
+// (c ^ (r % 8)) 16; rows past M and columns past K as zeros) into ring slot `slot`, and sa[0..M-1, kb] and
+// sb[row0 / 128, kb] to `scales` (floats 0..15 and 16).
+__device__ __forceinline__ void load_activations(unsigned slot, unsigned scales, const unsigned char* __restrict__ a,
                                                  const float* __restrict__ sa, const float* sbrow, int k, int kblocks,
                                                  int kb, int tid) {
     if (tid < kArows * 8) {
         const int r = tid >> 3, c = tid & 7;
         const int col = kb * kBlockK + 16 * c;
         const bool in = r < kM && col < k;
-        copy16_l1(slot + kWBytes + c * 256 + (r >> 3) * 128 + (r & 7) * 16, a + (in ? (long long)r * k + col : 0),
-                  in ? 16 : 0);
+        const unsigned to = kSwizzle ? slot + kAOffset + r * 128 + ((c ^ (r & 7)) << 4)
+                                     : slot + kAOffset + c * 256 + (r >> 3) * 128 + (r & 7) * 16;
+        copy16_l1(to, a + (in ? (long long)r * k + col : 0), in ? 16 : 0);
     }
-    if (tid < kM) copy4(slot + kWBytes + kABytes + 4 * tid, sa + (long long)tid * kblocks + kb, 4);
-    if (tid == kM) copy4(slot + kWBytes + kABytes + 64, sbrow + kb, 4);
+    if (tid < kM) copy4(scales + 4 * tid, sa + (long long)tid * kblocks + kb, 4);
+    if (tid == kM) copy4(scales + 64, sbrow + kb, 4);
 }
 
 __device__ __forceinline__ void fp8_wgmma_gemv(__nv_bfloat16* d, const __nv_bfloat16* c, const unsigned char* __restrict__ a,
                                                const float* __restrict__ sa, const unsigned char* __restrict__ b,
                                                const float* __restrict__ sb, float alpha, float beta, int n, int k) {
     __shared__ __align__(1024) unsigned char ring[kStages * kStageBytes + kSlack];
+    // the scales of each stage: inside it without swizzle, in their own array with it
+    __shared__ __align__(16) float scale_ring[kSwizzle ? kStages : 1][32];
     const int tid = threadIdx.x;
     const int warp = tid >> 5;
     const int lane = tid & 31;
@@ -205,6 +233,9 @@ __device__ __forceinline__ void fp8_wgmma_gemv(__nv_bfloat16* d, const __nv_bflo
     const long long row0 = (long long)blockIdx.x * kRows;
     const int kblocks = (k + kBlockK - 1) / kBlockK;
     const unsigned base = smem_addr(ring);
+    auto scales_of = [&](int at) {
+        return kSwizzle ? smem_addr(&scale_ring[0][0]) + at * kSBytes : base + at * kStageBytes + kWBytes + kABytes;
+    };
     const float* sbrow = sb + (row0 / kBlockK) * (long long)kblocks;
     // iteration i multiplies K-block kb_of(i) (the sum over K-blocks is the same in any order up to FP32 rounding)
     const int first = MIRCUDA_FP8_WG_ROTATE ? (int)(blockIdx.x % (unsigned)kblocks) : 0;
@@ -231,7 +262,7 @@ __device__ __forceinline__ void fp8_wgmma_gemv(__nv_bfloat16* d, const __nv_bflo
     decode::pdl_wait();
 #pragma unroll
     for (int s = 0; s < kAhead; ++s) {
-        if (s < kblocks) load_activations(base + s * kStageBytes, a, sa, sbrow, k, kblocks, kb_of(s), tid);
+        if (s < kblocks) load_activations(base + s * kStageBytes, scales_of(s), a, sa, sbrow, k, kblocks, kb_of(s), tid);
 #if MIRCUDA_FP8_WG_SYNC == 2
         copy_arrive(bars + 8 * s);  // the prologue's weights all land before this thread's first arrival
 #else
@@ -262,7 +293,7 @@ __device__ __forceinline__ void fp8_wgmma_gemv(__nv_bfloat16* d, const __nv_bflo
             if (next < kblocks) {
                 const unsigned to = base + (next % kStages) * kStageBytes;
                 load_weights(to, b, row0, n, k, kb_of(next), tid);
-                load_activations(to, a, sa, sbrow, k, kblocks, kb_of(next), tid);
+                load_activations(to, scales_of(next % kStages), a, sa, sbrow, k, kblocks, kb_of(next), tid);
             }
             copy_commit();
         }
@@ -276,13 +307,14 @@ __device__ __forceinline__ void fp8_wgmma_gemv(__nv_bfloat16* d, const __nv_bflo
         wgmma_fence();
 #pragma unroll
         for (int j = 0; j < 4; ++j)  // 32-K slice j: K chunks 2 j, 2 j + 1
-            wgmma(part, descriptor(slot + kWBytes + 512 * j, 256, 128), descriptor(slot + 256 * j, 128, 1024), j);
+            wgmma(part, a_descriptor(slot, j), b_descriptor(slot, j), j);
         wgmma_commit();
         wgmma_wait();
 #pragma unroll
         for (int e = 0; e < kAcc; ++e) pin(part[e]);
         if (worker) {
-            const float* scales = reinterpret_cast<const float*>(ring + at * kStageBytes + kWBytes + kABytes);
+            const float* scales = kSwizzle ? scale_ring[kSwizzle ? at : 0]
+                                           : reinterpret_cast<const float*>(ring + at * kStageBytes + kWBytes + kABytes);
             const float sbv = scales[16];
             const float s0 = (g < kM ? scales[g] : 0.f) * sbv;  // (sa * sb, rounded once in FP32, as the other kernels)
             const float s1 = (g + 8 < kM ? scales[g + 8] : 0.f) * sbv;
@@ -295,7 +327,7 @@ __device__ __forceinline__ void fp8_wgmma_gemv(__nv_bfloat16* d, const __nv_bflo
             const int next = kb + kStages;
             if (next < kblocks) {
                 load_weights(slot, b, row0, n, k, kb_of(next), tid);
-                load_activations(slot, a, sa, sbrow, k, kblocks, kb_of(next), tid);
+                load_activations(slot, scales_of(at), a, sa, sbrow, k, kblocks, kb_of(next), tid);
                 copy_arrive(bars + 8 * at);
             }
         }
