@@ -6,10 +6,11 @@ error at most 2e-2, the profile's limit; a failure is reported, not timed, and t
 correctness pass first runs odd shapes (N not a multiple of the rows per block, K not a multiple of 128,
 beta != 0 with C) against float64 on every output. Needs an sm_90a device (H100/H200) and torch.
 
-The kernel is experimental (no plan runs it). ``benchmarks/results/fp8_wgmma_probe.json`` (H200, 2026-12-02):
-every configuration correct, the best about twice as slow as the plans' kernel (14336x4096 at M = 1: 33.50 µs
-against 16.22; at M = 16: 34.49 against 20.58); ``fp8_wgmma_probe_sync.json`` holds the earlier sweep of rows,
-stages and the two ways of waiting for a stage.
+The kernel is experimental (no plan runs it). H200, 2026-12-02: every configuration correct;
+``benchmarks/results/fp8_wgmma_probe_swizzle.json`` (the default 128-byte swizzle): as fast as the plans' kernel only
+at M = 16 on 14336x4096 (20.14 µs against 20.69), slower elsewhere (14336x4096 M = 1: 19.58 against 16.28;
+4096x14336 M = 16: 33.94 against 20.36); ``fp8_wgmma_probe.json`` and ``fp8_wgmma_probe_sync.json`` hold the
+earlier, unswizzled sweeps (rows, stages, the ways of waiting for a stage, activations through L1 or not).
 
     python benchmarks/fp8_wgmma_probe.py [--m 1,2,4,8,16] [--rows 8,16,32] [--stages 4,6,8] [--variants Y2,Y2:L0:R0] [--json PATH]
 """
@@ -66,10 +67,10 @@ def main() -> None:
     p.add_argument("--m", type=ints, default="1,2,4,8,16")
     p.add_argument("--rows", type=ints, default="8,16,32")
     p.add_argument("--stages", type=ints, default="4,6,8")
-    p.add_argument("--variants", type=variants, default="Y2:L1:R0",
+    p.add_argument("--variants", type=variants, default="Y2:L1:R0:W1",
                    help="comma-separated variants, each colon-separated fields YN (MIRCUDA_FP8_WG_SYNC), LN "
                         "(MIRCUDA_FP8_WG_ACT_L1), RN (MIRCUDA_FP8_WG_ROTATE), WN (MIRCUDA_FP8_WG_SWIZZLE); default "
-                        "Y2:L1:R0, the kernel's defaults")
+                        "Y2:L1:R0:W1, the kernel's defaults")
     p.add_argument("--json", default="fp8_wgmma_probe.json")
     args = p.parse_args()
     contract = cuda_export(SYMBOL, d=InOut[DeviceBuffer[bf16]], c=In[DeviceBuffer[bf16]], a=In[DeviceBuffer[e4m3]],

@@ -1,10 +1,13 @@
 // EXPERIMENTAL: no plan runs this kernel. benchmarks/fp8_wgmma_probe.py measures it beside BlockwiseFp8Plan's
-// kernels and torch (H200, 2026-12-02, benchmarks/results/fp8_wgmma_probe.json): correct against float64 on every
-// shape tried, but about twice as slow as blockwise_fp8_mma (14336x4096: 33.5 us at M = 1, 34.5 at M = 16, against
-// 16.2 and 20.6). The times fit a cost of one wgmma issue per 32-K slice of a block's rows: each m64nNk32 took about
-// 76 / 120 / 150 SM cycles at N = 8 / 16 / 32, whatever the ring depth or the barrier, so a decode shape spends its
-// time issuing small wgmma (see the closing note of 2026-12-02). Kept as the verified starting point of a native
-// FP8 decode path: the shared-memory layouts, descriptors and fragment order below are checked on the GPU.
+// kernels and torch (H200, 2026-12-02, benchmarks/results/fp8_wgmma_probe*.json): correct against float64 on every
+// configuration tried. With the default 128-byte swizzle and 32 rows per block it is as fast as blockwise_fp8_mma
+// only at M = 16 on 14336x4096 (20.14 against 20.69 us) and slower elsewhere (M = 1: 19.58 against 16.28; on
+// N = 4096, one block per SM, 33.94 against 20.36 at M = 16 on 4096x14336). Without the swizzle each m64n32k32 wgmma
+// took about 150-210 SM cycles whatever the ring depth or the barrier (about twice as slow again), so on a decode
+// shape the tensor core's reads of small unswizzled tiles, then the one-block-per-SM latency chain (a stage's four
+// wgmma, their wait and the scaling in sequence), bound it; see the closing note of 2026-12-02. Kept as the verified
+// starting point of a native FP8 decode path: the shared-memory layouts, descriptors and fragment order below are
+// checked on the GPU.
 //
 // A Hopper decode kernel (sm_90a, M = 1..16) of DeepSeek-V3 blockwise FP8,
 //   D[m, n] = alpha * sum over K-blocks kb of sa[m, kb] * sb[n / 128, kb] * (A[m, kb-block] . B[n, kb-block])
@@ -57,12 +60,12 @@
 #ifndef MIRCUDA_FP8_WG_ACT_L1
 #define MIRCUDA_FP8_WG_ACT_L1 1
 #endif
-// The stages' shared-memory layout: 0 (default) the canonical K-major layouts without swizzle (below); 1 the
+// The stages' shared-memory layout: 0 the canonical K-major layouts without swizzle (below); 1 (default) the
 // 128-byte swizzle (PTX ISA "Shared Memory Matrix Layout", K-major, 128B): every row's 128-byte K-block is one row
 // of 8-row x 128-byte atoms, its 16-byte chunk c stored at chunk c ^ (row % 8), atoms 1024-byte aligned, the
 // stride byte offset 1024 and the 32-K slice j at start + 32 j (the hardware applies the XOR to the address).
 #ifndef MIRCUDA_FP8_WG_SWIZZLE
-#define MIRCUDA_FP8_WG_SWIZZLE 0
+#define MIRCUDA_FP8_WG_SWIZZLE 1  // measured faster at every shape and M tried (fp8_wgmma_probe_swizzle.json)
 #endif
 #ifndef MIRCUDA_FP8_WG_ROTATE
 #define MIRCUDA_FP8_WG_ROTATE 0
