@@ -1,14 +1,16 @@
 """The experimental Hopper FP8 decode kernel (``cuda_src/fp8_wgmma_gemv.cu``; no plan runs it) and its probe
 (``benchmarks/fp8_wgmma_probe.py``), without a GPU: NVRTC compiles it for sm_90a, its SASS holds the native
-E4M3 warpgroup MMA and never spills, it refuses the targets and rings it cannot run, and the probe's
-variant flags map to the kernel's macros. (Its numerics are checked on the GPU by the probe, against
-float64.)"""
+E4M3 warpgroup MMA and never spills, it refuses the targets and rings it cannot run; the probe's variant flags
+map to the kernel's macros, and the probe refuses, before the GPU, flags the kernel cannot take. (Its numerics
+are checked on the GPU by the probe, against float64.)"""
 
 from __future__ import annotations
 
 import argparse
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -27,7 +29,7 @@ def options(m: int, rows: int, stages: int = 4, **extra: int) -> CompileOptions:
                                    **extra})
 
 
-@pytest.mark.parametrize("m, rows, sync", [(1, 8, 2), (8, 16, 2), (16, 32, 2), (16, 16, 1), (5, 32, 0)])
+@pytest.mark.parametrize("m, rows, sync", [(1, 8, 2), (8, 16, 2), (16, 32, 2), (16, 16, 1), (5, 32, 0), (12, 16, 2)])
 def test_the_sass_holds_four_e4m3_warpgroup_mmas_per_stage_and_no_local_memory(tmp_path, m, rows, sync) -> None:
     tool, env = cuobjdump()
     cubin = tmp_path / "k.cubin"
@@ -69,3 +71,38 @@ def test_the_probe_maps_its_variant_fields_to_the_kernel_macros() -> None:
     for bad in ("Q1", "Y", "Y2:", "Y2:Lx"):
         with pytest.raises(argparse.ArgumentTypeError, match="expected fields"):
             variants(bad)
+
+
+PROBE = Path(__file__).resolve().parent.parent / "benchmarks" / "fp8_wgmma_probe.py"
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--m", "17"), "argument --m: expected M values in 1..16"),
+    (("--m", "0"), "argument --m: expected M values in 1..16"),
+    (("--m", "4,4"), "argument --m: expected each value once"),
+    (("--rows", "64"), "argument --rows: expected weight rows of 8, 16 or 32"),
+    (("--stages", "1"), "argument --stages: expected stage counts in 2..15"),
+    (("--stages", "16"), "argument --stages: expected stage counts in 2..15"),
+    (("--stages", "8", "--rows", "32"), "argument --stages: expected a ring of at most 48 KiB at some --rows (32)"),
+    (("--variants", "Y3"), "argument --variants: expected each of Y (0, 1, 2), L (0, 1), R (0, 1) at most once"),
+    (("--variants", "Y2:Y0"), "argument --variants: expected each of Y"),
+    (("--variants", "Y2,Y2:L1:R0"), "argument --variants: expected each variant once"),
+])
+def test_a_flag_the_kernel_cannot_take_is_refused_before_the_gpu(args, said) -> None:
+    # without the checks each reached the driver (or NVRTC's static_assert on the GPU machine), or, for Y3, L2 or a
+    # repeated value, timed a kernel under a label it is not
+    out = subprocess.run([sys.executable, str(PROBE), *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and said in out.stderr, out.stderr[-300:]
+    assert "Traceback" not in out.stderr
+
+
+def test_the_probes_ring_is_the_kernels() -> None:
+    # the probe skips and refuses the rings the kernel's static_assert refuses: the deepest ring it allows compiles,
+    # one stage more does not
+    from benchmarks.fp8_wgmma_probe import MAX_STAGES, SHARED_LIMIT, ring_bytes, stage_counts, weight_rows
+
+    assert ring_bytes(8, MAX_STAGES) <= SHARED_LIMIT < ring_bytes(8, MAX_STAGES + 1)
+    mc.compile_program(source(), "sm_90a", options(1, 8, MAX_STAGES))
+    with pytest.raises(mc.CompileError, match="at most 48 KiB"):
+        mc.compile_program(source(), "sm_90a", options(1, 8, MAX_STAGES + 1))
+    assert stage_counts(f"2,{MAX_STAGES}") == [2, MAX_STAGES] and weight_rows("32,8") == [32, 8]
