@@ -3,9 +3,9 @@ weights streamed by cp.async into a shared-memory ring) beside what BlockwiseFp8
 run today and torch's rowwise ``_scaled_mm`` (cuBLASLt), in one run: M = 1..16 on the four profile shapes,
 cold weights (banks >= 8x L2), each configuration first checked against float64 on sampled rows (relative
 error at most 2e-2, the profile's limit; a failure is reported, not timed, and the script exits 1). A
-correctness pass first runs odd shapes (N not a multiple of the rows per block, K not a multiple of 128,
-beta != 0 with C) against float64 on every output. Needs an sm_90a device (H100/H200) and torch. Bad flags are
-refused before the GPU.
+correctness pass first runs odd shapes (N not a multiple of the rows per block, K not a multiple of 128 and
+shorter than the four-stage ring, M = 12 between the 8- and 16-row activation tiles, beta != 0 with C) against
+float64 on every output. Needs an sm_90a device (H100/H200) and torch. Bad flags are refused before the GPU.
 
 The kernel is experimental (no plan runs it). ``benchmarks/results/fp8_wgmma_probe.json`` (H200, 2026-12-02):
 every configuration correct, the best about twice as slow as the plans' kernel (14336x4096 at M = 1: 33.50 µs
@@ -36,8 +36,10 @@ from mircuda.memory import DeviceBuffer
 from mircuda.timing import bank_count
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)]
-ODD = [(520, 2064), (4104, 1040), (40, 4096)]
-ODD_M = [1, 5, 16]
+# (N, K) checked on every output: N % 8, 16, 32 != 0 (rows past N), K % 128 != 0 (a partial last K-block), and
+# 1004x272: three K-blocks, fewer than the ring's four stages (the correctness pass's ring)
+ODD = [(516, 2064), (4104, 1040), (40, 4096), (1004, 272)]
+ODD_M = [1, 5, 12, 16]
 SYMBOL = "blockwise_fp8_wgmma"
 SHARED_LIMIT = 48 * 1024
 """Bytes of static shared memory a block may declare: the kernel's ring must fit (its static_assert)."""

@@ -106,3 +106,13 @@ def test_the_probes_ring_is_the_kernels() -> None:
     with pytest.raises(mc.CompileError, match="at most 48 KiB"):
         mc.compile_program(source(), "sm_90a", options(1, 8, MAX_STAGES + 1))
     assert stage_counts(f"2,{MAX_STAGES}") == [2, MAX_STAGES] and weight_rows("32,8") == [32, 8]
+
+
+def test_the_probes_correctness_pass_reaches_the_untimed_corners() -> None:
+    # rows past N at every block size, a ring longer than K (fewer K-blocks than its four stages: barriers armed and
+    # never awaited), an M between the 8- and 16-row activation tiles; K a multiple of 16, as the kernel requires
+    from benchmarks.fp8_wgmma_probe import ODD, ODD_M
+
+    assert all(k % 16 == 0 for _, k in ODD)
+    assert any(n % 8 for n, _ in ODD) and any(n % 32 for n, _ in ODD) and any(k % 128 for _, k in ODD)
+    assert any(-(-k // 128) < 4 for _, k in ODD) and any(9 <= m <= 15 for m in ODD_M) and {1, 16} <= set(ODD_M)
