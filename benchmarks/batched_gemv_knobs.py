@@ -1,8 +1,8 @@
 """The batched GEMV's knobs beside cuBLAS: every row tiling R (16-row weight tiles per warp), unroll U
-(32-column steps per chunk) and warp count W at M = 16..32, bf16, the four shapes of ``matmul-profile``,
-cold weights (banks >= 8x L2), each configuration checked against float64 first (relative error at most
-2e-2, as ``matmul-profile``'s; one that fails is reported and not timed, and the script exits 1). Needs a GPU
-and torch (cuBLAS).
+(32-column steps per chunk) and warp count W at each M of ``--m`` (1..32), bf16, the four shapes of
+``matmul-profile`` (or ``--shapes``), cold weights (banks >= 8x L2), each configuration checked against float64
+first (relative error at most 2e-2, as ``matmul-profile``'s; one that fails is reported and not timed, and the
+script exits 1). Needs a GPU and torch (cuBLAS).
 
     python benchmarks/batched_gemv_knobs.py [--m 16,24,32] [--shapes 28672x4096,...] [--warps 1,2,4,8] [--json PATH]
 
@@ -39,37 +39,58 @@ def accurate(err: float) -> bool:
     return err <= TOLERANCE
 
 
+def runs(k: int, warps: int, unroll: int) -> bool:
+    """Whether a configuration is timed on a K: each warp of the block takes at least two chunks of
+    ``32 * unroll`` columns."""
+    return k >= 2 * warps * 32 * unroll
+
+
+def once(values: list, text: str) -> list:  # type: ignore[type-arg]
+    """``values`` if none repeats (a repeated one would be timed and recorded twice)."""
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"expected each value once, received {text!r}")
+    return values
+
+
 def rows_of_a(text: str) -> list[int]:
-    """``--m``: comma-separated M, each in 1..MAX_M (the kernel's ``kM``), checked before the GPU is touched."""
+    """``--m``: comma-separated M, each in 1..MAX_M (the kernel's ``kM``) and given once, checked before the GPU
+    is touched."""
     try:
         ms = [int(x) for x in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, received {text!r}") from None
     if not ms or not all(1 <= m <= MAX_M for m in ms):
         raise argparse.ArgumentTypeError(f"expected M values in 1..{MAX_M} (the kernel's largest M), received {text!r}")
-    return ms
+    return once(ms, text)
 
 
 def shapes_of(text: str) -> list[tuple[int, int]]:
-    """``--shapes``: comma-separated NxK weight shapes, each K a multiple of 8 (the 16-byte variant)."""
+    """``--shapes``: comma-separated NxK weight shapes, each K a multiple of 8 (the 16-byte variant), each given
+    once."""
     try:
         out = [(int(n), int(k)) for n, k in (x.split("x") for x in text.split(","))]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated NxK shapes, received {text!r}") from None
     if not out or not all(n >= 1 and k >= 8 and k % 8 == 0 for n, k in out):
         raise argparse.ArgumentTypeError(f"expected N >= 1 and K a positive multiple of 8, received {text!r}")
-    return out
+    return once(out, text)
 
 
 def warps_of(text: str) -> list[int]:
-    """``--warps``: comma-separated warps per block, each 1, 2, 4 or 8."""
+    """``--warps``: comma-separated warps per block, each 1, 2, 4 or 8, each given once."""
     try:
         out = [int(x) for x in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, received {text!r}") from None
     if not out or not all(w in (1, 2, 4, 8) for w in out):
         raise argparse.ArgumentTypeError(f"expected warps of 1, 2, 4 or 8, received {text!r}")
-    return out
+    return once(out, text)
+
+
+def untimed(shapes: list[tuple[int, int]], warps: list[int]) -> list[str]:
+    """The ``NxK`` of ``shapes`` on which no configuration of ``warps`` would be timed (:func:`runs`: K below
+    64 x the fewest warps), which ``main`` refuses instead of recording nothing for them."""
+    return [f"{n}x{k}" for n, k in shapes if not any(runs(k, w, 1) for w in warps)]
 
 
 def main() -> None:
@@ -82,6 +103,10 @@ def main() -> None:
                    help="comma-separated warps per block, each 1, 2, 4 or 8 (default: 2,4,8)")
     p.add_argument("--json", default="batched_gemv_knobs.json", help="where the results go (default: %(default)s)")
     args = p.parse_args()
+    short = untimed(args.shapes, args.warps)
+    if short:
+        p.error(f"argument --shapes: expected each K >= {64 * min(args.warps)} (64 x the fewest --warps: each warp "
+                f"takes at least two 32-column chunks), received {','.join(short)}")
     ms = args.m
     out = []
     failures = []
@@ -102,7 +127,7 @@ def main() -> None:
                 enqueue, _ = s.torch_.operands(m, tw, "bf16", "bf16")
                 cublas = s.timer.median(enqueue, 10, 5)
                 for (r, u), w in itertools.product(KNOBS, args.warps):
-                    if k < 2 * w * 32 * u:
+                    if not runs(k, w, u):
                         continue
                     if (m, r, u) not in kernels:
                         defines = {"MIRCUDA_GEMV_M": m, "MIRCUDA_GEMV_ROW_TILES": r, "MIRCUDA_GEMV_UNROLL": u}

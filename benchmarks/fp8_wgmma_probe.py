@@ -3,8 +3,9 @@ weights streamed by cp.async into a shared-memory ring) beside what BlockwiseFp8
 run today and torch's rowwise ``_scaled_mm`` (cuBLASLt), in one run: M = 1..16 on the four profile shapes,
 cold weights (banks >= 8x L2), each configuration first checked against float64 on sampled rows (relative
 error at most 2e-2, the profile's limit; a failure is reported, not timed, and the script exits 1). A
-correctness pass first runs odd shapes (N not a multiple of the rows per block, K not a multiple of 128,
-beta != 0 with C) against float64 on every output. Needs an sm_90a device (H100/H200) and torch.
+correctness pass first runs odd shapes (N not a multiple of the rows per block, K not a multiple of 128 and
+shorter than the four-stage ring, M = 12 between the 8- and 16-row activation tiles, beta != 0 with C) against
+float64 on every output. Needs an sm_90a device (H100/H200) and torch. Bad flags are refused before the GPU.
 
 The kernel is experimental (no plan runs it). H200, 2026-12-02: every configuration correct;
 ``benchmarks/results/fp8_wgmma_probe_swizzle.json`` (the default 128-byte swizzle): as fast as the plans' kernel only
@@ -12,7 +13,7 @@ at M = 16 on 14336x4096 (20.14 µs against 20.69), slower elsewhere (14336x4096 
 4096x14336 M = 16: 33.94 against 20.36); ``fp8_wgmma_probe.json`` and ``fp8_wgmma_probe_sync.json`` hold the
 earlier, unswizzled sweeps (rows, stages, the ways of waiting for a stage, activations through L1 or not).
 
-    python benchmarks/fp8_wgmma_probe.py [--m 1,2,4,8,16] [--rows 8,16,32] [--stages 4,6,8] [--variants Y2,Y2:L0:R0] [--json PATH]
+    python benchmarks/fp8_wgmma_probe.py [--m 1,2,4,8,16] [--rows 8,16,32] [--stages 4,6,8] [--variants Y2,W0] [--json PATH]
 """
 
 from __future__ import annotations
@@ -36,25 +37,83 @@ from mircuda.memory import DeviceBuffer
 from mircuda.timing import bank_count
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)]
-ODD = [(520, 2064), (4104, 1040), (40, 4096)]
+# (N, K) checked on every output: N % 8, 16, 32 != 0 (rows past N), K % 128 != 0 (a partial last K-block), and
+# 1004x272: three K-blocks, fewer than the ring's four stages (the correctness pass's ring)
+ODD = [(516, 2064), (4104, 1040), (40, 4096), (1004, 272)]
+ODD_M = [1, 5, 12, 16]
 SYMBOL = "blockwise_fp8_wgmma"
+SHARED_LIMIT = 48 * 1024
+"""Bytes of static shared memory a block may declare: the kernel's ring must fit (its static_assert)."""
 
 
-def ints(text: str) -> list[int]:
+def ring_bytes(rows: int, stages: int, swizzle: int = 1) -> int:
+    """The kernel's static shared memory for ``rows`` weight rows per block and ``stages`` 128-K stages.
+    Unswizzled (``swizzle`` 0): each stage holds rows x 128 weight bytes, 16 x 128 activation bytes and 128 bytes
+    of scales, and 1024 bytes of slack follow (the A descriptor's rows 16-63 read into it). Swizzled (1, the
+    default): each stage holds the activation and weight bytes, the slack reaches 8 KiB past a stage's start,
+    and the scales take 128 bytes per stage in their own array."""
+    if not swizzle:
+        return stages * (rows * 128 + 16 * 128 + 128) + 1024
+    stage = rows * 128 + 16 * 128
+    return stages * stage + max(0, 64 * 128 - stage) + stages * 128
+
+
+def ints(text: str, allowed: range | tuple[int, ...], expected: str) -> list[int]:
+    """Comma-separated integers, each in ``allowed`` and given once (a repeated one would be timed twice)."""
     try:
-        return [int(x) for x in text.split(",")]
+        out = [int(x) for x in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, received {text!r}") from None
+    if not all(x in allowed for x in out):
+        raise argparse.ArgumentTypeError(f"expected {expected}, received {text!r}")
+    if len(set(out)) != len(out):
+        raise argparse.ArgumentTypeError(f"expected each value once, received {text!r}")
+    return out
+
+
+def rows_of_a(text: str) -> list[int]:
+    """``--m``: rows of A, each in 1..16 (``MIRCUDA_FP8_M``)."""
+    return ints(text, range(1, 17), "M values in 1..16 (the kernel's MIRCUDA_FP8_M)")
+
+
+def weight_rows(text: str) -> list[int]:
+    """``--rows``: weight rows per block, each 8, 16 or 32 (``MIRCUDA_FP8_WG_ROWS``, the wgmma's N)."""
+    return ints(text, (8, 16, 32), "weight rows of 8, 16 or 32 (the kernel's MIRCUDA_FP8_WG_ROWS)")
+
+
+MAX_STAGES = max(s for s in range(2, 64) for w in (0, 1) if ring_bytes(8, s, w) <= SHARED_LIMIT)
+"""The most stages any ring holds (at 8 weight rows, unswizzled: 15)."""
+
+
+def stage_counts(text: str) -> list[int]:
+    """``--stages``: ring depths, each in 2..MAX_STAGES (``MIRCUDA_FP8_WG_STAGES``); a depth whose ring does not
+    fit at some ``--rows`` is skipped there (``main`` refuses one that fits at none)."""
+    return ints(text, range(2, MAX_STAGES + 1), f"stage counts in 2..{MAX_STAGES} (the kernel's MIRCUDA_FP8_WG_STAGES: "
+                f"at most {SHARED_LIMIT // 1024} KiB of ring)")
 
 
 FIELDS = {"Y": "MIRCUDA_FP8_WG_SYNC", "L": "MIRCUDA_FP8_WG_ACT_L1", "R": "MIRCUDA_FP8_WG_ROTATE", "W": "MIRCUDA_FP8_WG_SWIZZLE"}
+VALUES = {"Y": (0, 1, 2), "L": (0, 1), "R": (0, 1), "W": (0, 1)}
+DEFAULTS = {"MIRCUDA_FP8_WG_SYNC": 2, "MIRCUDA_FP8_WG_ACT_L1": 1, "MIRCUDA_FP8_WG_ROTATE": 0, "MIRCUDA_FP8_WG_SWIZZLE": 1}
+"""The kernel's values of the fields a variant leaves out."""
 
 
 def variants(text: str) -> list[str]:
+    """``--variants``: comma-separated variants, each fields YN (N 0, 1, 2), LN, RN and WN (N 0 or 1) joined by ':',
+    each field at most once and each variant's kernel once (``Y2`` and ``Y2:L1:R0:W1`` are one kernel)."""
     out = text.split(",")
+    kernels = []
     for v in out:
-        if not all(f[:1] in FIELDS and f[1:].isdigit() for f in v.split(":")):
+        fields = v.split(":")
+        if not all(f[:1] in FIELDS and f[1:].isdigit() for f in fields):
             raise argparse.ArgumentTypeError(f"expected fields YN, LN, RN, WN joined by ':', received {v!r}")
+        if len({f[0] for f in fields}) != len(fields) or not all(int(f[1:]) in VALUES[f[0]] for f in fields):
+            raise argparse.ArgumentTypeError(f"expected each of Y (0, 1, 2), L (0, 1), R (0, 1), W (0, 1) at most "
+                                             f"once, received {v!r}")
+        kernels.append({**DEFAULTS, **defines_of(v)})
+    if any(kernels[i] in kernels[:i] for i in range(len(kernels))):
+        raise argparse.ArgumentTypeError(f"expected each variant once (fields left out take the kernel's defaults, "
+                                         f"Y2:L1:R0:W1), received {text!r}")
     return out
 
 
@@ -62,17 +121,30 @@ def defines_of(variant: str) -> dict[str, int]:
     return {FIELDS[f[0]]: int(f[1:]) for f in variant.split(":")}
 
 
+def swizzle_of(variant: str) -> int:
+    """The variant's ``MIRCUDA_FP8_WG_SWIZZLE`` (the kernel's default where it leaves W out)."""
+    return {**DEFAULTS, **defines_of(variant)}["MIRCUDA_FP8_WG_SWIZZLE"]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--m", type=ints, default="1,2,4,8,16")
-    p.add_argument("--rows", type=ints, default="8,16,32")
-    p.add_argument("--stages", type=ints, default="4,6,8")
+    p.add_argument("--m", type=rows_of_a, default="1,2,4,8,16", help="comma-separated M, each in 1..16")
+    p.add_argument("--rows", type=weight_rows, default="8,16,32",
+                   help="comma-separated weight rows per block, each 8, 16 or 32")
+    p.add_argument("--stages", type=stage_counts, default="4,6,8",
+                   help=f"comma-separated ring depths, each in 2..{MAX_STAGES}; one whose ring exceeds "
+                        f"{SHARED_LIMIT // 1024} KiB at some --rows is skipped there")
     p.add_argument("--variants", type=variants, default="Y2:L1:R0:W1",
                    help="comma-separated variants, each colon-separated fields YN (MIRCUDA_FP8_WG_SYNC), LN "
                         "(MIRCUDA_FP8_WG_ACT_L1), RN (MIRCUDA_FP8_WG_ROTATE), WN (MIRCUDA_FP8_WG_SWIZZLE); default "
                         "Y2:L1:R0:W1, the kernel's defaults")
     p.add_argument("--json", default="fp8_wgmma_probe.json")
     args = p.parse_args()
+    unfit = [st for st in args.stages
+             if not any(ring_bytes(r, st, swizzle_of(v)) <= SHARED_LIMIT for r in args.rows for v in args.variants)]
+    if unfit:
+        p.error(f"argument --stages: expected a ring of at most {SHARED_LIMIT // 1024} KiB at some --rows "
+                f"({','.join(map(str, args.rows))}), received {','.join(map(str, unfit))}")
     contract = cuda_export(SYMBOL, d=InOut[DeviceBuffer[bf16]], c=In[DeviceBuffer[bf16]], a=In[DeviceBuffer[e4m3]],
                            sa=In[DeviceBuffer[f32]], b=In[DeviceBuffer[e4m3]], sb=In[DeviceBuffer[f32]], alpha=f32,
                            beta=f32, n=i32, k=i32)
@@ -88,12 +160,7 @@ def main() -> None:
             if (m, r, st, y) not in kernels:
                 options = CompileOptions(defines={"MIRCUDA_FP8_M": m, "MIRCUDA_FP8_WG_ROWS": r, "MIRCUDA_FP8_WG_STAGES": st,
                                                   **defines_of(y)})
-                try:
-                    kern = compiler.compile(source, options).kernel(contract)
-                except mc.CompileError as exc:  # a ring over the kernel's 48 KiB of static shared memory
-                    print(f"not compiled M={m} R={r} S={st} {y}: {str(exc).splitlines()[0][:160]}", flush=True)
-                    kernels[m, r, st, y] = None
-                    return None
+                kern = compiler.compile(source, options).kernel(contract)
                 attrs = kern.attributes
                 print(f"compiled M={m} R={r} S={st} {y}: {attrs.registers} regs, {attrs.local_bytes} B local", flush=True)
                 kernels[m, r, st, y] = kern
@@ -103,7 +170,7 @@ def main() -> None:
             return LaunchConfig((-(-n // r),), (128,), programmatic_stream_serialization=True)
 
         # correctness on odd shapes, every output, beta != 0
-        for (n, k), m, r, y in itertools.product(ODD, [1, 5, 16], args.rows, args.variants):
+        for (n, k), m, r, y in itertools.product(ODD, ODD_M, args.rows, args.variants):
             a, sa = _operands(s.rng, m, k, m)
             b, sb = _operands(s.rng, n, k, -(-n // 128))
             c0 = s.rng.standard_normal(m * n).astype(np.float32).astype(bf16)
@@ -111,9 +178,6 @@ def main() -> None:
             bufs = [upload(context, stream, pool, x.ravel()) for x in (a, sa, b, sb, c0)]
             da, dsa, db, dsb, dc = bufs
             kern = kernel(m, r, 4, y)
-            if kern is None:
-                failures.append(f"odd M={m} {n}x{k} R={r} {y}: not compiled")
-                continue
             kern.launch(stream, config(n, r), dc, dc, da, dsa, db, dsb, 0.75, 0.5, n, k)
             got = stream.download(dc).astype(np.float64).reshape(m, n)
             err = _relative(got, want)
@@ -152,9 +216,9 @@ def main() -> None:
                 out.append(dict(n=n, k=k, m=m, path="plan", us=us, err=err))
                 print(f"M={m:2d} {n}x{k} plan {us:7.2f} µs (rel err {err:.1e})", flush=True)
                 for r, st, y in itertools.product(args.rows, args.stages, args.variants):
-                    kern = kernel(m, r, st, y)
-                    if kern is None:
+                    if ring_bytes(r, st, swizzle_of(y)) > SHARED_LIMIT:  # the kernel's static_assert would refuse it
                         continue
+                    kern = kernel(m, r, st, y)
                     cfg = config(n, r)
                     kern.launch(stream, cfg, d, d, da, dsa, wb[0], wsb[0], 1.0, 0.0, n, k)
                     err = check()

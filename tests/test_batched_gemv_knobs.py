@@ -1,5 +1,6 @@
-"""benchmarks/batched_gemv_knobs.py without a GPU: its help, its refusal of an M the kernel does not take
-before the GPU is touched, and its float64 check's verdict."""
+"""benchmarks/batched_gemv_knobs.py without a GPU: its help, its refusal, before the GPU is touched, of an M the
+kernel does not take, of a bad or repeated --m, --shapes or --warps value and of a shape on which no configuration
+would be timed, and its float64 check's verdict."""
 
 from __future__ import annotations
 
@@ -42,3 +43,26 @@ def test_the_float64_check_fails_a_wrong_or_nan_result() -> None:
     assert module.rows_of_a("1,24,32") == [1, 24, 32]
     assert module.accurate(1.7e-3) and module.accurate(2e-2)
     assert not module.accurate(3e-2) and not module.accurate(math.nan)
+
+
+@pytest.mark.parametrize("flag, value, said", [
+    ("--shapes", "4096", "expected comma-separated NxK shapes"),
+    ("--shapes", "4096x4100", "K a positive multiple of 8"),
+    ("--shapes", "4096x4096,4096x4096", "expected each value once"),  # was timed and recorded twice
+    ("--shapes", "4096x96", "expected each K >= 128"),  # was no configuration at all (default warps 2, 4, 8)
+    ("--warps", "3", "expected warps of 1, 2, 4 or 8"),
+    ("--warps", "2,2", "expected each value once"),
+    ("--m", "8,8", "expected each value once"),
+])
+def test_a_bad_or_repeated_shape_warp_count_or_m_is_refused_before_the_gpu(flag, value, said) -> None:
+    out = _run(flag, value)
+    assert out.returncode == 2 and f"argument {flag}" in out.stderr and said in out.stderr, out.stderr[-300:]
+    assert "Traceback" not in out.stderr
+
+
+def test_a_shape_is_refused_only_where_no_configuration_of_the_warps_would_be_timed() -> None:
+    module = _module()
+    assert module.runs(64, 1, 1) and not module.runs(63, 1, 1) and not module.runs(256, 2, 4)
+    assert module.untimed([(8, 64), (16, 56), (32, 4096)], [1, 8]) == ["16x56"]
+    assert module.untimed([(8, 64)], [2, 4]) == ["8x64"]
+    assert module.shapes_of("28672x4096,8x8") == [(28672, 4096), (8, 8)] and module.warps_of("8,1") == [8, 1]

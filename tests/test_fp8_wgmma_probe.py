@@ -1,14 +1,16 @@
 """The experimental Hopper FP8 decode kernel (``cuda_src/fp8_wgmma_gemv.cu``; no plan runs it) and its probe
 (``benchmarks/fp8_wgmma_probe.py``), without a GPU: NVRTC compiles it for sm_90a, its SASS holds the native
-E4M3 warpgroup MMA and never spills, it refuses the targets and rings it cannot run, and the probe's
-variant flags map to the kernel's macros. (Its numerics are checked on the GPU by the probe, against
-float64.)"""
+E4M3 warpgroup MMA and never spills, it refuses the targets and rings it cannot run; the probe's variant flags
+map to the kernel's macros, and the probe refuses, before the GPU, flags the kernel cannot take. (Its numerics
+are checked on the GPU by the probe, against float64.)"""
 
 from __future__ import annotations
 
 import argparse
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,7 +30,8 @@ def options(m: int, rows: int, stages: int = 4, **extra: int) -> CompileOptions:
 
 
 @pytest.mark.parametrize("m, rows, sync, swizzle", [(1, 8, 2, 0), (8, 16, 2, 0), (16, 32, 2, 0), (16, 16, 1, 0),
-                                                    (5, 32, 0, 0), (1, 8, 2, 1), (16, 32, 2, 1), (9, 16, 0, 1)])
+                                                    (5, 32, 0, 0), (12, 16, 2, 0), (1, 8, 2, 1), (16, 32, 2, 1),
+                                                    (9, 16, 0, 1), (12, 16, 2, 1)])
 def test_the_sass_holds_four_e4m3_warpgroup_mmas_per_stage_and_no_local_memory(tmp_path, m, rows, sync, swizzle) -> None:
     tool, env = cuobjdump()
     cubin = tmp_path / "k.cubin"
@@ -68,9 +71,59 @@ def test_configurations_it_cannot_hold_are_refused_at_compile_time(defines, mess
 def test_the_probe_maps_its_variant_fields_to_the_kernel_macros() -> None:
     from benchmarks.fp8_wgmma_probe import defines_of, variants
 
-    assert variants("Y2:L1:R0,Y0,W1") == ["Y2:L1:R0", "Y0", "W1"]
+    assert variants("Y2:L1:R0,Y0,W0") == ["Y2:L1:R0", "Y0", "W0"]
     assert defines_of("W1") == {"MIRCUDA_FP8_WG_SWIZZLE": 1}
     assert defines_of("Y2:L0:R1") == {"MIRCUDA_FP8_WG_SYNC": 2, "MIRCUDA_FP8_WG_ACT_L1": 0, "MIRCUDA_FP8_WG_ROTATE": 1}
     for bad in ("Q1", "Y", "Y2:", "Y2:Lx"):
         with pytest.raises(argparse.ArgumentTypeError, match="expected fields"):
             variants(bad)
+
+
+PROBE = Path(__file__).resolve().parent.parent / "benchmarks" / "fp8_wgmma_probe.py"
+
+
+@pytest.mark.parametrize("args, said", [
+    (("--m", "17"), "argument --m: expected M values in 1..16"),
+    (("--m", "0"), "argument --m: expected M values in 1..16"),
+    (("--m", "4,4"), "argument --m: expected each value once"),
+    (("--rows", "64"), "argument --rows: expected weight rows of 8, 16 or 32"),
+    (("--stages", "1"), "argument --stages: expected stage counts in 2..15"),
+    (("--stages", "16"), "argument --stages: expected stage counts in 2..15"),
+    (("--stages", "8", "--rows", "32"), "argument --stages: expected a ring of at most 48 KiB at some --rows (32)"),
+    (("--variants", "Y3"), "argument --variants: expected each of Y (0, 1, 2), L (0, 1), R (0, 1), W (0, 1) at most"),
+    (("--variants", "W2"), "argument --variants: expected each of Y (0, 1, 2), L (0, 1), R (0, 1), W (0, 1) at most"),
+    (("--variants", "Y2,Y2:L1:R0:W1"), "argument --variants: expected each variant once"),
+    (("--variants", "Y2:Y0"), "argument --variants: expected each of Y"),
+    (("--variants", "Y2,Y2:L1:R0"), "argument --variants: expected each variant once"),
+])
+def test_a_flag_the_kernel_cannot_take_is_refused_before_the_gpu(args, said) -> None:
+    # without the checks each reached the driver (or NVRTC's static_assert on the GPU machine), or, for Y3, L2 or a
+    # repeated value, timed a kernel under a label it is not
+    out = subprocess.run([sys.executable, str(PROBE), *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and said in out.stderr, out.stderr[-300:]
+    assert "Traceback" not in out.stderr
+
+
+def test_the_probes_ring_is_the_kernels() -> None:
+    # the probe skips and refuses the rings the kernel's static_assert refuses: the deepest ring it allows compiles,
+    # one stage more does not
+    from benchmarks.fp8_wgmma_probe import MAX_STAGES, SHARED_LIMIT, ring_bytes, stage_counts, weight_rows
+
+    assert ring_bytes(8, MAX_STAGES, 0) <= SHARED_LIMIT < ring_bytes(8, MAX_STAGES + 1, 0)
+    for swizzle in (0, 1):
+        for rows in (8, 32):
+            deepest = max(s for s in range(2, 64) if ring_bytes(rows, s, swizzle) <= SHARED_LIMIT)
+            mc.compile_program(source(), "sm_90a", options(1, rows, deepest, MIRCUDA_FP8_WG_SWIZZLE=swizzle))
+            with pytest.raises(mc.CompileError, match="at most 48 KiB"):
+                mc.compile_program(source(), "sm_90a", options(1, rows, deepest + 1, MIRCUDA_FP8_WG_SWIZZLE=swizzle))
+    assert stage_counts(f"2,{MAX_STAGES}") == [2, MAX_STAGES] and weight_rows("32,8") == [32, 8]
+
+
+def test_the_probes_correctness_pass_reaches_the_untimed_corners() -> None:
+    # rows past N at every block size, a ring longer than K (fewer K-blocks than its four stages: barriers armed and
+    # never awaited), an M between the 8- and 16-row activation tiles; K a multiple of 16, as the kernel requires
+    from benchmarks.fp8_wgmma_probe import ODD, ODD_M
+
+    assert all(k % 16 == 0 for _, k in ODD)
+    assert any(n % 8 for n, _ in ODD) and any(n % 32 for n, _ in ODD) and any(k % 128 for _, k in ODD)
+    assert any(-(-k // 128) < 4 for _, k in ODD) and any(9 <= m <= 15 for m in ODD_M) and {1, 16} <= set(ODD_M)

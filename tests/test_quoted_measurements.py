@@ -5,16 +5,19 @@ results they name (``benchmarks/results/*.json``): a sweep re-run that changes t
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
 from mircuda.matmul._fp4 import DP4A_M2_MEASURED
+from mircuda.matmul._gemv import choose_gemv, unroll_candidates
 from mircuda.matmul._select import FP8_SM90_RULE_MEASURED, sm90_fp8_family
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+WORDS = {1: "one", 2: "two", 4: "four", 8: "eight"}
 PINGPONG, COOP = "sm90_blockwise_pingpong_64x128x128_e4m3_bf16", "sm90_blockwise_coop_128x128x128_c1x2_e4m3_bf16"
 
 
@@ -70,3 +73,74 @@ def test_the_fp4_mma_default_comparison_is_as_recorded() -> None:
     assert (len(faster), len(rows)) == (11, 12) and slower == [(16, 4096, 4096, 8.5, 8.43)]
     assert "faster than 16 rows x 2 stages at 11 of the 12 points M = 2, 8, 16" in flat(README)
     assert "level at M = 16 on 4096x4096, 8.50 against 8.43" in flat(README)
+
+
+def test_the_two_row_tile_gemv_comparison_is_as_recorded() -> None:
+    # unroll_candidates: two row tiles with four steps fastest at M = 16 on the large shapes, one tile on the small
+    rows = [r for r in recorded("batched_gemv_m8_16_row_tiles.json")["rows"] if r["m"] == 16]
+    doc = flat(unroll_candidates.__doc__ or "")
+
+    def best(n: int, k: int, **match: int) -> dict[str, Any]:
+        return min((r for r in rows if (r["n"], r["k"]) == (n, k) and all(r[f] == v for f, v in match.items())),
+                   key=lambda r: r["us"])
+
+    for (n, k), said in (((28672, 4096), " µs (two warps)"), ((14336, 4096), ""), ((4096, 14336), " (eight warps)")):
+        two, one = best(n, k, r=2, u=4), best(n, k, r=1)
+        assert two == best(n, k), (n, k)  # the fastest configuration of all
+        assert f"{n}x{k} {two['us']:.2f}{said} against {one['us']:.2f}" in doc
+        assert "warps" not in said or f"({WORDS[two['w']]} warps)" in said
+    for n, k in ((6144, 4096), (4096, 4096)):
+        two, one = best(n, k, r=2, u=4), best(n, k, r=1)
+        assert one == best(n, k) and f"{one['us']:.2f} against {two['us']:.2f}" in doc
+
+
+def test_the_decoder_layers_gate_up_at_m_16_is_as_recorded() -> None:
+    # choose_gemv's docstring and the README: the 28672x4096 projection with the 32-row tiling
+    rows = recorded("decoder_layer_profile.json")["rows"]
+    gate_up = next(r for r in rows if r["path"].strip() == "gate_up 28672x4096 alone" and r["m"] == 16)
+    assert gate_up["note"].startswith("batched_gemv_rows32_bf16_bf16")
+    assert f"{gate_up['us']:.2f} µs in ``decoder-layer-profile`` (2026-12-02" in flat(choose_gemv.__doc__ or "")
+    knobs = [r for r in recorded("batched_gemv_m8_16_row_tiles.json")["rows"] if (r["n"], r["m"]) == (28672, 16)]
+    two = min(r["us"] for r in knobs if r["r"] == 2)
+    one = min(r["us"] for r in knobs if r["r"] == 1)
+    assert (f"{two:.1f} against {one:.1f} µs for the best single tile in "
+            f"`benchmarks/results/batched_gemv_m8_16_row_tiles.json`, {gate_up['us']:.1f} µs in "
+            "`decoder_layer_profile.json`") in flat(README)
+
+
+def test_the_measured_tables_m_16_rows_are_their_sweeps_fastest() -> None:
+    # the table names the 32-row tiling at M = 16 exactly where its sweep found it fastest (README: 14336x4096 and
+    # 4096x14336, every type pair)
+    table = json.loads((ROOT / "mircuda" / "matmul" / "tuned" / "sm90_dense.json").read_text())["entries"]
+    for suffix, (a, c) in (("bf16", ("bf16", "bf16")), ("bf16_f32", ("bf16", "f32")), ("f16", ("f16", "f16")),
+                           ("f16_f32", ("f16", "f32"))):
+        sweep = recorded(f"matmul_sweep_m16_rows32_{suffix}.json")["rows"]
+        rows32 = set()
+        for n, k in ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)):
+            fastest = min((r for r in sweep if r["path"].startswith("sweep ") and (r["n"], r["k"], r["m"]) == (n, k, 16)),
+                          key=lambda r: r["us"])
+            entry = next(e for e in table if e[:5] == [a, c, n, k, 16])
+            assert (entry[5], round(fastest["us"], 3)) == (fastest["path"].removeprefix("sweep "), entry[7])
+            if "rows32" in entry[5]:
+                rows32.add((n, k))
+        assert rows32 == {(14336, 4096), (4096, 14336)}, suffix
+
+
+def test_the_wgmma_probes_comparison_is_as_recorded() -> None:
+    # benchmarks/fp8_wgmma_probe.py's docstring and the kernel's opening comment: the best swizzled wgmma
+    # configuration against the plans' kernel (the rows sweep, the last run of fp8_wgmma_probe_swizzle.json)
+    rows = recorded("fp8_wgmma_probe_swizzle.json")["runs"][-1]["rows"]
+    probe = flat((ROOT / "benchmarks" / "fp8_wgmma_probe.py").read_text(encoding="utf-8"))
+    kernel = flat(re.sub(r"^// ?", "", (ROOT / "mircuda" / "cuda_src" / "fp8_wgmma_gemv.cu").read_text(), flags=re.M))
+
+    def best(n: int, k: int, m: int) -> tuple[float, float]:
+        at = [r for r in rows if (r["n"], r["k"], r["m"]) == (n, k, m)]
+        return (min(r["us"] for r in at if r["path"].startswith("wgmma ")), next(r["us"] for r in at
+                                                                                  if r["path"] == "plan"))
+
+    (w16, p16), (w1, p1), (l16, q16) = best(14336, 4096, 16), best(14336, 4096, 1), best(4096, 14336, 16)
+    assert w16 < p16 and w1 > p1 and l16 > q16  # the one place it wins, and two where it loses
+    assert (f"only at M = 16 on 14336x4096 ({w16:.2f} µs against {p16:.2f}), slower elsewhere (14336x4096 M = 1: "
+            f"{w1:.2f} against {p1:.2f}; 4096x14336 M = 16: {l16:.2f} against {q16:.2f})") in probe
+    assert f"only at M = 16 on 14336x4096 ({w16:.2f} against {p16:.2f} us)" in kernel
+    assert f"(M = 1: {w1:.2f} against {p1:.2f};" in kernel and f"{l16:.2f} against {q16:.2f} at M = 16 on 4096x14336" in kernel

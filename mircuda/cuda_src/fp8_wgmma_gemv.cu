@@ -96,7 +96,7 @@ constexpr int kWOffset = kSwizzle ? kABytes : 0;
 constexpr int kAOffset = kSwizzle ? 0 : kWBytes;
 constexpr int kStageBytes = kWBytes + kABytes + (kSwizzle ? 0 : kSBytes);
 // The A descriptor spans 64 rows: rows 16-63 read past a stage's activations (their products land in accumulator
-// rows that are never stored): up to 896 + 127 bytes without swizzle, up to 8 KiB from the stage's start with it,
+// rows that are never stored): up to 767 bytes without swizzle, up to 8 KiB from the stage's start with it,
 // so the ring ends with that much slack.
 constexpr int kSlack = kSwizzle ? (64 * kBlockK > kStageBytes ? 64 * kBlockK - kStageBytes : 0) : 1024;
 constexpr int kAcc = kRows / 2;  // FP32 accumulator registers per thread of m64nRk32
@@ -267,7 +267,8 @@ __device__ __forceinline__ void fp8_wgmma_gemv(__nv_bfloat16* d, const __nv_bflo
     for (int s = 0; s < kAhead; ++s) {
         if (s < kblocks) load_activations(base + s * kStageBytes, scales_of(s), a, sa, sbrow, k, kblocks, kb_of(s), tid);
 #if MIRCUDA_FP8_WG_SYNC == 2
-        copy_arrive(bars + 8 * s);  // the prologue's weights all land before this thread's first arrival
+        // the prologue's weights all land before this thread's first arrival; a stage past K is never awaited
+        if (s < kblocks) copy_arrive(bars + 8 * s);
 #else
         // All the prologue's weights join the first commit group with stage 0's activations; from then on group s
         // completes stage s, so waiting until at most kStages - 2 groups are pending leaves stage kb complete.

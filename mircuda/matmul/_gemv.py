@@ -74,7 +74,7 @@ def unroll_candidates(m: int, row_tiles: int = 1) -> tuple[int, ...]:
     """Steps per chunk worth trying for ``m`` rows of A: four; for M > 8 also two; for M > 16 also one.
     Two row tiles: four, two and one up to M = 16, two and one above. More n8 tiles of activations multiply
     the registers of the activation buffers (sm_90: 162 registers at M = 16 and four steps, 98 at two; 234
-    at M = 32 and four, 78 at one; two row tiles at M = 16: 238 at four, 150 at two, 86 at one, none
+    at M = 32 and four, 78 at one; two row tiles at M = 16: 236 at four, 150 at two, 86 at one, none
     spilled), and more resident warps can outweigh the shorter chunks.
 
     Two row tiles with four steps at M = 16 were the fastest configuration of
@@ -108,8 +108,9 @@ def choose_gemv(candidates: list[tuple[int, int, bool]]) -> tuple[int, int]:
     four 3328-register warps) hold it in 0.85 waves, the bytes in flight per SM of the 14336 x 4096 grid that took
     33.6 µs. No shape of the measured table changes (every table grid fits in one wave). On the H200 that
     projection now takes the table's M = 16 entry of the nearest shape, 14336x4096, which names two row tiles
-    (:func:`unroll_candidates`): 60.46 µs in ``decoder-layer-profile`` (2026-12-02), against 66.58 with one tile
-    and two steps by this rule the same day."""
+    (:func:`unroll_candidates`): 60.46 µs in ``decoder-layer-profile`` (2026-12-02,
+    ``benchmarks/results/decoder_layer_profile.json``), against 69.07 with one tile in that file's previous run
+    (2026-12-01, commit 7a39d2d); a run of one tile and two steps on 2026-12-02 (66.58 µs) was not kept."""
     return max(candidates, key=lambda c: (c[2], c[0] * c[1], c[1]))[:2]
 
 
