@@ -17,14 +17,18 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 
 import numpy as np
 
 import mircuda as mc
+from mircuda.cli._errors import check_output_file
 from mircuda.cli._matmul_bench import Types, relative_error, session
 from mircuda.compile import CompileOptions
 from mircuda.dtypes import dtype_info
+from mircuda.errors import ContractError
 from mircuda.matmul._gemv import MAX_M, batched_gemv_source
+from mircuda.matmul._spec import _DIM_LIMIT
 from mircuda.matmul._vector import shared_compiler, vector_contract
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)]
@@ -52,37 +56,38 @@ def once(values: list, text: str) -> list:  # type: ignore[type-arg]
     return values
 
 
+def integers(text: str) -> list[int]:
+    """Comma-separated decimal integers (``int`` alone would also take ``1_6`` and `` 4``)."""
+    if not all(re.fullmatch(r"-?[0-9]+", x) for x in text.split(",")):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, received {text!r}")
+    return [int(x) for x in text.split(",")]
+
+
 def rows_of_a(text: str) -> list[int]:
     """``--m``: comma-separated M, each in 1..MAX_M (the kernel's ``kM``) and given once, checked before the GPU
     is touched."""
-    try:
-        ms = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, received {text!r}") from None
-    if not ms or not all(1 <= m <= MAX_M for m in ms):
+    ms = integers(text)
+    if not all(1 <= m <= MAX_M for m in ms):
         raise argparse.ArgumentTypeError(f"expected M values in 1..{MAX_M} (the kernel's largest M), received {text!r}")
     return once(ms, text)
 
 
 def shapes_of(text: str) -> list[tuple[int, int]]:
-    """``--shapes``: comma-separated NxK weight shapes, each K a multiple of 8 (the 16-byte variant), each given
-    once."""
-    try:
-        out = [(int(n), int(k)) for n, k in (x.split("x") for x in text.split(","))]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated NxK shapes, received {text!r}") from None
-    if not out or not all(n >= 1 and k >= 8 and k % 8 == 0 for n, k in out):
-        raise argparse.ArgumentTypeError(f"expected N >= 1 and K a positive multiple of 8, received {text!r}")
+    """``--shapes``: comma-separated NxK weight shapes, N and K below ``_DIM_LIMIT`` (a plan's, the kernel's
+    ``int`` indices), each K a multiple of 8 (the 16-byte variant), each given once."""
+    if not all(re.fullmatch(r"-?[0-9]+x-?[0-9]+", x) for x in text.split(",")):
+        raise argparse.ArgumentTypeError(f"expected comma-separated NxK shapes, received {text!r}")
+    out = [(int(n), int(k)) for n, k in (x.split("x") for x in text.split(","))]
+    if not all(1 <= n < _DIM_LIMIT and 8 <= k < _DIM_LIMIT and k % 8 == 0 for n, k in out):
+        raise argparse.ArgumentTypeError(f"expected N in 1..{_DIM_LIMIT - 1} and K a positive multiple of 8 below "
+                                         f"{_DIM_LIMIT}, received {text!r}")
     return once(out, text)
 
 
 def warps_of(text: str) -> list[int]:
     """``--warps``: comma-separated warps per block, each 1, 2, 4 or 8, each given once."""
-    try:
-        out = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, received {text!r}") from None
-    if not out or not all(w in (1, 2, 4, 8) for w in out):
+    out = integers(text)
+    if not all(w in (1, 2, 4, 8) for w in out):
         raise argparse.ArgumentTypeError(f"expected warps of 1, 2, 4 or 8, received {text!r}")
     return once(out, text)
 
@@ -98,11 +103,17 @@ def main() -> None:
     p.add_argument("--m", type=rows_of_a, default="16,24,32",
                    help=f"comma-separated M (rows of A), each in 1..{MAX_M} (default: 16,24,32)")
     p.add_argument("--shapes", type=shapes_of, default=",".join(f"{n}x{k}" for n, k in SHAPES),
-                   help="comma-separated NxK weight shapes (default: the four of matmul-profile)")
+                   help="comma-separated NxK weight shapes (N output rows, K columns), each K a multiple of 8 and "
+                        "at least 64 x the fewest --warps (default: %(default)s, the four of matmul-profile)")
     p.add_argument("--warps", type=warps_of, default=",".join(map(str, WARPS)),
                    help="comma-separated warps per block, each 1, 2, 4 or 8 (default: 2,4,8)")
-    p.add_argument("--json", default="batched_gemv_knobs.json", help="where the results go (default: %(default)s)")
+    p.add_argument("--json", default="batched_gemv_knobs.json",
+                   help="where the results go, a file in an existing directory (default: %(default)s)")
     args = p.parse_args()
+    try:  # checked now, not after minutes of GPU work
+        check_output_file(args.json, "--json")
+    except ContractError as exc:
+        p.error(str(exc))
     short = untimed(args.shapes, args.warps)
     if short:
         p.error(f"argument --shapes: expected each K >= {64 * min(args.warps)} (64 x the fewest --warps: each warp "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import types
 
 import numpy as np
@@ -28,9 +29,11 @@ import numpy as np
 import mircuda as mc
 from mircuda.cli._fp8_profile import (CHECK_LIMIT, _dequantize, _operands, _relative, _sample_rows, _torch_rows, _TorchFp8,
                                      weight_banks)
+from mircuda.cli._errors import check_output_file
 from mircuda.cli._matmul_bench import session, upload
 from mircuda.compile import CompileOptions, Compiler
 from mircuda.dtypes import bf16, e4m3, f32, i32
+from mircuda.errors import ContractError
 from mircuda.launch import In, InOut, LaunchConfig, cuda_export
 from mircuda.matmul._vector import package_source
 from mircuda.memory import DeviceBuffer
@@ -60,10 +63,9 @@ def ring_bytes(rows: int, stages: int, swizzle: int = 1) -> int:
 
 def ints(text: str, allowed: range | tuple[int, ...], expected: str) -> list[int]:
     """Comma-separated integers, each in ``allowed`` and given once (a repeated one would be timed twice)."""
-    try:
-        out = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, received {text!r}") from None
+    if not all(re.fullmatch(r"-?[0-9]+", x) for x in text.split(",")):  # int() also takes "1_6" and " 4"
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, received {text!r}")
+    out = [int(x) for x in text.split(",")]
     if not all(x in allowed for x in out):
         raise argparse.ArgumentTypeError(f"expected {expected}, received {text!r}")
     if len(set(out)) != len(out):
@@ -128,18 +130,31 @@ def swizzle_of(variant: str) -> int:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--m", type=rows_of_a, default="1,2,4,8,16", help="comma-separated M, each in 1..16")
+    p.add_argument("--m", type=rows_of_a, default="1,2,4,8,16",
+                   help="comma-separated M (rows of A), each in 1..16 (default: %(default)s)")
     p.add_argument("--rows", type=weight_rows, default="8,16,32",
-                   help="comma-separated weight rows per block, each 8, 16 or 32")
+                   help="comma-separated weight rows per block (the wgmma's N), each 8, 16 or 32 (default: "
+                        "%(default)s)")
     p.add_argument("--stages", type=stage_counts, default="4,6,8",
-                   help=f"comma-separated ring depths, each in 2..{MAX_STAGES}; one whose ring exceeds "
-                        f"{SHARED_LIMIT // 1024} KiB at some --rows is skipped there")
+                   help=f"comma-separated ring depths (128-K stages in shared memory), each in 2..{MAX_STAGES}; one "
+                        f"whose ring exceeds {SHARED_LIMIT // 1024} KiB at some --rows is skipped there (default: "
+                        "%(default)s; the correctness pass always runs 4)")
     p.add_argument("--variants", type=variants, default="Y2:L1:R0:W1",
-                   help="comma-separated variants, each colon-separated fields YN (MIRCUDA_FP8_WG_SYNC), LN "
-                        "(MIRCUDA_FP8_WG_ACT_L1), RN (MIRCUDA_FP8_WG_ROTATE), WN (MIRCUDA_FP8_WG_SWIZZLE); default "
-                        "Y2:L1:R0:W1, the kernel's defaults")
-    p.add_argument("--json", default="fp8_wgmma_probe.json")
+                   help="comma-separated variants, each of fields joined by ':' (e.g. Y1:W0), each field at most once: "
+                        "Y (MIRCUDA_FP8_WG_SYNC, how a stage's arrival is awaited: 0 cp.async.wait_group, proxy fence "
+                        "and block barrier; 1 the same without the fence; 2 an mbarrier per stage), "
+                        "L (MIRCUDA_FP8_WG_ACT_L1: activations copied past L1, 0, or through it, 1), "
+                        "R (MIRCUDA_FP8_WG_ROTATE: each block starts its K walk at K-block 0, 0, or at blockIdx.x "
+                        "mod the K-blocks, 1), W (MIRCUDA_FP8_WG_SWIZZLE: the ring unswizzled, 0, or with the "
+                        "128-byte swizzle, 1); a field left out takes the kernel's default (default: %(default)s, "
+                        "the kernel's defaults)")
+    p.add_argument("--json", default="fp8_wgmma_probe.json",
+                   help="where the results go, a file in an existing directory (default: %(default)s)")
     args = p.parse_args()
+    try:  # checked now, not after minutes of GPU work
+        check_output_file(args.json, "--json")
+    except ContractError as exc:
+        p.error(str(exc))
     unfit = [st for st in args.stages
              if not any(ring_bytes(r, st, swizzle_of(v)) <= SHARED_LIMIT for r in args.rows for v in args.variants)]
     if unfit:

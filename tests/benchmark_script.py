@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -16,3 +17,9 @@ def load_benchmark(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def help_options(help_text: str) -> dict[str, str]:
+    """A script's ``--help`` output: each option's help, whitespace collapsed, by its flag (``-h`` left out)."""
+    parts = re.split(r"\n  (?=--)", help_text.split("options:")[1])[1:]
+    return {p.split()[0]: " ".join(p.split()[2:]) for p in parts}

@@ -1,6 +1,6 @@
 """benchmarks/batched_gemv_knobs.py without a GPU: its help, its refusal, before the GPU is touched, of an M the
-kernel does not take, of a bad or repeated --m, --shapes or --warps value and of a shape on which no configuration
-would be timed, and its float64 check's verdict."""
+kernel does not take, of a bad or repeated --m, --shapes or --warps value, of a --json it could not write and of a
+shape on which no configuration would be timed, and its float64 check's verdict."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from benchmark_script import load_benchmark
+from benchmark_script import help_options, load_benchmark
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "batched_gemv_knobs.py"
 
@@ -38,6 +38,15 @@ def test_an_m_the_kernel_does_not_take_is_refused_before_the_gpu(m) -> None:
     assert "Traceback" not in out.stderr
 
 
+def test_help_gives_each_options_default() -> None:
+    options = help_options(_run("--help").stdout)
+    assert list(options) == ["--m", "--shapes", "--warps", "--json"]
+    assert not [flag for flag, text in options.items() if "(default: " not in text]
+    # --shapes named "the four of matmul-profile" without listing them, nor said what a shape must be
+    assert "(default: 4096x4096,14336x4096,4096x14336,6144x4096, the four of matmul-profile)" in options["--shapes"]
+    assert "each K a multiple of 8 and at least 64 x the fewest --warps" in options["--shapes"]
+
+
 def test_the_float64_check_fails_a_wrong_or_nan_result() -> None:
     module = _module()
     assert module.rows_of_a("1,24,32") == [1, 24, 32]
@@ -53,10 +62,18 @@ def test_the_float64_check_fails_a_wrong_or_nan_result() -> None:
     ("--warps", "3", "expected warps of 1, 2, 4 or 8"),
     ("--warps", "2,2", "expected each value once"),
     ("--m", "8,8", "expected each value once"),
+    ("--m", "1_6", "expected comma-separated integers"),  # int() took it as 16
+    ("--warps", "0_8", "expected comma-separated integers"),  # int() took it as 8
+    ("--shapes", "4_096x4096", "expected comma-separated NxK shapes"),  # int() took it as 4096
+    ("--shapes", "3000000000x4096", "expected N in 1..2147418111"),  # reached the driver: N is an int on the GPU
+    ("--shapes", "4096x2147483648", "K a positive multiple of 8 below 2147418112"),
+    ("--json", "", "expected a file path in an existing directory"),  # these failed after the whole GPU run
+    ("--json", "/nonexistent-dir/knobs.json", "'/nonexistent-dir' is not a directory"),
+    ("--json", "/", "expected a file path in an existing directory, received '/'"),
 ])
 def test_a_bad_or_repeated_shape_warp_count_or_m_is_refused_before_the_gpu(flag, value, said) -> None:
     out = _run(flag, value)
-    assert out.returncode == 2 and f"argument {flag}" in out.stderr and said in out.stderr, out.stderr[-300:]
+    assert out.returncode == 2 and flag in out.stderr.splitlines()[-1] and said in out.stderr, out.stderr[-300:]
     assert "Traceback" not in out.stderr
 
 

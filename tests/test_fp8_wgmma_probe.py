@@ -17,6 +17,7 @@ import pytest
 import mircuda as mc
 from mircuda.compile import CompileOptions
 from mircuda.matmul._vector import package_source
+from tests.benchmark_script import help_options
 from tests.test_matmul_fp8_mma import cuobjdump
 
 
@@ -95,6 +96,12 @@ PROBE = Path(__file__).resolve().parent.parent / "benchmarks" / "fp8_wgmma_probe
     (("--variants", "Y2,Y2:L1:R0:W1"), "argument --variants: expected each variant once"),
     (("--variants", "Y2:Y0"), "argument --variants: expected each of Y"),
     (("--variants", "Y2,Y2:L1:R0"), "argument --variants: expected each variant once"),
+    (("--m", "1_6"), "argument --m: expected comma-separated integers, received '1_6'"),  # int() took it as 16
+    (("--stages", "0_4"), "argument --stages: expected comma-separated integers"),  # int() took it as 4
+    # these three ran the whole GPU sweep, then failed to write its results with a traceback
+    (("--json", ""), "argument '--json': expected a file path in an existing directory, received ''"),
+    (("--json", "/nonexistent-dir/probe.json"), "'/nonexistent-dir' is not a directory"),
+    (("--json", "/"), "argument '--json': expected a file path in an existing directory, received '/'"),
 ])
 def test_a_flag_the_kernel_cannot_take_is_refused_before_the_gpu(args, said) -> None:
     # without the checks each reached the driver (or NVRTC's static_assert on the GPU machine), or, for Y3, L2 or a
@@ -102,6 +109,18 @@ def test_a_flag_the_kernel_cannot_take_is_refused_before_the_gpu(args, said) -> 
     out = subprocess.run([sys.executable, str(PROBE), *args], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and said in out.stderr, out.stderr[-300:]
     assert "Traceback" not in out.stderr
+
+
+def test_help_gives_each_options_meaning_values_and_default() -> None:
+    out = subprocess.run([sys.executable, str(PROBE), "--help"], capture_output=True, text=True, timeout=120)
+    options = help_options(out.stdout)
+    assert list(options) == ["--m", "--rows", "--stages", "--variants", "--json"]
+    # --m, --rows, --stages and --json gave no default, --json no help at all, --variants no field's values
+    assert not [flag for flag, text in options.items() if "(default: " not in text]
+    assert "each in 1..16 (default: 1,2,4,8,16)" in options["--m"] and "(default: 4,6,8;" in options["--stages"]
+    for field in ("Y (MIRCUDA_FP8_WG_SYNC", "L (MIRCUDA_FP8_WG_ACT_L1", "R (MIRCUDA_FP8_WG_ROTATE",
+                  "W (MIRCUDA_FP8_WG_SWIZZLE", "2 an mbarrier per stage", "128-byte swizzle, 1"):
+        assert field in options["--variants"], field
 
 
 def test_the_probes_ring_is_the_kernels() -> None:
