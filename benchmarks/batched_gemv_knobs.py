@@ -9,8 +9,8 @@ script exits 1). Needs a GPU and torch (cuBLAS).
 ``benchmarks/results/batched_gemv_m16_64_knobs.json`` (H200, 2026-12-01) also holds M = 48 and 64, run with
 commit 04afb01, whose kernel took M up to 64: there its best was 0.57-0.82x cuBLAS, which is why the kernel
 stops at 32 (``mircuda.matmul._gemv.MAX_M``). ``benchmarks/results/batched_gemv_m8_16_row_tiles.json`` (H200,
-2026-12-02) adds two row tiles at M = 8 and 16 (with four steps), one-warp blocks and the decoder layer's
-28672x4096 projection."""
+2026-12-02) times every knob at M = 8 and 16, adding what the earlier file lacks: two row tiles with four steps
+(R = 2, U = 4), one-warp blocks (W = 1) and the decoder layer's 28672x4096 projection."""
 
 from __future__ import annotations
 

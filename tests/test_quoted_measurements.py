@@ -13,7 +13,7 @@ from typing import Any
 
 from mircuda.matmul._fp4 import DP4A_M2_MEASURED
 from mircuda.matmul._gemv import choose_gemv, unroll_candidates
-from mircuda.matmul._select import FP8_SM90_RULE_MEASURED, sm90_fp8_family
+from mircuda.matmul._select import FP8_SM90_RULE_MEASURED, fp8_m1_choice, sm90_fp8_family
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -104,8 +104,15 @@ def test_the_decoder_layers_gate_up_at_m_16_is_as_recorded() -> None:
     two = min(r["us"] for r in knobs if r["r"] == 2)
     one = min(r["us"] for r in knobs if r["r"] == 1)
     assert (f"{two:.1f} against {one:.1f} µs for the best single tile in "
-            f"`benchmarks/results/batched_gemv_m8_16_row_tiles.json`, {gate_up['us']:.1f} µs in "
+            "`benchmarks/results/batched_gemv_m8_16_row_tiles.json` (`python benchmarks/batched_gemv_knobs.py`: every "
+            f"tiling, unroll and warp count beside cuBLAS), {gate_up['us']:.1f} µs through the plan in "
             "`decoder_layer_profile.json`") in flat(README)
+    # the table's entry of the nearest shape, 14336x4096, is what names the 32-row form there (the README named
+    # "the measured table" before saying which file it is)
+    assert ("the measured table (`mircuda/matmul/tuned/sm90_dense.json`, below) names the 32-row form where its "
+            "sweep found it fastest: on the H200 at M = 16 on 14336x4096 and 4096x14336, for every type pair. A "
+            "shape the table lacks takes the entry of the nearest one, so the decoder layer's 28672x4096 runs the "
+            "32-row form at M = 16 too") in flat(README)
 
 
 def test_the_measured_tables_m_16_rows_are_their_sweeps_fastest() -> None:
@@ -143,4 +150,25 @@ def test_the_wgmma_probes_comparison_is_as_recorded() -> None:
     assert (f"only at M = 16 on 14336x4096 ({w16:.2f} µs against {p16:.2f}), slower elsewhere (14336x4096 M = 1: "
             f"{w1:.2f} against {p1:.2f}; 4096x14336 M = 16: {l16:.2f} against {q16:.2f})") in probe
     assert f"only at M = 16 on 14336x4096 ({w16:.2f} against {p16:.2f} us)" in kernel
+    # the README named blockwise_fp8_mma alone, but at M = 1 with K > 4096 (4096x14336) the plan runs the
+    # CUDA-core kernel (fp8_m1_choice)
+    h200 = (9, 0)
+    assert fp8_m1_choice(4096, 14336, h200).kernel == "blockwise_fp8_gemv"
+    assert fp8_m1_choice(14336, 4096, h200).kernel == "blockwise_fp8_mma"
+    assert ("as fast as what the FP8 plans run today (`blockwise_fp8_mma`, or at M = 1 with K > 4096 "
+            "`blockwise_fp8_gemv`) only at M = 16 on 14336x4096 and slower elsewhere") in flat(README)
     assert f"(M = 1: {w1:.2f} against {p1:.2f};" in kernel and f"{l16:.2f} against {q16:.2f} at M = 16 on 4096x14336" in kernel
+
+
+def test_what_the_row_tile_run_adds_is_as_recorded() -> None:
+    # batched_gemv_knobs.py's docstring said the later file "adds two row tiles at M = 8 and 16 (with four steps)",
+    # which read as if two row tiles ran with four steps only: it holds every knob, and adds R = 2, U = 4 and W = 1
+    old, new = (recorded(f"batched_gemv_{name}.json")["rows"] for name in ("m16_64_knobs", "m8_16_row_tiles"))
+    knobs = {(r["r"], r["u"]) for r in new}
+    assert knobs == {(1, 4), (1, 2), (1, 1), (2, 4), (2, 2), (2, 1)} and {r["m"] for r in new} == {8, 16}
+    assert knobs - {(r["r"], r["u"]) for r in old} == {(2, 4)}
+    assert 1 in {r["w"] for r in new} - {r["w"] for r in old}
+    assert 28672 in {r["n"] for r in new} - {r["n"] for r in old}
+    doc = flat((ROOT / "benchmarks" / "batched_gemv_knobs.py").read_text(encoding="utf-8"))
+    assert ("times every knob at M = 8 and 16, adding what the earlier file lacks: two row tiles with four steps "
+            "(R = 2, U = 4), one-warp blocks (W = 1) and the decoder layer's 28672x4096 projection") in doc
