@@ -107,7 +107,7 @@ def variants(text: str) -> list[str]:
     kernels = []
     for v in out:
         fields = v.split(":")
-        if not all(f[:1] in FIELDS and f[1:].isdigit() for f in fields):
+        if not all(f[:1] in FIELDS and f[1:].isdecimal() for f in fields):  # "²".isdigit(), int("²") fails
             raise argparse.ArgumentTypeError(f"expected fields YN, LN, RN, WN joined by ':', received {v!r}")
         if len({f[0] for f in fields}) != len(fields) or not all(int(f[1:]) in VALUES[f[0]] for f in fields):
             raise argparse.ArgumentTypeError(f"expected each of Y (0, 1, 2), L (0, 1), R (0, 1), W (0, 1) at most "

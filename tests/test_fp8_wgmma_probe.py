@@ -75,7 +75,7 @@ def test_the_probe_maps_its_variant_fields_to_the_kernel_macros() -> None:
     assert variants("Y2:L1:R0,Y0,W0") == ["Y2:L1:R0", "Y0", "W0"]
     assert defines_of("W1") == {"MIRCUDA_FP8_WG_SWIZZLE": 1}
     assert defines_of("Y2:L0:R1") == {"MIRCUDA_FP8_WG_SYNC": 2, "MIRCUDA_FP8_WG_ACT_L1": 0, "MIRCUDA_FP8_WG_ROTATE": 1}
-    for bad in ("Q1", "Y", "Y2:", "Y2:Lx"):
+    for bad in ("Q1", "Y", "Y2:", "Y2:Lx", "Y²"):  # Y² passed isdigit(), then int() raised a bare ValueError
         with pytest.raises(argparse.ArgumentTypeError, match="expected fields"):
             variants(bad)
 
