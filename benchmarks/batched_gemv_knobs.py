@@ -16,17 +16,14 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import re
 
 import numpy as np
 
 import mircuda as mc
-from mircuda.cli._errors import check_output_file
-from mircuda.cli._matmul_bench import Types, relative_error, session
+from mircuda.cli._matmul_bench import add_results_argument, check_results_argument, finish_script, Types, relative_error, session
 from mircuda.compile import CompileOptions
 from mircuda.dtypes import dtype_info
-from mircuda.errors import ContractError
 from mircuda.matmul._gemv import MAX_M, batched_gemv_source
 from mircuda.matmul._spec import _DIM_LIMIT
 from mircuda.matmul._vector import shared_compiler, vector_contract
@@ -107,13 +104,9 @@ def main() -> None:
                         "at least 64 x the fewest --warps (default: %(default)s, the four of matmul-profile)")
     p.add_argument("--warps", type=warps_of, default=",".join(map(str, WARPS)),
                    help="comma-separated warps per block, each 1, 2, 4 or 8 (default: 2,4,8)")
-    p.add_argument("--json", default="batched_gemv_knobs.json",
-                   help="where the results go, a file in an existing directory (default: %(default)s)")
+    add_results_argument(p, "batched_gemv_knobs.json")
     args = p.parse_args()
-    try:  # checked now, not after minutes of GPU work
-        check_output_file(args.json, "--json")
-    except ContractError as exc:
-        p.error(str(exc))
+    check_results_argument(p, args.json)
     short = untimed(args.shapes, args.warps)
     if short:
         p.error(f"argument --shapes: expected each K >= {64 * min(args.warps)} (64 x the fewest --warps: each warp "
@@ -162,10 +155,7 @@ def main() -> None:
             s.release(ws)
             del tw
         device = s.info.name
-    with open(args.json, "w") as f:
-        json.dump({"device": device, "rows": out, "failures": failures}, f, indent=1)
-    if failures:
-        raise SystemExit(f"{len(failures)} configuration(s) failed the float64 check: " + "; ".join(failures))
+    finish_script(args.json, device, out, failures, "configuration(s) failed the float64 check")
 
 
 if __name__ == "__main__":

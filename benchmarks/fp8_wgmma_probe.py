@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import re
 import types
 
@@ -29,11 +28,9 @@ import numpy as np
 import mircuda as mc
 from mircuda.cli._fp8_profile import (CHECK_LIMIT, _dequantize, _operands, _relative, _sample_rows, _torch_rows, _TorchFp8,
                                      weight_banks)
-from mircuda.cli._errors import check_output_file
-from mircuda.cli._matmul_bench import session, upload
+from mircuda.cli._matmul_bench import add_results_argument, check_results_argument, finish_script, session, upload
 from mircuda.compile import CompileOptions, Compiler
 from mircuda.dtypes import bf16, e4m3, f32, i32
-from mircuda.errors import ContractError
 from mircuda.launch import In, InOut, LaunchConfig, cuda_export
 from mircuda.matmul._vector import package_source
 from mircuda.memory import DeviceBuffer
@@ -148,13 +145,9 @@ def main() -> None:
                         "mod the K-blocks, 1), W (MIRCUDA_FP8_WG_SWIZZLE: the ring unswizzled, 0, or with the "
                         "128-byte swizzle, 1); a field left out takes the kernel's default (default: %(default)s, "
                         "the kernel's defaults)")
-    p.add_argument("--json", default="fp8_wgmma_probe.json",
-                   help="where the results go, a file in an existing directory (default: %(default)s)")
+    add_results_argument(p, "fp8_wgmma_probe.json")
     args = p.parse_args()
-    try:  # checked now, not after minutes of GPU work
-        check_output_file(args.json, "--json")
-    except ContractError as exc:
-        p.error(str(exc))
+    check_results_argument(p, args.json)
     unfit = [st for st in args.stages
              if not any(ring_bytes(r, st, swizzle_of(v)) <= SHARED_LIMIT for r in args.rows for v in args.variants)]
     if unfit:
@@ -257,10 +250,7 @@ def main() -> None:
             del tw, tsb
             s.release(wb + wsb)
         device = info.name
-    with open(args.json, "w") as f:
-        json.dump({"device": device, "rows": out, "failures": failures}, f, indent=1)
-    if failures:
-        raise SystemExit(f"{len(failures)} failure(s): " + "; ".join(failures))
+    finish_script(args.json, device, out, failures, "failure(s)")
 
 
 if __name__ == "__main__":

@@ -185,6 +185,37 @@ def _write_json(path: str, payload: dict[str, Any]) -> None:
     print(f"results written to {path}")
 
 
+def add_results_argument(parser: Any, default: str) -> None:
+    """A benchmark script's ``--json`` option (where its results go, ``default`` unless given)."""
+    parser.add_argument("--json", default=default,
+                        help="where the results go, a file in an existing directory (default: %(default)s)")
+
+
+def check_results_argument(parser: Any, path: str) -> None:
+    """``--json`` checked before any GPU work (not after minutes of it): an unusable path ends the script with
+    argparse's one-line error (exit status 2)."""
+    from ..errors import ContractError
+    from ._errors import check_output_file
+
+    try:
+        check_output_file(path, "--json")
+    except ContractError as exc:
+        parser.error(str(exc))
+
+
+def finish_script(path: str, device: str, rows: list[dict[str, Any]], failures: list[str], failed: str) -> None:
+    """The end of a benchmark script (``benchmarks/*.py``): ``{"device", "rows", "failures"}`` written to ``path``
+    (JSON), then exit status 1 with ``"<count> <failed>: <failures>"`` when any configuration failed.
+
+    Raises:
+        SystemExit: ``failures`` is not empty.
+    """
+    with open(path, "w") as f:
+        json.dump({"device": device, "rows": rows, "failures": failures}, f, indent=1)
+    if failures:
+        raise SystemExit(f"{len(failures)} {failed}: " + "; ".join(failures))
+
+
 def _ratios(rows: list[Row]) -> None:
     """ratio_to_cublas = cuBLAS µs / this path's µs (> 1: faster than cuBLAS) for rows of one shape."""
     ref = {(r.dtype, r.m, r.n, r.k): r.us for r in rows if r.path.startswith("cuBLAS")}
