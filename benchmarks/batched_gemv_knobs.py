@@ -21,6 +21,7 @@ import re
 import numpy as np
 
 import mircuda as mc
+from mircuda.cli._values import distinct, distinct_ints
 from mircuda.cli._matmul_bench import add_results_argument, check_results_argument, finish_script, Types, relative_error, session
 from mircuda.compile import CompileOptions
 from mircuda.dtypes import dtype_info
@@ -46,27 +47,10 @@ def runs(k: int, warps: int, unroll: int) -> bool:
     return k >= 2 * warps * 32 * unroll
 
 
-def once(values: list, text: str) -> list:  # type: ignore[type-arg]
-    """``values`` if none repeats (a repeated one would be timed and recorded twice)."""
-    if len(set(values)) != len(values):
-        raise argparse.ArgumentTypeError(f"expected each value once, received {text!r}")
-    return values
-
-
-def integers(text: str) -> list[int]:
-    """Comma-separated decimal integers (``int`` alone would also take ``1_6`` and `` 4``)."""
-    if not all(re.fullmatch(r"-?[0-9]+", x) for x in text.split(",")):
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, received {text!r}")
-    return [int(x) for x in text.split(",")]
-
-
 def rows_of_a(text: str) -> list[int]:
     """``--m``: comma-separated M, each in 1..MAX_M (the kernel's ``kM``) and given once, checked before the GPU
     is touched."""
-    ms = integers(text)
-    if not all(1 <= m <= MAX_M for m in ms):
-        raise argparse.ArgumentTypeError(f"expected M values in 1..{MAX_M} (the kernel's largest M), received {text!r}")
-    return once(ms, text)
+    return distinct_ints(text, range(1, MAX_M + 1), f"M values in 1..{MAX_M} (the kernel's largest M)")
 
 
 def shapes_of(text: str) -> list[tuple[int, int]]:
@@ -78,15 +62,12 @@ def shapes_of(text: str) -> list[tuple[int, int]]:
     if not all(1 <= n < _DIM_LIMIT and 8 <= k < _DIM_LIMIT and k % 8 == 0 for n, k in out):
         raise argparse.ArgumentTypeError(f"expected N in 1..{_DIM_LIMIT - 1} and K a positive multiple of 8 below "
                                          f"{_DIM_LIMIT}, received {text!r}")
-    return once(out, text)
+    return distinct(out, text)
 
 
 def warps_of(text: str) -> list[int]:
     """``--warps``: comma-separated warps per block, each 1, 2, 4 or 8, each given once."""
-    out = integers(text)
-    if not all(w in (1, 2, 4, 8) for w in out):
-        raise argparse.ArgumentTypeError(f"expected warps of 1, 2, 4 or 8, received {text!r}")
-    return once(out, text)
+    return distinct_ints(text, (1, 2, 4, 8), "warps of 1, 2, 4 or 8")
 
 
 def untimed(shapes: list[tuple[int, int]], warps: list[int]) -> list[str]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import re
 import types
 
 import numpy as np
@@ -28,6 +27,7 @@ import numpy as np
 import mircuda as mc
 from mircuda.cli._fp8_profile import (CHECK_LIMIT, _dequantize, _operands, _relative, _sample_rows, _torch_rows, _TorchFp8,
                                      weight_banks)
+from mircuda.cli._values import distinct_ints
 from mircuda.cli._matmul_bench import add_results_argument, check_results_argument, finish_script, session, upload
 from mircuda.compile import CompileOptions, Compiler
 from mircuda.dtypes import bf16, e4m3, f32, i32
@@ -58,26 +58,14 @@ def ring_bytes(rows: int, stages: int, swizzle: int = 1) -> int:
     return stages * stage + max(0, 64 * 128 - stage) + stages * 128
 
 
-def ints(text: str, allowed: range | tuple[int, ...], expected: str) -> list[int]:
-    """Comma-separated integers, each in ``allowed`` and given once (a repeated one would be timed twice)."""
-    if not all(re.fullmatch(r"-?[0-9]+", x) for x in text.split(",")):  # int() also takes "1_6" and " 4"
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, received {text!r}")
-    out = [int(x) for x in text.split(",")]
-    if not all(x in allowed for x in out):
-        raise argparse.ArgumentTypeError(f"expected {expected}, received {text!r}")
-    if len(set(out)) != len(out):
-        raise argparse.ArgumentTypeError(f"expected each value once, received {text!r}")
-    return out
-
-
 def rows_of_a(text: str) -> list[int]:
     """``--m``: rows of A, each in 1..16 (``MIRCUDA_FP8_M``)."""
-    return ints(text, range(1, 17), "M values in 1..16 (the kernel's MIRCUDA_FP8_M)")
+    return distinct_ints(text, range(1, 17), "M values in 1..16 (the kernel's MIRCUDA_FP8_M)")
 
 
 def weight_rows(text: str) -> list[int]:
     """``--rows``: weight rows per block, each 8, 16 or 32 (``MIRCUDA_FP8_WG_ROWS``, the wgmma's N)."""
-    return ints(text, (8, 16, 32), "weight rows of 8, 16 or 32 (the kernel's MIRCUDA_FP8_WG_ROWS)")
+    return distinct_ints(text, (8, 16, 32), "weight rows of 8, 16 or 32 (the kernel's MIRCUDA_FP8_WG_ROWS)")
 
 
 MAX_STAGES = max(s for s in range(2, 64) for w in (0, 1) if ring_bytes(8, s, w) <= SHARED_LIMIT)
@@ -87,7 +75,7 @@ MAX_STAGES = max(s for s in range(2, 64) for w in (0, 1) if ring_bytes(8, s, w) 
 def stage_counts(text: str) -> list[int]:
     """``--stages``: ring depths, each in 2..MAX_STAGES (``MIRCUDA_FP8_WG_STAGES``); a depth whose ring does not
     fit at some ``--rows`` is skipped there (``main`` refuses one that fits at none)."""
-    return ints(text, range(2, MAX_STAGES + 1), f"stage counts in 2..{MAX_STAGES} (the kernel's MIRCUDA_FP8_WG_STAGES: "
+    return distinct_ints(text, range(2, MAX_STAGES + 1), f"stage counts in 2..{MAX_STAGES} (the kernel's MIRCUDA_FP8_WG_STAGES: "
                 f"at most {SHARED_LIMIT // 1024} KiB of ring)")
 
 

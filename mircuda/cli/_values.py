@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
+from collections.abc import Container, Sequence
+from typing import TypeVar
 
-__all__ = ["comma_items", "device_ordinal", "positive_int", "positive_seconds"]
+__all__ = ["comma_items", "device_ordinal", "distinct", "distinct_ints", "positive_int", "positive_seconds"]
+
+T = TypeVar("T")
 
 
 def comma_items(text: str, what: str) -> list[str]:
@@ -47,3 +52,30 @@ def positive_seconds(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, received {text!r}")
     return value
+
+
+def distinct(values: Sequence[T], text: str) -> list[T]:
+    """``values`` (parsed from ``text``) if none repeats: a repeated value would be measured and recorded twice.
+
+    Raises:
+        argparse.ArgumentTypeError: a value repeats.
+    """
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"expected each value once, received {text!r}")
+    return list(values)
+
+
+def distinct_ints(text: str, allowed: Container[int], expected: str) -> list[int]:
+    """Comma-separated decimal integers (ASCII digits, an optional minus: ``int`` alone would also take ``1_6``
+    and `` 4``), each in ``allowed`` and given once.
+
+    Raises:
+        argparse.ArgumentTypeError: a malformed item, a value outside ``allowed`` (``expected`` says what is
+            allowed) or a repeated value.
+    """
+    if not all(re.fullmatch(r"-?[0-9]+", x) for x in text.split(",")):
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, received {text!r}")
+    out = [int(x) for x in text.split(",")]
+    if not all(x in allowed for x in out):
+        raise argparse.ArgumentTypeError(f"expected {expected}, received {text!r}")
+    return distinct(out, text)
