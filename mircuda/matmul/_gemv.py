@@ -110,7 +110,8 @@ def choose_gemv(candidates: list[tuple[int, int, bool]]) -> tuple[int, int]:
     projection now takes the table's M = 16 entry of the nearest shape, 14336x4096, which names two row tiles
     (:func:`unroll_candidates`): 60.46 µs in ``decoder-layer-profile`` (2026-12-02,
     ``benchmarks/results/decoder_layer_profile.json``), against 69.07 with one tile in that file's previous run
-    (2026-12-01, commit 7a39d2d); a run of one tile and two steps on 2026-12-02 (66.58 µs) was not kept."""
+    (2026-12-01, commit 7a39d2d), and 66.58 with one tile and two steps earlier on 2026-12-02
+    (``benchmarks/results/l2_bulk_prefetch_experiment.json``, its prefetch-off decoder-layer run)."""
     return max(candidates, key=lambda c: (c[2], c[0] * c[1], c[1]))[:2]
 
 
