@@ -198,9 +198,12 @@ def _fake_device(monkeypatch, factor: float = 1.0, first_set_factor: float | Non
     import mircuda.matmul._vector as vector
     import mircuda.timing as timing
 
+    made: list[bool] = []  # each plan's static_weights, in order
+
     class Plan:
-        def __init__(self, context, stream, spec, input, library=None) -> None:
+        def __init__(self, context, stream, spec, input, library=None, static_weights=False) -> None:
             self.spec, self.kernel_name, self.splits = spec, f"stand_in_{spec.m}", 1
+            made.append(static_weights)
 
         def describe(self) -> str:
             return "stand-in; programmatic dependent launch"
@@ -233,6 +236,7 @@ def _fake_device(monkeypatch, factor: float = 1.0, first_set_factor: float | Non
     monkeypatch.setattr(vector, "shared_compiler", lambda context: None)
     monkeypatch.setattr(timing, "StreamTimer", Timer)
     monkeypatch.setattr(dl, "_torch_or_reason", lambda handle: (None, "cuBLAS not measured: stand-in"))
+    driver.made = made
     return driver
 
 
@@ -248,16 +252,21 @@ def test_the_flow_on_a_stand_in_device(monkeypatch, tmp_path, capsys) -> None:
     alone = ["  qkv 48x32 alone", "  o 32x32 alone", "  gate_up 96x32 alone", "  down 32x64 alone", dl.ALONE_SUM_PATH]
     assert [(r["path"], r["m"]) for r in result["rows"]] == [
         (path, m) for m in (1, 3)
-        for path in (dl.GRAPH_PATH, dl.GRAPH_PATH + ", single", dl.CHAINED_PATH, dl.DIRECT_PATH, *alone)]
-    qkv = result["rows"][4]
+        for path in (dl.GRAPH_PATH, dl.GRAPH_PATH + ", single", dl.STATIC_PATH, dl.CHAINED_PATH, dl.DIRECT_PATH,
+                     *alone)]
+    static = result["rows"][2]  # the same layer from plans made with static_weights=True: shown, not the goal's row
+    assert static["note"].startswith("opt-in") and driver.made.count(True) == 2 * 4
+    assert driver.made.count(False) == 2 * 4
+    assert not any(line.startswith("M") and "static" in line for line in result["goals"])
+    qkv = result["rows"][5]
     assert qkv["tbps"] == pytest.approx(48 * 32 * 2 / 100e-6 / 1e12) and qkv["note"] == "stand_in_1, 3 weight banks"
-    assert result["rows"][8]["us"] == 400.0  # the four alone (100 µs each on the stand-in timer), summed
+    assert result["rows"][9]["us"] == 400.0  # the four alone (100 µs each on the stand-in timer), summed
     assert result["rows"][0]["note"].startswith("PDL on 4/4 launches; qkv: stand_in_1")
-    chained = result["rows"][2]  # one replay runs the 3 sets' layers: the stand-in's 100 µs per replay / 3
+    chained = result["rows"][3]  # one replay runs the 3 sets' layers: the stand-in's 100 µs per replay / 3
     assert chained["us"] == pytest.approx(100.0 / 3) and chained["note"].startswith("3 layers (one per weight set)")
     assert chained["ratio_to_cublas"] is None and chained["goal"] == "-"  # not the goal's measure
     assert "layers chained: every set's layer in one graph" in result["method"]
-    assert driver.context.stream.captures == 8  # one graph per weight set and the chained one, per M
+    assert driver.context.stream.captures == 14  # per M: one graph per weight set, twice, and the chained one
     assert result["notes"] == ["cuBLAS not measured: stand-in"]
     assert "goal: M = 1 bf16: 100.0 µs" in capsys.readouterr().out
 
@@ -269,10 +278,11 @@ def test_a_wrong_product_fails_on_a_stand_in_device(monkeypatch, tmp_path, capsy
     path = tmp_path / "wrong.json"
     assert main(["decoder-layer-profile", "--m", "2", "--sets", "2", "--calls", "1", "--json", str(path)]) == 1
     failures = json.loads(path.read_text())["failures"]
-    # 2 graphs x 4 projections, then the chained graph's 2 layers x 4
-    assert len(failures) == 16 and failures[0].startswith("graph of set 0, M=2 qkv 48x32: relative error")
-    assert failures[8].startswith("chained graph, layer 0 (weight set 0), M=2 qkv 48x32: relative error")
-    assert failures[12].startswith("chained graph, layer 1 (weight set 1), M=2 qkv 48x32: relative error")
+    # 2 graphs x 4 projections, as many with static_weights=True, then the chained graph's 2 layers x 4
+    assert len(failures) == 24 and failures[0].startswith("graph of set 0, M=2 qkv 48x32: relative error")
+    assert failures[8].startswith("static_weights graph of set 0, M=2 qkv 48x32: relative error")
+    assert failures[16].startswith("chained graph, layer 0 (weight set 0), M=2 qkv 48x32: relative error")
+    assert failures[20].startswith("chained graph, layer 1 (weight set 1), M=2 qkv 48x32: relative error")
     assert "FAILED: graph of set 1" in capsys.readouterr().err
 
 
@@ -287,7 +297,8 @@ def test_the_chained_graph_checks_every_layer_not_only_the_last(monkeypatch, tmp
     assert main(["decoder-layer-profile", "--m", "2", "--sets", "3", "--calls", "1", "--json", str(path)]) == 1
     failures = json.loads(path.read_text())["failures"]
     assert [f.split(": ")[0] for f in failures] == [
-        f"{where}, M=2 {name} {n}x{k}" for where in ("graph of set 0", "chained graph, layer 0 (weight set 0)")
+        f"{where}, M=2 {name} {n}x{k}"
+        for where in ("graph of set 0", "static_weights graph of set 0", "chained graph, layer 0 (weight set 0)")
         for name, n, k in dl.LAYER]
 
 

@@ -157,21 +157,23 @@ def test_a_refused_nvrtc_kernel_is_said_even_without_the_cutlass_library(monkeyp
     (24, None, 1, "measured fastest on NVIDIA H200"),     # the packaged table's M = 24 entry on 4096 x 4096
     (20, None, 1, "measured fastest on NVIDIA H200"),     # between measured M: M = 16's entry
     (8, "batched_gemv_rows32_bf16_bf16", 2, "forced by the caller")])
-def test_describe_names_the_batched_gemv_as_kernel_takes_it(monkeypatch, m, kernel, row_tiles, why) -> None:
+@pytest.mark.parametrize("static", [False, True])
+def test_describe_names_the_batched_gemv_as_kernel_takes_it(monkeypatch, m, kernel, row_tiles, why, static) -> None:
     # the kernel's symbol (batched_gemv_bf16_bf16_v16) is one for both row tilings; describe() also gives the
-    # table name, which kernel= and available_kernels use
+    # table name, which kernel= and available_kernels use; static_weights reaches the kernel's engine as given
     from types import SimpleNamespace
 
     from mircuda.matmul import _dense
     from mircuda.matmul._build import CutlassNotFound
 
-    built = []
+    built, promised = [], []
 
     class StandIn:
         alignment = 16
 
-        def __init__(self, context, spec, input, output, compiler, row_tiles):
+        def __init__(self, context, spec, input, output, compiler, row_tiles, static_weights=False):
             built.append(row_tiles)
+            promised.append(static_weights)
 
         def operands(self):
             return ()
@@ -188,9 +190,10 @@ def test_describe_names_the_batched_gemv_as_kernel_takes_it(monkeypatch, m, kern
     monkeypatch.setattr(_dense, "BatchedGemv", StandIn)
     info = SimpleNamespace(compute_capability=(9, 0), multiprocessor_count=132, arch="sm_90")
     context = SimpleNamespace(device_info=lambda: info)
-    plan = mc.DenseMatmulPlan(context, None, mc.DenseMatmulSpec(m, 4096, 4096), kernel=kernel)  # type: ignore[arg-type]
+    plan = mc.DenseMatmulPlan(context, None, mc.DenseMatmulSpec(m, 4096, 4096), kernel=kernel,  # type: ignore[arg-type]
+                              static_weights=static)
     name = kernel or "batched_gemv_bf16_bf16"
-    assert plan.kernel_name == name and built == [row_tiles]
+    assert plan.kernel_name == name and built == [row_tiles] and promised == [static]
     text = str(plan.describe())
     assert f"sm_90: {name}: kernel batched_gemv_bf16_bf16_v16 (NVRTC). Why: {why}" in text, text
 

@@ -18,7 +18,9 @@ the median over ``--repeats``; "single" rows time one replay alone between the e
 latency included); the "layers chained" row captures every set's layer into one graph, one after another
 (programmatic dependent launch between the layers, as a graph of a whole model would; each layer writes and is
 checked on its own outputs), and gives the µs per layer: what ending each layer's graph costs the back-to-back
-rows (not the goal's measure). Effective TB/s = weight bytes / device µs (activations and outputs are < 0.4 %
+rows (not the goal's measure); the "static_weights=True" row is the back-to-back graph of plans made with that
+promise (their decode kernels load the first step of weights before ``griddepcontrol.wait``; an opt-in, not the
+goal's measure). Effective TB/s = weight bytes / device µs (activations and outputs are < 0.4 %
 of the bytes and not counted). Goal (issue 16): >= 4.0 TB/s, i.e. <= 109.1 µs per layer, at M = 1, 8, 16;
 cuBLAS measured on an H200 on 2026-11-30: 117.4 µs at M = 1, 121.9 µs at M = 16.
 """
@@ -107,6 +109,7 @@ def goal_lines(rows: list[LayerRow]) -> list[str]:
 
 GRAPH_PATH = "mircuda graph (4 plans, PDL)"
 CHAINED_PATH = "mircuda graph, layers chained, per layer"
+STATIC_PATH = "mircuda graph, static_weights=True"
 DIRECT_PATH = "mircuda direct (4 executes)"
 CUBLAS_GRAPH_PATH = "cuBLAS torch CUDAGraph (F.linear)"
 ALONE_SUM_PATH = "mircuda, the four alone, summed"
@@ -268,28 +271,45 @@ def _measure_m(context: Any, stream: Any, pool: Any, timer: Any, lib: Any, in_t:
     out: list[LayerRow] = []
     layer = _Layer(xs, ys, weights)
 
-    def run(s: int) -> Callable[[_Layer], None]:
+    def run(s: int, ps: list[Any] = plans) -> Callable[[_Layer], None]:
         def enqueue(r: _Layer) -> None:
-            for p, x, w, y in zip(plans, r.xs, r.weights[s], r.ys):
+            for p, x, w, y in zip(ps, r.xs, r.weights[s], r.ys):
                 p.execute(stream, x, w, y)
         return enqueue
 
     picked = sorted({0, m - 1})
     wants = [x[picked].astype(np.float32) @ w.T for x, w in zip(x_host, host_w)]
-    graphs = [stream.capture(layer, run(s)) for s in range(len(weights))]
-    try:
+
+    def checked_graphs(ps: list[Any], what: str) -> list[Any]:
+        graphs = [stream.capture(layer, run(s, ps)) for s in range(len(weights))]
         for s, g in enumerate(graphs):  # every graph checked: a fast wrong answer is a failure
             _poison(stream, ys, in_t)
             g.launch(stream)
             for (name, n, k), y, want in zip(LAYER, ys, wants):
                 err = _check(stream, y, want.astype(np.float64), m, n, relative_error)
                 if not err <= 2e-2:  # NaN (a poisoned output left unwritten) fails too
-                    failures.append(f"graph of set {s}, M={m} {name} {n}x{k}: relative error {err:.2e}")
+                    failures.append(f"{what} of set {s}, M={m} {name} {n}x{k}: relative error {err:.2e}")
+        return graphs
+
+    graphs = checked_graphs(plans, "graph")
+    try:
         sets = len(graphs)
         us = timer.median(lambda i: graphs[i % sets].launch(stream), args.calls, args.repeats)
         out.append(layer_row(GRAPH_PATH, label, m, us, nbytes, f"{pdl_note}; {kernels}"))
         us = timer.median(lambda i: graphs[i % sets].launch(stream), 1, args.repeats)
         out.append(layer_row(GRAPH_PATH + ", single", label, m, us, nbytes))
+    finally:
+        for g in graphs:
+            g.close()
+    # The same layer with static_weights=True (the caller's promise that no running kernel writes the weights;
+    # see DenseVectorPlan): the decode kernels load their first step of weights before griddepcontrol.wait.
+    static: list[mc.DenseMatmulPlan[Any, Any]] = [
+        mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=in_t, library=lib, static_weights=True)
+        for _, n, k in LAYER]
+    graphs = checked_graphs(static, "static_weights graph")
+    try:
+        us = timer.median(lambda i: graphs[i % sets].launch(stream), args.calls, args.repeats)
+        out.append(layer_row(STATIC_PATH, label, m, us, nbytes, "opt-in; the goal's row is the default graph's"))
     finally:
         for g in graphs:
             g.close()

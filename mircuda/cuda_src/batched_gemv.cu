@@ -65,6 +65,11 @@ static_assert(kRowTiles == 1 || kRowTiles == 2, "MIRCUDA_GEMV_ROW_TILES must be 
 constexpr int kRows = 16 * kRowTiles;  // weight rows per block
 constexpr int kMaxWarps = 8;          // warps per block splitting K
 constexpr int kStep = 32;             // columns per pair of mmas: 4 lanes x 8
+// 1: the first chunk's weights are loaded before griddepcontrol.wait (DenseMatmulPlan(static_weights=True); see the
+// prologue).
+#ifndef MIRCUDA_PRELOAD_WEIGHTS
+#define MIRCUDA_PRELOAD_WEIGHTS 0
+#endif
 #ifndef MIRCUDA_GEMV_UNROLL
 #define MIRCUDA_GEMV_UNROLL 4
 #endif
@@ -154,6 +159,9 @@ __device__ __forceinline__ void batched_gemv(Out* __restrict__ c, const unsigned
         xlive[j] = m < kM;
         xrow[j] = a + (long long)(m < kM ? m : kM - 1) * k;
     }
+#if MIRCUDA_PRELOAD_WEIGHTS && __CUDA_ARCH__ >= 900
+    uint4 pre_lo[kUnroll][kRowTiles], pre_hi[kUnroll][kRowTiles];
+#endif
 #if __CUDA_ARCH__ >= 900
     {
         // Programmatic dependent launch (the plan launches with programmatic stream serialization on
@@ -168,6 +176,22 @@ __device__ __forceinline__ void batched_gemv(Out* __restrict__ c, const unsigned
             for (int r = 0; r < kRowTiles; ++r)
                 if (ch < full) decode::prefetch_l2((t < 2 ? wlo[r] : whi[r]) + ch * kChunk + (t & 1) * 64);
         }
+#if MIRCUDA_PRELOAD_WEIGHTS
+        // The first chunk's weights into registers before the wait (static_weights: the caller promised that
+        // no kernel of the stream that may still be running writes W), so that this block streams during the
+        // previous grid's tail.
+        if (Vec && warp < full) {
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) {
+                const int col = warp * kChunk + u * kStep + 8 * t;
+#pragma unroll
+                for (int r = 0; r < kRowTiles; ++r) {
+                    pre_lo[u][r] = load_weights(wlo[r] + col);
+                    pre_hi[u][r] = load_weights(whi[r] + col);
+                }
+            }
+        }
+#endif
         decode::pdl_trigger_early();
         decode::pdl_wait();
     }
@@ -191,8 +215,13 @@ __device__ __forceinline__ void batched_gemv(Out* __restrict__ c, const unsigned
                 const int col = ch * kChunk + u * kStep + 8 * t;
 #pragma unroll
                 for (int r = 0; r < kRowTiles; ++r) {
+#if MIRCUDA_PRELOAD_WEIGHTS && __CUDA_ARCH__ >= 900
+                    lo[u][r] = pre_lo[u][r];
+                    hi[u][r] = pre_hi[u][r];
+#else
                     lo[u][r] = load_weights(wlo[r] + col);
                     hi[u][r] = load_weights(whi[r] + col);
+#endif
                 }
 #pragma unroll
                 for (int j = 0; j < kTiles; ++j)

@@ -24,6 +24,11 @@
 #ifndef DENSE_VECTOR_ROWS
 #define DENSE_VECTOR_ROWS 8
 #endif
+// 1: the first step's weights are loaded before griddepcontrol.wait (DenseVectorPlan(static_weights=True); see the
+// prologue).
+#ifndef MIRCUDA_PRELOAD_WEIGHTS
+#define MIRCUDA_PRELOAD_WEIGHTS 0
+#endif
 static_assert(DENSE_VECTOR_ROWS == 8 || DENSE_VECTOR_ROWS == 16, "DENSE_VECTOR_ROWS must be 8 or 16");
 
 // Where programmatic dependent launch lets the next kernel of the stream start (cc >= 9.0): at the
@@ -77,6 +82,16 @@ __device__ __forceinline__ uint4 load_weights(const unsigned short* p) {
     return v;
 }
 
+#if MIRCUDA_PRELOAD_WEIGHTS && __CUDA_ARCH__ >= 900
+// The same load, volatile: issued where it stands (before griddepcontrol.wait), never sunk past it.
+__device__ __forceinline__ uint4 load_weights_early(const unsigned short* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+#endif
+
 template <class In>
 __device__ __forceinline__ float dot8(const uint4& w, const float2 (&x)[4]) {
     const float2 a = In::pair(w.x), b = In::pair(w.y), c = In::pair(w.z), d = In::pair(w.w);
@@ -113,6 +128,9 @@ __device__ __forceinline__ void dense_vector(Out* __restrict__ y, const unsigned
         const long long row = row0 + r < n ? row0 + r : (long long)n - 1;
         rows[r] = w + row * (long long)k;
     }
+#if MIRCUDA_PRELOAD_WEIGHTS && __CUDA_ARCH__ >= 900
+    uint4 pre[DENSE_VECTOR_UNROLL][kRows];
+#endif
 #if __CUDA_ARCH__ >= 900
     {
         // Programmatic dependent launch (cc >= 9.0, the plan's launch attribute): nothing the previous
@@ -128,6 +146,17 @@ __device__ __forceinline__ void dense_vector(Out* __restrict__ y, const unsigned
             if (Vec && c < full)
                 decode::prefetch_l2(w + r * (long long)k + c * kChunk + (lane & 3) * 64);
         }
+#if MIRCUDA_PRELOAD_WEIGHTS
+        // The first step's weights into registers before the wait (the caller's promise: no kernel of the
+        // stream that may still be running writes W), so that this block streams during the previous grid's tail.
+        if (Vec && warp + (DENSE_VECTOR_UNROLL - 1) * warps < full) {
+#pragma unroll
+            for (int u = 0; u < DENSE_VECTOR_UNROLL; ++u)
+#pragma unroll
+                for (int q = 0; q < kRows; ++q)
+                    pre[u][q] = load_weights_early(rows[q] + (warp + u * warps) * kChunk + lane * 8);
+        }
+#endif
         decode::pdl_trigger_early();
         decode::pdl_wait();
     }
@@ -152,7 +181,13 @@ __device__ __forceinline__ void dense_vector(Out* __restrict__ y, const unsigned
                 const int col = (c + u * warps) * kChunk + lane * 8;
                 xv[u] = __ldg(reinterpret_cast<const uint4*>(x + col));
 #pragma unroll
-                for (int r = 0; r < kRows; ++r) wv[u][r] = load_weights(rows[r] + col);
+                for (int r = 0; r < kRows; ++r) {
+#if MIRCUDA_PRELOAD_WEIGHTS && __CUDA_ARCH__ >= 900
+                    wv[u][r] = pre[u][r];
+#else
+                    wv[u][r] = load_weights(rows[r] + col);
+#endif
+                }
             }
             for (;;) {
                 const int next = c + step;

@@ -63,6 +63,16 @@
 #ifndef MIRCUDA_FP8_INT_DECODE
 #define MIRCUDA_FP8_INT_DECODE 0
 #endif
+// Experimental, no plan sets it (the static_weights promise of DenseVectorPlan; see the prologue): 1 loads the
+// first K-block's weights before griddepcontrol.wait, 2 the first two (both halves of the double buffer). H200,
+// 2026-12-02, cold weights, back to back, against 0 (benchmarks/results/static_weights_ab.json): 2 took M = 8
+// 4096x14336 from 19.68 to 16.85 us and 14336x4096 from 19.34 to 17.86 (the best of a warps/rows sweep each), but
+// M = 16 4096x14336 from 20.26 to 25.19 and M = 1 14336x4096 from 16.10 to 18.39 (more registers, fewer warps);
+// 1 moved every shape by at most 1.5 % except M = 8 4096x14336 (18.19) and M = 16 14336x4096 (21.23, worse: 8
+// bytes of spill at M = 16).
+#ifndef MIRCUDA_PRELOAD_WEIGHTS
+#define MIRCUDA_PRELOAD_WEIGHTS 0
+#endif
 #include "decode_common.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
@@ -150,16 +160,19 @@ struct Operands {
 
 // Loads K-block kb (col0 = its first column); `bound` = K for the partial last block (lanes whose 16
 // columns lie past K load nothing and hold zeros), or INT_MAX for a whole block.
+template <bool kWeights = true>
 __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int kb, int bound) {
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
         const int col = kb * kBlockK + s * kStep + 16 * op.t;
         const bool in = col < bound;  // K % 16 == 0: the lane's 16 columns are all inside K or all outside
+        if (kWeights) {
 #pragma unroll
-        for (int i = 0; i < kTiles; ++i) {
-            st.w[i][s][0] = in ? load_weights(op.wlo[i] + col) : zero;
-            st.w[i][s][1] = in ? load_weights(op.whi[i] + col) : zero;
+            for (int i = 0; i < kTiles; ++i) {
+                st.w[i][s][0] = in ? load_weights(op.wlo[i] + col) : zero;
+                st.w[i][s][1] = in ? load_weights(op.whi[i] + col) : zero;
+            }
         }
 #pragma unroll
         for (int j = 0; j < kN8; ++j)
@@ -229,6 +242,11 @@ __device__ __forceinline__ void fp8_mma_gemv(__nv_bfloat16* d, const __nv_bfloat
         op.xrow[j] = a + (long long)(m < kM ? m : 0) * k;
     }
     const int full = k / kBlockK;  // K-blocks whose 128 columns are all inside K
+    Stage first;  // the first K-block of this warp (its weights loaded early with MIRCUDA_PRELOAD_WEIGHTS)
+#if MIRCUDA_PRELOAD_WEIGHTS >= 2 && __CUDA_ARCH__ >= 900
+    Stage second;
+    bool first_step = true;
+#endif
 #if __CUDA_ARCH__ >= 900
     {
         // Programmatic dependent launch (as dense_vector.cu): the L2 prefetches of this warp's first two
@@ -246,6 +264,34 @@ __device__ __forceinline__ void fp8_mma_gemv(__nv_bfloat16* d, const __nv_bfloat
                     b + (r < n ? r : (long long)n - 1) * (long long)k + kb * kBlockK));
             }
         }
+#if MIRCUDA_PRELOAD_WEIGHTS
+        // The first K-block's weights into registers before the wait (the caller's promise: no kernel of the
+        // stream that may still be running writes B).
+        if (warp < full) {
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
+                const int col = warp * kBlockK + s * kStep + 16 * op.t;
+#pragma unroll
+                for (int i = 0; i < kTiles; ++i) {
+                    first.w[i][s][0] = load_weights(op.wlo[i] + col);
+                    first.w[i][s][1] = load_weights(op.whi[i] + col);
+                }
+            }
+        }
+#if MIRCUDA_PRELOAD_WEIGHTS >= 2
+        if (warp + warps < full) {  // and the second (the double buffer's other half)
+#pragma unroll
+            for (int s = 0; s < 2; ++s) {
+                const int col = (warp + warps) * kBlockK + s * kStep + 16 * op.t;
+#pragma unroll
+                for (int i = 0; i < kTiles; ++i) {
+                    second.w[i][s][0] = load_weights(op.wlo[i] + col);
+                    second.w[i][s][1] = load_weights(op.whi[i] + col);
+                }
+            }
+        }
+#endif
+#endif
         decode::pdl_trigger_early();
         decode::pdl_wait();
     }
@@ -258,15 +304,37 @@ __device__ __forceinline__ void fp8_mma_gemv(__nv_bfloat16* d, const __nv_bfloat
 
     int kb = warp;
     if (kb < full) {
-        Stage cur;
+        Stage& cur = first;
+#if MIRCUDA_PRELOAD_WEIGHTS && __CUDA_ARCH__ >= 900
+        load_stage<false>(cur, op, kb, 0x7fffffff);
+#else
         load_stage(cur, op, kb, 0x7fffffff);
+#endif
         // Register double buffering: the next K-block's loads are issued before this one is consumed;
         // the loop back-edge keeps ptxas from sinking them next to their uses.
         for (;;) {
             const int next = kb + warps;
             const bool more = next < full;
             Stage nst;
+#if MIRCUDA_PRELOAD_WEIGHTS >= 2 && __CUDA_ARCH__ >= 900
+            if (more) {
+                if (first_step) {
+                    load_stage<false>(nst, op, next, 0x7fffffff);
+#pragma unroll
+                    for (int i = 0; i < kTiles; ++i)
+#pragma unroll
+                        for (int s = 0; s < 2; ++s) {
+                            nst.w[i][s][0] = second.w[i][s][0];
+                            nst.w[i][s][1] = second.w[i][s][1];
+                        }
+                } else {
+                    load_stage(nst, op, next, 0x7fffffff);
+                }
+            }
+            first_step = false;
+#else
             if (more) load_stage(nst, op, next, 0x7fffffff);
+#endif
             consume(acc, cur);
             kb = next;
             if (!more) break;

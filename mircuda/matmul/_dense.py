@@ -17,7 +17,7 @@ from ._gemv import ROWS_PER_BLOCK, BatchedGemv, gemv_kernels
 from ._library import NOT_IMPLEMENTABLE, CutlassError, CutlassLibrary, KernelInfo, load_library
 from ._select import Selection, select_kernel
 from ._tuned import packaged_table
-from ._vector import VECTOR_FAMILY, VectorKernel, plan_compiler, vector_kernels
+from ._vector import VECTOR_FAMILY, VectorKernel, check_static_weights, plan_compiler, vector_kernels
 from ._spec import (DenseMatmulSpec, Operand, PlanBase, check_disjoint, check_kernel_name, check_operand, check_scalar,
                     int_knob, plan_stream, resolve_dtypes)
 
@@ -59,6 +59,13 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
             1 to min(K tiles, 32). Default: the measured table's, else enough work units for every SM.
         library: a loaded :class:`CutlassLibrary` (default: :func:`load_library`, when found).
         compiler: the Compiler of the NVRTC kernels (default: one shared per context).
+        static_weights: ``True`` promises that no kernel which may still be running on the plan's stream
+            when this plan's kernel starts writes B (see :class:`DenseVectorPlan`'s argument). The NVRTC
+            decode kernels (M = 1 and the batched GEMV) then load their first step of weights before
+            ``griddepcontrol.wait`` on cc >= 9.0; no effect on the CUTLASS kernels (``describe()`` says
+            which). Default ``False``. Measured on an H200 (2026-12-02, bf16, cold weights, back to back,
+            ``benchmarks/results/static_weights_ab.json``): M = 16 14336x4096 32.16 -> 30.23 µs,
+            4096x14336 30.71 -> 29.97; M = 8 within 1 %.
 
     Streams: a plan is bound to the stream it was made with. Its split-K workspace (the partial sums
     and the reduction's semaphores) and the library's launch parameters belong to one execution at a
@@ -79,7 +86,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
     (``numba_ext.as_device_buffer``) at an offset into other memory may not.
 
     Raises:
-        ContractError: bad context, stream, spec, dtypes, ``kernel``, ``splits``, ``library`` or ``compiler``.
+        ContractError: bad context, stream, spec, dtypes, ``kernel``, ``splits``, ``library``, ``compiler`` or
+            ``static_weights``.
         CutlassNotFound: a CUTLASS kernel is needed and the library is not built (the message gives
             the build command).
         CompileError: NVRTC rejected an NVRTC kernel (a bug; the log is attached).
@@ -89,10 +97,12 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
 
     def __init__(self, context: Context, stream: Stream, spec: DenseMatmulSpec, input: Any = bf16,
                  output: Any = None, *, kernel: str | None = None, splits: int | None = None,
-                 library: CutlassLibrary | None = None, compiler: Compiler | None = None) -> None:
+                 library: CutlassLibrary | None = None, compiler: Compiler | None = None,
+                 static_weights: bool = False) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
+        self._static_weights = check_static_weights(static_weights)
         check_kernel_name(kernel)
         given, splits = splits, int_knob(splits)
         if splits is not None and (type(splits) is not int or splits < 1):  # the message shows what was given
@@ -136,10 +146,12 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         self._nvrtc: BatchedGemv | VectorKernel | None = None
         if selection.kernel.origin == "nvrtc":
             if selection.kernel.family == VECTOR_FAMILY:
-                self._nvrtc = VectorKernel(context, spec.n, spec.k, self._in, self._out, compiler)
+                self._nvrtc = VectorKernel(context, spec.n, spec.k, self._in, self._out, compiler,
+                                           static_weights=static_weights)
             else:
                 self._nvrtc = BatchedGemv(context, spec, self._in, self._out, compiler,
-                                          row_tiles=selection.kernel.tile[0] // ROWS_PER_BLOCK)
+                                          row_tiles=selection.kernel.tile[0] // ROWS_PER_BLOCK,
+                                          static_weights=static_weights)
             self._selection = selection
             self._alignment = self._nvrtc.alignment
             if isinstance(self._nvrtc, VectorKernel):
@@ -221,8 +233,9 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         stages = f", {k.stages} stages" if k.stages else ""
         split = f", {self._selection.splits} K slices" if k.split_k else ""
         ws = f", workspace {self._workspace_bytes} B" if self._workspace_bytes else ""
+        static = " static_weights has no effect on CUTLASS kernels." if self._static_weights else ""
         return Description(f"{head}kernel {k.name} ({k.family}, tile {tile}{extra}{stages}{split}{ws}). "
-                           f"Why: {self._selection.reason}.")
+                           f"Why: {self._selection.reason}.{static}")
 
     # -- the hot path -------------------------------------------------------------------------
     def execute(self, stream: Stream, a: DeviceBuffer[In], b: DeviceBuffer[In], c: DeviceBuffer[Out],

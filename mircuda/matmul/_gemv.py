@@ -20,6 +20,7 @@ from ._vector import (
     kernel_executor,
     package_source,
     shared_compiler,
+    static_weights_note,
     vector_contract,
 )
 
@@ -60,13 +61,16 @@ def batched_gemv_source() -> CudaSource:
     return package_source("batched_gemv.cu")
 
 
-def gemv_options(m: int, unroll: int = 4, row_tiles: int = 1) -> CompileOptions:
+def gemv_options(m: int, unroll: int = 4, row_tiles: int = 1, static_weights: bool = False) -> CompileOptions:
     """The NVRTC options of the module for ``m`` rows of A (1..32), ``unroll`` 32-column steps per
     pipeline chunk (``MIRCUDA_GEMV_UNROLL``) and ``row_tiles`` 16-row weight tiles per warp
-    (``MIRCUDA_GEMV_ROW_TILES``; 1 is the kernel's default and adds no define)."""
+    (``MIRCUDA_GEMV_ROW_TILES``; 1 is the kernel's default and adds no define); ``static_weights`` adds
+    ``MIRCUDA_PRELOAD_WEIGHTS=1`` (DenseMatmulPlan's ``static_weights``)."""
     defines = {"MIRCUDA_GEMV_M": m, "MIRCUDA_GEMV_UNROLL": unroll}
     if row_tiles != 1:
         defines["MIRCUDA_GEMV_ROW_TILES"] = row_tiles
+    if static_weights:
+        defines["MIRCUDA_PRELOAD_WEIGHTS"] = 1
     return CompileOptions(defines=defines)
 
 
@@ -162,7 +166,7 @@ class BatchedGemv:
     """
 
     def __init__(self, context: Context, spec: DenseMatmulSpec, input: DTypeInfo, output: DTypeInfo,
-                 compiler: Compiler | None = None, row_tiles: int = 1) -> None:
+                 compiler: Compiler | None = None, row_tiles: int = 1, static_weights: bool = False) -> None:
         if row_tiles not in ROW_TILES:
             raise ValueError(f"row_tiles: expected one of {ROW_TILES}, received {row_tiles!r}")  # internal: the table's
         if compiler is None:
@@ -175,7 +179,9 @@ class BatchedGemv:
         info = context.device_info()
         self.row_tiles = row_tiles
         rows = ROWS_PER_BLOCK * row_tiles
-        built = {unroll: compiler.compile(batched_gemv_source(), gemv_options(spec.m, unroll, row_tiles)).kernel(contract)
+        self.static_weights = static_weights
+        built = {unroll: compiler.compile(batched_gemv_source(),
+                                          gemv_options(spec.m, unroll, row_tiles, static_weights)).kernel(contract)
                  for unroll in unroll_candidates(spec.m, row_tiles)}
         self.unroll, self.warps = choose_launch(spec, row_tiles, info.multiprocessor_count,
                                                 lambda unroll, warps: blocks_per_sm(context, built[unroll], warps))
@@ -215,9 +221,12 @@ class BatchedGemv:
         loads = ("16-byte loads (K % 8 == 0; A and B 16-byte aligned)" if self.vector
                  else f"element loads (K = {s.k} is not a multiple of 8)")
         tiles = f" -D MIRCUDA_GEMV_ROW_TILES={self.row_tiles}" if self.row_tiles != 1 else ""
+        tiles += " -D MIRCUDA_PRELOAD_WEIGHTS=1" if self.static_weights else ""
+        pdl = self.config.programmatic_stream_serialization
         return (f"kernel {self.symbol} (NVRTC, -D MIRCUDA_GEMV_M={s.m} -D MIRCUDA_GEMV_UNROLL={self.unroll}{tiles}: "
                 f"{STEP * self.unroll}-column chunks; {self.config.grid[0]} blocks of "
                 f"{ROWS_PER_BLOCK * self.row_tiles} weight rows x {self.warps} warp(s) splitting K; {loads}; "
                 "mma.sync m16n8k16, "
                 "FP32 accumulation"
-                + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else "") + ")")
+                + ("; programmatic dependent launch" if pdl else "")
+                + static_weights_note(self.static_weights, pdl, self.vector).replace("step's", "chunk's") + ")")

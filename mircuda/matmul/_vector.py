@@ -89,9 +89,26 @@ def kernel_symbol(input_name: str, output_name: str, vector: bool) -> str:
     return f"dense_vector_{input_name}_{output_name}_{'v16' if vector else 'any'}"
 
 
-def vector_options(rows: int) -> CompileOptions:
-    """The NVRTC options of the kernel module for ``rows`` output rows per block (8 or 16)."""
-    return CompileOptions(defines={"DENSE_VECTOR_ROWS": rows})
+def vector_options(rows: int, static_weights: bool = False) -> CompileOptions:
+    """The NVRTC options of the kernel module for ``rows`` output rows per block (8 or 16); with
+    ``static_weights`` also ``MIRCUDA_PRELOAD_WEIGHTS=1`` (see :data:`STATIC_WEIGHTS`)."""
+    defines = {"DENSE_VECTOR_ROWS": rows}
+    if static_weights:
+        defines["MIRCUDA_PRELOAD_WEIGHTS"] = 1
+    return CompileOptions(defines=defines)
+
+
+
+
+def check_static_weights(value: Any) -> bool:
+    """``static_weights`` checked: a bool.
+
+    Raises:
+        ContractError: naming ``static_weights``, for anything but True or False.
+    """
+    if not isinstance(value, bool):
+        raise ContractError("static_weights", "True or False", repr(value))
+    return value
 
 
 def choose_dense_vector(n: int, k: int, multiprocessors: int, blocks_per_sm: Callable[[int, int], int]) -> tuple[int, int]:
@@ -285,7 +302,8 @@ class VectorKernel:
     """
 
     def __init__(self, context: Context, n: int, k: int, input: DTypeInfo, output: DTypeInfo,
-                 compiler: Compiler | None = None, *, rows: int | None = None, warps: int | None = None) -> None:
+                 compiler: Compiler | None = None, *, rows: int | None = None, warps: int | None = None,
+                 static_weights: bool = False) -> None:
         if rows is not None and (type(rows) is not int or rows not in ROW_CHOICES):
             raise ContractError("rows", "None, 8 or 16 (output rows per block)", repr(rows))
         if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
@@ -302,7 +320,8 @@ class VectorKernel:
 
         def kernel(r: int) -> TypedKernel:
             if r not in modules:
-                modules[r] = compiler.compile(dense_vector_source(), vector_options(r)).kernel(contract)
+                modules[r] = compiler.compile(dense_vector_source(),
+                                              vector_options(r, static_weights)).kernel(contract)
             return modules[r]
 
         info = context.device_info()
@@ -320,6 +339,7 @@ class VectorKernel:
             chosen = warps
         self.rows = rows
         self.warps = chosen
+        self.static_weights = static_weights
         self.kernel: TypedKernel = kernel(rows)
         # On cc >= 9.0 the next kernel's ramp overlaps this one's tail (see cuda_src/dense_vector.cu).
         self.config = LaunchConfig((-(-n // rows),), (32 * self.warps,),
@@ -354,11 +374,24 @@ class VectorKernel:
     def describe(self) -> str:
         loads = ("16-byte vector loads (K % 8 == 0)" if self.vector
                  else f"one element per lane per row (K = {self.k} is not a multiple of 8)")
-        return (f"kernel {self.symbol} (NVRTC, -D DENSE_VECTOR_ROWS={self.rows}), {loads}; {self.config.grid[0]} "
-                f"blocks x {self.warps} warp(s) ({self.rows} rows per block, K split over {self.warps} warp(s)), "
-                "FP32 accumulation"
-                + ("; programmatic dependent launch (overlaps the previous kernel's tail)"
-                   if self.config.programmatic_stream_serialization else ""))
+        pdl = self.config.programmatic_stream_serialization
+        preload = " -D MIRCUDA_PRELOAD_WEIGHTS=1" if self.static_weights else ""
+        return (f"kernel {self.symbol} (NVRTC, -D DENSE_VECTOR_ROWS={self.rows}{preload}), {loads}; "
+                f"{self.config.grid[0]} blocks x {self.warps} warp(s) ({self.rows} rows per block, K split over "
+                f"{self.warps} warp(s)), FP32 accumulation"
+                + ("; programmatic dependent launch (overlaps the previous kernel's tail)" if pdl else "")
+                + static_weights_note(self.static_weights, pdl, self.vector))
+
+
+def static_weights_note(static_weights: bool, pdl: bool, vector: bool) -> str:
+    """What ``static_weights=True`` does for a decode kernel, for its ``describe()`` ("" when False)."""
+    if not static_weights:
+        return ""
+    if not pdl:
+        return "; static weights: no effect (no programmatic dependent launch below compute capability 9.0)"
+    if not vector:
+        return "; static weights: no effect (the element-load variant loads nothing early)"
+    return "; static weights: the first step's weights are loaded before griddepcontrol.wait"
 
 
 class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
@@ -378,6 +411,16 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
             8). By default both come from :func:`choose_dense_vector`; a given ``rows`` alone gets
             :func:`choose_vector_warps`'s split, a given ``warps`` alone :func:`dense_vector_rows`'s
             rows (16 only with 4 or more warps whose 16-row grid fits one wave).
+        static_weights: ``True`` promises that no kernel which may still be running on the plan's stream
+            when this plan's kernel starts writes ``W`` (inference: weights written once, then ordered by a
+            synchronization, an event, or a launch that is not a programmatic dependent one). On compute
+            capability >= 9.0 the kernel then loads the first step of its weights into registers before
+            ``griddepcontrol.wait``, while the previous kernel of the stream finishes (``x`` and ``y`` still
+            wait; ``-D MIRCUDA_PRELOAD_WEIGHTS=1``). Breaking the promise reads stale weights. Default
+            ``False``; no effect below cc 9.0 or for K % 8 != 0 (``describe()`` says which). Measured on an
+            H200 (2026-12-02, bf16, cold weights, back to back, both forms in one process,
+            ``benchmarks/results/static_weights_ab.json``): 4096x4096 10.19 -> 9.54 µs, 4096x14336 28.22 ->
+            27.38; 14336x4096, 6144x4096 and 28672x4096 within 0.2 %.
 
     Each warp computes 8 or 16 output rows, converting each pair of inputs to FP32 once and using it for
     all of them; accumulation is FP32; ``beta == 0`` never reads ``y`` (it may hold NaN). Any N and K:
@@ -396,17 +439,18 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
     size. y must be a multiple of its element size. :attr:`operands` lists what is checked.
 
     Raises:
-        ContractError: bad context, stream, spec, dtype, ``rows`` or ``warps``.
+        ContractError: bad context, stream, spec, dtype, ``rows``, ``warps`` or ``static_weights``.
         UnsupportedPlatform: the device's compute capability is below 8.0.
         CompileError: NVRTC rejected the kernel (a bug; the log is attached).
     """
 
     def __init__(self, context: Context, stream: Stream, spec: DenseVectorSpec, input: Any = bf16,
                  output: Any = None, *, compiler: Compiler | None = None, rows: int | None = None,
-                 warps: int | None = None) -> None:
+                 warps: int | None = None, static_weights: bool = False) -> None:
         plan_stream(stream, context)
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
+        check_static_weights(static_weights)
         self._in, self._out = resolve_dtypes(input, output)
         info = context.device_info()
         if info.compute_capability < (8, 0):
@@ -416,7 +460,8 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
         self._context = context
         self._stream = stream
         self._spec = spec
-        self._engine = VectorKernel(context, spec.n, spec.k, self._in, self._out, compiler, rows=rows, warps=warps)
+        self._engine = VectorKernel(context, spec.n, spec.k, self._in, self._out, compiler, rows=rows, warps=warps,
+                                    static_weights=static_weights)
         self._operands = self._engine.operands("x", "w", "y")
         self._launch, self._config = self._engine.kernel.launch, self._engine.config  # bound once for execute
         self._numba: Any = None

@@ -75,7 +75,8 @@ def name(dtype: Any) -> str:
     return mc.dtypes.dtype_info(dtype).name
 
 
-def run(context, stream, pool, rng, m, n, k, input, output, alpha, beta, kernel=None, splits=None):  # type: ignore[no-untyped-def]
+def run(context, stream, pool, rng, m, n, k, input, output, alpha, beta, kernel=None, splits=None,  # type: ignore[no-untyped-def]
+        static_weights=False):
     """Execute one DenseMatmulPlan on fresh random operands (C poisoned when beta = 0, followed by a
     poisoned guard band that must stay untouched) and return ``(plan, got, want, magnitude, output
     name)`` for :func:`assert_close`."""
@@ -83,7 +84,7 @@ def run(context, stream, pool, rng, m, n, k, input, output, alpha, beta, kernel=
     a, b = random(rng, input, m, k), random(rng, input, n, k)
     c0 = random(rng, out_t, m, n) if beta else poison(out_t, m * n).reshape(m, n)
     plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=input, output=output, kernel=kernel,
-                              splits=splits)
+                              splits=splits, static_weights=static_weights)
     ba, bb, bc = (upload(context, stream, pool, x) for x in (a.ravel(), b.ravel(), with_guard(c0)))
     plan.execute(stream, ba, bb, bc, alpha, beta)
     got = split_guard(download(context, stream, bc), m * n).reshape(m, n)

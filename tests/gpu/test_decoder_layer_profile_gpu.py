@@ -25,7 +25,8 @@ def test_the_layer_graph_runs_and_is_checked(tmp_path) -> None:
     for m in (1, 8):
         assert {("mircuda graph (4 plans, PDL)", m), ("mircuda graph (4 plans, PDL), single", m),
                 ("mircuda direct (4 executes)", m), ("mircuda, the four alone, summed", m),
-                ("  gate_up 28672x4096 alone", m), ("mircuda graph, layers chained, per layer", m)} <= paths
+                ("  gate_up 28672x4096 alone", m), ("mircuda graph, layers chained, per layer", m),
+                ("mircuda graph, static_weights=True", m)} <= paths
     graph = [r for r in result["rows"] if r["path"] == "mircuda graph (4 plans, PDL)"]
     assert all(r["us"] > 0 and r["tbps"] > 0 for r in graph)
     assert "dense_vector" in graph[0]["note"] and "batched_gemv" in graph[1]["note"]
@@ -41,7 +42,9 @@ def test_a_wrong_product_fails_the_run(tmp_path) -> None:
                patch)
     assert out.returncode == 1, out.stderr + out.stdout
     failures = json.loads((tmp_path / "w.json").read_text())["failures"]
-    # 2 graphs x 4 projections, then the chained graph's 2 layers x 4 (each layer its own outputs)
-    assert len(failures) == 16 and all("relative error" in f for f in failures)
+    # 2 graphs x 4 projections, as many with static_weights=True, then the chained graph's 2 layers x 4 (each
+    # layer its own outputs)
+    assert len(failures) == 24 and all("relative error" in f for f in failures)
+    assert sum(f.startswith("static_weights graph of set ") for f in failures) == 8
     assert sum(f.startswith("chained graph, layer 0 (weight set 0), M=1 ") for f in failures) == 4
     assert sum(f.startswith("chained graph, layer 1 (weight set 1), M=1 ") for f in failures) == 4
