@@ -110,3 +110,29 @@ def test_describe_says_what_the_promise_does_where() -> None:
     assert "loaded before griddepcontrol.wait" in static_weights_note(True, True, True)
     assert "no effect" in static_weights_note(True, False, True) and "9.0" in static_weights_note(True, False, True)
     assert "no effect" in static_weights_note(True, True, False)
+
+
+def test_the_fp4_integer_path_alone_gets_the_define() -> None:
+    from mircuda.matmul._fp4 import fp4_gemv_options
+
+    dp4a = dict(fp4_gemv_options(1, 4, "tiled", True, "fp4", "dp4a", static_weights=True).defines)
+    assert dp4a["MIRCUDA_PRELOAD_WEIGHTS"] == "1"
+    assert "MIRCUDA_PRELOAD_WEIGHTS" not in dict(fp4_gemv_options(1, 4, "tiled", True, "fp4", "dp4a").defines)
+    # the FP16 decoders load nothing early: no define, the same module as without the promise
+    assert "MIRCUDA_PRELOAD_WEIGHTS" not in dict(fp4_gemv_options(1, 4, "tiled", True, "fp4", "bytes",
+                                                                  static_weights=True).defines)
+
+
+@pytest.mark.parametrize("m, rows, stages", [(1, 4, 2), (1, 8, 3), (2, 4, 2)])
+def test_the_fp4_integer_path_loads_its_first_ring_of_weights_before_the_wait_and_nothing_else(m, rows,
+                                                                                                stages) -> None:
+    from mircuda.matmul._fp4 import fp4_gemv_options, fp4_vector_source
+
+    options = fp4_gemv_options(m, rows, "tiled", True, "fp4", "dp4a", stages=stages, static_weights=True)
+    body = entry(ptx(fp4_vector_source(), "compute_90", options), "fp4_matvec_bf16")
+    early = before_wait(body)
+    # per row and ring step: one 16-byte code load (past L1) and one 2-byte scale load; no activation load
+    assert early.count("ld.global.nc.L1::no_allocate.v4.u32") == rows * (stages - 1)
+    assert len(re.findall(r"ld\.global", early)) == 2 * rows * (stages - 1) and "st.global" not in early
+    plain = fp4_gemv_options(m, rows, "tiled", True, "fp4", "dp4a", stages=stages)
+    assert "ld.global" not in before_wait(entry(ptx(fp4_vector_source(), "compute_90", plain), "fp4_matvec_bf16"))

@@ -90,6 +90,10 @@
 #ifndef MIRCUDA_FP4_ROW_WARPS
 #define MIRCUDA_FP4_ROW_WARPS 1
 #endif
+// 1: the integer path's first ring of weight codes and scales is loaded before griddepcontrol.wait (experimental).
+#ifndef MIRCUDA_PRELOAD_WEIGHTS
+#define MIRCUDA_PRELOAD_WEIGHTS 0
+#endif
 #ifndef MIRCUDA_FP4_HALF_SUM
 #define MIRCUDA_FP4_HALF_SUM 1
 #endif
@@ -466,12 +470,14 @@ __device__ __forceinline__ void lean_load_act(LeanPointers& p, unsigned cstep, u
     p.sx += xsstep;
 }
 
+#if !(MIRCUDA_PRELOAD_WEIGHTS && __CUDA_ARCH__ >= 900)
 // Loads the step at the pointers and moves them to the warp's next step.
 __device__ __forceinline__ void lean_load(LeanPointers& p, unsigned cstep, unsigned sstep, unsigned xsstep, LeanStep& s) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) lean_load_row(p, r, cstep, sstep, s);
     lean_load_act(p, cstep, xsstep, s);
 }
+#endif
 
 // Consumes the step in `s` and, when `reload`, refills `s` part by part with the step kStages - 1 ahead as each
 // part is used up (the activations once decoded, each row once multiplied): the ring holds kStages - 1 steps of
@@ -626,25 +632,40 @@ __device__ __forceinline__ void fp4_matvec_lean(__nv_bfloat16* __restrict__ y, c
     const unsigned sstep = lean_scale_step<MIRCUDA_FP4_TILED != 0>(stride);
     const unsigned xsstep = lean_scale_step<MIRCUDA_FP4_ACT_TILED != 0>(stride);
     prefetch_prologue(w, sw, n, k, row0, warp, warps, lane);
-    decode::pdl_trigger_early();
-    decode::pdl_wait();
-    float acc[kM][kRows];
-#pragma unroll
-    for (int m = 0; m < kM; ++m)
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) acc[m][r] = 0.f;
     // The ring: kStages - 1 steps (weights, activations and all their scales) in flight, each buffer refilled
     // by lean_consume with the step kStages - 1 ahead of the one it held. A lane takes a step while its first
     // column is inside K (K % 32 == 0: all 32 columns are then). (A loop over the warp's first column instead of
     // a step count, which saves the division, costs 8 registers in ptxas 13.0: 80 for R = 4.)
     constexpr int kBuffers = kStages - 1;
     LeanStep ring[kBuffers];
-    const uint2 lut = make_uint2(e2m1_int8_table[0], e2m1_int8_table[1]);
     // warp-uniform; the stride is 1024 columns times a power of two (warps 1, 2, 4 or 8): a shift, no division
     const int steps = k > warp * 32 * 32 ? (k - warp * 32 * 32 + stride - 1) >> (9 + __ffs(warps)) : 0;
+    float acc[kM][kRows];
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[m][r] = 0.f;
+#if MIRCUDA_PRELOAD_WEIGHTS && __CUDA_ARCH__ >= 900
+    // The ring's weight codes and scales before the wait (static weights: the caller promised that no kernel of
+    // the stream that may still be running writes them), its activations after.
+#pragma unroll
+    for (int d = 0; d < kBuffers; ++d)
+        if (d < steps && lane_col + d * stride < k)
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) lean_load_row(lp, r, cstep, sstep, ring[d]);
+    decode::pdl_trigger_early();
+    decode::pdl_wait();
+#pragma unroll
+    for (int d = 0; d < kBuffers; ++d)
+        if (d < steps && lane_col + d * stride < k) lean_load_act(lp, cstep, xsstep, ring[d]);
+#else
+    decode::pdl_trigger_early();
+    decode::pdl_wait();
 #pragma unroll
     for (int d = 0; d < kBuffers; ++d)
         if (d < steps && lane_col + d * stride < k) lean_load(lp, cstep, sstep, xsstep, ring[d]);
+#endif
+    const uint2 lut = make_uint2(e2m1_int8_table[0], e2m1_int8_table[1]);
     for (int t0 = 0; t0 < steps; t0 += kBuffers) {
 #pragma unroll
         for (int d = 0; d < kBuffers; ++d) {

@@ -25,8 +25,8 @@ from ._fp4_layout import address, check_fp4_k, check_layout, check_tiled_decode_
 from ._fp4_reference import BLOCK, scale_bytes
 from ._spec import (DenseMatmulSpec, DenseVectorSpec, EngineViews, Operand, PlanBase, check_disjoint, check_kernel_name,
                     check_operand, check_pdl_trigger, check_scalar, int_knob, pdl_defines, plan_stream, scalar_operand)
-from ._vector import (INVALID_HANDLE, INVALID_VALUE, blocks_per_sm, choose_vector_warps, package_source, plan_compiler,
-                      shared_compiler)
+from ._vector import (INVALID_HANDLE, INVALID_VALUE, blocks_per_sm, check_static_weights, choose_vector_warps,
+                      package_source, plan_compiler, shared_compiler)
 
 if TYPE_CHECKING:
     from ..launch import TypedKernel
@@ -281,13 +281,17 @@ def fp4_mma_options(m: int, layout: str, wide: bool, decode: str = "bytes", rows
 
 def fp4_gemv_options(m: int, rows: int, layout: str, wide: bool, activation: str, decode: str = "bytes",
                      block_sum: str = "fp32", stages: int = 2, prefetch: bool = False,
-                     persistent: bool = False, row_warps: int = 1, pdl_trigger: str | None = None) -> CompileOptions:
+                     persistent: bool = False, row_warps: int = 1, pdl_trigger: str | None = None,
+                     static_weights: bool = False) -> CompileOptions:
     """The NVRTC options of ``fp4_matvec_bf16`` (see ``cuda_src/fp4_vector.cu``); ``decode`` one of
     :data:`VECTOR_DECODES` (``"dp4a"``: ``MIRCUDA_FP4_DP4A=1``, the word decoder unused and left at 0);
     ``row_warps`` > 1 adds ``MIRCUDA_FP4_ROW_WARPS`` (1 leaves it out: the kernel's default); ``pdl_trigger``
-    given adds ``MIRCUDA_PDL_TRIGGER_LATE`` (:func:`~mircuda.matmul._spec.pdl_defines`)."""
+    given adds ``MIRCUDA_PDL_TRIGGER_LATE`` (:func:`~mircuda.matmul._spec.pdl_defines`); ``static_weights`` with
+    ``decode='dp4a'`` adds ``MIRCUDA_PRELOAD_WEIGHTS=1`` (the integer path's first ring of weight codes and scales
+    before ``griddepcontrol.wait``; the other paths load nothing early and get no define)."""
     dp4a = decode == "dp4a"
-    extra = {**pdl_defines(pdl_trigger), **({"MIRCUDA_FP4_ROW_WARPS": row_warps} if row_warps > 1 else {})}
+    extra = {**pdl_defines(pdl_trigger), **({"MIRCUDA_FP4_ROW_WARPS": row_warps} if row_warps > 1 else {}),
+             **({"MIRCUDA_PRELOAD_WEIGHTS": 1} if static_weights and dp4a else {})}
     return CompileOptions(defines={**extra, "MIRCUDA_FP4_M": m, "MIRCUDA_FP4_ROWS": rows,
                                    "MIRCUDA_FP4_TILED": int(layout == "tiled"), "MIRCUDA_FP4_WIDE": int(wide),
                                    "MIRCUDA_FP4_ACT_BF16": int(activation == "bf16"),
@@ -533,8 +537,9 @@ class Fp4Gemv:
                  warps: int | None = None, symbol: str = FP4_SYMBOL, *, decode: str | None = None,
                  rows: int | None = None, block_sum: str | None = None, stages: int | None = None,
                  prefetch: bool | None = None, persistent: bool | None = None,
-                 row_warps: int | None = None, pdl_trigger: str | None = None) -> None:
+                 row_warps: int | None = None, pdl_trigger: str | None = None, static_weights: bool = False) -> None:
         check_tiled_decode_k(k, layout)
+        self.static_weights = static_weights
         row_warps = check_row_warps(row_warps)
         check_pdl_trigger(pdl_trigger)
         self.pdl_trigger = pdl_trigger
@@ -605,7 +610,8 @@ class Fp4Gemv:
     def _vector_options(self, row_warps: int) -> CompileOptions:
         """``fp4_matvec_bf16``'s compile options with this engine's knobs and ``row_warps``."""
         return fp4_gemv_options(self.m, self.rows, self.layout, self.wide, self.activation, self.decode,
-                                self.block_sum, self.stages, self.prefetch, self.persistent, row_warps, self.pdl_trigger)
+                                self.block_sum, self.stages, self.prefetch, self.persistent, row_warps, self.pdl_trigger,
+                                self.static_weights)
 
     def _trigger_text(self) -> str:
         """How describe() names the PDL trigger: the next kernel may start after this one's loads (late, the
@@ -652,7 +658,7 @@ class Fp4Gemv:
                     f"{'16' if self.wide else '8'}-byte streamed weight loads ({self.elements} E2M1 per lane), the "
                     "next step's loads in flight"
                     + (f"; programmatic dependent launch{self._trigger_text()}" if self.config.programmatic_stream_serialization
-                   else ""))
+                   else "") + self._static_text())
         summed = ("block_sum='fp16': each 16-element block summed exactly in FP16 by HFMA2, converted once "
                   "per block" if self.block_sum == "fp16" else
                   "each 16-element block summed exactly in int32 by IDP4A, converted once per block"
@@ -672,7 +678,17 @@ class Fp4Gemv:
                    else "")
                 + ("; L2 prefetch of each warp's first weight and scale lines before griddepcontrol.wait"
                    + ("" if _arch_number(self.arch) >= 90 else f" (none on {self.arch}: no programmatic dependent "
-                      "launch below cc 9.0)") if self.prefetch else ""))
+                      "launch below cc 9.0)") if self.prefetch else "") + self._static_text())
+
+    def _static_text(self) -> str:
+        """What ``static_weights=True`` does here, for describe() ("" when False)."""
+        if not self.static_weights:
+            return ""
+        if self.decode != "dp4a":
+            return "; static weights: no effect (only the integer path, decode='dp4a', loads weights early)"
+        if not self.config.programmatic_stream_serialization:
+            return "; static weights: no effect (no programmatic dependent launch below compute capability 9.0)"
+        return "; static weights: the first ring of weight codes and scales is loaded before griddepcontrol.wait"
 
 
 def has_e2m1_cvt(arch: str) -> bool:
@@ -839,6 +855,14 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         pdl_trigger: tuning knob of both kernels: where programmatic dependent launch lets the next kernel of
             the stream start on cc >= 9.0, ``"late"`` (after each block's loads; None: the default) or
             ``"early"`` (at the start of each block; :data:`~mircuda.matmul._spec.PDL_TRIGGERS`).
+        static_weights: ``True`` promises that no kernel which may still be running on the plan's stream when
+            this plan's kernel starts writes ``w`` or ``w_scales`` (see :class:`~mircuda.DenseVectorPlan`'s
+            argument). The integer path (``decode='dp4a'``) then loads its first ring of weight codes and scales
+            before ``griddepcontrol.wait`` on cc >= 9.0 (``-D MIRCUDA_PRELOAD_WEIGHTS=1``); the other paths load
+            nothing early (``describe()`` says which). Default ``False``. Measured on the H200 (2026-12-02, two
+            runs each, ``benchmarks/results/static_weights_fp4.json``): 4096x14336 11.77 / 11.79 -> 11.12 / 11.15 µs,
+            4096x4096 4.80 / 4.85 -> 4.75 / 4.76, 14336x4096 10.73 / 10.74 -> 10.79 / 10.87 (slower); M = 2
+            (BlockScaledFp4Plan) 14336x4096 14.70 -> 14.44, 4096x14336 14.97 -> 14.28.
 
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16, or above 2^28 with tiled scales:
@@ -854,12 +878,13 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
                  kernel: str | None = None, decode: str | None = None, rows: int | None = None,
                  block_sum: str | None = None, stages: int | None = None, prefetch: bool | None = None,
                  persistent: bool | None = None, row_warps: int | None = None,
-                 pdl_trigger: str | None = None) -> None:
+                 pdl_trigger: str | None = None, static_weights: bool = False) -> None:
         plan_stream(stream, context)
         warps, rows, stages, row_warps = (int_knob(warps), int_knob(rows), int_knob(stages),
                                           int_knob(row_warps))  # numpy integers as ints
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
+        check_static_weights(static_weights)
         check_fp4_k(spec.k, "spec.k")
         self._activation = check_activation(activation)
         self._layout = check_layout("scale_layout", scale_layout)
@@ -877,7 +902,7 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         self._engine = Fp4Gemv(context, 1, spec.n, spec.k, activation, scale_layout, compiler, warps,
                                kernel if kernel is not None else FP4_SYMBOL, decode=decode, rows=rows,
                                block_sum=block_sum, stages=stages, prefetch=prefetch, persistent=persistent,
-                               row_warps=row_warps, pdl_trigger=pdl_trigger)
+                               row_warps=row_warps, pdl_trigger=pdl_trigger, static_weights=static_weights)
         self._names = ("x", "x_scales", "w", "w_scales", "y")
         self._operands = fp4_operands(self._names, 1, spec.n, spec.k, activation, scale_layout, self._engine.wide,
                                       self._engine.decode == "dp4a")
@@ -991,6 +1016,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             :func:`dp4a_rows`, ``row_warps`` :data:`DEFAULT_ROW_WARPS` at M = 1 where the row blocks do not fit in one
             wave of two-warp blocks splitting K, large N), else 4 rows and 3 stages at M = 1, else 2); refused
             (ContractError) on the other paths.
+        static_weights: as :class:`BlockScaledFp4VectorPlan` (the NVRTC kernels of M <= 16; no effect on the
+            other paths, which ``describe()`` says).
 
     Raises:
         ContractError: bad arguments (named); a forced ``kernel`` that is not in the library or cannot run
@@ -1009,12 +1036,13 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                  decode: str | None = None, rows: int | None = None, warps: int | None = None,
                  block_sum: str | None = None, stages: int | None = None, prefetch: bool | None = None,
                  persistent: bool | None = None, row_warps: int | None = None,
-                 pdl_trigger: str | None = None) -> None:
+                 pdl_trigger: str | None = None, static_weights: bool = False) -> None:
         plan_stream(stream, context)
         warps, rows, stages, row_warps = (int_knob(warps), int_knob(rows), int_knob(stages),
                                           int_knob(row_warps))  # numpy integers as ints
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
+        self._static_weights = check_static_weights(static_weights)
         check_fp4_k(spec.k, "spec.k")
         self._activation = check_activation(activation)
         self._epilogue = check_epilogue(epilogue)
@@ -1080,7 +1108,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                       default_gemv_kernel(compiler.arch, m, k, activation, decode, rows, block_sum, persistent))
             self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler, warps, symbol, decode=decode,
                                  rows=rows, block_sum=block_sum, stages=stages, prefetch=prefetch,
-                                 persistent=persistent, row_warps=row_warps, pdl_trigger=pdl_trigger)
+                                 persistent=persistent, row_warps=row_warps, pdl_trigger=pdl_trigger,
+                                 static_weights=static_weights)
             self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide,
                                           self._gemv.decode == "dp4a")
             head = (f"M = {m} <= {GEMV_MAX_M}: decode; the {n}x{k} FP4 weights dominate the bytes, so one NVRTC kernel "
@@ -1209,8 +1238,10 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                 f"K={s.k} on {self._context.device_info().arch}: ")
         if self._gemv is not None:
             return Description(f"{head}{self._gemv.describe()}. Why: {self._reason}.")
+        static = (f" static_weights has no effect here (only the NVRTC decode kernels of M <= {GEMV_MAX_M} use it)."
+                  if self._static_weights else "")
         if self._cutlass is not None:
-            return Description(f"{head}{self._cutlass.describe()}. Why: {self._reason}.")
+            return Description(f"{head}{self._cutlass.describe()}. Why: {self._reason}.{static}")
         decode = (f"{DECODE_THREADS} threads x {DECODE_WORDS} code words each, table lookups (PRMT) per code, "
                   "16-byte coalesced stores")
         if self._scaled is not None:
@@ -1221,12 +1252,12 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                 f"* global_b (FP32, read on the device) folded in: RN_bf16(q * s * alpha_eff), one BF16 rounding "
                 f"per {fold} element (relative error <= 2^-8; round-to-odd FP32 product, so a single rounding of "
                 f"the exact product); NVRTC decode: {decode}; into {self.workspace_bytes} bytes of kept workspace, "
-                f"then the dense plan (BF16 x BF16 -> BF16, alpha 1) writes D. Why: {self._reason}.")
+                f"then the dense plan (BF16 x BF16 -> BF16, alpha 1) writes D. Why: {self._reason}.{static}")
         return Description(
             f"{head}epilogue='exact': fp4_decode_bf16 (NVRTC: {decode}) of {'A and ' if self._a16 is not None else ''}"
             f"B, exactly, into {self.workspace_bytes} bytes of kept workspace (FP32 C included), then the dense "
             "plan (BF16 x BF16 -> FP32), then fp4_scale_output (alpha * global_a * global_b * C, one BF16 rounding "
-            f"per output). Why: {self._reason}.")
+            f"per output). Why: {self._reason}.{static}")
 
     def execute(self, stream: Stream, a: DeviceBuffer[Any], a_scales: DeviceBuffer[Any] | None,
                 b: DeviceBuffer[Any], b_scales: DeviceBuffer[Any], d: DeviceBuffer[Any], *,

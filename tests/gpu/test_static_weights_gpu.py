@@ -2,7 +2,8 @@
 kernels load their first step of weights before ``griddepcontrol.wait``; the results are those of the plans
 without it (float64 references, poisoned outputs), activations written by the kernel just before are still read
 after it finishes (a chain of promised plans, direct and in a graph), the njit executor runs the same kernel, and
-anything but a bool is refused by name."""
+anything but a bool is refused by name; the same for the NVFP4 plans, whose integer path (decode="dp4a") loads its first ring
+of weight codes and scales early and whose outputs are bit for bit those without the promise."""
 
 from __future__ import annotations
 
@@ -107,9 +108,47 @@ def test_a_chain_of_promised_plans_reads_each_activation_after_its_producer(cont
         buf.free(stream)
 
 
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("n, k, knobs", [(4096, 4096, {}), (300, 14336, {}), (14336, 4096, {}),
+                                         (301, 96, {"decode": "dp4a", "rows": 8, "stages": 3}),
+                                         (37, 1056, {"decode": "bytes"})], ids=str)
+def test_a_promised_fp4_vector_plan_gives_the_float64_result(context, stream, pool, rng, layout, n, k, knobs) -> None:
+    from test_matmul_fp4_gpu import run_vector
+
+    run_vector(context, stream, pool, rng, n, k, "fp4", layout, static_weights=True, **knobs)
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 4100, 4096), (2, 4096, 14336), (3, 301, 96), (9, 520, 2048)], ids=str)
+def test_promised_fp4_plans_write_the_same_bits_as_unpromised_ones(context, stream, pool, rng, m, n, k) -> None:
+    # the promise moves loads before the wait and changes no arithmetic: the outputs are equal bit for bit
+    from test_matmul_fp4_gpu import Operand, bf16_data, check_guard, poisoned
+
+    a = Operand(context, stream, pool, bf16_data(rng, m, k), "tiled")
+    b = Operand(context, stream, pool, bf16_data(rng, n, k), "tiled")
+    outs, texts = [], []
+    for static in (False, True):
+        plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), scale_layout="tiled",
+                                     static_weights=static)
+        d = poisoned(context, stream, pool, m * n)
+        plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d, global_a=a.global_buf,
+                     global_b=b.global_buf, alpha=0.75)
+        outs.append(check_guard(download(context, stream, d), m * n).view(np.uint16))
+        texts.append(str(plan.describe()))
+        d.free(stream)
+    assert np.array_equal(outs[0], outs[1])
+    assert "static weights" not in texts[0] and "static weights" in texts[1]
+    assert ("MIRCUDA_PRELOAD_WEIGHTS=1" in texts[1]) is ("decode='dp4a'" in texts[1]), texts[1]
+    for op in (a, b):
+        op.free(stream)
+
+
 @pytest.mark.parametrize("value", [1, None, "yes"])
-def test_anything_but_a_bool_is_refused_by_name(context, stream, value) -> None:
+@pytest.mark.parametrize("make", [
+    lambda c, s, v: mc.DenseVectorPlan(c, s, mc.DenseVectorSpec(64, 64), static_weights=v),
+    lambda c, s, v: mc.DenseMatmulPlan(c, s, mc.DenseMatmulSpec(4, 64, 64), static_weights=v),
+    lambda c, s, v: mc.BlockScaledFp4VectorPlan(c, s, mc.DenseVectorSpec(64, 64), static_weights=v),
+    lambda c, s, v: mc.BlockScaledFp4Plan(c, s, mc.DenseMatmulSpec(4, 64, 64), static_weights=v)],
+    ids=["DenseVectorPlan", "DenseMatmulPlan", "BlockScaledFp4VectorPlan", "BlockScaledFp4Plan"])
+def test_anything_but_a_bool_is_refused_by_name(context, stream, make, value) -> None:
     with pytest.raises(mc.ContractError, match="static_weights"):
-        mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(64, 64), static_weights=value)
-    with pytest.raises(mc.ContractError, match="static_weights"):
-        mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(4, 64, 64), static_weights=value)
+        make(context, stream, value)
