@@ -91,13 +91,11 @@ def kernel_symbol(input_name: str, output_name: str, vector: bool) -> str:
 
 def vector_options(rows: int, static_weights: bool = False) -> CompileOptions:
     """The NVRTC options of the kernel module for ``rows`` output rows per block (8 or 16); with
-    ``static_weights`` also ``MIRCUDA_PRELOAD_WEIGHTS=1`` (see :data:`STATIC_WEIGHTS`)."""
+    ``static_weights`` also ``MIRCUDA_PRELOAD_WEIGHTS=1`` (:class:`DenseVectorPlan`'s ``static_weights``)."""
     defines = {"DENSE_VECTOR_ROWS": rows}
     if static_weights:
         defines["MIRCUDA_PRELOAD_WEIGHTS"] = 1
     return CompileOptions(defines=defines)
-
-
 
 
 def check_static_weights(value: Any) -> bool:
@@ -419,8 +417,10 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
             wait; ``-D MIRCUDA_PRELOAD_WEIGHTS=1``). Breaking the promise reads stale weights. Default
             ``False``; no effect below cc 9.0 or for K % 8 != 0 (``describe()`` says which). Measured on an
             H200 (2026-12-02, bf16, cold weights, back to back, both forms in one process,
-            ``benchmarks/results/static_weights_ab.json``): 4096x4096 10.19 -> 9.54 µs, 4096x14336 28.22 ->
-            27.38; 14336x4096, 6144x4096 and 28672x4096 within 0.2 %.
+            ``benchmarks/results/static_weights_ab.json``, its ``dense M=1`` rows: DenseMatmulPlan at M = 1,
+            which runs this kernel for these shapes): 4096x4096 10.19 -> 9.54 µs;
+            14336x4096, 6144x4096 and 28672x4096 within 0.3 % (that file's 4096x14336, 28.22 -> 27.38, ran the
+            batched GEMV, DenseMatmulPlan's M = 1 choice there on an H200).
 
     Each warp computes 8 or 16 output rows, converting each pair of inputs to FP32 once and using it for
     all of them; accumulation is FP32; ``beta == 0`` never reads ``y`` (it may hold NaN). Any N and K:
