@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 import subprocess
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 import mircuda as mc
@@ -39,12 +41,88 @@ def test_the_promise_is_one_define_and_nothing_without_it() -> None:
     assert dict(gemv_options(8, 4, 2, True).defines)["MIRCUDA_PRELOAD_WEIGHTS"] == "1"
 
 
-@pytest.mark.parametrize("value", [1, 0, None, "yes", 1.0])
+@pytest.mark.parametrize("value", [1, 0, None, "yes", 1.0, np.int8(1), np.array([True])])
 def test_anything_but_a_bool_is_refused_by_name(value) -> None:
     with pytest.raises(ContractError, match="static_weights") as info:
         check_static_weights(value)
     assert info.value.argument == "static_weights" and repr(value) in str(info.value)
+    assert "True or False" in str(info.value)
     assert check_static_weights(True) is True and check_static_weights(False) is False
+
+
+def test_a_numpy_bool_is_a_bool() -> None:
+    # what a comparison of NumPy or CuPy scalars gives (cupy.bool_ is numpy.bool_); it was refused
+    for value in (np.True_, np.False_, np.bool_(1)):
+        checked = check_static_weights(value)
+        assert type(checked) is bool and checked == bool(value)
+
+
+# -- the plans, on CPU stand-ins for the device, the compiler and the occupancy query -----------------------------
+
+class StandInCompiler:
+    """Records each module's defines; its kernels launch nothing."""
+
+    def __init__(self) -> None:
+        self.defines: list[dict[str, str]] = []
+
+    def compile(self, source, options):
+        self.defines.append(dict(options.defines))
+        kernel = SimpleNamespace(attributes=SimpleNamespace(max_threads_per_block=1024), launch=None, handle=0)
+        return SimpleNamespace(kernel=lambda contract: kernel)
+
+
+def stand_in_context(cc: tuple[int, int]) -> SimpleNamespace:
+    info = SimpleNamespace(compute_capability=cc, multiprocessor_count=132, arch=f"sm_{cc[0]}{cc[1]}", name="stand-in",
+                           supports_programmatic_launch=cc >= (9, 0), max_threads_per_block=1024,
+                           max_block_dims=(1024, 1024, 64), max_grid_dims=(2**31 - 1, 65535, 65535),
+                           max_shared_memory_per_block_optin_bytes=227 * 1024)
+    return SimpleNamespace(device_info=lambda: info)
+
+
+@pytest.fixture
+def stand_ins(monkeypatch) -> StandInCompiler:
+    from mircuda.matmul import _dense, _gemv, _vector
+    from mircuda.matmul._build import CutlassNotFound
+
+    def missing():
+        raise CutlassNotFound("no library here")
+
+    compiler = StandInCompiler()
+    for module in (_vector, _dense):
+        monkeypatch.setattr(module, "plan_stream", lambda stream, context: None)
+        monkeypatch.setattr(module, "plan_compiler", lambda given, context: compiler)
+    for module in (_vector, _gemv):
+        monkeypatch.setattr(module, "blocks_per_sm", lambda context, kernel, warps: 2)
+    monkeypatch.setattr(_dense, "load_library", missing)
+    return compiler
+
+
+def vector_plan(cc: tuple[int, int], k: int, static_weights) -> mc.DenseVectorPlan:
+    return mc.DenseVectorPlan(stand_in_context(cc), None, mc.DenseVectorSpec(4096, k),  # type: ignore[arg-type]
+                              static_weights=static_weights)
+
+
+def matmul_plan(cc: tuple[int, int], m: int, k: int, static_weights) -> mc.DenseMatmulPlan:
+    return mc.DenseMatmulPlan(stand_in_context(cc), None, mc.DenseMatmulSpec(m, 4096, k),  # type: ignore[arg-type]
+                              static_weights=static_weights)
+
+
+@pytest.mark.parametrize("value", [1, None, "yes"])
+def test_both_plans_refuse_a_non_bool_by_name(stand_ins, value) -> None:
+    for make in (lambda: vector_plan((9, 0), 4096, value), lambda: matmul_plan((9, 0), 8, 4096, value)):
+        with pytest.raises(ContractError, match="static_weights") as info:
+            make()
+        assert info.value.argument == "static_weights" and repr(value) in str(info.value)
+    assert stand_ins.defines == []  # refused before anything is compiled
+
+
+@pytest.mark.parametrize("value", [np.True_, np.False_])
+def test_both_plans_take_a_numpy_bool_as_the_bool(stand_ins, value) -> None:
+    engines = [vector_plan((9, 0), 4096, value)._engine, matmul_plan((9, 0), 1, 4096, value)._nvrtc,
+               matmul_plan((9, 0), 8, 4096, value)._nvrtc]
+    assert [type(e.static_weights) for e in engines] == [bool] * 3  # type: ignore[union-attr]
+    assert [e.static_weights for e in engines] == [bool(value)] * 3  # type: ignore[union-attr]
+    assert {d.get("MIRCUDA_PRELOAD_WEIGHTS") for d in stand_ins.defines} == {"1" if value else None}
 
 
 @pytest.mark.parametrize("arch", ["compute_90", "compute_120"])

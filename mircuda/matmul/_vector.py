@@ -9,6 +9,8 @@ from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import numpy as np
+
 from .. import _cuda
 from .._repr import Description
 from ..compile import CompileOptions, Compiler, CudaSource
@@ -99,13 +101,16 @@ def vector_options(rows: int, static_weights: bool = False) -> CompileOptions:
 
 
 def check_static_weights(value: Any) -> bool:
-    """``static_weights`` checked: a bool.
+    """``static_weights`` checked: ``True`` or ``False``, or a ``numpy.bool_`` (what a comparison of CuPy or
+    NumPy values gives), returned as a Python bool.
 
     Raises:
-        ContractError: naming ``static_weights``, for anything but True or False.
+        ContractError: naming ``static_weights``, for anything else (1, None, a string: no truthiness).
     """
+    if isinstance(value, np.bool_):
+        return bool(value)
     if not isinstance(value, bool):
-        raise ContractError("static_weights", "True or False", repr(value))
+        raise ContractError("static_weights", "True or False (a bool or numpy.bool_)", repr(value))
     return value
 
 
@@ -415,10 +420,10 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
             capability >= 9.0 the kernel then loads the first step of its weights into registers before
             ``griddepcontrol.wait``, while the previous kernel of the stream finishes (``x`` and ``y`` still
             wait; ``-D MIRCUDA_PRELOAD_WEIGHTS=1``). Breaking the promise reads stale weights. Default
-            ``False``; no effect below cc 9.0 or for K % 8 != 0 (``describe()`` says which). Measured on an
-            H200 (2026-12-02, bf16, cold weights, back to back, both forms in one process,
-            ``benchmarks/results/static_weights_ab.json``, its ``dense M=1`` rows: DenseMatmulPlan at M = 1,
-            which runs this kernel for these shapes): 4096x4096 10.19 -> 9.54 µs;
+            ``False``; a ``numpy.bool_`` is taken as a bool. No effect below cc 9.0 or for K % 8 != 0
+            (``describe()`` says which). Measured on an H200 (2026-12-02, bf16, cold weights, back to back,
+            both forms in one process, ``benchmarks/results/static_weights_ab.json``, its ``dense M=1`` rows:
+            DenseMatmulPlan at M = 1, which runs this kernel for these shapes): 4096x4096 10.19 -> 9.54 µs;
             14336x4096, 6144x4096 and 28672x4096 within 0.3 % (that file's 4096x14336, 28.22 -> 27.38, ran the
             batched GEMV, DenseMatmulPlan's M = 1 choice there on an H200).
 
@@ -450,7 +455,7 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
         plan_stream(stream, context)
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
-        check_static_weights(static_weights)
+        static_weights = check_static_weights(static_weights)
         self._in, self._out = resolve_dtypes(input, output)
         info = context.device_info()
         if info.compute_capability < (8, 0):
