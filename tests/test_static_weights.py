@@ -125,6 +125,55 @@ def test_both_plans_take_a_numpy_bool_as_the_bool(stand_ins, value) -> None:
     assert {d.get("MIRCUDA_PRELOAD_WEIGHTS") for d in stand_ins.defines} == {"1" if value else None}
 
 
+VECTOR_EARLY = "; static weights: the first step's weights are loaded before griddepcontrol.wait"
+GEMV_EARLY = "; static weights: the first chunk's weights are loaded before griddepcontrol.wait"
+NO_PDL = "; static weights: no effect (no programmatic dependent launch below compute capability 9.0)"
+ELEMENTS = "; static weights: no effect (the element-load variant loads nothing early)"
+
+
+@pytest.mark.parametrize("cc, m, k, static, define, note", [
+    ((9, 0), 1, 4096, True, True, VECTOR_EARLY),
+    ((9, 0), 1, 4096, False, False, None),
+    ((8, 0), 1, 4096, True, True, NO_PDL),          # compiled with the define; the wait is not there
+    ((9, 0), 1, 4100, True, True, ELEMENTS),        # K % 8 != 0: the _any kernel
+    ((9, 0), 8, 4096, True, True, GEMV_EARLY),      # the batched GEMV: a chunk, not a step
+    ((8, 0), 8, 4096, True, True, NO_PDL),
+    ((9, 0), 8, 4100, True, True, ELEMENTS),
+    ((12, 0), 16, 4096, True, True, GEMV_EARLY),
+    ((9, 0), 1, 248, True, True, "; static weights: no effect (K = 248: no warp has a whole 256-column step"),
+    ((9, 0), 8, 24, True, True, "; static weights: no effect (K = 24: no warp has a whole ")])
+def test_describe_says_what_the_promise_does_for_each_kernel(stand_ins, cc, m, k, static, define, note) -> None:
+    texts = [str(matmul_plan(cc, m, k, static).describe())]
+    if m == 1:
+        texts.append(str(vector_plan(cc, k, static).describe()))
+    for text in texts:
+        assert ("-D MIRCUDA_PRELOAD_WEIGHTS=1" in text) is define, text
+        if note is None:
+            assert "static weights" not in text, text
+        else:
+            assert note in text and text.count("static weights") == 1, text
+    assert all(("MIRCUDA_PRELOAD_WEIGHTS" in d) is define for d in stand_ins.defines)
+
+
+def test_describe_says_the_promise_does_nothing_for_a_cutlass_kernel() -> None:
+    # a CUTLASS plan without the library: the attributes describe() reads, as the constructor sets them
+    from mircuda.matmul._library import KernelInfo
+    from mircuda.matmul._select import Selection
+
+    from mircuda.dtypes import dtype_info
+
+    info = KernelInfo(0, "sm90_swap_128x32x128_splitk_bf16_bf16", "sm90_swapped", "bf16", "bf16", (128, 32, 128),
+                      (1, 1), 0, 16, True, (90,))
+    for static in (True, False):
+        plan = object.__new__(mc.DenseMatmulPlan)
+        plan.__dict__.update(_selection=Selection(info, 3, "forced by the caller"), _nvrtc=None,
+                             _spec=mc.DenseMatmulSpec(64, 4096, 4096), _in=dtype_info(mc.bf16), _out=dtype_info(mc.bf16),
+                             _context=stand_in_context((9, 0)), _workspace_bytes=0, _static_weights=static)
+        text = str(plan.describe())
+        assert text.endswith("Why: forced by the caller." + (" static_weights has no effect on CUTLASS kernels."
+                                                              if static else "")), text
+
+
 @pytest.mark.parametrize("arch", ["compute_90", "compute_120"])
 @pytest.mark.parametrize("rows", [8, 16])
 def test_the_vector_kernel_loads_one_step_of_weights_before_the_wait_and_nothing_else(arch, rows) -> None:
@@ -184,7 +233,10 @@ def test_the_preloading_kernels_keep_to_registers(tmp_path, arch, source, option
 
 
 def test_describe_says_what_the_promise_does_where() -> None:
-    assert static_weights_note(False, True, True) == ""
-    assert "loaded before griddepcontrol.wait" in static_weights_note(True, True, True)
-    assert "no effect" in static_weights_note(True, False, True) and "9.0" in static_weights_note(True, False, True)
-    assert "no effect" in static_weights_note(True, True, False)
+    assert static_weights_note(False, True, True, 4096, 256) == ""
+    assert "loaded before griddepcontrol.wait" in static_weights_note(True, True, True, 256, 256)
+    assert "no effect" in static_weights_note(True, False, True, 4096, 256)
+    assert "9.0" in static_weights_note(True, False, True, 4096, 256)
+    assert "no effect" in static_weights_note(True, True, False, 4096, 256)
+    # K below one step: no warp has a whole first step, and the kernels' guard (warp < K / columns) loads nothing
+    assert "no effect (K = 248: no warp has a whole 256-column step" in static_weights_note(True, True, True, 248, 256)

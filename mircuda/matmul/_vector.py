@@ -383,18 +383,23 @@ class VectorKernel:
                 f"{self.config.grid[0]} blocks x {self.warps} warp(s) ({self.rows} rows per block, K split over "
                 f"{self.warps} warp(s)), FP32 accumulation"
                 + ("; programmatic dependent launch (overlaps the previous kernel's tail)" if pdl else "")
-                + static_weights_note(self.static_weights, pdl, self.vector))
+                + static_weights_note(self.static_weights, pdl, self.vector, self.k, CHUNK))
 
 
-def static_weights_note(static_weights: bool, pdl: bool, vector: bool) -> str:
-    """What ``static_weights=True`` does for a decode kernel, for its ``describe()`` ("" when False)."""
+def static_weights_note(static_weights: bool, pdl: bool, vector: bool, k: int, columns: int,
+                        unit: str = "step") -> str:
+    """What ``static_weights=True`` does for a decode kernel, for its ``describe()`` ("" when False): the
+    kernel loads its first ``unit`` (``columns`` columns of K per warp) early only with programmatic
+    dependent launch, 16-byte loads and K of at least one whole ``unit``."""
     if not static_weights:
         return ""
     if not pdl:
         return "; static weights: no effect (no programmatic dependent launch below compute capability 9.0)"
     if not vector:
         return "; static weights: no effect (the element-load variant loads nothing early)"
-    return "; static weights: the first step's weights are loaded before griddepcontrol.wait"
+    if k < columns:
+        return f"; static weights: no effect (K = {k}: no warp has a whole {columns}-column {unit} to load early)"
+    return f"; static weights: the first {unit}'s weights are loaded before griddepcontrol.wait"
 
 
 class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
