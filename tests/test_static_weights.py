@@ -240,3 +240,18 @@ def test_describe_says_what_the_promise_does_where() -> None:
     assert "no effect" in static_weights_note(True, True, False, 4096, 256)
     # K below one step: no warp has a whole first step, and the kernels' guard (warp < K / columns) loads nothing
     assert "no effect (K = 248: no warp has a whole 256-column step" in static_weights_note(True, True, True, 248, 256)
+
+
+@pytest.mark.parametrize("rows", [16, 32])
+def test_the_fp8_experiment_loads_its_first_k_blocks_of_weights_before_the_wait_and_nothing_else(rows) -> None:
+    # fp8_mma_gemv.cu's MIRCUDA_PRELOAD_WEIGHTS (experimental, no plan sets it): level L loads L K-blocks (two
+    # 64-column halves x rows g and g + 8 of each 16-row tile per lane) before the wait; 0 nothing but prefetches
+    from mircuda.matmul._fp8_mma import fp8_mma_options, fp8_mma_source
+
+    for level in (0, 1, 2):
+        defines = {**dict(fp8_mma_options(8, rows, "late").defines), "MIRCUDA_PRELOAD_WEIGHTS": str(level)}
+        text = ptx(fp8_mma_source(), "compute_90", mc.CompileOptions(defines=defines))
+        early = before_wait(entry(text, "blockwise_fp8_mma"))
+        loads = level * 2 * 2 * (rows // 16)
+        assert early.count(WEIGHT_LOAD) == loads, level
+        assert len(re.findall(r"ld\.global", early)) == loads and "st.global" not in early, level
