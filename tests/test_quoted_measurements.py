@@ -256,3 +256,15 @@ def test_the_stream_gemv_finding_is_as_recorded() -> None:
     assert {key: p for key, p in fastest.items() if p != "P1:S4:B16:G2"} == {("fp8", 4096, 14336): "P1:S4:B32:G1"}
     assert "S4:B16:G2 fastest but at FP8 4096x14336, where S4:B32:G1 was" in result["finding"]
     assert all(min(t[p] for p in t if p != "plan") > t["plan"] for t in times.values())  # "slower everywhere"
+
+
+def test_the_static_weights_runs_name_what_reproduces_them() -> None:
+    # static_weights_ab.json said "the profiles' --static-weights rows replace" its uncommitted script: no
+    # command has that option; decoder-layer-profile's row (no option) is the one committed measure
+    from mircuda.cli import _decoder_layer_profile
+
+    method = recorded("static_weights_ab.json")["method"]
+    cli = ROOT / "mircuda" / "cli"
+    assert not any("--static-weights" in f.read_text(encoding="utf-8") for f in cli.glob("*.py"))
+    assert "--static-weights rows" not in method and "no profile has a --static-weights option" in method
+    assert f"decoder-layer-profile's {_decoder_layer_profile.STATIC_PATH.split(', ')[1]} row" in method
