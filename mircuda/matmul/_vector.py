@@ -421,14 +421,18 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
             rows (16 only with 4 or more warps whose 16-row grid fits one wave).
         static_weights: ``True`` promises that no kernel which may still be running on the plan's stream
             when this plan's kernel starts writes ``W`` (inference: weights written once, then ordered by a
-            synchronization, an event, or a launch that is not a programmatic dependent one). On compute
-            capability >= 9.0 the kernel then loads the first step of its weights into registers before
-            ``griddepcontrol.wait``, while the previous kernel of the stream finishes (``x`` and ``y`` still
-            wait; ``-D MIRCUDA_PRELOAD_WEIGHTS=1``). Breaking the promise reads stale weights. Default
+            synchronization, an event, or a launch that is not a programmatic dependent one). That can be
+            more than the previous kernel: one launched with programmatic dependent launch (as every
+            mircuda decode plan is on cc >= 9.0) lets this kernel start before its own wait returns, while
+            the kernel before it may still run; a writer of ``W`` two such launches back breaks the promise.
+            On compute capability >= 9.0 the kernel then loads the first step of its weights into registers
+            before ``griddepcontrol.wait``, while the previous kernel of the stream finishes (``x`` and ``y``
+            still wait; ``-D MIRCUDA_PRELOAD_WEIGHTS=1``). Breaking the promise reads stale weights. Default
             ``False``; a ``numpy.bool_`` is taken as a bool. No effect below cc 9.0, for K % 8 != 0 or for
-            K < 256 (no warp has a whole first step; ``describe()`` says which). Measured on an H200 (2026-12-02, bf16, cold weights, back to back,
-            both forms in one process, ``benchmarks/results/static_weights_ab.json``, its ``dense M=1`` rows:
-            DenseMatmulPlan at M = 1, which runs this kernel for these shapes): 4096x4096 10.19 -> 9.54 µs;
+            K < 256 (no warp has a whole first step; ``describe()`` says which). Measured on an H200
+            (2026-12-02, bf16, cold weights, back to back, both forms in one process,
+            ``benchmarks/results/static_weights_ab.json``, its ``dense M=1`` rows: DenseMatmulPlan at M = 1,
+            which runs this kernel for these shapes): 4096x4096 10.19 -> 9.54 µs;
             14336x4096, 6144x4096 and 28672x4096 within 0.3 % (that file's 4096x14336, 28.22 -> 27.38, ran the
             batched GEMV, DenseMatmulPlan's M = 1 choice there on an H200).
 
