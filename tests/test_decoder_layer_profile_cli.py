@@ -199,10 +199,12 @@ def _fake_device(monkeypatch, factor: float = 1.0, first_set_factor: float | Non
     import mircuda.timing as timing
 
     made: list[bool] = []  # each plan's static_weights, in order
+    closed: list[bool] = []  # the same, for each plan closed
 
     class Plan:
         def __init__(self, context, stream, spec, input, library=None, static_weights=False) -> None:
             self.spec, self.kernel_name, self.splits = spec, f"stand_in_{spec.m}", 1
+            self.static_weights = static_weights
             made.append(static_weights)
 
         def describe(self) -> str:
@@ -215,7 +217,7 @@ def _fake_device(monkeypatch, factor: float = 1.0, first_set_factor: float | Non
             c.a[:] = (f * (a.a.astype(np.float64).reshape(s.m, s.k) @ w.T)).reshape(-1).astype(c.a.dtype)
 
         def close(self) -> None:
-            pass
+            closed.append(self.static_weights)
 
     class Timer:
         def __init__(self, *args) -> None:
@@ -236,7 +238,7 @@ def _fake_device(monkeypatch, factor: float = 1.0, first_set_factor: float | Non
     monkeypatch.setattr(vector, "shared_compiler", lambda context: None)
     monkeypatch.setattr(timing, "StreamTimer", Timer)
     monkeypatch.setattr(dl, "_torch_or_reason", lambda handle: (None, "cuBLAS not measured: stand-in"))
-    driver.made = made
+    driver.made, driver.closed = made, closed
     return driver
 
 
@@ -258,6 +260,8 @@ def test_the_flow_on_a_stand_in_device(monkeypatch, tmp_path, capsys) -> None:
     assert static["note"].startswith("opt-in") and driver.made.count(True) == 2 * 4
     assert driver.made.count(False) == 2 * 4
     assert not any(line.startswith("M") and "static" in line for line in result["goals"])
+    assert static["goal"] == "-" and result["rows"][0]["goal"] == "NOT met"  # like the chained row: not the goal's
+    assert sorted(driver.closed) == sorted(driver.made)  # the promised plans are closed too (they were left open)
     qkv = result["rows"][5]
     assert qkv["tbps"] == pytest.approx(48 * 32 * 2 / 100e-6 / 1e12) and qkv["note"] == "stand_in_1, 3 weight banks"
     assert result["rows"][9]["us"] == 400.0  # the four alone (100 µs each on the stand-in timer), summed

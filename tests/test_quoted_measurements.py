@@ -172,3 +172,94 @@ def test_what_the_row_tile_run_adds_is_as_recorded() -> None:
     doc = flat((ROOT / "benchmarks" / "batched_gemv_knobs.py").read_text(encoding="utf-8"))
     assert ("times every knob at M = 8 and 16, adding what the earlier file lacks: two row tiles with four steps "
             "(R = 2, U = 4), one-warp blocks (W = 1) and the decoder layer's 28672x4096 projection") in doc
+
+
+def test_the_static_weights_figures_are_as_recorded() -> None:
+    # README's static_weights paragraph, both plans' docstrings and fp8_mma_gemv.cu's header against
+    # static_weights_ab.json (run 2, the P0/P1/P2 one). The README said "the other shapes within 1 %" beside
+    # M = 16 4096x14336's 2.4 %; DenseVectorPlan said "within 0.2 %" beside 6144x4096's 0.24 % (its 'dense M=1'
+    # rows are DenseVectorPlan's, the method says); the FP8 header said level 1
+    # moved the other shapes "by at most 1.5 %" beside M = 16 4096x4096's 1.56 %.
+    import mircuda as mc
+
+    ab = recorded("static_weights_ab.json")
+    dense = {}
+    for r in ab["run_2_p0_p1_p2"]:
+        kind, m, shape = r["label"].split()[:3]
+        if kind == "dense":
+            dense[(int(m.removeprefix("M=")), *map(int, shape.split("x")))] = r
+
+    def moved(r: dict[str, Any], level: str = "P1") -> float:
+        return abs(r[level] / r["P0"] - 1)
+
+    def change(m: int, n: int, k: int) -> str:
+        return f"{n}x{k} {dense[(m, n, k)]['P0']:.2f} -> {dense[(m, n, k)]['P1']:.2f}"
+
+    readme = flat(README)
+    quoted = {(1, 4096, 4096), (1, 4096, 14336), (16, 14336, 4096), (16, 4096, 14336)}
+    assert (f"M = 1 {change(1, 4096, 4096)} µs, {change(1, 4096, 14336)}; M = 16 {change(16, 14336, 4096)}, "
+            f"{change(16, 4096, 14336)}; the other shapes within 1 %") in readme
+    assert all(moved(r) < 0.01 for key, r in dense.items() if key not in quoted)
+    assert moved(dense[(16, 4096, 14336)]) > 0.01  # what "the other shapes within 1 %" once included
+
+    vector_doc = flat(mc.DenseVectorPlan.__doc__ or "")
+    assert (f"{change(1, 4096, 4096)} µs, {change(1, 4096, 14336)}; 14336x4096, 6144x4096 and 28672x4096 within "
+            "0.3 %") in vector_doc
+    assert max(moved(dense[(1, n, k)]) for n, k in ((14336, 4096), (6144, 4096), (28672, 4096))) < 0.003
+    # the 'dense M=1' rows are DenseVectorPlan's (not DenseMatmulPlan's, which runs the batched GEMV at M = 1 on
+    # 4096x14336 on the H200): the method says which plan each row timed
+    assert "the 'dense M=1' rows and the M = 1 'layer' rows: DenseVectorPlan" in ab["method"]
+
+    matmul_doc = flat(mc.DenseMatmulPlan.__doc__ or "")
+    assert f"M = 16 {change(16, 14336, 4096)} µs, {change(16, 4096, 14336)}; M = 8 within 1 %" in matmul_doc
+    assert all(moved(r) < 0.01 for (m, _n, _k), r in dense.items() if m == 8)
+
+    header = flat(re.sub(r"^// ?", "", (ROOT / "mircuda" / "cuda_src" / "fp8_mma_gemv.cu").read_text(), flags=re.M))
+    fp8 = {r["label"]: r for r in ab["run_2_p0_p1_p2"] if r["label"].startswith("fp8 ")}
+    others = [r for label, r in fp8.items() if label != "fp8 M=16 14336x4096"]
+    worst = max(others, key=moved)
+    first = next(r for r in ab["run_1_p0_p1"] if r["label"].startswith(worst["label"]))
+    assert worst["label"] == "fp8 M=16 4096x4096" and round(100 * moved(worst), 1) == 1.6
+    assert (f"1 moved every shape by at most 1.6 % (M = 16 4096x4096 {worst['P0']:.2f} -> {worst['P1']:.2f}; "
+            f"{100 * moved(first):.1f} % in the first run)") in header
+    assert f"M = 1 14336x4096 from {fp8['fp8 M=1 14336x4096']['P0']:.2f} to {fp8['fp8 M=1 14336x4096']['P2']:.2f}" \
+        in header
+    best = {level: {line.split(":")[0]: float(re.search(r"([0-9.]+) µs", line)[1])  # type: ignore[index]
+                    for line in ab["fp8_sweeps"][level]["sweep_best"]} for level in ("P0", "P1", "P2")}
+    assert (f"2 took M = 8 4096x14336 from {best['P0']['fastest M=8 4096x14336']:.2f} to "
+            f"{best['P2']['fastest M=8 4096x14336']:.2f} us and 14336x4096 from {best['P0']['fastest M=8 14336x4096']:.2f} "
+            f"to {best['P2']['fastest M=8 14336x4096']:.2f}") in header
+    assert (f"M = 16 4096x14336 from {best['P0']['fastest M=16 4096x14336']:.2f} to "
+            f"{best['P2']['fastest M=16 4096x14336']:.2f}") in header
+    assert (f"except M = 8 4096x14336 ({best['P1']['fastest M=8 4096x14336']:.2f}) and M = 16 14336x4096 "
+            f"({best['P1']['fastest M=16 14336x4096']:.2f}, worse") in header
+
+
+def test_the_stream_gemv_finding_is_as_recorded() -> None:
+    # stream_gemv_experiment.json's finding said P1 (the ring filled before the wait) against P0 moved "1-3 %";
+    # its rows give 0.9 to 4.1 % (6144x4096 BF16 4.1 %)
+    result = recorded("stream_gemv_experiment.json")
+    times: dict[tuple[str, Any, Any], dict[str, float]] = defaultdict(dict)
+    for r in result["rows"]:
+        times[(r["fmt"], r.get("n"), r.get("k"))][r["path"]] = r["us"]
+    gains = [100 * (1 - t["P1:S8:B16:G1"] / t["P0:S8:B16:G1"]) for t in times.values()]
+    assert all(g > 0 for g in gains)
+    assert f"(P1 vs P0 at S8:B16:G1: {min(gains):.1f} to {max(gains):.1f} % faster)" in result["finding"]
+    fastest = {key: min((p for p in t if p != "plan"), key=t.__getitem__) for key, t in times.items()}
+    slowest = {max(t, key=t.__getitem__) for t in times.values()}
+    assert slowest == {"P1:S12:B8:G1"}
+    assert {key: p for key, p in fastest.items() if p != "P1:S4:B16:G2"} == {("fp8", 4096, 14336): "P1:S4:B32:G1"}
+    assert "S4:B16:G2 fastest but at FP8 4096x14336, where S4:B32:G1 was" in result["finding"]
+    assert all(min(t[p] for p in t if p != "plan") > t["plan"] for t in times.values())  # "slower everywhere"
+
+
+def test_the_static_weights_runs_name_what_reproduces_them() -> None:
+    # static_weights_ab.json said "the profiles' --static-weights rows replace" its uncommitted script: no
+    # command has that option; decoder-layer-profile's row (no option) is the one committed measure
+    from mircuda.cli import _decoder_layer_profile
+
+    method = recorded("static_weights_ab.json")["method"]
+    cli = ROOT / "mircuda" / "cli"
+    assert not any("--static-weights" in f.read_text(encoding="utf-8") for f in cli.glob("*.py"))
+    assert "--static-weights rows" not in method and "no profile has a --static-weights option" in method
+    assert f"decoder-layer-profile's {_decoder_layer_profile.STATIC_PATH.split(', ')[1]} row" in method

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 import subprocess
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 import mircuda as mc
@@ -39,12 +41,137 @@ def test_the_promise_is_one_define_and_nothing_without_it() -> None:
     assert dict(gemv_options(8, 4, 2, True).defines)["MIRCUDA_PRELOAD_WEIGHTS"] == "1"
 
 
-@pytest.mark.parametrize("value", [1, 0, None, "yes", 1.0])
+@pytest.mark.parametrize("value", [1, 0, None, "yes", 1.0, np.int8(1), np.array([True])])
 def test_anything_but_a_bool_is_refused_by_name(value) -> None:
     with pytest.raises(ContractError, match="static_weights") as info:
         check_static_weights(value)
     assert info.value.argument == "static_weights" and repr(value) in str(info.value)
+    assert "True or False" in str(info.value)
     assert check_static_weights(True) is True and check_static_weights(False) is False
+
+
+def test_a_numpy_bool_is_a_bool() -> None:
+    # what a comparison of NumPy or CuPy scalars gives (cupy.bool_ is numpy.bool_); it was refused
+    for value in (np.True_, np.False_, np.bool_(1)):
+        checked = check_static_weights(value)
+        assert type(checked) is bool and checked == bool(value)
+
+
+# -- the plans, on CPU stand-ins for the device, the compiler and the occupancy query -----------------------------
+
+class StandInCompiler:
+    """Records each module's defines; its kernels launch nothing."""
+
+    def __init__(self) -> None:
+        self.defines: list[dict[str, str]] = []
+
+    def compile(self, source, options):
+        self.defines.append(dict(options.defines))
+        kernel = SimpleNamespace(attributes=SimpleNamespace(max_threads_per_block=1024), launch=None, handle=0)
+        return SimpleNamespace(kernel=lambda contract: kernel)
+
+
+def stand_in_context(cc: tuple[int, int]) -> SimpleNamespace:
+    info = SimpleNamespace(compute_capability=cc, multiprocessor_count=132, arch=f"sm_{cc[0]}{cc[1]}", name="stand-in",
+                           supports_programmatic_launch=cc >= (9, 0), max_threads_per_block=1024,
+                           max_block_dims=(1024, 1024, 64), max_grid_dims=(2**31 - 1, 65535, 65535),
+                           max_shared_memory_per_block_optin_bytes=227 * 1024)
+    return SimpleNamespace(device_info=lambda: info)
+
+
+@pytest.fixture
+def stand_ins(monkeypatch) -> StandInCompiler:
+    from mircuda.matmul import _dense, _gemv, _vector
+    from mircuda.matmul._build import CutlassNotFound
+
+    def missing():
+        raise CutlassNotFound("no library here")
+
+    compiler = StandInCompiler()
+    for module in (_vector, _dense):
+        monkeypatch.setattr(module, "plan_stream", lambda stream, context: None)
+        monkeypatch.setattr(module, "plan_compiler", lambda given, context: compiler)
+    for module in (_vector, _gemv):
+        monkeypatch.setattr(module, "blocks_per_sm", lambda context, kernel, warps: 2)
+    monkeypatch.setattr(_dense, "load_library", missing)
+    return compiler
+
+
+def vector_plan(cc: tuple[int, int], k: int, static_weights) -> mc.DenseVectorPlan:
+    return mc.DenseVectorPlan(stand_in_context(cc), None, mc.DenseVectorSpec(4096, k),  # type: ignore[arg-type]
+                              static_weights=static_weights)
+
+
+def matmul_plan(cc: tuple[int, int], m: int, k: int, static_weights) -> mc.DenseMatmulPlan:
+    return mc.DenseMatmulPlan(stand_in_context(cc), None, mc.DenseMatmulSpec(m, 4096, k),  # type: ignore[arg-type]
+                              static_weights=static_weights)
+
+
+@pytest.mark.parametrize("value", [1, None, "yes"])
+def test_both_plans_refuse_a_non_bool_by_name(stand_ins, value) -> None:
+    for make in (lambda: vector_plan((9, 0), 4096, value), lambda: matmul_plan((9, 0), 8, 4096, value)):
+        with pytest.raises(ContractError, match="static_weights") as info:
+            make()
+        assert info.value.argument == "static_weights" and repr(value) in str(info.value)
+    assert stand_ins.defines == []  # refused before anything is compiled
+
+
+@pytest.mark.parametrize("value", [np.True_, np.False_])
+def test_both_plans_take_a_numpy_bool_as_the_bool(stand_ins, value) -> None:
+    engines = [vector_plan((9, 0), 4096, value)._engine, matmul_plan((9, 0), 1, 4096, value)._nvrtc,
+               matmul_plan((9, 0), 8, 4096, value)._nvrtc]
+    assert [type(e.static_weights) for e in engines] == [bool] * 3  # type: ignore[union-attr]
+    assert [e.static_weights for e in engines] == [bool(value)] * 3  # type: ignore[union-attr]
+    assert {d.get("MIRCUDA_PRELOAD_WEIGHTS") for d in stand_ins.defines} == {"1" if value else None}
+
+
+VECTOR_EARLY = "; static weights: the first step's weights are loaded before griddepcontrol.wait"
+GEMV_EARLY = "; static weights: the first chunk's weights are loaded before griddepcontrol.wait"
+NO_PDL = "; static weights: no effect (no programmatic dependent launch below compute capability 9.0)"
+ELEMENTS = "; static weights: no effect (the element-load variant loads nothing early)"
+
+
+@pytest.mark.parametrize("cc, m, k, static, define, note", [
+    ((9, 0), 1, 4096, True, True, VECTOR_EARLY),
+    ((9, 0), 1, 4096, False, False, None),
+    ((8, 0), 1, 4096, True, True, NO_PDL),          # compiled with the define; the wait is not there
+    ((9, 0), 1, 4100, True, True, ELEMENTS),        # K % 8 != 0: the _any kernel
+    ((9, 0), 8, 4096, True, True, GEMV_EARLY),      # the batched GEMV: a chunk, not a step
+    ((8, 0), 8, 4096, True, True, NO_PDL),
+    ((9, 0), 8, 4100, True, True, ELEMENTS),
+    ((12, 0), 16, 4096, True, True, GEMV_EARLY),
+    ((9, 0), 1, 248, True, True, "; static weights: no effect (K = 248: no warp has a whole 256-column step"),
+    ((9, 0), 8, 24, True, True, "; static weights: no effect (K = 24: no warp has a whole ")])
+def test_describe_says_what_the_promise_does_for_each_kernel(stand_ins, cc, m, k, static, define, note) -> None:
+    texts = [str(matmul_plan(cc, m, k, static).describe())]
+    if m == 1:
+        texts.append(str(vector_plan(cc, k, static).describe()))
+    for text in texts:
+        assert ("-D MIRCUDA_PRELOAD_WEIGHTS=1" in text) is define, text
+        if note is None:
+            assert "static weights" not in text, text
+        else:
+            assert note in text and text.count("static weights") == 1, text
+    assert all(("MIRCUDA_PRELOAD_WEIGHTS" in d) is define for d in stand_ins.defines)
+
+
+def test_describe_says_the_promise_does_nothing_for_a_cutlass_kernel() -> None:
+    # a CUTLASS plan without the library: the attributes describe() reads, as the constructor sets them
+    from mircuda.matmul._library import KernelInfo
+    from mircuda.matmul._select import Selection
+
+    from mircuda.dtypes import dtype_info
+
+    info = KernelInfo(0, "sm90_swap_128x32x128_splitk_bf16_bf16", "sm90_swapped", "bf16", "bf16", (128, 32, 128),
+                      (1, 1), 0, 16, True, (90,))
+    for static in (True, False):
+        plan = object.__new__(mc.DenseMatmulPlan)
+        plan.__dict__.update(_selection=Selection(info, 3, "forced by the caller"), _nvrtc=None,
+                             _spec=mc.DenseMatmulSpec(64, 4096, 4096), _in=dtype_info(mc.bf16), _out=dtype_info(mc.bf16),
+                             _context=stand_in_context((9, 0)), _workspace_bytes=0, _static_weights=static)
+        text = str(plan.describe())
+        assert text.endswith("Why: forced by the caller." + (" static_weights has no effect on CUTLASS kernels."
+                                                              if static else "")), text
 
 
 @pytest.mark.parametrize("arch", ["compute_90", "compute_120"])
@@ -106,10 +233,28 @@ def test_the_preloading_kernels_keep_to_registers(tmp_path, arch, source, option
 
 
 def test_describe_says_what_the_promise_does_where() -> None:
-    assert static_weights_note(False, True, True) == ""
-    assert "loaded before griddepcontrol.wait" in static_weights_note(True, True, True)
-    assert "no effect" in static_weights_note(True, False, True) and "9.0" in static_weights_note(True, False, True)
-    assert "no effect" in static_weights_note(True, True, False)
+    assert static_weights_note(False, True, True, 4096, 256) == ""
+    assert "loaded before griddepcontrol.wait" in static_weights_note(True, True, True, 256, 256)
+    assert "no effect" in static_weights_note(True, False, True, 4096, 256)
+    assert "9.0" in static_weights_note(True, False, True, 4096, 256)
+    assert "no effect" in static_weights_note(True, True, False, 4096, 256)
+    # K below one step: no warp has a whole first step, and the kernels' guard (warp < K / columns) loads nothing
+    assert "no effect (K = 248: no warp has a whole 256-column step" in static_weights_note(True, True, True, 248, 256)
+
+
+@pytest.mark.parametrize("rows", [16, 32])
+def test_the_fp8_experiment_loads_its_first_k_blocks_of_weights_before_the_wait_and_nothing_else(rows) -> None:
+    # fp8_mma_gemv.cu's MIRCUDA_PRELOAD_WEIGHTS (experimental, no plan sets it): level L loads L K-blocks (two
+    # 64-column halves x rows g and g + 8 of each 16-row tile per lane) before the wait; 0 nothing but prefetches
+    from mircuda.matmul._fp8_mma import fp8_mma_options, fp8_mma_source
+
+    for level in (0, 1, 2):
+        defines = {**dict(fp8_mma_options(8, rows, "late").defines), "MIRCUDA_PRELOAD_WEIGHTS": str(level)}
+        text = ptx(fp8_mma_source(), "compute_90", mc.CompileOptions(defines=defines))
+        early = before_wait(entry(text, "blockwise_fp8_mma"))
+        loads = level * 2 * 2 * (rows // 16)
+        assert early.count(WEIGHT_LOAD) == loads, level
+        assert len(re.findall(r"ld\.global", early)) == loads and "st.global" not in early, level
 
 
 def test_the_fp4_integer_path_alone_gets_the_define() -> None:

@@ -306,13 +306,18 @@ def _measure_m(context: Any, stream: Any, pool: Any, timer: Any, lib: Any, in_t:
     static: list[mc.DenseMatmulPlan[Any, Any]] = [
         mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, n, k), input=in_t, library=lib, static_weights=True)
         for _, n, k in LAYER]
-    graphs = checked_graphs(static, "static_weights graph")
     try:
-        us = timer.median(lambda i: graphs[i % sets].launch(stream), args.calls, args.repeats)
-        out.append(layer_row(STATIC_PATH, label, m, us, nbytes, "opt-in; the goal's row is the default graph's"))
+        graphs = checked_graphs(static, "static_weights graph")
+        try:
+            us = timer.median(lambda i: graphs[i % sets].launch(stream), args.calls, args.repeats)
+            row = layer_row(STATIC_PATH, label, m, us, nbytes, "opt-in; the goal's row is the default graph's")
+            out.append(dataclasses.replace(row, goal="-"))  # the goal is the default graph's
+        finally:
+            for g in graphs:
+                g.close()
     finally:
-        for g in graphs:
-            g.close()
+        for p in static:
+            p.close()
     # Every set's layer in one graph, one after another (PDL between layers, as in a graph of a whole model):
     # what a graph boundary costs the back-to-back rows above, which end every layer's graph there. Each layer
     # writes its own outputs (as a model's layers do), so every layer is checked: with one set of outputs the

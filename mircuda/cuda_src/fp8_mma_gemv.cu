@@ -68,8 +68,8 @@
 // 2026-12-02, cold weights, back to back, against 0 (benchmarks/results/static_weights_ab.json): 2 took M = 8
 // 4096x14336 from 19.68 to 16.85 us and 14336x4096 from 19.34 to 17.86 (the best of a warps/rows sweep each), but
 // M = 16 4096x14336 from 20.26 to 25.19 and M = 1 14336x4096 from 16.10 to 18.39 (more registers, fewer warps);
-// 1 moved every shape by at most 1.5 % except M = 8 4096x14336 (18.19) and M = 16 14336x4096 (21.23, worse: 8
-// bytes of spill at M = 16).
+// 1 moved every shape by at most 1.6 % (M = 16 4096x4096 7.90 -> 8.02; 2.1 % in the first run) except M = 8
+// 4096x14336 (18.19) and M = 16 14336x4096 (21.23, worse: 8 bytes of spill at M = 16).
 #ifndef MIRCUDA_PRELOAD_WEIGHTS
 #define MIRCUDA_PRELOAD_WEIGHTS 0
 #endif

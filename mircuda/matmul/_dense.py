@@ -62,10 +62,11 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         static_weights: ``True`` promises that no kernel which may still be running on the plan's stream
             when this plan's kernel starts writes B (see :class:`DenseVectorPlan`'s argument). The NVRTC
             decode kernels (M = 1 and the batched GEMV) then load their first step of weights before
-            ``griddepcontrol.wait`` on cc >= 9.0; no effect on the CUTLASS kernels (``describe()`` says
-            which). Default ``False``. Measured on an H200 (2026-12-02, bf16, cold weights, back to back,
-            ``benchmarks/results/static_weights_ab.json``): M = 16 14336x4096 32.16 -> 30.23 µs,
-            4096x14336 30.71 -> 29.97; M = 8 within 1 %.
+            ``griddepcontrol.wait`` on cc >= 9.0; no effect on the CUTLASS kernels, below cc 9.0, for
+            K % 8 != 0 or for K below one step of the kernel (``describe()`` says which). Default
+            ``False``; a ``numpy.bool_`` is taken as a bool. Measured on an H200 (2026-12-02, bf16, cold
+            weights, back to back, ``benchmarks/results/static_weights_ab.json``): M = 16 14336x4096
+            32.16 -> 30.23 µs, 4096x14336 30.71 -> 29.97; M = 8 within 1 %.
 
     Streams: a plan is bound to the stream it was made with. Its split-K workspace (the partial sums
     and the reduction's semaphores) and the library's launch parameters belong to one execution at a
@@ -147,11 +148,11 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         if selection.kernel.origin == "nvrtc":
             if selection.kernel.family == VECTOR_FAMILY:
                 self._nvrtc = VectorKernel(context, spec.n, spec.k, self._in, self._out, compiler,
-                                           static_weights=static_weights)
+                                           static_weights=self._static_weights)
             else:
                 self._nvrtc = BatchedGemv(context, spec, self._in, self._out, compiler,
                                           row_tiles=selection.kernel.tile[0] // ROWS_PER_BLOCK,
-                                          static_weights=static_weights)
+                                          static_weights=self._static_weights)
             self._selection = selection
             self._alignment = self._nvrtc.alignment
             if isinstance(self._nvrtc, VectorKernel):

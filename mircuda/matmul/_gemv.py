@@ -229,4 +229,4 @@ class BatchedGemv:
                 "mma.sync m16n8k16, "
                 "FP32 accumulation"
                 + ("; programmatic dependent launch" if pdl else "")
-                + static_weights_note(self.static_weights, pdl, self.vector).replace("step's", "chunk's") + ")")
+                + static_weights_note(self.static_weights, pdl, self.vector, s.k, STEP * self.unroll, "chunk") + ")")

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import numpy as np
+
 from .. import _cuda
 from .._repr import Description
 from ..compile import CompileOptions, Compiler, CudaSource
@@ -91,23 +93,24 @@ def kernel_symbol(input_name: str, output_name: str, vector: bool) -> str:
 
 def vector_options(rows: int, static_weights: bool = False) -> CompileOptions:
     """The NVRTC options of the kernel module for ``rows`` output rows per block (8 or 16); with
-    ``static_weights`` also ``MIRCUDA_PRELOAD_WEIGHTS=1`` (see :data:`STATIC_WEIGHTS`)."""
+    ``static_weights`` also ``MIRCUDA_PRELOAD_WEIGHTS=1`` (:class:`DenseVectorPlan`'s ``static_weights``)."""
     defines = {"DENSE_VECTOR_ROWS": rows}
     if static_weights:
         defines["MIRCUDA_PRELOAD_WEIGHTS"] = 1
     return CompileOptions(defines=defines)
 
 
-
-
 def check_static_weights(value: Any) -> bool:
-    """``static_weights`` checked: a bool.
+    """``static_weights`` checked: ``True`` or ``False``, or a ``numpy.bool_`` (what a comparison of CuPy or
+    NumPy values gives), returned as a Python bool.
 
     Raises:
-        ContractError: naming ``static_weights``, for anything but True or False.
+        ContractError: naming ``static_weights``, for anything else (1, None, a string: no truthiness).
     """
+    if isinstance(value, np.bool_):
+        return bool(value)
     if not isinstance(value, bool):
-        raise ContractError("static_weights", "True or False", repr(value))
+        raise ContractError("static_weights", "True or False (a bool or numpy.bool_)", repr(value))
     return value
 
 
@@ -380,18 +383,23 @@ class VectorKernel:
                 f"{self.config.grid[0]} blocks x {self.warps} warp(s) ({self.rows} rows per block, K split over "
                 f"{self.warps} warp(s)), FP32 accumulation"
                 + ("; programmatic dependent launch (overlaps the previous kernel's tail)" if pdl else "")
-                + static_weights_note(self.static_weights, pdl, self.vector))
+                + static_weights_note(self.static_weights, pdl, self.vector, self.k, CHUNK))
 
 
-def static_weights_note(static_weights: bool, pdl: bool, vector: bool) -> str:
-    """What ``static_weights=True`` does for a decode kernel, for its ``describe()`` ("" when False)."""
+def static_weights_note(static_weights: bool, pdl: bool, vector: bool, k: int, columns: int,
+                        unit: str = "step") -> str:
+    """What ``static_weights=True`` does for a decode kernel, for its ``describe()`` ("" when False): the
+    kernel loads its first ``unit`` (``columns`` columns of K per warp) early only with programmatic
+    dependent launch, 16-byte loads and K of at least one whole ``unit``."""
     if not static_weights:
         return ""
     if not pdl:
         return "; static weights: no effect (no programmatic dependent launch below compute capability 9.0)"
     if not vector:
         return "; static weights: no effect (the element-load variant loads nothing early)"
-    return "; static weights: the first step's weights are loaded before griddepcontrol.wait"
+    if k < columns:
+        return f"; static weights: no effect (K = {k}: no warp has a whole {columns}-column {unit} to load early)"
+    return f"; static weights: the first {unit}'s weights are loaded before griddepcontrol.wait"
 
 
 class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
@@ -413,14 +421,18 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
             rows (16 only with 4 or more warps whose 16-row grid fits one wave).
         static_weights: ``True`` promises that no kernel which may still be running on the plan's stream
             when this plan's kernel starts writes ``W`` (inference: weights written once, then ordered by a
-            synchronization, an event, or a launch that is not a programmatic dependent one). On compute
-            capability >= 9.0 the kernel then loads the first step of its weights into registers before
-            ``griddepcontrol.wait``, while the previous kernel of the stream finishes (``x`` and ``y`` still
-            wait; ``-D MIRCUDA_PRELOAD_WEIGHTS=1``). Breaking the promise reads stale weights. Default
-            ``False``; no effect below cc 9.0 or for K % 8 != 0 (``describe()`` says which). Measured on an
-            H200 (2026-12-02, bf16, cold weights, back to back, both forms in one process,
-            ``benchmarks/results/static_weights_ab.json``): 4096x4096 10.19 -> 9.54 µs, 4096x14336 28.22 ->
-            27.38; 14336x4096, 6144x4096 and 28672x4096 within 0.2 %.
+            synchronization, an event, or a launch that is not a programmatic dependent one). That can be
+            more than the previous kernel: one launched with programmatic dependent launch (as every
+            mircuda decode plan is on cc >= 9.0) lets this kernel start before its own wait returns, while
+            the kernel before it may still run; a writer of ``W`` two such launches back breaks the promise.
+            On compute capability >= 9.0 the kernel then loads the first step of its weights into registers
+            before ``griddepcontrol.wait``, while the previous kernel of the stream finishes (``x`` and ``y``
+            still wait; ``-D MIRCUDA_PRELOAD_WEIGHTS=1``). Breaking the promise reads stale weights. Default
+            ``False``; a ``numpy.bool_`` is taken as a bool. No effect below cc 9.0, for K % 8 != 0 or for
+            K < 256 (no warp has a whole first step; ``describe()`` says which). Measured on an H200
+            (2026-12-02, bf16, cold weights, back to back, both forms in one process,
+            ``benchmarks/results/static_weights_ab.json``, its ``dense M=1`` rows): 4096x4096 10.19 -> 9.54 µs,
+            4096x14336 28.22 -> 27.38; 14336x4096, 6144x4096 and 28672x4096 within 0.3 %.
 
     Each warp computes 8 or 16 output rows, converting each pair of inputs to FP32 once and using it for
     all of them; accumulation is FP32; ``beta == 0`` never reads ``y`` (it may hold NaN). Any N and K:
@@ -450,7 +462,7 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
         plan_stream(stream, context)
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
-        check_static_weights(static_weights)
+        static_weights = check_static_weights(static_weights)
         self._in, self._out = resolve_dtypes(input, output)
         info = context.device_info()
         if info.compute_capability < (8, 0):
