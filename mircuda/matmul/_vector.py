@@ -429,7 +429,8 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
             before ``griddepcontrol.wait``, while the previous kernel of the stream finishes (``x`` and ``y``
             still wait; ``-D MIRCUDA_PRELOAD_WEIGHTS=1``). Breaking the promise reads stale weights. Default
             ``False``; a ``numpy.bool_`` is taken as a bool. No effect below cc 9.0, for K % 8 != 0 or for
-            K < 256 (no warp has a whole first step; ``describe()`` says which). Measured on an H200
+            K < 256 (no warp has a whole first step; ``describe()`` says which), nor through
+            :attr:`numba_execute` (a plain launch without programmatic dependent launch). Measured on an H200
             (2026-12-02, bf16, cold weights, back to back, both forms in one process,
             ``benchmarks/results/static_weights_ab.json``, its ``dense M=1`` rows): 4096x4096 10.19 -> 9.54 µs,
             4096x14336 28.22 -> 27.38; 14336x4096, 6144x4096 and 28672x4096 within 0.3 %.
