@@ -17,8 +17,8 @@ REPEATS_COMMANDS = ["dense-vector-profile", "matmul-profile", "decoder-layer-pro
                     "multi-gpu-profile"]
 
 CASES = (
-    [(c, ["--m", m], "--m") for c in M_COMMANDS for m in ("1,,2", "1,", ",1", "0", "x", "-3")]
-    + [(c, ["--device", "-1"], "--device") for c in DEVICE_COMMANDS]
+    [(c, ["--m", m], "--m") for c in M_COMMANDS for m in ("1,,2", "1,", ",1", "0", "x", "-3", "8,8", "1,16,1")]
+    + [(c, ["--device", d], "--device") for c in DEVICE_COMMANDS for d in ("-1", "²")]
     + [(c, ["--repeats", "0"], "--repeats") for c in REPEATS_COMMANDS]
     + [(c, ["--calls", "0"], "--calls") for c in REPEATS_COMMANDS]
     + [("fp8-profile", ["--sweep", s], "--sweep") for s in ("mma,", ",mma", "mma,,gemv", "mma:rows=16,mma:rows=16",
@@ -54,6 +54,22 @@ def test_messages_say_the_rule() -> None:
     assert "[:decode=hardware|integer]" in run("fp8-profile", "--sweep", "foo")
     assert "distinct candidates" in run("fp8-profile", "--sweep", "mma:rows=16,mma:rows=16")
     assert "without an empty item" in run("fp4-profile", "--m", "1,,2")
+
+
+@pytest.mark.parametrize("argv, rule", [(["--m", "²"], "expected comma-separated positive ints"),
+                                        (["--m", "1,²"], "expected comma-separated positive ints"),
+                                        (["--m", "\u0661"], "expected comma-separated positive ints"),
+                                        (["--m", "1,8,1"], "expected each value once"),
+                                        (["--device", "²"], "expected a device ordinal"),
+                                        (["--calls", "²"], "expected a positive integer")])
+def test_a_character_that_isdigit_but_is_no_ascii_digit_gets_the_rule(argv: list[str], rule: str, tmp_path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """``'²'.isdigit()`` is True and ``int('²')`` fails: argparse then said only "invalid m_values value: '²'"
+    (likewise device_ordinal, positive_int); an Arabic-Indic one (U+0661) was taken as 1. A repeated M ran twice."""
+    with pytest.raises(SystemExit) as info:
+        main(["fp8-profile", *argv, "--json", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and f"argument {argv[0]}: {rule}" in err and len(err.splitlines()) == 1, err
 
 
 @pytest.mark.parametrize("command", DEVICE_COMMANDS + ["multi-gpu-profile", "inspect", "build-cutlass"])

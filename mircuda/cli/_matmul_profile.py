@@ -11,7 +11,7 @@ import numpy as np
 
 from ._dense_vector_profile import check_profile_arguments
 from ._errors import RESULTS_HELP, check_results_file
-from ._values import comma_items, device_ordinal
+from ._values import comma_items, device_ordinal, distinct, is_decimal
 from ._matmul_bench import Row, Types, relative_error, row, session, upload
 from ..matmul._tuned import TunedTable, merge, parse_table
 from ._matmul_sweep import winners
@@ -262,19 +262,21 @@ def _goals(rows: list[Row]) -> list[str]:
 
 
 def m_values(text: str) -> tuple[int, ...]:
-    """``--m`` (of every profile that takes one): comma-separated positive ints, e.g. ``1,16,2048``.
+    """``--m`` (of every profile that takes one): comma-separated positive ints (ASCII digits), each once,
+    e.g. ``1,16,2048``.
 
     Raises:
-        argparse.ArgumentTypeError: naming the value that is not a positive int, or an empty item (``1,,2``).
+        argparse.ArgumentTypeError: naming the value that is not a positive int, an empty item (``1,,2``) or a
+            repeated value (it would be measured and recorded twice).
     """
     import argparse
 
     values = []
     for v in comma_items(text, "positive int"):
-        if not v.isdigit() or int(v) < 1:
+        if not is_decimal(v) or int(v) < 1:
             raise argparse.ArgumentTypeError(f"expected comma-separated positive ints, received {v!r} in {text!r}")
         values.append(int(v))
-    return tuple(values)
+    return tuple(distinct(values, text))
 
 
 def add_matmul_arguments(p: Any) -> None:

@@ -9,7 +9,7 @@ import re
 from collections.abc import Container, Sequence
 from typing import TypeVar
 
-__all__ = ["comma_items", "device_ordinal", "distinct", "distinct_ints", "positive_int", "positive_seconds"]
+__all__ = ["comma_items", "device_ordinal", "distinct", "distinct_ints", "is_decimal", "positive_int", "positive_seconds"]
 
 T = TypeVar("T")
 
@@ -29,16 +29,22 @@ def comma_items(text: str, what: str) -> list[str]:
     return items
 
 
+def is_decimal(text: str) -> bool:
+    """``text`` (stripped) is ASCII decimal digits only: ``str.isdigit`` also takes ``'²'``, which ``int`` then
+    refuses (argparse would say only "invalid ... value"), and ``int`` alone also takes ``'1_6'``."""
+    return re.fullmatch(r"[0-9]+", text.strip()) is not None
+
+
 def positive_int(text: str) -> int:
     """A count such as ``--calls`` or ``--repeats``: an int >= 1."""
-    if not text.strip().isdigit() or int(text) < 1:
+    if not is_decimal(text) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, received {text!r}")
     return int(text)
 
 
 def device_ordinal(text: str) -> int:
     """``--device``: a CUDA device ordinal, an int >= 0 (whether that device exists is the driver's to say)."""
-    if not text.strip().isdigit():
+    if not is_decimal(text):
         raise argparse.ArgumentTypeError(f"expected a device ordinal (an integer >= 0), received {text!r}")
     return int(text)
 
