@@ -56,18 +56,25 @@ def test_messages_say_the_rule() -> None:
     assert "without an empty item" in run("fp4-profile", "--m", "1,,2")
 
 
-@pytest.mark.parametrize("argv, rule", [(["--m", "²"], "expected comma-separated positive ints"),
-                                        (["--m", "1,²"], "expected comma-separated positive ints"),
-                                        (["--m", "\u0661"], "expected comma-separated positive ints"),
-                                        (["--m", "1,8,1"], "expected each value once"),
-                                        (["--device", "²"], "expected a device ordinal"),
-                                        (["--calls", "²"], "expected a positive integer")])
-def test_a_character_that_isdigit_but_is_no_ascii_digit_gets_the_rule(argv: list[str], rule: str, tmp_path,
+SHAPES_COMMANDS = ["dense-vector-profile", "fp8-profile", "fp4-profile"]
+SHAPES_RULE = "expected comma-separated NxK pairs of positive ints"
+
+
+@pytest.mark.parametrize("command, argv, rule", [
+    *[(c, ["--m", m], "expected comma-separated positive ints") for c in M_COMMANDS for m in ("²", "1,²", "\u0661")],
+    *[(c, ["--m", "1,8,1"], "expected each value once") for c in M_COMMANDS],
+    *[(c, ["--device", "²"], "expected a device ordinal") for c in DEVICE_COMMANDS],
+    ("fp8-profile", ["--calls", "²"], "expected a positive integer"),
+    *[(c, ["--shapes", s], SHAPES_RULE) for c in SHAPES_COMMANDS for s in ("4096x²096", "²x4096", "4096x\u0664096")],
+    *[(c, ["--shapes", "4096x4096,14336x4096,4096x4096"], "expected each value once") for c in SHAPES_COMMANDS]])
+def test_a_character_that_isdigit_but_is_no_ascii_digit_gets_the_rule(command: str, argv: list[str], rule: str,
+                                                                        tmp_path,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """``'²'.isdigit()`` is True and ``int('²')`` fails: argparse then said only "invalid m_values value: '²'"
-    (likewise device_ordinal, positive_int); an Arabic-Indic one (U+0661) was taken as 1. A repeated M ran twice."""
+    (likewise device_ordinal, positive_int, shape_values); an Arabic-Indic digit (U+0661) was read as its value.
+    A repeated M or shape was measured and recorded twice."""
     with pytest.raises(SystemExit) as info:
-        main(["fp8-profile", *argv, "--json", str(tmp_path / "r.json")])
+        main([command, *argv, "--json", str(tmp_path / "r.json")])
     err = capsys.readouterr().err
     assert info.value.code == 2 and f"argument {argv[0]}: {rule}" in err and len(err.splitlines()) == 1, err
 

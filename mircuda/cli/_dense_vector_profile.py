@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import RESULTS_HELP, check_results_file
-from ._values import comma_items, device_ordinal
+from ._values import device_ordinal, shape_values
 from ._matmul_bench import Row, Types, check_vector, row, session, upload
 from ._vector_sweep import sweep_rows
 
@@ -102,24 +102,6 @@ def _matmul_row(context: Any, stream: Any, pool: Any, timer: Any, ws: list[Any],
                    f"{plan.kernel_name} splits={plan.splits}, rel err {err:.1e}")
     plan.close()
     return measured
-
-
-def shape_values(text: str) -> tuple[tuple[int, int], ...]:
-    """``--shapes``: comma-separated ``NxK`` (positive ints), e.g. ``4096x4096,14336x4096``.
-
-    Raises:
-        argparse.ArgumentTypeError: naming the entry that is not ``NxK``.
-    """
-    import argparse
-
-    out = []
-    for entry in comma_items(text, "NxK"):
-        parts = entry.lower().split("x")
-        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise argparse.ArgumentTypeError(f"expected comma-separated NxK of positive ints, received {entry!r} in "
-                                             f"{text!r}")
-        out.append((int(parts[0]), int(parts[1])))
-    return tuple(out)
 
 
 def check_dtype_pairs(text: str, flag: str = "--dtypes") -> None:

@@ -839,7 +839,7 @@ def fp4_profile(args: Any) -> int:
 
 def register(sub: Any) -> None:
     """Add ``fp4-profile`` to the CLI's subparsers."""
-    from ._fp8_profile import shape_values
+    from ._values import shape_values
     from ._matmul_profile import m_values
 
     p = sub.add_parser("fp4-profile", help="BlockScaledFp4Plan / BlockScaledFp4VectorPlan beside BF16, cuBLAS "

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP
-from ._values import comma_items, device_ordinal, positive_int
+from ._values import comma_items, device_ordinal, positive_int, shape_values
 
 __all__ = ["COLUMNS", "FP8_M", "FP8_SHAPES", "SWEEP_KERNELS", "Candidate", "Fp8Row", "fp8_profile", "fp8_shape_values",
            "register", "shape_values", "sweep_best", "sweep_values", "table"]
@@ -77,22 +77,6 @@ def ratios(rows: list[Fp8Row]) -> None:
         key = (r.m, r.n, r.k)
         r.vs_rowwise = rowwise[key] / r.us if key in rowwise else None
         r.vs_blockwise = blockwise[key] / r.us if key in blockwise else None
-
-
-def shape_values(text: str) -> tuple[tuple[int, int], ...]:
-    """``--shapes``: comma-separated ``NxK`` pairs of positive ints, e.g. ``4096x4096,14336x4096``.
-
-    Raises:
-        argparse.ArgumentTypeError: naming the pair that is not ``NxK``, or an empty item.
-    """
-    out = []
-    for item in comma_items(text, "NxK pair"):
-        parts = item.lower().split("x")
-        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise argparse.ArgumentTypeError(f"expected comma-separated NxK pairs of positive ints, received {item!r} "
-                                             f"in {text!r}")
-        out.append((int(parts[0]), int(parts[1])))
-    return tuple(out)
 
 
 def fp8_shape_values(text: str) -> tuple[tuple[int, int], ...]:

@@ -9,7 +9,8 @@ import re
 from collections.abc import Container, Sequence
 from typing import TypeVar
 
-__all__ = ["comma_items", "device_ordinal", "distinct", "distinct_ints", "is_decimal", "positive_int", "positive_seconds"]
+__all__ = ["comma_items", "device_ordinal", "distinct", "distinct_ints", "is_decimal", "positive_int", "positive_seconds",
+           "shape_values"]
 
 T = TypeVar("T")
 
@@ -85,3 +86,21 @@ def distinct_ints(text: str, allowed: Container[int], expected: str) -> list[int
     if not all(x in allowed for x in out):
         raise argparse.ArgumentTypeError(f"expected {expected}, received {text!r}")
     return distinct(out, text)
+
+
+def shape_values(text: str) -> tuple[tuple[int, int], ...]:
+    """``--shapes`` (dense-vector-profile, fp8-profile, fp4-profile): comma-separated ``NxK`` pairs of positive
+    ints (ASCII digits, see :func:`is_decimal`), each pair once, e.g. ``4096x4096,14336x4096``.
+
+    Raises:
+        argparse.ArgumentTypeError: naming the pair that is not ``NxK``, an empty item, or a repeated pair (it
+            would be measured and recorded twice).
+    """
+    out = []
+    for item in comma_items(text, "NxK pair"):
+        parts = item.lower().split("x")
+        if len(parts) != 2 or not all(is_decimal(p) and int(p) > 0 for p in parts):
+            raise argparse.ArgumentTypeError(f"expected comma-separated NxK pairs of positive ints, received {item!r} "
+                                             f"in {text!r}")
+        out.append((int(parts[0]), int(parts[1])))
+    return tuple(distinct(out, text))
