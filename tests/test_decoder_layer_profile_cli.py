@@ -25,6 +25,17 @@ def test_the_command_is_listed_with_the_issue_defaults(capsys) -> None:
     assert sub.m == (16,) and sub.sets == 3 and sub.dtype == "f16"
 
 
+def test_the_help_says_what_the_rows_are(capsys) -> None:
+    """``decoder-layer-profile --help`` printed only the flags: nothing on the rows, the static_weights row
+    among them, or the defaults of --device, --calls and --repeats."""
+    with pytest.raises(SystemExit) as info:
+        main(["decoder-layer-profile", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert info.value.code == 0
+    assert "plans made with static_weights=True" in text and "not the goal's row" in text
+    assert "CUDA device ordinal (default 0)" in text and "(default 20)" in text and "default 15)" in text
+
+
 def test_the_layer_is_llama_3_8b() -> None:
     assert [(n, k) for _, n, k in dl.LAYER] == [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)]
     assert dl.layer_bytes() == 436_207_616  # the issue's 436 MB of BF16 weights
@@ -259,6 +270,7 @@ def test_the_flow_on_a_stand_in_device(monkeypatch, tmp_path, capsys) -> None:
     static = result["rows"][2]  # the same layer from plans made with static_weights=True: shown, not the goal's row
     assert static["note"].startswith("opt-in") and driver.made.count(True) == 2 * 4
     assert driver.made.count(False) == 2 * 4
+    assert "static_weights=True: the back-to-back graph of plans made with that promise" in result["method"]
     assert not any(line.startswith("M") and "static" in line for line in result["goals"])
     assert static["goal"] == "-" and result["rows"][0]["goal"] == "NOT met"  # like the chained row: not the goal's
     assert sorted(driver.closed) == sorted(driver.made)  # the promised plans are closed too (they were left open)

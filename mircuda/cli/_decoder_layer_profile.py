@@ -241,7 +241,8 @@ def decoder_layer_profile(args: Any) -> int:
                           f"rotating over {sets} sets; events around --calls back-to-back replays behind a spin "
                           "kernel, median of --repeats; single: one replay between the events; layers chained: "
                           "every set's layer in one graph (each layer its own outputs, all checked), µs per replay "
-                          "/ sets"),
+                          "/ sets; static_weights=True: the back-to-back graph of plans made with that promise "
+                          "(opt-in, not the goal's row)"),
                "goals": lines, "notes": notes, "failures": failures, "rows": [asdict(r) for r in rows]}
     from ._matmul_bench import _write_json
 
@@ -486,16 +487,23 @@ def register(sub: Any) -> None:
     """Add ``decoder-layer-profile`` to the CLI's subparsers."""
     from ._matmul_profile import m_values
 
-    p = sub.add_parser("decoder-layer-profile",
-                       help="a Llama-3-8B layer's four projections as one graph on cold weights vs cuBLAS in a "
-                            "torch CUDA graph (GPU)")
-    p.add_argument("--device", type=device_ordinal, default=0)
+    summary = ("a Llama-3-8B layer's four projections as one graph on cold weights vs cuBLAS in a torch CUDA graph "
+               "(GPU)")
+    p = sub.add_parser("decoder-layer-profile", help=summary, description=(
+        f"{summary[0].upper()}{summary[1:]}. Rows per M: the graph of the four DenseMatmulPlans (the goal's row: "
+        f">= {GOAL_TBPS:.1f} TB/s), the same replayed alone (single), the same layer from plans made with "
+        "static_weights=True (the promise that no running kernel writes the weights; opt-in, not the goal's row), "
+        "every set's layer chained in one graph, the four executes without a graph, each projection alone, and "
+        "cuBLAS (torch; without torch a note says why). Every graph's outputs are checked (relative error <= "
+        "2e-2): a wrong one is a failure (exit status 1). M above 16 needs the CUTLASS library (python -m mircuda "
+        "build-cutlass)."))
+    p.add_argument("--device", type=device_ordinal, default=0, help="CUDA device ordinal (default 0)")
     p.add_argument("--dtype", default="bf16", help="weights and activations: bf16 or f16 (default bf16)")
     p.add_argument("--m", type=m_values, default=",".join(map(str, DEFAULT_M)),
                    help="comma-separated M values (tokens; default 1,8,16)")
     p.add_argument("--sets", type=int, default=None,
                    help="weight sets rotated, one graph each (>= 2; default: enough for 8x the L2, at least 2)")
-    p.add_argument("--calls", type=int, default=20, help="back-to-back replays per timed repeat")
-    p.add_argument("--repeats", type=int, default=15, help="timed repeats (the median is reported)")
+    p.add_argument("--calls", type=int, default=20, help="back-to-back replays per timed repeat (default 20)")
+    p.add_argument("--repeats", type=int, default=15, help="timed repeats (the median is reported; default 15)")
     p.add_argument("--json", default="benchmarks/results/decoder_layer_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=decoder_layer_profile, json_default=p.get_default("json"))
