@@ -263,3 +263,19 @@ def test_the_static_weights_runs_name_what_reproduces_them() -> None:
     assert not any("--static-weights" in f.read_text(encoding="utf-8") for f in cli.glob("*.py"))
     assert "--static-weights rows" not in method and "no profile has a --static-weights option" in method
     assert f"decoder-layer-profile's {_decoder_layer_profile.STATIC_PATH.split(', ')[1]} row" in method
+
+
+def test_the_static_weights_layer_figures_are_as_recorded() -> None:
+    # README's static_weights paragraph said only that decoder-layer-profile times a graph of promised plans; it
+    # now quotes that row beside the default graph's, from the file it names, and says where the promise does
+    # nothing as describe() does (K % 8 != 0, K below one step, numba_execute were missing)
+    text = flat(README)
+    paragraph = text[text.index("`static_weights=True` (both plans"):text.index("Both plans expose `plan.numba_execute`")]
+    name = "decoder_layer_profile_static_weights.json"
+    layer = {(r["path"], r["m"]): r["us"] for r in recorded(name)["rows"]}
+    assert f"`benchmarks/results/{name}`" in paragraph
+    for m in (1, 8, 16):
+        static, default = layer[("mircuda graph, static_weights=True", m)], layer[("mircuda graph (4 plans, PDL)", m)]
+        assert re.search(rf"{static:.2f} against {default:.2f}( µs)? at M = {m}\b", paragraph), m
+    assert "for K % 8 != 0 or K below one step" in paragraph and "nor through `numba_execute`" in paragraph
+    assert "silently wrong outputs" in paragraph
