@@ -28,6 +28,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]  # the model beside it; this checko
 import streamk_model as model  # noqa: E402
 
 from mircuda.cli._matmul_bench import Types, relative_error, row, session, upload  # noqa: E402
+from mircuda.cli._matmul_profile import m_values  # noqa: E402
 
 BASELINES = ("sm90_pingpong_128x128x64", "sm90_pingpong_64x128x64")
 """The data-parallel kernels the stream-K ones must beat (the sweep's best at most middle M)."""
@@ -75,18 +76,9 @@ def parse_names(text: str) -> tuple[str, ...]:
     return names
 
 
-def parse_ms(text: str) -> tuple[int, ...]:
-    out = []
-    for x in text.split(","):
-        if not x.isdigit() or int(x) < 1:
-            raise argparse.ArgumentTypeError(f"expected comma-separated positive ints, received {x!r} in {text!r}")
-        out.append(int(x))
-    return tuple(out)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--m", type=parse_ms, default=",".join(map(str, model.MIDDLE_M)), help="comma-separated M values")
+    p.add_argument("--m", type=m_values, default=",".join(map(str, model.MIDDLE_M)), help="comma-separated M values")
     p.add_argument("--dtypes", default="bf16", help="comma-separated input[->output] pairs (default: bf16)")
     p.add_argument("--kernels", type=parse_names, default=",".join(default_kernels()),
                    help="kernel prefixes (the types are appended), default: the model's entries and ping-pong")

@@ -197,6 +197,18 @@ def test_the_probe_times_kernels_the_build_makes() -> None:
     assert probe.sample_rows(1) == [0]
 
 
+@pytest.mark.parametrize("text", ["²", "1,²", "0", "1,,2", "96,96"])
+def test_the_probe_refuses_a_bad_m_with_the_rule(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # its own parse_ms (a near-copy of m_values) let '²' through isdigit() to int(): argparse said only
+    # "invalid parse_ms value"; a repeated M was timed twice
+    probe = load_benchmark("streamk_probe")
+    with pytest.raises(SystemExit) as info:
+        probe.main(["--m", text])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and ("expected comma-separated positive ints" in err or "expected each value once"
+                                     in err or "without an empty item" in err), err
+
+
 def _local_kernel_stubs(path: Path) -> list[str]:
     nm = shutil.which("nm")
     if nm is None:
