@@ -420,8 +420,11 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
             :func:`choose_vector_warps`'s split, a given ``warps`` alone :func:`dense_vector_rows`'s
             rows (16 only with 4 or more warps whose 16-row grid fits one wave).
         static_weights: ``True`` promises that no kernel which may still be running on the plan's stream
-            when this plan's kernel starts writes ``W`` (inference: weights written once, then ordered by a
-            synchronization, an event, or a launch that is not a programmatic dependent one). That can be
+            when this plan's kernel starts writes ``W`` (inference: weights written once, before a
+            synchronization of the stream, or on another stream that this one waits on through an event, or
+            followed by at least one kernel launched without programmatic dependent launch before this
+            plan; the writer itself right before the plan is not enough: this kernel may start as its blocks
+            exit, before its writes are flushed). That can be
             more than the previous kernel: one launched with programmatic dependent launch (as every
             mircuda decode plan is on cc >= 9.0) lets this kernel start before its own wait returns, while
             the kernel before it may still run; a writer of ``W`` two such launches back breaks the promise.
