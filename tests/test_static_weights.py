@@ -281,3 +281,20 @@ def test_the_fp4_integer_path_loads_its_first_ring_of_weights_before_the_wait_an
     assert len(re.findall(r"ld\.global", early)) == 2 * rows * (stages - 1) and "st.global" not in early
     plain = fp4_gemv_options(m, rows, "tiled", True, "fp4", "dp4a", stages=stages)
     assert "ld.global" not in before_wait(entry(ptx(fp4_vector_source(), "compute_90", plain), "fp4_matvec_bf16"))
+
+
+@pytest.mark.parametrize("static, decode, pdl, says", [
+    (False, "dp4a", True, ""),
+    (True, "dp4a", True, "; static weights: the first ring's weights are loaded before griddepcontrol.wait"),
+    (True, "dp4a", False, "no effect (no programmatic dependent launch below compute capability 9.0)"),
+    (True, "e4m3", True, "no effect (only the integer path, decode='dp4a', loads weights early)"),
+    (True, "bytes", False, "no effect (only the integer path")])
+def test_the_fp4_engines_describe_says_what_the_promise_does(static, decode, pdl, says) -> None:
+    from types import SimpleNamespace
+
+    from mircuda.matmul._fp4 import Fp4Gemv
+
+    engine = SimpleNamespace(static_weights=static, decode=decode, k=4096,
+                             config=SimpleNamespace(programmatic_stream_serialization=pdl))
+    text = Fp4Gemv._static_text(engine)  # type: ignore[arg-type]
+    assert (text == "") if not says else (says in text)

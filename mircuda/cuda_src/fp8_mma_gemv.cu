@@ -188,6 +188,21 @@ __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int kb
         }
 }
 
+#if MIRCUDA_PRELOAD_WEIGHTS && __CUDA_ARCH__ >= 900
+// The weights of whole K-block kb (inside K) alone, for the loads before griddepcontrol.wait.
+__device__ __forceinline__ void load_block_weights(Stage& st, const Operands& op, int kb) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+        const int col = kb * kBlockK + s * kStep + 16 * op.t;
+#pragma unroll
+        for (int i = 0; i < kTiles; ++i) {
+            st.w[i][s][0] = load_weights(op.wlo[i] + col);
+            st.w[i][s][1] = load_weights(op.whi[i] + col);
+        }
+    }
+}
+#endif
+
 // acc += (the block's mma sums) * sa[m, kb] * sb[n / 128, kb].
 __device__ __forceinline__ void consume(float (&acc)[kTiles][kN8][4], const Stage& st) {
 #pragma unroll
@@ -267,29 +282,9 @@ __device__ __forceinline__ void fp8_mma_gemv(__nv_bfloat16* d, const __nv_bfloat
 #if MIRCUDA_PRELOAD_WEIGHTS
         // The first K-block's weights into registers before the wait (the caller's promise: no kernel of the
         // stream that may still be running writes B).
-        if (warp < full) {
-#pragma unroll
-            for (int s = 0; s < 2; ++s) {
-                const int col = warp * kBlockK + s * kStep + 16 * op.t;
-#pragma unroll
-                for (int i = 0; i < kTiles; ++i) {
-                    first.w[i][s][0] = load_weights(op.wlo[i] + col);
-                    first.w[i][s][1] = load_weights(op.whi[i] + col);
-                }
-            }
-        }
+        if (warp < full) load_block_weights(first, op, warp);
 #if MIRCUDA_PRELOAD_WEIGHTS >= 2
-        if (warp + warps < full) {  // and the second (the double buffer's other half)
-#pragma unroll
-            for (int s = 0; s < 2; ++s) {
-                const int col = (warp + warps) * kBlockK + s * kStep + 16 * op.t;
-#pragma unroll
-                for (int i = 0; i < kTiles; ++i) {
-                    second.w[i][s][0] = load_weights(op.wlo[i] + col);
-                    second.w[i][s][1] = load_weights(op.whi[i] + col);
-                }
-            }
-        }
+        if (warp + warps < full) load_block_weights(second, op, warp + warps);  // the double buffer's other half
 #endif
 #endif
         decode::pdl_trigger_early();

@@ -26,7 +26,7 @@ from ._fp4_reference import BLOCK, scale_bytes
 from ._spec import (DenseMatmulSpec, DenseVectorSpec, EngineViews, Operand, PlanBase, check_disjoint, check_kernel_name,
                     check_operand, check_pdl_trigger, check_scalar, int_knob, pdl_defines, plan_stream, scalar_operand)
 from ._vector import (INVALID_HANDLE, INVALID_VALUE, blocks_per_sm, check_static_weights, choose_vector_warps,
-                      package_source, plan_compiler, shared_compiler)
+                      package_source, plan_compiler, shared_compiler, static_weights_note)
 
 if TYPE_CHECKING:
     from ..launch import TypedKernel
@@ -681,14 +681,13 @@ class Fp4Gemv:
                       "launch below cc 9.0)") if self.prefetch else "") + self._static_text())
 
     def _static_text(self) -> str:
-        """What ``static_weights=True`` does here, for describe() ("" when False)."""
-        if not self.static_weights:
-            return ""
-        if self.decode != "dp4a":
+        """What ``static_weights=True`` does here, for describe() ("" when False): the dense kernels' note
+        (:func:`~mircuda.matmul._vector.static_weights_note`; the integer path loads its first ring of weight
+        codes and scales, 32 columns per lane, K % 32 == 0), or why the other decoders load nothing early."""
+        if self.static_weights and self.decode != "dp4a":
             return "; static weights: no effect (only the integer path, decode='dp4a', loads weights early)"
-        if not self.config.programmatic_stream_serialization:
-            return "; static weights: no effect (no programmatic dependent launch below compute capability 9.0)"
-        return "; static weights: the first ring of weight codes and scales is loaded before griddepcontrol.wait"
+        return static_weights_note(self.static_weights, self.config.programmatic_stream_serialization, True, self.k,
+                                   32, "ring")
 
 
 def has_e2m1_cvt(arch: str) -> bool:
