@@ -10,7 +10,8 @@ import mircuda as mc
 from mircuda.dtypes import dtype_info
 from mircuda.matmul._spec import resolve_dtypes
 from mircuda.matmul._vector import (VectorKernel, choose_dense_vector, choose_vector_warps, dense_vector_rows,
-                                    dense_vector_source, kernel_symbol, vector_contract, vector_options)
+                                    dense_vector_source, kernel_symbol, takes_two_chunks, vector_contract,
+                                    vector_options)
 
 SYMBOLS = [kernel_symbol(i, o, v) for i in ("bf16", "f16") for o in (i, "f32") for v in (True, False)]
 
@@ -140,6 +141,42 @@ def test_eight_row_blocks_let_the_next_kernel_start_after_their_loads_sixteen_ro
     last_weight_load = body.rindex("ld.global.nc.L1::no_allocate")
     assert (trigger > last_weight_load) is late and (trigger < wait) is not late
     assert body.count("ld.global.nc.L1::no_allocate.L2::128B.v4.u32") >= rows
+
+
+@pytest.mark.parametrize("n, k, cc, vector, expected", [
+    (4096, 4096, (9, 0), True, True),      # 512 blocks of 8 rows on 132 SMs: 3.9 per SM
+    (6144, 4096, (9, 0), True, True),      # 768: 5.8 per SM
+    (4096, 14336, (9, 0), True, True),
+    (14336, 4096, (9, 0), True, False),    # 1792: 13.6 per SM, measured no faster
+    (28672, 4096, (9, 0), True, False),
+    (2048, 8192, (9, 0), True, False),     # 256: 1.9 per SM, not measured
+    (3696, 4096, (9, 0), True, True),      # 462 blocks: 3.5 per SM, the lower bound
+    (3688, 4096, (9, 0), True, False),     # 461
+    (6336, 4096, (9, 0), True, True),      # 792 blocks: 6 per SM, the upper bound
+    (6344, 4096, (9, 0), True, False),     # 793
+    (4096, 2048, (9, 0), True, False),     # K below two 512-column steps for each of 4 warps
+    (4096, 4096, (9, 0), False, False),    # element loads (K % 8 != 0 in a plan)
+    (4096, 4096, (8, 0), True, False),     # measured on the H200 only
+    (4096, 4096, (12, 0), True, False),
+])
+def test_the_two_chunk_form_is_taken_where_it_was_measured_faster(n, k, cc, vector, expected) -> None:
+    assert takes_two_chunks(n, k, 132, cc, vector) is expected
+
+
+def test_the_two_chunk_form_compiles_without_spills_and_triggers_early() -> None:
+    options = vector_options(8, unroll=2)
+    assert dict(options.defines) == {"DENSE_VECTOR_ROWS": "8", "DENSE_VECTOR_UNROLL": "2",
+                                     "DENSE_VECTOR_MIN_BLOCKS": "1", "MIRCUDA_PDL_TRIGGER_LATE": "0"}
+    prog = mc.compile_program(dense_vector_source(), "sm_90", mc.CompileOptions(defines=options.defines,
+                                                                               ptxas_verbose=True))
+    usage = prog.resource_usage()["dense_vector_bf16_bf16_v16"]
+    assert usage.spill_store_bytes == 0 and usage.spill_load_bytes == 0
+    ptx = mc.compile_program(dense_vector_source(), "compute_90",
+                             mc.CompileOptions(defines=options.defines, output="ptx")).image.decode()
+    body = ptx[ptx.index(".entry dense_vector_bf16_bf16_v16"):]
+    body = body[: body.index("\n}")]
+    assert body.index("griddepcontrol.launch_dependents") < body.index("griddepcontrol.wait")
+    assert body.count("ld.global.nc.L1::no_allocate.L2::128B.v4.u32") >= 16  # 8 rows x two chunks
 
 
 def test_only_8_or_16_rows_compile() -> None:

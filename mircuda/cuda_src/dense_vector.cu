@@ -19,7 +19,9 @@
 #include <cuda_fp16.h>
 
 #ifndef DENSE_VECTOR_UNROLL
-#define DENSE_VECTOR_UNROLL 1  // chunks per pipeline step; 2 doubles the registers (252 on sm_90)
+// chunks per pipeline step; 2 doubles the registers (254 on sm_90 with DENSE_VECTOR_MIN_BLOCKS=1): DenseVectorPlan's
+// two-chunk form (mircuda.matmul._vector.takes_two_chunks, with the early trigger)
+#define DENSE_VECTOR_UNROLL 1
 #endif
 #ifndef DENSE_VECTOR_ROWS
 #define DENSE_VECTOR_ROWS 8

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from ..runtime import Context, Stream
 
 __all__ = ["DenseVectorPlan", "VectorKernel", "choose_dense_vector", "choose_vector_warps", "dense_vector_rows", "dense_vector_source",
-           "blocks_per_sm", "kernel_executor", "package_source", "plan_compiler", "shared_compiler", "vector_kernels", "vector_options", "ROW_CHOICES",
-           "MAX_WARPS", "VECTOR_FAMILY"]
+           "blocks_per_sm", "kernel_executor", "package_source", "plan_compiler", "shared_compiler", "vector_kernels", "vector_options",
+           "takes_two_chunks", "ROW_CHOICES", "MAX_WARPS", "VECTOR_FAMILY"]
 
 T = TypeVar("T")
 
@@ -58,6 +58,12 @@ WIDE_MIN_WARPS = 4
 WIDE_MIN_SM_SHARE = 0.75
 """Least share of the SMs that 16-row blocks must cover: halving the blocks of a small N leaves SMs
 idle (see :func:`choose_dense_vector`)."""
+TWO_CHUNK_WARPS = 4
+"""Warps per block of the two-chunk form (see :func:`takes_two_chunks`)."""
+TWO_CHUNK_BLOCKS = (3.5, 6.0)
+"""The range of 8-row blocks per SM, ``ceil(N / 8) / multiprocessors``, where :func:`takes_two_chunks`
+takes the two-chunk form: the measured shapes (N = 4096 and 6144 on 132 SMs: 3.9 and 5.8) with a margin,
+not N = 14336 (13.6), where it measured no faster."""
 
 
 def _takes_16_rows(n: int, warps: int, multiprocessors: int, blocks_per_sm: Callable[[int, int], int]) -> bool:
@@ -91,10 +97,14 @@ def kernel_symbol(input_name: str, output_name: str, vector: bool) -> str:
     return f"dense_vector_{input_name}_{output_name}_{'v16' if vector else 'any'}"
 
 
-def vector_options(rows: int, static_weights: bool = False) -> CompileOptions:
+def vector_options(rows: int, static_weights: bool = False, unroll: int = 1) -> CompileOptions:
     """The NVRTC options of the kernel module for ``rows`` output rows per block (8 or 16); with
-    ``static_weights`` also ``MIRCUDA_PRELOAD_WEIGHTS=1`` (:class:`DenseVectorPlan`'s ``static_weights``)."""
+    ``static_weights`` also ``MIRCUDA_PRELOAD_WEIGHTS=1`` (:class:`DenseVectorPlan`'s ``static_weights``);
+    ``unroll=2``: the two-chunk form of :func:`takes_two_chunks` (``DENSE_VECTOR_UNROLL=2``,
+    ``DENSE_VECTOR_MIN_BLOCKS=1``, ``MIRCUDA_PDL_TRIGGER_LATE=0``)."""
     defines = {"DENSE_VECTOR_ROWS": rows}
+    if unroll == 2:
+        defines.update(DENSE_VECTOR_UNROLL=2, DENSE_VECTOR_MIN_BLOCKS=1, MIRCUDA_PDL_TRIGGER_LATE=0)
     if static_weights:
         defines["MIRCUDA_PRELOAD_WEIGHTS"] = 1
     return CompileOptions(defines=defines)
@@ -137,6 +147,32 @@ def choose_dense_vector(n: int, k: int, multiprocessors: int, blocks_per_sm: Cal
     if _takes_16_rows(n, wide, multiprocessors, blocks_per_sm):
         return 16, wide
     return 8, choose_vector_warps(n, k, multiprocessors, lambda w: blocks_per_sm(8, w), rows=8)
+
+
+def takes_two_chunks(n: int, k: int, multiprocessors: int, compute_capability: tuple[int, int], vector: bool) -> bool:
+    """Whether DenseVectorPlan's default is the two-chunk form of the kernel: 8 rows per block,
+    ``TWO_CHUNK_WARPS`` warps, two 256-column chunks per pipeline step (``DENSE_VECTOR_UNROLL=2``: twice the
+    16-byte loads in flight per lane), one block's worth of registers (``DENSE_VECTOR_MIN_BLOCKS=1``: 254 on
+    sm_90, no spills) and the early trigger of programmatic dependent launch (``MIRCUDA_PDL_TRIGGER_LATE=0``).
+
+    Rule: compute capability 9.x, 16-byte loads (K % 8 == 0), K of at least two steps per warp
+    (``2 * TWO_CHUNK_WARPS * 2 * CHUNK`` = 4096 columns), and ``ceil(N / 8)`` blocks between
+    ``TWO_CHUNK_BLOCKS`` times the SMs. Otherwise :func:`choose_dense_vector`'s forms.
+
+    Measured on an H200 (132 SMs) on 2026-12-02, bf16, cold weights, back to back
+    (``benchmarks/results/dense_vector_two_chunks.json``). ``dense-vector-profile --sweep``, µs, the previous
+    default -> this form in one run: 4096 x 4096 10.20 -> 9.81, 6144 x 4096 14.17 -> 13.78, 4096 x 14336
+    28.61 -> 27.61; at 14336 x 4096 (1792 blocks, outside the rule) 28.50 -> 29.99 with four warps. With the
+    weights loaded before ``griddepcontrol.wait`` (``static_weights=True``) an earlier sweep gave 9.51 -> 9.49,
+    14.00 -> 13.42 and 27.31 -> 27.35. The sweep of 2026-11-30 (``dense_vector_sweep.json``) already had it
+    first at 4096 x 4096 (10.23 -> 9.81). In the decoder layer at M = 1 (one process, alternately) the graph
+    measured 114.18 -> 114.02 µs and the four direct executes 112.30 -> 111.63. Other compute capabilities
+    are not measured.
+    """
+    if compute_capability[0] != 9 or not vector or k < 2 * TWO_CHUNK_WARPS * 2 * CHUNK:
+        return False
+    per_sm = -(-n // 8) / multiprocessors
+    return TWO_CHUNK_BLOCKS[0] <= per_sm <= TWO_CHUNK_BLOCKS[1]
 
 
 def dense_vector_rows(n: int, warps: int, multiprocessors: int, blocks_per_sm: Callable[[int, int], int]) -> int:
@@ -319,17 +355,21 @@ class VectorKernel:
         self.alignment = 16 if self.vector else 2
         self.symbol = kernel_symbol(input.name, output.name, self.vector)
         contract = vector_contract(self.symbol, output, input, ("y", "w", "x"))
-        modules: dict[int, TypedKernel] = {}
+        modules: dict[tuple[int, int], TypedKernel] = {}
 
-        def kernel(r: int) -> TypedKernel:
-            if r not in modules:
-                modules[r] = compiler.compile(dense_vector_source(),
-                                              vector_options(r, static_weights)).kernel(contract)
-            return modules[r]
+        def kernel(r: int, unroll: int = 1) -> TypedKernel:
+            if (r, unroll) not in modules:
+                modules[r, unroll] = compiler.compile(dense_vector_source(),
+                                                      vector_options(r, static_weights, unroll)).kernel(contract)
+            return modules[r, unroll]
 
         info = context.device_info()
         occupancy = lambda r, w: blocks_per_sm(context, kernel(r), w)  # noqa: E731
-        if rows is None:
+        self.unroll = 1
+        if rows is None and warps is None and takes_two_chunks(n, k, info.multiprocessor_count,
+                                                               info.compute_capability, self.vector):
+            rows, chosen, self.unroll = 8, TWO_CHUNK_WARPS, 2
+        elif rows is None:
             if warps is None:
                 rows, chosen = choose_dense_vector(n, k, info.multiprocessor_count, occupancy)
             else:
@@ -342,8 +382,9 @@ class VectorKernel:
             chosen = warps
         self.rows = rows
         self.warps = chosen
+        self._multiprocessors = info.multiprocessor_count
         self.static_weights = static_weights
-        self.kernel: TypedKernel = kernel(rows)
+        self.kernel: TypedKernel = kernel(rows, self.unroll)
         # On cc >= 9.0 the next kernel's ramp overlaps this one's tail (see cuda_src/dense_vector.cu).
         self.config = LaunchConfig((-(-n // rows),), (32 * self.warps,),
                                    programmatic_stream_serialization=info.supports_programmatic_launch)
@@ -379,11 +420,17 @@ class VectorKernel:
                  else f"one element per lane per row (K = {self.k} is not a multiple of 8)")
         pdl = self.config.programmatic_stream_serialization
         preload = " -D MIRCUDA_PRELOAD_WEIGHTS=1" if self.static_weights else ""
-        return (f"kernel {self.symbol} (NVRTC, -D DENSE_VECTOR_ROWS={self.rows}{preload}), {loads}; "
+        two = (" -D DENSE_VECTOR_UNROLL=2 -D DENSE_VECTOR_MIN_BLOCKS=1 -D MIRCUDA_PDL_TRIGGER_LATE=0"
+               if self.unroll == 2 else "")
+        step = (f"two {CHUNK}-column chunks per warp and pipeline step (takes_two_chunks: "
+                f"{-(-self.n // 8)} blocks of 8 rows on {self._multiprocessors} SMs), early trigger"
+                if self.unroll == 2 else "")
+        return (f"kernel {self.symbol} (NVRTC, -D DENSE_VECTOR_ROWS={self.rows}{two}{preload}), {loads}; "
                 f"{self.config.grid[0]} blocks x {self.warps} warp(s) ({self.rows} rows per block, K split over "
-                f"{self.warps} warp(s)), FP32 accumulation"
+                f"{self.warps} warp(s)"
+                + (f"; {step}" if step else "") + "), FP32 accumulation"
                 + ("; programmatic dependent launch (overlaps the previous kernel's tail)" if pdl else "")
-                + static_weights_note(self.static_weights, pdl, self.vector, self.k, CHUNK))
+                + static_weights_note(self.static_weights, pdl, self.vector, self.k, CHUNK * self.unroll))
 
 
 def static_weights_note(static_weights: bool, pdl: bool, vector: bool, k: int, columns: int,
@@ -416,9 +463,12 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
         output: ``None`` (the input type) or ``mc.f32``: the type of ``y``.
         compiler: the Compiler to build the kernel with (default: one shared per context).
         rows: output rows per block and warp (8 or 16); warps: warps per block splitting K (1, 2, 4 or
-            8). By default both come from :func:`choose_dense_vector`; a given ``rows`` alone gets
-            :func:`choose_vector_warps`'s split, a given ``warps`` alone :func:`dense_vector_rows`'s
-            rows (16 only with 4 or more warps whose 16-row grid fits one wave).
+            8). By default both come from :func:`choose_dense_vector`, or, where :func:`takes_two_chunks`
+            says so (compute capability 9.x, 3.5 to 6 blocks of 8 rows per SM: e.g. N = 4096 or 6144 on an
+            H200), the kernel's two-chunk form (8 rows, 4 warps, two 256-column chunks per pipeline step);
+            a given ``rows`` alone gets :func:`choose_vector_warps`'s split, a given ``warps`` alone
+            :func:`dense_vector_rows`'s rows (16 only with 4 or more warps whose 16-row grid fits one wave),
+            both in the one-chunk form.
         static_weights: ``True`` promises that no kernel which may still be running on the plan's stream
             when this plan's kernel starts writes ``W`` (inference: weights written once, before a
             synchronization of the stream, or on another stream that this one waits on through an event, or

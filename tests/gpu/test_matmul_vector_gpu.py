@@ -9,6 +9,7 @@ import pytest
 import mircuda as mc
 from helpers import download, upload
 from matmul_helpers import assert_close, assert_still_poisoned, name, poison, random, split_guard, with_guard
+from mircuda.matmul._vector import takes_two_chunks
 
 PAIRS = [(mc.bf16, None), (mc.bf16, mc.f32), (mc.f16, None), (mc.f16, mc.f32)]
 SHAPES = [(4096, 4096), (1000, 1000), (8, 256), (13, 7), (37, 1003), (300, 4104), (1, 8), (14336, 64)]
@@ -58,13 +59,42 @@ def test_every_row_count_and_split_of_k_gives_the_same_answer(context, stream, p
     assert_close(got, want, mag, out)
 
 
-@pytest.mark.parametrize("n, rows", [(4096, 16), (14336, 8), (1024, 8)])
+@pytest.mark.parametrize("n, rows", [(4096, 8), (14336, 8), (1024, 8), (2048, 16)])
 def test_describe_names_the_kernel_and_the_split(context, stream, n, rows) -> None:
     plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, 4096))
     text = plan.describe()
     assert "dense_vector_bf16_bf16_v16" in text and f"{plan.warps} warp" in text
-    if context.device_info().multiprocessor_count == 132:  # the H200 rows of choose_dense_vector's table
+    two = takes_two_chunks(n, 4096, context.device_info().multiprocessor_count,
+                           context.device_info().compute_capability, True)
+    assert ("DENSE_VECTOR_UNROLL=2" in text) is two and ("two 256-column chunks" in text) is two
+    if context.device_info().multiprocessor_count == 132:  # the H200 rows of the rules
         assert plan.rows == rows and f"{n // rows} blocks" in text and f"DENSE_VECTOR_ROWS={rows}" in text
+        assert two is (n == 4096)
+
+
+@pytest.mark.parametrize("static_weights", [False, True])
+@pytest.mark.parametrize("input, output", PAIRS, ids=lambda t: "same" if t is None else name(t))
+@pytest.mark.parametrize("n, k", [(4096, 4096), (4100, 4104), (6144, 4096), (5003, 14336)], ids=str)
+def test_the_two_chunk_form_matches_float64(context, stream, pool, rng, input, output, n, k, static_weights) -> None:
+    """The default where takes_two_chunks says so (an H200: 3.5 to 6 blocks of 8 rows per SM), with partial
+    row blocks, a K that ends inside a step, alpha and beta."""
+    info = context.device_info()
+    if not takes_two_chunks(n, k, info.multiprocessor_count, info.compute_capability, True):
+        pytest.skip("the two-chunk form is the default on cc 9.x with 3.5 to 6 blocks of 8 rows per SM")
+    out_t = input if output is None else output
+    x, w, y0 = random(rng, input, k), random(rng, input, n, k), random(rng, out_t, n)
+    plan = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(n, k), input=input, output=output,
+                              static_weights=static_weights)
+    assert plan.rows == 8 and plan.warps == 4 and "DENSE_VECTOR_UNROLL=2" in plan.describe()
+    bx, bw = upload(context, stream, pool, x), upload(context, stream, pool, w.ravel())
+    by = upload(context, stream, pool, with_guard(y0))
+    plan.execute(stream, bx, bw, by, -1.5, 0.75)
+    got = split_guard(download(context, stream, by), n)
+    w64, x64, y64 = w.astype(np.float64), x.astype(np.float64), y0.astype(np.float64)
+    assert_close(got, -1.5 * (w64 @ x64) + 0.75 * y64, 1.5 * (np.abs(w64) @ np.abs(x64)) + 0.75 * np.abs(y64),
+                 name(out_t))
+    for b in (bx, bw, by):
+        b.free(stream)
 
 
 def test_operands_are_checked_before_anything_is_enqueued(context, stream, pool, rng) -> None:
