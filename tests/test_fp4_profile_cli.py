@@ -261,7 +261,9 @@ def _fp4_plan(wrong_global: bool = False):  # type: ignore[no-untyped-def]
     """A numpy BlockScaledFp4Plan / BlockScaledFp4VectorPlan (the keyword names of each)."""
 
     class Plan:
-        def __init__(self, context, stream, spec, *, activation="fp4", library=None) -> None:  # type: ignore[no-untyped-def]
+        def __init__(self, context, stream, spec, *, activation="fp4", library=None,  # type: ignore[no-untyped-def]
+                     static_weights=False) -> None:
+            PROMISES.append((type(self).__name__, static_weights))
             self.m, self.n, self.k = getattr(spec, "m", 1), spec.n, spec.k
             self.activation = activation
             self.path = "gemv" if self.m <= 16 else "decode+dense"
@@ -289,8 +291,13 @@ def _fp4_plan(wrong_global: bool = False):  # type: ignore[no-untyped-def]
     return Vector, Matrix
 
 
+PROMISES: list[tuple[str, bool]] = []  # (plan class, static_weights) of every fake plan made
+
+
 class _Dense:
-    def __init__(self, context, stream, spec, input=mc.bf16, output=None, *, library=None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, context, stream, spec, input=mc.bf16, output=None, *, library=None,  # type: ignore[no-untyped-def]
+                 static_weights=False) -> None:
+        PROMISES.append(("Dense", static_weights))
         self.m, self.n, self.k = getattr(spec, "m", 1), spec.n, spec.k
         self.output = output or input
         self.kernel_name = "numpy"
@@ -340,6 +347,34 @@ def test_the_bench_wires_every_plan_to_its_operands_and_reference(monkeypatch, a
         assert len(failures) == len(rows) and all(f.startswith("FP4 ") for f in failures)
     else:
         assert failures == []
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_static_weights_reaches_the_fp4_and_bf16_plans(monkeypatch, static) -> None:
+    # --static-weights: every FP4 and BF16 plan the bench makes gets the promise (the FP8 plans take no such
+    # argument); without it none does
+    vector, matrix = _fp4_plan()
+    for name, value in (("BlockScaledFp4VectorPlan", vector), ("BlockScaledFp4Plan", matrix),
+                        ("DenseVectorPlan", _Dense), ("DenseMatmulPlan", _Dense), ("BlockwiseFp8VectorPlan", _Fp8),
+                        ("BlockwiseFp8Plan", _Fp8)):
+        monkeypatch.setattr(mc, name, value)
+    PROMISES.clear()
+    failures: list[str] = []
+    fp.collect(((256, 512),), (1, 4, 20), lambda n, k: fp._ShapeBench(_Session(), n, k, "fp4", "library", 1, 1, True,
+                                                                      [], failures, static_weights=static))
+    assert failures == []
+    made = {name for name, _ in PROMISES}
+    assert {"Vector", "Matrix", "Dense"} <= made  # each kind was made
+    assert all(promise is static for _, promise in PROMISES)
+
+
+def test_the_static_weights_flag_parses() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    fp.register(parser.add_subparsers())
+    assert parser.parse_args(["fp4-profile"]).static_weights is False
+    assert parser.parse_args(["fp4-profile", "--static-weights"]).static_weights is True
 
 
 def test_a_path_that_raises_is_a_failure_and_the_others_are_still_measured(monkeypatch) -> None:
@@ -453,10 +488,12 @@ def test_the_sweep_measures_each_candidate_at_m_up_to_16_on_the_same_operands(mo
             """Takes the sweep's knobs; refuses the tensor-core kernel with BF16 activations, as the plans do;
             with ``wrong``, the e4m3 decoder forgets global_b."""
 
-            def __init__(self, context, stream, spec, *, activation="fp4", library=None, **knobs) -> None:  # type: ignore[no-untyped-def]
+            def __init__(self, context, stream, spec, *, activation="fp4", library=None,  # type: ignore[no-untyped-def]
+                         static_weights=False, **knobs) -> None:
                 if knobs.get("kernel") == "fp4_mma_bf16" and activation == "bf16":
                     raise ContractError("kernel", "fp4_matvec_bf16 with BF16 activations", "fp4_mma_bf16")
-                super().__init__(context, stream, spec, activation=activation, library=library)
+                super().__init__(context, stream, spec, activation=activation, library=library,
+                                 static_weights=static_weights)
                 self.knobs = knobs
                 if knobs:
                     seen.append((self.m, knobs))

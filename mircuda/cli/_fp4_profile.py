@@ -481,7 +481,7 @@ class _ShapeBench:
 
     def __init__(self, s: Any, n: int, k: int, activation: str, lib: Any, calls: int, repeats: int,
                  fp8: bool, notes: list[str], failures: list[str], sweep: tuple[Fp4Candidate, ...] = (),
-                 swept: list[SweepRow] | None = None) -> None:
+                 swept: list[SweepRow] | None = None, static_weights: bool = False) -> None:
         import mircuda as mc
 
         from ..timing import bank_count
@@ -489,6 +489,7 @@ class _ShapeBench:
         self.s, self.n, self.k, self.activation, self.lib = s, n, k, activation, lib
         self.calls, self.repeats, self.fp8, self.notes, self.failures = calls, repeats, fp8, notes, failures
         self.sweep, self.swept = sweep, swept if swept is not None else []
+        self.static_weights = static_weights  # the FP4 and BF16 plans' promise (--static-weights)
         self.buffers: list[Any] = []
         stream, pool, l2 = s.stream, s.pool, s.info.l2_cache_bytes
         packed, scales = random_fp4(s.rng, n, k)
@@ -602,10 +603,12 @@ class _ShapeBench:
         try:
             if m == 1:
                 plan: Any = mc.BlockScaledFp4VectorPlan(s.context, stream, mc.DenseVectorSpec(n, k),
-                                                        activation=self.activation, **candidate.knobs())
+                                                        activation=self.activation, static_weights=self.static_weights,
+                                                        **candidate.knobs())
             else:
                 plan = mc.BlockScaledFp4Plan(s.context, stream, mc.DenseMatmulSpec(m, n, k),
-                                             activation=self.activation, **candidate.knobs())
+                                             activation=self.activation, static_weights=self.static_weights,
+                                             **candidate.knobs())
         except mc.ContractError as exc:
             note = f"{what} left out: {exc}"[:300]
             self.notes.append(note)
@@ -650,11 +653,11 @@ class _ShapeBench:
         s, n, k, stream = self.s, self.n, self.k, self.s.stream
         if m == 1:
             plan: Any = mc.BlockScaledFp4VectorPlan(s.context, stream, mc.DenseVectorSpec(n, k),
-                                                    activation=self.activation)
+                                                    activation=self.activation, static_weights=self.static_weights)
             kw["fp4_path"] = "vector"
         elif m <= DECODE_MAX_M or self.lib is not None:
             plan = mc.BlockScaledFp4Plan(s.context, stream, mc.DenseMatmulSpec(m, n, k), activation=self.activation,
-                                         library=self.lib)
+                                         library=self.lib, static_weights=self.static_weights)
             # "gemv <kernel>" on the decode path: which NVRTC kernel (CUDA or tensor cores) was measured
             kernel = getattr(plan, "gemv_kernel", None)
             kw["fp4_path"] = plan.path if kernel is None else f"{plan.path} {kernel}"
@@ -672,9 +675,11 @@ class _ShapeBench:
 
         s, n, k, stream = self.s, self.n, self.k, self.s.stream
         if m == 1:
-            plan: Any = mc.DenseVectorPlan(s.context, stream, mc.DenseVectorSpec(n, k))
+            plan: Any = mc.DenseVectorPlan(s.context, stream, mc.DenseVectorSpec(n, k),
+                                           static_weights=self.static_weights)
         elif m <= DECODE_MAX_M or self.lib is not None:
-            plan = mc.DenseMatmulPlan(s.context, stream, mc.DenseMatmulSpec(m, n, k), library=self.lib)
+            plan = mc.DenseMatmulPlan(s.context, stream, mc.DenseMatmulSpec(m, n, k), library=self.lib,
+                                      static_weights=self.static_weights)
         else:
             return None
         made.append(plan)
@@ -690,7 +695,8 @@ class _ShapeBench:
         if kw.get("fp4_path") != "decode+dense":
             return None
         s, n, k, stream = self.s, self.n, self.k, self.s.stream
-        plan: Any = mc.DenseMatmulPlan(s.context, stream, mc.DenseMatmulSpec(m, n, k), output=mc.f32, library=self.lib)
+        plan: Any = mc.DenseMatmulPlan(s.context, stream, mc.DenseMatmulSpec(m, n, k), output=mc.f32, library=self.lib,
+                                       static_weights=self.static_weights)
         made.append(plan)
         c32 = s.pool.allocate(mc.f32, stream, m * n)
         temps.append(c32)
@@ -808,8 +814,12 @@ def fp4_profile(args: Any) -> int:
             notes.append(f"no FP8 column: the FP8 plans need compute capability >= 8.9 ({info.arch})")
         sweep = tuple(getattr(args, "sweep", None) or ())
         swept: list[SweepRow] = []
+        static = bool(getattr(args, "static_weights", False))
+        if static:
+            notes.append("--static-weights: the FP4 and BF16 plans were made with static_weights=True (each call's "
+                         "weight bank is written once, before the timing); the FP8 plans take no such argument")
         rows = collect(shapes, ms, lambda n, k: _ShapeBench(s, n, k, args.activation, lib, calls, repeats, fp8,
-                                                            notes, failures, sweep, swept))
+                                                            notes, failures, sweep, swept, static))
     title = (f"fp4-profile on {info.name} ({info.arch}, {info.multiprocessor_count} SMs, L2 "
              f"{info.l2_cache_bytes >> 20} MiB): NVFP4 B x {args.activation} A -> BF16 beside BF16, cuBLAS and FP8; "
              f"cold weights, median of {repeats} x {calls} back-to-back calls; FP4 rate: weights' TB/s for M <= "
@@ -824,7 +834,8 @@ def fp4_profile(args: Any) -> int:
     for line in [f"goal: {g}" for g in lines] + [f"sweep: {b}" for b in best] + [f"note: {n}" for n in notes]:
         print(f"  {line}")
     _write_json(args.json, {"benchmark": "fp4-profile", "device": info.name, "arch": info.arch,
-                            "activation": args.activation, "library": str(lib.path) if lib is not None else None,
+                            "activation": args.activation, "static_weights": static,
+                            "library": str(lib.path) if lib is not None else None,
                             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                             "method": "back-to-back calls behind a spin kernel, events, median; weight banks >= 8x L2",
                             "calls": calls, "repeats": repeats, "notes": notes, "goals": lines,
@@ -862,6 +873,9 @@ def register(sub: Any) -> None:
                         "[:stages=2|3|4][:prefetch=0|1][:persistent=0|1][:rowwarps=1|2|4|8][:trigger=early|late] with "
                         "kernel vector (rows 4|8; decode=dp4a: the integer path, M <= 4, no sum; rowwarps > 1: dp4a "
                         "only, warps 1) or mma (rows 16|32; no dp4a, sum, prefetch, persistent or rowwarps)")
+    p.add_argument("--static-weights", action="store_true",
+                   help="make the FP4 and BF16 plans with static_weights=True (the promise that no kernel still running "
+                        "writes the weights, which the profile keeps; the FP8 plans take no such argument)")
     p.add_argument("--json", default="benchmarks/results/fp4_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=fp4_profile, json_default=p.get_default("json"))
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ._library import CutlassLibrary, KernelInfo
 
 __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vector_source", "fp4_gemv_options",
+           "STATIC_EARLY_MIN_WEIGHTS", "STATIC_EARLY_MEASURED",
            "ACTIVATIONS", "GEMV_MAX_M", "FP4_SYMBOL", "fp4_executor", "fp4_operands", "has_e2m1_cvt",
            "portable_executor", "fp4_target", "fp4_compiler", "FP4_MMA_SYMBOL", "FP4_KERNELS", "fp4_mma_source",
            "fp4_mma_options", "EPILOGUES", "check_epilogue", "DECODE_THREADS", "DECODE_WORDS", "decode_config",
@@ -324,6 +325,20 @@ ROW_WARPS_M2_MEASURED = (
 """Why :data:`DEFAULT_ROW_WARPS` applies at M = 1 only (N x K; ``fp4_sweep_m2_4.json``, ``fp4_m2_rowwarps.json``)."""
 
 
+STATIC_EARLY_MIN_WEIGHTS = 1 << 25
+"""N x K (weight elements) from which ``static_weights=True`` on the integer path at M = 1 takes the early trigger of
+programmatic dependent launch when ``pdl_trigger`` is not given: the next kernel's blocks start (and load their own
+first ring of weights) while this one streams, which pays on long kernels and costs on short ones:
+:data:`STATIC_EARLY_MEASURED`. The threshold lies between the measured 4096x4096 (16.8 M, slower) and 14336x4096
+(58.7 M, faster); 2^25 is a round number between them, not a measured edge."""
+STATIC_EARLY_MEASURED = (
+    "fp4-profile --m 1 --sweep on the H200, 2026-12-02, every compile with MIRCUDA_PRELOAD_WEIGHTS=1 (what "
+    "static_weights=True compiles; median of 7 x 20 cold calls): late -> early trigger, 14336x4096 10.76 -> 10.12 µs, "
+    "4096x14336 11.11 -> 10.09, 4096x4096 4.73 -> 5.56; without the early loads the early trigger was no faster "
+    "(10.72 -> 11.10, 11.70 -> 11.60, 4.81 -> 6.38)")
+"""The measurement behind :data:`STATIC_EARLY_MIN_WEIGHTS` (``benchmarks/results/fp4_static_trigger.json``)."""
+
+
 def check_row_warps(row_warps: Any) -> int | None:
     """``row_warps=``: None (the plan's default: :data:`DEFAULT_ROW_WARPS` on the integer path at M = 1, large N, without
     ``warps``, else 1, one row block per block) or one of :data:`ROW_WARPS`; returns it.
@@ -563,6 +578,11 @@ class Fp4Gemv:
         self.wide = k % 32 == 0
         self.elements = 32 if self.wide else 16
         self.decode = decode
+        # The promise on the integer path at M = 1 and large weights: the early trigger (STATIC_EARLY_MEASURED).
+        self.static_early = (pdl_trigger is None and static_weights and symbol == FP4_SYMBOL and decode == "dp4a"
+                             and m == 1 and n * k >= STATIC_EARLY_MIN_WEIGHTS)
+        if self.static_early:
+            self.pdl_trigger = "early"
         if symbol == FP4_MMA_SYMBOL:
             self.rows = knobs.rows
             self.block_sum = knobs.block_sum
@@ -616,6 +636,9 @@ class Fp4Gemv:
     def _trigger_text(self) -> str:
         """How describe() names the PDL trigger: the next kernel may start after this one's loads (late, the
         default) or at the start of each block (early)."""
+        if self.static_early:
+            return (" (early trigger: the next kernel may start at the start of each block; static_weights at M = 1 "
+                    f"with N x K = {self.n * self.k} >= {STATIC_EARLY_MIN_WEIGHTS}: {STATIC_EARLY_MEASURED})")
         return (" (early trigger: the next kernel may start at the start of each block)" if self.pdl_trigger == "early"
                 else " (late trigger: the next kernel may start after each block's loads)")
 
@@ -861,7 +884,10 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
             nothing early (``describe()`` says which). Default ``False``. Measured on the H200 (2026-12-02, two
             runs each, ``benchmarks/results/static_weights_fp4.json``): 4096x14336 11.77 / 11.79 -> 11.12 / 11.15 µs,
             4096x4096 4.80 / 4.85 -> 4.75 / 4.76, 14336x4096 10.73 / 10.74 -> 10.79 / 10.87 (slower); M = 2
-            (BlockScaledFp4Plan) 14336x4096 14.70 -> 14.44, 4096x14336 14.97 -> 14.28.
+            (BlockScaledFp4Plan) 14336x4096 14.70 -> 14.44, 4096x14336 14.97 -> 14.28. With ``pdl_trigger``
+            not given, the integer path at M = 1 then also takes the early trigger for N x K >=
+            :data:`STATIC_EARLY_MIN_WEIGHTS` (:data:`STATIC_EARLY_MEASURED`: 14336x4096 10.12 µs, 4096x14336
+            10.09).
 
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16, or above 2^28 with tiled scales:

@@ -118,7 +118,8 @@ def test_a_promised_fp4_vector_plan_gives_the_float64_result(context, stream, po
     run_vector(context, stream, pool, rng, n, k, "fp4", layout, static_weights=True, **knobs)
 
 
-@pytest.mark.parametrize("m, n, k", [(1, 4100, 4096), (2, 4096, 14336), (3, 301, 96), (9, 520, 2048)], ids=str)
+@pytest.mark.parametrize("m, n, k", [(1, 4100, 4096), (1, 8192, 4096), (2, 4096, 14336), (3, 301, 96), (9, 520, 2048)],
+                         ids=str)
 def test_promised_fp4_plans_write_the_same_bits_as_unpromised_ones(context, stream, pool, rng, m, n, k) -> None:
     # the promise moves loads before the wait and changes no arithmetic: the outputs are equal bit for bit
     from test_matmul_fp4_gpu import Operand, bf16_data, check_guard, poisoned
@@ -141,6 +142,29 @@ def test_promised_fp4_plans_write_the_same_bits_as_unpromised_ones(context, stre
     assert ("MIRCUDA_PRELOAD_WEIGHTS=1" in texts[1]) is ("MIRCUDA_FP4_DP4A=1" in texts[1]), texts[1]
     for op in (a, b):
         op.free(stream)
+
+
+@pytest.mark.parametrize("n, k, static, trigger, early", [
+    (14336, 4096, True, None, True),       # 58.7 M weights >= 2^25: the promise takes the early trigger
+    (4096, 14336, True, None, True),
+    (8192, 4096, True, None, True),        # exactly 2^25
+    (8184, 4096, True, None, False),       # just below
+    (4096, 4096, True, None, False),       # 16.8 M: measured slower with it
+    (14336, 4096, False, None, False),     # no promise: the late default
+    (14336, 4096, True, "late", False),    # a given trigger stands
+])
+def test_the_promise_takes_the_early_trigger_on_large_fp4_weights_at_m_1(context, stream, n, k, static, trigger,
+                                                                          early) -> None:
+    from mircuda.matmul._fp4 import STATIC_EARLY_MIN_WEIGHTS
+
+    plan = mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(n, k), static_weights=static,
+                                       pdl_trigger=trigger)
+    text = plan.describe()
+    if not context.device_info().supports_programmatic_launch:
+        pytest.skip("no programmatic dependent launch below cc 9.0: no trigger to choose")
+    assert "decode=dp4a" in text or "MIRCUDA_FP4_DP4A=1" in text, text
+    assert ("early trigger" in text) is early, text
+    assert (f">= {STATIC_EARLY_MIN_WEIGHTS}" in text) is (early and trigger is None), text
 
 
 @pytest.mark.parametrize("value", [1, None, "yes"])
