@@ -255,13 +255,16 @@ def test_the_stream_gemv_finding_is_as_recorded() -> None:
 
 def test_the_static_weights_runs_name_what_reproduces_them() -> None:
     # static_weights_ab.json said "the profiles' --static-weights rows replace" its uncommitted script: no
-    # command has that option; decoder-layer-profile's row (no option) is the one committed measure
+    # command had that option; decoder-layer-profile's row (no option) is the one committed measure of the layer.
+    # fp4-profile --static-weights (12207e3) came later: the method's "no profile has a --static-weights option"
+    # was then untrue (and this test failed on main); it now says when, and which profile has the option since
     from mircuda.cli import _decoder_layer_profile
 
     method = recorded("static_weights_ab.json")["method"]
     cli = ROOT / "mircuda" / "cli"
-    assert not any("--static-weights" in f.read_text(encoding="utf-8") for f in cli.glob("*.py"))
-    assert "--static-weights rows" not in method and "no profile has a --static-weights option" in method
+    assert {f.name for f in cli.glob("*.py") if "--static-weights" in f.read_text(encoding="utf-8")} == {"_fp4_profile.py"}
+    assert "--static-weights rows" not in method and "no profile had a --static-weights option then" in method
+    assert "fp4-profile --static-weights, added later" in method
     assert f"decoder-layer-profile's {_decoder_layer_profile.STATIC_PATH.split(', ')[1]} row" in method
 
 
