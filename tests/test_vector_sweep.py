@@ -23,8 +23,18 @@ def test_the_grid_covers_every_knob_once() -> None:
     assert {g.unroll for g in grid} == {1, 2} and {g.trigger for g in grid} == {"early", "late"}
     assert {g.min_blocks for g in grid if g.rows == 8} == {1, 2} and {g.min_blocks for g in grid if g.rows == 16} == {1}
     assert len({tuple(sorted(g.defines().items())) for g in grid}) == 12  # modules to compile
-    for rows, warps in ((8, 1), (16, 4)):  # exactly one configuration is each plan choice
-        assert sum(g.is_default_for(rows, warps) for g in grid) == 1
+    for rows, warps, unroll in ((8, 1, 1), (16, 4, 1), (8, 4, 2)):  # exactly one configuration is each plan choice
+        assert sum(g.is_default_for(rows, warps, unroll) for g in grid) == 1
+
+
+def test_the_two_chunk_form_is_the_choice_marked_where_the_plan_takes_it() -> None:
+    # is_default_for knew only unroll 1: where DenseVectorPlan runs the two-chunk form (takes_two_chunks) the sweep
+    # marked 'r8 w4 u1 late mb2' as its choice (dense_vector_two_chunks.json, after_change_sweep) and not the
+    # configuration the plan compiles, 'r8 w4 u2 early mb1'
+    (two,) = [g for g in knob_grid() if g.is_default_for(8, 4, 2)]
+    assert two.label == "dense_vector r8 w4 u2 early mb1"
+    assert {name: str(value) for name, value in two.defines().items()} == dict(vector_options(8, unroll=2).defines)
+    assert not Knobs(8, 4, 1, "late", 2).is_default_for(8, 4, 2) and Knobs(8, 4, 1, "late", 2).is_default_for(8, 4)
 
 
 @pytest.mark.slow

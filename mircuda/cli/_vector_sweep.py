@@ -52,10 +52,14 @@ class Knobs:
         return (f"dense_vector r{self.rows} w{self.warps} u{self.unroll} {self.trigger} "
                 f"mb{self.min_blocks}")
 
-    def is_default_for(self, rows: int, warps: int) -> bool:
-        """Whether this is what DenseVectorPlan launches when it picks ``rows`` x ``warps`` (the source's
-        defaults for the compile-time knobs)."""
-        return (self.rows == rows and self.warps == warps and self.unroll == 1
+    def is_default_for(self, rows: int, warps: int, unroll: int = 1) -> bool:
+        """Whether this is what DenseVectorPlan launches when it picks ``rows`` x ``warps`` with ``unroll`` chunks per
+        step: unroll 1, the source's defaults for the compile-time knobs; unroll 2, the two-chunk form of
+        :func:`~mircuda.matmul._vector.takes_two_chunks` (early trigger, min blocks 1: ``vector_options(rows,
+        unroll=2)``)."""
+        if unroll == 2:
+            return (self.rows, self.warps, self.unroll, self.trigger, self.min_blocks) == (rows, warps, 2, "early", 1)
+        return (self.rows == rows and self.warps == warps and self.unroll == unroll == 1
                 and self.trigger == ("late" if rows == 8 else "early") and self.min_blocks == (2 if rows == 8 else 1))
 
 
@@ -74,13 +78,13 @@ def knob_grid() -> list[Knobs]:
 
 
 def sweep_rows(context: Any, stream: Any, timer: Any, x: Any, y: Any, ws: list[Any], in_t: Any, out_t: Any,
-               n: int, k: int, calls: int, repeats: int, plan_choice: tuple[int, int],
+               n: int, k: int, calls: int, repeats: int, plan_choice: tuple[int, int, int],
                check: Callable[[], float], make_row: Callable[[str, float, str], Any],
                failures: list[str]) -> list[Any]:
     """One row per configuration of :func:`knob_grid` for ``y = W x`` (N x K), timed over the weight
     banks ``ws``; ``check()`` reads ``y`` back and returns its relative error against the reference;
     ``make_row(path, us, note)`` builds the table's row. ``plan_choice`` is DenseVectorPlan's
-    (rows, warps) for the shape, marked in the notes."""
+    (rows, warps, unroll) for the shape, marked in the notes."""
     from ..dtypes import dtype_info
     from ..matmul._vector import kernel_symbol, shared_compiler, vector_contract
 
@@ -107,7 +111,7 @@ def sweep_rows(context: Any, stream: Any, timer: Any, x: Any, y: Any, ws: list[A
 
 
 def _sweep_one(knobs: Knobs, context: Any, stream: Any, timer: Any, x: Any, y: Any, ws: list[Any], banks: int, n: int,
-               k: int, calls: int, repeats: int, plan_choice: tuple[int, int], contract: Any, compiler: Any, info: Any,
+               k: int, calls: int, repeats: int, plan_choice: tuple[int, int, int], contract: Any, compiler: Any, info: Any,
                poison: Any, check: Callable[[], float], make_row: Callable[[str, float, str], Any],
                failures: list[str]) -> Any:
     """One configuration's row (None when it cannot launch at its block size)."""

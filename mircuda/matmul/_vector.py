@@ -547,6 +547,11 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
             self._numba = self._engine.numba_executor(self._stream.handle)
         return self._numba
 
+    @property
+    def unroll(self) -> int:
+        """256-column chunks per warp and pipeline step: 2 in the two-chunk form (:func:`takes_two_chunks`), else 1."""
+        return self._engine.unroll
+
     def describe(self) -> Description:
         """Which kernel runs and why, in one paragraph (a ``str``; shown as Markdown in notebooks)."""
         s = self._spec
