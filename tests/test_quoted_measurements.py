@@ -282,3 +282,48 @@ def test_the_static_weights_layer_figures_are_as_recorded() -> None:
         assert re.search(rf"{static:.2f} against {default:.2f}( µs)? at M = {m}\b", paragraph), m
     assert "for K % 8 != 0 or K below one step" in paragraph and "nor through `numba_execute`" in paragraph
     assert "silently wrong outputs" in paragraph
+
+
+def test_the_two_chunk_figures_are_as_recorded() -> None:
+    # takes_two_chunks, README and DenseVectorPlan's static_weights paragraph against dense_vector_two_chunks.json.
+    # The docstring and README quoted 6144x4096 as 14.17 -> 13.78, the form's sweep row, beside 4096x14336's 27.61,
+    # the plan's row (its sweep row: 27.66): both now the plan's rows (13.79). The previous default is the row the
+    # sweep of before the change marked as DenseVectorPlan's choice (the mark of after_change_sweep is the bug
+    # fixed in Knobs.is_default_for).
+    import mircuda as mc
+    from mircuda.matmul._vector import takes_two_chunks
+
+    runs = recorded("dense_vector_two_chunks.json")["runs"]
+
+    def rows(run: str) -> dict[tuple[int, int, str], float]:
+        return {(r["n"], r["k"], r["path"]): r["us"] for r in runs[run]["rows"] if r["dtype"] == "bf16->bf16"}
+
+    after, static = rows("after_change_sweep"), rows("before_change_p1")
+    chosen = {(r["n"], r["k"]): r["path"] for r in runs["before_change_p0"]["rows"]
+              if "(DenseVectorPlan's choice)" in r["note"]}
+    form = "dense_vector r8 w4 u2 early mb1"
+    shapes = ((4096, 4096), (6144, 4096), (4096, 14336))
+    assert all(takes_two_chunks(n, k, 132, (9, 0), True) for n, k in shapes)
+    assert not takes_two_chunks(14336, 4096, 132, (9, 0), True)
+    doc = flat(takes_two_chunks.__doc__ or "")
+    changes = ", ".join(f"{n} x {k} {after[(n, k, chosen[(n, k)])]:.2f} -> {after[(n, k, 'DenseVectorPlan')]:.2f}"
+                        for n, k in shapes)
+    assert f"the previous default's sweep row -> the plan's row (this form) in one run: {changes};" in doc
+    assert (f"at 14336 x 4096 (1792 blocks, outside the rule) {after[(14336, 4096, chosen[(14336, 4096)])]:.2f} -> "
+            f"{after[(14336, 4096, form)]:.2f} with four warps") in doc
+    assert ", ".join(f"{static[(n, k, 'DenseVectorPlan')]:.2f} -> {static[(n, k, form)]:.2f}" for n, k in shapes[:2]) \
+        + f" and {static[(4096, 14336, 'DenseVectorPlan')]:.2f} -> {static[(4096, 14336, form)]:.2f}" in doc
+    old = {r["path"]: r["us"] for r in recorded("dense_vector_sweep.json")["rows"] if (r["n"], r["k"]) == (4096, 4096)}
+    assert f"first at 4096 x 4096 ({old['DenseVectorPlan']:.2f} -> {old[form]:.2f})" in doc
+    layer = {r["label"]: r for r in runs["layer_ab"]["rows"]}
+    assert (f"the graph measured {layer['layer graph']['old']:.2f} -> {layer['layer graph']['new']:.2f} µs and the four "
+            f"direct executes {layer['layer direct']['old']:.2f} -> {layer['layer direct']['new']:.2f}") in doc
+    assert ", ".join(f"{n}x{k} {after[(n, k, chosen[(n, k)])]:.2f} -> {after[(n, k, 'DenseVectorPlan')]:.2f}"
+                     + (" µs" if n == k else "") for n, k in shapes) in flat(README)
+
+    p0, p1 = rows("after_change_profile_p0"), rows("after_change_profile_p1")
+    promised = ", ".join(f"{n}x{k} {p0[(n, k, 'DenseVectorPlan')]:.2f} -> {p1[(n, k, 'DenseVectorPlan')]:.2f}"
+                         for n, k in shapes)
+    assert f"{promised} (slower)" in flat(mc.DenseVectorPlan.__doc__ or "")
+    assert p1[(4096, 14336, "DenseVectorPlan")] > p0[(4096, 14336, "DenseVectorPlan")]  # "(slower)"
+    assert f"`dense_vector_two_chunks.json`: {promised}.)" in flat(README)

@@ -161,9 +161,10 @@ def takes_two_chunks(n: int, k: int, multiprocessors: int, compute_capability: t
 
     Measured on an H200 (132 SMs) on 2026-12-02, bf16, cold weights, back to back
     (``benchmarks/results/dense_vector_two_chunks.json``). ``dense-vector-profile --sweep``, µs, the previous
-    default -> this form in one run: 4096 x 4096 10.20 -> 9.81, 6144 x 4096 14.17 -> 13.78, 4096 x 14336
-    28.61 -> 27.61; at 14336 x 4096 (1792 blocks, outside the rule) 28.50 -> 29.99 with four warps. With the
-    weights loaded before ``griddepcontrol.wait`` (``static_weights=True``) an earlier sweep gave 9.51 -> 9.49,
+    default's sweep row -> the plan's row (this form) in one run: 4096 x 4096 10.20 -> 9.81, 6144 x 4096
+    14.17 -> 13.79, 4096 x 14336 28.61 -> 27.61; at 14336 x 4096 (1792 blocks, outside the rule) 28.50 -> 29.99
+    with four warps (the form's sweep row). With the weights loaded before ``griddepcontrol.wait``
+    (``static_weights=True``) an earlier sweep gave (the plan's row -> the form's sweep row) 9.51 -> 9.49,
     14.00 -> 13.42 and 27.31 -> 27.35. The sweep of 2026-11-30 (``dense_vector_sweep.json``) already had it
     first at 4096 x 4096 (10.23 -> 9.81). In the decoder layer at M = 1 (one process, alternately) the graph
     measured 114.18 -> 114.02 µs and the four direct executes 112.30 -> 111.63. Other compute capabilities
@@ -486,7 +487,11 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
             :attr:`numba_execute` (a plain launch without programmatic dependent launch). Measured on an H200
             (2026-12-02, bf16, cold weights, back to back, both forms in one process,
             ``benchmarks/results/static_weights_ab.json``, its ``dense M=1`` rows): 4096x4096 10.19 -> 9.54 µs,
-            4096x14336 28.22 -> 27.38; 14336x4096, 6144x4096 and 28672x4096 within 0.3 %.
+            4096x14336 28.22 -> 27.38; 14336x4096, 6144x4096 and 28672x4096 within 0.3 %. Those were the
+            one-chunk forms of that day (16 rows at 4096x4096 and 4096x14336); the two-chunk form
+            (:func:`takes_two_chunks`), in two runs of ``dense-vector-profile`` without and with
+            ``MIRCUDA_PRELOAD_WEIGHTS=1`` compiled in (``dense_vector_two_chunks.json``, ``after_change_profile_p0``
+            and ``_p1``): 4096x4096 9.79 -> 9.52, 6144x4096 13.79 -> 13.48, 4096x14336 27.61 -> 27.77 (slower).
 
     Each warp computes 8 or 16 output rows, converting each pair of inputs to FP32 once and using it for
     all of them; accumulation is FP32; ``beta == 0`` never reads ``y`` (it may hold NaN). Any N and K:
