@@ -155,6 +155,38 @@ def test_describe_says_what_the_promise_does_for_each_kernel(stand_ins, cc, m, k
     assert all(("MIRCUDA_PRELOAD_WEIGHTS" in d) is define for d in stand_ins.defines)
 
 
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("cc, knobs, form", [
+    ((9, 0), {}, (8, 4, 2)),            # 512 blocks of 8 rows on 132 SMs: takes_two_chunks
+    ((9, 0), {"rows": 8}, (8, 1, 1)),   # a given rows or warps keeps the one-chunk forms
+    ((9, 0), {"warps": 4}, (16, 4, 1)),
+    ((8, 0), {}, (16, 8, 1))])          # cc 8.x: choose_dense_vector's rule (stand-in occupancy: 2 blocks per SM)
+def test_the_two_chunk_form_is_what_both_plans_launch_where_the_rule_takes_it(stand_ins, monkeypatch, cc, knobs, form,
+                                                                             static) -> None:
+    # VectorKernel's wiring of takes_two_chunks (N = K = 4096): rows, warps and unroll, the module's defines, the
+    # launch geometry (numba_execute's too) and describe(); DenseMatmulPlan at M = 1 runs the same engine
+    from mircuda.matmul import _vector
+
+    seen: list[tuple[int, int]] = []
+    monkeypatch.setattr(_vector, "kernel_executor", lambda function, grid, block, *args, **kwargs: seen.append((grid, block)))
+    rows, warps, unroll = form
+    plans = [mc.DenseVectorPlan(stand_in_context(cc), None, mc.DenseVectorSpec(4096, 4096),  # type: ignore[arg-type]
+                                static_weights=static, **knobs)]
+    if not knobs:
+        plans.append(matmul_plan(cc, 1, 4096, static))
+    for plan in plans:
+        engine = plan._engine if isinstance(plan, mc.DenseVectorPlan) else plan._nvrtc
+        assert (engine.rows, engine.warps, engine.unroll) == form  # type: ignore[union-attr]
+        assert engine.config.grid == (4096 // rows, 1, 1) and engine.config.block == (32 * warps, 1, 1)  # type: ignore[union-attr]
+        engine.numba_executor(0)  # type: ignore[union-attr]
+        text = str(plan.describe())
+        two = "-D DENSE_VECTOR_UNROLL=2 -D DENSE_VECTOR_MIN_BLOCKS=1 -D MIRCUDA_PDL_TRIGGER_LATE=0"
+        assert (two in text) is (unroll == 2) and ("two 256-column chunks" in text) is (unroll == 2), text
+        assert (VECTOR_EARLY in text) is (static and cc >= (9, 0)), text
+    assert seen == [(4096 // rows, 32 * warps)] * len(plans)
+    assert stand_ins.defines[-1].get("DENSE_VECTOR_UNROLL") == ("2" if unroll == 2 else None)
+
+
 def test_describe_says_the_promise_does_nothing_for_a_cutlass_kernel() -> None:
     # a CUTLASS plan without the library: the attributes describe() reads, as the constructor sets them
     from mircuda.matmul._library import KernelInfo

@@ -10,9 +10,9 @@
 // converted to float2 once) serves R weight rows.
 // The vector variant (`_v16`) needs K % 8 == 0 and 16-byte aligned W and x: each lane then loads 16
 // bytes per row per chunk, and the loads of the next chunk are issued before the current one is
-// consumed, so each lane keeps R to 2R independent 16-byte loads in flight (a bandwidth-bound kernel
-// needs ~25 KB in flight per SM on an H200; 16 warps x 32 lanes x 8 x 16 B = 64 KB). The scalar
-// variant (`_any`) takes any K and alignment.
+// consumed, so each lane keeps R to 2R independent 16-byte loads in flight, 2R to 4R with two chunks per
+// step (DENSE_VECTOR_UNROLL=2; a bandwidth-bound kernel needs ~25 KB in flight per SM on an H200; 16 warps x
+// 32 lanes x 8 x 16 B = 64 KB). The scalar variant (`_any`) takes any K and alignment.
 // Weights are read once, so they bypass L1 (ld.global.nc.L1::no_allocate); x stays cached.
 // Rows past N read row N-1 (in bounds, never stored); beta == 0 never reads y.
 #include <cuda_bf16.h>
@@ -50,7 +50,8 @@ constexpr int kMaxWarps = 8;   // warps per block splitting K
 constexpr int kChunk = 256;    // columns per warp per step in the vector variant: 32 lanes x 8
 // Register budget: 8 rows fit two blocks of 8 warps per SM (121 registers on sm_90); 16 rows double the
 // loads in flight per lane and take one (238 registers; a lower bound spills). DENSE_VECTOR_MIN_BLOCKS
-// overrides it for `dense-vector-profile --sweep` (8 rows, unroll 2 and one block: no spills).
+// overrides it for DenseVectorPlan's two-chunk form and `dense-vector-profile --sweep` (8 rows, unroll 2 and one
+// block: no spills).
 #ifndef DENSE_VECTOR_MIN_BLOCKS
 #define DENSE_VECTOR_MIN_BLOCKS (DENSE_VECTOR_ROWS == 8 ? 2 : 1)
 #endif

@@ -141,7 +141,9 @@ def choose_dense_vector(n: int, k: int, multiprocessors: int, blocks_per_sm: Cal
     (16, 4: 28.0), 8192 x 8192 (8, 2: 31.8), 6144 x 4096 (8, 2: 14.1), 14336 x 4096 (8, 1: 28.2) and
     28672 x 4096 (8, 1: 55.2). For small N (8 warps either way) 16 rows were slower up to N = 1024,
     where their 64 blocks leave half of the 132 SMs idle (K = 14336: 12.2 instead of 10.1 µs; N = 64:
-    10.5 instead of 7.0), and faster from N = 2048 (128 blocks; K = 4096: 6.6 instead of 7.0).
+    10.5 instead of 7.0), and faster from N = 2048 (128 blocks; K = 4096: 6.6 instead of 7.0). That sweep had
+    one chunk per step only: on cc 9.x DenseVectorPlan's default is :func:`takes_two_chunks`'s form where that
+    applies (on the H200 4096 x 4096, 6144 x 4096 and 4096 x 14336 above), and this rule elsewhere.
     """
     wide = choose_vector_warps(n, k, multiprocessors, lambda w: blocks_per_sm(16, w), rows=16)
     if _takes_16_rows(n, wide, multiprocessors, blocks_per_sm):
@@ -334,7 +336,9 @@ class VectorKernel:
     """The dense vector kernel compiled for one N x K and dtype pair, with its rows, warps and launch
     configuration: the engine of DenseVectorPlan and of DenseMatmulPlan at M = 1 (the plans check
     operands). ``rows`` and ``warps`` (both optional) are checked before anything is compiled; the
-    16-row module is compiled when its occupancy is needed or it is chosen, the 8-row one when chosen.
+    16-row module is compiled when its occupancy is needed or it is chosen, the 8-row one when chosen, and
+    where :func:`takes_two_chunks` gives the default (neither given) only the two-chunk module, without an
+    occupancy query.
 
     Raises:
         ContractError: ``rows`` or ``warps`` is not one of the allowed values.
