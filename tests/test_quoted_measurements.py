@@ -327,3 +327,42 @@ def test_the_two_chunk_figures_are_as_recorded() -> None:
     assert f"{promised} (slower)" in flat(mc.DenseVectorPlan.__doc__ or "")
     assert p1[(4096, 14336, "DenseVectorPlan")] > p0[(4096, 14336, "DenseVectorPlan")]  # "(slower)"
     assert f"`dense_vector_two_chunks.json`: {promised}.)" in flat(README)
+
+
+def test_the_fp4_static_trigger_figures_are_as_recorded() -> None:
+    # STATIC_EARLY_MEASURED, BlockScaledFp4VectorPlan's docstring and README against fp4_static_trigger.json: the sweep
+    # with the early loads compiled in (late -> early trigger) and without, and fp4-profile without -> with
+    # --static-weights after the rule
+    import mircuda as mc
+    from mircuda.matmul._fp4 import STATIC_EARLY_MEASURED, STATIC_EARLY_MIN_WEIGHTS
+
+    runs = recorded("fp4_static_trigger.json")["runs"]
+    shapes = ((14336, 4096), (4096, 14336), (4096, 4096))
+
+    def sweep(run: str, trigger: str) -> dict[tuple[int, int], float]:
+        return {(r["n"], r["k"]): r["us"] for r in runs[run]["sweep"]
+                if r["candidate"] == f"vector:decode=dp4a:trigger={trigger}"}
+
+    def moves(run: str, named: bool) -> str:
+        late, early = sweep(run, "late"), sweep(run, "early")
+        parts = [(f"{n}x{k} " if named else "") + f"{late[(n, k)]:.2f} -> {early[(n, k)]:.2f}" for n, k in shapes]
+        parts[0] += " µs" if named else ""
+        return ", ".join(parts)
+
+    assert f"late -> early trigger, {moves('preload_1', True)}; without the early loads the early trigger was no " \
+        f"faster ({moves('preload_0', False)})" in STATIC_EARLY_MEASURED
+    early = sweep("preload_1", "early")
+    assert f"14336x4096 {early[(14336, 4096)]:.2f} µs, 4096x14336 {early[(4096, 14336)]:.2f}" \
+        in flat(mc.BlockScaledFp4VectorPlan.__doc__ or "")
+    # the threshold lies between the measured shapes: faster with it above, slower below
+    for n, k in shapes:
+        assert (early[(n, k)] < sweep("preload_1", "late")[(n, k)]) is (n * k >= STATIC_EARLY_MIN_WEIGHTS), (n, k)
+
+    plain, promised = runs["profile_default"], runs["profile_static_weights"]
+    assert (plain["static_weights"], promised["static_weights"]) == (False, True)
+    fp4 = {run: {(r["n"], r["k"]): r["fp4_us"] for r in runs[run]["rows"] if r["m"] == 1}
+           for run in ("profile_default", "profile_static_weights")}
+    quoted = ", ".join(f"{n}x{k} {fp4['profile_default'][(n, k)]:.2f} -> {fp4['profile_static_weights'][(n, k)]:.2f}"
+                       + (" µs" if (n, k) == shapes[0] else "") for n, k in shapes)
+    assert f"`benchmarks/results/fp4_static_trigger.json`: {quoted})" in flat(README)
+    assert f"{quoted.split(', 4096x4096')[0]} with `fp4-profile --static-weights`" in flat(README)

@@ -876,7 +876,9 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
             splitting K (large N: the occupancy rule takes one warp per block), else 1.
         pdl_trigger: tuning knob of both kernels: where programmatic dependent launch lets the next kernel of
             the stream start on cc >= 9.0, ``"late"`` (after each block's loads; None: the default) or
-            ``"early"`` (at the start of each block; :data:`~mircuda.matmul._spec.PDL_TRIGGERS`).
+            ``"early"`` (at the start of each block; :data:`~mircuda.matmul._spec.PDL_TRIGGERS`). None is early
+            instead with ``static_weights=True`` on the integer path where N x K >= :data:`STATIC_EARLY_MIN_WEIGHTS`
+            (see ``static_weights``); a given trigger always stands.
         static_weights: ``True`` promises that no kernel which may still be running on the plan's stream when
             this plan's kernel starts writes ``w`` or ``w_scales`` (see :class:`~mircuda.DenseVectorPlan`'s
             argument). The integer path (``decode='dp4a'``) then loads its first ring of weight codes and scales
@@ -1042,7 +1044,9 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             wave of two-warp blocks splitting K, large N), else 4 rows and 3 stages at M = 1, else 2); refused
             (ContractError) on the other paths.
         static_weights: as :class:`BlockScaledFp4VectorPlan` (the NVRTC kernels of M <= 16; no effect on the
-            other paths, which ``describe()`` says).
+            other paths, which ``describe()`` says), with the same early trigger at M = 1 on the integer path
+            where N x K >= :data:`STATIC_EARLY_MIN_WEIGHTS` and ``pdl_trigger`` is not given (measured at M = 1
+            only; M = 2 keeps the late default).
 
     Raises:
         ContractError: bad arguments (named); a forced ``kernel`` that is not in the library or cannot run
