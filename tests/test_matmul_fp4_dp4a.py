@@ -921,6 +921,35 @@ def test_row_warps_default_needs_large_n_not_a_short_k(occupancy_gemv: Any) -> N
     assert (wide.warps, wide.row_warps, wide.default_row_warps, wide.config.grid) == (1, 2, True, (1792, 1, 1))
 
 
+@pytest.mark.parametrize("n, k, knobs, early", [
+    (14336, 4096, {}, True),                     # 58.7 M weights: both modules (row warps 2 is the second) early
+    (4096, 14336, {}, True),
+    (8192, 4096, {}, True),                      # exactly 2^25
+    (8184, 4096, {}, False),                     # just below
+    (4096, 4096, {}, False),
+    (14336, 4096, {"static_weights": False}, False),
+    (14336, 4096, {"pdl_trigger": "late"}, False),  # a given trigger stands
+    (14336, 4096, {"m": 2}, False),              # measured at M = 1 only
+    (14336, 4096, {"decode": "e4m3"}, False)])   # not the integer path
+def test_the_promise_takes_the_early_trigger_on_large_weights_in_every_module(occupancy_gemv: Any, n: int, k: int,
+                                                                               knobs: dict[str, Any], early: bool) -> None:
+    """static_weights=True on the integer path at M = 1, N x K >= STATIC_EARLY_MIN_WEIGHTS, pdl_trigger not given:
+    every module compiled (the default row warps' second one too) triggers early and describe() says why; otherwise
+    the trigger is the one given, or the late default (no define)."""
+    from mircuda.matmul._fp4 import STATIC_EARLY_MIN_WEIGHTS
+
+    gemv, compiled = occupancy_gemv
+    engine = gemv(n, k, **{"static_weights": True, **knobs})
+    trigger = "0" if early else {"late": "1"}.get(knobs.get("pdl_trigger", ""))
+    assert [d.get("MIRCUDA_PDL_TRIGGER_LATE") for d in compiled] == [trigger] * len(compiled), compiled
+    assert dict(engine.options.defines).get("MIRCUDA_PDL_TRIGGER_LATE") == trigger
+    assert engine.static_early is early and (engine.pdl_trigger == "early") is early
+    text = engine.describe()
+    assert ("early trigger" in text) is early and (f">= {STATIC_EARLY_MIN_WEIGHTS}" in text) is early, text
+    if (n, k, knobs) == (14336, 4096, {}):
+        assert len(compiled) == 2 and engine.row_warps == 2  # the row-warps recompile kept the early trigger
+
+
 def test_both_plans_run_the_default_row_warps_module_from_numba_and_say_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """BlockScaledFp4VectorPlan and BlockScaledFp4Plan at M = 1, N = 14336, K = 4096 on a fake sm_90 device: the
     module kept is the second one (its handle in numba_execute's launch, with 1792 blocks of 64 threads), the plans'
@@ -994,6 +1023,21 @@ def fake_matrix_plan(monkeypatch: pytest.MonkeyPatch) -> Any:
         return _fp4.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), **knobs)  # type: ignore[arg-type]
 
     return make, compiled
+
+
+def test_the_matrix_plan_takes_the_promises_early_trigger_at_m1_only(fake_matrix_plan: Any) -> None:
+    """BlockScaledFp4Plan's NVRTC path at M = 1 is the vector plan's engine: static_weights=True (a numpy bool too) on
+    14336x4096 compiles every module with the early trigger and describe() says why; at M = 2 it keeps the late
+    default (STATIC_EARLY_MEASURED is M = 1 only)."""
+    from mircuda.matmul._fp4 import STATIC_EARLY_MIN_WEIGHTS
+
+    make, compiled = fake_matrix_plan
+    for m, static, early in ((1, True, True), (1, np.True_, True), (2, True, False), (1, np.False_, False)):
+        plan = make(m, 14336, 4096, static_weights=static)
+        text = str(plan.describe())
+        assert {d.get("MIRCUDA_PDL_TRIGGER_LATE") for d in compiled} == {"0" if early else None}, (m, static)
+        assert (f">= {STATIC_EARLY_MIN_WEIGHTS}" in text) is early, text
+        assert plan._gemv.static_weights is bool(static) and plan._gemv.static_early is early  # the checked bool
 
 
 def test_the_tensor_core_choice_at_m2_says_why_the_integer_path_did_not_apply(fake_matrix_plan: Any) -> None:

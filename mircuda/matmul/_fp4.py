@@ -911,7 +911,7 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
                                           int_knob(row_warps))  # numpy integers as ints
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
-        check_static_weights(static_weights)
+        static_weights = check_static_weights(static_weights)  # a numpy.bool_ handed on as the bool
         check_fp4_k(spec.k, "spec.k")
         self._activation = check_activation(activation)
         self._layout = check_layout("scale_layout", scale_layout)
@@ -1138,7 +1138,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler, warps, symbol, decode=decode,
                                  rows=rows, block_sum=block_sum, stages=stages, prefetch=prefetch,
                                  persistent=persistent, row_warps=row_warps, pdl_trigger=pdl_trigger,
-                                 static_weights=static_weights)
+                                 static_weights=self._static_weights)
             self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide,
                                           self._gemv.decode == "dp4a")
             head = (f"M = {m} <= {GEMV_MAX_M}: decode; the {n}x{k} FP4 weights dominate the bytes, so one NVRTC kernel "
