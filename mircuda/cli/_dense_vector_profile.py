@@ -46,12 +46,14 @@ def dense_vector_profile(args: Any) -> int:
                 if not err <= 1e-2:  # NaN fails too
                     s.failures.append(f"DenseVectorPlan {label} {n}x{k}: relative error {err:.2e}")
                 us = timer.median(lambda i: plan.execute(stream, x, ws[i % banks], y), args.calls, args.repeats)  # noqa: B023  (timed before the loop moves on)
+                unroll = plan._engine.unroll  # 2: the two-chunk form (takes_two_chunks), not the one-chunk 8 x 4
                 s.rows.append(row("DenseVectorPlan", label, 1, n, k, us, isz, osz,
-                                   f"{plan.rows} rows x {plan.warps} warp(s)/block, rel err {err:.1e}"))
+                                   f"{plan.rows} rows x {plan.warps} warp(s)/block"
+                                   f"{', two chunks per step' if unroll == 2 else ''}, rel err {err:.1e}"))
                 if args.sweep:
                     s.rows.extend(sweep_rows(
                         context, stream, timer, x, y, ws, in_t, out_t, n, k, args.calls, args.repeats,
-                        (plan.rows, plan.warps), lambda: check_vector(context, stream, y, want),  # noqa: B023
+                        (plan.rows, plan.warps, unroll), lambda: check_vector(context, stream, y, want),  # noqa: B023
                         lambda path, us, note: row(path, label, 1, n, k, us, isz, osz, note), s.failures))  # noqa: B023
                 s.rows.append(_matmul_row(context, stream, pool, timer, ws, x, y, want, in_t, out_t, label, n, k,
                                           banks, args, s.failures))

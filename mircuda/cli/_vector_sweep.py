@@ -52,11 +52,18 @@ class Knobs:
         return (f"dense_vector r{self.rows} w{self.warps} u{self.unroll} {self.trigger} "
                 f"mb{self.min_blocks}")
 
-    def is_default_for(self, rows: int, warps: int) -> bool:
-        """Whether this is what DenseVectorPlan launches when it picks ``rows`` x ``warps`` (the source's
-        defaults for the compile-time knobs)."""
-        return (self.rows == rows and self.warps == warps and self.unroll == 1
-                and self.trigger == ("late" if rows == 8 else "early") and self.min_blocks == (2 if rows == 8 else 1))
+    def is_default_for(self, rows: int, warps: int, unroll: int = 1) -> bool:
+        """Whether this is what DenseVectorPlan launches when it picks ``rows`` x ``warps`` in the form of
+        ``unroll`` chunks per step (1, or 2: the two-chunk form of ``takes_two_chunks``): the macros of
+        ``vector_options``, the source's defaults for the others (unroll 1, trigger late for 8 rows and early
+        for 16, min blocks 2 for 8 rows and 1 for 16)."""
+        from ..matmul._vector import vector_options
+
+        plan: dict[str, str | None] = {"DENSE_VECTOR_ROWS": str(rows), "DENSE_VECTOR_UNROLL": "1",
+                                       "MIRCUDA_PDL_TRIGGER_LATE": str(int(rows == 8)),
+                                       "DENSE_VECTOR_MIN_BLOCKS": "2" if rows == 8 else "1"}
+        plan.update(vector_options(rows, unroll=unroll).defines)
+        return self.warps == warps and {name: str(value) for name, value in self.defines().items()} == plan
 
 
 def knob_grid() -> list[Knobs]:
@@ -74,13 +81,13 @@ def knob_grid() -> list[Knobs]:
 
 
 def sweep_rows(context: Any, stream: Any, timer: Any, x: Any, y: Any, ws: list[Any], in_t: Any, out_t: Any,
-               n: int, k: int, calls: int, repeats: int, plan_choice: tuple[int, int],
+               n: int, k: int, calls: int, repeats: int, plan_choice: tuple[int, int, int],
                check: Callable[[], float], make_row: Callable[[str, float, str], Any],
                failures: list[str]) -> list[Any]:
     """One row per configuration of :func:`knob_grid` for ``y = W x`` (N x K), timed over the weight
     banks ``ws``; ``check()`` reads ``y`` back and returns its relative error against the reference;
     ``make_row(path, us, note)`` builds the table's row. ``plan_choice`` is DenseVectorPlan's
-    (rows, warps) for the shape, marked in the notes."""
+    (rows, warps, chunks per step) for the shape, marked in the notes (:meth:`Knobs.is_default_for`)."""
     from ..dtypes import dtype_info
     from ..matmul._vector import kernel_symbol, shared_compiler, vector_contract
 
@@ -107,7 +114,7 @@ def sweep_rows(context: Any, stream: Any, timer: Any, x: Any, y: Any, ws: list[A
 
 
 def _sweep_one(knobs: Knobs, context: Any, stream: Any, timer: Any, x: Any, y: Any, ws: list[Any], banks: int, n: int,
-               k: int, calls: int, repeats: int, plan_choice: tuple[int, int], contract: Any, compiler: Any, info: Any,
+               k: int, calls: int, repeats: int, plan_choice: tuple[int, int, int], contract: Any, compiler: Any, info: Any,
                poison: Any, check: Callable[[], float], make_row: Callable[[str, float, str], Any],
                failures: list[str]) -> Any:
     """One configuration's row (None when it cannot launch at its block size)."""
