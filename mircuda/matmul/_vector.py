@@ -465,7 +465,8 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
         rows: output rows per block and warp (8 or 16); warps: warps per block splitting K (1, 2, 4 or
             8). By default both come from :func:`choose_dense_vector`, or, where :func:`takes_two_chunks`
             says so (compute capability 9.x, 3.5 to 6 blocks of 8 rows per SM: e.g. N = 4096 or 6144 on an
-            H200), the kernel's two-chunk form (8 rows, 4 warps, two 256-column chunks per pipeline step);
+            H200; K % 8 == 0 and K >= 4096), the kernel's two-chunk form (8 rows, 4 warps, two 256-column chunks
+            per pipeline step, early trigger; the repr adds "two chunks per step");
             a given ``rows`` alone gets :func:`choose_vector_warps`'s split, a given ``warps`` alone
             :func:`dense_vector_rows`'s rows (16 only with 4 or more warps whose 16-row grid fits one wave),
             both in the one-chunk form.
@@ -581,6 +582,8 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
                      s.n, s.k)
 
     def __repr__(self) -> str:
+        # the two-chunk form shares rows and warps with DenseVectorPlan(rows=8, warps=4), a different kernel
+        two = ", two chunks per step" if self._engine.unroll == 2 else ""
         return (f"DenseVectorPlan[{self._in.name}, {self._out.name}](n={self._spec.n}, k={self._spec.k}, "
-                f"rows={self.rows}, warps={self.warps})")
+                f"rows={self.rows}, warps={self.warps}{two})")
 
