@@ -875,8 +875,9 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
             when ``warps`` is not given either and the row blocks do not fit in one wave of two-warp blocks
             splitting K (large N: the occupancy rule takes one warp per block), else 1.
         pdl_trigger: tuning knob of both kernels: where programmatic dependent launch lets the next kernel of
-            the stream start on cc >= 9.0, ``"late"`` (after each block's loads; None: the default) or
-            ``"early"`` (at the start of each block; :data:`~mircuda.matmul._spec.PDL_TRIGGERS`).
+            the stream start on cc >= 9.0, ``"late"`` (after each block's loads) or ``"early"`` (at the start of
+            each block; :data:`~mircuda.matmul._spec.PDL_TRIGGERS`); None: late, but early with
+            ``static_weights=True`` on the integer path at M = 1 for N x K >= :data:`STATIC_EARLY_MIN_WEIGHTS` (below).
         static_weights: ``True`` promises that no kernel which may still be running on the plan's stream when
             this plan's kernel starts writes ``w`` or ``w_scales`` (see :class:`~mircuda.DenseVectorPlan`'s
             argument). The integer path (``decode='dp4a'``) then loads its first ring of weight codes and scales
