@@ -4,6 +4,7 @@ validation."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import mircuda as mc
@@ -163,6 +164,25 @@ def test_the_two_chunk_form_is_taken_where_it_was_measured_faster(n, k, cc, vect
     assert takes_two_chunks(n, k, 132, cc, vector) is expected
 
 
+def test_the_repr_tells_the_two_chunk_default_from_the_same_rows_and_warps_given(monkeypatch) -> None:
+    # both are 8 rows x 4 warps in 512 blocks; given rows and warps compile the one-chunk form (measured 11.09 against
+    # 9.81 us at 4096x4096 on the H200), and the repr was the same for both
+    from mircuda.matmul import _vector
+    from tests.test_static_weights import StandInCompiler, stand_in_context
+
+    compiler = StandInCompiler()
+    monkeypatch.setattr(_vector, "plan_stream", lambda stream, context: None)
+    monkeypatch.setattr(_vector, "plan_compiler", lambda given, context: compiler)
+    monkeypatch.setattr(_vector, "blocks_per_sm", lambda context, kernel, warps: 2)
+    spec = mc.DenseVectorSpec(4096, 4096)
+    default = mc.DenseVectorPlan(stand_in_context((9, 0)), None, spec)  # type: ignore[arg-type]
+    given = mc.DenseVectorPlan(stand_in_context((9, 0)), None, spec, rows=8, warps=4)  # type: ignore[arg-type]
+    assert (default.rows, default.warps, default.launch_config.grid) == (given.rows, given.warps, given.launch_config.grid)
+    assert repr(default) == "DenseVectorPlan[bf16, bf16](n=4096, k=4096, rows=8, warps=4, two chunks per step)"
+    assert repr(given) == "DenseVectorPlan[bf16, bf16](n=4096, k=4096, rows=8, warps=4)"
+    assert "DENSE_VECTOR_UNROLL=2" in str(default.describe()) and "DENSE_VECTOR_UNROLL" not in str(given.describe())
+
+
 def test_the_two_chunk_form_compiles_without_spills_and_triggers_early() -> None:
     options = vector_options(8, unroll=2)
     assert dict(options.defines) == {"DENSE_VECTOR_ROWS": "8", "DENSE_VECTOR_UNROLL": "2",
@@ -221,3 +241,51 @@ def test_package_sources_inline_their_shared_header_for_nvrtc() -> None:
     for source in (dense_vector_source(), batched_gemv_source()):
         assert '#include "decode_common.cuh"' not in source.text
         assert source.text.count("namespace decode {") == 1 and "pdl_trigger_late" in source.text
+
+
+class _NoDevice:
+    """A context whose device may not be asked: the plans' plain-value checks come first."""
+
+    def device_info(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("the device was queried before the arguments were checked")
+
+
+@pytest.mark.parametrize("plan, kwargs, argument", [
+    ("dense", {"rows": 12}, "rows"), ("dense", {"warps": 3}, "warps"), ("dense", {"rows": "8"}, "rows"),
+    ("dense", {"warps": True}, "warps"), ("fp4", {"pdl_trigger": "soon"}, "pdl_trigger"),
+    ("fp4", {"pdl_trigger": 1}, "pdl_trigger"), ("fp4", {"row_warps": 3}, "row_warps"),
+    ("fp4 matmul", {"pdl_trigger": "EARLY"}, "pdl_trigger"), ("fp4 matmul", {"row_warps": 16}, "row_warps")])
+def test_bad_knobs_are_refused_by_name_before_the_device_is_asked(monkeypatch, plan, kwargs, argument) -> None:
+    # DenseVectorPlan checked rows and warps, the FP4 plans pdl_trigger and row_warps, only after the compute capability
+    # (a device below 8.0 said UnsupportedPlatform for a bad knob) and after making the compiler
+    from mircuda.matmul import _fp4, _vector
+
+    def no_compiler(given, context):  # type: ignore[no-untyped-def]
+        raise AssertionError("a compiler was made before the arguments were checked")
+
+    for module in (_vector, _fp4):
+        monkeypatch.setattr(module, "plan_stream", lambda stream, context: None)
+    monkeypatch.setattr(_vector, "plan_compiler", no_compiler)
+    monkeypatch.setattr(_fp4, "fp4_compiler", no_compiler)
+    make = {"dense": lambda: mc.DenseVectorPlan(_NoDevice(), None, mc.DenseVectorSpec(4096, 4096), **kwargs),
+            "fp4": lambda: mc.BlockScaledFp4VectorPlan(_NoDevice(), None, mc.DenseVectorSpec(4096, 4096), **kwargs),
+            "fp4 matmul": lambda: mc.BlockScaledFp4Plan(_NoDevice(), None, mc.DenseMatmulSpec(1, 4096, 4096),
+                                                        library=None, **kwargs)}[plan]
+    with pytest.raises(mc.ContractError) as info:
+        make()
+    assert info.value.argument == argument and repr(next(iter(kwargs.values()))) in str(info.value)
+
+
+def test_dense_vector_plan_takes_numpy_integer_knobs_as_the_fp8_and_fp4_plans_do(monkeypatch) -> None:
+    # warps=np.int64(4) was refused as "expected None, 1, 2, 4 or 8 ..., received np.int64(4)"
+    from mircuda.matmul import _vector
+    from tests.test_static_weights import StandInCompiler, stand_in_context
+
+    compiler = StandInCompiler()
+    monkeypatch.setattr(_vector, "plan_stream", lambda stream, context: None)
+    monkeypatch.setattr(_vector, "plan_compiler", lambda given, context: compiler)
+    monkeypatch.setattr(_vector, "blocks_per_sm", lambda context, kernel, warps: 2)
+    plan = mc.DenseVectorPlan(stand_in_context((9, 0)), None, mc.DenseVectorSpec(4096, 4096),  # type: ignore[arg-type]
+                              rows=np.int32(16), warps=np.int64(4))
+    assert (plan.rows, plan.warps) == (16, 4) and type(plan.rows) is int and type(plan.warps) is int
+    assert compiler.defines == [{"DENSE_VECTOR_ROWS": "16"}]

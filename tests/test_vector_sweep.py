@@ -35,16 +35,22 @@ def test_the_two_chunk_form_is_the_choice_marked_where_the_plan_takes_it() -> No
     assert two.label == "dense_vector r8 w4 u2 early mb1"
     assert {name: str(value) for name, value in two.defines().items()} == dict(vector_options(8, unroll=2).defines)
     assert not Knobs(8, 4, 1, "late", 2).is_default_for(8, 4, 2) and Knobs(8, 4, 1, "late", 2).is_default_for(8, 4)
+    grid = knob_grid()
+    for choice in ((8, 1), (16, 4), (8, 4), (8, 4, 1), (8, 4, 2)):  # exactly one configuration is each plan choice
+        assert sum(g.is_default_for(*choice) for g in grid) == 1
+    # the two-chunk form (takes_two_chunks) is not the one-chunk 8 x 4 of the same rows and warps
+    assert [g.label for g in grid if g.is_default_for(8, 4, 2)] == ["dense_vector r8 w4 u2 early mb1"]
+    assert [g.label for g in grid if g.is_default_for(8, 4)] == ["dense_vector r8 w4 u1 late mb2"]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rows", [8, 16])
-def test_the_default_knobs_are_the_plans_kernel(rows) -> None:
-    """The macros the sweep adds (unroll 1, the row count's trigger and min blocks) change nothing: the same
-    PTX as the plan's module."""
-    (default,) = [g for g in knob_grid() if g.is_default_for(rows, 4)]
+@pytest.mark.parametrize("rows, unroll", [(8, 1), (16, 1), (8, 2)])
+def test_the_default_knobs_are_the_plans_kernel(rows, unroll) -> None:
+    """The macros the sweep adds (unroll 1, the row count's trigger and min blocks; the two-chunk form's own)
+    change nothing: the same PTX as the plan's module."""
+    (default,) = [g for g in knob_grid() if g.is_default_for(rows, 4, unroll)]
     plan = mc.compile_program(dense_vector_source(), "sm_90a",
-                              mc.CompileOptions(defines=vector_options(rows).defines, output="ptx")).image
+                              mc.CompileOptions(defines=vector_options(rows, unroll=unroll).defines, output="ptx")).image
     swept = mc.compile_program(dense_vector_source(), "sm_90a",
                                mc.CompileOptions(defines=default.defines(), output="ptx")).image
     assert swept == plan
@@ -115,7 +121,7 @@ class _Kernel:
         y.a[:] = (w.a.reshape(n, k).astype(np.float64) @ x.a.astype(np.float64)).astype(y.a.dtype)
 
 
-def _stand_in_sweep(monkeypatch, broken=lambda defines: False):  # type: ignore[no-untyped-def]
+def _stand_in_sweep(monkeypatch, broken=lambda defines: False, choice=(8, 2, 1)):  # type: ignore[no-untyped-def]
     import numpy as np
 
     import mircuda.matmul._vector as vector
@@ -183,7 +189,7 @@ def _stand_in_sweep(monkeypatch, broken=lambda defines: False):  # type: ignore[
         return float(np.linalg.norm(y.a.astype(np.float64) - want) / np.linalg.norm(want))
 
     failures: list[str] = []
-    rows = sweep_rows(Context(), Stream(), Timer(), Buf(x), y, [Buf(w), Buf(w)], mc.bf16, mc.bf16, n, k, 3, 1, (8, 2),
+    rows = sweep_rows(Context(), Stream(), Timer(), Buf(x), y, [Buf(w), Buf(w)], mc.bf16, mc.bf16, n, k, 3, 1, choice,
                       check, lambda path, us, note: (path, us, note), failures)
     return rows, failures
 
@@ -194,6 +200,16 @@ def test_the_sweep_times_every_configuration_that_fits(monkeypatch) -> None:
     marked = [r for r in rows if "(DenseVectorPlan's choice)" in r[2]]
     assert [r[0] for r in marked] == ["dense_vector r8 w2 u1 late mb2"]
     assert rows[0][2].startswith("5 blocks, 1 blocks/SM, 121 regs, 0 B local")
+
+
+@pytest.mark.parametrize("choice, marked", [((8, 4, 1), "dense_vector r8 w4 u1 late mb2"),
+                                             ((8, 4, 2), "dense_vector r8 w4 u2 early mb1"),
+                                             ((16, 4, 1), "dense_vector r16 w4 u1 early mb1")])
+def test_the_plans_choice_is_marked_in_its_form(monkeypatch, choice, marked) -> None:
+    # DenseVectorPlan's two-chunk default (8 rows x 4 warps, unroll 2, early trigger, min blocks 1) was marked on the
+    # one-chunk r8 w4 u1 late mb2 row, a different kernel (dense_vector_two_chunks.json: 11.09 against the plan's 9.81 us)
+    rows, failures = _stand_in_sweep(monkeypatch, choice=choice)
+    assert failures == [] and [r[0] for r in rows if "(DenseVectorPlan's choice)" in r[2]] == [marked]
 
 
 def test_a_configuration_that_writes_nothing_fails(monkeypatch) -> None:

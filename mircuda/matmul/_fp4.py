@@ -912,6 +912,8 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
         static_weights = check_static_weights(static_weights)  # a numpy.bool_ handed on as the bool
+        check_pdl_trigger(pdl_trigger)  # the plain values before the device is queried (the engine checks them too)
+        check_row_warps(row_warps)
         check_fp4_k(spec.k, "spec.k")
         self._activation = check_activation(activation)
         self._layout = check_layout("scale_layout", scale_layout)
@@ -1072,6 +1074,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
         self._static_weights = check_static_weights(static_weights)
+        check_pdl_trigger(pdl_trigger)  # the plain values before the device is queried (the engine checks them too)
+        check_row_warps(row_warps)
         check_fp4_k(spec.k, "spec.k")
         self._activation = check_activation(activation)
         self._epilogue = check_epilogue(epilogue)

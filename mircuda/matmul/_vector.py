@@ -27,6 +27,7 @@ from ._spec import (
     check_disjoint,
     check_operand,
     check_scalar,
+    int_knob,
     plan_stream,
     resolve_dtypes,
 )
@@ -332,6 +333,19 @@ def vector_kernels() -> tuple[KernelInfo, ...]:
                             0, 2, False, (), "nvrtc") for i, o in pairs)
 
 
+def check_vector_knobs(rows: Any, warps: Any) -> None:
+    """``rows`` (None, 8 or 16) and ``warps`` (None, 1, 2, 4 or 8) of the dense vector kernel, checked before the
+    device is queried or anything is compiled.
+
+    Raises:
+        ContractError: naming ``rows`` or ``warps``.
+    """
+    if rows is not None and (type(rows) is not int or rows not in ROW_CHOICES):
+        raise ContractError("rows", "None, 8 or 16 (output rows per block)", repr(rows))
+    if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
+        raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
+
+
 class VectorKernel:
     """The dense vector kernel compiled for one N x K and dtype pair, with its rows, warps and launch
     configuration: the engine of DenseVectorPlan and of DenseMatmulPlan at M = 1 (the plans check
@@ -348,10 +362,7 @@ class VectorKernel:
     def __init__(self, context: Context, n: int, k: int, input: DTypeInfo, output: DTypeInfo,
                  compiler: Compiler | None = None, *, rows: int | None = None, warps: int | None = None,
                  static_weights: bool = False) -> None:
-        if rows is not None and (type(rows) is not int or rows not in ROW_CHOICES):
-            raise ContractError("rows", "None, 8 or 16 (output rows per block)", repr(rows))
-        if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
-            raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
+        check_vector_knobs(rows, warps)
         if compiler is None:
             compiler = shared_compiler(context)
         self.n, self.k = n, k
@@ -470,10 +481,12 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
         rows: output rows per block and warp (8 or 16); warps: warps per block splitting K (1, 2, 4 or
             8). By default both come from :func:`choose_dense_vector`, or, where :func:`takes_two_chunks`
             says so (compute capability 9.x, 3.5 to 6 blocks of 8 rows per SM: e.g. N = 4096 or 6144 on an
-            H200), the kernel's two-chunk form (8 rows, 4 warps, two 256-column chunks per pipeline step);
+            H200; K % 8 == 0 and K >= 4096), the kernel's two-chunk form (8 rows, 4 warps, two 256-column chunks
+            per pipeline step, early trigger; the repr adds "two chunks per step");
             a given ``rows`` alone gets :func:`choose_vector_warps`'s split, a given ``warps`` alone
             :func:`dense_vector_rows`'s rows (16 only with 4 or more warps whose 16-row grid fits one wave),
-            both in the one-chunk form.
+            both in the one-chunk form. A numpy integer is taken as the int; both are checked before the device
+            is queried.
         static_weights: ``True`` promises that no kernel which may still be running on the plan's stream
             when this plan's kernel starts writes ``W`` (inference: weights written once, before a
             synchronization of the stream, or on another stream that this one waits on through an event, or
@@ -526,6 +539,8 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
         if not isinstance(spec, DenseVectorSpec):
             raise ContractError("spec", "a DenseVectorSpec(n, k)", repr(spec))
         static_weights = check_static_weights(static_weights)
+        rows, warps = int_knob(rows), int_knob(warps)  # numpy integers as ints, as the FP8 and FP4 plans take them
+        check_vector_knobs(rows, warps)  # before the device is queried: bad input is a ContractError on any device
         self._in, self._out = resolve_dtypes(input, output)
         info = context.device_info()
         if info.compute_capability < (8, 0):
@@ -595,6 +610,8 @@ class DenseVectorPlan(EngineViews, PlanBase, Generic[T]):
                      s.n, s.k)
 
     def __repr__(self) -> str:
+        # the two-chunk form shares rows and warps with DenseVectorPlan(rows=8, warps=4), a different kernel
+        two = ", two chunks per step" if self._engine.unroll == 2 else ""
         return (f"DenseVectorPlan[{self._in.name}, {self._out.name}](n={self._spec.n}, k={self._spec.k}, "
-                f"rows={self.rows}, warps={self.warps})")
+                f"rows={self.rows}, warps={self.warps}{two})")
 
