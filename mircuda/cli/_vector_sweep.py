@@ -53,14 +53,16 @@ class Knobs:
                 f"mb{self.min_blocks}")
 
     def is_default_for(self, rows: int, warps: int, unroll: int = 1) -> bool:
-        """Whether this is what DenseVectorPlan launches when it picks ``rows`` x ``warps`` with ``unroll`` chunks per
-        step: unroll 1, the source's defaults for the compile-time knobs; unroll 2, the two-chunk form of
-        :func:`~mircuda.matmul._vector.takes_two_chunks` (early trigger, min blocks 1: ``vector_options(rows,
-        unroll=2)``)."""
-        if unroll == 2:
-            return (self.rows, self.warps, self.unroll, self.trigger, self.min_blocks) == (rows, warps, 2, "early", 1)
-        return (self.rows == rows and self.warps == warps and self.unroll == unroll == 1
-                and self.trigger == ("late" if rows == 8 else "early") and self.min_blocks == (2 if rows == 8 else 1))
+        """Whether this is what DenseVectorPlan launches when it picks ``rows`` x ``warps`` in the form of
+        ``unroll`` chunks per step (1, or 2: the two-chunk form of ``takes_two_chunks``): the macros of
+        ``vector_options``, the source's defaults for the others (unroll 1, trigger late for 8 rows and early
+        for 16, min blocks 2 for 8 rows and 1 for 16)."""
+        from ..matmul._vector import vector_options
+
+        plan = {"DENSE_VECTOR_ROWS": str(rows), "DENSE_VECTOR_UNROLL": "1",
+                "MIRCUDA_PDL_TRIGGER_LATE": str(int(rows == 8)), "DENSE_VECTOR_MIN_BLOCKS": "2" if rows == 8 else "1"}
+        plan.update((name, str(value)) for name, value in vector_options(rows, unroll=unroll).defines)
+        return self.warps == warps and {name: str(value) for name, value in self.defines().items()} == plan
 
 
 def knob_grid() -> list[Knobs]:
