@@ -54,7 +54,8 @@ def test_the_products_run_on_fp16_mma_and_the_weights_stream_past_l1(arch, m, wi
     # The loop over the 2-step register ring (the default MIRCUDA_FP4_STAGES) is unrolled: one consume per
     # ring slot, E / 4 mmas per n8 tile each (E = 32 or 16 columns per lane).
     assert body.count(MMA_PTX) == 2 * (8 if wide else 4) * n8
-    load = "ld.global.nc.L1::no_allocate." + ("v4.u32" if wide else "v2.u32")
+    # Weights past L1, whole 128-byte lines into L2 (the measured default: MIRCUDA_FP4_L2_128B).
+    load = "ld.global.nc.L1::no_allocate.L2::128B." + ("v4.u32" if wide else "v2.u32")
     assert body.count(load) == 2 * 3  # rows g and g + 8; the first step, then one load per ring slot
     assert "mul.rn.f16x2" in body or "mul.f16x2" in body  # the UE4M3 scale applied in FP16
 
@@ -94,6 +95,18 @@ def test_the_sass_holds_hmma_and_no_local_memory(tmp_path, arch, m, wide) -> Non
     assert "HMMA.16816.F32" in sass, f"no HMMA.16816.F32 in the {arch} SASS"
     assert not re.search(r"\b(?:STL|LDL)\b", sass), "the kernel spills to local memory"
     assert "HMUL2" in sass
+    # The streamed weight loads: past L1 (.NA), 128-byte lines into L2 (LTC128B), 16 or 8 bytes per lane.
+    assert f"LDG.E.NA.LTC128B.{128 if wide else 64}.CONSTANT" in sass
+
+
+def test_the_l2_line_hint_is_the_tensor_core_kernels_alone() -> None:
+    """fp4_mma_bf16 asks L2 for whole lines (measured faster); the CUDA-core and grouped kernels, where the hint
+    measured no difference, keep plain streamed loads; -D MIRCUDA_FP4_L2_128B=0 turns it off for an A/B."""
+    assert "ld.global.nc.L1::no_allocate.L2::128B.v4.u32" in ptx("compute_90", 4)
+    off = fp4_mma_options(4, "linear", True)
+    text = mc.compile_program(fp4_mma_source(), "compute_90", mc.CompileOptions(
+        defines={**dict(off.defines), "MIRCUDA_FP4_L2_128B": 0}, output="ptx")).image.decode()
+    assert "L2::128B" not in text and "ld.global.nc.L1::no_allocate.v4.u32" in text
 
 
 # -- numpy emulation of the kernel ---------------------------------------------------------------

@@ -366,3 +366,18 @@ def test_the_fp4_static_trigger_figures_are_as_recorded() -> None:
                        + (" µs" if (n, k) == shapes[0] else "") for n, k in shapes)
     assert f"`benchmarks/results/fp4_static_trigger.json`: {quoted})" in flat(README)
     assert f"{quoted.split(', 4096x4096')[0]} with `fp4-profile --static-weights`" in flat(README)
+
+
+def test_the_fp4_l2_hint_figures_are_as_recorded() -> None:
+    # fp4_mma_gemv.cu's note on MIRCUDA_FP4_L2_128B against fp4_l2_hint.json: the range over the tensor-core
+    # kernel's points (M >= 4), the two quoted moves, and that the CUDA-core points (M = 1, 2) did not move
+    source = (ROOT / "mircuda" / "cuda_src" / "fp4_mma_gemv.cu").read_text(encoding="utf-8")
+    note = flat(" ".join(line.lstrip("/ ") for line in source.splitlines() if line.startswith("//")))
+    rows = {(r["m"], r["n"], r["k"]): r["us"] for r in recorded("fp4_l2_hint.json")["rows"]}
+    gains = [100 * (1 - us["def_l2"] / us["def"]) for (m, _n, _k), us in rows.items() if m >= 4]
+    assert len(gains) == 12 and min(gains) > 0
+    assert f"M = 4 / 8 / 16 {min(gains):.1f}-{max(gains):.1f} % faster on the four Llama shapes" in note
+    for m, n, k in ((8, 4096, 14336), (4, 14336, 4096)):
+        us = rows[(m, n, k)]
+        assert f"{n}x{k} M = {m} {us['def']:.2f} -> {us['def_l2']:.2f}" in note
+    assert all(abs(us["def_l2"] - us["def"]) <= 0.05 for (m, _n, _k), us in rows.items() if m <= 2)

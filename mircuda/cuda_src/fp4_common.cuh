@@ -21,6 +21,25 @@
 
 namespace fp4 {
 
+// Streamed weight-code loads of the decode kernels: read once, so not kept in L1. MIRCUDA_FP4_L2_128B=1 adds
+// the .L2::128B prefetch-size hint (PTX ISA 7.4, sm_80+: L2 fetches the whole 128-byte line), as the dense and
+// FP8 decode kernels do: a lane's 8 or 16 bytes leave the rest of the line to other lanes or steps.
+#ifndef MIRCUDA_FP4_L2_128B
+#define MIRCUDA_FP4_L2_128B 0
+#endif
+#if MIRCUDA_FP4_L2_128B
+#define MIRCUDA_FP4_LD_CODES "ld.global.nc.L1::no_allocate.L2::128B"
+#else
+#define MIRCUDA_FP4_LD_CODES "ld.global.nc.L1::no_allocate"
+#endif
+__device__ __forceinline__ void load_codes16(const unsigned char* p, unsigned& a, unsigned& b, unsigned& c,
+                                             unsigned& d) {
+    asm volatile(MIRCUDA_FP4_LD_CODES ".v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
+}
+__device__ __forceinline__ void load_codes8(const unsigned char* p, unsigned& a, unsigned& b) {
+    asm volatile(MIRCUDA_FP4_LD_CODES ".v2.u32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "l"(p));
+}
+
 // Decoded values carry a factor 2^-14 (the software decode reads the E2M1 magnitude bits as an FP16
 // whose exponent field is E2M1's: e -> 2^(e-15) (1 + m/2), subnormal m -> 2^-15 = 0.5 * 2^-14); the
 // cvt path is scaled to match. decode_bias() undoes it and is folded into the block scales (a power of

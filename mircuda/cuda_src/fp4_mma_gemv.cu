@@ -34,7 +34,7 @@
 // past N read row N - 1, never stored);
 // its warps split K by steps: warp w takes steps w, w + warps, ...; the loads of the step S - 1 ahead are
 // issued before the current one is consumed (a register ring of S = MIRCUDA_FP4_STAGES steps, 2..4; 2 is
-// double buffering). Weights are read once (L1 bypassed);
+// double buffering). Weights are read once (L1 bypassed, whole 128-byte lines into L2);
 // activations and scales stay cached. The warps' sums meet in shared memory; warp 0 stores. On cc >= 9.0
 // programmatic dependent launch: nothing the previous kernel may write is read before griddepcontrol.wait.
 #include <cuda_bf16.h>
@@ -57,6 +57,14 @@
 #endif
 #ifndef MIRCUDA_PDL_TRIGGER_LATE  // the plans' pdl_trigger: "late" (1, the default) or "early" (0)
 #define MIRCUDA_PDL_TRIGGER_LATE 1
+#endif
+// The weight loads ask L2 for whole 128-byte lines (fp4_common.cuh's MIRCUDA_FP4_L2_128B): a warp's 16-byte load
+// covers 64 bytes of each of eight rows, and the line's other half is the next step's (another warp's). H200,
+// 2026-12-02, cold weights, one process, against the hint off: M = 4 / 8 / 16 0.1-3.4 % faster on the four Llama
+// shapes (4096x14336 M = 8 16.74 -> 16.17 us, 14336x4096 M = 4 17.10 -> 16.77), none slower
+// (benchmarks/results/fp4_l2_hint.json). The CUDA-core kernels measured no difference and keep the default 0.
+#ifndef MIRCUDA_FP4_L2_128B
+#define MIRCUDA_FP4_L2_128B 1
 #endif
 #include "decode_common.cuh"
 #include "fp4_common.cuh"
@@ -83,10 +91,9 @@ static_assert(kStages >= 2 && kStages <= 4, "MIRCUDA_FP4_STAGES must be 2, 3 or 
 
 __device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[kWords]) {
 #if MIRCUDA_FP4_WIDE
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "l"(p));
+    fp4::load_codes16(p, v[0], v[1], v[2], v[3]);
 #else
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v[0]), "=r"(v[1]) : "l"(p));
+    fp4::load_codes8(p, v[0], v[1]);
 #endif
 }
 

@@ -133,10 +133,9 @@ static_assert(kRowWarps == 1 || ((kRowWarps == 2 || kRowWarps == 4 || kRowWarps 
 // Weight codes are read once: not kept in L1.
 __device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[2 * kBlocks]) {
 #if MIRCUDA_FP4_WIDE
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "l"(p));
+    fp4::load_codes16(p, v[0], v[1], v[2], v[3]);
 #else
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v[0]), "=r"(v[1]) : "l"(p));
+    fp4::load_codes8(p, v[0], v[1]);
 #endif
 }
 

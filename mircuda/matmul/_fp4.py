@@ -678,8 +678,8 @@ class Fp4Gemv:
                     f"activations (E2M1 x UE4M3); E2M1 decoded to FP16 by {decode} and multiplied by its UE4M3 scale "
                     "in FP16 (exact), then tensor cores: mma.sync m16n8k16 FP16 x FP16 -> FP32 (weights the 16-row "
                     f"A operand, {-(-self.m // 8)} n8 tile(s) of activation rows, rows past M zero), "
-                    f"{'16' if self.wide else '8'}-byte streamed weight loads ({self.elements} E2M1 per lane), the "
-                    "next step's loads in flight"
+                    f"{'16' if self.wide else '8'}-byte streamed weight loads ({self.elements} E2M1 per lane; L1 "
+                    "bypassed, 128-byte L2 lines), the next step's loads in flight"
                     + (f"; programmatic dependent launch{self._trigger_text()}" if self.config.programmatic_stream_serialization
                    else "") + self._static_text())
         summed = ("block_sum='fp16': each 16-element block summed exactly in FP16 by HFMA2, converted once "
