@@ -141,6 +141,15 @@ def test_goals_name_the_worst_case() -> None:
     assert lines[2] == "M >= 2048 portable FP4/BF16 TFLOP/s: worst 0.90 (M=2048 4096x4096); 2/2 >= 0.8"
 
 
+
+def test_goals_under_static_weights_name_the_promise() -> None:
+    # fp4-profile --static-weights: a goal met only with the promise must not read like the default's
+    rows = [fp.fp4_row(1, 4096, 4096, fp4_us=4.0, bf16_us=10.0), fp.fp4_row(8, 4096, 4096, fp4_us=6.0, bf16_us=10.0)]
+    plain, promised = fp.goals(rows), fp.goals(rows, static_weights=True)
+    assert promised == [f"{line} (static_weights=True)" for line in plain]
+    assert promised[0].endswith("goal <= 5 µs: met (static_weights=True)")
+
+
 class _FakeBench:
     """A stand-in for the GPU bench of one shape: made-up times, and a record of what was asked."""
 
