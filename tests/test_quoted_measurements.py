@@ -381,6 +381,15 @@ def test_the_fp4_l2_hint_figures_are_as_recorded() -> None:
         us = rows[(m, n, k)]
         assert f"{n}x{k} M = {m} {us['def']:.2f} -> {us['def_l2']:.2f}" in note
     assert all(abs(us["def_l2"] - us["def"]) <= 0.05 for (m, _n, _k), us in rows.items() if m <= 2)
+    # the record's own finding: the same range and count, the CUDA-core bound, the kept moe-profile runs
+    result = recorded("fp4_l2_hint.json")
+    finding = flat(result["finding"])
+    assert f"was {min(gains):.1f}-{max(gains):.1f} % faster with the hint at all {len(gains)} points" in finding
+    moved = max(abs(us["def_l2"] / us["def"] - 1) for (m, _n, _k), us in rows.items() if m <= 2)
+    assert f"moved by at most 0.05 µs ({100 * moved:.1f} %) either way" in finding
+    fine = [next(r["grouped_us"] for r in run["rows"] if (r["layer"], r["tokens"]) == ("fine", 1))
+            for run in sorted(result["moe_decode"], key=lambda run: run["hint"])]
+    assert f"and {fine[0]:.2f} µs off" in finding and f"and {fine[1]:.2f} on" in finding
 
 
 def test_the_fp4_mma_occupancy_reading_is_as_recorded() -> None:
