@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 
 import mircuda as mc
-from mircuda.matmul._fp4 import FP4_KERNELS, FP4_MMA_SYMBOL, FP4_SYMBOL, fp4_mma_options, fp4_mma_source
+from mircuda.matmul._fp4 import (FP4_KERNELS, FP4_MMA_SYMBOL, FP4_SYMBOL, fp4_gemv_options, fp4_mma_options,
+                                  fp4_mma_source, fp4_vector_source)
 from mircuda.matmul._fp4 import DECODES
 from mircuda.matmul._fp4_reference import dequantize, quantize, ue4m3_decode
+from mircuda.matmul._moe_kernels import grouped_options, grouped_source
 from tests.test_matmul_fp4_decode import DECODE_LOG2, decode_word
 
 MMA_PTX = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
@@ -107,6 +109,13 @@ def test_the_l2_line_hint_is_the_tensor_core_kernels_alone() -> None:
     text = mc.compile_program(fp4_mma_source(), "compute_90", mc.CompileOptions(
         defines={**dict(off.defines), "MIRCUDA_FP4_L2_128B": 0}, output="ptx")).image.decode()
     assert "L2::128B" not in text and "ld.global.nc.L1::no_allocate.v4.u32" in text
+    vector = mc.compile_program(fp4_vector_source(), "compute_90", mc.CompileOptions(
+        defines=dict(fp4_gemv_options(1, 4, "linear", True, "fp4", "dp4a", "int32").defines), output="ptx"))
+    grouped = mc.compile_program(grouped_source(), "compute_90", mc.CompileOptions(defines=dict(grouped_options(
+        n=768, k=2048, groups=8, bank_size=8, capacity=64, rows_per_tile=16, fixed_rows=0, tiled=True, sets=1).defines),
+        output="ptx"))
+    for other in (vector.image.decode(), grouped.image.decode()):
+        assert "L2::128B" not in other and "ld.global.nc.L1::no_allocate.v4.u32" in other
 
 
 # -- numpy emulation of the kernel ---------------------------------------------------------------

@@ -128,26 +128,30 @@ def test_the_grouped_kernel_keeps_the_late_trigger(decode, persistent) -> None:
     assert text.index("griddepcontrol.wait") < text.index(STREAMED) < text.index("griddepcontrol.launch_dependents")
 
 
+def describe(pdl: bool, symbol: str, trigger: str | None, stages: int | None = None) -> str:
+    """Fp4Gemv.describe() on a fake device (cc 9.0 with programmatic launch, else 8.9) and compiler."""
+    from types import SimpleNamespace
+
+    from mircuda.matmul._fp4 import FP4_SYMBOL, Fp4Gemv
+
+    info = SimpleNamespace(multiprocessor_count=132, supports_programmatic_launch=pdl,
+                           compute_capability=(9, 0) if pdl else (8, 9), max_threads_per_block=1024,
+                           max_block_dims=(1024, 1024, 64), max_grid_dims=(2 ** 31 - 1, 65535, 65535),
+                           max_shared_memory_per_block_optin_bytes=232448)
+    kernel = SimpleNamespace(attributes=SimpleNamespace(max_threads_per_block=256), launch=None, handle=0)
+    compiler = SimpleNamespace(arch="sm_90" if pdl else "sm_89",
+                               compile=lambda source, options: SimpleNamespace(kernel=lambda c: kernel))
+    context = SimpleNamespace(device_info=lambda: info)
+    m = 1 if symbol == FP4_SYMBOL else 8
+    return Fp4Gemv(context, m, 1001, 4128, "fp4", "linear", compiler, 1, symbol,  # type: ignore[arg-type]
+                   pdl_trigger=trigger, stages=stages).describe()
+
+
 def test_describe_names_the_trigger_only_where_the_launch_is_programmatic() -> None:
     """Fp4Gemv.describe() on a fake device and compiler: with programmatic dependent launch (cc >= 9.0) it names
     the trigger the kernel was compiled with (late when not given); without (cc 8.x) it claims no trigger and
     no programmatic launch, and the define it was compiled with is still listed."""
-    from types import SimpleNamespace
-
-    from mircuda.matmul._fp4 import FP4_MMA_SYMBOL, FP4_SYMBOL, Fp4Gemv
-
-    def describe(pdl: bool, symbol: str, trigger: str | None) -> str:
-        info = SimpleNamespace(multiprocessor_count=132, supports_programmatic_launch=pdl,
-                               compute_capability=(9, 0) if pdl else (8, 9), max_threads_per_block=1024,
-                               max_block_dims=(1024, 1024, 64), max_grid_dims=(2 ** 31 - 1, 65535, 65535),
-                               max_shared_memory_per_block_optin_bytes=232448)
-        kernel = SimpleNamespace(attributes=SimpleNamespace(max_threads_per_block=256), launch=None, handle=0)
-        compiler = SimpleNamespace(arch="sm_90" if pdl else "sm_89",
-                                   compile=lambda source, options: SimpleNamespace(kernel=lambda c: kernel))
-        context = SimpleNamespace(device_info=lambda: info)
-        m = 1 if symbol == FP4_SYMBOL else 8
-        return Fp4Gemv(context, m, 1001, 4128, "fp4", "linear", compiler, 1, symbol,  # type: ignore[arg-type]
-                       pdl_trigger=trigger).describe()
+    from mircuda.matmul._fp4 import FP4_MMA_SYMBOL, FP4_SYMBOL
 
     for symbol in (FP4_SYMBOL, FP4_MMA_SYMBOL):
         for trigger in (None, "late", "early"):
@@ -159,3 +163,16 @@ def test_describe_names_the_trigger_only_where_the_launch_is_programmatic() -> N
             for text in (with_pdl, without):
                 define = re.findall(r"-D MIRCUDA_PDL_TRIGGER_LATE=(\d)", text)
                 assert define == ([] if trigger is None else [str(int(trigger == "late"))]), (symbol, trigger, text)
+
+
+@pytest.mark.parametrize("stages", [None, 2, 3, 4])
+def test_describe_counts_the_tensor_core_kernels_steps_in_flight(stages) -> None:
+    """fp4_mma_bf16's register ring keeps stages - 1 warp steps of loads in flight (3 stages by default: two), and
+    describe() says so beside the define (it once said "the next step's" at every depth)."""
+    from mircuda.matmul._fp4 import FP4_MMA_SYMBOL
+
+    text = describe(True, FP4_MMA_SYMBOL, None, stages)
+    depth = 3 if stages is None else stages
+    assert f"-D MIRCUDA_FP4_STAGES={depth}" in text
+    said = "the next step's loads in flight" if depth == 2 else f"the next {depth - 1} steps' loads in flight"
+    assert f"(32 E2M1 per lane; L1 bypassed, 128-byte L2 lines), {said}" in text

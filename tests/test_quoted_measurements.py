@@ -381,3 +381,52 @@ def test_the_fp4_l2_hint_figures_are_as_recorded() -> None:
         us = rows[(m, n, k)]
         assert f"{n}x{k} M = {m} {us['def']:.2f} -> {us['def_l2']:.2f}" in note
     assert all(abs(us["def_l2"] - us["def"]) <= 0.05 for (m, _n, _k), us in rows.items() if m <= 2)
+    # the record's own finding: the same range and count, the CUDA-core bound, the kept moe-profile runs
+    result = recorded("fp4_l2_hint.json")
+    finding = flat(result["finding"])
+    assert f"was {min(gains):.1f}-{max(gains):.1f} % faster with the hint at all {len(gains)} points" in finding
+    moved = max(abs(us["def_l2"] / us["def"] - 1) for (m, _n, _k), us in rows.items() if m <= 2)
+    assert f"moved by at most 0.05 µs ({100 * moved:.1f} %) either way" in finding
+    fine = [next(r["grouped_us"] for r in run["rows"] if (r["layer"], r["tokens"]) == ("fine", 1))
+            for run in sorted(result["moe_decode"], key=lambda run: run["hint"])]
+    assert f"and {fine[0]:.2f} µs off" in finding and f"and {fine[1]:.2f} on" in finding
+
+
+def test_the_fp4_mma_occupancy_reading_is_as_recorded() -> None:
+    # fp4_mma_occupancy_experiment.json's reading against its rows: the best gain over the default ('reg') as a
+    # speed-up, the shared-memory ring's range at M = 4 14336x4096, every point where a variant was not slower named
+    # with its figures (it once gave 18.31 for the ring's low end, 17.77, and left out 32 rows x 2 stages x 2 warps'
+    # 20.326 against 20.334), each such variant slower at its five other points, and the ncu figures.
+    result = recorded("fp4_mma_occupancy_experiment.json")
+    reading = flat(result["reading"])
+    points: dict[str, list[tuple[tuple[int, int, int], float, float]]] = defaultdict(list)
+    for table in ("shared_memory_ring", "register_variants"):
+        assert len(result[table]["rows"]) == 6
+        for row in result[table]["rows"]:
+            for name, us in row["us"].items():
+                if name not in ("bf16", "reg"):
+                    points[name].append(((row["m"], row["n"], row["k"]), us, row["us"]["reg"]))
+    best = max(100 * (reg / us - 1) for measured in points.values() for _key, us, reg in measured)
+    assert f"No variant was faster than the default by more than {best:.1f} % anywhere" in reading
+    rings = [name for name in points if name.startswith("ring")]
+    assert all(us > reg for name in rings for _key, us, reg in points[name])  # "slower at all six points"
+    low = min(points[name][0][1] for name in rings)
+    high = max(points[name][0][1] for name in rings)
+    assert points[rings[0]][0][0] == (4, 14336, 4096)
+    assert f"M = 4 14336x4096 {low:.2f}-{high:.2f} against {points[rings[0]][0][2]:.2f}" in reading
+    faster = 0
+    for name, measured in points.items():
+        wins = [(key, us, reg) for key, us, reg in measured if us <= reg]
+        if not wins:
+            continue
+        assert len(wins) == 1 and len(measured) == 6, name  # "at one point each and slower at the other five"
+        (m, n, k), us, reg = wins[0]
+        shape = re.fullmatch(r"r(\d+)s(\d+)w(\d+)", name)
+        label = f"{shape[1]} rows x {shape[2]} stages x {shape[3]} warps" if shape else name
+        said = f"M = {m} {n}x{k} ({us:.2f} against {reg:.2f}"
+        assert re.search(re.escape(label) + r"(?: \([^)]*\))? at " + re.escape(said), reading), (name, said)
+        faster += 1
+    assert faster == 4
+    ncu = result["ncu"]
+    assert (f"At {round(ncu['dram_throughput_pct'])} % of DRAM bandwidth and {round(ncu['issue_slots_busy_pct'])} % "
+            "of issue slots (ncu)") in reading

@@ -22,7 +22,7 @@
 namespace fp4 {
 
 // Streamed weight-code loads of the decode kernels: read once, so not kept in L1. MIRCUDA_FP4_L2_128B=1 adds
-// the .L2::128B prefetch-size hint (PTX ISA 7.4, sm_80+: L2 fetches the whole 128-byte line), as the dense and
+// the .L2::128B prefetch-size hint (PTX ISA 7.4, sm_75+: L2 fetches the whole 128-byte line), as the dense and
 // FP8 decode kernels do: a lane's 8 or 16 bytes leave the rest of the line to other lanes or steps.
 #ifndef MIRCUDA_FP4_L2_128B
 #define MIRCUDA_FP4_L2_128B 0

@@ -679,7 +679,9 @@ class Fp4Gemv:
                     "in FP16 (exact), then tensor cores: mma.sync m16n8k16 FP16 x FP16 -> FP32 (weights the 16-row "
                     f"A operand, {-(-self.m // 8)} n8 tile(s) of activation rows, rows past M zero), "
                     f"{'16' if self.wide else '8'}-byte streamed weight loads ({self.elements} E2M1 per lane; L1 "
-                    "bypassed, 128-byte L2 lines), the next step's loads in flight"
+                    "bypassed, 128-byte L2 lines), "
+                    + ("the next step's loads" if self.stages == 2 else f"the next {self.stages - 1} steps' loads")
+                    + " in flight"
                     + (f"; programmatic dependent launch{self._trigger_text()}" if self.config.programmatic_stream_serialization
                    else "") + self._static_text())
         summed = ("block_sum='fp16': each 16-element block summed exactly in FP16 by HFMA2, converted once "
