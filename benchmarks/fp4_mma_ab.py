@@ -1,0 +1,128 @@
+"""BlockScaledFp4Plan's decode kernels with extra NVRTC macros, A/B in one process: each variant is a plan built
+with a compiler that adds the variant's ``-D`` macros to every compile (the plans have no knob for them), timed
+alternately with the others and beside the BF16 DenseMatmulPlan, on cold weights (banks >= 8x L2). Random E2M1
+codes and UE4M3 scales (0x30..0x3f); each variant's output is compared with the first variant's (the macros
+here change loads or launch shape, not arithmetic order, unless rows or warps change: the largest relative
+difference is recorded, and one above 2e-2 fails the script). Needs a GPU.
+
+    python benchmarks/fp4_mma_ab.py [--variants l2|regs] [--m 4,8,16] [--shapes 14336x4096,...] [--json PATH]
+
+``l2``: the plans' defaults, and the same with ``-D MIRCUDA_FP4_L2_128B=0`` (the ``.L2::128B`` hint of
+``fp4_mma_bf16``'s weight loads off; ``benchmarks/results/fp4_l2_hint.json`` is the run that adopted it, when the
+hint was off by default: its ``def`` is this script's ``hint_off``). ``regs``: ``fp4_mma_bf16`` with other rows,
+stages and warps, and a 128-register cap (``MIRCUDA_FP4_MIN_BLOCKS`` is not a macro of the committed kernel:
+``benchmarks/results/fp4_mma_occupancy_experiment.json`` recorded that variant and a shared-memory ring from a
+kernel source that was not committed)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+
+import mircuda as mc
+from mircuda.cli._matmul_bench import add_results_argument, check_results_argument, finish_script, session
+from mircuda.cli._values import distinct_ints, shape_values
+from mircuda.compile import CompileOptions, Compiler
+from mircuda.dtypes import bf16
+from mircuda.timing import bank_count
+
+SHAPES = ((14336, 4096), (4096, 14336), (4096, 4096), (6144, 4096))
+TOLERANCE = 2e-2
+VARIANTS: dict[str, dict[str, tuple[dict[str, Any], dict[str, int]]]] = {
+    "l2": {"default": ({}, {}), "hint_off": ({}, {"MIRCUDA_FP4_L2_128B": 0})},
+    "regs": {
+        "default": ({"kernel": "fp4_mma_bf16"}, {}),
+        "r32s2w4": ({"kernel": "fp4_mma_bf16", "warps": 4, "stages": 2}, {}),
+        "r32s2w2": ({"kernel": "fp4_mma_bf16", "warps": 2, "stages": 2}, {}),
+        "r16s3w2": ({"kernel": "fp4_mma_bf16", "rows": 16, "warps": 2, "stages": 3}, {}),
+        "r16s3w4": ({"kernel": "fp4_mma_bf16", "rows": 16, "warps": 4, "stages": 3}, {}),
+        "r16s4w2": ({"kernel": "fp4_mma_bf16", "rows": 16, "warps": 2, "stages": 4}, {}),
+        "r16s2w4": ({"kernel": "fp4_mma_bf16", "rows": 16, "warps": 4, "stages": 2}, {}),
+    },
+}
+"""Variant set -> name -> (the plan's keyword arguments, extra NVRTC macros)."""
+
+
+class DefinesCompiler(Compiler):
+    """A Compiler that merges ``extra`` into the macros of every compile (the extra ones win)."""
+
+    def __init__(self, context: mc.Context, extra: dict[str, int]) -> None:
+        super().__init__(context)
+        self.extra = dict(extra)
+
+    def compile(self, source: Any, options: CompileOptions | None = None) -> Any:
+        options = options or CompileOptions()
+        merged = {**dict(options.defines), **self.extra}
+        return super().compile(source, dataclasses.replace(options, defines=merged))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--variants", choices=sorted(VARIANTS), default="l2")
+    p.add_argument("--m", type=lambda t: distinct_ints(t, range(1, 17), "M values in 1..16"), default=[4, 8, 16])
+    p.add_argument("--shapes", type=shape_values, default=SHAPES)
+    add_results_argument(p, "fp4_mma_ab.json")
+    args = p.parse_args()
+    check_results_argument(p, args.json)
+    for n, k in args.shapes:
+        if k % 32:
+            p.error(f"--shapes: expected K a multiple of 32 (16-byte code loads), received {n}x{k}")
+    out: list[dict[str, Any]] = []
+    failures: list[str] = []
+    t0 = time.time()
+    with session(mc.Driver.initialize(), 0) as s:
+        ctx, stream, pool, timer, info = s.context, s.stream, s.pool, s.timer, s.info
+        rng = np.random.default_rng(0)
+        compilers = {name: DefinesCompiler(ctx, extra) for name, (_, extra) in VARIANTS[args.variants].items()}
+        for n, k in args.shapes:
+            banks = bank_count(n * k // 2 + n * k // 16, info.l2_cache_bytes)
+            codes = [stream.upload(pool, rng.integers(0, 256, n * k // 2, dtype=np.uint8)) for _ in range(banks)]
+            scales = [stream.upload(pool, rng.integers(0x30, 0x40, n * k // 16, dtype=np.uint8).view(mc.e4m3))
+                      for _ in range(banks)]
+            w16 = stream.upload(pool, (rng.standard_normal(n * k, dtype=np.float32) * 0.05).astype(bf16))
+            bf_banks = bank_count(2 * n * k, info.l2_cache_bytes)
+            w16s = [w16] + [pool.allocate(bf16, stream, n * k) for _ in range(bf_banks - 1)]
+            for b in w16s[1:]:
+                stream.copy_device_range(w16, 0, b, 0, n * k)
+            for m in args.m:
+                a = stream.upload(pool, rng.integers(0, 256, m * k // 2, dtype=np.uint8))
+                sa = stream.upload(pool, rng.integers(0x30, 0x40, m * k // 16, dtype=np.uint8).view(mc.e4m3))
+                x16 = stream.upload(pool, rng.standard_normal(m * k, dtype=np.float32).astype(bf16))
+                y16 = pool.allocate(bf16, stream, m * n)
+                dense: Any = mc.DenseMatmulPlan(ctx, stream, mc.DenseMatmulSpec(m, n, k), input=bf16)
+                runs: dict[str, Any] = {"bf16": lambda i, p=dense, x=x16, w=w16s, y=y16: p.execute(stream, x, w[i % len(w)], y)}
+                diffs: dict[str, float] = {}
+                ran: dict[str, str] = {}
+                first: np.ndarray | None = None
+                for name, (knobs, _) in VARIANTS[args.variants].items():
+                    plan = mc.BlockScaledFp4Plan(ctx, stream, mc.DenseMatmulSpec(m, n, k), compiler=compilers[name],
+                                                 **knobs)
+                    d = pool.allocate(bf16, stream, m * n)
+                    plan.execute(stream, a, sa, codes[0], scales[0], d)
+                    got = stream.download(d).astype(np.float64)
+                    first = got if first is None else first
+                    diffs[name] = float(np.abs(got - first).max() / max(float(np.abs(first).max()), 1e-30))
+                    if diffs[name] > TOLERANCE:
+                        failures.append(f"{name} M={m} {n}x{k}: {diffs[name]:.1e} from the first variant")
+                        continue
+                    ran[name] = plan.describe()[:200]
+                    runs[name] = (lambda i, p=plan, d=d, a=a, sa=sa, c=codes, sc=scales:
+                                  p.execute(stream, a, sa, c[i % len(c)], sc[i % len(sc)], d))
+                times: dict[str, list[float]] = {key: [] for key in runs}
+                for _ in range(3):  # alternated rounds: a drift of the device's clocks reaches every variant alike
+                    for key, run in runs.items():
+                        times[key].append(timer.median(run, 20, 7))
+                us = {key: float(np.median(v)) for key, v in times.items()}
+                out.append({"m": m, "n": n, "k": k, "us": us, "max_rel_diff_to_first": diffs, "ran": ran})
+                print(f"M={m:2d} {n}x{k} " + " ".join(f"{key}={v:6.2f}" for key, v in us.items())
+                      + f"  t={time.time() - t0:.0f}s", flush=True)
+        device = info.name
+    finish_script(args.json, device, out, failures, "variant(s) differed from the first")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""benchmarks/fp4_mma_ab.py without a GPU: its help, its refusal, before the GPU is touched, of an M the decode
+kernels do not take, of a shape whose K the 16-byte code loads cannot read and of a --json it could not write, and
+that its variant sets are the ones its results name."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from benchmark_script import load_benchmark
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "fp4_mma_ab.py"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_help_says_what_it_compares() -> None:
+    out = _run("--help")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "A/B in one process" in text and "{l2,regs}" in text
+
+
+@pytest.mark.parametrize("args, named", [(("--m", "0"), "argument --m"), (("--m", "17"), "argument --m"),
+                                         (("--m", "4,4"), "argument --m"), (("--shapes", "4096x4112"), "--shapes"),
+                                         (("--variants", "ring"), "argument --variants"),
+                                         (("--json", "/nonexistent/dir/x.json"), "--json")])
+def test_bad_arguments_are_refused_before_the_gpu(args, named) -> None:
+    out = _run(*args)
+    assert out.returncode == 2 and named in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_l2_set_turns_the_adopted_hint_off_and_the_recorded_repeat_used_it() -> None:
+    module = load_benchmark("fp4_mma_ab")
+    assert module.VARIANTS["l2"] == {"default": ({}, {}), "hint_off": ({}, {"MIRCUDA_FP4_L2_128B": 0})}
+    repeat = json.loads((ROOT / "benchmarks" / "results" / "fp4_l2_hint.json").read_text())["repeat"]
+    assert all(set(r["us"]) == {"bf16", *module.VARIANTS["l2"]} for r in repeat["rows"])
+    assert all(r["us"]["default"] < r["us"]["hint_off"] for r in repeat["rows"])  # as recorded, not re-measured
