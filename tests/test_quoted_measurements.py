@@ -430,3 +430,15 @@ def test_the_fp4_mma_occupancy_reading_is_as_recorded() -> None:
     ncu = result["ncu"]
     assert (f"At {round(ncu['dram_throughput_pct'])} % of DRAM bandwidth and {round(ncu['issue_slots_busy_pct'])} % "
             "of issue slots (ncu)") in reading
+
+
+def test_the_readmes_fp4_figures_with_the_l2_hint_are_as_recorded() -> None:
+    rows = {(r["m"], r["n"], r["k"]): r for r in recorded("fp4_profile_l2_hint.json")["rows"]}
+    parts = []
+    for m in (8, 16):
+        small, large = rows[(m, 4096, 4096)], rows[(m, 14336, 4096)]
+        parts.append(f"M = {m} {small['fp4_us']:.1f} and {large['fp4_us']:.1f} µs (BF16 {small['bf16_us']:.1f} and "
+                     f"{large['bf16_us']:.1f})")
+    assert f"With the L2 hint (2026-12-02, `fp4_profile_l2_hint.json`): {'; '.join(parts)}." in flat(README)
+    gains = [100 * (1 - r["us"]["def_l2"] / r["us"]["def"]) for r in recorded("fp4_l2_hint.json")["rows"] if r["m"] >= 4]
+    assert f"`.L2::128B`: {min(gains):.1f}-{max(gains):.1f} % faster at M = 4, 8, 16 on the four shapes" in flat(README)
