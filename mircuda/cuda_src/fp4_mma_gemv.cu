@@ -59,7 +59,8 @@
 #define MIRCUDA_PDL_TRIGGER_LATE 1
 #endif
 // The weight loads ask L2 for whole 128-byte lines (fp4_common.cuh's MIRCUDA_FP4_L2_128B): a warp's 16-byte load
-// covers 64 bytes of each of eight rows, and the line's other half is the next step's (another warp's). H200,
+// covers 64 bytes of each of eight rows, and the line's other half is the next step's (another warp's where the
+// block has several; with 8-byte loads, K % 32 != 0, a line spans four steps). H200,
 // 2026-12-02, cold weights, one process, against the hint off: M = 4 / 8 / 16 0.1-3.4 % faster on the four Llama
 // shapes (4096x14336 M = 8 16.74 -> 16.17 us, 14336x4096 M = 4 17.10 -> 16.77), none slower
 // (benchmarks/results/fp4_l2_hint.json). The CUDA-core and grouped kernels (fp4_vector.cu, fp4_grouped.cu) measured
