@@ -28,6 +28,7 @@ from mircuda.cli._matmul_bench import add_results_argument, check_results_argume
 from mircuda.cli._values import distinct_ints, shape_values
 from mircuda.compile import CompileOptions, Compiler
 from mircuda.dtypes import bf16
+from mircuda.matmul._fp4 import fp4_target
 from mircuda.timing import bank_count
 
 SHAPES = ((14336, 4096), (4096, 14336), (4096, 4096), (6144, 4096))
@@ -48,10 +49,13 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, Any], dict[str, int]]]] = {
 
 
 class DefinesCompiler(Compiler):
-    """A Compiler that merges ``extra`` into the macros of every compile (the extra ones win)."""
+    """A Compiler that merges ``extra`` into the macros of every compile (the extra ones win), for the target the
+    FP4 plans' default compiler takes on ``context``'s device (:func:`fp4_target`: ``sm_12Yf`` on cc 12.x, where
+    E2M1 pairs decode with ``cvt.rn.f16x2.e2m1x2``; the plain target elsewhere): a plain-target compiler would
+    give the plans the software decode on cc 12.x, not their defaults."""
 
     def __init__(self, context: mc.Context, extra: dict[str, int]) -> None:
-        super().__init__(context)
+        super().__init__(context, arch=fp4_target(context.device_info().compute_capability))
         self.extra = dict(extra)
 
     def compile(self, source: Any, options: CompileOptions | None = None) -> Any:

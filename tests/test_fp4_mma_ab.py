@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from benchmark_script import load_benchmark
@@ -42,3 +43,14 @@ def test_the_l2_set_turns_the_adopted_hint_off_and_the_recorded_repeat_used_it()
     repeat = json.loads((ROOT / "benchmarks" / "results" / "fp4_l2_hint.json").read_text())["repeat"]
     assert all(set(r["us"]) == {"bf16", *module.VARIANTS["l2"]} for r in repeat["rows"])
     assert all(r["us"]["default"] < r["us"]["hint_off"] for r in repeat["rows"])  # as recorded, not re-measured
+
+
+@pytest.mark.parametrize("capability, arch", [((12, 0), "sm_120f"), ((9, 0), None), ((8, 0), None)])
+def test_the_variants_compile_for_the_target_of_the_plans_default_compiler(monkeypatch, capability, arch) -> None:
+    # a plain-target compiler would give the plans the software decode on cc 12.x instead of their default
+    module = load_benchmark("fp4_mma_ab")
+    seen: list[object] = []
+    monkeypatch.setattr(module.Compiler, "__init__", lambda self, context, config=None, *, arch=None: seen.append(arch))
+    context = SimpleNamespace(device_info=lambda: SimpleNamespace(compute_capability=capability))
+    compiler = module.DefinesCompiler(context, {"MIRCUDA_FP4_L2_128B": 0})
+    assert seen == [arch] and compiler.extra == {"MIRCUDA_FP4_L2_128B": 0}
