@@ -73,6 +73,10 @@ def main() -> None:
     args = p.parse_args()
     check_results_argument(p, args.json)
     for n, k in args.shapes:
+        try:  # the plans' own dimension limits, here rather than as a traceback after the GPU is set up
+            mc.DenseMatmulSpec(max(args.m), n, k)
+        except mc.ContractError as exc:
+            p.error(f"--shapes: {n}x{k}: {exc}")
         if k % 32:
             p.error(f"--shapes: expected K a multiple of 32 (16-byte code loads), received {n}x{k}")
     out: list[dict[str, Any]] = []

@@ -1,6 +1,6 @@
 """benchmarks/fp4_mma_ab.py without a GPU: its help, its refusal, before the GPU is touched, of an M the decode
-kernels do not take, of a shape whose K the 16-byte code loads cannot read and of a --json it could not write, and
-that its variant sets are the ones its results name."""
+kernels do not take, of a shape whose K the 16-byte code loads cannot read or whose N or K is above the plans'
+dimension limit and of a --json it could not write, and that its variant sets are the ones its results name."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def test_help_says_what_it_compares() -> None:
 
 @pytest.mark.parametrize("args, named", [(("--m", "0"), "argument --m"), (("--m", "17"), "argument --m"),
                                          (("--m", "4,4"), "argument --m"), (("--shapes", "4096x4112"), "--shapes"),
+                                         (("--shapes", "99999999999999999999x4096"), "--shapes"),
+                                         (("--shapes", "4096x4096,4096x2147483648"), "--shapes"),
                                          (("--variants", "ring"), "argument --variants"),
                                          (("--json", "/nonexistent/dir/x.json"), "--json")])
 def test_bad_arguments_are_refused_before_the_gpu(args, named) -> None:
