@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import ContractError
 from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP
-from ._values import comma_items, device_ordinal
+from ._values import comma_items, device_ordinal, positive_int
 
 __all__ = ["COLUMNS", "FP4_M", "FP4_SHAPES", "Fp4Row", "QUICK", "bf16_to_f64", "collect", "dequantize_bf16", "fp4_profile",
            "fp4_row", "goals", "grid", "register", "table", "Fp4Candidate", "SweepRow", "sweep_values", "sweep_rows",
@@ -867,8 +867,9 @@ def register(sub: Any) -> None:
     p.add_argument("--quick", action="store_true",
                    help=f"M {','.join(map(str, QUICK[0]))}, shapes {','.join(f'{n}x{k}' for n, k in QUICK[1])}, "
                         f"{QUICK[2]} calls x {QUICK[3]} repeats (each overridden by its flag)")
-    p.add_argument("--calls", type=int, default=None, help="back-to-back calls per timed repeat (default 20)")
-    p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median is reported (default 7)")
+    p.add_argument("--calls", type=positive_int, default=None, help="back-to-back calls per timed repeat (default 20)")
+    p.add_argument("--repeats", type=positive_int, default=None,
+                   help="timed repeats, the median is reported (default 7)")
     p.add_argument("--sweep", type=sweep_values, default=None,
                    help="for M <= 16 also measure these decode-kernel configurations: 'all' or comma-separated "
                         "kernel[:decode=bytes|pairs|e4m3|table|dp4a][:rows=R][:warps=1|2|4|8][:sum=fp16|fp32]"
