@@ -45,7 +45,14 @@ def test_quick_is_a_smaller_grid_and_each_flag_still_wins() -> None:
 
 
 @pytest.mark.parametrize("flags, head", [(["--shapes", "4096x4104"], "--shapes: expected NxK pairs with K a multiple "
-                                                                     "of 16")])
+                                                                     "of 16"),
+                                         # at or above the plans' dimension limit (2**31 - 2**16)
+                                         (["--shapes", "99999999999999999999x4096"], "--shapes: expected NxK pairs the "
+                                                                                     "plans take, received 9999"),
+                                         (["--shapes", "4096x2147483648"], "--shapes: expected NxK pairs the plans "
+                                                                           "take, received 4096x2147483648"),
+                                         (["--m", "8,2147418112"], "--m: expected M values the plans take, received "
+                                                                   "2147418112")])
 def test_bad_values_are_refused_by_flag_before_the_driver(flags, head, capsys) -> None:
     assert main(["fp4-profile", *flags]) == 2
     err = capsys.readouterr().err

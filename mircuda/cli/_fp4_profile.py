@@ -371,7 +371,8 @@ def grid(args: Any) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], int, 
     one, each overridden by its flag when given.
 
     Raises:
-        ContractError: ``--calls`` or ``--repeats`` below 1, or a shape's K not a multiple of 16 (named).
+        ContractError: ``--calls`` or ``--repeats`` below 1, a shape's K not a multiple of 16, or an M, N or K at
+            or above the plans' dimension limit (:class:`~mircuda.DenseMatmulSpec`; named).
     """
     quick_m, quick_shapes, quick_calls, quick_repeats = QUICK
     ms = args.m if args.m is not None else (quick_m if args.quick else FP4_M)
@@ -385,6 +386,15 @@ def grid(args: Any) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], int, 
         if k % 16:
             raise ContractError("--shapes", "NxK pairs with K a multiple of 16 (one UE4M3 scale per 16 K-elements)",
                                 f"{n}x{k}")
+    from ..matmul import DenseMatmulSpec
+
+    # the plans' dimension limit here, not as a traceback from numpy or a plan after the device is set up
+    for flag, what, value, dims in [("--m", "M values", str(m), (m, 16, 16)) for m in ms] + [
+            ("--shapes", "NxK pairs", f"{n}x{k}", (1, n, k)) for n, k in shapes]:
+        try:
+            DenseMatmulSpec(*dims)
+        except ContractError as exc:
+            raise ContractError(flag, f"{what} the plans take", value, str(exc)) from None
     return tuple(ms), tuple(shapes), calls, repeats
 
 
