@@ -9,10 +9,12 @@ difference is recorded, and one above 2e-2 fails the script). Needs a GPU.
 
 ``l2``: the plans' defaults, and the same with ``-D MIRCUDA_FP4_L2_128B=0`` (the ``.L2::128B`` hint of
 ``fp4_mma_bf16``'s weight loads off; ``benchmarks/results/fp4_l2_hint.json`` is the run that adopted it, when the
-hint was off by default: its ``def`` is this script's ``hint_off``). ``regs``: ``fp4_mma_bf16`` with other rows,
-stages and warps, and a 128-register cap (``MIRCUDA_FP4_MIN_BLOCKS`` is not a macro of the committed kernel:
-``benchmarks/results/fp4_mma_occupancy_experiment.json`` recorded that variant and a shared-memory ring from a
-kernel source that was not committed)."""
+hint was off by default: its ``def`` is this script's ``hint_off``). ``regs``: ``fp4_mma_bf16``'s default and six
+other rows x stages x warps (``rRsSwW``), the register variants of
+``benchmarks/results/fp4_mma_occupancy_experiment.json`` (its ``reg`` is ``default`` here; measured before the L2
+hint was adopted). That run's 128-register cap (``r32s3w4mb2``, ``__launch_bounds__(256, 2)``) and shared-memory
+ring are not variants here: they came from kernel sources that were not committed, and the committed kernel has
+no macro for either."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ dimension limit and of a --json it could not write, and that its variant sets ar
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,3 +57,18 @@ def test_the_variants_compile_for_the_target_of_the_plans_default_compiler(monke
     context = SimpleNamespace(device_info=lambda: SimpleNamespace(compute_capability=capability))
     compiler = module.DefinesCompiler(context, {"MIRCUDA_FP4_L2_128B": 0})
     assert seen == [arch] and compiler.extra == {"MIRCUDA_FP4_L2_128B": 0}
+
+
+def test_the_regs_set_is_the_recorded_register_variants_without_the_uncommitted_cap() -> None:
+    module = load_benchmark("fp4_mma_ab")
+    regs = module.VARIANTS["regs"]
+    recorded = json.loads((ROOT / "benchmarks" / "results" / "fp4_mma_occupancy_experiment.json").read_text())
+    names = {name for row in recorded["register_variants"]["rows"] for name in row["us"]}
+    assert {"default" if n == "reg" else n for n in names} - {"bf16", "r32s3w4mb2"} == set(regs)
+    for name, (knobs, defines) in regs.items():  # each name says its rows, stages and warps
+        assert knobs["kernel"] == "fp4_mma_bf16" and defines == {}
+        if name != "default":
+            rows, stages, warps = map(int, re.fullmatch(r"r(\d+)s(\d)w(\d)", name).groups())
+            assert (knobs.get("rows", 32), knobs["stages"], knobs["warps"]) == (rows, stages, warps)
+    kernel = (ROOT / "mircuda" / "cuda_src" / "fp4_mma_gemv.cu").read_text()
+    assert "MIN_BLOCKS" not in kernel and "SMEM_RING" not in kernel  # the docstring's reason they are not variants
