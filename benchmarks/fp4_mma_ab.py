@@ -68,9 +68,14 @@ class DefinesCompiler(Compiler):
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--variants", choices=sorted(VARIANTS), default="l2")
-    p.add_argument("--m", type=lambda t: distinct_ints(t, range(1, 17), "M values in 1..16"), default=[4, 8, 16])
-    p.add_argument("--shapes", type=shape_values, default=SHAPES)
+    p.add_argument("--variants", choices=sorted(VARIANTS), default="l2",
+                   help="l2: the defaults against the L2 hint off; regs: fp4_mma_bf16's rows, stages and warps "
+                        "(default: %(default)s)")
+    p.add_argument("--m", type=lambda t: distinct_ints(t, range(1, 17), "M values in 1..16"), default=[4, 8, 16],
+                   help="comma-separated activation rows, each in 1..16 (default: 4,8,16)")
+    p.add_argument("--shapes", type=shape_values, default=SHAPES,
+                   help="comma-separated NxK weight shapes, each K a multiple of 32 (default: "
+                        + ",".join(f"{n}x{k}" for n, k in SHAPES) + ")")
     add_results_argument(p, "fp4_mma_ab.json")
     args = p.parse_args()
     check_results_argument(p, args.json)

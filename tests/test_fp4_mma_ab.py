@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from benchmark_script import load_benchmark
+from benchmark_script import help_options, load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "fp4_mma_ab.py"
@@ -27,6 +27,13 @@ def test_help_says_what_it_compares() -> None:
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
     assert "A/B in one process" in text and "{l2,regs}" in text
+
+
+def test_help_gives_each_options_default() -> None:
+    options = help_options(_run("--help").stdout)
+    assert list(options) == ["--variants", "--m", "--shapes", "--json"]
+    assert not [flag for flag, text in options.items() if "(default: " not in text]
+    assert "each K a multiple of 32 (default: 14336x4096,4096x14336,4096x4096,6144x4096)" in options["--shapes"]
 
 
 @pytest.mark.parametrize("args, named", [(("--m", "0"), "argument --m"), (("--m", "17"), "argument --m"),
