@@ -6,9 +6,10 @@ One table row per weight shape (N, K) and M: ``BlockScaledFp4VectorPlan`` / ``De
 above, and cuBLAS on the BF16 weights. The BF16 operands are the dequantized NVFP4 ones (an E2M1 value
 times a UE4M3 scale is exact in BF16), so the FP4, BF16 and cuBLAS rows compute the same product and
 are checked against one float64 reference (three sampled rows: first, middle, last); FP8 has its own
-E4M3 operands and reference. On the portable FP4 path (M > 16: decode to BF16 + the dense plan with FP32
-output + a scaling pass) the dense BF16 -> FP32 step is timed alone too, so the table shows what the
-decode and the scaling cost.
+E4M3 operands and reference. On the portable FP4 path (M > 16: decode to BF16 + the dense plan; by default
+``epilogue="folded"``, the global scales folded into one operand's decode and BF16 written directly) the dense
+BF16 -> FP32 step of ``epilogue="exact"`` (FP32 output + a scaling pass) is timed alone too, so the table shows
+what the decode costs beside the dense step (the BF16 column is the folded path's dense step).
 
 Timing: :class:`~mircuda.timing.StreamTimer` (back-to-back calls behind a spin kernel, events, median),
 weights rotated over banks of at least 8x the L2 (:func:`~mircuda.timing.bank_count`). Goals (issue 14)

@@ -1046,7 +1046,9 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             at M <= :data:`DP4A_DEFAULT_MAX_M` ``decode='dp4a'`` where :func:`default_vector_decode` takes it (2 stages, rows
             :func:`dp4a_rows`, ``row_warps`` :data:`DEFAULT_ROW_WARPS` at M = 1 where the row blocks do not fit in one
             wave of two-warp blocks splitting K, large N), else 4 rows and 3 stages at M = 1, else 2); refused
-            (ContractError) on the other paths.
+            (ContractError) on the other paths. ``fp4_mma_bf16``'s warps by default: the most that keep every block
+            resident in one wave (:func:`~mircuda.matmul._vector.choose_vector_warps`); its weight loads ask L2 for
+            whole 128-byte lines (``.L2::128B``, ``benchmarks/results/fp4_l2_hint.json``).
         static_weights: as :class:`BlockScaledFp4VectorPlan` (the NVRTC kernels of M <= 16; no effect on the
             other paths, which ``describe()`` says), with the same early trigger at M = 1 on the integer path
             where N x K >= :data:`STATIC_EARLY_MIN_WEIGHTS` and ``pdl_trigger`` is not given (measured at M = 1
