@@ -102,3 +102,22 @@ def test_good_values_still_parse() -> None:
     assert (args.m, args.shapes, args.calls, args.repeats, args.device) == ((1, 16), ((4096, 4112),), 3, 2, 1)
     assert len(args.sweep) == 2
     assert _parser().parse_args(["multi-gpu-profile", "--torch-timeout", "0.5"]).torch_timeout == 0.5
+
+
+COUNT_FLAGS = ([(c, f) for c in REPEATS_COMMANDS + ["moe-profile"] for f in ("--calls", "--repeats")]
+               + [("graph-profile", f) for f in ("--calls", "--batches", "--samples", "--rounds")]
+               + [("profile", f) for f in ("--launches", "--batches")])
+
+
+@pytest.mark.parametrize("command, flag", COUNT_FLAGS)
+@pytest.mark.parametrize("value", ["1_0", "\uff12", "0", "-3", "x", ""])
+def test_every_count_flag_takes_ascii_digits_only(command: str, flag: str, value: str, tmp_path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``type=int`` took '1_0' as 10 and a full-width digit two (U+FF12) as 2 without a word; a count is ASCII digits >= 1,
+    refused by argparse in one line naming the flag (every profile's --calls and --repeats, graph-profile's and
+    profile's batch counts)."""
+    with pytest.raises(SystemExit) as info:
+        main([command, flag, value, "--json", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and f"argument {flag}: expected a positive integer" in err, err
+    assert len(err.splitlines()) == 1

@@ -66,7 +66,6 @@ def test_rows_rates_goals_and_ratios() -> None:
 
 
 @pytest.mark.parametrize("argv, flag", [(["--sets", "1"], "--sets"), (["--dtype", "e4m3"], "--dtype"),
-                                        (["--calls", "0"], "--calls"), (["--repeats", "0"], "--repeats"),
                                         (["--json", "/nonexistent-dir/x.json"], "--json")])
 def test_bad_flags_are_named_before_the_driver(argv, flag, capsys) -> None:
     assert main(["decoder-layer-profile", *argv]) == 2

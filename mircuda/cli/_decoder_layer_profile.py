@@ -38,7 +38,7 @@ import numpy as np
 
 from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP, check_results_file
-from ._values import device_ordinal
+from ._values import device_ordinal, positive_int
 
 __all__ = ["CHAINED_PATH", "GOAL_TBPS", "LAYER", "LayerRow", "decoder_layer_profile", "goal_lines", "layer_bytes", "register", "table"]
 
@@ -503,7 +503,7 @@ def register(sub: Any) -> None:
                    help="comma-separated M values (tokens; default 1,8,16)")
     p.add_argument("--sets", type=int, default=None,
                    help="weight sets rotated, one graph each (>= 2; default: enough for 8x the L2, at least 2)")
-    p.add_argument("--calls", type=int, default=20, help="back-to-back replays per timed repeat (default 20)")
-    p.add_argument("--repeats", type=int, default=15, help="timed repeats (the median is reported; default 15)")
+    p.add_argument("--calls", type=positive_int, default=20, help="back-to-back replays per timed repeat (default 20)")
+    p.add_argument("--repeats", type=positive_int, default=15, help="timed repeats (the median is reported; default 15)")
     p.add_argument("--json", default="benchmarks/results/decoder_layer_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=decoder_layer_profile, json_default=p.get_default("json"))

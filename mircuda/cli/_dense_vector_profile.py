@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import RESULTS_HELP, check_results_file
-from ._values import device_ordinal, shape_values
+from ._values import device_ordinal, shape_values, positive_int
 from ._matmul_bench import Row, Types, check_vector, row, session, upload
 from ._vector_sweep import sweep_rows
 
@@ -139,8 +139,8 @@ def add_vector_arguments(p: Any) -> None:
     p.add_argument("--device", type=device_ordinal, default=0)
     p.add_argument("--dtypes", default="bf16,f16,bf16->f32",
                    help="comma-separated input[->output] pairs (default: bf16,f16,bf16->f32)")
-    p.add_argument("--calls", type=int, default=50, help="back-to-back calls per timed repeat")
-    p.add_argument("--repeats", type=int, default=15, help="timed repeats (the median is reported)")
+    p.add_argument("--calls", type=positive_int, default=50, help="back-to-back calls per timed repeat")
+    p.add_argument("--repeats", type=positive_int, default=15, help="timed repeats (the median is reported)")
     p.add_argument("--shapes", type=shape_values, default=",".join(f"{n}x{k}" for n, k in VECTOR_SHAPES),
                    help="comma-separated NxK weight shapes (default: the four Llama-3-8B-like ones)")
     p.add_argument("--sweep", action="store_true",

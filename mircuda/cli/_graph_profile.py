@@ -43,7 +43,7 @@ from typing import Any
 
 from ..timing import Column, ResultTable, host_us_per_call
 from ._errors import RESULTS_HELP, check_results_file
-from ._values import device_ordinal
+from ._values import device_ordinal, positive_int
 from ._graph_floor import FLOOR_NAME, CFloor, FloorUnavailable, build, expected_count, note
 from ._graph_paths import BindingsPath, CuPyPath, LibraryPath, MircudaPath, TorchPath, spin_on_handle
 
@@ -59,10 +59,10 @@ def register(sub: Any) -> None:
                        "host and device µs, beside torch and CuPy graphs")
     p.add_argument("--device", type=device_ordinal, default=0)
     p.add_argument("--sizes", default="1,10,100", help="comma-separated kernel counts N (default 1,10,100)")
-    p.add_argument("--calls", type=int, default=200, help="kernels or replays per host-timed batch")
-    p.add_argument("--batches", type=int, default=20, help="host-timed batches per round")
-    p.add_argument("--samples", type=int, default=10, help="device-timed samples per round")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--calls", type=positive_int, default=200, help="kernels or replays per host-timed batch")
+    p.add_argument("--batches", type=positive_int, default=20, help="host-timed batches per round")
+    p.add_argument("--samples", type=positive_int, default=10, help="device-timed samples per round")
+    p.add_argument("--rounds", type=positive_int, default=3)
     p.add_argument("--json", default="benchmarks/results/graph_profile.json", help=RESULTS_HELP)
     p.add_argument("--in-process", action="store_true", help="measure every library in this one process")
     p.add_argument("--only", choices=_LIBRARIES, help=argparse.SUPPRESS)  # child mode of the isolated run

@@ -11,7 +11,7 @@ import numpy as np
 
 from ._dense_vector_profile import check_profile_arguments
 from ._errors import RESULTS_HELP, check_results_file
-from ._values import comma_items, device_ordinal, distinct, is_decimal
+from ._values import comma_items, device_ordinal, distinct, is_decimal, positive_int
 from ._matmul_bench import Row, Types, relative_error, row, session, upload
 from ..matmul._tuned import TunedTable, merge, parse_table
 from ._matmul_sweep import winners
@@ -286,8 +286,8 @@ def add_matmul_arguments(p: Any) -> None:
     p.add_argument("--m", type=m_values, default=",".join(map(str, MATMUL_M)),
                    help="comma-separated M values (positive ints; default: the 20 of MATMUL_M, 1 to 8192 -- "
                         "subset it for a quick run, e.g. --m 24,48,96,192,384,768,1024,1536)")
-    p.add_argument("--calls", type=int, default=20, help="back-to-back calls per timed repeat")
-    p.add_argument("--repeats", type=int, default=7, help="timed repeats (the median is reported)")
+    p.add_argument("--calls", type=positive_int, default=20, help="back-to-back calls per timed repeat")
+    p.add_argument("--repeats", type=positive_int, default=7, help="timed repeats (the median is reported)")
     p.add_argument("--json", default="benchmarks/results/matmul_profile.json",
                    help=RESULTS_HELP)
 

@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import ContractError
 from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP
-from ._values import device_ordinal
+from ._values import device_ordinal, positive_int
 
 __all__ = ["LAYERS", "TOKENS", "QUICK", "MoeRow", "moe_row", "routing", "goals", "table", "grid", "register",
            "moe_profile", "expert_bytes", "SWEEP_ALL", "Candidate", "parse_candidates", "SweepRow", "sweep_rows",
@@ -712,8 +712,8 @@ def register(sub: Any) -> None:
     p.add_argument("--quick", action="store_true",
                    help=f"tokens {','.join(map(str, QUICK[0]))}, {QUICK[1]} calls x {QUICK[2]} repeats "
                         "(each overridden by its flag)")
-    p.add_argument("--calls", type=int, default=None, help="back-to-back calls per timed repeat (default 20)")
-    p.add_argument("--repeats", type=int, default=None, help="timed repeats, the median is reported (default 7)")
+    p.add_argument("--calls", type=positive_int, default=None, help="back-to-back calls per timed repeat (default 20)")
+    p.add_argument("--repeats", type=positive_int, default=None, help="timed repeats, the median is reported (default 7)")
     p.add_argument("--variant", choices=("split_k", "split_n", "staged", "vector"), default=None,
                    help="force the portable grouped kernel's variant (default: the plan's choice per token count)")
     p.add_argument("--sweep", default=None,

@@ -47,7 +47,7 @@ import numpy as np
 
 from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP
-from ._values import positive_seconds
+from ._values import positive_seconds, positive_int
 from ._multi_gpu_torch import MULTICAST_OFF
 
 __all__ = ["DEFAULT_TP_NCCL", "LLAMA_PROJECTIONS", "Row", "TP_NCCL_SETTINGS", "bus_bandwidth", "multi_gpu_profile",
@@ -824,8 +824,8 @@ def register(sub: Any) -> None:
                             "graphs, tensor-parallel Llama-3-8B projections vs one GPU (needs 2 GPUs and nccl4py)")
     p.add_argument("--m", type=m_values, default="1,16,2048", help="M values of part c (default 1,16,2048)")
     p.add_argument("--quick", action="store_true", help="five message sizes (8 KiB, 64 KiB, 1 MiB, 16 MiB, 256 MiB)")
-    p.add_argument("--calls", type=int, default=40, help="back-to-back calls per timed repeat (large messages: 1/4)")
-    p.add_argument("--repeats", type=int, default=5, help="timed repeats (the median is reported)")
+    p.add_argument("--calls", type=positive_int, default=40, help="back-to-back calls per timed repeat (large messages: 1/4)")
+    p.add_argument("--repeats", type=positive_int, default=5, help="timed repeats (the median is reported)")
     p.add_argument("--tp-nccl", action="append", type=tp_nccl_variant, default=None, metavar="'NAME=VALUE ...'",
                    help="an NCCL variant of part c (M <= 16), measured as its own row with communicators created "
                         f"under these variables: {', '.join(TP_NCCL_SETTINGS)}; repeat for several (default: "
