@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -17,6 +19,12 @@ def load_benchmark(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def run_benchmark(name: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python benchmarks/<name>.py args...`` in a child process, its output captured as text (2 minutes at most)."""
+    return subprocess.run([sys.executable, str(BENCHMARKS / f"{name}.py"), *args], capture_output=True, text=True,
+                          timeout=120)
 
 
 def help_options(help_text: str) -> dict[str, str]:

@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import math
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-from benchmark_script import help_options, load_benchmark
-
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "batched_gemv_knobs.py"
+from benchmark_script import help_options, load_benchmark, run_benchmark
 
 
 def _module():  # type: ignore[no-untyped-def]
@@ -20,7 +16,7 @@ def _module():  # type: ignore[no-untyped-def]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+    return run_benchmark("batched_gemv_knobs", *args)
 
 
 def test_help_says_what_it_measures_and_what_m_it_takes() -> None:

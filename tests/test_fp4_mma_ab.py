@@ -7,19 +7,17 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from benchmark_script import help_options, load_benchmark
+from benchmark_script import help_options, load_benchmark, run_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "fp4_mma_ab.py"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
+    return run_benchmark("fp4_mma_ab", *args)
 
 
 def test_help_says_what_it_compares() -> None:

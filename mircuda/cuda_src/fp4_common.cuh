@@ -32,12 +32,16 @@ namespace fp4 {
 #else
 #define MIRCUDA_FP4_LD_CODES "ld.global.nc.L1::no_allocate"
 #endif
-__device__ __forceinline__ void load_codes16(const unsigned char* p, unsigned& a, unsigned& b, unsigned& c,
-                                             unsigned& d) {
-    asm volatile(MIRCUDA_FP4_LD_CODES ".v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "l"(p));
-}
-__device__ __forceinline__ void load_codes8(const unsigned char* p, unsigned& a, unsigned& b) {
-    asm volatile(MIRCUDA_FP4_LD_CODES ".v2.u32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "l"(p));
+// A lane's 16 (N = 4 words) or 8 (N = 2) bytes of weight codes.
+template <int N>
+__device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[N]) {
+    static_assert(N == 2 || N == 4, "load_codes reads 8 or 16 bytes");
+    if constexpr (N == 4) {
+        asm volatile(MIRCUDA_FP4_LD_CODES ".v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "l"(p));
+    } else {
+        asm volatile(MIRCUDA_FP4_LD_CODES ".v2.u32 {%0, %1}, [%2];" : "=r"(v[0]), "=r"(v[1]) : "l"(p));
+    }
 }
 
 // Decoded values carry a factor 2^-14 (the software decode reads the E2M1 magnitude bits as an FP16

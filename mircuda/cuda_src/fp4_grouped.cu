@@ -108,14 +108,6 @@ static_assert(fp4::kDecodeLog2 == (kDecode == 2 ? 6 : 14), "the scale handling b
 // Half2 i (0..3, a compile-time constant at every call) of word w (fp4_common.cuh: decode_word's half i).
 __device__ __forceinline__ unsigned decode_half(unsigned w, int i) { return fp4::decode_half(w, i); }
 
-__device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[kWords]) {
-    if constexpr (kWide) {
-        fp4::load_codes16(p, v[0], v[1], v[2], v[3]);
-    } else {
-        fp4::load_codes8(p, v[0], v[1]);
-    }
-}
-
 __device__ __forceinline__ long long weight_scale_offset(long long row, int kb) {
 #if MIRCUDA_MOE_TILED
     return fp4::tiled_offset(row, kb, kKAtoms);
@@ -198,7 +190,7 @@ __device__ __forceinline__ void load_stage(Stage& st, const Tile& tl, int step) 
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             if (in) {
-                load_codes(tl.w + tl.wrow[f][r] * (kK / 2) + col / 2, st.w[f][r]);
+                fp4::load_codes(tl.w + tl.wrow[f][r] * (kK / 2) + col / 2, st.w[f][r]);
             } else {
 #pragma unroll
                 for (int i = 0; i < kWords; ++i) st.w[f][r][i] = 0u;
@@ -356,7 +348,7 @@ __device__ __forceinline__ void load_weights(WeightStage& st, const unsigned cha
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             if (in) {
-                load_codes(w + rows[f][r] * (kK / 2) + col / 2, st.w[f][r]);
+                fp4::load_codes(w + rows[f][r] * (kK / 2) + col / 2, st.w[f][r]);
             } else {
 #pragma unroll
                 for (int i = 0; i < kWords; ++i) st.w[f][r][i] = 0u;

@@ -91,14 +91,6 @@ static_assert(kTiles == 1 || kTiles == 2, "MIRCUDA_FP4_TILES must be 1 or 2");
 constexpr int kStages = MIRCUDA_FP4_STAGES;      // warp steps of loads held in registers (ring)
 static_assert(kStages >= 2 && kStages <= 4, "MIRCUDA_FP4_STAGES must be 2, 3 or 4");
 
-__device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[kWords]) {
-#if MIRCUDA_FP4_WIDE
-    fp4::load_codes16(p, v[0], v[1], v[2], v[3]);
-#else
-    fp4::load_codes8(p, v[0], v[1]);
-#endif
-}
-
 __device__ __forceinline__ long long scale_offset(long long row, int kb, int kblocks, int katoms) {
     return fp4::scale_offset<MIRCUDA_FP4_TILED != 0>(row, kb, kblocks, katoms);
 }
@@ -173,7 +165,7 @@ __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int st
 #pragma unroll
     for (int r = 0; r < 2 * kTiles; ++r) {
         if (in) {
-            load_codes(op.wp[r] + coff, st.w[r]);
+            fp4::load_codes(op.wp[r] + coff, st.w[r]);
         } else {
 #pragma unroll
             for (int i = 0; i < kWords; ++i) st.w[r][i] = 0u;

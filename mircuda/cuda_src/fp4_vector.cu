@@ -130,15 +130,6 @@ static_assert(kRowWarps == 1 || ((kRowWarps == 2 || kRowWarps == 4 || kRowWarps 
               "MIRCUDA_FP4_ROW_WARPS: 1, or 2, 4 or 8 on the integer path (MIRCUDA_FP4_DP4A), without the lean or "
               "persistent tile walks");
 
-// Weight codes are read once: not kept in L1.
-__device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[2 * kBlocks]) {
-#if MIRCUDA_FP4_WIDE
-    fp4::load_codes16(p, v[0], v[1], v[2], v[3]);
-#else
-    fp4::load_codes8(p, v[0], v[1]);
-#endif
-}
-
 #if !MIRCUDA_FP4_ACT_BF16 && !MIRCUDA_FP4_DP4A
 // The activations' scales: the weights' layout, except in the grouped kernel (linear activation scales).
 __device__ __forceinline__ long long act_scale_offset(long long row, int kb, int kblocks, int katoms) {
@@ -177,7 +168,7 @@ __device__ __forceinline__ void load_step(const RowPointers& p, int col, unsigne
     const unsigned soff = fp4::scale_col_offset<MIRCUDA_FP4_TILED != 0>(col >> 4);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-        load_codes(p.w[r] + coff, codes[r]);
+        fp4::load_codes(p.w[r] + coff, codes[r]);
         const unsigned char* s = p.s[r] + soff;
 #if MIRCUDA_FP4_WIDE
         sraw[r] = __ldg(reinterpret_cast<const unsigned short*>(s));
@@ -452,7 +443,7 @@ __device__ __forceinline__ unsigned lean_scale_step(int stride) {
 
 // Row r's part of a step (its 32 codes and two scale bytes) at the pointers; moves them to the warp's next step.
 __device__ __forceinline__ void lean_load_row(LeanPointers& p, int r, unsigned cstep, unsigned sstep, LeanStep& s) {
-    load_codes(p.w[r], s.codes[r]);
+    fp4::load_codes(p.w[r], s.codes[r]);
     s.sraw[r] = __ldg(reinterpret_cast<const unsigned short*>(p.s[r]));
     p.w[r] += cstep;
     p.s[r] += sstep;
