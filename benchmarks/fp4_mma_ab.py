@@ -7,7 +7,9 @@ difference is recorded, and one above 2e-2 fails the script). Needs a GPU.
 
     python benchmarks/fp4_mma_ab.py [--variants l2|regs] [--m 4,8,16] [--shapes 14336x4096,...] [--json PATH]
 
-``l2``: the plans' defaults, and the same with ``-D MIRCUDA_FP4_L2_128B=0`` (the ``.L2::128B`` hint of
+``diet``: the plans' defaults, without the 16-bit scale-pair loads (``no_pairs``: ``-D MIRCUDA_FP4_SCALE_PAIRS=0``)
+and without those and the unpredicated full steps (``before``: the kernel as it was before both). ``l2``: the
+plans' defaults, and the same with ``-D MIRCUDA_FP4_L2_128B=0`` (the ``.L2::128B`` hint of
 ``fp4_mma_bf16``'s weight loads off; ``benchmarks/results/fp4_l2_hint.json`` is the run that adopted it, when the
 hint was off by default: its ``def`` is this script's ``hint_off``). ``regs``: ``fp4_mma_bf16``'s default and six
 other rows x stages x warps (``rRsSwW``), the register variants of
@@ -36,6 +38,8 @@ from mircuda.timing import bank_count
 SHAPES = ((14336, 4096), (4096, 14336), (4096, 4096), (6144, 4096))
 TOLERANCE = 2e-2
 VARIANTS: dict[str, dict[str, tuple[dict[str, Any], dict[str, int]]]] = {
+    "diet": {"default": ({}, {}), "no_pairs": ({}, {"MIRCUDA_FP4_SCALE_PAIRS": 0}),
+             "before": ({}, {"MIRCUDA_FP4_SCALE_PAIRS": 0, "MIRCUDA_FP4_FULL_STEPS": 0})},
     "l2": {"default": ({}, {}), "hint_off": ({}, {"MIRCUDA_FP4_L2_128B": 0})},
     "regs": {
         "default": ({"kernel": "fp4_mma_bf16"}, {}),
@@ -69,7 +73,8 @@ class DefinesCompiler(Compiler):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--variants", choices=sorted(VARIANTS), default="l2",
-                   help="l2: the defaults against the L2 hint off; regs: fp4_mma_bf16's rows, stages and warps "
+                   help="diet: the defaults against the former byte scale loads and load predicates; l2: the "
+                        "defaults against the L2 hint off; regs: fp4_mma_bf16's rows, stages and warps "
                         "(default: %(default)s)")
     p.add_argument("--m", type=lambda t: distinct_ints(t, range(1, 17), "M values in 1..16"), default=[4, 8, 16],
                    help="comma-separated activation rows, each in 1..16 (default: 4,8,16)")

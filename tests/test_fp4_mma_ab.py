@@ -24,7 +24,7 @@ def test_help_says_what_it_compares() -> None:
     out = _run("--help")
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
-    assert "A/B in one process" in text and "{l2,regs}" in text
+    assert "A/B in one process" in text and "{diet,l2,regs}" in text
 
 
 def test_help_gives_each_options_default() -> None:
@@ -43,6 +43,18 @@ def test_help_gives_each_options_default() -> None:
 def test_bad_arguments_are_refused_before_the_gpu(args, named) -> None:
     out = _run(*args)
     assert out.returncode == 2 and named in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_diet_set_turns_off_the_scale_pairs_then_also_the_full_steps() -> None:
+    """``before`` is the kernel as it was before both (byte scale loads, predicated loads on every K); the macros
+    it sets are the kernel's, so a rename there fails here."""
+    module = load_benchmark("fp4_mma_ab")
+    diet = module.VARIANTS["diet"]
+    assert list(diet) == ["default", "no_pairs", "before"]
+    assert all(knobs == {} for knobs, _ in diet.values())
+    assert diet["before"][1] == {"MIRCUDA_FP4_SCALE_PAIRS": 0, "MIRCUDA_FP4_FULL_STEPS": 0}
+    source = (ROOT / "mircuda" / "cuda_src" / "fp4_mma_gemv.cu").read_text()
+    assert all(f"#ifndef {name}" in source for name in diet["before"][1])
 
 
 def test_the_l2_set_turns_the_adopted_hint_off_and_the_recorded_repeat_used_it() -> None:

@@ -17,7 +17,7 @@ import pytest
 
 import mircuda as mc
 from mircuda.matmul._fp4 import (FP4_KERNELS, FP4_MMA_SYMBOL, FP4_SYMBOL, fp4_gemv_options, fp4_mma_options,
-                                  fp4_mma_source, fp4_vector_source)
+                                  fp4_mma_source, fp4_operands, fp4_vector_source, mma_step_columns)
 from mircuda.matmul._fp4 import DECODES
 from mircuda.matmul._fp4_reference import dequantize, quantize, ue4m3_decode
 from mircuda.matmul._moe_kernels import grouped_options, grouped_source
@@ -118,6 +118,74 @@ def test_the_l2_line_hint_is_the_tensor_core_kernels_alone() -> None:
         assert "L2::128B" not in other and "ld.global.nc.L1::no_allocate.v4.u32" in other
 
 
+def test_k_a_multiple_of_the_warp_step_drops_the_load_predicate() -> None:
+    """fp4_mma_options(k=...) defines MIRCUDA_FP4_FULL_STEPS when K is a multiple of the warp step (128 columns with
+    16-byte loads, 64 with 8-byte ones): every lane's columns are then inside K and the loads are unpredicated."""
+    assert mma_step_columns(True) == 128 and mma_step_columns(False) == 64
+    full = dict(fp4_mma_options(4, "linear", True, k=4096).defines)
+    assert full["MIRCUDA_FP4_FULL_STEPS"] == "1"
+    for wide, k in [(True, 4160), (True, 96), (False, 1040), (True, None)]:
+        assert "MIRCUDA_FP4_FULL_STEPS" not in dict(fp4_mma_options(4, "linear", wide, k=k).defines), (wide, k)
+    body = ptx("compute_90", 4)
+    text = mc.compile_program(fp4_mma_source(), "compute_90", mc.CompileOptions(
+        defines=dict(full), output="ptx")).image.decode()
+    unpredicated = text[text.index(f".entry {FP4_MMA_SYMBOL}"):]
+    # the same loads, fewer branches around them
+    assert unpredicated.count("ld.global.nc.L1::no_allocate.L2::128B.v4.u32") == body.count(
+        "ld.global.nc.L1::no_allocate.L2::128B.v4.u32")
+    assert unpredicated.count("bra") < body.count("bra")
+
+
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+def test_with_16_byte_loads_a_rows_two_scales_are_one_16_bit_load(layout) -> None:
+    """MIRCUDA_FP4_SCALE_PAIRS (the default): a lane's two 16-K groups have adjacent scale bytes in both layouts,
+    read by one ld.global.nc.u16 per weight and activation row; -D MIRCUDA_FP4_SCALE_PAIRS=0 keeps byte loads; 8-byte
+    code loads (one group per lane) read bytes either way."""
+    pairs = ptx("compute_90", 4, layout)
+    # rows g, g + 8 and activation row g, in each of the 3 load sites of the 2-stage ring (the prologue, 2 slots)
+    assert pairs.count("ld.global.nc.u16") == 3 * 3 and "ld.global.nc.u8" not in pairs
+    off = mc.compile_program(fp4_mma_source(), "compute_90", mc.CompileOptions(
+        defines={**dict(fp4_mma_options(4, layout, True).defines), "MIRCUDA_FP4_SCALE_PAIRS": 0},
+        output="ptx")).image.decode()
+    assert "ld.global.nc.u16" not in off and off.count("ld.global.nc.u8") == 3 * 3 * 2
+    narrow = ptx("compute_90", 4, layout, wide=False)
+    assert "ld.global.nc.u16" not in narrow and "ld.global.nc.u8" in narrow
+
+
+def test_scale_pairs_skip_the_fp16_multiply_by_256_where_the_decoder_leaves_room() -> None:
+    """With the e4m3 decoder (2^-6) the scale enters as FP16 s x 2^-8 (no HMUL2 by 0x5C00 = 256); with the bytes
+    decoder (2^-14) it would leave FP16's range, so the multiply stays."""
+    def text(decode: str) -> str:
+        options = fp4_mma_options(4, "linear", True, decode)
+        return mc.compile_program(fp4_mma_source(), "compute_90", mc.CompileOptions(
+            defines=dict(options.defines), output="ptx")).image.decode()
+    by_256 = str(0x5C005C00)  # the FP16 pair (256, 256), as NVVM writes the constant
+    assert by_256 not in text("e4m3")
+    assert by_256 in text("bytes")
+
+
+def test_every_shifted_scale_times_every_e2m1_value_is_exact_in_fp16() -> None:
+    """The exactness behind shifted scales: q x s x 2^-(6 + 8) for every E2M1 value q and every finite UE4M3 s (bytes
+    1..0x7e) is an FP16 value (a multiple of 2^-24, FP16's subnormal step, below 65504), so the HMUL2 of the
+    e4m3-decoded code (q x 2^-6) by the shifted scale (s x 2^-8) rounds nothing."""
+    q = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+    s = ue4m3_decode(np.arange(1, 0x7F, dtype=np.uint8)).astype(np.float64)
+    exact = np.outer(q, s) * 2.0 ** -14
+    assert np.array_equal(exact.astype(np.float16).astype(np.float64), exact)
+    # and the bound is tight: one more factor 2^-8 (the scale shifted without the decoder's room) would round
+    assert not np.array_equal((exact * 2.0 ** -8).astype(np.float16).astype(np.float64), exact * 2.0 ** -8)
+
+
+def test_the_mma_kernels_operands_ask_2_byte_aligned_activation_scales_with_16_byte_loads() -> None:
+    names = ("a", "a_scales", "b", "b_scales", "d")
+    for kernel, k, want in [(FP4_MMA_SYMBOL, 4096, 2), (FP4_MMA_SYMBOL, 1040, 1), (FP4_SYMBOL, 4096, 1)]:
+        ops = {o.name: o for o in fp4_operands(names, 4, 64, k, "fp4", "linear", k % 32 == 0, False, kernel)}
+        assert ops["a_scales"].alignment == want, (kernel, k)
+        assert ops["b_scales"].alignment == (2 if k % 32 == 0 else 1)
+        if want == 2:
+            assert FP4_MMA_SYMBOL in ops["a_scales"].reason
+
+
 # -- numpy emulation of the kernel ---------------------------------------------------------------
 def decode_pair(byte: int) -> tuple[np.float16, np.float16]:
     """fp4_common.cuh's software decode of one byte: (low nibble, high nibble) as FP16 bits, x 2^-14."""
@@ -147,11 +215,17 @@ def decoded_slot(codes: np.ndarray, slot: int, decode: str) -> np.ndarray:
     return np.array([pair & 0xFFFF, pair >> 16], np.uint16).view(np.float16)
 
 
-def scaled(codes: np.ndarray, slot: int, scale: int, decode: str = "bytes") -> np.ndarray:
-    """operands(): the decoded pair of half2 slot ``slot`` times its UE4M3 scale in FP16; asserts the
-    product is exact."""
-    s16 = np.float16(ue4m3_decode(np.array([scale], np.uint8))[0])
-    assert float(s16) == float(ue4m3_decode(np.array([scale], np.uint8))[0])
+def shifted_scales(decode: str, wide: bool) -> bool:
+    """Whether fp4_mma_bf16 (MIRCUDA_FP4_SCALE_PAIRS, the default) takes the scales as FP16 s x 2^-8: scale pairs
+    (16-byte code loads) and a decoder factor 2^-L with L <= 6."""
+    return wide and DECODE_LOG2[decode] <= 6
+
+
+def scaled(codes: np.ndarray, slot: int, scale: int, decode: str = "bytes", shift: int = 0) -> np.ndarray:
+    """operands(): the decoded pair of half2 slot ``slot`` times its UE4M3 scale (x 2^-shift) in FP16; asserts
+    the product is exact."""
+    s16 = np.float16(ue4m3_decode(np.array([scale], np.uint8))[0] * 2.0 ** -shift)
+    assert float(s16) == float(ue4m3_decode(np.array([scale], np.uint8))[0]) * 2.0 ** -shift
     pair = decoded_slot(codes, slot, decode)
     out = (pair * s16).astype(np.float16)
     assert all(float(out[i]) == float(pair[i]) * float(s16) for i in range(2)), "inexact FP16 scaling"
@@ -166,6 +240,7 @@ def emulate(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray, m: int
     chunk = 4 * e
     n8 = -(-m // 8)
     steps = -(-k // chunk)
+    shift = 8 if shifted_scales(decode, wide) else 0
     out = np.full((m, n), np.nan)
     for blk in range(-(-n // 16)):
         row0 = 16 * blk
@@ -188,14 +263,14 @@ def emulate(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray, m: int
                                 codes = b[row, col // 2: col // 2 + e // 2]
                                 assert codes.size == e // 2
                                 s = scale_byte(sb, row, kb, k, layout, n)
-                                amat[g + 8 * r, 2 * t: 2 * t + 2] = scaled(codes, 2 * jm, s, decode)
-                                amat[g + 8 * r, 2 * t + 8: 2 * t + 10] = scaled(codes, 2 * jm + 1, s, decode)
+                                amat[g + 8 * r, 2 * t: 2 * t + 2] = scaled(codes, 2 * jm, s, decode, shift)
+                                amat[g + 8 * r, 2 * t + 8: 2 * t + 10] = scaled(codes, 2 * jm + 1, s, decode, shift)
                             mrow = g + 8 * j
                             if mrow < m:
                                 codes = a[mrow, col // 2: col // 2 + e // 2]
                                 s = scale_byte(sa, mrow, kb, k, layout, m)
-                                bmat[2 * t: 2 * t + 2, g] = scaled(codes, 2 * jm, s, decode)
-                                bmat[2 * t + 8: 2 * t + 10, g] = scaled(codes, 2 * jm + 1, s, decode)
+                                bmat[2 * t: 2 * t + 2, g] = scaled(codes, 2 * jm, s, decode, shift)
+                                bmat[2 * t + 8: 2 * t + 10, g] = scaled(codes, 2 * jm + 1, s, decode, shift)
                         acc[j] += amat @ bmat
         # the C fragment: lane (g, t) holds (row g (+8), col 2t (+1)); warp 0 stores
         for lane in range(32):
@@ -205,7 +280,8 @@ def emulate(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray, m: int
                     mm = 8 * j + 2 * t + (el & 1)
                     row = row0 + g + 8 * (el >> 1)
                     if mm < m and row < n:
-                        out[mm, row] = alpha * 2.0 ** (2 * DECODE_LOG2[decode]) * acc[j, g + 8 * (el >> 1), 2 * t + (el & 1)]
+                        unbias = 2.0 ** (2 * (DECODE_LOG2[decode] + shift))
+                        out[mm, row] = alpha * unbias * acc[j, g + 8 * (el >> 1), 2 * t + (el & 1)]
     return out
 
 

@@ -12,9 +12,11 @@
 // 6, 0), and each pair is multiplied (HMUL2) by its UE4M3 scale converted to FP16. The product
 // q * s * 2^-L is exact in FP16: q * s is a multiple of 2^-10 (q of 0.5, s of 2^-9) with at most 6
 // significant bits and below 2688, so q * s * 2^-L is a multiple of 2^-24 (FP16's subnormal step) at
-// most 2688 (< 65504) for every L in 0..14. The tensor cores multiply these FP16 values exactly into
-// FP32 and accumulate in FP32; the sum carries 2^-2L, undone (exactly, a power of two) with alpha at the
-// end. Scaling the operands (instead of each 16-K MMA's sum) leaves the lanes free to read contiguous
+// most 2688 (< 65504) for every L in 0..14. With L <= 6 (e4m3, table) the scale pairs enter as FP16
+// s * 2^-8 (MIRCUDA_FP4_SCALE_PAIRS below: no HMUL2 by 2^8), and q * s * 2^-(L+8) is still a multiple
+// of 2^-24. The tensor cores multiply these FP16 values exactly into FP32 and accumulate in FP32; the sum
+// carries 2^-2L (and 2^-16 from shifted scales), undone (exactly, a power of two) with alpha at the end.
+// Scaling the operands (instead of each 16-K MMA's sum) leaves the lanes free to read contiguous
 // columns.
 //
 // mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (PTX ISA "Matrix fragments for mma.m16n8k16",
@@ -68,6 +70,19 @@
 #ifndef MIRCUDA_FP4_L2_128B
 #define MIRCUDA_FP4_L2_128B 1
 #endif
+// Scale pairs (1, the default; 0 the former byte loads, kept for A/B runs): with 16-byte code loads a lane's two
+// 16-K groups have adjacent scale bytes in both layouts (linear: kb, kb + 1; tiled: kb even, so kb & 3 is 0 or 2
+// inside one atom row), read by one 16-bit load per row (the plans then require 2-byte aligned scales); the scale
+// pairs become FP16 without the HMUL2 by 2^8 where the decoder's factor leaves room (2^-L with L <= 6: the product
+// q s 2^-(L+8) is still a multiple of 2^-24, FP16's subnormal step), and alpha takes the 2^16 back.
+#ifndef MIRCUDA_FP4_SCALE_PAIRS
+#define MIRCUDA_FP4_SCALE_PAIRS 1
+#endif
+// 1: K is a multiple of the warp step (4 kE columns), so every lane's columns of every step the loop visits are
+// inside K and the loads need no predicate (the plans define it from K; 0 keeps the check).
+#ifndef MIRCUDA_FP4_FULL_STEPS
+#define MIRCUDA_FP4_FULL_STEPS 0
+#endif
 #include "decode_common.cuh"
 #include "fp4_common.cuh"
 
@@ -90,10 +105,11 @@ constexpr int kTiles = MIRCUDA_FP4_TILES;        // 16-row weight tiles per bloc
 static_assert(kTiles == 1 || kTiles == 2, "MIRCUDA_FP4_TILES must be 1 or 2");
 constexpr int kStages = MIRCUDA_FP4_STAGES;      // warp steps of loads held in registers (ring)
 static_assert(kStages >= 2 && kStages <= 4, "MIRCUDA_FP4_STAGES must be 2, 3 or 4");
-
-__device__ __forceinline__ long long scale_offset(long long row, int kb, int kblocks, int katoms) {
-    return fp4::scale_offset<MIRCUDA_FP4_TILED != 0>(row, kb, kblocks, katoms);
-}
+constexpr bool kPairs = MIRCUDA_FP4_SCALE_PAIRS != 0 && kGroups == 2;  // 16-bit loads of a row's two scale bytes
+constexpr int kScaleRegs = kPairs ? 1 : kGroups;                      // registers of one row's scales per step
+// Scales as FP16 times 2^-8 (no HMUL2 by 2^8) when the decoded operands keep it exact (see the top of the file).
+constexpr bool kScaleShifted = kPairs && fp4::kDecodeLog2 <= 6;
+constexpr bool kFullSteps = MIRCUDA_FP4_FULL_STEPS != 0;
 
 __device__ __forceinline__ unsigned hmul2(unsigned a, unsigned b) {
     __half2 x = *reinterpret_cast<__half2*>(&a);
@@ -112,14 +128,27 @@ __device__ __forceinline__ unsigned scale_half2(unsigned u) {
     return hmul2(b | (b << 16), 0x5C005C00u);
 }
 
+// Scale q (0 or 1) of a row's pair (byte q of `u`) as an FP16 pair: exactly as scale_half2 when !kScaleShifted,
+// else the value times 2^-8 (the shifted bits alone, no HMUL2).
+__device__ __forceinline__ unsigned pair_scale_half2(unsigned u, int q) {
+    const unsigned b = (q == 0 ? u << 7 : u >> 1) & 0x3F80u;
+    if constexpr (kScaleShifted) return b | (b << 16);
+    else return hmul2(b | (b << 16), 0x5C005C00u);
+}
+
+// What the decoded operands carry besides the values: 2^-L from the decoder, and 2^-8 from shifted scales.
+__device__ __forceinline__ float operand_unbias() {
+    return fp4::decode_unbias() * (kScaleShifted ? 256.0f : 1.0f);
+}
+
 // A lane's codes of one row, decoded (fp4::decode_word: value * 2^-L in the decoder's element order) and
 // multiplied by their UE4M3 scales: half2 slot 4 w + i covers two of word w's eight columns, slots
 // [8 q, 8 q + 8) the 16-K group q.
-__device__ __forceinline__ void operands(const unsigned (&codes)[kWords], const unsigned (&raw)[kGroups],
+__device__ __forceinline__ void operands(const unsigned (&codes)[kWords], const unsigned (&raw)[kScaleRegs],
                                          unsigned (&out)[4 * kWords]) {
     unsigned scale[kGroups];
 #pragma unroll
-    for (int q = 0; q < kGroups; ++q) scale[q] = scale_half2(raw[q]);
+    for (int q = 0; q < kGroups; ++q) scale[q] = kPairs ? pair_scale_half2(raw[0], q) : scale_half2(raw[q]);
 #pragma unroll
     for (int w = 0; w < kWords; ++w) {
         unsigned h[4];
@@ -142,8 +171,8 @@ __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, uns
 struct Stage {
     unsigned w[2 * kTiles][kWords];  // rows g, g + 8 of tile 0, then of tile 1
     unsigned x[kN8][kWords];
-    unsigned sw[2 * kTiles][kGroups];
-    unsigned sx[kN8][kGroups];
+    unsigned sw[2 * kTiles][kScaleRegs];  // scale bytes: one per register, or a row's pair in bits 0..15
+    unsigned sx[kN8][kScaleRegs];
 };
 
 struct Operands {
@@ -151,15 +180,29 @@ struct Operands {
     // (a step adds its column's offset: no 64-bit row product per load).
     const unsigned char* wp[2 * kTiles];
     const unsigned char* sp[2 * kTiles];
-    const unsigned char* x;
-    const unsigned char* sx;
-    int xrow[kN8];       // activation rows g + 8 j
-    int t, k, kblocks, katoms;
+    const unsigned char* xp[kN8];  // activation rows g + 8 j at column 0 (row 0 for rows past M: never read)
+    const unsigned char* sxp[kN8]; // their scales' row part (fp4::scale_row_offset)
+    bool xlive[kN8];               // the row is one of the M
+    int t, k;
 };
+
+// A row's scales of K-block kb (kGroups of them, or the pair at kb, kb + 1) at row part `rowp`.
+__device__ __forceinline__ void load_scales(unsigned (&v)[kScaleRegs], const unsigned char* rowp, int kb, bool in) {
+    if constexpr (kPairs) {
+        v[0] = in ? (unsigned)__ldg(reinterpret_cast<const unsigned short*>(
+                        rowp + fp4::scale_col_offset<MIRCUDA_FP4_TILED != 0>(kb)))
+                  : 0u;
+    } else {
+#pragma unroll
+        for (int q = 0; q < kGroups; ++q)
+            v[q] = in ? __ldg(rowp + fp4::scale_col_offset<MIRCUDA_FP4_TILED != 0>(kb + q)) : 0u;
+    }
+}
 
 __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int step) {
     const int col = step * kChunk + kE * op.t;
-    const bool in = col < op.k;  // K % kE == 0: the lane's kE columns are all inside K or all outside
+    // K % kE == 0: the lane's kE columns are all inside K or all outside (kFullSteps: always inside)
+    const bool in = kFullSteps || col < op.k;
     const int kb = col >> 4;
     const unsigned coff = (unsigned)col >> 1;
 #pragma unroll
@@ -170,24 +213,19 @@ __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int st
 #pragma unroll
             for (int i = 0; i < kWords; ++i) st.w[r][i] = 0u;
         }
-#pragma unroll
-        for (int q = 0; q < kGroups; ++q)
-            st.sw[r][q] = in ? __ldg(op.sp[r] + fp4::scale_col_offset<MIRCUDA_FP4_TILED != 0>(kb + q)) : 0u;
+        load_scales(st.sw[r], op.sp[r], kb, in);
     }
 #pragma unroll
     for (int j = 0; j < kN8; ++j) {
-        const int m = op.xrow[j];
-        const bool live = in && m < kM;
+        const bool live = in && op.xlive[j];
 #pragma unroll
         for (int h = 0; h < kWords / 2; ++h) {
             uint2 v = make_uint2(0u, 0u);
-            if (live) v = __ldg(reinterpret_cast<const uint2*>(op.x + (long long)m * (op.k / 2) + col / 2) + h);
+            if (live) v = __ldg(reinterpret_cast<const uint2*>(op.xp[j] + coff) + h);
             st.x[j][2 * h] = v.x;
             st.x[j][2 * h + 1] = v.y;
         }
-#pragma unroll
-        for (int q = 0; q < kGroups; ++q)
-            st.sx[j][q] = live ? __ldg(op.sx + scale_offset(m, kb + q, op.kblocks, op.katoms)) : 0u;
+        load_scales(st.sx[j], op.sxp[j], kb, live);
     }
 }
 
@@ -223,21 +261,25 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
     const long long row0 = (long long)blockIdx.x * (16 * kTiles);
 
     Operands op;
-    op.x = x;
-    op.sx = sx;
     op.t = lane & 3;
     op.k = k;
-    op.kblocks = k >> 4;
-    op.katoms = (op.kblocks + 3) >> 2;
+    const int kblocks = k >> 4;
+    const int katoms = (kblocks + 3) >> 2;
 #pragma unroll
     for (int r = 0; r < 2 * kTiles; ++r) {
         long long row = row0 + 8 * r + g;  // r = 2 tile + half: 16 tile + 8 half + g
         row = row < n ? row : (long long)n - 1;
         op.wp[r] = w + row * (k / 2);
-        op.sp[r] = sw + fp4::scale_row_offset<MIRCUDA_FP4_TILED != 0>(row, op.kblocks, op.katoms);
+        op.sp[r] = sw + fp4::scale_row_offset<MIRCUDA_FP4_TILED != 0>(row, kblocks, katoms);
     }
 #pragma unroll
-    for (int j = 0; j < kN8; ++j) op.xrow[j] = g + 8 * j;
+    for (int j = 0; j < kN8; ++j) {
+        const int m = g + 8 * j;
+        op.xlive[j] = m < kM;
+        const long long mr = op.xlive[j] ? m : 0;
+        op.xp[j] = x + mr * (k / 2);
+        op.sxp[j] = sx + fp4::scale_row_offset<MIRCUDA_FP4_TILED != 0>(mr, kblocks, katoms);
+    }
 
     fp4::decode_table_fill();  // the table variant's shared table (no global reads: before the wait)
     decode::pdl_trigger_early();
@@ -289,8 +331,8 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
         }
         if (warp != 0) return;
     }
-    // 2^2L undoes the decoder's 2^-L on both operands (exact).
-    float scale = alpha * (fp4::decode_unbias() * fp4::decode_unbias());
+    // 2^2L undoes the decoder's 2^-L on both operands, and 2^16 the shifted scales' 2^-8 (exact: powers of two).
+    float scale = alpha * (operand_unbias() * operand_unbias());
     if (global_a != nullptr) scale *= *global_a;
     if (global_b != nullptr) scale *= *global_b;
 #pragma unroll

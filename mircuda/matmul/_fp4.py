@@ -271,13 +271,23 @@ def fp4_mma_source() -> CudaSource:
 
 
 def fp4_mma_options(m: int, layout: str, wide: bool, decode: str = "bytes", rows: int = 16,
-                    stages: int = 2, pdl_trigger: str | None = None) -> CompileOptions:
+                    stages: int = 2, pdl_trigger: str | None = None, k: int | None = None) -> CompileOptions:
     """The NVRTC options of ``fp4_mma_bf16`` for ``m`` (1..16) activation rows, the scale layout, the
     load width (``wide``: 16-byte weight loads, K % 32 == 0), the decoder (:data:`DECODES`), the weight
-    rows per block (:data:`MMA_ROWS`) and, when given, the PDL trigger (:func:`~mircuda.matmul._spec.pdl_defines`)."""
-    return CompileOptions(defines={**pdl_defines(pdl_trigger), "MIRCUDA_FP4_M": m, "MIRCUDA_FP4_TILED": int(layout == "tiled"),
+    rows per block (:data:`MMA_ROWS`) and, when given, the PDL trigger (:func:`~mircuda.matmul._spec.pdl_defines`).
+    ``k`` given and a multiple of the warp step (:func:`mma_step_columns`) adds ``MIRCUDA_FP4_FULL_STEPS=1``: no
+    load predicate (every lane's columns of every step are inside K)."""
+    full = {"MIRCUDA_FP4_FULL_STEPS": 1} if k is not None and k % mma_step_columns(wide) == 0 else {}
+    return CompileOptions(defines={**pdl_defines(pdl_trigger), **full, "MIRCUDA_FP4_M": m,
+                                   "MIRCUDA_FP4_TILED": int(layout == "tiled"),
                                    "MIRCUDA_FP4_WIDE": int(wide), "MIRCUDA_FP4_DECODE": DECODES.index(decode),
                                    "MIRCUDA_FP4_TILES": rows // 16, "MIRCUDA_FP4_STAGES": stages})
+
+
+def mma_step_columns(wide: bool) -> int:
+    """K columns of one warp step of ``fp4_mma_bf16``: 4 lanes x 32 columns with 16-byte loads (``wide``), x 16
+    with 8-byte ones."""
+    return 4 * (32 if wide else 16)
 
 
 def fp4_gemv_options(m: int, rows: int, layout: str, wide: bool, activation: str, decode: str = "bytes",
@@ -452,36 +462,41 @@ def check_activation(value: Any) -> str:
     return value
 
 
-def _scale_operand(name: str, rows: int, k: int, layout: str, what: str, pairs: bool = False) -> Operand:
+def _scale_operand(name: str, rows: int, k: int, layout: str, what: str, pairs: bool = False,
+                   kernel: str = FP4_SYMBOL) -> Operand:
     nbytes = scale_bytes(rows, k, layout)
     shape = (f"[{what}, K/16] = [{rows}, {k // BLOCK}] linear UE4M3" if layout == "linear" else
              f"tiled UE4M3 scales of [{rows}, {k}]: {nbytes} bytes (rows padded to 128, K/16 to 4)")
     if pairs:
         return Operand(name, dtype_info(e4m3), nbytes, shape, 2,
-                       f"kernel {FP4_SYMBOL}: 16-bit loads of two adjacent scales (K % 32 == 0)")
+                       f"kernel {kernel}: 16-bit loads of two adjacent scales (K % 32 == 0)")
     return Operand(name, dtype_info(e4m3), nbytes, shape, 1, "byte loads")
 
 
 def fp4_operands(names: tuple[str, str, str, str, str], m: int, n: int, k: int, activation: str, layout: str,
-                 wide: bool, dp4a: bool = False) -> tuple[Operand, ...]:
+                 wide: bool, dp4a: bool = False, kernel: str = FP4_SYMBOL) -> tuple[Operand, ...]:
     """The checks of ``(a, a_scales, b, b_scales, d)`` under ``names`` for the NVRTC kernel: packed
     weights ``[N, K/2]`` u8 aligned to its 16-byte (K % 32 == 0) or 8-byte loads, FP4 activations
     ``[M, K/2]`` u8 (8-byte loads; ``dp4a``, the integer path: 16-byte loads and 16-bit loads of scale pairs) or
     BF16 ``[M, K]`` (16-byte loads), scales of the plan's layout (size including the tiled padding; the weight
-    scales 2-byte aligned for the 16-bit loads of the wide variant), D ``[M, N]`` BF16."""
+    scales 2-byte aligned for the 16-bit loads of the wide variant), D ``[M, N]`` BF16.
+    ``kernel`` ``fp4_mma_bf16`` (:data:`FP4_MMA_SYMBOL`) with ``wide`` reads the activation scales in 16-bit pairs as well
+    (2-byte aligned)."""
     a, sa, b, sb, d = names
     loads = f"kernel {FP4_SYMBOL}: {'16' if wide else '8'}-byte loads of packed rows of {k // 2} bytes"
     ops = []
     if activation == "fp4":
         ops.append(Operand(a, dtype_info(u8), m * k // 2, f"[M, K/2] = [{m}, {k // 2}] packed E2M1", 16 if dp4a else 8,
                            f"kernel {FP4_SYMBOL}: {'16' if dp4a else '8'}-byte activation loads"))
-        ops.append(_scale_operand(sa, m, k, layout, "M", pairs=dp4a))
+        mma_pairs = kernel == FP4_MMA_SYMBOL and wide
+        ops.append(_scale_operand(sa, m, k, layout, "M", pairs=dp4a or mma_pairs,
+                                  kernel=FP4_MMA_SYMBOL if mma_pairs else FP4_SYMBOL))
     else:
         ops.append(Operand(a, dtype_info(bf16), m * k, f"[M, K] = [{m}, {k}] BF16", 16,
                            f"kernel {FP4_SYMBOL}: 16-byte activation loads"))
         ops.append(Operand(sa, dtype_info(e4m3), 0, "None (BF16 activations have no scales)", 1, ""))
     ops.append(Operand(b, dtype_info(u8), n * k // 2, f"[N, K/2] = [{n}, {k // 2}] packed E2M1", 16 if wide else 8, loads))
-    ops.append(_scale_operand(sb, n, k, layout, "N", pairs=wide))
+    ops.append(_scale_operand(sb, n, k, layout, "N", pairs=wide, kernel=kernel))
     ops.append(Operand(d, dtype_info(bf16), m * n, f"[M, N] = [{m}, {n}] BF16", 2, f"kernel {FP4_SYMBOL}: BF16 stores"))
     return tuple(ops)
 
@@ -586,9 +601,9 @@ class Fp4Gemv:
         if symbol == FP4_MMA_SYMBOL:
             self.rows = knobs.rows
             self.block_sum = knobs.block_sum
-            self.options = fp4_mma_options(m, layout, self.wide, decode, self.rows, self.stages, pdl_trigger)
+            self.options = fp4_mma_options(m, layout, self.wide, decode, self.rows, self.stages, pdl_trigger, k)
             source = fp4_mma_source()
-            chunk = 4 * self.elements
+            chunk = mma_step_columns(self.wide)
         else:
             self.rows = knobs.rows
             self.block_sum = knobs.block_sum
@@ -1148,7 +1163,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                                  persistent=persistent, row_warps=row_warps, pdl_trigger=pdl_trigger,
                                  static_weights=self._static_weights)
             self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide,
-                                          self._gemv.decode == "dp4a")
+                                          self._gemv.decode == "dp4a", self._gemv.symbol)
             head = (f"M = {m} <= {GEMV_MAX_M}: decode; the {n}x{k} FP4 weights dominate the bytes, so one NVRTC kernel "
                     "streams each once and multiplies it by all M activation rows")
             if nvrtc is not None:

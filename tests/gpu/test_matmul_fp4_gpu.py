@@ -630,12 +630,55 @@ def run_vector(context, stream, pool, rng, n, k, activation, layout, **knobs) ->
     (x.free(stream) if activation == "fp4" else bx.free(stream))
 
 
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+@pytest.mark.parametrize("decode", DECODES)
+@pytest.mark.parametrize("m, n, k", [(4, 64, 4096), (16, 40, 4160)], ids=str)
+def test_the_mma_kernel_keeps_the_products_of_the_smallest_scales_exact(context, stream, pool, rng, m, n, k, decode,
+                                                                        layout) -> None:
+    """Every scale byte of both operands subnormal UE4M3 (0x01..0x07: 2^-9..7 x 2^-9): the decoded FP16 operands
+    q s 2^-L (and q s 2^-(L+8) where the kernel takes the scales shifted) are FP16 subnormals down to 2^-24, which
+    an FP16 multiply or the tensor cores must keep, not flush: flushed, the outputs would be zero. K = 4096 with
+    full warp steps, 4160 without."""
+    skip_unless_decoder_runs(context, decode)
+    kb = k // 16
+    packed_b = rng.integers(0, 256, (n, k // 2), dtype=np.uint8)
+    packed_a = rng.integers(0, 256, (m, k // 2), dtype=np.uint8)
+    sb_lin = rng.integers(1, 8, (n, kb), dtype=np.uint8)
+    sa_lin = rng.integers(1, 8, (m, kb), dtype=np.uint8)
+    b64 = ref.dequantize(packed_b, sb_lin, n, k)
+    a64 = ref.dequantize(packed_a, sa_lin, m, k)
+    bufs = [upload(context, stream, pool, x.ravel()) for x in (packed_a, packed_b)]
+    scales = [upload(context, stream, pool, (ref.scales_to_tiled(x) if layout == "tiled" else x.ravel()).view(E4M3))
+              for x in (sa_lin, sb_lin)]
+    d = poisoned(context, stream, pool, m * n)
+    plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), scale_layout=layout,
+                                 kernel="fp4_mma_bf16", decode=decode)
+    plan.execute(stream, bufs[0], scales[0], bufs[1], scales[1], d)
+    got = check_guard(download(context, stream, d), m * n).astype(np.float64).reshape(m, n)
+    want, mag = reference(a64, b64, 1.0)
+    assert np.abs(want).max() > 0 and np.count_nonzero(got) > 0.9 * got.size
+    assert_close(got, want, mag, "bf16")
+    for b in (*bufs, *scales, d):
+        b.free(stream)
+
+
+def test_the_mma_kernel_asks_2_byte_aligned_activation_scales_where_it_loads_scale_pairs(context, stream) -> None:
+    """K % 32 == 0: fp4_mma_bf16 reads a row's two scale bytes of a step as one 16-bit word (MIRCUDA_FP4_SCALE_PAIRS),
+    activations' as well as weights': both scale operands need 2-byte alignment (the activation scales needed 1
+    before). K % 32 != 0 (one group per lane, byte loads): 1."""
+    for k, want in ((4096, 2), (1040, 1)):
+        plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, k), kernel="fp4_mma_bf16")
+        align = {op.name: op.alignment for op in plan.operands}
+        assert (align["a_scales"], align["b_scales"]) == (want, want), k
+        assert ("MIRCUDA_FP4_FULL_STEPS=1" in plan.describe()) == (k == 4096)
+
+
 @pytest.mark.parametrize("rows, stages", [("default", None), ("other", 3)])
 @pytest.mark.parametrize("kernel", ["fp4_mma_bf16", "fp4_matvec_bf16"])
 @pytest.mark.parametrize("decode", DECODES)
 @pytest.mark.parametrize("m", [3, 16])
 @pytest.mark.parametrize("layout", ["linear", "tiled"])
-@pytest.mark.parametrize("n, k", [(37, 1040), (4097, 96)], ids=str)
+@pytest.mark.parametrize("n, k", [(37, 1040), (4097, 96), (300, 4096)], ids=str)
 def test_the_matrix_decode_kernels_match_float64_with_every_decoder(context, stream, pool, rng, m, n, k, layout,
                                                                     decode, kernel, rows, stages) -> None:
     """rows "other": 16 weight rows per block (one 16-row tile per warp; the default is two) for
