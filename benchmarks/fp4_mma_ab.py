@@ -7,7 +7,9 @@ difference is recorded, and one above 2e-2 fails the script). Needs a GPU.
 
     python benchmarks/fp4_mma_ab.py [--variants l2|regs] [--m 4,8,16] [--shapes 14336x4096,...] [--json PATH]
 
-``diet``: the plans' defaults, without the 16-bit scale-pair loads (``no_pairs``: ``-D MIRCUDA_FP4_SCALE_PAIRS=0``)
+``occupancy``: ``fp4_mma_bf16``'s default against warps per block 2, 3, 4, 6, 8 (``wW``, 32 rows), 16-row blocks with
+4, 6, 8 warps (``r16wW``) and two accumulator sets (``acc2``: ``-D MIRCUDA_FP4_ACC_SPLIT=1``). ``diet``: the plans'
+defaults, without the 16-bit scale-pair loads (``no_pairs``: ``-D MIRCUDA_FP4_SCALE_PAIRS=0``)
 and without those and the unpredicated full steps (``before``: the kernel as it was before both). ``l2``: the
 plans' defaults, and the same with ``-D MIRCUDA_FP4_L2_128B=0`` (the ``.L2::128B`` hint of
 ``fp4_mma_bf16``'s weight loads off; ``benchmarks/results/fp4_l2_hint.json`` is the run that adopted it, when the
@@ -41,6 +43,12 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, Any], dict[str, int]]]] = {
     "diet": {"default": ({}, {}), "no_pairs": ({}, {"MIRCUDA_FP4_SCALE_PAIRS": 0}),
              "before": ({}, {"MIRCUDA_FP4_SCALE_PAIRS": 0, "MIRCUDA_FP4_FULL_STEPS": 0})},
     "l2": {"default": ({}, {}), "hint_off": ({}, {"MIRCUDA_FP4_L2_128B": 0})},
+    "occupancy": {
+        "default": ({}, {}),
+        **{f"w{w}": ({"kernel": "fp4_mma_bf16", "warps": w}, {}) for w in (2, 3, 4, 6, 8)},
+        **{f"r16w{w}": ({"kernel": "fp4_mma_bf16", "rows": 16, "warps": w}, {}) for w in (4, 6, 8)},
+        "acc2": ({}, {"MIRCUDA_FP4_ACC_SPLIT": 1}),
+    },
     "regs": {
         "default": ({"kernel": "fp4_mma_bf16"}, {}),
         "r32s2w4": ({"kernel": "fp4_mma_bf16", "warps": 4, "stages": 2}, {}),
@@ -74,8 +82,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--variants", choices=sorted(VARIANTS), default="l2",
                    help="diet: the defaults against the former byte scale loads and load predicates; l2: the "
-                        "defaults against the L2 hint off; regs: fp4_mma_bf16's rows, stages and warps "
-                        "(default: %(default)s)")
+                        "defaults against the L2 hint off; occupancy: fp4_mma_bf16's warps, 16-row blocks and two "
+                        "accumulator sets; regs: fp4_mma_bf16's rows, stages and warps (default: %(default)s)")
     p.add_argument("--m", type=lambda t: distinct_ints(t, range(1, 17), "M values in 1..16"), default=[4, 8, 16],
                    help="comma-separated activation rows, each in 1..16 (default: 4,8,16)")
     p.add_argument("--shapes", type=shape_values, default=SHAPES,

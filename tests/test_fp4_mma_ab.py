@@ -24,7 +24,7 @@ def test_help_says_what_it_compares() -> None:
     out = _run("--help")
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
-    assert "A/B in one process" in text and "{diet,l2,regs}" in text
+    assert "A/B in one process" in text and "{diet,l2,occupancy,regs}" in text
 
 
 def test_help_gives_each_options_default() -> None:
@@ -55,6 +55,16 @@ def test_the_diet_set_turns_off_the_scale_pairs_then_also_the_full_steps() -> No
     assert diet["before"][1] == {"MIRCUDA_FP4_SCALE_PAIRS": 0, "MIRCUDA_FP4_FULL_STEPS": 0}
     source = (ROOT / "mircuda" / "cuda_src" / "fp4_mma_gemv.cu").read_text()
     assert all(f"#ifndef {name}" in source for name in diet["before"][1])
+
+
+def test_the_occupancy_set_names_each_variants_knobs() -> None:
+    module = load_benchmark("fp4_mma_ab")
+    occ = module.VARIANTS["occupancy"]
+    assert occ["default"] == ({}, {}) and occ["acc2"] == ({}, {"MIRCUDA_FP4_ACC_SPLIT": 1})
+    for name, (knobs, defines) in occ.items():
+        if name.startswith(("w", "r16")):
+            assert defines == {} and knobs["kernel"] == "fp4_mma_bf16"
+            assert name.endswith(f"w{knobs['warps']}") and (knobs.get("rows") == 16) == name.startswith("r16")
 
 
 def test_the_l2_set_turns_the_adopted_hint_off_and_the_recorded_repeat_used_it() -> None:

@@ -333,6 +333,22 @@ def test_bad_knobs_are_refused_by_name(kwargs, argument) -> None:
     assert info.value.argument == argument
 
 
+def test_the_mma_kernel_takes_any_warp_count_up_to_8_and_the_vector_kernel_powers_of_two() -> None:
+    """fp4_mma_bf16's warps take K steps w, w + warps, ... and meet in shared memory (MMA_WARPS); fp4_matvec_bf16
+    keeps 1, 2, 4, 8."""
+    from mircuda.matmul._fp4 import MMA_WARPS
+    assert tuple(range(1, 9)) == MMA_WARPS
+    for warps in (3, 5, 6, 7):
+        check_gemv_knobs("sm_90", FP4_MMA_SYMBOL, "fp4", None, None, None, warps)
+        with pytest.raises(mc.ContractError, match="1, 2, 4 or 8") as info:
+            check_gemv_knobs("sm_90", FP4_SYMBOL, "fp4", None, None, None, warps)
+        assert info.value.argument == "warps"
+    for bad in (0, 9, 2.0):
+        with pytest.raises(mc.ContractError, match="1 to 8") as info:
+            check_gemv_knobs("sm_90", FP4_MMA_SYMBOL, "fp4", None, None, None, bad)
+        assert info.value.argument == "warps"
+
+
 def test_good_knobs_pass_and_the_decoder_defaults() -> None:
     assert check_gemv_knobs("sm_90", FP4_SYMBOL, "fp4", None, None, None, None) == ("e4m3", None, None)
     for block_sum in BLOCK_SUMS:

@@ -141,7 +141,7 @@ def test_a_bad_operand_is_refused_by_name_before_anything_is_enqueued(name, make
 def test_the_vector_kernels_scale_pair_loads_need_2_byte_aligned_bank_scales() -> None:
     """fp4_vector.cu reads two adjacent bank scales as one 16-bit word when K % 32 == 0: an odd b_scales
     address (a foreign or offset buffer) would fault on the GPU (misaligned address, the context lost), so
-    the plan's checks refuse it first; the mma variants' byte loads take any address."""
+    the plan's checks refuse it first; byte loads (K % 32 != 0, the staged variant) take any address."""
     odd = 0x300_0001
     st = Stand(VariableGroupedFp4Plan, scale_pairs=True)
     with pytest.raises(mc.ContractError, match="aligned to 2") as info:
@@ -150,6 +150,18 @@ def test_the_vector_kernels_scale_pair_loads_need_2_byte_aligned_bank_scales() -
     st = Stand(VariableGroupedFp4Plan)
     st.run(b_scales=fake_buffer(st.ctx, mc.e4m3, 3 * 128 * 12, odd))
     assert len(st.calls) == 2
+
+
+def test_split_k_and_split_n_read_both_scale_operands_in_pairs_when_k_is_a_multiple_of_32() -> None:
+    """fp4_grouped.cu's MIRCUDA_MOE_SCALE_PAIRS: a row's two scale bytes of a step in one 16-bit load, bank and
+    activation scales alike, so both need 2-byte alignment; without pairs (K % 32 != 0) any address."""
+    def align(k: int, pairs: bool) -> tuple[int, int]:
+        ops = {o.name: o.alignment for o in _set_operands("", 768, k, 64, 8, "tiled", pairs, False, pairs)}
+        return ops["a_scales"], ops["b_scales"]
+    assert align(2048, True) == (2, 2)
+    assert align(2064, False) == (1, 1)
+    ops = {o.name: o for o in _set_operands("", 768, 2048, 64, 8, "linear", True, False, True)}
+    assert "16-bit loads of two adjacent scales" in ops["a_scales"].reason
 
 
 def test_a_bad_alpha_another_stream_and_a_closed_plan_are_refused() -> None:

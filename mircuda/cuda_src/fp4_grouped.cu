@@ -103,6 +103,14 @@ constexpr int kMinBlocks = kMode == 1 ? 512 / (kWarps * 32) : 1;
 // q s 2^-14 for every variant, a multiple of 2^-24 below 0.17, exact in FP16 (fp4_mma_gemv.cu's argument),
 // and the 2^-28 of a product is undone with alpha at the end.
 constexpr int kDecode = MIRCUDA_MOE_DECODE;
+// Scale pairs (1, the default; 0 the former byte loads, kept for A/B runs): in split_n and split_k, with 16-byte code
+// loads (K % 32 == 0) a lane's two 16-K groups have adjacent scale bytes (linear: kb, kb + 1; tiled: kb even), read
+// by one 16-bit load per weight and activation row and step, as fp4_mma_gemv.cu does; the plans then require 2-byte
+// aligned a_scales and b_scales. Measured with fp4_mma_bf16's: fewer instructions per step, faster (H200,
+// 2026-12-02).
+#ifndef MIRCUDA_MOE_SCALE_PAIRS
+#define MIRCUDA_MOE_SCALE_PAIRS 1
+#endif
 static_assert(fp4::kDecodeLog2 == (kDecode == 2 ? 6 : 14), "the scale handling below assumes 2^-6 or 2^-14");
 
 // Half2 i (0..3, a compile-time constant at every call) of word w (fp4_common.cuh: decode_word's half i).
@@ -172,18 +180,30 @@ struct Tile {
 };
 
 #if MIRCUDA_MOE_MODE != 2
+constexpr bool kPairs = MIRCUDA_MOE_SCALE_PAIRS != 0 && kGroups == 2;
+constexpr int kScaleRegs = kPairs ? 1 : kGroups;  // registers of one row's scales per step
+// Every step's columns inside K when K is a multiple of the warp step: the loads need no predicate.
+constexpr bool kFullSteps = kK % kChunk == 0;
+
 // One K step of a lane's operands: codes, and the scale BYTES (converted when consumed, so no instruction
-// waits on a load before the step that uses it).
+// waits on a load before the step that uses it); with kPairs a row's two bytes in bits 0..15 of one register.
 struct Stage {
     unsigned w[kFrags][2][kWords];
     unsigned x[kN8][kWords];
-    unsigned sw[kFrags][2][kGroups];
-    unsigned sx[kN8][kGroups];
+    unsigned sw[kFrags][2][kScaleRegs];
+    unsigned sx[kN8][kScaleRegs];
 };
+
+// Scale q of a row's step: its byte, or byte q of the pair.
+__device__ __forceinline__ unsigned scale_byte(const unsigned (&v)[kScaleRegs], int q) {
+    if constexpr (kPairs) return q == 0 ? v[0] : v[0] >> 8;
+    else return v[q];
+}
 
 __device__ __forceinline__ void load_stage(Stage& st, const Tile& tl, int step) {
     const int col = step * kChunk + kE * tl.t;
-    const bool in = col < kK;  // K % kE == 0: the lane's columns are all inside K or all outside
+    // K % kE == 0: the lane's columns are all inside K or all outside (kFullSteps: always inside)
+    const bool in = kFullSteps || col < kK;
     const int kb = col >> 4;
 #pragma unroll
     for (int f = 0; f < kFrags; ++f)
@@ -195,9 +215,15 @@ __device__ __forceinline__ void load_stage(Stage& st, const Tile& tl, int step) 
 #pragma unroll
                 for (int i = 0; i < kWords; ++i) st.w[f][r][i] = 0u;
             }
+            if constexpr (kPairs) {
+                st.sw[f][r][0] = in ? (unsigned)__ldg(reinterpret_cast<const unsigned short*>(
+                                          tl.sw + weight_scale_offset(tl.wrow[f][r], kb)))
+                                    : 0u;
+            } else {
 #pragma unroll
-            for (int q = 0; q < kGroups; ++q)
-                st.sw[f][r][q] = in ? (unsigned)__ldg(tl.sw + weight_scale_offset(tl.wrow[f][r], kb + q)) : 0u;
+                for (int q = 0; q < kGroups; ++q)
+                    st.sw[f][r][q] = in ? (unsigned)__ldg(tl.sw + weight_scale_offset(tl.wrow[f][r], kb + q)) : 0u;
+            }
         }
 #pragma unroll
     for (int j = 0; j < kN8; ++j) {
@@ -211,9 +237,15 @@ __device__ __forceinline__ void load_stage(Stage& st, const Tile& tl, int step) 
             st.x[j][2 * h] = v.x;
             st.x[j][2 * h + 1] = v.y;
         }
+        if constexpr (kPairs) {
+            st.sx[j][0] = live ? (unsigned)__ldg(reinterpret_cast<const unsigned short*>(
+                                     tl.sx + fp4::linear_offset(row, kb, kKBlocks)))
+                               : 0u;
+        } else {
 #pragma unroll
-        for (int q = 0; q < kGroups; ++q)
-            st.sx[j][q] = live ? (unsigned)__ldg(tl.sx + fp4::linear_offset(row, kb + q, kKBlocks)) : 0u;
+            for (int q = 0; q < kGroups; ++q)
+                st.sx[j][q] = live ? (unsigned)__ldg(tl.sx + fp4::linear_offset(row, kb + q, kKBlocks)) : 0u;
+        }
     }
 }
 
@@ -224,11 +256,11 @@ __device__ __forceinline__ void consume(float (&acc)[kFrags][kN8][4], const Stag
         unsigned sw[kFrags][2], sx[kN8];
 #pragma unroll
         for (int f = 0; f < kFrags; ++f) {
-            sw[f][0] = scale_half2(st.sw[f][0][q]);
-            sw[f][1] = scale_half2(st.sw[f][1][q]);
+            sw[f][0] = scale_half2(scale_byte(st.sw[f][0], q));
+            sw[f][1] = scale_half2(scale_byte(st.sw[f][1], q));
         }
 #pragma unroll
-        for (int j = 0; j < kN8; ++j) sx[j] = scale_half2(st.sx[j][q]);
+        for (int j = 0; j < kN8; ++j) sx[j] = scale_half2(scale_byte(st.sx[j], q));
 #pragma unroll
         for (int jm = 4 * q; jm < 4 * q + 4; ++jm) {
             unsigned a[kFrags][4];

@@ -205,6 +205,11 @@ def check_flag(name: str, value: Any, symbol: str) -> bool:
     return value
 
 
+MMA_WARPS = (1, 2, 3, 4, 5, 6, 7, 8)
+"""``warps=`` that ``fp4_mma_bf16`` takes: any count up to 8 (its warps take K steps w, w + warps, ... and meet in
+shared memory: nothing needs a power of two); ``fp4_matvec_bf16`` takes 1, 2, 4 or 8."""
+
+
 def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows: Any, block_sum: Any,
                      warps: Any, stages: Any = None) -> tuple[str, int | None, str | None]:
     """Checks the NVRTC kernels' tuning knobs; returns ``(decode, rows, block_sum)`` with the decode
@@ -214,12 +219,14 @@ def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows:
         ContractError: ``decode`` not in :data:`DECODES` (or ``"e4m3"`` for a target below sm_89), ``rows``
             not in :data:`VECTOR_ROWS` (``fp4_matvec_bf16``) or :data:`MMA_ROWS` (``fp4_mma_bf16``), ``block_sum`` not in
             :data:`BLOCK_SUMS`, ``"fp16"`` with BF16 activations or given for ``fp4_mma_bf16``, ``warps`` not
-            None, 1, 2, 4 or 8, ``stages`` not None or in :data:`STAGES`.
+            None, 1, 2, 4 or 8 (:data:`MMA_WARPS` for ``fp4_mma_bf16``), ``stages`` not None or in :data:`STAGES`.
     """
     if stages is not None and (type(stages) is not int or stages not in STAGES):
         raise ContractError("stages", f"None or one of {STAGES} (steps of loads in the register ring)", repr(stages))
-    if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
-        raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
+    warp_counts: tuple[int, ...] = MMA_WARPS if symbol == FP4_MMA_SYMBOL else (1, 2, 4, 8)
+    if warps is not None and (type(warps) is not int or warps not in warp_counts):
+        said = "1 to 8" if warp_counts == MMA_WARPS else "1, 2, 4 or 8"
+        raise ContractError("warps", f"None or {said} (warps per block splitting K, kernel {symbol})", repr(warps))
     if decode is None:
         decode = default_decode(arch)
     elif isinstance(decode, str) and decode == "dp4a" and symbol == FP4_SYMBOL:

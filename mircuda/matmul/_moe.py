@@ -81,11 +81,13 @@ def matrix_scale_bytes(n: int, k: int, layout: str) -> int:
 
 
 def _set_operands(suffix: str, n: int, k: int, capacity: int, bank: int, layout: str,
-                  scale_pairs: bool = False, dp4a: bool = False) -> tuple[Operand, ...]:
+                  scale_pairs: bool = False, dp4a: bool = False, a_scale_pairs: bool = False) -> tuple[Operand, ...]:
     """One operand set's checks. ``scale_pairs``: the kernel reads the bank scales two adjacent bytes at a time
-    (the ``"vector"`` variant with K % 32 == 0: fp4_vector.cu's 16-bit loads), so b_scales needs 2-byte
-    alignment. ``dp4a`` (the vector variant's integer path): one 16-byte load of activation codes and one 16-bit
-    load of two activation scales per lane and step, so a needs 16-byte and a_scales 2-byte alignment."""
+    (K % 32 == 0: fp4_vector.cu's 16-bit loads in the ``"vector"`` variant, fp4_grouped.cu's MIRCUDA_MOE_SCALE_PAIRS
+    in ``"split_k"`` and ``"split_n"``), so b_scales needs 2-byte alignment. ``dp4a`` (the vector variant's integer
+    path): one 16-byte load of activation codes and one 16-bit load of two activation scales per lane and step, so a
+    needs 16-byte and a_scales 2-byte alignment. ``a_scale_pairs`` (split_k and split_n with K % 32 == 0): the
+    activation scales in 16-bit pairs too, a_scales 2-byte aligned."""
     wide = k % 32 == 0
     kernel = "fp4_grouped_bf16"
     per = matrix_scale_bytes(n, k, layout)
@@ -96,12 +98,14 @@ def _set_operands(suffix: str, n: int, k: int, capacity: int, bank: int, layout:
                 16 if dp4a else 8, f"kernel {kernel}: {'16' if dp4a else '8'}-byte activation loads"
                 + (" (decode 'dp4a')" if dp4a else "")),
         Operand("a_scales" + suffix, dtype_info(e4m3), capacity * k // BLOCK,
-                f"[capacity, K/16] = [{capacity}, {k // BLOCK}] linear UE4M3", 2 if dp4a else 1,
-                f"kernel {kernel} (decode 'dp4a'): 16-bit loads of two adjacent scales" if dp4a else "byte loads"),
+                f"[capacity, K/16] = [{capacity}, {k // BLOCK}] linear UE4M3", 2 if dp4a or a_scale_pairs else 1,
+                f"kernel {kernel} (decode 'dp4a'): 16-bit loads of two adjacent scales" if dp4a else
+                f"kernel {kernel}: 16-bit loads of two adjacent scales (K % 32 == 0)" if a_scale_pairs
+                else "byte loads"),
         Operand("b_bank" + suffix, dtype_info(u8), bank * n * k // 2, f"[E, N, K/2] = [{bank}, {n}, {k // 2}] packed E2M1",
                 16 if wide else 8, f"kernel {kernel}: {'16' if wide else '8'}-byte weight loads"),
         Operand("b_scales" + suffix, dtype_info(e4m3), bank * per, shape_sb, 2 if scale_pairs else 1,
-                f"kernel {kernel} (variant vector): 16-bit loads of two adjacent scales (K % 32 == 0)" if scale_pairs
+                f"kernel {kernel}: 16-bit loads of two adjacent scales (K % 32 == 0)" if scale_pairs
                 else "byte loads"),
         Operand("d" + suffix, dtype_info(bf16), capacity * n, f"[capacity, N] = [{capacity}, {n}] BF16", 2,
                 f"kernel {kernel}: BF16 stores"),
@@ -210,9 +214,10 @@ class _GroupedFp4PlanBase(PlanBase):
             raise
         self._finalizer = weakref.finalize(self, _free_all, list(self._buffers), context, stream)
         self._finalizer.atexit = False
-        pairs = self.path == "portable" and shape.variant == "vector" and k % 32 == 0
+        pairs = self.path == "portable" and shape.variant in ("vector", "split_k", "split_n") and k % 32 == 0
+        a_pairs = pairs and shape.variant != "vector"  # fp4_grouped.cu's MIRCUDA_MOE_SCALE_PAIRS
         dp4a = self.path == "portable" and tuning.decode == "dp4a"
-        self._set_ops = tuple(_set_operands(suffix, n, k, capacity, bank, self._layout, pairs, dp4a)
+        self._set_ops = tuple(_set_operands(suffix, n, k, capacity, bank, self._layout, pairs, dp4a, a_pairs)
                               for suffix in (("",) if sets == 1 else ("1", "2")))
         self._operands = tuple(op for ops in self._set_ops for op in ops)
         self._masks = tuple(op.alignment - 1 for op in self._set_ops[0])

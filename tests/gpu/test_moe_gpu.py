@@ -582,17 +582,20 @@ def test_the_plans_run_from_numba_njit(context, stream, pool, rng, variant) -> N
 def test_the_vector_plan_asks_2_byte_aligned_bank_scales_where_it_loads_scale_pairs(context, stream, pool) -> None:
     """K % 32 == 0: fp4_vector.cu reads two adjacent bank scales as one 16-bit word, so the portable vector
     plan's b_scales needs 2-byte alignment (it was 1: an odd address faulted); numba_execute refuses an odd
-    one with INVALID_VALUE (1) before launching. K % 32 != 0 (byte loads) and the mma variants: 1."""
+    one with INVALID_VALUE (1) before launching. The mma variant split_k reads its scales in pairs as well
+    (fp4_grouped.cu's MIRCUDA_MOE_SCALE_PAIRS): b_scales and a_scales 2. K % 32 != 0 (byte loads): 1."""
     pytest.importorskip("numba")
     spec = mc.VariableGroupedFp4Spec(256, 512, 8, 8, 8)
     with mc.VariableGroupedFp4Plan(context, stream, spec, variant="vector", path="portable") as plan:
         assert {op.name: op.alignment for op in plan.operands}["b_scales"] == 2
         run = plan.numba_execute
         assert run(stream.handle, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1.0) == 1
-    for kw, k in (({"variant": "vector"}, 528), ({"variant": "split_k"}, 512)):
+    for kw, k, want in (({"variant": "vector"}, 528, 1), ({"variant": "split_k"}, 528, 1),
+                        ({"variant": "split_k"}, 512, 2)):
         with mc.VariableGroupedFp4Plan(context, stream, mc.VariableGroupedFp4Spec(256, k, 8, 8, 8), path="portable",
                                        **kw) as plan:
-            assert {op.name: op.alignment for op in plan.operands}["b_scales"] == 1
+            align = {op.name: op.alignment for op in plan.operands}
+            assert (align["b_scales"], align["a_scales"]) == (want, want), (kw, k)
 
 
 def test_bad_operands_are_refused_before_anything_is_enqueued(context, stream, pool, rng) -> None:
