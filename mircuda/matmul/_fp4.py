@@ -580,8 +580,10 @@ class Fp4Gemv:
         row_warps = check_row_warps(row_warps)
         check_pdl_trigger(pdl_trigger)
         self.pdl_trigger = pdl_trigger
-        if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
-            raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
+        warp_counts: tuple[int, ...] = MMA_WARPS if symbol == FP4_MMA_SYMBOL else (1, 2, 4, 8)
+        if warps is not None and (type(warps) is not int or warps not in warp_counts):
+            said = "1 to 8" if warp_counts == MMA_WARPS else "1, 2, 4 or 8"
+            raise ContractError("warps", f"None or {said} (warps per block splitting K, kernel {symbol})", repr(warps))
         self.prefetch = check_flag("prefetch", prefetch, symbol)
         self.persistent = check_flag("persistent", persistent, symbol)
         if symbol not in FP4_KERNELS:

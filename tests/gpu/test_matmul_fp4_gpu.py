@@ -662,6 +662,24 @@ def test_the_mma_kernel_keeps_the_products_of_the_smallest_scales_exact(context,
         b.free(stream)
 
 
+@pytest.mark.parametrize("warps", [3, 5, 6, 7])
+@pytest.mark.parametrize("m, n, k", [(4, 300, 4096), (16, 37, 14336), (8, 4097, 96)], ids=str)
+def test_the_mma_kernel_matches_float64_with_any_warp_count(context, stream, pool, rng, m, n, k, warps) -> None:
+    """MMA_WARPS: fp4_mma_bf16's warps take K steps w, w + warps, ... (counts that do not divide the steps, more
+    warps than steps at K = 96) and meet in shared memory."""
+    b = Operand(context, stream, pool, bf16_data(rng, n, k), "linear")
+    a = Operand(context, stream, pool, bf16_data(rng, m, k), "linear")
+    d = poisoned(context, stream, pool, m * n)
+    plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), kernel="fp4_mma_bf16", warps=warps)
+    assert f"x {warps} warp(s) splitting K" in plan.describe()
+    plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d, global_a=a.global_buf, global_b=b.global_buf)
+    got = check_guard(download(context, stream, d), m * n).astype(np.float64).reshape(m, n)
+    assert_close_plan(plan, got, a.value, b.value, 1.0, float(a.global_), float(b.global_))
+    for x in (a, b):
+        x.free(stream)
+    d.free(stream)
+
+
 def test_the_mma_kernel_asks_2_byte_aligned_activation_scales_where_it_loads_scale_pairs(context, stream) -> None:
     """K % 32 == 0: fp4_mma_bf16 reads a row's two scale bytes of a step as one 16-bit word (MIRCUDA_FP4_SCALE_PAIRS),
     activations' as well as weights': both scale operands need 2-byte alignment (the activation scales needed 1
