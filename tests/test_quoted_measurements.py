@@ -442,3 +442,34 @@ def test_the_readmes_fp4_figures_with_the_l2_hint_are_as_recorded() -> None:
     assert f"With the L2 hint (2026-12-02, `fp4_profile_l2_hint.json`): {'; '.join(parts)}." in flat(README)
     gains = [100 * (1 - r["us"]["def_l2"] / r["us"]["def"]) for r in recorded("fp4_l2_hint.json")["rows"] if r["m"] >= 4]
     assert f"`.L2::128B`: {min(gains):.1f}-{max(gains):.1f} % faster at M = 4, 8, 16 on the four shapes" in flat(README)
+
+
+def test_the_fp4_mma_diet_figures_are_as_recorded() -> None:
+    # fp4_mma_gemv.cu's note on MIRCUDA_FP4_SCALE_PAIRS / FULL_STEPS against fp4_mma_diet.json: the range over the
+    # 12 points, the two quoted moves, the pairs' own range; the record's reading says the same
+    source = (ROOT / "mircuda" / "cuda_src" / "fp4_mma_gemv.cu").read_text(encoding="utf-8")
+    note = flat(" ".join(line.lstrip("/ ") for line in source.splitlines() if line.startswith("//")))
+    result = recorded("fp4_mma_diet.json")
+    rows = {(r["m"], r["n"], r["k"]): r["us"] for r in result["rows"]}
+    gains = [100 * (1 - us["default"] / us["before"]) for us in rows.values()]
+    pairs = [100 * (1 - us["default"] / us["no_pairs"]) for us in rows.values()]
+    assert len(gains) == 12 and min(gains) > 0 and min(pairs) > 0
+    assert f"{min(gains):.1f}-{max(gains):.1f} % less time at all 12 points" in note
+    assert f"the pairs alone {min(pairs):.1f}-{max(pairs):.1f} %" in note
+    for m, n, k in ((16, 14336, 4096), (4, 4096, 14336)):
+        us = rows[(m, n, k)]
+        assert f"{n}x{k} M = {m} {us['before']:.2f} -> {us['default']:.2f}" in note
+    reading = flat(result["reading"])
+    assert f"{min(gains):.1f}-{max(gains):.1f} % less time than 'before'" in reading
+    assert f"{min(gains):.1f}-{max(gains):.1f} % less time at M = 4, 8, 16 on the four shapes" in flat(README)
+    worst = max(us["default"] / us["bf16"] for us in rows.values())
+    assert f"{worst:.3f} after" in reading
+    assert all(v == 0.0 for r in result["rows"] for v in r["max_rel_diff_to_first"].values())
+
+
+def test_the_moe_scale_pairs_figures_are_as_recorded() -> None:
+    source = flat((ROOT / "mircuda" / "cuda_src" / "fp4_grouped.cu").read_text(encoding="utf-8"))
+    runs = recorded("moe_scale_pairs_ab.json")["runs"]
+    on = [f"{r['grouped_tbps']:.2f}" for r in runs if r["scale_pairs"] == 1]
+    off = [f"{r['grouped_tbps']:.2f}" for r in runs if r["scale_pairs"] == 0]
+    assert f"16 tokens (split_k) {on[0]} and {on[1]} TB/s with the pairs, {off[0]} and {off[1]} without" in source

@@ -106,8 +106,8 @@ constexpr int kDecode = MIRCUDA_MOE_DECODE;
 // Scale pairs (1, the default; 0 the former byte loads, kept for A/B runs): in split_n and split_k, with 16-byte code
 // loads (K % 32 == 0) a lane's two 16-K groups have adjacent scale bytes (linear: kb, kb + 1; tiled: kb even), read
 // by one 16-bit load per weight and activation row and step, as fp4_mma_gemv.cu does; the plans then require 2-byte
-// aligned a_scales and b_scales. Measured with fp4_mma_bf16's: fewer instructions per step, faster (H200,
-// 2026-12-02).
+// aligned a_scales and b_scales. H200, 2026-12-02 (benchmarks/results/moe_scale_pairs_ab.json): moe-profile's Mixtral
+// layer at 16 tokens (split_k) 2.51 and 2.43 TB/s with the pairs, 2.36 and 2.36 without, alternated processes.
 #ifndef MIRCUDA_MOE_SCALE_PAIRS
 #define MIRCUDA_MOE_SCALE_PAIRS 1
 #endif

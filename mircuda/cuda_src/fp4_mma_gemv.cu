@@ -74,7 +74,10 @@
 // 16-K groups have adjacent scale bytes in both layouts (linear: kb, kb + 1; tiled: kb even, so kb & 3 is 0 or 2
 // inside one atom row), read by one 16-bit load per row (the plans then require 2-byte aligned scales); the scale
 // pairs become FP16 without the HMUL2 by 2^8 where the decoder's factor leaves room (2^-L with L <= 6: the product
-// q s 2^-(L+8) is still a multiple of 2^-24, FP16's subnormal step), and alpha takes the 2^16 back.
+// q s 2^-(L+8) is still a multiple of 2^-24, FP16's subnormal step), and alpha takes the 2^16 back. With
+// MIRCUDA_FP4_FULL_STEPS below: H200, 2026-12-02, cold weights, one process, against the kernel without both
+// (benchmarks/results/fp4_mma_diet.json): 4.0-13.7 % less time at all 12 points of M = 4 / 8 / 16 on the four Llama
+// shapes (14336x4096 M = 16 20.19 -> 17.88 us, 4096x14336 M = 4 15.81 -> 14.74), the pairs alone 0.7-5.4 %.
 #ifndef MIRCUDA_FP4_SCALE_PAIRS
 #define MIRCUDA_FP4_SCALE_PAIRS 1
 #endif
