@@ -49,11 +49,11 @@ from mircuda.cli._fp8_profile import (  # noqa: E402
     fp8_row,
     fp8_shape_values,
     ratios,
-    weight_banks,
+    row_operands,
+    shape_weights,
 )
 from mircuda.cli._matmul_bench import add_results_argument, check_results_argument, session, upload  # noqa: E402
 from mircuda.cli._values import comma_items, distinct, is_decimal, positive_int  # noqa: E402
-from mircuda.timing import bank_count  # noqa: E402
 
 VARIANT_LIMIT = 1e-2
 """Largest ``max |D - D_default| / max |D_default|`` a kernel may show at the check shape (the variants only
@@ -145,7 +145,7 @@ def summarize(rows: list[Fp8Row], failed: set[str]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (not r["correct"], -r["geomean_vs_blockwise"]))
 
 
-def _sampled_rows(context: Any, stream: Any, pool: Any, d: Any, n: int, sample: list[int]) -> np.ndarray:
+def _sampled_rows(stream: Any, pool: Any, d: Any, n: int, sample: list[int]) -> np.ndarray:
     """Rows ``sample`` of the BF16 ``[M, n]`` output ``d``, copied on the device (no whole-D download), as float64."""
     small = pool.allocate(mc.bf16, stream, len(sample) * n)
     for i, row in enumerate(sample):
@@ -229,18 +229,10 @@ def main() -> None:
         if torch_ is None:
             failures.append(f"torch unavailable: {s.why}")
         for n, k in args.shapes:
-            nb, kb = -(-n // 128), -(-k // 128)
-            banks = bank_count(n * k + 4 * nb * kb, info.l2_cache_bytes)
-            b, sb = _operands(s.rng, n, k, nb)
-            b_deq = _dequantize(b, sb, 128)
-            wb, wsb = weight_banks(context, stream, pool, b, sb, banks)
-            tw, tsb = torch_.banks(b, sb, banks) if torch_ is not None else ([], [])
+            b, _, b_deq, wb, wsb, tw, tsb = shape_weights(s, torch_, n, k)
+            b_codes = b.astype(np.float64)  # torch rowwise (unit scales) is checked on the codes
             for m in args.m:
-                a, sa = _operands(s.rng, m, k, m)
-                sample = _sample_rows(m)
-                want = _dequantize(a[sample], sa[sample], 1) @ b_deq.T
-                da, dsa = upload(context, stream, pool, a.ravel()), upload(context, stream, pool, sa.ravel())
-                d = pool.allocate(mc.bf16, stream, m * n)
+                a, sa, sample, want, da, dsa, d = row_operands(s, m, n, k, b_deq)
                 for kernel in [None, *kernels]:
                     name = kernel.name if kernel is not None else None
                     try:
@@ -252,7 +244,7 @@ def main() -> None:
                     with plan:
                         label = name or f"default ({plan.kernel_info.name})"
                         plan.execute(stream, da, dsa, wb[0], wsb[0], d)
-                        err = _relative(_sampled_rows(context, stream, pool, d, n, sample), want)
+                        err = _relative(_sampled_rows(stream, pool, d, n, sample), want)
                         if not err <= CHECK_LIMIT:
                             failures.append(f"{label} M={m} {n}x{k}: relative error {err:.2e}")
                             failed.add(label)
@@ -262,13 +254,13 @@ def main() -> None:
                           flush=True)
                 if torch_ is not None:
                     before = len(rows)
-                    _torch_rows(torch_, timer, timing, a, sa, b.astype(np.float64), want, sample, tw, tsb, m, n, k,
+                    _torch_rows(torch_, timer, timing, a, sa, b_codes, want, sample, tw, tsb, m, n, k,
                                 rows, failures, refusals)
                     for r in rows[before:]:
                         print(f"M={m:5d} {n:6d}x{k:<6d} {r.path:64s} {r.us:9.2f} µs {r.tflops:7.1f} TFLOP/s", flush=True)
                 for buf in (da, dsa, d):
                     buf.free(stream)
-            del tw, tsb
+            del tw, tsb, b_deq, b_codes
             s.release(wb + wsb)
         device = info.name
     ratios(rows)
