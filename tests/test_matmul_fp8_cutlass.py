@@ -56,7 +56,8 @@ def test_the_abi_2_fields_follow_the_abi_1_struct() -> None:
 
 @pytest.mark.parametrize("text, families", [("FP8", ("FP8",)), ("fp8", ("FP8",)),
                                              ("sm90_fp8_coop, SIMT;simt", ("SM90_FP8_COOP", "SIMT")),
-                                             ("SM120_FP8", ("SM120_FP8",))])
+                                             ("SM120_FP8", ("SM120_FP8",)), ("fp8,fp8_exp", ("FP8", "FP8_EXP")),
+                                             ("sm90_fp8_exp_noc", ("SM90_FP8_EXP_NOC",))])
 def test_family_lists_parse(text, families) -> None:
     assert _build.parse_families(text) == families
 
@@ -123,6 +124,27 @@ def test_the_fp8_family_configures_alone_for_its_archs(tmp_path, archs, tus) -> 
         assert f"#define MIRCUDA_ARCH_LIST {arch[:-1]}" in text
         assert f"arch=compute_{arch},code=sm_{arch}" in ninja
     assert "code=sm_90 " not in ninja and "code=sm_120 " not in ninja
+
+
+def test_the_experimental_fp8_families_are_built_only_when_named(tmp_path) -> None:
+    # FP8_EXP: the cooperative kernel's variants, one TU each for 90a; no default build and not the FP8 group holds them
+    needs_build_tools()
+    assert not set(_build.FAMILY_GROUPS["FP8_EXP"]) & set(_build.FAMILY_GROUPS["FP8"])
+    out = configure(tmp_path, ("90a",), ("FP8", "FP8_EXP"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    gen = tmp_path / "build" / "gen"
+    want = {f"{f.lower()}_e4m3_bf16.cu" for f in _build.FAMILY_GROUPS["FP8_EXP"]}
+    assert len(want) == 6 and {p.name for p in gen.glob("*.cu")} == want | {"sm90_fp8_coop_e4m3_bf16.cu",
+                                                                            "sm90_fp8_pingpong_e4m3_bf16.cu"}
+    ninja = (tmp_path / "build" / "build.ninja").read_text()
+    for name in want:
+        text = (gen / name).read_text()
+        assert f"#define MIRCUDA_{name.removesuffix('_e4m3_bf16.cu').upper()} 1" in text
+        assert "#define MIRCUDA_ARCH_LIST 90" in text and '#include "blockwise_instance.cuh"' in text
+    assert "code=sm_90 " not in ninja
+    # and the instance header defines a kernel for each (an unknown family would hit its #error)
+    instance = (_build.project_dir() / "src" / "blockwise_instance.cuh").read_text()
+    assert all(f"defined(MIRCUDA_{family})" in instance for family in _build.FAMILY_GROUPS["FP8_EXP"])
 
 
 def test_an_fp8_family_without_its_arch_is_refused(tmp_path) -> None:
