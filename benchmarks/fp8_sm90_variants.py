@@ -266,10 +266,10 @@ def main() -> None:
     ratios(rows)
     summary = summarize(rows, failed)
     print(f"{'kernel':64s} {'worst/geo rowwise':>18s} {'worst/geo blockwise':>20s} goals")
-    for r in summary:
-        print(f"{r['kernel']:64s} {r['worst_vs_rowwise']:8.3f} {r['geomean_vs_rowwise']:8.3f}   "
-              f"{r['worst_vs_blockwise']:8.3f} {r['geomean_vs_blockwise']:8.3f}   {r['goals_met']}/{r['points']}"
-              f"{'' if r['correct'] else '  (FAILED its check)'}")
+    for line in summary:
+        print(f"{line['kernel']:64s} {line['worst_vs_rowwise']:8.3f} {line['geomean_vs_rowwise']:8.3f}   "
+              f"{line['worst_vs_blockwise']:8.3f} {line['geomean_vs_blockwise']:8.3f}   "
+              f"{line['goals_met']}/{line['points']}{'' if line['correct'] else '  (FAILED its check)'}")
     payload = {"benchmark": "benchmarks/fp8_sm90_variants.py", "device": device, "library": str(library.path),
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
                "method": f"each sm90_ blockwise kernel forced and the plan's own choice ('default (...)'), torch "
