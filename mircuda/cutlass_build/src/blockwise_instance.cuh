@@ -37,7 +37,7 @@ constexpr int kMultiple[3] = {1, 8, 16};
 #define MIRCUDA_NAME "sm90_blockwise_pingpong_64x128x128_e4m3_bf16"
 #elif defined(MIRCUDA_SM90_FP8_EXP_C2X1) || defined(MIRCUDA_SM90_FP8_EXP_C1X1) || defined(MIRCUDA_SM90_FP8_EXP_SCHED) || \
     defined(MIRCUDA_SM90_FP8_EXP_EPI64) || defined(MIRCUDA_SM90_FP8_EXP_NOC) || defined(MIRCUDA_SM90_FP8_EXP_NOC_EPI64) || \
-    defined(MIRCUDA_SM90_FP8_EXP_256)
+    defined(MIRCUDA_SM90_FP8_EXP_256X128)
 // Experiments on the large-M cooperative kernel (issue 13's M >= 2048 goal): each family is the
 // cooperative 128x128x128 kernel above with one thing changed, and may register several names that differ
 // only in the persistent scheduler's runtime arguments (bw::Schedule; the kernel code is shared).
@@ -59,8 +59,12 @@ using ExpSource = void;  // no C: no smem for it (more mainloop stages), TMA sto
 #else
 using ExpSource = cutlass::bfloat16_t;
 #endif
-#if defined(MIRCUDA_SM90_FP8_EXP_256)
-using ExpTile = Shape<_128, _256, _128>;  // 64x256 per consumer warp group: two FP32 accumulators of 128 registers
+#if defined(MIRCUDA_SM90_FP8_EXP_256X128)
+// 128x128 per consumer warp group: two FP32 accumulators of 128 registers each. A register-pressure check, not in
+// the build's families: nvcc 13.0 -Xptxas -v, 2026-12-02: 546 bytes of spill stores, 560 of spill loads (208-byte
+// stack frame) under the consumers' 232 registers, so it is left out. 128x256 does not compile in CUTLASS 4.2: with 1x128 scales of A and two 128-column
+// scale blocks of B per tile, fp8_accumulation.hpp's scale_core asserts "Accumulator and scaleB must have same shape".
+using ExpTile = Shape<_256, _128, _128>;
 #else
 using ExpTile = Shape<_128, _128, _128>;
 #endif
@@ -101,7 +105,7 @@ constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_
 #elif defined(MIRCUDA_SM90_FP8_EXP_NOC_EPI64)
 constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c1x2_noc_epi64_e4m3_bf16", 4, 0)};
 #else
-constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_128x256x128_c1x1_e4m3_bf16", 4, 0)};
+constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_256x128x128_c1x2_e4m3_bf16", 4, 0)};
 #endif
 #undef MIRCUDA_ENTRY
 #elif defined(MIRCUDA_SM120_FP8)
