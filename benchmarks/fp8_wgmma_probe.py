@@ -25,8 +25,8 @@ import types
 import numpy as np
 
 import mircuda as mc
-from mircuda.cli._fp8_profile import (CHECK_LIMIT, _dequantize, _operands, _relative, _sample_rows, _torch_rows, _TorchFp8,
-                                     weight_banks)
+from mircuda.cli._fp8_profile import (CHECK_LIMIT, _dequantize, _operands, _relative, _torch_rows, _TorchFp8, row_operands,
+                                     shape_weights)
 from mircuda.cli._values import distinct_ints
 from mircuda.cli._matmul_bench import add_results_argument, check_results_argument, finish_script, session, upload
 from mircuda.compile import CompileOptions, Compiler
@@ -34,7 +34,6 @@ from mircuda.dtypes import bf16, e4m3, f32, i32
 from mircuda.launch import In, InOut, LaunchConfig, cuda_export
 from mircuda.matmul._vector import package_source
 from mircuda.memory import DeviceBuffer
-from mircuda.timing import bank_count
 
 SHAPES = [(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)]
 # (N, K) checked on every output: N % 8, 16, 32 != 0 (rows past N), K % 128 != 0 (a partial last K-block), and
@@ -187,18 +186,10 @@ def main() -> None:
         torch_ = _TorchFp8(s.torch_.torch, s.torch_.stream) if s.torch_ is not None else None
         targs = types.SimpleNamespace(calls=20, repeats=7)
         for n, k in SHAPES:
-            nb, kb = -(-n // 128), -(-k // 128)
-            banks = bank_count(n * k + 4 * nb * kb, info.l2_cache_bytes)
-            b, sb = _operands(s.rng, n, k, nb)
-            b_deq = _dequantize(b, sb, 128)
-            wb, wsb = weight_banks(context, stream, pool, b, sb, banks)
-            tw, tsb = torch_.banks(b, sb, banks) if torch_ is not None else ([], [])
+            b, _, b_deq, wb, wsb, tw, tsb = shape_weights(s, torch_, n, k)
+            banks = len(wb)
             for m in args.m:
-                a, sa = _operands(s.rng, m, k, m)
-                sample = _sample_rows(m)
-                want = _dequantize(a[sample], sa[sample], 1) @ b_deq.T
-                da, dsa = upload(context, stream, pool, a.ravel()), upload(context, stream, pool, sa.ravel())
-                d = pool.allocate(mc.bf16, stream, m * n)
+                a, sa, sample, want, da, dsa, d = row_operands(s, m, n, k, b_deq)
 
                 def check() -> float:
                     return _relative(stream.download(d).astype(np.float64).reshape(m, n)[sample], want)  # noqa: B023

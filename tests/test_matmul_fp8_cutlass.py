@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,15 @@ HEADER = _build.project_dir() / "include" / "mircuda_cutlass.h"
 FP8_NAMES = {"sm90_blockwise_coop_128x128x128_c1x2_e4m3_bf16": "sm90_blockwise_cooperative",
              "sm90_blockwise_pingpong_64x128x128_e4m3_bf16": "sm90_blockwise_pingpong",
              "sm120_blockwise_128x128x128_e4m3_bf16": "sm120_blockwise"}
+EXPERIMENTAL_PREFIX = "sm90_blockwise_coop_"
+"""The experimental variants' names (``MIRCUDA_FAMILIES=FP8_EXP``, family ``sm90_blockwise_experimental``): the
+cooperative kernel's, with what changed (cluster, epilogue, C, scheduler's swizzle ``_sN`` and raster ``_alongm/n``)."""
+
+
+def device_kernel(k: _library.KernelInfo) -> tuple[str, str]:
+    """What tells the kernels' device functions apart: names that differ only in the persistent scheduler's runtime
+    arguments (``_sN``, ``_alongm``, ``_alongn``) share one (one translation unit registers them all)."""
+    return k.family, re.sub(r"_s\d+|_along[mn]", "", k.name)
 
 
 def _kernel(**changes) -> _library.KernelInfo:  # type: ignore[no-untyped-def]
@@ -56,7 +66,8 @@ def test_the_abi_2_fields_follow_the_abi_1_struct() -> None:
 
 @pytest.mark.parametrize("text, families", [("FP8", ("FP8",)), ("fp8", ("FP8",)),
                                              ("sm90_fp8_coop, SIMT;simt", ("SM90_FP8_COOP", "SIMT")),
-                                             ("SM120_FP8", ("SM120_FP8",))])
+                                             ("SM120_FP8", ("SM120_FP8",)), ("fp8,fp8_exp", ("FP8", "FP8_EXP")),
+                                             ("sm90_fp8_exp_noc", ("SM90_FP8_EXP_NOC",))])
 def test_family_lists_parse(text, families) -> None:
     assert _build.parse_families(text) == families
 
@@ -125,6 +136,27 @@ def test_the_fp8_family_configures_alone_for_its_archs(tmp_path, archs, tus) -> 
     assert "code=sm_90 " not in ninja and "code=sm_120 " not in ninja
 
 
+def test_the_experimental_fp8_families_are_built_only_when_named(tmp_path) -> None:
+    # FP8_EXP: the cooperative kernel's variants, one TU each for 90a; no default build and not the FP8 group holds them
+    needs_build_tools()
+    assert not set(_build.FAMILY_GROUPS["FP8_EXP"]) & set(_build.FAMILY_GROUPS["FP8"])
+    out = configure(tmp_path, ("90a",), ("FP8", "FP8_EXP"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    gen = tmp_path / "build" / "gen"
+    want = {f"{f.lower()}_e4m3_bf16.cu" for f in _build.FAMILY_GROUPS["FP8_EXP"]}
+    assert len(want) == 6 and {p.name for p in gen.glob("*.cu")} == want | {"sm90_fp8_coop_e4m3_bf16.cu",
+                                                                            "sm90_fp8_pingpong_e4m3_bf16.cu"}
+    ninja = (tmp_path / "build" / "build.ninja").read_text()
+    for name in want:
+        text = (gen / name).read_text()
+        assert f"#define MIRCUDA_{name.removesuffix('_e4m3_bf16.cu').upper()} 1" in text
+        assert "#define MIRCUDA_ARCH_LIST 90" in text and '#include "blockwise_instance.cuh"' in text
+    assert "code=sm_90 " not in ninja
+    # and the instance header defines a kernel for each (an unknown family would hit its #error)
+    instance = (_build.project_dir() / "src" / "blockwise_instance.cuh").read_text()
+    assert all(f"defined(MIRCUDA_{family})" in instance for family in _build.FAMILY_GROUPS["FP8_EXP"])
+
+
 def test_an_fp8_family_without_its_arch_is_refused(tmp_path) -> None:
     needs_build_tools()
     out = configure(tmp_path, ("90a",), ("SM120_FP8",))
@@ -154,7 +186,10 @@ def test_a_built_library_lists_the_fp8_kernels_with_their_metadata() -> None:
     lib = _fp8_library()
     assert all(k.kind == "dense" and k.input != "e4m3" for k in lib.kernels)
     for k in lib.scaled_kernels:
-        assert FP8_NAMES[k.name] == k.family, k
+        if k.family == "sm90_blockwise_experimental":
+            assert k.name.startswith(EXPERIMENTAL_PREFIX) and k.name not in FP8_NAMES and k.stages > 0, k
+        else:
+            assert FP8_NAMES[k.name] == k.family, k
         assert (k.input, k.output, k.kind, k.origin) == ("e4m3", "bf16", "blockwise_scaled", "cutlass")
         assert (k.scale_type, k.scale_block, k.scale_major) == ("f32", (1, 128, 128), ("k", "k"))
         assert k.alignment_bytes == 16 and not k.split_k and k.tile[2] == 128
@@ -199,7 +234,7 @@ def test_the_fp8_kernels_issue_fp8_tensor_core_mmas(arch, prefix) -> None:
     if path is None or _sass.find_cuobjdump() is None:
         pytest.skip("needs a built libmircuda_cutlass.so and cuobjdump (with nvdisasm)")
     lib = _library.CutlassLibrary(path)
-    count = sum(k.family.startswith(prefix) for k in lib.scaled_kernels)
+    count = len({device_kernel(k) for k in lib.scaled_kernels if k.family.startswith(prefix)})
     if not count:
         pytest.skip(f"{path} holds no {arch} FP8 kernel")
     report = _fp8_sass.blockwise_fp8_sass_check(path, arch)

@@ -213,6 +213,32 @@ def test_forcing_a_kernel() -> None:
     assert info.value.argument == "kernel"
 
 
+EXPERIMENTAL = tuple(scaled(i, name, "sm90_blockwise_experimental", tile, cluster, (90,), (1, 8, 16)) for i, (name, tile, cluster)
+                     in enumerate([("sm90_blockwise_coop_128x128x128_c1x1_e4m3_bf16", (128, 128, 128), (1, 1)),
+                                   ("sm90_blockwise_coop_128x128x128_c1x2_noc_e4m3_bf16", (128, 128, 128), (1, 2)),
+                                   ("sm90_blockwise_coop_128x128x128_c1x2_s8_e4m3_bf16", (128, 128, 128), (1, 2)),
+                                   ("sm90_blockwise_coop_128x128x128_c2x1_e4m3_bf16", (128, 128, 128), (2, 1)),
+                                   ("sm90_blockwise_coop_128x128x128_c1x2_epi64_e4m3_bf16", (128, 128, 128), (1, 2))]))
+"""Experimental variants of the cooperative kernel (``MIRCUDA_FAMILIES=FP8_EXP``), listed before the default
+kernels as the library's name order puts some of them (``..._c1x1_...`` < ``..._c1x2_e4m3_...``)."""
+
+
+@pytest.mark.parametrize("m, n", [(17, 4096), (2048, 4096), (8192, 14336), (300, 1024)])
+def test_experimental_variants_are_run_by_name_only(m, n) -> None:
+    # a library built with the experimental families chooses as one without them: the variants' family is never the
+    # rule's, wherever the library lists them; forcing one by name runs it
+    table = EXPERIMENTAL + TABLE
+    assert _library.FAMILIES[14] == "sm90_blockwise_experimental"
+    chosen = select_fp8_kernel(table, spec(m, n), (9, 0))
+    assert chosen.kernel == select_fp8_kernel(TABLE, spec(m, n), (9, 0)).kernel
+    assert chosen.kernel.family != "sm90_blockwise_experimental"
+    for info in EXPERIMENTAL:
+        forced = select_fp8_kernel(table, spec(m, n), (9, 0), info.name)
+        assert forced.kernel is info and forced.reason == "forced by the caller"
+    with pytest.raises(mc.BlockwiseFp8Unavailable, match="sm90_blockwise_"):  # variants alone: no default kernel
+        select_fp8_kernel(EXPERIMENTAL, spec(m, n), (9, 0))
+
+
 def test_dense_kernels_are_never_chosen() -> None:
     dense = KernelInfo(0, "sm90_coop_128x256x64_c2x1_bf16_bf16", "sm90_cooperative", "bf16", "bf16", (128, 256, 64),
                        (2, 1), 0, 16, False, (90,))

@@ -29,7 +29,7 @@ from ._errors import RESULTS_HELP
 from ._values import comma_items, device_ordinal, positive_int, shape_values
 
 __all__ = ["COLUMNS", "FP8_M", "FP8_SHAPES", "SWEEP_KERNELS", "Candidate", "Fp8Row", "fp8_profile", "fp8_shape_values",
-           "register", "shape_values", "sweep_best", "sweep_values", "table"]
+           "register", "row_operands", "shape_values", "shape_weights", "sweep_best", "sweep_values", "table"]
 
 FP8_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))
 """(N, K) of the weights: Llama-3-8B-like projections (hidden 4096, MLP 14336, fused QKV 6144)."""
@@ -290,6 +290,38 @@ def weight_banks(context: Any, stream: Any, pool: Any, b: np.ndarray, sb: np.nda
     return wb, wsb
 
 
+def shape_weights(s: Any, torch_: _TorchFp8 | None, n: int,
+                  k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[Any], list[Any], list[Any], list[Any]]:
+    """One (N, K)'s weights for a timed sweep on the session ``s`` (:func:`~mircuda.cli._matmul_bench.session`):
+    ``(b, sb, b_deq, wb, wsb, tw, tsb)``, the host E4M3 codes and FP32 scales (:func:`_operands`), their float64
+    dequantization, mircuda's banks of both (:func:`weight_banks`, at least 8x the L2 cache) and torch's (empty
+    without torch)."""
+    from ..timing import bank_count
+
+    nb, kb = -(-n // 128), -(-k // 128)
+    banks = bank_count(n * k + 4 * nb * kb, s.info.l2_cache_bytes)
+    b, sb = _operands(s.rng, n, k, nb)
+    wb, wsb = weight_banks(s.context, s.stream, s.pool, b, sb, banks)
+    tw, tsb = torch_.banks(b, sb, banks) if torch_ is not None else ([], [])
+    return b, sb, _dequantize(b, sb, 128), wb, wsb, tw, tsb
+
+
+def row_operands(s: Any, m: int, n: int, k: int,
+                 b_deq: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int], np.ndarray, Any, Any, Any]:
+    """One timed point's activations against the weights ``b_deq`` (:func:`shape_weights`): ``(a, sa, sample, want,
+    da, dsa, d)``, the host codes and scales, the sampled rows (:func:`_sample_rows`) and their float64 product,
+    the device copies of ``a`` and ``sa`` and a BF16 ``[M, N]`` output (the caller frees the three)."""
+    import mircuda as mc
+
+    from ._matmul_bench import upload
+
+    a, sa = _operands(s.rng, m, k, m)
+    sample = _sample_rows(m)
+    want = _dequantize(a[sample], sa[sample], 1) @ b_deq.T
+    da, dsa = upload(s.context, s.stream, s.pool, a.ravel()), upload(s.context, s.stream, s.pool, sa.ravel())
+    return a, sa, sample, want, da, dsa, s.pool.allocate(mc.bf16, s.stream, m * n)
+
+
 BLOCKWISE_LAYOUTS: tuple[tuple[str, Any, Any], ...] = (
     ("sa [M, K/128] outer-major, sb [K/128, N/128]", lambda s: s.t().contiguous().t(), lambda s: s.t().contiguous()),
     ("sa [M, K/128], sb [K/128, N/128]", lambda s: s.contiguous(), lambda s: s.t().contiguous()),
@@ -306,9 +338,8 @@ def fp8_profile(args: Any) -> int:
     """BlockwiseFp8Plan / BlockwiseFp8VectorPlan vs torch._scaled_mm (rowwise, blockwise) over M x (N, K)."""
     import mircuda as mc
 
-    from ..timing import bank_count
     from ._errors import check_results_file
-    from ._matmul_bench import _write_json, session, upload
+    from ._matmul_bench import _write_json, session
 
     # Before the driver: a bad path is said without a GPU too.
     check_results_file(args.json, getattr(args, "json_default", None))
@@ -319,7 +350,7 @@ def fp8_profile(args: Any) -> int:
     notes: list[str] = []
     refusals: list[str] = []
     with session(driver, args.device) as s:
-        context, stream, pool, timer, info = s.context, s.stream, s.pool, s.timer, s.info
+        context, stream, timer, info = s.context, s.stream, s.timer, s.info
         torch_: _TorchFp8 | None = None
         if s.torch_ is not None:
             try:
@@ -335,19 +366,10 @@ def fp8_profile(args: Any) -> int:
             except mc.CutlassNotFound as exc:
                 notes.append(f"no CUTLASS library, M > {DECODE_MAX_M} is not measured for mircuda: {exc}"[:300])
         for n, k in shapes:
-            nb, kb = -(-n // 128), -(-k // 128)
-            banks = bank_count(n * k + 4 * nb * kb, info.l2_cache_bytes)
-            b, sb = _operands(s.rng, n, k, nb)
-            b_deq = _dequantize(b, sb, 128)
+            b, _, b_deq, wb, wsb, tw, tsb = shape_weights(s, torch_, n, k)
             b_codes = b.astype(np.float64)
-            wb, wsb = weight_banks(context, stream, pool, b, sb, banks)
-            tw, tsb = torch_.banks(b, sb, banks) if torch_ is not None else ([], [])
             for m in ms:
-                a, sa = _operands(s.rng, m, k, m)
-                sample = _sample_rows(m)
-                want = _dequantize(a[sample], sa[sample], 1) @ b_deq.T
-                da, dsa = upload(context, stream, pool, a.ravel()), upload(context, stream, pool, sa.ravel())
-                d = pool.allocate(mc.bf16, stream, m * n)
+                a, sa, sample, want, da, dsa, d = row_operands(s, m, n, k, b_deq)
                 plans: list[tuple[str, Any]] = []
                 try:
                     if m == 1:

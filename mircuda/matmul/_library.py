@@ -38,7 +38,8 @@ nibble); ``"ue4m3"``: E4M3 scale bytes with the sign clear (NVFP4's block scales
 FAMILIES = {0: "simt", 1: "sm90_cooperative", 2: "sm90_pingpong", 3: "sm90_swapped", 4: "sm80_tensorop",
             5: "sm90_blockwise_cooperative", 6: "sm90_blockwise_pingpong", 7: "sm120_blockwise",
             8: "sm120_nvfp4_cooperative", 9: "sm120_nvfp4_pingpong", 10: "sm120_nvfp4_grouped_cooperative",
-            11: "sm120_nvfp4_grouped_pingpong", 12: "sm90_grouped_cooperative", 13: "sm90_grouped_pingpong"}
+            11: "sm120_nvfp4_grouped_pingpong", 12: "sm90_grouped_cooperative", 13: "sm90_grouped_pingpong",
+            14: "sm90_blockwise_experimental"}
 KINDS = {0: "dense", 1: "blockwise_scaled", 2: "block_scaled", 3: "grouped_block_scaled", 4: "grouped_dense"}
 """``MIRCUDA_CUTLASS_KIND_*``: which plan entry points a kernel takes (``"block_scaled"``: the NVFP4 kernels,
 :meth:`CutlassLibrary.create_block_scaled_plan`; ``"grouped_block_scaled"``: the grouped NVFP4 kernels with

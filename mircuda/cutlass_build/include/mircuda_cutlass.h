@@ -116,6 +116,8 @@ extern "C" {
 #define MIRCUDA_CUTLASS_SM90_GROUPED_COOPERATIVE 12 /* grouped BF16, pointer-array TMA + WGMMA cooperative, device-only
                                                        problem shapes */
 #define MIRCUDA_CUTLASS_SM90_GROUPED_PINGPONG 13    /* grouped BF16, as above, ping-pong */
+#define MIRCUDA_CUTLASS_SM90_BLOCKWISE_EXPERIMENTAL 14 /* FP8 blockwise-scaled cooperative variants, measured by
+                                                         name only (never chosen by a plan by itself) */
 
 typedef struct CUstream_st *mircuda_cutlass_stream; /* a CUstream / cudaStream_t */
 

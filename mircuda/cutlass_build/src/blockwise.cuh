@@ -42,11 +42,16 @@ using Sm90Scales = cutlass::detail::Sm90BlockwiseScaleConfig<kScaleM, kScaleN, k
 using Sm120Scales = cutlass::detail::Sm120BlockwiseScaleConfig<kScaleM, kScaleN, kScaleK, cute::UMMA::Major::K,
                                                                cute::UMMA::Major::K>;
 
+// EpilogueTile and Source are varied only by the experimental families (blockwise_instance.cuh): the
+// epilogue's subtile (CUTLASS's auto choice by default) and C's element type (void: no source operand,
+// beta must be 0; CUTLASS then delays the TMA store and reserves no smem for C).
 template <class Arch, class Scales, class TileShape, class ClusterShape, class MainloopSchedule,
-          class EpilogueSchedule, class Scheduler>
+          class EpilogueSchedule, class Scheduler,
+          class EpilogueTile = cutlass::epilogue::collective::EpilogueTileAuto, class Source = cutlass::bfloat16_t>
 struct Config {
   using In = cutlass::float_e4m3_t;
   using Out = cutlass::bfloat16_t;
+  using ElementC = Source;
   using LayoutA = cutlass::layout::RowMajor;     // K contiguous
   using LayoutB = cutlass::layout::ColumnMajor;  // K contiguous ([N,K] row-major)
   using LayoutC = cutlass::layout::RowMajor;
@@ -57,8 +62,8 @@ struct Config {
   static constexpr int kAlignOut = 128 / cutlass::sizeof_bits<Out>::value;
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      Arch, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, cutlass::epilogue::collective::EpilogueTileAuto,
-      float, float, Out, LayoutC, kAlignOut, Out, LayoutC, kAlignOut, EpilogueSchedule>::CollectiveOp;
+      Arch, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTile,
+      float, float, ElementC, LayoutC, kAlignOut, Out, LayoutC, kAlignOut, EpilogueSchedule>::CollectiveOp;
 
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       Arch, cutlass::arch::OpClassTensorOp, In, cute::tuple<LayoutA, LayoutSFA>, kAlignIn, In,
@@ -69,7 +74,20 @@ struct Config {
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   static constexpr bool kSwizzle = std::is_same_v<MainloopSchedule, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise>;
+  static constexpr bool kHasSource = !std::is_void_v<ElementC>;
 };
+
+// The persistent tile scheduler's runtime arguments of the cooperative kernels: tiles visited in groups
+// of `swizzle` (1, 2, 4 or 8) along the raster, raster order 0 = CUTLASS's heuristic (along M when the
+// problem has more tiles along N), 1 = along M, 2 = along N (cutlass::gemm::kernel::detail::RasterOrderOptions).
+struct Schedule {
+  int swizzle;
+  int raster;
+};
+
+// The cooperative kernels' schedule: groups of 4, CUTLASS's raster heuristic, as the dense cooperative
+// kernel (sm90.cuh gives the measurement); untuned for FP8.
+constexpr Schedule kDefaultSchedule{4, 0};
 
 template <class Cfg>
 class Runner final : public mircuda::Runner {
@@ -77,7 +95,8 @@ class Runner final : public mircuda::Runner {
   using Gemm = typename Cfg::Gemm;
   using Kernel = typename Cfg::Kernel;
 
-  Runner(int m, int n, int k, cutlass::KernelHardwareInfo hw) : m_(m), n_(n), k_(k), hw_(hw) {}
+  Runner(int m, int n, int k, cutlass::KernelHardwareInfo hw, Schedule schedule)
+      : m_(m), n_(n), k_(k), hw_(hw), schedule_(schedule) {}
 
   // Can-implement with placeholder addresses (16-byte aligned, never dereferenced).
   int check() const {
@@ -94,6 +113,7 @@ class Runner final : public mircuda::Runner {
 
   int execute_scaled(cudaStream_t stream, const void* a, const void* b, const void* sfa, const void* sfb,
                      const void* c, void* d, float alpha, float beta) override {
+    if (!Cfg::kHasSource && beta != 0.f) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;  // no C operand to add
     auto args = arguments(a, b, sfa, sfb, c, d, alpha, beta);
     // initialize() builds the TMA descriptors for these pointers into the kernel parameters (host
     // side); nothing is allocated or synchronized.
@@ -130,25 +150,26 @@ class Runner final : public mircuda::Runner {
         {m_, n_, k_, 1},
         {static_cast<const ElementA*>(a), stride_a, static_cast<const ElementB*>(b), stride_b,
          static_cast<const float*>(sfa), layout_sfa, static_cast<const float*>(sfb), layout_sfb},
-        {{}, static_cast<const ElementC*>(c), stride_c, static_cast<ElementD*>(d), stride_d},
+        {{}, Cfg::kHasSource ? static_cast<const ElementC*>(c) : nullptr, stride_c, static_cast<ElementD*>(d), stride_d},
         hw_};
     args.epilogue.thread.alpha = alpha;
-    args.epilogue.thread.beta = beta;
+    args.epilogue.thread.beta = Cfg::kHasSource ? beta : 0.f;
     if constexpr (Cfg::kSwizzle) {
-      // Persistent tiles visited in groups of 4 along the raster, as the dense cooperative kernel
-      // (sm90.cuh gives the measurement); untuned for FP8.
-      args.scheduler.max_swizzle_size = 4;
+      args.scheduler.max_swizzle_size = schedule_.swizzle;  // kDefaultSchedule unless an experimental family
+      args.scheduler.raster_order =
+          static_cast<cutlass::gemm::kernel::detail::RasterOrderOptions>(schedule_.raster);
     }
     return args;
   }
 
   int m_, n_, k_;
   cutlass::KernelHardwareInfo hw_;
+  Schedule schedule_;
   void* workspace_ = nullptr;
   Gemm gemm_;
 };
 
-template <class Cfg>
+template <class Cfg, int Swizzle = kDefaultSchedule.swizzle, int Raster = kDefaultSchedule.raster>
 int create(int m, int n, int k, int, mircuda::Runner** out) {
   int device = 0;
   cudaError_t error = cudaGetDevice(&device);
@@ -159,7 +180,7 @@ int create(int m, int n, int k, int, mircuda::Runner** out) {
   auto hw = cutlass::KernelHardwareInfo::make_kernel_hardware_info<typename Cfg::Kernel>(device);
   // A soft failure of the cluster-occupancy query (max_active_clusters = 0) must not surface later.
   (void)cudaGetLastError();
-  auto* runner = new Runner<Cfg>(m, n, k, hw);
+  auto* runner = new Runner<Cfg>(m, n, k, hw, Schedule{Swizzle, Raster});
   const int status = runner->check();
   if (status != MIRCUDA_CUTLASS_OK) {
     delete runner;

@@ -3,7 +3,9 @@
 // registers it with the library at load time.
 //
 //   MIRCUDA_ARCH_LIST  the SASS targets of this TU as 10 * major + minor: 90 or 120
-//   one of MIRCUDA_SM90_FP8_COOP, MIRCUDA_SM90_FP8_PINGPONG, MIRCUDA_SM120_FP8
+//   one of MIRCUDA_SM90_FP8_COOP, MIRCUDA_SM90_FP8_PINGPONG, MIRCUDA_SM120_FP8, or an experimental
+//   MIRCUDA_SM90_FP8_EXP_* family (below; family MIRCUDA_CUTLASS_SM90_BLOCKWISE_EXPERIMENTAL, which no
+//   plan chooses by itself: they are measured by name against the cooperative kernel)
 #pragma once
 
 #include "blockwise.cuh"
@@ -33,6 +35,79 @@ using KernelConfig = bw::Config<cutlass::arch::Sm90, bw::Sm90Scales, Shape<_64, 
 constexpr int kFamily = MIRCUDA_CUTLASS_SM90_BLOCKWISE_PINGPONG, kTile[3] = {64, 128, 128}, kCluster[2] = {1, 1};
 constexpr int kMultiple[3] = {1, 8, 16};
 #define MIRCUDA_NAME "sm90_blockwise_pingpong_64x128x128_e4m3_bf16"
+#elif defined(MIRCUDA_SM90_FP8_EXP_C2X1) || defined(MIRCUDA_SM90_FP8_EXP_C1X1) || defined(MIRCUDA_SM90_FP8_EXP_SCHED) || \
+    defined(MIRCUDA_SM90_FP8_EXP_EPI64) || defined(MIRCUDA_SM90_FP8_EXP_NOC) || defined(MIRCUDA_SM90_FP8_EXP_NOC_EPI64) || \
+    defined(MIRCUDA_SM90_FP8_EXP_256X128)
+// Experiments on the large-M cooperative kernel (issue 13's M >= 2048 goal): each family is the
+// cooperative 128x128x128 kernel above with one thing changed, and may register several names that differ
+// only in the persistent scheduler's runtime arguments (bw::Schedule; the kernel code is shared).
+#define MIRCUDA_EXPERIMENTAL 1
+#if defined(MIRCUDA_SM90_FP8_EXP_C2X1)
+using ExpCluster = Shape<_2, _1, _1>;  // B (weights) multicast to 2 CTAs along M instead of A
+#elif defined(MIRCUDA_SM90_FP8_EXP_C1X1)
+using ExpCluster = Shape<_1, _1, _1>;  // no multicast
+#else
+using ExpCluster = Shape<_1, _2, _1>;
+#endif
+#if defined(MIRCUDA_SM90_FP8_EXP_EPI64) || defined(MIRCUDA_SM90_FP8_EXP_NOC_EPI64)
+using ExpEpilogueTile = Shape<_128, _64>;  // 2 epilogue subtiles per tile instead of CUTLASS's 4 of 128x32
+#else
+using ExpEpilogueTile = cutlass::epilogue::collective::EpilogueTileAuto;
+#endif
+#if defined(MIRCUDA_SM90_FP8_EXP_NOC) || defined(MIRCUDA_SM90_FP8_EXP_NOC_EPI64)
+using ExpSource = void;  // no C: no smem for it (more mainloop stages), TMA store delayed; beta must be 0
+#else
+using ExpSource = cutlass::bfloat16_t;
+#endif
+#if defined(MIRCUDA_SM90_FP8_EXP_256X128)
+// 128x128 per consumer warp group: two FP32 accumulators of 128 registers each. A register-pressure check, not in
+// the build's families: nvcc 13.0 -Xptxas -v, 2026-12-02: 546 bytes of spill stores, 560 of spill loads (208-byte
+// stack frame) under the consumers' 232 registers, so it is left out. 128x256 does not compile in CUTLASS 4.2: with 1x128 scales of A and two 128-column
+// scale blocks of B per tile, fp8_accumulation.hpp's scale_core asserts "Accumulator and scaleB must have same shape".
+using ExpTile = Shape<_256, _128, _128>;
+#else
+using ExpTile = Shape<_128, _128, _128>;
+#endif
+using KernelConfig = bw::Config<cutlass::arch::Sm90, bw::Sm90Scales, ExpTile, ExpCluster,
+                                cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise,
+                                cutlass::epilogue::TmaWarpSpecializedCooperative, cutlass::gemm::PersistentScheduler,
+                                ExpEpilogueTile, ExpSource>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_BLOCKWISE_EXPERIMENTAL;
+constexpr int kTile[3] = {size<0>(ExpTile{}), size<1>(ExpTile{}), size<2>(ExpTile{})};
+constexpr int kCluster[2] = {size<0>(ExpCluster{}), size<1>(ExpCluster{})};
+constexpr int kMultiple[3] = {1, 8, 16};
+constexpr int kStages = KernelConfig::Mainloop::DispatchPolicy::Stages;
+// name, factory: swizzle (1, 2, 4, 8) and raster (0 heuristic, 1 along M, 2 along N) of bw::Schedule
+#define MIRCUDA_ENTRY(name, swizzle, raster) {name, &bw::create<KernelConfig, swizzle, raster>}
+struct ExpEntry {
+  const char* name;
+  mircuda::Factory factory;
+};
+#if defined(MIRCUDA_SM90_FP8_EXP_C2X1)
+constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c2x1_e4m3_bf16", 4, 0),
+                                 MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c2x1_s8_e4m3_bf16", 8, 0)};
+#elif defined(MIRCUDA_SM90_FP8_EXP_C1X1)
+constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c1x1_e4m3_bf16", 4, 0),
+                                 MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c1x1_s8_e4m3_bf16", 8, 0)};
+#elif defined(MIRCUDA_SM90_FP8_EXP_SCHED)
+constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c1x2_s1_e4m3_bf16", 1, 0),
+                                 MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c1x2_s2_e4m3_bf16", 2, 0),
+                                 MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c1x2_s8_e4m3_bf16", 8, 0),
+                                 MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c1x2_s4_alongm_e4m3_bf16", 4, 1),
+                                 MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c1x2_s4_alongn_e4m3_bf16", 4, 2),
+                                 MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c1x2_s8_alongm_e4m3_bf16", 8, 1),
+                                 MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c1x2_s8_alongn_e4m3_bf16", 8, 2)};
+#elif defined(MIRCUDA_SM90_FP8_EXP_EPI64)
+constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c1x2_epi64_e4m3_bf16", 4, 0)};
+#elif defined(MIRCUDA_SM90_FP8_EXP_NOC)
+constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c1x2_noc_e4m3_bf16", 4, 0),
+                                 MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c1x2_noc_s8_e4m3_bf16", 8, 0)};
+#elif defined(MIRCUDA_SM90_FP8_EXP_NOC_EPI64)
+constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c1x2_noc_epi64_e4m3_bf16", 4, 0)};
+#else
+constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_256x128x128_c1x2_e4m3_bf16", 4, 0)};
+#endif
+#undef MIRCUDA_ENTRY
 #elif defined(MIRCUDA_SM120_FP8)
 // SM12x: 128x128x128 tiles, cooperative (CUTLASS example 87b); GeForce parts have no TMA multicast,
 // so the cluster is 1x1.
@@ -50,9 +125,9 @@ constexpr int kMultiple[3] = {1, 128, 128};
 
 constexpr int kArchs[] = {MIRCUDA_ARCH_LIST};
 
-mircuda_cutlass_kernel_info make_info() {
+mircuda_cutlass_kernel_info make_info(const char* name) {
   mircuda_cutlass_kernel_info info{};
-  info.name = MIRCUDA_NAME;
+  info.name = name;
   info.family = kFamily;
   info.input = MIRCUDA_CUTLASS_E4M3;
   info.output = MIRCUDA_CUTLASS_BF16;
@@ -61,7 +136,11 @@ mircuda_cutlass_kernel_info make_info() {
   info.tile_k = kTile[2];
   info.cluster_m = kCluster[0];
   info.cluster_n = kCluster[1];
+#if defined(MIRCUDA_EXPERIMENTAL)
+  info.stages = kStages;  // the collective builder's choice, reported for the experiments
+#else
   info.stages = 0;  // chosen by the collective builder
+#endif
   info.alignment_bytes = 16;
   info.split_k = 0;
   info.arch_count = static_cast<int>(sizeof(kArchs) / sizeof(kArchs[0]));
@@ -79,6 +158,14 @@ mircuda_cutlass_kernel_info make_info() {
   return info;
 }
 
-const bool kRegistered = mircuda::register_kernel({make_info(), &bw::create<KernelConfig>});
+#if defined(MIRCUDA_EXPERIMENTAL)
+bool register_all() {
+  for (const ExpEntry& entry : kEntries) mircuda::register_kernel({make_info(entry.name), entry.factory});
+  return true;
+}
+const bool kRegistered = register_all();
+#else
+const bool kRegistered = mircuda::register_kernel({make_info(MIRCUDA_NAME), &bw::create<KernelConfig>});
+#endif
 
 }  // namespace
