@@ -300,3 +300,79 @@ def test_the_emulated_kernel_matches_the_float64_product_of_the_dequantized_oper
     got = emulate(a, sa, b, sb, m, n, k, layout, warps, 0.75, decode)
     assert not np.isnan(got).any()  # every output written once
     np.testing.assert_allclose(got, 0.75 * ref, rtol=1e-12, atol=1e-12 * np.abs(ref).max())
+
+
+# -- the plans on a fake sm_90 device: what they ask of the operands -----------------------------------
+@pytest.fixture
+def fake_plans(monkeypatch: pytest.MonkeyPatch):
+    """``make(cls, spec, **knobs)``: a BlockScaledFp4VectorPlan or BlockScaledFp4Plan on a fake sm_90 device (132
+    SMs) whose compiler compiles nothing (the plans' own checks and operand tables run unchanged)."""
+    from types import SimpleNamespace
+
+    from mircuda.matmul import _fp4
+
+    info = SimpleNamespace(multiprocessor_count=132, supports_programmatic_launch=True, compute_capability=(9, 0),
+                           max_threads_per_block=1024, max_block_dims=(1024, 1024, 64), arch="sm_90", name="fake",
+                           max_grid_dims=(2 ** 31 - 1, 65535, 65535), max_shared_memory_per_block_optin_bytes=232448)
+    context, stream = SimpleNamespace(device_info=lambda: info), SimpleNamespace(handle=7)
+
+    def compile(source, options):
+        kernel = SimpleNamespace(attributes=SimpleNamespace(max_threads_per_block=256), launch=None, handle=100)
+        return SimpleNamespace(kernel=lambda contract: kernel)
+
+    for name, value in [("plan_stream", lambda stream, context: None), ("_device_checks", lambda context, name: None),
+                        ("fp4_compiler", lambda given, context: SimpleNamespace(arch="sm_90", compile=compile)),
+                        ("plan_compiler", lambda given, context: None),
+                        ("blocks_per_sm", lambda context, kernel, warps: 28 // warps)]:
+        monkeypatch.setattr(_fp4, name, value)
+    return lambda cls, spec, **knobs: cls(context, stream, spec, **knobs)
+
+
+@pytest.mark.parametrize("k, want", [(4096, 2), (4160, 2), (1040, 1)])
+def test_the_vector_plan_running_the_mma_kernel_asks_2_byte_aligned_x_scales(fake_plans, k, want) -> None:
+    """BlockScaledFp4VectorPlan(kernel="fp4_mma_bf16") runs the tensor-core kernel at M = 1, which reads x_scales in
+    16-bit pairs when K % 32 == 0: the plan asked 1-byte alignment (it did not hand its kernel to fp4_operands), so
+    an odd x_scales address reached the GPU (misaligned address: the context lost) instead of a ContractError."""
+    plan = fake_plans(mc.BlockScaledFp4VectorPlan, mc.DenseVectorSpec(64, k), kernel=FP4_MMA_SYMBOL)
+    ops = {o.name: o for o in plan.operands}
+    assert (ops["x_scales"].alignment, ops["w_scales"].alignment) == (want, want), k
+    if want == 2:
+        assert FP4_MMA_SYMBOL in ops["x_scales"].reason
+    assert all(FP4_MMA_SYMBOL in o.reason or o.reason == "byte loads" for o in plan.operands)
+    # the CUDA-core kernel's word decoders read the activation scales byte by byte
+    vector = fake_plans(mc.BlockScaledFp4VectorPlan, mc.DenseVectorSpec(64, k), kernel=FP4_SYMBOL, decode="e4m3")
+    assert {o.name: o.alignment for o in vector.operands}["x_scales"] == 1
+
+
+def test_both_plans_take_any_warp_count_up_to_8_for_the_mma_kernel(fake_plans) -> None:
+    """MMA_WARPS reached BlockScaledFp4Plan, but BlockScaledFp4VectorPlan kept its own 1, 2, 4, 8 check for both
+    kernels: warps=3 with kernel="fp4_mma_bf16" was refused there. The CUDA-core kernel still refuses 3."""
+    for warps in (3, 5, 6, 7):
+        vector = fake_plans(mc.BlockScaledFp4VectorPlan, mc.DenseVectorSpec(64, 4096), kernel=FP4_MMA_SYMBOL,
+                            warps=warps)
+        matrix = fake_plans(mc.BlockScaledFp4Plan, mc.DenseMatmulSpec(4, 64, 4096), kernel=FP4_MMA_SYMBOL, warps=warps)
+        assert vector.warps == matrix._gemv.warps == warps
+        for cls, spec in ((mc.BlockScaledFp4VectorPlan, mc.DenseVectorSpec(64, 4096)),
+                          (mc.BlockScaledFp4Plan, mc.DenseMatmulSpec(4, 64, 4096))):
+            with pytest.raises(mc.ContractError, match="1, 2, 4 or 8") as info:
+                fake_plans(cls, spec, kernel=FP4_SYMBOL, warps=warps)
+            assert info.value.argument == "warps"
+    with pytest.raises(mc.ContractError, match="1 to 8") as info:
+        fake_plans(mc.BlockScaledFp4VectorPlan, mc.DenseVectorSpec(64, 4096), kernel=FP4_MMA_SYMBOL, warps=9)
+    assert info.value.argument == "warps"
+    with pytest.raises(mc.ContractError, match="1, 2, 4 or 8") as info:
+        fake_plans(mc.BlockScaledFp4VectorPlan, mc.DenseVectorSpec(64, 4096), warps=3)  # the default kernel
+    assert info.value.argument == "warps"
+
+
+def test_the_operand_reasons_name_the_kernel_that_loads_them() -> None:
+    """fp4_operands(kernel=...) named fp4_matvec_bf16 in the reasons of a, b and d whatever kernel ran, so a refusal
+    for an fp4_mma_bf16 plan blamed the other kernel's loads."""
+    names = ("a", "a_scales", "b", "b_scales", "d")
+    for kernel in FP4_KERNELS:
+        for k in (4096, 1040):
+            ops = fp4_operands(names, 4, 64, k, "fp4", "linear", k % 32 == 0, False, kernel)
+            other = FP4_SYMBOL if kernel == FP4_MMA_SYMBOL else FP4_MMA_SYMBOL
+            for o in ops:
+                assert other not in o.reason, (kernel, k, o)
+                assert kernel in o.reason or o.reason == "byte loads", (kernel, k, o)

@@ -210,6 +210,19 @@ MMA_WARPS = (1, 2, 3, 4, 5, 6, 7, 8)
 shared memory: nothing needs a power of two); ``fp4_matvec_bf16`` takes 1, 2, 4 or 8."""
 
 
+def check_warps(warps: Any, symbol: str) -> None:
+    """Refuses ``warps`` (warps per block splitting K) that kernel ``symbol`` cannot run: None or one of
+    :data:`MMA_WARPS` for ``fp4_mma_bf16``, None, 1, 2, 4 or 8 for ``fp4_matvec_bf16``.
+
+    Raises:
+        ContractError: named ``warps``, with the kernel's counts.
+    """
+    warp_counts: tuple[int, ...] = MMA_WARPS if symbol == FP4_MMA_SYMBOL else (1, 2, 4, 8)
+    if warps is not None and (type(warps) is not int or warps not in warp_counts):
+        said = "1 to 8" if warp_counts == MMA_WARPS else "1, 2, 4 or 8"
+        raise ContractError("warps", f"None or {said} (warps per block splitting K, kernel {symbol})", repr(warps))
+
+
 def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows: Any, block_sum: Any,
                      warps: Any, stages: Any = None) -> tuple[str, int | None, str | None]:
     """Checks the NVRTC kernels' tuning knobs; returns ``(decode, rows, block_sum)`` with the decode
@@ -223,10 +236,7 @@ def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows:
     """
     if stages is not None and (type(stages) is not int or stages not in STAGES):
         raise ContractError("stages", f"None or one of {STAGES} (steps of loads in the register ring)", repr(stages))
-    warp_counts: tuple[int, ...] = MMA_WARPS if symbol == FP4_MMA_SYMBOL else (1, 2, 4, 8)
-    if warps is not None and (type(warps) is not int or warps not in warp_counts):
-        said = "1 to 8" if warp_counts == MMA_WARPS else "1, 2, 4 or 8"
-        raise ContractError("warps", f"None or {said} (warps per block splitting K, kernel {symbol})", repr(warps))
+    check_warps(warps, symbol)
     if decode is None:
         decode = default_decode(arch)
     elif isinstance(decode, str) and decode == "dp4a" and symbol == FP4_SYMBOL:
@@ -488,23 +498,22 @@ def fp4_operands(names: tuple[str, str, str, str, str], m: int, n: int, k: int, 
     BF16 ``[M, K]`` (16-byte loads), scales of the plan's layout (size including the tiled padding; the weight
     scales 2-byte aligned for the 16-bit loads of the wide variant), D ``[M, N]`` BF16.
     ``kernel`` ``fp4_mma_bf16`` (:data:`FP4_MMA_SYMBOL`) with ``wide`` reads the activation scales in 16-bit pairs as well
-    (2-byte aligned)."""
+    (2-byte aligned); the reasons name ``kernel``."""
     a, sa, b, sb, d = names
-    loads = f"kernel {FP4_SYMBOL}: {'16' if wide else '8'}-byte loads of packed rows of {k // 2} bytes"
+    loads = f"kernel {kernel}: {'16' if wide else '8'}-byte loads of packed rows of {k // 2} bytes"
     ops = []
     if activation == "fp4":
         ops.append(Operand(a, dtype_info(u8), m * k // 2, f"[M, K/2] = [{m}, {k // 2}] packed E2M1", 16 if dp4a else 8,
-                           f"kernel {FP4_SYMBOL}: {'16' if dp4a else '8'}-byte activation loads"))
+                           f"kernel {kernel}: {'16' if dp4a else '8'}-byte activation loads"))
         mma_pairs = kernel == FP4_MMA_SYMBOL and wide
-        ops.append(_scale_operand(sa, m, k, layout, "M", pairs=dp4a or mma_pairs,
-                                  kernel=FP4_MMA_SYMBOL if mma_pairs else FP4_SYMBOL))
+        ops.append(_scale_operand(sa, m, k, layout, "M", pairs=dp4a or mma_pairs, kernel=kernel))
     else:
         ops.append(Operand(a, dtype_info(bf16), m * k, f"[M, K] = [{m}, {k}] BF16", 16,
-                           f"kernel {FP4_SYMBOL}: 16-byte activation loads"))
+                           f"kernel {kernel}: 16-byte activation loads"))
         ops.append(Operand(sa, dtype_info(e4m3), 0, "None (BF16 activations have no scales)", 1, ""))
     ops.append(Operand(b, dtype_info(u8), n * k // 2, f"[N, K/2] = [{n}, {k // 2}] packed E2M1", 16 if wide else 8, loads))
     ops.append(_scale_operand(sb, n, k, layout, "N", pairs=wide, kernel=kernel))
-    ops.append(Operand(d, dtype_info(bf16), m * n, f"[M, N] = [{m}, {n}] BF16", 2, f"kernel {FP4_SYMBOL}: BF16 stores"))
+    ops.append(Operand(d, dtype_info(bf16), m * n, f"[M, N] = [{m}, {n}] BF16", 2, f"kernel {kernel}: BF16 stores"))
     return tuple(ops)
 
 
@@ -563,7 +572,7 @@ class Fp4Gemv:
     cores, 16 or 32 weight rows per block, NVFP4 activations only). Both take the same parameters.
 
     Raises:
-        ContractError: ``warps`` is not None, 1, 2, 4 or 8; ``row_warps`` is not None or one of :data:`ROW_WARPS`,
+        ContractError: ``warps`` is not None, 1, 2, 4 or 8 (:data:`MMA_WARPS` for :data:`FP4_MMA_SYMBOL`); ``row_warps`` is not None or one of :data:`ROW_WARPS`,
             or above 1 off the integer path or with ``warps`` above 1 (:func:`refuse_row_warps`); ``pdl_trigger`` is
             not None, ``"early"`` or ``"late"``; ``symbol`` is the tensor-core kernel and ``activation`` is not ``"fp4"``; K above
             :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K` (2^28) with tiled scales (named ``spec``).
@@ -580,10 +589,7 @@ class Fp4Gemv:
         row_warps = check_row_warps(row_warps)
         check_pdl_trigger(pdl_trigger)
         self.pdl_trigger = pdl_trigger
-        warp_counts: tuple[int, ...] = MMA_WARPS if symbol == FP4_MMA_SYMBOL else (1, 2, 4, 8)
-        if warps is not None and (type(warps) is not int or warps not in warp_counts):
-            said = "1 to 8" if warp_counts == MMA_WARPS else "1, 2, 4 or 8"
-            raise ContractError("warps", f"None or {said} (warps per block splitting K, kernel {symbol})", repr(warps))
+        check_warps(warps, symbol)
         self.prefetch = check_flag("prefetch", prefetch, symbol)
         self.persistent = check_flag("persistent", persistent, symbol)
         if symbol not in FP4_KERNELS:
@@ -872,9 +878,10 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         activation: ``"fp4"`` or ``"bf16"``. scale_layout: ``"linear"`` or ``"tiled"``.
         compiler: the Compiler (default: :func:`fp4_compiler`: on cc 12.x one per context targeting
             sm_12Yf, where the cvt decode exists; elsewhere the one shared per context). warps: warps per
-            block splitting K.
+            block splitting K: 1, 2, 4 or 8 (any count up to 8, :data:`MMA_WARPS`, with ``kernel`` :data:`FP4_MMA_SYMBOL`).
         kernel: tuning knob: None or :data:`FP4_SYMBOL` (the CUDA-core kernel, the default) or
-            :data:`FP4_MMA_SYMBOL` (the tensor-core kernel run with M = 1; NVFP4 activations only).
+            :data:`FP4_MMA_SYMBOL` (the tensor-core kernel run with M = 1; NVFP4 activations only; with K % 32 == 0
+            it reads ``x_scales`` in 16-bit pairs, so they must be 2-byte aligned, :attr:`operands`).
         decode: tuning knob: one of :data:`DECODES`, or for :data:`FP4_SYMBOL` ``"dp4a"`` (:data:`VECTOR_DECODES`:
             the integer path; NVFP4 activations, K % 32 == 0, block_sum None, no persistent grid). None:
             :func:`default_vector_decode` for :data:`FP4_SYMBOL` (``"dp4a"`` where it applies, measured faster on
@@ -943,10 +950,9 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         check_fp4_k(spec.k, "spec.k")
         self._activation = check_activation(activation)
         self._layout = check_layout("scale_layout", scale_layout)
-        if warps is not None and (type(warps) is not int or warps not in (1, 2, 4, 8)):
-            raise ContractError("warps", "None, 1, 2, 4 or 8 (warps per block splitting K)", repr(warps))
         if kernel is not None and (not isinstance(kernel, str) or kernel not in FP4_KERNELS):
             raise ContractError("kernel", f"None or one of {FP4_KERNELS}", repr(kernel))
+        check_warps(warps, kernel if kernel is not None else FP4_SYMBOL)  # fp4_mma_bf16 takes any count up to 8
         if kernel == FP4_MMA_SYMBOL and activation != "fp4":
             raise ContractError("kernel", f"None or {FP4_SYMBOL!r} with activation='bf16' ({FP4_MMA_SYMBOL} takes "
                                 "NVFP4 activations only)", repr(kernel))
@@ -959,8 +965,9 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
                                block_sum=block_sum, stages=stages, prefetch=prefetch, persistent=persistent,
                                row_warps=row_warps, pdl_trigger=pdl_trigger, static_weights=static_weights)
         self._names = ("x", "x_scales", "w", "w_scales", "y")
+        # the engine's kernel: fp4_mma_bf16 reads the activation scales in 16-bit pairs (K % 32 == 0)
         self._operands = fp4_operands(self._names, 1, spec.n, spec.k, activation, scale_layout, self._engine.wide,
-                                      self._engine.decode == "dp4a")
+                                      self._engine.decode == "dp4a", self._engine.symbol)
         self._numba: Any = None
 
     @property
