@@ -164,6 +164,28 @@ def test_split_k_and_split_n_read_both_scale_operands_in_pairs_when_k_is_a_multi
     assert "16-bit loads of two adjacent scales" in ops["a_scales"].reason
 
 
+@pytest.mark.parametrize("k", [512, 528])
+@pytest.mark.parametrize("variant", ["split_n", "split_k", "staged", "vector"])
+def test_the_plans_scale_pair_rule_is_what_each_variants_kernel_loads(variant: str, k: int) -> None:
+    """scale_pair_loads (what the plans ask 2-byte alignment for) against the PTX of the variant's kernel: 16-bit
+    scale loads iff the bank scales are read in pairs, and no byte loads left iff the activation scales are too
+    (the test above hands _set_operands its flags, so a wrong rule in the plan would pass it). The vector variant
+    with a word decoder (dp4a's pairs are _set_operands' own flag)."""
+    from mircuda.matmul._moe import scale_pair_loads
+    from mircuda.matmul._moe_kernels import DecodeTuning, grouped_options, grouped_source, vector_source
+
+    rows = {"vector": 1, "staged": 32}.get(variant, 16)
+    tuning = DecodeTuning("e4m3", 2, 0, 1) if variant == "vector" else None
+    options = grouped_options(n=256, k=k, groups=8, bank_size=8, capacity=64, rows_per_tile=rows, fixed_rows=0,
+                              tiled=True, sets=1, variant=variant, tuning=tuning)
+    source = vector_source() if variant == "vector" else grouped_source()
+    ptx = mc.compile_program(source, "compute_90", mc.CompileOptions(defines=dict(options.defines),
+                                                                     output="ptx")).image.decode()
+    pairs = "ld.global.nc.u16" in ptx
+    assert scale_pair_loads("portable", variant, k) == (pairs, pairs and "ld.global.nc.u8" not in ptx)
+    assert scale_pair_loads("decode_grouped", variant, k) == (False, False)
+
+
 def test_a_bad_alpha_another_stream_and_a_closed_plan_are_refused() -> None:
     st = Stand(VariableGroupedFp4Plan)
     with pytest.raises(mc.ContractError) as info:
@@ -371,3 +393,16 @@ def test_int_knob_turns_numpy_integers_into_ints_and_leaves_the_rest_to_the_knob
         assert int_knob(value) == 4 and type(int_knob(value)) is int
     for value in (None, 4, True, np.True_, 4.0, "4", [4]):
         assert int_knob(value) is value
+
+
+def test_the_docs_say_which_variants_need_2_byte_aligned_scales() -> None:
+    """MIRCUDA_MOE_SCALE_PAIRS made split_k and split_n ask 2-byte aligned a_scales and b_scales (K % 32 == 0); the
+    plans' docstrings and the README named only the integer path's a_scales."""
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    said = ("`b_scales` must then be 2-byte aligned, and `a_scales` too for `\"split_k\"` and `\"split_n\"`")
+    assert said in readme
+    for cls in (VariableGroupedFp4Plan, IndexedGroupedFp4Plan, PairedVariableGroupedFp4Plan):
+        doc = " ".join((cls.__doc__ or "").split())
+        assert "``b_scales`` must then be 2-byte aligned, and ``a_scales`` too for ``\"split_k\"`` and ``\"split_n\"``" in doc

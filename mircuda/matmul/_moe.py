@@ -80,6 +80,17 @@ def matrix_scale_bytes(n: int, k: int, layout: str) -> int:
     return scale_bytes(n, k, layout)
 
 
+def scale_pair_loads(path: str, variant: str, k: int) -> tuple[bool, bool]:
+    """``(bank scales, activation scales)``: whether the portable grouped kernel of ``variant`` reads them in 16-bit
+    pairs (a row's two adjacent scale bytes of a step, K % 32 == 0), so that they need 2-byte alignment: the bank
+    scales in ``"vector"`` (fp4_vector.cu), ``"split_k"`` and ``"split_n"`` (fp4_grouped.cu's
+    MIRCUDA_MOE_SCALE_PAIRS), the activation scales in the last two (the vector variant's integer path,
+    ``decode="dp4a"``, reads them in pairs too: :func:`_set_operands`' ``dp4a``); ``"staged"`` and the other paths
+    read bytes or run other kernels."""
+    pairs = path == "portable" and variant in ("vector", "split_k", "split_n") and k % 32 == 0
+    return pairs, pairs and variant != "vector"
+
+
 def _set_operands(suffix: str, n: int, k: int, capacity: int, bank: int, layout: str,
                   scale_pairs: bool = False, dp4a: bool = False, a_scale_pairs: bool = False) -> tuple[Operand, ...]:
     """One operand set's checks. ``scale_pairs``: the kernel reads the bank scales two adjacent bytes at a time
@@ -214,8 +225,7 @@ class _GroupedFp4PlanBase(PlanBase):
             raise
         self._finalizer = weakref.finalize(self, _free_all, list(self._buffers), context, stream)
         self._finalizer.atexit = False
-        pairs = self.path == "portable" and shape.variant in ("vector", "split_k", "split_n") and k % 32 == 0
-        a_pairs = pairs and shape.variant != "vector"  # fp4_grouped.cu's MIRCUDA_MOE_SCALE_PAIRS
+        pairs, a_pairs = scale_pair_loads(self.path, shape.variant, k)
         dp4a = self.path == "portable" and tuning.decode == "dp4a"
         self._set_ops = tuple(_set_operands(suffix, n, k, capacity, bank, self._layout, pairs, dp4a, a_pairs)
                               for suffix in (("",) if sets == 1 else ("1", "2")))
@@ -532,7 +542,9 @@ _DOC_COMMON = """
     kernel of ``cuda_src/fp4_vector.cu`` per tile of 1-8 rows, each weight decoded once for the tile's rows;
     with 1-row tiles and K % 32 == 0 on targets without ``cvt.rn.f16x2.e2m1x2`` (the H200) its integer path,
     ``decode="dp4a"``: E2M1 -> int8 by PRMT, IDP4A, exact int32 block sums; ``a`` must then be 16-byte and
-    ``a_scales`` 2-byte aligned, :attr:`operands`).
+    ``a_scales`` 2-byte aligned, :attr:`operands`). With K % 32 == 0 the variants ``"vector"``, ``"split_k"`` and
+    ``"split_n"`` read a row's two scale bytes of a step in one 16-bit load: ``b_scales`` must then be 2-byte
+    aligned, and ``a_scales`` too for ``"split_k"`` and ``"split_n"`` (:func:`scale_pair_loads`, :attr:`operands`).
     On cc 12.x with a CUTLASS library holding the grouped block-scaled kind (and tiled scales)
     the SM120 grouped kernels run instead (``._fp4_grouped_cutlass``); on cc 9.0 with a library holding the
     grouped BF16 kernels and many rows per group (:data:`PATHS`), the decode_grouped path (``._moe_grouped_dense``:
