@@ -164,6 +164,23 @@ def test_scale_pairs_skip_the_fp16_multiply_by_256_where_the_decoder_leaves_room
     assert by_256 in text("bytes")
 
 
+@pytest.mark.parametrize("decode", DECODES)
+def test_every_decoder_shifts_its_scales_exactly_where_the_products_stay_exact(decode) -> None:
+    """For each decoder (2^-L: bytes and pairs 14, e4m3 6, table 0) the kernel keeps the HMUL2 by 256 unless
+    q s 2^-(L + 8) is exact in FP16 for every E2M1 q and finite UE4M3 s (bytes 1..0x7e); 8-byte code loads (no
+    pairs) keep it for every decoder. The emulation checks each product of the shifted decoders too."""
+    q = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+    s = ue4m3_decode(np.arange(1, 0x7F, dtype=np.uint8)).astype(np.float64)
+    shifted = np.outer(q, s) * 2.0 ** -(DECODE_LOG2[decode] + 8)
+    exact = bool(np.array_equal(shifted.astype(np.float16).astype(np.float64), shifted))
+    by_256 = str(0x5C005C00)
+    for wide in (True, False):
+        options = fp4_mma_options(4, "linear", wide, decode)
+        text = mc.compile_program(fp4_mma_source(), "compute_90", mc.CompileOptions(
+            defines=dict(options.defines), output="ptx")).image.decode()
+        assert (by_256 not in text) == (wide and exact) == shifted_scales(decode, wide), (decode, wide)
+
+
 def test_every_shifted_scale_times_every_e2m1_value_is_exact_in_fp16() -> None:
     """The exactness behind shifted scales: q x s x 2^-(6 + 8) for every E2M1 value q and every finite UE4M3 s (bytes
     1..0x7e) is an FP16 value (a multiple of 2^-24, FP16's subnormal step, below 65504), so the HMUL2 of the
@@ -206,6 +223,17 @@ def scale_byte(scales: np.ndarray, row: int, kb: int, k: int, layout: str, rows:
     return int(scales.reshape(-1)[at])
 
 
+def pair_scale_byte(scales: np.ndarray, row: int, kb: int, q: int, k: int, layout: str, rows: int) -> int:
+    """MIRCUDA_FP4_SCALE_PAIRS (16-byte code loads): byte ``q`` of the 16-bit little-endian word the kernel loads at
+    the address of scale (row, kb), kb even; asserts the word is 2-byte aligned (given an aligned base) and inside
+    the operand. Whether byte 1 is scale (row, kb + 1) is left to the comparison with the float64 product."""
+    kblocks = k // 16
+    at = row * kblocks + kb if layout == "linear" else tiled_offset(row, kb, (kblocks + 3) // 4)
+    assert kb % 2 == 0 and at % 2 == 0 and 0 <= row < rows and 0 <= at and at + 1 < scales.size, "a bad 16-bit read"
+    flat = scales.reshape(-1)
+    return (int(flat[at]) | int(flat[at + 1]) << 8) >> (8 * q) & 0xFF
+
+
 def decoded_slot(codes: np.ndarray, slot: int, decode: str) -> np.ndarray:
     """Half2 slot 4 w + i of a lane's code bytes as the kernel's decoder gives it (FP16, value x 2^-L)."""
     if decode == "bytes":
@@ -234,7 +262,9 @@ def scaled(codes: np.ndarray, slot: int, scale: int, decode: str = "bytes", shif
 
 def emulate(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray, m: int, n: int, k: int, layout: str,
             warps: int, alpha: float, decode: str = "bytes") -> np.ndarray:
-    """fp4_mma_bf16's arithmetic (before the BF16 rounding), lane by lane, with exact (float64) mma sums."""
+    """fp4_mma_bf16's arithmetic (before the BF16 rounding), lane by lane, with exact (float64) mma sums; with
+    16-byte code loads each row's two scales of a step come from one 16-bit word (pair_scale_byte), as the kernel
+    reads them."""
     wide = k % 32 == 0
     e = 32 if wide else 16
     chunk = 4 * e
@@ -262,13 +292,15 @@ def emulate(a: np.ndarray, sa: np.ndarray, b: np.ndarray, sb: np.ndarray, m: int
                                 row = min(row0 + g + 8 * r, n - 1)
                                 codes = b[row, col // 2: col // 2 + e // 2]
                                 assert codes.size == e // 2
-                                s = scale_byte(sb, row, kb, k, layout, n)
+                                s = (pair_scale_byte(sb, row, col // 16, jm // 4, k, layout, n) if wide else
+                                     scale_byte(sb, row, kb, k, layout, n))
                                 amat[g + 8 * r, 2 * t: 2 * t + 2] = scaled(codes, 2 * jm, s, decode, shift)
                                 amat[g + 8 * r, 2 * t + 8: 2 * t + 10] = scaled(codes, 2 * jm + 1, s, decode, shift)
                             mrow = g + 8 * j
                             if mrow < m:
                                 codes = a[mrow, col // 2: col // 2 + e // 2]
-                                s = scale_byte(sa, mrow, kb, k, layout, m)
+                                s = (pair_scale_byte(sa, mrow, col // 16, jm // 4, k, layout, m) if wide else
+                                     scale_byte(sa, mrow, kb, k, layout, m))
                                 bmat[2 * t: 2 * t + 2, g] = scaled(codes, 2 * jm, s, decode, shift)
                                 bmat[2 * t + 8: 2 * t + 10, g] = scaled(codes, 2 * jm + 1, s, decode, shift)
                         acc[j] += amat @ bmat
@@ -376,3 +408,20 @@ def test_the_operand_reasons_name_the_kernel_that_loads_them() -> None:
             for o in ops:
                 assert other not in o.reason, (kernel, k, o)
                 assert kernel in o.reason or o.reason == "byte loads", (kernel, k, o)
+
+
+@pytest.mark.parametrize("layout", ["linear", "tiled"])
+def test_a_rows_two_scales_of_a_step_are_adjacent_for_every_k(layout) -> None:
+    """The premise of MIRCUDA_FP4_SCALE_PAIRS, on the reference layouts (what quantize writes), for every K % 32 == 0
+    up to 4096 and rows across two 128-row atoms: a lane's K-blocks kb (even: 32 t + 128 step columns) and kb + 1
+    are adjacent bytes at an even offset, so one 16-bit load of a 2-byte aligned operand reads both. The emulation
+    above reads them that way; this covers the K it does not."""
+    from mircuda.matmul._fp4_reference import tiled_offsets
+
+    rows = 257
+    for k in range(32, 4097, 32):
+        kblocks = k // 16
+        off = (tiled_offsets(rows, kblocks) if layout == "tiled" else
+               np.arange(rows)[:, None] * kblocks + np.arange(kblocks)[None, :])
+        even = off[:, 0::2]
+        assert (even % 2 == 0).all() and (off[:, 1::2] == even + 1).all(), k
