@@ -2,10 +2,12 @@
 with a compiler that adds the variant's ``-D`` macros to every compile (the plans have no knob for them), timed
 alternately with the others and beside the BF16 DenseMatmulPlan, on cold weights (banks >= 8x L2). Random E2M1
 codes and UE4M3 scales (0x30..0x3f); each variant's output is compared with the first variant's (the macros
-here change loads or launch shape, not arithmetic order, unless rows or warps change: the largest relative
+here change loads or launch shape, not arithmetic order, unless rows or warps change or ``acc2`` sums two
+accumulator sets: the largest relative
 difference is recorded, and one above 2e-2 fails the script). Needs a GPU.
 
-    python benchmarks/fp4_mma_ab.py [--variants l2|regs] [--m 4,8,16] [--shapes 14336x4096,...] [--json PATH]
+    python benchmarks/fp4_mma_ab.py [--variants diet|l2|occupancy|regs] [--m 4,8,16] [--shapes 14336x4096,...]
+        [--json PATH]
 
 ``occupancy``: ``fp4_mma_bf16``'s default against warps per block 2, 3, 4, 6, 8 (``wW``, 32 rows), 16-row blocks with
 4, 6, 8 warps (``r16wW``) and two accumulator sets (``acc2``: ``-D MIRCUDA_FP4_ACC_SPLIT=1``). ``diet``: the plans'
@@ -60,6 +62,13 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, Any], dict[str, int]]]] = {
     },
 }
 """Variant set -> name -> (the plan's keyword arguments, extra NVRTC macros)."""
+
+
+def ran_text(description: str, extra: dict[str, int]) -> str:
+    """What a result row's ``ran`` records for one variant: the start of the plan's describe() (its own ``-D``
+    options) and the variant's extra macros, which win over the plan's (describe() shows the plan's only: the
+    diet set's ``before`` read ``-D MIRCUDA_FP4_FULL_STEPS=1`` there while it ran with 0)."""
+    return description[:200] + ("; extra: " + " ".join(f"-D {k}={v}" for k, v in extra.items()) if extra else "")
 
 
 class DefinesCompiler(Compiler):
@@ -126,7 +135,7 @@ def main() -> None:
                 diffs: dict[str, float] = {}
                 ran: dict[str, str] = {}
                 first: np.ndarray | None = None
-                for name, (knobs, _) in VARIANTS[args.variants].items():
+                for name, (knobs, extra) in VARIANTS[args.variants].items():
                     plan = mc.BlockScaledFp4Plan(ctx, stream, mc.DenseMatmulSpec(m, n, k), compiler=compilers[name],
                                                  **knobs)
                     d = pool.allocate(bf16, stream, m * n)
@@ -137,7 +146,7 @@ def main() -> None:
                     if diffs[name] > TOLERANCE:
                         failures.append(f"{name} M={m} {n}x{k}: {diffs[name]:.1e} from the first variant")
                         continue
-                    ran[name] = plan.describe()[:200]
+                    ran[name] = ran_text(str(plan.describe()), extra)
                     runs[name] = (lambda i, p=plan, d=d, a=a, sa=sa, c=codes, sc=scales:
                                   p.execute(stream, a, sa, c[i % len(c)], sc[i % len(sc)], d))
                 times: dict[str, list[float]] = {key: [] for key in runs}

@@ -99,3 +99,16 @@ def test_the_regs_set_is_the_recorded_register_variants_without_the_uncommitted_
             assert (knobs.get("rows", 32), knobs["stages"], knobs["warps"]) == (rows, stages, warps)
     kernel = (ROOT / "mircuda" / "cuda_src" / "fp4_mma_gemv.cu").read_text()
     assert "MIN_BLOCKS" not in kernel and "SMEM_RING" not in kernel  # the docstring's reason they are not variants
+
+
+def test_the_usage_names_every_variant_set_and_a_row_records_the_extra_macros() -> None:
+    """The module's usage line said ``--variants l2|regs`` after diet and occupancy were added; a result row's
+    ``ran`` was the plan's describe(), whose -D options are the plan's, not the ones the variant's compiler
+    merged over them (the diet record's ``before`` reads MIRCUDA_FP4_FULL_STEPS=1 though it ran with 0)."""
+    module = load_benchmark("fp4_mma_ab")
+    usage = " ".join((module.__doc__ or "").split())
+    assert f"[--variants {'|'.join(sorted(module.VARIANTS))}]" in usage
+    text = module.ran_text("kernel fp4_mma_bf16 (NVRTC, -D MIRCUDA_FP4_FULL_STEPS=1 ...)" * 10,
+                           module.VARIANTS["diet"]["before"][1])
+    assert text.endswith("; extra: -D MIRCUDA_FP4_SCALE_PAIRS=0 -D MIRCUDA_FP4_FULL_STEPS=0") and len(text) < 300
+    assert module.ran_text("plain", {}) == "plain"
