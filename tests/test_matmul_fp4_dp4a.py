@@ -1097,7 +1097,7 @@ def test_odd_knobs_at_m2_to_5_are_refused_by_name_before_anything_compiles(fake_
         "block_sum": [1, True, np.array("fp32"), "int32", "fp8"],
         "persistent": [np.bool_(False), np.bool_(True), 0, 1, "no", np.array(False)],
         "row_warps": [np.array(2), 2.0, True, 3, "2", 16, -1],
-        "warps": [np.array(2), 2.0, True, 3, "2", 0, 16],
+        "warps": [np.array(2), 2.0, True, 9, "2", 0, 16],  # 3: fp4_mma_bf16's (M >= 3) since MMA_WARPS
         "stages": [np.array(3), 3.0, True, 1, "3", 5],
         "kernel": [1, True, b"fp4_mma_bf16", np.array("fp4_mma_bf16"), ""],
         "prefetch": [np.bool_(True), 1, "yes"],
