@@ -229,7 +229,7 @@ def pair_scale_byte(scales: np.ndarray, row: int, kb: int, q: int, k: int, layou
     the operand. Whether byte 1 is scale (row, kb + 1) is left to the comparison with the float64 product."""
     kblocks = k // 16
     at = row * kblocks + kb if layout == "linear" else tiled_offset(row, kb, (kblocks + 3) // 4)
-    assert kb % 2 == 0 and at % 2 == 0 and 0 <= row < rows and 0 <= at and at + 1 < scales.size, "a bad 16-bit read"
+    assert kb % 2 == 0 and at % 2 == 0 and 0 <= row < rows and at >= 0 and at + 1 < scales.size, "a bad 16-bit read"
     flat = scales.reshape(-1)
     return (int(flat[at]) | int(flat[at + 1]) << 8) >> (8 * q) & 0xFF
 

@@ -572,7 +572,8 @@ class Fp4Gemv:
     cores, 16 or 32 weight rows per block, NVFP4 activations only). Both take the same parameters.
 
     Raises:
-        ContractError: ``warps`` is not None, 1, 2, 4 or 8 (:data:`MMA_WARPS` for :data:`FP4_MMA_SYMBOL`); ``row_warps`` is not None or one of :data:`ROW_WARPS`,
+        ContractError: ``warps`` is not None, 1, 2, 4 or 8 (:data:`MMA_WARPS` for :data:`FP4_MMA_SYMBOL`); ``row_warps``
+            is not None or one of :data:`ROW_WARPS`,
             or above 1 off the integer path or with ``warps`` above 1 (:func:`refuse_row_warps`); ``pdl_trigger`` is
             not None, ``"early"`` or ``"late"``; ``symbol`` is the tensor-core kernel and ``activation`` is not ``"fp4"``; K above
             :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K` (2^28) with tiled scales (named ``spec``).
