@@ -9,6 +9,9 @@ difference is recorded, and one above 2e-2 fails the script). Needs a GPU.
     python benchmarks/fp4_mma_ab.py [--variants diet|l2|occupancy|regs] [--m 4,8,16] [--shapes 14336x4096,...]
         [--json PATH]
 
+``--m`` 1 and 2 only with ``regs``: the other sets run the plan's default kernel, ``fp4_matvec_bf16`` there (M = 1, and
+M = 2 on sm_80/sm_90), which reads none of their macros.
+
 ``occupancy``: ``fp4_mma_bf16``'s default against warps per block 2, 3, 4, 6, 8 (``wW``, 32 rows), 16-row blocks with
 4, 6, 8 warps (``r16wW``) and two accumulator sets (``acc2``: ``-D MIRCUDA_FP4_ACC_SPLIT=1``). ``diet``: the plans'
 defaults, without the 16-bit scale-pair loads (``no_pairs``: ``-D MIRCUDA_FP4_SCALE_PAIRS=0``)
@@ -36,7 +39,7 @@ from mircuda.cli._matmul_bench import add_results_argument, check_results_argume
 from mircuda.cli._values import distinct_ints, shape_values
 from mircuda.compile import CompileOptions, Compiler
 from mircuda.dtypes import bf16
-from mircuda.matmul._fp4 import fp4_target
+from mircuda.matmul._fp4 import DP4A_DEFAULT_MAX_M, FP4_MMA_SYMBOL, FP4_SYMBOL, fp4_target
 from mircuda.timing import bank_count
 
 SHAPES = ((14336, 4096), (4096, 14336), (4096, 4096), (6144, 4096))
@@ -94,13 +97,20 @@ def main() -> None:
                         "defaults against the L2 hint off; occupancy: fp4_mma_bf16's warps, 16-row blocks and two "
                         "accumulator sets; regs: fp4_mma_bf16's rows, stages and warps (default: %(default)s)")
     p.add_argument("--m", type=lambda t: distinct_ints(t, range(1, 17), "M values in 1..16"), default=[4, 8, 16],
-                   help="comma-separated activation rows, each in 1..16 (default: 4,8,16)")
+                   help="comma-separated activation rows, each in 1..16; 1 and 2 with --variants regs only, whose "
+                        "variants all force fp4_mma_bf16 (default: 4,8,16)")
     p.add_argument("--shapes", type=shape_values, default=SHAPES,
                    help="comma-separated NxK weight shapes, each K a multiple of 32 (default: "
                         + ",".join(f"{n}x{k}" for n, k in SHAPES) + ")")
     add_results_argument(p, "fp4_mma_ab.json")
     args = p.parse_args()
     check_results_argument(p, args.json)
+    low = [m for m in args.m if m <= DP4A_DEFAULT_MAX_M]
+    if low and any("kernel" not in knobs for knobs, _ in VARIANTS[args.variants].values()):
+        p.error(f"--m: expected M values of {DP4A_DEFAULT_MAX_M + 1}..16 with --variants {args.variants} (some of its "
+                f"variants run the plan's default kernel, {FP4_SYMBOL} at M = 1 and on sm_80/sm_90 at M = 2, where the "
+                f"{FP4_MMA_SYMBOL} macros of the set change nothing; --variants regs forces {FP4_MMA_SYMBOL} at any "
+                f"M), received {','.join(map(str, low))}")
     for n, k in args.shapes:
         try:  # the plans' own dimension limits, here rather than as a traceback after the GPU is set up
             mc.DenseMatmulSpec(max(args.m), n, k)

@@ -66,7 +66,7 @@ MIN_M = 17
 
 def large_m(text: str) -> list[int]:
     """``--m``: comma-separated M values (ASCII digits), each at least :data:`MIN_M` (a CUTLASS kernel's M), once."""
-    items = comma_items(text, f"int of at least {MIN_M}")
+    items = comma_items(text, "M value")
     if not all(is_decimal(x) and int(x) >= MIN_M for x in items):
         raise argparse.ArgumentTypeError(f"expected comma-separated ints of at least {MIN_M} (M <= 16 runs the NVRTC "
                                          f"kernels), received {text!r}")
@@ -107,6 +107,17 @@ def parser() -> argparse.ArgumentParser:
                                                                    "(default: %(default)s)")
     add_results_argument(p, "fp8_sm90_variants.json")
     return p
+
+
+def check_dimensions(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every ``--m`` x ``--shapes`` point and ``--check`` within the plans' dimension limits
+    (:class:`~mircuda.DenseMatmulSpec`), refused here as a usage error rather than after the GPU is set up."""
+    points = [("--check", args.check)] + [("--m/--shapes", (m, n, k)) for n, k in args.shapes for m in args.m]
+    for flag, (m, n, k) in points:
+        try:
+            mc.DenseMatmulSpec(m, n, k)
+        except mc.ContractError as exc:
+            p.error(f"{flag}: {m}x{n}x{k}: {exc}")
 
 
 def pick_kernels(library: Any, wanted: list[str] | None) -> list[Any]:
@@ -209,6 +220,7 @@ def main() -> None:
     p = parser()
     args = p.parse_args()
     check_results_argument(p, args.json)
+    check_dimensions(p, args)
     try:
         library = mc.matmul.load_library()
     except mc.CutlassNotFound as exc:  # MIRCUDA_CUTLASS_LIBRARY unset or wrong: said in one line

@@ -112,3 +112,16 @@ def test_the_usage_names_every_variant_set_and_a_row_records_the_extra_macros() 
                            module.VARIANTS["diet"]["before"][1])
     assert text.endswith("; extra: -D MIRCUDA_FP4_SCALE_PAIRS=0 -D MIRCUDA_FP4_FULL_STEPS=0") and len(text) < 300
     assert module.ran_text("plain", {}) == "plain"
+
+
+@pytest.mark.parametrize("variants", ["diet", "l2", "occupancy"])
+def test_m_1_and_2_are_refused_for_the_sets_that_run_the_plans_default_kernel(variants, tmp_path) -> None:
+    """At M = 1 (and M = 2 on the H200) BlockScaledFp4Plan's default kernel is fp4_matvec_bf16, which reads none of
+    the diet/l2/occupancy sets' fp4_mma_bf16 macros: ``--m 2 --variants diet`` timed identical kernels under different
+    names and recorded the macros as if they had run. Refused before the GPU; every ``regs`` variant forces
+    fp4_mma_bf16, so that set keeps M 1..16 (not run here: on a GPU machine it would measure)."""
+    out = _run("--m", "2,4", "--variants", variants, "--json", str(tmp_path / "x.json"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert f"--m: expected M values of 3..16 with --variants {variants}" in out.stderr
+    assert "received 2" in out.stderr
+    assert all("kernel" in knobs for knobs, _ in load_benchmark("fp4_mma_ab").VARIANTS["regs"].values())

@@ -556,3 +556,19 @@ def test_the_sweep_measures_each_candidate_at_m_up_to_16_on_the_same_operands(mo
         assert len(failures) == 2
     else:
         assert failures == []
+
+
+def test_mma_sweep_candidates_take_every_warp_count_the_plans_take() -> None:
+    """fp4_mma_bf16 takes any warps 1..8 (MMA_WARPS, the plans' check), but --sweep kept 1, 2, 4, 8 for both kernels:
+    ``mma:warps=3`` was refused as "expected warps one of 1, 2, 4, 8 for mma". The vector kernel keeps its four."""
+    import argparse
+
+    from mircuda.matmul._fp4 import MMA_WARPS
+
+    assert fp.SWEEP_KNOBS["mma"]["warps"] == MMA_WARPS and fp.SWEEP_KNOBS["vector"]["warps"] == (1, 2, 4, 8)
+    got = fp.sweep_values("mma:warps=3,mma:rows=16:warps=5,mma:warps=7")
+    assert [(c.kernel, c.warps) for c in got] == [("mma", 3), ("mma", 5), ("mma", 7)]
+    assert got[0].knobs()["warps"] == 3 and got[0].knobs()["kernel"] == "fp4_mma_bf16"
+    for bad in ("mma:warps=9", "mma:warps=0", "vector:warps=6"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected warps one of"):
+            fp.sweep_values(bad)

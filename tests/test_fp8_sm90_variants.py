@@ -16,7 +16,12 @@ from tests.test_matmul_fp8_select import COOP, EXPERIMENTAL, TABLE
     (("--m", "16"), "argument --m: expected comma-separated ints of at least 17"),  # the NVRTC kernels' M
     (("--m", "2048,2048"), "argument --m: expected each value once"),
     (("--m", "2_048"), "argument --m: expected comma-separated ints of at least 17"),
-    (("--m", "2048,,8192"), "argument --m: expected"),
+    (("--m", "2048,,8192"), "argument --m: expected comma-separated M values without an empty item"),
+    (("--m", "2048,"), "argument --m: expected comma-separated M values without an empty item"),  # "int of at least 17s"
+    # beyond the plans' 32-bit dimensions: accepted, then the driver set up and the operands allocated
+    (("--m", "99999999999999999999"), "--m/--shapes: 99999999999999999999x4096x4096: argument 'm': expected a dimension"),
+    (("--shapes", "4096x2147483648"), "--m/--shapes: 2048x4096x2147483648: argument 'k': expected a dimension"),
+    (("--check", "2147483648x4096x4096"), "--check: 2147483648x4096x4096: argument 'm': expected a dimension"),
     (("--shapes", "4096x4100"), "argument --shapes: expected NxK pairs with K a multiple of 16"),
     (("--check", "2048x4096"), "argument --check: expected MxNxK of positive ints"),
     (("--check", "2048x4100x4096"), "argument --check: expected M >= 17, N a multiple of 8 and K of 16"),

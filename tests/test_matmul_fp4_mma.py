@@ -397,6 +397,24 @@ def test_both_plans_take_any_warp_count_up_to_8_for_the_mma_kernel(fake_plans) -
     assert info.value.argument == "warps"
 
 
+@pytest.mark.parametrize("m", [1, 2])
+def test_a_warp_count_only_the_mma_kernel_takes_says_how_to_ask_for_it(fake_plans, m) -> None:
+    """BlockScaledFp4Plan at M = 1 and 2 (sm_90, K % 32 == 0) runs fp4_matvec_bf16 by default, so warps=3 was refused
+    with "1, 2, 4 or 8 (..., kernel fp4_matvec_bf16)" and no word that the plan's other kernel takes it (rows=16 names
+    the other kernel's rows). Now the refusal says kernel='fp4_mma_bf16' takes 1 to 8, and that kernel runs it."""
+    spec = mc.DenseMatmulSpec(m, 64, 4096)
+    for warps in (3, 5, 6, 7):
+        with pytest.raises(mc.ContractError, match="1, 2, 4 or 8") as info:
+            fake_plans(mc.BlockScaledFp4Plan, spec, warps=warps)
+        assert info.value.argument == "warps"
+        assert f"kernel={FP4_MMA_SYMBOL!r} takes 1 to 8" in info.value.expected, info.value.expected
+        assert fake_plans(mc.BlockScaledFp4Plan, spec, warps=warps, kernel=FP4_MMA_SYMBOL)._gemv.warps == warps
+    for bad in (9, 0, True):  # no kernel takes them: no hint
+        with pytest.raises(mc.ContractError) as info:
+            fake_plans(mc.BlockScaledFp4Plan, spec, warps=bad)
+        assert info.value.argument == "warps" and FP4_MMA_SYMBOL not in info.value.expected
+
+
 def test_the_operand_reasons_name_the_kernel_that_loads_them() -> None:
     """fp4_operands(kernel=...) named fp4_matvec_bf16 in the reasons of a, b and d whatever kernel ran, so a refusal
     for an fp4_mma_bf16 plan blamed the other kernel's loads."""

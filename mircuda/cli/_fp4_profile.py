@@ -102,11 +102,12 @@ SWEEP_KNOBS: dict[str, dict[str, tuple[Any, ...]]] = {
     "vector": {"decode": SWEEP_DECODES + ("dp4a",), "rows": (4, 8), "warps": (1, 2, 4, 8), "sum": ("fp16", "fp32"),
                "stages": (2, 3, 4), "prefetch": (0, 1), "persistent": (0, 1), "rowwarps": (1, 2, 4, 8),
                "trigger": ("early", "late")},
-    "mma": {"decode": SWEEP_DECODES, "rows": (16, 32), "warps": (1, 2, 4, 8), "stages": (2, 3, 4),
+    "mma": {"decode": SWEEP_DECODES, "rows": (16, 32), "warps": tuple(range(1, 9)), "stages": (2, 3, 4),
             "trigger": ("early", "late")},
 }
 """The knobs each sweep kernel takes and their values (``sum``: the plans' ``block_sum``; ``prefetch`` and
-``persistent``: 0 or 1 for the plans' knobs False / True; ``rowwarps``: the plans' ``row_warps``, above 1 with
+``persistent``: 0 or 1 for the plans' knobs False / True; ``warps``: 1, 2, 4 or 8 for ``vector``, any count up to 8
+for ``mma``, as the plans take them (``mircuda.matmul._fp4.MMA_WARPS``); ``rowwarps``: the plans' ``row_warps``, above 1 with
 ``decode=dp4a`` only (1: one row block per block, which the plans' default is not at large N on the integer path);
 ``trigger``: the plans' ``pdl_trigger``; ``decode=dp4a``: ``fp4_matvec_bf16``'s integer path,
 ``mircuda.matmul._fp4.VECTOR_DECODES``, M <= ``mircuda.matmul._fp4.DP4A_MAX_M`` only: the plans refuse it at

@@ -215,12 +215,17 @@ def check_warps(warps: Any, symbol: str) -> None:
     :data:`MMA_WARPS` for ``fp4_mma_bf16``, None, 1, 2, 4 or 8 for ``fp4_matvec_bf16``.
 
     Raises:
-        ContractError: named ``warps``, with the kernel's counts.
+        ContractError: named ``warps``, with the kernel's counts (and, for 3, 5, 6 or 7 refused by
+            ``fp4_matvec_bf16``, that ``kernel='fp4_mma_bf16'`` takes them).
     """
     warp_counts: tuple[int, ...] = MMA_WARPS if symbol == FP4_MMA_SYMBOL else (1, 2, 4, 8)
     if warps is not None and (type(warps) is not int or warps not in warp_counts):
         said = "1 to 8" if warp_counts == MMA_WARPS else "1, 2, 4 or 8"
-        raise ContractError("warps", f"None or {said} (warps per block splitting K, kernel {symbol})", repr(warps))
+        # a count only the tensor-core kernel takes: say how to ask for it (the plan may have chosen this kernel)
+        other = (f"; kernel={FP4_MMA_SYMBOL!r} takes 1 to 8" if symbol != FP4_MMA_SYMBOL and type(warps) is int
+                 and warps in MMA_WARPS else "")
+        raise ContractError("warps", f"None or {said} (warps per block splitting K, kernel {symbol}{other})",
+                            repr(warps))
 
 
 def check_gemv_knobs(arch: str, symbol: str, activation: str, decode: Any, rows: Any, block_sum: Any,
