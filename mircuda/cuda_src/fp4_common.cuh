@@ -32,6 +32,13 @@ namespace fp4 {
 #else
 #define MIRCUDA_FP4_LD_CODES "ld.global.nc.L1::no_allocate"
 #endif
+// A row's two adjacent UE4M3 scale bytes (K-blocks kb and kb + 1, kb even: adjacent in the linear and the tiled
+// layout alike) in bits 0..15, one 16-bit load; `p` must be 2-byte aligned (the plans require aligned scales where
+// their kernels read pairs).
+__device__ __forceinline__ unsigned load_scale_pair(const unsigned char* p) {
+    return __ldg(reinterpret_cast<const unsigned short*>(p));
+}
+
 // A lane's 16 (N = 4 words) or 8 (N = 2) bytes of weight codes.
 template <int N>
 __device__ __forceinline__ void load_codes(const unsigned char* p, unsigned (&v)[N]) {

@@ -216,9 +216,7 @@ __device__ __forceinline__ void load_stage(Stage& st, const Tile& tl, int step) 
                 for (int i = 0; i < kWords; ++i) st.w[f][r][i] = 0u;
             }
             if constexpr (kPairs) {
-                st.sw[f][r][0] = in ? (unsigned)__ldg(reinterpret_cast<const unsigned short*>(
-                                          tl.sw + weight_scale_offset(tl.wrow[f][r], kb)))
-                                    : 0u;
+                st.sw[f][r][0] = in ? fp4::load_scale_pair(tl.sw + weight_scale_offset(tl.wrow[f][r], kb)) : 0u;
             } else {
 #pragma unroll
                 for (int q = 0; q < kGroups; ++q)
@@ -238,9 +236,7 @@ __device__ __forceinline__ void load_stage(Stage& st, const Tile& tl, int step) 
             st.x[j][2 * h + 1] = v.y;
         }
         if constexpr (kPairs) {
-            st.sx[j][0] = live ? (unsigned)__ldg(reinterpret_cast<const unsigned short*>(
-                                     tl.sx + fp4::linear_offset(row, kb, kKBlocks)))
-                               : 0u;
+            st.sx[j][0] = live ? fp4::load_scale_pair(tl.sx + fp4::linear_offset(row, kb, kKBlocks)) : 0u;
         } else {
 #pragma unroll
             for (int q = 0; q < kGroups; ++q)

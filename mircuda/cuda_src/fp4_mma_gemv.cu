@@ -198,9 +198,7 @@ struct Operands {
 // A row's scales of K-block kb (kGroups of them, or the pair at kb, kb + 1) at row part `rowp`.
 __device__ __forceinline__ void load_scales(unsigned (&v)[kScaleRegs], const unsigned char* rowp, int kb, bool in) {
     if constexpr (kPairs) {
-        v[0] = in ? (unsigned)__ldg(reinterpret_cast<const unsigned short*>(
-                        rowp + fp4::scale_col_offset<MIRCUDA_FP4_TILED != 0>(kb)))
-                  : 0u;
+        v[0] = in ? fp4::load_scale_pair(rowp + fp4::scale_col_offset<MIRCUDA_FP4_TILED != 0>(kb)) : 0u;
     } else {
 #pragma unroll
         for (int q = 0; q < kGroups; ++q)

@@ -171,7 +171,7 @@ __device__ __forceinline__ void load_step(const RowPointers& p, int col, unsigne
         fp4::load_codes(p.w[r] + coff, codes[r]);
         const unsigned char* s = p.s[r] + soff;
 #if MIRCUDA_FP4_WIDE
-        sraw[r] = __ldg(reinterpret_cast<const unsigned short*>(s));
+        sraw[r] = fp4::load_scale_pair(s);
 #else
         sraw[r] = __ldg(s);
 #endif
@@ -444,7 +444,7 @@ __device__ __forceinline__ unsigned lean_scale_step(int stride) {
 // Row r's part of a step (its 32 codes and two scale bytes) at the pointers; moves them to the warp's next step.
 __device__ __forceinline__ void lean_load_row(LeanPointers& p, int r, unsigned cstep, unsigned sstep, LeanStep& s) {
     fp4::load_codes(p.w[r], s.codes[r]);
-    s.sraw[r] = __ldg(reinterpret_cast<const unsigned short*>(p.s[r]));
+    s.sraw[r] = fp4::load_scale_pair(p.s[r]);
     p.w[r] += cstep;
     p.s[r] += sstep;
 }
@@ -454,7 +454,7 @@ __device__ __forceinline__ void lean_load_act(LeanPointers& p, unsigned cstep, u
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
         s.act[m] = __ldg(reinterpret_cast<const uint4*>(p.x + m * p.xrow));
-        s.araw[m] = __ldg(reinterpret_cast<const unsigned short*>(p.sx + m * p.sxrow));
+        s.araw[m] = fp4::load_scale_pair(p.sx + m * p.sxrow);
     }
     p.x += cstep;
     p.sx += xsstep;
