@@ -2,8 +2,7 @@
 with a compiler that adds the variant's ``-D`` macros to every compile (the plans have no knob for them), timed
 alternately with the others and beside the BF16 DenseMatmulPlan, on cold weights (banks >= 8x L2). Random E2M1
 codes and UE4M3 scales (0x30..0x3f); each variant's output is compared with the first variant's (the macros
-here change loads or launch shape, not arithmetic order, unless rows or warps change or ``acc2`` sums two
-accumulator sets: the largest relative
+here change loads or launch shape, not arithmetic order, unless rows or warps change: the largest relative
 difference is recorded, and one above 2e-2 fails the script). Needs a GPU.
 
     python benchmarks/fp4_mma_ab.py [--variants diet|l2|occupancy|regs] [--m 4,8,16] [--shapes 14336x4096,...]
@@ -13,7 +12,8 @@ difference is recorded, and one above 2e-2 fails the script). Needs a GPU.
 M = 2 on sm_80/sm_90), which reads none of their macros.
 
 ``occupancy``: ``fp4_mma_bf16``'s default against warps per block 2, 3, 4, 6, 8 (``wW``, 32 rows), 16-row blocks with
-4, 6, 8 warps (``r16wW``) and two accumulator sets (``acc2``: ``-D MIRCUDA_FP4_ACC_SPLIT=1``). ``diet``: the plans'
+4, 6, 8 warps (``r16wW``); ``benchmarks/results/fp4_mma_occupancy_diet.json``'s ``acc2``, two accumulator sets, came
+from a kernel macro removed after it measured no gain. ``diet``: the plans'
 defaults, without the 16-bit scale-pair loads (``no_pairs``: ``-D MIRCUDA_FP4_SCALE_PAIRS=0``)
 and without those and the unpredicated full steps (``before``: the kernel as it was before both). ``l2``: the
 plans' defaults, and the same with ``-D MIRCUDA_FP4_L2_128B=0`` (the ``.L2::128B`` hint of
@@ -52,7 +52,6 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, Any], dict[str, int]]]] = {
         "default": ({}, {}),
         **{f"w{w}": ({"kernel": "fp4_mma_bf16", "warps": w}, {}) for w in (2, 3, 4, 6, 8)},
         **{f"r16w{w}": ({"kernel": "fp4_mma_bf16", "rows": 16, "warps": w}, {}) for w in (4, 6, 8)},
-        "acc2": ({}, {"MIRCUDA_FP4_ACC_SPLIT": 1}),
     },
     "regs": {
         "default": ({"kernel": "fp4_mma_bf16"}, {}),
@@ -94,8 +93,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--variants", choices=sorted(VARIANTS), default="l2",
                    help="diet: the defaults against the former byte scale loads and load predicates; l2: the "
-                        "defaults against the L2 hint off; occupancy: fp4_mma_bf16's warps, 16-row blocks and two "
-                        "accumulator sets; regs: fp4_mma_bf16's rows, stages and warps (default: %(default)s)")
+                        "defaults against the L2 hint off; occupancy: fp4_mma_bf16's warps and 16-row "
+                        "blocks; regs: fp4_mma_bf16's rows, stages and warps (default: %(default)s)")
     p.add_argument("--m", type=lambda t: distinct_ints(t, range(1, 17), "M values in 1..16"), default=[4, 8, 16],
                    help="comma-separated activation rows, each in 1..16; 1 and 2 with --variants regs only, whose "
                         "variants all force fp4_mma_bf16 (default: 4,8,16)")

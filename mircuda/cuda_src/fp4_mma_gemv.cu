@@ -86,11 +86,6 @@
 #ifndef MIRCUDA_FP4_FULL_STEPS
 #define MIRCUDA_FP4_FULL_STEPS 0
 #endif
-// 1: a step's mmas alternate between two accumulator sets (summed at the end), halving each dependent chain of
-// mmas; 0 (the default) one set.
-#ifndef MIRCUDA_FP4_ACC_SPLIT
-#define MIRCUDA_FP4_ACC_SPLIT 0
-#endif
 #include "decode_common.cuh"
 #include "fp4_common.cuh"
 
@@ -118,7 +113,6 @@ constexpr int kScaleRegs = kPairs ? 1 : kGroups;                      // registe
 // Scales as FP16 times 2^-8 (no HMUL2 by 2^8) when the decoded operands keep it exact (see the top of the file).
 constexpr bool kScaleShifted = kPairs && fp4::kDecodeLog2 <= 6;
 constexpr bool kFullSteps = MIRCUDA_FP4_FULL_STEPS != 0;
-constexpr int kAccSets = MIRCUDA_FP4_ACC_SPLIT ? 2 : 1;
 
 __device__ __forceinline__ unsigned hmul2(unsigned a, unsigned b) {
     __half2 x = *reinterpret_cast<__half2*>(&a);
@@ -236,7 +230,7 @@ __device__ __forceinline__ void load_stage(Stage& st, const Operands& op, int st
     }
 }
 
-__device__ __forceinline__ void consume(float (&acc)[kAccSets][kTiles][kN8][4], const Stage& st) {
+__device__ __forceinline__ void consume(float (&acc)[kTiles][kN8][4], const Stage& st) {
     // The activations are decoded once per step for all kTiles weight tiles.
     unsigned b[kN8][4 * kWords];
 #pragma unroll
@@ -252,8 +246,8 @@ __device__ __forceinline__ void consume(float (&acc)[kAccSets][kTiles][kN8][4], 
         for (int j = 0; j < kN8; ++j)
 #pragma unroll
             for (int jm = 0; jm < kMmas; ++jm)
-                mma(acc[jm % kAccSets][tt][j], a[0][2 * jm], a[1][2 * jm], a[0][2 * jm + 1], a[1][2 * jm + 1],
-                    b[j][2 * jm], b[j][2 * jm + 1]);
+                mma(acc[tt][j], a[0][2 * jm], a[1][2 * jm], a[0][2 * jm + 1], a[1][2 * jm + 1], b[j][2 * jm],
+                    b[j][2 * jm + 1]);
     }
 }
 
@@ -291,14 +285,11 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
     fp4::decode_table_fill();  // the table variant's shared table (no global reads: before the wait)
     decode::pdl_trigger_early();
     decode::pdl_wait();
-    float accs[kAccSets][kTiles][kN8][4];
+    float acc[kTiles][kN8][4];
 #pragma unroll
-    for (int u = 0; u < kAccSets; ++u)
+    for (int tt = 0; tt < kTiles; ++tt)
 #pragma unroll
-        for (int tt = 0; tt < kTiles; ++tt)
-#pragma unroll
-            for (int j = 0; j < kN8; ++j)
-                accs[u][tt][j][0] = accs[u][tt][j][1] = accs[u][tt][j][2] = accs[u][tt][j][3] = 0.f;
+        for (int j = 0; j < kN8; ++j) acc[tt][j][0] = acc[tt][j][1] = acc[tt][j][2] = acc[tt][j][3] = 0.f;
 
     // A register ring of kStages warp steps: the step kStages - 1 ahead is loaded before the current one
     // is consumed (2 stages: double buffering). Steps are warp-uniform: every lane runs every mma.
@@ -314,22 +305,13 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
             if (step < steps) {
                 const int ahead = step + (kStages - 1) * warps;
                 if (ahead < steps) load_stage(ring[(d + kStages - 1) % kStages], op, ahead);
-                consume(accs, ring[d]);
+                consume(acc, ring[d]);
                 step += warps;
             }
         }
     }
 
     decode::pdl_trigger_late();
-    float (&acc)[kTiles][kN8][4] = accs[0];
-    if constexpr (kAccSets == 2) {
-#pragma unroll
-        for (int tt = 0; tt < kTiles; ++tt)
-#pragma unroll
-            for (int j = 0; j < kN8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[tt][j][e] += accs[1][tt][j][e];
-    }
     if (warps > 1) {
         // One tile at a time through the same shared array (the table variant already holds 32 KiB).
         __shared__ float partial[kMaxWarps][kN8][4][32];
