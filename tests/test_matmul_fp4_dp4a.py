@@ -626,7 +626,7 @@ LEAN_LINES = (
     "for (int m = 0; m < kM; ++m) decode::store_out(y + (long long)(y_row + m) * n + row0 + row, scale * v[m]);",
     "if (ids.tid < kM * kRows) {", "const int m = (int)ids.tid / kRows, r = (int)ids.tid % kRows;",
     "if (row0 + r < n) {", "s.act[m] = __ldg(reinterpret_cast<const uint4*>(p.x + m * p.xrow));",
-    "s.araw[m] = __ldg(reinterpret_cast<const unsigned short*>(p.sx + m * p.sxrow));",
+    "s.araw[m] = fp4::load_scale_pair(p.sx + m * p.sxrow);",
     "lp.xrow = (unsigned)k / 2u;", "lp.sxrow = MIRCUDA_FP4_ACT_TILED ? 16u : (unsigned)kblocks;",
     "lp.x = x + (lane_col >> 1);", "lp.sx = sx + fp4::scale_col_offset<MIRCUDA_FP4_ACT_TILED != 0>(lane_col >> 4);",
     "const unsigned cstep = (unsigned)stride >> 1;", "const unsigned xsstep = lean_scale_step<MIRCUDA_FP4_ACT_TILED != 0>(stride);",
