@@ -5,11 +5,14 @@ codes and UE4M3 scales (0x30..0x3f); each variant's output is compared with the 
 here change loads or launch shape, not arithmetic order, unless rows or warps change: the largest relative
 difference is recorded, and one above 2e-2 fails the script). Needs a GPU.
 
-    python benchmarks/fp4_mma_ab.py [--variants diet|l2|occupancy|regs] [--m 4,8,16] [--shapes 14336x4096,...]
+    python benchmarks/fp4_mma_ab.py [--variants diet|l2|occupancy|regs|split] [--m 4,8,16] [--shapes 14336x4096,...]
         [--json PATH]
 
 ``--m`` 1 and 2 only with ``regs``: the other sets run the plan's default kernel, ``fp4_matvec_bf16`` there (M = 1, and
 M = 2 on sm_80/sm_90), which reads none of their macros.
+
+``split``: ``fp4_mma_bf16``'s default against clusters of S blocks splitting each 32-row block's K (``split_k``, cc >=
+9.0) with W warps per block (``sSwW``).
 
 ``occupancy``: ``fp4_mma_bf16``'s default against warps per block 2, 3, 4, 6, 8 (``wW``, 32 rows), 16-row blocks with
 4, 6, 8 warps (``r16wW``); ``benchmarks/results/fp4_mma_occupancy_diet.json``'s ``acc2``, two accumulator sets, came
@@ -62,6 +65,11 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, Any], dict[str, int]]]] = {
         "r16s4w2": ({"kernel": "fp4_mma_bf16", "rows": 16, "warps": 2, "stages": 4}, {}),
         "r16s2w4": ({"kernel": "fp4_mma_bf16", "rows": 16, "warps": 4, "stages": 2}, {}),
     },
+    "split": {
+        "default": ({}, {}),
+        **{f"s{sk}w{w}": ({"kernel": "fp4_mma_bf16", "split_k": sk, "warps": w}, {})
+           for sk, w in ((2, 2), (2, 3), (2, 4), (2, 8), (3, 2), (3, 4), (4, 1), (4, 2))},
+    },
 }
 """Variant set -> name -> (the plan's keyword arguments, extra NVRTC macros)."""
 
@@ -94,7 +102,8 @@ def main() -> None:
     p.add_argument("--variants", choices=sorted(VARIANTS), default="l2",
                    help="diet: the defaults against the former byte scale loads and load predicates; l2: the "
                         "defaults against the L2 hint off; occupancy: fp4_mma_bf16's warps and 16-row "
-                        "blocks; regs: fp4_mma_bf16's rows, stages and warps (default: %(default)s)")
+                        "blocks; regs: fp4_mma_bf16's rows, stages and warps; split: clusters splitting K "
+                        "(default: %(default)s)")
     p.add_argument("--m", type=lambda t: distinct_ints(t, range(1, 17), "M values in 1..16"), default=[4, 8, 16],
                    help="comma-separated activation rows, each in 1..16; 1 and 2 with --variants regs only, whose "
                         "variants all force fp4_mma_bf16 (default: 4,8,16)")

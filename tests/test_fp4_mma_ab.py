@@ -24,7 +24,7 @@ def test_help_says_what_it_compares() -> None:
     out = _run("--help")
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
-    assert "A/B in one process" in text and "{diet,l2,occupancy,regs}" in text
+    assert "A/B in one process" in text and "{diet,l2,occupancy,regs,split}" in text
 
 
 def test_help_gives_each_options_default() -> None:
@@ -114,7 +114,7 @@ def test_the_usage_names_every_variant_set_and_a_row_records_the_extra_macros() 
     assert module.ran_text("plain", {}) == "plain"
 
 
-@pytest.mark.parametrize("variants", ["diet", "l2", "occupancy"])
+@pytest.mark.parametrize("variants", ["diet", "l2", "occupancy", "split"])
 def test_m_1_and_2_are_refused_for_the_sets_that_run_the_plans_default_kernel(variants, tmp_path) -> None:
     """At M = 1 (and M = 2 on the H200) BlockScaledFp4Plan's default kernel is fp4_matvec_bf16, which reads none of
     the diet/l2/occupancy sets' fp4_mma_bf16 macros: ``--m 2 --variants diet`` timed identical kernels under different
@@ -125,3 +125,11 @@ def test_m_1_and_2_are_refused_for_the_sets_that_run_the_plans_default_kernel(va
     assert f"--m: expected M values of 3..16 with --variants {variants}" in out.stderr
     assert "received 2" in out.stderr
     assert all("kernel" in knobs for knobs, _ in load_benchmark("fp4_mma_ab").VARIANTS["regs"].values())
+
+
+def test_the_split_set_names_each_variants_cluster_and_warps() -> None:
+    split = load_benchmark("fp4_mma_ab").VARIANTS["split"]
+    assert split["default"] == ({}, {})
+    for name, (knobs, defines) in split.items():
+        if name != "default":
+            assert name == f"s{knobs['split_k']}w{knobs['warps']}" and knobs["kernel"] == "fp4_mma_bf16" and not defines

@@ -136,6 +136,35 @@ def test_k_a_multiple_of_the_warp_step_drops_the_load_predicate() -> None:
     assert unpredicated.count("bra") < body.count("bra")
 
 
+def test_split_k_makes_the_kernel_a_cluster_whose_ranks_meet_in_rank_0s_shared_memory() -> None:
+    """fp4_mma_options(split_k=S) defines MIRCUDA_FP4_SPLIT_K: the entry gets a compile-time cluster shape (S, 1, 1), so
+    a plain launch takes it; ranks 1.. store into rank 0's shared memory (mapa, st.shared::cluster) between cluster
+    barriers. Without a split none of it is compiled."""
+    assert "MIRCUDA_FP4_SPLIT_K" not in dict(fp4_mma_options(4, "linear", True).defines)
+    for split in (2, 3, 4):
+        defines = dict(fp4_mma_options(4, "linear", True, k=4096, split_k=split).defines)
+        assert defines["MIRCUDA_FP4_SPLIT_K"] == str(split)
+        text = mc.compile_program(fp4_mma_source(), "compute_90", mc.CompileOptions(
+            defines=defines, output="ptx")).image.decode()
+        body = text[text.index(f".entry {FP4_MMA_SYMBOL}"):]
+        assert re.search(rf"\.reqnctapercluster\s+{split},\s*1,\s*1", text), split
+        assert "mapa.shared::cluster.u32" in body and "st.shared::cluster.f32" in body
+        assert body.count("barrier.cluster.arrive") == 2 and body.count("barrier.cluster.wait") == 2
+    plain = ptx("compute_90", 4)
+    assert "cluster" not in plain
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_120f"])
+def test_a_split_kernel_compiles_for_hopper_and_blackwell_and_refuses_ampere_by_name(arch) -> None:
+    prog = mc.compile_program(fp4_mma_source(), arch, fp4_mma_options(16, "tiled", True, k=4096, split_k=3))
+    assert FP4_MMA_SYMBOL.encode() in prog.image
+    with pytest.raises(mc.CompileError, match="MIRCUDA_FP4_SPLIT_K > 1 needs compute capability >= 9.0"):
+        mc.compile_program(fp4_mma_source(), "sm_80", fp4_mma_options(4, "linear", True, split_k=2))
+    with pytest.raises(mc.CompileError, match="MIRCUDA_FP4_SPLIT_K must be in 1..4"):
+        mc.compile_program(fp4_mma_source(), arch, mc.CompileOptions(defines={"MIRCUDA_FP4_M": 4,
+                                                                               "MIRCUDA_FP4_SPLIT_K": 5}))
+
+
 @pytest.mark.parametrize("layout", ["linear", "tiled"])
 def test_with_16_byte_loads_a_rows_two_scales_are_one_16_bit_load(layout) -> None:
     """MIRCUDA_FP4_SCALE_PAIRS (the default): a lane's two 16-K groups have adjacent scale bytes in both layouts,
@@ -395,6 +424,92 @@ def test_both_plans_take_any_warp_count_up_to_8_for_the_mma_kernel(fake_plans) -
     with pytest.raises(mc.ContractError, match="1, 2, 4 or 8") as info:
         fake_plans(mc.BlockScaledFp4VectorPlan, mc.DenseVectorSpec(64, 4096), warps=3)  # the default kernel
     assert info.value.argument == "warps"
+
+
+def test_split_k_multiplies_the_grid_and_counts_in_the_warp_rule(fake_plans) -> None:
+    """split_k=S launches S blocks per 32-row block (a cluster each); with warps not given, the one-wave rule sees S
+    times the blocks, each with K / S: on the fake device (132 SMs, 28 // warps resident blocks) 4096 rows are 128
+    row blocks; 8 warps alone and with S = 2 (256 blocks of 3 per SM, 2048 warps <= 16 per SM); with S = 4 each block
+    has K = 1024, too short for 8 warps of two 128-column steps each: 4."""
+    spec = mc.DenseMatmulSpec(4, 4096, 4096)
+    for split, warps in ((None, 8), (1, 8), (2, 8), (4, 4)):
+        plan = fake_plans(mc.BlockScaledFp4Plan, spec, kernel=FP4_MMA_SYMBOL, split_k=split)
+        gemv = plan._gemv
+        assert (gemv.split_k, gemv.warps, gemv.config.grid[0]) == (split or 1, warps, 128 * (split or 1)), split
+    plan = fake_plans(mc.BlockScaledFp4Plan, spec, kernel=FP4_MMA_SYMBOL, split_k=np.int64(3), warps=2)
+    assert (plan._gemv.split_k, plan._gemv.warps, plan._gemv.config.grid[0]) == (3, 2, 384)
+    vector = fake_plans(mc.BlockScaledFp4VectorPlan, mc.DenseVectorSpec(4096, 4096), kernel=FP4_MMA_SYMBOL, split_k=2)
+    assert vector._engine.config.grid[0] == 256
+
+
+@pytest.mark.parametrize("n, k, rows, arch, resident, want", [
+    (6144, 4096, 32, 90, 3, True),     # 192 row blocks > 132 SMs; 384 blocks of 4 warps <= 132 x 3
+    (5120, 4096, 32, 90, 3, True),     # 160
+    (6144, 4096, 32, 120, 3, True),    # SM120 has clusters too
+    (4096, 4096, 32, 90, 3, False),    # 128 row blocks: one per SM already
+    (8192, 4096, 32, 90, 3, False),    # 512 split blocks > 396: two waves
+    (14336, 4096, 32, 90, 3, False),
+    (6144, 4096, 32, 90, 2, False),    # M = 16's registers: two 4-warp blocks per SM, 384 > 264
+    (6144, 4096, 16, 90, 3, False),    # 16-row blocks were not measured
+    (6144, 4096, 32, 80, 3, False),    # no clusters below cc 9.0
+    (6144, 1024, 32, 90, 3, False),    # K / 2 = 512 columns: one 128-column step per warp
+])
+def test_the_default_split_is_two_blocks_where_row_blocks_overfill_the_sms_within_one_wave(n, k, rows, arch, resident,
+                                                                                          want) -> None:
+    from mircuda.matmul._fp4 import default_split_k
+
+    assert default_split_k(n, k, rows, arch, 132, lambda w: {4: resident}[w], 128) is want
+
+
+def test_the_plan_splits_by_default_where_the_rule_says_and_never_against_a_given_knob(fake_plans) -> None:
+    """On the fake device (132 SMs, 28 // warps resident blocks: 7 of 4 warps) 6144 rows are 192 row blocks: the
+    default becomes clusters of two 4-warp blocks (384 blocks), quoted with its measurement; warps, split_k,
+    16-row blocks or the CUDA-core kernel given keep one block per row block."""
+    from mircuda.matmul._fp4 import SPLIT_K_DEFAULT_MEASURED
+
+    spec = mc.DenseMatmulSpec(8, 6144, 4096)
+    gemv = fake_plans(mc.BlockScaledFp4Plan, spec, kernel=FP4_MMA_SYMBOL)._gemv
+    assert (gemv.split_k, gemv.warps, gemv.config.grid[0], gemv.default_split) == (2, 4, 384, True)
+    assert dict(gemv.options.defines)["MIRCUDA_FP4_SPLIT_K"] == "2"
+    assert SPLIT_K_DEFAULT_MEASURED in gemv.describe() and "in clusters of 2 blocks per row block" in gemv.describe()
+    for knobs in ({"warps": 4}, {"split_k": 1}, {"rows": 16}):
+        other = fake_plans(mc.BlockScaledFp4Plan, spec, kernel=FP4_MMA_SYMBOL, **knobs)._gemv
+        assert (other.split_k, other.default_split) == (1, False), knobs
+        assert "MIRCUDA_FP4_SPLIT_K" not in dict(other.options.defines) and "clusters" not in other.describe()
+    given = fake_plans(mc.BlockScaledFp4Plan, spec, kernel=FP4_MMA_SYMBOL, split_k=2)._gemv
+    assert given.split_k == 2 and not given.default_split and SPLIT_K_DEFAULT_MEASURED not in given.describe()
+
+
+@pytest.mark.parametrize("split_k, knobs, match", [
+    (0, {"kernel": FP4_MMA_SYMBOL}, r"None or one of \(1, 2, 3, 4\)"),
+    (5, {"kernel": FP4_MMA_SYMBOL}, r"None or one of \(1, 2, 3, 4\)"),
+    (2.0, {"kernel": FP4_MMA_SYMBOL}, r"None or one of \(1, 2, 3, 4\)"),
+    (True, {"kernel": FP4_MMA_SYMBOL}, r"None or one of \(1, 2, 3, 4\)"),
+    (2, {"kernel": FP4_SYMBOL}, "the knob tunes kernel 'fp4_mma_bf16'; this plan runs 'fp4_matvec_bf16'"),
+    (1, {"kernel": FP4_SYMBOL}, "the knob tunes kernel 'fp4_mma_bf16'"),
+], ids=str)
+def test_a_bad_split_k_is_refused_by_name(fake_plans, split_k, knobs, match) -> None:
+    for cls, spec in ((mc.BlockScaledFp4Plan, mc.DenseMatmulSpec(4, 64, 4096)),
+                      (mc.BlockScaledFp4VectorPlan, mc.DenseVectorSpec(64, 4096))):
+        with pytest.raises(mc.ContractError, match=match) as info:
+            fake_plans(cls, spec, split_k=split_k, **knobs)
+        assert info.value.argument == "split_k"
+
+
+def test_split_k_is_refused_where_the_plan_runs_no_nvrtc_kernel_and_below_hopper() -> None:
+    from mircuda.matmul._fp4 import check_split_k
+
+    with pytest.raises(mc.ContractError, match="thread block clusters need cc >= 9.0") as info:
+        check_split_k(2, FP4_MMA_SYMBOL, "sm_80")
+    assert info.value.argument == "split_k"
+    assert check_split_k(1, FP4_MMA_SYMBOL, "sm_80") == 1 and check_split_k(None, FP4_SYMBOL, "sm_90") is None
+    assert check_split_k(np.int32(4), FP4_MMA_SYMBOL, "sm_120f") == 4
+
+
+def test_split_k_at_m_above_16_is_refused_as_an_nvrtc_knob(fake_plans) -> None:
+    with pytest.raises(mc.ContractError, match="tunes the NVRTC kernels") as info:
+        fake_plans(mc.BlockScaledFp4Plan, mc.DenseMatmulSpec(32, 64, 4096), split_k=2)
+    assert info.value.argument == "split_k"
 
 
 @pytest.mark.parametrize("m", [1, 2])

@@ -86,6 +86,15 @@
 #ifndef MIRCUDA_FP4_FULL_STEPS
 #define MIRCUDA_FP4_FULL_STEPS 0
 #endif
+// Blocks per row block (1, the default; 2..4 on cc >= 9.0): a thread block cluster of that many blocks
+// (__cluster_dims__, so a plain launch takes it) splits the K steps of one row block, and the other blocks add
+// their warp-0 sums into the first block's shared memory (distributed shared memory, PTX ISA "mapa",
+// "st.shared::cluster") in rank order after a cluster barrier: more resident warps per row block where the row
+// blocks alone leave SMs idle or unevenly loaded (small N), with no workspace, no atomics and a fixed summation
+// order (deterministic). The plans launch ceil(N / rows) x MIRCUDA_FP4_SPLIT_K blocks.
+#ifndef MIRCUDA_FP4_SPLIT_K
+#define MIRCUDA_FP4_SPLIT_K 1
+#endif
 #include "decode_common.cuh"
 #include "fp4_common.cuh"
 
@@ -113,6 +122,39 @@ constexpr int kScaleRegs = kPairs ? 1 : kGroups;                      // registe
 // Scales as FP16 times 2^-8 (no HMUL2 by 2^8) when the decoded operands keep it exact (see the top of the file).
 constexpr bool kScaleShifted = kPairs && fp4::kDecodeLog2 <= 6;
 constexpr bool kFullSteps = MIRCUDA_FP4_FULL_STEPS != 0;
+constexpr int kSplit = MIRCUDA_FP4_SPLIT_K;       // blocks of a cluster splitting one row block's K steps
+static_assert(kSplit >= 1 && kSplit <= 4, "MIRCUDA_FP4_SPLIT_K must be in 1..4");
+#if MIRCUDA_FP4_SPLIT_K > 1 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "MIRCUDA_FP4_SPLIT_K > 1 needs compute capability >= 9.0 (thread block clusters)"
+#endif
+
+// The cluster primitives of the split (PTX ISA 7.8, sm_90): this block's rank and its cluster's index,
+// a barrier in two halves, and a store into rank 0's copy of a shared variable.
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r = 0;
+    if constexpr (kSplit > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ unsigned cluster_index() {
+    unsigned c = blockIdx.x;
+    if constexpr (kSplit > 1) asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(c));
+    return c;
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    if constexpr (kSplit > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive() {
+    if constexpr (kSplit > 1) asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    if constexpr (kSplit > 1) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void store_rank0(float* local, float v) {
+    const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(local));
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, 0;" : "=r"(remote) : "r"(a));
+    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
+}
 
 __device__ __forceinline__ unsigned hmul2(unsigned a, unsigned b) {
     __half2 x = *reinterpret_cast<__half2*>(&a);
@@ -259,7 +301,11 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
-    const long long row0 = (long long)blockIdx.x * (16 * kTiles);
+    const int rank = (int)cluster_rank();  // 0 without a split
+    const long long row0 = (long long)cluster_index() * (16 * kTiles);
+    // Rank 0's shared memory is written by the others at the end: every block signals here that it runs, and
+    // waits for the others' signal before its remote stores (the wait costs nothing by then).
+    cluster_arrive_relaxed();
 
     Operands op;
     op.t = lane & 3;
@@ -292,21 +338,23 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
         for (int j = 0; j < kN8; ++j) acc[tt][j][0] = acc[tt][j][1] = acc[tt][j][2] = acc[tt][j][3] = 0.f;
 
     // A register ring of kStages warp steps: the step kStages - 1 ahead is loaded before the current one
-    // is consumed (2 stages: double buffering). Steps are warp-uniform: every lane runs every mma.
+    // is consumed (2 stages: double buffering). Steps are warp-uniform: every lane runs every mma. The
+    // cluster's kSplit x warps warps take the steps in turn (block rank r's warp w: r warps + w, + stride, ...).
     const int steps = (k + kChunk - 1) / kChunk;
-    int step = warp;
+    const int stride = warps * kSplit;
+    int step = rank * warps + warp;
     Stage ring[kStages];
 #pragma unroll
     for (int d = 0; d + 1 < kStages; ++d)
-        if (step + d * warps < steps) load_stage(ring[d], op, step + d * warps);
+        if (step + d * stride < steps) load_stage(ring[d], op, step + d * stride);
     while (step < steps) {
 #pragma unroll
         for (int d = 0; d < kStages; ++d) {
             if (step < steps) {
-                const int ahead = step + (kStages - 1) * warps;
+                const int ahead = step + (kStages - 1) * stride;
                 if (ahead < steps) load_stage(ring[(d + kStages - 1) % kStages], op, ahead);
                 consume(acc, ring[d]);
-                step += warps;
+                step += stride;
             }
         }
     }
@@ -330,7 +378,30 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
 #pragma unroll
                         for (int e = 0; e < 4; ++e) acc[tt][j][e] += partial[v][j][e][lane];
         }
-        if (warp != 0) return;
+        if (kSplit == 1 && warp != 0) return;
+    }
+    if constexpr (kSplit > 1) {
+        // Ranks 1.. add their block sums into rank 0's slots; rank 0 adds the slots in rank order (fixed order:
+        // the result does not depend on which block finishes first). Every thread takes part in the barriers.
+        __shared__ float cluster_partial[kSplit > 1 ? kSplit - 1 : 1][kTiles][kN8][4][32];
+        cluster_wait();  // every block of the cluster runs: rank 0's shared memory exists
+        if (rank != 0 && warp == 0)
+#pragma unroll
+            for (int tt = 0; tt < kTiles; ++tt)
+#pragma unroll
+                for (int j = 0; j < kN8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) store_rank0(&cluster_partial[rank - 1][tt][j][e][lane], acc[tt][j][e]);
+        cluster_arrive();
+        cluster_wait();
+        if (rank != 0 || warp != 0) return;
+        for (int r = 0; r + 1 < kSplit; ++r)
+#pragma unroll
+            for (int tt = 0; tt < kTiles; ++tt)
+#pragma unroll
+                for (int j = 0; j < kN8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[tt][j][e] += cluster_partial[r][tt][j][e][lane];
     }
     // 2^2L undoes the decoder's 2^-L on both operands, and 2^16 the shifted scales' 2^-8 (exact: powers of two).
     float scale = alpha * (operand_unbias() * operand_unbias());
@@ -351,7 +422,12 @@ __device__ __forceinline__ void fp4_mma(__nv_bfloat16* __restrict__ y, const uns
 }  // namespace
 
 // Same parameters as fp4_matvec_bf16 (x is packed E2M1 here).
-extern "C" __global__ void __launch_bounds__(kMaxWarps * 32)
+#if MIRCUDA_FP4_SPLIT_K > 1
+#define MIRCUDA_FP4_CLUSTER __cluster_dims__(MIRCUDA_FP4_SPLIT_K, 1, 1)
+#else
+#define MIRCUDA_FP4_CLUSTER
+#endif
+extern "C" __global__ void MIRCUDA_FP4_CLUSTER __launch_bounds__(kMaxWarps * 32)
     fp4_mma_bf16(__nv_bfloat16* __restrict__ y, const unsigned char* __restrict__ w,
                  const unsigned char* __restrict__ sw, const void* __restrict__ x,
                  const unsigned char* __restrict__ sx, const float* global_a, const float* global_b, float alpha,

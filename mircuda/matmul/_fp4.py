@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import weakref
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import _cuda
@@ -91,6 +92,10 @@ STAGES = (2, 3, 4)
 ``stages - 1`` in flight while a step computes; 2 is double buffering; the default is 3 for ``fp4_mma_bf16`` and
 for ``fp4_matvec_bf16`` at M = 1 with a word decoder, else 2 (``decode='dp4a'`` included), as measured on the
 H200)."""
+SPLIT_K = (1, 2, 3, 4)
+"""``split_k=`` that ``fp4_mma_bf16`` takes on cc >= 9.0: blocks of a thread block cluster that split one row block's K
+steps and add their sums in the first block's shared memory (``MIRCUDA_FP4_SPLIT_K``; 1: one block per row block, the
+only value below cc 9.0)."""
 MMA_ROWS = (16, 32)
 """Weight rows per block that ``fp4_mma_bf16`` takes: 16-row tiles per warp (``MIRCUDA_FP4_TILES`` 1 or 2; two
 tiles share each decoded activation fragment; 32, two tiles, is the default)."""
@@ -186,6 +191,56 @@ def default_gemv_kernel(arch: str, m: int, k: int, activation: str, decode: Any,
 FLAG_KNOBS = {"prefetch": ("MIRCUDA_FP4_PREFETCH", "the L2 prefetch"),
               "persistent": ("MIRCUDA_FP4_PERSISTENT", "the persistent grid")}
 """The on/off knobs of ``fp4_matvec_bf16`` (its define and what it turns on)."""
+
+
+SPLIT_K_DEFAULT_WARPS = 4
+"""Warps per block of the default cluster split (:func:`default_split_k`)."""
+SPLIT_K_DEFAULT_MEASURED = (
+    "benchmarks/fp4_mma_ab.py --variants split on the H200, 2026-12-02 (benchmarks/results/fp4_mma_split.json): "
+    "clusters of two 4-warp blocks against one block of 4 warps per 32-row block, M = 4 / 8: 5120x4096 8.00 / 7.85 "
+    "against 8.85 / 8.86 µs, 6144x4096 8.15 / 7.99 against 8.98 / 8.93; where the rule does not split they were "
+    "slower: 4096x4096 (row blocks fit one per SM) 7.19 against 6.42 at M = 4, 8192x4096 and 14336x4096 (two waves) "
+    "11.29 against 10.48 and 16.60 against 15.23, M = 16 on 6144x4096 (two resident blocks per SM) 11.87 against "
+    "10.63")
+"""The measurement behind :func:`default_split_k`, as ``describe()`` quotes it."""
+
+
+def default_split_k(n: int, k: int, rows: int, arch: int, multiprocessors: int, blocks_per_sm: Callable[[int], int],
+                    chunk: int) -> bool:
+    """Whether ``fp4_mma_bf16`` splits each row block's K across a cluster of two blocks of
+    :data:`SPLIT_K_DEFAULT_WARPS` warps when neither ``split_k`` nor ``warps`` is given: with 32-row blocks (the
+    measured ones; 16-row blocks never split by default), on cc >= 9.0
+    (``arch`` 90, 120, ...), when the ``ceil(N / rows)`` row blocks are more than the SMs (so one block per row block
+    loads some SMs twice) yet twice as many 4-warp blocks are resident in one wave (``blocks_per_sm(4)`` of the
+    unsplit kernel: the split one takes no more registers) and each warp keeps at least two ``chunk``-column steps
+    (:data:`SPLIT_K_DEFAULT_MEASURED`)."""
+    row_blocks = -(-n // rows)
+    warps = SPLIT_K_DEFAULT_WARPS
+    return (rows == 32 and arch >= 90 and row_blocks > multiprocessors and k >= 2 * 2 * warps * chunk
+            and 2 * row_blocks <= multiprocessors * blocks_per_sm(warps))
+
+
+def check_split_k(split_k: Any, symbol: str, arch: str | None = None) -> int | None:
+    """``split_k=``: None, or one of :data:`SPLIT_K` for ``fp4_mma_bf16``; above 1 only on a cc >= 9.0 target
+    (``arch`` given: the compiler's).
+
+    Raises:
+        ContractError: naming ``split_k``: not None or in :data:`SPLIT_K`, given for another kernel, or above 1 for
+            a target below sm_90 (thread block clusters).
+    """
+    split_k = int_knob(split_k)
+    if split_k is None:
+        return None
+    if type(split_k) is not int or split_k not in SPLIT_K:
+        raise ContractError("split_k", f"None or one of {SPLIT_K} (blocks of a cluster splitting a row block's K)",
+                            repr(split_k))
+    if symbol != FP4_MMA_SYMBOL:
+        raise ContractError("split_k", f"None (the knob tunes kernel {FP4_MMA_SYMBOL!r}; this plan runs {symbol!r})",
+                            repr(split_k))
+    if split_k > 1 and arch is not None and _arch_number(arch) < 90:
+        raise ContractError("split_k", f"1 or None on target {arch} (thread block clusters need cc >= 9.0)",
+                            repr(split_k))
+    return split_k
 
 
 def check_flag(name: str, value: Any, symbol: str) -> bool:
@@ -293,14 +348,17 @@ def fp4_mma_source() -> CudaSource:
 
 
 def fp4_mma_options(m: int, layout: str, wide: bool, decode: str = "bytes", rows: int = 16,
-                    stages: int = 2, pdl_trigger: str | None = None, k: int | None = None) -> CompileOptions:
+                    stages: int = 2, pdl_trigger: str | None = None, k: int | None = None,
+                    split_k: int = 1) -> CompileOptions:
     """The NVRTC options of ``fp4_mma_bf16`` for ``m`` (1..16) activation rows, the scale layout, the
     load width (``wide``: 16-byte weight loads, K % 32 == 0), the decoder (:data:`DECODES`), the weight
     rows per block (:data:`MMA_ROWS`) and, when given, the PDL trigger (:func:`~mircuda.matmul._spec.pdl_defines`).
     ``k`` given and a multiple of the warp step (:func:`mma_step_columns`) adds ``MIRCUDA_FP4_FULL_STEPS=1``: no
-    load predicate (every lane's columns of every step are inside K)."""
+    load predicate (every lane's columns of every step are inside K). ``split_k`` above 1 adds
+    ``MIRCUDA_FP4_SPLIT_K`` (:data:`SPLIT_K`: clusters of that many blocks per row block, cc >= 9.0)."""
     full = {"MIRCUDA_FP4_FULL_STEPS": 1} if k is not None and k % mma_step_columns(wide) == 0 else {}
-    return CompileOptions(defines={**pdl_defines(pdl_trigger), **full, "MIRCUDA_FP4_M": m,
+    split = {"MIRCUDA_FP4_SPLIT_K": split_k} if split_k > 1 else {}
+    return CompileOptions(defines={**pdl_defines(pdl_trigger), **full, **split, "MIRCUDA_FP4_M": m,
                                    "MIRCUDA_FP4_TILED": int(layout == "tiled"),
                                    "MIRCUDA_FP4_WIDE": int(wide), "MIRCUDA_FP4_DECODE": DECODES.index(decode),
                                    "MIRCUDA_FP4_TILES": rows // 16, "MIRCUDA_FP4_STAGES": stages})
@@ -589,7 +647,8 @@ class Fp4Gemv:
                  warps: int | None = None, symbol: str = FP4_SYMBOL, *, decode: str | None = None,
                  rows: int | None = None, block_sum: str | None = None, stages: int | None = None,
                  prefetch: bool | None = None, persistent: bool | None = None,
-                 row_warps: int | None = None, pdl_trigger: str | None = None, static_weights: bool = False) -> None:
+                 row_warps: int | None = None, pdl_trigger: str | None = None, static_weights: bool = False,
+                 split_k: int | None = None) -> None:
         check_tiled_decode_k(k, layout)
         self.static_weights = static_weights
         row_warps = check_row_warps(row_warps)
@@ -600,6 +659,8 @@ class Fp4Gemv:
         self.persistent = check_flag("persistent", persistent, symbol)
         if symbol not in FP4_KERNELS:
             raise ContractError("kernel", f"one of {FP4_KERNELS}", repr(symbol))
+        split_k = check_split_k(split_k, symbol, compiler.arch)
+        self.split_k = split_k if split_k is not None else 1
         knobs = resolve_gemv_knobs(compiler.arch, symbol, m, k, activation, decode, rows, block_sum, warps, stages,
                                    self.persistent)
         decode, self.stages, self.default_dp4a = knobs.decode, knobs.stages, knobs.default_dp4a
@@ -622,7 +683,8 @@ class Fp4Gemv:
         if symbol == FP4_MMA_SYMBOL:
             self.rows = knobs.rows
             self.block_sum = knobs.block_sum
-            self.options = fp4_mma_options(m, layout, self.wide, decode, self.rows, self.stages, pdl_trigger, k)
+            self.options = fp4_mma_options(m, layout, self.wide, decode, self.rows, self.stages, pdl_trigger, k,
+                                           self.split_k)
             source = fp4_mma_source()
             chunk = mma_step_columns(self.wide)
         else:
@@ -638,11 +700,22 @@ class Fp4Gemv:
         self.arch = compiler.arch
         self.kernel: TypedKernel = compiler.compile(source, self.options).kernel(contract)
         info = context.device_info()
+        self.default_split = False
+        if (symbol == FP4_MMA_SYMBOL and split_k is None and warps is None and self.row_warps == 1
+                and default_split_k(n, k, self.rows, _arch_number(compiler.arch), info.multiprocessor_count,
+                                    lambda w: blocks_per_sm(context, self.kernel, w), chunk)):
+            # SPLIT_K_DEFAULT_MEASURED: the row blocks overfill one block per SM unevenly; clusters of two 4-warp
+            # blocks spread them over every SM in one wave. It needs its own module.
+            self.split_k, self.default_split, warps = 2, True, SPLIT_K_DEFAULT_WARPS
+            self.options = fp4_mma_options(m, layout, self.wide, decode, self.rows, self.stages, pdl_trigger, k, 2)
+            self.kernel = compiler.compile(source, self.options).kernel(contract)
         self.default_row_warps = False
         if self.row_warps > 1:
             warps = 1
         elif warps is None:
-            warps = choose_vector_warps(n, k, info.multiprocessor_count,
+            # a cluster split counts as split_k times the row blocks, each with 1 / split_k of K
+            warps = choose_vector_warps(n if self.split_k == 1 else -(-n // self.rows) * self.rows * self.split_k,
+                                        k // self.split_k, info.multiprocessor_count,
                                         lambda w: blocks_per_sm(context, self.kernel, w), rows=self.rows,
                                         chunk=chunk)
             if (warps == 1 and row_warps is None and decode == "dp4a" and m == 1
@@ -656,6 +729,7 @@ class Fp4Gemv:
                 self.kernel = compiler.compile(source, self.options).kernel(contract)
         self.warps = warps
         blocks, threads = gemv_launch(n, self.rows, warps, self.row_warps)
+        blocks *= self.split_k  # a cluster of split_k blocks per row block (__cluster_dims__ in the kernel)
         if self.persistent:  # at most one wave; the blocks walk the row blocks
             blocks = min(blocks, info.multiprocessor_count * max(1, blocks_per_sm(context, self.kernel, warps)))
         self.config = LaunchConfig((blocks,), (threads,),
@@ -710,7 +784,12 @@ class Fp4Gemv:
         defines = " ".join(f"-D {name}={value}" for name, value in self.options.defines)  # exactly what compiled
         if self.symbol == FP4_MMA_SYMBOL:
             return (f"kernel {FP4_MMA_SYMBOL} (NVRTC, {defines}), "
-                    f"{self.config.grid[0]} blocks of {self.rows} weight rows x {self.warps} warp(s) splitting K, NVFP4 "
+                    f"{self.config.grid[0]} blocks of {self.rows} weight rows x {self.warps} warp(s) splitting K"
+                    + (f" in clusters of {self.split_k} blocks per row block (split_k; the others' sums added in the "
+                       "first block's shared memory, in rank order" + (
+                           "; the default where the row blocks overfill the SMs and the split still fits one wave, "
+                           f"measured: {SPLIT_K_DEFAULT_MEASURED}" if self.default_split else "") + ")"
+                       if self.split_k > 1 else "") + ", NVFP4 "
                     f"activations (E2M1 x UE4M3); E2M1 decoded to FP16 by {decode} and multiplied by its UE4M3 scale "
                     "in FP16 (exact), then tensor cores: mma.sync m16n8k16 FP16 x FP16 -> FP32 (weights the 16-row "
                     f"A operand, {-(-self.m // 8)} n8 tile(s) of activation rows, rows past M zero), "
@@ -944,7 +1023,7 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
                  kernel: str | None = None, decode: str | None = None, rows: int | None = None,
                  block_sum: str | None = None, stages: int | None = None, prefetch: bool | None = None,
                  persistent: bool | None = None, row_warps: int | None = None,
-                 pdl_trigger: str | None = None, static_weights: bool = False) -> None:
+                 pdl_trigger: str | None = None, static_weights: bool = False, split_k: int | None = None) -> None:
         plan_stream(stream, context)
         warps, rows, stages, row_warps = (int_knob(warps), int_knob(rows), int_knob(stages),
                                           int_knob(row_warps))  # numpy integers as ints
@@ -969,7 +1048,8 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
         self._engine = Fp4Gemv(context, 1, spec.n, spec.k, activation, scale_layout, compiler, warps,
                                kernel if kernel is not None else FP4_SYMBOL, decode=decode, rows=rows,
                                block_sum=block_sum, stages=stages, prefetch=prefetch, persistent=persistent,
-                               row_warps=row_warps, pdl_trigger=pdl_trigger, static_weights=static_weights)
+                               row_warps=row_warps, pdl_trigger=pdl_trigger, static_weights=static_weights,
+                               split_k=split_k)
         self._names = ("x", "x_scales", "w", "w_scales", "y")
         # the engine's kernel: fp4_mma_bf16 reads the activation scales in 16-bit pairs (K % 32 == 0)
         self._operands = fp4_operands(self._names, 1, spec.n, spec.k, activation, scale_layout, self._engine.wide,
@@ -1108,10 +1188,10 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                  decode: str | None = None, rows: int | None = None, warps: int | None = None,
                  block_sum: str | None = None, stages: int | None = None, prefetch: bool | None = None,
                  persistent: bool | None = None, row_warps: int | None = None,
-                 pdl_trigger: str | None = None, static_weights: bool = False) -> None:
+                 pdl_trigger: str | None = None, static_weights: bool = False, split_k: int | None = None) -> None:
         plan_stream(stream, context)
-        warps, rows, stages, row_warps = (int_knob(warps), int_knob(rows), int_knob(stages),
-                                          int_knob(row_warps))  # numpy integers as ints
+        warps, rows, stages, row_warps, split_k = (int_knob(warps), int_knob(rows), int_knob(stages),
+                                                   int_knob(row_warps), int_knob(split_k))  # numpy integers as ints
         if not isinstance(spec, DenseMatmulSpec):
             raise ContractError("spec", "a DenseMatmulSpec(m, n, k)", repr(spec))
         self._static_weights = check_static_weights(static_weights)
@@ -1155,7 +1235,8 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
                                     "NVFP4 activations only)", repr(kernel))
             kernel = None
         knobs = {"decode": decode, "rows": rows, "warps": warps, "block_sum": block_sum, "stages": stages,
-                 "prefetch": prefetch, "persistent": persistent, "row_warps": row_warps, "pdl_trigger": pdl_trigger}
+                 "prefetch": prefetch, "persistent": persistent, "row_warps": row_warps, "pdl_trigger": pdl_trigger,
+                 "split_k": split_k}
         if m > GEMV_MAX_M or (kernel is not None and nvrtc is None):
             for name, value in knobs.items():
                 if value is not None:
@@ -1183,7 +1264,7 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             self._gemv = Fp4Gemv(context, m, n, k, activation, scale_layout, compiler, warps, symbol, decode=decode,
                                  rows=rows, block_sum=block_sum, stages=stages, prefetch=prefetch,
                                  persistent=persistent, row_warps=row_warps, pdl_trigger=pdl_trigger,
-                                 static_weights=self._static_weights)
+                                 static_weights=self._static_weights, split_k=split_k)
             self._operands = fp4_operands(self._names, m, n, k, activation, scale_layout, self._gemv.wide,
                                           self._gemv.decode == "dp4a", self._gemv.symbol)
             head = (f"M = {m} <= {GEMV_MAX_M}: decode; the {n}x{k} FP4 weights dominate the bytes, so one NVRTC kernel "

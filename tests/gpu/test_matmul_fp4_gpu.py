@@ -680,6 +680,73 @@ def test_the_mma_kernel_matches_float64_with_any_warp_count(context, stream, poo
     d.free(stream)
 
 
+@pytest.mark.parametrize("split_k, warps", [(2, 4), (3, 2), (4, 1), (2, 3)], ids=str)
+@pytest.mark.parametrize("m, n, k, layout", [(4, 300, 4096, "linear"), (16, 37, 14336, "tiled"),
+                                             (8, 4097, 96, "linear"), (3, 520, 2064, "tiled")], ids=str)
+def test_the_mma_kernel_matches_float64_with_clusters_splitting_k(context, stream, pool, rng, m, n, k, layout,
+                                                                   split_k, warps) -> None:
+    """split_k (cc >= 9.0): a cluster of split_k blocks takes one row block's K steps in turn (blocks with no step at
+    K = 96, steps that do not divide evenly, partial steps at K = 2064), and ranks 1.. add their sums into rank 0's
+    shared memory; odd N leaves the last row block partial."""
+    if context.device_info().compute_capability < (9, 0):
+        pytest.skip("thread block clusters need cc >= 9.0")
+    b = Operand(context, stream, pool, bf16_data(rng, n, k), layout)
+    a = Operand(context, stream, pool, bf16_data(rng, m, k), layout)
+    d = poisoned(context, stream, pool, m * n)
+    plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), scale_layout=layout,
+                                 kernel="fp4_mma_bf16", warps=warps, split_k=split_k)
+    text = plan.describe()
+    assert f"in clusters of {split_k} blocks per row block" in text and f"-D MIRCUDA_FP4_SPLIT_K={split_k}" in text
+    assert f"{-(-n // 32) * split_k} blocks of 32 weight rows x {warps} warp(s)" in text
+    plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d, global_a=a.global_buf, global_b=b.global_buf)
+    got = check_guard(download(context, stream, d), m * n).astype(np.float64).reshape(m, n)
+    assert_close_plan(plan, got, a.value, b.value, 1.0, float(a.global_), float(b.global_))
+    plan.close()
+    for x in (a, b):
+        x.free(stream)
+    d.free(stream)
+
+
+def test_a_split_mma_kernel_replays_in_a_graph_and_runs_from_numba(context, stream, pool, rng) -> None:
+    """The cluster shape is the kernel's own (__cluster_dims__): a graph node and the njit executor launch it as
+    the plan does; between replays the global scale changes in device memory."""
+    if context.device_info().compute_capability < (9, 0):
+        pytest.skip("thread block clusters need cc >= 9.0")
+    numba = pytest.importorskip("numba")
+    m, n, k = 8, 1000, 4096
+    b = Operand(context, stream, pool, bf16_data(rng, n, k), "linear")
+    a = Operand(context, stream, pool, bf16_data(rng, m, k), "linear")
+    d = poisoned(context, stream, pool, m * n)
+    plan = mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(m, n, k), kernel="fp4_mma_bf16", split_k=2)
+    graph = stream.capture((a.codes, a.scale_buf, b.codes, b.scale_buf, d, a.global_buf, b.global_buf),
+                           lambda _: plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d,
+                                                  global_a=a.global_buf, global_b=b.global_buf, alpha=0.5))
+    for ga in (float(a.global_), float(a.global_) * 3.0):
+        staging = context.allocate_pinned(mc.f32, 1)
+        staging.write_prefix(np.array([ga], np.float32))
+        stream.copy_to_device(staging, a.global_buf)
+        graph.launch(stream)
+        got = check_guard(download(context, stream, d), m * n).reshape(m, n)
+        assert_close_plan(plan, got, a.value, b.value, 0.5, float(np.float32(ga)), float(b.global_))
+    graph.close()
+    execute = plan.numba_execute
+
+    @numba.njit
+    def run(s, pa, psa, pb, psb, pd, ga, gb):
+        return execute(s, pa, psa, pb, psb, pd, ga, gb, 2.0)
+
+    e = poisoned(context, stream, pool, m * n)
+    assert run(stream.handle, a.codes.handle, a.scale_buf.handle, b.codes.handle, b.scale_buf.handle, e.handle,
+               a.global_buf.handle, b.global_buf.handle) == 0
+    got = check_guard(download(context, stream, e), m * n).reshape(m, n)
+    assert_close_plan(plan, got, a.value, b.value, 2.0, float(np.float32(ga)), float(b.global_))  # the last replay's
+    plan.close()
+    for x in (a, b):
+        x.free(stream)
+    for buf in (d, e):
+        buf.free(stream)
+
+
 def test_the_mma_kernel_asks_2_byte_aligned_activation_scales_where_it_loads_scale_pairs(context, stream) -> None:
     """K % 32 == 0: fp4_mma_bf16 reads a row's two scale bytes of a step as one 16-bit word (MIRCUDA_FP4_SCALE_PAIRS),
     activations' as well as weights': both scale operands need 2-byte alignment (the activation scales needed 1
