@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import mircuda as mc
-from mircuda.matmul._fp8_mma import FP8_MMA_ROWS, FP8_MMA_SYMBOL, fp8_mma_options, fp8_mma_source
+from mircuda.matmul._fp8_mma import FP8_MMA_ROWS, FP8_MMA_SYMBOL, fp8_mma_options, fp8_mma_stages, fp8_mma_source
 from mircuda.matmul._quantize import (
     dequantize_reference,
     quantize_activations_reference,
@@ -30,9 +30,11 @@ MMA_PTX = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
 STREAMED = "ld.global.nc.L1::no_allocate.L2::128B.v4.u32"
 
 
-def ptx(arch: str, m: int, rows: int = 16, trigger: str | None = None, decode: str | None = None) -> str:
-    options = fp8_mma_options(m, rows, trigger, decode)
-    text = mc.compile_program(fp8_mma_source(), arch, mc.CompileOptions(defines=dict(options.defines),
+def ptx(arch: str, m: int, rows: int = 16, trigger: str | None = None, decode: str | None = None,
+        **extra: int) -> str:
+    """The entry's PTX as the plans compile it (the load ring of :func:`fp8_mma_stages`), ``extra`` macros on top."""
+    options = fp8_mma_options(m, rows, trigger, decode, fp8_mma_stages(m))
+    text = mc.compile_program(fp8_mma_source(), arch, mc.CompileOptions(defines={**dict(options.defines), **extra},
                                                                            output="ptx")).image.decode()
     body = text[text.index(f".entry {FP8_MMA_SYMBOL}"):]
     return body[: body.index("\n}")]
@@ -47,17 +49,47 @@ def test_the_kernel_compiles_for_every_m_rows_and_target(arch, m, rows) -> None:
     assert prog.image[:4] == b"\x7fELF" and FP8_MMA_SYMBOL.encode() in prog.image
 
 
-@pytest.mark.parametrize("arch", ["compute_89", "compute_90", "compute_120f"])
+@pytest.mark.parametrize("arch", ["compute_89", "compute_120f"])
 @pytest.mark.parametrize("m, rows", [(1, 16), (2, 16), (8, 32), (9, 16), (16, 32)])
 def test_the_products_run_on_e4m3_mma_and_the_weights_stream_past_l1(arch, m, rows) -> None:
     body = ptx(arch, m, rows)
-    tiles, n8 = rows // 16, -(-m // 8)
-    # Per 128-K block: 2 steps x 2 mmas per (weight tile, n8 tile); in the pipelined loop and the tail.
-    assert body.count(MMA_PTX) == 2 * 4 * tiles * n8
-    # 2 steps x (rows g, g + 8) per tile: first block, next block, partial block.
-    assert body.count(STREAMED) == 3 * 4 * tiles
+    tiles, n8, stages = rows // 16, -(-m // 8), fp8_mma_stages(m)
+    # Per 128-K block: 2 steps x 2 mmas per (weight tile, n8 tile); in each slot of the unrolled ring and the tail.
+    assert body.count(MMA_PTX) == (stages + 1) * 4 * tiles * n8
+    # 2 steps x (rows g, g + 8) per tile: the ring's first stages - 1 blocks, one per slot, the partial block.
+    assert body.count(STREAMED) == 2 * stages * 4 * tiles
     assert "cvt.rn.f16x2.e4m3x2" not in body  # no CUDA-core decoding
     assert "fma.rn.f32" in body  # the block sums scaled and added in FP32
+
+
+@pytest.mark.parametrize("m, rows", [(1, 16), (2, 16), (8, 32), (9, 16), (16, 32)])
+def test_on_sm_90_each_fragment_is_decoded_once_and_fp16_mmas_chain_on_the_block_sum(m, rows) -> None:
+    """Hopper has no E4M3 mma.sync: the kernel decodes each 16-byte weight and activation word set once
+    (cvt.rn.f16x2.e4m3x2, two codes per instruction) and runs m16n8k16 FP16 mmas accumulating into the block sum,
+    instead of the E4M3 mma that ptxas would emulate per instruction (decode, two HMMA from zero, FADDs);
+    -D MIRCUDA_FP8_CVT=0 gives that emulation back for A/B runs."""
+    body = ptx("compute_90", m, rows)
+    tiles, n8, stages = rows // 16, -(-m // 8), fp8_mma_stages(m)
+    consumes = stages + 1  # the ring's slots and the partial block
+    assert MMA_PTX not in body
+    assert body.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == consumes * 2 * 4 * tiles * n8
+    # per consume: activations 2 steps x n8 x 8 cvt, weights tiles x 2 steps x (rows g, g + 8) x 8 cvt
+    assert body.count("cvt.rn.f16x2.e4m3x2") == consumes * (16 * n8 + 32 * tiles)
+    assert body.count(STREAMED) == 2 * stages * 4 * tiles
+    emulated = ptx("compute_90", m, rows, MIRCUDA_FP8_CVT=0)
+    assert emulated.count(MMA_PTX) == consumes * 4 * tiles * n8 and "cvt.rn.f16x2.e4m3x2" not in emulated
+
+
+def test_the_load_ring_is_3_k_blocks_up_to_m_8_and_2_above_or_the_former_loop_for_a_b_runs() -> None:
+    assert [fp8_mma_stages(m) for m in (1, 2, 8, 9, 16)] == [3, 3, 3, 2, 2]
+    assert dict(fp8_mma_options(4, 16, stages=3).defines)["MIRCUDA_FP8_STAGES"] == "3"
+    assert "MIRCUDA_FP8_STAGES" not in dict(fp8_mma_options(4, 16).defines)  # the kernel's default: 2
+    former = ptx("compute_89", 8, 16, MIRCUDA_FP8_STAGES=0)
+    assert former.count(MMA_PTX) == 2 * 4 and former.count(STREAMED) == 3 * 4  # loop, tail; first, next, partial
+    with pytest.raises(mc.CompileError, match="MIRCUDA_FP8_STAGES must be 0, 2, 3 or 4"):
+        ptx("compute_90", 8, 16, MIRCUDA_FP8_STAGES=5)
+    with pytest.raises(mc.CompileError, match="MIRCUDA_PRELOAD_WEIGHTS needs MIRCUDA_FP8_STAGES=0"):
+        ptx("compute_90", 8, 16, MIRCUDA_FP8_STAGES=2, MIRCUDA_PRELOAD_WEIGHTS=1)
 
 
 @pytest.mark.parametrize("arch", ["compute_89", "compute_90", "compute_120f"])
@@ -66,7 +98,8 @@ def test_the_integer_decode_runs_fp16_mma_on_integer_decoded_fragments(arch, m, 
     body = ptx(arch, m, rows, decode="integer")
     tiles, n8 = rows // 16, -(-m // 8)
     assert MMA_PTX not in body and "cvt.rn.f16x2.e4m3x2" not in body
-    assert body.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == 2 * 2 * 4 * tiles * n8
+    consumes = fp8_mma_stages(m) + 1  # the ring's slots and the partial block
+    assert body.count("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == consumes * 2 * 4 * tiles * n8
     # The masks of the decode (PTX prints them in decimal): 0x3f803f80 and 0x80008000.
     assert f", {0x3F803F80};" in body and f", {0x80008000 - 2**32};" in body
     hardware = ptx(arch, m, rows, decode="hardware")
@@ -373,9 +406,12 @@ def test_the_engine_splits_k_for_one_wave_and_describes_itself(monkeypatch, m, n
     compiler = _Compiler()
     engine = _fp8_mma.Fp8MmaGemv(stand_in_context(), m, n, k, compiler, rows=rows)  # type: ignore[arg-type]
     assert engine.warps == warps and engine.config.grid == (grid, 1, 1) and engine.config.block == (32 * warps, 1, 1)
-    assert dict(compiler.options[0].defines) == {"MIRCUDA_FP8_M": str(m), "MIRCUDA_FP8_TILES": str((rows or 16) // 16)}
+    assert dict(compiler.options[0].defines) == {"MIRCUDA_FP8_M": str(m), "MIRCUDA_FP8_TILES": str((rows or 16) // 16),
+                                                 "MIRCUDA_FP8_STAGES": str(fp8_mma_stages(m))}
     text = engine.describe()
-    assert text.startswith(f"kernel {FP8_MMA_SYMBOL} (NVRTC, -D MIRCUDA_FP8_M={m} -D MIRCUDA_FP8_TILES=")
+    assert f"a register ring of {fp8_mma_stages(m)} 128-K blocks of loads ({fp8_mma_stages(m) - 1} in flight" in text
+    assert text.startswith(f"kernel {FP8_MMA_SYMBOL} (NVRTC, -D MIRCUDA_FP8_M={m} -D MIRCUDA_FP8_STAGES={fp8_mma_stages(m)} "
+                           "-D MIRCUDA_FP8_TILES=")
     assert f"{grid} blocks of {rows or 16} weight rows x {warps} warp(s)" in text
     assert "mma.sync m16n8k32" in text and text.endswith("programmatic dependent launch")
     early = _fp8_mma.Fp8MmaGemv(stand_in_context(), m, n, k, compiler, pdl_trigger="early")  # type: ignore[arg-type]

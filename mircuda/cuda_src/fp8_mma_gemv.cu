@@ -13,7 +13,8 @@
 // the M activation rows the 8-column B operand (one n8 tile for M <= 8, two for M <= 16; rows past M
 // are zero registers, never loaded). ptxas emits QMMA.16832.F32.E4M3.E4M3 for sm_89 and sm_120; for
 // sm_90 (Hopper has no FP8 mma.sync) it decodes the fragments with F2FP.F16.E4M3.UNPACK_B and runs two
-// HMMA.16816.F32 per mma: FP16 products of E4M3 values are exact and the sums FP32 either way.
+// HMMA.16816.F32 per mma: FP16 products of E4M3 values are exact and the sums FP32 either way. On sm_90 the
+// kernel does that decode itself by default, once per fragment (MIRCUDA_FP8_CVT below).
 //
 // Fragments (lane = 4 g + t; PTX ISA): A regs {R0, R1, R2, R3} = (row g, k 4t..4t+3), (row g + 8,
 // k 4t..), (row g, k 4t+16..4t+19), (row g + 8, k 4t+16..); B regs {R0, R1} = (k 4t..4t+3, col g),
@@ -39,8 +40,9 @@
 // Work split: block b owns the 16 * T weight rows [16 T b, 16 T b + 16 T), T = MIRCUDA_FP8_TILES (1,
 // 2 or 4: a divisor of 8, so the block's rows share one row of sb); its warps (blockDim.x / 32, at most
 // 8) split K by 128-K blocks: warp w takes blocks w, w + warps, ... Each lane loads 4 T weight words
-// of 16 bytes per K-block, and the next K-block's loads are issued before the current one is consumed
-// (register double buffering, as in dense_vector.cu): 8 T independent 16-byte loads in flight per lane.
+// of 16 bytes per K-block, and the loads of the K-block MIRCUDA_FP8_STAGES - 1 turns ahead are issued before the
+// current one is consumed (a register ring, as in fp4_mma_gemv.cu): 4 T (STAGES - 1) independent 16-byte weight
+// loads in flight per lane.
 // Weights are read once: 16-byte loads that bypass L1 and fetch whole 128-byte lines into L2
 // (ld.global.nc.L1::no_allocate.L2::128B: a warp's load covers 64 bytes of eight rows, the other step
 // the other 64); activations and scales are read by every block and stay cached. The warps' sums meet
@@ -73,6 +75,26 @@
 #ifndef MIRCUDA_PRELOAD_WEIGHTS
 #define MIRCUDA_PRELOAD_WEIGHTS 0
 #endif
+// sm_90 only (1, the default; 0 the ptxas emulation, kept for A/B runs): Hopper has no FP8 mma.sync, and for each
+// m16n8k32 E4M3 mma ptxas decodes both fragments (F2FP.F16.E4M3.UNPACK_B), runs two HMMA.16816 from a zero
+// accumulator and adds the four results into the block sum with FADDs. With 1 the kernel decodes each weight and
+// activation fragment once (cvt.rn.f16x2.e4m3x2, PTX ISA 7.8: two E4M3 codes to an exact FP16 pair; a register's
+// bytes 0, 1 and 2, 3) and chains its m16n8k16 FP16 mmas on the block sum: no FADD, no decode repeated per n8 tile
+// or weight tile. FP16 holds every E4M3 value and their products exactly, so the sums are FP32 sums of the exact
+// products either way.
+#ifndef MIRCUDA_FP8_CVT
+#define MIRCUDA_FP8_CVT 1
+#endif
+// K-blocks of loads in a register ring (2..4: the next STAGES - 1 K-blocks in flight while one is consumed, the ring
+// unrolled so that no register is copied between K-blocks; the plans define it: 3 for M <= 8, 2 above); 0 the former
+// loop (double buffering through a copied stage), kept for A/B runs and for MIRCUDA_PRELOAD_WEIGHTS, which only it
+// implements. H200, 2026-12-02, fp8-profile with each variant's macros, torch's rowwise _scaled_mm in each run
+// (benchmarks/results/fp8_mma_diet.json), 14336x4096 M = 2 / 4 / 8 / 16: the former kernel 17.2 / 17.5 / 19.5 /
+// 20.6 us, the cvt decode alone 17.3 / 17.5 / 19.1 / 20.1, with the ring of 2 16.6 / 17.3 / 17.3 / 18.4, of 3
+// 16.6 / 16.6 / 16.4 / 22.8 (M = 16: 174 registers, and the occupancy rule then keeps one warp per block).
+#ifndef MIRCUDA_FP8_STAGES
+#define MIRCUDA_FP8_STAGES (MIRCUDA_PRELOAD_WEIGHTS ? 0 : 2)
+#endif
 #include "decode_common.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
@@ -91,6 +113,14 @@ constexpr int kRows = 16 * kTiles;
 constexpr int kMaxWarps = 8;       // warps per block splitting K
 constexpr int kBlockK = 128;       // columns per scale block: two steps
 constexpr int kStep = 64;          // columns per pair of mmas: 4 lanes x 16 bytes
+constexpr int kStages = MIRCUDA_FP8_STAGES;
+static_assert(kStages == 0 || (kStages >= 2 && kStages <= 4), "MIRCUDA_FP8_STAGES must be 0, 2, 3 or 4");
+static_assert(kStages == 0 || MIRCUDA_PRELOAD_WEIGHTS == 0, "MIRCUDA_PRELOAD_WEIGHTS needs MIRCUDA_FP8_STAGES=0");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && MIRCUDA_FP8_CVT && !MIRCUDA_FP8_INT_DECODE
+#define MIRCUDA_FP8_CVT_PATH 1  // the explicit decode below (sm_90 only: elsewhere the E4M3 mma is native)
+#else
+#define MIRCUDA_FP8_CVT_PATH 0
+#endif
 
 // A streamed 16-byte weight load (see dense_vector.cu). Volatile, so that it is never hoisted out of
 // the branch that guards its address.
@@ -126,7 +156,7 @@ __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, uns
     mma_f16(c, f16_even(a0), f16_even(a1), f16_even(a2), f16_even(a3), f16_even(b0), f16_even(b1));
     mma_f16(c, f16_odd(a0), f16_odd(a1), f16_odd(a2), f16_odd(a3), f16_odd(b0), f16_odd(b1));
 }
-#else
+#elif !MIRCUDA_FP8_CVT_PATH
 constexpr float kBlockSumScale = 1.f;
 
 __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
@@ -135,6 +165,30 @@ __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, uns
         "{%0, %1, %2, %3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+#endif
+
+#if MIRCUDA_FP8_CVT_PATH
+__device__ __forceinline__ void mma_f16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                        unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Four E4M3 codes -> FP16 pairs (bytes 0, 1) and (bytes 2, 3), exact.
+__device__ __forceinline__ void e4m3_halves(unsigned w, unsigned& lo, unsigned& hi) {
+    asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
+        : "=r"(lo), "=r"(hi) : "r"(w));
+}
+
+// A 16-byte fragment word set decoded: [0..3] the low pairs of .x .. .w, [4..7] the high pairs.
+__device__ __forceinline__ void decode16(const uint4& v, unsigned (&h)[8]) {
+    e4m3_halves(v.x, h[0], h[4]);
+    e4m3_halves(v.y, h[1], h[5]);
+    e4m3_halves(v.z, h[2], h[6]);
+    e4m3_halves(v.w, h[3], h[7]);
 }
 #endif
 
@@ -205,6 +259,41 @@ __device__ __forceinline__ void load_block_weights(Stage& st, const Operands& op
 
 // acc += (the block's mma sums) * sa[m, kb] * sb[n / 128, kb].
 __device__ __forceinline__ void consume(float (&acc)[kTiles][kN8][4], const Stage& st) {
+#if MIRCUDA_FP8_CVT_PATH
+    // The m16n8k32 mma(lo.x, hi.x, lo.y, hi.y; x.x, x.y) as two m16n8k16 FP16 mmas: bytes 0, 1 of every register
+    // (k 2t, 2t + 1 and 2t + 8, 2t + 9 of the FP16 layout), then bytes 2, 3; weights and activations take the same
+    // bytes, so each k still meets one column of both. Each fragment is decoded once for all tiles and n8 tiles.
+    unsigned xh[2][kN8][8];
+#pragma unroll
+    for (int s = 0; s < 2; ++s)
+#pragma unroll
+        for (int j = 0; j < kN8; ++j) decode16(st.x[s][j], xh[s][j]);
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+        float part[kN8][4];
+#pragma unroll
+        for (int j = 0; j < kN8; ++j) part[j][0] = part[j][1] = part[j][2] = part[j][3] = 0.f;
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+            unsigned lo[8], hi[8];
+            decode16(st.w[i][s][0], lo);
+            decode16(st.w[i][s][1], hi);
+#pragma unroll
+            for (int j = 0; j < kN8; ++j)
+#pragma unroll
+                for (int q = 0; q < 8; q += 2)  // q: .x/.y low (0), .z/.w low (2), .x/.y high (4), .z/.w high (6)
+                    mma_f16(part[j], lo[q], hi[q], lo[q + 1], hi[q + 1], xh[s][j][q], xh[s][j][q + 1]);
+        }
+#pragma unroll
+        for (int j = 0; j < kN8; ++j) {
+            const float s0 = st.sa[j][0] * st.sb, s1 = st.sa[j][1] * st.sb;
+            acc[i][j][0] = fmaf(part[j][0], s0, acc[i][j][0]);
+            acc[i][j][1] = fmaf(part[j][1], s1, acc[i][j][1]);
+            acc[i][j][2] = fmaf(part[j][2], s0, acc[i][j][2]);
+            acc[i][j][3] = fmaf(part[j][3], s1, acc[i][j][3]);
+        }
+    }
+#else
 #pragma unroll
     for (int j = 0; j < kN8; ++j) {
         const float s0 = st.sa[j][0] * st.sb, s1 = st.sa[j][1] * st.sb;  // (sa * sb, rounded once, in FP32)
@@ -226,6 +315,7 @@ __device__ __forceinline__ void consume(float (&acc)[kTiles][kN8][4], const Stag
             acc[i][j][3] = fmaf(part[3] * kBlockSumScale, s1, acc[i][j][3]);  // (row g + 8, col 2t + 1)
         }
     }
+#endif
 }
 
 __device__ __forceinline__ void fp8_mma_gemv(__nv_bfloat16* d, const __nv_bfloat16* c, const unsigned char* __restrict__ a,
@@ -298,7 +388,26 @@ __device__ __forceinline__ void fp8_mma_gemv(__nv_bfloat16* d, const __nv_bfloat
         for (int j = 0; j < kN8; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.f;
 
     int kb = warp;
-    if (kb < full) {
+    if constexpr (kStages > 0) {
+        // The ring: the K-block kStages - 1 turns ahead is loaded before the current one is consumed (as
+        // fp4_mma_gemv.cu); unrolled over the ring's slots, so no stage is copied.
+        constexpr int kRing = kStages > 0 ? kStages : 1;  // (kStages == 0 never runs this branch)
+        Stage ring[kRing];
+#pragma unroll
+        for (int d = 0; d + 1 < kRing; ++d)
+            if (kb + d * warps < full) load_stage(ring[d], op, kb + d * warps, 0x7fffffff);
+        while (kb < full) {
+#pragma unroll
+            for (int d = 0; d < kRing; ++d) {
+                if (kb < full) {
+                    const int ahead = kb + (kRing - 1) * warps;
+                    if (ahead < full) load_stage(ring[(d + kRing - 1) % kRing], op, ahead, 0x7fffffff);
+                    consume(acc, ring[d]);
+                    kb += warps;
+                }
+            }
+        }
+    } else if (kb < full) {
         Stage& cur = first;
 #if MIRCUDA_PRELOAD_WEIGHTS && __CUDA_ARCH__ >= 900
         load_stage<false>(cur, op, kb, 0x7fffffff);

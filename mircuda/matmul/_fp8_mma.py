@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from ..runtime import Context
 
 __all__ = ["DECODES", "FP8_MMA_BLOCK_K", "FP8_MMA_ROWS", "FP8_MMA_SYMBOL", "PDL_TRIGGERS", "Fp8MmaGemv",
-           "check_pdl_trigger", "fp8_mma_options", "fp8_mma_source", "pdl_defines"]
+           "check_pdl_trigger", "fp8_mma_options", "fp8_mma_source", "fp8_mma_stages", "pdl_defines",
+           "FP8_MMA_STAGES_MEASURED"]
 
 FP8_MMA_SYMBOL = "blockwise_fp8_mma"
 FP8_MMA_ROWS = (16, 32)
@@ -40,18 +41,35 @@ operations into FP16 x 2^-8 and runs FP16 ``mma.sync`` (a tuning option for sm_9
 conversion rate may bound the kernel; NaN codes read as +-480)."""
 
 
+FP8_MMA_STAGES_MEASURED = (
+    "fp8-profile on the H200, 2026-12-02, each variant's macros in its own run beside torch's rowwise _scaled_mm "
+    "(benchmarks/results/fp8_mma_diet.json), 14336x4096 M = 2 / 4 / 8 / 16: a ring of 3 K-blocks 16.64 / 16.63 / "
+    "16.44 / 22.78 µs, of 2 16.58 / 17.33 / 17.29 / 18.40, the former double buffer 17.2 / 17.5 / 19.5 / 20.6; at "
+    "M = 16 the ring of 3 takes 174 registers and the one-wave rule then keeps one warp per block")
+"""The measurement behind :func:`fp8_mma_stages`, as ``describe()`` quotes it."""
+
+
+def fp8_mma_stages(m: int) -> int:
+    """K-blocks of loads in ``blockwise_fp8_mma``'s register ring (``MIRCUDA_FP8_STAGES``): 3 for M <= 8, 2 above
+    (:data:`FP8_MMA_STAGES_MEASURED`)."""
+    return 3 if m <= 8 else 2
+
+
 @functools.lru_cache(maxsize=1)
 def fp8_mma_source() -> CudaSource:
     """``cuda_src/fp8_mma_gemv.cu`` as a :class:`CudaSource` (see :func:`package_source`)."""
     return package_source("fp8_mma_gemv.cu")
 
 
-def fp8_mma_options(m: int, rows: int = 16, pdl_trigger: str | None = None, decode: str | None = None) -> CompileOptions:
+def fp8_mma_options(m: int, rows: int = 16, pdl_trigger: str | None = None, decode: str | None = None,
+                    stages: int | None = None) -> CompileOptions:
     """The NVRTC options of the module for ``m`` rows of A, ``rows`` (16 or 32) weight rows per block, and
-    when given the PDL trigger and the decode (:data:`DECODES`)."""
+    when given the PDL trigger, the decode (:data:`DECODES`) and the K-blocks of the load ring (``stages``, 2..4:
+    ``MIRCUDA_FP8_STAGES``; None leaves the kernel's default, 2; the engine gives :func:`fp8_mma_stages`)."""
     extra = {} if decode is None else {"MIRCUDA_FP8_INT_DECODE": int(decode == "integer")}
+    ring = {} if stages is None else {"MIRCUDA_FP8_STAGES": stages}
     return CompileOptions(defines={"MIRCUDA_FP8_M": m, "MIRCUDA_FP8_TILES": rows // 16, **pdl_defines(pdl_trigger),
-                                   **extra})
+                                   **extra, **ring})
 
 
 class Fp8MmaGemv:
@@ -89,7 +107,9 @@ class Fp8MmaGemv:
         contract = cuda_export(FP8_MMA_SYMBOL, d=InOut[DeviceBuffer[bf16]], c=In[DeviceBuffer[bf16]],
                                a=In[DeviceBuffer[e4m3]], sa=In[DeviceBuffer[f32]], b=In[DeviceBuffer[e4m3]],
                                sb=In[DeviceBuffer[f32]], alpha=f32, beta=f32, n=i32, k=i32)
-        self.options = fp8_mma_options(m, self.rows, pdl_trigger, decode)
+        self.stages = fp8_mma_stages(m)
+        self.options = fp8_mma_options(m, self.rows, pdl_trigger, decode, self.stages)
+        self.arch = str(getattr(compiler, "arch", ""))  # the decode describe() names depends on the target
         self.kernel: TypedKernel = compiler.compile(fp8_mma_source(), self.options).kernel(contract)
         info = context.device_info()
         if warps is None:
@@ -116,10 +136,14 @@ class Fp8MmaGemv:
         tiles = self.rows // 16
         return (f"kernel {FP8_MMA_SYMBOL} (NVRTC, {defines}): {self.config.grid[0]} blocks of {self.rows} weight rows "
                 f"x {self.warps} warp(s) splitting K in 128-K blocks; tensor cores: mma.sync m16n8k32 E4M3 x E4M3 "
-                f"-> FP32{' (E4M3 decoded by integer operations, FP16 mma)' if self.decode == 'integer' else ''} "
+                f"-> FP32{' (E4M3 decoded by integer operations, FP16 mma)' if self.decode == 'integer' else ''}"
+                + (" (on sm_90, which has no E4M3 mma.sync: each fragment decoded once by cvt.rn.f16x2.e4m3x2, "
+                   "FP16 mma.sync m16n8k16 chained on the block sum)"
+                   if self.decode != "integer" and self.arch.split("_")[-1].rstrip("af") == "90" else "") + " "
                 f"({tiles} 16-row weight tile(s) x {-(-self.m // 8)} n8 tile(s) of activation rows, rows "
                 "past M zero), each 128-K block's sums multiplied by sa * sb and added in FP32; 16-byte streamed "
-                "weight loads (L1 bypassed, 128-byte L2 lines), the next 128-K block in flight"
+                f"weight loads (L1 bypassed, 128-byte L2 lines), a register ring of {self.stages} 128-K blocks of loads "
+                f"({self.stages - 1} in flight; {FP8_MMA_STAGES_MEASURED})"
                 + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else "")
                 + (f" ({self.pdl_trigger} trigger)" if self.pdl_trigger is not None
                    and self.config.programmatic_stream_serialization else ""))
