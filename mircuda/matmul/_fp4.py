@@ -41,6 +41,7 @@ __all__ = ["BlockScaledFp4VectorPlan", "BlockScaledFp4Plan", "Fp4Gemv", "fp4_vec
            "portable_executor", "fp4_target", "fp4_compiler", "FP4_MMA_SYMBOL", "FP4_KERNELS", "fp4_mma_source",
            "fp4_mma_options", "EPILOGUES", "check_epilogue", "DECODE_THREADS", "DECODE_WORDS", "decode_config",
            "DECODES", "BLOCK_SUMS", "default_decode", "check_gemv_knobs", "VECTOR_ROWS", "MMA_ROWS", "STAGES", "VECTOR_DECODES",
+           "SPLIT_K", "SPLIT_K_DEFAULT_WARPS", "SPLIT_K_DEFAULT_MEASURED", "check_split_k", "default_split_k",
            "check_dp4a", "DP4A_MAX_M", "DP4A_DEFAULT_MAX_M", "DP4A_M2_MEASURED",
            "default_gemv_kernel", "default_vector_decode", "dp4a_rows", "DP4A_DEFAULT_MEASURED", "DP4A_ROWS8_MIN_K", "DP4A_DECODE",
            "GemvKnobs", "resolve_gemv_knobs", "ROW_WARPS", "DEFAULT_ROW_WARPS", "ROW_WARPS_DEFAULT_MEASURED",
@@ -1008,12 +1009,18 @@ class BlockScaledFp4VectorPlan(EngineViews, _Fp4PlanBase):
             not given, the integer path at M = 1 then also takes the early trigger for N x K >=
             :data:`STATIC_EARLY_MIN_WEIGHTS` (:data:`STATIC_EARLY_MEASURED`: 14336x4096 10.12 µs, 4096x14336
             10.09).
+        split_k: tuning knob of ``kernel=`` :data:`FP4_MMA_SYMBOL` on cc >= 9.0: one of :data:`SPLIT_K`, the blocks of
+            a thread block cluster that share each row block's K steps (``cuda_src/fp4_mma_gemv.cu``,
+            ``MIRCUDA_FP4_SPLIT_K``: the grid is that many times larger; the other blocks' sums are added in the
+            first one's shared memory in rank order, so results do not depend on timing). None: 1, or the default
+            split of :func:`default_split_k` (as :class:`BlockScaledFp4Plan`).
 
     Raises:
         ContractError: bad context, stream, spec (K not a multiple of 16, or above 2^28 with tiled scales:
             :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K`), activation, layout, warps, compiler or knob
             (see :func:`check_gemv_knobs`, :func:`check_flag`, :func:`check_row_warps`, :func:`refuse_row_warps`,
-            :func:`~mircuda.matmul._spec.check_pdl_trigger`).
+            :func:`~mircuda.matmul._spec.check_pdl_trigger`, :func:`check_split_k`: ``split_k`` for another kernel,
+            or above 1 below cc 9.0).
         UnsupportedPlatform: compute capability below 8.0.
         CompileError: NVRTC rejected the kernel (a bug).
     """
@@ -1170,6 +1177,13 @@ class BlockScaledFp4Plan(_Fp4PlanBase):
             other paths, which ``describe()`` says), with the same early trigger at M = 1 on the integer path
             where N x K >= :data:`STATIC_EARLY_MIN_WEIGHTS` and ``pdl_trigger`` is not given (measured at M = 1
             only; M = 2 keeps the late default).
+        split_k: tuning knob of ``fp4_mma_bf16`` (M <= 16) on cc >= 9.0: one of :data:`SPLIT_K`, the blocks of a
+            thread block cluster that share each 32- or 16-row block's K steps and add their sums in the first
+            block's shared memory in rank order (deterministic; ``cuda_src/fp4_mma_gemv.cu``). None: 1, except that
+            with neither ``split_k`` nor ``warps`` given and 32-row blocks the plan takes clusters of two 4-warp
+            blocks where the row blocks overfill the SMs and the split still fits in one wave
+            (:func:`default_split_k`, measured on the H200: :data:`SPLIT_K_DEFAULT_MEASURED`). Refused
+            (ContractError, naming ``split_k``) for the other kernels, above 1 below cc 9.0, and for M > 16.
 
     Raises:
         ContractError: bad arguments (named); a forced ``kernel`` that is not in the library or cannot run
