@@ -810,7 +810,7 @@ def test_the_plans_refuse_knobs_they_cannot_use_by_name(context, stream) -> None
         (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(64, 64, 64), decode="pairs"), "decode"),
         (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 64), block_sum="fp16",
                                        kernel="fp4_mma_bf16"), "block_sum"),
-        (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 64), warps=5), "warps"),
+        (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 64), warps=9), "warps"),
         (lambda: mc.BlockScaledFp4Plan(context, stream, mc.DenseMatmulSpec(4, 64, 64), stages=1), "stages"),
         (lambda: mc.BlockScaledFp4VectorPlan(context, stream, mc.DenseVectorSpec(64, 64), stages=8), "stages"),
     ]
