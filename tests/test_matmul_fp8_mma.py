@@ -422,3 +422,20 @@ def test_the_engine_splits_k_for_one_wave_and_describes_itself(monkeypatch, m, n
     assert "decoded by integer operations" in integer.describe() and integer.decode == "integer"
     on_ada = _fp8_mma.Fp8MmaGemv(stand_in_context((8, 9)), m, n, k, compiler, warps=1)  # type: ignore[arg-type]
     assert not on_ada.config.programmatic_stream_serialization and "programmatic" not in on_ada.describe()
+
+
+def test_the_cvt_note_says_fp16_holds_the_values_and_fp32_the_products() -> None:
+    """MIRCUDA_FP8_CVT's note said "FP16 holds every E4M3 value and their products exactly": the values yes, the
+    products no (448 x 448 is past FP16's largest finite value); what keeps the sums exact per product is that
+    mma.sync multiplies FP16 operands into FP32, where every product of two finite E4M3 values is exact."""
+    codes = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    values = codes[np.isfinite(codes)]
+    assert np.array_equal(values.astype(np.float16).astype(np.float64), values)  # every value exact in FP16
+    products = np.multiply.outer(values, values)
+    assert np.array_equal(products.astype(np.float32).astype(np.float64), products)  # every product exact in FP32
+    largest = float(np.abs(products).max())
+    assert largest > float(np.finfo(np.float16).max)  # ... but not in FP16
+    source = (Path(__file__).resolve().parent.parent / "mircuda" / "cuda_src" / "fp8_mma_gemv.cu").read_text()
+    note = " ".join(line.lstrip("/ ") for line in source.splitlines() if line.startswith("//"))
+    assert "FP16 holds every E4M3 value and their products exactly" not in note
+    assert f"448 x 448 = {largest:.0f} is past FP16's {float(np.finfo(np.float16).max):.0f}" in note
