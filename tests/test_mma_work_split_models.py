@@ -50,6 +50,9 @@ FP4_SPLIT_LINES = (
     "long long row = row0 + 8 * r + g;  // r = 2 tile + half: 16 tile + 8 half + g",
     "const long long row = row0 + 16 * tt + g + 8 * (e >> 1);",
     "#define MIRCUDA_FP4_CLUSTER __cluster_dims__(MIRCUDA_FP4_SPLIT_K, 1, 1)",
+    # the file's own account of the work split says what the model checks
+    "cluster b's C blocks own those rows instead, block rank r's warp w takes",
+    "steps r warps + w, + C warps, ..., the blocks' sums meet in rank 0's shared memory and rank 0's warp 0 stores.",
 )
 
 
@@ -328,3 +331,14 @@ def test_the_fp8_cvt_decode_multiplies_each_weight_column_by_the_same_activation
                         products.setdefault((row, col), []).append((wt[2], xt[2]))
     for key, pairs in products.items():
         assert sorted(pairs) == [(c, c) for c in range(128)], key
+
+
+def test_the_engine_names_every_split_k_refusal_it_raises() -> None:
+    """Fp4Gemv raises check_split_k's refusals (the plans' docstrings list them); its own Raises section did not."""
+    from mircuda.matmul._fp4 import Fp4Gemv, check_split_k
+
+    raises = " ".join((Fp4Gemv.__doc__ or "").split("Raises:")[1].split())
+    assert "``split_k``" in raises and ":func:`check_split_k`" in raises
+    with pytest.raises(mc.ContractError) as info:
+        check_split_k(2, "fp4_matvec_bf16", "sm_90")
+    assert info.value.argument == "split_k"

@@ -640,7 +640,9 @@ class Fp4Gemv:
             is not None or one of :data:`ROW_WARPS`,
             or above 1 off the integer path or with ``warps`` above 1 (:func:`refuse_row_warps`); ``pdl_trigger`` is
             not None, ``"early"`` or ``"late"``; ``symbol`` is the tensor-core kernel and ``activation`` is not ``"fp4"``; K above
-            :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K` (2^28) with tiled scales (named ``spec``).
+            :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K` (2^28) with tiled scales (named ``spec``);
+            ``split_k`` not None or in :data:`SPLIT_K`, given for :data:`FP4_SYMBOL`, or above 1 for a target below
+            sm_90 (:func:`check_split_k`).
         CompileError: NVRTC rejected the kernel (a bug).
     """
 
