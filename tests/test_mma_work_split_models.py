@@ -56,12 +56,6 @@ FP4_SPLIT_LINES = (
 )
 
 
-def test_the_fp4_split_model_mirrors_the_kernel_source() -> None:
-    text = kernel_text("fp4_mma_gemv.cu")
-    missing = [line for line in FP4_SPLIT_LINES if line not in text]
-    assert not missing, f"fp4_mma_gemv.cu changed: update fp4_split_model ({missing})"
-
-
 def ring(start: int, stride: int, count: int, stages: int) -> list[int]:
     """The K steps (or K-blocks) one warp consumes, in order, through the unrolled register ring of the kernels
     (slot d holds what was loaded for it; a slot is consumed only after its load)."""
@@ -233,12 +227,6 @@ FP8_RING_LINES = (
 )
 
 
-def test_the_fp8_ring_model_mirrors_the_kernel_source() -> None:
-    text = kernel_text("fp8_mma_gemv.cu")
-    missing = [line for line in FP8_RING_LINES if line not in text]
-    assert not missing, f"fp8_mma_gemv.cu changed: update the ring model ({missing})"
-
-
 @pytest.mark.parametrize("k", [16, 112, 128, 144, 256, 1040, 4096, 4112, 14336], ids=str)
 def test_the_fp8_ring_consumes_every_k_block_once(k) -> None:
     """Warps 1..8, stages 2..4: the whole K-blocks each once through the ring, the partial one (K % 128 != 0) once
@@ -280,10 +268,15 @@ FP8_CVT_LINES = (
 )
 
 
-def test_the_fp8_cvt_model_mirrors_the_kernel_source() -> None:
-    text = kernel_text("fp8_mma_gemv.cu")
-    missing = [line for line in FP8_CVT_LINES if line not in text]
-    assert not missing, f"fp8_mma_gemv.cu changed: update the cvt pairing model ({missing})"
+@pytest.mark.parametrize("source, model, lines", [
+    ("fp4_mma_gemv.cu", "fp4_split_model", FP4_SPLIT_LINES),
+    ("fp8_mma_gemv.cu", "the ring model", FP8_RING_LINES),
+    ("fp8_mma_gemv.cu", "the cvt pairing model", FP8_CVT_LINES),
+], ids=["fp4-split", "fp8-ring", "fp8-cvt"])
+def test_each_model_mirrors_its_kernel_source(source, model, lines) -> None:
+    text = kernel_text(source)
+    missing = [line for line in lines if line not in text]
+    assert not missing, f"{source} changed: update {model} ({missing})"
 
 
 @pytest.mark.parametrize("swapped", [False, True])
