@@ -335,3 +335,29 @@ def test_the_engine_names_every_split_k_refusal_it_raises() -> None:
     with pytest.raises(mc.ContractError) as info:
         check_split_k(2, "fp4_matvec_bf16", "sm_90")
     assert info.value.argument == "split_k"
+
+
+def test_the_vector_plans_launch_config_is_what_its_docstring_says_with_a_split(monkeypatch) -> None:
+    """EngineViews.launch_config said ``ceil(N / rows)`` blocks (or fewer with row warps); a BlockScaledFp4VectorPlan
+    running fp4_mma_bf16 with split_k C (given, or the default split) launches C times as many."""
+    from types import SimpleNamespace
+
+    from mircuda.matmul import _fp4
+    from mircuda.matmul._spec import EngineViews
+
+    info = SimpleNamespace(multiprocessor_count=132, supports_programmatic_launch=True, compute_capability=(9, 0),
+                           max_threads_per_block=1024, max_block_dims=(1024, 1024, 64), arch="sm_90", name="fake",
+                           max_grid_dims=(2 ** 31 - 1, 65535, 65535), max_shared_memory_per_block_optin_bytes=232448)
+    kernel = SimpleNamespace(attributes=SimpleNamespace(max_threads_per_block=256), launch=None, handle=100)
+    compiler = SimpleNamespace(arch="sm_90", compile=lambda source, options: SimpleNamespace(kernel=lambda c: kernel))
+    for name, value in [("plan_stream", lambda stream, context: None), ("_device_checks", lambda context, name: None),
+                        ("fp4_compiler", lambda given, context: compiler),
+                        ("blocks_per_sm", lambda context, k, warps: 28 // warps)]:
+        monkeypatch.setattr(_fp4, name, value)
+    context = SimpleNamespace(device_info=lambda: info)
+    doc = " ".join((EngineViews.launch_config.__doc__ or "").split())
+    assert "``C ceil(N / rows)`` blocks" in doc and "``split_k``" in doc
+    for n, split, want_split in ((6144, None, 2), (1000, 3, 3), (1000, None, 1)):
+        plan = mc.BlockScaledFp4VectorPlan(context, SimpleNamespace(handle=7), mc.DenseVectorSpec(n, 4096),
+                                           kernel=FP4_MMA_SYMBOL, split_k=split)
+        assert plan.launch_config.grid[0] == want_split * -(-n // plan.rows), (n, split)
