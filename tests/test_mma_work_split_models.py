@@ -357,6 +357,7 @@ def test_the_vector_plans_launch_config_is_what_its_docstring_says_with_a_split(
     context = SimpleNamespace(device_info=lambda: info)
     doc = " ".join((EngineViews.launch_config.__doc__ or "").split())
     assert "``C ceil(N / rows)`` blocks" in doc and "``split_k``" in doc
+    assert "a cluster split's factor (``split_k`` C: C times the blocks)" in " ".join((gemv_launch.__doc__ or "").split())
     for n, split, want_split in ((6144, None, 2), (1000, 3, 3), (1000, None, 1)):
         plan = mc.BlockScaledFp4VectorPlan(context, SimpleNamespace(handle=7), mc.DenseVectorSpec(n, 4096),
                                            kernel=FP4_MMA_SYMBOL, split_k=split)

@@ -461,9 +461,10 @@ def refuse_row_warps(row_warps: int, decode: str, warps: int | None, symbol: str
 
 
 def gemv_launch(n: int, rows: int, warps: int, row_warps: int = 1) -> tuple[int, int]:
-    """``(blocks, threads)`` of an :class:`Fp4Gemv` launch before a persistent grid's cap: ``ceil(N / (rows
-    row_warps))`` blocks of ``32 warps row_warps`` threads. Block b's warp j takes row block ``row_warps b + j``
-    (``fp4_matvec_lean``; ``warps`` is then 1); the last block's warps past N return at once."""
+    """``(blocks, threads)`` of an :class:`Fp4Gemv` launch before a persistent grid's cap and a cluster split's factor
+    (``split_k`` C: C times the blocks): ``ceil(N / (rows row_warps))`` blocks of ``32 warps row_warps`` threads.
+    Block b's warp j takes row block ``row_warps b + j`` (``fp4_matvec_lean``; ``warps`` is then 1); the last block's
+    warps past N return at once."""
     return -(-n // (rows * row_warps)), 32 * warps * row_warps
 
 
