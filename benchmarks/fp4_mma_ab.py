@@ -12,7 +12,9 @@ difference is recorded, and one above 2e-2 fails the script). Needs a GPU.
 M = 2 on sm_80/sm_90), which reads none of their macros.
 
 ``split``: ``fp4_mma_bf16``'s default against clusters of S blocks splitting each 32-row block's K (``split_k``, cc >=
-9.0) with W warps per block (``sSwW``).
+9.0) with W warps per block (``sSwW``), and ``s1``: ``split_k=1``, one block per row block with the one-wave warps rule,
+the default before :func:`~mircuda.matmul._fp4.default_split_k` (``benchmarks/results/fp4_mma_split.json``'s
+``default``; where that rule splits, ``default`` is now its ``s2w4``).
 
 ``occupancy``: ``fp4_mma_bf16``'s default against warps per block 2, 3, 4, 6, 8 (``wW``, 32 rows), 16-row blocks with
 4, 6, 8 warps (``r16wW``); ``benchmarks/results/fp4_mma_occupancy_diet.json``'s ``acc2``, two accumulator sets, came
@@ -67,6 +69,7 @@ VARIANTS: dict[str, dict[str, tuple[dict[str, Any], dict[str, int]]]] = {
     },
     "split": {
         "default": ({}, {}),
+        "s1": ({"kernel": "fp4_mma_bf16", "split_k": 1}, {}),
         **{f"s{sk}w{w}": ({"kernel": "fp4_mma_bf16", "split_k": sk, "warps": w}, {})
            for sk, w in ((2, 2), (2, 3), (2, 4), (2, 8), (3, 2), (3, 4), (4, 1), (4, 2))},
     },

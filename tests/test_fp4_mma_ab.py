@@ -130,6 +130,8 @@ def test_m_1_and_2_are_refused_for_the_sets_that_run_the_plans_default_kernel(va
 def test_the_split_set_names_each_variants_cluster_and_warps() -> None:
     split = load_benchmark("fp4_mma_ab").VARIANTS["split"]
     assert split["default"] == ({}, {})
+    assert split["s1"] == ({"kernel": "fp4_mma_bf16", "split_k": 1}, {})  # the unsplit baseline: see below
     for name, (knobs, defines) in split.items():
-        if name != "default":
+        if name not in ("default", "s1"):
             assert name == f"s{knobs['split_k']}w{knobs['warps']}" and knobs["kernel"] == "fp4_mma_bf16" and not defines
+

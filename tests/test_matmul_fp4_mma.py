@@ -480,6 +480,24 @@ def test_the_plan_splits_by_default_where_the_rule_says_and_never_against_a_give
     assert given.split_k == 2 and not given.default_split and SPLIT_K_DEFAULT_MEASURED not in given.describe()
 
 
+def test_the_split_set_still_times_the_unsplit_kernel_where_the_default_now_splits(fake_plans) -> None:
+    """fp4_mma_split.json compared each split with the plan's default "before the default split existed"; once
+    default_split_k made clusters of two 4-warp blocks the default at 6144x4096 M = 4 / 8 (one of the script's
+    shapes), --variants split timed the rule's split as "default" beside the same split as s2w4, and no variant ran the
+    unsplit kernel the rule was measured against. ``s1`` (split_k=1, warps by the one-wave rule) is that kernel."""
+    from tests.benchmark_script import load_benchmark
+
+    split = load_benchmark("fp4_mma_ab").VARIANTS["split"]
+    spec = mc.DenseMatmulSpec(8, 6144, 4096)
+    default = fake_plans(mc.BlockScaledFp4Plan, spec, **split["default"][0])._gemv
+    assert (default.split_k, default.warps, default.default_split) == (2, 4, True)
+    assert {name for name, (knobs, _) in split.items()
+            if (knobs.get("split_k"), knobs.get("warps")) == (default.split_k, default.warps)} == {"s2w4"}
+    unsplit = fake_plans(mc.BlockScaledFp4Plan, spec, **split["s1"][0])._gemv
+    assert (unsplit.split_k, unsplit.default_split, unsplit.config.grid[0]) == (1, False, 192)
+    assert "MIRCUDA_FP4_SPLIT_K" not in dict(unsplit.options.defines)
+
+
 @pytest.mark.parametrize("split_k, knobs, match", [
     (0, {"kernel": FP4_MMA_SYMBOL}, r"None or one of \(1, 2, 3, 4\)"),
     (5, {"kernel": FP4_MMA_SYMBOL}, r"None or one of \(1, 2, 3, 4\)"),

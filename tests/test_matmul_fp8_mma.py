@@ -422,3 +422,57 @@ def test_the_engine_splits_k_for_one_wave_and_describes_itself(monkeypatch, m, n
     assert "decoded by integer operations" in integer.describe() and integer.decode == "integer"
     on_ada = _fp8_mma.Fp8MmaGemv(stand_in_context((8, 9)), m, n, k, compiler, warps=1)  # type: ignore[arg-type]
     assert not on_ada.config.programmatic_stream_serialization and "programmatic" not in on_ada.describe()
+
+
+def test_the_cvt_note_says_fp16_holds_the_values_and_fp32_the_products() -> None:
+    """MIRCUDA_FP8_CVT's note said "FP16 holds every E4M3 value and their products exactly": the values yes, the
+    products no (448 x 448 is past FP16's largest finite value); what keeps the sums exact per product is that
+    mma.sync multiplies FP16 operands into FP32, where every product of two finite E4M3 values is exact."""
+    codes = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    values = codes[np.isfinite(codes)]
+    assert np.array_equal(values.astype(np.float16).astype(np.float64), values)  # every value exact in FP16
+    products = np.multiply.outer(values, values)
+    assert np.array_equal(products.astype(np.float32).astype(np.float64), products)  # every product exact in FP32
+    largest = float(np.abs(products).max())
+    assert largest > float(np.finfo(np.float16).max)  # ... but not in FP16
+    source = (Path(__file__).resolve().parent.parent / "mircuda" / "cuda_src" / "fp8_mma_gemv.cu").read_text()
+    note = " ".join(line.lstrip("/ ") for line in source.splitlines() if line.startswith("//"))
+    assert "FP16 holds every E4M3 value and their products exactly" not in note
+    assert f"448 x 448 = {largest:.0f} is past FP16's {float(np.finfo(np.float16).max):.0f}" in note
+
+
+def test_the_rows_docstring_quotes_the_registers_of_the_kernel_the_plans_compile() -> None:
+    """FP8_MMA_ROWS quoted 76-80 / 128 registers at one tile and 128-138 / 220 at two (M <= 8 / 16): the kernel
+    before its load ring and cvt decode. With the plans' options (fp8_mma_stages) ptxas now gives other counts; the
+    docstring quotes them, and four tiles still spill."""
+    import inspect
+
+    from mircuda.matmul import _fp8_mma
+
+    def usage(m: int, rows: int):
+        options = fp8_mma_options(m, rows, None, None, fp8_mma_stages(m))
+        program = mc.compile_program(fp8_mma_source(), "sm_90", mc.CompileOptions(defines=dict(options.defines),
+                                                                                  ptxas_verbose=True))
+        return program.resource_usage()[FP8_MMA_SYMBOL]
+
+    ms = (1, 8, 16)
+    counts = {rows: [usage(m, rows) for m in ms] for rows in FP8_MMA_ROWS}
+    assert all(u.spill_store_bytes == 0 for us in counts.values() for u in us)
+    one, two = (" / ".join(str(u.registers) for u in counts[rows]) for rows in FP8_MMA_ROWS)
+    text = " ".join(inspect.getsource(_fp8_mma).split())
+    assert f"gives {one} registers at one tile for M = 1 / 8 / 16 and {two} at two" in text
+    assert usage(16, 64).spill_store_bytes > 0 and usage(1, 64).spill_store_bytes > 0  # "four tiles spill at every M"
+
+
+def test_the_decodes_docstring_says_what_sm_90_runs() -> None:
+    """DECODES said that on sm_90 "ptxas decodes with F2FP and runs FP16 HMMA" for the hardware decode; since
+    MIRCUDA_FP8_CVT the kernel decodes each fragment itself (cvt.rn.f16x2.e4m3x2) and no E4M3 mma reaches ptxas."""
+    import inspect
+
+    from mircuda.matmul import _fp8_mma
+
+    body = ptx("compute_90", 8, 16, decode="hardware")
+    assert "cvt.rn.f16x2.e4m3x2" in body and MMA_PTX not in body
+    text = " ".join(inspect.getsource(_fp8_mma).split("DECODES = ")[1].split('"""')[1].split())
+    assert "ptxas decodes" not in text
+    assert "sm_90 has no E4M3 ``mma.sync``: there the kernel decodes each fragment once with ``cvt.rn.f16x2.e4m3x2``" in text

@@ -37,8 +37,11 @@
 // its warps split K by steps: warp w takes steps w, w + warps, ...; the loads of the step S - 1 ahead are
 // issued before the current one is consumed (a register ring of S = MIRCUDA_FP4_STAGES steps, 2..4; 2 is
 // double buffering). Weights are read once (L1 bypassed, whole 128-byte lines into L2);
-// activations and scales stay cached. The warps' sums meet in shared memory; warp 0 stores. On cc >= 9.0
-// programmatic dependent launch: nothing the previous kernel may write is read before griddepcontrol.wait.
+// activations and scales stay cached. The warps' sums meet in shared memory; warp 0 stores. With a cluster split
+// (MIRCUDA_FP4_SPLIT_K = C > 1, below) cluster b's C blocks own those rows instead, block rank r's warp w takes
+// steps r warps + w, + C warps, ..., the blocks' sums meet in rank 0's shared memory and rank 0's warp 0 stores.
+// On cc >= 9.0 programmatic dependent launch: nothing the previous kernel may write is read before
+// griddepcontrol.wait.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -80,8 +80,9 @@
 // accumulator and adds the four results into the block sum with FADDs. With 1 the kernel decodes each weight and
 // activation fragment once (cvt.rn.f16x2.e4m3x2, PTX ISA 7.8: two E4M3 codes to an exact FP16 pair; a register's
 // bytes 0, 1 and 2, 3) and chains its m16n8k16 FP16 mmas on the block sum: no FADD, no decode repeated per n8 tile
-// or weight tile. FP16 holds every E4M3 value and their products exactly, so the sums are FP32 sums of the exact
-// products either way.
+// or weight tile. FP16 holds every E4M3 value exactly (not every product: 448 x 448 = 200704 is past FP16's 65504),
+// and the tensor cores multiply FP16 operands exactly into FP32 (a product of two E4M3 values has at most 8
+// significant bits), so the sums are FP32 sums of the exact products either way.
 #ifndef MIRCUDA_FP8_CVT
 #define MIRCUDA_FP8_CVT 1
 #endif

@@ -461,9 +461,10 @@ def refuse_row_warps(row_warps: int, decode: str, warps: int | None, symbol: str
 
 
 def gemv_launch(n: int, rows: int, warps: int, row_warps: int = 1) -> tuple[int, int]:
-    """``(blocks, threads)`` of an :class:`Fp4Gemv` launch before a persistent grid's cap: ``ceil(N / (rows
-    row_warps))`` blocks of ``32 warps row_warps`` threads. Block b's warp j takes row block ``row_warps b + j``
-    (``fp4_matvec_lean``; ``warps`` is then 1); the last block's warps past N return at once."""
+    """``(blocks, threads)`` of an :class:`Fp4Gemv` launch before a persistent grid's cap and a cluster split's factor
+    (``split_k`` C: C times the blocks): ``ceil(N / (rows row_warps))`` blocks of ``32 warps row_warps`` threads.
+    Block b's warp j takes row block ``row_warps b + j`` (``fp4_matvec_lean``; ``warps`` is then 1); the last block's
+    warps past N return at once."""
     return -(-n // (rows * row_warps)), 32 * warps * row_warps
 
 
@@ -640,7 +641,9 @@ class Fp4Gemv:
             is not None or one of :data:`ROW_WARPS`,
             or above 1 off the integer path or with ``warps`` above 1 (:func:`refuse_row_warps`); ``pdl_trigger`` is
             not None, ``"early"`` or ``"late"``; ``symbol`` is the tensor-core kernel and ``activation`` is not ``"fp4"``; K above
-            :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K` (2^28) with tiled scales (named ``spec``).
+            :data:`~mircuda.matmul._fp4_layout.TILED_DECODE_MAX_K` (2^28) with tiled scales (named ``spec``);
+            ``split_k`` not None or in :data:`SPLIT_K`, given for :data:`FP4_SYMBOL`, or above 1 for a target below
+            sm_90 (:func:`check_split_k`).
         CompileError: NVRTC rejected the kernel (a bug).
     """
 

@@ -29,14 +29,16 @@ __all__ = ["DECODES", "FP8_MMA_BLOCK_K", "FP8_MMA_ROWS", "FP8_MMA_SYMBOL", "PDL_
 FP8_MMA_SYMBOL = "blockwise_fp8_mma"
 FP8_MMA_ROWS = (16, 32)
 """Weight rows per block the kernel compiles for: one or two 16-row tiles (``MIRCUDA_FP8_TILES``); ptxas
-(CUDA 13.0, sm_90, no spills) gives 76-80 registers at one tile for M <= 8 and 128 at M = 16, 128-138 at
-two tiles for M <= 8 and 220 at M = 16 (four tiles spill at M = 16, so they are not offered)."""
+(CUDA 13.0, sm_90, the plans' options: the load ring of :func:`fp8_mma_stages`, no spills) gives 106 / 110 / 116
+registers at one tile for M = 1 / 8 / 16 and 184 / 194 / 170 at two (four tiles spill at every M, so they are not
+offered)."""
 FP8_MMA_BLOCK_K = 128
 """Columns one warp reads per step: one 128-K scale block (two 64-column mma steps)."""
 DECODES = ("hardware", "integer")
 """How ``blockwise_fp8_mma`` turns E4M3 fragments into products (``MIRCUDA_FP8_INT_DECODE``; see
 ``cuda_src/fp8_mma_gemv.cu``): ``"hardware"`` (the default) hands E4M3 to ``mma.sync`` (QMMA on sm_89
-and sm_120; on sm_90 ptxas decodes with F2FP and runs FP16 HMMA); ``"integer"`` decodes with integer
+and sm_120; sm_90 has no E4M3 ``mma.sync``: there the kernel decodes each fragment once with
+``cvt.rn.f16x2.e4m3x2``, SASS F2FP, and runs FP16 ``mma.sync``, ``MIRCUDA_FP8_CVT``); ``"integer"`` decodes with integer
 operations into FP16 x 2^-8 and runs FP16 ``mma.sync`` (a tuning option for sm_90, where F2FP's
 conversion rate may bound the kernel; NaN codes read as +-480)."""
 

@@ -278,7 +278,9 @@ class EngineViews:
     @property
     def launch_config(self) -> LaunchConfig:
         """``ceil(N / rows)`` blocks of ``32 * warps`` threads (an FP4 plan with ``row_warps`` G > 1:
-        ``ceil(N / (rows G))`` blocks of ``32 G`` threads)."""
+        ``ceil(N / (rows G))`` blocks of ``32 G`` threads; one running ``fp4_mma_bf16`` split in clusters of C > 1
+        blocks, ``split_k`` or its default: ``C ceil(N / rows)`` blocks, the cluster shape compiled into the
+        kernel)."""
         return self._engine.config
 
     @property
