@@ -87,9 +87,10 @@
 #define MIRCUDA_FP8_CVT 1
 #endif
 // K-blocks of loads in a register ring (2..4: the next STAGES - 1 K-blocks in flight while one is consumed, the ring
-// unrolled so that no register is copied between K-blocks; the plans define it: 3 for M <= 8, 2 above); 0 the former
-// loop (double buffering through a copied stage), kept for A/B runs and for MIRCUDA_PRELOAD_WEIGHTS, which only it
-// implements. H200, 2026-12-02, fp8-profile with each variant's macros, torch's rowwise _scaled_mm in each run
+// unrolled so that no register is copied between K-blocks; the plans define it: 3 for 2 <= M <= 8, 2 above and at
+// M = 1 with 16-row blocks); 0 the former loop (double buffering through a copied stage), which the plans take with
+// MIRCUDA_FP8_CVT=0 at M = 1 with 32-row blocks (benchmarks/results/fp8_mma_m1_ring.json), and which
+// MIRCUDA_PRELOAD_WEIGHTS needs. H200, 2026-12-02, fp8-profile with each variant's macros, torch's rowwise _scaled_mm in each run
 // (benchmarks/results/fp8_mma_diet.json), 14336x4096 M = 2 / 4 / 8 / 16: the former kernel 17.2 / 17.5 / 19.5 /
 // 20.6 us, the cvt decode alone 17.3 / 17.5 / 19.1 / 20.1, with the ring of 2 16.6 / 17.3 / 17.3 / 18.4, of 3
 // 16.6 / 16.6 / 16.4 / 22.8 (M = 16: 174 registers, and the occupancy rule then keeps one warp per block).

@@ -24,13 +24,13 @@ if TYPE_CHECKING:
 
 __all__ = ["DECODES", "FP8_MMA_BLOCK_K", "FP8_MMA_ROWS", "FP8_MMA_SYMBOL", "PDL_TRIGGERS", "Fp8MmaGemv",
            "check_pdl_trigger", "fp8_mma_options", "fp8_mma_source", "fp8_mma_stages", "pdl_defines",
-           "FP8_MMA_STAGES_MEASURED"]
+           "FP8_MMA_STAGES_MEASURED", "FP8_M1_STAGES_MEASURED"]
 
 FP8_MMA_SYMBOL = "blockwise_fp8_mma"
 FP8_MMA_ROWS = (16, 32)
 """Weight rows per block the kernel compiles for: one or two 16-row tiles (``MIRCUDA_FP8_TILES``); ptxas
-(CUDA 13.0, sm_90, the plans' options: the load ring of :func:`fp8_mma_stages`, no spills) gives 106 / 110 / 116
-registers at one tile for M = 1 / 8 / 16 and 184 / 194 / 170 at two (four tiles spill at every M, so they are not
+(CUDA 13.0, sm_90, the plans' options: the load ring of :func:`fp8_mma_stages`, no spills) gives 86 / 110 / 116
+registers at one tile for M = 1 / 8 / 16 and 128 / 194 / 170 at two (four tiles spill at M = 16, so they are not
 offered)."""
 FP8_MMA_BLOCK_K = 128
 """Columns one warp reads per step: one 128-K scale block (two 64-column mma steps)."""
@@ -51,9 +51,21 @@ FP8_MMA_STAGES_MEASURED = (
 """The measurement behind :func:`fp8_mma_stages`, as ``describe()`` quotes it."""
 
 
-def fp8_mma_stages(m: int) -> int:
-    """K-blocks of loads in ``blockwise_fp8_mma``'s register ring (``MIRCUDA_FP8_STAGES``): 3 for M <= 8, 2 above
-    (:data:`FP8_MMA_STAGES_MEASURED`)."""
+FP8_M1_STAGES_MEASURED = (
+    "fp8-profile on the H200, 2026-12-02 (benchmarks/results/fp8_mma_m1_ring.json), M = 1: 16-row blocks 4096x4096 "
+    "6.34 µs with a ring of 2 against 6.64-6.66 with 3 and 6.64-6.70 before the ring, 6144x4096 8.97 against 8.87 "
+    "and 9.10; 32-row blocks (14336x4096, the M = 1 rule's) 17.59 with 2 and 16.55-16.59 with 3 against 16.21-16.29 "
+    "with the former kernel (benchmarks/results/fp8_profile_m1_16.json, fp8_profile_decode_sweep.json)")
+"""The measurement behind :func:`fp8_mma_stages` at M = 1, as ``describe()`` quotes it."""
+
+
+def fp8_mma_stages(m: int, rows: int = 16) -> int:
+    """K-blocks of loads in ``blockwise_fp8_mma``'s register ring (``MIRCUDA_FP8_STAGES``): 3 for 2 <= M <= 8, 2
+    above (:data:`FP8_MMA_STAGES_MEASURED`); at M = 1 2 with 16-row blocks and 0, the former kernel (a copied double
+    buffer and, on sm_90, ptxas's E4M3 emulation: :func:`fp8_mma_options` then adds ``MIRCUDA_FP8_CVT=0``), with
+    32-row blocks (:data:`FP8_M1_STAGES_MEASURED`)."""
+    if m == 1:
+        return 0 if rows == 32 else 2
     return 3 if m <= 8 else 2
 
 
@@ -67,9 +79,10 @@ def fp8_mma_options(m: int, rows: int = 16, pdl_trigger: str | None = None, deco
                     stages: int | None = None) -> CompileOptions:
     """The NVRTC options of the module for ``m`` rows of A, ``rows`` (16 or 32) weight rows per block, and
     when given the PDL trigger, the decode (:data:`DECODES`) and the K-blocks of the load ring (``stages``, 2..4:
-    ``MIRCUDA_FP8_STAGES``; None leaves the kernel's default, 2; the engine gives :func:`fp8_mma_stages`)."""
+    ``MIRCUDA_FP8_STAGES``; 0: the former kernel, with ``MIRCUDA_FP8_CVT=0``; None leaves the kernel's default, 2;
+    the engine gives :func:`fp8_mma_stages`)."""
     extra = {} if decode is None else {"MIRCUDA_FP8_INT_DECODE": int(decode == "integer")}
-    ring = {} if stages is None else {"MIRCUDA_FP8_STAGES": stages}
+    ring = {} if stages is None else {"MIRCUDA_FP8_STAGES": stages, **({"MIRCUDA_FP8_CVT": 0} if stages == 0 else {})}
     return CompileOptions(defines={"MIRCUDA_FP8_M": m, "MIRCUDA_FP8_TILES": rows // 16, **pdl_defines(pdl_trigger),
                                    **extra, **ring})
 
@@ -109,7 +122,7 @@ class Fp8MmaGemv:
         contract = cuda_export(FP8_MMA_SYMBOL, d=InOut[DeviceBuffer[bf16]], c=In[DeviceBuffer[bf16]],
                                a=In[DeviceBuffer[e4m3]], sa=In[DeviceBuffer[f32]], b=In[DeviceBuffer[e4m3]],
                                sb=In[DeviceBuffer[f32]], alpha=f32, beta=f32, n=i32, k=i32)
-        self.stages = fp8_mma_stages(m)
+        self.stages = fp8_mma_stages(m, self.rows)
         self.options = fp8_mma_options(m, self.rows, pdl_trigger, decode, self.stages)
         self.arch = str(getattr(compiler, "arch", ""))  # the decode describe() names depends on the target
         self.kernel: TypedKernel = compiler.compile(fp8_mma_source(), self.options).kernel(contract)
@@ -141,11 +154,15 @@ class Fp8MmaGemv:
                 f"-> FP32{' (E4M3 decoded by integer operations, FP16 mma)' if self.decode == 'integer' else ''}"
                 + (" (on sm_90, which has no E4M3 mma.sync: each fragment decoded once by cvt.rn.f16x2.e4m3x2, "
                    "FP16 mma.sync m16n8k16 chained on the block sum)"
-                   if self.decode != "integer" and self.arch.split("_")[-1].rstrip("af") == "90" else "") + " "
+                   if self.decode != "integer" and self.stages != 0 and self.arch.split("_")[-1].rstrip("af") == "90"
+                   else "") + " "
                 f"({tiles} 16-row weight tile(s) x {-(-self.m // 8)} n8 tile(s) of activation rows, rows "
                 "past M zero), each 128-K block's sums multiplied by sa * sb and added in FP32; 16-byte streamed "
-                f"weight loads (L1 bypassed, 128-byte L2 lines), a register ring of {self.stages} 128-K blocks of loads "
-                f"({self.stages - 1} in flight; {FP8_MMA_STAGES_MEASURED})"
+                "weight loads (L1 bypassed, 128-byte L2 lines), "
+                + (f"the next 128-K block in flight (the former kernel at M = 1 with 32-row blocks; {FP8_M1_STAGES_MEASURED})"
+                   if self.stages == 0 else
+                   f"a register ring of {self.stages} 128-K blocks of loads ({self.stages - 1} in flight; "
+                   + (FP8_M1_STAGES_MEASURED if self.m == 1 else FP8_MMA_STAGES_MEASURED) + ")")
                 + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else "")
                 + (f" ({self.pdl_trigger} trigger)" if self.pdl_trigger is not None
                    and self.config.programmatic_stream_serialization else ""))
