@@ -82,7 +82,12 @@ def test_on_sm_90_each_fragment_is_decoded_once_and_fp16_mmas_chain_on_the_block
 
 def test_the_load_ring_is_3_k_blocks_up_to_m_8_and_2_above_or_the_former_loop_for_a_b_runs() -> None:
     assert [fp8_mma_stages(m) for m in (1, 2, 8, 9, 16)] == [2, 3, 3, 2, 2]
-    assert [fp8_mma_stages(m, 32) for m in (1, 2, 8, 9, 16)] == [0, 3, 3, 2, 2]  # M = 1 x 32 rows: the former kernel
+    assert [fp8_mma_stages(m, 32) for m in (1, 2, 8, 9, 16)] == [0, 3, 3, 3, 3]  # M = 1 x 32 rows: the former kernel
+    from mircuda.matmul._fp8_mma import fp8_mma_rows
+
+    # 32-row blocks by default only above M = 8 at N >= 8192 (measured at M = 16 on 14336x4096)
+    assert [fp8_mma_rows(m, n) for m, n in ((16, 14336), (9, 8192), (16, 8191), (8, 14336), (2, 28672))] == [
+        32, 32, 16, 16, 16]
     assert dict(fp8_mma_options(1, 32, stages=0).defines) | {} == {"MIRCUDA_FP8_M": "1", "MIRCUDA_FP8_TILES": "2",
                                                                    "MIRCUDA_FP8_STAGES": "0", "MIRCUDA_FP8_CVT": "0"}
     assert dict(fp8_mma_options(4, 16, stages=3).defines)["MIRCUDA_FP8_STAGES"] == "3"
@@ -401,6 +406,7 @@ def stand_in_context(cc: tuple[int, int] = (9, 0)) -> object:
     (16, 4096, 4096, None, 8, 256),   # 256 blocks x 8 warps: two resident per SM, one wave
     (2, 14336, 4096, None, 2, 896),   # many blocks: fewer warps split K
     (8, 4096, 14336, 32, 8, 128), (3, 37, 304, None, 1, 3),
+    (16, 14336, 4096, None, 4, 448),  # M > 8 at N >= 8192: 32-row blocks by default (fp8_mma_rows)
 ])
 def test_the_engine_splits_k_for_one_wave_and_describes_itself(monkeypatch, m, n, k, rows, warps, grid) -> None:
     from mircuda.matmul import _fp8_mma
@@ -408,15 +414,18 @@ def test_the_engine_splits_k_for_one_wave_and_describes_itself(monkeypatch, m, n
     monkeypatch.setattr(_fp8_mma, "blocks_per_sm", lambda context, kernel, w: {1: 16, 2: 8, 4: 4, 8: 2}[w])
     compiler = _Compiler()
     engine = _fp8_mma.Fp8MmaGemv(stand_in_context(), m, n, k, compiler, rows=rows)  # type: ignore[arg-type]
+    used = rows or _fp8_mma.fp8_mma_rows(m, n)
+    assert engine.rows == used
     assert engine.warps == warps and engine.config.grid == (grid, 1, 1) and engine.config.block == (32 * warps, 1, 1)
-    assert dict(compiler.options[0].defines) == {"MIRCUDA_FP8_M": str(m), "MIRCUDA_FP8_TILES": str((rows or 16) // 16),
-                                                 "MIRCUDA_FP8_STAGES": str(fp8_mma_stages(m, rows or 16))}
+    assert dict(compiler.options[0].defines) == {"MIRCUDA_FP8_M": str(m), "MIRCUDA_FP8_TILES": str((used) // 16),
+                                                 "MIRCUDA_FP8_STAGES": str(fp8_mma_stages(m, used))}
     text = engine.describe()
-    assert f"a register ring of {fp8_mma_stages(m, rows or 16)} 128-K blocks of loads ({fp8_mma_stages(m, rows or 16) - 1} in flight" in text
-    assert text.startswith(f"kernel {FP8_MMA_SYMBOL} (NVRTC, -D MIRCUDA_FP8_M={m} -D MIRCUDA_FP8_STAGES={fp8_mma_stages(m, rows or 16)} "
+    assert f"a register ring of {fp8_mma_stages(m, used)} 128-K blocks of loads ({fp8_mma_stages(m, used) - 1} in flight" in text
+    assert text.startswith(f"kernel {FP8_MMA_SYMBOL} (NVRTC, -D MIRCUDA_FP8_M={m} -D MIRCUDA_FP8_STAGES={fp8_mma_stages(m, used)} "
                            "-D MIRCUDA_FP8_TILES=")
-    assert f"{grid} blocks of {rows or 16} weight rows x {warps} warp(s)" in text
+    assert f"{grid} blocks of {used} weight rows x {warps} warp(s)" in text
     assert "mma.sync m16n8k32" in text and text.endswith("programmatic dependent launch")
+    assert ("32 weight rows per block, the default for M > 8 at N >= 8192" in text) == (rows is None and used == 32)
     early = _fp8_mma.Fp8MmaGemv(stand_in_context(), m, n, k, compiler, pdl_trigger="early")  # type: ignore[arg-type]
     assert dict(compiler.options[-1].defines)["MIRCUDA_PDL_TRIGGER_LATE"] == "0"
     assert early.describe().endswith("programmatic dependent launch (early trigger)")

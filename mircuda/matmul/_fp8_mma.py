@@ -24,13 +24,13 @@ if TYPE_CHECKING:
 
 __all__ = ["DECODES", "FP8_MMA_BLOCK_K", "FP8_MMA_ROWS", "FP8_MMA_SYMBOL", "PDL_TRIGGERS", "Fp8MmaGemv",
            "check_pdl_trigger", "fp8_mma_options", "fp8_mma_source", "fp8_mma_stages", "pdl_defines",
-           "FP8_MMA_STAGES_MEASURED", "FP8_M1_STAGES_MEASURED"]
+           "FP8_MMA_STAGES_MEASURED", "FP8_M1_STAGES_MEASURED", "FP8_M16_ROWS_MEASURED", "fp8_mma_rows"]
 
 FP8_MMA_SYMBOL = "blockwise_fp8_mma"
 FP8_MMA_ROWS = (16, 32)
 """Weight rows per block the kernel compiles for: one or two 16-row tiles (``MIRCUDA_FP8_TILES``); ptxas
 (CUDA 13.0, sm_90, the plans' options: the load ring of :func:`fp8_mma_stages`, no spills) gives 86 / 110 / 116
-registers at one tile for M = 1 / 8 / 16 and 128 / 194 / 170 at two (four tiles spill at M = 16, so they are not
+registers at one tile for M = 1 / 8 / 16 and 128 / 194 / 228 at two (four tiles spill at M = 16, so they are not
 offered)."""
 FP8_MMA_BLOCK_K = 128
 """Columns one warp reads per step: one 128-K scale block (two 64-column mma steps)."""
@@ -59,14 +59,29 @@ FP8_M1_STAGES_MEASURED = (
 """The measurement behind :func:`fp8_mma_stages` at M = 1, as ``describe()`` quotes it."""
 
 
+FP8_M16_ROWS_MEASURED = (
+    "fp8-profile --sweep on the H200, 2026-12-02 (benchmarks/results/fp8_mma_m1_ring.json, run D's ring3), M = 16: "
+    "14336x4096 17.65-17.67 µs with 32-row blocks and a ring of 3 against 18.31-18.40 with 16 rows and 2; at N = 4096 "
+    "and 6144 the 32-row form was level or slower (4096x14336 18.25 against 18.31, 4096x4096 7.75 against 7.16, "
+    "6144x4096 10.34 against 10.06)")
+"""The measurement behind :func:`fp8_mma_rows`, as ``describe()`` quotes it."""
+
+
+def fp8_mma_rows(m: int, n: int) -> int:
+    """Weight rows per block of ``blockwise_fp8_mma`` when ``rows`` is not given (M >= 2; the M = 1 rule picks its
+    own): 32 for M > 8 with N >= 8192 (the M = 1 rule's threshold), with a ring of 3 (:func:`fp8_mma_stages`), else
+    16 (:data:`FP8_M16_ROWS_MEASURED`)."""
+    return 32 if m > 8 and n >= 8192 else 16
+
+
 def fp8_mma_stages(m: int, rows: int = 16) -> int:
     """K-blocks of loads in ``blockwise_fp8_mma``'s register ring (``MIRCUDA_FP8_STAGES``): 3 for 2 <= M <= 8, 2
-    above (:data:`FP8_MMA_STAGES_MEASURED`); at M = 1 2 with 16-row blocks and 0, the former kernel (a copied double
-    buffer and, on sm_90, ptxas's E4M3 emulation: :func:`fp8_mma_options` then adds ``MIRCUDA_FP8_CVT=0``), with
-    32-row blocks (:data:`FP8_M1_STAGES_MEASURED`)."""
+    above (:data:`FP8_MMA_STAGES_MEASURED`) but 3 with 32-row blocks (:data:`FP8_M16_ROWS_MEASURED`); at M = 1 2
+    with 16-row blocks and 0, the former kernel (a copied double buffer and, on sm_90, ptxas's E4M3 emulation:
+    :func:`fp8_mma_options` then adds ``MIRCUDA_FP8_CVT=0``), with 32-row blocks (:data:`FP8_M1_STAGES_MEASURED`)."""
     if m == 1:
         return 0 if rows == 32 else 2
-    return 3 if m <= 8 else 2
+    return 3 if m <= 8 or rows == 32 else 2
 
 
 @functools.lru_cache(maxsize=1)
@@ -116,7 +131,8 @@ class Fp8MmaGemv:
             raise ContractError("decode", "None, 'hardware' or 'integer' (how the E4M3 fragments are decoded)",
                                 repr(decode))
         self.m, self.n, self.k = m, n, k
-        self.rows = FP8_MMA_ROWS[0] if rows is None else rows
+        self.default_rows = rows is None and fp8_mma_rows(m, n) != FP8_MMA_ROWS[0]
+        self.rows = fp8_mma_rows(m, n) if rows is None else rows
         self.pdl_trigger = pdl_trigger
         self.decode = decode
         contract = cuda_export(FP8_MMA_SYMBOL, d=InOut[DeviceBuffer[bf16]], c=In[DeviceBuffer[bf16]],
@@ -162,7 +178,9 @@ class Fp8MmaGemv:
                 + (f"the next 128-K block in flight (the former kernel at M = 1 with 32-row blocks; {FP8_M1_STAGES_MEASURED})"
                    if self.stages == 0 else
                    f"a register ring of {self.stages} 128-K blocks of loads ({self.stages - 1} in flight; "
-                   + (FP8_M1_STAGES_MEASURED if self.m == 1 else FP8_MMA_STAGES_MEASURED) + ")")
+                   + (FP8_M1_STAGES_MEASURED if self.m == 1 else
+                      FP8_M16_ROWS_MEASURED if self.m > 8 and self.rows == 32 else FP8_MMA_STAGES_MEASURED) + ")")
+                + ("; 32 weight rows per block, the default for M > 8 at N >= 8192" if self.default_rows else "")
                 + ("; programmatic dependent launch" if self.config.programmatic_stream_serialization else "")
                 + (f" ({self.pdl_trigger} trigger)" if self.pdl_trigger is not None
                    and self.config.programmatic_stream_serialization else ""))
