@@ -44,4 +44,15 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// c += A B on the tensor cores: mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 (PTX ISA 7.0, sm_80+; fragments
+// as the PTX ISA's "Matrix fragments for mma.m16n8k16": A {a0..a3}, B {b0, b1}, C/D {c[0..3]}), the one FP16 mma
+// of the decode kernels.
+__device__ __forceinline__ void mma_f16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                        unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 }  // namespace decode

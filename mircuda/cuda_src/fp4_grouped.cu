@@ -143,14 +143,6 @@ __device__ __forceinline__ unsigned operand(const unsigned (&codes)[kWords], int
     return hmul2(decode_half(codes[i >> 2], i & 3), scale);
 }
 
-__device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
-                                    unsigned b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // Weight-row fragments per warp: split_k takes MIRCUDA_MOE_FRAGS (1 or 2) 16-row A fragments per block,
 // every B fragment feeding all of them; split_n and staged fix theirs (1 and 2).
 #ifndef MIRCUDA_MOE_FRAGS
@@ -272,7 +264,7 @@ __device__ __forceinline__ void consume(float (&acc)[kFrags][kN8][4], const Stag
                 const unsigned b0 = operand(st.x[j], 2 * jm, sx[j]);
                 const unsigned b1 = operand(st.x[j], 2 * jm + 1, sx[j]);
 #pragma unroll
-                for (int f = 0; f < kFrags; ++f) mma(acc[f][j], a[f][0], a[f][1], a[f][2], a[f][3], b0, b1);
+                for (int f = 0; f < kFrags; ++f) decode::mma_f16(acc[f][j], a[f][0], a[f][1], a[f][2], a[f][3], b0, b1);
             }
         }
     }
@@ -404,7 +396,7 @@ __device__ __forceinline__ void consume_staged(float (&acc)[2][kN8][4], const We
         for (int j = 0; j < kN8; ++j) {
             const uint2 b = *reinterpret_cast<const uint2*>(buf + (8 * j + g) * kRowHalves + t * kChunkHalves + 4 * jm);
 #pragma unroll
-            for (int f = 0; f < 2; ++f) mma(acc[f][j], a[f][0], a[f][1], a[f][2], a[f][3], b.x, b.y);
+            for (int f = 0; f < 2; ++f) decode::mma_f16(acc[f][j], a[f][0], a[f][1], a[f][2], a[f][3], b.x, b.y);
         }
     }
 }

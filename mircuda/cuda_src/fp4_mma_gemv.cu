@@ -206,14 +206,6 @@ __device__ __forceinline__ void operands(const unsigned (&codes)[kWords], const 
     }
 }
 
-__device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
-                                    unsigned b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // One warp step's operands for one lane: codes and UE4M3 scale bytes (zero past K or M; converted to FP16
 // pairs when consumed, so that nothing waits for a load before its step is due).
 struct Stage {
@@ -291,7 +283,7 @@ __device__ __forceinline__ void consume(float (&acc)[kTiles][kN8][4], const Stag
         for (int j = 0; j < kN8; ++j)
 #pragma unroll
             for (int jm = 0; jm < kMmas; ++jm)
-                mma(acc[tt][j], a[0][2 * jm], a[1][2 * jm], a[0][2 * jm + 1], a[1][2 * jm + 1], b[j][2 * jm],
+                decode::mma_f16(acc[tt][j], a[0][2 * jm], a[1][2 * jm], a[0][2 * jm + 1], a[1][2 * jm + 1], b[j][2 * jm],
                     b[j][2 * jm + 1]);
     }
 }

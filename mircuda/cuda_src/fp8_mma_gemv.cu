@@ -136,14 +136,6 @@ __device__ __forceinline__ uint4 load_weights(const unsigned char* p) {
 #if MIRCUDA_FP8_INT_DECODE
 constexpr float kBlockSumScale = 65536.f;  // 2^16: both operands were decoded as value x 2^-8
 
-__device__ __forceinline__ void mma_f16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
-                                        unsigned b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // Four E4M3 codes (byte i = element i) -> FP16 pairs (element 0, element 2) and (element 1, element 3),
 // each value x 2^-8 exactly.
 __device__ __forceinline__ unsigned f16_even(unsigned w) { return ((w << 7) & 0x3f803f80u) | ((w << 8) & 0x80008000u); }
@@ -155,8 +147,8 @@ __device__ __forceinline__ unsigned f16_odd(unsigned w) { return ((w >> 1) & 0x3
 // m16n8k32 layout pairs (same k), so each k still meets one column of weights and activations.
 __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
                                     unsigned b1) {
-    mma_f16(c, f16_even(a0), f16_even(a1), f16_even(a2), f16_even(a3), f16_even(b0), f16_even(b1));
-    mma_f16(c, f16_odd(a0), f16_odd(a1), f16_odd(a2), f16_odd(a3), f16_odd(b0), f16_odd(b1));
+    decode::mma_f16(c, f16_even(a0), f16_even(a1), f16_even(a2), f16_even(a3), f16_even(b0), f16_even(b1));
+    decode::mma_f16(c, f16_odd(a0), f16_odd(a1), f16_odd(a2), f16_odd(a3), f16_odd(b0), f16_odd(b1));
 }
 #elif !MIRCUDA_FP8_CVT_PATH
 constexpr float kBlockSumScale = 1.f;
@@ -171,14 +163,6 @@ __device__ __forceinline__ void mma(float (&c)[4], unsigned a0, unsigned a1, uns
 #endif
 
 #if MIRCUDA_FP8_CVT_PATH
-__device__ __forceinline__ void mma_f16(float (&c)[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
-                                        unsigned b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // Four E4M3 codes -> FP16 pairs (bytes 0, 1) and (bytes 2, 3), exact.
 __device__ __forceinline__ void e4m3_halves(unsigned w, unsigned& lo, unsigned& hi) {
     asm("{\n\t.reg .b16 l, h;\n\tmov.b32 {l, h}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, l;\n\tcvt.rn.f16x2.e4m3x2 %1, h;\n\t}"
@@ -284,7 +268,7 @@ __device__ __forceinline__ void consume(float (&acc)[kTiles][kN8][4], const Stag
             for (int j = 0; j < kN8; ++j)
 #pragma unroll
                 for (int q = 0; q < 8; q += 2)  // q: .x/.y low (0), .z/.w low (2), .x/.y high (4), .z/.w high (6)
-                    mma_f16(part[j], lo[q], hi[q], lo[q + 1], hi[q + 1], xh[s][j][q], xh[s][j][q + 1]);
+                    decode::mma_f16(part[j], lo[q], hi[q], lo[q + 1], hi[q + 1], xh[s][j][q], xh[s][j][q + 1]);
         }
 #pragma unroll
         for (int j = 0; j < kN8; ++j) {
