@@ -405,6 +405,27 @@ def test_m_above_16_on_a_device_without_cutlass_fp8_kernels_is_unavailable_by_na
     assert isinstance(info.value, mc.UnsupportedPlatform) and "M = 17" in str(info.value)
 
 
+@pytest.mark.parametrize("knob, value", [("rows", 16), ("warps", 3), ("decode", "integer"), ("pdl_trigger", "early"),
+                                         ("persistent", True)])
+@pytest.mark.parametrize("cc", [(9, 0), (8, 9)])
+def test_above_m_16_an_nvrtc_knob_is_refused_by_name_before_the_library_is_looked_for(monkeypatch, cc, knob,
+                                                                                        value) -> None:
+    """M > 16 runs a CUTLASS kernel, which takes none of the NVRTC knobs: they were refused only after the library
+    was loaded and a kernel selected, so without the library a bad knob raised CutlassNotFound (the build command),
+    and on cc 8.9 BlockwiseFp8Unavailable, instead of a ContractError naming the knob."""
+    context, stream = stand_ins(monkeypatch, cc=cc)
+    looked: list[bool] = []
+
+    def load_library():  # type: ignore[no-untyped-def]
+        looked.append(True)
+        raise mc.CutlassNotFound("none")
+
+    monkeypatch.setattr(_library, "load_library", load_library)
+    with pytest.raises(mc.ContractError, match=r"\(CUTLASS\) runs M = 32") as info:
+        mc.BlockwiseFp8Plan(context, stream, mc.DenseMatmulSpec(32, 14336, 4096), **{knob: value})
+    assert info.value.argument == knob and not looked
+
+
 @pytest.mark.parametrize("m", [1, 2, 3, 8, 16])
 def test_decode_runs_the_tensor_core_kernel_for_k_up_to_4096_on_sm90(monkeypatch, m) -> None:
     context, stream = stand_ins(monkeypatch)

@@ -608,6 +608,12 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
         lib, missing = library, None
         needs_library = (kernel not in (FP8_GEMV_NAME, FP8_MMA_NAME)
                          and (spec.m > FP8_NVRTC_MAX_M or kernel is not None))
+        if needs_library:  # a CUTLASS kernel runs: the NVRTC knobs are refused before the library is looked for
+            for name, value in (("warps", warps), ("rows", rows), ("pdl_trigger", pdl_trigger), ("decode", decode),
+                                ("persistent", persistent)):
+                if value is not None:
+                    raise ContractError(name, f"None: {kernel if kernel is not None else 'a CUTLASS kernel'} (CUTLASS) "
+                                              f"runs M = {spec.m}", repr(value))
         if lib is None and needs_library:
             try:
                 lib = load_library()
@@ -633,11 +639,6 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
             self._setup(context, stream, spec.m, spec.n, spec.k, compiler, warps, self._selection.kernel.name, rows,
                         pdl_trigger, decode, persistent)
             return
-        for name, value in (("warps", warps), ("rows", rows), ("pdl_trigger", pdl_trigger), ("decode", decode),
-                            ("persistent", persistent)):
-            if value is not None:
-                raise ContractError(name, f"None: {self._selection.kernel.name} (CUTLASS) runs M = {spec.m}",
-                                    repr(value))
         if compiler is not None:
             plan_compiler(compiler, context)  # checked alike on every path
         self._context, self._stream = context, stream
