@@ -503,7 +503,8 @@ def test_the_split_set_still_times_the_unsplit_kernel_where_the_default_now_spli
     (5, {"kernel": FP4_MMA_SYMBOL}, r"None or one of \(1, 2, 3, 4\)"),
     (2.0, {"kernel": FP4_MMA_SYMBOL}, r"None or one of \(1, 2, 3, 4\)"),
     (True, {"kernel": FP4_MMA_SYMBOL}, r"None or one of \(1, 2, 3, 4\)"),
-    (2, {"kernel": FP4_SYMBOL}, "the knob tunes kernel 'fp4_mma_bf16'; this plan runs 'fp4_matvec_bf16'"),
+    (2, {"kernel": FP4_SYMBOL}, "the knob tunes kernel 'fp4_mma_bf16'; this plan runs 'fp4_matvec_bf16': "
+                                "kernel='fp4_mma_bf16' with NVFP4 activations takes it"),
     (1, {"kernel": FP4_SYMBOL}, "the knob tunes kernel 'fp4_mma_bf16'"),
 ], ids=str)
 def test_a_bad_split_k_is_refused_by_name(fake_plans, split_k, knobs, match) -> None:

@@ -236,8 +236,8 @@ def check_split_k(split_k: Any, symbol: str, arch: str | None = None) -> int | N
         raise ContractError("split_k", f"None or one of {SPLIT_K} (blocks of a cluster splitting a row block's K)",
                             repr(split_k))
     if symbol != FP4_MMA_SYMBOL:
-        raise ContractError("split_k", f"None (the knob tunes kernel {FP4_MMA_SYMBOL!r}; this plan runs {symbol!r})",
-                            repr(split_k))
+        raise ContractError("split_k", f"None (the knob tunes kernel {FP4_MMA_SYMBOL!r}; this plan runs {symbol!r}: "
+                                       f"kernel={FP4_MMA_SYMBOL!r} with NVFP4 activations takes it)", repr(split_k))
     if split_k > 1 and arch is not None and _arch_number(arch) < 90:
         raise ContractError("split_k", f"1 or None on target {arch} (thread block clusters need cc >= 9.0)",
                             repr(split_k))
