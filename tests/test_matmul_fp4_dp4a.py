@@ -1075,9 +1075,9 @@ def test_the_docs_no_longer_say_the_integer_path_is_m1_only() -> None:
     assert "(``MIRCUDA_FP4_DP4A``; M <= ``DP4A_MAX_M``," in fp4 and "but at M <= ``DP4A_DEFAULT_MAX_M`` where" in fp4
     assert '`decode="dp4a"` (the M = 1 default where it applies)' not in readme
     assert '`decode="dp4a"` (the default at M <= 2 where it applies)' in readme
-    assert ("3 <= M <= 16 with NVFP4 activations (and at M = 2 where the integer path does not apply: a word decoder, "
-            "`rows=16|32`, `block_sum=` or `persistent=True` given, K % 32 != 0, or a target with the E2M1 conversion) "
-            "the default is the tensor-core kernel") in readme
+    assert ("### The tensor-core kernel `fp4_mma_bf16` - The default for 3 <= M <= 16 with NVFP4 activations. - Also the "
+            "default at M = 2 where the integer path does not apply: a word decoder, `rows=16|32`, `block_sum=` or "
+            "`persistent=True` given, K % 32 != 0, or a target with the E2M1 conversion.") in readme
     assert "and no knob of the tensor-core kernel is given" not in flat(mc.BlockScaledFp4Plan.__doc__ or "")
     assert ("and no knob it excludes is given (a word decoder, 16 or 32 rows, ``block_sum``, ``persistent=True``)"
             in flat(mc.BlockScaledFp4Plan.__doc__ or ""))

@@ -60,8 +60,8 @@ def test_the_m4_integer_path_comparison_is_as_recorded() -> None:
     for shape in ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096)):
         assert f"{m4[shape]['us']:.2f} vs {m4[shape]['default_us']:.2f}" in DP4A_M2_MEASURED
     assert "M = 4 slower on all four" in DP4A_M2_MEASURED
-    assert ("at M = 4 it was slower on all four with its default rows, 7.30 against 7.12 µs on 4096x4096 and 21.59 "
-            "against 17.05 on 14336x4096, and with `rows=8` faster on two and slower on two") in flat(README)
+    assert ("With its default rows it was slower on all four: 7.30 against 7.12 µs on 4096x4096, 21.59 against 17.05 "
+            "on 14336x4096. - With `rows=8` it was faster on two and slower on two.") in flat(README)
 
 
 def test_the_fp4_mma_default_comparison_is_as_recorded() -> None:
@@ -365,7 +365,7 @@ def test_the_fp4_static_trigger_figures_are_as_recorded() -> None:
     quoted = ", ".join(f"{n}x{k} {fp4['profile_default'][(n, k)]:.2f} -> {fp4['profile_static_weights'][(n, k)]:.2f}"
                        + (" µs" if (n, k) == shapes[0] else "") for n, k in shapes)
     assert f"`benchmarks/results/fp4_static_trigger.json`: {quoted})" in flat(README)
-    assert f"{quoted.split(', 4096x4096')[0]} with `fp4-profile --static-weights`" in flat(README)
+    assert f"{'; - '.join(quoted.split(', 4096x4096')[0].split(', '))} with `fp4-profile --static-weights`" in flat(README)
 
 
 def test_the_fp4_l2_hint_figures_are_as_recorded() -> None:
@@ -437,11 +437,11 @@ def test_the_readmes_fp4_figures_with_the_l2_hint_are_as_recorded() -> None:
     parts = []
     for m in (8, 16):
         small, large = rows[(m, 4096, 4096)], rows[(m, 14336, 4096)]
-        parts.append(f"M = {m} {small['fp4_us']:.1f} and {large['fp4_us']:.1f} µs (BF16 {small['bf16_us']:.1f} and "
+        parts.append(f"M = {m}: {small['fp4_us']:.1f} and {large['fp4_us']:.1f} µs (BF16 {small['bf16_us']:.1f} and "
                      f"{large['bf16_us']:.1f})")
-    assert f"With the L2 hint (2026-12-02, `fp4_profile_l2_hint.json`): {'; '.join(parts)}." in flat(README)
+    assert f"With the L2 hint (2026-12-02, `fp4_profile_l2_hint.json`): - {'. - '.join(parts)}." in flat(README)
     gains = [100 * (1 - r["us"]["def_l2"] / r["us"]["def"]) for r in recorded("fp4_l2_hint.json")["rows"] if r["m"] >= 4]
-    assert f"`.L2::128B`: {min(gains):.1f}-{max(gains):.1f} % faster at M = 4, 8, 16 on the four shapes" in flat(README)
+    assert f"`.L2::128B`: - {min(gains):.1f}-{max(gains):.1f} % faster at M = 4, 8, 16 on the four shapes" in flat(README)
 
 
 def test_the_fp4_mma_diet_figures_are_as_recorded() -> None:
@@ -536,4 +536,4 @@ def test_the_fp4_split_figures_are_as_recorded_and_the_rule_splits_where_the_spl
     assert f"4096x4096 (row blocks fit one per SM) {pair(a[(4, 4096, 4096)])} at M = 4" in text
     assert f"(two waves) {pair(b[(4, 8192, 4096)])} and {pair(a[(4, 14336, 4096)])}" in text
     assert f"M = 16 on 6144x4096 (two resident blocks per SM) {pair(b[(16, 6144, 4096)])}" in text
-    assert f"M = 4 / 8 on 6144x4096 {both(6144)} µs (H200, 2026-12-02, `fp4_mma_split.json`" in flat(README)
+    assert f"M = 4 / 8 on 6144x4096: {both(6144)} µs (H200, 2026-12-02, `fp4_mma_split.json`" in flat(README)
