@@ -364,6 +364,20 @@ def test_plans_run_from_numba_njit(context, stream, pool, rng, m, kernel, epilog
     b.free(stream)
 
 
+def replay_with_new_global_a(context, stream, graph, plan, a, b, d, m, n, *, alpha: float) -> float:
+    """Replays ``graph`` twice, staging a new ``global_a`` (the operand's, then three times it) in device memory
+    before each replay, and checks ``d`` against float64 with the value the replay read; returns the last one."""
+    ga = float(a.global_)
+    for ga in (float(a.global_), float(a.global_) * 3.0):
+        staging = context.allocate_pinned(mc.f32, 1)
+        staging.write_prefix(np.array([ga], np.float32))
+        stream.copy_to_device(staging, a.global_buf)
+        graph.launch(stream)
+        got = check_guard(download(context, stream, d), m * n).reshape(m, n)
+        assert_close_plan(plan, got, a.value, b.value, alpha, float(np.float32(ga)), float(b.global_))
+    return ga
+
+
 @pytest.mark.parametrize("m, kernel", [(1, None), (8, None), (8, "fp4_matvec_bf16"), (3, None), (64, None)],
                          ids=str)
 def test_a_captured_graph_reads_the_global_scales_when_it_runs(context, stream, pool, rng, m, kernel) -> None:
@@ -388,13 +402,7 @@ def test_a_captured_graph_reads_the_global_scales_when_it_runs(context, stream, 
         run = lambda _: plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d,  # noqa: E731
                                      global_a=a.global_buf, global_b=b.global_buf, alpha=0.5)
     graph = stream.capture((a.codes, a.scale_buf, b.codes, b.scale_buf, d, a.global_buf, b.global_buf), run)
-    for ga in (float(a.global_), float(a.global_) * 3.0):
-        staging = context.allocate_pinned(mc.f32, 1)
-        staging.write_prefix(np.array([ga], np.float32))
-        stream.copy_to_device(staging, a.global_buf)
-        graph.launch(stream)
-        got = check_guard(download(context, stream, d), m * n).reshape(m, n)
-        assert_close_plan(plan, got, a.value, b.value, 0.5, float(np.float32(ga)), float(b.global_))
+    replay_with_new_global_a(context, stream, graph, plan, a, b, d, m, n, alpha=0.5)
     graph.close()
     if m > 1:
         plan.close()
@@ -721,13 +729,7 @@ def test_a_split_mma_kernel_replays_in_a_graph_and_runs_from_numba(context, stre
     graph = stream.capture((a.codes, a.scale_buf, b.codes, b.scale_buf, d, a.global_buf, b.global_buf),
                            lambda _: plan.execute(stream, a.codes, a.scale_buf, b.codes, b.scale_buf, d,
                                                   global_a=a.global_buf, global_b=b.global_buf, alpha=0.5))
-    for ga in (float(a.global_), float(a.global_) * 3.0):
-        staging = context.allocate_pinned(mc.f32, 1)
-        staging.write_prefix(np.array([ga], np.float32))
-        stream.copy_to_device(staging, a.global_buf)
-        graph.launch(stream)
-        got = check_guard(download(context, stream, d), m * n).reshape(m, n)
-        assert_close_plan(plan, got, a.value, b.value, 0.5, float(np.float32(ga)), float(b.global_))
+    ga = replay_with_new_global_a(context, stream, graph, plan, a, b, d, m, n, alpha=0.5)
     graph.close()
     execute = plan.numba_execute
 
