@@ -10,7 +10,7 @@ of every 128-row M tile, and the middle row) are compared with a float64 product
 
     MIRCUDA_CUTLASS_LIBRARY=.cutlass/probe/libmircuda_cutlass.so \\
         python benchmarks/streamk_probe.py [--m 96,192,384,512,768,1024,1536] [--dtypes bf16] \\
-        [--kernels NAME,...] [--calls 20] [--repeats 7] [--json PATH]
+        [--kernels NAME,...] [--with-default] [--calls 20] [--repeats 7] [--json PATH]
 """
 
 from __future__ import annotations
@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=20, help="back-to-back calls per timed repeat")
     p.add_argument("--repeats", type=int, default=7, help="timed repeats (the median is reported)")
     p.add_argument("--device", type=int, default=0, help="CUDA device ordinal")
+    p.add_argument("--with-default", action="store_true",
+                   help="also time DenseMatmulPlan's own choice (its measured table or rules) at every cell")
     p.add_argument("--json", default="benchmarks/results/streamk_probe.json")
     args = p.parse_args(argv)
 
@@ -115,9 +117,9 @@ def main(argv: list[str] | None = None) -> int:
                         us = s.timer.median(enqueue, args.calls, args.repeats)
                         s.rows.append(row("cuBLAS (torch.matmul)", t.label, m, n, k, us, isz, osz, note))
                         del enqueue
-                    for prefix in args.kernels:
-                        name = f"{prefix}_{t.input}_{t.output}"
-                        if name not in have:
+                    for prefix in ((None,) if args.with_default else ()) + args.kernels:
+                        name = None if prefix is None else f"{prefix}_{t.input}_{t.output}"
+                        if name is not None and name not in have:
                             if f"{name} not built" not in notes:
                                 notes.append(f"{name} not built")
                             continue
@@ -128,24 +130,25 @@ def main(argv: list[str] | None = None) -> int:
                         except MircudaError as exc:  # CUTLASS's can_implement refused the shape
                             notes.append(f"{name} M={m} {n}x{k} not run: {exc}"[:300])
                             continue
+                        label = (f"DenseMatmulPlan ({plan.kernel_name} splits={plan.splits})" if name is None
+                                 else f"probe {name}")
                         try:
                             s.stream.memset(c, 0xFF)  # NaN in every output type: a tile never written shows
                             plan.execute(s.stream, a, ws[0], c)
                             err = check_rows(s.context, s.stream, c, a_host, w2, m, n)
                             if not err <= MAX_ERROR:  # NaN fails too
-                                s.failures.append(f"{name} M={m} {n}x{k}: relative error {err:.2e}")
+                                s.failures.append(f"{label} M={m} {n}x{k}: relative error {err:.2e}")
                                 continue
                             us = s.timer.median(lambda i: plan.execute(s.stream, a, ws[i % banks], c),  # noqa: B023
                                                 args.calls, args.repeats)
                         except MircudaError as exc:
-                            s.failures.append(f"{name} M={m} {n}x{k}: {exc}"[:400])
+                            s.failures.append(f"{label} M={m} {n}x{k}: {exc}"[:400])
                             continue
                         finally:
                             plan.close()
-                        pred = predicted(prefix, m, n, k)
+                        pred = None if prefix is None else predicted(prefix, m, n, k)
                         extra = f" model {pred:.1f} µs" if pred is not None else ""
-                        s.rows.append(row(f"probe {name}", t.label, m, n, k, us, isz, osz,
-                                          f"rel err {err:.1e}{extra}"))
+                        s.rows.append(row(label, t.label, m, n, k, us, isz, osz, f"rel err {err:.1e}{extra}"))
                     a.free(s.stream)
                     c.free(s.stream)
                 del tws

@@ -20,6 +20,9 @@ MIDM = [
     ("SM90_SWAP64X96", "sm90_swap_pingpong_64x96x64_c4x1", "sm90_swapped", (64, 96, 64), (4, 1), False),
     ("SM90_COOP176", "sm90_coop_128x176x64_c1x2_swz1", "sm90_cooperative", (128, 176, 64), (1, 2), False),
     ("SM90_SWAP192", "sm90_swap_128x192x64_c4x1_splitk", "sm90_swapped", (128, 192, 64), (4, 1), True),
+    ("SM90_SWAP64X32", "sm90_swap_pingpong_64x32x64_c1x2", "sm90_swapped", (64, 32, 64), (1, 2), False),
+    ("SM90_SWAP64X48", "sm90_swap_pingpong_64x48x64_c2x1", "sm90_swapped", (64, 48, 64), (2, 1), False),
+    ("SM90_SWAP64X64", "sm90_swap_pingpong_64x64x64_c2x1", "sm90_swapped", (64, 64, 64), (2, 1), False),
 ]
 TYPES = ("bf16_bf16", "bf16_f32", "f16_f16", "f16_f32")
 SRC = Path(mc.__file__).parent / "cutlass_build"

@@ -537,3 +537,45 @@ def test_the_fp4_split_figures_are_as_recorded_and_the_rule_splits_where_the_spl
     assert f"(two waves) {pair(b[(4, 8192, 4096)])} and {pair(a[(4, 14336, 4096)])}" in text
     assert f"M = 16 on 6144x4096 (two resident blocks per SM) {pair(b[(16, 6144, 4096)])}" in text
     assert f"M = 4 / 8 on 6144x4096: {both(6144)} µs (H200, 2026-12-02, `fp4_mma_split.json`" in flat(README)
+
+
+def test_the_64_row_swapped_tiles_figures_are_as_recorded() -> None:
+    # README: M = 64 on 4096x4096 13.5 against 16.3 µs for the kernel before them, cuBLAS 12.9; the worst of the 48 cells at M = 32-64
+    # from 0.74 to 0.93 of cuBLAS; the table's entries at M = 32-64 are the sweep's fastest
+    text = flat(README)
+    assert ("M = 64 on 4096x4096: 13.5 against 16.3 µs for the kernel before them, cuBLAS 12.9 (same run); the worst "
+            "of the 48 cells at M = 32-64 "
+            "over four type pairs and four shapes went from 0.74 to 0.93 of cuBLAS") in text
+    sweep = recorded("matmul_sweep_m32_64_midm2.json")["rows"]
+    table = json.loads((ROOT / "mircuda" / "matmul" / "tuned" / "sm90_dense.json").read_text())["entries"]
+    labels = {"bf16->bf16": ("bf16", "bf16"), "f16->f16": ("f16", "f16"), "bf16->f32": ("bf16", "f32"),
+              "f16->f32": ("f16", "f32")}
+    cells = {(labels[r["dtype"]], r["n"], r["k"], r["m"]) for r in sweep}
+    assert len(cells) == 48
+    worst_before, worst_after = 1e9, 1e9
+    for (a, c), n, k, m in cells:
+        rows = [r for r in sweep if (labels[r["dtype"]], r["n"], r["k"], r["m"]) == ((a, c), n, k, m)]
+        fastest = min((r for r in rows if r["path"].startswith("sweep ")), key=lambda r: r["us"])
+        cublas = next(r["us"] for r in rows if r["path"].startswith("cuBLAS"))
+        before = next(r["us"] for r in rows if r["path"] == "DenseMatmulPlan")  # the table before this sweep
+        entry = next(e for e in table if e[:5] == [a, c, n, k, m])
+        assert entry[7] == round(fastest["us"], 3), (a, c, n, k, m)
+        worst_before, worst_after = min(worst_before, cublas / before), min(worst_after, cublas / fastest["us"])
+        if ((a, c), n, k, m) == (("bf16", "bf16"), 4096, 4096, 64):
+            assert (round(fastest["us"], 1), round(before, 1), round(cublas, 1)) == (13.5, 16.3, 12.9)
+            assert fastest["path"] == "sweep sm90_swap_pingpong_64x32x64_c1x2_bf16_bf16"
+    assert (round(worst_before, 2), round(worst_after, 2)) == (0.74, 0.93)
+
+
+def test_the_paired_launch_figures_are_as_recorded() -> None:
+    runs = recorded("launch_paired.json")["runs"]
+    quoted = []
+    for r in runs:
+        us = r["us_per_launch_median"]
+        quoted.append((round(r["ratio_median_of_pairs"], 3), round(r["ratio_quartiles"][0], 3),
+                       round(r["ratio_quartiles"][1], 3), round(us["C cuLaunchKernel (the floor)"], 2),
+                       round(us["mircuda TypedKernel.launch"], 2)))
+    assert quoted == [(1.147, 1.108, 1.186, 2.75, 3.16), (1.133, 1.106, 1.172, 3.13, 3.54)]
+    text = flat(README)
+    assert ("1.147 (quartiles 1.108-1.186; C 2.75 µs, mircuda 3.16 µs per launch) and 1.133 (1.106-1.172; C 3.13, "
+            "mircuda 3.54)") in text

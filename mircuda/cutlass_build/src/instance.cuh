@@ -8,7 +8,8 @@
 //   one of MIRCUDA_SM90_COOP, MIRCUDA_SM90_PINGPONG, MIRCUDA_SM90_SWAP, MIRCUDA_SM90_SWAP64,
 //          MIRCUDA_SM90_SWAP128, MIRCUDA_SM90_COOP128_STREAMK, MIRCUDA_SM90_PINGPONG128, MIRCUDA_SM90_COOP192,
 //          MIRCUDA_SM90_COOP192_STREAMK, MIRCUDA_SM90_COOP144, MIRCUDA_SM90_COOP144_STREAMK, MIRCUDA_SM90_SWAP96,
-//          MIRCUDA_SM90_SWAP64X96, MIRCUDA_SM90_COOP176, MIRCUDA_SM90_SWAP192, MIRCUDA_SM80_DECODE,
+//          MIRCUDA_SM90_SWAP64X96, MIRCUDA_SM90_COOP176, MIRCUDA_SM90_SWAP192, MIRCUDA_SM90_SWAP64X32,
+//          MIRCUDA_SM90_SWAP64X48, MIRCUDA_SM90_SWAP64X64, MIRCUDA_SM80_DECODE,
 //          MIRCUDA_SM80_WIDE, MIRCUDA_SM80_BULK,
 //          MIRCUDA_SIMT
 #pragma once
@@ -17,10 +18,11 @@
     defined(MIRCUDA_SM90_SWAP64) || defined(MIRCUDA_SM90_SWAP128) || defined(MIRCUDA_SM90_COOP128_STREAMK) || \
     defined(MIRCUDA_SM90_PINGPONG128) || defined(MIRCUDA_SM90_COOP192) || defined(MIRCUDA_SM90_COOP192_STREAMK) || \
     defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK) || defined(MIRCUDA_SM90_SWAP96) || \
-    defined(MIRCUDA_SM90_SWAP64X96) || defined(MIRCUDA_SM90_COOP176) || defined(MIRCUDA_SM90_SWAP192)
+    defined(MIRCUDA_SM90_SWAP64X96) || defined(MIRCUDA_SM90_COOP176) || defined(MIRCUDA_SM90_SWAP192) || \
+    defined(MIRCUDA_SM90_SWAP64X32) || defined(MIRCUDA_SM90_SWAP64X48) || defined(MIRCUDA_SM90_SWAP64X64)
 #if defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK) || \
-    defined(MIRCUDA_SM90_COOP176)
-// WGMMA N = 144 or 176 (legal: N % 8 == 0 and N <= 256) is among CuTe's "extended" shapes: without this macro
+    defined(MIRCUDA_SM90_COOP176) || defined(MIRCUDA_SM90_SWAP64X48)
+// WGMMA N = 48, 144 or 176 (legal: N % 8 == 0 and N <= 256) is among CuTe's "extended" shapes: without this macro
 // the collective builder's op selector (cute/arch/mma_sm90.hpp, ss_op_selector) skips it and tiles a
 // 144-wide CTA with 64x16x16 instructions (N % 16 == 0 is the first shape it keeps). It only adds atoms
 // and selector branches, so the other TUs, built without it, instantiate the same kernels as before.
@@ -209,6 +211,45 @@ constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {128, 192, 64},
 constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 1;
 #define MIRCUDA_PREFIX "sm90_swap_128x192x64_c4x1_splitk_"
 #define MIRCUDA_WGMMA_N 192
+#elif defined(MIRCUDA_SM90_SWAP64X32)
+// After cuBLAS's nvjet_sm90_tst_64x32_64x16_1x2 (M = 64 on 4096x4096, H200 2026-12-03): swapped ping-pong,
+// 64 weight rows x 32 tokens per tile, so M = 64 on N = 4096 makes 64x2 = 128 CTAs (the 128x32 split-K tile
+// makes 64 and needs K slices, each with its reduction); a 1x2 cluster along the tokens multicasts each
+// weight tile to the two token tiles that read it (one read from L2 instead of two). 12 KB per stage: the
+// carveout fits about 16 stages, as cuBLAS runs.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_64, _32, _64>, Shape<_1, _2, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                           cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler,
+                                           true>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {64, 32, 64}, kCluster[2] = {1, 2};
+constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_swap_pingpong_64x32x64_c1x2_"
+#define MIRCUDA_WGMMA_N 32
+#elif defined(MIRCUDA_SM90_SWAP64X48)
+// After cuBLAS's nvjet_sm90_tst_64x48_64x15_4x1 (M = 48 on 6144x4096, H200 2026-12-03): swapped ping-pong,
+// 64 weight rows x 48 tokens, one token tile up to M = 48 (96 CTAs on N = 6144); a 2x1 cluster along the
+// weight rows multicasts the token tile. 14 KB per stage.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_64, _48, _64>, Shape<_2, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                           cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler,
+                                           true>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {64, 48, 64}, kCluster[2] = {2, 1};
+constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_swap_pingpong_64x48x64_c2x1_"
+#define MIRCUDA_WGMMA_N 48
+#elif defined(MIRCUDA_SM90_SWAP64X64)
+// After cuBLAS's nvjet_sm90_tst_64x64_64x13_2x1 (M = 128 on 4096x4096) and _4x1 (M = 64 on 6144x4096), H200
+// 2026-12-03: swapped ping-pong, 64 weight rows x 64 tokens, so M = 128 on N = 4096 makes 64x2 = 128 CTAs
+// (the 64x128 ping-pong tile makes 64); a 2x1 cluster along the weight rows multicasts the token tile.
+// 16 KB per stage: about 13 stages, as cuBLAS runs.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_64, _64, _64>, Shape<_2, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                           cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler,
+                                           true>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {64, 64, 64}, kCluster[2] = {2, 1};
+constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_swap_pingpong_64x64x64_c2x1_"
+#define MIRCUDA_WGMMA_N 64
 #elif defined(MIRCUDA_SM80_DECODE)
 // Short M (decode): 32 rows x 128 columns, four warps side by side in N.
 using KernelConfig = mircuda::sm80::Config<MIRCUDA_IN, MIRCUDA_OUT, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
