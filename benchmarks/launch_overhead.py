@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,15 +38,21 @@ PATHS = ["mircuda TypedKernel.launch", "cuda.bindings cuLaunchKernel, void** blo
          "Numba dispatcher, eager signature"]
 
 
+def empty_kernel(context: mc.Context) -> tuple[Any, Any, Any, Any, mc.LaunchConfig]:
+    """The benchmark's kernel and what launches it: ``(stream, buf, module, kernel, config)``, a non-blocking
+    stream, a 1024-float argument buffer from the context's pool, ``empty(float*)`` compiled by NVRTC, its typed
+    kernel and 1 block of 32 threads."""
+    stream = context.create_stream()
+    buf = context.default_memory_pool().allocate(mc.f32, stream, 1024)
+    module = mc.Compiler(context).compile(mc.cuda_kernel(EMPTY, "empty.cu"))
+    kernel = module.kernel(mc.cuda_export("empty", p=mc.DeviceBuffer[mc.f32]))
+    return stream, buf, module, kernel, mc.LaunchConfig(1, 32)
+
+
 def setup_paths(context: mc.Context, only: str) -> dict[str, tuple[Callable[[], None], Callable[[], None]]]:
     """Set up the launch path named ``only`` (importing only what it needs)."""
     paths: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {}
-    stream = context.create_stream()
-    pool = context.default_memory_pool()
-    buf = pool.allocate(mc.f32, stream, 1024)
-    module = mc.Compiler(context).compile(mc.cuda_kernel(EMPTY, "empty.cu"))
-    k = module.kernel(mc.cuda_export("empty", p=mc.DeviceBuffer[mc.f32]))
-    cfg = mc.LaunchConfig(1, 32)
+    stream, buf, module, k, cfg = empty_kernel(context)
     paths["mircuda TypedKernel.launch"] = (lambda: k.launch(stream, cfg, buf), stream.synchronize)
     keep = [stream, buf, module, k]
 

@@ -112,3 +112,35 @@ def test_cfloor_runs_the_program_and_reads_its_output(floor: Path, tmp_path: Pat
     bad = _graph_floor.CFloor(floor / "launch_floor", floor / "tick.cubin", "missing", 0)
     with pytest.raises(_graph_floor.FloorUnavailable, match=r"status 1: .*CUDA_ERROR_NOT_FOUND"):
         bad.run(1, 1, 1)
+
+
+BATCH_SOURCE = ROOT / "benchmarks" / "c" / "launch_batch.c"
+CALL_BATCH = """
+import ctypes, sys
+fn = ctypes.CDLL(sys.argv[1]).mircuda_launch_batch_us
+fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int]
+fn.restype = ctypes.c_double
+counter = ctypes.c_uint32(0)  # the stand-in's kernel adds 1 to the word its pointer argument names
+print(fn(0x1234, 0x5678, ctypes.addressof(counter), int(sys.argv[2])), counter.value)
+"""
+
+
+def test_the_batch_function_of_launch_paired_synchronizes_then_launches_calls_times(floor: Path,
+                                                                                      tmp_path: Path) -> None:
+    # benchmarks/launch_paired.py's C side, against the stand-in libcuda in a process of its own (a GPU host's
+    # real libcuda, loaded by this process, would take the calls otherwise)
+    import sys
+
+    from mircuda.matmul._build import _find_nvcc
+
+    lib = tmp_path / "liblaunch_batch.so"
+    subprocess.run([str(_find_nvcc()), "-O2", "-shared", "-Xcompiler", "-fPIC", "-o", str(lib), str(BATCH_SOURCE),
+                    f"-L{floor}", "-lcuda", "-Xlinker", "--disable-new-dtags", "-Xlinker", f"-rpath,{floor}"],
+                   check=True, capture_output=True)
+    log = tmp_path / "calls.log"
+    done = subprocess.run([sys.executable, "-c", CALL_BATCH, str(lib), "3"], capture_output=True, text=True,
+                          env={"STANDIN_CUDA_LOG": str(log)})
+    assert done.returncode == 0, done.stderr
+    us, count = done.stdout.split()
+    assert float(us) >= 0 and count == "3"  # µs per launch (not a negated CUresult); every launch got the argument
+    assert log.read_text().splitlines() == ["cuStreamSynchronize"] + ["cuLaunchKernel 1 32"] * 3
