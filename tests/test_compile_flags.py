@@ -183,3 +183,20 @@ def test_several_archs_make_one_fatbin(project) -> None:
         warnings.simplefilter("ignore", mc.CompileWarning)
         cubins = [mc.compile_program(source, arch).image for arch in ("sm_90", "sm_120")]
     assert all(cubin in image for cubin in cubins)  # each CUBIN is inside, byte for byte (uncompressed)
+
+
+def test_numpy_integers_are_taken_as_the_ints_they_hold() -> None:
+    # a register count or a define read from a numpy array: the same options, flags and cache key as the ints
+    import numpy as np
+
+    given = mc.CompileOptions(max_registers=np.int64(32), defines={"N": np.int32(7)}, diag_suppress=(np.int16(177),))
+    plain = mc.CompileOptions(max_registers=32, defines={"N": 7}, diag_suppress=(177,))
+    assert given == plain and given.key == plain.key and given.flags("sm_90") == plain.flags("sm_90")
+    assert type(given.max_registers) is int and given.diag_suppress == (177,)
+    for bad in (np.int64(8), np.float64(32.0), True):
+        with pytest.raises(mc.ContractError) as info:
+            mc.CompileOptions(max_registers=bad)
+        assert info.value.argument == "max_registers"
+    with pytest.raises(mc.ContractError) as info:
+        mc.CompileOptions(defines={"N": np.float32(1.5)})
+    assert info.value.argument == "defines['N']"

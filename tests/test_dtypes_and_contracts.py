@@ -36,6 +36,7 @@ def test_cuda_export_declares_parameters_in_order() -> None:
     ({"x": float}, "'x'"),
     ({"x": "float"}, "'x'"),
     ({"x": mc.DeviceBuffer}, "'x'"),
+    ({"x": mc.DeviceBuffer["f32"]}, r"argument 'x'.*DeviceBuffer\[mc.f32\]"),  # a name, as for scalars
     ({"stream": mc.f32}, "stream"),
     ({"_hidden": mc.f32}, "_hidden"),
 ])
@@ -47,5 +48,7 @@ def test_cuda_export_refuses_what_it_cannot_pack(params, match) -> None:
 def test_access_markers_take_only_buffers() -> None:
     with pytest.raises(mc.ContractError):
         mc.Out[mc.f32]
+    with pytest.raises(mc.ContractError, match=r"argument 'In\[\.\.\.\]'.*not its name: DeviceBuffer\[mc.bf16\]"):
+        mc.In[mc.DeviceBuffer["bf16"]]
     with pytest.raises(mc.ContractError, match="symbol"):
         mc.cuda_export("")

@@ -197,11 +197,18 @@ def test_a_block_of_bf16_subnormals_gets_an_fp32_subnormal_scale_and_codes_up_to
     assert np.abs(codes.astype(np.float32)).max() == 448 and codes.astype(np.float32)[0, 64] == 0
 
 
-@pytest.mark.parametrize("block", [np.array([1, 128]), [1, 128], (1, 128.5)])
+@pytest.mark.parametrize("block", [np.array([1, 128]), [1, 128], (1, 128.5), (1.0, 128), (True, 128),
+                                   (128, 128.0)])
 def test_a_block_must_be_one_of_the_two_tuples(block) -> None:
+    # (1.0, 128) and (True, 128) compare equal to (1, 128) in Python: refused by name, not a TypeError later
     with pytest.raises(mc.ContractError) as info:
         quantize_reference(np.zeros((1, 4)), block)
     assert info.value.argument == "block"
+
+
+def test_a_block_of_numpy_ints_is_taken_as_ints() -> None:
+    codes, scales = quantize_reference(np.ones((1, 4)), (np.int64(1), np.int32(128)))
+    assert scales.shape == (1, 1) and codes.shape == (1, 4)
 
 
 def test_non_finite_inputs_make_the_scale_non_finite() -> None:

@@ -183,11 +183,25 @@ def test_a_numpy_dtype_declares_a_struct_only_with_c_layout() -> None:
     ("S", [("n", "f32")], "S.n"),
     ("S", [("a", (mc.f32, 0))], "S.a"),
     ("S", [("n", object)], "S.n"),
+    # C++ keywords, which NVRTC would refuse only when the declaration is compiled
+    ("S", [("int", mc.u32)], "fields[0]"),
+    ("S", [("float", mc.f32)], "fields[0]"),
+    ("S", [("n", mc.u32), ("template", mc.u32)], "fields[1]"),
+    ("struct", [("n", mc.u32)], "name"),
+    ("unsigned", [("n", mc.u32)], "name"),
+    # names C++ reserves for the implementation
+    ("__S", [("n", mc.u32)], "name"),
+    ("S", [("_Count", mc.u32)], "fields[0]"),
 ])
 def test_bad_struct_declarations_are_refused(name, fields, argument) -> None:
     with pytest.raises(mc.ContractError) as info:
         mc.struct(name, fields)
     assert info.value.argument == argument
+
+
+def test_names_that_are_c_identifiers_but_python_or_cxx_neither_are_kept() -> None:
+    s = mc.struct("Box_2", [("_n", mc.u32), ("count_", mc.f32), ("integer", mc.u32)])
+    assert [f.name for f in s.fields] == ["_n", "count_", "integer"] and s.name == "Box_2"
 
 
 def test_a_struct_parameter_describes_itself_and_refuses_the_numba_abi() -> None:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from ..dtypes import is_integer_value
 from ..errors import ContractError
 
 __all__ = ["CompileOptions", "ALLOWED_EXTRA_FLAGS", "NO_NVRTC_CACHE_FLAG", "RELOCATABLE_FLAG"]
@@ -104,7 +105,9 @@ class CompileOptions:
             name, value = entry
             if not isinstance(name, str) or not _MACRO.fullmatch(name):
                 raise ContractError("defines", "macro names that are C identifiers", repr(name))
-            if (value is not None and not isinstance(value, (str, int))) or isinstance(value, bool):
+            if is_integer_value(value):
+                value = int(value)
+            elif value is not None and not isinstance(value, str):
                 raise ContractError(f"defines[{name!r}]", "a str, an int or None", repr(value))
             text = None if value is None else _define_text(name, value)
             norm.append((name, text))
@@ -115,18 +118,20 @@ class CompileOptions:
         for attr in ("fast_math", "line_info", "device_debug", "ptxas_verbose", "relocatable_device_code"):
             if type(getattr(self, attr)) is not bool:
                 raise ContractError(attr, "a bool", repr(getattr(self, attr)))
-        if self.max_registers is not None and (type(self.max_registers) is not int
-                                               or not 16 <= self.max_registers <= 255):
-            raise ContractError("max_registers", "None or an int in [16, 255]", repr(self.max_registers))
+        if self.max_registers is not None:
+            # a numpy integer is taken as the int it holds (the key and the flags print it as one)
+            if not is_integer_value(self.max_registers) or not 16 <= self.max_registers <= 255:
+                raise ContractError("max_registers", "None or an int in [16, 255]", repr(self.max_registers))
+            object.__setattr__(self, "max_registers", int(self.max_registers))
         if isinstance(self.diag_suppress, (str, bytes)) or not isinstance(self.diag_suppress, (tuple, list, set,
                                                                                                frozenset)):
             raise ContractError("diag_suppress", "a sequence of diagnostic numbers such as (177, 550)",
                                 repr(self.diag_suppress))
         for number in self.diag_suppress:
-            if type(number) is not int or not 0 < number < 100000:
+            if not is_integer_value(number) or not 0 < number < 100000:
                 raise ContractError("diag_suppress", "diagnostic numbers (positive ints, e.g. 177 for "
                                     "'warning #177-D')", repr(number))
-        object.__setattr__(self, "diag_suppress", tuple(sorted(set(self.diag_suppress))))
+        object.__setattr__(self, "diag_suppress", tuple(sorted({int(n) for n in self.diag_suppress})))
         if isinstance(self.extra_flags, str) or not isinstance(self.extra_flags, (tuple, list)):
             raise ContractError("extra_flags", "a tuple of flags", repr(self.extra_flags))
         for flag in self.extra_flags:

@@ -30,7 +30,10 @@ class _AccessMarker:
     def __class_getitem__(cls, item: Any) -> _BufferSpec:
         if isinstance(item, _BufferSpec):
             raise ContractError(f"{cls.__name__}[...]", "DeviceBuffer[T] (one access marker)", f"{item.access} marker inside")
-        spec = _buffer_spec(item, "inout")
+        try:
+            spec = _buffer_spec(item, "inout")
+        except _TypeName as given:
+            raise _name_refused(f"{cls.__name__}[...]", given) from None
         if spec is None:
             raise ContractError(f"{cls.__name__}[...]", "DeviceBuffer[T]", repr(item))
         return _BufferSpec(cls._access, spec.info)
@@ -66,6 +69,16 @@ else:
         _access = "inout"
 
 
+class _TypeName(Exception):
+    """A name where a buffer's element type belongs; the caller, which knows the parameter, says so."""
+
+
+def _name_refused(argument: str, given: _TypeName) -> ContractError:
+    return ContractError(argument, "DeviceBuffer[T] with an element type object such as mc.f32",
+                         f"DeviceBuffer[{str(given)!r}]",
+                         f"a parameter type is a type object, not its name: DeviceBuffer[mc.{given}]")
+
+
 def _buffer_spec(item: Any, access: Access) -> _BufferSpec | None:
     from ..memory import DeviceBuffer
 
@@ -73,6 +86,8 @@ def _buffer_spec(item: Any, access: Access) -> _BufferSpec | None:
         return item
     if typing.get_origin(item) is DeviceBuffer:
         (t,) = typing.get_args(item)
+        if isinstance(t, typing.ForwardRef):  # typing's form of a name in the subscript: DeviceBuffer["f32"]
+            raise _TypeName(t.__forward_arg__)
         return _BufferSpec(access, dtype_info(t))
     return None
 
@@ -219,7 +234,10 @@ def cuda_export(symbol: str, **params: Any) -> KernelContract:
     out: list[Param] = []
     for name, spec in params.items():
         check_parameter_name(name)
-        buf = _buffer_spec(spec, "inout")
+        try:
+            buf = _buffer_spec(spec, "inout")
+        except _TypeName as given:
+            raise _name_refused(name, given) from None
         if buf is not None:
             out.append(Param(name, "buffer", buf.info, buf.access))
             continue

@@ -171,6 +171,29 @@ def _flatten(t: FieldType, label: str, offset: int, out: list[tuple[str, int, Fi
         out.append((label, offset, t))
 
 
+
+CXX_KEYWORDS = frozenset({
+    "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch",
+    "char", "char8_t", "char16_t", "char32_t", "class", "compl", "concept", "const", "consteval", "constexpr",
+    "constinit", "const_cast", "continue", "co_await", "co_return", "co_yield", "decltype", "default", "delete",
+    "do", "double", "dynamic_cast", "else", "enum", "explicit", "export", "extern", "false", "float", "for",
+    "friend", "goto", "if", "inline", "int", "long", "mutable", "namespace", "new", "noexcept", "not", "not_eq",
+    "nullptr", "operator", "or", "or_eq", "private", "protected", "public", "register", "reinterpret_cast",
+    "requires", "restrict", "return", "short", "signed", "sizeof", "static", "static_assert", "static_cast",
+    "struct", "switch", "template", "this", "thread_local", "throw", "true", "try", "typedef", "typeid", "typename",
+    "union", "unsigned", "using", "virtual", "void", "volatile", "wchar_t", "while", "xor", "xor_eq"
+})
+"""C++20's keywords and alternative tokens (ISO/IEC 14882:2020, [lex.key]) and C's ``restrict``: NVRTC compiles
+the declarations :meth:`StructType.c_declaration` writes as C++, where a type or field named ``int`` fails."""
+
+
+def _c_identifier(name: object) -> bool:
+    """An ASCII identifier that names nothing else in C++ or Python: not a keyword of either (fields are also
+    Python attributes), and not a name C++ reserves for the implementation (``__x``, ``_X``)."""
+    return (isinstance(name, str) and name.isidentifier() and name.isascii() and not keyword.iskeyword(name)
+            and name not in CXX_KEYWORDS and not name.startswith("__")
+            and not (name.startswith("_") and name[1:2].isupper()))
+
 def struct(name: str, fields: Sequence[tuple[str, Any]] | np.dtype[Any], *, alignment: int | None = None) -> StructType:
     """Declare a by-value struct parameter type with C layout.
 
@@ -192,8 +215,9 @@ def struct(name: str, fields: Sequence[tuple[str, Any]] | np.dtype[Any], *, alig
         ContractError: a bad name, field or type; a numpy dtype whose layout is not C's (the first
             field at another offset is named).
     """
-    if not isinstance(name, str) or not name.isidentifier() or not name.isascii() or keyword.iskeyword(name):
-        raise ContractError("name", "a C identifier", repr(name))
+    if not _c_identifier(name):
+        raise ContractError("name", "a C identifier (not a C++ or Python keyword, not reserved: no leading '__' "
+                            "or '_' and a capital)", repr(name))
     given_dtype: np.dtype[Any] | None = None
     if isinstance(fields, np.dtype):
         if fields.names is None:
@@ -212,8 +236,9 @@ def struct(name: str, fields: Sequence[tuple[str, Any]] | np.dtype[Any], *, alig
         if not (isinstance(entry, tuple) and len(entry) == 2):
             raise ContractError(f"fields[{i}]", "a (name, type) pair", repr(entry)[:80])
         fname, spec = entry
-        if not isinstance(fname, str) or not fname.isidentifier() or not fname.isascii() or keyword.iskeyword(fname):
-            raise ContractError(f"fields[{i}]", "a field name that is a C identifier", repr(fname))
+        if not _c_identifier(fname):
+            raise ContractError(f"fields[{i}]", "a field name that is a C identifier (not a C++ or Python keyword, "
+                                "not reserved: no leading '__' or '_' and a capital)", repr(fname))
         if any(f.name == fname for f in out):
             raise ContractError(f"fields[{i}]", "each field name once", repr(fname))
         t = _field_type(spec, f"{name}.{fname}")

@@ -33,7 +33,7 @@ import ml_dtypes
 import numpy as np
 
 from ..compile import Compiler, CudaSource
-from ..dtypes import bf16, dtype_info, e4m3, f32, i32
+from ..dtypes import bf16, dtype_info, e4m3, f32, i32, is_integer_value
 from ..errors import ContractError, UnsupportedPlatform
 from ..graph._capture import _records as _captures
 from ..launch import In, LaunchConfig, Out, cuda_export
@@ -116,9 +116,11 @@ def _real_array(name: str, value: Any, expected: str) -> np.ndarray:
 
 
 def _check_block(block: Any) -> tuple[int, int]:
-    if not isinstance(block, tuple) or block not in (ACTIVATION_BLOCK, WEIGHT_BLOCK):
-        raise ContractError("block", "(1, 128) (activations) or (128, 128) (weights)", repr(block))
-    return block
+    # (1.0, 128) and (True, 128) compare equal to (1, 128): the elements must be integers first
+    if (not isinstance(block, tuple) or not all(is_integer_value(v) for v in block)
+            or block not in (ACTIVATION_BLOCK, WEIGHT_BLOCK)):
+        raise ContractError("block", "(1, 128) (activations) or (128, 128) (weights), two ints", repr(block))
+    return (int(block[0]), int(block[1]))
 
 
 def quantize_reference(x: np.ndarray, block: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
