@@ -21,7 +21,7 @@ from typing import Any
 from ..matmul._library import KernelInfo
 from ..matmul._tuned import TunedEntry, TunedTable
 
-__all__ = ["SPLIT_CHOICES", "MAX_SWAPPED_M", "candidates", "winners"]
+__all__ = ["SPLIT_CHOICES", "MAX_SWAPPED_M", "NONDETERMINISTIC", "candidates", "winners"]
 
 SPLIT_CHOICES = (1, 2, 3, 4, 6, 8, 12, 16)
 """K slices tried for each split-K kernel (with the split-K rule's own count), where they fit: at most
@@ -29,6 +29,11 @@ the K tiles, and at most twice as many work units (tiles x slices) as SMs."""
 
 MAX_SWAPPED_M = 512
 """The largest M at which the swapped (C^T = B A^T) split-K kernels are tried."""
+
+NONDETERMINISTIC = "_nd_"
+"""The mark of the stream-K entries with CUTLASS's ReductionMode::Nondeterministic (``..._streamk_nd_swz1_*``):
+their split tiles add partial sums in whatever order the CTAs finish, so two runs may differ in the last bits.
+They are timed (``kernel=`` takes them) but never become a table entry: a plan's default stays reproducible."""
 
 
 def candidates(kernels: Sequence[KernelInfo], m: int, n: int, k: int, input: str, output: str,
@@ -73,11 +78,12 @@ def candidates(kernels: Sequence[KernelInfo], m: int, n: int, k: int, input: str
 def winners(rows: Sequence[dict[str, Any]], device: str, compute_capability: tuple[int, int],
             multiprocessors: int, command: str) -> TunedTable:
     """The fastest candidate of each (types, N, K, M) among ``rows`` (dicts with input, output, n, k, m,
-    kernel, splits, us, cublas_us; failed candidates are left out by the caller)."""
+    kernel, splits, us, cublas_us; failed candidates are left out by the caller), leaving out the kernels
+    marked :data:`NONDETERMINISTIC`."""
     best: dict[tuple[str, str, int, int, int], dict[str, Any]] = {}
     for r in rows:
         key = (r["input"], r["output"], r["n"], r["k"], r["m"])
-        if not math.isfinite(r["us"]):
+        if not math.isfinite(r["us"]) or NONDETERMINISTIC in r["kernel"]:
             continue
         if key not in best or r["us"] < best[key]["us"]:
             best[key] = r
