@@ -65,7 +65,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=positive, default=200, help="timed pairs of batches (default 200)")
     p.add_argument("--json", default="benchmarks/results/launch_paired.json", help="results JSON ('' for none)")
     args = p.parse_args(argv)
+    if args.json and not Path(args.json).resolve().parent.is_dir():
+        p.error(f"--json: expected a file path in an existing directory, received {args.json!r}")
+    try:
+        return measure(args)
+    except mc.MircudaError as exc:  # no GPU, no driver, no nvcc...: one line, as the CLI's profiles say it
+        print(f"launch_paired: {exc}", file=sys.stderr)
+        return 1
 
+
+def measure(args: argparse.Namespace) -> int:
+    """Build the C side, alternate the batches and print (and write) the result."""
     driver = mc.Driver.initialize()
     context = driver.create_context(driver.devices()[0])
     stream, buf, module, kernel, config = empty_kernel(context)

@@ -113,6 +113,7 @@ class ContractError(MircudaError, TypeError):
         self.argument = argument
         self.expected = expected
         self.received = received
+        self.hint = hint
         message = f"argument {argument!r}: expected {expected}, received {received}"
         if hint:
             message += f". {hint}"

@@ -200,3 +200,16 @@ def test_numpy_integers_are_taken_as_the_ints_they_hold() -> None:
     with pytest.raises(mc.ContractError) as info:
         mc.CompileOptions(defines={"N": np.float32(1.5)})
     assert info.value.argument == "defines['N']"
+
+
+@pytest.mark.parametrize("field", [{"std": ["c++17", "c++20"]}, {"output": ["cubin", "ptx"]},
+                                   {"extra_flags": [["--ftz=true", "x"]]}])
+def test_an_array_where_a_string_belongs_is_refused_by_name(field) -> None:
+    # numpy's `in` on an array of several strings raises its own ValueError ("truth value ... ambiguous")
+    import numpy as np
+
+    (name, value), = field.items()
+    given = [np.array(v) for v in value] if name == "extra_flags" else np.array(value)
+    with pytest.raises(mc.ContractError) as info:
+        mc.CompileOptions(**{name: given})
+    assert info.value.argument == name

@@ -37,6 +37,8 @@ def test_cuda_export_declares_parameters_in_order() -> None:
     ({"x": "float"}, "'x'"),
     ({"x": mc.DeviceBuffer}, "'x'"),
     ({"x": mc.DeviceBuffer["f32"]}, r"argument 'x'.*DeviceBuffer\[mc.f32\]"),  # a name, as for scalars
+    ({"x": mc.DeviceBuffer[42]}, r"argument 'x': expected DeviceBuffer\[T\] with T one of"),
+    ({"y": mc.DeviceBuffer[np.complex64]}, r"argument 'y': expected DeviceBuffer\[T\] with T one of"),
     ({"stream": mc.f32}, "stream"),
     ({"_hidden": mc.f32}, "_hidden"),
 ])

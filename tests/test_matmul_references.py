@@ -278,3 +278,16 @@ def test_fp4_documented_scale_shapes() -> None:
     assert lin.shape == fp4.scale_shape(130, 80, "linear") == (130, 5)
     assert fp4.scale_shape(130, 80, "tiled") == (256, 8) and til.shape == (256 * 8,) == fp4.scales_to_tiled(lin).shape
     assert fp4.scale_bytes(130, 80, "tiled") == til.size
+
+
+def test_fp4_layout_given_as_an_array_is_refused_by_name() -> None:
+    with pytest.raises(ContractError) as info:
+        fp4.scale_shape(1, 16, np.array(["linear", "tiled"]))
+    assert info.value.argument == "layout"
+
+
+def test_fp4_a_bfloat16_global_value_is_a_real_number() -> None:
+    import ml_dtypes
+
+    x = np.ones((2, 16), np.float32)
+    assert fp4.quantize(x, ml_dtypes.bfloat16(1.0))[2] == fp4.quantize(x, 1.0)[2] == np.float32(1.0)

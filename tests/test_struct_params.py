@@ -192,11 +192,27 @@ def test_a_numpy_dtype_declares_a_struct_only_with_c_layout() -> None:
     # names C++ reserves for the implementation
     ("__S", [("n", mc.u32)], "name"),
     ("S", [("_Count", mc.u32)], "fields[0]"),
+    # sizes numpy's structured dtypes (C ints) and CUDA's parameter block (32764 bytes) cannot hold
+    ("S", [("a", (mc.f32, 2**40))], "S.a"),
+    ("S", [("a", (mc.f64, 5000))], "fields"),
 ])
 def test_bad_struct_declarations_are_refused(name, fields, argument) -> None:
     with pytest.raises(mc.ContractError) as info:
         mc.struct(name, fields)
     assert info.value.argument == argument
+
+
+@pytest.mark.parametrize("alignment", [2**40, 2**70, 8192, 3, 0, np.float64(16)])
+def test_an_alignment_is_a_power_of_two_up_to_4096(alignment) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        mc.struct("S", [("a", mc.f32)], alignment=alignment)
+    assert info.value.argument == "alignment"
+
+
+def test_numpy_integers_are_counts_and_alignments() -> None:
+    s = mc.struct("S", [("a", (mc.f32, np.int64(4)))], alignment=np.int32(32))
+    assert (s.size, s.alignment, s.fields[0].type.count) == (32, 32, 4)
+    assert type(s.fields[0].type.count) is int
 
 
 def test_names_that_are_c_identifiers_but_python_or_cxx_neither_are_kept() -> None:

@@ -93,7 +93,7 @@ class CompileOptions:
                      ptxas_verbose: bool = False, relocatable_device_code: bool = False) -> None: ...
 
     def __post_init__(self) -> None:
-        if self.std not in _STANDARDS:
+        if not isinstance(self.std, str) or self.std not in _STANDARDS:  # str first: an array's `in` is ambiguous
             raise ContractError("std", f"one of {', '.join(_STANDARDS)}", repr(self.std))
         if not isinstance(self.defines, (Mapping, tuple, list)):
             raise ContractError("defines", "a mapping of macro name to value", repr(self.defines))
@@ -135,11 +135,11 @@ class CompileOptions:
         if isinstance(self.extra_flags, str) or not isinstance(self.extra_flags, (tuple, list)):
             raise ContractError("extra_flags", "a tuple of flags", repr(self.extra_flags))
         for flag in self.extra_flags:
-            if flag not in ALLOWED_EXTRA_FLAGS:
+            if not isinstance(flag, str) or flag not in ALLOWED_EXTRA_FLAGS:
                 raise ContractError("extra_flags", f"flags from {', '.join(ALLOWED_EXTRA_FLAGS)}", repr(flag),
                                     "the target, include paths and output kind have their own settings")
         object.__setattr__(self, "extra_flags", tuple(self.extra_flags))
-        if self.output not in ("cubin", "ptx"):
+        if not isinstance(self.output, str) or self.output not in ("cubin", "ptx"):
             raise ContractError("output", "'cubin' or 'ptx'", repr(self.output))
         if self.ptxas_verbose and self.output != "cubin":
             raise ContractError("ptxas_verbose", "False with PTX output (ptxas runs only for a CUBIN)", "True")

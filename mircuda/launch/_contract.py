@@ -34,6 +34,8 @@ class _AccessMarker:
             spec = _buffer_spec(item, "inout")
         except _TypeName as given:
             raise _name_refused(f"{cls.__name__}[...]", given) from None
+        except _BadElement as bad:
+            raise _element_refused(f"{cls.__name__}[...]", bad) from None
         if spec is None:
             raise ContractError(f"{cls.__name__}[...]", "DeviceBuffer[T]", repr(item))
         return _BufferSpec(cls._access, spec.info)
@@ -73,6 +75,15 @@ class _TypeName(Exception):
     """A name where a buffer's element type belongs; the caller, which knows the parameter, says so."""
 
 
+class _BadElement(Exception):
+    """A buffer element type dtype_info refused; the caller re-raises it naming the parameter."""
+
+
+def _element_refused(argument: str, bad: _BadElement) -> ContractError:
+    exc: ContractError = bad.args[0]
+    return ContractError(argument, f"DeviceBuffer[T] with T {exc.expected}", exc.received, exc.hint)
+
+
 def _name_refused(argument: str, given: _TypeName) -> ContractError:
     return ContractError(argument, "DeviceBuffer[T] with an element type object such as mc.f32",
                          f"DeviceBuffer[{str(given)!r}]",
@@ -88,7 +99,10 @@ def _buffer_spec(item: Any, access: Access) -> _BufferSpec | None:
         (t,) = typing.get_args(item)
         if isinstance(t, typing.ForwardRef):  # typing's form of a name in the subscript: DeviceBuffer["f32"]
             raise _TypeName(t.__forward_arg__)
-        return _BufferSpec(access, dtype_info(t))
+        try:
+            return _BufferSpec(access, dtype_info(t))
+        except ContractError as exc:  # dtype_info names 'dtype': the caller names the parameter
+            raise _BadElement(exc) from None
     return None
 
 
@@ -238,6 +252,8 @@ def cuda_export(symbol: str, **params: Any) -> KernelContract:
             buf = _buffer_spec(spec, "inout")
         except _TypeName as given:
             raise _name_refused(name, given) from None
+        except _BadElement as bad:
+            raise _element_refused(name, bad) from None
         if buf is not None:
             out.append(Param(name, "buffer", buf.info, buf.access))
             continue

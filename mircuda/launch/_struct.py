@@ -29,7 +29,7 @@ from typing import Any, Union
 import ml_dtypes
 import numpy as np
 
-from ..dtypes import DTypeInfo, dtype_info
+from ..dtypes import DTypeInfo, dtype_info, is_integer_value
 from ..errors import ContractError
 
 __all__ = ["StructField", "StructType", "VECTOR_TYPES", "struct", "vector_type"]
@@ -136,10 +136,11 @@ def _field_type(spec: Any, where: str) -> FieldType:
     if typing.get_origin(spec) is DeviceBuffer:
         (t,) = typing.get_args(spec)
         return PointerType(dtype_info(t))
-    if isinstance(spec, tuple) and len(spec) == 2 and type(spec[1]) is int:
-        if spec[1] < 1:
-            raise ContractError(where, "an array length >= 1", repr(spec[1]))
-        return ArrayType(_field_type(spec[0], where), spec[1])
+    if isinstance(spec, tuple) and len(spec) == 2 and is_integer_value(spec[1]):
+        if not 1 <= spec[1] <= PARAM_BYTES:
+            raise ContractError(where, f"an array length from 1 to {PARAM_BYTES} (the parameter block's bytes)",
+                                repr(spec[1]))
+        return ArrayType(_field_type(spec[0], where), int(spec[1]))
     if any(spec is t for t in (int, float, complex, bool)) or isinstance(spec, str):
         raise ContractError(where, "an explicit type such as mc.f32 or mc.u32", repr(spec))
     try:
@@ -171,6 +172,12 @@ def _flatten(t: FieldType, label: str, offset: int, out: list[tuple[str, int, Fi
         out.append((label, offset, t))
 
 
+
+PARAM_BYTES = 32764
+"""The most bytes of kernel parameters a launch takes (CUDA 12.1 and later on Volta and newer, CUDA C++
+Programming Guide, "Function Parameters"): a by-value struct is at most this large."""
+MAX_ALIGNMENT = 4096
+"""The largest ``alignment`` :func:`struct` takes (numpy's structured dtypes hold offsets as C ints)."""
 
 CXX_KEYWORDS = frozenset({
     "alignas", "alignof", "and", "and_eq", "asm", "auto", "bitand", "bitor", "bool", "break", "case", "catch",
@@ -248,10 +255,13 @@ def struct(name: str, fields: Sequence[tuple[str, Any]] | np.dtype[Any], *, alig
         offset += _size(t)
         align = max(align, a)
     if alignment is not None:
-        if type(alignment) is not int or alignment < 1 or alignment & (alignment - 1):
-            raise ContractError("alignment", "a power of two", repr(alignment))
-        align = max(align, alignment)
+        if not is_integer_value(alignment) or not 1 <= alignment <= MAX_ALIGNMENT or alignment & (alignment - 1):
+            raise ContractError("alignment", f"a power of two from 1 to {MAX_ALIGNMENT}", repr(alignment))
+        align = max(align, int(alignment))
     size = (offset + align - 1) // align * align
+    if size > PARAM_BYTES:
+        raise ContractError("fields", f"a struct of at most {PARAM_BYTES} bytes (CUDA's kernel parameter limit)",
+                            f"{size} bytes")
     dtype = np.dtype({"names": [f.name for f in out], "formats": [_leaf_dtype(f.type) for f in out],
                       "offsets": [f.offset for f in out], "itemsize": size})
     if given_dtype is not None:

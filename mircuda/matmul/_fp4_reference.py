@@ -160,7 +160,7 @@ def _check_k(k: Any) -> int:
 
 
 def _check_layout(layout: Any) -> str:
-    if layout not in ("linear", "tiled") or not isinstance(layout, str):
+    if not isinstance(layout, str) or layout not in ("linear", "tiled"):  # str first: an array's `in` is ambiguous
         raise ContractError("layout", "'linear' or 'tiled'", repr(layout))
     return str(layout)
 
@@ -274,7 +274,10 @@ def _global_of(xf: np.ndarray) -> np.float32:
 def _check_global(value: Any) -> np.float32:
     expected = (f"a finite positive real (FP32) from {GLOBAL_MIN:.9g} (2**-126, the smallest normal FP32) to "
                 f"{GLOBAL_MAX:.9g} (6 * global must be finite in FP32), or None")
-    if (isinstance(value, (bool, np.bool_, np.timedelta64)) or not isinstance(value, (int, float, np.number))
+    # ml_dtypes' scalars (bfloat16(1)) are np.generic but not np.number
+    real = isinstance(value, (int, float, np.number)) or (isinstance(value, np.generic)
+                                                          and value.dtype == np.dtype(ml_dtypes.bfloat16))
+    if (isinstance(value, (bool, np.bool_, np.timedelta64)) or not real
             or isinstance(value, complex | np.complexfloating)):
         raise ContractError("global_value", expected, repr(value))
     try:

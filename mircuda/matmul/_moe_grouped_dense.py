@@ -132,7 +132,7 @@ class DecodeGroupedFp4:
             positive_size(name, value)
         if type(sets) is not int or sets not in (1, 2):
             raise ContractError("sets", "1 or 2 operand sets", repr(sets))
-        if scale_layout not in ("tiled", "linear"):
+        if not isinstance(scale_layout, str) or scale_layout not in ("tiled", "linear"):
             raise ContractError("scale_layout", "'tiled' or 'linear'", repr(scale_layout))
         table = library.grouped_dense_kernels
         if not table:
