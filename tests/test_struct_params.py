@@ -192,6 +192,12 @@ def test_a_numpy_dtype_declares_a_struct_only_with_c_layout() -> None:
     # names C++ reserves for the implementation
     ("__S", [("n", mc.u32)], "name"),
     ("S", [("_Count", mc.u32)], "fields[0]"),
+    # names every CUDA translation unit already defines
+    ("float4", [("x", mc.f32)], "name"),
+    ("dim3", [("x", mc.u32)], "name"),
+    ("S", [("NULL", mc.u32)], "fields[0]"),
+    ("S", [("threadIdx", mc.u32)], "fields[0]"),
+    ("uint2", [("x", mc.u32)], "name"),
     # sizes numpy's structured dtypes (C ints) and CUDA's parameter block (32764 bytes) cannot hold
     ("S", [("a", (mc.f32, 2**40))], "S.a"),
     ("S", [("a", (mc.f64, 5000))], "fields"),
@@ -216,8 +222,9 @@ def test_numpy_integers_are_counts_and_alignments() -> None:
 
 
 def test_names_that_are_c_identifiers_but_python_or_cxx_neither_are_kept() -> None:
-    s = mc.struct("Box_2", [("_n", mc.u32), ("count_", mc.f32), ("integer", mc.u32)])
-    assert [f.name for f in s.fields] == ["_n", "count_", "integer"] and s.name == "Box_2"
+    s = mc.struct("Box_2", [("_n", mc.u32), ("count_", mc.f32), ("integer", mc.u32), ("float5", mc.f32)])
+    assert [f.name for f in s.fields] == ["_n", "count_", "integer", "float5"] and s.name == "Box_2"
+    assert mc.float4.name == "float4"  # CUDA's own types keep their names
 
 
 def test_a_struct_parameter_describes_itself_and_refuses_the_numba_abi() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import keyword
+import re
 import struct as _struct
 import typing
 from collections.abc import Callable, Sequence
@@ -194,12 +195,30 @@ CXX_KEYWORDS = frozenset({
 the declarations :meth:`StructType.c_declaration` writes as C++, where a type or field named ``int`` fails."""
 
 
-def _c_identifier(name: object) -> bool:
-    """An ASCII identifier that names nothing else in C++ or Python: not a keyword of either (fields are also
-    Python attributes), and not a name C++ reserves for the implementation (``__x``, ``_X``)."""
-    return (isinstance(name, str) and name.isidentifier() and name.isascii() and not keyword.iskeyword(name)
-            and name not in CXX_KEYWORDS and not name.startswith("__")
-            and not (name.startswith("_") and name[1:2].isupper()))
+CUDA_NAMES = frozenset({
+    "dim3", "size_t", "ptrdiff_t", "intptr_t", "uintptr_t", "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t",
+    "uint16_t", "uint32_t", "uint64_t", "half", "half2", "nv_bfloat16", "nv_bfloat162", "threadIdx", "blockIdx",
+    "blockDim", "gridDim", "warpSize", "NULL", "INFINITY", "NAN", "CUDART_INF_F", "CUDART_NAN_F",
+})
+"""Names a CUDA C++ translation unit already defines (NVRTC's built-in types and variables, ``<cstdint>``'s and
+``<cuda_fp16.h>``/``<cuda_bf16.h>``'s types, and the common macros): a struct or field of that name is a
+redefinition or expands into something else. The vector types (``float4``, ``uchar2``...) are matched by
+:data:`_VECTOR_TYPE`."""
+_IDENTIFIER = ("a C identifier that is no C++ or Python keyword, no reserved name (leading '__', or '_' and a "
+               "capital) and no name CUDA already defines (float4, dim3, size_t, NULL...)")
+_VECTOR_TYPE = re.compile(r"(u?char|u?short|u?int|u?long|u?longlong|float|double)[1-4]")
+
+
+def _c_identifier(name: object, builtin: bool = False) -> bool:
+    """An ASCII identifier that names nothing else in C++, CUDA or Python: not a keyword of either language (fields
+    are also Python attributes), not a name C++ reserves for the implementation (``__x``, ``_X``), and not a type,
+    variable or macro every CUDA translation unit has (:data:`CUDA_NAMES`, the vector types). ``builtin``: the
+    name of one of those types themselves (:func:`vector_type`), held to the first two rules only."""
+    if not (isinstance(name, str) and name.isidentifier() and name.isascii() and not keyword.iskeyword(name)
+            and name not in CXX_KEYWORDS):
+        return False
+    return builtin or (name not in CUDA_NAMES and not _VECTOR_TYPE.fullmatch(name) and not name.startswith("__")
+                       and not (name.startswith("_") and name[1:2].isupper()))
 
 def struct(name: str, fields: Sequence[tuple[str, Any]] | np.dtype[Any], *, alignment: int | None = None) -> StructType:
     """Declare a by-value struct parameter type with C layout.
@@ -222,9 +241,14 @@ def struct(name: str, fields: Sequence[tuple[str, Any]] | np.dtype[Any], *, alig
         ContractError: a bad name, field or type; a numpy dtype whose layout is not C's (the first
             field at another offset is named).
     """
-    if not _c_identifier(name):
-        raise ContractError("name", "a C identifier (not a C++ or Python keyword, not reserved: no leading '__' "
-                            "or '_' and a capital)", repr(name))
+    return _declare(name, fields, alignment, builtin=False)
+
+
+def _declare(name: str, fields: Sequence[tuple[str, Any]] | np.dtype[Any], alignment: int | None,
+             builtin: bool) -> StructType:
+    """:func:`struct`'s work; ``builtin`` for CUDA's own vector types, whose names a user's struct may not take."""
+    if not _c_identifier(name, builtin):
+        raise ContractError("name", _IDENTIFIER, repr(name))
     given_dtype: np.dtype[Any] | None = None
     if isinstance(fields, np.dtype):
         if fields.names is None:
@@ -244,8 +268,7 @@ def struct(name: str, fields: Sequence[tuple[str, Any]] | np.dtype[Any], *, alig
             raise ContractError(f"fields[{i}]", "a (name, type) pair", repr(entry)[:80])
         fname, spec = entry
         if not _c_identifier(fname):
-            raise ContractError(f"fields[{i}]", "a field name that is a C identifier (not a C++ or Python keyword, "
-                                "not reserved: no leading '__' or '_' and a capital)", repr(fname))
+            raise ContractError(f"fields[{i}]", f"a field name that is {_IDENTIFIER}", repr(fname))
         if any(f.name == fname for f in out):
             raise ContractError(f"fields[{i}]", "each field name once", repr(fname))
         t = _field_type(spec, f"{name}.{fname}")
@@ -281,7 +304,7 @@ def struct(name: str, fields: Sequence[tuple[str, Any]] | np.dtype[Any], *, alig
 
 def vector_type(c_name: str, element: Any, count: int, alignment: int) -> StructType:
     """A CUDA vector type: ``count`` fields ``x, y, z, w`` of ``element`` with ``__align__(alignment)``."""
-    return struct(c_name, [(n, element) for n in "xyzw"[:count]], alignment=alignment)
+    return _declare(c_name, [(n, element) for n in "xyzw"[:count]], alignment, builtin=True)
 
 
 # CUDA's vector_types.h (and cuda_fp16.h / cuda_bf16.h for __half2 / __nv_bfloat162): name, element,
@@ -299,7 +322,7 @@ variants of two different alignments."""
 
 
 def _half_pair(name: str, c_name: str, element: Any) -> StructType:
-    t = struct(name, [("x", element), ("y", element)], alignment=4)
+    t = _declare(name, [("x", element), ("y", element)], 4, builtin=True)
     return StructType(c_name, t.fields, t.size, t.alignment, t.dtype, t._leaves)
 
 
