@@ -30,12 +30,7 @@ class _AccessMarker:
     def __class_getitem__(cls, item: Any) -> _BufferSpec:
         if isinstance(item, _BufferSpec):
             raise ContractError(f"{cls.__name__}[...]", "DeviceBuffer[T] (one access marker)", f"{item.access} marker inside")
-        try:
-            spec = _buffer_spec(item, "inout")
-        except _TypeName as given:
-            raise _name_refused(f"{cls.__name__}[...]", given) from None
-        except _BadElement as bad:
-            raise _element_refused(f"{cls.__name__}[...]", bad) from None
+        spec = _buffer_spec(item, "inout", f"{cls.__name__}[...]")
         if spec is None:
             raise ContractError(f"{cls.__name__}[...]", "DeviceBuffer[T]", repr(item))
         return _BufferSpec(cls._access, spec.info)
@@ -71,26 +66,9 @@ else:
         _access = "inout"
 
 
-class _TypeName(Exception):
-    """A name where a buffer's element type belongs; the caller, which knows the parameter, says so."""
-
-
-class _BadElement(Exception):
-    """A buffer element type dtype_info refused; the caller re-raises it naming the parameter."""
-
-
-def _element_refused(argument: str, bad: _BadElement) -> ContractError:
-    exc: ContractError = bad.args[0]
-    return ContractError(argument, f"DeviceBuffer[T] with T {exc.expected}", exc.received, exc.hint)
-
-
-def _name_refused(argument: str, given: _TypeName) -> ContractError:
-    return ContractError(argument, "DeviceBuffer[T] with an element type object such as mc.f32",
-                         f"DeviceBuffer[{str(given)!r}]",
-                         f"a parameter type is a type object, not its name: DeviceBuffer[mc.{given}]")
-
-
-def _buffer_spec(item: Any, access: Access) -> _BufferSpec | None:
+def _buffer_spec(item: Any, access: Access, argument: str) -> _BufferSpec | None:
+    """``item`` as a buffer parameter, or None when it is no buffer type; a bad element type is a ContractError
+    naming ``argument`` (the parameter, or the access marker)."""
     from ..memory import DeviceBuffer
 
     if isinstance(item, _BufferSpec):
@@ -98,11 +76,14 @@ def _buffer_spec(item: Any, access: Access) -> _BufferSpec | None:
     if typing.get_origin(item) is DeviceBuffer:
         (t,) = typing.get_args(item)
         if isinstance(t, typing.ForwardRef):  # typing's form of a name in the subscript: DeviceBuffer["f32"]
-            raise _TypeName(t.__forward_arg__)
+            name = t.__forward_arg__
+            raise ContractError(argument, "DeviceBuffer[T] with an element type object such as mc.f32",
+                                f"DeviceBuffer[{name!r}]",
+                                f"a parameter type is a type object, not its name: DeviceBuffer[mc.{name}]")
         try:
             return _BufferSpec(access, dtype_info(t))
-        except ContractError as exc:  # dtype_info names 'dtype': the caller names the parameter
-            raise _BadElement(exc) from None
+        except ContractError as exc:  # dtype_info names 'dtype': name the parameter instead
+            raise ContractError(argument, f"DeviceBuffer[T] with T {exc.expected}", exc.received, exc.hint) from None
     return None
 
 
@@ -248,12 +229,7 @@ def cuda_export(symbol: str, **params: Any) -> KernelContract:
     out: list[Param] = []
     for name, spec in params.items():
         check_parameter_name(name)
-        try:
-            buf = _buffer_spec(spec, "inout")
-        except _TypeName as given:
-            raise _name_refused(name, given) from None
-        except _BadElement as bad:
-            raise _element_refused(name, bad) from None
+        buf = _buffer_spec(spec, "inout", name)
         if buf is not None:
             out.append(Param(name, "buffer", buf.info, buf.access))
             continue

@@ -173,7 +173,6 @@ def _flatten(t: FieldType, label: str, offset: int, out: list[tuple[str, int, Fi
         out.append((label, offset, t))
 
 
-
 PARAM_BYTES = 32764
 """The most bytes of kernel parameters a launch takes (CUDA 12.1 and later on Volta and newer, CUDA C++
 Programming Guide, "Function Parameters"): a by-value struct is at most this large."""
