@@ -137,14 +137,15 @@ def test_the_fp8_family_configures_alone_for_its_archs(tmp_path, archs, tus) -> 
 
 
 def test_the_experimental_fp8_families_are_built_only_when_named(tmp_path) -> None:
-    # FP8_EXP: the cooperative kernel's variants, one TU each for 90a; no default build and not the FP8 group holds them
+    # FP8_EXP: the cooperative kernel's variants and swapped forms, one TU each for 90a; no default build and not the
+    # FP8 group holds them
     needs_build_tools()
     assert not set(_build.FAMILY_GROUPS["FP8_EXP"]) & set(_build.FAMILY_GROUPS["FP8"])
     out = configure(tmp_path, ("90a",), ("FP8", "FP8_EXP"))
     assert out.returncode == 0, out.stdout + out.stderr
     gen = tmp_path / "build" / "gen"
     want = {f"{f.lower()}_e4m3_bf16.cu" for f in _build.FAMILY_GROUPS["FP8_EXP"]}
-    assert len(want) == 6 and {p.name for p in gen.glob("*.cu")} == want | {"sm90_fp8_coop_e4m3_bf16.cu",
+    assert len(want) == 9 and {p.name for p in gen.glob("*.cu")} == want | {"sm90_fp8_coop_e4m3_bf16.cu",
                                                                             "sm90_fp8_pingpong_e4m3_bf16.cu"}
     ninja = (tmp_path / "build" / "build.ninja").read_text()
     for name in want:

@@ -545,7 +545,8 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
     ``libmircuda_cutlass.so``: on SM90 (sm_90a) TMA + WGMMA warp-specialized kernels (CUTLASS example
     67), the 64x128x128 ping-pong kernel where its output tiles fit in one wave of the SMs and the 128x128x128
     cooperative kernel (1x2 cluster) otherwise (:func:`~mircuda.matmul._select.sm90_fp8_family`, measured on the
-    H200), N a multiple of 8; on SM12x
+    H200), N a multiple of 8; the cooperative kernel's execution is two kernels, a copy of ``sa`` M-major into
+    the plan's workspace (which its TMA reads) and the GEMM; on SM12x
     (sm_120f) the 128x128x128 kernel (example 87), N and K multiples of 128. Shapes those kernels
     cannot take, and other devices, raise :class:`BlockwiseFp8Unavailable` naming why.
 

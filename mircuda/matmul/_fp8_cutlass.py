@@ -1,9 +1,12 @@
 """BlockwiseFp8Plan's CUTLASS engine (M > 16, or forced): one library plan of a blockwise-scaled FP8
 kernel (``CutlassLibrary.scaled_kernels``) with its workspace, and its ``@numba.njit`` executor.
 
-The kernels read the operands exactly as the quantizers of :mod:`mircuda.matmul._quantize` write them
+The kernels take the operands exactly as the quantizers of :mod:`mircuda.matmul._quantize` write them
 (scales K-major: ``sa`` ``[M, ceil(K/128)]``, ``sb`` ``[ceil(N/128), ceil(K/128)]``, row-major; the
-C ABI: ``cutlass_build/include/mircuda_cutlass.h``)."""
+C ABI: ``cutlass_build/include/mircuda_cutlass.h``). The SM90 cooperative kernel's library plan first copies
+``sa`` M-major into its workspace with a second, small kernel on the same stream, which its TMA then reads
+(``cutlass_build/src/blockwise.cuh``); so one ``execute`` may enqueue two kernels, and a graph captured from it
+holds both."""
 
 from __future__ import annotations
 

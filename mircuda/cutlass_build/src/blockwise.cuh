@@ -9,9 +9,11 @@
 // ((granularity, blocks), (granularity_k, k_blocks), L) with stride 0 inside a block
 // (cutlass/detail/blockwise_scale_layout.hpp, Sm1xxBlockwiseScaleConfig); the majorness picks which of
 // the two block counts has stride 1. mircuda takes both K-major: SFA [M, ceil(K/128)] row-major and
-// SFB [ceil(N/128), ceil(K/128)] row-major, the layout a per-token quantizer writes. On SM90 a K-major
-// SFA is read with cp.async (CUTLASS loads SFA by TMA only when it is M-major, which would need M a
-// multiple of 4 or a padded copy); the scales are 1/128 of A's bytes.
+// SFB [ceil(N/128), ceil(K/128)] row-major, the layout a per-token quantizer writes. CUTLASS's SM90
+// mainloop reads a K-major SFA with 128 scattered 4-byte cp.async per k-tile, an M-major one with one TMA
+// copy (M a multiple of 4); so the SM90 cooperative kernel (Sm90ScalesMnA) has its runner copy SFA M-major,
+// padded to 4 rows, into its workspace with a small kernel before each GEMM (sfa_to_m_major): the scales
+// are 1/128 of A's bytes, and the copy measured faster in total (blockwise_instance.cuh gives the figures).
 #pragma once
 
 #include <type_traits>
@@ -39,22 +41,45 @@ constexpr int kScaleM = 1, kScaleN = 128, kScaleK = 128;
 // K-major scales on both sides (see the top of this file).
 using Sm90Scales = cutlass::detail::Sm90BlockwiseScaleConfig<kScaleM, kScaleN, kScaleK, cute::GMMA::Major::K,
                                                              cute::GMMA::Major::K>;
+// SFA M-major ([ceil(K/128), M] row-major: the layout torch's blockwise _scaled_mm takes): the SM90 mainloop then
+// loads SFA's 128 scales of a k-tile with one TMA copy instead of 128 scattered 4-byte cp.async (M a multiple of 4,
+// TMA's 16-byte stride).
+using Sm90ScalesMnA = cutlass::detail::Sm90BlockwiseScaleConfig<kScaleM, kScaleN, kScaleK, cute::GMMA::Major::MN,
+                                                                cute::GMMA::Major::K>;
+// Copies SFA from mircuda's K-major layout ([M, kb] row-major) to the M-major one ([kb, ld] row-major, ld = M
+// rounded up to 4) in a runner's workspace, the pad rows zero: one thread per scale, consecutive threads along M,
+// so the writes coalesce (the reads stride by kb floats; the tensor is 1/128 of A's bytes).
+static __global__ void sfa_to_m_major(const float* __restrict__ sfa, float* __restrict__ out, int m, int kb, int ld) {
+  const int row = blockIdx.x * blockDim.x + threadIdx.x;
+  const int block = blockIdx.y;
+  if (row < ld) out[static_cast<size_t>(block) * ld + row] = row < m ? sfa[static_cast<size_t>(row) * kb + block] : 0.f;
+}
+
+// The swapped problem D^T = B . A^T (Config's Swapped): the weights are CUTLASS's A with 128 x 128 scale blocks,
+// the activations its B with one scale per column and 128-K block; both still K-major, the same tensors.
+using Sm90ScalesSwapped = cutlass::detail::Sm90BlockwiseScaleConfig<kScaleN, kScaleM, kScaleK, cute::GMMA::Major::K,
+                                                                    cute::GMMA::Major::K>;
 using Sm120Scales = cutlass::detail::Sm120BlockwiseScaleConfig<kScaleM, kScaleN, kScaleK, cute::UMMA::Major::K,
                                                                cute::UMMA::Major::K>;
 
-// EpilogueTile and Source are varied only by the experimental families (blockwise_instance.cuh): the
-// epilogue's subtile (CUTLASS's auto choice by default) and C's element type (void: no source operand,
-// beta must be 0; CUTLASS then delays the TMA store and reserves no smem for C).
+// EpilogueTile, Source and Swapped are varied only by the experimental families (blockwise_instance.cuh): the
+// epilogue's subtile (CUTLASS's auto choice by default), C's element type (void: no source operand, beta must
+// be 0; CUTLASS then delays the TMA store and reserves no smem for C), and whether the kernel solves the
+// swapped problem D^T[N, M] = B . A^T (weights on CUTLASS's M side, D^T column-major: the same bytes as D
+// row-major), which frees the token tile from the weights' 128-row scale blocks (Scales must then be
+// Sm90ScalesSwapped).
 template <class Arch, class Scales, class TileShape, class ClusterShape, class MainloopSchedule,
           class EpilogueSchedule, class Scheduler,
-          class EpilogueTile = cutlass::epilogue::collective::EpilogueTileAuto, class Source = cutlass::bfloat16_t>
+          class EpilogueTile = cutlass::epilogue::collective::EpilogueTileAuto, class Source = cutlass::bfloat16_t,
+          bool Swapped = false>
 struct Config {
   using In = cutlass::float_e4m3_t;
   using Out = cutlass::bfloat16_t;
   using ElementC = Source;
   using LayoutA = cutlass::layout::RowMajor;     // K contiguous
   using LayoutB = cutlass::layout::ColumnMajor;  // K contiguous ([N,K] row-major)
-  using LayoutC = cutlass::layout::RowMajor;
+  using LayoutC = std::conditional_t<Swapped, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  static constexpr bool kSwapped = Swapped;
   using LayoutSFA = decltype(Scales::deduce_layoutSFA());
   using LayoutSFB = decltype(Scales::deduce_layoutSFB());
   using ScaleConfig = Scales;
@@ -73,6 +98,8 @@ struct Config {
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  // SFA M-major: the runner keeps an M-major copy of the caller's K-major SFA in its workspace.
+  static constexpr bool kSfaMn = std::is_same_v<Scales, Sm90ScalesMnA>;
   static constexpr bool kSwizzle = std::is_same_v<MainloopSchedule, cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise>;
   static constexpr bool kHasSource = !std::is_void_v<ElementC>;
 };
@@ -104,7 +131,7 @@ class Runner final : public mircuda::Runner {
                                                                                      : MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
   }
 
-  size_t workspace_bytes() const override { return Gemm::get_workspace_size(placeholder_arguments()); }
+  size_t workspace_bytes() const override { return scale_offset() + scale_bytes(); }
 
   int set_workspace(void* workspace, size_t) override {
     workspace_ = workspace;
@@ -114,6 +141,18 @@ class Runner final : public mircuda::Runner {
   int execute_scaled(cudaStream_t stream, const void* a, const void* b, const void* sfa, const void* sfb,
                      const void* c, void* d, float alpha, float beta) override {
     if (!Cfg::kHasSource && beta != 0.f) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;  // no C operand to add
+    if constexpr (Cfg::kSfaMn) {
+      // The caller's K-major SFA, copied M-major into the workspace first (same stream: the GEMM reads it after).
+      float* copy = reinterpret_cast<float*>(static_cast<char*>(workspace_) + scale_offset());
+      const dim3 grid((scale_ld() + 255) / 256, scale_blocks());
+      sfa_to_m_major<<<grid, 256, 0, stream>>>(static_cast<const float*>(sfa), copy, m_, scale_blocks(), scale_ld());
+      cudaError_t error = cudaGetLastError();
+      if (error != cudaSuccess) {
+        set_cuda_error(error);
+        return MIRCUDA_CUTLASS_CUDA_ERROR;
+      }
+      sfa = copy;
+    }
     auto args = arguments(a, b, sfa, sfb, c, d, alpha, beta);
     // initialize() builds the TMA descriptors for these pointers into the kernel parameters (host
     // side); nothing is allocated or synchronized.
@@ -127,6 +166,19 @@ class Runner final : public mircuda::Runner {
  private:
   static inline const void* const kPlaceholder = reinterpret_cast<const void*>(uintptr_t{1} << 20);
 
+  int scale_blocks() const { return (k_ + kScaleK - 1) / kScaleK; }
+  // The M-major copy's rows: M rounded up to 4 floats (TMA's 16-byte global strides; CUTLASS's can_implement
+  // asks for the scale tensor's extent as well), so any M is taken: the kernel reads scales of the zero pad rows
+  // only for tile rows past M, whose A rows TMA reads as zeros and whose outputs are never stored.
+  int scale_ld() const { return (m_ + 3) / 4 * 4; }
+  size_t scale_offset() const {
+    const size_t gemm = Gemm::get_workspace_size(placeholder_arguments());
+    return Cfg::kSfaMn ? (gemm + 255) / 256 * 256 : gemm;
+  }
+  size_t scale_bytes() const {
+    return Cfg::kSfaMn ? static_cast<size_t>(scale_blocks()) * static_cast<size_t>(scale_ld()) * sizeof(float) : 0;
+  }
+
   typename Gemm::Arguments placeholder_arguments() const {
     return arguments(kPlaceholder, kPlaceholder, kPlaceholder, kPlaceholder, kPlaceholder,
                      const_cast<void*>(kPlaceholder), 1.f, 0.f);
@@ -138,18 +190,28 @@ class Runner final : public mircuda::Runner {
     using ElementB = typename Kernel::ElementB;
     using ElementC = typename Kernel::ElementC;
     using ElementD = typename Kernel::ElementD;
-    auto stride_a = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, cute::make_shape(m_, k_, 1));
-    auto stride_b = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, cute::make_shape(n_, k_, 1));
-    auto stride_c = cutlass::make_cute_packed_stride(typename Kernel::StrideC{}, cute::make_shape(m_, n_, 1));
-    auto stride_d = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, cute::make_shape(m_, n_, 1));
-    auto problem = cute::make_shape(m_, n_, k_, 1);
+    // The swapped kernel's problem is (N, M, K) with the operands and their scales exchanged.
+    const int pm = Cfg::kSwapped ? n_ : m_;
+    const int pn = Cfg::kSwapped ? m_ : n_;
+    const void* pa = Cfg::kSwapped ? b : a;
+    const void* pb = Cfg::kSwapped ? a : b;
+    const void* psfa = Cfg::kSwapped ? sfb : sfa;
+    const void* psfb = Cfg::kSwapped ? sfa : sfb;
+    auto stride_a = cutlass::make_cute_packed_stride(typename Kernel::StrideA{}, cute::make_shape(pm, k_, 1));
+    auto stride_b = cutlass::make_cute_packed_stride(typename Kernel::StrideB{}, cute::make_shape(pn, k_, 1));
+    auto stride_c = cutlass::make_cute_packed_stride(typename Kernel::StrideC{}, cute::make_shape(pm, pn, 1));
+    auto stride_d = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, cute::make_shape(pm, pn, 1));
+    auto problem = cute::make_shape(pm, pn, k_, 1);
     auto layout_sfa = Cfg::ScaleConfig::tile_atom_to_shape_SFA(problem);
+    if constexpr (Cfg::kSfaMn) {  // the workspace copy: scale_ld() rows
+      layout_sfa = Cfg::ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(scale_ld(), pn, k_, 1));
+    }
     auto layout_sfb = Cfg::ScaleConfig::tile_atom_to_shape_SFB(problem);
     typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGemm,
-        {m_, n_, k_, 1},
-        {static_cast<const ElementA*>(a), stride_a, static_cast<const ElementB*>(b), stride_b,
-         static_cast<const float*>(sfa), layout_sfa, static_cast<const float*>(sfb), layout_sfb},
+        {pm, pn, k_, 1},
+        {static_cast<const ElementA*>(pa), stride_a, static_cast<const ElementB*>(pb), stride_b,
+         static_cast<const float*>(psfa), layout_sfa, static_cast<const float*>(psfb), layout_sfb},
         {{}, Cfg::kHasSource ? static_cast<const ElementC*>(c) : nullptr, stride_c, static_cast<ElementD*>(d), stride_d},
         hw_};
     args.epilogue.thread.alpha = alpha;

@@ -15,10 +15,25 @@ namespace {
 using namespace cute;
 namespace bw = mircuda::blockwise;
 
+// An experimental family may register several names that differ only in the persistent scheduler's runtime
+// arguments (its kEntries; the kernel code is shared): name, factory with bw::Schedule's swizzle (1, 2, 4, 8)
+// and raster (0 heuristic, 1 along M, 2 along N) of the family's KernelConfig.
+struct ExpEntry {
+  const char* name;
+  mircuda::Factory factory;
+};
+#define MIRCUDA_ENTRY(name, swizzle, raster) {name, &bw::create<KernelConfig, swizzle, raster>}
+
 #if defined(MIRCUDA_SM90_FP8_COOP)
 // Large M: 128x128x128 tiles (one 128-K scale block per k-tile), two consumer warp groups on one tile,
-// A multicast to a 1x2 cluster (CUTLASS example 67's groupwise configuration).
-using KernelConfig = bw::Config<cutlass::arch::Sm90, bw::Sm90Scales, Shape<_128, _128, _128>, Shape<_1, _2, _1>,
+// A multicast to a 1x2 cluster (CUTLASS example 67's groupwise configuration), SFA read M-major by TMA from the
+// runner's copy (bw::Sm90ScalesMnA, blockwise.cuh). ncu on the H200 (2026-12-03, M = 2048 on 4096x4096) found the
+// K-major form (128 scattered 4-byte cp.async per k-tile) at 66 us against 55 for cuBLASLt's blockwise kernel of
+// the same tile, cluster, block and registers; the M-major form, its copy included, raised the geometric mean over
+// fp8_sm90_variants.py's 8 points from 0.849 to 0.895 of torch's rowwise _scaled_mm and from 0.906 to 0.956 of its
+// blockwise one as an experimental family beside this kernel (fp8_sm90_sfa_m_major_experimental.json), and measured
+// 0.915 and 0.980 as this kernel in the next run (fp8_sm90_sfa_m_major.json; all under benchmarks/results/).
+using KernelConfig = bw::Config<cutlass::arch::Sm90, bw::Sm90ScalesMnA, Shape<_128, _128, _128>, Shape<_1, _2, _1>,
                                 cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise,
                                 cutlass::epilogue::TmaWarpSpecializedCooperative, cutlass::gemm::PersistentScheduler>;
 constexpr int kFamily = MIRCUDA_CUTLASS_SM90_BLOCKWISE_COOPERATIVE, kTile[3] = {128, 128, 128}, kCluster[2] = {1, 2};
@@ -77,12 +92,6 @@ constexpr int kTile[3] = {size<0>(ExpTile{}), size<1>(ExpTile{}), size<2>(ExpTil
 constexpr int kCluster[2] = {size<0>(ExpCluster{}), size<1>(ExpCluster{})};
 constexpr int kMultiple[3] = {1, 8, 16};
 constexpr int kStages = KernelConfig::Mainloop::DispatchPolicy::Stages;
-// name, factory: swizzle (1, 2, 4, 8) and raster (0 heuristic, 1 along M, 2 along N) of bw::Schedule
-#define MIRCUDA_ENTRY(name, swizzle, raster) {name, &bw::create<KernelConfig, swizzle, raster>}
-struct ExpEntry {
-  const char* name;
-  mircuda::Factory factory;
-};
 #if defined(MIRCUDA_SM90_FP8_EXP_C2X1)
 constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c2x1_e4m3_bf16", 4, 0),
                                  MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_c2x1_s8_e4m3_bf16", 8, 0)};
@@ -107,7 +116,42 @@ constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_
 #else
 constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_256x128x128_c1x2_e4m3_bf16", 4, 0)};
 #endif
-#undef MIRCUDA_ENTRY
+#elif defined(MIRCUDA_SM90_FP8_EXP_SWAP128) || defined(MIRCUDA_SM90_FP8_EXP_SWAP160) || \
+    defined(MIRCUDA_SM90_FP8_EXP_SWAP192)
+// Experiments on the large-M kernel (issue 13): the swapped problem D^T = B . A^T, so that the weights' 128 x 128
+// scale blocks lie along CUTLASS's M and the token tile (its N) is free of them: 128 weight rows x 128, 160 or
+// 192 tokens per tile, where the unswapped 128x256 does not compile (above). Each consumer warp group then holds
+// 64 x TN of block sums and of running sums plus TN / 4 token scales in registers (192: 226 bytes of spill stores
+// under ptxas 13.0). Cluster 2x1: the two weight tiles of a cluster share their token tile by multicast. Measured on
+// the H200 (2026-12-03, benchmarks/results/fp8_sm90_swap_variants.json, 8 points at M = 2048 and 8192): geometric
+// means 0.69, 0.49 and 0.39 of torch's rowwise _scaled_mm against the cooperative kernel's 0.85 (its token scales
+// are K-major, 128-192 scattered cp.async per k-tile). Not adopted.
+#define MIRCUDA_EXPERIMENTAL 1
+#if defined(MIRCUDA_SM90_FP8_EXP_SWAP128)
+using ExpTile = Shape<_128, _128, _128>;
+#elif defined(MIRCUDA_SM90_FP8_EXP_SWAP160)
+using ExpTile = Shape<_128, _160, _128>;
+#else
+using ExpTile = Shape<_128, _192, _128>;
+#endif
+using ExpCluster = Shape<_2, _1, _1>;
+using KernelConfig = bw::Config<cutlass::arch::Sm90, bw::Sm90ScalesSwapped, ExpTile, ExpCluster,
+                                cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise,
+                                cutlass::epilogue::TmaWarpSpecializedCooperative, cutlass::gemm::PersistentScheduler,
+                                cutlass::epilogue::collective::EpilogueTileAuto, cutlass::bfloat16_t, true>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_BLOCKWISE_EXPERIMENTAL;
+// tile and cluster as the user's problem reads them: M along tokens, N along weight rows
+constexpr int kTile[3] = {size<1>(ExpTile{}), size<0>(ExpTile{}), size<2>(ExpTile{})};
+constexpr int kCluster[2] = {size<1>(ExpCluster{}), size<0>(ExpCluster{})};
+constexpr int kMultiple[3] = {1, 8, 16};
+constexpr int kStages = KernelConfig::Mainloop::DispatchPolicy::Stages;
+#if defined(MIRCUDA_SM90_FP8_EXP_SWAP128)
+constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_swap_128x128x128_c1x2_e4m3_bf16", 4, 0)};
+#elif defined(MIRCUDA_SM90_FP8_EXP_SWAP160)
+constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_swap_160x128x128_c1x2_e4m3_bf16", 4, 0)};
+#else
+constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_swap_192x128x128_c1x2_e4m3_bf16", 4, 0)};
+#endif
 #elif defined(MIRCUDA_SM120_FP8)
 // SM12x: 128x128x128 tiles, cooperative (CUTLASS example 87b); GeForce parts have no TMA multicast,
 // so the cluster is 1x1.
@@ -122,6 +166,8 @@ constexpr int kMultiple[3] = {1, 128, 128};
 #else
 #error "no blockwise FP8 kernel family defined"
 #endif
+
+#undef MIRCUDA_ENTRY
 
 constexpr int kArchs[] = {MIRCUDA_ARCH_LIST};
 
