@@ -273,6 +273,29 @@ FP4_CUTLASS_ACCUMULATION = 2.0**-11
 """The CUTLASS NVFP4 kernels' error allowed relative to sum |alpha a_k b_k| (dequantized): the width of the
 block-scaled MMA's internal accumulation is not documented, so FP8's bound; the NVRTC and portable
 paths (exact products, FP32 sums) keep the dense bound 3e-5."""
+FP4_ACCUMULATION = 3e-5
+"""The NVRTC and portable NVFP4 paths' FP32 accumulation error allowed relative to sum |alpha a_k b_k|."""
+BF16_ROUNDOFF = 2.0**-8
+"""One round-to-nearest to BF16's 8 significant bits, as relative error (the tests' ``UNIT_ROUNDOFF["bf16"]``)."""
+
+
+def fp4_bound_terms(path: str, epilogue: str | None) -> tuple[float, float]:
+    """``(c_want, c_magnitude)`` of the bound ``|got - want| <= c_want |want| + c_magnitude sum_k |alpha a_k b_k|``
+    that cutlass-check holds an NVFP4 path's BF16 output to (dequantized operands, float64).
+
+    The output's BF16 rounding (and alpha's FP32 roundings): ``2 u |want|``. The accumulation: CUTLASS's
+    undocumented block-scaled MMA width (:data:`FP4_CUTLASS_ACCUMULATION`) or FP32 sums of exact products
+    (:data:`FP4_ACCUMULATION`). The portable ``"decode+dense"`` path with ``epilogue="folded"`` (its default)
+    rounds one operand to BF16 after folding alpha * global_a * global_b into it, ``x_k (1 + d_k)`` with
+    ``|d_k| <= u``: the sum then differs from the exact one by at most ``u * magnitude`` and its products grew
+    by at most ``1 + u``, so ``c_magnitude = FP4_ACCUMULATION * (1 + u) + u`` (the bound of
+    ``tests/gpu/test_matmul_fp4_gpu.py``'s ``assert_close_plan``)."""
+    u = BF16_ROUNDOFF
+    if path == "cutlass":
+        return 2 * u, FP4_CUTLASS_ACCUMULATION
+    if path == "decode+dense" and epilogue == "folded":
+        return 2 * u, FP4_ACCUMULATION * (1 + u) + u
+    return 2 * u, FP4_ACCUMULATION
 
 
 def _fp4_cases(lib: Any, cc: tuple[int, int]) -> list[tuple[str, str | None, str, str, tuple[int, int, int]]]:
@@ -333,15 +356,16 @@ def _fp4_numerics(context: Any, stream: Any, pool: Any, lib: Any, case: tuple[st
     stream.copy_to_host(d, back)
     stream.synchronize()
     got = back.to_numpy().astype(np.float64).reshape(m, n)
-    path = plan.path
+    path, epilogue = plan.path, plan.epilogue
     for buf in bufs:
         buf.free(stream)
     plan.close()
     want, mag = scale * (a64 @ b64.T), abs(scale) * (np.abs(a64) @ np.abs(b64).T)
-    accumulation = FP4_CUTLASS_ACCUMULATION if path == "cutlass" else 3e-5
-    bound = 2 * 2.0**-8 * np.abs(want) + accumulation * mag + 1e-30
+    c_want, c_mag = fp4_bound_terms(path, epilogue)
+    bound = c_want * np.abs(want) + c_mag * mag + 1e-30
     excess = float(np.max(np.abs(got - want) / bound)) if np.isfinite(got).all() else float("inf")
-    return NumericsRow(label, path, m, n, k, alpha, 0.0, excess, excess <= 1.0, f"{activation} A, {layout} scales")
+    note = f"{activation} A, {layout} scales" + (f", epilogue={epilogue}" if epilogue else "")
+    return NumericsRow(label, path, m, n, k, alpha, 0.0, excess, excess <= 1.0, note)
 
 
 def _fp4_check(context: Any, stream: Any, pool: Any, lib: Any, rng: np.random.Generator, rows: list[NumericsRow],
@@ -356,7 +380,8 @@ def _fp4_check(context: Any, stream: Any, pool: Any, lib: Any, rng: np.random.Ge
     cases = _fp4_cases(lib, info.compute_capability)
     fp4_kernels = [x.name for x in getattr(lib, "block_scaled_kernels", ()) if x.runs_on(info.compute_capability)]
     print(f"NVFP4 numerics: the NVRTC kernel, the portable path{' and ' + ', '.join(fp4_kernels) if fp4_kernels else ''}"
-          f" run here; bound |got - want| <= 2u|want| + (3e-5, CUTLASS {FP4_CUTLASS_ACCUMULATION:.1e}) sum|a b| "
+          f" run here; bound |got - want| <= 2u|want| + ({FP4_ACCUMULATION:.0e}, folded portable "
+          f"{fp4_bound_terms('decode+dense', 'folded')[1]:.1e}, CUTLASS {FP4_CUTLASS_ACCUMULATION:.1e}) sum|a b| "
           "(dequantized)")
     for case in cases:
         try:
