@@ -16,6 +16,7 @@
 // are 1/128 of A's bytes, and the copy measured faster in total (blockwise_instance.cuh gives the figures).
 #pragma once
 
+#include <limits>
 #include <type_traits>
 
 #include "cute/tensor.hpp"
@@ -127,6 +128,11 @@ class Runner final : public mircuda::Runner {
 
   // Can-implement with placeholder addresses (16-byte aligned, never dereferenced).
   int check() const {
+    // The M-major SFA copy: its rows (scale_ld) must stay an int, as CUTLASS's problem shape is, and its grid has
+    // one y index per 128-K block (gridDim.y <= 65535: K up to 8388480).
+    if (Cfg::kSfaMn && (m_ > std::numeric_limits<int>::max() - 3 || scale_blocks() > 65535)) {
+      return MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
+    }
     return Gemm::can_implement(placeholder_arguments()) == cutlass::Status::kSuccess ? MIRCUDA_CUTLASS_OK
                                                                                      : MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
   }
