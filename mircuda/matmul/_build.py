@@ -47,7 +47,8 @@ FAMILIES = ("SM90_COOP", "SM90_PINGPONG", "SM90_SWAP", "SM90_SWAP64", "SM90_SWAP
             "SM90_FP8_COOP", "SM90_FP8_PINGPONG", "SM120_FP8", "SM120_NVFP4_COOP", "SM120_NVFP4_PINGPONG",
             "SM120_NVFP4_GROUPED_COOP", "SM120_NVFP4_GROUPED_PINGPONG", "SM90_GROUPED_COOP", "SM90_GROUPED_PINGPONG",
             "SM90_FP8_EXP_C2X1", "SM90_FP8_EXP_C1X1", "SM90_FP8_EXP_SCHED", "SM90_FP8_EXP_EPI64", "SM90_FP8_EXP_NOC",
-            "SM90_FP8_EXP_NOC_EPI64", "SM90_FP8_EXP_SWAP128", "SM90_FP8_EXP_SWAP160", "SM90_FP8_EXP_SWAP192")
+            "SM90_FP8_EXP_NOC_EPI64", "SM90_FP8_EXP_SWAP128", "SM90_FP8_EXP_SWAP160", "SM90_FP8_EXP_SWAP192",
+            "SM90_FP8_EXP_PINGPONG_SFAMN")
 """The CMake project's kernel families (``MIRCUDA_FAMILIES``): one translation unit per family and element
 type pair, or one per family for the blockwise FP8 ones (E4M3 -> BF16; SM90_* for 90a, SM120_FP8 for
 120f) and the block-scaled NVFP4 ones (NVFP4 x NVFP4 -> BF16, single and grouped, 120f only); the others
@@ -58,7 +59,7 @@ FAMILY_GROUPS = {"FP8": ("SM90_FP8_COOP", "SM90_FP8_PINGPONG", "SM120_FP8"),
                  "GROUPED_DENSE": ("SM90_GROUPED_COOP", "SM90_GROUPED_PINGPONG"),
                  "FP8_EXP": ("SM90_FP8_EXP_C2X1", "SM90_FP8_EXP_C1X1", "SM90_FP8_EXP_SCHED", "SM90_FP8_EXP_EPI64",
                              "SM90_FP8_EXP_NOC", "SM90_FP8_EXP_NOC_EPI64", "SM90_FP8_EXP_SWAP128",
-                             "SM90_FP8_EXP_SWAP160", "SM90_FP8_EXP_SWAP192")}
+                             "SM90_FP8_EXP_SWAP160", "SM90_FP8_EXP_SWAP192", "SM90_FP8_EXP_PINGPONG_SFAMN")}
 """Names that stand for several families: ``FP8`` is the blockwise FP8 families of the build's archs,
 ``FP4`` the block-scaled NVFP4 families (sm_120f), ``FP4_GROUPED`` the grouped block-scaled NVFP4 ones
 (sm_120f), ``GROUPED_DENSE`` the grouped BF16 ones (SM90_GROUPED_*, sm_90a: the MoE decode+grouped path),

@@ -116,6 +116,18 @@ constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_128x128x128_
 #else
 constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_coop_256x128x128_c1x2_e4m3_bf16", 4, 0)};
 #endif
+#elif defined(MIRCUDA_SM90_FP8_EXP_PINGPONG_SFAMN)
+// Experiment (issue 13, middle M): the ping-pong 64x128x128 kernel above with SFA read M-major by TMA from the
+// runner's copy, as the cooperative kernel does since 2026-12-03 (64 scales per k-tile: one TMA copy instead of 64
+// scattered cp.async). Built, not yet measured.
+#define MIRCUDA_EXPERIMENTAL 1
+using KernelConfig = bw::Config<cutlass::arch::Sm90, bw::Sm90ScalesMnA, Shape<_64, _128, _128>, Shape<_1, _1, _1>,
+                                cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise,
+                                cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_BLOCKWISE_EXPERIMENTAL, kTile[3] = {64, 128, 128}, kCluster[2] = {1, 1};
+constexpr int kMultiple[3] = {1, 8, 16};
+constexpr int kStages = KernelConfig::Mainloop::DispatchPolicy::Stages;
+constexpr ExpEntry kEntries[] = {MIRCUDA_ENTRY("sm90_blockwise_pingpong_64x128x128_sfamn_e4m3_bf16", 4, 0)};
 #elif defined(MIRCUDA_SM90_FP8_EXP_SWAP128) || defined(MIRCUDA_SM90_FP8_EXP_SWAP160) || \
     defined(MIRCUDA_SM90_FP8_EXP_SWAP192)
 // Experiments on the large-M kernel (issue 13): the swapped problem D^T = B . A^T, so that the weights' 128 x 128
