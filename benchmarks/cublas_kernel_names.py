@@ -1,4 +1,4 @@
-"""Which cuBLAS kernel torch.matmul runs for each (type pair, M, N, K) of issue 16's middle M (GPU, torch).
+"""Which cuBLAS kernel torch.matmul (torch._scaled_mm for the FP8 pairs) runs per (type pair, M, N, K) (GPU, torch).
 
 The names tell what the dense table has to match: cuBLAS is column-major, so it computes C^T = W . A^T and
 in ``nvjet_sm90_tst_<X>x<Y>_64x<S>_<A>x<B>_...`` X is the tile along N (weight rows), Y the tile along M
@@ -20,9 +20,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]  # this checkout's mircuda, not an installed one
+
+from mircuda.cli._matmul_bench import check_results_argument  # noqa: E402
+from mircuda.cli._matmul_profile import m_values  # noqa: E402
+from mircuda.cli._values import comma_items, distinct, shape_values  # noqa: E402
+
 SHAPES = "4096x4096,14336x4096,4096x14336,6144x4096"
 TYPES = ("bf16", "f16", "bf16->f32")
 FP8_TYPES = ("e4m3-rowwise", "e4m3-blockwise")
+KNOWN_TYPES = (*TYPES, "f16->f32", *FP8_TYPES)
+"""Every ``--dtypes`` item this script knows (the default is :data:`TYPES`)."""
+
+
+def type_values(text: str) -> list[str]:
+    """``--dtypes``: comma-separated items of :data:`KNOWN_TYPES`, each once (an unknown name is refused rather
+    than run as something else)."""
+    items = comma_items(text, "type pair")
+    unknown = [x for x in items if x not in KNOWN_TYPES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"expected comma-separated items of {', '.join(KNOWN_TYPES)}, received "
+                                         f"{', '.join(map(repr, unknown))} in {text!r}")
+    return distinct(items, text)
 
 
 def kernel_names(torch: Any, m: int, n: int, k: int, types: str) -> list[str]:
@@ -43,7 +62,7 @@ def kernel_names(torch: Any, m: int, n: int, k: int, types: str) -> list[str]:
         def call() -> Any:
             return torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
     else:
-        dtype = torch.float16 if types.startswith("f16") else torch.bfloat16
+        dtype = torch.float16 if types.startswith("f16") else torch.bfloat16  # KNOWN_TYPES: bf16 or f16 inputs
         a = torch.randn(m, k, device="cuda", dtype=dtype)
         w = torch.randn(n, k, device="cuda", dtype=dtype)
 
@@ -59,28 +78,29 @@ def kernel_names(torch: Any, m: int, n: int, k: int, types: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--m", default="96,192,384,512,768,1536", help="comma-separated M (tokens)")
-    parser.add_argument("--shapes", default=SHAPES, help="comma-separated NxK weight shapes")
-    parser.add_argument(
-        "--dtypes",
-        default=",".join(TYPES),
-        help="comma-separated input[->output] pairs, or e4m3-rowwise / e4m3-blockwise",
-    )
-    parser.add_argument("--json", type=Path, help="write {cell: [kernel names]} here")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--m", type=m_values, default="96,192,384,512,768,1536", help="comma-separated M (tokens)")
+    parser.add_argument("--shapes", type=shape_values, default=SHAPES, help="comma-separated NxK weight shapes")
+    parser.add_argument("--dtypes", type=type_values, default=",".join(TYPES),
+                        help=f"comma-separated items of: {', '.join(KNOWN_TYPES)}")
+    parser.add_argument("--json", help="write {cell: [kernel names]} here (a file in an existing directory)")
     args = parser.parse_args(argv)
-    import torch
+    if args.json is not None:
+        check_results_argument(parser, args.json)  # before the GPU work, not after it
+    try:
+        import torch
+    except ImportError as exc:
+        raise SystemExit(f"cublas_kernel_names: needs torch (with CUDA): {exc}") from None
 
     out: dict[str, list[str]] = {}
-    for types in args.dtypes.split(","):
-        for shape in args.shapes.split(","):
-            n, k = (int(v) for v in shape.split("x"))
-            for m in (int(v) for v in args.m.split(",")):
+    for types in args.dtypes:
+        for n, k in args.shapes:
+            for m in args.m:
                 key = f"{types} M={m} N={n} K={k}"
                 out[key] = kernel_names(torch, m, n, k, types)
                 print(key, "|", " ; ".join(name[:80] for name in out[key]), flush=True)
-    if args.json:
-        args.json.write_text(
+    if args.json is not None:
+        Path(args.json).write_text(
             json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "kernels": out}, indent=1)
         )
     return 0
