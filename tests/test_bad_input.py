@@ -228,13 +228,32 @@ def test_matmul_specs_take_numpy_ints_and_bound_k() -> None:
 
 
 @pytest.mark.parametrize("argv, match", [(["build-cutlass", "--jobs", "-3"], "--jobs"),
-                                         (["build-cutlass", "--arch", ""], "--arch")])
+                                         (["build-cutlass", "--arch", ""], "--arch"),
+                                         # an empty list is not "every family" (a 40-minute build by accident)
+                                         (["build-cutlass", "--families", ""], "--families"),
+                                         (["build-cutlass", "--families", ","], "--families"),
+                                         # groups with no member for the arch: a library without kernels
+                                         (["build-cutlass", "--families", "FP4", "--arch", "90a"], "90a"),
+                                         (["build-cutlass", "--families", "FP8_EXP", "--arch", "120f"], "120f")])
 def test_build_cutlass_checks_its_arguments(argv, match) -> None:
     import subprocess
     import sys
 
     done = subprocess.run([sys.executable, "-m", "mircuda", *argv], capture_output=True, text=True)
-    assert done.returncode == 2 and match in done.stderr
+    assert done.returncode == 2 and match in done.stderr, done.stderr[-300:]
+
+
+def test_a_family_selection_must_build_a_kernel_for_its_archs() -> None:
+    from mircuda.matmul._build import check_families_build, family_archs
+
+    assert family_archs("SM90_FP8_EXP_SWAP128") == ("90a",) and family_archs("SM120_FP8") == ("120f",)
+    assert family_archs("SIMT") is None
+    check_families_build(("FP8",), ("120f",))  # the FP8 group has an SM120 member
+    check_families_build(("FP4", "SIMT"), ("90a",))  # SIMT builds for every arch
+    check_families_build((), ("90a",))  # no selection: every family of the archs
+    with pytest.raises(mc.ContractError) as info:
+        check_families_build(("FP4", "FP4_GROUPED"), ("90a",))
+    assert info.value.argument == "families" and "FP4, FP4_GROUPED" in str(info.value)
 
 
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="this machine has a usable driver")

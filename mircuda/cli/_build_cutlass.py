@@ -14,14 +14,19 @@ __all__ = ["cmd_build_cutlass", "register"]
 
 def cmd_build_cutlass(args: argparse.Namespace) -> int:
     import mircuda as mc
-    from mircuda.matmul._build import build, cache_root, default_archs, parse_archs
+    from mircuda.matmul._build import (build, cache_root, check_families_build, default_archs, parse_archs,
+                                       parse_families)
 
     if args.jobs is not None and args.jobs < 1:
         raise mc.ContractError("--jobs", "a positive number of parallel compile jobs", str(args.jobs))
     if args.arch is not None and not args.arch.strip():
         raise mc.ContractError("--arch", "comma-separated SASS targets among 90a, 120f", repr(args.arch))
     archs = parse_archs(args.arch) if args.arch else default_archs()
-    families = tuple(f for f in (args.families or "").split(",") if f)
+    if args.families is not None and not parse_families(args.families):  # "" or ",": not "every family" by accident
+        raise mc.ContractError("--families", "comma-separated family names (leave the flag out for every family)",
+                               repr(args.families))
+    families = parse_families(args.families) if args.families else ()
+    check_families_build(families, archs)
     # Checked before the toolchain is searched or anything is configured (the cache directory is made here).
     if args.cache_dir is not None:
         make_writable_directory(Path(args.cache_dir), "--cache-dir")
@@ -43,4 +48,5 @@ def register(sub: Any) -> None:
                    "~/.cache/mircuda/cutlass)")
     p.add_argument("--families", help="comma-separated subset of the kernel families to build, for a quicker "
                    "build of the ones you need (e.g. FP8, FP4, SM90_COOP192; default: all of the archs' families)")
-    p.set_defaults(func=cmd_build_cutlass, flags={"arch": "--arch", "archs": "--arch", "jobs": "--jobs", "root": "--cache-dir"})
+    p.set_defaults(func=cmd_build_cutlass, flags={"arch": "--arch", "archs": "--arch", "jobs": "--jobs", "root": "--cache-dir",
+                                                         "families": "--families"})

@@ -27,7 +27,7 @@ from ..errors import ContractError, CutlassError, CutlassNotFound
 
 __all__ = ["LIBRARY_NAME", "BUILD_COMMAND", "CutlassNotFound", "parse_archs", "default_archs", "Toolchain",
            "find_toolchain", "project_dir", "source_digest", "cache_key", "cache_root", "build", "find_library",
-           "FAMILIES", "FAMILY_GROUPS", "parse_families"]
+           "FAMILIES", "FAMILY_GROUPS", "check_families_build", "family_archs", "parse_families"]
 
 LIBRARY_NAME = "libmircuda_cutlass.so"
 BUILD_COMMAND = "python -m mircuda build-cutlass"
@@ -84,6 +84,27 @@ def parse_families(text: str) -> tuple[str, ...]:
         if name not in out:
             out.append(name)
     return tuple(out)
+
+
+def family_archs(family: str) -> tuple[str, ...] | None:
+    """The SASS targets a family of :data:`FAMILIES` is compiled for (CMakeLists.txt's rule): SM90_* only for
+    ``90a``, SM120_* only for ``120f``; None for the others (every arch of the build)."""
+    return ("90a",) if family.startswith("SM90_") else ("120f",) if family.startswith("SM120_") else None
+
+
+def check_families_build(families: tuple[str, ...], archs: tuple[str, ...]) -> None:
+    """Refuse a family selection (parsed, :func:`parse_families`) that would build no kernel for ``archs``: a
+    group whose members all belong to other archs (``FP4`` for 90a, ``FP8_EXP`` for 120f) configures and links
+    a library without kernels. A single family named without its arch is CMake's to refuse (it names both).
+
+    Raises:
+        ContractError: naming ``families``.
+    """
+    members = [m for f in families for m in FAMILY_GROUPS.get(f, (f,))]
+    if members and not any(family_archs(m) is None or set(family_archs(m) or ()) & set(archs) for m in members):
+        raise ContractError("families", f"at least one family compiled for {', '.join(archs)} (SM90_* and the "
+                                        "FP8_EXP, GROUPED_DENSE groups are 90a only; SM120_*, FP4 and FP4_GROUPED "
+                                        "120f only)", ", ".join(families))
 
 
 PROJECT = "cutlass_build"
@@ -297,6 +318,7 @@ def build(archs: tuple[str, ...] | None = None, jobs: int | None = None, root: P
     """
     archs = default_archs() if archs is None else archs
     families = parse_families(",".join(families)) if families else ()
+    check_families_build(families, archs)
     tc = find_toolchain()
     if tc.cmake is None or tc.ninja is None:
         raise CutlassNotFound("building the CUTLASS library needs cmake and ninja: pip install cmake ninja")
