@@ -22,10 +22,10 @@ def cmd_build_cutlass(args: argparse.Namespace) -> int:
     if args.arch is not None and not args.arch.strip():
         raise mc.ContractError("--arch", "comma-separated SASS targets among 90a, 120f", repr(args.arch))
     archs = parse_archs(args.arch) if args.arch else default_archs()
-    if args.families is not None and not parse_families(args.families):  # "" or ",": not "every family" by accident
+    families = parse_families(args.families) if args.families is not None else ()
+    if args.families is not None and not families:  # "" or ",": not "every family" by accident
         raise mc.ContractError("--families", "comma-separated family names (leave the flag out for every family)",
                                repr(args.families))
-    families = parse_families(args.families) if args.families else ()
     check_families_build(families, archs)
     # Checked before the toolchain is searched or anything is configured (the cache directory is made here).
     if args.cache_dir is not None:

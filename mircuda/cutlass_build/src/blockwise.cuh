@@ -141,6 +141,9 @@ class Runner final : public mircuda::Runner {
 
   int set_workspace(void* workspace, size_t) override {
     workspace_ = workspace;
+    // Where the M-major SFA copy goes, found once here rather than on every launch (the offset is CUTLASS's
+    // workspace size, which builds a whole argument set).
+    sfa_copy_ = Cfg::kSfaMn ? reinterpret_cast<float*>(static_cast<char*>(workspace) + scale_offset()) : nullptr;
     return MIRCUDA_CUTLASS_OK;
   }
 
@@ -149,15 +152,15 @@ class Runner final : public mircuda::Runner {
     if (!Cfg::kHasSource && beta != 0.f) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;  // no C operand to add
     if constexpr (Cfg::kSfaMn) {
       // The caller's K-major SFA, copied M-major into the workspace first (same stream: the GEMM reads it after).
-      float* copy = reinterpret_cast<float*>(static_cast<char*>(workspace_) + scale_offset());
       const dim3 grid((scale_ld() + 255) / 256, scale_blocks());
-      sfa_to_m_major<<<grid, 256, 0, stream>>>(static_cast<const float*>(sfa), copy, m_, scale_blocks(), scale_ld());
+      sfa_to_m_major<<<grid, 256, 0, stream>>>(static_cast<const float*>(sfa), sfa_copy_, m_, scale_blocks(),
+                                               scale_ld());
       cudaError_t error = cudaGetLastError();
       if (error != cudaSuccess) {
         set_cuda_error(error);
         return MIRCUDA_CUTLASS_CUDA_ERROR;
       }
-      sfa = copy;
+      sfa = sfa_copy_;
     }
     auto args = arguments(a, b, sfa, sfb, c, d, alpha, beta);
     // initialize() builds the TMA descriptors for these pointers into the kernel parameters (host
@@ -208,10 +211,9 @@ class Runner final : public mircuda::Runner {
     auto stride_c = cutlass::make_cute_packed_stride(typename Kernel::StrideC{}, cute::make_shape(pm, pn, 1));
     auto stride_d = cutlass::make_cute_packed_stride(typename Kernel::StrideD{}, cute::make_shape(pm, pn, 1));
     auto problem = cute::make_shape(pm, pn, k_, 1);
-    auto layout_sfa = Cfg::ScaleConfig::tile_atom_to_shape_SFA(problem);
-    if constexpr (Cfg::kSfaMn) {  // the workspace copy: scale_ld() rows
-      layout_sfa = Cfg::ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(scale_ld(), pn, k_, 1));
-    }
+    // The M-major SFA is the workspace copy, of scale_ld() rows.
+    auto layout_sfa = Cfg::ScaleConfig::tile_atom_to_shape_SFA(cute::make_shape(Cfg::kSfaMn ? scale_ld() : pm, pn,
+                                                                                k_, 1));
     auto layout_sfb = Cfg::ScaleConfig::tile_atom_to_shape_SFB(problem);
     typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGemm,
@@ -234,6 +236,7 @@ class Runner final : public mircuda::Runner {
   cutlass::KernelHardwareInfo hw_;
   Schedule schedule_;
   void* workspace_ = nullptr;
+  float* sfa_copy_ = nullptr;  // kSfaMn: the M-major SFA copy inside workspace_
   Gemm gemm_;
 };
 
