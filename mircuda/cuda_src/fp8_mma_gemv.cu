@@ -82,7 +82,10 @@
 // bytes 0, 1 and 2, 3) and chains its m16n8k16 FP16 mmas on the block sum: no FADD, no decode repeated per n8 tile
 // or weight tile. FP16 holds every E4M3 value exactly (not every product: 448 x 448 = 200704 is past FP16's 65504),
 // and the tensor cores multiply FP16 operands exactly into FP32 (a product of two E4M3 values has at most 8
-// significant bits), so the sums are FP32 sums of the exact products either way.
+// significant bits), so the sums are FP32 sums of the exact products either way. Decoding the activation fragments
+// with integer operations instead (PRMT, LOP3, IADD, SHF; a third of the conversions at M = 16) was 1-7 % slower at
+// all 12 points of M = 4 / 8 / 16 on the four Llama shapes (H200, 2026-12-03,
+// benchmarks/results/fp8_mma_x_int_experiment.json): the conversion unit is not this kernel's limit.
 #ifndef MIRCUDA_FP8_CVT
 #define MIRCUDA_FP8_CVT 1
 #endif
