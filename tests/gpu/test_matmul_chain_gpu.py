@@ -78,6 +78,49 @@ def test_each_stage_reads_the_finished_output_of_the_one_before(context, stream,
         plan.close()
 
 
+@pytest.mark.cutlass
+@pytest.mark.parametrize("m", [256, 2048])
+@pytest.mark.parametrize("replay", [False, True], ids=["direct", "graph"])
+def test_each_cutlass_stage_reads_the_finished_output_of_the_one_before(context, stream, pool, compiler, rng, library,
+                                                                        m, replay) -> None:
+    # The same chain through CUTLASS kernels (M = 256 and 2048 on 2048 x 2048: SM90 tensor-op kernels on an H200),
+    # whatever launch attributes their runners use: every stage must see the finished output of the one before.
+    plan: Any = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, D, D), library=library)
+    assert plan.kernel.family not in ("dense_vector", "batched_gemv"), plan.describe()
+    negate = compiler.compile(NEGATE).kernel(Negate)
+    weights = [random(rng, mc.bf16, D, D) for _ in range(STAGES)]
+    ws = [upload(context, stream, pool, w.ravel()) for w in weights]
+    bufs = [upload(context, stream, pool, random(rng, mc.bf16, m * D))] + [
+        upload(context, stream, pool, poison(mc.bf16, m * D)) for _ in range(STAGES + 1)]
+    config = mc.LaunchConfig.for_elements(m * D, 256)
+
+    b = bufs
+
+    def chain(_: Any) -> None:
+        plan.execute(stream, b[0], ws[0], b[1])
+        plan.execute(stream, b[1], ws[1], b[2])
+        negate.launch(stream, config, b[3], b[2], m * D)
+        plan.execute(stream, b[3], ws[2], b[4])
+        plan.execute(stream, b[4], ws[3], b[5])
+
+    if replay:
+        graph = stream.capture((plan, negate, ws, bufs), chain)
+        graph.launch(stream)
+    else:
+        chain(None)
+    got = [download(context, stream, buf) for buf in bufs]
+    _check_stage(got[0], weights[0], got[1], m)
+    _check_stage(got[1], weights[1], got[2], m)
+    np.testing.assert_array_equal(got[3].astype(np.float32), -got[2].astype(np.float32))
+    _check_stage(got[3], weights[2], got[4], m)
+    _check_stage(got[4], weights[3], got[5], m)
+    if replay:
+        graph.close()
+    for buf in ws + bufs:
+        buf.free(stream)
+    plan.close()
+
+
 def test_a_captured_plan_node_takes_new_weights_with_the_plans_own_config(context, stream, pool, rng) -> None:
     # A graph of one DenseVectorPlan.execute: update_kernel swaps in other weights and another output,
     # keeping the plan's launch configuration (programmatic on cc >= 9.0); the replay computes W2 x.
