@@ -287,6 +287,61 @@ def test_the_sass_check_reads_a_built_library() -> None:
     assert sum(f.kind == "simt" for f in report.functions) == 4
 
 
+class _SetPdl:
+    """A stand-in for the library's ``mircuda_cutlass_plan_set_pdl``: answers ``status``, records its calls."""
+
+    def __init__(self, status: int) -> None:
+        self.status, self.calls = status, []
+
+    def mircuda_cutlass_plan_set_pdl(self, plan: int, enable: int) -> int:
+        self.calls.append((plan, enable))
+        return self.status
+
+    def mircuda_cutlass_last_cuda_error(self) -> int:
+        return 0
+
+
+def _stand_in_library(status: int, has_pdl: bool = True) -> tuple[_library.CutlassLibrary, _SetPdl]:
+    lib = object.__new__(_library.CutlassLibrary)
+    raw = _SetPdl(status)
+    lib._lib, lib.has_pdl = raw, has_pdl
+    return lib, raw
+
+
+def test_set_pdl_says_whether_the_kernel_now_launches_programmatically() -> None:
+    lib, raw = _stand_in_library(_library.NOT_IMPLEMENTABLE)
+    assert lib.set_pdl(7, True) is False  # a kernel built without grid dependency control
+    lib, raw = _stand_in_library(0)
+    assert lib.set_pdl(7, True) is True and lib.set_pdl(7, False) is False
+    assert raw.calls == [(7, 1), (7, 0)]
+    lib, raw = _stand_in_library(0, has_pdl=False)  # a library from before the entry point
+    assert lib.set_pdl(7, True) is False and raw.calls == []
+    lib, _ = _stand_in_library(1)  # INVALID_ARGUMENT: a plan of another kind
+    with pytest.raises(mc.CutlassError, match="plan_set_pdl"):
+        lib.set_pdl(7, True)
+
+
+@pytest.mark.cutlass
+def test_the_sm90_persistent_scheduler_kernels_wait_for_the_previous_grid() -> None:
+    # DenseMatmulPlan launches the SM90 persistent-scheduler kernels with programmatic dependent launch, so each
+    # must hold griddepcontrol.wait (SASS ACQBULK: its producer warps wait before they load) and launch_dependents
+    # (PREEXIT). The stream-K/split-K and blockwise FP8 kernels are built without them and never launched so.
+    from mircuda.matmul._sass import disassemble, find_cuobjdump, sass_functions
+
+    path = _build.find_library()
+    if find_cuobjdump() is None:
+        pytest.skip("needs cuobjdump (the CUDA toolkit or the nvidia-cuda-cuobjdump wheel)")
+    sass, error = disassemble(path, "sm_90a")
+    if error:
+        pytest.skip(f"no sm_90a code to read: {error}")
+    functions = sass_functions(sass)
+    waiting = [(n, b) for n, b in functions if "PersistentScheduler" in n and "Blockwise" not in n]
+    plain = [(n, b) for n, b in functions if "StreamKScheduler" in n or "Blockwise" in n]
+    assert waiting and plain
+    assert [n[:120] for n, b in waiting if "ACQBULK" not in b or "PREEXIT" not in b] == []
+    assert [n[:120] for n, b in plain if "ACQBULK" in b] == []
+
+
 def _pytest(node: str, **env: str) -> subprocess.CompletedProcess[str]:
     tests = Path(__file__).resolve().parent
     full = {**os.environ, **env}

@@ -616,3 +616,31 @@ def test_the_m_major_fp8_scale_figures_are_as_recorded() -> None:
                  "sm90_blockwise_coop_128x128x128_c1x2_sfamn_t_e4m3_bf16")[0] == 59.8
     ncu = recorded("fp8_sm90_ncu_vs_cublaslt.json")["kernels"]
     assert sorted(round(k["metrics"]["Duration (us)"]) for k in ncu.values()) == [55, 66]
+
+
+def test_the_readme_quotes_the_cutlass_pdl_ab() -> None:
+    # README's programmatic-dependent-launch paragraph, from the A/B it names (means of two medians per side)
+    result = recorded("cutlass_pdl_ab.json")
+    rows, summary = result["rows"], result["summary"]
+    text = flat(README)
+    capable = [r for r in rows if r["pdl_capable"]]
+    faster = sum(r["on_vs_off"] > 1.01 for r in capable)
+    slower = sum(r["on_vs_off"] < 0.99 for r in capable)
+    assert (faster, slower, len(capable)) == (summary["faster_over_1pct"], summary["slower_over_1pct"], 16)
+    assert f"{faster} of {len(capable)} such cells of the measured table faster by more than 1 %" in text
+    assert f"{len(capable) - faster - slower} within 1 %, {slower} slower" in text
+
+    def cell(m: int, n: int, k: int) -> str:
+        r = next(r for r in rows if (r["m"], r["n"], r["k"]) == (m, n, k))
+        assert r["off_mean_us"] == round(sum(r["off_us"]) / 2, 2) and r["on_mean_us"] == round(sum(r["on_us"]) / 2, 2)
+        return f"{r['off_mean_us']:.2f} -> {r['on_mean_us']:.2f}"
+
+    from mircuda.matmul._dense import DenseMatmulPlan
+
+    doc = flat(DenseMatmulPlan.programmatic_launch.__doc__ or "")
+    for m, n, k in ((64, 4096, 4096), (384, 4096, 4096), (256, 6144, 4096), (192, 4096, 14336), (128, 14336, 4096)):
+        assert f"M = {m} {n}x{k} {cell(m, n, k)}" in text
+        assert f"{n}x{k} {cell(m, n, k)}" in doc
+    assert f"of {len(capable)} such cells {faster} faster, {len(capable) - faster - slower} within 1 %, {slower} slower" in doc
+    below = [sum(r[f"ratio_{side}"] < 0.97 for r in rows) for side in ("off", "on")]
+    assert f"of the {len(rows)} cells measured, {below[0]} were below 0.97 of cuBLAS without and {below[1]} with" in text

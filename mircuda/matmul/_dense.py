@@ -144,6 +144,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         self._workspace: DeviceBuffer[Any] | None = None
         self._workspace_bytes = 0
         self._numba: Any = None
+        self._pdl = False
         self._nvrtc: BatchedGemv | VectorKernel | None = None
         if selection.kernel.origin == "nvrtc":
             if selection.kernel.family == VECTOR_FAMILY:
@@ -177,6 +178,10 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
 
                 self._workspace = context.default_memory_pool().allocate(u8, stream, nbytes)
             lib.set_workspace(handle, self._workspace.handle if self._workspace else 0, nbytes)
+            # Programmatic dependent launch where the kernel waits for the previous kernel before touching memory
+            # (cc 9.0 and the SM90 persistent-scheduler families): its launch and prologue overlap that kernel's
+            # tail, as the NVRTC decode kernels' do.
+            self._pdl = info.supports_programmatic_launch and lib.set_pdl(handle, True)
         except BaseException:
             lib.destroy(handle)
             raise
@@ -217,6 +222,23 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         return self._handle
 
     @property
+    def programmatic_launch(self) -> bool:
+        """Whether the plan's kernel launches with programmatic dependent launch (cc >= 9.0): it may then start
+        while the previous kernel of the stream finishes, and waits for it (``griddepcontrol.wait``) before it
+        touches global memory. True for the NVRTC kernels where the device supports it (cc >= 9.0; their
+        :attr:`numba_execute` launches without), and for the CUTLASS kernels of the SM90
+        persistent-scheduler families (built with CUTLASS's grid dependency control; not the split-K and
+        stream-K families, whose CUTLASS 4.2 scheduler does not compile with it). H200, 2026-12-03, bf16, cold
+        weights, back to back, the same kernel without and with (``benchmarks/results/cutlass_pdl_ab.json``):
+        e.g. M = 64 4096x4096 13.57 -> 11.55 µs, M = 384 4096x4096 25.33 -> 23.24, M = 256 6144x4096 26.32 ->
+        24.16; of 16 such cells 12 faster, 2 within 1 %, 2 slower (M = 192 4096x14336 46.86 -> 48.97, M = 128
+        14336x4096 36.28 -> 36.72). The measured table's choices predate it. A CUTLASS kernel's
+        :attr:`numba_execute` calls the same library entry point and launches as :meth:`execute` does."""
+        if self._nvrtc is not None:
+            return bool(self._nvrtc.config.programmatic_stream_serialization)
+        return self._pdl
+
+    @property
     def library(self) -> CutlassLibrary | None:
         """The CUTLASS library (None when it was not found and an NVRTC kernel runs the plan)."""
         return self._lib
@@ -235,7 +257,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         split = f", {self._selection.splits} K slices" if k.split_k else ""
         ws = f", workspace {self._workspace_bytes} B" if self._workspace_bytes else ""
         static = " static_weights has no effect on CUTLASS kernels." if self._static_weights else ""
-        return Description(f"{head}kernel {k.name} ({k.family}, tile {tile}{extra}{stages}{split}{ws}). "
+        pdl = ", programmatic dependent launch" if self._pdl else ""
+        return Description(f"{head}kernel {k.name} ({k.family}, tile {tile}{extra}{stages}{split}{ws}{pdl}). "
                            f"Why: {self._selection.reason}.{static}")
 
     # -- the hot path -------------------------------------------------------------------------

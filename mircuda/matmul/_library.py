@@ -58,6 +58,9 @@ GROUPED_SYMBOLS = ("mircuda_cutlass_grouped_plan_create", "mircuda_cutlass_group
                    "mircuda_cutlass_grouped_setup")
 """The entry points of the grouped block-scaled (NVFP4) kernels (ABI 3). A library without them loads, with
 :attr:`CutlassLibrary.grouped_kernels` empty."""
+PDL_SYMBOL = "mircuda_cutlass_plan_set_pdl"
+"""The entry point that launches a dense plan's kernel with programmatic dependent launch (an addition to ABI 3
+without a version change). A library without it loads; its plans launch without (:attr:`CutlassLibrary.has_pdl`)."""
 GROUPED_OPERAND_FIELDS = ("a", "sfa_linear", "b_bank", "sfb_bank_tiled", "d", "alpha_per_matrix")
 """The fields of ``mircuda_cutlass_grouped_operands`` in order: one operand set of a grouped plan."""
 GROUPED_OPERAND_ALIGNMENT = (16, 1, 16, 16, 16, 4)
@@ -251,6 +254,11 @@ class CutlassLibrary:
                 raise CutlassNotFound(f"{origin}: expected a {LIBRARY_NAME} (built by `python -m mircuda "
                                       f"build-cutlass`), received {str(path)!r}, which has no {name}") from None
             fn.restype, fn.argtypes = res, args
+        self.has_pdl = hasattr(lib, PDL_SYMBOL)
+        """Whether the library exports :data:`PDL_SYMBOL` (libraries built before 2026-12-03 do not)."""
+        if self.has_pdl:
+            lib.mircuda_cutlass_plan_set_pdl.restype = c_int
+            lib.mircuda_cutlass_plan_set_pdl.argtypes = [vp, c_int]
         self.has_block_scaled = all(hasattr(lib, name) for name in BLOCK_SCALED_SYMBOLS)
         """Whether the library exports the block-scaled (NVFP4) entry points (:data:`BLOCK_SCALED_SYMBOLS`)."""
         if self.has_block_scaled:
@@ -556,6 +564,22 @@ class CutlassLibrary:
 
     def set_workspace(self, plan: int, address: int, nbytes: int) -> None:
         self._check(self._lib.mircuda_cutlass_plan_set_workspace(plan, address or None, nbytes), "plan_set_workspace")
+
+    def set_pdl(self, plan: int, on: bool) -> bool:
+        """Launch dense plan ``plan``'s kernel with programmatic dependent launch from its next execute (``on``) or
+        without; returns whether the kernel now launches so. False for ``on`` when the kernel was not built to wait
+        for the previous kernel (``NOT_IMPLEMENTABLE``: only the SM90 persistent-scheduler families are, see
+        ``cutlass_build/src/instance.cuh``) or the library predates :data:`PDL_SYMBOL`.
+
+        Raises:
+            CutlassError: any other status (a null plan, a plan of another kind)."""
+        if not self.has_pdl:
+            return False
+        status = int(self._lib.mircuda_cutlass_plan_set_pdl(plan, int(bool(on))))
+        if on and status == NOT_IMPLEMENTABLE:
+            return False
+        self._check(status, "plan_set_pdl")
+        return bool(on)
 
     def execute(self, plan: int, stream: int, a: int, b: int, c: int, alpha: float, beta: float) -> None:
         self._check(self._lib.mircuda_cutlass_plan_execute(plan, stream or None, a, b, c, alpha, beta), "plan_execute")

@@ -199,6 +199,12 @@ int mircuda_cutlass_last_cuda_error(void);
 int mircuda_cutlass_plan_create(int index, int m, int n, int k, int splits, mircuda_cutlass_plan **out);
 int mircuda_cutlass_plan_workspace_bytes(const mircuda_cutlass_plan *plan, size_t *out);
 int mircuda_cutlass_plan_set_workspace(mircuda_cutlass_plan *plan, void *workspace, size_t bytes);
+/* Launch a DENSE plan's kernel with programmatic dependent launch (enable != 0) or without (0, the default) from
+ * the next execute on: the kernel may then start while the previous kernel of the stream finishes, and waits
+ * (griddepcontrol.wait) for it before touching global memory. NOT_IMPLEMENTABLE (and nothing changes) for enable != 0
+ * when the kernel was not built to wait (only the SM90 persistent-scheduler families are); INVALID_ARGUMENT for a
+ * null plan or a plan of another kind. An addition to ABI 3: a library without this entry point launches without. */
+int mircuda_cutlass_plan_set_pdl(mircuda_cutlass_plan *plan, int enable);
 /* Enqueue C = alpha * A . B^T + beta * C on stream. Pointers are device addresses aligned as the
  * kernel's info says (16 bytes for the tensor-core kernels). */
 int mircuda_cutlass_plan_execute(mircuda_cutlass_plan *plan, mircuda_cutlass_stream stream, const void *a,

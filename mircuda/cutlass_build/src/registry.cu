@@ -216,6 +216,11 @@ int mircuda_cutlass_plan_set_workspace(mircuda_cutlass_plan* plan, void* workspa
   return status;
 }
 
+int mircuda_cutlass_plan_set_pdl(mircuda_cutlass_plan* plan, int enable) {
+  if (plan == nullptr || plan->kind != MIRCUDA_CUTLASS_KIND_DENSE) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  return plan->runner->set_pdl(enable != 0);
+}
+
 int mircuda_cutlass_plan_execute(mircuda_cutlass_plan* plan, mircuda_cutlass_stream stream, const void* a,
                                  const void* b, void* c, float alpha, float beta) {
   if (plan == nullptr || a == nullptr || b == nullptr || c == nullptr) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;

@@ -19,6 +19,9 @@ struct Runner {
   virtual size_t workspace_bytes() const = 0;
   // Called once the workspace is known (may prepare persistent state, e.g. zeroed semaphores).
   virtual int set_workspace(void* workspace, size_t bytes) = 0;
+  // Launch the kernel with programmatic dependent launch (cudaLaunchAttributeProgrammaticStreamSerialization) from
+  // the next execute on, or not (the default). NOT_IMPLEMENTABLE for on when the kernel does not wait (kGdcSm90).
+  virtual int set_pdl(bool on) { return on ? MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE : MIRCUDA_CUTLASS_OK; }
   virtual int execute(cudaStream_t, const void*, const void*, void*, float, float) {
     return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
   }
@@ -53,6 +56,17 @@ struct KernelEntry {
   Factory factory;
   GroupedFactory grouped_factory = nullptr;
 };
+
+// Whether this translation unit's CUTLASS kernels were compiled with CUTLASS_ENABLE_GDC_FOR_SM90 (instance.cuh
+// defines it for the families that take it): on sm_90a such a kernel executes griddepcontrol.wait before it touches
+// global memory (its producer warps, before their first load) and griddepcontrol.launch_dependents on its last tile,
+// so it may be launched with programmatic dependent launch. A kernel compiled without it must never be.
+// (Internal linkage: its value differs between TUs; each runner type lives in one TU.)
+#if defined(CUTLASS_ENABLE_GDC_FOR_SM90)
+constexpr bool kGdcSm90 = true;
+#else
+constexpr bool kGdcSm90 = false;
+#endif
 
 bool register_kernel(const KernelEntry& entry);
 void set_cuda_error(cudaError_t error);

@@ -113,6 +113,14 @@ class Runner final : public mircuda::Runner {
     return MIRCUDA_CUTLASS_OK;
   }
 
+  // Programmatic dependent launch: only where this TU's kernel waits before touching global memory (kGdcSm90; CUTLASS
+  // 4.2's stream-K scheduler does not compile with it, so the split-K and stream-K families are built without).
+  int set_pdl(bool on) override {
+    if (on && !kGdcSm90) return MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
+    pdl_ = on;
+    return MIRCUDA_CUTLASS_OK;
+  }
+
   int execute(cudaStream_t stream, const void* a, const void* b, void* c, float alpha, float beta) override {
     // An error left pending by earlier work (a failed call, an earlier kernel's fault) would surface in
     // CUTLASS's run(), which clears it with cudaGetLastError and answers kErrorInternal: the code would
@@ -126,7 +134,7 @@ class Runner final : public mircuda::Runner {
     // reduction flags in the workspace on `stream`; nothing is allocated or synchronized.
     cutlass::Status status = gemm_.initialize(args, workspace_, stream);
     if (status != cutlass::Status::kSuccess) return status_from_cutlass(static_cast<int>(status));
-    status = gemm_.run(stream);
+    status = gemm_.run(stream, nullptr, pdl_);
     if (status != cutlass::Status::kSuccess) return status_from_cutlass(static_cast<int>(status));
     return MIRCUDA_CUTLASS_OK;
   }
@@ -147,6 +155,8 @@ class Runner final : public mircuda::Runner {
         cutlass::gemm::GemmUniversalMode::kGemm,
         {pm, pn, k_, 1},
         {static_cast<const ElementA*>(pa), stride_a, static_cast<const ElementB*>(pb), stride_b},
+        // alpha and beta by value: with their pointer forms (alpha_ptr, beta_ptr) the epilogue's scalar broadcast
+        // would read global memory before griddepcontrol.wait, which programmatic dependent launch (set_pdl) forbids.
         {{alpha, beta}, static_cast<const ElementC*>(c), stride_c, static_cast<ElementD*>(c), stride_d},
         hw_};
     if constexpr (Sched::kMaxSwizzle > 0) {
@@ -189,6 +199,7 @@ class Runner final : public mircuda::Runner {
 
   int m_, n_, k_, splits_;
   cutlass::KernelHardwareInfo hw_;
+  bool pdl_ = false;  // launch with programmatic dependent launch (set_pdl)
   void* workspace_ = nullptr;
   Gemm gemm_;
 };
