@@ -197,13 +197,17 @@ def test_describe_says_the_promise_does_nothing_for_a_cutlass_kernel() -> None:
     info = KernelInfo(0, "sm90_swap_128x32x128_splitk_bf16_bf16", "sm90_swapped", "bf16", "bf16", (128, 32, 128),
                       (1, 1), 0, 16, True, (90,))
     for static in (True, False):
-        plan = object.__new__(mc.DenseMatmulPlan)
-        plan.__dict__.update(_selection=Selection(info, 3, "forced by the caller"), _nvrtc=None,
-                             _spec=mc.DenseMatmulSpec(64, 4096, 4096), _in=dtype_info(mc.bf16), _out=dtype_info(mc.bf16),
-                             _context=stand_in_context((9, 0)), _workspace_bytes=0, _static_weights=static)
-        text = str(plan.describe())
-        assert text.endswith("Why: forced by the caller." + (" static_weights has no effect on CUTLASS kernels."
-                                                              if static else "")), text
+        for pdl in (False, True):  # (the split-K kernel launches without; True as a capable kernel would)
+            plan = object.__new__(mc.DenseMatmulPlan)
+            plan.__dict__.update(_selection=Selection(info, 3, "forced by the caller"), _nvrtc=None,
+                                 _spec=mc.DenseMatmulSpec(64, 4096, 4096), _in=dtype_info(mc.bf16),
+                                 _out=dtype_info(mc.bf16), _context=stand_in_context((9, 0)), _workspace_bytes=0,
+                                 _static_weights=static, _pdl=pdl)
+            text = str(plan.describe())
+            assert text.endswith("Why: forced by the caller." + (" static_weights has no effect on CUTLASS kernels."
+                                                                  if static else "")), text
+            assert ("3 K slices, programmatic dependent launch). Why:" in text) is pdl, text
+            assert plan.programmatic_launch is pdl
 
 
 @pytest.mark.parametrize("arch", ["compute_90", "compute_120"])
