@@ -4,7 +4,8 @@ For each cell (type pair, M, N, K) one DenseMatmulPlan (the table's kernel) is t
 programmatic dependent launch (``plan.library.set_pdl(plan.handle, False)``) and with it (``True``), alternately
 ``--rounds`` times (off first), each a StreamTimer median of ``--repeats`` x ``--calls`` back-to-back calls on cold
 weights (banks of at least 8x the L2 cache); cuBLAS (torch.matmul) once per cell when torch is installed. Both
-settings' outputs are checked against float64 on sampled rows and against each other. A kernel that cannot launch
+settings' outputs are checked against float64 on sampled rows and against each other. Without a GPU it says so in one
+line (status 2). A kernel that cannot launch
 with it (split-K, stream-K, the NVRTC kernels) is timed the same way as a control: its two settings are the same
 launch. ``on_vs_off`` = off µs / on µs from the means of the rounds' medians; ``ratio_*`` = cuBLAS µs / ours.
 
@@ -26,6 +27,8 @@ import numpy as np
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]  # this checkout's mircuda, not an installed one
 
 from mircuda.cli._matmul_bench import Types, check_results_argument, session, upload  # noqa: E402
+from mircuda.errors import ContractError, MircudaError  # noqa: E402
+from mircuda.matmul import DenseMatmulSpec  # noqa: E402
 from mircuda.cli._values import comma_items, distinct, is_decimal, positive_int  # noqa: E402
 
 CELLS = ("64x4096x4096,128x4096x4096,256x4096x4096,384x4096x4096,512x4096x4096,32x14336x4096,128x14336x4096,"
@@ -51,6 +54,10 @@ def cell_values(text: str) -> list[tuple[int, int, int]]:
         m, n, k = map(int, parts)
         if n % 8 or k % 8:
             raise argparse.ArgumentTypeError(f"expected N and K multiples of 8, received {item!r} in {text!r}")
+        try:  # the plans' dimension limits, before a device is asked
+            DenseMatmulSpec(m, n, k)
+        except ContractError as exc:
+            raise argparse.ArgumentTypeError(f"{item}: {exc}") from None
         out.append((m, n, k))
     return distinct(out, text)
 
@@ -72,8 +79,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--calls", type=positive_int, default=20, help="back-to-back calls per timed repeat")
     p.add_argument("--repeats", type=positive_int, default=7, help="timed repeats per median")
     p.add_argument("--rounds", type=positive_int, default=2, help="off/on alternations per cell")
-    p.add_argument("--json", default="benchmarks/results/cutlass_pdl_ab.json", help="results file (its directory "
-                   "must exist)")
+    p.add_argument("--json", default="benchmarks/results/cutlass_pdl_ab_rerun.json",
+                   help="results file, its directory existing (default: %(default)s, relative to the current directory; "
+                        "benchmarks/results/cutlass_pdl_ab.json is the 2026-12-03 record)")
     return p
 
 
@@ -104,9 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     check_results_argument(p, args.json)
     import mircuda as mc
 
+    try:
+        driver = mc.Driver.initialize()
+    except MircudaError as exc:  # no driver or no GPU: one line, as the CLI profiles say it
+        p.exit(2, f"cutlass_pdl_ab: needs a CUDA GPU: {exc}\n")
     rows: list[dict[str, Any]] = []
     failures: list[str] = []
-    with session(mc.Driver.initialize(), 0) as s:
+    with session(driver, 0) as s:
         context, stream, pool, timer = s.context, s.stream, s.pool, s.timer
         shapes = list(dict.fromkeys((n, k) for _, n, k in args.cells))  # in order, each once
         for pair in args.dtypes:
@@ -125,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                         capable = library is not None and plan.programmatic_launch and plan.kernel.origin == "cutlass"
                         outputs: dict[str, np.ndarray] = {}
                         us: dict[str, list[float]] = {"off": [], "on": []}
+                        worst = 0.0
                         for _ in range(args.rounds):
                             for side in ("off", "on"):
                                 if capable:
@@ -132,13 +145,15 @@ def main(argv: list[str] | None = None) -> int:
                                 plan.execute(stream, a, ws[0], c)
                                 outputs[side] = stream.download(c).astype(np.float64)
                                 err = _sampled_error(stream, c, a_host, w_host.reshape(n, k), m, n)
+                                worst = max(worst, err)
                                 if not err <= CHECK_LIMIT:
                                     failures.append(f"{t.label} M={m} {n}x{k} {side}: relative error {err:.2e}")
                                 us[side].append(timer.median(lambda i: plan.execute(stream, a, ws[i % banks], c),  # noqa: B023
                                                              args.calls, args.repeats))
                         if capable:
                             library.set_pdl(plan.handle, True)
-                        diff = float(np.abs(outputs["off"] - outputs["on"]).max())
+                        scale = max(float(np.abs(outputs["off"]).max()), 1e-300)
+                        diff = float(np.abs(outputs["off"] - outputs["on"]).max()) / scale
                         cublas = None
                         if s.torch_ is not None and tws is not None:
                             enqueue, _ = s.torch_.operands(m, tws, t.input, t.output)
@@ -151,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
                                      "on_vs_off": round(off / on, 3), "cublas_us": cublas,
                                      "ratio_off": None if cublas is None else round(cublas / off, 3),
                                      "ratio_on": None if cublas is None else round(cublas / on, 3),
-                                     "max_abs_diff_on_off": diff})
+                                     "rel_err": worst, "max_rel_diff_on_off": diff})
                         print(f"{t.label:9s} M={m:5d} {n:6d}x{k:<6d} {plan.kernel_name[:48]:48s} "
                               f"{'pdl' if capable else 'ctl'} off {off:8.2f} on {on:8.2f} µs  x{off / on:.3f}"
                               + ("" if cublas is None else f"  cuBLAS {cublas:8.2f}"), flush=True)

@@ -569,10 +569,11 @@ class CutlassLibrary:
         """Launch dense plan ``plan``'s kernel with programmatic dependent launch from its next execute (``on``) or
         without; returns whether the kernel now launches so. False for ``on`` when the kernel was not built to wait
         for the previous kernel (``NOT_IMPLEMENTABLE``: only the SM90 persistent-scheduler families are, see
-        ``cutlass_build/src/instance.cuh``) or the library predates :data:`PDL_SYMBOL`.
+        ``cutlass_build/src/instance.cuh``). With a library that predates :data:`PDL_SYMBOL` it returns False and
+        calls nothing (nothing is checked then). Like execute, one thread at a time per plan.
 
         Raises:
-            CutlassError: any other status (a null plan, a plan of another kind)."""
+            CutlassError: any other status the library answers (a null plan, a plan of another kind)."""
         if not self.has_pdl:
             return False
         status = int(self._lib.mircuda_cutlass_plan_set_pdl(plan, int(bool(on))))
