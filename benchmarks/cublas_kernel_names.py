@@ -24,7 +24,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]  # this checkout's 
 
 from mircuda.cli._matmul_bench import check_results_argument  # noqa: E402
 from mircuda.cli._matmul_profile import m_values  # noqa: E402
-from mircuda.cli._values import comma_items, distinct, shape_values  # noqa: E402
+from mircuda.cli._values import known_items, shape_values  # noqa: E402
 
 SHAPES = "4096x4096,14336x4096,4096x14336,6144x4096"
 TYPES = ("bf16", "f16", "bf16->f32")
@@ -36,12 +36,7 @@ KNOWN_TYPES = (*TYPES, "f16->f32", *FP8_TYPES)
 def type_values(text: str) -> list[str]:
     """``--dtypes``: comma-separated items of :data:`KNOWN_TYPES`, each once (an unknown name is refused rather
     than run as something else)."""
-    items = comma_items(text, "type pair")
-    unknown = [x for x in items if x not in KNOWN_TYPES]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"expected comma-separated items of {', '.join(KNOWN_TYPES)}, received "
-                                         f"{', '.join(map(repr, unknown))} in {text!r}")
-    return distinct(items, text)
+    return known_items(text, KNOWN_TYPES, "type pair")
 
 
 def kernel_names(torch: Any, m: int, n: int, k: int, types: str) -> list[str]:

@@ -29,7 +29,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]  # this checkout's 
 from mircuda.cli._matmul_bench import Types, check_results_argument, session, upload  # noqa: E402
 from mircuda.errors import ContractError, MircudaError  # noqa: E402
 from mircuda.matmul import DenseMatmulSpec  # noqa: E402
-from mircuda.cli._values import comma_items, distinct, is_decimal, positive_int  # noqa: E402
+from mircuda.cli._values import comma_items, distinct, known_items, is_decimal, positive_int  # noqa: E402
 
 CELLS = ("64x4096x4096,128x4096x4096,256x4096x4096,384x4096x4096,512x4096x4096,32x14336x4096,128x14336x4096,"
          "192x14336x4096,256x14336x4096,384x14336x4096,768x14336x4096,128x4096x14336,192x4096x14336,384x4096x14336,"
@@ -64,12 +64,7 @@ def cell_values(text: str) -> list[tuple[int, int, int]]:
 
 def dtype_values(text: str) -> list[str]:
     """``--dtypes``: comma-separated items of :data:`DTYPES`, each once."""
-    items = comma_items(text, "type pair")
-    unknown = [x for x in items if x not in DTYPES]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"expected comma-separated items of {', '.join(DTYPES)}, received "
-                                         f"{', '.join(map(repr, unknown))} in {text!r}")
-    return distinct(items, text)
+    return known_items(text, DTYPES, "type pair")
 
 
 def parser() -> argparse.ArgumentParser:

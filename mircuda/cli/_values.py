@@ -72,6 +72,21 @@ def distinct(values: Sequence[T], text: str) -> list[T]:
     return list(values)
 
 
+def known_items(text: str, known: Sequence[str], what: str) -> list[str]:
+    """Comma-separated items of ``known`` (``what`` names one item), each once: an unknown name is refused rather
+    than run as something else.
+
+    Raises:
+        argparse.ArgumentTypeError: an empty or unknown item, or a repeated one.
+    """
+    items = comma_items(text, what)
+    unknown = [x for x in items if x not in known]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"expected comma-separated items of {', '.join(known)}, received "
+                                         f"{', '.join(map(repr, unknown))} in {text!r}")
+    return distinct(items, text)
+
+
 def distinct_ints(text: str, allowed: Container[int], expected: str) -> list[int]:
     """Comma-separated decimal integers (ASCII digits, an optional minus: ``int`` alone would also take ``1_6``
     and `` 4``), each in ``allowed`` and given once.
