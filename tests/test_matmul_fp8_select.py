@@ -250,8 +250,9 @@ def test_dense_kernels_are_never_chosen() -> None:
 class FakeLibrary(_library.CutlassLibrary):
     """The library's plan entry points, recorded (no GPU)."""
 
-    def __init__(self, workspace: int = 4096, fail_set_workspace: bool = False) -> None:  # no dlopen
+    def __init__(self, workspace: int = 4096, fail_set_workspace: bool = False, pdl: bool = True) -> None:  # no dlopen
         self.path = Path("fake.so")
+        self._pdl = pdl  # what set_pdl(plan, True) answers: whether the kernel was built to wait
         self.kernels = ()
         self.scaled_kernels = TABLE
         self.calls: list[tuple[Any, ...]] = []
@@ -270,6 +271,10 @@ class FakeLibrary(_library.CutlassLibrary):
         self.calls.append(("set_workspace", plan, address, nbytes))
         if self._fail:
             raise mc.CutlassError("set_workspace failed", call="set_workspace", status=4, name="CUDA_ERROR")
+
+    def set_pdl(self, plan: int, on: bool) -> bool:
+        self.calls.append(("set_pdl", plan, on))
+        return self._pdl and on
 
     def execute_scaled(self, *args: Any) -> None:
         self.calls.append(("execute", *args))
@@ -323,11 +328,14 @@ def test_a_cutlass_plan_keeps_its_workspace_and_enqueues_the_library_call(monkey
     context, stream, pool = stand_ins(monkeypatch)
     lib = FakeLibrary()
     plan = mc.BlockwiseFp8Plan(context, stream, spec(64, 1032, 1040), library=lib)
-    assert lib.calls == [("create", PINGPONG, 64, 1032, 1040), ("set_workspace", 0xF00, 0x9000, 4096)]
+    # cc 9.0: the kernel is asked to launch with programmatic dependent launch once its workspace is set
+    assert lib.calls == [("create", PINGPONG, 64, 1032, 1040), ("set_workspace", 0xF00, 0x9000, 4096),
+                         ("set_pdl", 0xF00, True)]
     assert plan.kernel_name == PINGPONG and plan.workspace_bytes == 4096 and plan.handle == 0xF00
     assert [b.nbytes for b in pool.allocated] == [4096] and plan.sa_shape == (64, 9) and plan.sb_shape == (9, 9)
     text = plan.describe()
     assert PINGPONG in text and "64x128x128" in text and "workspace 4096 B" in text and "FP8_SM90_RULE_MEASURED" in text
+    assert plan.programmatic_launch is True and "programmatic dependent launch" in text
     ops = cutlass_operands(context, 64, 1032, 1040)
     plan.execute(stream, ops["a"], ops["sa"], ops["b"], ops["sb"], ops["d"], 0.5, 0.25)
     # (plan, stream, a, b, sfa, sfb, c, d, alpha, beta); c = 0: the library reads C from d.
@@ -343,6 +351,17 @@ def test_a_cutlass_plan_keeps_its_workspace_and_enqueues_the_library_call(monkey
     assert pool.allocated[0].free_calls == 1 and plan.handle == 0
     with pytest.raises(mc.ClosedResourceError):
         plan.execute(stream, ops["a"], ops["sa"], ops["b"], ops["sb"], ops["d"])
+
+
+def test_a_cutlass_kernel_built_without_grid_dependency_control_launches_plainly(monkeypatch) -> None:
+    # The library answers NOT_IMPLEMENTABLE (set_pdl -> False) for a kernel that does not wait for the previous one:
+    # the plan says so and launches as before.
+    context, stream, _ = stand_ins(monkeypatch)
+    lib = FakeLibrary(pdl=False)
+    plan = mc.BlockwiseFp8Plan(context, stream, spec(64, 1032, 1040), library=lib)
+    assert lib.calls[-1] == ("set_pdl", 0xF00, True)
+    assert plan.programmatic_launch is False and "programmatic dependent launch" not in plan.describe()
+    plan.close()
 
 
 @pytest.mark.parametrize("name, value, argument", [

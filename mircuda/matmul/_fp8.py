@@ -704,6 +704,21 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
     def library(self) -> CutlassLibrary | None:
         return self._lib
 
+    @property
+    def programmatic_launch(self) -> bool:
+        """Whether the plan's kernels launch with programmatic dependent launch (cc >= 9.0): they may then start
+        while the previous kernel of the stream finishes, and wait for it (``griddepcontrol.wait``) before they
+        touch global memory. True for the NVRTC kernels where the device supports it (their
+        :attr:`numba_execute` launches without), and on cc 9.0 for the SM90 CUTLASS cooperative and ping-pong
+        kernels (sm_90a, built with CUTLASS's grid dependency control; the cooperative kernel's ``sa`` copy
+        launches so too), as DenseMatmulPlan.programmatic_launch.
+        The value is the one set when the plan was made (:meth:`CutlassLibrary.set_pdl` on :attr:`handle`
+        changes the launch, not this property). A CUTLASS kernel's :attr:`numba_execute` launches as
+        :meth:`execute` does."""
+        if self._cutlass is None:
+            return bool(self._engine.config.programmatic_stream_serialization)
+        return self._cutlass.pdl
+
     def _nvrtc_only(self, what: str) -> None:
         if self._cutlass is not None:
             raise ContractError("plan", f"a plan running the NVRTC kernel (for .{what})",
@@ -720,6 +735,7 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
         tile = "x".join(map(str, k.tile))
         cluster = f", cluster {k.cluster[0]}x{k.cluster[1]}" if k.cluster != (1, 1) else ""
         ws = f", workspace {self.workspace_bytes} B" if self.workspace_bytes else ""
+        ws += ", programmatic dependent launch" if self._cutlass.pdl else ""
         return Description(f"{head}kernel {k.name} (CUTLASS {k.family}, tile {tile}{cluster}{ws}; M, N, K multiples of "
                 f"{k.multiples}). Why: {self._selection.reason}")
 

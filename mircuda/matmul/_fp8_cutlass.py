@@ -52,7 +52,8 @@ def cutlass_fp8_operands(kernel: KernelInfo, m: int, n: int, k: int) -> tuple[Op
 class CutlassFp8:
     """A library plan of ``kernel`` for (M, N, K) on the context's device, its workspace allocated from
     the context's default pool on ``stream`` at construction and kept until :meth:`close` (freed on
-    ``stream``). ``execute`` takes addresses already checked by the plan.
+    ``stream``). ``execute`` takes addresses already checked by the plan. ``pdl``: whether the kernel launches
+    with programmatic dependent launch (set at construction where the device and the kernel allow it).
 
     Raises:
         ContractError: (M, N, K) break the kernel's multiples (``shape``).
@@ -70,6 +71,10 @@ class CutlassFp8:
             if nbytes:
                 workspace = context.default_memory_pool().allocate(u8, stream, nbytes)
             lib.set_workspace(handle, workspace.handle if workspace is not None else 0, nbytes)
+            # Programmatic dependent launch where the kernel waits for the previous kernel before touching memory
+            # (cc 9.0: the SM90 cooperative and ping-pong kernels; the cooperative one's SFA copy too), as
+            # DenseMatmulPlan's CUTLASS kernels: its launch and prologue overlap that kernel's tail.
+            self.pdl = context.device_info().supports_programmatic_launch and lib.set_pdl(handle, True)
         except BaseException:
             lib.destroy(handle)
             if workspace is not None:

@@ -566,10 +566,11 @@ class CutlassLibrary:
         self._check(self._lib.mircuda_cutlass_plan_set_workspace(plan, address or None, nbytes), "plan_set_workspace")
 
     def set_pdl(self, plan: int, on: bool) -> bool:
-        """Launch dense plan ``plan``'s kernel with programmatic dependent launch from its next execute (``on``) or
-        without; returns whether the kernel now launches so. False for ``on`` when the kernel was not built to wait
-        for the previous kernel (``NOT_IMPLEMENTABLE``: only the SM90 persistent-scheduler families are, see
-        ``cutlass_build/src/instance.cuh``). With a library that predates :data:`PDL_SYMBOL` it returns False and
+        """Launch dense or blockwise-scaled plan ``plan``'s kernel with programmatic dependent launch from its next
+        execute (``on``) or without; returns whether the kernel now launches so. False for ``on`` when the kernel was
+        not built to wait for the previous kernel (``NOT_IMPLEMENTABLE``: only the SM90 persistent-scheduler dense
+        families and the SM90 blockwise FP8 kernels are, see ``cutlass_build/src/instance.cuh`` and
+        ``blockwise_instance.cuh``). With a library that predates :data:`PDL_SYMBOL` it returns False and
         calls nothing (nothing is checked then). Like execute, one thread at a time per plan.
 
         Raises:

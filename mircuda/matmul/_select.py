@@ -361,7 +361,9 @@ def sm90_fp8_family(m: int, n: int, multiprocessors: int) -> tuple[str, str]:
     """SM90's blockwise FP8 CUTLASS family for M > 16 and why: ``"sm90_blockwise_pingpong"`` (64x128x128 tiles,
     two warp groups alternating tiles) when its ``ceil(M / 64) * ceil(N / 128)`` output tiles fit in one wave
     (at most ``multiprocessors``), else ``"sm90_blockwise_cooperative"`` (128x128x128 tiles, both warp groups on
-    one tile, A multicast to a 1x2 cluster). Measured: :data:`FP8_SM90_RULE_MEASURED`.
+    one tile, A multicast to a 1x2 cluster). Measured: :data:`FP8_SM90_RULE_MEASURED` (both kernels launched
+    without programmatic dependent launch then; they launch with it since, which made both faster at M = 64 and
+    256: ``benchmarks/results/fp8_pdl_ab.json``; the rule was not re-measured).
 
     Raises:
         ContractError: ``m`` is not an int above :data:`FP8_NVRTC_MAX_M` (smaller M runs the NVRTC kernels), ``n``

@@ -559,6 +559,50 @@ def test_the_cutlass_plan_matches_float64_of_the_dequantized_operands(context, s
     plan.close()
 
 
+@pytest.mark.parametrize("m", [64, 1024], ids=["pingpong", "cooperative"])
+def test_cutlass_plan_chains_read_what_the_kernel_before_wrote(context, stream, pool, rng, fp8_library, m) -> None:
+    # On cc 9.0 the SM90 kernels launch with programmatic dependent launch (the cooperative kernel's sa copy too), so
+    # each may start while the kernel before it runs. The quantizer writes A and sa, the plan must read them only
+    # after it finished; two executes back to back on different operands (the second's sa copy overwrites the
+    # workspace the first GEMM reads); and quantizer -> plan replayed from a graph. Poisoned buffers expose an early
+    # read.
+    n = k = 2048
+    plan = cutlass_plan(context, stream, fp8_library, m, n, k)
+    if context.device_info().compute_capability == (9, 0):
+        assert plan.programmatic_launch and "programmatic dependent launch" in plan.describe()
+    xs = [bf16_values(rng, m, k) for _ in range(2)]
+    b, sb = quantize_weights_reference(bf16_values(rng, n, k))
+    quantizer = mc.BlockwiseFp8Quantizer(context, stream, m, k)
+    bx = [upload(context, stream, pool, x.ravel()) for x in xs]
+    ba = [upload(context, stream, pool, poisoned(mc.e4m3, m * k)) for _ in xs]
+    bsa = [upload(context, stream, pool, poisoned(mc.f32, m * -(-k // 128))) for _ in xs]
+    bb, bsb = upload(context, stream, pool, b.ravel()), upload(context, stream, pool, sb.ravel())
+    bds = [upload(context, stream, pool, poisoned(mc.bf16, m * n)) for _ in range(3)]
+    bufs = (*bx, *ba, *bsa, bb, bsb, *bds)
+    for i in (0, 1):
+        quantizer.execute(stream, bx[i], ba[i], bsa[i])
+    for i in (0, 1):
+        plan.execute(stream, ba[i], bsa[i], bb, bsb, bds[i])
+
+    def chain(_: Any) -> None:  # xs[0] again, through the second operand buffers
+        quantizer.execute(stream, bx[0], ba[1], bsa[1])
+        plan.execute(stream, ba[1], bsa[1], bb, bsb, bds[2])
+
+    graph = stream.capture(bufs, chain)
+    graph.launch(stream)
+    b64 = dequantize_reference(b, sb, (128, 128))
+    for bd, x in zip(bds, [xs[0], xs[1], xs[0]]):
+        a, sa = quantize_activations_reference(x)
+        a64 = dequantize_reference(a, sa, (1, 128))
+        got = download(context, stream, bd)
+        assert_guard_untouched(got, m * n, mc.bf16)
+        assert_close_fp8(got[: m * n].reshape(m, n), a64 @ b64.T, np.abs(a64) @ np.abs(b64).T)
+    graph.close()
+    plan.close()
+    for buf in bufs:
+        buf.free(stream)
+
+
 @pytest.mark.parametrize("separate_c", [True, False], ids=["c", "in-place"])
 @pytest.mark.parametrize("m", [17, 300])
 def test_the_cutlass_plan_accumulates_beta_c(context, stream, pool, rng, fp8_library, m, separate_c) -> None:

@@ -199,13 +199,16 @@ int mircuda_cutlass_last_cuda_error(void);
 int mircuda_cutlass_plan_create(int index, int m, int n, int k, int splits, mircuda_cutlass_plan **out);
 int mircuda_cutlass_plan_workspace_bytes(const mircuda_cutlass_plan *plan, size_t *out);
 int mircuda_cutlass_plan_set_workspace(mircuda_cutlass_plan *plan, void *workspace, size_t bytes);
-/* Launch a DENSE plan's kernel with programmatic dependent launch (enable != 0) or without (0, the default) from
- * the next execute on: the kernel may then start while the previous kernel of the stream finishes; its producer warps
- * wait (griddepcontrol.wait) for that kernel before they load, and nothing of it touches global memory before. On its
- * last tile it lets the next kernel launch (griddepcontrol.launch_dependents): a following kernel of yours launched
- * with programmatic dependent launch must wait (cudaGridDependencySynchronize) before it reads C.
+/* Launch a DENSE or BLOCKWISE_SCALED plan's kernel with programmatic dependent launch (enable != 0) or without (0,
+ * the default) from the next execute on: the kernel may then start while the previous kernel of the stream finishes;
+ * its producer warps wait (griddepcontrol.wait) for that kernel before they load, and nothing of it touches global
+ * memory before. On its last tile it lets the next kernel launch (griddepcontrol.launch_dependents): a following
+ * kernel of yours launched with programmatic dependent launch must wait (cudaGridDependencySynchronize) before it
+ * reads C (D). A blockwise plan whose execute first copies SFA (the SM90 cooperative kernel) launches that copy so
+ * too; the copy waits before it reads SFA.
  * Returns OK; NOT_IMPLEMENTABLE (and nothing changes) for enable != 0 when the kernel was not built to wait (only the
- * SM90 persistent-scheduler families are); INVALID_ARGUMENT for a null plan or a plan of another kind. There is no
+ * SM90 persistent-scheduler dense families and the SM90 blockwise cooperative and ping-pong kernels are);
+ * INVALID_ARGUMENT for a null plan or a plan of another kind. There is no
  * getter: the caller keeps what it set. Not while another thread executes the plan (see above); a capture records
  * the launch as it is at execute. An addition to ABI 3 without a version change: find it with dlsym; a library
  * without it launches without. */

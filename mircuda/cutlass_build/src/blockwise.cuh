@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "cute/tensor.hpp"
+#include "cutlass/arch/grid_dependency_control.h"
 #include "cutlass/cutlass.h"
 #include "cutlass/detail/blockwise_scale_layout.hpp"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -50,7 +51,15 @@ using Sm90ScalesMnA = cutlass::detail::Sm90BlockwiseScaleConfig<kScaleM, kScaleN
 // Copies SFA from mircuda's K-major layout ([M, kb] row-major) to the M-major one ([kb, ld] row-major, ld = M
 // rounded up to 4) in a runner's workspace, the pad rows zero: one thread per scale, consecutive threads along M,
 // so the writes coalesce (the reads stride by kb floats; the tensor is 1/128 of A's bytes).
+// Under programmatic dependent launch (the runner's pdl_) it waits for the previous kernel (which may write sfa, or
+// still read the copy of the previous execute) before it touches memory, and lets the GEMM launch at once: the
+// GEMM waits for this grid's completion before it reads anything, and a dependent grid launches only once every
+// block of this one has triggered or exited, so all of them are resident and none is starved by the GEMM's blocks.
+// Without the attribute both instructions do nothing (and on a TU without CUTLASS_ENABLE_GDC_FOR_SM90 they are
+// not emitted).
 static __global__ void sfa_to_m_major(const float* __restrict__ sfa, float* __restrict__ out, int m, int kb, int ld) {
+  cutlass::arch::wait_on_dependent_grids();
+  cutlass::arch::launch_dependent_grids();
   const int row = blockIdx.x * blockDim.x + threadIdx.x;
   const int block = blockIdx.y;
   if (row < ld) out[static_cast<size_t>(block) * ld + row] = row < m ? sfa[static_cast<size_t>(row) * kb + block] : 0.f;
@@ -62,6 +71,22 @@ using Sm90ScalesSwapped = cutlass::detail::Sm90BlockwiseScaleConfig<kScaleN, kSc
                                                                     cute::GMMA::Major::K>;
 using Sm120Scales = cutlass::detail::Sm120BlockwiseScaleConfig<kScaleM, kScaleN, kScaleK, cute::UMMA::Major::K,
                                                                cute::UMMA::Major::K>;
+
+// CUTLASS 4.2's SM90 cooperative blockwise kernel (sm90_gemm_tma_warpspecialized_cooperative.hpp) calls
+// wait_on_dependent_grids() in its Mainloop and Epilogue producer warps but not in its MainloopAux warp, whose
+// load_auxiliary reads the scales from global memory (cp.async); the ping-pong kernel waits in all three. This
+// mainloop is the built one with load_auxiliary waiting first, so a kernel compiled with grid dependency control
+// may be launched with programmatic dependent launch (after the first tile the wait returns at once). Everything
+// else (types, Params, the other members) is the base's.
+template <class Base>
+struct AuxWaitsMainloop : Base {
+  using Base::Base;
+  template <class... Args>
+  CUTLASS_DEVICE void load_auxiliary(Args&&... args) {
+    cutlass::arch::wait_on_dependent_grids();
+    Base::load_auxiliary(static_cast<Args&&>(args)...);
+  }
+};
 
 // EpilogueTile, Source and Swapped are varied only by the experimental families (blockwise_instance.cuh): the
 // epilogue's subtile (CUTLASS's auto choice by default), C's element type (void: no source operand, beta must
@@ -91,11 +116,14 @@ struct Config {
       Arch, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTile,
       float, float, ElementC, LayoutC, kAlignOut, Out, LayoutC, kAlignOut, EpilogueSchedule>::CollectiveOp;
 
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using BuiltMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       Arch, cutlass::arch::OpClassTensorOp, In, cute::tuple<LayoutA, LayoutSFA>, kAlignIn, In,
       cute::tuple<LayoutB, LayoutSFB>, kAlignIn, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
+  // The SM90 kernels of a TU with grid dependency control wait in load_auxiliary too (AuxWaitsMainloop).
+  using Mainloop = std::conditional_t<kGdcSm90 && std::is_same_v<Arch, cutlass::arch::Sm90>,
+                                      AuxWaitsMainloop<BuiltMainloop>, BuiltMainloop>;
 
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
@@ -139,6 +167,14 @@ class Runner final : public mircuda::Runner {
 
   size_t workspace_bytes() const override { return scale_offset() + scale_bytes(); }
 
+  // Programmatic dependent launch of the GEMM (and of the SFA copy before it): only where this TU's kernel waits
+  // before touching global memory (kGdcSm90: the SM90 cooperative and ping-pong families).
+  int set_pdl(bool on) override {
+    if (on && !kGdcSm90) return MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
+    pdl_ = on;
+    return MIRCUDA_CUTLASS_OK;
+  }
+
   int set_workspace(void* workspace, size_t) override {
     workspace_ = workspace;
     // Where the M-major SFA copy goes, found once here rather than on every launch (the offset is CUTLASS's
@@ -152,10 +188,18 @@ class Runner final : public mircuda::Runner {
     if (!Cfg::kHasSource && beta != 0.f) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;  // no C operand to add
     if constexpr (Cfg::kSfaMn) {
       // The caller's K-major SFA, copied M-major into the workspace first (same stream: the GEMM reads it after).
-      const dim3 grid((scale_ld() + 255) / 256, scale_blocks());
-      sfa_to_m_major<<<grid, 256, 0, stream>>>(static_cast<const float*>(sfa), sfa_copy_, m_, scale_blocks(),
-                                               scale_ld());
-      cudaError_t error = cudaGetLastError();
+      cudaLaunchConfig_t config{};
+      config.gridDim = dim3((scale_ld() + 255) / 256, scale_blocks());
+      config.blockDim = dim3(256);
+      config.stream = stream;
+      cudaLaunchAttribute attribute{};
+      attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attribute.val.programmaticStreamSerializationAllowed = 1;
+      config.attrs = &attribute;
+      config.numAttrs = pdl_ ? 1 : 0;
+      cudaError_t error = cudaLaunchKernelEx(&config, sfa_to_m_major, static_cast<const float*>(sfa), sfa_copy_, m_,
+                                             scale_blocks(), scale_ld());
+      if (error == cudaSuccess) error = cudaGetLastError();
       if (error != cudaSuccess) {
         set_cuda_error(error);
         return MIRCUDA_CUTLASS_CUDA_ERROR;
@@ -167,7 +211,7 @@ class Runner final : public mircuda::Runner {
     // side); nothing is allocated or synchronized.
     cutlass::Status status = gemm_.initialize(args, workspace_, stream);
     if (status != cutlass::Status::kSuccess) return status_from_cutlass(static_cast<int>(status));
-    status = gemm_.run(stream);
+    status = gemm_.run(stream, nullptr, pdl_);
     if (status != cutlass::Status::kSuccess) return status_from_cutlass(static_cast<int>(status));
     return MIRCUDA_CUTLASS_OK;
   }
@@ -237,6 +281,7 @@ class Runner final : public mircuda::Runner {
   Schedule schedule_;
   void* workspace_ = nullptr;
   float* sfa_copy_ = nullptr;  // kSfaMn: the M-major SFA copy inside workspace_
+  bool pdl_ = false;
   Gemm gemm_;
 };
 

@@ -8,6 +8,14 @@
 //   plan chooses by itself: they are measured by name against the cooperative kernel)
 #pragma once
 
+#if defined(MIRCUDA_SM90_FP8_COOP) || defined(MIRCUDA_SM90_FP8_PINGPONG)
+// Grid dependency control (cutlass/arch/grid_dependency_control.h), as instance.cuh's persistent dense families:
+// the kernel waits (griddepcontrol.wait) before its warps touch global memory and lets the next kernel launch on
+// its last tile, so the runner may launch it with programmatic dependent launch (set_pdl; BlockwiseFp8Plan does on
+// cc 9.0). CUTLASS 4.2's cooperative kernel never waits in its MainloopAux warp (the scale loads), so the
+// cooperative family's mainloop is wrapped to wait there (blockwise.cuh, AuxWaitsMainloop).
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+#endif
 #include "blockwise.cuh"
 
 namespace {

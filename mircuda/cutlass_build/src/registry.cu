@@ -217,7 +217,10 @@ int mircuda_cutlass_plan_set_workspace(mircuda_cutlass_plan* plan, void* workspa
 }
 
 int mircuda_cutlass_plan_set_pdl(mircuda_cutlass_plan* plan, int enable) {
-  if (plan == nullptr || plan->kind != MIRCUDA_CUTLASS_KIND_DENSE) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  if (plan == nullptr ||
+      (plan->kind != MIRCUDA_CUTLASS_KIND_DENSE && plan->kind != MIRCUDA_CUTLASS_KIND_BLOCKWISE_SCALED)) {
+    return MIRCUDA_CUTLASS_INVALID_ARGUMENT;
+  }
   return plan->runner->set_pdl(enable != 0);
 }
 
