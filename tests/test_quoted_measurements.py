@@ -645,3 +645,35 @@ def test_the_readme_quotes_the_cutlass_pdl_ab() -> None:
             f"1 %, {slower} slower") in doc
     below = [sum(r[f"ratio_{side}"] < 0.97 for r in rows) for side in ("off", "on")]
     assert f"of the {len(rows)} cells measured, {below[0]} were below 0.97 of cuBLAS without and {below[1]} with" in text
+
+
+def test_the_readme_quotes_the_fp8_pdl_ab_and_the_pdl_rerun() -> None:
+    # README's BlockwiseFp8Plan paragraph on programmatic dependent launch, from the A/B it names (means of the two
+    # runs per side), and the dense paragraph's rerun on the shipped library
+    text = flat(README)
+    fp8 = recorded("fp8_pdl_ab.json")
+    cells = {(c["m"], c["n"], c["k"]): c for c in fp8["cells"]}
+
+    def means(m: int, n: int, k: int) -> str:
+        us = cells[(m, n, k)]["plan_us"]
+        off, on = (us["off_1"] + us["off_2"]) / 2, (us["on_1"] + us["on_2"]) / 2
+        assert cells[(m, n, k)]["on_vs_off"] == round(off / on, 3)
+        return f"{off:.2f} -> {on:.2f}"
+
+    assert f"M = 256 6144x4096 {means(256, 6144, 4096)} µs" in text
+    assert f"M = 2048 1.01-1.06x (4096x4096 {means(2048, 4096, 4096)})" in text
+    middle = [c["on_vs_off"] for c in fp8["cells"] if c["m"] <= 256]
+    large = [c["on_vs_off"] for c in fp8["cells"] if c["m"] == 2048]
+    assert f"{min(middle):.2f}-{max(middle):.2f}x faster"  in text
+    assert (round(min(large), 2), round(max(large), 2)) == (1.01, 1.06)
+    rowwise = fp8["summary"]["M>=2048 geomean plan vs torch rowwise (off_1, off_2, on_1, on_2)"]
+    blockwise = fp8["summary"]["M>=2048 geomean plan vs torch blockwise (off_1, off_2, on_1, on_2)"]
+    assert (f"from {rowwise[0]:.3f} and {rowwise[1]:.3f} of torch rowwise to {rowwise[2]:.3f} and {rowwise[3]:.3f}, "
+            f"and from {blockwise[0]:.3f} and {blockwise[1]:.3f} of torch blockwise to {blockwise[2]:.3f} and "
+            f"{blockwise[3]:.3f}") in text
+    assert fp8["failures"] == []
+    rerun = recorded("cutlass_pdl_ab_rerun.json")["summary"]
+    assert (rerun["faster_over_1pct"], rerun["within_1pct"], rerun["slower_over_1pct"]) == (12, 3, 1)
+    assert "12 faster by more than 1 %, 3 within, 1 slower" in text
+    below = rerun["cells_below_0.97_of_cublas"]
+    assert f"{below['off']} cells below 0.97 of cuBLAS without, {below['on']} with" in text
