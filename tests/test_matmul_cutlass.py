@@ -324,10 +324,11 @@ def test_set_pdl_says_whether_the_kernel_now_launches_programmatically() -> None
 @pytest.mark.cutlass
 def test_the_sm90_persistent_scheduler_kernels_wait_for_the_previous_grid() -> None:
     # DenseMatmulPlan and BlockwiseFp8Plan launch the SM90 persistent-scheduler kernels (dense, and the blockwise FP8
-    # cooperative and ping-pong ones) with programmatic dependent launch, so each must hold griddepcontrol.wait (SASS
-    # ACQBULK: its producer warps wait before they load) and launch_dependents (PREEXIT); so must the cooperative
-    # FP8 plan's SFA copy, launched so before its GEMM. The stream-K/split-K kernels are built without them and never
-    # launched so.
+    # cooperative and ping-pong ones, whose mainloop is mircuda's AuxWaitsMainloop) with programmatic dependent
+    # launch, so each must hold griddepcontrol.wait (SASS ACQBULK: its producer warps wait before they load) and
+    # launch_dependents (PREEXIT); so must the cooperative FP8 plan's SFA copy, launched so before its GEMM. The
+    # stream-K/split-K kernels and the experimental blockwise families (a build with FP8_EXP) are built without
+    # them and never launched so.
     from mircuda.matmul._sass import disassemble, find_cuobjdump, sass_functions
 
     path = _build.find_library()
@@ -337,13 +338,17 @@ def test_the_sm90_persistent_scheduler_kernels_wait_for_the_previous_grid() -> N
     if error:
         pytest.skip(f"no sm_90a code to read: {error}")
     functions = sass_functions(sass)
-    waiting = [(n, b) for n, b in functions if "PersistentScheduler" in n or "sfa_to_m_major" in n]
+    blockwise = [(n, b) for n, b in functions if "PersistentScheduler" in n and "Blockwise" in n]
+    waiting = [(n, b) for n, b in functions if "PersistentScheduler" in n and "Blockwise" not in n]
+    waiting += [(n, b) for n, b in blockwise if "AuxWaitsMainloop" in n]
     plain = [(n, b) for n, b in functions if "StreamKScheduler" in n]
-    assert plain and {"Blockwise" in n and "Cooperative" in n for n, _ in waiting} == {True, False}
-    assert any("Blockwise" in n and "Pingpong" in n for n, _ in waiting)
-    assert any("sfa_to_m_major" in n for n, _ in waiting)
+    plain += [(n, b) for n, b in blockwise if "AuxWaitsMainloop" not in n]
+    assert plain and any("Cooperative" in n for n, _ in waiting if "Blockwise" in n)
+    assert any("Pingpong" in n for n, _ in waiting if "Blockwise" in n)
     assert [n[:120] for n, b in waiting if "ACQBULK" not in b or "PREEXIT" not in b] == []
     assert [n[:120] for n, b in plain if "ACQBULK" in b] == []
+    # each TU has its own copy of the (static) SFA copy kernel; the cooperative plan's waits and triggers
+    assert any("ACQBULK" in b and "PREEXIT" in b for n, b in functions if "sfa_to_m_major" in n)
 
 
 def _pytest(node: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -250,9 +250,11 @@ def test_dense_kernels_are_never_chosen() -> None:
 class FakeLibrary(_library.CutlassLibrary):
     """The library's plan entry points, recorded (no GPU)."""
 
-    def __init__(self, workspace: int = 4096, fail_set_workspace: bool = False, pdl: bool = True) -> None:  # no dlopen
+    def __init__(self, workspace: int = 4096, fail_set_workspace: bool = False, pdl: bool | int = True) -> None:
+        # no dlopen. pdl: what set_pdl(plan, True) answers (whether the kernel was built to wait), or the status it
+        # raises
         self.path = Path("fake.so")
-        self._pdl = pdl  # what set_pdl(plan, True) answers: whether the kernel was built to wait
+        self._pdl = pdl
         self.kernels = ()
         self.scaled_kernels = TABLE
         self.calls: list[tuple[Any, ...]] = []
@@ -274,6 +276,9 @@ class FakeLibrary(_library.CutlassLibrary):
 
     def set_pdl(self, plan: int, on: bool) -> bool:
         self.calls.append(("set_pdl", plan, on))
+        if not isinstance(self._pdl, bool):
+            raise mc.CutlassError("plan_set_pdl failed", call="plan_set_pdl", status=self._pdl,
+                                  name=_library.STATUS[self._pdl])
         return self._pdl and on
 
     def execute_scaled(self, *args: Any) -> None:
@@ -362,6 +367,21 @@ def test_a_cutlass_kernel_built_without_grid_dependency_control_launches_plainly
     assert lib.calls[-1] == ("set_pdl", 0xF00, True)
     assert plan.programmatic_launch is False and "programmatic dependent launch" not in plan.describe()
     plan.close()
+
+
+def test_a_library_whose_set_pdl_takes_only_dense_plans_still_makes_the_plan(monkeypatch) -> None:
+    # A library built between the dense kernels' PDL and the blockwise kernels' (2026-12-03) exports set_pdl but
+    # answers INVALID_ARGUMENT for a blockwise plan: its kernels do not wait, so the plan launches without.
+    context, stream, pool = stand_ins(monkeypatch)
+    lib = FakeLibrary(pdl=_library.INVALID_ARGUMENT)
+    plan = mc.BlockwiseFp8Plan(context, stream, spec(64, 1032, 1040), library=lib)
+    assert lib.calls[-1] == ("set_pdl", 0xF00, True) and plan.programmatic_launch is False
+    plan.close()
+    # any other failure still raises, and the library plan made for it is destroyed, its workspace freed
+    lib = FakeLibrary(pdl=4)  # CUDA_ERROR
+    with pytest.raises(mc.CutlassError, match="plan_set_pdl") as info:
+        mc.BlockwiseFp8Plan(context, stream, spec(64, 1032, 1040), library=lib)
+    assert info.value.status == 4 and lib.calls[-1] == ("destroy", 0xF00) and pool.allocated[-1].free_calls == 1
 
 
 @pytest.mark.parametrize("name, value, argument", [

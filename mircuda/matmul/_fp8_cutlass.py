@@ -15,8 +15,9 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 from ..dtypes import bf16, dtype_info, e4m3, f32, u8
+from ..errors import CutlassError
 from ._dense import _destroy  # the dense CUTLASS plans' finalizer: the same library calls
-from ._library import NOT_IMPLEMENTABLE, CutlassLibrary, KernelInfo
+from ._library import INVALID_ARGUMENT, NOT_IMPLEMENTABLE, CutlassLibrary, KernelInfo
 from ._spec import Operand
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class CutlassFp8:
             # Programmatic dependent launch where the kernel waits for the previous kernel before touching memory
             # (cc 9.0: the SM90 cooperative and ping-pong kernels; the cooperative one's SFA copy too), as
             # DenseMatmulPlan's CUTLASS kernels: its launch and prologue overlap that kernel's tail.
-            self.pdl = context.device_info().supports_programmatic_launch and lib.set_pdl(handle, True)
+            self.pdl = context.device_info().supports_programmatic_launch and _set_pdl(lib, handle)
         except BaseException:
             lib.destroy(handle)
             if workspace is not None:
@@ -99,6 +100,18 @@ class CutlassFp8:
     def close(self) -> None:
         self.handle = 0
         self._finalizer()
+
+
+def _set_pdl(lib: CutlassLibrary, handle: int) -> bool:
+    """``lib.set_pdl(handle, True)``, False (launch as before) where a library built between 2026-12-03's dense PDL
+    (which added ``mircuda_cutlass_plan_set_pdl``) and its blockwise PDL answers INVALID_ARGUMENT for a blockwise
+    plan: that library's kernels do not wait, and the plan must still be made."""
+    try:
+        return lib.set_pdl(handle, True)
+    except CutlassError as exc:
+        if exc.status == INVALID_ARGUMENT:
+            return False
+        raise
 
 
 def scaled_executor(execute_address: int, plan_handle: int, alignment: int, *, stream: int) -> Any:

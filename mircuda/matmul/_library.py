@@ -31,6 +31,7 @@ info struct and every ABI 2 entry point are unchanged), so an ABI 2 library load
 STATUS = {0: "OK", 1: "INVALID_ARGUMENT", 2: "NOT_IMPLEMENTABLE", 3: "WRONG_ARCH", 4: "CUDA_ERROR",
           5: "INTERNAL_ERROR", 6: "NO_WORKSPACE"}
 """The library's status codes (``MIRCUDA_CUTLASS_*``)."""
+INVALID_ARGUMENT = 1
 NOT_IMPLEMENTABLE = 2
 DTYPES = {1: "bf16", 2: "f16", 3: "f32", 4: "e4m3", 5: "e2m1", 6: "ue4m3"}
 """``MIRCUDA_CUTLASS_*`` element types; ``"e2m1"``: packed FP4 codes, two per byte (element 2i in the low
@@ -569,12 +570,15 @@ class CutlassLibrary:
         """Launch dense or blockwise-scaled plan ``plan``'s kernel with programmatic dependent launch from its next
         execute (``on``) or without; returns whether the kernel now launches so. False for ``on`` when the kernel was
         not built to wait for the previous kernel (``NOT_IMPLEMENTABLE``: only the SM90 persistent-scheduler dense
-        families and the SM90 blockwise FP8 kernels are, see ``cutlass_build/src/instance.cuh`` and
-        ``blockwise_instance.cuh``). With a library that predates :data:`PDL_SYMBOL` it returns False and
-        calls nothing (nothing is checked then). Like execute, one thread at a time per plan.
+        families and the SM90 blockwise FP8 cooperative and ping-pong kernels are, not the experimental blockwise
+        families; see ``cutlass_build/src/instance.cuh`` and ``blockwise_instance.cuh``). With a library that
+        predates :data:`PDL_SYMBOL` it returns False and calls nothing (nothing is checked then). Like execute, one
+        thread at a time per plan.
 
         Raises:
-            CutlassError: any other status the library answers (a null plan, a plan of another kind)."""
+            CutlassError: any other status the library answers (a null plan, a plan of another kind; also a
+                blockwise plan with a library built before the blockwise kernels took it, 2026-12-03: the
+                FP8 plans then launch without)."""
         if not self.has_pdl:
             return False
         status = int(self._lib.mircuda_cutlass_plan_set_pdl(plan, int(bool(on))))

@@ -211,7 +211,8 @@ int mircuda_cutlass_plan_set_workspace(mircuda_cutlass_plan *plan, void *workspa
  * INVALID_ARGUMENT for a null plan or a plan of another kind. There is no
  * getter: the caller keeps what it set. Not while another thread executes the plan (see above); a capture records
  * the launch as it is at execute. An addition to ABI 3 without a version change: find it with dlsym; a library
- * without it launches without. */
+ * without it launches without, and one built before the blockwise kernels took it answers INVALID_ARGUMENT for a
+ * BLOCKWISE_SCALED plan (its kernels do not wait: launch them without). */
 int mircuda_cutlass_plan_set_pdl(mircuda_cutlass_plan *plan, int enable);
 /* Enqueue C = alpha * A . B^T + beta * C on stream. Pointers are device addresses aligned as the
  * kernel's info says (16 bytes for the tensor-core kernels). */

@@ -51,15 +51,15 @@ using Sm90ScalesMnA = cutlass::detail::Sm90BlockwiseScaleConfig<kScaleM, kScaleN
 // Copies SFA from mircuda's K-major layout ([M, kb] row-major) to the M-major one ([kb, ld] row-major, ld = M
 // rounded up to 4) in a runner's workspace, the pad rows zero: one thread per scale, consecutive threads along M,
 // so the writes coalesce (the reads stride by kb floats; the tensor is 1/128 of A's bytes).
-// Under programmatic dependent launch (the runner's pdl_) it waits for the previous kernel (which may write sfa, or
-// still read the copy of the previous execute) before it touches memory, and lets the GEMM launch at once: the
-// GEMM waits for this grid's completion before it reads anything, and a dependent grid launches only once every
-// block of this one has triggered or exited, so all of them are resident and none is starved by the GEMM's blocks.
-// Without the attribute both instructions do nothing (and on a TU without CUTLASS_ENABLE_GDC_FOR_SM90 they are
-// not emitted).
+// Under programmatic dependent launch (the runner's pdl_) it lets the GEMM launch at once, then waits for the
+// previous kernel (which may write sfa, or still read the copy of the previous execute) before it touches memory:
+// the GEMM waits for this grid's completion before it reads anything, and this grid completes only after the
+// previous one did; a dependent grid launches only once every block of this one has triggered or exited, so all of
+// them are resident and none is starved by the GEMM's blocks. Without the attribute both instructions do nothing
+// (and on a TU without CUTLASS_ENABLE_GDC_FOR_SM90 they are not emitted).
 static __global__ void sfa_to_m_major(const float* __restrict__ sfa, float* __restrict__ out, int m, int kb, int ld) {
-  cutlass::arch::wait_on_dependent_grids();
   cutlass::arch::launch_dependent_grids();
+  cutlass::arch::wait_on_dependent_grids();
   const int row = blockIdx.x * blockDim.x + threadIdx.x;
   const int block = blockIdx.y;
   if (row < ld) out[static_cast<size_t>(block) * ld + row] = row < m ? sfa[static_cast<size_t>(row) * kb + block] : 0.f;
@@ -186,6 +186,12 @@ class Runner final : public mircuda::Runner {
   int execute_scaled(cudaStream_t stream, const void* a, const void* b, const void* sfa, const void* sfb,
                      const void* c, void* d, float alpha, float beta) override {
     if (!Cfg::kHasSource && beta != 0.f) return MIRCUDA_CUTLASS_INVALID_ARGUMENT;  // no C operand to add
+    // An error left pending by earlier work would surface after the copy's launch or in CUTLASS's run() (which
+    // answers kErrorInternal for it): say it as the CUDA error it is, before anything is enqueued (as sm90.cuh).
+    if (cudaError_t pending = cudaGetLastError(); pending != cudaSuccess) {
+      set_cuda_error(pending);
+      return MIRCUDA_CUTLASS_CUDA_ERROR;
+    }
     if constexpr (Cfg::kSfaMn) {
       // The caller's K-major SFA, copied M-major into the workspace first (same stream: the GEMM reads it after).
       cudaLaunchConfig_t config{};
@@ -199,7 +205,9 @@ class Runner final : public mircuda::Runner {
       config.numAttrs = pdl_ ? 1 : 0;
       cudaError_t error = cudaLaunchKernelEx(&config, sfa_to_m_major, static_cast<const float*>(sfa), sfa_copy_, m_,
                                              scale_blocks(), scale_ld());
-      if (error == cudaSuccess) error = cudaGetLastError();
+      // Read (and clear) the last error either way, so that a failed launch leaves nothing for the next execute.
+      const cudaError_t last = cudaGetLastError();
+      if (error == cudaSuccess) error = last;
       if (error != cudaSuccess) {
         set_cuda_error(error);
         return MIRCUDA_CUTLASS_CUDA_ERROR;
