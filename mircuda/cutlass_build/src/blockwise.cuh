@@ -51,15 +51,16 @@ using Sm90ScalesMnA = cutlass::detail::Sm90BlockwiseScaleConfig<kScaleM, kScaleN
 // Copies SFA from mircuda's K-major layout ([M, kb] row-major) to the M-major one ([kb, ld] row-major, ld = M
 // rounded up to 4) in a runner's workspace, the pad rows zero: one thread per scale, consecutive threads along M,
 // so the writes coalesce (the reads stride by kb floats; the tensor is 1/128 of A's bytes).
-// Under programmatic dependent launch (the runner's pdl_) it lets the GEMM launch at once, then waits for the
-// previous kernel (which may write sfa, or still read the copy of the previous execute) before it touches memory:
-// the GEMM waits for this grid's completion before it reads anything, and this grid completes only after the
-// previous one did; a dependent grid launches only once every block of this one has triggered or exited, so all of
-// them are resident and none is starved by the GEMM's blocks. Without the attribute both instructions do nothing
-// (and on a TU without CUTLASS_ENABLE_GDC_FOR_SM90 they are not emitted).
+// Under programmatic dependent launch (the runner's pdl_) it waits for the previous kernel (which may write sfa, or
+// still read the copy of the previous execute) before it touches memory, and lets the GEMM launch at once: the
+// GEMM waits for this grid's completion before it reads anything; a dependent grid launches only once every block of
+// this one has triggered or exited, so all of them are resident and none is starved by the GEMM's blocks. (Triggering
+// before the wait would be as safe, this grid completing only after the previous one, and would let the GEMM's
+// launch overlap the previous kernel's tail as well: not yet measured on the GPU, so not done.) Without the attribute
+// both instructions do nothing (and on a TU without CUTLASS_ENABLE_GDC_FOR_SM90 they are not emitted).
 static __global__ void sfa_to_m_major(const float* __restrict__ sfa, float* __restrict__ out, int m, int kb, int ld) {
-  cutlass::arch::launch_dependent_grids();
   cutlass::arch::wait_on_dependent_grids();
+  cutlass::arch::launch_dependent_grids();
   const int row = blockIdx.x * blockDim.x + threadIdx.x;
   const int block = blockIdx.y;
   if (row < ld) out[static_cast<size_t>(block) * ld + row] = row < m ? sfa[static_cast<size_t>(row) * kb + block] : 0.f;
