@@ -321,6 +321,16 @@ def test_set_pdl_says_whether_the_kernel_now_launches_programmatically() -> None
         lib.set_pdl(7, True)
 
 
+@pytest.mark.parametrize("plan, on, argument", [(1.5, True, "plan"), ("7", True, "plan"), (True, True, "plan"),
+                                                (0, True, "plan"), (-1, False, "plan"), (7, "no", "on"),
+                                                (7, 1, "on"), (7, None, "on")])
+def test_set_pdl_refuses_what_is_not_a_plan_handle_or_a_bool_before_calling(plan, on, argument) -> None:
+    lib, raw = _stand_in_library(0)
+    with pytest.raises(mc.ContractError) as info:
+        lib.set_pdl(plan, on)
+    assert info.value.argument == argument and raw.calls == []
+
+
 @pytest.mark.cutlass
 def test_the_sm90_persistent_scheduler_kernels_wait_for_the_previous_grid() -> None:
     # DenseMatmulPlan and BlockwiseFp8Plan launch the SM90 persistent-scheduler kernels (dense, and the blockwise FP8

@@ -711,7 +711,7 @@ class BlockwiseFp8Plan(_Fp8PlanBase):
         touch global memory. True for the NVRTC kernels where the device supports it (their
         :attr:`numba_execute` launches without), and on cc 9.0 for the SM90 CUTLASS cooperative and ping-pong
         kernels (sm_90a, built with CUTLASS's grid dependency control; the cooperative kernel's ``sa`` copy
-        launches so too), as DenseMatmulPlan.programmatic_launch.
+        launches so too), like DenseMatmulPlan's CUTLASS kernels.
         The value is the one set when the plan was made (:meth:`CutlassLibrary.set_pdl` on :attr:`handle`
         changes the launch, not this property). A CUTLASS kernel's :attr:`numba_execute` launches as
         :meth:`execute` does."""

@@ -60,8 +60,8 @@ GROUPED_SYMBOLS = ("mircuda_cutlass_grouped_plan_create", "mircuda_cutlass_group
 """The entry points of the grouped block-scaled (NVFP4) kernels (ABI 3). A library without them loads, with
 :attr:`CutlassLibrary.grouped_kernels` empty."""
 PDL_SYMBOL = "mircuda_cutlass_plan_set_pdl"
-"""The entry point that launches a dense plan's kernel with programmatic dependent launch (an addition to ABI 3
-without a version change). A library without it loads; its plans launch without (:attr:`CutlassLibrary.has_pdl`)."""
+"""The entry point that launches a dense or blockwise-scaled plan's kernel with programmatic dependent launch (an
+addition to ABI 3 without a version change). A library without it loads; its plans launch without (:attr:`CutlassLibrary.has_pdl`)."""
 GROUPED_OPERAND_FIELDS = ("a", "sfa_linear", "b_bank", "sfb_bank_tiled", "d", "alpha_per_matrix")
 """The fields of ``mircuda_cutlass_grouped_operands`` in order: one operand set of a grouped plan."""
 GROUPED_OPERAND_ALIGNMENT = (16, 1, 16, 16, 16, 4)
@@ -576,9 +576,14 @@ class CutlassLibrary:
         thread at a time per plan.
 
         Raises:
+            ContractError: ``plan`` is not a positive int (a plan handle) or ``on`` not a bool; nothing is called.
             CutlassError: any other status the library answers (a null plan, a plan of another kind; also a
                 blockwise plan with a library built before the blockwise kernels took it, 2026-12-03: the
                 FP8 plans then launch without)."""
+        if isinstance(plan, bool) or not isinstance(plan, int) or plan <= 0:
+            raise ContractError("plan", "a library plan handle (a positive int)", repr(plan))
+        if not isinstance(on, bool):
+            raise ContractError("on", "a bool", repr(on))
         if not self.has_pdl:
             return False
         status = int(self._lib.mircuda_cutlass_plan_set_pdl(plan, int(bool(on))))
