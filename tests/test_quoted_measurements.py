@@ -661,11 +661,10 @@ def test_the_readme_quotes_the_fp8_pdl_ab_and_the_pdl_rerun() -> None:
         return f"{off:.2f} -> {on:.2f}"
 
     assert f"M = 256 6144x4096 {means(256, 6144, 4096)} µs" in text
-    assert f"M = 2048 1.01-1.06x (4096x4096 {means(2048, 4096, 4096)})" in text
     middle = [c["on_vs_off"] for c in fp8["cells"] if c["m"] <= 256]
     large = [c["on_vs_off"] for c in fp8["cells"] if c["m"] == 2048]
-    assert f"{min(middle):.2f}-{max(middle):.2f}x faster"  in text
-    assert (round(min(large), 2), round(max(large), 2)) == (1.01, 1.06)
+    assert f"{min(middle):.2f}-{max(middle):.2f}x faster" in text
+    assert f"M = 2048 {min(large):.2f}-{max(large):.2f}x (4096x4096 {means(2048, 4096, 4096)})" in text
     rowwise = fp8["summary"]["M>=2048 geomean plan vs torch rowwise (off_1, off_2, on_1, on_2)"]
     blockwise = fp8["summary"]["M>=2048 geomean plan vs torch blockwise (off_1, off_2, on_1, on_2)"]
     assert (f"from {rowwise[0]:.3f} and {rowwise[1]:.3f} of torch rowwise to {rowwise[2]:.3f} and {rowwise[3]:.3f}, "
@@ -674,10 +673,11 @@ def test_the_readme_quotes_the_fp8_pdl_ab_and_the_pdl_rerun() -> None:
     assert fp8["failures"] == []
     record = recorded("cutlass_pdl_ab_rerun.json")
     rerun = record["summary"]
-    assert (rerun["faster_over_1pct"], rerun["within_1pct"], rerun["slower_over_1pct"]) == (12, 3, 1)
     edge = next(r for r in record["rows"] if (r["m"], r["n"], r["k"]) == (128, 14336, 4096))
-    assert 1.0 - 0.0105 <= edge["on_vs_off"] < 0.99 + 0.0005  # within by the script's rule, at its edge
-    assert (f"12 faster by more than 1 %, 3 within (one at the edge: M = 128 14336x4096 {edge['off_mean_us']:.2f} -> "
-            f"{edge['on_mean_us']:.2f} µs, {100 * (edge['on_mean_us'] / edge['off_mean_us'] - 1):.2f} % slower), 1 slower") in text
+    assert abs(edge["on_vs_off"] - 1) <= 0.0105 < edge["on_mean_us"] / edge["off_mean_us"] - 1  # within by the rule
+    assert (f"{rerun['faster_over_1pct']} faster by more than 1 %, {rerun['within_1pct']} within (one at the edge: "
+            f"M = 128 14336x4096 {edge['off_mean_us']:.2f} -> {edge['on_mean_us']:.2f} µs, "
+            f"{100 * (edge['on_mean_us'] / edge['off_mean_us'] - 1):.2f} % slower), {rerun['slower_over_1pct']} slower"
+            ) in text
     below = rerun["cells_below_0.97_of_cublas"]
     assert f"{below['off']} cells below 0.97 of cuBLAS without, {below['on']} with" in text

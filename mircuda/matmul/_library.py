@@ -586,7 +586,7 @@ class CutlassLibrary:
             raise ContractError("on", "a bool", repr(on))
         if not self.has_pdl:
             return False
-        status = int(self._lib.mircuda_cutlass_plan_set_pdl(plan, int(bool(on))))
+        status = int(self._lib.mircuda_cutlass_plan_set_pdl(plan, int(on)))
         if on and status == NOT_IMPLEMENTABLE:
             return False
         self._check(status, "plan_set_pdl")
