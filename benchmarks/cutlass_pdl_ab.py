@@ -6,8 +6,8 @@ programmatic dependent launch (``plan.library.set_pdl(plan.handle, False)``) and
 weights (banks of at least 8x the L2 cache); cuBLAS (torch.matmul) once per cell when torch is installed. Both
 settings' outputs are checked against float64 on sampled rows and against each other. Without a GPU it says so in one
 line (status 2). A kernel that cannot launch
-with it (split-K, stream-K, the NVRTC kernels) is timed the same way as a control: its two settings are the same
-launch. ``on_vs_off`` = off µs / on µs from the means of the rounds' medians; ``ratio_*`` = cuBLAS µs / ours.
+with it (the NVRTC kernels; split-K and stream-K in a library built before 2026-12-03) is timed the same way as a
+control: its two settings are the same launch. ``on_vs_off`` = off µs / on µs from the means of the rounds' medians; ``ratio_*`` = cuBLAS µs / ours.
 
     python benchmarks/cutlass_pdl_ab.py [--cells 64x4096x4096,...] [--dtypes bf16] [--calls 20] [--repeats 7]
         [--rounds 2] [--json PATH]

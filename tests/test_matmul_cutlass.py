@@ -332,13 +332,13 @@ def test_set_pdl_refuses_what_is_not_a_plan_handle_or_a_bool_before_calling(plan
 
 
 @pytest.mark.cutlass
-def test_the_sm90_persistent_scheduler_kernels_wait_for_the_previous_grid() -> None:
-    # DenseMatmulPlan and BlockwiseFp8Plan launch the SM90 persistent-scheduler kernels (dense, and the blockwise FP8
-    # cooperative and ping-pong ones, whose mainloop is mircuda's AuxWaitsMainloop) with programmatic dependent
-    # launch, so each must hold griddepcontrol.wait (SASS ACQBULK: its producer warps wait before they load) and
-    # launch_dependents (PREEXIT); so must the cooperative FP8 plan's SFA copy, launched so before its GEMM. The
-    # stream-K/split-K kernels and the experimental blockwise families (a build with FP8_EXP) are built without
-    # them and never launched so.
+def test_the_sm90_dense_and_blockwise_kernels_wait_for_the_previous_grid() -> None:
+    # DenseMatmulPlan and BlockwiseFp8Plan launch the SM90 kernels (dense with the persistent and, since 2026-12-03,
+    # the stream-K scheduler, mircuda's StreamKGdcScheduler; the blockwise FP8 cooperative and ping-pong ones, whose
+    # mainloop is mircuda's AuxWaitsMainloop) with programmatic dependent launch, so each must hold
+    # griddepcontrol.wait (SASS ACQBULK: its producer warps wait before they load) and launch_dependents (PREEXIT);
+    # so must the cooperative FP8 plan's SFA copy, launched so before its GEMM. The experimental blockwise families
+    # (a build with FP8_EXP) are built without them and never launched so.
     from mircuda.matmul._sass import disassemble, find_cuobjdump, sass_functions
 
     path = _build.find_library()
@@ -348,12 +348,13 @@ def test_the_sm90_persistent_scheduler_kernels_wait_for_the_previous_grid() -> N
     if error:
         pytest.skip(f"no sm_90a code to read: {error}")
     functions = sass_functions(sass)
-    blockwise = [(n, b) for n, b in functions if "PersistentScheduler" in n and "Blockwise" in n]
-    waiting = [(n, b) for n, b in functions if "PersistentScheduler" in n and "Blockwise" not in n]
+    scheduled = [(n, b) for n, b in functions if "PersistentScheduler" in n or "StreamKScheduler" in n]
+    blockwise = [(n, b) for n, b in scheduled if "Blockwise" in n]
+    waiting = [(n, b) for n, b in scheduled if "Blockwise" not in n]
     waiting += [(n, b) for n, b in blockwise if "AuxWaitsMainloop" in n]
-    plain = [(n, b) for n, b in functions if "StreamKScheduler" in n]
-    plain += [(n, b) for n, b in blockwise if "AuxWaitsMainloop" not in n]
-    assert plain and any("Cooperative" in n for n, _ in waiting if "Blockwise" in n)
+    plain = [(n, b) for n, b in blockwise if "AuxWaitsMainloop" not in n]
+    assert any("StreamKSchedulerGdc" in n for n, _ in waiting)
+    assert any("Cooperative" in n for n, _ in waiting if "Blockwise" in n)
     assert any("Pingpong" in n for n, _ in waiting if "Blockwise" in n)
     assert [n[:120] for n, b in waiting if "ACQBULK" not in b or "PREEXIT" not in b] == []
     assert [n[:120] for n, b in plain if "ACQBULK" in b] == []

@@ -197,7 +197,7 @@ def test_describe_says_the_promise_does_nothing_for_a_cutlass_kernel() -> None:
     info = KernelInfo(0, "sm90_swap_128x32x128_splitk_bf16_bf16", "sm90_swapped", "bf16", "bf16", (128, 32, 128),
                       (1, 1), 0, 16, True, (90,))
     for static in (True, False):
-        for pdl in (False, True):  # (the split-K kernel launches without; True as a capable kernel would)
+        for pdl in (False, True):  # (with a library built before 2026-12-03 the split-K kernel launches without)
             plan = object.__new__(mc.DenseMatmulPlan)
             plan.__dict__.update(_selection=Selection(info, 3, "forced by the caller"), _nvrtc=None,
                                  _spec=mc.DenseMatmulSpec(64, 4096, 4096), _in=dtype_info(mc.bf16),

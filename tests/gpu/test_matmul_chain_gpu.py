@@ -33,18 +33,32 @@ def _check_stage(x: np.ndarray, w: np.ndarray, y: np.ndarray, m: int) -> None:
     assert_close(y.reshape(m, D), x64 @ w64.T, np.abs(x64) @ np.abs(w64).T, "bf16")
 
 
-@pytest.mark.parametrize("m, family", [
-    pytest.param(1, None, id="DenseVectorPlan"),
-    pytest.param(1, "dense_vector", id="DenseMatmulPlan-dense-vector"),
-    pytest.param(4, "batched_gemv", id="DenseMatmulPlan-batched-gemv"),
+def _sm90(kernel: str, m: int, splits: int | None) -> Any:
+    return pytest.param(m, kernel, splits, id=f"{kernel}-{m}-splits{splits}", marks=pytest.mark.cutlass)
+
+
+@pytest.mark.parametrize("m, family, splits", [
+    pytest.param(1, None, None, id="DenseVectorPlan"),
+    pytest.param(1, "dense_vector", None, id="DenseMatmulPlan-dense-vector"),
+    pytest.param(4, "batched_gemv", None, id="DenseMatmulPlan-batched-gemv"),
     # CUTLASS kernels (SM90 tensor-op kernels on an H200), whatever launch attributes their runners use
-    pytest.param(256, "cutlass", id="DenseMatmulPlan-cutlass-256", marks=pytest.mark.cutlass),
-    pytest.param(2048, "cutlass", id="DenseMatmulPlan-cutlass-2048", marks=pytest.mark.cutlass)])
+    pytest.param(256, "cutlass", None, id="DenseMatmulPlan-cutlass-256", marks=pytest.mark.cutlass),
+    pytest.param(2048, "cutlass", None, id="DenseMatmulPlan-cutlass-2048", marks=pytest.mark.cutlass),
+    # the stream-K scheduler's three decompositions, each launched programmatically on cc 9.0: data-parallel (one
+    # slice), split-K (its flags zeroed by a memset before each launch) and stream-K units that span tiles
+    _sm90("sm90_swap_128x32x128_splitk_bf16_bf16", 128, 1),
+    _sm90("sm90_swap_128x64x128_splitk_bf16_bf16", 128, 2),
+    _sm90("sm90_coop_128x128x64_streamk_forced_swz1_bf16_bf16", 384, None)])
 @pytest.mark.parametrize("replay", [False, True], ids=["direct", "graph"])
 def test_each_stage_reads_the_finished_output_of_the_one_before(context, stream, pool, compiler, rng, m, family,
-                                                               replay) -> None:
+                                                               splits, replay) -> None:
     if family is None:
         plan: Any = mc.DenseVectorPlan(context, stream, mc.DenseVectorSpec(D, D))
+    elif family.startswith("sm90_"):
+        if context.device_info().compute_capability != (9, 0):
+            pytest.skip("an SM90 kernel")
+        plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, D, D), kernel=family, splits=splits)
+        assert plan.kernel_name == family and plan.programmatic_launch, plan.describe()
     else:
         plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, D, D))
         assert (plan.kernel.origin == "cutlass" if family == "cutlass" else plan.kernel.family == family), \

@@ -113,11 +113,12 @@ def test_cutlass_decode_kernels_stay_reachable(context, stream, pool, rng, libra
 @pytest.mark.cutlass
 @pytest.mark.parametrize("kernel, m, pdl", [("sm90_pingpong_64x128x64_bf16_bf16", 256, True),
                                             ("sm90_coop_128x256x64_c2x1_bf16_bf16", 2048, True),
-                                            ("sm90_swap_128x32x128_splitk_bf16_bf16", 128, False),
+                                            ("sm90_swap_128x32x128_splitk_bf16_bf16", 128, True),
+                                            ("sm90_coop_128x192x64_streamk_swz1_bf16_bf16", 384, True),
                                             ("sm80_tensorop_64x64x64_5stage_bf16_bf16", 256, False)])
 def test_sm90_persistent_kernels_launch_programmatically(context, stream, library, kernel, m, pdl) -> None:
     # DenseMatmulPlan launches a CUTLASS kernel with programmatic dependent launch where the kernel waits for the
-    # previous grid (the SM90 persistent-scheduler families; not split-K/stream-K, not the SM80 kernels) and
+    # previous grid (the SM90 families, split-K and stream-K ones included since 2026-12-03; not the SM80 kernels) and
     # says so; test_matmul_chain_gpu.py checks that such chains still read finished outputs.
     if context.device_info().compute_capability != (9, 0):
         pytest.skip("the SM90 families")

@@ -27,6 +27,48 @@ namespace sm90 {
 
 using namespace cute;
 
+// The stream-K scheduler with is_last_tile callable: CUTLASS 4.2's (PersistentTileSchedulerSm90StreamK) passes a
+// member of its const this to a function taking a non-const reference, so a kernel compiled with grid dependency
+// control (CUTLASS_ENABLE_GDC_FOR_SM90), which asks it after every tile whether that was the last, does not
+// compile (fixed upstream after 4.2 by NVIDIA/cutlass PR 2686). This one answers on a copy of itself; everything
+// else is CUTLASS's. The cooperative kernel names its scheduler only through TileSchedulerSelector (below), so it
+// gets this class wherever Config passes the tag.
+struct StreamKSchedulerGdc {};
+
+template <class TileShape, class ClusterShape>
+class StreamKGdcScheduler
+    : public cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamK<TileShape, ClusterShape> {
+  using Base = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamK<TileShape, ClusterShape>;
+
+ public:
+  CUTLASS_HOST_DEVICE StreamKGdcScheduler() {}
+  CUTLASS_DEVICE StreamKGdcScheduler(typename Base::Params const& params) : Base(params) {}
+
+  // Whether no work follows work_tile_info for this CTA: it goes on over more K of another tile (stream-K units
+  // span tiles), or the unit advance_count grids on holds work. Only decides when launch_dependents is
+  // executed, never what is computed: a dependent grid waits for this one's completion anyway.
+  CUTLASS_DEVICE bool is_last_tile(typename Base::WorkTileInfo work_tile_info, uint32_t advance_count = 1) const {
+    if (this->continue_current_work(work_tile_info)) return false;
+    Base next(static_cast<Base const&>(*this));
+    next.advance_to_next_work(advance_count);
+    return !next.get_current_work().is_valid();
+  }
+};
+
+}  // namespace sm90
+}  // namespace mircuda
+
+namespace cutlass::gemm::kernel::detail {
+template <class TileShape, class ClusterShape, uint32_t SchedulerPipelineStageCount>
+struct TileSchedulerSelector<mircuda::sm90::StreamKSchedulerGdc, arch::Sm90, TileShape, ClusterShape,
+                             SchedulerPipelineStageCount> {
+  using Scheduler = mircuda::sm90::StreamKGdcScheduler<TileShape, ClusterShape>;
+};
+}  // namespace cutlass::gemm::kernel::detail
+
+namespace mircuda {
+namespace sm90 {
+
 // StreamK: with the stream-K scheduler, let CUTLASS's heuristic decomposition split the last wave's
 // tiles over K (stream-K) when the tile count leaves SMs idle, instead of data-parallel tiles or the
 // caller's even split-K slices.
@@ -50,7 +92,11 @@ struct Config {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
 
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>;
+  // With grid dependency control the stream-K tag is swapped for ours (StreamKGdcScheduler, above).
+  using KernelScheduler = std::conditional_t<kGdcSm90 && std::is_same_v<Scheduler, cutlass::gemm::StreamKScheduler>,
+                                             StreamKSchedulerGdc, Scheduler>;
+  using Kernel =
+      cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, KernelScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   // The mainloop stages the collective builder fits beside the epilogue's shared memory (StageCountAutoCarveout).
   static constexpr int kBuilderStages = Mainloop::DispatchPolicy::Stages;
@@ -113,8 +159,10 @@ class Runner final : public mircuda::Runner {
     return MIRCUDA_CUTLASS_OK;
   }
 
-  // Programmatic dependent launch: only where this TU's kernel waits before touching global memory (kGdcSm90; CUTLASS
-  // 4.2's stream-K scheduler does not compile with it, so the split-K and stream-K families are built without).
+  // Programmatic dependent launch: only where this TU's kernel waits before touching global memory (kGdcSm90: every
+  // SM90 dense family since 2026-12-03, the split-K and stream-K ones through StreamKGdcScheduler). A split-K or
+  // stream-K execute whose workspace initialize() zeroes is launched after that memset, which is not a kernel: the
+  // launch then waits for it as any launch does, and only the next launch overlaps this kernel's tail.
   int set_pdl(bool on) override {
     if (on && !kGdcSm90) return MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
     pdl_ = on;
