@@ -179,7 +179,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
                 self._workspace = context.default_memory_pool().allocate(u8, stream, nbytes)
             lib.set_workspace(handle, self._workspace.handle if self._workspace else 0, nbytes)
             # Programmatic dependent launch where the kernel waits for the previous kernel before touching memory
-            # (cc 9.0 and the SM90 persistent-scheduler families): its launch and prologue overlap that kernel's
+            # (cc 9.0 and the SM90 families): its launch and prologue overlap that kernel's
             # tail, as the NVRTC decode kernels' do.
             self._pdl = info.supports_programmatic_launch and lib.set_pdl(handle, True)
         except BaseException:
@@ -227,8 +227,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         while the previous kernel of the stream finishes, and waits for it (``griddepcontrol.wait``) before it
         touches global memory. True for the NVRTC kernels where the device supports it (cc >= 9.0; their
         :attr:`numba_execute` launches without), and for the CUTLASS kernels of the SM90
-        persistent-scheduler families on cc 9.0 (sm_90a, built with CUTLASS's grid dependency control; not the
-        split-K and stream-K families, whose CUTLASS 4.2 scheduler does not compile with it). The value is the
+        families on cc 9.0 (sm_90a, built with CUTLASS's grid dependency control; the split-K and stream-K
+        families through mircuda's ``StreamKGdcScheduler`` since 2026-12-03, False with a library built before). The value is the
         one set when the plan was made: :meth:`CutlassLibrary.set_pdl` on :attr:`handle` changes the launch
         (as ``benchmarks/cutlass_pdl_ab.py`` does), not this property or :meth:`describe`. H200, 2026-12-03, bf16, cold
         weights, back to back, the same kernel without and with (``benchmarks/results/cutlass_pdl_ab.json``):

@@ -569,8 +569,8 @@ class CutlassLibrary:
     def set_pdl(self, plan: int, on: bool) -> bool:
         """Launch dense or blockwise-scaled plan ``plan``'s kernel with programmatic dependent launch from its next
         execute (``on``) or without; returns whether the kernel now launches so. False for ``on`` when the kernel was
-        not built to wait for the previous kernel (``NOT_IMPLEMENTABLE``: only the SM90 persistent-scheduler dense
-        families and the SM90 blockwise FP8 cooperative and ping-pong kernels are, not the experimental blockwise
+        not built to wait for the previous kernel (``NOT_IMPLEMENTABLE``: only the SM90 dense families, split-K and
+        stream-K ones since 2026-12-03, and the SM90 blockwise FP8 cooperative and ping-pong kernels are, not the experimental blockwise
         families; see ``cutlass_build/src/instance.cuh`` and ``blockwise_instance.cuh``). With a library that
         predates :data:`PDL_SYMBOL` it returns False and calls nothing (nothing is checked then). Like execute, one
         thread at a time per plan.
