@@ -228,13 +228,16 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         touches global memory. True for the NVRTC kernels where the device supports it (cc >= 9.0; their
         :attr:`numba_execute` launches without), and for the CUTLASS kernels of the SM90
         families on cc 9.0 (sm_90a, built with CUTLASS's grid dependency control; the split-K and stream-K
-        families through mircuda's ``StreamKGdcScheduler`` since 2026-12-03, False with a library built before). The value is the
+        families through mircuda's ``StreamKGdcScheduler`` since 2026-12-03, False with a library built before; an
+        execute of theirs that splits K zeroes its flags with a memset first, which no launch overlaps). The value is the
         one set when the plan was made: :meth:`CutlassLibrary.set_pdl` on :attr:`handle` changes the launch
         (as ``benchmarks/cutlass_pdl_ab.py`` does), not this property or :meth:`describe`. H200, 2026-12-03, bf16, cold
         weights, back to back, the same kernel without and with (``benchmarks/results/cutlass_pdl_ab.json``):
         e.g. M = 64 4096x4096 13.57 -> 11.55 µs, M = 384 4096x4096 25.33 -> 23.24, M = 256 6144x4096 26.32 ->
         24.16; of 16 such cells 12 faster by more than 1 %, 2 within 1 %, 2 slower (M = 192 4096x14336 46.86 -> 48.97, M = 128
-        14336x4096 36.28 -> 36.72). The measured table's choices predate it. A CUTLASS kernel's
+        14336x4096 36.28 -> 36.72); ``benchmarks/results/cutlass_pdl_ab_all.json`` has the 22 cells with every
+        kernel built so. The measured table's choices predate it, except its rows at M = 128, 192 and 384 (swept
+        again with it on 2026-12-03). A CUTLASS kernel's
         :attr:`numba_execute` calls the same library entry point and launches as :meth:`execute` does."""
         if self._nvrtc is not None:
             return bool(self._nvrtc.config.programmatic_stream_serialization)

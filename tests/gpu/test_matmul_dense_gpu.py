@@ -116,7 +116,7 @@ def test_cutlass_decode_kernels_stay_reachable(context, stream, pool, rng, libra
                                             ("sm90_swap_128x32x128_splitk_bf16_bf16", 128, True),
                                             ("sm90_coop_128x192x64_streamk_swz1_bf16_bf16", 384, True),
                                             ("sm80_tensorop_64x64x64_5stage_bf16_bf16", 256, False)])
-def test_sm90_persistent_kernels_launch_programmatically(context, stream, library, kernel, m, pdl) -> None:
+def test_sm90_cutlass_kernels_launch_programmatically(context, stream, library, kernel, m, pdl) -> None:
     # DenseMatmulPlan launches a CUTLASS kernel with programmatic dependent launch where the kernel waits for the
     # previous grid (the SM90 families, split-K and stream-K ones included since 2026-12-03; not the SM80 kernels) and
     # says so; test_matmul_chain_gpu.py checks that such chains still read finished outputs.
