@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                             del enqueue
                         off, on = (sum(us[side]) / len(us[side]) for side in ("off", "on"))
                         rows.append({"dtype": t.label, "m": m, "n": n, "k": k, "kernel": plan.kernel_name,
-                                     "pdl_capable": capable, "off_us": us["off"], "on_us": us["on"],
+                                     "splits": plan.splits, "pdl_capable": capable, "off_us": us["off"], "on_us": us["on"],
                                      "off_mean_us": round(off, 2), "on_mean_us": round(on, 2),
                                      "on_vs_off": round(off / on, 3), "cublas_us": cublas,
                                      "ratio_off": None if cublas is None else round(cublas / off, 3),
