@@ -10,7 +10,7 @@ with it (the NVRTC kernels; split-K and stream-K in a library built before 2026-
 control: its two settings are the same launch. ``on_vs_off`` = off µs / on µs from the means of the rounds' medians; ``ratio_*`` = cuBLAS µs / ours.
 
     python benchmarks/cutlass_pdl_ab.py [--cells 64x4096x4096,...] [--dtypes bf16] [--calls 20] [--repeats 7]
-        [--rounds 2] [--json PATH]
+        [--rounds 2] [--json cutlass_pdl_ab.json]
 """
 
 from __future__ import annotations
@@ -74,9 +74,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--calls", type=positive_int, default=20, help="back-to-back calls per timed repeat")
     p.add_argument("--repeats", type=positive_int, default=7, help="timed repeats per median")
     p.add_argument("--rounds", type=positive_int, default=2, help="off/on alternations per cell")
-    p.add_argument("--json", default="benchmarks/results/cutlass_pdl_ab_rerun.json",
-                   help="results file, its directory existing (default: %(default)s, relative to the current directory; "
-                        "benchmarks/results/cutlass_pdl_ab.json is the 2026-12-03 record)")
+    p.add_argument("--json", default="cutlass_pdl_ab.json",
+                   help="results file, its directory existing (default: %(default)s in the current directory; the "
+                        "records the README quotes are benchmarks/results/cutlass_pdl_ab*.json: name one to replace it)")
     return p
 
 
@@ -177,8 +177,12 @@ def main(argv: list[str] | None = None) -> int:
                          f"(CutlassLibrary.set_pdl), {args.rounds} alternations of StreamTimer medians of "
                          f"{args.repeats} x {args.calls} back-to-back calls on cold weights; cuBLAS once",
                "failures": failures, "rows": rows}
-    with open(args.json, "w") as f:
-        json.dump(payload, f, indent=1)
+    try:
+        with open(args.json, "w") as f:
+            json.dump(payload, f, indent=1)
+    except OSError as exc:  # checked before the run, but the path may have changed since: keep the measurements
+        print(json.dumps(payload, indent=1))
+        p.exit(2, f"cutlass_pdl_ab: --json: cannot write {args.json!r} ({exc}); the results are on stdout above\n")
     print(f"results written to {args.json}")
     for line in failures:
         print(f"FAILED: {line}", file=sys.stderr)

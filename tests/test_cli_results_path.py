@@ -37,6 +37,17 @@ def test_json_that_is_a_directory_is_refused_first(command: str, tmp_path: Path,
     (["--dtypes", "garbage"], "--dtypes: expected comma-separated input[->output] pairs"),
     (["--dtypes", "f16->bf16"], "--dtypes: expected comma-separated input[->output] pairs"),
     (["--dtypes", ","], "--dtypes: expected comma-separated input[->output] pairs"),
+    # an empty item is refused, not skipped; a pair given twice (bf16 is bf16->bf16) would be measured twice
+    (["--dtypes", "bf16,,f16"], "--dtypes: expected comma-separated input[->output] pairs: input bf16 or f16, output "
+                                "the input type or f32, without an empty item, received 'bf16,,f16'"),
+    (["--dtypes", ",bf16"], "--dtypes: expected comma-separated input[->output] pairs"),
+    (["--dtypes", "bf16,bf16->bf16"], "--dtypes: expected comma-separated input[->output] pairs: input bf16 or f16, "
+                                      "output the input type or f32, each once, received 'bf16->bf16' again in "
+                                      "'bf16,bf16->bf16'"),
+    # what the shell leaves of an unquoted bf16->f32
+    (["--dtypes", "f16,bf16-"], "--dtypes: expected comma-separated input[->output] pairs: input bf16 or f16, output "
+                                "the input type or f32, received 'bf16-' in 'f16,bf16-'; quote the value: the shell "
+                                "reads > as a redirection"),
 ])
 def test_dense_profiles_check_their_flags_first(command: str, flags: list[str], head: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:

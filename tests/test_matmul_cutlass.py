@@ -322,7 +322,8 @@ def test_set_pdl_says_whether_the_kernel_now_launches_programmatically() -> None
 
 
 @pytest.mark.parametrize("plan, on, argument", [(1.5, True, "plan"), ("7", True, "plan"), (True, True, "plan"),
-                                                (0, True, "plan"), (-1, False, "plan"), (7, "no", "on"),
+                                                (0, True, "plan"), (-1, False, "plan"), (1 << 64, True, "plan"),
+                                                ((1 << 64) + 7, False, "plan"), (7, "no", "on"),
                                                 (7, 1, "on"), (7, None, "on")])
 def test_set_pdl_refuses_what_is_not_a_plan_handle_or_a_bool_before_calling(plan, on, argument) -> None:
     lib, raw = _stand_in_library(0)

@@ -114,14 +114,21 @@ def check_dtype_pairs(text: str, flag: str = "--dtypes") -> None:
     """
     from ..errors import ContractError
 
-    pairs = [d for d in str(text).split(",") if d]
+    pairs = str(text).split(",")
     expected = "comma-separated input[->output] pairs: input bf16 or f16, output the input type or f32"
-    if not pairs:
-        raise ContractError(flag, expected, repr(text))
+    if not all(pairs):  # an empty item is most likely a pair the user meant to type
+        raise ContractError(flag, expected + ", without an empty item", repr(text))
+    seen = set()
     for pair in pairs:
         parts = pair.split("->")
         if len(parts) > 2 or parts[0] not in ("bf16", "f16") or (len(parts) == 2 and parts[1] not in (parts[0], "f32")):
-            raise ContractError(flag, expected, f"{pair!r} in {text!r}")
+            # bf16- is what the shell leaves of an unquoted bf16->f32 (it reads > as a redirection)
+            hint = "; quote the value: the shell reads > as a redirection" if pair.endswith("-") else ""
+            raise ContractError(flag, expected, f"{pair!r} in {text!r}{hint}")
+        key = (parts[0], parts[-1])
+        if key in seen:  # bf16 and bf16->bf16 are one pair: it would be measured and recorded twice
+            raise ContractError(flag, expected + ", each once", f"{pair!r} again in {text!r}")
+        seen.add(key)
 
 
 def check_profile_arguments(args: Any) -> None:

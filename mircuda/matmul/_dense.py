@@ -228,7 +228,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         touches global memory. True for the NVRTC kernels where the device supports it (cc >= 9.0; their
         :attr:`numba_execute` launches without), and for the CUTLASS kernels of the SM90
         families on cc 9.0 (sm_90a, built with CUTLASS's grid dependency control; the split-K and stream-K
-        families through mircuda's ``StreamKGdcScheduler`` since 2026-12-03, False with a library built before; an
+        families through mircuda's ``StreamKGdcScheduler``, False with a library whose kernels of theirs lack it; an
         execute of theirs that splits K zeroes its flags with a memset first, which no launch overlaps). The value is the
         one set when the plan was made: :meth:`CutlassLibrary.set_pdl` on :attr:`handle` changes the launch
         (as ``benchmarks/cutlass_pdl_ab.py`` does), not this property or :meth:`describe`. H200, 2026-12-03, bf16, cold

@@ -569,19 +569,21 @@ class CutlassLibrary:
     def set_pdl(self, plan: int, on: bool) -> bool:
         """Launch dense or blockwise-scaled plan ``plan``'s kernel with programmatic dependent launch from its next
         execute (``on``) or without; returns whether the kernel now launches so. False for ``on`` when the kernel was
-        not built to wait for the previous kernel (``NOT_IMPLEMENTABLE``: only the SM90 dense families, split-K and
-        stream-K ones since 2026-12-03, and the SM90 blockwise FP8 cooperative and ping-pong kernels are, not the experimental blockwise
-        families; see ``cutlass_build/src/instance.cuh`` and ``blockwise_instance.cuh``). With a library that
-        predates :data:`PDL_SYMBOL` it returns False and calls nothing (nothing is checked then). Like execute, one
-        thread at a time per plan.
+        not built to wait for the previous kernel (``NOT_IMPLEMENTABLE``: only the SM90 dense families, the split-K
+        and stream-K ones where built with ``StreamKGdcScheduler``, and the SM90 blockwise FP8 cooperative and
+        ping-pong kernels are, not the experimental blockwise families; see ``cutlass_build/src/instance.cuh`` and
+        ``blockwise_instance.cuh``). With a library that predates :data:`PDL_SYMBOL` it returns False after checking
+        the arguments and calls nothing. Like execute, one thread at a time per plan.
 
         Raises:
-            ContractError: ``plan`` is not a positive int (a plan handle) or ``on`` not a bool; nothing is called.
+            ContractError: ``plan`` is not a positive int below 2**64 (a plan handle, a pointer) or ``on`` not a
+                bool; nothing is called.
             CutlassError: any other status the library answers (a null plan, a plan of another kind; also a
                 blockwise plan with a library built before the blockwise kernels took it, 2026-12-03: the
                 FP8 plans then launch without)."""
-        if isinstance(plan, bool) or not isinstance(plan, int) or plan <= 0:
-            raise ContractError("plan", "a library plan handle (a positive int)", repr(plan))
+        if isinstance(plan, bool) or not isinstance(plan, int) or not 0 < plan < 1 << 64:
+            # (ctypes would wrap a larger int into another address without a word)
+            raise ContractError("plan", "a library plan handle (a positive int below 2**64)", repr(plan))
         if not isinstance(on, bool):
             raise ContractError("on", "a bool", repr(on))
         if not self.has_pdl:
