@@ -571,7 +571,7 @@ class CutlassLibrary:
         execute (``on``) or without; returns whether the kernel now launches so. False for ``on`` when the kernel was
         not built to wait for the previous kernel (``NOT_IMPLEMENTABLE``: only the SM90 dense families, the split-K
         and stream-K ones where built with ``StreamKGdcScheduler``, and the SM90 blockwise FP8 cooperative and
-        ping-pong kernels are, not the experimental blockwise families; see ``cutlass_build/src/instance.cuh`` and
+        ping-pong kernels are, not the experimental blockwise families; see ``cutlass_build/src/sm90.cuh`` and
         ``blockwise_instance.cuh``). With a library that predates :data:`PDL_SYMBOL` it returns False after checking
         the arguments and calls nothing. Like execute, one thread at a time per plan.
 

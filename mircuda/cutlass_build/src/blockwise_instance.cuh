@@ -9,7 +9,7 @@
 #pragma once
 
 #if defined(MIRCUDA_SM90_FP8_COOP) || defined(MIRCUDA_SM90_FP8_PINGPONG)
-// Grid dependency control (cutlass/arch/grid_dependency_control.h), as instance.cuh's persistent dense families:
+// Grid dependency control (cutlass/arch/grid_dependency_control.h), as sm90.cuh's dense kernels:
 // the kernel waits (griddepcontrol.wait) before its warps touch global memory and lets the next kernel launch on
 // its last tile, so the runner may launch it with programmatic dependent launch (set_pdl; BlockwiseFp8Plan does on
 // cc 9.0). CUTLASS 4.2's cooperative kernel never waits in its MainloopAux warp (the scale loads), so the

@@ -28,12 +28,6 @@
 // and selector branches, so the other TUs, built without it, instantiate the same kernels as before.
 #define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1
 #endif
-// Grid dependency control (CUTLASS's cutlass/arch/grid_dependency_control.h), every SM90 family: the kernel waits
-// (griddepcontrol.wait) before its producer warps load and lets the next kernel launch on its last tile, so the
-// runner may launch it with programmatic dependent launch (set_pdl; DenseMatmulPlan does on cc 9.0). The split-K
-// and stream-K families since 2026-12-03, through sm90.cuh's StreamKGdcScheduler (CUTLASS 4.2's stream-K scheduler
-// does not compile with it: is_last_tile, fixed upstream after 4.2 by NVIDIA/cutlass PR 2686).
-#define CUTLASS_ENABLE_GDC_FOR_SM90 1
 #include "sm90.cuh"
 #define MIRCUDA_NS sm90
 #else

@@ -57,8 +57,8 @@ struct KernelEntry {
   GroupedFactory grouped_factory = nullptr;
 };
 
-// Whether this translation unit's CUTLASS kernels were compiled with CUTLASS_ENABLE_GDC_FOR_SM90 (instance.cuh
-// defines it for the families that take it): on sm_90a such a kernel executes griddepcontrol.wait before it touches
+// Whether this translation unit's CUTLASS kernels were compiled with CUTLASS_ENABLE_GDC_FOR_SM90 (sm90.cuh defines
+// it for every SM90 dense TU, blockwise_instance.cuh for the SM90 FP8 cooperative and ping-pong ones): on sm_90a such a kernel executes griddepcontrol.wait before it touches
 // global memory (its producer warps, before their first load) and griddepcontrol.launch_dependents on its last tile,
 // so it may be launched with programmatic dependent launch. A kernel compiled without it must never be.
 // (Internal linkage: its value differs between TUs; each runner type lives in one TU.)

@@ -10,6 +10,12 @@
 
 #include <type_traits>
 
+// Grid dependency control (CUTLASS's cutlass/arch/grid_dependency_control.h), every SM90 dense kernel: the kernel
+// waits (griddepcontrol.wait) before its producer warps load and lets the next kernel launch on its last tile, so
+// the runner may launch it with programmatic dependent launch (set_pdl; DenseMatmulPlan does on cc 9.0). Defined
+// before any CUTLASS header. The split-K and stream-K families take it through StreamKGdcScheduler (below).
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
@@ -92,9 +98,9 @@ struct Config {
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
 
-  // With grid dependency control the stream-K tag is swapped for ours (StreamKGdcScheduler, above).
-  using KernelScheduler = std::conditional_t<kGdcSm90 && std::is_same_v<Scheduler, cutlass::gemm::StreamKScheduler>,
-                                             StreamKSchedulerGdc, Scheduler>;
+  // The stream-K tag swapped for ours (StreamKGdcScheduler, above), which compiles with grid dependency control.
+  using KernelScheduler =
+      std::conditional_t<std::is_same_v<Scheduler, cutlass::gemm::StreamKScheduler>, StreamKSchedulerGdc, Scheduler>;
   using Kernel =
       cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, KernelScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
@@ -159,12 +165,10 @@ class Runner final : public mircuda::Runner {
     return MIRCUDA_CUTLASS_OK;
   }
 
-  // Programmatic dependent launch: only where this TU's kernel waits before touching global memory (kGdcSm90: every
-  // SM90 dense family since 2026-12-03, the split-K and stream-K ones through StreamKGdcScheduler). A split-K or
-  // stream-K execute whose workspace initialize() zeroes is launched after that memset, which is not a kernel: the
-  // launch then waits for it as any launch does, and only the next launch overlaps this kernel's tail.
+  // Programmatic dependent launch: every kernel of this file waits before touching global memory (the macro at its
+  // top). A split-K or stream-K execute whose workspace initialize() zeroes is launched after that memset, which is
+  // not a kernel: the launch then waits for it as any launch does, and only the next launch overlaps its tail.
   int set_pdl(bool on) override {
-    if (on && !kGdcSm90) return MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
     pdl_ = on;
     return MIRCUDA_CUTLASS_OK;
   }
