@@ -338,7 +338,8 @@ def test_the_sm90_dense_and_blockwise_kernels_wait_for_the_previous_grid() -> No
     # the stream-K scheduler, mircuda's StreamKGdcScheduler; the blockwise FP8 cooperative and ping-pong ones, whose
     # mainloop is mircuda's AuxWaitsMainloop) with programmatic dependent launch, so each must hold
     # griddepcontrol.wait (SASS ACQBULK: its producer warps wait before they load) and launch_dependents (PREEXIT);
-    # so must the cooperative FP8 plan's SFA copy, launched so before its GEMM. The experimental blockwise families
+    # so must the cooperative FP8 plan's SFA copy, launched so before its GEMM, and the stream-K kernels' flag zeroing
+    # (zero_stream_k_flags). The experimental blockwise families
     # (a build with FP8_EXP) are built without them and never launched so.
     from mircuda.matmul._sass import disassemble, find_cuobjdump, sass_functions
 
@@ -361,6 +362,11 @@ def test_the_sm90_dense_and_blockwise_kernels_wait_for_the_previous_grid() -> No
     assert [n[:120] for n, b in plain if "ACQBULK" in b] == []
     # each TU has its own copy of the (static) SFA copy kernel; the cooperative plan's waits and triggers
     assert any("ACQBULK" in b and "PREEXIT" in b for n, b in functions if "sfa_to_m_major" in n)
+    # so has each stream-K TU of the kernel that zeroes its flags before the GEMM, in place of a memset: it waits for
+    # the grid before (which may still read them) and lets the GEMM launch
+    zeroing = [(n, b) for n, b in functions if "zero_stream_k_flags" in n]
+    assert zeroing, "no zero_stream_k_flags kernel: the stream-K GEMMs would follow a memset no launch overlaps"
+    assert [n[:120] for n, b in zeroing if "ACQBULK" not in b or "PREEXIT" not in b] == []
 
 
 def _pytest(node: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -229,7 +229,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         :attr:`numba_execute` launches without), and for the CUTLASS kernels of the SM90
         families on cc 9.0 (sm_90a, built with CUTLASS's grid dependency control; the split-K and stream-K
         families through mircuda's ``StreamKGdcScheduler``, False with a library whose kernels of theirs lack it; an
-        execute of theirs that splits K zeroes its flags with a memset first, which no launch overlaps). The value is the
+        execute of theirs that splits K zeroes its flags first with a kernel launched so too; an older library's, without
+        ``zero_stream_k_flags``, with a memset, which no launch overlaps). The value is the
         one set when the plan was made: :meth:`CutlassLibrary.set_pdl` on :attr:`handle` changes the launch
         (as ``benchmarks/cutlass_pdl_ab.py`` does), not this property or :meth:`describe`. H200, 2026-12-03, bf16, cold
         weights, back to back, the same kernel without and with (``benchmarks/results/cutlass_pdl_ab.json``):

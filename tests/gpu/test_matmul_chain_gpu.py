@@ -45,7 +45,8 @@ def _sm90(kernel: str, m: int, splits: int | None) -> Any:
     pytest.param(256, "cutlass", None, id="DenseMatmulPlan-cutlass-256", marks=pytest.mark.cutlass),
     pytest.param(2048, "cutlass", None, id="DenseMatmulPlan-cutlass-2048", marks=pytest.mark.cutlass),
     # the stream-K scheduler's three decompositions, each launched programmatically on cc 9.0: data-parallel (one
-    # slice), split-K (its flags zeroed by a memset before each launch) and stream-K units that span tiles
+    # slice), split-K (its flags zeroed before each GEMM by zero_stream_k_flags, launched programmatically too) and
+    # stream-K units that span tiles
     _sm90("sm90_swap_128x32x128_splitk_bf16_bf16", 128, 1),
     _sm90("sm90_swap_128x64x128_splitk_bf16_bf16", 128, 2),
     _sm90("sm90_coop_128x128x64_streamk_forced_swz1_bf16_bf16", 384, None)])
@@ -96,6 +97,52 @@ def test_each_stage_reads_the_finished_output_of_the_one_before(context, stream,
         buf.free(stream)
     if family is not None:
         plan.close()
+
+
+@pytest.mark.cutlass
+@pytest.mark.parametrize("kernel, m, splits", [
+    ("sm90_swap_128x64x128_splitk_bf16_bf16", 128, 2),
+    ("sm90_coop_128x128x64_streamk_forced_swz1_bf16_bf16", 384, None)])
+@pytest.mark.parametrize("replay", [False, True], ids=["direct", "graph"])
+def test_a_stream_k_kernel_reads_c_after_the_kernel_before_wrote_it(context, stream, pool, compiler, rng, kernel, m,
+                                                                   splits, replay) -> None:
+    # C = A W1^T + C with beta = 1, C written by a plain kernel just before: the GEMM's epilogue reads it, and the
+    # kernel that zeroes its flags (launched before it, programmatically) must not let it start early. Then
+    # C2 = C W2^T + C2 at once on the same plan, whose flag zeroing overlaps the first GEMM's tail while that one
+    # still uses the same flags in the plan's workspace.
+    if context.device_info().compute_capability != (9, 0):
+        pytest.skip("an SM90 kernel")
+    plan = mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(m, D, D), kernel=kernel, splits=splits)
+    assert plan.kernel_name == kernel and plan.programmatic_launch, plan.describe()
+    negate = compiler.compile(NEGATE).kernel(Negate)
+    a, w1, w2, s, c2 = (random(rng, mc.bf16, *shape) for shape in ((m, D), (D, D), (D, D), (m, D), (m, D)))
+    ba, bw1, bw2, bs, bc2 = (upload(context, stream, pool, x.ravel()) for x in (a, w1, w2, s, c2))
+    bc1 = upload(context, stream, pool, poison(mc.bf16, m * D))
+    bufs = (ba, bw1, bw2, bs, bc1, bc2)
+    config = mc.LaunchConfig.for_elements(m * D, 256)
+
+    def step(b: Any) -> None:
+        negate.launch(stream, config, b[4], b[3], m * D)
+        plan.execute(stream, b[0], b[1], b[4], 1.0, 1.0)
+        plan.execute(stream, b[4], b[2], b[5], 1.0, 1.0)
+
+    if replay:
+        graph = stream.capture(bufs, step)
+        # each execute is two kernels, the flag zeroing and the GEMM: no memset node, which no launch overlaps
+        assert len(graph.kernel_nodes()) == 1 + 2 * 2, graph.kernel_nodes()
+        graph.launch(stream)
+    else:
+        step(bufs)
+    got1, got2 = download(context, stream, bc1).reshape(m, D), download(context, stream, bc2).reshape(m, D)
+    a64, w164, w264, s64 = (x.astype(np.float64) for x in (a, w1, w2, s))
+    assert_close(got1, a64 @ w164.T - s64, np.abs(a64) @ np.abs(w164).T + np.abs(s64), "bf16")
+    c64, c264 = got1.astype(np.float64), c2.astype(np.float64)
+    assert_close(got2, c64 @ w264.T + c264, np.abs(c64) @ np.abs(w264).T + np.abs(c264), "bf16")
+    if replay:
+        graph.close()
+    for buf in bufs:
+        buf.free(stream)
+    plan.close()
 
 
 def test_a_captured_plan_node_takes_new_weights_with_the_plans_own_config(context, stream, pool, rng) -> None:

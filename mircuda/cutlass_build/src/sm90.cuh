@@ -8,6 +8,8 @@
 // (decode), and the large N fills the 128-row WGMMA tile.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 // Grid dependency control (CUTLASS's cutlass/arch/grid_dependency_control.h), every SM90 dense kernel: the kernel
@@ -36,10 +38,41 @@ using namespace cute;
 // The stream-K scheduler with is_last_tile callable: CUTLASS 4.2's (PersistentTileSchedulerSm90StreamK) passes a
 // member of its const this to a function taking a non-const reference, so a kernel compiled with grid dependency
 // control (CUTLASS_ENABLE_GDC_FOR_SM90), which asks it after every tile whether that was the last, does not
-// compile (fixed upstream after 4.2 by NVIDIA/cutlass PR 2686). This one answers on a copy of itself; everything
+// compile (fixed upstream after 4.2 by NVIDIA/cutlass PR 2686). This one answers on a copy of itself, zeroes the
+// flags with a kernel instead of a memset (initialize_workspace) and waits before its fixup reads them; everything
 // else is CUTLASS's. The cooperative kernel names its scheduler only through TileSchedulerSelector (below), so it
 // gets this class wherever Config passes the tag.
 struct StreamKSchedulerGdc {};
+
+// Whether the execute on this thread launches with programmatic dependent launch: Runner::execute of a stream-K
+// kernel sets it before initialize(), whose scheduler (below) launches the flag-zeroing kernel with it. CUTLASS's
+// initialize_workspace has no parameter to carry it.
+inline thread_local bool tls_programmatic = false;
+
+// Zeroes the stream-K flags (bytes at flags) as the kernel that precedes the GEMM on its stream, in place of
+// CUTLASS's cudaMemsetAsync: a memset is no kernel, so a programmatic launch cannot overlap it, and the GEMM's
+// prologue then waits for it in full. This kernel waits for the grid before it (an earlier execute of the same plan
+// may still read these flags), and lets the GEMM launch as soon as every block has stored its zeros. A template in
+// an unnamed namespace, so compiled only into the TUs that launch it; the linker keeps one TU's copy of the inline
+// initialize_workspace that launches it, and with it that TU's kernel, which needs no attribute set beforehand (the
+// trap Schedule's comment below describes).
+namespace {
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads) zero_stream_k_flags(uint8_t* flags, size_t bytes) {
+  cutlass::arch::wait_on_dependent_grids();
+  const size_t stride = size_t(gridDim.x) * kThreads;
+  const size_t first = size_t(blockIdx.x) * kThreads + threadIdx.x;
+  // CUTLASS rounds each workspace part to 16 bytes (MinWorkspaceAlignment) in a 256-byte aligned allocation; the
+  // byte loop keeps the kernel right for any other size or offset.
+  if ((reinterpret_cast<uintptr_t>(flags) | bytes) % sizeof(uint4) == 0) {
+    uint4* words = reinterpret_cast<uint4*>(flags);
+    for (size_t i = first; i < bytes / sizeof(uint4); i += stride) words[i] = make_uint4(0, 0, 0, 0);
+  } else {
+    for (size_t i = first; i < bytes; i += stride) flags[i] = 0;
+  }
+  cutlass::arch::launch_dependent_grids();
+}
+}  // namespace
 
 template <class TileShape, class ClusterShape>
 class StreamKGdcScheduler
@@ -49,6 +82,59 @@ class StreamKGdcScheduler
  public:
   CUTLASS_HOST_DEVICE StreamKGdcScheduler() {}
   CUTLASS_DEVICE StreamKGdcScheduler(typename Base::Params const& params) : Base(params) {}
+
+  // CUTLASS's workspace set-up with the flags zeroed by zero_stream_k_flags (above) instead of a memset: the same
+  // region (the barrier part, after the reduction part, sized by CUTLASS's get_workspace_component_sizes with the
+  // arguments its initialize_workspace passes), launched programmatically when tls_programmatic says so.
+  template <class ProblemShape, class ElementAccumulator>
+  static cutlass::Status initialize_workspace(typename Base::Arguments const& args, void* workspace,
+                                              cudaStream_t stream, ProblemShape const& problem_shape,
+                                              cutlass::KernelHardwareInfo const& hw_info, uint32_t mma_warp_groups,
+                                              const uint32_t epilogue_subtile = 1,
+                                              [[maybe_unused]] uint32_t num_accumulator_mtxs = 1,
+                                              cutlass::CudaHostAdapter* cuda_adapter = nullptr) {
+    auto problem_shape_mnkl = cute::append<4>(problem_shape, 1);
+    const TileShape tile_shape;
+    const ClusterShape cluster_shape;
+    const dim3 problem_blocks = Base::get_tiled_cta_shape_mnl(problem_shape_mnkl, tile_shape, cluster_shape);
+    const uint32_t k_tiles =
+        cute::size(cute::ceil_div(cute::shape<2>(problem_shape_mnkl), cute::shape<2>(TileShape{})));
+    size_t barrier_bytes = 0;
+    size_t reduction_bytes = 0;
+    Base::Params::get_workspace_component_sizes(
+        problem_blocks, k_tiles, cutlass::gemm::to_gemm_coord(tile_shape),
+        cutlass::gemm::to_gemm_coord(cluster_shape), barrier_bytes, reduction_bytes, hw_info,
+        args.splits, args.max_swizzle_size, args.raster_order, args.decomposition_mode, args.reduction_mode,
+        mma_warp_groups, cutlass::sizeof_bits<typename Base::BarrierType>::value,
+        cutlass::sizeof_bits<ElementAccumulator>::value, epilogue_subtile, 1);
+    if (barrier_bytes == 0) return cutlass::Status::kSuccess;
+    if (workspace == nullptr) return cutlass::Status::kErrorWorkspaceNull;
+    constexpr int kThreads = 256;
+    const size_t words = (barrier_bytes + sizeof(uint4) - 1) / sizeof(uint4);
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(std::min<size_t>((words + kThreads - 1) / kThreads, 1024)));
+    config.blockDim = dim3(kThreads);
+    config.stream = stream;
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = &attribute;
+    config.numAttrs = tls_programmatic ? 1 : 0;
+    // A failed launch leaves its error for Runner::execute, which reports it as the CUDA error it is.
+    const cudaError_t error = cudaLaunchKernelEx(&config, zero_stream_k_flags<kThreads>,
+                                                 static_cast<uint8_t*>(workspace) + reduction_bytes, barrier_bytes);
+    return error == cudaSuccess ? cutlass::Status::kSuccess : cutlass::Status::kErrorInternal;
+  }
+
+  // CUTLASS's fixup after a wait for the grid before: the flags it reads were zeroed by that grid. The consumer warps
+  // that call it reach it only after the producer's wait in practice (their first tile's operands come from it), but
+  // the wait makes it so by rule; it returns at once when the grid before is done.
+  template <class FrgTensorC>
+  CUTLASS_DEVICE static void fixup(typename Base::Params const& params, typename Base::WorkTileInfo const& work_tile_info,
+                                   FrgTensorC& accumulators, uint32_t num_barriers, uint32_t barrier_idx) {
+    cutlass::arch::wait_on_dependent_grids();
+    Base::fixup(params, work_tile_info, accumulators, num_barriers, barrier_idx);
+  }
 
   // Whether no work follows work_tile_info for this CTA: it goes on over more K of another tile (stream-K units
   // span tiles), or the unit advance_count grids on holds work. Only decides when launch_dependents is
@@ -166,8 +252,8 @@ class Runner final : public mircuda::Runner {
   }
 
   // Programmatic dependent launch: every kernel of this file waits before touching global memory (the macro at its
-  // top). A split-K or stream-K execute whose workspace initialize() zeroes is launched after that memset, which is
-  // not a kernel: the launch then waits for it as any launch does, and only the next launch overlaps its tail.
+  // top). A split-K or stream-K execute whose flags need zeroing launches zero_stream_k_flags before the GEMM, both
+  // programmatically: the zeroing overlaps the tail of the kernel before, the GEMM's prologue the zeroing.
   int set_pdl(bool on) override {
     pdl_ = on;
     return MIRCUDA_CUTLASS_OK;
@@ -182,10 +268,19 @@ class Runner final : public mircuda::Runner {
       return MIRCUDA_CUTLASS_CUDA_ERROR;
     }
     auto args = arguments(a, b, c, alpha, beta);
-    // initialize() builds the TMA descriptors for these pointers and, for split-K, zeroes the
-    // reduction flags in the workspace on `stream`; nothing is allocated or synchronized.
+    if constexpr (Cfg::kStreamK) tls_programmatic = pdl_;
+    // initialize() builds the TMA descriptors for these pointers and, for split-K or stream-K, zeroes the
+    // reduction flags in the workspace on `stream` (zero_stream_k_flags); nothing is allocated or synchronized.
     cutlass::Status status = gemm_.initialize(args, workspace_, stream);
-    if (status != cutlass::Status::kSuccess) return status_from_cutlass(static_cast<int>(status));
+    if (status != cutlass::Status::kSuccess) {
+      if constexpr (Cfg::kStreamK) {
+        if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) {
+          set_cuda_error(error);
+          return MIRCUDA_CUTLASS_CUDA_ERROR;
+        }
+      }
+      return status_from_cutlass(static_cast<int>(status));
+    }
     status = gemm_.run(stream, nullptr, pdl_);
     if (status != cutlass::Status::kSuccess) return status_from_cutlass(static_cast<int>(status));
     return MIRCUDA_CUTLASS_OK;
