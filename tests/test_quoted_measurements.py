@@ -627,7 +627,7 @@ def test_the_readme_quotes_the_cutlass_pdl_ab() -> None:
     faster = sum(r["on_vs_off"] > 1.01 for r in capable)
     slower = sum(r["on_vs_off"] < 0.99 for r in capable)
     assert (faster, slower, len(capable)) == (summary["faster_over_1pct"], summary["slower_over_1pct"], 16)
-    assert f"{faster} of {len(capable)} such cells of the measured table faster by more than 1 %" in text
+    assert f"{faster} of {len(capable)} such cells of the measured table (as it then was) faster by more than 1 %" in text
     assert f"{len(capable) - faster - slower} within 1 %, {slower} slower" in text
 
     def cell(m: int, n: int, k: int) -> str:
@@ -752,17 +752,18 @@ def test_the_readme_quotes_the_stream_k_flag_zeroing_ab_and_its_resweep() -> Non
     for cell in flagged:
         kernel = next(r["kernel"] for r in runs[0]["rows"] if (r["m"], r["n"], r["k"]) == cell)
         splits = next(r["splits"] for r in runs[0]["rows"] if (r["m"], r["n"], r["k"]) == cell)
-        assert "streamk" in kernel or splits > 1, kernel
+        assert ("streamk" in kernel) != (splits == 2), (kernel, splits)  # split-K with 2 slices, or stream-K units
     for cell in controls:
         kernel = next(r["kernel"] for r in runs[0]["rows"] if (r["m"], r["n"], r["k"]) == cell)
         splits = next(r["splits"] for r in runs[0]["rows"] if (r["m"], r["n"], r["k"]) == cell)
         assert "streamk" not in kernel and splits == 1, kernel
         memset, zeroing = means(cell, "on_mean_us")
         assert abs(memset / zeroing - 1) <= 0.001
+    assert "the three data-parallel controls, launched programmatically, moved by 0.1 % or less" in text
     (a0, a1), (b0, b1), (c0, c1) = (means(cell, "on_mean_us") for cell in flagged)
     assert a0 > a1 and b0 > b1 and c0 > c1
     assert (f"went from {a0:.2f} to {a1:.2f} µs (M = 128 4096x14336, split-K, 2 slices), {b0:.2f} -> {b1:.2f} "
-            f"(M = 384 4096x14336, stream-K forced) and {c0:.2f} -> {c1:.2f} (M = 768 14336x4096, stream-K)") in text
+            f"(M = 384 4096x14336, stream-K forced) and {c0:.2f} -> {c1:.2f} (M = 768 14336x4096, stream-K;") in text
     off0, off1 = means(flagged[0], "off_mean_us")
     assert off1 > off0 and f"the memset did: {off0:.2f} -> {off1:.2f} µs at M = 128 4096x14336" in text
     summary = {(s["m"], s["n"], s["k"]): s for s in ab["summary"]}
@@ -805,3 +806,23 @@ def test_the_readme_quotes_the_stream_k_flag_zeroing_ab_and_its_resweep() -> Non
             f"{sum(e[8] / e[7] < 0.97 for e in middle)} are below 0.97 "
             f"({sum(e[8] / e[7] < 0.97 for e in middle_before)} before) and the worst is "
             f"{min(e[8] / e[7] for e in middle):.2f} ({min(e[8] / e[7] for e in middle_before):.2f} before).") in text
+    # the part of it programmatic launch explains: entries that zero no flags, and rows swept with it before
+    def zeroes(e: list[Any]) -> bool:
+        return "streamk" in e[5] or e[6] > 1
+
+    plain = [(before[tuple(e[:5])], e) for e in now if not zeroes(e) and not zeroes(before[tuple(e[:5])])]
+    again = [(before[tuple(e[:5])], e) for e in now if e[:2] == ["bf16", "bf16"] and e[4] in (128, 192, 384)]
+    faster = [100 * (geometric_mean([b[7] / a[7] for b, a in pairs]) - 1) for pairs in (plain, again)]
+    assert (f"the {len(plain)} entries whose kernels zero no flags, before and after, are {faster[0]:.1f} % faster "
+            f"(geometric mean of the time ratios), {sum(a[8] / a[7] < 0.97 for _, a in plain)} of them below 0.97 "
+            f"against {sum(b[8] / b[7] < 0.97 for b, _ in plain)}; the {len(again)} bf16 entries at M = 128, 192 and "
+            f"384, swept with programmatic launch earlier that day, are {faster[1]:.1f} % faster, "
+            f"{sum(b[8] / b[7] < 0.97 for b, _ in again)} below 0.97 before and") in text
+    assert "below 0.97 before and after." in text and sum(a[8] / a[7] < 0.97 for _, a in again) == \
+        sum(b[8] / b[7] < 0.97 for b, _ in again)
+    # the swept rows as the README lists them
+    assert ("at M = 24, 32, 48, 64, 96, 256, 512 and 768 for the four type pairs, at M = 1536 for all but f16->f32, "
+            "and the bf16 rows at M = 128, 192 and 384") in text
+    assert {m for a, c, m in swept if (a, c) == ("f16", "f32")} == {24, 32, 48, 64, 96, 256, 512, 768}
+    assert all({m for a, c, m in swept if (a, c) == pair} == {24, 32, 48, 64, 96, 256, 512, 768, 1536}
+               for pair in (("f16", "f16"), ("bf16", "f32")))

@@ -38,7 +38,9 @@ MAX_M = 32
 """Largest M the kernel takes (four n8 tiles of the mma; ``kM`` in ``batched_gemv.cu``). Measured on an H200
 on 2026-12-01 (bf16, cold weights, the four shapes of ``matmul-profile``, every unroll, warp count and row
 tiling): at M = 48 and 64 its best was 0.57-0.82x cuBLAS and slower than the CUTLASS kernels, at M = 24
-and 32 0.85-1.09x and faster than every CUTLASS kernel on 4096x4096 and 6144x4096."""
+and 32 0.85-1.09x and faster than every CUTLASS kernel then built on 4096x4096 and 6144x4096 (since the 64x32
+swapped ping-pong kernel launched with programmatic dependent launch, the measured table names that kernel on
+4096x4096 at both M: ``benchmarks/results/matmul_sweep_zeroing.json``)."""
 RULE_MAX_M = 16
 """Largest M for which the selection rules (no measured table entry) take the batched GEMV."""
 ROWS_PER_BLOCK = 16
