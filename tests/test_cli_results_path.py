@@ -29,7 +29,9 @@ def test_json_in_a_missing_directory_is_refused_first(command: str, tmp_path: Pa
 def test_json_that_is_a_directory_is_refused_first(command: str, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     assert main([command, "--json", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.startswith("error: ContractError: --json: expected a file path")
+    # the directory exists: the message says what is wrong with the path itself
+    assert capsys.readouterr().err == (f"error: ContractError: --json: expected a file path in an existing directory, "
+                                       f"received {str(tmp_path)!r}. it is a directory\n")
 
 
 @pytest.mark.parametrize("command", ["dense-vector-profile", "matmul-profile"])

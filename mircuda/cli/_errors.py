@@ -82,8 +82,10 @@ def check_output_file(path: str, flag: str) -> None:
         ContractError: naming ``flag``, otherwise.
     """
     out = os.path.abspath(path) if path else ""
-    if not path or os.path.isdir(out):
+    if not path:
         raise ContractError(flag, "a file path in an existing directory", repr(path))
+    if os.path.isdir(out):
+        raise ContractError(flag, "a file path in an existing directory", repr(path), "it is a directory")
     parent = os.path.dirname(out)
     if not os.path.isdir(parent):
         raise ContractError(flag, "a file path in an existing directory", repr(path), f"{parent!r} is not a directory")
