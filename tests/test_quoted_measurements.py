@@ -26,6 +26,46 @@ def recorded(name: str) -> dict[str, Any]:
     return result
 
 
+TABLE = ROOT / "mircuda" / "matmul" / "tuned" / "sm90_dense.json"
+RESWEEPS = ("matmul_sweep_zeroing.json", "matmul_sweep_zeroing_rest.json")
+"""The re-sweep records of the measured table, in the order they were merged into it; each keeps the entries it
+replaced."""
+
+
+def table_after(record: str | None) -> list[list[Any]]:
+    """The measured table's entries as they were right after ``record`` was merged (None: before the first of
+    :data:`RESWEEPS`): today's entries, with those each later re-sweep replaced put back, newest first."""
+    entries: list[list[Any]] = json.loads(TABLE.read_text())["entries"]
+    later = RESWEEPS if record is None else RESWEEPS[RESWEEPS.index(record) + 1:]
+    for name in reversed(later):
+        replaced = {tuple(e[:5]): e for e in recorded(name)["replaced"]}
+        entries = [replaced.get(tuple(e[:5]), e) for e in entries]
+    return entries
+
+
+LABELS = {"bf16->bf16": ["bf16", "bf16"], "f16->f16": ["f16", "f16"], "bf16->f32": ["bf16", "f32"],
+          "f16->f32": ["f16", "f32"]}
+
+
+def resweep_entries(record: str) -> tuple[list[list[Any]], dict[tuple[Any, ...], list[Any]]]:
+    """The entries a re-sweep record made (the table as it left them) and those they replaced; each made entry is its
+    run's fastest deterministic row (the _nd kernels never enter the table), with that run's cuBLAS time."""
+    sweep = recorded(record)
+    swept = {(*LABELS[s["dtype"]], s["m"]) for s in sweep["sweeps"]}
+    now = [e for e in table_after(record) if (e[0], e[1], e[4]) in swept]
+    before = {tuple(e[:5]): e for e in sweep["replaced"]}
+    assert {tuple(e[:5]) for e in now} == set(before) and len(now) == len(before)
+    for e in now:
+        cell = [r for r in sweep["rows"] if [*LABELS[r["dtype"]], r["n"], r["k"], r["m"]] == e[:5]]
+        fastest = min((r for r in cell if r["path"].startswith("sweep ") and "_nd_" not in r["path"]),
+                      key=lambda r: r["us"])
+        cublas = next(r["us"] for r in cell if r["path"].startswith("cuBLAS"))
+        splits = int(fastest["note"].split("splits=")[1].split()[0])
+        assert (fastest["path"].removeprefix("sweep "), splits, round(fastest["us"], 3), round(cublas, 3)) == \
+            (e[5], e[6], e[7], e[8]), e
+    return now, before
+
+
 def flat(text: str) -> str:
     return " ".join(text.split())
 
@@ -709,9 +749,9 @@ def test_the_readme_quotes_the_streamk_pdl_ab_and_the_resweep() -> None:
              *recorded("matmul_sweep_pdl_others_m128_384.json")["rows"]]
     labels = {"bf16->bf16": ["bf16", "bf16"], "f16->f16": ["f16", "f16"], "bf16->f32": ["bf16", "f32"],
               "f16->f32": ["f16", "f32"]}
-    # the entries as these sweeps made them: the bf16 ones were replaced in a later re-sweep, which keeps them
+    # the entries as these sweeps made them: later re-sweeps replaced them and keep them
     replaced = {tuple(e[:5]): e for e in recorded("matmul_sweep_zeroing.json")["replaced"]}
-    resweep = [replaced.get(tuple(e[:5]), e) for e in table if e[4] in (128, 192, 384)]
+    resweep = [e for e in table_after(None) if e[4] in (128, 192, 384)]
     assert len(resweep) == 48 and sum(tuple(e[:5]) in replaced for e in resweep) == 12
     for e in resweep:  # each entry is its sweep's fastest deterministic row (the _nd kernels never enter the table)
         fastest = min((r for r in sweep if r["path"].startswith("sweep ") and "_nd_" not in r["path"]
@@ -779,19 +819,9 @@ def test_the_readme_quotes_the_stream_k_flag_zeroing_ab_and_its_resweep() -> Non
     assert {m for *_, m in swept} == {24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1536}
     assert {(a, c) for a, c, m in swept if m in (128, 192, 384)} == {("bf16", "bf16")}
     assert ("f16", "f32", 1536) not in swept
-    table = json.loads((ROOT / "mircuda" / "matmul" / "tuned" / "sm90_dense.json").read_text())["entries"]
-    now = [e for e in table if (e[0], e[1], e[4]) in swept]
-    before = {tuple(e[:5]): e for e in sweep["replaced"]}
-    assert len(now) == len(before) == 152 and {tuple(e[:5]) for e in now} == set(before)
-    rows = sweep["rows"]
-    for e in now:  # each entry is its run's fastest deterministic row, with that run's cuBLAS time
-        cell = [r for r in rows if [*labels[r["dtype"]], r["n"], r["k"], r["m"]] == e[:5]]
-        fastest = min((r for r in cell if r["path"].startswith("sweep ") and "_nd_" not in r["path"]),
-                      key=lambda r: r["us"])
-        cublas = next(r["us"] for r in cell if r["path"].startswith("cuBLAS"))
-        splits = int(fastest["note"].split("splits=")[1].split()[0])
-        assert (fastest["path"].removeprefix("sweep "), splits, round(fastest["us"], 3), round(cublas, 3)) == \
-            (e[5], e[6], e[7], e[8]), e
+    table = table_after("matmul_sweep_zeroing.json")  # as this re-sweep left it
+    now, before = resweep_entries("matmul_sweep_zeroing.json")
+    assert len(now) == 152
     ratio_now = [e[8] / e[7] for e in now]
     ratio_before = [before[tuple(e[:5])][8] / before[tuple(e[:5])][7] for e in now]
     changed = sum(e[5:7] != before[tuple(e[:5])][5:7] for e in now)
@@ -827,3 +857,30 @@ def test_the_readme_quotes_the_stream_k_flag_zeroing_ab_and_its_resweep() -> Non
     assert {m for a, c, m in swept if (a, c) == ("f16", "f32")} == {24, 32, 48, 64, 96, 256, 512, 768}
     assert all({m for a, c, m in swept if (a, c) == pair} == {24, 32, 48, 64, 96, 256, 512, 768, 1536}
                for pair in (("f16", "f16"), ("bf16", "f32")))
+
+
+def test_the_readme_quotes_the_rest_of_the_zeroing_resweep() -> None:
+    # README: the rows the flag-zeroing re-sweep left, swept the same way; the table's entries there are each run's
+    # fastest deterministic row, and the counts are of those entries against the ones they replaced
+    text = flat(README)
+    sweep = recorded("matmul_sweep_zeroing_rest.json")
+    labels = {"bf16->bf16": ["bf16", "bf16"], "f16->f16": ["f16", "f16"], "bf16->f32": ["bf16", "f32"],
+              "f16->f32": ["f16", "f32"]}
+    swept = {(*labels[s["dtype"]], s["m"]) for s in sweep["sweeps"]}
+    assert sweep["failures"] == [] and len(sweep["sweeps"]) == len(swept) == 14
+    assert swept == {(a, c, m) for a, c in (("f16", "f16"), ("bf16", "f32"), ("f16", "f32")) for m in (128, 192, 384)} \
+        | {("f16", "f32", 1536)} | {(*pair, 1024) for pair in labels.values()}
+    first = {(*labels[s["dtype"]], s["m"]) for s in recorded("matmul_sweep_zeroing.json")["sweeps"]}
+    assert not swept & first  # the rows it left
+    assert ("The rows it left (f16, bf16->f32 and f16->f32 at M = 128, 192 and 384; f16->f32 at M = 1536; the four "
+            "type pairs at M = 1024) were swept so later that day") in text
+    now, before = resweep_entries("matmul_sweep_zeroing_rest.json")
+    assert len(now) == 56
+    ratio_now = [e[8] / e[7] for e in now]
+    ratio_before = [before[tuple(e[:5])][8] / before[tuple(e[:5])][7] for e in now]
+    changed = sum(e[5:7] != before[tuple(e[:5])][5:7] for e in now)
+    assert (f"of those 56 entries, {sum(r < 0.97 for r in ratio_now)} are below 0.97 of cuBLAS against "
+            f"{sum(r < 0.97 for r in ratio_before)} of the entries they replace, and {sum(r >= 1 for r in ratio_now)} "
+            f"at or above 1.0 against {sum(r >= 1 for r in ratio_before)}; the geometric mean of their ratios is "
+            f"{geometric_mean(ratio_now):.3f}, against {geometric_mean(ratio_before):.3f}; {changed} of them name "
+            "another kernel or K-slice count.") in text

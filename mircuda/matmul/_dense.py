@@ -237,10 +237,9 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         e.g. M = 64 4096x4096 13.57 -> 11.55 µs, M = 384 4096x4096 25.33 -> 23.24, M = 256 6144x4096 26.32 ->
         24.16; of 16 such cells 12 faster by more than 1 %, 2 within 1 %, 2 slower (M = 192 4096x14336 46.86 -> 48.97, M = 128
         14336x4096 36.28 -> 36.72); ``benchmarks/results/cutlass_pdl_ab_all.json`` has the 22 cells with every
-        kernel built so. The measured table's rows at M = 24-768 and 1536 were swept with programmatic dependent launch
-        on 2026-12-03 (f16, bf16->f32 and f16->f32 at M = 128, 192 and 384 while a memset still zeroed the flags;
-        ``benchmarks/results/matmul_sweep_zeroing.json`` the others); its rows at M = 1024 and f16->f32 at M = 1536
-        predate it. A CUTLASS kernel's
+        kernel built so. The measured table's rows at M = 24-1536 were swept with programmatic dependent launch and
+        ``zero_stream_k_flags`` on 2026-12-03 (``benchmarks/results/matmul_sweep_zeroing.json`` and
+        ``matmul_sweep_zeroing_rest.json``); its rows at M <= 16, 2048 and 8192 were not swept again then. A CUTLASS kernel's
         :attr:`numba_execute` calls the same library entry point and launches as :meth:`execute` does."""
         if self._nvrtc is not None:
             return bool(self._nvrtc.config.programmatic_stream_serialization)
