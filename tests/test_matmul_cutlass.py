@@ -392,3 +392,64 @@ def test_an_sm90_dense_family_without_90a_is_refused(tmp_path) -> None:
     needs_build_tools()
     out = configure(tmp_path, ("120f",), ("SM90_COOP192",))
     assert out.returncode != 0 and "SM90_COOP192 is compiled for 90a" in out.stdout + out.stderr
+
+
+STAGES_PROGRAM = r"""
+#include <cstdio>
+#include "sm90.cuh"
+using namespace cute;
+using Coop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+using CoopEpi = cutlass::epilogue::TmaWarpSpecializedCooperative;
+using Pingpong = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+using PingpongEpi = cutlass::epilogue::TmaWarpSpecialized;
+template <class Out, class Tile, class Cluster, bool IsCoop, class Scheduler, bool Swapped>
+void show(const char* family, const char* out) {
+  using C = mircuda::sm90::Config<cutlass::bfloat16_t, Out, Tile, Cluster, std::conditional_t<IsCoop, Coop, Pingpong>,
+                                  std::conditional_t<IsCoop, CoopEpi, PingpongEpi>, Scheduler, Swapped>;
+  std::printf("%s %s %d %d\n", family, out, C::kBuilderStages, int(C::kNarrowEpilogue));
+}
+template <class Tile, class Cluster, bool IsCoop, class Scheduler, bool Swapped>
+void both(const char* family) {
+  show<cutlass::bfloat16_t, Tile, Cluster, IsCoop, Scheduler, Swapped>(family, "bf16");
+  show<float, Tile, Cluster, IsCoop, Scheduler, Swapped>(family, "f32");
+}
+int main() {
+  using SK = cutlass::gemm::StreamKScheduler;
+  using PS = cutlass::gemm::PersistentScheduler;
+  both<Shape<_128, _64, _128>, Shape<_1, _1, _1>, true, SK, true>("swap_128x64x128");
+  both<Shape<_128, _256, _64>, Shape<_2, _1, _1>, true, PS, false>("coop_128x256x64_c2x1");
+  both<Shape<_64, _128, _64>, Shape<_1, _1, _1>, false, PS, false>("pingpong_64x128x64");
+  both<Shape<_128, _192, _64>, Shape<_1, _1, _1>, true, PS, false>("coop_128x192x64");
+  both<Shape<_128, _128, _64>, Shape<_1, _1, _1>, false, PS, false>("pingpong_128x128x64");
+}
+"""
+
+
+def test_the_sm90_epilogue_tile_gives_the_mainloop_its_stage_back(tmp_path) -> None:
+    """``sm90::Config`` narrows CUTLASS's automatic epilogue tile to 16 columns only where that frees the shared
+    memory of one more mainloop stage (the collective builder's StageCountAutoCarveout), e.g. the swapped 128x64x128
+    split-K kernel's FP32 output: 3 stages with the automatic tile, 4 as with BF16. Host code only, compiled here
+    (about 30 s on two cores); skips without nvcc or the CUTLASS headers."""
+    try:
+        nvcc = _build._find_nvcc()
+        include, util, _ = _build._cutlass_headers()
+    except mc.CutlassNotFound as exc:
+        pytest.skip(str(exc))
+    src = tmp_path / "stages.cu"
+    src.write_text(STAGES_PROGRAM)
+    exe = tmp_path / "stages"
+    built = subprocess.run([str(nvcc), "-O0", "-std=c++17", "--expt-relaxed-constexpr", "-arch=sm_90a",
+                            f"-I{_build.project_dir() / 'include'}", f"-I{_build.project_dir() / 'src'}",
+                            f"-I{include}", f"-I{util}", "-o", str(exe), str(src)],
+                           capture_output=True, text=True, check=False)
+    assert built.returncode == 0, built.stderr[-3000:]
+    lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")
+    stages = {(f, o): (int(s), n == "1") for f, o, s, n in (line.split() for line in lines if line)}
+    # (family, output): (mainloop stages, narrow epilogue tile), with the automatic tile's stages where they differ
+    assert stages == {
+        ("swap_128x64x128", "bf16"): (4, False), ("swap_128x64x128", "f32"): (4, True),  # 3 with the automatic tile
+        ("coop_128x256x64_c2x1", "bf16"): (4, False), ("coop_128x256x64_c2x1", "f32"): (4, True),  # 3
+        ("pingpong_64x128x64", "bf16"): (9, True), ("pingpong_64x128x64", "f32"): (8, False),  # 8 for bf16
+        ("coop_128x192x64", "bf16"): (5, True), ("coop_128x192x64", "f32"): (4, False),  # 4 for bf16
+        ("pingpong_128x128x64", "bf16"): (6, False), ("pingpong_128x128x64", "f32"): (6, False),
+    }

@@ -161,6 +161,13 @@ struct TileSchedulerSelector<mircuda::sm90::StreamKSchedulerGdc, arch::Sm90, Til
 namespace mircuda {
 namespace sm90 {
 
+// The M extent of CUTLASS's automatic epilogue tile: 128 rows for a cooperative kernel (two consumer warp groups share
+// a tile), 64 for a ping-pong one, and never more than the CTA tile.
+template <class MainloopSchedule, class TileShape>
+inline constexpr int kAutoEpilogueM =
+    std::min(std::is_same_v<MainloopSchedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative> ? 128 : 64,
+             static_cast<int>(cute::size<0>(TileShape{})));
+
 // StreamK: with the stream-K scheduler, let CUTLASS's heuristic decomposition split the last wave's
 // tiles over K (stream-K) when the tile count leaves SMs idle, instead of data-parallel tiles or the
 // caller's even split-K slices.
@@ -173,16 +180,29 @@ struct Config {
   static constexpr int kAlignIn = 128 / cutlass::sizeof_bits<In>::value;    // 16-byte TMA granularity
   static constexpr int kAlignOut = 128 / cutlass::sizeof_bits<Out>::value;
 
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, Out, LayoutC, kAlignOut, Out, LayoutC,
-      kAlignOut, EpilogueSchedule>::CollectiveOp;
-
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  template <class EpilogueTile>
+  using EpilogueWith = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpilogueTile, float, float, Out,
+      LayoutC, kAlignOut, Out, LayoutC, kAlignOut, EpilogueSchedule>::CollectiveOp;
+  template <class Epi>
+  using MainloopBeside = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, In, LayoutA, kAlignIn, In, LayoutB, kAlignIn, float,
       TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epi::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
+
+  // The epilogue's shared memory (its C and D buffers) is carved out of what the mainloop's stages may use. CUTLASS's
+  // automatic epilogue tile (128x32 cooperative, 64x32 ping-pong: sm90_compute_tile_shape_or_override) is 32 output
+  // columns whatever the output type, so an FP32 output doubles those buffers and costs some tiles a mainloop stage
+  // (the swapped 128x64x128 split-K kernel: 4 stages for BF16, 3 for FP32). A 16-column epilogue tile gives the stage
+  // back, and adds one to some 16-bit kernels whose stages fell just short (ping-pong 64x128: 9 for 8; cooperative
+  // 128x192: 5 for 4). It is taken only where it adds a stage: every other kernel keeps the automatic tile and its type.
+  using AutoEpilogue = EpilogueWith<cutlass::epilogue::collective::EpilogueTileAuto>;
+  using NarrowEpilogue = EpilogueWith<Shape<Int<kAutoEpilogueM<MainloopSchedule, TileShape>>, _16>>;
+  static constexpr bool kNarrowEpilogue = MainloopBeside<NarrowEpilogue>::DispatchPolicy::Stages >
+                                          MainloopBeside<AutoEpilogue>::DispatchPolicy::Stages;
+  using Epilogue = std::conditional_t<kNarrowEpilogue, NarrowEpilogue, AutoEpilogue>;
+  using Mainloop = MainloopBeside<Epilogue>;
 
   // The stream-K tag swapped for ours (StreamKGdcScheduler, above), which compiles with grid dependency control.
   using KernelScheduler =
