@@ -417,19 +417,24 @@ int main() {
   using SK = cutlass::gemm::StreamKScheduler;
   using PS = cutlass::gemm::PersistentScheduler;
   both<Shape<_128, _64, _128>, Shape<_1, _1, _1>, true, SK, true>("swap_128x64x128");
+  both<Shape<_128, _32, _128>, Shape<_1, _1, _1>, true, SK, true>("swap_128x32x128");
+  both<Shape<_128, _128, _64>, Shape<_1, _1, _1>, true, SK, true>("swap_128x128x64");
+  both<Shape<_128, _192, _64>, Shape<_4, _1, _1>, true, SK, true>("swap_128x192x64_c4x1");
   both<Shape<_128, _256, _64>, Shape<_2, _1, _1>, true, PS, false>("coop_128x256x64_c2x1");
-  both<Shape<_64, _128, _64>, Shape<_1, _1, _1>, false, PS, false>("pingpong_64x128x64");
   both<Shape<_128, _192, _64>, Shape<_1, _1, _1>, true, PS, false>("coop_128x192x64");
-  both<Shape<_128, _128, _64>, Shape<_1, _1, _1>, false, PS, false>("pingpong_128x128x64");
+  both<Shape<_128, _144, _64>, Shape<_1, _1, _1>, true, PS, false>("coop_128x144x64");
+  both<Shape<_64, _128, _64>, Shape<_1, _1, _1>, false, PS, false>("pingpong_64x128x64");
+  both<Shape<_64, _64, _64>, Shape<_2, _1, _1>, false, PS, true>("swap_pingpong_64x64x64_c2x1");
 }
 """
 
 
 def test_the_sm90_epilogue_tile_gives_the_mainloop_its_stage_back(tmp_path) -> None:
-    """``sm90::Config`` narrows CUTLASS's automatic epilogue tile to 16 columns only where that frees the shared
-    memory of one more mainloop stage (the collective builder's StageCountAutoCarveout), e.g. the swapped 128x64x128
-    split-K kernel's FP32 output: 3 stages with the automatic tile, 4 as with BF16. Host code only, compiled here
-    (about 30 s on two cores); skips without nvcc or the CUTLASS headers."""
+    """``sm90::Config`` narrows CUTLASS's automatic epilogue tile to 16 columns for a cooperative kernel left with 4
+    mainloop stages or fewer, where that frees the shared memory of one more (the collective builder's
+    StageCountAutoCarveout), e.g. the swapped 128x64x128 split-K kernel's FP32 output: 3 stages with the automatic
+    tile, 4 as with BF16. Host code only, compiled here (about 30 s on two cores); skips without nvcc or the CUTLASS
+    headers."""
     try:
         nvcc = _build._find_nvcc()
         include, util, _ = _build._cutlass_headers()
@@ -445,11 +450,16 @@ def test_the_sm90_epilogue_tile_gives_the_mainloop_its_stage_back(tmp_path) -> N
     assert built.returncode == 0, built.stderr[-3000:]
     lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")
     stages = {(f, o): (int(s), n == "1") for f, o, s, n in (line.split() for line in lines if line)}
-    # (family, output): (mainloop stages, narrow epilogue tile), with the automatic tile's stages where they differ
+    # (family, output): (mainloop stages, narrow epilogue tile); the comments give the automatic tile's stages where
+    # the narrow one was taken, and why it was not where it would add a stage
     assert stages == {
-        ("swap_128x64x128", "bf16"): (4, False), ("swap_128x64x128", "f32"): (4, True),  # 3 with the automatic tile
+        ("swap_128x64x128", "bf16"): (4, False), ("swap_128x64x128", "f32"): (4, True),  # 3
+        ("swap_128x32x128", "bf16"): (5, False), ("swap_128x32x128", "f32"): (5, True),  # 4
+        ("swap_128x128x64", "bf16"): (6, False), ("swap_128x128x64", "f32"): (5, False),  # 6 narrow: has 5 already
+        ("swap_128x192x64_c4x1", "bf16"): (5, True), ("swap_128x192x64_c4x1", "f32"): (4, False),  # 4
         ("coop_128x256x64_c2x1", "bf16"): (4, False), ("coop_128x256x64_c2x1", "f32"): (4, True),  # 3
-        ("pingpong_64x128x64", "bf16"): (9, True), ("pingpong_64x128x64", "f32"): (8, False),  # 8 for bf16
-        ("coop_128x192x64", "bf16"): (5, True), ("coop_128x192x64", "f32"): (4, False),  # 4 for bf16
-        ("pingpong_128x128x64", "bf16"): (6, False), ("pingpong_128x128x64", "f32"): (6, False),
+        ("coop_128x192x64", "bf16"): (5, True), ("coop_128x192x64", "f32"): (4, False),  # 4
+        ("coop_128x144x64", "bf16"): (6, False), ("coop_128x144x64", "f32"): (5, False),
+        ("pingpong_64x128x64", "bf16"): (8, False), ("pingpong_64x128x64", "f32"): (8, False),  # 9 narrow: ping-pong
+        ("swap_pingpong_64x64x64_c2x1", "bf16"): (13, False), ("swap_pingpong_64x64x64_c2x1", "f32"): (12, False),
     }

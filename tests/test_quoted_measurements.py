@@ -27,7 +27,7 @@ def recorded(name: str) -> dict[str, Any]:
 
 
 TABLE = ROOT / "mircuda" / "matmul" / "tuned" / "sm90_dense.json"
-RESWEEPS = ("matmul_sweep_zeroing.json", "matmul_sweep_zeroing_rest.json")
+RESWEEPS = ("matmul_sweep_zeroing.json", "matmul_sweep_zeroing_rest.json", "matmul_sweep_epilogue.json")
 """The re-sweep records of the measured table, in the order they were merged into it; each keeps the entries it
 replaced."""
 
@@ -49,13 +49,16 @@ LABELS = {"bf16->bf16": ["bf16", "bf16"], "f16->f16": ["f16", "f16"], "bf16->f32
 
 def resweep_entries(record: str) -> tuple[list[list[Any]], dict[tuple[Any, ...], list[Any]]]:
     """The entries a re-sweep record made (the table as it left them) and those they replaced; each made entry is its
-    run's fastest deterministic row (the _nd kernels never enter the table), with that run's cuBLAS time."""
+    run's fastest deterministic row (the _nd kernels never enter the table), with that run's cuBLAS time, but for
+    those the record says it ``kept`` as they were."""
     sweep = recorded(record)
     swept = {(*LABELS[s["dtype"]], s["m"]) for s in sweep["sweeps"]}
     now = [e for e in table_after(record) if (e[0], e[1], e[4]) in swept]
     before = {tuple(e[:5]): e for e in sweep["replaced"]}
     assert {tuple(e[:5]) for e in now} == set(before) and len(now) == len(before)
-    for e in now:
+    kept = [e for e in sweep.get("kept", [])]
+    assert all(e in now and before[tuple(e[:5])] == e for e in kept)  # as they were
+    for e in (e for e in now if e not in kept):
         cell = [r for r in sweep["rows"] if [*LABELS[r["dtype"]], r["n"], r["k"], r["m"]] == e[:5]]
         fastest = min((r for r in cell if r["path"].startswith("sweep ") and "_nd_" not in r["path"]),
                       key=lambda r: r["us"])
@@ -884,3 +887,94 @@ def test_the_readme_quotes_the_rest_of_the_zeroing_resweep() -> None:
             f"at or above 1.0 against {sum(r >= 1 for r in ratio_before)}; the geometric mean of their ratios is "
             f"{geometric_mean(ratio_now):.3f}, against {geometric_mean(ratio_before):.3f}; {changed} of them name "
             "another kernel or K-slice count.") in text
+
+
+def test_the_readme_quotes_the_epilogue_tile_ab_and_its_sweep() -> None:
+    # README and sm90.cuh: the 16-column epilogue tile, same kernel with either tile (A/B), and the rows swept with it
+    text = flat(README)
+    source = flat((ROOT / "mircuda" / "cutlass_build" / "src" / "sm90.cuh").read_text().replace("//", ""))
+    ab = recorded("epilogue_tile_ab.json")
+    assert [r["library"].split(":")[0] for r in ab["runs"]] == ["auto", "narrow", "auto", "narrow"]
+    cells = {(s["dtype"], s["m"], s["n"], s["k"]): s for s in ab["summary"]}
+    assert len(cells) == 16
+    for s in cells.values():  # each summary figure is the mean of its library's two runs
+        runs = [[r for r in run["rows"] if (r["dtype"], r["m"], r["n"], r["k"]) == (s["dtype"], s["m"], s["n"], s["k"])]
+                for run in ab["runs"]]
+        assert all(len(r) == 1 and r[0]["kernel"] == s["kernel"] for r in runs)
+        assert s["auto_on_us"] == round((runs[0][0]["on_mean_us"] + runs[2][0]["on_mean_us"]) / 2, 2)
+        assert s["narrow_on_us"] == round((runs[1][0]["on_mean_us"] + runs[3][0]["on_mean_us"]) / 2, 2)
+
+    def quoted(dtype: str, m: int, n: int, k: int) -> str:
+        s = cells[dtype, m, n, k]
+        return f"{s['auto_on_us']:.2f} -> {s['narrow_on_us']:.2f}"
+
+    swap192, coop256 = cells["bf16->bf16", 192, 14336, 4096], cells["bf16->f32", 8192, 4096, 4096]
+    assert swap192["kernel"].startswith("sm90_swap_128x192x64_c4x1") and coop256["kernel"].startswith("sm90_coop_128x256")
+    assert (f"the swapped 128x192 BF16 kernel went from {swap192['auto_on_us']:.2f} to {swap192['narrow_on_us']:.2f} µs "
+            f"(M = 192 14336x4096) and the FP32 128x256 one from {coop256['auto_on_us']:.2f} to "
+            f"{coop256['narrow_on_us']:.2f} (M = 8192 4096x4096)") in text
+    assert f"(the swapped 128x192 BF16 split-K kernel at M = 192 14336x4096: {quoted('bf16->bf16', 192, 14336, 4096)} µs" \
+        in source
+    coop192 = [s for s in cells.values() if s["kernel"].startswith("sm90_coop_128x192x64") and s["dtype"] == "bf16->bf16"]
+    assert len(coop192) == 2 and max(round(abs(s["auto_vs_narrow"] - 1), 3) for s in coop192) <= 0.007
+    assert "the cooperative 128x192 BF16 kernel moved by 0.7 % or less" in text
+    # the same kernel in both libraries: what the first rule narrowed and the final one does too, or neither did
+    first_rule = {"bf16_bf16": ("sm90_pingpong_64x128x64", "sm90_coop_128x192x64", "sm90_swap_128x192x64_c4x1"),
+                  "bf16_f32": ("sm90_swap_pingpong_64x64x64_c2x1", "sm90_swap_128x128x64_splitk",
+                               "sm90_coop_128x128x64_streamk", "sm90_coop_128x256x64_c2x1", "sm90_swap_128x32x128_splitk",
+                               "sm90_swap_128x64x128_splitk")}
+    same = [s for s in cells.values() if not s["kernel"].startswith(first_rule["bf16_f32" if s["kernel"].endswith("_f32") else "bf16_bf16"])]
+    assert len(same) == 8 and max(round(abs(s["auto_vs_narrow"] - 1), 3) for s in same) <= 0.005
+    assert "the 8 cells whose kernel is the same in both libraries moved by 0.5 % or less" in text
+    pingpong, swap128 = cells["bf16->bf16", 128, 6144, 4096], cells["bf16->f32", 256, 4096, 14336]
+    assert pingpong["kernel"] == "sm90_pingpong_64x128x64_bf16_bf16" and swap128["kernel"].startswith("sm90_swap_128x128x64")
+    assert f"(64x128 BF16, 8 -> 9 stages: {quoted('bf16->bf16', 128, 6144, 4096)} µs at M = 128 6144x4096)" in text
+    assert f"(64x128 BF16, 8 -> 9 stages: {quoted('bf16->bf16', 128, 6144, 4096)} µs at M = 128 6144x4096)" in source
+    assert f"though the swapped one was {100 * (swap128['auto_vs_narrow'] - 1):.1f} % faster at M = 256 4096x14336" in text
+
+    # the sweep: the two FP32 128x128 kernels at M = 128 14336x4096, with the 16-column tile and (the entry before)
+    # without; the table keeps the entries before for them
+    sweep = recorded("matmul_sweep_epilogue.json")
+    before = {tuple(e[:5]): e for e in sweep["replaced"]}
+    slower = []
+    for a in ("bf16", "f16"):
+        entry = before[a, "f32", 14336, 4096, 128]
+        row = next(r for r in sweep["rows"] if r["path"] == f"sweep {entry[5]}" and LABELS[r["dtype"]] == [a, "f32"]
+                   and (r["n"], r["k"], r["m"]) == (14336, 4096, 128)
+                   and int(r["note"].split("splits=")[1].split()[0]) == entry[6])
+        slower.append(f"{entry[7]:.2f} -> {row['us']:.2f}")
+    assert f"5 -> 6: {slower[0]} and {slower[1]} µs at M = 128 14336x4096 in two sweeps that day" in text
+    assert f"5 -> 6: {slower[0]} and {slower[1]} µs at M = 128 14336x4096, a large output" in source
+    def winner(e: list[Any]) -> str:  # the run's fastest deterministic kernel for the entry's cell
+        return str(min((r for r in sweep["rows"] if r["path"].startswith("sweep ") and "_nd_" not in r["path"]
+                        and [*LABELS[r["dtype"]], r["n"], r["k"], r["m"]] == e[:5]), key=lambda r: r["us"])["path"])
+
+    fp32_128 = ("sm90_swap_128x128x64_splitk_", "sm90_coop_128x128x64_streamk")
+    assert len(sweep["kept"]) == 4 and all(e[1] == "f32" and (e[5].startswith(fp32_128) or
+                                                              winner(e).removeprefix("sweep ").startswith(fp32_128))
+                                           for e in sweep["kept"])
+    now, _ = resweep_entries("matmul_sweep_epilogue.json")
+    assert len(now) == 52 and len(sweep["sweeps"]) == 13
+    for e in now:  # and every other entry of these runs neither names nor replaced such a kernel
+        if e not in sweep["kept"] and e[1] == "f32":
+            assert not e[5].startswith(fp32_128) and not before[tuple(e[:5])][5].startswith(fp32_128), e
+    ratio_now = [e[8] / e[7] for e in now]
+    ratio_before = [before[tuple(e[:5])][8] / before[tuple(e[:5])][7] for e in now]
+    assert (f"of those 52 entries, {sum(r < 0.97 for r in ratio_now)} are below 0.97 of cuBLAS against "
+            f"{sum(r < 0.97 for r in ratio_before)}, and {sum(r >= 1 for r in ratio_now)} at or above 1.0 against "
+            f"{sum(r >= 1 for r in ratio_before)}; the geometric mean of their ratios is {geometric_mean(ratio_now):.3f}, "
+            f"against {geometric_mean(ratio_before):.3f}.") in text
+    table = json.loads(TABLE.read_text())["entries"]
+    for a in ("bf16", "f16"):
+        e = next(e for e in table if e[:5] == [a, "f32", 4096, 14336, 128])
+        assert e[5:7] == [f"sm90_swap_128x64x128_splitk_{a}_f32", 2]
+        assert f"{a}->f32 {before[tuple(e[:5])][8] / before[tuple(e[:5])][7]:.3f} -> {e[8] / e[7]:.3f}" in text
+    worst = min(table, key=lambda e: e[8] / e[7])
+    assert (f"The whole table: {sum(e[8] / e[7] < 0.97 for e in table)} of its {len(table)} entries below 0.97, the "
+            f"worst {worst[8] / worst[7]:.2f} ({worst[0]}->{worst[1]} M = {worst[4]} {worst[2]}x{worst[3]}).") in text
+    narrow = ("sm90_coop_128x256x64_c2x1", "sm90_swap_128x32x128_splitk", "sm90_swap_128x64x128_splitk")
+    wide16 = ("sm90_coop_128x192x64", "sm90_swap_128x192x64_c4x1")
+    on_new = [e for e in table if (e[1] == "f32" and e[5].startswith(narrow)) or (e[1] != "f32" and e[5].startswith(wide16))]
+    swept = {tuple(e[:5]) for e in now}
+    assert (f"{sum(tuple(e[:5]) not in swept for e in on_new)} of the {len(on_new)} entries that name a kernel with the "
+            "new tile were not swept with it") in text

@@ -162,7 +162,8 @@ namespace mircuda {
 namespace sm90 {
 
 // The M extent of CUTLASS's automatic epilogue tile: 128 rows for a cooperative kernel (two consumer warp groups share
-// a tile), 64 for a ping-pong one, and never more than the CTA tile.
+// a tile), 64 for a ping-pong one, and never more than the CTA tile (a cooperative tile of 64 rows would need another
+// rule: the builder takes an explicit cooperative epilogue tile of 128 rows only).
 template <class MainloopSchedule, class TileShape>
 inline constexpr int kAutoEpilogueM =
     std::min(std::is_same_v<MainloopSchedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative> ? 128 : 64,
@@ -195,12 +196,19 @@ struct Config {
   // automatic epilogue tile (128x32 cooperative, 64x32 ping-pong: sm90_compute_tile_shape_or_override) is 32 output
   // columns whatever the output type, so an FP32 output doubles those buffers and costs some tiles a mainloop stage
   // (the swapped 128x64x128 split-K kernel: 4 stages for BF16, 3 for FP32). A 16-column epilogue tile gives the stage
-  // back, and adds one to some 16-bit kernels whose stages fell just short (ping-pong 64x128: 9 for 8; cooperative
-  // 128x192: 5 for 4). It is taken only where it adds a stage: every other kernel keeps the automatic tile and its type.
+  // back, at the price of twice the epilogue subtiles (each a TMA store and two barriers). Measured on an H200
+  // (2026-12-03, benchmarks/results/epilogue_tile_ab.json, the same kernel with either tile): worth it for a
+  // cooperative kernel left with 4 stages or fewer (the swapped 128x192 BF16 split-K kernel at M = 192 14336x4096:
+  // 40.64 -> 39.00 µs, 4 -> 5 stages), not for one that has 5 (the FP32 128x128 stream-K and swapped split-K kernels,
+  // 5 -> 6: 36.06 -> 38.17 and 36.03 -> 38.11 µs at M = 128 14336x4096, a large output, in two sweeps of that day) nor
+  // for a ping-pong kernel (64x128 BF16, 8 -> 9 stages: 19.22 -> 20.73 µs at M = 128 6144x4096). Every other kernel
+  // keeps the automatic tile and its type.
   using AutoEpilogue = EpilogueWith<cutlass::epilogue::collective::EpilogueTileAuto>;
   using NarrowEpilogue = EpilogueWith<Shape<Int<kAutoEpilogueM<MainloopSchedule, TileShape>>, _16>>;
-  static constexpr bool kNarrowEpilogue = MainloopBeside<NarrowEpilogue>::DispatchPolicy::Stages >
-                                          MainloopBeside<AutoEpilogue>::DispatchPolicy::Stages;
+  static constexpr int kAutoStages = MainloopBeside<AutoEpilogue>::DispatchPolicy::Stages;
+  static constexpr bool kNarrowEpilogue =
+      std::is_same_v<MainloopSchedule, cutlass::gemm::KernelTmaWarpSpecializedCooperative> && kAutoStages <= 4 &&
+      MainloopBeside<NarrowEpilogue>::DispatchPolicy::Stages > kAutoStages;
   using Epilogue = std::conditional_t<kNarrowEpilogue, NarrowEpilogue, AutoEpilogue>;
   using Mainloop = MainloopBeside<Epilogue>;
 
