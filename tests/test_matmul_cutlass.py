@@ -420,6 +420,7 @@ int main() {
   both<Shape<_128, _32, _128>, Shape<_1, _1, _1>, true, SK, true>("swap_128x32x128");
   both<Shape<_128, _128, _64>, Shape<_1, _1, _1>, true, SK, true>("swap_128x128x64");
   both<Shape<_128, _192, _64>, Shape<_4, _1, _1>, true, SK, true>("swap_128x192x64_c4x1");
+  both<Shape<_128, _128, _64>, Shape<_1, _1, _1>, true, SK, false>("coop_128x128x64_streamk");
   both<Shape<_128, _256, _64>, Shape<_2, _1, _1>, true, PS, false>("coop_128x256x64_c2x1");
   both<Shape<_128, _192, _64>, Shape<_1, _1, _1>, true, PS, false>("coop_128x192x64");
   both<Shape<_128, _144, _64>, Shape<_1, _1, _1>, true, PS, false>("coop_128x144x64");
@@ -457,6 +458,7 @@ def test_the_sm90_epilogue_tile_gives_the_mainloop_its_stage_back(tmp_path) -> N
         ("swap_128x32x128", "bf16"): (5, False), ("swap_128x32x128", "f32"): (5, True),  # 4
         ("swap_128x128x64", "bf16"): (6, False), ("swap_128x128x64", "f32"): (5, False),  # 6 narrow: has 5 already
         ("swap_128x192x64_c4x1", "bf16"): (5, True), ("swap_128x192x64_c4x1", "f32"): (4, False),  # 4
+        ("coop_128x128x64_streamk", "bf16"): (6, False), ("coop_128x128x64_streamk", "f32"): (5, False),  # as swapped
         ("coop_128x256x64_c2x1", "bf16"): (4, False), ("coop_128x256x64_c2x1", "f32"): (4, True),  # 3
         ("coop_128x192x64", "bf16"): (5, True), ("coop_128x192x64", "f32"): (4, False),  # 4
         ("coop_128x144x64", "bf16"): (6, False), ("coop_128x144x64", "f32"): (5, False),

@@ -202,7 +202,8 @@ constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK 
 // After cuBLAS's nvjet_sm90_tst_128x192_64x5_4x1_coopB (M = 192 on 14336x4096): swapped cooperative, 128
 // weight rows x 192 tokens (WGMMA 64x192), so M = 192 is one token tile and N = 14336 makes 112 CTAs;
 // 4x1 cluster along the weight rows (multicast of the token tile); 40 KB per stage: the carveout fits 4
-// beside this epilogue's shared memory (cuBLAS runs 5). Data-parallel, or split-K with the caller's slices.
+// beside the automatic epilogue tile's shared memory, 5 (as cuBLAS runs) beside the 16-column tile sm90::Config takes
+// for 16-bit outputs (4 for FP32). Data-parallel, or split-K with the caller's slices.
 using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _192, _64>, Shape<_4, _1, _1>,
                                            cutlass::gemm::KernelTmaWarpSpecializedCooperative,
                                            cutlass::epilogue::TmaWarpSpecializedCooperative,

@@ -197,12 +197,13 @@ struct Config {
   // columns whatever the output type, so an FP32 output doubles those buffers and costs some tiles a mainloop stage
   // (the swapped 128x64x128 split-K kernel: 4 stages for BF16, 3 for FP32). A 16-column epilogue tile gives the stage
   // back, at the price of twice the epilogue subtiles (each a TMA store and two barriers). Measured on an H200
-  // (2026-12-03, benchmarks/results/epilogue_tile_ab.json, the same kernel with either tile): worth it for a
-  // cooperative kernel left with 4 stages or fewer (the swapped 128x192 BF16 split-K kernel at M = 192 14336x4096:
-  // 40.64 -> 39.00 µs, 4 -> 5 stages), not for one that has 5 (the FP32 128x128 stream-K and swapped split-K kernels,
-  // 5 -> 6: 36.06 -> 38.17 and 36.03 -> 38.11 µs at M = 128 14336x4096, a large output, in two sweeps of that day) nor
-  // for a ping-pong kernel (64x128 BF16, 8 -> 9 stages: 19.22 -> 20.73 µs at M = 128 6144x4096). Every other kernel
-  // keeps the automatic tile and its type.
+  // (2026-12-03): worth it for a cooperative kernel left with 4 stages or fewer (benchmarks/results/
+  // epilogue_tile_ab.json, the same kernel with either tile: the swapped 128x192 BF16 split-K kernel at M = 192
+  // 14336x4096 40.64 -> 39.00 µs, 4 -> 5 stages); not for a ping-pong kernel (same A/B: 64x128 BF16, 8 -> 9 stages,
+  // 19.22 -> 20.73 µs at M = 128 6144x4096); not for one that has 5 (the FP32 128x128 stream-K and swapped split-K
+  // kernels, 5 -> 6: 36.06 -> 38.17 and 36.03 -> 38.11 µs at M = 128 14336x4096, a large output, in two sweeps of
+  // that day, not an A/B; the A/B measured the swapped one 3.4 % faster at M = 256 4096x14336, a small output).
+  // Every other kernel keeps the automatic tile and its type.
   using AutoEpilogue = EpilogueWith<cutlass::epilogue::collective::EpilogueTileAuto>;
   using NarrowEpilogue = EpilogueWith<Shape<Int<kAutoEpilogueM<MainloopSchedule, TileShape>>, _16>>;
   static constexpr int kAutoStages = MainloopBeside<AutoEpilogue>::DispatchPolicy::Stages;
