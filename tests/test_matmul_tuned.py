@@ -297,6 +297,7 @@ def good() -> dict:
 
 @pytest.mark.parametrize("edit, expected", [
     (lambda d: d.pop("entries"), "the field 'entries' in t.json"),
+    (lambda d: d.update(entries="zzz"), "entries as a list in t.json"),
     (lambda d: d.update(compute_capability=[9]), "compute_capability as [major, minor] in t.json"),
     (lambda d: d["entries"][0].pop(), "entries of 9 fields (input, output, n, k, m, kernel, splits, us, cublas_us) "
                                       "in t.json"),

@@ -266,16 +266,23 @@ def m_values(text: str) -> tuple[int, ...]:
     e.g. ``1,16,2048``.
 
     Raises:
-        argparse.ArgumentTypeError: naming the value that is not a positive int, an empty item (``1,,2``) or a
-            repeated value (it would be measured and recorded twice).
+        argparse.ArgumentTypeError: naming the value that is not a positive int, one at or above the plans'
+            dimension limit (checked here, before any operand of that size is allocated), an empty item (``1,,2``)
+            or a repeated value (it would be measured and recorded twice).
     """
     import argparse
+
+    from ..errors import ContractError
+    from ..matmul._spec import _dim
 
     values = []
     for v in comma_items(text, "positive int"):
         if not is_decimal(v) or int(v) < 1:
             raise argparse.ArgumentTypeError(f"expected comma-separated positive ints, received {v!r} in {text!r}")
-        values.append(int(v))
+        try:
+            values.append(_dim("m", int(v)))
+        except ContractError as exc:
+            raise argparse.ArgumentTypeError(f"expected {exc.expected}, received {exc.received} in {text!r}") from None
     return tuple(distinct(values, text))
 
 

@@ -94,6 +94,8 @@ def parse_table(data: Any, source: str = "the table") -> TunedTable:
         if not (isinstance(cc, list) and len(cc) == 2 and all(type(x) is int for x in cc)):
             raise ContractError("table", f"compute_capability as [major, minor] in {source}", repr(cc))
         entries = []
+        if not isinstance(data["entries"], list):
+            raise ContractError("table", f"entries as a list in {source}", type(data["entries"]).__name__)
         for raw in data["entries"]:
             if not (isinstance(raw, list) and len(raw) == 9):
                 raise ContractError("table", f"entries of 9 fields (input, output, n, k, m, kernel, splits, us, "
