@@ -17,8 +17,8 @@ REPEATS_COMMANDS = ["dense-vector-profile", "matmul-profile", "decoder-layer-pro
                     "multi-gpu-profile"]
 
 CASES = (
-    [(c, ["--m", m], "--m") for c in M_COMMANDS for m in ("1,,2", "1,", ",1", "0", "x", "-3", "8,8", "1,16,1",
-                                                                    "99999999999999999999", "16,2147418112")]
+    [(c, ["--m", m], "--m") for c in M_COMMANDS for m in ("1,,2", "1,", ",1", "0", "x", "-3", "8,8", "1,16,1")]
+    + [("matmul-profile", ["--m", m], "--m") for m in ("99999999999999999999", "16,2147418112")]
     + [(c, ["--device", d], "--device") for c in DEVICE_COMMANDS for d in ("-1", "²")]
     + [(c, ["--repeats", "0"], "--repeats") for c in REPEATS_COMMANDS]
     + [(c, ["--calls", "0"], "--calls") for c in REPEATS_COMMANDS]

@@ -266,31 +266,45 @@ def m_values(text: str) -> tuple[int, ...]:
     e.g. ``1,16,2048``.
 
     Raises:
-        argparse.ArgumentTypeError: naming the value that is not a positive int, one at or above the plans'
-            dimension limit (checked here, before any operand of that size is allocated), an empty item (``1,,2``)
-            or a repeated value (it would be measured and recorded twice).
+        argparse.ArgumentTypeError: naming the value that is not a positive int, an empty item (``1,,2``) or a
+            repeated value (it would be measured and recorded twice).
+    """
+    import argparse
+
+    values = []
+    for v in comma_items(text, "positive int"):
+        if not is_decimal(v) or int(v) < 1:
+            raise argparse.ArgumentTypeError(f"expected comma-separated positive ints, received {v!r} in {text!r}")
+        values.append(int(v))
+    return tuple(distinct(values, text))
+
+
+def dense_m_values(text: str) -> tuple[int, ...]:
+    """``--m`` of matmul-profile: :func:`m_values`, each below the dense plans' dimension limit (checked while
+    parsing, before an operand of that many rows is allocated).
+
+    Raises:
+        argparse.ArgumentTypeError: as :func:`m_values`, or naming a value at or above the limit.
     """
     import argparse
 
     from ..errors import ContractError
     from ..matmul._spec import _dim
 
-    values = []
-    for v in comma_items(text, "positive int"):
-        if not is_decimal(v) or int(v) < 1:
-            raise argparse.ArgumentTypeError(f"expected comma-separated positive ints, received {v!r} in {text!r}")
+    values = m_values(text)
+    for v in values:
         try:
-            values.append(_dim("m", int(v)))
+            _dim("m", v)
         except ContractError as exc:
             raise argparse.ArgumentTypeError(f"expected {exc.expected}, received {exc.received} in {text!r}") from None
-    return tuple(distinct(values, text))
+    return values
 
 
 def add_matmul_arguments(p: Any) -> None:
     p.add_argument("--device", type=device_ordinal, default=0)
     p.add_argument("--dtypes", default="bf16,f16,bf16->f32",
                    help="comma-separated input[->output] pairs (default: bf16,f16,bf16->f32)")
-    p.add_argument("--m", type=m_values, default=",".join(map(str, MATMUL_M)),
+    p.add_argument("--m", type=dense_m_values, default=",".join(map(str, MATMUL_M)),
                    help="comma-separated M values (positive ints; default: the 20 of MATMUL_M, 1 to 8192 -- "
                         "subset it for a quick run, e.g. --m 24,48,96,192,384,768,1024,1536)")
     p.add_argument("--calls", type=positive_int, default=20, help="back-to-back calls per timed repeat")
