@@ -69,6 +69,17 @@ def resweep_entries(record: str) -> tuple[list[list[Any]], dict[tuple[Any, ...],
     return now, before
 
 
+def resweep_counts(now: list[list[Any]], before: dict[tuple[Any, ...], list[Any]]) -> dict[str, Any]:
+    """The figures the README quotes for a re-sweep's entries against those they replaced (ratio = cuBLAS µs / ours):
+    how many below 0.97 and at or above 1.0, the geometric mean of the ratios, and how many changed kernel or splits."""
+    ratio_now = [e[8] / e[7] for e in now]
+    ratio_before = [before[tuple(e[:5])][8] / before[tuple(e[:5])][7] for e in now]
+    return {"below": sum(r < 0.97 for r in ratio_now), "below_before": sum(r < 0.97 for r in ratio_before),
+            "ge1": sum(r >= 1 for r in ratio_now), "ge1_before": sum(r >= 1 for r in ratio_before),
+            "mean": f"{geometric_mean(ratio_now):.3f}", "mean_before": f"{geometric_mean(ratio_before):.3f}",
+            "changed": sum(e[5:7] != before[tuple(e[:5])][5:7] for e in now)}
+
+
 def flat(text: str) -> str:
     return " ".join(text.split())
 
@@ -825,14 +836,10 @@ def test_the_readme_quotes_the_stream_k_flag_zeroing_ab_and_its_resweep() -> Non
     table = table_after("matmul_sweep_zeroing.json")  # as this re-sweep left it
     now, before = resweep_entries("matmul_sweep_zeroing.json")
     assert len(now) == 152
-    ratio_now = [e[8] / e[7] for e in now]
-    ratio_before = [before[tuple(e[:5])][8] / before[tuple(e[:5])][7] for e in now]
-    changed = sum(e[5:7] != before[tuple(e[:5])][5:7] for e in now)
-
-    assert (f"Of those 152 entries, {sum(r < 0.97 for r in ratio_now)} are below 0.97 of cuBLAS, against "
-            f"{sum(r < 0.97 for r in ratio_before)} of the entries they replace, and {sum(r >= 1 for r in ratio_now)} "
-            f"at or above 1.0, against {sum(r >= 1 for r in ratio_before)}; the geometric mean of their ratios is "
-            f"{geometric_mean(ratio_now):.3f}, against {geometric_mean(ratio_before):.3f}; {changed} of them name another kernel or "
+    c = resweep_counts(now, before)
+    assert (f"Of those 152 entries, {c['below']} are below 0.97 of cuBLAS, against {c['below_before']} of the entries "
+            f"they replace, and {c['ge1']} at or above 1.0, against {c['ge1_before']}; the geometric mean of their ratios "
+            f"is {c['mean']}, against {c['mean_before']}; {c['changed']} of them name another kernel or "
             "K-slice count.") in text
     middle = [e for e in table if 16 < e[4] < 2048]
     middle_before = [before.get(tuple(e[:5]), e) for e in middle]
@@ -867,25 +874,20 @@ def test_the_readme_quotes_the_rest_of_the_zeroing_resweep() -> None:
     # fastest deterministic row, and the counts are of those entries against the ones they replaced
     text = flat(README)
     sweep = recorded("matmul_sweep_zeroing_rest.json")
-    labels = {"bf16->bf16": ["bf16", "bf16"], "f16->f16": ["f16", "f16"], "bf16->f32": ["bf16", "f32"],
-              "f16->f32": ["f16", "f32"]}
-    swept = {(*labels[s["dtype"]], s["m"]) for s in sweep["sweeps"]}
+    swept = {(*LABELS[s["dtype"]], s["m"]) for s in sweep["sweeps"]}
     assert sweep["failures"] == [] and len(sweep["sweeps"]) == len(swept) == 14
     assert swept == {(a, c, m) for a, c in (("f16", "f16"), ("bf16", "f32"), ("f16", "f32")) for m in (128, 192, 384)} \
-        | {("f16", "f32", 1536)} | {(*pair, 1024) for pair in labels.values()}
-    first = {(*labels[s["dtype"]], s["m"]) for s in recorded("matmul_sweep_zeroing.json")["sweeps"]}
+        | {("f16", "f32", 1536)} | {(*pair, 1024) for pair in LABELS.values()}
+    first = {(*LABELS[s["dtype"]], s["m"]) for s in recorded("matmul_sweep_zeroing.json")["sweeps"]}
     assert not swept & first  # the rows it left
     assert ("The rows it left (f16, bf16->f32 and f16->f32 at M = 128, 192 and 384; f16->f32 at M = 1536; the four "
             "type pairs at M = 1024) were swept so later that day") in text
     now, before = resweep_entries("matmul_sweep_zeroing_rest.json")
     assert len(now) == 56
-    ratio_now = [e[8] / e[7] for e in now]
-    ratio_before = [before[tuple(e[:5])][8] / before[tuple(e[:5])][7] for e in now]
-    changed = sum(e[5:7] != before[tuple(e[:5])][5:7] for e in now)
-    assert (f"of those 56 entries, {sum(r < 0.97 for r in ratio_now)} are below 0.97 of cuBLAS against "
-            f"{sum(r < 0.97 for r in ratio_before)} of the entries they replace, and {sum(r >= 1 for r in ratio_now)} "
-            f"at or above 1.0 against {sum(r >= 1 for r in ratio_before)}; the geometric mean of their ratios is "
-            f"{geometric_mean(ratio_now):.3f}, against {geometric_mean(ratio_before):.3f}; {changed} of them name "
+    c = resweep_counts(now, before)
+    assert (f"of those 56 entries, {c['below']} are below 0.97 of cuBLAS against {c['below_before']} of the entries "
+            f"they replace, and {c['ge1']} at or above 1.0 against {c['ge1_before']}; the geometric mean of their ratios "
+            f"is {c['mean']}, against {c['mean_before']}; {c['changed']} of them name "
             "another kernel or K-slice count.") in text
 
 
@@ -961,12 +963,10 @@ def test_the_readme_quotes_the_epilogue_tile_ab_and_its_sweep() -> None:
     for e in now:  # and every other entry of these runs neither names nor replaced such a kernel
         if e not in sweep["kept"] and e[1] == "f32":
             assert not e[5].startswith(fp32_128) and not before[tuple(e[:5])][5].startswith(fp32_128), e
-    ratio_now = [e[8] / e[7] for e in now]
-    ratio_before = [before[tuple(e[:5])][8] / before[tuple(e[:5])][7] for e in now]
-    assert (f"of those 52 entries, {sum(r < 0.97 for r in ratio_now)} are below 0.97 of cuBLAS against "
-            f"{sum(r < 0.97 for r in ratio_before)}, and {sum(r >= 1 for r in ratio_now)} at or above 1.0 against "
-            f"{sum(r >= 1 for r in ratio_before)}; the geometric mean of their ratios is {geometric_mean(ratio_now):.3f}, "
-            f"against {geometric_mean(ratio_before):.3f}.") in text
+    c = resweep_counts(now, before)
+    assert (f"of those 52 entries, {c['below']} are below 0.97 of cuBLAS against {c['below_before']}, and {c['ge1']} "
+            f"at or above 1.0 against {c['ge1_before']}; the geometric mean of their ratios is {c['mean']}, "
+            f"against {c['mean_before']}.") in text
     table = json.loads(TABLE.read_text())["entries"]
     for a in ("bf16", "f16"):
         e = next(e for e in table if e[:5] == [a, "f32", 4096, 14336, 128])
