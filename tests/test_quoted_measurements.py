@@ -27,7 +27,8 @@ def recorded(name: str) -> dict[str, Any]:
 
 
 TABLE = ROOT / "mircuda" / "matmul" / "tuned" / "sm90_dense.json"
-RESWEEPS = ("matmul_sweep_zeroing.json", "matmul_sweep_zeroing_rest.json", "matmul_sweep_epilogue.json")
+RESWEEPS = ("matmul_sweep_zeroing.json", "matmul_sweep_zeroing_rest.json", "matmul_sweep_epilogue.json",
+            "matmul_sweep_final_tile.json")
 """The re-sweep records of the measured table, in the order they were merged into it; each keeps the entries it
 replaced."""
 
@@ -967,19 +968,78 @@ def test_the_readme_quotes_the_epilogue_tile_ab_and_its_sweep() -> None:
     assert (f"of those 52 entries, {c['below']} are below 0.97 of cuBLAS against {c['below_before']}, and {c['ge1']} "
             f"at or above 1.0 against {c['ge1_before']}; the geometric mean of their ratios is {c['mean']}, "
             f"against {c['mean_before']}.") in text
-    table = json.loads(TABLE.read_text())["entries"]
+    table = table_after("matmul_sweep_epilogue.json")
     for a in ("bf16", "f16"):
         e = next(e for e in table if e[:5] == [a, "f32", 4096, 14336, 128])
         assert e[5:7] == [f"sm90_swap_128x64x128_splitk_{a}_f32", 2]
         assert f"{a}->f32 {before[tuple(e[:5])][8] / before[tuple(e[:5])][7]:.3f} -> {e[8] / e[7]:.3f}" in text
+    assert f"The whole table then: {table_counts(table)}." in text
+    on_new = [e for e in table if on_16_column_tile(e)]
+    swept = {tuple(e[:5]) for e in now}
+    assert (f"{sum(tuple(e[:5]) not in swept for e in on_new)} of the {len(on_new)} entries that named a kernel with "
+            "the new tile had not been swept with it") in text
+
+
+def table_counts(table: list[list[Any]]) -> str:
+    """The README's summary of a measured table: how many entries below 0.97 of cuBLAS, the worst, and its middle."""
     worst = min(table, key=lambda e: e[8] / e[7])
-    assert (f"The whole table: {sum(e[8] / e[7] < 0.97 for e in table)} of its {len(table)} entries below 0.97, the "
-            f"worst {worst[8] / worst[7]:.2f} ({worst[0]}->{worst[1]} M = {worst[4]} {worst[2]}x{worst[3]}); its middle "
+    return (f"{sum(e[8] / e[7] < 0.97 for e in table)} of its {len(table)} entries below 0.97, the worst "
+            f"{worst[8] / worst[7]:.2f} ({worst[0]}->{worst[1]} M = {worst[4]} {worst[2]}x{worst[3]}); its middle "
             f"(16 < M < 2048), {sum(e[8] / e[7] < 0.97 for e in table if 16 < e[4] < 2048)} of "
-            f"{sum(16 < e[4] < 2048 for e in table)}.") in text
+            f"{sum(16 < e[4] < 2048 for e in table)}")
+
+
+def on_16_column_tile(entry: list[Any]) -> bool:
+    """Whether a table entry names a kernel the final rule of sm90.cuh's Config gives the 16-column epilogue tile."""
     narrow = ("sm90_coop_128x256x64_c2x1", "sm90_swap_128x32x128_splitk", "sm90_swap_128x64x128_splitk")
     wide16 = ("sm90_coop_128x192x64", "sm90_swap_128x192x64_c4x1")
-    on_new = [e for e in table if (e[1] == "f32" and e[5].startswith(narrow)) or (e[1] != "f32" and e[5].startswith(wide16))]
-    swept = {tuple(e[:5]) for e in now}
-    assert (f"{sum(tuple(e[:5]) not in swept for e in on_new)} of the {len(on_new)} entries that name a kernel with the "
-            "new tile were not swept with it") in text
+    return entry[5].startswith(narrow) if entry[1] == "f32" else entry[5].startswith(wide16)
+
+
+def test_the_readme_quotes_the_resweep_with_the_final_epilogue_tile() -> None:
+    # README: the rows whose entries named a kernel with the 16-column tile but had been swept without it, swept with
+    # the final rule's library; the counts are of the entries made against those replaced
+    text = flat(README)
+    sweep = recorded("matmul_sweep_final_tile.json")
+    swept = {(*LABELS[s["dtype"]], s["m"]) for s in sweep["sweeps"]}
+    f32 = {(a, "f32") for a in ("bf16", "f16")}
+    assert sweep["failures"] == [] and len(sweep["sweeps"]) == len(swept) == 21
+    assert swept == {(*p, m) for p in f32 for m in (24, 32, 48, 96, 1024, 2048)} | {("f16", "f32", 384)} \
+        | {(a, a, m) for a in ("bf16", "f16") for m in (512, 768, 1024, 1536)}
+    assert ("bf16->f32 and f16->f32 at M = 24, 32, 48, 96, 1024 and 2048, f16->f32 at M = 384, bf16 and f16 at M = "
+            "512, 768, 1024 and 1536)") in text
+    before_table = table_after("matmul_sweep_epilogue.json")
+    epilogue_swept = {(*LABELS[s["dtype"]], s["m"]) for s in recorded("matmul_sweep_epilogue.json")["sweeps"]}
+    stale = [e for e in before_table if on_16_column_tile(e) and (e[0], e[1], e[4]) not in epilogue_swept]
+    assert {(e[0], e[1], e[4]) for e in stale} <= swept  # every row the epilogue sweep left stale
+    now, before = resweep_entries("matmul_sweep_final_tile.json")
+    assert len(now) == 84 and len(stale) == 28
+    c = resweep_counts(now, before)
+    assert (f"of those 84 entries, {c['below']} are below 0.97 of cuBLAS against {c['below_before']} of the entries "
+            f"they replace, and {c['ge1']} at or above 1.0 against {c['ge1_before']}; the geometric mean of their ratios "
+            f"is {c['mean']}, against {c['mean_before']}; {c['changed']} of them name another kernel or K-slice "
+            "count.") in text
+    made = {tuple(e[:5]): e for e in now}
+
+    def slower(group: list[list[Any]], column: int = 7) -> list[float]:  # percent, the entry made against the stale one
+        return [100 * (made[tuple(e[:5])][column] / e[column] - 1) for e in group]
+
+    assert f"The 28 entries are {100 * (geometric_mean([1 + s / 100 for s in slower(stale)]) - 1):.1f} % slower" \
+        in text
+    coop256 = [e for e in stale if e[5].startswith("sm90_coop_128x256x64_c2x1")]
+    swap32 = [e for e in stale if e[5].startswith("sm90_swap_128x32x128_splitk")]
+    wide = [e for e in stale if e[5].startswith("sm90_coop_128x192x64")]
+    assert len(coop256) + len(swap32) + len(wide) + 2 == 28  # and the swapped 128x64x128 FP32 ones at M = 48
+    assert {e[4] for e in coop256} == {1024, 2048} and {(e[2], e[3], e[4]) for e in swap32} == \
+        {(14336, 4096, 24), (14336, 4096, 32)}
+    assert (f"the FP32 128x256 ones (M = 1024 and 2048) {-max(slower(coop256)):.1f}-{-min(slower(coop256)):.1f} % faster, "
+            f"the swapped 128x32x128 FP32 ones (M = 24 and 32, 14336x4096) {min(slower(swap32)):.1f}-"
+            f"{max(slower(swap32)):.1f} % slower, where cuBLAS was {min(slower(swap32, 8)):.1f}-"
+            f"{max(slower(swap32, 8)):.1f} % slower too, the 16-bit 128x192 ones within "
+            f"{max(abs(s) for s in slower(wide)):.1f} %") in text
+    table = json.loads(TABLE.read_text())["entries"]
+    counts = table_counts(table).replace("its middle (16 < M < 2048)", "its middle")
+    on_new = [e for e in table if on_16_column_tile(e)]
+    assert all((e[0], e[1], e[4]) in swept | epilogue_swept for e in on_new)
+    assert f"The whole table now: {counts}; each of the {len(on_new)} entries that name a kernel with the 16-column " \
+        "tile was swept with it." in text

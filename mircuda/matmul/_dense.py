@@ -239,8 +239,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         14336x4096 36.28 -> 36.72); ``benchmarks/results/cutlass_pdl_ab_all.json`` has the 22 cells with every
         kernel built so. The measured table's rows at M = 24-1536 were swept with programmatic dependent launch and
         ``zero_stream_k_flags`` on 2026-12-03 (``benchmarks/results/matmul_sweep_zeroing.json`` and
-        ``matmul_sweep_zeroing_rest.json``); its rows at M <= 16, 2048 and 8192 (but FP32 outputs at M = 8192,
-        ``matmul_sweep_epilogue.json``) were not swept again then. A CUTLASS kernel's
+        ``matmul_sweep_zeroing_rest.json``); its rows at M <= 16, 2048 and 8192 were not swept again then (but FP32 outputs at M = 2048 and 8192, later
+        that day: ``matmul_sweep_epilogue.json`` and ``matmul_sweep_final_tile.json``). A CUTLASS kernel's
         :attr:`numba_execute` calls the same library entry point and launches as :meth:`execute` does."""
         if self._nvrtc is not None:
             return bool(self._nvrtc.config.programmatic_stream_serialization)
