@@ -77,3 +77,11 @@ def test_help_says_where_results_go(command: str, capsys: pytest.CaptureFixture[
         main([command, "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "relative to the working directory" in out and "benchmarks/results/" in out
+
+
+@pytest.mark.parametrize("command", [*(c for c in PROFILES if c != "multi-gpu-profile"), "moe-profile", "profile"])
+def test_help_says_what_device_means(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--device DEVICE CUDA device ordinal to run on (default 0)" in out

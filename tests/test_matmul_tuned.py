@@ -19,7 +19,8 @@ from mircuda.cli._matmul_sweep import SPLIT_CHOICES, candidates, winners
 from mircuda.matmul._gemv import gemv_kernels
 from mircuda.matmul._library import KernelInfo
 from mircuda.matmul._select import MAX_SPLITS, select_kernel, split_k_slices
-from mircuda.matmul._tuned import TABLE_FILES, TunedEntry, TunedTable, lookup, merge, packaged_table, parse_table
+from mircuda.matmul._tuned import (TABLE_ENV, TABLE_FILES, TunedEntry, TunedTable, lookup, merge, packaged_table,
+                                   parse_table, table_for)
 from mircuda.matmul._vector import vector_kernels
 
 H200 = ((9, 0), 132)
@@ -202,7 +203,7 @@ def test_the_plan_refuses_bad_splits_before_it_builds_anything(monkeypatch, spli
         raise AssertionError("the plan went past its argument checks")
 
     monkeypatch.setattr(_dense, "plan_stream", lambda stream, context: None)  # no device: context and stream pass
-    for name in ("plan_compiler", "load_library", "select_kernel", "packaged_table"):
+    for name in ("plan_compiler", "load_library", "select_kernel", "table_for"):
         monkeypatch.setattr(_dense, name, built)
     with pytest.raises(mc.ContractError) as e:
         mc.DenseMatmulPlan(None, None, mc.DenseMatmulSpec(32, 4096, 4096), splits=splits)  # type: ignore[arg-type]
@@ -523,7 +524,7 @@ def test_a_bad_splits_is_said_even_without_the_cutlass_library(monkeypatch) -> N
     monkeypatch.setattr(_dense, "plan_stream", lambda stream, context: None)
     monkeypatch.setattr(_dense, "plan_compiler", lambda compiler, context: None)
     monkeypatch.setattr(_dense, "load_library", missing)
-    monkeypatch.setattr(_dense, "packaged_table", lambda cc: None)
+    monkeypatch.setattr(_dense, "table_for", lambda cc: None)
     context = SimpleNamespace(device_info=lambda: SimpleNamespace(compute_capability=(9, 0), multiprocessor_count=132))
     with pytest.raises(mc.ContractError) as e:  # M = 1 runs the vector kernel, which does not split K
         mc.DenseMatmulPlan(context, None, mc.DenseMatmulSpec(1, 4096, 4096), splits=2)  # type: ignore[arg-type]
@@ -542,3 +543,76 @@ def test_the_table_records_the_sweeps_command_line_with_its_table_and_device() -
                                                        "--m 24,32 --calls 10 --repeats 5 --table t.json")
     args.device = 1
     assert "--repeats 5 --device 1 --table t.json" in sweep_command(args, [24], "t.json")
+
+
+# -- $MIRCUDA_DENSE_TABLE: a table of your own sweep, consulted instead of the packaged one ------------------------
+def write(path, table: TunedTable):
+    path.write_text(json.dumps(table.to_json()))
+    return path
+
+
+def test_without_the_variable_plans_consult_the_packaged_table(monkeypatch) -> None:
+    monkeypatch.delenv(TABLE_ENV, raising=False)
+    assert table_for((9, 0)) is packaged_table((9, 0))
+    monkeypatch.setenv(TABLE_ENV, "")  # empty is unset
+    assert table_for((9, 0)) is packaged_table((9, 0))
+    if packaged_table((9, 0)) is not None:
+        assert packaged_table((9, 0)).source == "mircuda/matmul/tuned/sm90_dense.json"
+
+
+def test_the_variable_names_a_table_that_replaces_the_packaged_one_on_its_compute_capability(
+        monkeypatch, tmp_path) -> None:
+    mine = write(tmp_path / "h100.json", TunedTable("NVIDIA H100 80GB HBM3", (9, 0), 132, "2026-12-03", "sweep",
+                                                    (entry(64, kernel="sm90_swap_128x64x128_splitk_bf16_bf16"),)))
+    monkeypatch.setenv(TABLE_ENV, str(mine))
+    table = table_for((9, 0))
+    assert table is not None and table.device == "NVIDIA H100 80GB HBM3" and table.source == f"{mine} (${TABLE_ENV})"
+    assert table_for((12, 0)) is packaged_table((12, 0))  # another compute capability: its own table, if any
+    chosen = pick(64, 4096, 4096, table=table)
+    assert chosen.kernel.name == "sm90_swap_128x64x128_splitk_bf16_bf16" and chosen.splits == 3
+    assert f"({mine} (${TABLE_ENV}); `matmul-profile --sweep --table` regenerates it)" in chosen.reason
+
+
+def test_a_rewritten_table_is_read_again(monkeypatch, tmp_path) -> None:
+    path = write(tmp_path / "t.json", tuned(entry(64, kernel="a")))
+    monkeypatch.setenv(TABLE_ENV, str(path))
+    assert [e.kernel for e in table_for((9, 0)).entries] == ["a"]
+    write(path, tuned(entry(64, kernel="a"), entry(128, kernel="bb")))  # another size, whatever the clock
+    assert [e.kernel for e in table_for((9, 0)).entries] == ["a", "bb"]
+
+
+@pytest.mark.parametrize("content, expected, received", [
+    (None, "the path of a measured table (`matmul-profile --sweep --table PATH` writes one)",
+     "No such file or directory"),
+    ("{not json", "a measured table (JSON)", "Expecting property name"),
+    ('{"entries": []}', "the field 'compute_capability' in", "none"),
+    ('[1, 2]', "a JSON object in", "list"),
+])
+def test_a_variable_that_names_no_table_is_refused_naming_it(monkeypatch, tmp_path, content, expected,
+                                                            received) -> None:
+    path = tmp_path / "t.json"
+    if content is not None:
+        path.write_text(content)
+    monkeypatch.setenv(TABLE_ENV, str(path))
+    with pytest.raises(mc.ContractError) as e:
+        table_for((9, 0))
+    assert e.value.argument == TABLE_ENV and e.value.expected.startswith(expected)
+    assert repr(str(path)) in e.value.received or str(path) in e.value.expected
+    assert received in e.value.received
+
+
+def test_a_plan_says_a_bad_table_variable_before_it_looks_for_the_library(monkeypatch, tmp_path) -> None:
+    from mircuda.matmul import _dense
+    from mircuda.matmul._build import CutlassNotFound
+
+    def missing():
+        raise CutlassNotFound("no library here")
+
+    monkeypatch.setattr(_dense, "plan_stream", lambda stream, context: None)
+    monkeypatch.setattr(_dense, "plan_compiler", lambda compiler, context: None)
+    monkeypatch.setattr(_dense, "load_library", missing)
+    monkeypatch.setenv(TABLE_ENV, str(tmp_path / "absent.json"))
+    context = SimpleNamespace(device_info=lambda: SimpleNamespace(compute_capability=(9, 0), multiprocessor_count=132))
+    with pytest.raises(mc.ContractError) as e:
+        mc.DenseMatmulPlan(context, None, mc.DenseMatmulSpec(64, 4096, 4096))  # type: ignore[arg-type]
+    assert e.value.argument == TABLE_ENV

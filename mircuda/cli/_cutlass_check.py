@@ -24,7 +24,7 @@ import numpy as np
 
 from ..matmul._sass import disassemble, sass_functions
 from ._errors import RESULTS_HELP, check_results_file
-from ._values import device_ordinal
+from ._values import add_device_argument
 
 __all__ = ["SassReport", "classify_function", "cutlass_check", "register", "sass_check"]
 
@@ -536,7 +536,7 @@ def register(sub: Any) -> None:
     """Add ``cutlass-check`` to the CLI's subparsers."""
     p = sub.add_parser("cutlass-check", help="every CUTLASS, FP8 and NVFP4 plan vs float64 numpy on the GPU; SASS of the sm_120f "
                        "(and FP8 sm_90a) kernels")
-    p.add_argument("--device", type=device_ordinal, default=0)
+    add_device_argument(p)
     p.add_argument("--json", default="benchmarks/results/cutlass_check.json",
                    help=RESULTS_HELP + " ('' writes none)")
     p.set_defaults(func=cutlass_check, json_default=p.get_default("json"))

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP, check_results_file
-from ._values import device_ordinal, positive_int
+from ._values import add_device_argument, positive_int
 
 __all__ = ["CHAINED_PATH", "GOAL_TBPS", "LAYER", "LayerRow", "decoder_layer_profile", "goal_lines", "layer_bytes", "register", "table"]
 
@@ -497,7 +497,7 @@ def register(sub: Any) -> None:
         "cuBLAS (torch; without torch a note says why). Every graph's outputs are checked (relative error <= "
         "2e-2): a wrong one is a failure (exit status 1). M above 16 needs the CUTLASS library (python -m mircuda "
         "build-cutlass)."))
-    p.add_argument("--device", type=device_ordinal, default=0, help="CUDA device ordinal (default 0)")
+    add_device_argument(p)
     p.add_argument("--dtype", default="bf16", help="weights and activations: bf16 or f16 (default bf16)")
     p.add_argument("--m", type=m_values, default=",".join(map(str, DEFAULT_M)),
                    help="comma-separated M values (tokens; default 1,8,16)")

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import RESULTS_HELP, check_results_file
-from ._values import device_ordinal, shape_values, positive_int
+from ._values import add_device_argument, shape_values, positive_int
 from ._matmul_bench import Row, Types, check_vector, row, session, upload
 from ._vector_sweep import sweep_rows
 
@@ -143,7 +143,7 @@ def check_profile_arguments(args: Any) -> None:
 
 
 def add_vector_arguments(p: Any) -> None:
-    p.add_argument("--device", type=device_ordinal, default=0)
+    add_device_argument(p)
     p.add_argument("--dtypes", default="bf16,f16,bf16->f32",
                    help="comma-separated input[->output] pairs (default: bf16,f16,bf16->f32)")
     p.add_argument("--calls", type=positive_int, default=50, help="back-to-back calls per timed repeat")

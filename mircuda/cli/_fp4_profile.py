@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import ContractError
 from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP
-from ._values import comma_items, device_ordinal, positive_int
+from ._values import comma_items, add_device_argument, positive_int
 
 __all__ = ["COLUMNS", "FP4_M", "FP4_SHAPES", "Fp4Row", "QUICK", "bf16_to_f64", "collect", "dequantize_bf16", "fp4_profile",
            "fp4_row", "goals", "grid", "register", "table", "Fp4Candidate", "SweepRow", "sweep_values", "sweep_rows",
@@ -869,7 +869,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("fp4-profile", help="BlockScaledFp4Plan / BlockScaledFp4VectorPlan beside BF16, cuBLAS "
                                            "(torch) and FP8 over M and Llama-like (N, K) on cold weights (GPU)")
-    p.add_argument("--device", type=device_ordinal, default=0)
+    add_device_argument(p)
     p.add_argument("--m", type=m_values, default=None,
                    help=f"comma-separated M values (default: {','.join(map(str, FP4_M))})")
     p.add_argument("--shapes", type=shape_values, default=None,

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP
-from ._values import comma_items, device_ordinal, positive_int, shape_values
+from ._values import comma_items, add_device_argument, positive_int, shape_values
 
 __all__ = ["COLUMNS", "FP8_M", "FP8_SHAPES", "SWEEP_KERNELS", "Candidate", "Fp8Row", "fp8_profile", "fp8_shape_values",
            "register", "row_operands", "shape_values", "shape_weights", "sweep_best", "sweep_values", "table"]
@@ -556,7 +556,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("fp8-profile", help="BlockwiseFp8Plan vs torch._scaled_mm (rowwise, blockwise) over M and "
                                            "Llama-like (N, K) on cold weights (GPU; torch optional)")
-    p.add_argument("--device", type=device_ordinal, default=0)
+    add_device_argument(p)
     p.add_argument("--m", type=m_values, default=",".join(map(str, FP8_M)), help="comma-separated M values")
     p.add_argument("--shapes", type=fp8_shape_values, default=",".join(f"{n}x{k}" for n, k in FP8_SHAPES),
                    help="comma-separated NxK weight shapes, K a multiple of 16 (default: the four Llama-like ones)")

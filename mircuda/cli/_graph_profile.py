@@ -43,7 +43,7 @@ from typing import Any
 
 from ..timing import Column, ResultTable, host_us_per_call
 from ._errors import RESULTS_HELP, check_results_file
-from ._values import device_ordinal, positive_int
+from ._values import add_device_argument, positive_int
 from ._graph_floor import FLOOR_NAME, CFloor, FloorUnavailable, build, expected_count, note
 from ._graph_paths import BindingsPath, CuPyPath, LibraryPath, MircudaPath, TorchPath, spin_on_handle
 
@@ -57,7 +57,7 @@ def register(sub: Any) -> None:
     """Add ``graph-profile`` to the CLI's subparsers."""
     p = sub.add_parser("graph-profile", help="N kernels launched directly vs replayed as one CUDA graph: "
                        "host and device µs, beside torch and CuPy graphs")
-    p.add_argument("--device", type=device_ordinal, default=0)
+    add_device_argument(p)
     p.add_argument("--sizes", default="1,10,100", help="comma-separated kernel counts N (default 1,10,100)")
     p.add_argument("--calls", type=positive_int, default=200, help="kernels or replays per host-timed batch")
     p.add_argument("--batches", type=positive_int, default=20, help="host-timed batches per round")

@@ -11,7 +11,7 @@ import numpy as np
 
 from ._dense_vector_profile import check_profile_arguments
 from ._errors import RESULTS_HELP, check_results_file
-from ._values import comma_items, device_ordinal, distinct, is_decimal, positive_int
+from ._values import comma_items, add_device_argument, distinct, is_decimal, positive_int
 from ._matmul_bench import Row, Types, relative_error, row, session, upload
 from ..matmul._tuned import TunedTable, merge, parse_table
 from ._matmul_sweep import winners
@@ -301,7 +301,7 @@ def dense_m_values(text: str) -> tuple[int, ...]:
 
 
 def add_matmul_arguments(p: Any) -> None:
-    p.add_argument("--device", type=device_ordinal, default=0)
+    add_device_argument(p)
     p.add_argument("--dtypes", default="bf16,f16,bf16->f32",
                    help="comma-separated input[->output] pairs (default: bf16,f16,bf16->f32)")
     p.add_argument("--m", type=dense_m_values, default=",".join(map(str, MATMUL_M)),

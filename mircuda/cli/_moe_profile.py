@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import ContractError
 from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP
-from ._values import device_ordinal, positive_int
+from ._values import add_device_argument, positive_int
 
 __all__ = ["LAYERS", "TOKENS", "QUICK", "MoeRow", "moe_row", "routing", "goals", "table", "grid", "register",
            "moe_profile", "expert_bytes", "SWEEP_ALL", "Candidate", "parse_candidates", "SweepRow", "sweep_rows",
@@ -704,7 +704,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("moe-profile", help="VariableGroupedFp4Plan on Mixtral-like and fine-grained MoE layers "
                                            "beside a per-expert BlockScaledFp4Plan loop and torch._grouped_mm (GPU)")
-    p.add_argument("--device", type=device_ordinal, default=0)
+    add_device_argument(p)
     p.add_argument("--layers", type=_layer_names, default=None,
                    help=f"comma-separated layers of {', '.join(LAYERS)} (default: both)")
     p.add_argument("--tokens", type=m_values, default=None,

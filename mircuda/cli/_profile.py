@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from ..timing import Column, ResultTable, host_us_per_call
-from ._values import device_ordinal, positive_int
+from ._values import add_device_argument, positive_int
 from ._inspect import SAMPLE_SOURCE
 
 __all__ = ["cmd_profile", "register", "table"]
@@ -149,7 +149,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     """Add ``profile`` to the CLI's subparsers."""
     p = sub.add_parser("profile", help="compile, cache, allocate, launch, time and check a kernel on the GPU")
-    p.add_argument("--device", type=device_ordinal, default=0, help="device ordinal (default 0)")
+    add_device_argument(p)
     p.add_argument("--elements", type=int, default=1 << 20, help="vector length of the axpby kernel (default 2^20)")
     p.add_argument("--launches", type=positive_int, default=200, help="launches per timed batch (default 200)")
     p.add_argument("--batches", type=positive_int, default=50, help="timed batches; medians are over batches (default 50)")

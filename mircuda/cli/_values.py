@@ -7,9 +7,9 @@ import argparse
 import math
 import re
 from collections.abc import Container, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
-__all__ = ["comma_items", "device_ordinal", "distinct", "distinct_ints", "is_decimal", "positive_int", "positive_seconds",
+__all__ = ["add_device_argument", "comma_items", "device_ordinal", "distinct", "distinct_ints", "is_decimal", "positive_int", "positive_seconds",
            "shape_values"]
 
 T = TypeVar("T")
@@ -48,6 +48,11 @@ def device_ordinal(text: str) -> int:
     if not is_decimal(text):
         raise argparse.ArgumentTypeError(f"expected a device ordinal (an integer >= 0), received {text!r}")
     return int(text)
+
+
+def add_device_argument(p: Any) -> None:
+    """``--device`` as every GPU command takes it: the ordinal of the CUDA device to run on (default 0)."""
+    p.add_argument("--device", type=device_ordinal, default=0, help="CUDA device ordinal to run on (default 0)")
 
 
 def positive_seconds(text: str) -> float:

@@ -16,7 +16,7 @@ from ._build import CutlassNotFound
 from ._gemv import ROWS_PER_BLOCK, BatchedGemv, gemv_kernels
 from ._library import NOT_IMPLEMENTABLE, CutlassError, CutlassLibrary, KernelInfo, load_library
 from ._select import Selection, select_kernel
-from ._tuned import packaged_table
+from ._tuned import table_for
 from ._vector import VECTOR_FAMILY, VectorKernel, check_static_weights, plan_compiler, vector_kernels
 from ._spec import (DenseMatmulSpec, Operand, PlanBase, check_disjoint, check_kernel_name, check_operand, check_scalar,
                     int_knob, plan_stream, resolve_dtypes)
@@ -121,10 +121,11 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
                 missing = exc
         info = context.device_info()
         table = (*vector_kernels(), *gemv_kernels(), *(lib.kernels if lib is not None else ()))
+        cc = info.compute_capability
+        tuned = table_for((cc[0], cc[1]))  # a bad $MIRCUDA_DENSE_TABLE is said, library or not
         try:
             selection = select_kernel(table, spec, self._in.name, self._out.name, info.compute_capability,
-                                      info.multiprocessor_count, kernel,
-                                      tuned=packaged_table(tuple(info.compute_capability)), splits=splits)
+                                      info.multiprocessor_count, kernel, tuned=tuned, splits=splits)
         except MircudaError as exc:
             # the caller's to fix whether or not the library exists: a bad splits, or a forced NVRTC
             # kernel refused (another type pair, or an M outside its range): building the library

@@ -121,7 +121,7 @@ def _tuned_choice(usable: Sequence[KernelInfo], spec: DenseMatmulSpec, input: st
     at = "this shape" if (e.n, e.k) == (spec.n, spec.k) else f"the nearest measured shape {e.n}x{e.k}"
     versus = f", cuBLAS {e.cublas_us:.2f} µs" if e.cublas_us is not None else ""
     reason = (f"measured fastest on {tuned.device} ({tuned.date[:10]}) at M = {e.m} on {at}: {e.us:.2f} µs{versus} "
-              f"(mircuda/matmul/tuned table; `matmul-profile --sweep --table` regenerates it)")
+              f"({tuned.source or 'the measured table'}; `matmul-profile --sweep --table` regenerates it)")
     if match.split_k:
         reason += f"; {splits} K slice(s)" + ("" if exact else " by the split-K rule")
     return Selection(match, splits, reason)

@@ -20,14 +20,16 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 from ..errors import ContractError
 
-__all__ = ["TunedEntry", "TunedTable", "lookup", "merge", "packaged_table", "parse_table", "TABLE_FILES"]
+__all__ = ["TunedEntry", "TunedTable", "lookup", "merge", "packaged_table", "parse_table", "table_for", "TABLE_ENV",
+           "TABLE_FILES"]
 
 TABLE_FILES = {(9, 0): "sm90_dense.json"}
 """Compute capability -> the packaged table (``mircuda/matmul/tuned/``)."""
@@ -54,7 +56,8 @@ class TunedEntry:
 
 @dataclass(frozen=True)
 class TunedTable:
-    """The entries of one device's sweep, with where they came from."""
+    """The entries of one device's sweep, with where they came from (``source``: the file it was read from, for
+    the reasons plans give; not part of its JSON form nor of equality)."""
 
     device: str
     compute_capability: tuple[int, int]
@@ -62,6 +65,7 @@ class TunedTable:
     date: str
     command: str
     entries: tuple[TunedEntry, ...]
+    source: str = field(default="", compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {"device": self.device, "compute_capability": list(self.compute_capability),
@@ -113,7 +117,7 @@ def parse_table(data: Any, source: str = "the table") -> TunedTable:
                 raise ContractError("table", f"{field} as a string in {source}", repr(data[field]))
         return TunedTable(data["device"], (cc[0], cc[1]), _positive(data["multiprocessors"], "multiprocessors",
                                                                     source),
-                          data["date"], data["command"], tuple(entries))
+                          data["date"], data["command"], tuple(entries), source)
     except KeyError as exc:
         raise ContractError("table", f"the field {exc.args[0]!r} in {source}", "none") from None
 
@@ -128,6 +132,52 @@ def packaged_table(compute_capability: tuple[int, int]) -> TunedTable | None:
     if not path.is_file():
         return None
     return parse_table(json.loads(path.read_text()), f"mircuda/matmul/tuned/{name}")
+
+
+TABLE_ENV = "MIRCUDA_DENSE_TABLE"
+"""The environment variable that names a measured table (a ``matmul-profile --sweep --table`` file) for plans
+to consult instead of the packaged one, on devices of that table's compute capability."""
+
+
+@functools.cache
+def _read_table(path: str, stamp: tuple[int, int]) -> TunedTable:
+    """The table at ``path`` as it was at ``stamp`` (modification time in ns, size): read once per version."""
+    source = f"{path} (${TABLE_ENV})"
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ContractError(TABLE_ENV, "a readable measured table (JSON)", f"{path!r}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ContractError(TABLE_ENV, "a measured table (JSON)", f"{path!r}: {exc}") from None
+    try:
+        return parse_table(data, source)
+    except ContractError as exc:  # the table's own fault, named by the variable that points at it
+        raise ContractError(TABLE_ENV, exc.expected, exc.received) from None
+
+
+def table_for(compute_capability: tuple[int, int]) -> TunedTable | None:
+    """The measured table plans consult on a device of ``compute_capability``: the one ``$MIRCUDA_DENSE_TABLE``
+    names when that table is of this compute capability, else the packaged one (None when there is none).
+    The file is read again when its modification time or size changes.
+
+    Raises:
+        ContractError: ``$MIRCUDA_DENSE_TABLE`` names a file that cannot be read or is no measured table (named
+            ``MIRCUDA_DENSE_TABLE``).
+    """
+    path = os.environ.get(TABLE_ENV, "")
+    if path:
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise ContractError(TABLE_ENV, "the path of a measured table (`matmul-profile --sweep --table PATH` "
+                                "writes one)", f"{path!r}: {exc.strerror}") from None
+        table = _read_table(os.path.abspath(path), (st.st_mtime_ns, st.st_size))
+        if table.compute_capability == tuple(compute_capability):
+            return table
+    return packaged_table(tuple(compute_capability))
 
 
 def merge(old: TunedTable, new: TunedTable) -> TunedTable:

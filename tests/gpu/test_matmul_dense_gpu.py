@@ -241,3 +241,27 @@ def test_plans_run_from_numba_njit_loops(context, stream, pool, rng, m, family) 
         assert_close(download(context, stream, y), b64 @ a64[0], np.abs(b64) @ np.abs(a64[0]), "bf16")
     for buf in [ba, *bbs, *cs, *ys]:
         buf.free(stream)
+
+
+@pytest.mark.cutlass
+def test_a_table_of_your_own_sweep_decides_through_the_variable(context, stream, pool, rng, library, tmp_path,
+                                                                monkeypatch) -> None:
+    # $MIRCUDA_DENSE_TABLE: the table `matmul-profile --sweep --table PATH` wrote, instead of the packaged one
+    import json
+
+    from mircuda.matmul._tuned import TABLE_ENV, TunedEntry, TunedTable
+
+    info = context.device_info()
+    if info.compute_capability != (9, 0):
+        pytest.skip("SM90 kernels")
+    kernel = "sm90_coop_128x192x64_bf16_bf16"  # the packaged table has no shape near 1024x1024: the rules pick
+    mine = TunedTable(info.name, (9, 0), info.multiprocessor_count, "2026-12-03", "sweep",
+                      (TunedEntry("bf16", "bf16", 1024, 1024, 200, kernel, 1, 9.0, 10.0),))
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(mine.to_json()))
+    monkeypatch.setenv(TABLE_ENV, str(path))
+    plan, got, want, mag, out = run(context, stream, pool, rng, 200, 1024, 1024, mc.bf16, None, 1.0, 0.0)
+    assert plan.kernel.name == kernel and str(path) in str(plan.describe()), plan.describe()
+    assert_close(got, want, mag, out)
+    monkeypatch.delenv(TABLE_ENV)
+    assert mc.DenseMatmulPlan(context, stream, mc.DenseMatmulSpec(200, 1024, 1024)).kernel.name != kernel
