@@ -1043,3 +1043,12 @@ def test_the_readme_quotes_the_resweep_with_the_final_epilogue_tile() -> None:
     assert all((e[0], e[1], e[4]) in swept | epilogue_swept for e in on_new)
     assert f"The whole table now: {counts}; each of the {len(on_new)} entries that name a kernel with the 16-column " \
         "tile was swept with it." in text
+
+
+def test_the_readme_quotes_why_the_64x144_ping_pong_tile_was_dropped() -> None:
+    rows = {r["path"].removeprefix("probe "): r["us"] for r in recorded("midm_probe.json")["rows"]
+            if (r["dtype"], r["m"], r["n"], r["k"]) == ("bf16->bf16", 192, 6144, 4096)}
+    pingpong, swapped = rows["sm90_pingpong_64x144x64_c1x2_bf16_bf16"], rows["sm90_swap_128x96x64_c4x1_splitk_bf16_bf16"]
+    assert min(rows.values()) < pingpong  # it won nothing there
+    assert (f"as ping-pong 64x144 with a 1x2 cluster, took {pingpong:.2f} µs there against {swapped:.2f} for the "
+            "swapped 128x96 kernel") in flat(README)

@@ -10,7 +10,8 @@
 //          MIRCUDA_SM90_COOP192_STREAMK, MIRCUDA_SM90_COOP144, MIRCUDA_SM90_COOP144_STREAMK, MIRCUDA_SM90_SWAP96,
 //          MIRCUDA_SM90_SWAP64X96, MIRCUDA_SM90_COOP176, MIRCUDA_SM90_SWAP192, MIRCUDA_SM90_SWAP64X32,
 //          MIRCUDA_SM90_SWAP64X48, MIRCUDA_SM90_SWAP64X64, MIRCUDA_SM90_PINGPONG64X96,
-//          MIRCUDA_SM90_PINGPONG64X144, MIRCUDA_SM90_PINGPONG128X96, MIRCUDA_SM80_DECODE,
+//          MIRCUDA_SM90_PINGPONG128X96, MIRCUDA_SM90_PINGPONG128X112,
+//          MIRCUDA_SM80_DECODE,
 //          MIRCUDA_SM80_WIDE, MIRCUDA_SM80_BULK,
 //          MIRCUDA_SIMT
 #pragma once
@@ -21,10 +22,10 @@
     defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK) || defined(MIRCUDA_SM90_SWAP96) || \
     defined(MIRCUDA_SM90_SWAP64X96) || defined(MIRCUDA_SM90_COOP176) || defined(MIRCUDA_SM90_SWAP192) || \
     defined(MIRCUDA_SM90_SWAP64X32) || defined(MIRCUDA_SM90_SWAP64X48) || defined(MIRCUDA_SM90_SWAP64X64) || \
-    defined(MIRCUDA_SM90_PINGPONG64X96) || defined(MIRCUDA_SM90_PINGPONG64X144) || defined(MIRCUDA_SM90_PINGPONG128X96)
+    defined(MIRCUDA_SM90_PINGPONG64X96) || defined(MIRCUDA_SM90_PINGPONG128X96) || defined(MIRCUDA_SM90_PINGPONG128X112)
 #if defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK) || \
-    defined(MIRCUDA_SM90_COOP176) || defined(MIRCUDA_SM90_SWAP64X48) || defined(MIRCUDA_SM90_PINGPONG64X144)
-// WGMMA N = 48, 144 or 176 (legal: N % 8 == 0 and N <= 256) is among CuTe's "extended" shapes: without this macro
+    defined(MIRCUDA_SM90_COOP176) || defined(MIRCUDA_SM90_SWAP64X48) || defined(MIRCUDA_SM90_PINGPONG128X112)
+// WGMMA N = 48, 112, 144 or 176 (legal: N % 8 == 0 and N <= 256) is among CuTe's "extended" shapes: without this macro
 // the collective builder's op selector (cute/arch/mma_sm90.hpp, ss_op_selector) skips it and tiles a
 // 144-wide CTA with 64x16x16 instructions (N % 16 == 0 is the first shape it keeps). It only adds atoms
 // and selector branches, so the other TUs, built without it, instantiate the same kernels as before.
@@ -267,19 +268,6 @@ constexpr int kFamily = MIRCUDA_CUTLASS_SM90_PINGPONG, kTile[3] = {64, 96, 64}, 
 constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
 #define MIRCUDA_PREFIX "sm90_pingpong_64x96x64_c2x1_"
 #define MIRCUDA_WGMMA_N 96
-#elif defined(MIRCUDA_SM90_PINGPONG64X144)
-// After cuBLAS's nvjet_sm90_tst_144x64_64x8_2x1 (M = 192 on 6144x4096): ping-pong, 64 tokens x 144 weight
-// rows (WGMMA 64x144, extended shapes), so M = 192 on N = 6144 makes 3x43 = 129 CTAs (the swapped
-// 128x96 split-K tile makes 48 per K slice); a 1x2 cluster along the weight rows multicasts the token
-// tile. 26 KB per stage: about 8 stages for 16-bit C, as cuBLAS runs.
-using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_64, _144, _64>, Shape<_1, _2, _1>,
-                                           cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                                           cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler,
-                                           false>;
-constexpr int kFamily = MIRCUDA_CUTLASS_SM90_PINGPONG, kTile[3] = {64, 144, 64}, kCluster[2] = {1, 2};
-constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
-#define MIRCUDA_PREFIX "sm90_pingpong_64x144x64_c1x2_"
-#define MIRCUDA_WGMMA_N 144
 #elif defined(MIRCUDA_SM90_PINGPONG128X96)
 // After cuBLAS's nvjet_sm90_tst_96x128_64x7_2x1 (M = 256 on 6144x4096): ping-pong, 128 tokens x 96 weight
 // rows, so M = 256 on N = 6144 makes 2x64 = 128 CTAs (128x128 tiles make 96); a 1x2 cluster along the
@@ -292,6 +280,19 @@ constexpr int kFamily = MIRCUDA_CUTLASS_SM90_PINGPONG, kTile[3] = {128, 96, 64},
 constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
 #define MIRCUDA_PREFIX "sm90_pingpong_128x96x64_c1x2_"
 #define MIRCUDA_WGMMA_N 96
+#elif defined(MIRCUDA_SM90_PINGPONG128X112)
+// After cuBLAS's nvjet_sm90_tst_112x128_64x7_2x1 (M = 128 and 256 on 14336x4096): ping-pong, 128 tokens x 112
+// weight rows (WGMMA 64x112, extended shapes), so N = 14336 makes 128 weight tiles per token tile (128x128
+// tiles make 112); a 1x2 cluster along the weight rows multicasts the token tile. 30 KB per stage: about 7
+// stages for 16-bit C, as cuBLAS runs.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _112, _64>, Shape<_1, _2, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                           cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler,
+                                           false>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_PINGPONG, kTile[3] = {128, 112, 64}, kCluster[2] = {1, 2};
+constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_pingpong_128x112x64_c1x2_"
+#define MIRCUDA_WGMMA_N 112
 #elif defined(MIRCUDA_SM80_DECODE)
 // Short M (decode): 32 rows x 128 columns, four warps side by side in N.
 using KernelConfig = mircuda::sm80::Config<MIRCUDA_IN, MIRCUDA_OUT, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
