@@ -6,6 +6,7 @@ winners, and the table shipped in the package."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from types import SimpleNamespace
 from importlib import resources
@@ -302,8 +303,12 @@ def good() -> dict:
     (lambda d: d.update(compute_capability=[9]), "compute_capability as [major, minor] in t.json"),
     (lambda d: d["entries"][0].pop(), "entries of 9 fields (input, output, n, k, m, kernel, splits, us, cublas_us) "
                                       "in t.json"),
-    (lambda d: d["entries"][0].__setitem__(4, 0), "m as a positive int in t.json"),
-    (lambda d: d["entries"][0].__setitem__(6, 1.5), "splits as a positive int in t.json"),
+    (lambda d: d["entries"][0].__setitem__(4, 0), "m as an int from 1 to 2147418111 in t.json"),
+    (lambda d: d["entries"][0].__setitem__(2, 10**400), "n as an int from 1 to 2147418111 in t.json"),
+    (lambda d: d["entries"][0].__setitem__(6, 1.5), "splits as an int from 1 to 32 in t.json"),
+    (lambda d: d["entries"][0].__setitem__(6, 33), "splits as an int from 1 to 32 in t.json"),
+    (lambda d: d["entries"][0].__setitem__(7, 10**400), "positive µs figures in t.json"),
+    (lambda d: d.update(multiprocessors=2**40), "multiprocessors as an int from 1 to 1048576 in t.json"),
     (lambda d: d["entries"][0].__setitem__(7, -1.0), "positive µs figures in t.json"),
     (lambda d: d["entries"][0].__setitem__(5, 3), "input, output and kernel as strings in t.json"),
     (lambda d: d["entries"][0].__setitem__(7, True), "positive µs figures in t.json"),
@@ -567,7 +572,8 @@ def test_the_variable_names_a_table_that_replaces_the_packaged_one_on_its_comput
     monkeypatch.setenv(TABLE_ENV, str(mine))
     table = table_for((9, 0))
     assert table is not None and table.device == "NVIDIA H100 80GB HBM3" and table.source == f"{mine} (${TABLE_ENV})"
-    assert table_for((12, 0)) is packaged_table((12, 0))  # another compute capability: its own table, if any
+    with pytest.warns(UserWarning, match="plans consult mircuda's packaged table"):
+        assert table_for((12, 0)) is packaged_table((12, 0))  # another compute capability: its own table, if any
     chosen = pick(64, 4096, 4096, table=table)
     assert chosen.kernel.name == "sm90_swap_128x64x128_splitk_bf16_bf16" and chosen.splits == 3
     assert f"({mine} (${TABLE_ENV}); `matmul-profile --sweep --table` regenerates it)" in chosen.reason
@@ -584,14 +590,18 @@ def test_a_rewritten_table_is_read_again(monkeypatch, tmp_path) -> None:
 @pytest.mark.parametrize("content, expected, received", [
     (None, "the path of a measured table (`matmul-profile --sweep --table PATH` writes one)",
      "No such file or directory"),
-    ("{not json", "a measured table (JSON)", "Expecting property name"),
+    ("{not json", "a measured table (JSON in UTF-8)", "Expecting property name"),
+    (bytes(range(256)), "a measured table (JSON in UTF-8)", "can't decode byte 0x80"),
+    ("[" * 100000 + "]" * 100000, "a measured table (JSON in UTF-8)", "maximum recursion depth"),
     ('{"entries": []}', "the field 'compute_capability' in", "none"),
     ('[1, 2]', "a JSON object in", "list"),
 ])
 def test_a_variable_that_names_no_table_is_refused_naming_it(monkeypatch, tmp_path, content, expected,
                                                             received) -> None:
     path = tmp_path / "t.json"
-    if content is not None:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
         path.write_text(content)
     monkeypatch.setenv(TABLE_ENV, str(path))
     with pytest.raises(mc.ContractError) as e:
@@ -616,3 +626,55 @@ def test_a_plan_says_a_bad_table_variable_before_it_looks_for_the_library(monkey
     with pytest.raises(mc.ContractError) as e:
         mc.DenseMatmulPlan(context, None, mc.DenseMatmulSpec(64, 4096, 4096))  # type: ignore[arg-type]
     assert e.value.argument == TABLE_ENV
+
+
+@pytest.mark.parametrize("where", ["directory", "fifo", "/dev/zero"])
+def test_the_variable_must_name_a_regular_file(monkeypatch, tmp_path, where) -> None:
+    # a FIFO would block the read and /dev/zero never end: only a regular file is opened
+    path = {"directory": str(tmp_path), "/dev/zero": "/dev/zero"}.get(where, str(tmp_path / "fifo"))
+    if where == "fifo":
+        os.mkfifo(path)
+    monkeypatch.setenv(TABLE_ENV, path)
+    with pytest.raises(mc.ContractError) as e:
+        table_for((9, 0))
+    assert e.value.argument == TABLE_ENV and e.value.received == f"{path!r}: not a regular file"
+
+
+def test_a_table_file_larger_than_the_limit_is_refused_unread(monkeypatch, tmp_path) -> None:
+    from mircuda.matmul import _tuned
+
+    path = write(tmp_path / "t.json", tuned(entry(64)))
+    monkeypatch.setattr(_tuned, "MAX_TABLE_BYTES", path.stat().st_size - 1)
+    monkeypatch.setenv(TABLE_ENV, str(path))
+    with pytest.raises(mc.ContractError) as e:
+        table_for((9, 0))
+    assert e.value.argument == TABLE_ENV and e.value.received == f"{str(path)!r}: larger"
+    assert _tuned.MAX_TABLE_SPLITS == MAX_SPLITS  # an entry names no more slices than a caller may give
+
+
+def test_a_rewrite_of_the_same_size_and_modification_time_is_read_again(monkeypatch, tmp_path) -> None:
+    path = write(tmp_path / "t.json", tuned(entry(64, kernel="a")))
+    before = path.stat()
+    monkeypatch.setenv(TABLE_ENV, str(path))
+    assert [e.kernel for e in table_for((9, 0)).entries] == ["a"]
+    write(path, tuned(entry(64, kernel="b")))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # the change time still moves
+    assert path.stat().st_size == before.st_size and path.stat().st_mtime_ns == before.st_mtime_ns
+    assert [e.kernel for e in table_for((9, 0)).entries] == ["b"]
+
+
+def test_a_table_of_another_compute_capability_is_passed_over_with_a_warning(monkeypatch, tmp_path) -> None:
+    path = write(tmp_path / "t.json", tuned(entry(64), cc=(12, 0)))
+    monkeypatch.setenv(TABLE_ENV, str(path))
+    with pytest.warns(UserWarning, match=r"names a table of compute capability 12\.0 .*on this device of compute "
+                                         r"capability 9\.0 plans consult mircuda's packaged table"):
+        assert table_for((9, 0)) is packaged_table((9, 0))
+    assert table_for((12, 0)).source == f"{path} (${TABLE_ENV})"
+
+
+def test_measured_splits_beyond_the_k_tiles_give_way_to_the_rule() -> None:
+    # a table of another build may name more slices than this K has tiles of the kernel's K tile
+    table = tuned(entry(64, k=512, splits=30))
+    chosen = pick(64, 4096, 512, table=table)
+    assert chosen.kernel.name == "sm90_swap_128x64x128_splitk_bf16_bf16"
+    assert chosen.splits <= 512 // 128 and chosen.reason.endswith("by the split-K rule")

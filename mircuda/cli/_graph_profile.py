@@ -62,7 +62,8 @@ def register(sub: Any) -> None:
     p.add_argument("--calls", type=positive_int, default=200, help="kernels or replays per host-timed batch")
     p.add_argument("--batches", type=positive_int, default=20, help="host-timed batches per round")
     p.add_argument("--samples", type=positive_int, default=10, help="device-timed samples per round")
-    p.add_argument("--rounds", type=positive_int, default=3)
+    p.add_argument("--rounds", type=positive_int, default=3,
+                   help="rounds over the libraries, round-robin (default 3); each figure is a median over rounds x batches")
     p.add_argument("--json", default="benchmarks/results/graph_profile.json", help=RESULTS_HELP)
     p.add_argument("--in-process", action="store_true", help="measure every library in this one process")
     p.add_argument("--only", choices=_LIBRARIES, help=argparse.SUPPRESS)  # child mode of the isolated run

@@ -317,7 +317,8 @@ def add_sweep_arguments(p: Any) -> None:
     p.add_argument("--sweep", action="store_true",
                    help="also time every kernel the device can run (and split-K slice counts) per configuration")
     p.add_argument("--table", help="with --sweep: write the fastest kernel of each configuration here as "
-                   "DenseMatmulPlan's measured table (the package's is mircuda/matmul/tuned/sm90_dense.json)")
+                   "DenseMatmulPlan's measured table (the package's is mircuda/matmul/tuned/sm90_dense.json; "
+                   "MIRCUDA_DENSE_TABLE=PATH makes plans consult yours)")
 
 
 def register(sub: Any) -> None:

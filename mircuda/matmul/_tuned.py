@@ -21,12 +21,15 @@ import functools
 import json
 import math
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
+from .._caller import warn_at_caller
 from ..errors import ContractError
+from ._spec import _DIM_LIMIT
 
 __all__ = ["TunedEntry", "TunedTable", "lookup", "merge", "packaged_table", "parse_table", "table_for", "TABLE_ENV",
            "TABLE_FILES"]
@@ -74,15 +77,24 @@ class TunedTable:
                              None if e.cublas_us is None else round(e.cublas_us, 3)] for e in self.entries]}
 
 
-def _positive(value: Any, what: str, source: str) -> int:
-    if type(value) is not int or value < 1:
-        raise ContractError("table", f"{what} as a positive int in {source}", repr(value))
+MAX_TABLE_SPLITS = 32
+"""The most K slices an entry may name: the most a caller may give a plan (``mircuda.matmul._select.MAX_SPLITS``)."""
+
+
+def _positive(value: Any, what: str, source: str, limit: int = _DIM_LIMIT - 1) -> int:
+    if type(value) is not int or not 1 <= value <= limit:
+        raise ContractError("table", f"{what} as an int from 1 to {limit} in {source}", repr(value))
     return value
 
 
 def _micros(value: Any) -> bool:
-    """A time in µs: a finite positive number (a JSON true is no time, nor Infinity)."""
-    return type(value) in (int, float) and math.isfinite(value) and value > 0
+    """A time in µs: a finite positive number (a JSON true is no time, nor Infinity, nor an int beyond floats)."""
+    if type(value) not in (int, float):
+        return False
+    try:
+        return math.isfinite(value) and value > 0
+    except OverflowError:
+        return False
 
 
 def parse_table(data: Any, source: str = "the table") -> TunedTable:
@@ -110,13 +122,14 @@ def parse_table(data: Any, source: str = "the table") -> TunedTable:
             if not (_micros(us) and (cublas is None or _micros(cublas))):
                 raise ContractError("table", f"positive µs figures in {source}", repr(raw))
             entries.append(TunedEntry(input, output, _positive(n, "n", source), _positive(k, "k", source),
-                                      _positive(m, "m", source), kernel, _positive(splits, "splits", source),
+                                      _positive(m, "m", source), kernel,
+                                      _positive(splits, "splits", source, MAX_TABLE_SPLITS),
                                       float(us), None if cublas is None else float(cublas)))
         for field in ("device", "date", "command"):
             if not isinstance(data[field], str):
                 raise ContractError("table", f"{field} as a string in {source}", repr(data[field]))
         return TunedTable(data["device"], (cc[0], cc[1]), _positive(data["multiprocessors"], "multiprocessors",
-                                                                    source),
+                                                                    source, 2**20),
                           data["date"], data["command"], tuple(entries), source)
     except KeyError as exc:
         raise ContractError("table", f"the field {exc.args[0]!r} in {source}", "none") from None
@@ -136,22 +149,28 @@ def packaged_table(compute_capability: tuple[int, int]) -> TunedTable | None:
 
 TABLE_ENV = "MIRCUDA_DENSE_TABLE"
 """The environment variable that names a measured table (a ``matmul-profile --sweep --table`` file) for plans
-to consult instead of the packaged one, on devices of that table's compute capability."""
+to consult instead of the packaged one, on devices of that table's compute capability. mircuda only reads it."""
+
+MAX_TABLE_BYTES = 16 * 2**20
+"""The largest table file read (bytes): the packaged table of 320 entries is about 40 KB."""
 
 
-@functools.cache
-def _read_table(path: str, stamp: tuple[int, int]) -> TunedTable:
-    """The table at ``path`` as it was at ``stamp`` (modification time in ns, size): read once per version."""
+@functools.lru_cache(maxsize=4)
+def _read_table(path: str, stamp: tuple[int, ...]) -> TunedTable:
+    """The table at ``path`` as it was at ``stamp`` (inode, size, modification and change times in ns): read once
+    per version."""
     source = f"{path} (${TABLE_ENV})"
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_TABLE_BYTES + 1)
     except OSError as exc:
         raise ContractError(TABLE_ENV, "a readable measured table (JSON)", f"{path!r}: {exc.strerror}") from None
+    if len(raw) > MAX_TABLE_BYTES:
+        raise ContractError(TABLE_ENV, f"a measured table of at most {MAX_TABLE_BYTES} bytes", f"{path!r}: larger")
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ContractError(TABLE_ENV, "a measured table (JSON)", f"{path!r}: {exc}") from None
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or nested past the parser's depth
+        raise ContractError(TABLE_ENV, "a measured table (JSON in UTF-8)", f"{path!r}: {exc}"[:300]) from None
     try:
         return parse_table(data, source)
     except ContractError as exc:  # the table's own fault, named by the variable that points at it
@@ -160,23 +179,33 @@ def _read_table(path: str, stamp: tuple[int, int]) -> TunedTable:
 
 def table_for(compute_capability: tuple[int, int]) -> TunedTable | None:
     """The measured table plans consult on a device of ``compute_capability``: the one ``$MIRCUDA_DENSE_TABLE``
-    names when that table is of this compute capability, else the packaged one (None when there is none).
-    The file is read again when its modification time or size changes.
+    names (a path, relative to the working directory when a plan is made; ``~`` is not expanded) when that table
+    is of this compute capability, else the packaged one (None when there is none; a ``UserWarning`` says that
+    the variable's table was passed over). The file is read again when
+    it changes (another inode, size, modification or change time).
 
     Raises:
-        ContractError: ``$MIRCUDA_DENSE_TABLE`` names a file that cannot be read or is no measured table (named
-            ``MIRCUDA_DENSE_TABLE``).
+        ContractError: ``$MIRCUDA_DENSE_TABLE`` names no regular file, a file that cannot be read, one larger than
+            :data:`MAX_TABLE_BYTES`, or one that is no measured table (named ``MIRCUDA_DENSE_TABLE``), whatever
+            the device's compute capability.
     """
     path = os.environ.get(TABLE_ENV, "")
     if path:
+        expected = "the path of a measured table (`matmul-profile --sweep --table PATH` writes one)"
         try:
             st = os.stat(path)
         except OSError as exc:
-            raise ContractError(TABLE_ENV, "the path of a measured table (`matmul-profile --sweep --table PATH` "
-                                "writes one)", f"{path!r}: {exc.strerror}") from None
-        table = _read_table(os.path.abspath(path), (st.st_mtime_ns, st.st_size))
+            raise ContractError(TABLE_ENV, expected, f"{path!r}: {exc.strerror}") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise ContractError(TABLE_ENV, expected, f"{path!r}: not a regular file")
+        table = _read_table(os.path.abspath(path), (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
         if table.compute_capability == tuple(compute_capability):
             return table
+        # not an error (one variable serves a host with GPUs of several kinds), but not silent either
+        have, want = table.compute_capability, tuple(compute_capability)
+        warn_at_caller(UserWarning(f"${TABLE_ENV} names a table of compute capability {have[0]}.{have[1]} "
+                                   f"({table.device}, {path}); on this device of compute capability "
+                                   f"{want[0]}.{want[1]} plans consult mircuda's packaged table"))
     return packaged_table(tuple(compute_capability))
 
 
