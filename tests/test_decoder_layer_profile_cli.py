@@ -33,7 +33,7 @@ def test_the_help_says_what_the_rows_are(capsys) -> None:
     text = " ".join(capsys.readouterr().out.split())
     assert info.value.code == 0
     assert "plans made with static_weights=True" in text and "not the goal's row" in text
-    assert "CUDA device ordinal (default 0)" in text and "(default 20)" in text and "default 15)" in text
+    assert "CUDA device ordinal to run on (default 0)" in text and "(default 20)" in text and "default 15)" in text
 
 
 def test_the_layer_is_llama_3_8b() -> None:
