@@ -46,3 +46,14 @@ def test_build_cutlass_help_names_xdg_cache_home(capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit):
         main(["build-cutlass", "--help"])
     assert "$XDG_CACHE_HOME/mircuda/cutlass" in " ".join(capsys.readouterr().out.split())
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    import argparse
+
+    from mircuda.cli import _parser
+
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    missing = [(command, a.option_strings or a.dest) for command, parser in sub.choices.items()
+               for a in parser._actions if not isinstance(a, argparse._HelpAction) and not a.help]
+    assert missing == []
