@@ -1,7 +1,7 @@
 """Branch midm's SM90 entries, made after the kernels cuBLAS runs at middle M on the H200 (issue 16): each
 family is known to the build (CMake, ``_build.FAMILIES``, ``instance.cuh``), and a built library registers
 each entry with its family, tile, cluster and split-K flag, the stages CUTLASS's collective builder fitted,
-and SASS whose HGMMA is as wide as the tile's N (the 144- and 176-wide tiles need CuTe's extended shapes)."""
+and SASS whose HGMMA is as wide as the tile's N (the 48-, 112-, 144- and 176-wide tiles need CuTe's extended shapes)."""
 
 from __future__ import annotations
 

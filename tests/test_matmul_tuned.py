@@ -572,7 +572,7 @@ def test_the_variable_names_a_table_that_replaces_the_packaged_one_on_its_comput
     monkeypatch.setenv(TABLE_ENV, str(mine))
     table = table_for((9, 0))
     assert table is not None and table.device == "NVIDIA H100 80GB HBM3" and table.source == f"{mine} (${TABLE_ENV})"
-    with pytest.warns(UserWarning, match="plans consult mircuda's packaged table"):
+    with pytest.warns(UserWarning, match="plans follow mircuda's own table for it"):
         assert table_for((12, 0)) is packaged_table((12, 0))  # another compute capability: its own table, if any
     chosen = pick(64, 4096, 4096, table=table)
     assert chosen.kernel.name == "sm90_swap_128x64x128_splitk_bf16_bf16" and chosen.splits == 3
@@ -652,7 +652,21 @@ def test_a_table_file_larger_than_the_limit_is_refused_unread(monkeypatch, tmp_p
     assert _tuned.MAX_TABLE_SPLITS == MAX_SPLITS  # an entry names no more slices than a caller may give
 
 
+def test_a_file_changed_long_enough_ago_is_read_once_per_version(monkeypatch, tmp_path) -> None:
+    from mircuda.matmul import _tuned
+
+    path = write(tmp_path / "t.json", tuned(entry(64, kernel="a")))
+    monkeypatch.setenv(TABLE_ENV, str(path))
+    later = path.stat().st_ctime_ns + _tuned.RACY_NS + 1
+    monkeypatch.setattr(_tuned.time, "time_ns", lambda: later)
+    first = table_for((9, 0))
+    assert table_for((9, 0)) is first  # the same version: not read again
+    monkeypatch.setattr(_tuned.time, "time_ns", lambda: path.stat().st_ctime_ns)  # changed just now: read each time
+    assert table_for((9, 0)) is not first and table_for((9, 0)) == first
+
+
 def test_a_rewrite_of_the_same_size_and_modification_time_is_read_again(monkeypatch, tmp_path) -> None:
+    # within one tick of the file clock the stamp may not move: a file changed this recently is read every time
     path = write(tmp_path / "t.json", tuned(entry(64, kernel="a")))
     before = path.stat()
     monkeypatch.setenv(TABLE_ENV, str(path))
@@ -667,7 +681,8 @@ def test_a_table_of_another_compute_capability_is_passed_over_with_a_warning(mon
     path = write(tmp_path / "t.json", tuned(entry(64), cc=(12, 0)))
     monkeypatch.setenv(TABLE_ENV, str(path))
     with pytest.warns(UserWarning, match=r"names a table of compute capability 12\.0 .*on this device of compute "
-                                         r"capability 9\.0 plans consult mircuda's packaged table"):
+                                         r"capability 9\.0 plans follow mircuda's own table for it, or the "
+                                         r"selection rules where there is none"):
         assert table_for((9, 0)) is packaged_table((9, 0))
     assert table_for((12, 0)).source == f"{path} (${TABLE_ENV})"
 

@@ -116,8 +116,9 @@ def _tuned_choice(usable: Sequence[KernelInfo], spec: DenseMatmulSpec, input: st
     if match.origin != "nvrtc" and match.family != "simt" and not tensor_core_aligned(spec, input, output):
         return None
     # measured slices hold for the measured configuration only: another M changes the tiles per slice
-    exact = (e.n, e.k, e.m) == (spec.n, spec.k, spec.m) and multiprocessors == tuned.multiprocessors \
-        and e.splits <= -(-spec.k // match.tile[2])  # a table of another build may name more slices than K tiles
+    exact = (e.n, e.k, e.m) == (spec.n, spec.k, spec.m) and multiprocessors == tuned.multiprocessors
+    if match.split_k and e.splits > -(-spec.k // match.tile[2]):  # a table of another build may name more slices
+        exact = False                                               # than this K has tiles
     splits = (e.splits if exact else split_k_slices(spec, match, multiprocessors)) if match.split_k else 1
     at = "this shape" if (e.n, e.k) == (spec.n, spec.k) else f"the nearest measured shape {e.n}x{e.k}"
     versus = f", cuBLAS {e.cublas_us:.2f} µs" if e.cublas_us is not None else ""

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import stat
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -155,10 +156,20 @@ MAX_TABLE_BYTES = 16 * 2**20
 """The largest table file read (bytes): the packaged table of 320 entries is about 40 KB."""
 
 
+RACY_NS = 2 * 10**9
+"""A file whose modification or change time is this recent (ns) is read again at every plan: file times tick
+coarsely (1-4 ms on many kernels), so a rewrite of the same size within one tick leaves the stamp as it was
+(git's "racily clean" files)."""
+
+
 @functools.lru_cache(maxsize=4)
-def _read_table(path: str, stamp: tuple[int, ...]) -> TunedTable:
+def _cached_table(path: str, stamp: tuple[int, ...]) -> TunedTable:
     """The table at ``path`` as it was at ``stamp`` (inode, size, modification and change times in ns): read once
     per version."""
+    return _read_table(path)
+
+
+def _read_table(path: str) -> TunedTable:
     source = f"{path} (${TABLE_ENV})"
     try:
         with open(path, "rb") as f:
@@ -182,7 +193,8 @@ def table_for(compute_capability: tuple[int, int]) -> TunedTable | None:
     names (a path, relative to the working directory when a plan is made; ``~`` is not expanded) when that table
     is of this compute capability, else the packaged one (None when there is none; a ``UserWarning`` says that
     the variable's table was passed over). The file is read again when
-    it changes (another inode, size, modification or change time).
+    it changes (another inode, size, modification or change time), and at every call while it was changed less
+    than :data:`RACY_NS` ago.
 
     Raises:
         ContractError: ``$MIRCUDA_DENSE_TABLE`` names no regular file, a file that cannot be read, one larger than
@@ -198,14 +210,19 @@ def table_for(compute_capability: tuple[int, int]) -> TunedTable | None:
             raise ContractError(TABLE_ENV, expected, f"{path!r}: {exc.strerror}") from None
         if not stat.S_ISREG(st.st_mode):
             raise ContractError(TABLE_ENV, expected, f"{path!r}: not a regular file")
-        table = _read_table(os.path.abspath(path), (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        full = os.path.abspath(path)
+        if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < RACY_NS:
+            table = _read_table(full)
+        else:
+            table = _cached_table(full, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
         if table.compute_capability == tuple(compute_capability):
             return table
         # not an error (one variable serves a host with GPUs of several kinds), but not silent either
         have, want = table.compute_capability, tuple(compute_capability)
         warn_at_caller(UserWarning(f"${TABLE_ENV} names a table of compute capability {have[0]}.{have[1]} "
                                    f"({table.device}, {path}); on this device of compute capability "
-                                   f"{want[0]}.{want[1]} plans consult mircuda's packaged table"))
+                                   f"{want[0]}.{want[1]} plans follow mircuda's own table for it, or the "
+                                   "selection rules where there is none"))
     return packaged_table(tuple(compute_capability))
 
 

@@ -31,7 +31,7 @@ MIDM_ENTRIES = ["sm90_swap_128x96x64_c4x1_splitk", "sm90_swap_pingpong_64x96x64_
                 "sm90_pingpong_128x96x64_c1x2", "sm90_pingpong_128x112x64_c1x2"]
 """Branch midm's entries (families SM90_SWAP96, SM90_SWAP64X96, SM90_COOP176, SM90_SWAP192), the swapped
 64-row ping-pong tiles after cuBLAS's kernels at M = 48-128 (SM90_SWAP64X32, SM90_SWAP64X48, SM90_SWAP64X64,
-2026-12-03) and the clustered ping-pong tiles after cuBLAS's at M = 128-384 (SM90_PINGPONG64X96,
+2026-12-03) and the clustered ping-pong tiles after cuBLAS's at M = 128 and 256 (SM90_PINGPONG64X96,
 SM90_PINGPONG128X96, SM90_PINGPONG128X112). SM90_SWAP96_C2, SM90_PINGPONG144 and SM90_COOP96 were built and measured on the H200 on
 2026-12-01, won no cell against the entries before them, and were dropped."""
 MIDM_SPLIT_K = [e for e in MIDM_ENTRIES if e.endswith("_splitk")]

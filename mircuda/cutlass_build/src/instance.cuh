@@ -284,7 +284,8 @@ constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK 
 // After cuBLAS's nvjet_sm90_tst_112x128_64x7_2x1 (M = 128 and 256 on 14336x4096): ping-pong, 128 tokens x 112
 // weight rows (WGMMA 64x112, extended shapes), so N = 14336 makes 128 weight tiles per token tile (128x128
 // tiles make 112); a 1x2 cluster along the weight rows multicasts the token tile. 30 KB per stage: about 7
-// stages for 16-bit C, as cuBLAS runs.
+// stages for 16-bit C, as cuBLAS runs. The automatic epilogue tile is 64x16 here (gcd(32, 112) columns), the
+// width sm90.cuh measured slower on the 64x128 ping-pong tile: the sweep decides.
 using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _112, _64>, Shape<_1, _2, _1>,
                                            cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                                            cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler,
