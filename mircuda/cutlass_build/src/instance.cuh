@@ -10,7 +10,7 @@
 //          MIRCUDA_SM90_COOP192_STREAMK, MIRCUDA_SM90_COOP144, MIRCUDA_SM90_COOP144_STREAMK, MIRCUDA_SM90_SWAP96,
 //          MIRCUDA_SM90_SWAP64X96, MIRCUDA_SM90_COOP176, MIRCUDA_SM90_SWAP192, MIRCUDA_SM90_SWAP64X32,
 //          MIRCUDA_SM90_SWAP64X48, MIRCUDA_SM90_SWAP64X64, MIRCUDA_SM90_PINGPONG64X96,
-//          MIRCUDA_SM90_PINGPONG128X96, MIRCUDA_SM90_PINGPONG128X112,
+//          MIRCUDA_SM90_PINGPONG128X96, MIRCUDA_SM90_PINGPONG128X112, MIRCUDA_SM90_SWAP64X32_C4X1,
 //          MIRCUDA_SM80_DECODE,
 //          MIRCUDA_SM80_WIDE, MIRCUDA_SM80_BULK,
 //          MIRCUDA_SIMT
@@ -22,7 +22,8 @@
     defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK) || defined(MIRCUDA_SM90_SWAP96) || \
     defined(MIRCUDA_SM90_SWAP64X96) || defined(MIRCUDA_SM90_COOP176) || defined(MIRCUDA_SM90_SWAP192) || \
     defined(MIRCUDA_SM90_SWAP64X32) || defined(MIRCUDA_SM90_SWAP64X48) || defined(MIRCUDA_SM90_SWAP64X64) || \
-    defined(MIRCUDA_SM90_PINGPONG64X96) || defined(MIRCUDA_SM90_PINGPONG128X96) || defined(MIRCUDA_SM90_PINGPONG128X112)
+    defined(MIRCUDA_SM90_PINGPONG64X96) || defined(MIRCUDA_SM90_PINGPONG128X96) || defined(MIRCUDA_SM90_PINGPONG128X112) || \
+    defined(MIRCUDA_SM90_SWAP64X32_C4X1)
 #if defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK) || \
     defined(MIRCUDA_SM90_COOP176) || defined(MIRCUDA_SM90_SWAP64X48) || defined(MIRCUDA_SM90_PINGPONG128X112)
 // WGMMA N = 48, 112, 144 or 176 (legal: N % 8 == 0 and N <= 256) is among CuTe's "extended" shapes: without this macro
@@ -228,6 +229,19 @@ using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_64, _
 constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {64, 32, 64}, kCluster[2] = {1, 2};
 constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
 #define MIRCUDA_PREFIX "sm90_swap_pingpong_64x32x64_c1x2_"
+#define MIRCUDA_WGMMA_N 32
+#elif defined(MIRCUDA_SM90_SWAP64X32_C4X1)
+// The 64x32 swapped ping-pong tile with a 4x1 cluster along the weight rows, after the 4x1 clusters cuBLAS runs
+// on 6144x4096 at M = 48 and 64 (64x48, 64x64): at M = 17-32 there is one token tile, so the 1x2 cluster above
+// pads a second one, and the batched GEMV (18.05 µs at M = 24 on 6144x4096, bf16->f32) and cuBLAS (16.58)
+// differ by 9 % (benchmarks/results/matmul_sweep_final_tile.json); the token tile is multicast to 4 CTAs.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_64, _32, _64>, Shape<_4, _1, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                           cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler,
+                                           true>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_SWAPPED, kTile[3] = {64, 32, 64}, kCluster[2] = {4, 1};
+constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_swap_pingpong_64x32x64_c4x1_"
 #define MIRCUDA_WGMMA_N 32
 #elif defined(MIRCUDA_SM90_SWAP64X48)
 // After cuBLAS's nvjet_sm90_tst_64x48_64x15_4x1 (M = 48 on 6144x4096, H200 2026-12-03): swapped ping-pong,
