@@ -248,6 +248,53 @@ def test_from_m_17_to_32_the_sweep_tries_both_batched_gemvs_beside_every_cutlass
     assert "batched_gemv" not in above
 
 
+def test_kernels_keeps_the_listed_prefixes_beside_the_plans_own_choice() -> None:
+    kernels = [*vector_kernels(), *gemv_kernels(), *library_table()]
+    every = candidates(kernels, 256, 4096, 4096, "bf16", "bf16", (9, 0), 132)
+    listed = candidates(kernels, 256, 4096, 4096, "bf16", "bf16", (9, 0), 132, only=("sm90_pingpong_",),
+                        keep=("sm90_coop_128x256x64_c2x1_bf16_bf16", 1))
+    assert [k.name for k, _ in listed] == ["sm90_coop_128x256x64_c2x1_bf16_bf16"] + [
+        k.name for k, _ in every if k.name.startswith("sm90_pingpong_")]
+    # a split-K choice is kept with its own slices, once, even where the listed ones hold the kernel already
+    split = candidates(kernels, 32, 4096, 4096, "bf16", "bf16", (9, 0), 132, only=("sm90_swap_128x32x128",),
+                       keep=("sm90_swap_128x32x128_splitk_bf16_bf16", 5))
+    assert names(split).count(("sm90_swap_128x32x128_splitk", 5)) == 1
+    assert {s for _, s in split} >= set(s for k, s in every if k.name.startswith("sm90_swap_128x32x128"))
+    # without a list, the plan's choice changes nothing
+    assert candidates(kernels, 256, 4096, 4096, "bf16", "bf16", (9, 0), 132, keep=("batched_gemv_bf16_bf16", 1)) \
+        == every
+
+
+def test_kernels_prefixes_parse_and_are_checked_against_the_library(capsys) -> None:
+    import argparse
+    from types import SimpleNamespace
+
+    from mircuda.cli import _parser
+    from mircuda.cli._matmul_profile import check_kernels_argument, kernel_prefixes, sweep_command
+
+    assert kernel_prefixes("sm90_pingpong_64x96,batched_gemv") == ("sm90_pingpong_64x96", "batched_gemv")
+    for bad in ("", "a,,b", "a,a", "Sm90", "sm90 x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            kernel_prefixes(bad)
+    args = _parser().parse_args(["matmul-profile", "--sweep", "--kernels", "sm90_pingpong_64x96", "--m", "128"])
+    assert args.kernels == ("sm90_pingpong_64x96",)
+    lib = SimpleNamespace(kernels=library_table(), path="lib.so")
+    check_kernels_argument(("sm90_pingpong_", "batched_gemv_rows32"), lib)
+    with pytest.raises(mc.ContractError) as e:
+        check_kernels_argument(("sm90_pingpong_", "sm90_pingpong_64x97"), lib)
+    assert e.value.argument == "--kernels" and e.value.received == "'sm90_pingpong_64x97'"
+    recorded_args = SimpleNamespace(dtypes="bf16", calls=20, repeats=7, device=0, kernels=("sm90_pingpong_64x96",))
+    assert "--repeats 7 --kernels sm90_pingpong_64x96 --table t.json" in sweep_command(recorded_args, [128], "t.json")
+
+
+def test_kernels_without_the_sweep_exits_2_with_one_line(capsys, tmp_path) -> None:
+    from mircuda.cli import main
+
+    code = main(["matmul-profile", "--kernels", "batched_gemv", "--json", str(tmp_path / "r.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and "--kernels" in err and "--sweep with it" in err and len(err.strip().splitlines()) == 1
+
+
 def test_the_sweeps_split_counts_fit_the_k_tiles_and_the_sms() -> None:
     kernels = library_table()
     for m, n, k in ((32, 4096, 4096), (64, 14336, 4096), (128, 4096, 512)):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -38,9 +39,16 @@ def matmul_profile(args: Any) -> int:
     check_profile_arguments(args)  # before the driver: bad flags are said without a GPU too
     sweep, table_path = getattr(args, "sweep", False), getattr(args, "table", None)
     existing = check_table_argument(table_path, sweep, args.json)
+    if getattr(args, "kernels", ()) and not sweep:
+        from ..errors import ContractError
+
+        raise ContractError("--kernels", "--sweep with it (it chooses the kernels a sweep times)",
+                            ",".join(args.kernels))
     driver = mc.Driver.initialize()  # without a driver nothing else matters
     ms = list(args.m)
     lib = load_library() if sweep or max(ms) > RULE_MAX_M else None  # the NVRTC kernels (M <= 16) need no CUTLASS
+    if sweep and lib is not None:
+        check_kernels_argument(getattr(args, "kernels", ()), lib)
     swept: list[dict[str, Any]] = []
     with session(driver, args.device) as s:
         check_table_device(existing, table_path, s.info)
@@ -71,11 +79,12 @@ def matmul_profile(args: Any) -> int:
                         cublas_us = timer.median(enqueue, args.calls, args.repeats)
                         s.rows.append(row("cuBLAS (torch.matmul)", label, m, n, k, cublas_us, isz, osz, note))
                         del enqueue
+                    chosen = (plan.kernel_name, plan.splits)
                     plan.close()
                     if sweep:
                         assert lib is not None
                         swept.extend(sweep_configuration(s, lib, t, m, n, k, a, a_host, w_host, ws, c, args,
-                                                         cublas_us))
+                                                         cublas_us, chosen))
                     a.free(stream)
                     c.free(stream)
                 del tws
@@ -95,9 +104,31 @@ def matmul_profile(args: Any) -> int:
 def sweep_command(args: Any, ms: list[int], table_path: str) -> str:
     """The command line a measured table records: the flags that decide what was measured and where it
     was written (``--device`` only when it is not device 0)."""
+    kernels = getattr(args, "kernels", ())
     flags = [("dtypes", args.dtypes), ("m", ",".join(map(str, ms))), ("calls", args.calls), ("repeats", args.repeats),
+             *([("kernels", ",".join(kernels))] if kernels else []),
              *([("device", args.device)] if args.device else []), ("table", table_path)]
     return "python -m mircuda matmul-profile --sweep " + " ".join(f"--{f} {v}" for f, v in flags)
+
+
+def check_kernels_argument(prefixes: Sequence[str], lib: Any) -> None:
+    """Each ``--kernels`` prefix starts the name of at least one kernel a sweep can time (the library's or an
+    NVRTC decode kernel's): a misspelt one would leave the sweep timing the plans' own choices only.
+
+    Raises:
+        ContractError: naming ``--kernels`` and the prefix.
+    """
+    from ..errors import ContractError
+    from ..matmul._gemv import gemv_kernels
+    from ..matmul._vector import vector_kernels
+
+    if not prefixes:
+        return
+    names = [x.name for x in (*vector_kernels(), *gemv_kernels(), *lib.kernels)]
+    for prefix in prefixes:
+        if not any(name.startswith(prefix) for name in names):
+            raise ContractError("--kernels", f"prefixes of kernel names of {lib.path} (e.g. "
+                                "sm90_pingpong_64x96x64_c2x1, batched_gemv)", repr(prefix))
 
 
 def check_table_argument(path: str | None, sweep: bool, results: str) -> TunedTable | None:
@@ -161,10 +192,10 @@ def check_table_device(existing: TunedTable | None, path: str | None, info: Any)
 
 def sweep_configuration(s: Any, lib: Any, t: Any, m: int, n: int, k: int, a: Any, a_host: np.ndarray,
                         w_host: np.ndarray, ws: list[Any], c: Any, args: Any,
-                        cublas_us: float | None) -> list[dict[str, Any]]:
-    """Time every candidate kernel (and K slice count) of one configuration; rows for the table, and
-    one profile row each (path ``sweep <kernel> splits=<s>``). A candidate CUTLASS cannot implement is
-    noted and skipped; a wrong result is a failure."""
+                        cublas_us: float | None, chosen: tuple[str, int] | None = None) -> list[dict[str, Any]]:
+    """Time every candidate kernel (and K slice count) of one configuration (with ``--kernels``, those listed
+    and ``chosen``, the plan's own); rows for the table, and one profile row each (path ``sweep <kernel>
+    splits=<s>``). A candidate CUTLASS cannot implement is noted and skipped; a wrong result is a failure."""
     import mircuda as mc
 
     from ..errors import MircudaError
@@ -178,7 +209,7 @@ def sweep_configuration(s: Any, lib: Any, t: Any, m: int, n: int, k: int, a: Any
     out: list[dict[str, Any]] = []
     table = (*vector_kernels(), *gemv_kernels(), *lib.kernels)
     for kernel, splits in candidates(table, m, n, k, t.input, t.output, tuple(info.compute_capability),
-                                     info.multiprocessor_count):
+                                     info.multiprocessor_count, tuple(getattr(args, "kernels", ())), chosen):
         try:
             plan: Any = mc.DenseMatmulPlan(s.context, s.stream, mc.DenseMatmulSpec(m, n, k), input=t.in_t,
                                            output=t.plan_output, kernel=kernel.name, splits=splits, library=lib)
@@ -279,6 +310,22 @@ def m_values(text: str) -> tuple[int, ...]:
     return tuple(distinct(values, text))
 
 
+def kernel_prefixes(text: str) -> tuple[str, ...]:
+    """``--kernels``: distinct comma-separated prefixes of kernel names (lower-case letters, digits, ``_``).
+
+    Raises:
+        argparse.ArgumentTypeError: an empty item, a repeated one, or another character.
+    """
+    import argparse
+    import re
+
+    items = distinct(comma_items(text, "kernel name prefix"), text)
+    bad = [v for v in items if not re.fullmatch(r"[a-z0-9_]+", v)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"expected prefixes of kernel names (a-z, 0-9, _), received {bad[0]!r}")
+    return tuple(items)
+
+
 def dense_m_values(text: str) -> tuple[int, ...]:
     """``--m`` of matmul-profile: :func:`m_values`, each below the dense plans' dimension limit (checked while
     parsing, before an operand of that many rows is allocated).
@@ -316,6 +363,9 @@ def add_matmul_arguments(p: Any) -> None:
 def add_sweep_arguments(p: Any) -> None:
     p.add_argument("--sweep", action="store_true",
                    help="also time every kernel the device can run (and split-K slice counts) per configuration")
+    p.add_argument("--kernels", type=kernel_prefixes, default=(),
+                   help="with --sweep: time only the kernels whose names start with one of these comma-separated "
+                        "prefixes, beside the kernel each plan chooses now (default: every kernel)")
     p.add_argument("--table", help="with --sweep: write the fastest kernel of each configuration here as "
                    "DenseMatmulPlan's measured table (the package's is mircuda/matmul/tuned/sm90_dense.json; "
                    "MIRCUDA_DENSE_TABLE=PATH makes plans consult yours)")

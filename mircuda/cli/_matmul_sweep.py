@@ -2,7 +2,8 @@
 count, timed per (types, N, K, M) beside cuBLAS on cold weights; ``--table PATH`` writes the fastest
 of each configuration as DenseMatmulPlan's measured table (:mod:`mircuda.matmul._tuned`).
 
-The candidates (:func:`candidates`): the NVRTC decode kernels where they apply (the dense vector
+The candidates (:func:`candidates`; ``--kernels PREFIX,...`` keeps those whose names start so, beside the
+kernel a plan chooses now): the NVRTC decode kernels where they apply (the dense vector
 kernel at M = 1, both forms of the batched GEMV at M <= 32: ``batched_gemv_*`` and
 ``batched_gemv_rows32_*``), the CUTLASS tensor-core families of the device's architecture (SM90: the
 sm90_* families; SM12x: sm80_tensorop), with split-K kernels at
@@ -37,8 +38,26 @@ They are timed (``kernel=`` takes them) but never become a table entry: a plan's
 
 
 def candidates(kernels: Sequence[KernelInfo], m: int, n: int, k: int, input: str, output: str,
-               compute_capability: tuple[int, int], multiprocessors: int) -> list[tuple[KernelInfo, int | None]]:
-    """(kernel, forced K slices or None) pairs to time for one configuration, in table order."""
+               compute_capability: tuple[int, int], multiprocessors: int, only: tuple[str, ...] = (),
+               keep: tuple[str, int] | None = None) -> list[tuple[KernelInfo, int | None]]:
+    """(kernel, forced K slices or None) pairs to time for one configuration, in table order.
+
+    ``only`` (``--kernels``): just the candidates whose names start with one of these prefixes, and ``keep``, the
+    (kernel, K slices) a plan chooses now, so that a table entry changes only when a listed kernel beats it in the
+    same run."""
+    out = _all_candidates(kernels, m, n, k, input, output, compute_capability, multiprocessors)
+    if not only:
+        return out
+    chosen = [(x, s) for x, s in out if x.name.startswith(only)]
+    if keep is not None and not any(x.name == keep[0] and (s is None or s == keep[1]) for x, s in chosen):
+        kept = next((x for x in kernels if x.name == keep[0]), None)
+        if kept is not None:
+            chosen.insert(0, (kept, keep[1] if kept.split_k else None))
+    return chosen
+
+
+def _all_candidates(kernels: Sequence[KernelInfo], m: int, n: int, k: int, input: str, output: str,
+                    compute_capability: tuple[int, int], multiprocessors: int) -> list[tuple[KernelInfo, int | None]]:
     from ..matmul._gemv import GEMV_FAMILY, MAX_M, RULE_MAX_M
     from ..matmul._select import split_k_slices
     from ..matmul._spec import DenseMatmulSpec
