@@ -279,12 +279,32 @@ def test_kernels_prefixes_parse_and_are_checked_against_the_library(capsys) -> N
     args = _parser().parse_args(["matmul-profile", "--sweep", "--kernels", "sm90_pingpong_64x96", "--m", "128"])
     assert args.kernels == ("sm90_pingpong_64x96",)
     lib = SimpleNamespace(kernels=library_table(), path="lib.so")
-    check_kernels_argument(("sm90_pingpong_", "batched_gemv_rows32"), lib)
-    with pytest.raises(mc.ContractError) as e:
-        check_kernels_argument(("sm90_pingpong_", "sm90_pingpong_64x97"), lib)
-    assert e.value.argument == "--kernels" and e.value.received == "'sm90_pingpong_64x97'"
+    h200 = SimpleNamespace(name="NVIDIA H200", compute_capability=(9, 0), multiprocessor_count=132)
+    check_kernels_argument(("sm90_pingpong_", "batched_gemv_rows32"), lib, "bf16", [24, 128], h200)
+    # misspelt, never run on cc 9.0 (sm80, simt: K and N are multiples of 16 bytes), of another type pair, or
+    # never offered at these M (the batched GEMV above M = 32)
+    for prefix, dtypes, ms in [("sm90_pingpong_64x97", "bf16", [128]), ("sm80_", "bf16", [128]),
+                               ("simt", "bf16", [128]), ("sm90_pingpong_128x128x64_bf16_f32", "bf16", [128]),
+                               ("batched_gemv", "bf16", [64, 128])]:
+        with pytest.raises(mc.ContractError) as e:
+            check_kernels_argument(("sm90_pingpong_", prefix), lib, dtypes, ms, h200)
+        assert e.value.argument == "--kernels" and e.value.received == repr(prefix), prefix
+    check_kernels_argument(("sm90_pingpong_128x128x64_bf16_f32",), lib, "bf16,bf16->f32", [128], h200)
     recorded_args = SimpleNamespace(dtypes="bf16", calls=20, repeats=7, device=0, kernels=("sm90_pingpong_64x96",))
     assert "--repeats 7 --kernels sm90_pingpong_64x96 --table t.json" in sweep_command(recorded_args, [128], "t.json")
+
+
+def test_a_listed_kernel_replaces_an_entry_only_by_beating_the_plans_own_time() -> None:
+    from mircuda.cli._matmul_profile import with_plan_row
+
+    cell = {"input": "bf16", "output": "bf16", "n": 4096, "k": 4096, "m": 128, "cublas_us": 15.0}
+    listed = [{**cell, "kernel": "sm90_pingpong_64x96x64_c2x1_bf16_bf16", "splits": 1, "us": 16.0}]
+    # the plan's kernel gave no sweep row (refused with kernel=, or a failed check): its plan row stands for it
+    rows = with_plan_row(listed, ("sm90_swap_pingpong_64x64x64_c2x1_bf16_bf16", 1, 14.8), cell)
+    assert winners(rows, "NVIDIA H200", (9, 0), 132, "sweep").entries[0].kernel == \
+        "sm90_swap_pingpong_64x64x64_c2x1_bf16_bf16"
+    timed = [*listed, {**cell, "kernel": "sm90_swap_pingpong_64x64x64_c2x1_bf16_bf16", "splits": 1, "us": 14.9}]
+    assert with_plan_row(timed, ("sm90_swap_pingpong_64x64x64_c2x1_bf16_bf16", 1, 14.8), cell) == timed
 
 
 def test_kernels_without_the_sweep_exits_2_with_one_line(capsys, tmp_path) -> None:
@@ -591,8 +611,9 @@ def test_the_table_records_the_sweeps_command_line_with_its_table_and_device() -
     from mircuda.cli._matmul_profile import sweep_command
 
     args = SimpleNamespace(dtypes="bf16->f32", calls=10, repeats=5, device=0)
-    assert sweep_command(args, [24, 32], "t.json") == ("python -m mircuda matmul-profile --sweep --dtypes bf16->f32 "
-                                                       "--m 24,32 --calls 10 --repeats 5 --table t.json")
+    assert sweep_command(args, [24, 32], "t.json") == ("python -m mircuda matmul-profile --sweep --dtypes "
+                                                       "'bf16->f32' --m 24,32 --calls 10 --repeats 5 --table t.json")
+    assert sweep_command(args, [24], "my tables/t.json").endswith("--table 'my tables/t.json'")  # one shell word
     args.device = 1
     assert "--repeats 5 --device 1 --table t.json" in sweep_command(args, [24], "t.json")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,11 +48,11 @@ def matmul_profile(args: Any) -> int:
     driver = mc.Driver.initialize()  # without a driver nothing else matters
     ms = list(args.m)
     lib = load_library() if sweep or max(ms) > RULE_MAX_M else None  # the NVRTC kernels (M <= 16) need no CUTLASS
-    if sweep and lib is not None:
-        check_kernels_argument(getattr(args, "kernels", ()), lib)
     swept: list[dict[str, Any]] = []
     with session(driver, args.device) as s:
         check_table_device(existing, table_path, s.info)
+        if sweep and lib is not None:
+            check_kernels_argument(getattr(args, "kernels", ()), lib, args.dtypes, ms, s.info)
         context, stream, pool, timer, torch_ = s.context, s.stream, s.pool, s.timer, s.torch_
         for n, k in MATMUL_SHAPES:
             for pair in [d for d in args.dtypes.split(",") if d]:
@@ -79,7 +80,7 @@ def matmul_profile(args: Any) -> int:
                         cublas_us = timer.median(enqueue, args.calls, args.repeats)
                         s.rows.append(row("cuBLAS (torch.matmul)", label, m, n, k, cublas_us, isz, osz, note))
                         del enqueue
-                    chosen = (plan.kernel_name, plan.splits)
+                    chosen = (plan.kernel_name, plan.splits, us)
                     plan.close()
                     if sweep:
                         assert lib is not None
@@ -108,12 +109,14 @@ def sweep_command(args: Any, ms: list[int], table_path: str) -> str:
     flags = [("dtypes", args.dtypes), ("m", ",".join(map(str, ms))), ("calls", args.calls), ("repeats", args.repeats),
              *([("kernels", ",".join(kernels))] if kernels else []),
              *([("device", args.device)] if args.device else []), ("table", table_path)]
-    return "python -m mircuda matmul-profile --sweep " + " ".join(f"--{f} {v}" for f, v in flags)
+    return "python -m mircuda matmul-profile --sweep " + " ".join(f"--{f} {shlex.quote(str(v))}" for f, v in flags)
 
 
-def check_kernels_argument(prefixes: Sequence[str], lib: Any) -> None:
-    """Each ``--kernels`` prefix starts the name of at least one kernel a sweep can time (the library's or an
-    NVRTC decode kernel's): a misspelt one would leave the sweep timing the plans' own choices only.
+def check_kernels_argument(prefixes: Sequence[str], lib: Any, dtypes: str, ms: Sequence[int], info: Any) -> None:
+    """Each ``--kernels`` prefix starts the name of a kernel the sweep would time on this device for one of the
+    ``--dtypes`` pairs, ``--m`` values and shapes (the library's or an NVRTC decode kernel's, as
+    :func:`~mircuda.cli._matmul_sweep.candidates` offers them): a misspelt prefix, or one of kernels that never run
+    there, would leave the sweep timing the plans' own choices only. Checked before anything is timed.
 
     Raises:
         ContractError: naming ``--kernels`` and the prefix.
@@ -121,14 +124,20 @@ def check_kernels_argument(prefixes: Sequence[str], lib: Any) -> None:
     from ..errors import ContractError
     from ..matmul._gemv import gemv_kernels
     from ..matmul._vector import vector_kernels
+    from ._matmul_sweep import candidates
 
     if not prefixes:
         return
-    names = [x.name for x in (*vector_kernels(), *gemv_kernels(), *lib.kernels)]
+    table = (*vector_kernels(), *gemv_kernels(), *lib.kernels)
+    cc = tuple(info.compute_capability)
+    offered = {x.name for pair in dtypes.split(",") if pair for m in ms for n, k in MATMUL_SHAPES
+               for x, _ in candidates(table, m, n, k, Types.parse(pair).input, Types.parse(pair).output, cc,
+                                      info.multiprocessor_count)}
     for prefix in prefixes:
-        if not any(name.startswith(prefix) for name in names):
-            raise ContractError("--kernels", f"prefixes of kernel names of {lib.path} (e.g. "
-                                "sm90_pingpong_64x96x64_c2x1, batched_gemv)", repr(prefix))
+        if not any(name.startswith(prefix) for name in offered):
+            raise ContractError("--kernels", f"prefixes of kernels a sweep times on {info.name} for --dtypes "
+                                f"{dtypes} and these --m values (e.g. sm90_pingpong_64x96x64_c2x1, batched_gemv)",
+                                repr(prefix[:80]))
 
 
 def check_table_argument(path: str | None, sweep: bool, results: str) -> TunedTable | None:
@@ -192,10 +201,12 @@ def check_table_device(existing: TunedTable | None, path: str | None, info: Any)
 
 def sweep_configuration(s: Any, lib: Any, t: Any, m: int, n: int, k: int, a: Any, a_host: np.ndarray,
                         w_host: np.ndarray, ws: list[Any], c: Any, args: Any,
-                        cublas_us: float | None, chosen: tuple[str, int] | None = None) -> list[dict[str, Any]]:
+                        cublas_us: float | None, chosen: tuple[str, int, float] | None = None) -> list[dict[str, Any]]:
     """Time every candidate kernel (and K slice count) of one configuration (with ``--kernels``, those listed
-    and ``chosen``, the plan's own); rows for the table, and one profile row each (path ``sweep <kernel>
-    splits=<s>``). A candidate CUTLASS cannot implement is noted and skipped; a wrong result is a failure."""
+    and ``chosen``, the plan's own kernel, K slices and time); rows for the table, and one profile row each
+    (path ``sweep <kernel> splits=<s>``). A candidate CUTLASS cannot implement is noted and skipped; a wrong
+    result is a failure. With ``--kernels``, if the plan's own kernel gave no row here, its plan row's time stands
+    for it: a listed kernel replaces an entry only by beating it."""
     import mircuda as mc
 
     from ..errors import MircudaError
@@ -209,7 +220,8 @@ def sweep_configuration(s: Any, lib: Any, t: Any, m: int, n: int, k: int, a: Any
     out: list[dict[str, Any]] = []
     table = (*vector_kernels(), *gemv_kernels(), *lib.kernels)
     for kernel, splits in candidates(table, m, n, k, t.input, t.output, tuple(info.compute_capability),
-                                     info.multiprocessor_count, tuple(getattr(args, "kernels", ())), chosen):
+                                     info.multiprocessor_count, tuple(getattr(args, "kernels", ())),
+                                     chosen[:2] if chosen is not None else None):
         try:
             plan: Any = mc.DenseMatmulPlan(s.context, s.stream, mc.DenseMatmulSpec(m, n, k), input=t.in_t,
                                            output=t.plan_output, kernel=kernel.name, splits=splits, library=lib)
@@ -230,7 +242,20 @@ def sweep_configuration(s: Any, lib: Any, t: Any, m: int, n: int, k: int, a: Any
                           f"splits={plan.splits} rel err {err:.1e}"))
         out.append({"input": t.input, "output": t.output, "n": n, "k": k, "m": m, "kernel": kernel.name,
                     "splits": plan.splits, "us": us, "cublas_us": cublas_us})
+    if getattr(args, "kernels", ()) and chosen is not None:
+        out = with_plan_row(out, chosen, {"input": t.input, "output": t.output, "n": n, "k": k, "m": m,
+                                          "cublas_us": cublas_us})
     return out
+
+
+def with_plan_row(rows: list[dict[str, Any]], chosen: tuple[str, int, float],
+                  configuration: dict[str, Any]) -> list[dict[str, Any]]:
+    """``rows`` of a ``--kernels`` sweep of one configuration, with the plan's own (kernel, K slices, µs) added
+    when none of them is that kernel with those slices (it could not be made with ``kernel=`` or failed its
+    check): a listed kernel then replaces the entry only if faster than the plan's time in the same run."""
+    if any((r["kernel"], r["splits"]) == chosen[:2] for r in rows):
+        return rows
+    return [*rows, {**configuration, "kernel": chosen[0], "splits": chosen[1], "us": chosen[2]}]
 
 
 def write_table(path: str, table: Any) -> None:
@@ -322,7 +347,7 @@ def kernel_prefixes(text: str) -> tuple[str, ...]:
     items = distinct(comma_items(text, "kernel name prefix"), text)
     bad = [v for v in items if not re.fullmatch(r"[a-z0-9_]+", v)]
     if bad:
-        raise argparse.ArgumentTypeError(f"expected prefixes of kernel names (a-z, 0-9, _), received {bad[0]!r}")
+        raise argparse.ArgumentTypeError(f"expected prefixes of kernel names (a-z, 0-9, _), received {bad[0][:80]!r}")
     return tuple(items)
 
 

@@ -42,9 +42,9 @@ def candidates(kernels: Sequence[KernelInfo], m: int, n: int, k: int, input: str
                keep: tuple[str, int] | None = None) -> list[tuple[KernelInfo, int | None]]:
     """(kernel, forced K slices or None) pairs to time for one configuration, in table order.
 
-    ``only`` (``--kernels``): just the candidates whose names start with one of these prefixes, and ``keep``, the
-    (kernel, K slices) a plan chooses now, so that a table entry changes only when a listed kernel beats it in the
-    same run."""
+    ``only`` (``--kernels``): just the candidates whose names start with one of these prefixes, in table order,
+    after ``keep``, the (kernel, K slices) a plan chooses now (where the listed ones lack it), so that a table entry
+    changes only when a listed kernel beats it in the same run."""
     out = _all_candidates(kernels, m, n, k, input, output, compute_capability, multiprocessors)
     if not only:
         return out
