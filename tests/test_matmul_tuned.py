@@ -717,7 +717,7 @@ def test_a_table_file_larger_than_the_limit_is_refused_unread(monkeypatch, tmp_p
     with pytest.raises(mc.ContractError) as e:
         table_for((9, 0))
     assert e.value.argument == TABLE_ENV and e.value.received == f"{str(path)!r}: larger"
-    assert _tuned.MAX_TABLE_SPLITS == MAX_SPLITS  # an entry names no more slices than a caller may give
+    assert _tuned.MAX_SPLITS is MAX_SPLITS  # an entry names no more slices than a caller may give: one constant
 
 
 def test_a_file_changed_long_enough_ago_is_read_once_per_version(monkeypatch, tmp_path) -> None:

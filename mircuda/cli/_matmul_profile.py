@@ -15,7 +15,7 @@ from ._dense_vector_profile import check_profile_arguments
 from ._errors import RESULTS_HELP, check_results_file
 from ._values import comma_items, add_device_argument, distinct, is_decimal, positive_int
 from ._matmul_bench import Row, Types, relative_error, row, session, upload
-from ..matmul._tuned import TunedTable, merge, parse_table
+from ..matmul._tuned import TunedTable, merge, read_table_file
 from ._matmul_sweep import winners
 
 __all__ = ["MATMUL_M", "MATMUL_SHAPES", "m_values", "matmul_profile", "register"]
@@ -130,9 +130,9 @@ def check_kernels_argument(prefixes: Sequence[str], lib: Any, dtypes: str, ms: S
         return
     table = (*vector_kernels(), *gemv_kernels(), *lib.kernels)
     cc = tuple(info.compute_capability)
-    offered = {x.name for pair in dtypes.split(",") if pair for m in ms for n, k in MATMUL_SHAPES
-               for x, _ in candidates(table, m, n, k, Types.parse(pair).input, Types.parse(pair).output, cc,
-                                      info.multiprocessor_count)}
+    pairs = [Types.parse(pair) for pair in dtypes.split(",") if pair]
+    offered = {x.name for t in pairs for m in ms for n, k in MATMUL_SHAPES
+               for x, _ in candidates(table, m, n, k, t.input, t.output, cc, info.multiprocessor_count)}
     for prefix in prefixes:
         if not any(name.startswith(prefix) for name in offered):
             raise ContractError("--kernels", f"prefixes of kernels a sweep times on {info.name} for --dtypes "
@@ -166,16 +166,11 @@ def check_table_argument(path: str | None, sweep: bool, results: str) -> TunedTa
                             "table)", repr(path))
     if not os.path.isfile(path):
         return None
-    expected = "a measured table (JSON) to merge into, or a new file"
     try:  # the sweep merges into it: a bad one is said before minutes of work
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8 text
-        raise ContractError("--table", expected, repr(path), str(exc)) from None
-    try:
-        return parse_table(data, path)
+        return read_table_file(path, path)
     except ContractError as exc:
-        raise ContractError("--table", expected, repr(path), f"{exc.expected}, received {exc.received}") from None
+        raise ContractError("--table", "a measured table (JSON) to merge into, or a new file", repr(path),
+                            f"{exc.expected}, received {exc.received}") from None
 
 
 def check_table_device(existing: TunedTable | None, path: str | None, info: Any) -> None:
@@ -263,8 +258,7 @@ def write_table(path: str, table: Any) -> None:
     A table already there of the same device kind keeps the entries this one did not measure
     (:func:`mircuda.matmul._tuned.merge`), so sweeping one type pair or shape updates it in place."""
     if os.path.isfile(path):
-        with open(path) as f:
-            table = merge(parse_table(json.load(f), path), table)
+        table = merge(read_table_file(path, path), table)
     directory = os.path.dirname(path)
     if directory:
         os.makedirs(directory, exist_ok=True)
@@ -401,5 +395,5 @@ def register(sub: Any) -> None:
     p = sub.add_parser("matmul-profile", help="DenseMatmulPlan vs cuBLAS over M and Llama-like (N, K) (GPU)")
     add_matmul_arguments(p)
     add_sweep_arguments(p)
-    # parse_table and merge name the table ``table``: on this command line it is --table
+    # read_table_file and merge name the table ``table``: on this command line it is --table
     p.set_defaults(func=matmul_profile, json_default=p.get_default("json"), flags={"table": "--table"})

@@ -17,7 +17,7 @@ from ._gemv import GEMV_FAMILY, MAX_M as BATCHED_GEMV_MAX_M, RULE_MAX_M as BATCH
 from ._vector import VECTOR_FAMILY
 from ._library import KernelInfo
 from ._spec import DenseMatmulSpec
-from ._tuned import TunedTable, lookup
+from ._tuned import MAX_SPLITS, TunedTable, lookup
 
 __all__ = ["FP8_SM90_RULE_MEASURED", "MAX_SPLITS", "Fp8M1Choice", "Selection", "fp8_gemv_entry", "fp8_m1_choice", "fp8_mma_entry",
            "select_fp8_kernel", "select_kernel", "sm90_fp8_family", "split_k_slices",
@@ -149,8 +149,6 @@ def _check_splits(selection: Selection, spec: DenseMatmulSpec, splits: Any) -> S
     return Selection(k, given, _SLICES_SUFFIX.sub("", selection.reason) + f"; {given} K slice(s) given by the caller")
 
 
-MAX_SPLITS = 32
-"""The most K slices a caller may give (``splits=``); the split-K rule takes at most 16."""
 
 
 def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: str, output: str,

@@ -32,8 +32,8 @@ from .._caller import warn_at_caller
 from ..errors import ContractError
 from ._spec import _DIM_LIMIT
 
-__all__ = ["TunedEntry", "TunedTable", "lookup", "merge", "packaged_table", "parse_table", "table_for", "TABLE_ENV",
-           "TABLE_FILES"]
+__all__ = ["TunedEntry", "TunedTable", "lookup", "merge", "packaged_table", "parse_table", "read_table_file",
+           "table_for", "MAX_SPLITS", "TABLE_ENV", "TABLE_FILES"]
 
 TABLE_FILES = {(9, 0): "sm90_dense.json"}
 """Compute capability -> the packaged table (``mircuda/matmul/tuned/``)."""
@@ -78,8 +78,9 @@ class TunedTable:
                              None if e.cublas_us is None else round(e.cublas_us, 3)] for e in self.entries]}
 
 
-MAX_TABLE_SPLITS = 32
-"""The most K slices an entry may name: the most a caller may give a plan (``mircuda.matmul._select.MAX_SPLITS``)."""
+MAX_SPLITS = 32
+"""The most K slices a caller may give a plan (``splits=``; the split-K rule takes at most 16), and so the most an
+entry of a measured table may name."""
 
 
 def _positive(value: Any, what: str, source: str, limit: int = _DIM_LIMIT - 1) -> int:
@@ -124,7 +125,7 @@ def parse_table(data: Any, source: str = "the table") -> TunedTable:
                 raise ContractError("table", f"positive µs figures in {source}", repr(raw))
             entries.append(TunedEntry(input, output, _positive(n, "n", source), _positive(k, "k", source),
                                       _positive(m, "m", source), kernel,
-                                      _positive(splits, "splits", source, MAX_TABLE_SPLITS),
+                                      _positive(splits, "splits", source, MAX_SPLITS),
                                       float(us), None if cublas is None else float(cublas)))
         for field in ("device", "date", "command"):
             if not isinstance(data[field], str):
@@ -162,6 +163,28 @@ coarsely (1-4 ms on many kernels), so a rewrite of the same size within one tick
 (git's "racily clean" files)."""
 
 
+def read_table_file(path: str, source: str) -> TunedTable:
+    """The measured table in the file at ``path`` (``source`` names it in messages): at most
+    :data:`MAX_TABLE_BYTES`, UTF-8 JSON, the form :func:`parse_table` reads. Callers name their own argument
+    (``--table``, ``$MIRCUDA_DENSE_TABLE``) when they pass the error on.
+
+    Raises:
+        ContractError: named ``table``: the file cannot be read, is too large, or is no measured table.
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_TABLE_BYTES + 1)
+    except OSError as exc:
+        raise ContractError("table", "a readable measured table (JSON)", f"{path!r}: {exc.strerror}") from None
+    if len(raw) > MAX_TABLE_BYTES:
+        raise ContractError("table", f"a measured table of at most {MAX_TABLE_BYTES} bytes", f"{path!r}: larger")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or nested past the parser's depth
+        raise ContractError("table", "a measured table (JSON in UTF-8)", f"{path!r}: {exc}"[:300]) from None
+    return parse_table(data, source)
+
+
 @functools.lru_cache(maxsize=4)
 def _cached_table(path: str, stamp: tuple[int, ...]) -> TunedTable:
     """The table at ``path`` as it was at ``stamp`` (inode, size, modification and change times in ns): read once
@@ -170,21 +193,9 @@ def _cached_table(path: str, stamp: tuple[int, ...]) -> TunedTable:
 
 
 def _read_table(path: str) -> TunedTable:
-    source = f"{path} (${TABLE_ENV})"
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_TABLE_BYTES + 1)
-    except OSError as exc:
-        raise ContractError(TABLE_ENV, "a readable measured table (JSON)", f"{path!r}: {exc.strerror}") from None
-    if len(raw) > MAX_TABLE_BYTES:
-        raise ContractError(TABLE_ENV, f"a measured table of at most {MAX_TABLE_BYTES} bytes", f"{path!r}: larger")
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, or nested past the parser's depth
-        raise ContractError(TABLE_ENV, "a measured table (JSON in UTF-8)", f"{path!r}: {exc}"[:300]) from None
-    try:
-        return parse_table(data, source)
-    except ContractError as exc:  # the table's own fault, named by the variable that points at it
+        return read_table_file(path, f"{path} (${TABLE_ENV})")
+    except ContractError as exc:  # named by the variable that points at the file
         raise ContractError(TABLE_ENV, exc.expected, exc.received) from None
 
 
