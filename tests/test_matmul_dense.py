@@ -152,13 +152,14 @@ def test_a_refused_nvrtc_kernel_is_said_even_without_the_cutlass_library(monkeyp
                            kernel="sm90_swap_128x32x128_splitk_bf16_bf16")
 
 
-@pytest.mark.parametrize("m, kernel, row_tiles, why", [
-    (24, "batched_gemv_rows32_bf16_bf16", 2, "forced by the caller"),
-    (24, None, 1, "measured fastest on NVIDIA H200"),     # the packaged table's M = 24 entry on 6144 x 4096
-    (20, None, 1, "measured fastest on NVIDIA H200"),     # between measured M: M = 16's entry
-    (8, "batched_gemv_rows32_bf16_bf16", 2, "forced by the caller")])
+@pytest.mark.parametrize("m, n, k, kernel, row_tiles, why", [
+    (24, 6144, 4096, "batched_gemv_rows32_bf16_bf16", 2, "forced by the caller"),
+    (24, 4096, 14336, None, 1, "measured fastest on NVIDIA H200"),  # the packaged table's M = 24 entry there
+    (20, 6144, 4096, None, 1, "measured fastest on NVIDIA H200"),   # between measured M: M = 16's entry
+    (8, 6144, 4096, "batched_gemv_rows32_bf16_bf16", 2, "forced by the caller")])
 @pytest.mark.parametrize("static", [False, True])
-def test_describe_names_the_batched_gemv_as_kernel_takes_it(monkeypatch, m, kernel, row_tiles, why, static) -> None:
+def test_describe_names_the_batched_gemv_as_kernel_takes_it(monkeypatch, m, n, k, kernel, row_tiles, why,
+                                                           static) -> None:
     # the kernel's symbol (batched_gemv_bf16_bf16_v16) is one for both row tilings; describe() also gives the
     # table name, which kernel= and available_kernels use; static_weights reaches the kernel's engine as given
     from types import SimpleNamespace
@@ -190,7 +191,7 @@ def test_describe_names_the_batched_gemv_as_kernel_takes_it(monkeypatch, m, kern
     monkeypatch.setattr(_dense, "BatchedGemv", StandIn)
     info = SimpleNamespace(compute_capability=(9, 0), multiprocessor_count=132, arch="sm_90")
     context = SimpleNamespace(device_info=lambda: info)
-    plan = mc.DenseMatmulPlan(context, None, mc.DenseMatmulSpec(m, 6144, 4096), kernel=kernel,  # type: ignore[arg-type]
+    plan = mc.DenseMatmulPlan(context, None, mc.DenseMatmulSpec(m, n, k), kernel=kernel,  # type: ignore[arg-type]
                               static_weights=static)
     name = kernel or "batched_gemv_bf16_bf16"
     assert plan.kernel_name == name and built == [row_tiles] and promised == [static]

@@ -28,7 +28,7 @@ def recorded(name: str) -> dict[str, Any]:
 
 TABLE = ROOT / "mircuda" / "matmul" / "tuned" / "sm90_dense.json"
 RESWEEPS = ("matmul_sweep_zeroing.json", "matmul_sweep_zeroing_rest.json", "matmul_sweep_epilogue.json",
-            "matmul_sweep_final_tile.json")
+            "matmul_sweep_final_tile.json", "matmul_sweep_new_families.json")
 """The re-sweep records of the measured table, in the order they were merged into it; each keeps the entries it
 replaced."""
 
@@ -79,6 +79,14 @@ def resweep_counts(now: list[list[Any]], before: dict[tuple[Any, ...], list[Any]
             "ge1": sum(r >= 1 for r in ratio_now), "ge1_before": sum(r >= 1 for r in ratio_before),
             "mean": f"{geometric_mean(ratio_now):.3f}", "mean_before": f"{geometric_mean(ratio_before):.3f}",
             "changed": sum(e[5:7] != before[tuple(e[:5])][5:7] for e in now)}
+
+
+def counts_sentence(count: int, c: dict[str, Any]) -> str:
+    """The README's sentence on a re-sweep's ``count`` entries against those they replaced, up to "name another
+    kernel" (``c``: :func:`resweep_counts`)."""
+    return (f"of those {count} entries, {c['below']} are below 0.97 of cuBLAS against {c['below_before']} of the "
+            f"entries they replace, and {c['ge1']} at or above 1.0 against {c['ge1_before']}; the geometric mean of "
+            f"their ratios is {c['mean']}, against {c['mean_before']}; {c['changed']} of them name another kernel")
 
 
 def flat(text: str) -> str:
@@ -886,10 +894,7 @@ def test_the_readme_quotes_the_rest_of_the_zeroing_resweep() -> None:
     now, before = resweep_entries("matmul_sweep_zeroing_rest.json")
     assert len(now) == 56
     c = resweep_counts(now, before)
-    assert (f"of those 56 entries, {c['below']} are below 0.97 of cuBLAS against {c['below_before']} of the entries "
-            f"they replace, and {c['ge1']} at or above 1.0 against {c['ge1_before']}; the geometric mean of their ratios "
-            f"is {c['mean']}, against {c['mean_before']}; {c['changed']} of them name "
-            "another kernel or K-slice count.") in text
+    assert counts_sentence(56, c) + " or K-slice count." in text
 
 
 def test_the_readme_quotes_the_epilogue_tile_ab_and_its_sweep() -> None:
@@ -1015,10 +1020,7 @@ def test_the_readme_quotes_the_resweep_with_the_final_epilogue_tile() -> None:
     now, before = resweep_entries("matmul_sweep_final_tile.json")
     assert len(now) == 84 and len(stale) == 28
     c = resweep_counts(now, before)
-    assert (f"of those 84 entries, {c['below']} are below 0.97 of cuBLAS against {c['below_before']} of the entries "
-            f"they replace, and {c['ge1']} at or above 1.0 against {c['ge1_before']}; the geometric mean of their ratios "
-            f"is {c['mean']}, against {c['mean_before']}; {c['changed']} of them name another kernel or K-slice "
-            "count.") in text
+    assert counts_sentence(84, c) + " or K-slice count." in text
     made = {tuple(e[:5]): e for e in now}
 
     def slower(group: list[list[Any]], column: int = 7) -> list[float]:  # percent, the entry made against the stale one
@@ -1037,12 +1039,65 @@ def test_the_readme_quotes_the_resweep_with_the_final_epilogue_tile() -> None:
             f"{max(slower(swap32)):.1f} % slower, where cuBLAS was {min(slower(swap32, 8)):.1f}-"
             f"{max(slower(swap32, 8)):.1f} % slower too, the 16-bit 128x192 ones within "
             f"{max(abs(s) for s in slower(wide)):.1f} %") in text
-    table = json.loads(TABLE.read_text())["entries"]
+    table = table_after("matmul_sweep_final_tile.json")
     counts = table_counts(table).replace("its middle (16 < M < 2048)", "its middle")
     on_new = [e for e in table if on_16_column_tile(e)]
     assert all((e[0], e[1], e[4]) in swept | epilogue_swept for e in on_new)
-    assert f"The whole table now: {counts}; each of the {len(on_new)} entries that name a kernel with the 16-column " \
+    assert f"The whole table then: {counts}; each of the {len(on_new)} entries that name a kernel with the 16-column " \
         "tile was swept with it." in text
+
+
+NEW_FAMILIES = {"sm90_swap_pingpong_64x32x64_c4x1": "the swapped 64x32 4x1", "sm90_pingpong_64x96x64_c2x1":
+                "ping-pong 64x96 2x1", "sm90_pingpong_128x112x64_c1x2": "128x112 1x2",
+                "sm90_pingpong_128x96x64_c1x2": "128x96 1x2"}
+"""The four SM90 families of 2026-12-03 and the README's short names for them, in the order it lists what they won."""
+
+
+def test_the_readme_quotes_what_the_new_families_won() -> None:
+    # README: the four families timed beside each entry's kernel (--kernels) on every row from M = 24 to 512
+    text = flat(README)
+    sweep = recorded("matmul_sweep_new_families.json")
+    swept = {(*LABELS[s["dtype"]], s["m"]) for s in sweep["sweeps"]}
+    ms = (24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+    assert sweep["failures"] == [] and len(sweep["sweeps"]) == len(swept) == 40
+    assert swept == {(*LABELS[p], m) for p in LABELS for m in ms}
+    for cell in {(r["dtype"], r["m"], r["n"], r["k"]) for r in sweep["rows"]}:  # the plan's kernel and the four
+        timed = {r["path"].removeprefix("sweep ") for r in sweep["rows"]
+                 if (r["dtype"], r["m"], r["n"], r["k"]) == cell and r["path"].startswith("sweep ")}
+        plan = next(r["note"].split()[0] for r in sweep["rows"]
+                    if (r["dtype"], r["m"], r["n"], r["k"]) == cell and r["path"] == "DenseMatmulPlan")
+        assert {t for t in timed if not t.startswith(tuple(NEW_FAMILIES))} == {plan}, cell
+        assert len(timed) == 5, cell
+    now, before = resweep_entries("matmul_sweep_new_families.json")
+    assert len(now) == 160
+    c = resweep_counts(now, before)
+    assert counts_sentence(160, c) + ", each one of the new families:" in text
+    changed = [e for e in now if e[5:7] != before[tuple(e[:5])][5:7]]
+    assert all(e[5].startswith(tuple(NEW_FAMILIES)) for e in changed)
+    won = {f: [e for e in changed if e[5].startswith(f)] for f in NEW_FAMILIES}
+    assert sum(map(len, won.values())) == len(changed)
+    listed = [text.index(f"{name} {len(won[f])} (") for f, name in NEW_FAMILIES.items()]
+    assert listed == sorted(listed)
+    cells = {f: sorted({(e[2], e[3], e[4]) for e in won[f]}) for f in NEW_FAMILIES}
+    assert cells == {"sm90_swap_pingpong_64x32x64_c4x1": [(6144, 4096, 24), (6144, 4096, 32), (14336, 4096, 24),
+                                                          (14336, 4096, 32)],
+                     "sm90_pingpong_64x96x64_c2x1": [(4096, 4096, 128), (6144, 4096, 128)],
+                     "sm90_pingpong_128x112x64_c1x2": [(14336, 4096, 128), (14336, 4096, 512)],
+                     "sm90_pingpong_128x96x64_c1x2": [(4096, 14336, 384), (6144, 4096, 256)]}
+    assert {before[tuple(e[:5])][5].rsplit("_", 2)[0] for e in won["sm90_swap_pingpong_64x32x64_c4x1"]} == \
+        {"batched_gemv", "sm90_swap_128x32x128_splitk"}  # "where the batched GEMV and the swapped 128x32x128 ran"
+    made = {tuple(e[:5]): e for e in now}
+    gemv, swap = before[("bf16", "f32", 6144, 4096, 24)], made[("bf16", "f32", 6144, 4096, 24)]
+    assert (f"bf16->f32 M = 24 6144x4096 {gemv[7]:.2f} -> {swap[7]:.2f} µs, {gemv[8] / gemv[7]:.2f} -> "
+            f"{swap[8] / swap[7]:.2f} of cuBLAS") in text
+    worst_then = min(table_after("matmul_sweep_final_tile.json"), key=lambda e: e[8] / e[7])
+    assert worst_then[:5] == ["f16", "f32", 6144, 4096, 128]
+    after = made[tuple(worst_then[:5])]
+    assert after[5].startswith("sm90_pingpong_64x96x64_c2x1")
+    assert (f"f16->f32 M = 128 6144x4096, the table's worst, {worst_then[8] / worst_then[7]:.2f} -> "
+            f"{after[8] / after[7]:.2f})") in text
+    counts = table_counts(json.loads(TABLE.read_text())["entries"]).replace("its middle (16 < M < 2048)", "its middle")
+    assert f"The whole table now: {counts}." in text
 
 
 def test_the_readme_quotes_why_the_64x144_ping_pong_tile_was_dropped() -> None:
