@@ -478,10 +478,9 @@ def cutlass_check(args: Any) -> int:
         stream = context.create_stream()
         pool = context.default_memory_pool()
         rng = np.random.default_rng()
-        from ..matmul._gemv import gemv_kernels
-        from ..matmul._vector import vector_kernels
+        from ..matmul._dense import dense_kernels
 
-        table = (*vector_kernels(), *gemv_kernels(), *lib.kernels)
+        table = dense_kernels(lib)
         runnable = [k for k in table if k.runs_on(info.compute_capability)]
         print(f"numerics on {info.name} ({info.arch}): {len(runnable)} of {len(table)} kernels run here (the "
               "library's and the NVRTC kernels); bound |got - want| <= 2u|want| + 3e-5 sum|a b|")

@@ -122,13 +122,12 @@ def check_kernels_argument(prefixes: Sequence[str], lib: Any, dtypes: str, ms: S
         ContractError: naming ``--kernels`` and the prefix.
     """
     from ..errors import ContractError
-    from ..matmul._gemv import gemv_kernels
-    from ..matmul._vector import vector_kernels
+    from ..matmul._dense import dense_kernels
     from ._matmul_sweep import candidates
 
     if not prefixes:
         return
-    table = (*vector_kernels(), *gemv_kernels(), *lib.kernels)
+    table = dense_kernels(lib)
     cc = tuple(info.compute_capability)
     pairs = [Types.parse(pair) for pair in dtypes.split(",") if pair]
     offered = {x.name for t in pairs for m in ms for n, k in MATMUL_SHAPES
@@ -205,15 +204,14 @@ def sweep_configuration(s: Any, lib: Any, t: Any, m: int, n: int, k: int, a: Any
     import mircuda as mc
 
     from ..errors import MircudaError
-    from ..matmul._gemv import gemv_kernels
-    from ..matmul._vector import vector_kernels
+    from ..matmul._dense import dense_kernels
     from ._matmul_sweep import candidates
 
     info = s.info
     isz, osz = t.sizes
     banks = len(ws)
     out: list[dict[str, Any]] = []
-    table = (*vector_kernels(), *gemv_kernels(), *lib.kernels)
+    table = dense_kernels(lib)
     for kernel, splits in candidates(table, m, n, k, t.input, t.output, tuple(info.compute_capability),
                                      info.multiprocessor_count, tuple(getattr(args, "kernels", ())),
                                      chosen[:2] if chosen is not None else None):

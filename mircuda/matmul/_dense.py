@@ -120,7 +120,7 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
             except CutlassNotFound as exc:
                 missing = exc
         info = context.device_info()
-        table = (*vector_kernels(), *gemv_kernels(), *(lib.kernels if lib is not None else ()))
+        table = dense_kernels(lib)
         cc = info.compute_capability
         tuned = table_for((cc[0], cc[1]))  # a bad $MIRCUDA_DENSE_TABLE is said, library or not
         try:
@@ -358,8 +358,13 @@ def available_kernels(input: Any = bf16, output: Any = None, library: CutlassLib
     i, o = resolve_dtypes(input, output)
     _check_library(library)
     lib = load_library() if library is None else library
-    return [k.name for k in (*vector_kernels(), *gemv_kernels(), *lib.kernels)
-            if k.input == i.name and k.output == o.name]
+    return [k.name for k in dense_kernels(lib) if k.input == i.name and k.output == o.name]
+
+
+def dense_kernels(library: CutlassLibrary | None) -> tuple[KernelInfo, ...]:
+    """Every kernel a :class:`DenseMatmulPlan` can choose, in table order: the dense vector kernels and the
+    batched GEMVs (NVRTC), then ``library``'s (none without one)."""
+    return (*vector_kernels(), *gemv_kernels(), *(library.kernels if library is not None else ()))
 
 
 def _check_library(library: Any) -> None:

@@ -149,8 +149,6 @@ def _check_splits(selection: Selection, spec: DenseMatmulSpec, splits: Any) -> S
     return Selection(k, given, _SLICES_SUFFIX.sub("", selection.reason) + f"; {given} K slice(s) given by the caller")
 
 
-
-
 def select_kernel(kernels: Sequence[KernelInfo], spec: DenseMatmulSpec, input: str, output: str,
                   compute_capability: tuple[int, int], multiprocessors: int, forced: str | None = None,
                   *, tuned: TunedTable | None = None, splits: int | None = None) -> Selection:
