@@ -202,6 +202,7 @@ def test_cmake_configures_one_translation_unit_per_kernel(tmp_path) -> None:
                 "sm90_pingpong128", "sm90_coop192", "sm90_coop192_streamk", "sm90_coop144", "sm90_coop144_streamk",
                 "sm90_swap96", "sm90_swap64x96", "sm90_coop176", "sm90_swap192", "sm90_swap64x32",
                 "sm90_swap64x48", "sm90_swap64x64", "sm90_pingpong64x96", "sm90_pingpong128x96", "sm90_pingpong128x112", "sm90_swap64x32_c4x1",
+                "sm90_pingpong128x144", "sm90_pingpong128x176",
                 "sm80_decode", "sm80_wide", "sm80_bulk", "simt"}
     assert len(gen) == len(families) * 4
     assert {g.rsplit("_", 2)[0] for g in gen} == families

@@ -27,6 +27,8 @@ MIDM = [
     ("SM90_PINGPONG128X96", "sm90_pingpong_128x96x64_c1x2", "sm90_pingpong", (128, 96, 64), (1, 2), False),
     ("SM90_PINGPONG128X112", "sm90_pingpong_128x112x64_c1x2", "sm90_pingpong", (128, 112, 64), (1, 2), False),
     ("SM90_SWAP64X32_C4X1", "sm90_swap_pingpong_64x32x64_c4x1", "sm90_swapped", (64, 32, 64), (4, 1), False),
+    ("SM90_PINGPONG128X144", "sm90_pingpong_128x144x64_c1x2", "sm90_pingpong", (128, 144, 64), (1, 2), False),
+    ("SM90_PINGPONG128X176", "sm90_pingpong_128x176x64_c1x2", "sm90_pingpong", (128, 176, 64), (1, 2), False),
 ]
 TYPES = ("bf16_bf16", "bf16_f32", "f16_f16", "f16_f32")
 SRC = Path(mc.__file__).parent / "cutlass_build"

@@ -29,13 +29,16 @@ MIDM_ENTRIES = ["sm90_swap_128x96x64_c4x1_splitk", "sm90_swap_pingpong_64x96x64_
                 "sm90_swap_128x192x64_c4x1_splitk", "sm90_swap_pingpong_64x32x64_c1x2",
                 "sm90_swap_pingpong_64x48x64_c2x1", "sm90_swap_pingpong_64x64x64_c2x1", "sm90_pingpong_64x96x64_c2x1",
                 "sm90_pingpong_128x96x64_c1x2", "sm90_pingpong_128x112x64_c1x2",
-                "sm90_swap_pingpong_64x32x64_c4x1"]
+                "sm90_swap_pingpong_64x32x64_c4x1", "sm90_pingpong_128x144x64_c1x2",
+                "sm90_pingpong_128x176x64_c1x2"]
 """Branch midm's entries (families SM90_SWAP96, SM90_SWAP64X96, SM90_COOP176, SM90_SWAP192), the swapped
 64-row ping-pong tiles after cuBLAS's kernels at M = 48-128 (SM90_SWAP64X32, SM90_SWAP64X48, SM90_SWAP64X64,
 2026-12-03) and the clustered ping-pong tiles after cuBLAS's at M = 128 and 256 (SM90_PINGPONG64X96,
-SM90_PINGPONG128X96, SM90_PINGPONG128X112) and the swapped 64x32 tile with a 4x1 cluster for M = 17-32
-(SM90_SWAP64X32_C4X1). SM90_SWAP96_C2, SM90_PINGPONG144 and SM90_COOP96 were built and measured on the H200 on
-2026-12-01, won no cell against the entries before them, and were dropped."""
+SM90_PINGPONG128X96, SM90_PINGPONG128X112), the swapped 64x32 tile with a 4x1 cluster for M = 17-32
+(SM90_SWAP64X32_C4X1) and the ping-pong tiles after cuBLAS's at M = 384 (SM90_PINGPONG128X144, SM90_PINGPONG128X176,
+2026-12-04). SM90_SWAP96_C2, SM90_PINGPONG144 and SM90_COOP96 were built and measured on the H200 on 2026-12-01,
+won no cell against the entries before them, and were dropped; a 128x168 ping-pong tile (cuBLAS's 168 rows at M = 384)
+does not build with CUTLASS's SM90 epilogue (instance.cuh)."""
 MIDM_SPLIT_K = [e for e in MIDM_ENTRIES if e.endswith("_splitk")]
 
 ODD = [
@@ -65,6 +68,8 @@ MIDM_CELLS = [
     (256, 6144, 4096),   # ping-pong 128x96 1x2: 2 token tiles x 64 weight tiles (cuBLAS 96x128 2x1)
     (256, 14336, 4096),  # ping-pong 128x112 1x2: 2 token tiles x 128 weight tiles (cuBLAS 112x128 2x1)
     (24, 6144, 4096),    # swapped 64x32 4x1: 96 weight tiles, one token tile
+    (768, 6144, 4096),   # ping-pong 128x144 1x2: 6x43 tiles, one round of two per SM (cuBLAS 144x128 2x1 at M = 384)
+    (384, 14336, 4096),  # ping-pong 128x176 1x2: 3x82 tiles, one round (cuBLAS 168x128 2x1)
 ]
 CASES = ([pytest.param(m, n, k, i, o, id=f"{m}-{n}-{k}-{p}") for m, n, k in ODD for (i, o), p in zip(PAIRS, PAIR_IDS)]
          + [pytest.param(m, n, k, i, o, id=f"{m}-{n}-{k}-{p}") for m, n, k in MIDDLE
@@ -82,7 +87,8 @@ def _entry(library, prefix: str, input, output) -> str:  # type: ignore[no-untyp
                     "(python -m mircuda build-cutlass --families SM90_COOP128_STREAMK,SM90_COOP192,SM90_COOP192_STREAMK,"
                     "SM90_COOP,SM90_COOP144,SM90_COOP144_STREAMK,SM90_SWAP96,SM90_SWAP64X96,SM90_COOP176,"
                     "SM90_SWAP192,SM90_SWAP64X32,SM90_SWAP64X48,SM90_SWAP64X64,SM90_PINGPONG64X96,SM90_PINGPONG128X96,"
-                    "SM90_PINGPONG128X112,SM90_SWAP64X32_C4X1)")
+                    "SM90_PINGPONG128X112,SM90_SWAP64X32_C4X1,SM90_PINGPONG128X144,"
+                    "SM90_PINGPONG128X176)")
     return kernel
 
 

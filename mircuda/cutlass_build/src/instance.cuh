@@ -11,6 +11,7 @@
 //          MIRCUDA_SM90_SWAP64X96, MIRCUDA_SM90_COOP176, MIRCUDA_SM90_SWAP192, MIRCUDA_SM90_SWAP64X32,
 //          MIRCUDA_SM90_SWAP64X48, MIRCUDA_SM90_SWAP64X64, MIRCUDA_SM90_PINGPONG64X96,
 //          MIRCUDA_SM90_PINGPONG128X96, MIRCUDA_SM90_PINGPONG128X112, MIRCUDA_SM90_SWAP64X32_C4X1,
+//          MIRCUDA_SM90_PINGPONG128X144, MIRCUDA_SM90_PINGPONG128X176,
 //          MIRCUDA_SM80_DECODE,
 //          MIRCUDA_SM80_WIDE, MIRCUDA_SM80_BULK,
 //          MIRCUDA_SIMT
@@ -23,9 +24,11 @@
     defined(MIRCUDA_SM90_SWAP64X96) || defined(MIRCUDA_SM90_COOP176) || defined(MIRCUDA_SM90_SWAP192) || \
     defined(MIRCUDA_SM90_SWAP64X32) || defined(MIRCUDA_SM90_SWAP64X48) || defined(MIRCUDA_SM90_SWAP64X64) || \
     defined(MIRCUDA_SM90_PINGPONG64X96) || defined(MIRCUDA_SM90_PINGPONG128X96) || defined(MIRCUDA_SM90_PINGPONG128X112) || \
-    defined(MIRCUDA_SM90_SWAP64X32_C4X1)
+    defined(MIRCUDA_SM90_SWAP64X32_C4X1) || defined(MIRCUDA_SM90_PINGPONG128X144) || \
+    defined(MIRCUDA_SM90_PINGPONG128X176)
 #if defined(MIRCUDA_SM90_COOP144) || defined(MIRCUDA_SM90_COOP144_STREAMK) || \
-    defined(MIRCUDA_SM90_COOP176) || defined(MIRCUDA_SM90_SWAP64X48) || defined(MIRCUDA_SM90_PINGPONG128X112)
+    defined(MIRCUDA_SM90_COOP176) || defined(MIRCUDA_SM90_SWAP64X48) || defined(MIRCUDA_SM90_PINGPONG128X112) || \
+    defined(MIRCUDA_SM90_PINGPONG128X144) || defined(MIRCUDA_SM90_PINGPONG128X176)
 // WGMMA N = 48, 112, 144 or 176 (legal: N % 8 == 0 and N <= 256) is among CuTe's "extended" shapes: without this macro
 // the collective builder's op selector (cute/arch/mma_sm90.hpp, ss_op_selector) skips it and tiles a
 // 144-wide CTA with 64x16x16 instructions (N % 16 == 0 is the first shape it keeps). It only adds atoms
@@ -308,6 +311,35 @@ constexpr int kFamily = MIRCUDA_CUTLASS_SM90_PINGPONG, kTile[3] = {128, 112, 64}
 constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
 #define MIRCUDA_PREFIX "sm90_pingpong_128x112x64_c1x2_"
 #define MIRCUDA_WGMMA_N 112
+#elif defined(MIRCUDA_SM90_PINGPONG128X144)
+// After cuBLAS's nvjet_sm90_tst_144x128_64x6_2x1 (M = 384 on 6144x4096; cuBLAS names weight rows first): ping-pong,
+// 128 tokens x 144 weight rows, so N = 6144 makes 43 weight tiles per token tile: M = 768 makes 258 tiles, within the
+// 264 a ping-pong kernel runs at once on 132 SMs (two per SM), where the cooperative 128x144 tile runs 1.95 waves
+// (0.94-0.96 of cuBLAS there, sm90_dense.json of 2026-12-04); a 1x2 cluster along the weight rows multicasts the token
+// tile. 144 FP32 accumulators per consumer thread; 34 KB per stage: about 6 stages for 16-bit C, as cuBLAS runs.
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _144, _64>, Shape<_1, _2, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                           cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler,
+                                           false>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_PINGPONG, kTile[3] = {128, 144, 64}, kCluster[2] = {1, 2};
+constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_pingpong_128x144x64_c1x2_"
+#define MIRCUDA_WGMMA_N 144
+#elif defined(MIRCUDA_SM90_PINGPONG128X176)
+// After cuBLAS's nvjet_sm90_tst_168x128_64x5_2x1 (M = 384 on 14336x4096): ping-pong, 128 tokens x 176 weight rows,
+// so N = 14336 makes 82 weight tiles per token tile and M = 384 246 tiles, one round of the 264 a ping-pong kernel
+// runs at once (the cooperative 128x176 tile runs them in 1.86 waves: 0.93-0.94 of cuBLAS); a 1x2 cluster along the
+// weight rows multicasts the token tile. 176 FP32 accumulators per consumer thread; 38 KB per stage: about 5 stages.
+// cuBLAS's 168 rows fail to build in ping-pong too, as for SM90_COOP176 above (the Stride Divisibility Condition on the
+// 168 x 64 weight stage; 2026-12-04).
+using KernelConfig = mircuda::sm90::Config<MIRCUDA_IN, MIRCUDA_OUT, Shape<_128, _176, _64>, Shape<_1, _2, _1>,
+                                           cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                           cutlass::epilogue::TmaWarpSpecialized, cutlass::gemm::PersistentScheduler,
+                                           false>;
+constexpr int kFamily = MIRCUDA_CUTLASS_SM90_PINGPONG, kTile[3] = {128, 176, 64}, kCluster[2] = {1, 2};
+constexpr int kStages = KernelConfig::kBuilderStages, kAlignBytes = 16, kSplitK = 0;
+#define MIRCUDA_PREFIX "sm90_pingpong_128x176x64_c1x2_"
+#define MIRCUDA_WGMMA_N 176
 #elif defined(MIRCUDA_SM80_DECODE)
 // Short M (decode): 32 rows x 128 columns, four warps side by side in N.
 using KernelConfig = mircuda::sm80::Config<MIRCUDA_IN, MIRCUDA_OUT, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
