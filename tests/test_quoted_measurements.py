@@ -28,7 +28,7 @@ def recorded(name: str) -> dict[str, Any]:
 
 TABLE = ROOT / "mircuda" / "matmul" / "tuned" / "sm90_dense.json"
 RESWEEPS = ("matmul_sweep_zeroing.json", "matmul_sweep_zeroing_rest.json", "matmul_sweep_epilogue.json",
-            "matmul_sweep_final_tile.json", "matmul_sweep_new_families.json")
+            "matmul_sweep_final_tile.json", "matmul_sweep_new_families.json", "matmul_sweep_pingpong_144_176.json")
 """The re-sweep records of the measured table, in the order they were merged into it; each keeps the entries it
 replaced."""
 
@@ -1102,6 +1102,60 @@ def test_the_readme_quotes_what_the_new_families_won() -> None:
     assert after[5].startswith("sm90_pingpong_64x96x64_c2x1")
     assert (f"f16->f32 M = 128 6144x4096, the table's worst, {worst_then[8] / worst_then[7]:.2f} -> "
             f"{after[8] / after[7]:.2f})") in text
+    assert f"The whole table then: {table_counts(table_after('matmul_sweep_new_families.json'))}." in text
+
+
+PINGPONG_144_176 = {"sm90_pingpong_128x176x64_c1x2": "the 128x176", "sm90_pingpong_128x144x64_c1x2": "the 128x144"}
+"""The ping-pong families of 2026-12-04 and the README's names for them, in the order it lists what they won."""
+
+
+def test_the_readme_quotes_what_the_128x144_and_128x176_ping_pong_tiles_won() -> None:
+    # README: the two families timed beside each entry's kernel (--kernels) at M = 256-1536
+    text = flat(README)
+    sweep = recorded("matmul_sweep_pingpong_144_176.json")
+    swept = {(*LABELS[s["dtype"]], s["m"]) for s in sweep["sweeps"]}
+    assert sweep["failures"] == [] and len(sweep["sweeps"]) == len(swept) == 20
+    assert swept == {(*LABELS[p], m) for p in LABELS for m in (256, 384, 512, 768, 1536)}
+    for cell in {(r["dtype"], r["m"], r["n"], r["k"]) for r in sweep["rows"]}:  # the plan's kernel and the two
+        timed = {r["path"].removeprefix("sweep ") for r in sweep["rows"]
+                 if (r["dtype"], r["m"], r["n"], r["k"]) == cell and r["path"].startswith("sweep ")}
+        plan = next(r["note"].split()[0] for r in sweep["rows"]
+                    if (r["dtype"], r["m"], r["n"], r["k"]) == cell and r["path"] == "DenseMatmulPlan")
+        assert {t for t in timed if not t.startswith(tuple(PINGPONG_144_176))} == {plan} and len(timed) == 3, cell
+    now, before = resweep_entries("matmul_sweep_pingpong_144_176.json")
+    assert len(now) == 80
+    c = resweep_counts(now, before)
+    assert counts_sentence(80, c) + ", each naming one of the two." in text
+    changed = [e for e in now if e[5:7] != before[tuple(e[:5])][5:7]]
+    won = {f: [e for e in changed if e[5].startswith(f)] for f in PINGPONG_144_176}
+    assert sum(map(len, won.values())) == len(changed)
+    listed = [text.index(f"{len(won[f])} {'name ' if i == 0 else ''}{name} (M = ") for i, (f, name) in
+              enumerate(PINGPONG_144_176.items())]
+    assert listed == sorted(listed)
+    cells = {f: sorted((e[0], e[1], e[2], e[4]) for e in won[f]) for f in PINGPONG_144_176}
+    on_14336 = [(i, o, 14336, m) for i, o in LABELS.values() for m in (384, 768)]
+    assert cells["sm90_pingpong_128x176x64_c1x2"] == sorted(
+        on_14336 + [(i, o, 14336, 1536) for i, o in LABELS.values() if (i, o) != ("bf16", "bf16")])
+    assert cells["sm90_pingpong_128x144x64_c1x2"] == sorted(
+        [(i, o, 6144, 1536) for i, o in LABELS.values()] + [("f16", "f32", 6144, 768)])
+    # "where the cooperative 128x176 and 128x192 ran"
+    assert {before[tuple(e[:5])][5].rsplit("_", 2)[0] for e in won["sm90_pingpong_128x176x64_c1x2"]} == \
+        {"sm90_coop_128x176x64_c1x2_swz1", "sm90_coop_128x192x64_swz1"}
+
+    def span(entries: list[list[Any]]) -> str:
+        ratios = sorted(e[8] / e[7] for e in entries)
+        return f"{ratios[0]:.3f}-{ratios[-1]:.3f}"
+
+    made = {tuple(e[:5]): e for e in now}
+    at = {m: [made[(i, o, n, 4096, m)] for i, o, n, m_ in on_14336 if m_ == m] for m in (384, 768)}
+    was = {m: [before[tuple(e[:5])] for e in at[m]] for m in at}
+    bf16 = made[("bf16", "bf16", 14336, 4096, 768)]
+    coop = next(r["us"] for r in sweep["rows"] if (r["dtype"], r["m"], r["n"], r["k"]) == ("bf16->bf16", 768, 14336,
+                4096) and r["path"] == "sweep sm90_coop_128x176x64_c1x2_swz1_bf16_bf16")
+    assert (f"M = 768: {span(was[768])} -> {span(at[768])} of cuBLAS, bf16 {bf16[7]:.2f} µs against {coop:.2f} for "
+            f"the cooperative 128x176 in the same run; M = 384: {span(was[384])} -> {span(at[384])}, still below "
+            "0.97)") in text
+    assert all(e[8] / e[7] < 0.97 for e in at[384])
     assert f"The whole table now: {table_counts(json.loads(TABLE.read_text())['entries'])}." in text
 
 
