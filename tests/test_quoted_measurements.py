@@ -28,7 +28,8 @@ def recorded(name: str) -> dict[str, Any]:
 
 TABLE = ROOT / "mircuda" / "matmul" / "tuned" / "sm90_dense.json"
 RESWEEPS = ("matmul_sweep_zeroing.json", "matmul_sweep_zeroing_rest.json", "matmul_sweep_epilogue.json",
-            "matmul_sweep_final_tile.json", "matmul_sweep_new_families.json", "matmul_sweep_pingpong_144_176.json")
+            "matmul_sweep_final_tile.json", "matmul_sweep_new_families.json", "matmul_sweep_pingpong_144_176.json",
+            "matmul_sweep_nopdl.json")
 """The re-sweep records of the measured table, in the order they were merged into it; each keeps the entries it
 replaced."""
 
@@ -1156,7 +1157,64 @@ def test_the_readme_quotes_what_the_128x144_and_128x176_ping_pong_tiles_won() ->
             f"the cooperative 128x176 in the same run; M = 384: {span(was[384])} -> {span(at[384])}, still below "
             "0.97)") in text
     assert all(e[8] / e[7] < 0.97 for e in at[384])
+    assert f"The whole table then: {table_counts(table_after('matmul_sweep_pingpong_144_176.json'))}." in text
+
+
+def test_the_readme_quotes_what_the_nopdl_variant_won() -> None:
+    # README: the ping-pong 64x128 kernel without programmatic dependent launch beside each entry's kernel
+    text = flat(README)
+    sweep = recorded("matmul_sweep_nopdl.json")
+    swept = {(*LABELS[s["dtype"]], s["m"]) for s in sweep["sweeps"]}
+    assert sweep["failures"] == [] and swept == {(*LABELS[p], m) for p in LABELS for m in (192, 256)}
+    assert len(sweep["sweeps"]) == 8
+    for cell in {(r["dtype"], r["m"], r["n"], r["k"]) for r in sweep["rows"]}:  # the plan's kernel and the variant
+        timed = {r["path"].removeprefix("sweep ") for r in sweep["rows"]
+                 if (r["dtype"], r["m"], r["n"], r["k"]) == cell and r["path"].startswith("sweep ")}
+        plan = next(r["note"].split()[0] for r in sweep["rows"]
+                    if (r["dtype"], r["m"], r["n"], r["k"]) == cell and r["path"] == "DenseMatmulPlan")
+        assert timed == {plan, "sm90_pingpong_64x128x64_nopdl_" + "_".join(plan.rsplit("_", 2)[1:])}, cell
+    now, before = resweep_entries("matmul_sweep_nopdl.json")
+    assert len(now) == 32
+    c = resweep_counts(now, before)
+    assert counts_sentence(32, c) + ", each the `_nopdl` one" in text
+    changed = [e for e in now if e[5:7] != before[tuple(e[:5])][5:7]]
+    assert all(e[5].startswith("sm90_pingpong_64x128x64_nopdl_") for e in changed)
+    made = {tuple(e[:5]): e for e in now}
+
+    def ratios(keys: list[tuple[Any, ...]], table: dict[tuple[Any, ...], list[Any]]) -> list[float]:
+        return sorted(table[key][8] / table[key][7] for key in keys)
+
+    at192 = [(i, o, 4096, 14336, 192) for i, o in LABELS.values()]
+    assert all(before[key][5].startswith("sm90_pingpong_64x128x64_") for key in at192)
+    was, got = ratios(at192, before), ratios(at192, made)
+    assert max(got) < 0.97
+    assert (f"{was[0]:.3f}-{was[-1]:.3f} -> {got[0]:.3f}-{got[-1]:.3f} of cuBLAS (still below 0.97); at M = 256 "
+            "there") in text
+    swap, pingpong = ("bf16", "f32", 4096, 14336, 256), ("f16", "f32", 4096, 14336, 256)
+    assert before[swap][5].startswith("sm90_swap_128x128x64_splitk") and before[pingpong][5].startswith(
+        "sm90_pingpong_64x128x64_f16")
+    assert (f"bf16->f32 {before[swap][8] / before[swap][7]:.3f} -> {made[swap][8] / made[swap][7]:.3f} and f16->f32 "
+            f"{before[pingpong][8] / before[pingpong][7]:.3f} -> {made[pingpong][8] / made[pingpong][7]:.3f}") in text
+    kept = [e for e in now if e[5:7] == before[tuple(e[:5])][5:7]]
+    moved = [abs(e[8] / e[7] / (before[tuple(e[:5])][8] / before[tuple(e[:5])][7]) - 1) for e in kept]
+    tipped = [e for e in kept if e[8] / e[7] < 0.97 <= before[tuple(e[:5])][8] / before[tuple(e[:5])][7]]
+    assert (f"the other {len(kept)} entries, re-timed, moved by up to {100 * max(moved):.1f} %, "
+            f"{['no', 'one', 'two', 'three'][len(tipped)]} of them to below 0.97") in text
     assert f"The whole table now: {table_counts(json.loads(TABLE.read_text())['entries'])}." in text
+
+
+def test_the_readme_quotes_why_the_nopdl_variant_exists() -> None:
+    ab = recorded("cutlass_pdl_ab.json")
+    row = next(r for r in ab["rows"] if (r["m"], r["n"], r["k"]) == (192, 4096, 14336))
+    assert row["kernel"] == "sm90_pingpong_64x128x64_bf16_bf16"
+    capable = [r for r in ab["rows"] if r["pdl_capable"]]
+    slower = [r for r in capable if r["on_mean_us"] > 1.01 * r["off_mean_us"]]
+    assert row in slower and (len(capable), len(slower)) == (ab["summary"]["pdl_capable_cells"],
+                                                              ab["summary"]["slower_over_1pct"])
+    assert (f"({row['off_mean_us']:.2f} against {row['on_mean_us']:.2f} µs with it at M = 192 on 4096x14336, bf16, "
+            f"H200, 2026-12-03, `benchmarks/results/cutlass_pdl_ab.json`: of its {len(capable)} cells, {len(slower)} "
+            f"slower with it by more than 1 %, this one by {100 * (row['on_mean_us'] / row['off_mean_us'] - 1):.1f} "
+            "%)") in flat(README)
 
 
 def test_the_readme_quotes_why_the_64x144_ping_pong_tile_was_dropped() -> None:

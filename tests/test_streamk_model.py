@@ -234,7 +234,8 @@ VARIANT_OF = [("sm90_coop_128x256x64_c2x1", ("sm90_coop_128x256x64_c2x1_swz1",))
               ("sm90_coop_128x128x64_streamk", ("sm90_coop_128x128x64_streamk_swz1",
                                                 "sm90_coop_128x128x64_streamk_forced_swz1",
                                                 "sm90_coop_128x128x64_streamk_nd_swz1")),
-              ("sm90_coop_128x192x64_streamk_swz1", ("sm90_coop_128x192x64_streamk_forced_swz1",))]
+              ("sm90_coop_128x192x64_streamk_swz1", ("sm90_coop_128x192x64_streamk_forced_swz1",)),
+              ("sm90_pingpong_64x128x64", ("sm90_pingpong_64x128x64_nopdl",))]
 """A kernel's registry name -> the scheduler variants its translation unit registers with it."""
 
 

@@ -228,7 +228,8 @@ class DenseMatmulPlan(PlanBase, Generic[In, Out]):
         while the previous kernel of the stream finishes, and waits for it (``griddepcontrol.wait``) before it
         touches global memory. True for the NVRTC kernels where the device supports it (cc >= 9.0; their
         :attr:`numba_execute` launches without), and for the CUTLASS kernels of the SM90
-        families on cc 9.0 (sm_90a, built with CUTLASS's grid dependency control; the split-K and stream-K
+        families on cc 9.0 (sm_90a, built with CUTLASS's grid dependency control, but for the
+        ``sm90_pingpong_64x128x64_nopdl_*`` variant, registered to launch without; the split-K and stream-K
         families through mircuda's ``StreamKGdcScheduler``, False with a library whose kernels of theirs lack it; an
         execute of theirs that splits K zeroes its flags first with a kernel launched so too; an older library's, without
         ``zero_stream_k_flags``, with a memset, which no launch overlaps). The value is the

@@ -115,7 +115,9 @@ def test_cutlass_decode_kernels_stay_reachable(context, stream, pool, rng, libra
                                             ("sm90_coop_128x256x64_c2x1_bf16_bf16", 2048, True),
                                             ("sm90_swap_128x32x128_splitk_bf16_bf16", 128, True),
                                             ("sm90_coop_128x192x64_streamk_swz1_bf16_bf16", 384, True),
-                                            ("sm80_tensorop_64x64x64_5stage_bf16_bf16", 256, False)])
+                                            ("sm80_tensorop_64x64x64_5stage_bf16_bf16", 256, False),
+                                            # the ping-pong 64x128 kernel's variant that never launches so
+                                            ("sm90_pingpong_64x128x64_nopdl_bf16_bf16", 256, False)])
 def test_sm90_cutlass_kernels_launch_programmatically(context, stream, library, kernel, m, pdl) -> None:
     # DenseMatmulPlan launches a CUTLASS kernel with programmatic dependent launch where the kernel waits for the
     # previous grid (the SM90 families, split-K and stream-K ones included since 2026-12-03; not the SM80 kernels) and
@@ -127,6 +129,24 @@ def test_sm90_cutlass_kernels_launch_programmatically(context, stream, library, 
         assert plan.kernel_name == kernel
         assert plan.programmatic_launch is pdl
         assert ("programmatic dependent launch" in str(plan.describe())) is pdl
+
+
+@pytest.mark.cutlass
+@pytest.mark.parametrize("input, output", PAIRS, ids=PAIR_IDS)
+def test_the_nopdl_variant_computes_what_its_kernel_computes(context, stream, pool, rng, library, input,
+                                                           output) -> None:
+    # sm90_pingpong_64x128x64_nopdl_* is the ping-pong 64x128 kernel under its own schedule, launched without
+    # programmatic dependent launch (instance.cuh): the float64 bound at M = 192 on 4096x14336, where it was
+    # measured, and the launch it says
+    if context.device_info().compute_capability != (9, 0):
+        pytest.skip("an SM90 kernel")
+    out_t = input if output is None else output
+    kernel = f"sm90_pingpong_64x128x64_nopdl_{name(input)}_{name(out_t)}"
+    plan, got, want, mag, out = run(context, stream, pool, rng, 192, 4096, 14336, input, output, 0.75, 0.5,
+                                    kernel=kernel)
+    assert plan.kernel_name == kernel and not plan.programmatic_launch
+    assert "programmatic dependent launch" not in str(plan.describe())
+    assert_close(got, want, mag, out)
 
 
 TENSOROP = ["sm80_tensorop_32x128x64_4stage", "sm80_tensorop_64x64x64_5stage", "sm80_tensorop_128x128x32_4stage"]

@@ -427,7 +427,10 @@ const bool kRegistered = mircuda::register_kernel({make_info(), &mircuda::MIRCUD
 //                         half full (the heuristic's data-parallel case)
 //   _streamk_nd_swz1_     and ReductionMode::Nondeterministic (heuristic decomposition): middle K splits
 //                         add their partial sums in finishing order (M <= 192: 3-5 splits per tile)
-#if defined(MIRCUDA_SM90_COOP)
+//   _nopdl_               the kernel's own schedule, never launched with programmatic dependent launch
+#if defined(MIRCUDA_SM90_PINGPONG)
+#define MIRCUDA_PREFIX_NOPDL "sm90_pingpong_64x128x64_nopdl_"
+#elif defined(MIRCUDA_SM90_COOP)
 // 128x256 with its 2x1 cluster: the default 4 rounds the M tiles up to a multiple of 2 x 4 once both
 // counts are 3 or more (M = 768: 8 for 6), and of 2 x 2 when the smaller is 2 (M = 96: 4 M tiles, four
 // times the work); with 1, only up to the cluster's 2.
@@ -442,7 +445,8 @@ const bool kRegistered = mircuda::register_kernel({make_info(), &mircuda::MIRCUD
 #define MIRCUDA_PREFIX_FORCED_SWZ1 "sm90_coop_128x192x64_streamk_forced_swz1_"
 #endif
 
-#if defined(MIRCUDA_PREFIX_SWZ1) || defined(MIRCUDA_PREFIX_FORCED_SWZ1) || defined(MIRCUDA_PREFIX_ND_SWZ1)
+#if defined(MIRCUDA_PREFIX_SWZ1) || defined(MIRCUDA_PREFIX_FORCED_SWZ1) || defined(MIRCUDA_PREFIX_ND_SWZ1) || \
+    defined(MIRCUDA_PREFIX_NOPDL)
 template <class Sched>
 bool register_variant(const char* name) {
   mircuda_cutlass_kernel_info info = make_info();
@@ -460,6 +464,10 @@ const bool kRegisteredForced =
 #if defined(MIRCUDA_PREFIX_ND_SWZ1)
 const bool kRegisteredNd =
     register_variant<mircuda::sm90::Schedule<1, false, true>>(MIRCUDA_PREFIX_ND_SWZ1 MIRCUDA_TYPES);
+#endif
+#if defined(MIRCUDA_PREFIX_NOPDL)
+const bool kRegisteredNoPdl =
+    register_variant<mircuda::sm90::Schedule<0, false, false, false>>(MIRCUDA_PREFIX_NOPDL MIRCUDA_TYPES);
 #endif
 #endif
 

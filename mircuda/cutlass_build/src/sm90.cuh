@@ -243,11 +243,16 @@ struct Config {
 //                      work whenever the last wave is partial, also when it is more than half full
 //   kNondeterministic  ReductionMode::Nondeterministic: a middle K split adds its partial sums once
 //                      the first split has stored its own, instead of waiting for every split before it
-template <int MaxSwizzle = 0, bool ForceStreamK = false, bool Nondeterministic = false>
+//   kProgrammatic      false: never launched with programmatic dependent launch (set_pdl(true) answers
+//                      NOT_IMPLEMENTABLE, so a plan launches it plainly), for the cells where the early
+//                      start costs more than it saves: the ping-pong 64x128 kernel at M = 192 on
+//                      4096x14336, 46.86 µs without and 48.97 with (H200, 2026-12-03, cutlass_pdl_ab.json)
+template <int MaxSwizzle = 0, bool ForceStreamK = false, bool Nondeterministic = false, bool Programmatic = true>
 struct Schedule {
   static constexpr int kMaxSwizzle = MaxSwizzle;
   static constexpr bool kForceStreamK = ForceStreamK;
   static constexpr bool kNondeterministic = Nondeterministic;
+  static constexpr bool kProgrammatic = Programmatic;
 };
 using ConfigSchedule = Schedule<>;
 
@@ -284,6 +289,7 @@ class Runner final : public mircuda::Runner {
   // top). A split-K or stream-K execute whose flags need zeroing launches zero_stream_k_flags before the GEMM, both
   // programmatically: the zeroing overlaps the tail of the kernel before, the GEMM's prologue the zeroing.
   int set_pdl(bool on) override {
+    if (on && !Sched::kProgrammatic) return MIRCUDA_CUTLASS_NOT_IMPLEMENTABLE;
     pdl_ = on;
     return MIRCUDA_CUTLASS_OK;
   }
