@@ -90,6 +90,16 @@ def counts_sentence(count: int, c: dict[str, Any]) -> str:
             f"their ratios is {c['mean']}, against {c['mean_before']}; {c['changed']} of them name another kernel")
 
 
+def cell_kernels(sweep: dict[str, Any]) -> dict[tuple[Any, ...], tuple[str, set[str]]]:
+    """A --kernels re-sweep record's cells (type pair, M, N, K): the plan's kernel and the kernels the run timed."""
+    cells: dict[tuple[Any, ...], tuple[str, set[str]]] = {}
+    for cell in {(r["dtype"], r["m"], r["n"], r["k"]) for r in sweep["rows"]}:
+        rows = [r for r in sweep["rows"] if (r["dtype"], r["m"], r["n"], r["k"]) == cell]
+        plan = next(r["note"].split()[0] for r in rows if r["path"] == "DenseMatmulPlan")
+        cells[cell] = plan, {r["path"].removeprefix("sweep ") for r in rows if r["path"].startswith("sweep ")}
+    return cells
+
+
 def flat(text: str) -> str:
     return " ".join(text.split())
 
@@ -1062,11 +1072,7 @@ def test_the_readme_quotes_what_the_new_families_won() -> None:
     ms = (24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
     assert sweep["failures"] == [] and len(sweep["sweeps"]) == len(swept) == 40
     assert swept == {(*LABELS[p], m) for p in LABELS for m in ms}
-    for cell in {(r["dtype"], r["m"], r["n"], r["k"]) for r in sweep["rows"]}:  # the plan's kernel and the four
-        timed = {r["path"].removeprefix("sweep ") for r in sweep["rows"]
-                 if (r["dtype"], r["m"], r["n"], r["k"]) == cell and r["path"].startswith("sweep ")}
-        plan = next(r["note"].split()[0] for r in sweep["rows"]
-                    if (r["dtype"], r["m"], r["n"], r["k"]) == cell and r["path"] == "DenseMatmulPlan")
+    for cell, (plan, timed) in cell_kernels(sweep).items():  # the plan's kernel and the four
         assert {t for t in timed if not t.startswith(tuple(NEW_FAMILIES))} == {plan}, cell
         assert len(timed) == 5, cell
     now, before = resweep_entries("matmul_sweep_new_families.json")
@@ -1117,11 +1123,7 @@ def test_the_readme_quotes_what_the_128x144_and_128x176_ping_pong_tiles_won() ->
     swept = {(*LABELS[s["dtype"]], s["m"]) for s in sweep["sweeps"]}
     assert sweep["failures"] == [] and len(sweep["sweeps"]) == len(swept) == 20
     assert swept == {(*LABELS[p], m) for p in LABELS for m in (256, 384, 512, 768, 1536)}
-    for cell in {(r["dtype"], r["m"], r["n"], r["k"]) for r in sweep["rows"]}:  # the plan's kernel and the two
-        timed = {r["path"].removeprefix("sweep ") for r in sweep["rows"]
-                 if (r["dtype"], r["m"], r["n"], r["k"]) == cell and r["path"].startswith("sweep ")}
-        plan = next(r["note"].split()[0] for r in sweep["rows"]
-                    if (r["dtype"], r["m"], r["n"], r["k"]) == cell and r["path"] == "DenseMatmulPlan")
+    for cell, (plan, timed) in cell_kernels(sweep).items():  # the plan's kernel and the two
         assert {t for t in timed if not t.startswith(tuple(PINGPONG_144_176))} == {plan} and len(timed) == 3, cell
     now, before = resweep_entries("matmul_sweep_pingpong_144_176.json")
     assert len(now) == 80
@@ -1167,11 +1169,7 @@ def test_the_readme_quotes_what_the_nopdl_variant_won() -> None:
     swept = {(*LABELS[s["dtype"]], s["m"]) for s in sweep["sweeps"]}
     assert sweep["failures"] == [] and swept == {(*LABELS[p], m) for p in LABELS for m in (192, 256)}
     assert len(sweep["sweeps"]) == 8
-    for cell in {(r["dtype"], r["m"], r["n"], r["k"]) for r in sweep["rows"]}:  # the plan's kernel and the variant
-        timed = {r["path"].removeprefix("sweep ") for r in sweep["rows"]
-                 if (r["dtype"], r["m"], r["n"], r["k"]) == cell and r["path"].startswith("sweep ")}
-        plan = next(r["note"].split()[0] for r in sweep["rows"]
-                    if (r["dtype"], r["m"], r["n"], r["k"]) == cell and r["path"] == "DenseMatmulPlan")
+    for cell, (plan, timed) in cell_kernels(sweep).items():  # the plan's kernel and the variant
         assert timed == {plan, "sm90_pingpong_64x128x64_nopdl_" + "_".join(plan.rsplit("_", 2)[1:])}, cell
     now, before = resweep_entries("matmul_sweep_nopdl.json")
     assert len(now) == 32
