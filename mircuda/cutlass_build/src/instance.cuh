@@ -428,8 +428,9 @@ const bool kRegistered = mircuda::register_kernel({make_info(), &mircuda::MIRCUD
 //   _streamk_nd_swz1_     and ReductionMode::Nondeterministic (heuristic decomposition): middle K splits
 //                         add their partial sums in finishing order (M <= 192: 3-5 splits per tile)
 //   _nopdl_               the kernel's own schedule, never launched with programmatic dependent launch
-//                         (only here: the same variant of the nine kernels of the table's other entries below
-//                         0.97 was slower than its kernel in each of their 43 cells, matmul_nopdl_nine_ab.json)
+//                         (only here: the same variant of the nine CUTLASS kernels of the table's other entries
+//                         below 0.97 at M = 128-768 was slower than its kernel in all 43 cells where both were
+//                         timed, matmul_nopdl_nine_ab.json)
 #if defined(MIRCUDA_SM90_PINGPONG)
 #define MIRCUDA_PREFIX_NOPDL "sm90_pingpong_64x128x64_nopdl_"
 #elif defined(MIRCUDA_SM90_COOP)
