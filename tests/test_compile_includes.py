@@ -218,6 +218,7 @@ def test_offline_compiles_target_absent_architectures() -> None:
     (lambda t: mc.CompilerConfig(include_paths=str(t)), "include_paths"),
     (lambda t: mc.CompilerConfig(include_paths=(t, t / "missing")), "include_paths[1]"),
     (lambda t: mc.CompilerConfig(include_paths=(3,)), "include_paths[0]"),
+    (lambda t: mc.CompilerConfig(include_paths=(t, "")), "include_paths[1]"),  # not the working directory
     (lambda t: mc.CompilerConfig(cache_directory=t / "file.txt"), "cache_directory"),
     (lambda t: mc.OfflineCompiler("sm_90", config={"include_paths": ()}), "config"),
     (lambda t: mc.OfflineCompiler("sm_9"), "arch"),

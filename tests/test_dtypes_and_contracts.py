@@ -37,6 +37,9 @@ def test_cuda_export_declares_parameters_in_order() -> None:
     ({"x": "float"}, "'x'"),
     ({"x": mc.DeviceBuffer}, "'x'"),
     ({"x": mc.DeviceBuffer["f32"]}, r"argument 'x'.*DeviceBuffer\[mc.f32\]"),  # a name, as for scalars
+    ({"x": mc.DeviceBuffer["float32"]}, r"argument 'x'.*not its name: DeviceBuffer\[mc.f32\]$"),  # numpy's name
+    ({"x": mc.DeviceBuffer["bool"]}, r"argument 'x'.*not its name: DeviceBuffer\[mc.bool_\]$"),  # the exported name
+    ({"x": mc.DeviceBuffer["f33"]}, r"argument 'x'.*'f33' names no supported type: one of mc.bool_, mc.i8,"),
     ({"x": mc.DeviceBuffer[42]}, r"argument 'x': expected DeviceBuffer\[T\] with T one of"),
     ({"y": mc.DeviceBuffer[np.complex64]}, r"argument 'y': expected DeviceBuffer\[T\] with T one of"),
     ({"stream": mc.f32}, "stream"),
@@ -45,6 +48,14 @@ def test_cuda_export_declares_parameters_in_order() -> None:
 def test_cuda_export_refuses_what_it_cannot_pack(params, match) -> None:
     with pytest.raises(mc.ContractError, match=match):
         mc.cuda_export("k", **params)
+
+
+@pytest.mark.parametrize("name", ["", " ", "f 32", "1"])
+def test_a_device_buffer_subscript_that_is_no_name_is_refused_where_it_is_written(name) -> None:
+    # typing would fail on these with IndexError or SyntaxError from inside its forward references
+    with pytest.raises(mc.ContractError, match=r"argument 'DeviceBuffer\[T\]': expected an element type object "
+                                               r"such as mc.f32, received '.*'\. a parameter type is a type object"):
+        mc.DeviceBuffer[name]
 
 
 def test_access_markers_take_only_buffers() -> None:

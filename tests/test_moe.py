@@ -521,20 +521,36 @@ def test_on_hopper_and_later_both_kernels_wait_for_the_previous_grid_before_touc
     assert "griddepcontrol" not in ptx("compute_80", options(mt, variant=variant))
 
 
+@pytest.mark.parametrize("make, field", [
+    (lambda: DecodeTuning("fp8"), "tuning.decode"),
+    (lambda: DecodeTuning(""), "tuning.decode"),
+    (lambda: DecodeTuning(None), "tuning.decode"),  # type: ignore[arg-type]
+    (lambda: DecodeTuning(["e4m3"], 2, 8, 1), "tuning.decode"),  # type: ignore[arg-type]
+    (lambda: DecodeTuning("pairs", 5), "tuning.stages"),
+    (lambda: DecodeTuning("e4m3", 2.0, 8, 1), "tuning.stages"),  # type: ignore[arg-type]
+    (lambda: DecodeTuning("pairs", 2, 6), "tuning.warps"),
+    (lambda: DecodeTuning("e4m3", 2, True, 1), "tuning.warps"),
+    (lambda: DecodeTuning("pairs", 2, 8, 3), "tuning.frags"),
+    (lambda: DecodeTuning("dp4a", max_registers=64), "tuning.max_registers"),
+    (lambda: DecodeTuning("dp4a", row_warps=3), "tuning.row_warps"),
+    (lambda: DecodeTuning("dp4a", persistent=1), "tuning.persistent"),  # type: ignore[arg-type]
+    (lambda: DecodeTuning("dp4a", lean_tiles="yes"), "tuning.lean_tiles")], ids=str)  # type: ignore[arg-type]
+def test_a_tuning_outside_every_variants_values_is_refused_when_made(make, field) -> None:
+    # no GPU needed: what no variant or target takes is refused by the constructor
+    with pytest.raises(mc.ContractError) as info:
+        make()
+    assert info.value.argument == field
+
+
 @pytest.mark.parametrize("tuning, variant, arch, field", [
-    (DecodeTuning("fp8"), "split_k", "sm_90", "tuning.decode"),
     (DecodeTuning("e4m3"), "split_k", "sm_80", "tuning.decode"),
-    (DecodeTuning("pairs", 5), "split_k", "sm_90", "tuning.stages"),
-    (DecodeTuning("pairs", 2, 6), "split_k", "sm_90", "tuning.warps"),
-    (DecodeTuning("pairs", 2, 8, 3), "split_k", "sm_90", "tuning.frags"),
+    (DecodeTuning("dp4a"), "split_k", "sm_90", "tuning.decode"),
     (DecodeTuning("pairs", 2, 4), "staged", "sm_90", "tuning.warps"),
     (DecodeTuning("pairs", 2, 8, 2), "split_n", "sm_90", "tuning.frags"),
     (DecodeTuning("pairs", 3, 8, 1), "staged", "sm_90", "tuning.stages"),
-    (DecodeTuning(["e4m3"], 2, 8, 1), "split_k", "sm_90", "tuning.decode"),  # type: ignore[arg-type]
-    (DecodeTuning("e4m3", 2.0, 8, 1), "split_k", "sm_90", "tuning.stages"),  # type: ignore[arg-type]
-    (DecodeTuning("e4m3", 2, True, 1), "split_k", "sm_90", "tuning.warps"),
+    (DecodeTuning("pairs", 2, 1, 1), "split_k", "sm_90", "tuning.warps"),
     ("e4m3", "split_k", "sm_90", "tuning")], ids=str)
-def test_bad_tuning_is_refused_by_field(tuning, variant, arch, field) -> None:
+def test_a_tuning_the_plans_variant_or_target_cannot_take_is_refused_by_field(tuning, variant, arch, field) -> None:
     from mircuda.matmul._moe_kernels import check_tuning
 
     with pytest.raises(mc.ContractError) as info:

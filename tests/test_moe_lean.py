@@ -58,16 +58,16 @@ def test_the_dp4a_default_caps_four_row_blocks_at_80_registers_on_sm_90_and_keep
 
 
 def test_the_knobs_are_refused_by_field_where_they_cannot_run() -> None:
-    cases = [(DecodeTuning("e4m3", 2, 0, 1, lean_tiles=True), "tuning.lean_tiles"),
-             (dataclasses.replace(DP4A, lean_tiles=1), "tuning.lean_tiles"),  # not a bool
-             (dataclasses.replace(DP4A, persistent=True), "tuning.persistent"),  # dp4a walks only with lean_tiles
-             (dataclasses.replace(DP4A, max_registers=64), "tuning.max_registers"),
-             (dataclasses.replace(DP4A, max_registers=80.0), "tuning.max_registers"),
-             (DecodeTuning("e4m3", 2, 0, 1, max_registers=80), "tuning.max_registers")]
-    for tuning, field in cases:
+    cases = [(lambda: DecodeTuning("e4m3", 2, 0, 1, lean_tiles=True), "tuning.lean_tiles"),
+             (lambda: dataclasses.replace(DP4A, lean_tiles=1), "tuning.lean_tiles"),  # not a bool: refused when made
+             (lambda: dataclasses.replace(DP4A, persistent=True), "tuning.persistent"),  # dp4a walks only lean
+             (lambda: dataclasses.replace(DP4A, max_registers=64), "tuning.max_registers"),  # refused when made
+             (lambda: dataclasses.replace(DP4A, max_registers=80.0), "tuning.max_registers"),  # refused when made
+             (lambda: DecodeTuning("e4m3", 2, 0, 1, max_registers=80), "tuning.max_registers")]
+    for make, field in cases:
         with pytest.raises(mc.ContractError) as info:
-            check_tuning(tuning, "vector", "sm_90")
-        assert info.value.argument == field, tuning
+            check_tuning(make(), "vector", "sm_90")
+        assert info.value.argument == field, field
     for cap in REGISTER_CAPS:
         assert check_tuning(dataclasses.replace(LEAN, max_registers=cap), "vector", "sm_90").max_registers == cap
     assert resolve_tuning(DecodeTuning("dp4a", lean_tiles=True, persistent=True), "vector", "sm_90", 1, 4096) == \

@@ -121,12 +121,13 @@ def test_the_vector_tile_group_comes_from_ballots_up_to_128_groups(groups, ballo
     assert ("vote.sync.ballot.b32" in body) == ballots
 
 
-@pytest.mark.parametrize("tuning, field", [
-    (DecodeTuning("pairs", 2, 16), "tuning.warps"), (DecodeTuning("pairs", 2, 3), "tuning.warps"), (DecodeTuning("pairs", 2, 2, 3), "tuning.frags"),
-    (DecodeTuning("pairs", 1, 2), "tuning.stages"), (DecodeTuning("table", 2, 2), "tuning.decode")], ids=str)
-def test_bad_vector_tuning_is_refused_by_field(tuning, field) -> None:
+@pytest.mark.parametrize("fields, field", [
+    (("pairs", 2, 16), "tuning.warps"),  # the vector variant's own refusal: 16 warps are split_k's
+    (("pairs", 2, 3), "tuning.warps"), (("pairs", 2, 2, 3), "tuning.frags"),  # these three refused when made
+    (("pairs", 1, 2), "tuning.stages"), (("table", 2, 2), "tuning.decode")], ids=str)
+def test_bad_vector_tuning_is_refused_by_field(fields, field) -> None:
     with pytest.raises(mc.ContractError) as info:
-        check_tuning(tuning, "vector", "sm_90")
+        check_tuning(DecodeTuning(*fields), "vector", "sm_90")
     assert info.value.argument == field
     for warps in (0, 1, 2, 4, 8):  # 0: the occupancy rule's count
         assert check_tuning(DecodeTuning("e4m3", 4, warps, 2), "vector", "sm_90").warps == warps

@@ -27,7 +27,7 @@ class CompilerConfig:
             processes may share one directory; see ``mircuda.compile._persistent`` for the format.
 
     Raises:
-        ContractError: an include path is not an existing directory, ``include_paths`` is a single
+        ContractError: an include path is empty or not an existing directory, ``include_paths`` is a single
             string instead of a sequence, or ``cache_directory`` names something that is not a
             directory.
     """
@@ -44,6 +44,9 @@ class CompilerConfig:
         for i, p in enumerate(paths):
             if not isinstance(p, (str, os.PathLike)):
                 raise ContractError(f"include_paths[{i}]", "a str or os.PathLike", type(p).__name__)
+            if not os.fspath(p):  # abspath("") is the working directory: a root the caller never named
+                raise ContractError(f"include_paths[{i}]", "a non-empty directory path", repr(p),
+                                    "write '.' for the working directory")
             resolved = os.path.abspath(os.fspath(p))
             if isinstance(resolved, str) and "\0" not in resolved and not _encodable(resolved):
                 raise ContractError(f"include_paths[{i}]", "a directory path encodable as UTF-8 (NVRTC's "

@@ -66,6 +66,21 @@ else:
         _access = "inout"
 
 
+def type_name_hint(name: str) -> str:
+    """The hint for an element type given by its name (``DeviceBuffer["float32"]``): the mircuda type object that
+    name stands for (``mc.f32``) when it names a supported type, else the supported names."""
+    from .. import dtypes
+
+    # the attribute each supported type is exported as (mc.bool_ for the type named "bool")
+    exported = {t: a for a in dtypes.__all__ if isinstance(t := getattr(dtypes, a), type) and t in SUPPORTED}
+    try:
+        info = dtype_info(name)
+    except ContractError:
+        return (f"a parameter type is a type object, not its name, and {name!r} names no supported type: one of "
+                + ", ".join(f"mc.{a}" for a in exported.values()))
+    return f"a parameter type is a type object, not its name: DeviceBuffer[mc.{exported[info.scalar_type]}]"
+
+
 def _buffer_spec(item: Any, access: Access, argument: str) -> _BufferSpec | None:
     """``item`` as a buffer parameter, or None when it is no buffer type; a bad element type is a ContractError
     naming ``argument`` (the parameter, or the access marker)."""
@@ -78,8 +93,7 @@ def _buffer_spec(item: Any, access: Access, argument: str) -> _BufferSpec | None
         if isinstance(t, typing.ForwardRef):  # typing's form of a name in the subscript: DeviceBuffer["f32"]
             name = t.__forward_arg__
             raise ContractError(argument, "DeviceBuffer[T] with an element type object such as mc.f32",
-                                f"DeviceBuffer[{name!r}]",
-                                f"a parameter type is a type object, not its name: DeviceBuffer[mc.{name}]")
+                                f"DeviceBuffer[{name!r}]", type_name_hint(name))
         try:
             return _BufferSpec(access, dtype_info(t))
         except ContractError as exc:  # dtype_info names 'dtype': name the parameter instead

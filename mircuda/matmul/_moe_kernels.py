@@ -157,6 +157,24 @@ class DecodeTuning:
     max_registers: int | None = None
     row_warps: int | None = None
 
+    def __post_init__(self) -> None:
+        # What holds for every variant and target is checked here, when the tuning is made, so that a misspelt
+        # decoder fails on a machine without a GPU too; check_tuning adds what depends on the plan's variant and
+        # target (dp4a with the vector variant only, e4m3 from cc 8.9, the variant's stages and warps).
+        from ._fp4 import ROW_WARPS
+
+        decodes = (*DECODES, *VECTOR_DECODES)
+        if not isinstance(self.decode, str) or self.decode not in decodes:
+            raise ContractError("tuning.decode", f"one of {', '.join(map(repr, decodes))}", repr(self.decode))
+        for name, allowed in (("stages", STAGES), ("warps", tuple(sorted({0, *VECTOR_WARPS, *TUNED_WARPS}))),
+                              ("frags", FRAGS), ("max_registers", REGISTER_CAPS), ("row_warps", ROW_WARPS)):
+            value = getattr(self, name)
+            if value is not None and (not is_integer_value(value) or value not in allowed):
+                raise ContractError(f"tuning.{name}", f"None or an integer, one of {allowed}", repr(value))
+        for name in ("persistent", "lean_tiles"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ContractError(f"tuning.{name}", "a bool", repr(getattr(self, name)))
+
     def label(self, variant: str = "split_k") -> str:
         """``decode:s<stages>:w<warps>:r<weight rows per block>[:l1][:g<registers>][:o<row warps>][:persistent]``
         (the sweep's candidate name; rows per block 16 ``frags`` for the mma variants, 4 ``frags`` for ``"vector"``;

@@ -56,6 +56,14 @@ class DeviceBuffer(Generic[T]):
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("allocate device buffers with MemoryPool.allocate(dtype, stream, count)")
 
+    def __class_getitem__(cls, item: Any) -> Any:
+        # typing turns a str subscript into a forward reference, which kernel contracts then refuse by name;
+        # a str that is no Python name ("", " ", "f 32") would fail inside typing with IndexError or SyntaxError.
+        if isinstance(item, str) and not item.isidentifier():
+            raise ContractError("DeviceBuffer[T]", "an element type object such as mc.f32", repr(item),
+                                "a parameter type is a type object, not its name")
+        return super().__class_getitem__(item)  # type: ignore[misc]
+
     @classmethod
     def _adopt(cls: type[_B], context: Context, stream: Stream, info: DTypeInfo, count: int, ptr: int) -> _B:
         self = object.__new__(cls)

@@ -144,10 +144,11 @@ def test_row_warps_in_the_indexed_and_paired_plans_and_graph_replays(context, st
 
 def test_row_warps_refusals_name_the_tuning_field(context, stream) -> None:
     spec = mc.VariableGroupedFp4Spec(64, 256, 8, 4, 4)
-    for tuning, rows, argument in [(DecodeTuning("dp4a", row_warps=3), 1, "tuning.row_warps"),
-                                   (DecodeTuning("dp4a", row_warps=2, lean_tiles=True), 1, "tuning.row_warps"),
-                                   (DecodeTuning("dp4a", row_warps=2, warps=2), 1, "tuning.warps"),
-                                   (DecodeTuning("e4m3", row_warps=2), 2, "tuning.row_warps")]:
+    for fields, rows, argument in [(dict(decode="dp4a", row_warps=3), 1, "tuning.row_warps"),  # refused when made
+                                   (dict(decode="dp4a", row_warps=2, lean_tiles=True), 1, "tuning.row_warps"),
+                                   (dict(decode="dp4a", row_warps=2, warps=2), 1, "tuning.warps"),
+                                   (dict(decode="e4m3", row_warps=2), 2, "tuning.row_warps")]:
         with pytest.raises(mc.ContractError) as info:
-            mc.VariableGroupedFp4Plan(context, stream, spec, rows_per_tile=rows, variant="vector", tuning=tuning)
+            mc.VariableGroupedFp4Plan(context, stream, spec, rows_per_tile=rows, variant="vector",
+                                      tuning=DecodeTuning(**fields))
         assert info.value.argument == argument
