@@ -64,6 +64,6 @@ def test_the_message_maps_python_names_to_flags() -> None:
     assert cli_message(exc, {"include_paths": "-I"}) == "error: ContractError: -I: expected an existing directory, received 'x'"
     exc = ContractError("arch", "an sm_* target", "'compute_90'", "pass CompileOptions(output='ptx')")
     assert (cli_message(exc, {"arch": "--arch"}, {"CompileOptions(output='ptx')": "--ptx"})
-            == "error: ContractError: --arch: expected an sm_* target, received 'compute_90'. pass --ptx")
+            == "error: ContractError: --arch: expected an sm_* target, received 'compute_90'; pass --ptx")
     unmapped = ContractError("stream", "a Stream", "None")
     assert cli_message(unmapped) == "error: ContractError: argument 'stream': expected a Stream, received None"

@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("argv, head", [
     (["compile", "k.cu", "--arch", "sm_90", "--maxrregcount", "abc"],
-     "error: python -m mircuda compile: argument --maxrregcount: invalid int value: 'abc'"),
+     "error: python -m mircuda compile: argument --maxrregcount: expected registers per thread, an integer in "
+     "[16, 255], received 'abc'"),
     (["compile", "k.cu", "--arch", "sm_90", "--diag-suppress", "abc"],
      "error: python -m mircuda compile: argument --diag-suppress: expected diagnostic numbers"),
     (["matmul-profile", "--m", "0"], "error: python -m mircuda matmul-profile: argument --m: "),

@@ -107,16 +107,16 @@ def test_good_values_still_parse() -> None:
 
 COUNT_FLAGS = ([(c, f) for c in REPEATS_COMMANDS + ["moe-profile"] for f in ("--calls", "--repeats")]
                + [("graph-profile", f) for f in ("--calls", "--batches", "--samples", "--rounds")]
-               + [("profile", f) for f in ("--launches", "--batches")])
+               + [("profile", f) for f in ("--elements", "--launches", "--batches")])
 
 
 @pytest.mark.parametrize("command, flag", COUNT_FLAGS)
-@pytest.mark.parametrize("value", ["1_0", "\uff12", "0", "-3", "x", ""])
+@pytest.mark.parametrize("value", ["1_0", " 5", "\uff12", "0", "-3", "x", ""])
 def test_every_count_flag_takes_ascii_digits_only(command: str, flag: str, value: str, tmp_path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """``type=int`` took '1_0' as 10 and a full-width digit two (U+FF12) as 2 without a word; a count is ASCII digits >= 1,
-    refused by argparse in one line naming the flag (every profile's --calls and --repeats, graph-profile's and
-    profile's batch counts)."""
+    """``type=int`` took '1_0' as 10, ' 5' as 5 and a full-width digit two (U+FF12) as 2 without a word; a count is ASCII
+    digits >= 1, refused by argparse in one line naming the flag (every profile's --calls and --repeats, graph-profile's
+    and profile's batch counts, profile's --elements)."""
     with pytest.raises(SystemExit) as info:
         main([command, flag, value, "--json", str(tmp_path / "r.json")])
     err = capsys.readouterr().err

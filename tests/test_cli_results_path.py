@@ -22,7 +22,7 @@ def test_json_in_a_missing_directory_is_refused_first(command: str, tmp_path: Pa
     assert main([command, "--json", str(target)]) == 2
     err = capsys.readouterr().err
     assert err == (f"error: ContractError: --json: expected a file path in an existing directory, received "
-                   f"{str(target)!r}. {str(target.parent)!r} is not a directory\n")
+                   f"{str(target)!r}; {str(target.parent)!r} is not a directory\n")
 
 
 @pytest.mark.parametrize("command", PROFILES)
@@ -31,7 +31,7 @@ def test_json_that_is_a_directory_is_refused_first(command: str, tmp_path: Path,
     assert main([command, "--json", str(tmp_path)]) == 2
     # the directory exists: the message says what is wrong with the path itself
     assert capsys.readouterr().err == (f"error: ContractError: --json: expected a file path in an existing directory, "
-                                       f"received {str(tmp_path)!r}. it is a directory\n")
+                                       f"received {str(tmp_path)!r}; it is a directory\n")
 
 
 @pytest.mark.parametrize("command", ["dense-vector-profile", "matmul-profile"])

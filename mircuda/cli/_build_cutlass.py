@@ -8,8 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import make_writable_directory
+from ._values import positive_int
 
 __all__ = ["cmd_build_cutlass", "register"]
+
+
+def _cache_dir(text: str) -> str:
+    """``--cache-dir``: a directory path; ``''`` is refused (it is not the default cache: leave the flag out)."""
+    if not text:
+        raise argparse.ArgumentTypeError(f"expected a directory path (leave the flag out for the default cache), "
+                                         f"received {text!r}")
+    return text
 
 
 def cmd_build_cutlass(args: argparse.Namespace) -> int:
@@ -43,9 +52,9 @@ def register(sub: Any) -> None:
     """Add ``build-cutlass`` to the CLI's subparsers."""
     p = sub.add_parser("build-cutlass", help="build libmircuda_cutlass.so (CMake + Ninja, nvcc, CUTLASS headers)")
     p.add_argument("--arch", help="comma-separated SASS targets among 90a, 120f (default: MIRCUDA_CUDA_ARCH or both)")
-    p.add_argument("--jobs", type=int, help="parallel compile jobs (default: ninja's)")
-    p.add_argument("--cache-dir", help="build cache root (default: $MIRCUDA_CACHE_DIR/cutlass, else $XDG_CACHE_HOME/mircuda/cutlass, else "
-                   "~/.cache/mircuda/cutlass)")
+    p.add_argument("--jobs", type=positive_int, help="parallel compile jobs (default: ninja's)")
+    p.add_argument("--cache-dir", type=_cache_dir, help="build cache root (default: $MIRCUDA_CACHE_DIR/cutlass, else "
+                   "$XDG_CACHE_HOME/mircuda/cutlass, else ~/.cache/mircuda/cutlass)")
     p.add_argument("--families", help="comma-separated subset of the kernel families to build, for a quicker "
                    "build of the ones you need (e.g. FP8, FP4, SM90_COOP192; default: all of the archs' families)")
     p.set_defaults(func=cmd_build_cutlass, flags={"arch": "--arch", "archs": "--arch", "jobs": "--jobs", "root": "--cache-dir",

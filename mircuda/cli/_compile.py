@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from ..errors import CompileWarning, ContractError
 from ._errors import check_output_file
+from ._values import is_decimal
 
 __all__ = ["cmd_compile", "register"]
 
@@ -22,11 +23,57 @@ def _define(text: str) -> tuple[str, str | None]:
 
 
 def _diagnostics(text: str) -> list[int]:
-    try:
-        return [int(n) for n in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected diagnostic numbers such as 177 or 177,550, received {text!r}") from None
+    """``--diag-suppress``: comma-separated diagnostic numbers (ASCII digits, :func:`is_decimal`).
+
+    Raises:
+        argparse.ArgumentTypeError: an empty item or another character.
+    """
+    items = [n.strip() for n in text.split(",")]
+    if not all(is_decimal(n) for n in items):
+        raise argparse.ArgumentTypeError(f"expected diagnostic numbers such as 177 or 177,550, received {text!r}")
+    return [int(n) for n in items]
+
+
+def _arch(text: str) -> str:
+    """``--arch``: one NVRTC target per flag (the library checks which); a comma list, which build-cutlass's
+    ``--arch`` takes, is refused here with how to ask for several targets.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` holds a comma.
+    """
+    if "," in text:
+        raise argparse.ArgumentTypeError(f"expected one NVRTC target per --arch (repeat the flag for a fatbin: "
+                                         f"--arch sm_90 --arch sm_120f), received {text!r}")
+    return text
+
+
+def _include_path(text: str) -> str:
+    """``-I``: a directory path (whether it exists is CompilerConfig's to say); ``''`` is refused: it would be
+    the working directory, a root the user never named.
+
+    Raises:
+        argparse.ArgumentTypeError: ``text`` is empty.
+    """
+    if not text:
+        raise argparse.ArgumentTypeError(f"expected a directory path (. for the working directory), received {text!r}")
+    return text
+
+
+MAX_REGISTERS = (16, 255)
+"""``--maxrregcount``'s range (NVRTC's ``--maxrregcount``, as CompileOptions.max_registers takes it)."""
+
+
+def _max_registers(text: str) -> int:
+    """``--maxrregcount``: ASCII digits, an int in :data:`MAX_REGISTERS`.
+
+    Raises:
+        argparse.ArgumentTypeError: another character or a value outside the range.
+    """
+    low, high = MAX_REGISTERS
+    if not is_decimal(text) or not low <= int(text) <= high:
+        raise argparse.ArgumentTypeError(f"expected registers per thread, an integer in [{low}, {high}], "
+                                         f"received {text[:40]!r}")
+    return int(text)
 
 
 class _Version(argparse.Action):
@@ -64,9 +111,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("-dlto", "--link-time-optimization", dest="lto", action="store_true",
                    help="with -rdc: compile each FILE to LTO-IR and optimize the link as one program (a kernel "
                         "can inline another file's device functions)")
-    p.add_argument("--arch", required=True, action="append", metavar="ARCH",
-                   help="NVRTC target: sm_90, sm_90a, sm_120f, ...; compute_* with --ptx (repeatable: a fatbin)")
-    p.add_argument("-I", "--include-path", dest="include_paths", action="append", default=[], metavar="DIR",
+    p.add_argument("--arch", required=True, action="append", type=_arch, metavar="ARCH",
+                   help="NVRTC target: sm_90, sm_90a, sm_120f, ...; compute_* with --ptx (repeatable, one target "
+                        "per flag: a fatbin)")
+    p.add_argument("-I", "--include-path", dest="include_paths", action="append", default=[], type=_include_path,
+                   metavar="DIR",
                    help="an include root (repeatable, searched in order)")
     p.add_argument("-D", "--define", dest="defines", action="append", default=[], metavar="NAME[=VALUE]",
                    help="a macro (repeatable)")
@@ -77,7 +126,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="source line information for profilers")
     p.add_argument("-G", "--device-debug", dest="device_debug", action="store_true",
                    help="device debug information, no optimization")
-    p.add_argument("--maxrregcount", dest="max_registers", type=int, metavar="N",
+    p.add_argument("--maxrregcount", dest="max_registers", type=_max_registers, metavar="N",
                    help="at most N registers per thread (16-255)")
     p.add_argument("--diag-suppress", dest="diag_suppress", type=_diagnostics, action="append", default=[],
                    metavar="N[,N...]", help="silence NVRTC diagnostics by number (repeatable)")

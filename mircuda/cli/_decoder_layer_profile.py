@@ -38,9 +38,10 @@ import numpy as np
 
 from ..timing import Column, ResultTable
 from ._errors import RESULTS_HELP, check_results_file
-from ._values import add_device_argument, positive_int
+from ._values import add_device_argument, is_decimal, positive_int
 
-__all__ = ["CHAINED_PATH", "GOAL_TBPS", "LAYER", "LayerRow", "decoder_layer_profile", "goal_lines", "layer_bytes", "register", "table"]
+__all__ = ["CHAINED_PATH", "GOAL_TBPS", "LAYER", "MAX_SETS", "LayerRow", "decoder_layer_profile", "goal_lines", "layer_bytes",
+           "register", "set_count", "table"]
 
 LAYER = (("qkv", 6144, 4096), ("o", 4096, 4096), ("gate_up", 28672, 4096), ("down", 4096, 14336))
 """(name, N, K) of Llama-3-8B's four projections, in the order a layer runs them (meta-llama/Meta-Llama-3-8B
@@ -52,6 +53,25 @@ GOAL_TBPS = 4.0
 ceiling measured 4.43 TB/s on the H200."""
 
 DEFAULT_M = (1, 8, 16)
+
+
+MAX_SETS = 1024
+"""``--sets`` limit: 1024 BF16 sets of the layer's weights are 447 GB, more than a GPU holds."""
+SETS_RULE = f"an integer in [2, {MAX_SETS}] (weight sets rotated so that replays read cold weights)"
+
+
+def set_count(text: str) -> int:
+    """``--sets``: ASCII digits (:func:`~mircuda.cli._values.is_decimal`), at most :data:`MAX_SETS`; below 2 is
+    refused by :func:`check_arguments`, before the driver is touched.
+
+    Raises:
+        argparse.ArgumentTypeError: another character, or a value above :data:`MAX_SETS`.
+    """
+    import argparse
+
+    if not is_decimal(text) or int(text) > MAX_SETS:
+        raise argparse.ArgumentTypeError(f"expected {SETS_RULE}, received {text[:40]!r}")
+    return int(text)
 
 
 def layer_bytes(element_size: int = 2) -> int:
@@ -138,9 +158,8 @@ def check_arguments(args: Any) -> None:
     for name, least in (("calls", 1), ("repeats", 1)):
         if getattr(args, name) < least:
             raise ContractError(f"--{name}", f"an integer >= {least}", str(getattr(args, name)))
-    if args.sets is not None and args.sets < 2:
-        raise ContractError("--sets", "an integer >= 2 (weight sets rotated so that replays read cold weights)",
-                            str(args.sets))
+    if args.sets is not None and not 2 <= args.sets <= MAX_SETS:
+        raise ContractError("--sets", SETS_RULE, str(args.sets))
     check_results_file(args.json, getattr(args, "json_default", None))
 
 
@@ -485,7 +504,7 @@ def _torch_or_reason(stream_handle: int) -> tuple[_TorchLayer | None, str]:
 
 def register(sub: Any) -> None:
     """Add ``decoder-layer-profile`` to the CLI's subparsers."""
-    from ._matmul_profile import m_values
+    from ._matmul_profile import dense_m_values
 
     summary = ("a Llama-3-8B layer's four projections as one graph on cold weights vs cuBLAS in a torch CUDA graph "
                "(GPU)")
@@ -499,10 +518,11 @@ def register(sub: Any) -> None:
         "build-cutlass)."))
     add_device_argument(p)
     p.add_argument("--dtype", default="bf16", help="weights and activations: bf16 or f16 (default bf16)")
-    p.add_argument("--m", type=m_values, default=",".join(map(str, DEFAULT_M)),
+    p.add_argument("--m", type=dense_m_values, default=",".join(map(str, DEFAULT_M)),
                    help="comma-separated M values (tokens; default 1,8,16)")
-    p.add_argument("--sets", type=int, default=None,
-                   help="weight sets rotated, one graph each (>= 2; default: enough for 8x the L2, at least 2)")
+    p.add_argument("--sets", type=set_count, default=None,
+                   help=f"weight sets rotated, one graph each (2 to {MAX_SETS}; default: enough for 8x the L2, at "
+                        "least 2)")
     p.add_argument("--calls", type=positive_int, default=20, help="back-to-back replays per timed repeat (default 20)")
     p.add_argument("--repeats", type=positive_int, default=15, help="timed repeats (the median is reported; default 15)")
     p.add_argument("--json", default="benchmarks/results/decoder_layer_profile.json", help=RESULTS_HELP)

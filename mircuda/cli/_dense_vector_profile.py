@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import RESULTS_HELP, check_results_file
-from ._values import add_device_argument, shape_values, positive_int
+from ._values import add_device_argument, dense_shape_values, shape_values, positive_int
 from ._matmul_bench import Row, Types, check_vector, row, session, upload
 from ._vector_sweep import sweep_rows
 
@@ -148,8 +148,9 @@ def add_vector_arguments(p: Any) -> None:
                    help="comma-separated input[->output] pairs (default: bf16,f16,bf16->f32)")
     p.add_argument("--calls", type=positive_int, default=50, help="back-to-back calls per timed repeat")
     p.add_argument("--repeats", type=positive_int, default=15, help="timed repeats (the median is reported)")
-    p.add_argument("--shapes", type=shape_values, default=",".join(f"{n}x{k}" for n, k in VECTOR_SHAPES),
-                   help="comma-separated NxK weight shapes (default: the four Llama-3-8B-like ones)")
+    p.add_argument("--shapes", type=dense_shape_values, default=",".join(f"{n}x{k}" for n, k in VECTOR_SHAPES),
+                   help="comma-separated NxK weight shapes, each dimension below 2147418112 (default: the four "
+                        "Llama-3-8B-like ones)")
     p.add_argument("--sweep", action="store_true",
                    help="also time every kernel configuration (rows 8/16 x warps 1/2/4/8 x unroll 1/2 x PDL trigger "
                         "early/late x launch-bounds min blocks; 48 per shape and type pair, 12 NVRTC modules)")

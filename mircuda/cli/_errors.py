@@ -20,7 +20,7 @@ RESULTS_HELP = ("where to write the results (default: %(default)s; a relative pa
                 "missing directories are made)")
 """The ``--json`` help of the profile commands."""
 
-__all__ = ["RESULTS_HELP", "cli_message", "make_writable_directory", "check_output_file", "check_results_file", "debug"]
+__all__ = ["RESULTS_HELP", "cli_message", "contract_text", "make_writable_directory", "check_output_file", "check_results_file", "debug"]
 
 
 def debug() -> bool:
@@ -30,13 +30,14 @@ def debug() -> bool:
 
 def cli_message(exc: BaseException, flags: Mapping[str, str] = {}, phrases: Mapping[str, str] = {}) -> str:
     """One line for ``exc``: ``error: <Kind>: <message>`` with the library's argument names (``flags``:
-    Python name, without a ``[i]`` index, -> flag) and phrases (``phrases``: text -> text) replaced."""
+    Python name, without a ``[i]`` index, -> flag) and phrases (``phrases``: text -> text) replaced; a
+    ContractError's hint follows its received value after a semicolon (:func:`contract_text`)."""
     if isinstance(exc, ContractError):
         flag = flags.get(exc.argument) or flags.get(re.sub(r"\[\d+\]$", "", exc.argument))
         if flag is None and (exc.argument.startswith("-") or exc.argument.isupper()):
             flag = exc.argument  # already a flag (-o) or an environment variable (MIRCUDA_CACHE_DIR)
         head = f"argument {exc.argument!r}: expected {exc.expected}, received {exc.received}"
-        text = str(exc)
+        text = contract_text(exc)
         if flag is not None and text.startswith(head):
             text = f"{flag}: expected {exc.expected}, received {exc.received}{text[len(head):]}"
     elif isinstance(exc, LinkError):
@@ -52,6 +53,15 @@ def cli_message(exc: BaseException, flags: Mapping[str, str] = {}, phrases: Mapp
     for python, flag_text in phrases.items():
         text = text.replace(python, flag_text)
     return f"error: {type(exc).__name__}: {text}"
+
+
+def contract_text(exc: ContractError) -> str:
+    """``str(exc)`` with its hint after a semicolon (``received '/tmp'; it is a directory``): a hint goes on in
+    lower case, so no full stop comes before it on a command line."""
+    text = str(exc)
+    if exc.hint and text.endswith(f". {exc.hint}"):
+        text = f"{text[:-len(exc.hint) - 2]}; {exc.hint}"
+    return text
 
 
 def make_writable_directory(path: Path, flag: str) -> None:

@@ -170,7 +170,8 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
     ``kernel[:decode=D][:rows=R][:warps=W][:sum=fp16|fp32][:stages=2|3|4][:prefetch=0|1][:persistent=0|1]
     [:rowwarps=1|2|4|8][:trigger=early|late]`` with ``kernel`` ``vector`` or ``mma`` (``rows`` 4 or 8 for ``vector``, 16 or 32 for
     ``mma``; ``sum``, ``prefetch``, ``persistent``, ``rowwarps`` and ``decode=dp4a``, the integer path of M <= 4,
-    for ``vector`` only; ``rowwarps`` > 1 needs ``decode=dp4a`` and no ``warps`` > 1), e.g.
+    for ``vector`` only; ``decode=dp4a`` takes no ``sum`` and no ``persistent=1``; ``rowwarps`` > 1 needs
+    ``decode=dp4a`` and no ``warps`` > 1), e.g.
     ``vector:decode=e4m3,vector:decode=pairs:sum=fp32,mma:decode=table:rows=32:warps=4``; a knob left out is
     the plan's default.
 
@@ -218,6 +219,9 @@ def sweep_values(text: str) -> tuple[Fp4Candidate, ...]:
         if knobs.get("decode") == "dp4a" and knobs.get("persistent"):
             raise argparse.ArgumentTypeError(f"expected no persistent=1 with decode=dp4a (the integer path has no "
                                              f"persistent grid: the plans refuse it), received {item!r}")
+        if knobs.get("decode") == "dp4a" and "sum" in knobs:
+            raise argparse.ArgumentTypeError(f"expected no sum with decode=dp4a (its block sums are exact int32 IDP4A "
+                                             f"sums: the plans refuse block_sum), received {item!r}")
         # with row warps, warps=1 is what the plan runs anyway: the same configuration as leaving it out
         warps = None if row_warps is not None and row_warps > 1 else knobs.get("warps")
         candidate = Fp4Candidate(kernel, knobs.get("decode"), knobs.get("rows"), warps, knobs.get("sum"),
@@ -886,7 +890,7 @@ def register(sub: Any) -> None:
                    help="for M <= 16 also measure these decode-kernel configurations: 'all' or comma-separated "
                         "kernel[:decode=bytes|pairs|e4m3|table|dp4a][:rows=R][:warps=1|2|4|8][:sum=fp16|fp32]"
                         "[:stages=2|3|4][:prefetch=0|1][:persistent=0|1][:rowwarps=1|2|4|8][:trigger=early|late] with "
-                        "kernel vector (rows 4|8; decode=dp4a: the integer path, M <= 4, no sum; rowwarps > 1: dp4a "
+                        "kernel vector (rows 4|8; decode=dp4a: the integer path, M <= 4, no sum or persistent=1; rowwarps > 1: dp4a "
                         "only, warps 1) or mma (rows 16|32; no dp4a, sum, prefetch, persistent or rowwarps)")
     p.add_argument("--static-weights", action="store_true",
                    help="make the FP4 and BF16 plans with static_weights=True (the promise that no kernel still running "

@@ -29,7 +29,7 @@ from ._errors import RESULTS_HELP
 from ._values import comma_items, add_device_argument, positive_int, shape_values
 
 __all__ = ["COLUMNS", "FP8_M", "FP8_SHAPES", "SWEEP_KERNELS", "Candidate", "Fp8Row", "fp8_profile", "fp8_shape_values",
-           "register", "row_operands", "shape_values", "shape_weights", "sweep_best", "sweep_values", "table"]
+           "profile_shape_values", "register", "row_operands", "shape_values", "shape_weights", "sweep_best", "sweep_values", "table"]
 
 FP8_SHAPES = ((4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096))
 """(N, K) of the weights: Llama-3-8B-like projections (hidden 4096, MLP 14336, fused QKV 6144)."""
@@ -94,6 +94,18 @@ def fp8_shape_values(text: str) -> tuple[tuple[int, int], ...]:
             raise argparse.ArgumentTypeError(f"expected NxK pairs with K a multiple of {FP8_K_MULTIPLE} (16-byte rows "
                                              f"of E4M3 codes), received {n}x{k} in {text!r}")
     return shapes
+
+
+def profile_shape_values(text: str) -> tuple[tuple[int, int], ...]:
+    """fp8-profile's ``--shapes``: :func:`fp8_shape_values`, each N and K below the plans' dimension limit
+    (:func:`~mircuda.cli._values.below_dim_limit`, checked while parsing, as dense-vector-profile's ``--shapes``).
+
+    Raises:
+        argparse.ArgumentTypeError: as :func:`fp8_shape_values`, or naming a pair at or above the limit.
+    """
+    from ._values import below_dim_limit
+
+    return below_dim_limit(fp8_shape_values(text), text)
 
 
 SWEEP_KERNELS = {"gemv": ("blockwise_fp8_gemv", (1, 2, 4, 8)), "mma": ("blockwise_fp8_mma", (16, 32))}
@@ -552,14 +564,15 @@ def _goals(rows: list[Fp8Row]) -> list[str]:
 
 def register(sub: Any) -> None:
     """Add ``fp8-profile`` to the CLI's subparsers."""
-    from ._matmul_profile import m_values
+    from ._matmul_profile import dense_m_values
 
     p = sub.add_parser("fp8-profile", help="BlockwiseFp8Plan vs torch._scaled_mm (rowwise, blockwise) over M and "
                                            "Llama-like (N, K) on cold weights (GPU; torch optional)")
     add_device_argument(p)
-    p.add_argument("--m", type=m_values, default=",".join(map(str, FP8_M)), help="comma-separated M values")
-    p.add_argument("--shapes", type=fp8_shape_values, default=",".join(f"{n}x{k}" for n, k in FP8_SHAPES),
-                   help="comma-separated NxK weight shapes, K a multiple of 16 (default: the four Llama-like ones)")
+    p.add_argument("--m", type=dense_m_values, default=",".join(map(str, FP8_M)), help="comma-separated M values")
+    p.add_argument("--shapes", type=profile_shape_values, default=",".join(f"{n}x{k}" for n, k in FP8_SHAPES),
+                   help="comma-separated NxK weight shapes, K a multiple of 16, each dimension below 2147418112 "
+                        "(default: the four Llama-like ones)")
     p.add_argument("--calls", type=positive_int, default=20, help="back-to-back calls per timed repeat")
     p.add_argument("--repeats", type=positive_int, default=7, help="timed repeats (the median is reported)")
     p.add_argument("--sweep", type=sweep_values, default=None,

@@ -43,11 +43,11 @@ from typing import Any
 
 from ..timing import Column, ResultTable, host_us_per_call
 from ._errors import RESULTS_HELP, check_results_file
-from ._values import add_device_argument, positive_int
+from ._values import add_device_argument, comma_items, distinct, is_decimal, positive_int
 from ._graph_floor import FLOOR_NAME, CFloor, FloorUnavailable, build, expected_count, note
 from ._graph_paths import BindingsPath, CuPyPath, LibraryPath, MircudaPath, TorchPath, spin_on_handle
 
-__all__ = ["COLUMNS", "cmd_graph_profile", "register", "table"]
+__all__ = ["COLUMNS", "MAX_KERNELS", "cmd_graph_profile", "kernel_counts", "register", "table"]
 
 GOAL_REPLAY_HOST_US = 2.0
 _LIBRARIES = ("mircuda", "torch", "CuPy")
@@ -58,7 +58,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser("graph-profile", help="N kernels launched directly vs replayed as one CUDA graph: "
                        "host and device µs, beside torch and CuPy graphs")
     add_device_argument(p)
-    p.add_argument("--sizes", default="1,10,100", help="comma-separated kernel counts N (default 1,10,100)")
+    p.add_argument("--sizes", type=kernel_counts, default="1,10,100",
+                   help=f"comma-separated kernel counts N, each once (default 1,10,100; at most {MAX_KERNELS})")
     p.add_argument("--calls", type=positive_int, default=200, help="kernels or replays per host-timed batch")
     p.add_argument("--batches", type=positive_int, default=20, help="host-timed batches per round")
     p.add_argument("--samples", type=positive_int, default=10, help="device-timed samples per round")
@@ -68,6 +69,28 @@ def register(sub: Any) -> None:
     p.add_argument("--in-process", action="store_true", help="measure every library in this one process")
     p.add_argument("--only", choices=_LIBRARIES, help=argparse.SUPPRESS)  # child mode of the isolated run
     p.set_defaults(func=cmd_graph_profile, json_default=p.get_default("json"))
+
+
+MAX_KERNELS = 1_000_000
+"""``--sizes`` limit: the C floor's (``benchmarks/c/launch_floor.c`` takes at most this many graph nodes); a graph
+of N kernels holds N nodes in host and device memory."""
+
+
+def kernel_counts(text: str) -> tuple[int, ...]:
+    """``--sizes``: comma-separated kernel counts N, ASCII digits in [1, :data:`MAX_KERNELS`], each once, e.g.
+    ``1,10,100``.
+
+    Raises:
+        argparse.ArgumentTypeError: naming the value that is not such a count, an empty item (``1,,2``) or a
+            repeated value (it would be measured and recorded twice).
+    """
+    values = []
+    for v in comma_items(text, "kernel count"):
+        if not is_decimal(v) or not 1 <= int(v) <= MAX_KERNELS:
+            raise argparse.ArgumentTypeError(f"expected comma-separated kernel counts in [1, {MAX_KERNELS}] (the C "
+                                             f"floor's limit), received {v[:40]!r} in {text[:80]!r}")
+        values.append(int(v))
+    return tuple(distinct(values, text))
 
 
 def _source_text() -> str:
@@ -128,12 +151,7 @@ def _device_us(path: LibraryPath, run: Callable[[], None], spin: Callable[[int, 
 def cmd_graph_profile(args: argparse.Namespace) -> int:
     import mircuda as mc
 
-    try:
-        sizes = [int(s) for s in str(args.sizes).split(",")]  # an empty item (1,,2) is refused, not skipped
-    except ValueError:
-        sizes = []
-    if not sizes or min(sizes) < 1:
-        raise mc.ContractError("--sizes", "positive kernel counts such as 1,10,100", repr(args.sizes))
+    sizes = list(args.sizes)  # checked while parsing (kernel_counts)
     for name in ("calls", "batches", "samples", "rounds"):
         if getattr(args, name) < 1:
             raise mc.ContractError(f"--{name}", "a positive integer", str(getattr(args, name)))

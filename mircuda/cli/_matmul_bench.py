@@ -195,12 +195,12 @@ def check_results_argument(parser: Any, path: str) -> None:
     """``--json`` checked before any GPU work (not after minutes of it): an unusable path ends the script with
     argparse's one-line error (exit status 2)."""
     from ..errors import ContractError
-    from ._errors import check_output_file
+    from ._errors import check_output_file, contract_text
 
     try:
         check_output_file(path, "--json")
     except ContractError as exc:
-        parser.error(str(exc))
+        parser.error(contract_text(exc))
 
 
 def finish_script(path: str, device: str, rows: list[dict[str, Any]], failures: list[str], failed: str) -> None:

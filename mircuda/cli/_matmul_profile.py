@@ -344,8 +344,8 @@ def kernel_prefixes(text: str) -> tuple[str, ...]:
 
 
 def dense_m_values(text: str) -> tuple[int, ...]:
-    """``--m`` of matmul-profile: :func:`m_values`, each below the dense plans' dimension limit (checked while
-    parsing, before an operand of that many rows is allocated).
+    """``--m`` of matmul-profile (and fp8-profile, decoder-layer-profile, multi-gpu-profile): :func:`m_values`, each
+    below the dense plans' dimension limit (checked while parsing, before an operand of that many rows is allocated).
 
     Raises:
         argparse.ArgumentTypeError: as :func:`m_values`, or naming a value at or above the limit.

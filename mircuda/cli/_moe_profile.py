@@ -225,6 +225,11 @@ class Candidate:
         return self.resolve(DecodeTuning(decode))  # the candidate's fields over an all-default tuning
 
 
+_SWEEP_FIELDS = {"s": "stages", "w": "warps", "r": "weight rows per block", "m": "rows per tile",
+                 "p": "the persistent grid", "l": "the lean tile walk, dp4a", "g": "the register cap, dp4a, 0: none",
+                 "t": "the m-tile", "o": "row warps, dp4a"}
+"""What each ``--sweep`` field sets (the refusal of a value names the field, then the values it takes)."""
+
 SWEEP_VECTOR = ("e4m3:m1", "e4m3:m2", "e4m3:m4", "e4m3:m1:r8", "e4m3:s3:m1", "e4m3:s4:m1", "e4m3:m1:w1",
                 "e4m3:m1:w2", "e4m3:m1:w4", "pairs:m1", "bytes:m1", "e4m3:m1:p1", "e4m3:s3:m1:p1", "e4m3:m2:p1")
 """``--sweep vector``: the ``"vector"`` variant's candidates (tile rows, stages, warps, rows per block,
@@ -245,8 +250,9 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
     m-tile: 8, 16 or 32 activation rows per tile instead of the plan's choice).
 
     Raises:
-        ContractError: ``--sweep`` naming an unknown field or value, an empty item, or the same candidate twice
-            (``p0`` is the same as no ``p``; ``default`` is always measured first).
+        ContractError: ``--sweep`` naming an unknown field or value (the field, e.g. ``'s5' in 'bytes:s5'``, then
+            the values that field takes), an empty item, or the same candidate twice (``p0`` is the same as no ``p``;
+            ``default`` is always measured first).
     """
     import dataclasses
 
@@ -272,7 +278,8 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
             # more than 4300 digits; no field's value has more than two.
             if (key not in "swrmplgto" or not key or not (num.isascii() and num.isdigit()) or len(num) > 2
                     or (num[:1] == "0" and num != "0") or key in raw):
-                raise ContractError("--sweep", "fields sN, wN, rN, mN, pN, lN, gN, tN, oN, each once", repr(item[:60]))
+                raise ContractError("--sweep", "fields sN, wN, rN, mN, pN, lN, gN, tN, oN, each once",
+                                    f"{part[:20]!r} in {item[:60]!r}")
             raw[key] = int(num)
         vector = "m" in raw
         if head in VECTOR_DECODES and (raw.get("m") != 1 or (raw.get("p") and not raw.get("l"))):
@@ -290,11 +297,13 @@ def parse_candidates(text: str) -> tuple[Candidate, ...]:
                    "l": (0, 1), "g": REGISTER_CAPS, "t": () if vector else ROWS_PER_TILE[:3], "o": ROW_WARPS}
         for key, value in raw.items():
             if value not in allowed[key]:
-                raise ContractError("--sweep", "fields sN (stages 2-4), mN (vector rows per tile 1, 2, 4, 8); split_k: wN "
-                                    "(warps 4, 8, 16), rN (rows 16, 32); vector: wN (1, 2, 4, 8), rN (4, 8), pN "
-                                    f"(persistent 0, 1); dp4a: lN (lean tiles 0, 1), gN (registers {REGISTER_CAPS}), oN "
-                                    f"(row warps {ROW_WARPS}); split_k: tN (tile rows {ROWS_PER_TILE[:3]})",
-                                    repr(item))
+                # the field refused first, then what that field takes in this candidate's variant
+                values = [str(v) for v in allowed[key]]  # two or more, or none where the variant has no such field
+                variant = "" if key in "smlgo" or not values else (" of the vector variant" if vector else " of split_k")
+                takes = (f"takes N = {', '.join(values[:-1])} or {values[-1]}" if values else
+                         f"is for {'split_k (without mN)' if vector else 'the vector variant (with mN)'} only")
+                raise ContractError("--sweep", "fields sN, wN, rN, mN, pN, lN, gN, tN, oN with values they take",
+                                    f"{key + str(value)!r} in {item!r}", f"{key}N ({_SWEEP_FIELDS[key]}{variant}) {takes}")
         frags = None if "r" not in raw else raw["r"] // (4 if vector else 16)
         cand = Candidate(item, None if head == "default" else head, raw.get("s"), raw.get("w"), frags,
                          raw.get("m"), True if raw.get("p") else None,  # p0, l0: the default, as none given

@@ -817,12 +817,12 @@ def _goals(rows: list[Row]) -> list[str]:
 
 def register(sub: Any) -> None:
     """Add ``multi-gpu-profile`` to the CLI's subparsers."""
-    from ._matmul_profile import m_values
+    from ._matmul_profile import dense_m_values
 
     p = sub.add_parser("multi-gpu-profile",
                        help="two GPUs: peer copies, NCCL all-reduce/all-gather beside torch.distributed, NCCL in "
                             "graphs, tensor-parallel Llama-3-8B projections vs one GPU (needs 2 GPUs and nccl4py)")
-    p.add_argument("--m", type=m_values, default="1,16,2048", help="M values of part c (default 1,16,2048)")
+    p.add_argument("--m", type=dense_m_values, default="1,16,2048", help="M values of part c (default 1,16,2048)")
     p.add_argument("--quick", action="store_true", help="five message sizes (8 KiB, 64 KiB, 1 MiB, 16 MiB, 256 MiB)")
     p.add_argument("--calls", type=positive_int, default=40, help="back-to-back calls per timed repeat (large messages: 1/4)")
     p.add_argument("--repeats", type=positive_int, default=5, help="timed repeats (the median is reported)")

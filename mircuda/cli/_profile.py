@@ -10,10 +10,14 @@ import time
 from typing import Any
 
 from ..timing import Column, ResultTable, host_us_per_call
-from ._values import add_device_argument, positive_int
+from ._errors import check_results_file
+from ._values import add_device_argument, count_up_to, positive_int
 from ._inspect import SAMPLE_SOURCE
 
-__all__ = ["cmd_profile", "register", "table"]
+__all__ = ["MAX_ELEMENTS", "cmd_profile", "register", "table"]
+
+MAX_ELEMENTS = 1 << 30
+"""``--elements`` limit: 4 GiB per float32 vector; the profile holds two on the device and two pinned on the host."""
 
 
 def table(rows: list[tuple[str, Any]]) -> ResultTable:
@@ -35,11 +39,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     for name in ("elements", "launches", "batches"):
         if getattr(args, name) < 1:
             raise mc.ContractError(f"--{name}", "a positive integer", str(getattr(args, name)))
-    if args.json:
-        try:  # fail now, not after the whole run
-            open(args.json, "a").close()
-        except OSError as exc:
-            raise mc.ContractError("--json", "a writable file path", f"{args.json!r} ({exc.strerror})") from None
+    if args.json is not None:  # checked now, not after the whole run, and nothing is created ('' is refused)
+        check_results_file(args.json, None)
     n = args.elements
     launches = args.launches
     driver = mc.Driver.initialize()
@@ -150,8 +151,9 @@ def register(sub: Any) -> None:
     """Add ``profile`` to the CLI's subparsers."""
     p = sub.add_parser("profile", help="compile, cache, allocate, launch, time and check a kernel on the GPU")
     add_device_argument(p)
-    p.add_argument("--elements", type=int, default=1 << 20, help="vector length of the axpby kernel (default 2^20)")
+    p.add_argument("--elements", type=count_up_to(MAX_ELEMENTS, "4 GiB per float32 vector"), default=1 << 20,
+                   help="vector length of the axpby kernel (default 2^20, at most 2^30)")
     p.add_argument("--launches", type=positive_int, default=200, help="launches per timed batch (default 200)")
     p.add_argument("--batches", type=positive_int, default=50, help="timed batches; medians are over batches (default 50)")
-    p.add_argument("--json", help="also write the table as JSON to this file")
+    p.add_argument("--json", help="also write the table as JSON to this file, in an existing directory (default: none)")
     p.set_defaults(func=cmd_profile)

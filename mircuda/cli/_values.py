@@ -6,13 +6,17 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["add_device_argument", "comma_items", "device_ordinal", "distinct", "distinct_ints", "is_decimal", "positive_int", "positive_seconds",
-           "shape_values"]
+__all__ = ["COUNT_LIMIT", "add_device_argument", "below_dim_limit", "comma_items", "count_up_to", "dense_shape_values",
+           "device_ordinal", "distinct", "distinct_ints", "is_decimal", "positive_int", "positive_seconds", "shape_values"]
 
 T = TypeVar("T")
+
+COUNT_LIMIT = 2**31 - 1
+"""The largest count a flag takes (``--calls``, ``--repeats``, ``--batches``...): what a C ``int`` holds. A count
+that drives memory has a smaller limit of its own (:func:`count_up_to`)."""
 
 
 def comma_items(text: str, what: str) -> list[str]:
@@ -26,21 +30,39 @@ def comma_items(text: str, what: str) -> list[str]:
     if not any(items):
         raise argparse.ArgumentTypeError(f"expected at least one {what}, received {text!r}")
     if not all(items):
-        raise argparse.ArgumentTypeError(f"expected comma-separated {what}s without an empty item, received {text!r}")
+        plural = what + ("es" if what.endswith(("s", "x", "ch", "sh")) else "s")  # kernel name prefixes
+        raise argparse.ArgumentTypeError(f"expected comma-separated {plural} without an empty item, received {text!r}")
     return items
 
 
 def is_decimal(text: str) -> bool:
-    """``text`` (stripped) is ASCII decimal digits only: ``str.isdigit`` also takes ``'²'``, which ``int`` then
-    refuses (argparse would say only "invalid ... value"), and ``int`` alone also takes ``'1_6'``."""
-    return re.fullmatch(r"[0-9]+", text.strip()) is not None
+    """``text`` is ASCII decimal digits only: ``str.isdigit`` also takes ``'²'``, which ``int`` then refuses
+    (argparse would say only "invalid ... value"), and ``int`` alone also takes ``'1_6'`` and ``' 5'``. Items of a
+    comma-separated list are stripped first (:func:`comma_items`), so ``--m '1, 16'`` reads as 1 and 16."""
+    return re.fullmatch(r"[0-9]+", text) is not None
+
+
+def _count(text: str, limit: int, why: str) -> int:
+    if not is_decimal(text) or not 1 <= int(text) <= limit:
+        raise argparse.ArgumentTypeError(f"expected a positive integer up to {limit} ({why}), received {text[:40]!r}")
+    return int(text)
 
 
 def positive_int(text: str) -> int:
-    """A count such as ``--calls`` or ``--repeats``: an int >= 1."""
-    if not is_decimal(text) or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, received {text!r}")
-    return int(text)
+    """A count such as ``--calls`` or ``--repeats``: ASCII digits (:func:`is_decimal`), an int in
+    [1, :data:`COUNT_LIMIT`].
+
+    Raises:
+        argparse.ArgumentTypeError: naming the bound: another character, 0, or a value above it.
+    """
+    return _count(text, COUNT_LIMIT, "a C int")
+
+
+def count_up_to(limit: int, why: str) -> Callable[[str], int]:
+    """The ``type=`` of a count whose bound is lower than :data:`COUNT_LIMIT` (it drives memory, or a program
+    it is handed to refuses more): :func:`positive_int` up to ``limit``; ``why`` says where the bound comes from
+    (the message names both)."""
+    return lambda text: _count(text, limit, why)
 
 
 def device_ordinal(text: str) -> int:
@@ -124,3 +146,30 @@ def shape_values(text: str) -> tuple[tuple[int, int], ...]:
                                              f"in {text!r}")
         out.append((int(parts[0]), int(parts[1])))
     return tuple(distinct(out, text))
+
+
+def below_dim_limit(shapes: tuple[tuple[int, int], ...], text: str) -> tuple[tuple[int, int], ...]:
+    """``shapes`` (parsed from ``text``) if every N and K is below the plans' dimension limit, 2**31 - 2**16 =
+    2147418112 (``mircuda.matmul._spec._DIM_LIMIT``, the bound of matmul-profile's ``--m``): checked while parsing,
+    before an operand that large is allocated.
+
+    Raises:
+        argparse.ArgumentTypeError: naming the first pair with a dimension at or above the limit.
+    """
+    from ..matmul._spec import _DIM_LIMIT
+
+    for n, k in shapes:
+        if max(n, k) >= _DIM_LIMIT:
+            raise argparse.ArgumentTypeError(f"expected NxK pairs of dimensions below {_DIM_LIMIT} (the kernels index "
+                                             f"with 32-bit ints), received {n}x{k} in {text[:80]!r}")
+    return shapes
+
+
+def dense_shape_values(text: str) -> tuple[tuple[int, int], ...]:
+    """``--shapes`` of dense-vector-profile: :func:`shape_values`, each N and K below the plans' dimension limit
+    (:func:`below_dim_limit`).
+
+    Raises:
+        argparse.ArgumentTypeError: as :func:`shape_values` and :func:`below_dim_limit`.
+    """
+    return below_dim_limit(shape_values(text), text)
