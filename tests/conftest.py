@@ -114,3 +114,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # deadline (a verdict must not depend on process speed).
 settings.register_profile("mircuda", derandomize=True, deadline=None, max_examples=200)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "mircuda"))
+
+
+@pytest.fixture
+def no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver as on a machine without one: a command stops there with exit status 2, after its checks."""
+    import mircuda as mc
+
+    def initialize() -> None:
+        raise mc.MircudaError("no driver (test stand-in)")
+
+    monkeypatch.setattr(mc.Driver, "initialize", staticmethod(initialize))

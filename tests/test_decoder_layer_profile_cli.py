@@ -65,7 +65,7 @@ def test_rows_rates_goals_and_ratios() -> None:
     assert "<=109.1" in text and "NOT met" in text
 
 
-@pytest.mark.parametrize("argv, flag", [(["--sets", "1"], "--sets"), (["--dtype", "e4m3"], "--dtype"),
+@pytest.mark.parametrize("argv, flag", [(["--dtype", "e4m3"], "--dtype"),
                                         (["--json", "/nonexistent-dir/x.json"], "--json")])
 def test_bad_flags_are_named_before_the_driver(argv, flag, capsys) -> None:
     assert main(["decoder-layer-profile", *argv]) == 2
@@ -73,7 +73,7 @@ def test_bad_flags_are_named_before_the_driver(argv, flag, capsys) -> None:
     assert err.startswith(f"error: ContractError: {flag}: expected ") and len(err.splitlines()) == 1, err
 
 
-@pytest.mark.parametrize("argv", [["--m", "0"], ["--m", "1,x"], ["--sets", "two"]])
+@pytest.mark.parametrize("argv", [["--m", "0"], ["--m", "1,x"], ["--sets", "two"], ["--sets", "1"]])
 def test_bad_values_exit_2_with_one_line(argv, capsys) -> None:
     with pytest.raises(SystemExit) as info:
         main(["decoder-layer-profile", *argv])

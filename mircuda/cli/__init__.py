@@ -9,6 +9,7 @@ The command line sits on top of every layer of the library: one module per comma
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import traceback
 from typing import Any, NoReturn
@@ -24,6 +25,10 @@ class _Parser(argparse.ArgumentParser):
     ``add_subparsers`` makes every command's parser of this class too."""
 
     def error(self, message: str) -> NoReturn:
+        found = re.fullmatch(r"argument (\S+): expected one argument", message)
+        if found:  # argparse reads a value that starts with '-' (-v, ->f32) as the next flag
+            flag = found.group(1).split("/")[-1]
+            message += f" (a value that starts with '-' goes in the same word, after '=': {flag}=<value>)"
         self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
@@ -61,8 +66,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns its exit status (2 on a usage error, a mircuda error or an OSError:
-    one line on stderr that names the flag, never a traceback unless ``MIRCUDA_DEBUG=1``)."""
+    """Run one command; returns its exit status (2 on a usage error, a mircuda error, an OSError or a host
+    allocation that failed: one line on stderr that names the flag, never a traceback unless
+    ``MIRCUDA_DEBUG=1``)."""
     args = _parser().parse_args(argv)
     try:
         return int(args.func(args))
@@ -70,4 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         if debug():
             traceback.print_exc()
         print(cli_message(exc, getattr(args, "flags", {}), getattr(args, "phrases", {})), file=sys.stderr)
+        return 2
+    except (MemoryError, ValueError) as exc:
+        # Sizes are bounded per dimension while parsing; their product can still exceed the host's memory, which
+        # numpy says with MemoryError, or with this ValueError past its largest array. Any other ValueError is a fault.
+        if isinstance(exc, ValueError) and not str(exc).startswith("array is too big"):
+            raise
+        if debug():
+            traceback.print_exc()
+        print(f"error: MemoryError: the host could not allocate the operands of these sizes ({exc}); ask for smaller "
+              "shapes or M values", file=sys.stderr)
         return 2

@@ -14,8 +14,9 @@ __all__ = ["cmd_build_cutlass", "register"]
 
 
 def _cache_dir(text: str) -> str:
-    """``--cache-dir``: a directory path; ``''`` is refused (it is not the default cache: leave the flag out)."""
-    if not text:
+    """``--cache-dir``: a directory path; ``''`` is refused (it is not the default cache: leave the flag out), and
+    so is white space around the path (``' '`` would make an invisible directory in the working directory)."""
+    if not text.strip() or text != text.strip():
         raise argparse.ArgumentTypeError(f"expected a directory path (leave the flag out for the default cache), "
                                          f"received {text!r}")
     return text
@@ -40,6 +41,9 @@ def cmd_build_cutlass(args: argparse.Namespace) -> int:
     if args.cache_dir is not None:
         make_writable_directory(Path(args.cache_dir), "--cache-dir")
     elif os.environ.get("MIRCUDA_CACHE_DIR"):
+        value = os.environ["MIRCUDA_CACHE_DIR"]
+        if value != value.strip():  # ' ' would make an invisible directory in the working directory
+            raise mc.ContractError("MIRCUDA_CACHE_DIR", "a directory path without white space around it", repr(value))
         make_writable_directory(cache_root(), "MIRCUDA_CACHE_DIR")
     else:
         make_writable_directory(cache_root(), "--cache-dir (default)")

@@ -26,11 +26,14 @@ def _diagnostics(text: str) -> list[int]:
     """``--diag-suppress``: comma-separated diagnostic numbers (ASCII digits, :func:`is_decimal`).
 
     Raises:
-        argparse.ArgumentTypeError: an empty item or another character.
+        argparse.ArgumentTypeError: an empty item, another character or a number outside [1, 99999].
     """
+    from ..compile._options import DIAGNOSTIC_MAX
+
     items = [n.strip() for n in text.split(",")]
-    if not all(is_decimal(n) for n in items):
-        raise argparse.ArgumentTypeError(f"expected diagnostic numbers such as 177 or 177,550, received {text!r}")
+    if not all(is_decimal(n) and 1 <= int(n) <= DIAGNOSTIC_MAX for n in items):
+        raise argparse.ArgumentTypeError(f"expected diagnostic numbers in [1, {DIAGNOSTIC_MAX}] such as 177 or 177,550, "
+                                         f"received {text[:80]!r}")
     return [int(n) for n in items]
 
 
@@ -130,8 +133,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="at most N registers per thread (16-255)")
     p.add_argument("--diag-suppress", dest="diag_suppress", type=_diagnostics, action="append", default=[],
                    metavar="N[,N...]", help="silence NVRTC diagnostics by number (repeatable)")
-    p.add_argument("--ptxas-options", dest="ptxas_options", metavar="-v",
-                   help="-v: print each kernel's registers, shared memory, stack and spills (ptxas' report)")
+    p.add_argument("--ptxas-options", dest="ptxas_options", metavar="OPTS",
+                   help="written --ptxas-options=-v (with '='; a lone -v reads as a flag): print each kernel's "
+                        "registers, shared memory, stack and spills (ptxas' report)")
     p.add_argument("--name-expression", dest="name_expressions", action="append", default=[], metavar="EXPR",
                    help="a C++ kernel name to instantiate and print the lowered name of, e.g. 'fill<float>' "
                         "(repeatable)")

@@ -61,15 +61,14 @@ SETS_RULE = f"an integer in [2, {MAX_SETS}] (weight sets rotated so that replays
 
 
 def set_count(text: str) -> int:
-    """``--sets``: ASCII digits (:func:`~mircuda.cli._values.is_decimal`), at most :data:`MAX_SETS`; below 2 is
-    refused by :func:`check_arguments`, before the driver is touched.
+    """``--sets``: ASCII digits (:func:`~mircuda.cli._values.is_decimal`), an int in [2, :data:`MAX_SETS`].
 
     Raises:
-        argparse.ArgumentTypeError: another character, or a value above :data:`MAX_SETS`.
+        argparse.ArgumentTypeError: another character, or a value outside the range.
     """
     import argparse
 
-    if not is_decimal(text) or int(text) > MAX_SETS:
+    if not is_decimal(text) or not 2 <= int(text) <= MAX_SETS:
         raise argparse.ArgumentTypeError(f"expected {SETS_RULE}, received {text[:40]!r}")
     return int(text)
 

@@ -64,6 +64,15 @@ def contract_text(exc: ContractError) -> str:
     return text
 
 
+def _file_in_the_way(path: Path) -> Path:
+    """The first of ``path`` and its parents, outermost first, that exists and is not a directory (``path`` itself
+    if none is found: the file appeared and went)."""
+    for part in reversed((path, *path.parents)):
+        if part.exists() and not part.is_dir():
+            return part
+    return path
+
+
 def make_writable_directory(path: Path, flag: str) -> None:
     """Make ``path`` (``mkdir -p``) and check this process can write into it; a cache directory that
     cannot be made is said before any work starts.
@@ -74,13 +83,28 @@ def make_writable_directory(path: Path, flag: str) -> None:
     expected = "a writable directory (or a path where one can be made)"
     if "\0" in str(path):
         raise ContractError(flag, expected, repr(str(path)), "it holds a NUL character")
+    if str(path) != str(path).strip() or not str(path).strip():  # ' ' would make an invisible directory here
+        raise ContractError(flag, "a directory path without white space around it", repr(str(path)))
     try:
         path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:  # errno's "File exists" for a file where a directory goes
+        blocker = _file_in_the_way(path)
+        raise ContractError(flag, expected, repr(str(path)), f"{str(blocker)!r} is a file, not a directory") from exc
     except OSError as exc:
         where = f" ({exc.filename!r})" if exc.filename and str(exc.filename) != str(path) else ""
         raise ContractError(flag, expected, repr(str(path)), f"{exc.strerror or exc}{where}") from exc
     if not os.access(path, os.W_OK | os.X_OK):
         raise ContractError(flag, expected, repr(str(path)), "it is not writable")
+
+
+def _check_file_path_text(path: str, flag: str) -> None:
+    """Refuse a path whose text cannot be meant as a new file's name: ``os.path.abspath`` drops a trailing
+    separator (``out/`` would become a file ``out``, or fail only when the results are written), and white space
+    around a name (``' '``) is a quoting slip that would create an invisible file in the working directory."""
+    if path != path.strip():
+        raise ContractError(flag, "a file path without white space around it", repr(path))
+    if path.endswith((os.sep, "/")) or os.path.basename(path) in (".", ".."):
+        raise ContractError(flag, "a file path", repr(path), "it names a directory")
 
 
 def check_output_file(path: str, flag: str) -> None:
@@ -94,6 +118,7 @@ def check_output_file(path: str, flag: str) -> None:
     out = os.path.abspath(path) if path else ""
     if not path:
         raise ContractError(flag, "a file path in an existing directory", repr(path))
+    _check_file_path_text(path, flag)
     if os.path.isdir(out):
         raise ContractError(flag, "a file path in an existing directory", repr(path), "it is a directory")
     parent = os.path.dirname(out)
@@ -117,6 +142,9 @@ def check_results_file(path: str, default: str | None, flag: str = "--json") -> 
     """
     if not path or "\0" in path:
         raise ContractError(flag, "a file path", repr(path))
+    if path == "-":  # compile -o - means standard output; a profile prints its table there already
+        raise ContractError(flag, "a file path", repr(path), "the table is printed on standard output already")
+    _check_file_path_text(path, flag)
     parent = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(parent) or path != default:
         check_output_file(path, flag)

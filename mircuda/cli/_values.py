@@ -4,12 +4,11 @@ parsed (one line naming the flag, exit status 2), before any driver or GPU work.
 from __future__ import annotations
 
 import argparse
-import math
 import re
 from collections.abc import Callable, Container, Sequence
 from typing import Any, TypeVar
 
-__all__ = ["COUNT_LIMIT", "add_device_argument", "below_dim_limit", "comma_items", "count_up_to", "dense_shape_values",
+__all__ = ["COUNT_LIMIT", "MAX_SECONDS", "add_device_argument", "below_dim_limit", "comma_items", "count_up_to", "dense_shape_values",
            "device_ordinal", "distinct", "distinct_ints", "is_decimal", "positive_int", "positive_seconds", "shape_values"]
 
 T = TypeVar("T")
@@ -77,15 +76,22 @@ def add_device_argument(p: Any) -> None:
     p.add_argument("--device", type=device_ordinal, default=0, help="CUDA device ordinal to run on (default 0)")
 
 
+MAX_SECONDS = 86400.0
+"""The longest timeout a flag takes (a day): ``queue.Queue.get`` raises OverflowError for 9.2e9 s, which the
+caller would report as the peer giving no result in time."""
+
+
 def positive_seconds(text: str) -> float:
-    """A timeout in seconds: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, received {text!r}")
-    return value
+    """A timeout in seconds: a decimal number written with ASCII digits and at most one point (``240``, ``0.5``),
+    in (0, :data:`MAX_SECONDS`]; ``float`` alone also takes ``' 5'``, ``1_0``, ``1e3`` and ``inf``.
+
+    Raises:
+        argparse.ArgumentTypeError: naming the range, for another form or a value outside it.
+    """
+    if re.fullmatch(r"[0-9]+(\.[0-9]*)?|\.[0-9]+", text) is None or not 0 < float(text) <= MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0 and up to {MAX_SECONDS:g} (a day), "
+                                         f"such as 240 or 0.5, received {text[:40]!r}")
+    return float(text)
 
 
 def distinct(values: Sequence[T], text: str) -> list[T]:

@@ -13,6 +13,9 @@ from ..errors import ContractError
 
 __all__ = ["CompileOptions", "ALLOWED_EXTRA_FLAGS", "NO_NVRTC_CACHE_FLAG", "RELOCATABLE_FLAG"]
 
+DIAGNOSTIC_MAX = 99999
+"""The largest diagnostic number ``diag_suppress`` takes (NVRTC's are at most five digits: ``warning #177-D``)."""
+
 RELOCATABLE_FLAG = "--relocatable-device-code=true"
 """NVRTC's flag for relocatable device code (``-rdc``)."""
 
@@ -128,9 +131,9 @@ class CompileOptions:
             raise ContractError("diag_suppress", "a sequence of diagnostic numbers such as (177, 550)",
                                 repr(self.diag_suppress))
         for number in self.diag_suppress:
-            if not is_integer_value(number) or not 0 < number < 100000:
-                raise ContractError("diag_suppress", "diagnostic numbers (positive ints, e.g. 177 for "
-                                    "'warning #177-D')", repr(number))
+            if not is_integer_value(number) or not 0 < number <= DIAGNOSTIC_MAX:
+                raise ContractError("diag_suppress", f"diagnostic numbers, ints in [1, {DIAGNOSTIC_MAX}] (e.g. 177 "
+                                    "for 'warning #177-D')", repr(number))
         object.__setattr__(self, "diag_suppress", tuple(sorted({int(n) for n in self.diag_suppress})))
         if isinstance(self.extra_flags, str) or not isinstance(self.extra_flags, (tuple, list)):
             raise ContractError("extra_flags", "a tuple of flags", repr(self.extra_flags))
