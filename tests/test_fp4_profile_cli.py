@@ -44,19 +44,34 @@ def test_quick_is_a_smaller_grid_and_each_flag_still_wins() -> None:
     assert parse("--activation", "bf16").activation == "bf16"
 
 
-@pytest.mark.parametrize("flags, head", [(["--shapes", "4096x4104"], "--shapes: expected NxK pairs with K a multiple "
-                                                                     "of 16"),
-                                         # at or above the plans' dimension limit (2**31 - 2**16)
-                                         (["--shapes", "99999999999999999999x4096"], "--shapes: expected NxK pairs the "
-                                                                                     "plans take, received 9999"),
-                                         (["--shapes", "4096x2147483648"], "--shapes: expected NxK pairs the plans "
-                                                                           "take, received 4096x2147483648"),
-                                         (["--m", "8,2147418112"], "--m: expected M values the plans take, received "
-                                                                   "2147418112")])
-def test_bad_values_are_refused_by_flag_before_the_driver(flags, head, capsys) -> None:
-    assert main(["fp4-profile", *flags]) == 2
+@pytest.mark.parametrize("flags, head", [
+    (["--shapes", "4096x4104"], "--shapes: expected NxK pairs with K a multiple of 16 (one UE4M3 scale per 16 "
+                                "K-elements), received 4096x4104"),
+    # at or above the plans' dimension limit (2**31 - 2**16), checked while parsing as fp8-profile's
+    (["--shapes", "99999999999999999999x4096"], "--shapes: expected NxK pairs of dimensions below 2147418112"),
+    (["--shapes", "4096x2147483648"], "--shapes: expected NxK pairs of dimensions below 2147418112 (the kernels index "
+                                      "with 32-bit ints), received 4096x2147483648"),
+    (["--m", "8,2147418112"], "--m: expected a dimension below 2147418112"),
+])
+def test_bad_values_are_refused_by_flag_while_parsing(flags, head, capsys) -> None:
+    """They were refused after parsing, in another form, with the library's argument name ('m', 'n') inside."""
+    with pytest.raises(SystemExit) as info:
+        main(["fp4-profile", *flags])
     err = capsys.readouterr().err
-    assert err.startswith(f"error: ContractError: {head}") and len(err.splitlines()) == 1
+    assert info.value.code == 2 and len(err.splitlines()) == 1
+    assert err.startswith(f"error: python -m mircuda fp4-profile: argument {head}"), err
+    assert "argument 'm'" not in err and "argument 'n'" not in err
+
+
+def test_grid_refuses_shapes_and_m_given_without_the_parser() -> None:
+    args = parse()
+    args.shapes, args.m = ((4096, 4104),), (1,)
+    with pytest.raises(ContractError, match="K a multiple of 16"):
+        fp.grid(args)
+    args.shapes, args.m = ((4096, 4096),), (2147418112,)
+    with pytest.raises(ContractError) as info:
+        fp.grid(args)
+    assert info.value.argument == "--m" and info.value.expected.startswith("M values the plans take (a dimension")
 
 
 @pytest.mark.parametrize("flag", ["--calls", "--repeats"])

@@ -400,8 +400,27 @@ def grid(args: Any) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...], int, 
         try:
             DenseMatmulSpec(*dims)
         except ContractError as exc:
-            raise ContractError(flag, f"{what} the plans take", value, str(exc)) from None
+            raise ContractError(flag, f"{what} the plans take ({exc.expected})", value) from None
     return tuple(ms), tuple(shapes), calls, repeats
+
+
+def fp4_shape_values(text: str) -> tuple[tuple[int, int], ...]:
+    """fp4-profile's ``--shapes``: NxK pairs (:func:`~mircuda.cli._values.shape_values`) with K a multiple of 16
+    (one UE4M3 scale per 16 K-elements), each N and K below the plans' dimension limit
+    (:func:`~mircuda.cli._values.below_dim_limit`), checked while parsing as fp8-profile's are; :func:`grid`
+    checks the same for arguments made without the parser.
+
+    Raises:
+        argparse.ArgumentTypeError: naming the pair that breaks a rule.
+    """
+    from ._values import below_dim_limit, shape_values
+
+    shapes = shape_values(text)
+    for n, k in shapes:
+        if k % 16:
+            raise argparse.ArgumentTypeError(f"expected NxK pairs with K a multiple of 16 (one UE4M3 scale per 16 "
+                                             f"K-elements), received {n}x{k} in {text[:80]!r}")
+    return below_dim_limit(shapes, text)
 
 
 def collect(shapes: Iterable[tuple[int, int]], ms: Iterable[int],
@@ -868,16 +887,16 @@ def fp4_profile(args: Any) -> int:
 
 def register(sub: Any) -> None:
     """Add ``fp4-profile`` to the CLI's subparsers."""
-    from ._values import shape_values
-    from ._matmul_profile import m_values
+    from ._matmul_profile import dense_m_values
 
     p = sub.add_parser("fp4-profile", help="BlockScaledFp4Plan / BlockScaledFp4VectorPlan beside BF16, cuBLAS "
                                            "(torch) and FP8 over M and Llama-like (N, K) on cold weights (GPU)")
     add_device_argument(p)
-    p.add_argument("--m", type=m_values, default=None,
-                   help=f"comma-separated M values (default: {','.join(map(str, FP4_M))})")
-    p.add_argument("--shapes", type=shape_values, default=None,
-                   help="comma-separated NxK weight shapes (default: the four Llama-like ones)")
+    p.add_argument("--m", type=dense_m_values, default=None,
+                   help=f"comma-separated M values, each below 2147418112 (default: {','.join(map(str, FP4_M))})")
+    p.add_argument("--shapes", type=fp4_shape_values, default=None,
+                   help="comma-separated NxK weight shapes, K a multiple of 16, each dimension below 2147418112 "
+                        "(default: the four Llama-like ones)")
     p.add_argument("--activation", choices=("fp4", "bf16"), default="fp4",
                    help="the FP4 plans' activations: NVFP4 (default) or BF16 (no activation quantization)")
     p.add_argument("--quick", action="store_true",
