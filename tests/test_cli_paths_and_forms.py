@@ -182,3 +182,14 @@ def test_any_other_value_error_is_a_fault_and_keeps_its_traceback(monkeypatch: p
     monkeypatch.setattr(command, "cmd_profile", broken)
     with pytest.raises(ValueError, match="a bug"):
         main(["profile"])
+
+
+def test_a_relative_file_is_said_to_be_resolved_against_the_working_directory(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The message named the library's parameter: "resolved against '...' (relative_to)"."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["compile", "missing.cu", "--arch", "sm_90", "-o", "k.cubin"]) == 2
+    err = capsys.readouterr().err
+    assert f"'missing.cu' was resolved against {str(tmp_path)!r} (the working directory)" in err, err
+    assert "relative_to" not in err

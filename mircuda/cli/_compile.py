@@ -156,7 +156,8 @@ FLAGS = {"arch": "--arch", "include_paths": "-I/--include-path", "defines": "-D/
 PHRASES = {"CompileOptions(output='ptx')": "--ptx", "CompileOptions(output='cubin')": "--cubin",
            'CompileOptions(output="ptx")': "--ptx", 'CompileOptions(output="cubin")': "--cubin",
            "expected False with PTX output (ptxas runs only for a CUBIN), received True":
-               "expected it left out with --ptx (ptxas runs only for a CUBIN), received both"}
+               "expected it left out with --ptx (ptxas runs only for a CUBIN), received both",
+           "(relative_to)": "(the working directory)"}
 
 
 def _check_output(path: str, source: str) -> None:
