@@ -65,7 +65,7 @@ def test_the_float64_check_fails_a_wrong_or_nan_result() -> None:
     ("--shapes", "4096x2147483648", "K a positive multiple of 8 below 2147418112"),
     ("--json", "", "expected a file path in an existing directory"),  # these failed after the whole GPU run
     ("--json", "/nonexistent-dir/knobs.json", "'/nonexistent-dir' is not a directory"),
-    ("--json", "/", "expected a file path in an existing directory, received '/'"),
+    ("--json", "/", "expected a file path, received '/'; it names a directory"),
 ])
 def test_a_bad_or_repeated_shape_warp_count_or_m_is_refused_before_the_gpu(flag, value, said) -> None:
     out = _run(flag, value)

@@ -101,7 +101,7 @@ PROBE = Path(__file__).resolve().parent.parent / "benchmarks" / "fp8_wgmma_probe
     # these three ran the whole GPU sweep, then failed to write its results with a traceback
     (("--json", ""), "argument '--json': expected a file path in an existing directory, received ''"),
     (("--json", "/nonexistent-dir/probe.json"), "'/nonexistent-dir' is not a directory"),
-    (("--json", "/"), "argument '--json': expected a file path in an existing directory, received '/'"),
+    (("--json", "/"), "argument '--json': expected a file path, received '/'; it names a directory"),
 ])
 def test_a_flag_the_kernel_cannot_take_is_refused_before_the_gpu(args, said) -> None:
     # without the checks each reached the driver (or NVRTC's static_assert on the GPU machine), or, for Y3, L2 or a
