@@ -193,3 +193,16 @@ def test_a_relative_file_is_said_to_be_resolved_against_the_working_directory(tm
     err = capsys.readouterr().err
     assert f"'missing.cu' was resolved against {str(tmp_path)!r} (the working directory)" in err, err
     assert "relative_to" not in err
+
+
+@pytest.mark.parametrize("command", ["matmul-profile", "dense-vector-profile"])
+def test_dtype_pairs_read_around_spaces_like_the_other_lists(command: str) -> None:
+    """``--dtypes ' bf16'`` was refused while ``--m ' 5'``, ``--shapes`` and ``--sweep`` items were stripped."""
+    assert _parser().parse_args([command, "--dtypes", " bf16, bf16->f32 "]).dtypes == "bf16,bf16->f32"
+
+
+@pytest.mark.parametrize("command", ["matmul-profile", "dense-vector-profile"])
+def test_an_empty_dtype_item_is_still_refused_after_stripping(command: str, no_driver: None,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([command, "--dtypes", "bf16, ,f16"]) == 2
+    assert "--dtypes: expected comma-separated input[->output] pairs" in capsys.readouterr().err

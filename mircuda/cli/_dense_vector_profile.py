@@ -105,6 +105,12 @@ def _matmul_row(context: Any, stream: Any, pool: Any, timer: Any, ws: list[Any],
     return measured
 
 
+def dtype_pairs_text(text: str) -> str:
+    """``--dtypes``'s ``type=``: the comma-separated items stripped (``'bf16, f16'`` reads as ``bf16,f16``, as
+    ``--m '1, 16'`` reads as 1 and 16); empty items are kept for :func:`check_dtype_pairs` to refuse by name."""
+    return ",".join(item.strip() for item in text.split(","))
+
+
 def check_dtype_pairs(text: str, flag: str = "--dtypes") -> None:
     """Each comma-separated ``input[->output]`` pair is one the dense plans take (input bf16 or f16,
     output the input type or f32), checked before any GPU work.
@@ -144,7 +150,7 @@ def check_profile_arguments(args: Any) -> None:
 
 def add_vector_arguments(p: Any) -> None:
     add_device_argument(p)
-    p.add_argument("--dtypes", default="bf16,f16,bf16->f32",
+    p.add_argument("--dtypes", type=dtype_pairs_text, default="bf16,f16,bf16->f32",
                    help="comma-separated input[->output] pairs (default: bf16,f16,bf16->f32)")
     p.add_argument("--calls", type=positive_int, default=50, help="back-to-back calls per timed repeat")
     p.add_argument("--repeats", type=positive_int, default=15, help="timed repeats (the median is reported)")

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ._dense_vector_profile import check_profile_arguments
+from ._dense_vector_profile import check_profile_arguments, dtype_pairs_text
 from ._errors import RESULTS_HELP, check_results_file
 from ._values import comma_items, add_device_argument, distinct, is_decimal, positive_int
 from ._matmul_bench import Row, Types, relative_error, row, session, upload
@@ -366,7 +366,7 @@ def dense_m_values(text: str) -> tuple[int, ...]:
 
 def add_matmul_arguments(p: Any) -> None:
     add_device_argument(p)
-    p.add_argument("--dtypes", default="bf16,f16,bf16->f32",
+    p.add_argument("--dtypes", type=dtype_pairs_text, default="bf16,f16,bf16->f32",
                    help="comma-separated input[->output] pairs (default: bf16,f16,bf16->f32)")
     p.add_argument("--m", type=dense_m_values, default=",".join(map(str, MATMUL_M)),
                    help="comma-separated M values (positive ints; default: the 20 of MATMUL_M, 1 to 8192 -- "
