@@ -68,26 +68,37 @@ def no_build(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(build, "build", lambda *a, **k: pytest.fail("the build started"))
 
 
-@pytest.mark.parametrize("value", [" ", " cache", "cache "])
-def test_build_cutlass_refuses_white_space_around_the_cache_dir(value: str, no_build: None, tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """``--cache-dir ' '`` made a directory named ' ' in the working directory ('' was already refused)."""
+@pytest.mark.parametrize("value, expected", [
+    (" ", "a directory path (leave the flag out for the default cache)"),
+    (" cache", "a directory path without white space around it"),
+    ("cache ", "a directory path without white space around it"),
+    ("~/cache", "a directory path the shell expanded (~ is not expanded after '='; write --cache-dir ~/...)"),
+])
+def test_build_cutlass_refuses_white_space_around_the_cache_dir_or_a_literal_tilde(
+        value: str, expected: str, no_build: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--cache-dir ' '`` made a directory named ' ' in the working directory ('' was already refused), and
+    ``--cache-dir=~/c`` a directory named '~'."""
     monkeypatch.chdir(tmp_path)
-    err = refusal(["build-cutlass", "--cache-dir", value], capsys)
-    assert err.startswith(f"error: python -m mircuda build-cutlass: argument --cache-dir: expected a directory path "
-                          f"(leave the flag out for the default cache), received {value!r}")
+    err = refusal(["build-cutlass", f"--cache-dir={value}"], capsys)
+    assert err.startswith(f"error: python -m mircuda build-cutlass: argument --cache-dir: expected {expected}, "
+                          f"received {value!r}"), err
     assert list(tmp_path.iterdir()) == []
 
 
-def test_build_cutlass_refuses_white_space_around_mircuda_cache_dir(no_build: None, tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("variable, value", [("MIRCUDA_CACHE_DIR", " "), ("MIRCUDA_CACHE_DIR", "c "),
+                                             ("MIRCUDA_CACHE_DIR", "~/c"), ("XDG_CACHE_HOME", "xc "),
+                                             ("XDG_CACHE_HOME", "~")])
+def test_build_cutlass_refuses_a_cache_variable_with_white_space_or_a_literal_tilde(
+        variable: str, value: str, no_build: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``XDG_CACHE_HOME='xc '`` made ``'xc '/mircuda/cutlass``; the message names the variable and its value."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MIRCUDA_CACHE_DIR", " ")
+    monkeypatch.delenv("MIRCUDA_CACHE_DIR", raising=False)
+    monkeypatch.setenv(variable, value)
     assert main(["build-cutlass", "--arch", "90a"]) == 2
-    assert capsys.readouterr().err == ("error: ContractError: MIRCUDA_CACHE_DIR: expected a directory path without "
-                                       "white space around it, received ' '\n")
+    assert capsys.readouterr().err == (f"error: ContractError: {variable}: expected a directory path without white "
+                                       f"space around it or a leading ~, received {value!r}\n")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -126,8 +137,12 @@ def test_a_value_that_starts_with_a_dash_is_shown_the_equals_form(argv: list[str
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """The help showed ``--ptxas-options -v``, which argparse refuses with only 'expected one argument'."""
     err = refusal(argv, capsys)
-    assert (f"argument {flag}: expected one argument (a value that starts with '-' goes in the same word, after "
-            f"'=': {flag}=<value>)") in err
+    assert f"argument {flag}: expected one argument (none was given, or it starts with '-': write {flag}=<value>)" in err
+
+
+def test_a_missing_value_is_not_said_to_start_with_a_dash_only(capsys: pytest.CaptureFixture[str]) -> None:
+    err = refusal(["matmul-profile", "--json"], capsys)
+    assert "argument --json: expected one argument (none was given, or it starts with '-'" in err
 
 
 def test_the_equals_form_of_ptxas_options_parses_and_the_help_shows_it(capsys: pytest.CaptureFixture[str]) -> None:
@@ -169,8 +184,20 @@ def test_a_host_allocation_too_large_is_one_line(exc: BaseException, monkeypatch
     monkeypatch.setattr(command, "cmd_profile", allocate)
     assert main(["profile"]) == 2
     err = capsys.readouterr().err
-    assert err == (f"error: MemoryError: the host could not allocate the operands of these sizes ({exc}); ask for "
-                   "smaller shapes or M values\n")
+    assert err == (f"error: MemoryError: the host could not allocate what this run asked for ({exc}); ask for "
+                   "smaller sizes\n")
+
+
+def test_a_bare_memory_error_still_says_what_happened(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import mircuda.cli._profile as command
+
+    def allocate(args: object) -> int:
+        raise MemoryError()
+
+    monkeypatch.setattr(command, "cmd_profile", allocate)
+    assert main(["profile"]) == 2
+    assert "(out of memory); ask for smaller sizes" in capsys.readouterr().err
 
 
 def test_any_other_value_error_is_a_fault_and_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -202,7 +229,54 @@ def test_dtype_pairs_read_around_spaces_like_the_other_lists(command: str) -> No
 
 
 @pytest.mark.parametrize("command", ["matmul-profile", "dense-vector-profile"])
-def test_an_empty_dtype_item_is_still_refused_after_stripping(command: str, no_driver: None,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([command, "--dtypes", "bf16, ,f16"]) == 2
-    assert "--dtypes: expected comma-separated input[->output] pairs" in capsys.readouterr().err
+@pytest.mark.parametrize("value", ["bf16, ,f16", " ", "bf16,"])
+def test_an_empty_dtype_item_is_refused_quoting_what_was_typed(command: str, value: str, no_driver: None,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """``--dtypes ' '`` was quoted as '' (the stripped text)."""
+    assert main([command, "--dtypes", value]) == 2
+    assert capsys.readouterr().err == ("error: ContractError: --dtypes: expected comma-separated input[->output] pairs: "
+                                       "input bf16 or f16, output the input type or f32, without an empty item, "
+                                       f"received {value!r}\n")
+
+
+@pytest.mark.parametrize("command", ["profile", "matmul-profile", "graph-profile"])
+def test_a_path_through_a_missing_directory_is_refused_though_it_folds_away(command: str, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch,
+                                                                          no_driver: None,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """``nodir/../r.json``: ``abspath`` folds it to ``r.json`` and the check passed; the writer then made ``nodir``
+    or failed after the run (the kernel resolves ``nodir`` first)."""
+    monkeypatch.chdir(tmp_path)
+    assert main([command, "--json", "nodir/../r.json"]) == 2
+    assert capsys.readouterr().err == ("error: ContractError: --json: expected a file path in an existing directory, "
+                                       "received 'nodir/../r.json'; 'nodir/..' is not a directory\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_compile_refuses_a_path_through_a_missing_directory_before_compiling(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch,
+                                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "k.cu").write_text('extern "C" __global__ void k() {}\n')
+    assert main(["compile", "k.cu", "--arch", "sm_90", "-o", "nodir/../k.cubin"]) == 2
+    assert "'nodir/..' is not a directory" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.cu"]
+
+
+def test_a_benchmark_scripts_json_refuses_a_dash() -> None:
+    """The benchmark scripts check --json with check_output_file, which took '-' as a file named '-'."""
+    from mircuda.cli._errors import check_output_file
+
+    with pytest.raises(mc.ContractError) as info:
+        check_output_file("-", "--json")
+    assert info.value.argument == "--json" and "standard output is not written here" in str(info.value)
+
+
+@pytest.mark.parametrize("command, flag, says", [
+    ("compile", "--diag-suppress", "1 to 99999"),
+    ("multi-gpu-profile", "--torch-timeout", "up to 86400 (default 240)"),
+])
+def test_the_help_states_the_range(command: str, flag: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    assert says in " ".join(capsys.readouterr().out.split())

@@ -28,7 +28,7 @@ class _Parser(argparse.ArgumentParser):
         found = re.fullmatch(r"argument (\S+): expected one argument", message)
         if found:  # argparse reads a value that starts with '-' (-v, ->f32) as the next flag
             flag = found.group(1).split("/")[-1]
-            message += f" (a value that starts with '-' goes in the same word, after '=': {flag}=<value>)"
+            message += f" (none was given, or it starts with '-': write {flag}=<value>)"
         self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
@@ -84,6 +84,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         if debug():
             traceback.print_exc()
-        print(f"error: MemoryError: the host could not allocate the operands of these sizes ({exc}); ask for smaller "
-              "shapes or M values", file=sys.stderr)
+        print(f"error: MemoryError: the host could not allocate what this run asked for ({str(exc) or 'out of memory'}); "
+              "ask for smaller sizes", file=sys.stderr)
         return 2

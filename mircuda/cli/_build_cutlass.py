@@ -16,10 +16,29 @@ __all__ = ["cmd_build_cutlass", "register"]
 def _cache_dir(text: str) -> str:
     """``--cache-dir``: a directory path; ``''`` is refused (it is not the default cache: leave the flag out), and
     so is white space around the path (``' '`` would make an invisible directory in the working directory)."""
-    if not text.strip() or text != text.strip():
+    if not text.strip():
         raise argparse.ArgumentTypeError(f"expected a directory path (leave the flag out for the default cache), "
                                          f"received {text!r}")
+    if text != text.strip():
+        raise argparse.ArgumentTypeError(f"expected a directory path without white space around it, received {text!r}")
+    if text.startswith("~"):  # --cache-dir=~/c: the shell expands ~ only at the start of a word
+        raise argparse.ArgumentTypeError(f"expected a directory path the shell expanded (~ is not expanded after "
+                                         f"'='; write --cache-dir ~/...), received {text!r}")
     return text
+
+
+def check_cache_variable(name: str) -> None:
+    """The environment variable ``name`` that places the cache, refused with white space around it (``'x '`` would
+    make a directory whose name ends in a space) or a ``~`` no shell expanded.
+
+    Raises:
+        ContractError: naming the variable and its value.
+    """
+    from ..errors import ContractError
+
+    value = os.environ[name]
+    if value != value.strip() or value.startswith("~"):
+        raise ContractError(name, "a directory path without white space around it or a leading ~", repr(value))
 
 
 def cmd_build_cutlass(args: argparse.Namespace) -> int:
@@ -41,11 +60,11 @@ def cmd_build_cutlass(args: argparse.Namespace) -> int:
     if args.cache_dir is not None:
         make_writable_directory(Path(args.cache_dir), "--cache-dir")
     elif os.environ.get("MIRCUDA_CACHE_DIR"):
-        value = os.environ["MIRCUDA_CACHE_DIR"]
-        if value != value.strip():  # ' ' would make an invisible directory in the working directory
-            raise mc.ContractError("MIRCUDA_CACHE_DIR", "a directory path without white space around it", repr(value))
+        check_cache_variable("MIRCUDA_CACHE_DIR")
         make_writable_directory(cache_root(), "MIRCUDA_CACHE_DIR")
     else:
+        if os.environ.get("XDG_CACHE_HOME"):
+            check_cache_variable("XDG_CACHE_HOME")
         make_writable_directory(cache_root(), "--cache-dir (default)")
     path = build(archs, args.jobs, Path(args.cache_dir) if args.cache_dir else None, families)
     print(path)

@@ -132,7 +132,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--maxrregcount", dest="max_registers", type=_max_registers, metavar="N",
                    help="at most N registers per thread (16-255)")
     p.add_argument("--diag-suppress", dest="diag_suppress", type=_diagnostics, action="append", default=[],
-                   metavar="N[,N...]", help="silence NVRTC diagnostics by number (repeatable)")
+                   metavar="N[,N...]",
+                   help="silence NVRTC diagnostics by number, 1 to 99999 (repeatable; NVRTC refuses a number it does "
+                        "not know when it compiles)")
     p.add_argument("--ptxas-options", dest="ptxas_options", metavar="OPTS",
                    help="written --ptxas-options=-v (with '='; a lone -v reads as a flag): print each kernel's "
                         "registers, shared memory, stack and spills (ptxas' report)")

@@ -107,8 +107,9 @@ def _matmul_row(context: Any, stream: Any, pool: Any, timer: Any, ws: list[Any],
 
 def dtype_pairs_text(text: str) -> str:
     """``--dtypes``'s ``type=``: the comma-separated items stripped (``'bf16, f16'`` reads as ``bf16,f16``, as
-    ``--m '1, 16'`` reads as 1 and 16); empty items are kept for :func:`check_dtype_pairs` to refuse by name."""
-    return ",".join(item.strip() for item in text.split(","))
+    ``--m '1, 16'`` reads as 1 and 16); a text with an empty item is kept as typed, for :func:`check_dtype_pairs` to refuse by name quoting it."""
+    items = [item.strip() for item in text.split(",")]
+    return ",".join(items) if all(items) else text  # check_dtype_pairs refuses an empty item quoting what was typed
 
 
 def check_dtype_pairs(text: str, flag: str = "--dtypes") -> None:
@@ -122,7 +123,7 @@ def check_dtype_pairs(text: str, flag: str = "--dtypes") -> None:
 
     pairs = str(text).split(",")
     expected = "comma-separated input[->output] pairs: input bf16 or f16, output the input type or f32"
-    if not all(pairs):  # an empty item is most likely a pair the user meant to type
+    if not all(p.strip() for p in pairs):  # an empty item is most likely a pair the user meant to type
         raise ContractError(flag, expected + ", without an empty item", repr(text))
     seen = set()
     for pair in pairs:

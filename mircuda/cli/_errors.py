@@ -103,6 +103,8 @@ def _check_file_path_text(path: str, flag: str) -> None:
     around a name (``' '``) is a quoting slip that would create an invisible file in the working directory."""
     if path != path.strip():
         raise ContractError(flag, "a file path without white space around it", repr(path))
+    if path == "-":  # compile -o - is standard output, checked before this; elsewhere it would be a file named '-'
+        raise ContractError(flag, "a file path", repr(path), "standard output is not written here")
     if path.endswith((os.sep, "/")) or os.path.basename(path) in (".", ".."):
         raise ContractError(flag, "a file path", repr(path), "it names a directory")
 
@@ -119,6 +121,9 @@ def check_output_file(path: str, flag: str) -> None:
     if not path:
         raise ContractError(flag, "a file path in an existing directory", repr(path))
     _check_file_path_text(path, flag)
+    typed = os.path.dirname(path)
+    if typed and not os.path.isdir(typed):  # abspath folds 'nodir/..' away; the kernel resolves it and fails
+        raise ContractError(flag, "a file path in an existing directory", repr(path), f"{typed!r} is not a directory")
     if os.path.isdir(out):
         raise ContractError(flag, "a file path in an existing directory", repr(path), "it is a directory")
     parent = os.path.dirname(out)

@@ -831,7 +831,8 @@ def register(sub: Any) -> None:
                         f"under these variables: {', '.join(TP_NCCL_SETTINGS)}; repeat for several (default: "
                         f"{' and '.join(DEFAULT_TP_NCCL)}; --tp-nccl none: no variant)")
     p.add_argument("--no-torch", action="store_true", help="measure mircuda only")
-    p.add_argument("--torch-timeout", type=positive_seconds, default=240.0, help="seconds to wait for the torch processes")
+    p.add_argument("--torch-timeout", type=positive_seconds, default=240.0,
+                   help="seconds to wait for the torch processes, above 0 and up to 86400 (default 240)")
     p.add_argument("--json", default="benchmarks/results/multi_gpu_profile.json", help=RESULTS_HELP)
     p.set_defaults(func=multi_gpu_profile, json_default=p.get_default("json"),
                    flags={"calls": "--calls", "repeats": "--repeats"})

@@ -14,7 +14,8 @@ from ..errors import ContractError
 __all__ = ["CompileOptions", "ALLOWED_EXTRA_FLAGS", "NO_NVRTC_CACHE_FLAG", "RELOCATABLE_FLAG"]
 
 DIAGNOSTIC_MAX = 99999
-"""The largest diagnostic number ``diag_suppress`` takes (NVRTC's are at most five digits: ``warning #177-D``)."""
+"""The largest number ``diag_suppress`` takes, a bound on the syntax (``warning #177-D``) rather than NVRTC's list:
+NVRTC itself refuses a number it does not know when the program compiles (13.0 knows none above 3794)."""
 
 RELOCATABLE_FLAG = "--relocatable-device-code=true"
 """NVRTC's flag for relocatable device code (``-rdc``)."""
