@@ -83,7 +83,7 @@ def make_writable_directory(path: Path, flag: str) -> None:
     expected = "a writable directory (or a path where one can be made)"
     if "\0" in str(path):
         raise ContractError(flag, expected, repr(str(path)), "it holds a NUL character")
-    if str(path) != str(path).strip() or not str(path).strip():  # ' ' would make an invisible directory here
+    if str(path) != str(path).strip():  # ' ' would make an invisible directory here
         raise ContractError(flag, "a directory path without white space around it", repr(str(path)))
     try:
         path.mkdir(parents=True, exist_ok=True)

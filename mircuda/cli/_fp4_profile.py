@@ -413,14 +413,9 @@ def fp4_shape_values(text: str) -> tuple[tuple[int, int], ...]:
     Raises:
         argparse.ArgumentTypeError: naming the pair that breaks a rule.
     """
-    from ._values import below_dim_limit, shape_values
+    from ._values import below_dim_limit, k_multiple, shape_values
 
-    shapes = shape_values(text)
-    for n, k in shapes:
-        if k % 16:
-            raise argparse.ArgumentTypeError(f"expected NxK pairs with K a multiple of 16 (one UE4M3 scale per 16 "
-                                             f"K-elements), received {n}x{k} in {text[:80]!r}")
-    return below_dim_limit(shapes, text)
+    return below_dim_limit(k_multiple(shape_values(text), text, 16, "one UE4M3 scale per 16 K-elements"), text)
 
 
 def collect(shapes: Iterable[tuple[int, int]], ms: Iterable[int],

@@ -87,13 +87,9 @@ def fp8_shape_values(text: str) -> tuple[tuple[int, int], ...]:
         argparse.ArgumentTypeError: naming the pair whose K breaks the rule.
     """
     from ..matmul._fp8 import FP8_K_MULTIPLE
+    from ._values import k_multiple
 
-    shapes = shape_values(text)
-    for n, k in shapes:
-        if k % FP8_K_MULTIPLE:
-            raise argparse.ArgumentTypeError(f"expected NxK pairs with K a multiple of {FP8_K_MULTIPLE} (16-byte rows "
-                                             f"of E4M3 codes), received {n}x{k} in {text!r}")
-    return shapes
+    return k_multiple(shape_values(text), text, FP8_K_MULTIPLE, "16-byte rows of E4M3 codes")
 
 
 def profile_shape_values(text: str) -> tuple[tuple[int, int], ...]:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Container, Sequence
 from typing import Any, TypeVar
 
 __all__ = ["COUNT_LIMIT", "MAX_SECONDS", "add_device_argument", "below_dim_limit", "comma_items", "count_up_to", "dense_shape_values",
-           "device_ordinal", "distinct", "distinct_ints", "is_decimal", "positive_int", "positive_seconds", "shape_values"]
+           "device_ordinal", "distinct", "distinct_ints", "is_decimal", "k_multiple", "positive_int", "positive_seconds", "shape_values"]
 
 T = TypeVar("T")
 
@@ -152,6 +152,20 @@ def shape_values(text: str) -> tuple[tuple[int, int], ...]:
                                              f"in {text!r}")
         out.append((int(parts[0]), int(parts[1])))
     return tuple(distinct(out, text))
+
+
+def k_multiple(shapes: tuple[tuple[int, int], ...], text: str, multiple: int, why: str) -> tuple[tuple[int, int], ...]:
+    """``shapes`` (parsed from ``text``) if every K is a multiple of ``multiple``; ``why`` names the format's rule
+    (the FP8 plans' 16-byte rows of E4M3 codes, NVFP4's one scale per 16 K-elements).
+
+    Raises:
+        argparse.ArgumentTypeError: naming the first pair whose K breaks the rule.
+    """
+    for n, k in shapes:
+        if k % multiple:
+            raise argparse.ArgumentTypeError(f"expected NxK pairs with K a multiple of {multiple} ({why}), received "
+                                             f"{n}x{k} in {text[:80]!r}")
+    return shapes
 
 
 def below_dim_limit(shapes: tuple[tuple[int, int], ...], text: str) -> tuple[tuple[int, int], ...]:
