@@ -1268,3 +1268,69 @@ def test_the_swapped_64x32_4x1_comment_quotes_the_sweep() -> None:
     assert gemv == min(r["us"] for r in rows if r["path"].startswith("sweep "))  # the fastest of ours there
     assert (f"the batched GEMV ({gemv:.2f} µs at M = 24 on 6144x4096, bf16->f32) and cuBLAS ({cublas:.2f}) differ "
             f"by {100 * (gemv / cublas - 1):.0f} %") in source
+
+
+def test_the_readme_quotes_the_whole_profiles_of_2026_12_04() -> None:
+    """The "Whole profiles on one day's code" table: every figure recomputed from the record its row names."""
+    row = {line.split("|")[1].strip(): line for line in README.splitlines() if line.startswith("| `")}
+    fp8 = recorded("fp8_profile_20261204.json")["rows"]
+    vector = {(r["n"], r["k"]): r["us"] for r in fp8 if r["path"] == "BlockwiseFp8VectorPlan"}
+    decode = [r["vs_rowwise"] for r in fp8 if r["path"] == "BlockwiseFp8Plan" and r["m"] <= 16]
+    large = [r for r in fp8 if r["path"] == "BlockwiseFp8Plan" and r["m"] >= 2048]
+    shapes = ((4096, 4096), (14336, 4096), (4096, 14336))
+    assert (f"M = 1: {' / '.join(f'{vector[s]:.2f}' for s in shapes)} µs on 4096x4096 / 14336x4096 / 4096x14336; "
+            f"M <= 16: {min(decode):.2f}-{max(decode):.2f}x faster than torch's rowwise `_scaled_mm`, "
+            f"{sum(v >= 1.5 for v in decode)} of {len(decode)} points at 1.5x or more; M >= 2048: "
+            f"{geometric_mean([r['vs_rowwise'] for r in large]):.3f} of its rowwise and "
+            f"{geometric_mean([r['vs_blockwise'] for r in large]):.3f} of its blockwise TFLOP/s (geometric means of "
+            f"{len(large)} points)") in row["`fp8-profile`"]
+
+    fp4 = recorded("fp4_profile_20261204.json")["rows"]
+    m1 = {(r["n"], r["k"]): r["fp4_us"] for r in fp4 if r["m"] == 1}
+    time_ratios = [r["time_ratio"] for r in fp4 if r["m"] <= 16]
+    tflops_ratios = [r["tflops_ratio"] for r in fp4 if r["m"] >= 2048]
+    assert (f"M = 1: {' / '.join(f'{m1[s]:.2f}' for s in shapes)} µs on the same three shapes; M <= 16: "
+            f"{min(time_ratios):.2f}-{max(time_ratios):.2f} of the BF16 plans' time, "
+            f"{sum(v <= 0.5 for v in time_ratios)} of {len(time_ratios)} points at 0.5 or less; M >= 2048 (the portable "
+            f"path): {min(tflops_ratios):.2f}-{max(tflops_ratios):.2f} of the BF16 plan's TFLOP/s") in row["`fp4-profile`"]
+
+    moe = {(r["layer"], r["tokens"]): r for r in recorded("moe_profile_20261204.json")["rows"]}
+    mix1, mix16, mix4096 = (moe["mixtral", t] for t in (1, 16, 4096))
+    fine1, fine16, fine4096 = (moe["fine", t] for t in (1, 16, 4096))
+    assert (f"Mixtral-like at 1 / 16 / 4096 tokens: {mix1['grouped_us']:.1f} µs ({mix1['grouped_tbps']:.2f} TB/s; the "
+            f"per-expert loop takes {mix1['loop_ratio']:.2f}x as long) / {mix16['grouped_us']:.1f} µs "
+            f"({mix16['grouped_tbps']:.2f} TB/s; loop {mix16['loop_ratio']:.2f}x) / {mix4096['torch_ratio']:.2f}x "
+            f"`torch._grouped_mm`'s TFLOP/s; fine-grained: {fine1['grouped_us']:.1f} µs (loop {fine1['loop_ratio']:.2f}x) / "
+            f"{fine16['grouped_us']:.1f} µs ({fine16['grouped_tbps']:.2f} TB/s; loop {fine16['loop_ratio']:.2f}x) / "
+            f"{fine4096['torch_ratio']:.2f}x") in row["`moe-profile`"]
+
+    dense = [r for r in recorded("matmul_profile_20261204.json")["rows"] if r["path"] == "DenseMatmulPlan"]
+    worst = min(dense, key=lambda r: r["ratio_to_cublas"])
+    assert {r["dtype"] for r in dense} == {"bf16->bf16", "f16->f16", "bf16->f32"}
+    assert len({r["m"] for r in dense}) == 20 and len({(r["n"], r["k"]) for r in dense}) == 4
+    assert (f"{sum(r['ratio_to_cublas'] >= 1.0 for r in dense)} of {len(dense)} at or above cuBLAS, "
+            f"{sum(r['ratio_to_cublas'] < 0.97 for r in dense)} below 0.97, the worst {worst['ratio_to_cublas']:.2f} "
+            f"(bf16->f32, M = {worst['m']}, {worst['n']}x{worst['k']})") in row["`matmul-profile`"]
+    assert worst["dtype"] == "bf16->f32"
+
+    layer = {r["m"]: r for r in recorded("decoder_layer_profile_20261204.json")["rows"]
+             if r["path"] == "mircuda graph (4 plans, PDL)"}
+    def joined(key: str, digits: int) -> str:
+        return " / ".join(f"{layer[m][key]:.{digits}f}" for m in (1, 8, 16))
+
+    assert (f"{joined('us', 1)} µs at M = 1 / 8 / 16 ({joined('tbps', 2)} TB/s); cuBLAS in a torch graph takes "
+            f"{joined('ratio_to_cublas', 2)}x as long") in row["`decoder-layer-profile`"]
+
+    graph = {r["library"]: r["graph_host_us"] for r in recorded("graph_profile_20261204.json")["rows"]
+             if r["kernels"] == 100}
+    assert recorded("graph_profile_20261204.json")["hot_path"] == "c-extension"
+    assert (f"one replay of 100 nodes: {graph['mircuda']:.2f} µs of host time (the C floor "
+            f"{graph['C, driver API cuGraphLaunch (the floor)']:.2f}, `cuda.bindings` "
+            f"{graph['cuda.bindings cuGraphLaunch']:.2f}, CuPy {graph['CuPy']:.2f}, torch {graph['torch']:.2f})"
+            ) in row["`graph-profile`"]
+
+    paired = recorded("launch_paired_20261204.json")
+    per_launch = paired["us_per_launch_median"]
+    assert (f"the typed launch: {paired['ratio_median_of_pairs']:.3f}x the C floor "
+            f"({per_launch['mircuda TypedKernel.launch']:.2f} against {per_launch['C cuLaunchKernel (the floor)']:.2f} µs "
+            f"per launch)") in row["`benchmarks/launch_paired.py`"]
