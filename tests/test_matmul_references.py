@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import ml_dtypes
@@ -61,8 +62,54 @@ def test_quantizer_refuses_non_real(x: np.ndarray, fn: object) -> None:
 
 
 def test_quantizer_refuses_finite_beyond_bf16() -> None:
-    with pytest.raises(ContractError, match=r"'x'.*BF16's range.*1e\+39.*\(0, 0\)"):
+    with pytest.raises(ContractError, match=r"'x'.*round to a finite BF16.*3\.3961e38.*1e\+39.*\(0, 0\)"):
         quantize_activations_reference(np.array([[1e39, 1.0]]))
+
+
+def test_the_bf16_bound_the_message_states_is_the_one_checked() -> None:
+    # BF16's largest plus half a unit in its last place rounds to inf (the halfway case goes to the even code, inf);
+    # just below it rounds to the largest and is taken
+    largest, half_ulp = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max), 2.0 ** (127 - 8)
+    _, scales = quantize_activations_reference(np.array([[np.nextafter(largest + half_ulp, 0), 1.0]]))
+    assert scales[0, 0] == np.float32(largest / 448)
+    with pytest.raises(ContractError, match=r"'x'.*3\.3961e38"):
+        quantize_activations_reference(np.array([[largest + half_ulp, 1.0]]))
+
+
+def test_a_long_double_beyond_float64_is_a_finite_value_bf16_cannot_hold() -> None:
+    # 1e400 is finite as a long double and inf as a float64: refused, not quantized into an inf scale and NaN codes
+    x = np.array([[1.0, 2.0]], np.longdouble) * np.longdouble("1e400")
+    if not np.isfinite(x).all():
+        pytest.skip("this platform's long double is float64")
+    with pytest.raises(ContractError, match=r"'x'.*round to a finite BF16.*at \(0, 0\)"):
+        quantize_activations_reference(x)
+
+
+@pytest.mark.parametrize("call, arg", [
+    (lambda: dequantize_reference([[1, 2], [3]], np.ones((2, 1), np.float32), (1, 128)), "codes"),
+    (lambda: fp4.dequantize([[1, 2], [3]], np.zeros((2, 1), np.uint8), 2, 16, "linear"), "packed"),
+    (lambda: fp4.dequantize(np.zeros((2, 8), np.uint8), [[1], [1, 2]], 2, 16, "linear"), "scales"),
+    (lambda: fp4.scales_to_tiled([[1], [1, 2]]), "linear"),
+    (lambda: fp4.scales_to_linear([[1], [1, 2]], 2, 1), "tiled"),
+    (lambda: fp4.pack_e2m1([[1, 2], [3]]), "codes"),
+    (lambda: fp4.unpack_e2m1([[1], [1, 2]]), "packed"),
+], ids=["fp8-codes", "fp4-packed", "fp4-scales", "to-tiled", "to-linear", "pack", "unpack"])
+def test_a_ragged_nested_list_is_refused_by_name(call: Any, arg: str) -> None:
+    with pytest.raises(ContractError, match=rf"'{arg}'.*received list \(setting an array element"):
+        call()
+
+
+def test_fp4_dequantize_refuses_packed_bytes_shaped_as_other_rows() -> None:
+    # rows and K swapped, or the transpose: the same byte count, but read as other rows it gives a wrong result
+    x = np.random.default_rng(7).standard_normal((32, 16)).astype(np.float32)
+    packed, scales, _ = fp4.quantize(x)
+    assert packed.shape == (32, 8)
+    for bad, rows, k in ((packed, 16, 32), (np.ascontiguousarray(packed.T), 32, 16), (packed.reshape(1, 32, 8), 32, 16)):
+        shaped = re.escape(f"{rows * k // 2} bytes, flat or shaped [{rows}, {k // 2}]")
+        with pytest.raises(ContractError, match=rf"'packed'.*{shaped}.*received shape {re.escape(str(bad.shape))}"):
+            fp4.dequantize(bad, scales, rows, k, "linear")
+    flat = fp4.dequantize(packed.reshape(-1), scales, 32, 16, "linear")
+    assert np.array_equal(flat, fp4.dequantize(packed, scales, 32, 16, "linear"))
 
 
 def test_quantizer_non_finite_scales_match_device_rule() -> None:

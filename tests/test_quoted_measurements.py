@@ -1271,15 +1271,16 @@ def test_the_swapped_64x32_4x1_comment_quotes_the_sweep() -> None:
 
 
 def test_the_readme_quotes_the_whole_profiles_of_2026_12_04() -> None:
-    """The "Whole profiles on one day's code" table: every figure recomputed from the record its row names."""
+    """The "Whole profiles on one day's code" table: every figure recomputed from the record its row names, and the
+    run settings the text states from the records that keep them."""
     row = {line.split("|")[1].strip(): line for line in README.splitlines() if line.startswith("| `")}
     fp8 = recorded("fp8_profile_20261204.json")["rows"]
     vector = {(r["n"], r["k"]): r["us"] for r in fp8 if r["path"] == "BlockwiseFp8VectorPlan"}
     decode = [r["vs_rowwise"] for r in fp8 if r["path"] == "BlockwiseFp8Plan" and r["m"] <= 16]
     large = [r for r in fp8 if r["path"] == "BlockwiseFp8Plan" and r["m"] >= 2048]
     shapes = ((4096, 4096), (14336, 4096), (4096, 14336))
-    assert (f"M = 1: {' / '.join(f'{vector[s]:.2f}' for s in shapes)} µs on 4096x4096 / 14336x4096 / 4096x14336; "
-            f"M <= 16: {min(decode):.2f}-{max(decode):.2f}x faster than torch's rowwise `_scaled_mm`, "
+    assert (f"M = 1 (`BlockwiseFp8VectorPlan`): {' / '.join(f'{vector[s]:.2f}' for s in shapes)} µs on 4096x4096 / "
+            f"14336x4096 / 4096x14336; M <= 16 (`BlockwiseFp8Plan`): {min(decode):.2f}-{max(decode):.2f}x faster than torch's rowwise `_scaled_mm`, "
             f"{sum(v >= 1.5 for v in decode)} of {len(decode)} points at 1.5x or more; M >= 2048: "
             f"{geometric_mean([r['vs_rowwise'] for r in large]):.3f} of its rowwise and "
             f"{geometric_mean([r['vs_blockwise'] for r in large]):.3f} of its blockwise TFLOP/s (geometric means of "
@@ -1294,6 +1295,9 @@ def test_the_readme_quotes_the_whole_profiles_of_2026_12_04() -> None:
             f"{sum(v <= 0.5 for v in time_ratios)} of {len(time_ratios)} points at 0.5 or less; M >= 2048 (the portable "
             f"path): {min(tflops_ratios):.2f}-{max(tflops_ratios):.2f} of the BF16 plan's TFLOP/s") in row["`fp4-profile`"]
 
+    assert all((recorded(f"{name}_20261204.json")["calls"], recorded(f"{name}_20261204.json")["repeats"]) == (10, 5)
+               for name in ("fp4_profile", "moe_profile"))
+    assert "5 x 10 back-to-back calls (`--calls 10 --repeats 5`" in flat(README)
     moe = {(r["layer"], r["tokens"]): r for r in recorded("moe_profile_20261204.json")["rows"]}
     mix1, mix16, mix4096 = (moe["mixtral", t] for t in (1, 16, 4096))
     fine1, fine16, fine4096 = (moe["fine", t] for t in (1, 16, 4096))

@@ -51,7 +51,10 @@ E2M1_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3
 def _codes(name: str, value: Any, top: int) -> np.ndarray:
     """``value`` as uint8 codes; refuses non-integer dtypes and values outside ``0..top`` by name
     (masking them would give a silently wrong value)."""
-    arr = np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:  # a ragged nested list
+        raise ContractError(name, f"an integer array of codes 0..{top}", f"{type(value).__name__} ({exc})") from None
     if arr.dtype.kind not in "iu":
         raise ContractError(name, f"an integer array of codes 0..{top}", f"dtype {arr.dtype}")
     if arr.size and (arr.min() < 0 or arr.max() > top):
@@ -359,21 +362,24 @@ def quantize(x: np.ndarray, global_value: float | None = None, layout: str = "li
 
 
 def dequantize(packed: np.ndarray, scales: np.ndarray, rows: int, k: int, layout: str = "linear") -> np.ndarray:
-    """``[rows, K]`` float64 ``q * block scale`` (the global scale not applied). ``scales``: ``rows * K/16``
-    bytes (``"linear"``, any shape, read row-major) or the flat tiled bytes of :func:`quantize` /
-    :func:`scales_to_tiled` (``"tiled"``, padding ignored).
+    """``[rows, K]`` float64 ``q * block scale`` (the global scale not applied). ``packed``: ``[rows, K/2]``
+    bytes, or the same ``rows * K/2`` bytes flat. ``scales``: ``rows * K/16`` bytes (``"linear"``, any shape, read
+    row-major) or the flat tiled bytes of :func:`quantize` / :func:`scales_to_tiled` (``"tiled"``, padding ignored).
 
     Raises:
-        ContractError: bad ``rows``, ``k`` or ``layout``; ``packed`` not ``rows * K/2`` bytes; ``scales``
-            not ``rows * K/16`` bytes (linear) or the padded tiled size.
+        ContractError: bad ``rows``, ``k`` or ``layout``; ``packed`` neither ``rows * K/2`` flat bytes nor shaped
+            ``[rows, K/2]``; ``scales`` not ``rows * K/16`` bytes (linear) or the padded tiled size.
 
     Every scale byte is decoded as the kernels decode it, so that this is their oracle for any input: UE4M3 has
     no sign, and bit 7 is ignored (0x80 + b decodes as b); 0x7F and 0xFF decode to NaN, and so do their blocks.
     """
     rows, k, layout = _dim("rows", rows), _check_k(k), _check_layout(layout)
     p = _codes("packed", packed, 255)
-    if p.size != rows * k // 2:
-        raise ContractError("packed", f"{rows * k // 2} bytes ([{rows}, {k // 2}])", f"shape {p.shape}")
+    # flat bytes (as downloaded) or [rows, K/2]; a 2-d array of the right size but another shape ([K/2, rows], or
+    # rows and k swapped) would be read as other rows and give a silently wrong result
+    if (p.ndim != 1 or p.size != rows * k // 2) and p.shape != (rows, k // 2):
+        raise ContractError("packed", f"{rows * k // 2} bytes, flat or shaped [{rows}, {k // 2}] ([rows, K/2])",
+                            f"shape {p.shape}")
     s = _codes("scales", scales, 255)
     if layout == "linear" and s.size != rows * (k // BLOCK):
         raise ContractError("scales", f"{rows * (k // BLOCK)} bytes ([{rows}, {k // BLOCK}])", f"shape {s.shape}")

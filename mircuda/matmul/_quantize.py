@@ -130,8 +130,8 @@ def quantize_reference(x: np.ndarray, block: tuple[int, int]) -> tuple[np.ndarra
         x: ``[R, K]`` real values (an int, float or ml_dtypes float array), converted to BF16 first (the
             device quantizer's input type). A NaN makes its block's scale NaN, an infinity makes it
             +inf (codes then unspecified), as on the device (``cuda_src/fp8_quantize.cu``). A finite
-            value that BF16 cannot hold (magnitude above about 3.39e38) is refused: the device could
-            never receive it.
+            value that does not round to a finite BF16 (magnitude at or above about 3.3961e38) is refused: the
+            device could never receive it.
         block: ``(1, 128)`` or ``(128, 128)``.
 
     Returns:
@@ -148,10 +148,12 @@ def quantize_reference(x: np.ndarray, block: tuple[int, int]) -> tuple[np.ndarra
         raise ContractError("x", "a non-empty [R, K] array", f"shape {x.shape}")
     with np.errstate(over="ignore"):
         xf = x.astype(bf16).astype(np.float32)
-    overflow = ~np.isfinite(xf) & np.isfinite(x.astype(np.float64))
+    # finiteness of x as given: a long double beyond float64's range is finite, yet inf once made float64
+    overflow = ~np.isfinite(xf) & np.isfinite(x)
     if overflow.any():
         at = tuple(int(i) for i in np.argwhere(overflow)[0])
-        raise ContractError("x", "finite values within BF16's range (|x| <= 3.3895e38; the device takes BF16)",
+        raise ContractError("x", "finite values that round to a finite BF16 (|x| below about 3.3961e38: BF16's "
+                                 "largest, 3.3895e38, plus half a unit in its last place; the device takes BF16)",
                             f"{x[at]!r} at {at}")
     r, k = xf.shape
     nr, nk = -(-r // rb), -(-k // cb)
@@ -193,12 +195,15 @@ def dequantize_reference(codes: np.ndarray, scales: np.ndarray, block: tuple[int
             real numeric array, shapes that do not match ``block``, or a bad ``block``.
     """
     rb, cb = _check_block(block)
-    codes = np.asarray(codes)
+    expected_codes = "E4M3 codes: an ml_dtypes.float8_e4m3fn array, or uint8 E4M3 bit patterns"
+    try:
+        codes = np.asarray(codes)
+    except (TypeError, ValueError) as exc:  # a ragged nested list
+        raise ContractError("codes", expected_codes, f"{type(codes).__name__} ({exc})") from None
     if codes.dtype == np.uint8:
         codes = codes.view(e4m3)
     elif codes.dtype != np.dtype(e4m3):
-        raise ContractError("codes", "E4M3 codes: an ml_dtypes.float8_e4m3fn array, or uint8 E4M3 bit patterns",
-                            f"dtype {codes.dtype}")
+        raise ContractError("codes", expected_codes, f"dtype {codes.dtype}")
     scales = _real_array("scales", scales, "a real numeric FP32 scale array")
     if codes.ndim != 2:
         raise ContractError("codes", "an [R, K] array", f"shape {codes.shape}")
