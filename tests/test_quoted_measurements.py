@@ -1295,8 +1295,8 @@ def test_the_readme_quotes_the_whole_profiles_of_2026_12_04() -> None:
             f"{sum(v <= 0.5 for v in time_ratios)} of {len(time_ratios)} points at 0.5 or less; M >= 2048 (the portable "
             f"path): {min(tflops_ratios):.2f}-{max(tflops_ratios):.2f} of the BF16 plan's TFLOP/s") in row["`fp4-profile`"]
 
-    assert all((recorded(f"{name}_20261204.json")["calls"], recorded(f"{name}_20261204.json")["repeats"]) == (10, 5)
-               for name in ("fp4_profile", "moe_profile"))
+    settings = [recorded(f"{name}_20261204.json") for name in ("fp4_profile", "moe_profile")]
+    assert all((record["calls"], record["repeats"]) == (10, 5) for record in settings)
     assert "5 x 10 back-to-back calls (`--calls 10 --repeats 5`" in flat(README)
     moe = {(r["layer"], r["tokens"]): r for r in recorded("moe_profile_20261204.json")["rows"]}
     mix1, mix16, mix4096 = (moe["mixtral", t] for t in (1, 16, 4096))

@@ -51,10 +51,7 @@ E2M1_VALUES = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3
 def _codes(name: str, value: Any, top: int) -> np.ndarray:
     """``value`` as uint8 codes; refuses non-integer dtypes and values outside ``0..top`` by name
     (masking them would give a silently wrong value)."""
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError) as exc:  # a ragged nested list
-        raise ContractError(name, f"an integer array of codes 0..{top}", f"{type(value).__name__} ({exc})") from None
+    arr = _array(name, value, f"an integer array of codes 0..{top}")
     if arr.dtype.kind not in "iu":
         raise ContractError(name, f"an integer array of codes 0..{top}", f"dtype {arr.dtype}")
     if arr.size and (arr.min() < 0 or arr.max() > top):
@@ -63,11 +60,16 @@ def _codes(name: str, value: Any, top: int) -> np.ndarray:
     return arr.astype(np.uint8)
 
 
-def _real(name: str, value: Any) -> np.ndarray:
+def _array(name: str, value: Any, expected: str) -> np.ndarray:
+    """``np.asarray(value)``; what numpy cannot make an array of (a ragged nested list) is refused naming ``name``."""
     try:
-        arr = np.asarray(value)
+        return np.asarray(value)
     except (TypeError, ValueError) as exc:
-        raise ContractError(name, "a real array (int, float or BF16)", f"{type(value).__name__} ({exc})") from None
+        raise ContractError(name, expected, f"{type(value).__name__} ({exc})") from None
+
+
+def _real(name: str, value: Any) -> np.ndarray:
+    arr = _array(name, value, "a real array (int, float or BF16)")
     if arr.dtype.kind not in "iuf" and arr.dtype != np.dtype(ml_dtypes.bfloat16):
         raise ContractError(name, "a real array (int, float or BF16)", f"dtype {arr.dtype}")
     return arr

@@ -196,10 +196,7 @@ def dequantize_reference(codes: np.ndarray, scales: np.ndarray, block: tuple[int
     """
     rb, cb = _check_block(block)
     expected_codes = "E4M3 codes: an ml_dtypes.float8_e4m3fn array, or uint8 E4M3 bit patterns"
-    try:
-        codes = np.asarray(codes)
-    except (TypeError, ValueError) as exc:  # a ragged nested list
-        raise ContractError("codes", expected_codes, f"{type(codes).__name__} ({exc})") from None
+    codes = _real_array("codes", codes, expected_codes)  # a ragged list or a bool/str/object array refused here
     if codes.dtype == np.uint8:
         codes = codes.view(e4m3)
     elif codes.dtype != np.dtype(e4m3):
