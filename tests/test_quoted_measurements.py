@@ -1337,4 +1337,44 @@ def test_the_readme_quotes_the_whole_profiles_of_2026_12_04() -> None:
     per_launch = paired["us_per_launch_median"]
     assert (f"the typed launch: {paired['ratio_median_of_pairs']:.3f}x the C floor "
             f"({per_launch['mircuda TypedKernel.launch']:.2f} against {per_launch['C cuLaunchKernel (the floor)']:.2f} µs "
-            f"per launch)") in row["`benchmarks/launch_paired.py`"]
+            f"per launch); two later runs: "
+            f"{recorded('launch_paired_20261204_b.json')['ratio_median_of_pairs']:.3f}x and "
+            f"{recorded('launch_paired_20261204_c.json')['ratio_median_of_pairs']:.3f}x") in row["`benchmarks/launch_paired.py`"]
+
+    vector = recorded("dense_vector_profile_20261204.json")
+    plan = {(r["n"], r["k"]): r for r in vector["rows"] if r["path"] == "DenseVectorPlan" and r["dtype"] == "bf16->bf16"}
+    times = " / ".join(f"{plan[s]['us']:.2f}" for s in shapes)
+    faster = " / ".join(f"{plan[s]['ratio_to_cublas']:.2f}" for s in shapes)
+    assert (f"`DenseVectorPlan`, bf16: {times} µs on 4096x4096 / 14336x4096 / "
+            f"4096x14336 (issue 16's goals 9.0 / 27.0 / 27.0 µs: not met); cuBLAS takes "
+            f"{faster}x as long") in row["`dense-vector-profile`"]
+    assert all("NOT met" in goal for goal in vector["goals"])
+
+    overhead = recorded("launch_overhead_20261204.json")
+    ratio, us = overhead["ratio_to_c_floor"], overhead["us_per_launch"]
+    floor = "C, driver API cuLaunchKernel (the floor)"
+    assert (f"the typed launch {ratio['mircuda TypedKernel.launch']:.2f}x the C floor "
+            f"({us['mircuda TypedKernel.launch']:.2f} against {us[floor]:.2f} µs), `cuda.bindings` with a `void**` block "
+            f"{ratio['cuda.bindings cuLaunchKernel, void** block']:.2f}x, cuda.core {ratio['cuda.core launch']:.2f}x, "
+            f"CuPy {ratio['CuPy RawKernel']:.2f}x, Numba {ratio['Numba dispatcher, eager signature']:.2f}x"
+            ) in row["`benchmarks/launch_overhead.py`"]
+
+    breakdown = recorded("launch_breakdown_20261204.json")
+    assert breakdown["hot_path"] == "c-extension"
+    empty = breakdown["sections"]["typed launch, empty(float*)"]
+    entry = next(p for p in empty if p["piece"].startswith("entry point call"))
+    python_us = empty[empty.index(entry) - 1]["cumulative_us"]
+    replay = {p["piece"]: p["us"] for p in breakdown["sections"]["Graph.launch (100 nodes)"]}
+    assert (f"a typed launch of `empty(float*)` spends {python_us:.2f} µs in Python before the entry point (C extension "
+            f"and driver: {entry['us']:.2f} µs); `Graph.launch` of 100 nodes {replay['Graph.launch in all']:.2f} µs, of which "
+            f"the entry point {replay['entry point alone: graph_launch(exec, stream) (C extension + driver)']:.2f} µs"
+            ) in row["`benchmarks/launch_breakdown.py`"]
+
+    ncu = {(r["n"], r["m"]): r for r in recorded("decode_kernels_ncu_20261204.json")["rows"]}
+    stalls = [100 * r["scoreboard_stall_cycles"] / r["warp_cycles_per_issued_instruction"] for r in ncu.values()]
+    dram = [r["dram_throughput_pct"] for r in ncu.values()]
+    assert min(stalls) > 50
+    assert (f"the batched GEMV at M = 16 (32 weight rows per warp) needs {ncu[28672, 16]['registers_per_thread']} registers "
+            f"per thread ({ncu[28672, 16]['theoretical_occupancy_pct']:.1f} % theoretical occupancy), at M = 8 "
+            f"{ncu[28672, 8]['registers_per_thread']}, the M = 1 kernel {ncu[28672, 1]['registers_per_thread']}; all wait "
+            f"mostly on their loads, at {min(dram):.0f}-{max(dram):.0f} % of DRAM peak") in row["`benchmarks/decode_kernels_ncu.py` under `ncu`"]
