@@ -1378,3 +1378,23 @@ def test_the_readme_quotes_the_whole_profiles_of_2026_12_04() -> None:
             f"per thread ({ncu[28672, 16]['theoretical_occupancy_pct']:.1f} % theoretical occupancy), at M = 8 "
             f"{ncu[28672, 8]['registers_per_thread']}, the M = 1 kernel {ncu[28672, 1]['registers_per_thread']}; all wait "
             f"mostly on their loads, at {min(dram):.0f}-{max(dram):.0f} % of DRAM peak") in row["`benchmarks/decode_kernels_ncu.py` under `ncu`"]
+
+
+def test_the_graph_boundary_probe_quotes_its_record() -> None:
+    """``benchmarks/graph_boundary_ab.py``'s docstring: the M = 1 figures of each variant, from its record, and the
+    verdict they support (no variant faster than the graph as profiled)."""
+    text = flat((ROOT / "benchmarks" / "graph_boundary_ab.py").read_text(encoding="utf-8"))
+    record = recorded("graph_boundary_ab_20261204.json")
+    assert record["failures"] == []
+    m1 = {r["variant"]: r for r in record["rows"] if r["m"] == 1}
+    base = m1["graph (as profiled)"]["us"]
+    assert all(r["us"] >= base for v, r in m1.items() if v.startswith("graph"))
+    assert (f"M = 1: {base:.2f} µs back to back, single {m1['graph (as profiled)']['single_us']:.2f}; the first kernel "
+            f"without PDL {m1['graph, first kernel without PDL']['us']:.2f}, an empty kernel after "
+            f"{m1['graph + empty kernel after']['us']:.2f} or before {m1['graph + empty kernel before']['us']:.2f}, no PDL "
+            f"{m1['graph, no PDL']['us']:.2f}; direct executes {m1['direct (4 executes)']['us']:.2f}") in text
+    assert f"costs about {base - m1['direct (4 executes)']['us']:.1f} µs" in text
+    for m in (8, 16):
+        rows = {r["variant"]: r["us"] for r in record["rows"] if r["m"] == m}
+        assert all(rows["graph (as profiled)"] - us <= 0.12 for v, us in rows.items() if v.startswith("graph"))
+    assert "by more than 0.12 µs at M = 8 and 16, nor at all at M = 1" in text
