@@ -11,11 +11,11 @@ checked against float64 before it is timed. A probe: it reaches into the plans' 
 
     python benchmarks/graph_boundary_ab.py [--m 1,8,16] [--calls 10] [--repeats 5] [--json PATH]
 
-H200, 2026-12-04 (`benchmarks/results/graph_boundary_ab_20261204.json`): no graph variant beat the graph as profiled
-by more than 0.12 µs at M = 8 and 16, nor at all at M = 1 (M = 1: 109.00 µs back to back, single 106.40; the first kernel without PDL 109.31, an empty kernel after 110.26 or
-before 109.67, no PDL 112.25; direct executes 106.63). A boundary between two graphs costs about 2.4 µs that
-programmatic dependent launch hides between layers in one graph or one stream; nothing at the graph's ends
-recovers it.
+H200, 2026-12-04 (`benchmarks/results/graph_boundary_ab_20261204.json`): no graph variant beat the graph as
+profiled by more than 0.12 µs at M = 8 and 16, nor at all at M = 1 (M = 1: 109.00 µs back to back, single
+106.40; the first kernel without PDL 109.31, an empty kernel after 110.26 or before 109.67, no PDL 112.25;
+direct executes 106.63). A boundary between two graphs costs about 2.4 µs that programmatic dependent launch
+hides between layers in one graph or one stream; nothing at the graph's ends recovers it.
 """
 
 from __future__ import annotations
