@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 from ..dtypes import is_integer_value
 from ..errors import ContractError
 
-__all__ = ["CompileOptions", "ALLOWED_EXTRA_FLAGS", "NO_NVRTC_CACHE_FLAG", "RELOCATABLE_FLAG"]
+__all__ = ["CompileOptions", "ALLOWED_EXTRA_FLAGS", "DIAGNOSTIC_MAX", "NO_NVRTC_CACHE_FLAG", "RELOCATABLE_FLAG"]
 
 DIAGNOSTIC_MAX = 99999
 """The largest number ``diag_suppress`` takes, a bound on the syntax (``warning #177-D``) rather than NVRTC's list:
