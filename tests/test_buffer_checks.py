@@ -24,6 +24,9 @@ class FakeContext:
     def _make_current(self) -> None:
         pass
 
+    def _memory_alive(self) -> bool:
+        return False  # closed, and no other Context holds its device
+
 
 def fake_buffer(ctx: FakeContext, dtype: type = mc.f32, count: int = 8, ptr: int = 0x1000) -> mc.DeviceBuffer:
     return mc.DeviceBuffer._adopt(ctx, None, dtype_info(dtype), count, ptr)  # type: ignore[arg-type]
@@ -91,7 +94,7 @@ def test_pool_raw_bytes_are_checked_before_the_driver() -> None:
     ctx = FakeContext()
     pool = mc.MemoryPool._wrap(ctx, 0)  # type: ignore[arg-type]
     stream = fake_stream(ctx)
-    for nbytes in (-1, 1.5, True, None):
+    for nbytes in (-1, 1.5, True, None, 2**64):  # 2**64: beyond the driver's size_t
         with pytest.raises(mc.ContractError, match="nbytes"):
             pool.allocate_bytes(stream, nbytes)  # type: ignore[arg-type]
     with pytest.raises(mc.ContractError, match="stream"):
@@ -107,6 +110,20 @@ def test_pool_raw_bytes_are_checked_before_the_driver() -> None:
         pool.free_bytes(fake_stream(FakeContext()), 0x1000)
     pool.free_bytes(stream, 0)  # address 0 (a zero-byte allocation) is nothing to free
     pool.free_bytes(stream, 0x1000)  # the context is closed: its memory went with it, no driver call
+
+
+def test_sizes_beyond_the_drivers_size_t_are_refused_by_name_before_the_driver() -> None:
+    ctx = FakeContext()
+    pool = mc.MemoryPool._wrap(ctx, 0)  # type: ignore[arg-type]
+    stream = fake_stream(ctx)
+    with pytest.raises(mc.ContractError, match=r"'count'.*at most 2305843009213693951 elements of f64"):
+        pool.allocate(mc.f64, stream, 2**61)  # 2**64 bytes
+    with pytest.raises(mc.ContractError, match=r"'count'.*at most 4611686018427387903 elements of f32"):
+        pool.allocate(mc.f32, stream, np.uint64(2**62))  # a numpy count, sized as a Python int
+    with pytest.raises(mc.ContractError, match="release_threshold"):
+        pool.release_threshold = 2**64
+    with pytest.raises(mc.ContractError, match="keep_bytes"):
+        pool.trim_to(2**64)
 
 
 def test_the_runtime_handles_carry_the_marker_the_graph_walk_stops_at() -> None:

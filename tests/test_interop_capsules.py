@@ -330,7 +330,7 @@ def test_foreign_stream_handles() -> None:
     assert foreign_stream_handle(CoreStream()) == 0xABC
     assert foreign_stream_handle(SimpleNamespace(cuda_stream=0x456)) == 0x456  # torch.cuda.Stream
     assert foreign_stream_handle(SimpleNamespace(ptr=0x789)) == 0x789  # cupy.cuda.Stream
-    for bad in (True, "s", None, -5, SimpleNamespace(__cuda_stream__=lambda: "x")):
+    for bad in (True, "s", None, -5, 2**64, SimpleNamespace(__cuda_stream__=lambda: "x")):
         with pytest.raises(mc.ContractError, match="'stream'"):
             foreign_stream_handle(bad)
 

@@ -22,12 +22,26 @@ T = TypeVar("T")
 _B = TypeVar("_B", bound="DeviceBuffer[Any]")
 
 
+SIZE_MAX = 2**64 - 1
+"""The largest byte count the driver's ``size_t`` parameters take."""
+
+
 def _check_count(name: str, count: object) -> int:
+    """``count`` as a Python int (a numpy integer too: sizes computed from it must not wrap in its type)."""
     if type(count) is not int and not is_integer_value(count):
         raise ContractError(name, "a non-negative int (elements)", repr(count))
     if count < 0:
         raise ContractError(name, "a non-negative int (elements)", repr(count))
     return int(count)
+
+
+def _check_size(name: str, count: int, itemsize: int, dtype: str) -> int:
+    """``count * itemsize`` bytes, refused above :data:`SIZE_MAX` (the driver's ``size_t``) by ``name``."""
+    nbytes = count * itemsize
+    if nbytes > SIZE_MAX:
+        raise ContractError(name, f"at most {SIZE_MAX // itemsize} elements of {dtype} (a byte count below 2**64)",
+                            repr(count))
+    return nbytes
 
 
 class DeviceBuffer(Generic[T]):
@@ -295,12 +309,13 @@ def _other_device(owner: object, context: object) -> bool:
 def free_address(ptr: int, stream: Stream, context: Context) -> None:
     """Free device memory at ``ptr`` as a dropped buffer is freed: stream-ordered on ``stream``
     (``cuMemFreeAsync``), synchronously (``cuMemFree``) when ``stream`` was closed, and not at all
-    when ``context`` was closed (its memory went with it).
+    when the memory went with its context (``Context._memory_alive``: a context closed while another
+    mircuda Context of the device still holds the primary context keeps its memory, freed synchronously).
 
     Raises:
         CudaError: the driver refused the free.
     """
-    if context._closed:
+    if not context._memory_alive():
         return
     _cuda.make_current(context._handle)
     if stream._handle:
@@ -318,7 +333,8 @@ class PinnedBuffer(Generic[T]):
     asynchronous copies.
 
     Copies through a pinned buffer are tracked: ``write_prefix`` and ``to_numpy`` first wait for the
-    copies in flight that use this buffer (a host synchronization on an event, documented on each).
+    copies in flight that use this buffer, on every stream that copied it (a host synchronization on one
+    event per stream, documented on each).
     """
 
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
@@ -326,8 +342,8 @@ class PinnedBuffer(Generic[T]):
     _info: DTypeInfo
     _count: int
     _nbytes: int
-    _event: Event | None  # None for an empty buffer
-    _pending: bool
+    _events: dict[int, Event]  # stream handle -> the event recorded after this buffer's last copy there
+    _pending: set[int]  # the streams whose recorded copy wait() has not yet waited for
     _closed: bool
     _ptr: int
     _array: np.ndarray[Any, Any]
@@ -339,23 +355,22 @@ class PinnedBuffer(Generic[T]):
     @classmethod
     def _allocate(cls, context: Context, dtype: Any, count: int) -> PinnedBuffer[Any]:
         info = dtype_info(dtype)
-        _check_count("count", count)
-        nbytes = count * info.itemsize
+        count = _check_count("count", count)
+        nbytes = _check_size("count", count, info.itemsize, info.name)
         self = object.__new__(cls)
         self._context = context
         self._info = info
         self._count = count
         self._nbytes = nbytes
-        self._event = None
-        self._pending = False
+        self._events = {}
+        self._pending = set()
         self._closed = False
         if nbytes:
             self._ptr = int(_cuda.call("cuMemHostAlloc", nbytes, 0))
             raw = (ctypes.c_uint8 * nbytes).from_address(self._ptr)
             self._array = np.frombuffer(memoryview(raw), dtype=np.uint8).view(info.dtype)
-            # Created up front so the finalizer can wait for copies in flight before freeing.
-            self._event = context.create_event(timing=False)
-            self._finalizer = weakref.finalize(self, _free_host_quietly, self._ptr, context, self._event)
+            # The finalizer shares the events dict, so it waits for every copy in flight before freeing.
+            self._finalizer = weakref.finalize(self, _free_host_quietly, self._ptr, context, self._events)
             self._finalizer.atexit = False
         else:
             self._ptr = 0
@@ -395,18 +410,28 @@ class PinnedBuffer(Generic[T]):
         if self._closed:
             raise ClosedResourceError("the pinned buffer was closed")
 
+    def _event_for(self, stream: Stream) -> Event:
+        """The event that tracks this buffer's copies on ``stream``, made on first use (the Stream copy
+        methods ask for it before they enqueue). One event per stream: a copy on another stream must not
+        replace the record of one still in flight on this one."""
+        event = self._events.get(stream._handle)
+        if event is None:
+            event = self._events[stream._handle] = self._context.create_event(timing=False)
+        return event
+
     def _mark_in_flight(self, stream: Stream) -> None:
-        """Record that work on ``stream`` uses this buffer (called by the Stream copy methods)."""
-        assert self._event is not None  # every non-empty pinned buffer has one
-        self._event.record(stream)
-        self._pending = True
+        """Record that the copy just enqueued on ``stream`` uses this buffer (called by the Stream copy methods)."""
+        self._event_for(stream).record(stream)
+        self._pending.add(stream._handle)
 
     def wait(self) -> None:
-        """Block the calling thread until every copy in flight that uses this buffer has completed."""
+        """Block the calling thread until every copy in flight that uses this buffer has completed, on
+        every stream that copied it."""
         self._check_open()
-        if self._pending and self._event is not None:
-            self._event.synchronize()
-            self._pending = False
+        while self._pending:
+            key = next(iter(self._pending))
+            self._events[key].synchronize()
+            self._pending.discard(key)
 
     def write_prefix(self, array: Any) -> None:
         """Copy a host array into the first ``len(array)`` elements (a host copy).
@@ -453,8 +478,8 @@ class PinnedBuffer(Generic[T]):
         self._closed = True
         if self._finalizer is not None:
             self._finalizer()
-        if self._event is not None:
-            self._event.close()
+        for event in self._events.values():
+            event.close()
 
     def __enter__(self) -> PinnedBuffer[T]:
         return self
@@ -467,9 +492,10 @@ class PinnedBuffer(Generic[T]):
 
 
 @_cuda.finalizer
-def _free_host_quietly(ptr: int, context: Context, event: Event) -> None:
-    if context._closed:
+def _free_host_quietly(ptr: int, context: Context, events: dict[int, Event]) -> None:
+    if not context._memory_alive():
         return
     _cuda.make_current(context._handle)
-    _cuda.call_status("cuEventSynchronize", event._cu)
+    for event in list(events.values()):
+        _cuda.call_status("cuEventSynchronize", event._cu)
     _cuda.call_status("cuMemFreeHost", ptr)

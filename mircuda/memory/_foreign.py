@@ -55,8 +55,20 @@ class BorrowedDeviceBuffer(DeviceBuffer[Any]):
         return self._readonly
 
     def free(self, stream: Stream) -> None:
-        """End the borrow (the memory stays with its owner). Raises UseAfterFree if already ended."""
+        """End the borrow (the memory stays with its owner; the owner may release it once the buffer is no
+        longer referenced).
+
+        Raises:
+            UseAfterFree: the borrow already ended.
+            ContractError: the buffer is held by a live graph, whose replays use the memory (as
+                :meth:`DeviceBuffer.free` refuses).
+        """
         self._live()
+        if self._holds:
+            raise ContractError("buffer", "a buffer that no live graph holds",
+                                f"a borrowed buffer held by {self._holds} live graph(s)",
+                                "destroy the graph (Graph.close() or into_resources()) first: its replays use the "
+                                "memory the borrow keeps alive")
         self._freed = True
         self._ptr = 0
         self._owner = None

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _cuda
 from ..dtypes import dtype_info
 from ..errors import ContractError
-from ._buffer import DeviceBuffer, _check_count, _require_stream, free_address
+from ._buffer import SIZE_MAX, DeviceBuffer, _check_count, _check_size, _require_stream, free_address
 
 if TYPE_CHECKING:
     from ..runtime import Context, Stream
@@ -66,8 +66,8 @@ class MemoryPool:
 
     @release_threshold.setter
     def release_threshold(self, nbytes: int) -> None:
-        if type(nbytes) is not int or nbytes < 0:
-            raise ContractError("release_threshold", "a non-negative int (bytes)", repr(nbytes))
+        if type(nbytes) is not int or not 0 <= nbytes <= SIZE_MAX:
+            raise ContractError("release_threshold", "a non-negative int below 2**64 (bytes)", repr(nbytes))
         self._context._make_current()
         drv = _cuda.driver()
         _cuda.call("cuMemPoolSetAttribute", self._cu,
@@ -95,10 +95,10 @@ class MemoryPool:
             CudaError: the driver could not allocate (e.g. ``CUDA_ERROR_OUT_OF_MEMORY``).
         """
         info = dtype_info(dtype)
-        _check_count("count", count)
+        count = _check_count("count", count)
+        nbytes = _check_size("count", count, info.itemsize, info.name)
         _require_stream(stream)
         stream._check_usable("stream", self._context)
-        nbytes = count * info.itemsize
         ptr = 0
         if nbytes:
             ptr = int(_cuda.call("cuMemAllocFromPoolAsync", nbytes, self._cu, stream._cu))
@@ -128,8 +128,8 @@ class MemoryPool:
             ClosedResourceError: the stream was closed.
             CudaError: the driver could not allocate (e.g. ``CUDA_ERROR_OUT_OF_MEMORY``).
         """
-        if type(nbytes) is not int or nbytes < 0:
-            raise ContractError("nbytes", "a non-negative int (bytes)", repr(nbytes))
+        if type(nbytes) is not int or not 0 <= nbytes <= SIZE_MAX:
+            raise ContractError("nbytes", "a non-negative int below 2**64 (bytes)", repr(nbytes))
         _require_stream(stream)
         stream._check_usable("stream", self._context)
         if not nbytes:
@@ -213,8 +213,8 @@ class MemoryPool:
 
     def trim_to(self, keep_bytes: int) -> None:
         """Return unused reserved memory to the OS, keeping at most ``keep_bytes`` (``cuMemPoolTrimTo``)."""
-        if type(keep_bytes) is not int or keep_bytes < 0:
-            raise ContractError("keep_bytes", "a non-negative int (bytes)", repr(keep_bytes))
+        if type(keep_bytes) is not int or not 0 <= keep_bytes <= SIZE_MAX:
+            raise ContractError("keep_bytes", "a non-negative int below 2**64 (bytes)", repr(keep_bytes))
         self._context._make_current()
         _cuda.call("cuMemPoolTrimTo", self._cu, keep_bytes)
 

@@ -34,6 +34,7 @@ class Context:
     _streams: weakref.WeakSet[Stream]
     _pool: MemoryPool | None
     _peers: set[int]  # handles of the contexts whose allocations this one may access (enable_peer_access)
+    _generation: int  # the device's retain generation when this context was made (see _memory_alive)
     _finalizer: weakref.finalize[..., Context]
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -43,6 +44,8 @@ class Context:
     def _retain(cls, driver: Driver, device: Device) -> Context:
         self = object.__new__(cls)
         cu = _cuda.call("cuDevicePrimaryCtxRetain", device._cu)
+        device._retains += 1
+        self._generation = device._generation
         self._driver = driver
         self._device = device
         self._cu = cu
@@ -51,7 +54,7 @@ class Context:
         self._streams = weakref.WeakSet()
         self._pool = None
         self._peers = set()
-        self._finalizer = weakref.finalize(self, _release, device._cu)
+        self._finalizer = weakref.finalize(self, _release, device)
         self._finalizer.atexit = False
         return self
 
@@ -81,6 +84,14 @@ class Context:
     def _make_current(self) -> None:
         self._check_open()
         _cuda.make_current(self._handle)
+
+    def _memory_alive(self) -> bool:
+        """Whether memory allocated in this context still exists and is this process's to free: the context is
+        open, or it was closed while another mircuda Context kept the device's primary context retained ever
+        since (the same ``CUcontext``: its allocations outlive this object's retain). Once every retain was
+        released the primary context may have been destroyed with its memory, and a later one may reuse the
+        addresses: then nothing is freed."""
+        return not self._closed or (self._device._retains > 0 and self._device._generation == self._generation)
 
     # -- resources --------------------------------------------------------------------------
     def create_stream(self, priority: int | None = None) -> Stream:
@@ -256,6 +267,9 @@ class Context:
 
 
 @_cuda.finalizer
-def _release(cu_device: Any) -> None:
+def _release(device: Device) -> None:
+    device._retains -= 1
+    if device._retains == 0:
+        device._generation += 1
     _cuda.forget_current()
-    _cuda.call_status("cuDevicePrimaryCtxRelease", cu_device)
+    _cuda.call_status("cuDevicePrimaryCtxRelease", device._cu)

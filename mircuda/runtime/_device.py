@@ -87,6 +87,11 @@ class Device:
         self._ordinal = ordinal
         self._cu = cu_device
         self._info: DeviceInfo | None = None
+        # Open mircuda Contexts of this device (primary-context retains), and how many times that count fell
+        # to 0 (the primary context may have been destroyed then, and its memory with it): a closed Context's
+        # memory may still be freed while the count is above 0 in the generation the Context was made in.
+        self._retains = 0
+        self._generation = 0
 
     @property
     def ordinal(self) -> int:

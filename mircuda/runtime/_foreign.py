@@ -103,8 +103,8 @@ def foreign_stream_handle(obj: Any) -> int:
     else:
         raise ContractError("stream", "a CUstream handle (int), an object with __cuda_stream__, a torch or CuPy stream",
                             type(obj).__name__)
-    if handle < 0:
-        raise ContractError("stream", "a non-negative CUstream handle", repr(handle))
+    if not 0 <= handle < 2**64:
+        raise ContractError("stream", "a CUstream handle: a non-negative int below 2**64", repr(handle))
     return int(handle)
 
 

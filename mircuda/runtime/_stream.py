@@ -216,10 +216,14 @@ class Stream:
         n = _check_range(src, dst, count, src_offset, dst_offset)
         src_offset, dst_offset = int(src_offset), int(dst_offset)
         if n:
+            track = _tracks_pinned(self)
+            if track:
+                src._event_for(self)  # made before the copy: a copy is never left in flight untracked
             item = dst._info.itemsize
             _cuda.call("cuMemcpyHtoDAsync", dst._ptr + dst_offset * item, src._ptr + src_offset * item,
                        n * item, self._cu)
-            _track_pinned(src, self)
+            if track:
+                src._mark_in_flight(self)
 
     def copy_to_host(self, src: DeviceBuffer[Any], dst: PinnedBuffer[Any], count: int | None = None, *,
                      src_offset: int = 0, dst_offset: int = 0) -> None:
@@ -240,10 +244,14 @@ class Stream:
         n = _check_range(src, dst, count, src_offset, dst_offset)
         src_offset, dst_offset = int(src_offset), int(dst_offset)
         if n:
+            track = _tracks_pinned(self)
+            if track:
+                dst._event_for(self)  # made before the copy: a copy is never left in flight untracked
             item = src._info.itemsize
             _cuda.call("cuMemcpyDtoHAsync", dst._ptr + dst_offset * item, src._ptr + src_offset * item,
                        n * item, self._cu)
-            _track_pinned(dst, self)
+            if track:
+                dst._mark_in_flight(self)
 
     def copy_device_range(self, src: DeviceBuffer[Any], src_offset: int, dst: DeviceBuffer[Any],
                           dst_offset: int, count: int) -> None:
@@ -341,6 +349,8 @@ class Stream:
         if type(byte) is not int or not 0 <= byte <= 255:
             raise ContractError("byte", "an int in [0, 255]", repr(byte))
         offset = _nonneg("offset", offset)
+        if offset > len(buffer):
+            raise ContractError("offset", f"at most {len(buffer)} (the buffer's length)", repr(offset))
         n = len(buffer) - offset if count is None else _nonneg("count", count)
         if offset + n > len(buffer):
             raise ContractError("count", f"offset + count <= {len(buffer)}", f"{offset} + {n}")
@@ -421,12 +431,11 @@ def _forget() -> None:
     """The finalizer of an adopted stream: its owner destroys it, never mircuda."""
 
 
-def _track_pinned(pinned: Any, stream: Stream) -> None:
-    """Let ``pinned.wait()`` wait for the copy just enqueued, except inside a capture: there the copy
-    is a graph node, an event recorded on the capturing stream would only be a capture dependency
-    (never completing for ``wait()``), and the graph's replays are what the caller waits on."""
-    if not _cuda.is_capturing(stream._cu):
-        pinned._mark_in_flight(stream)
+def _tracks_pinned(stream: Stream) -> bool:
+    """Whether a copy through a pinned buffer on ``stream`` is tracked for ``PinnedBuffer.wait()``: always but
+    inside a capture, where the copy is a graph node, an event recorded on the capturing stream would only be
+    a capture dependency (never completing for ``wait()``), and the graph's replays are what the caller waits on."""
+    return not _cuda.is_capturing(stream._cu)
 
 
 def _check_pinned(value: object, argument: str, context: Context) -> None:

@@ -83,6 +83,22 @@ def test_mircuda_to_mircuda_dlpack_keeps_e2m1_and_orders_streams(context, stream
         other.close()
 
 
+
+def test_a_borrow_cannot_end_while_a_live_graph_uses_the_memory(context, stream, pool) -> None:
+    # Ending the borrow lets the producer release the memory; the graph's replays would then write freed memory.
+    owner = pool.allocate_zeroed(mc.f32, stream, 64)
+    borrowed = mc.from_dlpack(owner, context, stream)
+    graph = stream.capture(borrowed, lambda b: stream.memset(b, 0x3F))
+    with pytest.raises(mc.ContractError, match="held by 1 live graph"):
+        borrowed.free(stream)
+    graph.launch(stream)
+    assert (stream.download(owner).view(np.uint8) == 0x3F).all()
+    graph.close()
+    borrowed.free(stream)  # no graph holds it now: the borrow ends
+    with pytest.raises(mc.UseAfterFree):
+        borrowed.free(stream)
+    owner.free(stream)
+
 # -- torch ----------------------------------------------------------------------------------------
 def test_torch_tensor_through_a_cuda_c_kernel_and_back_without_copies(context, stream, kernels) -> None:
     torch = pytest.importorskip("torch")

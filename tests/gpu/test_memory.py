@@ -202,3 +202,96 @@ def test_raw_bytes_come_from_the_pool_and_go_back_to_it(driver, context, stream,
     assert pool.allocate_bytes(stream, 0) == 0
     with driver.create_context(driver.devices()[0]) as other, pytest.raises(mc.ContractError, match="stream"):
         pool.allocate_bytes(other.create_stream(), 64)
+
+
+def test_a_numpy_integer_count_sizes_the_buffer_in_python_ints(context, stream, pool) -> None:
+    # np.uint8(200) * 8 wraps to 64 in uint8: the byte count must be 1600, as for the int 200.
+    buf = pool.allocate(mc.f64, stream, np.uint8(200))
+    assert len(buf) == 200 and buf.nbytes == 1600 and type(len(buf)) is int
+    data = np.arange(200, dtype=np.float64)
+    staged = context.allocate_pinned(mc.f64, np.uint8(200))
+    assert len(staged) == 200 and staged.nbytes == 1600 and staged.to_numpy().shape == (200,)
+    staged.write_prefix(data)
+    stream.copy_to_device(staged, buf)
+    np.testing.assert_array_equal(download(context, stream, buf), data)
+    wide = pool.allocate(mc.f32, stream, np.int32(1 << 20))  # np.int32(2**20) * 4 fits; the product is an int
+    assert wide.nbytes == 4 << 20 and wide.handle != 0
+    for b in (buf, wide):
+        b.free(stream)
+    staged.close()
+
+
+def test_a_byte_count_beyond_size_t_is_a_contract_error(context, stream, pool) -> None:
+    # The driver takes size_t: 2**64 bytes or more is refused by name, not an OverflowError from the bindings.
+    with pytest.raises(mc.ContractError, match=r"count.*at most 2305843009213693951 elements of f64"):
+        pool.allocate(mc.f64, stream, 2**61)
+    with pytest.raises(mc.ContractError, match="count"):
+        context.allocate_pinned(mc.f64, 2**62)
+    with pytest.raises(mc.ContractError, match="nbytes"):
+        pool.allocate_bytes(stream, 2**64)
+    with pytest.raises(mc.ContractError, match="release_threshold"):
+        pool.release_threshold = 2**64
+    with pytest.raises(mc.ContractError, match="keep_bytes"):
+        pool.trim_to(2**64)
+    with pytest.raises(mc.ContractError, match="stream"):
+        context.adopt_stream(2**64)
+
+
+def test_memset_refuses_an_offset_past_the_end(stream, pool) -> None:
+    buf = pool.allocate(mc.f32, stream, 16)
+    with pytest.raises(mc.ContractError, match=r"offset.*at most 16"):
+        stream.memset(buf, 0, offset=21)
+    stream.memset(buf, 0, offset=16)  # the end itself: nothing to set
+    buf.free(stream)
+
+
+SPIN = mc.cuda_kernel(r'''
+extern "C" __global__ void spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+}''')
+Spin = mc.cuda_export("spin", cycles=mc.i64)
+SPIN_CYCLES = 50_000_000  # ~25 ms at 2 GHz; the verdicts below hold whatever it takes
+
+
+def test_a_pinned_buffer_waits_for_its_copies_on_every_stream(context, pool) -> None:
+    # One staging buffer read by a copy on a busy stream and then by a copy on an idle one: write_prefix and
+    # to_numpy must wait for both copies (one event per stream), not only for the last one enqueued.
+    spin = mc.Compiler(context).compile(SPIN).kernel(Spin)
+    busy, idle = context.create_stream(), context.create_stream()
+    staged = context.allocate_pinned(mc.f32, 4)
+    staged.write_prefix(np.ones(4, np.float32))
+    da, db = pool.allocate(mc.f32, busy, 4), pool.allocate(mc.f32, idle, 4)
+    spin.launch(busy, mc.LaunchConfig((1,), (1,)), SPIN_CYCLES)
+    busy.copy_to_device(staged, da)
+    idle.copy_to_device(staged, db)
+    staged.write_prefix(np.full(4, 2.0, np.float32))
+    assert busy.query() and idle.query()  # both copies had read the buffer before it was overwritten
+    spin.launch(busy, mc.LaunchConfig((1,), (1,)), SPIN_CYCLES)
+    busy.copy_to_host(da, staged)
+    idle.copy_to_host(db, staged)
+    staged.to_numpy()
+    assert busy.query() and idle.query()
+    np.testing.assert_array_equal(staged.to_numpy(), np.ones(4, np.float32))  # both copies wrote ones
+    da.free(busy)
+    db.free(idle)
+    staged.close()
+    busy.close()
+    idle.close()
+
+
+def test_a_closed_context_returns_its_memory_while_another_context_holds_the_device(driver, context, pool) -> None:
+    # Two Contexts of one device share its primary context and default pool: closing one must not strand
+    # its allocations while the other keeps the primary context (and so the memory) alive.
+    context.synchronize()
+    before = pool.used_bytes
+    second = driver.create_context(driver.devices()[0])
+    s2 = second.create_stream()
+    stranded = second.default_memory_pool().allocate(mc.u8, s2, 64 << 20)
+    s2.synchronize()
+    assert pool.used_bytes >= before + (64 << 20)
+    second.close()
+    del stranded  # its finalizer frees it synchronously (its stream was closed with its context)
+    gc.collect()
+    context.synchronize()
+    assert pool.used_bytes <= before
