@@ -1,16 +1,26 @@
 """A content digest of a Python function as Numba compiles it.
 
 Numba freezes what a kernel refers to at compile time: its bytecode and constants, the global names
-it reads (numbers, arrays, tuples, other jitted functions, declared CUDA C devices) and the values in
-its closure. The digest covers all of those, recursively through called functions, and the source
-text where Python can find it, so a change that can change the compiled kernel changes the digest.
+it reads (numbers, arrays, tuples, other jitted functions, declared CUDA C devices), the attributes
+it reads from modules (``cfg.SCALE``, ``a.b.C``) and the values in its closure. The digest covers all
+of those, recursively through called functions, and the source text where Python can find it, so a
+change that can change the compiled kernel changes the digest.
+
+Attributes of a module (a global or closure value) are hashed for every attribute name the code
+names (``co_names``), through submodules: a superset of the ``LOAD_ATTR`` chains Numba resolves,
+also when the module is first bound to a local. Plain Python functions reached that way count by
+name (Numba compiles only jitted functions, hashed in full, and its own overloads). Enum classes
+contribute their members' names and values, namedtuple classes their fields and defaults, other
+classes their qualified name (Numba types those by identity: numbers, exceptions, Numba types).
 Values the digest cannot inspect contribute their type name (and a ``repr`` without addresses).
+Nothing hashed depends on the process (no ``id``, no addresses), so the disk cache can use it.
 """
 
 from __future__ import annotations
 
 import builtins
 import contextvars
+import enum
 import hashlib
 import inspect
 import re
@@ -71,7 +81,7 @@ def _function(fn: Any, h: Any, seen: set[int], depth: int) -> None:
             value = fn_globals[name]
             _value(value, h, seen, depth + 1)
             if isinstance(value, pytypes.ModuleType):
-                _module_members(value, names, h, seen, depth + 1)
+                _module_members(value, names, h, seen, set(), depth + 1)
         elif hasattr(builtins, name):
             _put(h, "builtin", name)
     for cell in fn.__closure__ or ():
@@ -82,6 +92,8 @@ def _function(fn: Any, h: Any, seen: set[int], depth: int) -> None:
             continue
         _put(h, "cell")
         _value(contents, h, seen, depth + 1)
+        if isinstance(contents, pytypes.ModuleType):
+            _module_members(contents, names, h, seen, set(), depth + 1)
     _value(fn.__defaults__, h, seen, depth + 1)
     _value(fn.__kwdefaults__, h, seen, depth + 1)
     try:
@@ -102,13 +114,32 @@ def _code(code: pytypes.CodeType, h: Any, seen: set[int], depth: int) -> None:
             _value(const, h, seen, depth + 1)
 
 
-def _module_members(module: pytypes.ModuleType, names: list[str], h: Any, seen: set[int], depth: int) -> None:
-    # `helpers.bf16_to_f32(x)` reads a declared device (or a jitted function) through a module: its
-    # linked CUDA C (or code) is part of the kernel. Library modules' members are identified by name.
+def _module_members(module: pytypes.ModuleType, names: list[str], h: Any, seen: set[int],
+                    modules: set[str], depth: int) -> None:
+    # Numba resolves `cfg.SCALE` (and `a.b.C`, and `m = cfg; m.SCALE`) at compile time and freezes the
+    # value it finds, so every attribute of the module the code could name is part of the kernel: its
+    # value (a number, an array, an enum class, a jitted function, a declared device with its CUDA
+    # C...), and for a submodule its own attributes. Plain Python functions (and builtins) count by
+    # name: Numba cannot compile them, only resolve its own overloads of them by identity.
+    if depth > _MAX_DEPTH or module.__name__ in modules:
+        return
+    modules.add(module.__name__)
+    missing = object()
     for name in names:
-        member = getattr(module, name, None)
-        if hasattr(member, "_mircuda_digest") or hasattr(member, "py_func"):
-            _put(h, "member", name)
+        try:  # getattr as Numba does: a module __getattr__ (lazy submodules, mc.numba_ext.helpers) answers
+            member = getattr(module, name, missing)
+        except Exception:  # a module __getattr__ that fails otherwise: Numba could not read it either
+            member = missing
+        if member is missing:
+            continue
+        _put(h, "member", name)
+        if isinstance(member, pytypes.ModuleType):
+            _put(h, "module", member.__name__)
+            _module_members(member, names, h, seen, modules, depth + 1)
+        elif isinstance(member, (pytypes.FunctionType, pytypes.BuiltinFunctionType)) and not hasattr(
+                member, "py_func"):
+            _put(h, "plain", f"{getattr(member, '__module__', '')}.{getattr(member, '__qualname__', name)}")
+        else:
             _value(member, h, seen, depth)
 
 
@@ -124,15 +155,22 @@ def _value(v: Any, h: Any, seen: set[int], depth: int) -> None:
     if depth > _MAX_DEPTH:
         _put(h, "deep", type(v).__qualname__)
         return
-    if v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
+    if isinstance(v, enum.Enum):  # before int and str: IntEnum and StrEnum members are both
+        _class(type(v), h, seen, depth)
+        _put(h, "enum", v.name)
+    elif v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
         _put(h, type(v).__name__, repr(v))
     elif isinstance(v, np.ndarray):
         _put(h, "ndarray", f"{v.dtype.str}{v.shape}")
+        if v.dtype.fields is not None:  # a record array: its fields' names, types and offsets
+            _put(h, "fields", repr(v.dtype.descr))
         _put(h, "data", np.ascontiguousarray(v).tobytes())
     elif isinstance(v, (np.generic, np.dtype)):
         _put(h, "numpy", f"{type(v).__qualname__}:{v!r}")
     elif isinstance(v, (tuple, list, frozenset, set)):
         items = sorted(v, key=repr) if isinstance(v, (set, frozenset)) else v
+        if type(v) not in (tuple, list, frozenset, set):
+            _class(type(v), h, seen, depth)  # a namedtuple: its field names say which item `p.x` is
         _put(h, type(v).__name__, str(len(items)))
         for item in items:
             _value(item, h, seen, depth + 1)
@@ -147,7 +185,7 @@ def _value(v: Any, h: Any, seen: set[int], depth: int) -> None:
         _put(h, "callee", repr(getattr(v, "targetoptions", "")))
         _function(v, h, seen, depth)
     elif isinstance(v, type):
-        _put(h, "class", f"{v.__module__}.{v.__qualname__}")
+        _class(v, h, seen, depth)
     else:
         # Declared devices carry the digest of the CUDA C they link (mircuda.numba_ext.declare_device);
         # Numba types and other descriptors are identified by their repr.
@@ -161,3 +199,20 @@ def _value(v: Any, h: Any, seen: set[int], depth: int) -> None:
         sig = getattr(v, "sig", None)
         name = getattr(v, "name", None)
         _put(h, "repr", _ADDRESS.sub("", f"{name!r} {sig!r} {v!r}"))
+
+
+def _class(cls: type, h: Any, seen: set[int], depth: int) -> None:
+    # What Numba reads from a class it types: an Enum's members (`Mode.A.value` is a constant), a
+    # namedtuple's fields and defaults. Other classes Numba types by identity (NumPy scalar types,
+    # exception classes, Numba types) or not at all: their qualified name stands for them.
+    _put(h, "class", f"{cls.__module__}.{cls.__qualname__}")
+    if issubclass(cls, enum.Enum):
+        _put(h, "bases", "\x1f".join(f"{b.__module__}.{b.__qualname__}" for b in cls.__mro__))
+        members = cls.__members__  # definition order, aliases included
+        _put(h, "members", str(len(members)))
+        for name, member in members.items():
+            _put(h, "member", name)
+            _value(member.value, h, seen, depth + 1)
+    elif issubclass(cls, tuple) and isinstance(fields := getattr(cls, "_fields", None), tuple):
+        _put(h, "fields", "\x1f".join(map(str, fields)))
+        _value(dict(getattr(cls, "_field_defaults", {})), h, seen, depth + 1)

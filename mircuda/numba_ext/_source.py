@@ -38,9 +38,10 @@ class NumbaKernelSource:
         name: ``module.qualname(argument types)``, for diagnostics.
         symbol: the name contracts use for the kernel: the function's ``__name__``.
         abi: the launch ABI registered for this signature (``"numba:<argument types>"``).
-        digest: SHA-256 over the function's code, constants, referenced globals and closure (recursively
-            through the device functions and declared CUDA C it calls), its source text, the
-            signature, the options and the numba and numba-cuda versions.
+        digest: SHA-256 over the function's code, constants, referenced globals, the attributes it
+            can read from modules (``cfg.SCALE``), Enum members and namedtuple fields, and its closure
+            (recursively through the device functions and declared CUDA C it calls), its source
+            text, the signature, the options and the numba and numba-cuda versions.
     """
 
     function: Any
