@@ -720,6 +720,59 @@ def test_the_quantizer_checks_operands_and_its_stream_before_the_launch(monkeypa
     assert quantizer._launch.calls == [(stream, None, q, s, x, 200, 300)]
 
 
+class FakeQuantizeCompiler:
+    """Stands in for the NVRTC Compiler of the quantizer: its "kernel" records launches."""
+
+    def compile(self, source: Any, options: Any = None) -> FakeQuantizeCompiler:
+        return self
+
+    def kernel(self, contract: Any) -> Any:
+        return SimpleNamespace(contract=contract, launch=Recorder(),
+                               attributes=SimpleNamespace(max_threads_per_block=1024))
+
+
+def quantizer_stand_ins(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """stand_ins plus what constructing a BlockwiseFp8Quantizer asks of the device and the compiler."""
+    from mircuda.runtime import Context
+
+    context, stream = stand_ins(monkeypatch)
+    monkeypatch.setattr(Context, "device_info", lambda self: SimpleNamespace(
+        compute_capability=(9, 0), name="stand-in", arch="sm_90", multiprocessor_count=132,
+        supports_programmatic_launch=True, max_threads_per_block=1024, max_block_dims=(1024, 1024, 64),
+        max_grid_dims=(2**31 - 1, 65535, 65535), max_shared_memory_per_block_optin_bytes=232448))
+    monkeypatch.setattr(_quantize, "plan_compiler", lambda compiler, context: FakeQuantizeCompiler())
+    return context, stream
+
+
+@pytest.mark.parametrize("integer", [np.int16, np.uint16, np.int32, np.uint32, np.int64], ids=lambda t: t.__name__)
+@pytest.mark.parametrize("block, scale_shape, grid", [((1, 128), (300, 2), (75, 1, 1)), ((128, 128), (3, 2), (2, 3, 1))],
+                         ids=["activations", "weights"])
+def test_numpy_integer_sizes_of_the_quantizer_give_exact_python_int_operand_lengths(monkeypatch, integer, block,
+                                                                                     scale_shape, grid) -> None:
+    """rows and k may be numpy integers; every size computed from them is a Python int. np.int16(300) *
+    np.int16(256) wraps to 11264 in numpy: an x of 11264 elements once passed the check of a [300, 256] problem and
+    the kernel would have read past it (np.uint16 wrapped ceil(K / 128) and the grid as well)."""
+    context, stream = quantizer_stand_ins(monkeypatch)
+    quantizer = mc.BlockwiseFp8Quantizer(context, stream, integer(300), integer(256), block)
+    assert (quantizer.rows, quantizer.k) == (300, 256) and type(quantizer.rows) is int and type(quantizer.k) is int
+    ox, oq, os_ = quantizer._operands
+    assert (ox.count, oq.count, os_.count) == (300 * 256, 300 * 256, scale_shape[0] * scale_shape[1])
+    assert all(type(o.count) is int for o in (ox, oq, os_))
+    assert quantizer.scale_shape == scale_shape and quantizer.config.grid == grid
+    assert "[R, K] = [300, 256]" in ox.shape
+    x, q = buffer(context, mc.bf16, 300 * 256, 0x1000_0000), buffer(context, mc.e4m3, 300 * 256, 0x2000_0000)
+    s = buffer(context, mc.f32, os_.count, 0x3000_0000)
+    for short, argument in (((buffer(context, mc.bf16, 11264, 0x1000_0000), q, s), "x"),
+                            ((x, buffer(context, mc.e4m3, 11264, 0x2000_0000), s), "codes")):
+        with pytest.raises(mc.ContractError) as info:
+            quantizer.execute(stream, *short)
+        assert info.value.argument == argument
+    assert quantizer._launch.calls == []
+    quantizer.execute(stream, x, q, s)
+    (call,) = quantizer._launch.calls
+    assert call[-2:] == (300, 256) and type(call[-2]) is int and type(call[-1]) is int
+
+
 # -- the njit executor ----------------------------------------------------------------------------
 def test_the_njit_executor_packs_the_kernel_parameters_in_c_abi_order() -> None:
     pytest.importorskip("numba")

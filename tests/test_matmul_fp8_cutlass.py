@@ -12,6 +12,7 @@ import os
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import mircuda as mc
@@ -86,6 +87,26 @@ def test_the_k_major_scale_shapes_of_a_blockwise_kernel() -> None:
     assert _kernel(scale_major=("mn", "mn")).scale_shapes(300, 1032, 1040) == ((9, 300), (9, 9))
     with pytest.raises(mc.ContractError, match="blockwise-scaled"):
         _kernel(kind="dense").scale_shapes(1, 8, 8)
+
+
+@pytest.mark.parametrize("integer", [np.int16, np.uint16, np.int32, np.uint32, np.int64], ids=lambda t: t.__name__)
+def test_numpy_integer_sizes_give_the_scale_shapes_as_python_ints(integer) -> None:
+    """A numpy integer M, N, K is taken as the int: ceil(M / 128) * 128 of np.int16(32767) once wrapped to -32768,
+    and ceil division by negation wrapped for unsigned types (np.uint16(300) gave 65027 blocks)."""
+    shapes = _kernel().scale_shapes(integer(300), integer(1032), integer(1040))
+    assert shapes == ((300, 9), (9, 9)) and all(type(v) is int for shape in shapes for v in shape)
+    tiled = _kernel(kind="block_scaled", scale_block=(1, 1, 16), scale_major=("tiled", "tiled"))
+    m = 32767 if integer is np.int16 else 65535 if integer is np.uint16 else 2**31 - 1
+    shapes = tiled.scale_shapes(integer(m), integer(200), integer(96))
+    assert shapes == ((-(-m // 128) * 128, 8), (256, 8)) and all(type(v) is int for shape in shapes for v in shape)
+
+
+@pytest.mark.parametrize("m, n, k, argument", [(0, 8, 8, "m"), (1, 8.0, 8, "n"), (1, 8, True, "k"),
+                                                (1, np.bool_(True), 8, "n"), (-3, 8, 8, "m")])
+def test_scale_shapes_refuse_sizes_that_are_not_positive_ints(m, n, k, argument) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        _kernel().scale_shapes(m, n, k)
+    assert info.value.argument == argument
 
 
 def test_the_table_constraints_name_the_dimension() -> None:

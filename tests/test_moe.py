@@ -57,6 +57,27 @@ def test_specs_are_frozen_and_check_their_dimensions() -> None:
     assert info.value.argument == "rows"
 
 
+@pytest.mark.parametrize("integer", [np.int16, np.uint16, np.int32, np.int64], ids=lambda t: t.__name__)
+def test_numpy_integer_dimensions_are_stored_as_python_ints_and_flops_counts_exactly(integer) -> None:
+    """Every spec field is a Python int, and flops(rows) takes a numpy integer as the int: 2 * np.int16(300) * 768
+    * 2048 once wrapped in int16."""
+    s = mc.VariableGroupedFp4Spec(integer(768), integer(2048), integer(4096), integer(128), integer(128))
+    assert all(type(getattr(s, f)) is int for f in ("n", "k", "capacity", "groups", "bank_size"))
+    flops = s.flops(integer(300))
+    assert flops == 2 * 300 * 768 * 2048 and type(flops) is int
+    assert s.flops(0) == 0
+    i = mc.IndexedGroupedFp4Spec(integer(256), integer(512), integer(300), integer(200), integer(6))
+    assert all(type(getattr(i, f)) is int for f in ("n", "k", "rows", "products", "bank_size"))
+    assert (i.capacity, i.flops) == (60000, 2 * 60000 * 256 * 512) and type(i.flops) is int
+
+
+@pytest.mark.parametrize("rows", [-1, 1.5, True, np.bool_(True), "10", None], ids=repr)
+def test_flops_refuses_a_row_count_that_is_not_a_non_negative_int(rows) -> None:
+    with pytest.raises(mc.ContractError) as info:
+        mc.VariableGroupedFp4Spec(768, 2048, 4096, 128, 128).flops(rows)
+    assert info.value.argument == "rows" and info.value.received == repr(rows)
+
+
 def test_the_plans_and_specs_are_exported() -> None:
     for name in ("VariableGroupedFp4Plan", "IndexedGroupedFp4Plan", "PairedVariableGroupedFp4Plan",
                  "VariableGroupedFp4Spec", "IndexedGroupedFp4Spec", "GroupedFp4Operands"):

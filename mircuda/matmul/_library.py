@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..dtypes import is_integer_value
+
 # CutlassError is re-exported here, where it was defined before it moved to mircuda.errors.
 from ..errors import ContractError, CutlassError, CutlassNotFound
 from ._build import LIBRARY_NAME, find_library
@@ -192,10 +194,16 @@ class KernelInfo:
         ceil(K/64) 4])`` (their products are the tiled tensors' bytes; the order inside is the atoms').
 
         Raises:
-            ContractError: the kernel takes no scales (``kind == "dense"``).
+            ContractError: the kernel takes no scales (``kind == "dense"``); ``m``, ``n`` or ``k`` is not a
+                positive int (numpy integers count, taken as the int: the extents would wrap in a narrow numpy
+                type; bool does not).
         """
         if self.kind not in ("blockwise_scaled", "block_scaled", "grouped_block_scaled"):
             raise ContractError("kernel", "a blockwise-scaled or block-scaled kernel", f"{self.name} ({self.kind})")
+        for name, value in (("m", m), ("n", n), ("k", k)):
+            if not is_integer_value(value) or value < 1:
+                raise ContractError(name, "a positive int", repr(value))
+        m, n, k = int(m), int(n), int(k)
         sm, sn, sk = self.scale_block
 
         def shape(rows: int, block: int, major: str) -> tuple[int, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..dtypes import is_integer_value
 from ..errors import ContractError
 from ._fp4_layout import check_fp4_k
 from ._spec import _DIM_LIMIT, _dim
@@ -39,8 +40,15 @@ class VariableGroupedFp4Spec:
         check_fp4_k(self.k, "k")
 
     def flops(self, rows: int) -> int:
-        """Floating-point operations when ``rows`` rows are routed in all (2 rows N K)."""
-        return 2 * rows * self.n * self.k
+        """Floating-point operations when ``rows`` rows are routed in all (2 rows N K), a Python int.
+
+        Raises:
+            ContractError: ``rows`` is not a non-negative int (numpy integers count, taken as the int: the
+                product would wrap in a narrow numpy type; bool does not).
+        """
+        if not is_integer_value(rows) or rows < 0:
+            raise ContractError("rows", "a non-negative int (rows routed in all)", repr(rows))
+        return 2 * int(rows) * self.n * self.k
 
 
 @dataclass(frozen=True)

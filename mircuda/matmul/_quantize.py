@@ -247,8 +247,10 @@ class BlockwiseFp8Quantizer:
     def __init__(self, context: Context, stream: Stream, rows: int, k: int, block: tuple[int, int] = ACTIVATION_BLOCK,
                  *, compiler: Compiler | None = None) -> None:
         plan_stream(stream, context)
-        self.rows, self.k = _dim("rows", rows), _dim("k", k)
-        self.block = _check_block(block)
+        # Python ints from here on: numpy integers (np.int16(300)) would wrap in rows * k, the operands' least
+        # lengths, and a short x would pass its check and be read past its end
+        rows, k = self.rows, self.k = _dim("rows", rows), _dim("k", k)
+        self.block = block = _check_block(block)
         if block == ACTIVATION_BLOCK and -(-(rows * _blocks(k)) // WARPS_PER_BLOCK) > MAX_GRID_X:
             raise ContractError("rows", f"rows * ceil(K / 128) at most {MAX_GRID_X * WARPS_PER_BLOCK} (grid.x limit)",
                                 repr(rows))
