@@ -280,18 +280,30 @@ def test_a_pinned_buffer_waits_for_its_copies_on_every_stream(context, pool) -> 
     idle.close()
 
 
-def test_a_closed_context_returns_its_memory_while_another_context_holds_the_device(driver, context, pool) -> None:
-    # Two Contexts of one device share its primary context and default pool: closing one must not strand
-    # its allocations while the other keeps the primary context (and so the memory) alive.
-    context.synchronize()
-    before = pool.used_bytes
+def test_a_closed_context_returns_its_memory_while_another_context_holds_the_device(driver, context, monkeypatch) -> None:
+    # Two Contexts of one device share its primary context: closing one must not strand its allocations while
+    # the other keeps the primary context (and so the memory) alive. The driver's own accounting cannot show
+    # it: after a synchronous cuMemFree of a pool allocation, CU_MEMPOOL_ATTR_USED_MEM_CURRENT kept counting the
+    # bytes though the pool reused the address (H200, driver 580, 2026-12-04), so the test watches the call.
+    from mircuda import _cuda
+
+    real, freed = _cuda.call, []
+
+    def recording(name, *args):
+        result = real(name, *args)  # raises on a refusal: only a free the driver accepted is recorded
+        if name == "cuMemFree":
+            freed.append(int(args[0]))
+        return result
+
     second = driver.create_context(driver.devices()[0])
     s2 = second.create_stream()
     stranded = second.default_memory_pool().allocate(mc.u8, s2, 64 << 20)
+    address = stranded.handle
     s2.synchronize()
-    assert pool.used_bytes >= before + (64 << 20)
     second.close()
+    monkeypatch.setattr(_cuda, "call", recording)
     del stranded  # its finalizer frees it synchronously (its stream was closed with its context)
     gc.collect()
-    context.synchronize()
-    assert pool.used_bytes <= before
+    monkeypatch.undo()
+    assert address in freed  # (gc.collect may finalize other dropped buffers too)
+    context.synchronize()  # and the context that stayed open is unharmed
