@@ -48,6 +48,11 @@ def test_a_closed_context_frees_its_memory_while_another_context_holds_the_devic
     assert device._retains == 1
     free_address(0xA000, closed_stream(second), second)
     assert frees(driver_calls) == [0xA000]  # the primary context (and this memory) lives on through `first`
+    # cuMemFree does not wait for pool memory's users, and the closed stream's work may still run: the
+    # context is synchronized first.
+    names = [c[0] for c in driver_calls]
+    assert names.index("cuCtxSynchronize") < names.index("cuMemFree")
+    first.close()
 
 
 def test_once_every_context_closed_nothing_of_theirs_is_freed_even_after_a_new_one(driver_calls) -> None:

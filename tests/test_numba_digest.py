@@ -84,6 +84,26 @@ def reads_record(out):  # type: ignore[no-untyped-def]
     out[0] = RECORDS[0].a
 
 
+helpers = types.ModuleType("mircuda_test_helpers")  # a helpers module of register_jitable functions
+exec("def clamp(x):\n    return min(max(x, 0.0), 1.0)\n", helpers.__dict__)  # __name__ is the module's
+
+
+def calls_a_helper_through_a_module(out):  # type: ignore[no-untyped-def]
+    out[0] = helpers.clamp(out[0])
+
+
+class Bits(enum.Flag):
+    A = 1
+    B = 2
+
+
+NONE_SET = Bits(0)  # a Flag value without a name
+
+
+def reads_an_unnamed_flag(out):  # type: ignore[no-untyped-def]
+    out[0] = 1.0 if NONE_SET else 0.0
+
+
 def _digest(fn) -> str:  # type: ignore[no-untyped-def]
     return mn.numba_kernel(fn, SIG).digest
 
@@ -195,3 +215,18 @@ def test_the_compiler_cache_returns_a_module_compiled_for_the_current_values(mon
     ptx = compile_ptx(reads_int_enum)
     assert _f32(ptx, 5.0) and not _f32(ptx, 3.0)
     assert compiler.cache_stats().memory_hits == 1 and compiler.cache_stats().compilations == 4
+
+
+def test_a_helper_function_reached_through_a_module_is_hashed_by_its_body(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Numba compiles a register_jitable (or plain) helper's body into the kernel: a new body must miss.
+    before = _digest(calls_a_helper_through_a_module)
+    namespace: dict = {"__name__": helpers.__name__}  # the same module and name: only the body differs
+    exec("def clamp(x):\n    return min(max(x, 0.0), 2.0)\n", namespace)
+    monkeypatch.setattr(helpers, "clamp", namespace["clamp"])
+    assert _digest(calls_a_helper_through_a_module) != before
+
+
+def test_an_unnamed_flag_value_has_a_digest(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = _digest(reads_an_unnamed_flag)  # Flag(0) has no name: hashed by its value, not refused
+    monkeypatch.setitem(globals(), "NONE_SET", Bits.A | Bits.B)
+    assert _digest(reads_an_unnamed_flag) != before

@@ -50,8 +50,8 @@ class DeviceBuffer(Generic[T]):
     ``DeviceBuffer[mc.f32]`` is the type of a float32 buffer in kernel contracts. A buffer is uniquely
     owned (it cannot be copied); ``free(stream)`` releases it stream-ordered (``cuMemFreeAsync``) and
     any later use raises :class:`UseAfterFree`. A buffer that is dropped without ``free`` is freed by a
-    finalizer on the stream that allocated it (or synchronously with ``cuMemFree`` if that stream was
-    closed); the finalizer never raises. The caller orders uses on other streams before that free.
+    finalizer on the stream that allocated it (or, if that stream was closed, synchronously: ``cuCtxSynchronize``
+    then ``cuMemFree``); the finalizer never raises. The caller orders uses on other streams before that free.
     """
 
     __slots__ = ("_ptr", "_count", "_scalar", "_info", "_nbytes", "_context", "_stream",
@@ -306,22 +306,32 @@ def _other_device(owner: object, context: object) -> bool:
     return a is not None and b is not None and a is not b
 
 
+_EVENTS_KEPT = 8
+"""A pinned buffer keeps at most about this many streams' events beyond those still pending."""
+
+
 def free_address(ptr: int, stream: Stream, context: Context) -> None:
     """Free device memory at ``ptr`` as a dropped buffer is freed: stream-ordered on ``stream``
     (``cuMemFreeAsync``), synchronously (``cuMemFree``) when ``stream`` was closed, and not at all
     when the memory went with its context (``Context._memory_alive``: a context closed while another
     mircuda Context of the device still holds the primary context keeps its memory, freed synchronously).
+    The synchronous free waits for the context first (``cuCtxSynchronize``): a destroyed stream's work still
+    runs, and ``cuMemFree`` does not wait for it on pool memory.
 
     Raises:
         CudaError: the driver refused the free.
     """
     if not context._memory_alive():
         return
-    _cuda.make_current(context._handle)
-    if stream._handle:
-        _cuda.call("cuMemFreeAsync", ptr, stream._cu)
-    else:
-        _cuda.call("cuMemFree", ptr)
+    with context._device._lock:  # no retain or release between the check and the free (addresses are reused)
+        if not context._memory_alive():
+            return
+        _cuda.make_current(context._handle)
+        if stream._handle:
+            _cuda.call("cuMemFreeAsync", ptr, stream._cu)
+        else:
+            _cuda.call("cuCtxSynchronize")
+            _cuda.call("cuMemFree", ptr)
 
 
 _free_quietly = _cuda.finalizer(free_address)
@@ -342,8 +352,8 @@ class PinnedBuffer(Generic[T]):
     _info: DTypeInfo
     _count: int
     _nbytes: int
-    _events: dict[int, Event]  # stream handle -> the event recorded after this buffer's last copy there
-    _pending: set[int]  # the streams whose recorded copy wait() has not yet waited for
+    _events: dict[int, Event]  # Stream._serial -> the event recorded after this buffer's last copy there
+    _pending: set[int]  # the streams (serials) whose recorded copy wait() has not yet waited for
     _closed: bool
     _ptr: int
     _array: np.ndarray[Any, Any]
@@ -414,15 +424,18 @@ class PinnedBuffer(Generic[T]):
         """The event that tracks this buffer's copies on ``stream``, made on first use (the Stream copy
         methods ask for it before they enqueue). One event per stream: a copy on another stream must not
         replace the record of one still in flight on this one."""
-        event = self._events.get(stream._handle)
+        event = self._events.get(stream._serial)
         if event is None:
-            event = self._events[stream._handle] = self._context.create_event(timing=False)
+            if len(self._events) >= _EVENTS_KEPT:  # many short-lived streams: drop the events already waited for
+                for key in [k for k in self._events if k not in self._pending]:
+                    self._events.pop(key).close()
+            event = self._events[stream._serial] = self._context.create_event(timing=False)
         return event
 
     def _mark_in_flight(self, stream: Stream) -> None:
         """Record that the copy just enqueued on ``stream`` uses this buffer (called by the Stream copy methods)."""
         self._event_for(stream).record(stream)
-        self._pending.add(stream._handle)
+        self._pending.add(stream._serial)
 
     def wait(self) -> None:
         """Block the calling thread until every copy in flight that uses this buffer has completed, on
@@ -495,7 +508,10 @@ class PinnedBuffer(Generic[T]):
 def _free_host_quietly(ptr: int, context: Context, events: dict[int, Event]) -> None:
     if not context._memory_alive():
         return
-    _cuda.make_current(context._handle)
-    for event in list(events.values()):
-        _cuda.call_status("cuEventSynchronize", event._cu)
-    _cuda.call_status("cuMemFreeHost", ptr)
+    with context._device._lock:  # as free_address
+        if not context._memory_alive():
+            return
+        _cuda.make_current(context._handle)
+        for event in list(events.values()):
+            _cuda.call_status("cuEventSynchronize", event._cu)
+        _cuda.call_status("cuMemFreeHost", ptr)

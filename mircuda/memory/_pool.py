@@ -139,8 +139,9 @@ class MemoryPool:
     def free_bytes(self, stream: Stream, address: int) -> None:
         """Release an address :meth:`allocate_bytes` returned, as a dropped buffer is released:
         stream-ordered on ``stream`` (``cuMemFreeAsync``; work enqueued on it before may still use the
-        memory), synchronously (``cuMemFree``) when ``stream`` was closed, and not at all once the
-        context was closed (its memory went with it). Address 0 is ignored. The caller orders uses on
+        memory), synchronously (``cuCtxSynchronize``, then ``cuMemFree``) when ``stream`` was closed, and not
+        at all once the memory went with the context (closed, with no other mircuda Context of the device
+        holding the primary context since). Address 0 is ignored. The caller orders uses on
         other streams before the free, and frees each address once.
 
         Raises:

@@ -8,8 +8,9 @@ change that can change the compiled kernel changes the digest.
 
 Attributes of a module (a global or closure value) are hashed for every attribute name the code
 names (``co_names``), through submodules: a superset of the ``LOAD_ATTR`` chains Numba resolves,
-also when the module is first bound to a local. Plain Python functions reached that way count by
-name (Numba compiles only jitted functions, hashed in full, and its own overloads). Enum classes
+also when the module is first bound to a local. Functions reached that way are hashed in full (a
+``register_jitable`` helper's body is compiled into the kernel), except those of Numba, NumPy, the math
+modules and mircuda, which count by name (Numba resolves them by identity; the versions are hashed). Enum classes
 contribute their members' names and values, namedtuple classes their fields and defaults, other
 classes their qualified name (Numba types those by identity: numbers, exceptions, Numba types).
 Values the digest cannot inspect contribute their type name (and a ``repr`` without addresses).
@@ -115,15 +116,16 @@ def _code(code: pytypes.CodeType, h: Any, seen: set[int], depth: int) -> None:
 
 
 def _module_members(module: pytypes.ModuleType, names: list[str], h: Any, seen: set[int],
-                    modules: set[str], depth: int) -> None:
+                    modules: set[int], depth: int) -> None:
     # Numba resolves `cfg.SCALE` (and `a.b.C`, and `m = cfg; m.SCALE`) at compile time and freezes the
     # value it finds, so every attribute of the module the code could name is part of the kernel: its
     # value (a number, an array, an enum class, a jitted function, a declared device with its CUDA
-    # C...), and for a submodule its own attributes. Plain Python functions (and builtins) count by
-    # name: Numba cannot compile them, only resolve its own overloads of them by identity.
-    if depth > _MAX_DEPTH or module.__name__ in modules:
+    # C...), and for a submodule its own attributes. A user's plain function is hashed in full (Numba
+    # compiles a register_jitable helper's body into the kernel); builtins and the functions of Numba,
+    # NumPy, math and mircuda count by name (Numba resolves its own implementations of them by identity).
+    if depth > _MAX_DEPTH or id(module) in modules:  # id: never hashed, only which modules this walk saw
         return
-    modules.add(module.__name__)
+    modules.add(id(module))
     missing = object()
     for name in names:
         try:  # getattr as Numba does: a module __getattr__ (lazy submodules, mc.numba_ext.helpers) answers
@@ -136,10 +138,10 @@ def _module_members(module: pytypes.ModuleType, names: list[str], h: Any, seen: 
         if isinstance(member, pytypes.ModuleType):
             _put(h, "module", member.__name__)
             _module_members(member, names, h, seen, modules, depth + 1)
-        elif isinstance(member, (pytypes.FunctionType, pytypes.BuiltinFunctionType)) and not hasattr(
-                member, "py_func"):
+        elif isinstance(member, pytypes.BuiltinFunctionType) or (
+                isinstance(member, pytypes.FunctionType) and _library_function(member)):
             _put(h, "plain", f"{getattr(member, '__module__', '')}.{getattr(member, '__qualname__', name)}")
-        else:
+        else:  # a user's function (register_jitable, @overload targets: Numba compiles its body) in full
             _value(member, h, seen, depth)
 
 
@@ -157,7 +159,8 @@ def _value(v: Any, h: Any, seen: set[int], depth: int) -> None:
         return
     if isinstance(v, enum.Enum):  # before int and str: IntEnum and StrEnum members are both
         _class(type(v), h, seen, depth)
-        _put(h, "enum", v.name)
+        _put(h, "enum", repr(v.name))  # None for an unnamed Flag combination (Flag(0), A | B on 3.10)
+        _value(v.value, h, seen, depth + 1)
     elif v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
         _put(h, type(v).__name__, repr(v))
     elif isinstance(v, np.ndarray):
@@ -199,6 +202,16 @@ def _value(v: Any, h: Any, seen: set[int], depth: int) -> None:
         sig = getattr(v, "sig", None)
         name = getattr(v, "name", None)
         _put(h, "repr", _ADDRESS.sub("", f"{name!r} {sig!r} {v!r}"))
+
+
+_LIBRARIES = ("numba", "numpy", "math", "cmath", "operator", "builtins", "mircuda")
+
+
+def _library_function(fn: Any) -> bool:
+    """A function of Numba, NumPy, the standard math modules or mircuda: Numba resolves those by identity (its
+    own implementations), and their code is pinned by the versions the digest already names."""
+    module = getattr(fn, "__module__", None) or ""
+    return module.split(".")[0] in _LIBRARIES
 
 
 def _class(cls: type, h: Any, seen: set[int], depth: int) -> None:

@@ -43,9 +43,10 @@ class Context:
     @classmethod
     def _retain(cls, driver: Driver, device: Device) -> Context:
         self = object.__new__(cls)
-        cu = _cuda.call("cuDevicePrimaryCtxRetain", device._cu)
-        device._retains += 1
-        self._generation = device._generation
+        with device._lock:
+            cu = _cuda.call("cuDevicePrimaryCtxRetain", device._cu)
+            device._retains += 1
+            self._generation = device._generation
         self._driver = driver
         self._device = device
         self._cu = cu
@@ -268,8 +269,9 @@ class Context:
 
 @_cuda.finalizer
 def _release(device: Device) -> None:
-    device._retains -= 1
-    if device._retains == 0:
-        device._generation += 1
-    _cuda.forget_current()
-    _cuda.call_status("cuDevicePrimaryCtxRelease", device._cu)
+    with device._lock:
+        device._retains -= 1
+        if device._retains == 0:
+            device._generation += 1
+        _cuda.forget_current()
+        _cuda.call_status("cuDevicePrimaryCtxRelease", device._cu)

@@ -92,6 +92,7 @@ class Device:
         # memory may still be freed while the count is above 0 in the generation the Context was made in.
         self._retains = 0
         self._generation = 0
+        self._lock = threading.RLock()  # retain + count, count + release, and a closed context's check + free
 
     @property
     def ordinal(self) -> int:

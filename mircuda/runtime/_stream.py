@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,6 +28,8 @@ _STAGING_HINT = (
     "pinned = context.allocate_pinned(array.dtype, len(array)); pinned.write_prefix(array)"
 )
 
+_SERIALS = itertools.count(1)
+
 
 class Stream:
     """A non-blocking stream (``CU_STREAM_NON_BLOCKING``). Create with :meth:`Context.create_stream`.
@@ -34,7 +37,7 @@ class Stream:
     Every method enqueues asynchronously except :meth:`synchronize`, which blocks the calling thread.
     """
 
-    __slots__ = ("_context", "_cu", "_handle", "_priority", "_finalizer", "_owner", "__weakref__")
+    __slots__ = ("_context", "_cu", "_handle", "_priority", "_finalizer", "_owner", "_serial", "__weakref__")
     _graph_opaque = True  # see graph._resources.OPAQUE_MARKER
     _context: Context
     _cu: Any  # CUstream
@@ -42,6 +45,7 @@ class Stream:
     _priority: int
     _finalizer: weakref.finalize[..., Stream] | None
     _owner: object  # an adopted stream's foreign owner (kept alive, never destroyed); None when mircuda owns it
+    _serial: int  # unique in the process (a destroyed stream's handle may be reused): PinnedBuffer's event key
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError("create streams with Context.create_stream()")
@@ -58,6 +62,7 @@ class Stream:
         self._finalizer = weakref.finalize(self, _destroy, cu, context)
         self._finalizer.atexit = False
         self._owner = None
+        self._serial = next(_SERIALS)
         return self
 
     @classmethod
@@ -72,6 +77,7 @@ class Stream:
         self._finalizer = weakref.finalize(self, _forget)
         self._finalizer.atexit = False
         self._owner = owner
+        self._serial = next(_SERIALS)
         return self
 
     @property

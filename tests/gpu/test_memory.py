@@ -287,23 +287,24 @@ def test_a_closed_context_returns_its_memory_while_another_context_holds_the_dev
     # bytes though the pool reused the address (H200, driver 580, 2026-12-04), so the test watches the call.
     from mircuda import _cuda
 
-    real, freed = _cuda.call, []
+    real, calls = _cuda.call, []
 
     def recording(name, *args):
-        result = real(name, *args)  # raises on a refusal: only a free the driver accepted is recorded
-        if name == "cuMemFree":
-            freed.append(int(args[0]))
+        result = real(name, *args)  # raises on a refusal: only calls the driver accepted are recorded
+        calls.append((name, int(args[0]) if name == "cuMemFree" else None))
         return result
 
     second = driver.create_context(driver.devices()[0])
     s2 = second.create_stream()
     stranded = second.default_memory_pool().allocate(mc.u8, s2, 64 << 20)
     address = stranded.handle
-    s2.synchronize()
-    second.close()
+    spin = mc.Compiler(second).compile(SPIN).kernel(Spin)
+    spin.launch(s2, mc.LaunchConfig((1,), (1,)), SPIN_CYCLES)  # still running when the context closes
+    second.close()  # destroys s2 without waiting for it
     monkeypatch.setattr(_cuda, "call", recording)
-    del stranded  # its finalizer frees it synchronously (its stream was closed with its context)
+    del stranded  # its finalizer: the context synchronized (s2's work done), then the memory freed
     gc.collect()
     monkeypatch.undo()
-    assert address in freed  # (gc.collect may finalize other dropped buffers too)
+    assert ("cuMemFree", address) in calls  # (gc.collect may finalize other dropped buffers too)
+    assert calls.index(("cuCtxSynchronize", None)) < calls.index(("cuMemFree", address))
     context.synchronize()  # and the context that stayed open is unharmed
