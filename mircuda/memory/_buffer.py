@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
@@ -33,6 +35,12 @@ def _check_count(name: str, count: object) -> int:
     if count < 0:
         raise ContractError(name, "a non-negative int (elements)", repr(count))
     return int(count)
+
+
+def _check_bytes(name: str, nbytes: object) -> None:
+    """Refuse by ``name`` a byte count that is not an int in [0, :data:`SIZE_MAX`] (the driver's ``size_t``)."""
+    if type(nbytes) is not int or not 0 <= nbytes <= SIZE_MAX:
+        raise ContractError(name, "a non-negative int below 2**64 (bytes)", repr(nbytes))
 
 
 def _check_size(name: str, count: int, itemsize: int, dtype: str) -> int:
@@ -321,17 +329,29 @@ def free_address(ptr: int, stream: Stream, context: Context) -> None:
     Raises:
         CudaError: the driver refused the free.
     """
-    if not context._memory_alive():
-        return
-    with context._device._lock:  # no retain or release between the check and the free (addresses are reused)
-        if not context._memory_alive():
+    with _live_memory(context) as alive:
+        if not alive:
             return
-        _cuda.make_current(context._handle)
         if stream._handle:
             _cuda.call("cuMemFreeAsync", ptr, stream._cu)
         else:
             _cuda.call("cuCtxSynchronize")
             _cuda.call("cuMemFree", ptr)
+
+
+@contextlib.contextmanager
+def _live_memory(context: Context) -> Iterator[bool]:
+    """Whether ``context``'s memory is still there to free (``Context._memory_alive``), with the context made
+    current and its device's lock held while it is: no retain or release between the check and the free (a
+    new primary context could hand out the same addresses)."""
+    if not context._memory_alive():  # a context closed for good: no lock needed to say so
+        yield False
+        return
+    with context._device._lock:
+        alive = context._memory_alive()
+        if alive:
+            _cuda.make_current(context._handle)
+        yield alive
 
 
 _free_quietly = _cuda.finalizer(free_address)
@@ -506,12 +526,9 @@ class PinnedBuffer(Generic[T]):
 
 @_cuda.finalizer
 def _free_host_quietly(ptr: int, context: Context, events: dict[int, Event]) -> None:
-    if not context._memory_alive():
-        return
-    with context._device._lock:  # as free_address
-        if not context._memory_alive():
+    with _live_memory(context) as alive:
+        if not alive:
             return
-        _cuda.make_current(context._handle)
         for event in list(events.values()):
             _cuda.call_status("cuEventSynchronize", event._cu)
         _cuda.call_status("cuMemFreeHost", ptr)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _cuda
 from ..dtypes import dtype_info
 from ..errors import ContractError
-from ._buffer import SIZE_MAX, DeviceBuffer, _check_count, _check_size, _require_stream, free_address
+from ._buffer import DeviceBuffer, _check_bytes, _check_count, _check_size, _require_stream, free_address
 
 if TYPE_CHECKING:
     from ..runtime import Context, Stream
@@ -66,8 +66,7 @@ class MemoryPool:
 
     @release_threshold.setter
     def release_threshold(self, nbytes: int) -> None:
-        if type(nbytes) is not int or not 0 <= nbytes <= SIZE_MAX:
-            raise ContractError("release_threshold", "a non-negative int below 2**64 (bytes)", repr(nbytes))
+        _check_bytes("release_threshold", nbytes)
         self._context._make_current()
         drv = _cuda.driver()
         _cuda.call("cuMemPoolSetAttribute", self._cu,
@@ -128,8 +127,7 @@ class MemoryPool:
             ClosedResourceError: the stream was closed.
             CudaError: the driver could not allocate (e.g. ``CUDA_ERROR_OUT_OF_MEMORY``).
         """
-        if type(nbytes) is not int or not 0 <= nbytes <= SIZE_MAX:
-            raise ContractError("nbytes", "a non-negative int below 2**64 (bytes)", repr(nbytes))
+        _check_bytes("nbytes", nbytes)
         _require_stream(stream)
         stream._check_usable("stream", self._context)
         if not nbytes:
@@ -214,8 +212,7 @@ class MemoryPool:
 
     def trim_to(self, keep_bytes: int) -> None:
         """Return unused reserved memory to the OS, keeping at most ``keep_bytes`` (``cuMemPoolTrimTo``)."""
-        if type(keep_bytes) is not int or not 0 <= keep_bytes <= SIZE_MAX:
-            raise ContractError("keep_bytes", "a non-negative int below 2**64 (bytes)", repr(keep_bytes))
+        _check_bytes("keep_bytes", keep_bytes)
         self._context._make_current()
         _cuda.call("cuMemPoolTrimTo", self._cu, keep_bytes)
 
